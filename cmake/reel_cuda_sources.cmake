@@ -1,0 +1,40 @@
+# How kernels/cuda/*.cu become part of a target in either build flavour.
+#   REEL_CUDA=ON : nvcc compiles them for CMAKE_CUDA_ARCHITECTURES; cudart/cuBLAS/cuDNN are linked.
+#   REEL_CUDA=OFF: g++ compiles the same files as C++ against kernels/simt (the CPU emulator),
+#                  whose runtime sources are compiled into the target too.
+
+# reel_cuda_sources(<target> <file.cu>...): add CUDA sources to a target in this flavour.
+function(reel_cuda_sources target)
+  target_sources(${target} PRIVATE ${ARGN})
+  if(NOT REEL_CUDA)
+    set_source_files_properties(${ARGN} TARGET_DIRECTORY ${target}
+      PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "-xc++")
+  endif()
+endfunction()
+
+# reel_link_cuda_backend(<target>): the runtime the CUDA backend needs in this flavour.
+function(reel_link_cuda_backend target)
+  if(REEL_CUDA)
+    target_compile_definitions(${target} PUBLIC REEL_CUDA_NVCC=1)
+    target_link_libraries(${target} PUBLIC CUDA::cudart CUDA::cublas)
+    find_library(REEL_CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR})
+    find_path(REEL_CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+    if(REEL_CUDNN_LIBRARY AND REEL_CUDNN_INCLUDE_DIR)
+      message(STATUS "reel: cuDNN found: ${REEL_CUDNN_LIBRARY}")
+      target_include_directories(${target} PUBLIC ${REEL_CUDNN_INCLUDE_DIR})
+      target_link_libraries(${target} PUBLIC ${REEL_CUDNN_LIBRARY})
+      target_compile_definitions(${target} PUBLIC REEL_HAVE_CUDNN=1)
+    else()
+      message(STATUS "reel: cuDNN not found; ops that need it raise reel::Error")
+    endif()
+    set_target_properties(${target} PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
+  else()
+    file(GLOB simt_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/kernels/simt/*.cpp)
+    if(simt_sources AND REEL_EMULATE_CUDA)
+      find_package(Boost 1.74 REQUIRED COMPONENTS context)
+      target_sources(${target} PRIVATE ${simt_sources})
+      target_compile_definitions(${target} PUBLIC SIMT_EMULATE=1 REEL_CUDA_EMULATED=1)
+      target_link_libraries(${target} PUBLIC Boost::context)
+    endif()
+  endif()
+endfunction()

@@ -1,0 +1,274 @@
+// Caching allocator, category statistics, the event log and the memory report.
+#include "core/allocator.h"
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include "core/device_backend.h"
+#include "core/error.h"
+
+namespace reel {
+
+namespace {
+thread_local Category t_category = Category::Temporary;
+thread_local int64_t t_event_tag = -1;
+
+struct EventLog {
+  std::mutex mutex;
+  bool enabled = false;
+  std::vector<MemoryEvent> events;
+};
+EventLog& event_log() {
+  static EventLog* log = new EventLog;  // never destroyed: tensors may die after main returns
+  return *log;
+}
+
+int64_t now_ns() {
+  static const auto start = std::chrono::steady_clock::now();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+void log_event(MemoryEvent::Kind kind, Device device, int64_t bytes, Category category) {
+  EventLog& log = event_log();
+  std::lock_guard<std::mutex> lock(log.mutex);
+  if (log.enabled) log.events.push_back({kind, device, bytes, category, now_ns(), t_event_tag});
+}
+}  // namespace
+
+const char* category_name(Category c) {
+  switch (c) {
+    case Category::Parameter: return "parameter";
+    case Category::Gradient: return "gradient";
+    case Category::OptimizerState: return "optimizer state";
+    case Category::Activation: return "activation";
+    case Category::Temporary: return "temporary";
+  }
+  return "?";
+}
+
+MemoryCategory::MemoryCategory(Category category) : previous_(t_category) { t_category = category; }
+MemoryCategory::~MemoryCategory() { t_category = previous_; }
+Category MemoryCategory::current() { return t_category; }
+
+std::string format_bytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while ((v >= 1024 || v <= -1024) && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  if (u == 0) std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  else std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+  return buf;
+}
+
+// ---- CachingAllocator -------------------------------------------------------
+
+CachingAllocator::CachingAllocator(Device device, RawMemory* raw) : device_(device), raw_(raw) {}
+
+CachingAllocator::~CachingAllocator() { empty_cache(); }
+
+size_t CachingAllocator::size_class(size_t bytes) {
+  if (bytes <= 4096) return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  int log2 = 63 - __builtin_clzll(bytes);
+  const size_t step = size_t{1} << (log2 - 2);  // four classes between 2^k and 2^(k+1)
+  return (bytes + step - 1) / step * step;
+}
+
+void CachingAllocator::add_bytes(Category c, int64_t bytes) {
+  CategoryStats& s = stats_.by_category[static_cast<int>(c)];
+  s.current_bytes += bytes;
+  if (s.current_bytes > s.peak_bytes) s.peak_bytes = s.current_bytes;
+  stats_.current_bytes += bytes;
+  if (stats_.current_bytes > stats_.peak_bytes) stats_.peak_bytes = stats_.current_bytes;
+}
+
+std::string CachingAllocator::usage_locked() const {
+  std::ostringstream os;
+  os << "in use " << format_bytes(stats_.current_bytes) << " (";
+  for (int c = 0; c < kNumCategories; ++c) {
+    if (c) os << ", ";
+    os << category_name(static_cast<Category>(c)) << " "
+       << format_bytes(stats_.by_category[c].current_bytes);
+  }
+  os << ")";
+  return os.str();
+}
+
+void* CachingAllocator::allocate(size_t bytes, Category category) {
+  if (bytes == 0) return nullptr;
+  std::lock_guard<std::mutex> lock(mutex_);
+  REEL_CHECK(limit_ <= 0 || stats_.current_bytes + static_cast<int64_t>(bytes) <= limit_,
+             "allocator: cannot allocate ", format_bytes(static_cast<int64_t>(bytes)), " of ",
+             category_name(category), " on ", device_, ": the limit is ", format_bytes(limit_),
+             " and ", usage_locked());
+  const size_t cls = size_class(bytes);
+  void* ptr = nullptr;
+  auto it = free_blocks_.find(cls);
+  if (it != free_blocks_.end() && !it->second.empty()) {
+    ptr = it->second.back();
+    it->second.pop_back();
+    stats_.cached_bytes -= static_cast<int64_t>(cls);
+  } else {
+    ptr = raw_->allocate(cls);
+    if (!ptr && stats_.cached_bytes > 0) {  // out of memory: give the cache back, then retry
+      for (auto& [size, blocks] : free_blocks_)
+        for (void* p : blocks) raw_->release(p);
+      free_blocks_.clear();
+      stats_.reserved_bytes -= stats_.cached_bytes;
+      stats_.cached_bytes = 0;
+      ptr = raw_->allocate(cls);
+    }
+    REEL_CHECK(ptr != nullptr, "allocator: ", device_, " is out of memory allocating ",
+               format_bytes(static_cast<int64_t>(bytes)), " of ", category_name(category), "; ",
+               usage_locked());
+    stats_.reserved_bytes += static_cast<int64_t>(cls);
+    ++stats_.system_allocs;
+  }
+  add_bytes(category, static_cast<int64_t>(bytes));
+  ++stats_.by_category[static_cast<int>(category)].alloc_count;
+  log_event(MemoryEvent::Kind::Alloc, device_, static_cast<int64_t>(bytes), category);
+  return ptr;
+}
+
+void CachingAllocator::deallocate(void* ptr, size_t bytes, Category category) {
+  if (!ptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const size_t cls = size_class(bytes);
+  free_blocks_[cls].push_back(ptr);
+  stats_.cached_bytes += static_cast<int64_t>(cls);
+  add_bytes(category, -static_cast<int64_t>(bytes));
+  ++stats_.by_category[static_cast<int>(category)].free_count;
+  log_event(MemoryEvent::Kind::Free, device_, static_cast<int64_t>(bytes), category);
+}
+
+void CachingAllocator::recategorize(size_t bytes, Category from, Category to) {
+  if (bytes == 0 || from == to) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Leave the total unchanged: only the attribution moves.
+  stats_.by_category[static_cast<int>(from)].current_bytes -= static_cast<int64_t>(bytes);
+  CategoryStats& s = stats_.by_category[static_cast<int>(to)];
+  s.current_bytes += static_cast<int64_t>(bytes);
+  if (s.current_bytes > s.peak_bytes) s.peak_bytes = s.current_bytes;
+  log_event(MemoryEvent::Kind::Free, device_, static_cast<int64_t>(bytes), from);
+  log_event(MemoryEvent::Kind::Alloc, device_, static_cast<int64_t>(bytes), to);
+}
+
+MemoryStats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void CachingAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& s : stats_.by_category) s.peak_bytes = s.current_bytes;
+  stats_.peak_bytes = stats_.current_bytes;
+}
+
+void CachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [size, blocks] : free_blocks_)
+    for (void* p : blocks) raw_->release(p);
+  free_blocks_.clear();
+  stats_.reserved_bytes -= stats_.cached_bytes;
+  stats_.cached_bytes = 0;
+}
+
+void CachingAllocator::set_limit(int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  limit_ = bytes;
+}
+
+int64_t CachingAllocator::limit() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return limit_;
+}
+
+// ---- one allocator per device ------------------------------------------------
+
+namespace {
+struct Registry {
+  std::mutex mutex;
+  std::map<std::pair<int, int>, CachingAllocator*> allocators;  // never destroyed (see above)
+};
+Registry& registry() {
+  static Registry* r = new Registry;
+  return *r;
+}
+}  // namespace
+
+CachingAllocator& allocator_for(Device device) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const auto key = std::make_pair(static_cast<int>(device.type), device.index);
+  auto it = r.allocators.find(key);
+  if (it != r.allocators.end()) return *it->second;
+  DeviceBackend& backend = backend_for(device);
+  CachingAllocator* a = new CachingAllocator(device, &backend.raw_memory());
+  r.allocators.emplace(key, a);
+  return *a;
+}
+
+MemoryStats memory_stats(Device device) { return allocator_for(device).stats(); }
+void reset_peak_memory(Device device) { allocator_for(device).reset_peak(); }
+void set_memory_limit(Device device, int64_t bytes) { allocator_for(device).set_limit(bytes); }
+
+std::string memory_report() {
+  std::vector<std::pair<Device, MemoryStats>> rows;
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    for (auto& [key, a] : r.allocators)
+      rows.emplace_back(Device(static_cast<Device::Type>(key.first), key.second), a->stats());
+  }
+  std::ostringstream os;
+  char line[160];
+  for (auto& [device, s] : rows) {
+    os << "memory on " << device << "\n";
+    std::snprintf(line, sizeof line, "  %-16s %14s %14s %10s\n", "category", "current", "peak", "allocs");
+    os << line;
+    for (int c = 0; c < kNumCategories; ++c) {
+      const CategoryStats& cs = s.by_category[c];
+      std::snprintf(line, sizeof line, "  %-16s %14s %14s %10lld\n", category_name(static_cast<Category>(c)),
+                    format_bytes(cs.current_bytes).c_str(), format_bytes(cs.peak_bytes).c_str(),
+                    static_cast<long long>(cs.alloc_count));
+      os << line;
+    }
+    std::snprintf(line, sizeof line, "  %-16s %14s %14s\n", "total", format_bytes(s.current_bytes).c_str(),
+                  format_bytes(s.peak_bytes).c_str());
+    os << line;
+    std::snprintf(line, sizeof line, "  reserved %s (cached %s), %lld system allocations\n",
+                  format_bytes(s.reserved_bytes).c_str(), format_bytes(s.cached_bytes).c_str(),
+                  static_cast<long long>(s.system_allocs));
+    os << line;
+  }
+  return os.str();
+}
+
+void memory_log_enable(bool on) {
+  EventLog& log = event_log();
+  std::lock_guard<std::mutex> lock(log.mutex);
+  log.enabled = on;
+}
+
+std::vector<MemoryEvent> memory_log() {
+  EventLog& log = event_log();
+  std::lock_guard<std::mutex> lock(log.mutex);
+  return log.events;
+}
+
+void memory_log_clear() {
+  EventLog& log = event_log();
+  std::lock_guard<std::mutex> lock(log.mutex);
+  log.events.clear();
+}
+
+void memory_log_set_tag(int64_t tag) { t_event_tag = tag; }
+
+}  // namespace reel

@@ -1,0 +1,131 @@
+// The caching allocator and its memory statistics, one per device.
+//
+// Why caching: training allocates the same sizes every step; returning a block to a size-class
+// free list instead of to the system makes the second step allocation-free (cudaMalloc is a
+// synchronising call on a GPU). Why categories: reel exists to show where backprop memory goes,
+// so every byte in use is attributed to parameters, gradients, optimizer state, activations
+// (saved for backward) or temporaries, with current and peak bytes for each.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/device.h"
+
+namespace reel {
+
+enum class Category : uint8_t { Parameter, Gradient, OptimizerState, Activation, Temporary };
+constexpr int kNumCategories = 5;
+const char* category_name(Category c);
+
+// RAII: allocations made on this thread while the scope lives are tagged with `category`.
+// Outside every scope allocations are Temporary.
+class MemoryCategory {
+ public:
+  explicit MemoryCategory(Category category);
+  ~MemoryCategory();
+  MemoryCategory(const MemoryCategory&) = delete;
+  MemoryCategory& operator=(const MemoryCategory&) = delete;
+  static Category current();
+
+ private:
+  Category previous_;
+};
+
+struct CategoryStats {
+  int64_t current_bytes = 0;  // bytes requested by live allocations (exact, not rounded)
+  int64_t peak_bytes = 0;     // max of current_bytes since start or reset_peak()
+  int64_t alloc_count = 0;    // allocations made in this category
+  int64_t free_count = 0;     // of which freed
+};
+
+struct MemoryStats {
+  std::array<CategoryStats, kNumCategories> by_category{};
+  int64_t current_bytes = 0;   // all categories together (requested bytes)
+  int64_t peak_bytes = 0;      // peak of the total (not the sum of per-category peaks)
+  int64_t reserved_bytes = 0;  // held from the system: live blocks + cache, in size classes
+  int64_t cached_bytes = 0;    // free blocks kept for reuse
+  int64_t system_allocs = 0;   // raw allocations asked of the system (cache misses)
+  const CategoryStats& operator[](Category c) const { return by_category[static_cast<int>(c)]; }
+};
+
+struct MemoryEvent {
+  enum class Kind : uint8_t { Alloc, Free };
+  Kind kind;
+  Device device;
+  int64_t bytes;     // requested bytes
+  Category category;
+  int64_t time_ns;   // steady clock since the process started
+  int64_t tag;       // caller-set marker (e.g. the tape position), -1 when unset
+};
+
+// The raw memory a device offers; the allocator caches on top of it.
+class RawMemory {
+ public:
+  virtual ~RawMemory() = default;
+  virtual void* allocate(size_t bytes) = 0;  // nullptr when the device is out of memory
+  virtual void release(void* ptr) = 0;
+};
+
+class CachingAllocator {
+ public:
+  static constexpr size_t kAlignment = 64;
+
+  CachingAllocator(Device device, RawMemory* raw);
+  ~CachingAllocator();
+
+  // A block of at least `bytes`, 64-byte aligned, tagged with MemoryCategory::current().
+  // Zero bytes gives nullptr and counts nothing. Over the limit or out of device memory:
+  // reel::Error naming the request, the use by category and the limit.
+  void* allocate(size_t bytes, Category category);
+  void deallocate(void* ptr, size_t bytes, Category category);
+  // Moves a live allocation's bytes from one category to another (e.g. a tensor the tape
+  // saves for backward becomes an Activation).
+  void recategorize(size_t bytes, Category from, Category to);
+
+  MemoryStats stats() const;
+  void reset_peak();
+  void empty_cache();                  // returns every cached block to the system
+  void set_limit(int64_t bytes);       // limit on requested bytes in use; <= 0: none
+  int64_t limit() const;
+
+  // The size class a request is served from: multiples of 64 B up to 4 KiB, then four classes
+  // per power of two (at most 25 % rounding).
+  static size_t size_class(size_t bytes);
+
+ private:
+  void add_bytes(Category c, int64_t bytes);
+  std::string usage_locked() const;
+
+  Device device_;
+  RawMemory* raw_;
+  mutable std::mutex mutex_;
+  MemoryStats stats_;
+  int64_t limit_ = 0;
+  std::unordered_map<size_t, std::vector<void*>> free_blocks_;  // size class -> cached blocks
+};
+
+// The allocator of a device (created on first use). A cuda device in a build or on a machine
+// without one raises reel::Error.
+CachingAllocator& allocator_for(Device device);
+
+MemoryStats memory_stats(Device device = Device::cpu());
+void reset_peak_memory(Device device = Device::cpu());
+void set_memory_limit(Device device, int64_t bytes);
+// A table of current and peak bytes by category for every device used so far.
+std::string memory_report();
+
+// The optional event log (off by default; one log for all devices).
+void memory_log_enable(bool on);
+std::vector<MemoryEvent> memory_log();
+void memory_log_clear();
+void memory_log_set_tag(int64_t tag);  // stamped on this thread's next events
+
+// "1.50 MiB", "512 B".
+std::string format_bytes(int64_t bytes);
+
+}  // namespace reel

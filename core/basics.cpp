@@ -1,0 +1,85 @@
+// Small definitions for error.h, dtype.h, device.h and random.h.
+#include <cstdlib>
+
+#include "core/device_backend.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/random.h"
+
+namespace reel {
+
+std::string shape_str(const Shape& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + ")";
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "f32";
+    case DType::f64: return "f64";
+    case DType::i32: return "i32";
+    case DType::i64: return "i64";
+  }
+  return "?";
+}
+
+Device::Device(const std::string& spec) {
+  if (spec == "cpu") {
+    type = Type::cpu;
+    index = 0;
+    return;
+  }
+  if (spec == "cuda") {
+    type = Type::cuda;
+    index = 0;
+    return;
+  }
+  if (spec.rfind("cuda:", 0) == 0 && spec.size() > 5) {
+    char* end = nullptr;
+    const long i = std::strtol(spec.c_str() + 5, &end, 10);
+    if (*end == '\0' && i >= 0 && i < 1024) {
+      type = Type::cuda;
+      index = static_cast<int>(i);
+      return;
+    }
+  }
+  REEL_FAIL("device: cannot parse '", spec, "': expected cpu, cuda or cuda:N");
+}
+
+std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
+
+int cuda_device_count() { return cuda_backend_device_count(); }
+bool cuda_available() { return cuda_device_count() > 0; }
+
+DeviceBackend& backend_for(Device device) {
+  if (device.is_cpu()) return cpu_backend();
+  const int count = cuda_backend_device_count();
+  REEL_CHECK(device.index < count, "device ", device, " is not available: ",
+             count == 0 ? "this build or machine has no CUDA device"
+                        : "only " + std::to_string(count) + " CUDA device(s)");
+  return *cuda_backend(device.index);
+}
+
+uint64_t Generator::next_offset() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return offset_++;
+}
+
+void Generator::manual_seed(uint64_t seed) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  seed_ = seed;
+  offset_ = 0;
+}
+
+Generator& default_generator() {
+  static Generator generator;
+  return generator;
+}
+
+void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
+
+}  // namespace reel

@@ -1,0 +1,36 @@
+// Where a tensor lives: the host ("cpu") or a CUDA device ("cuda:N"). In the emulated build
+// "cuda:0" is served by kernels/simt on the host; in the nvcc build by a real GPU.
+#pragma once
+#include <ostream>
+#include <string>
+
+namespace reel {
+
+struct Device {
+  enum class Type : uint8_t { cpu, cuda };
+  Type type = Type::cpu;
+  int index = 0;
+
+  Device() = default;
+  Device(Type t, int i = 0) : type(t), index(i) {}
+  // "cpu", "cuda", "cuda:1"; anything else raises reel::Error.
+  explicit Device(const std::string& spec);
+  Device(const char* spec) : Device(std::string(spec)) {}
+
+  static Device cpu() { return Device(Type::cpu, 0); }
+  static Device cuda(int index = 0) { return Device(Type::cuda, index); }
+  bool is_cpu() const { return type == Type::cpu; }
+  bool is_cuda() const { return type == Type::cuda; }
+  std::string str() const;
+  bool operator==(const Device& o) const { return type == o.type && index == o.index; }
+  bool operator!=(const Device& o) const { return !(*this == o); }
+};
+
+inline std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
+
+// True when the build has a CUDA backend and a device answers: a real GPU in the nvcc build,
+// always in the emulated build, false in the nvcc build on a machine without a GPU.
+bool cuda_available();
+int cuda_device_count();
+
+}  // namespace reel

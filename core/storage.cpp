@@ -1,0 +1,21 @@
+// Storage: allocation and release through the device's caching allocator.
+#include "core/storage.h"
+
+namespace reel {
+
+Storage::Storage(size_t bytes, Device device)
+    : bytes_(bytes), device_(device), category_(MemoryCategory::current()) {
+  data_ = allocator_for(device).allocate(bytes, category_);
+}
+
+Storage::~Storage() {
+  if (data_) allocator_for(device_).deallocate(data_, bytes_, category_);
+}
+
+void Storage::set_category(Category category) {
+  if (category == category_) return;
+  allocator_for(device_).recategorize(bytes_, category_, category);
+  category_ = category;
+}
+
+}  // namespace reel

@@ -1,0 +1,424 @@
+// Tensor: views, copies, host access and factories.
+#include "core/tensor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "core/device_backend.h"
+#include "core/random.h"
+
+namespace reel {
+
+// ---- helpers -----------------------------------------------------------------
+
+Shape contiguous_strides(const Shape& shape) {
+  Shape strides(shape.size());
+  int64_t s = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= std::max<int64_t>(shape[i], 1);
+  }
+  return strides;
+}
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int64_t normalize_dim(int64_t dim, int64_t rank, const char* op) {
+  const int64_t r = std::max<int64_t>(rank, 1);
+  REEL_CHECK(dim >= -r && dim < r, op, ": dim ", dim, " is out of range for a tensor of rank ", rank);
+  return dim < 0 ? dim + r : dim;
+}
+
+namespace {
+Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = base.storage();
+  impl->shape = std::move(shape);
+  impl->strides = std::move(strides);
+  impl->offset = offset;
+  impl->dtype = base.dtype();
+  impl->device = base.device();
+  return Tensor(std::move(impl));
+}
+
+// Resolves one -1 and checks the element count.
+Shape infer_shape(Shape shape, int64_t numel, const Shape& from, const char* op) {
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      REEL_CHECK(infer < 0, op, ": only one dimension can be -1, got ", shape);
+      infer = static_cast<int64_t>(i);
+    } else {
+      REEL_CHECK(shape[i] >= 0, op, ": invalid size ", shape[i], " in ", shape);
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0) {
+    REEL_CHECK(known != 0 && numel % known == 0, op, ": cannot reshape ", from, " (", numel,
+               " elements) into ", shape);
+    shape[infer] = numel / known;
+  }
+  REEL_CHECK(shape_numel(shape) == numel, op, ": cannot reshape ", from, " (", numel, " elements) into ",
+             shape, " (", shape_numel(shape), " elements)");
+  return shape;
+}
+
+// Strides for viewing (shape, strides) as new_shape without copying, if possible (the rule
+// torch.view uses: each run of merged dims must be contiguous within itself).
+bool view_strides(const Shape& shape, const Shape& strides, const Shape& new_shape, Shape& out) {
+  out.assign(new_shape.size(), 0);
+  if (shape_numel(shape) == 0) {
+    out = contiguous_strides(new_shape);
+    return true;
+  }
+  // Drop size-1 dims, which impose no constraint.
+  Shape s, st;
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] != 1) {
+      s.push_back(shape[i]);
+      st.push_back(strides[i]);
+    }
+  size_t old_i = 0;
+  int64_t new_i = static_cast<int64_t>(new_shape.size()) - 1;
+  // Walk from the innermost dims outwards, chunk by chunk.
+  std::vector<std::pair<int64_t, int64_t>> chunks;  // (numel, innermost stride) of old chunks
+  for (size_t i = 0; i < s.size();) {
+    size_t j = i;
+    int64_t n = s[i];
+    while (j + 1 < s.size() && st[j] == st[j + 1] * s[j + 1]) {
+      ++j;
+      n *= s[j];
+    }
+    chunks.emplace_back(n, st[j]);
+    i = j + 1;
+  }
+  (void)old_i;
+  // Assign new dims to chunks from the end.
+  for (size_t c = chunks.size(); c-- > 0;) {
+    int64_t remaining = chunks[c].first, stride = chunks[c].second;
+    while (remaining > 1 || (new_i >= 0 && new_shape[new_i] == 1)) {
+      if (new_i < 0) return false;
+      const int64_t d = new_shape[new_i];
+      if (d == 1) {
+        out[new_i--] = stride;
+        continue;
+      }
+      if (remaining % d != 0) return false;
+      out[new_i--] = stride;
+      stride *= d;
+      remaining /= d;
+    }
+  }
+  while (new_i >= 0) {
+    if (new_shape[new_i] != 1) return false;
+    out[new_i--] = 1;
+  }
+  return true;
+}
+}  // namespace
+
+// ---- basic accessors ---------------------------------------------------------
+
+int64_t Tensor::size(int64_t d) const { return shape()[normalize_dim(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const { return strides()[normalize_dim(d, dim(), "stride")]; }
+int64_t Tensor::numel() const { return shape_numel(shape()); }
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (int64_t i = dim() - 1; i >= 0; --i) {
+    if (shape()[i] == 1) continue;
+    if (strides()[i] != expected) return false;
+    expected *= shape()[i];
+  }
+  return true;
+}
+
+void* Tensor::data_ptr() const {
+  if (!storage() || !storage()->data()) return nullptr;
+  return static_cast<char*>(storage()->data()) + offset() * static_cast<int64_t>(dtype_size(dtype()));
+}
+
+// ---- views ---------------------------------------------------------------------
+
+Tensor Tensor::view(Shape new_shape) const {
+  new_shape = infer_shape(std::move(new_shape), numel(), shape(), "view");
+  Shape new_strides;
+  REEL_CHECK(view_strides(shape(), strides(), new_shape, new_strides), "view: a tensor of shape ", shape(),
+             " with strides ", strides(), " cannot be viewed as ", new_shape, "; use reshape (copies)");
+  return make_view(*this, new_shape, new_strides, offset());
+}
+
+Tensor Tensor::reshape(Shape new_shape) const {
+  new_shape = infer_shape(std::move(new_shape), numel(), shape(), "reshape");
+  Shape new_strides;
+  if (view_strides(shape(), strides(), new_shape, new_strides))
+    return make_view(*this, new_shape, new_strides, offset());
+  return contiguous().view(new_shape);
+}
+
+Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
+  d0 = normalize_dim(d0, dim(), "transpose");
+  d1 = normalize_dim(d1, dim(), "transpose");
+  if (dim() == 0) return *this;
+  Shape s = shape(), st = strides();
+  std::swap(s[d0], s[d1]);
+  std::swap(st[d0], st[d1]);
+  return make_view(*this, s, st, offset());
+}
+
+Tensor Tensor::t() const {
+  REEL_CHECK(dim() == 2, "t: expects a 2-D tensor, got shape ", shape());
+  return transpose(0, 1);
+}
+
+Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
+  REEL_CHECK(static_cast<int64_t>(dims.size()) == dim(), "permute: ", dims.size(),
+             " dims given for a tensor of shape ", shape());
+  Shape s(dims.size()), st(dims.size());
+  std::vector<bool> seen(dims.size(), false);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const int64_t d = normalize_dim(dims[i], dim(), "permute");
+    REEL_CHECK(!seen[d], "permute: dim ", d, " repeated in ", Shape(dims.begin(), dims.end()));
+    seen[d] = true;
+    s[i] = shape()[d];
+    st[i] = strides()[d];
+  }
+  return make_view(*this, s, st, offset());
+}
+
+Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
+  d = normalize_dim(d, dim(), "slice");
+  REEL_CHECK(dim() > 0, "slice: cannot slice a 0-d tensor");
+  REEL_CHECK(step > 0, "slice: step must be positive, got ", step);
+  const int64_t n = shape()[d];
+  if (start < 0) start += n;
+  if (end < 0) end += n;
+  start = std::clamp<int64_t>(start, 0, n);
+  end = std::clamp<int64_t>(end, start, n);
+  Shape s = shape(), st = strides();
+  s[d] = (end - start + step - 1) / step;
+  st[d] *= step;
+  return make_view(*this, s, st, offset() + start * strides()[d]);
+}
+
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  d = normalize_dim(d, dim(), "narrow");
+  REEL_CHECK(dim() > 0 && start >= 0 && length >= 0 && start + length <= shape()[d], "narrow: [", start, ", ",
+             start + length, ") is out of range for dim ", d, " of shape ", shape());
+  return slice(d, start, start + length);
+}
+
+Tensor Tensor::select(int64_t d, int64_t index) const {
+  d = normalize_dim(d, dim(), "select");
+  REEL_CHECK(dim() > 0, "select: cannot index a 0-d tensor");
+  const int64_t n = shape()[d];
+  REEL_CHECK(index >= -n && index < n, "select: index ", index, " is out of range for dim ", d,
+             " of shape ", shape());
+  if (index < 0) index += n;
+  Shape s = shape(), st = strides();
+  const int64_t off = offset() + index * st[d];
+  s.erase(s.begin() + d);
+  st.erase(st.begin() + d);
+  return make_view(*this, s, st, off);
+}
+
+Tensor Tensor::squeeze(int64_t d) const {
+  d = normalize_dim(d, dim(), "squeeze");
+  if (dim() == 0 || shape()[d] != 1) return *this;
+  Shape s = shape(), st = strides();
+  s.erase(s.begin() + d);
+  st.erase(st.begin() + d);
+  return make_view(*this, s, st, offset());
+}
+
+Tensor Tensor::unsqueeze(int64_t d) const {
+  d = normalize_dim(d, dim() + 1, "unsqueeze");
+  Shape s = shape(), st = strides();
+  const int64_t stride = d < dim() ? st[d] * s[d] : 1;
+  s.insert(s.begin() + d, 1);
+  st.insert(st.begin() + d, stride);
+  return make_view(*this, s, st, offset());
+}
+
+Tensor Tensor::expand(Shape target) const {
+  REEL_CHECK(static_cast<int64_t>(target.size()) >= dim(), "expand: cannot expand shape ", shape(), " to ",
+             target);
+  const size_t lead = target.size() - shape().size();
+  Shape st(target.size(), 0);
+  for (size_t i = 0; i < target.size(); ++i) {
+    if (i < lead) {
+      REEL_CHECK(target[i] >= 0, "expand: invalid size -1 for a new leading dim in ", target);
+      continue;
+    }
+    const int64_t have = shape()[i - lead];
+    if (target[i] == -1) target[i] = have;
+    REEL_CHECK(have == target[i] || have == 1, "expand: cannot expand shape ", shape(), " to ", target,
+               ": dim ", i, " has size ", have, " (must be 1 or ", target[i], ")");
+    st[i] = have == target[i] ? strides()[i - lead] : 0;
+  }
+  return make_view(*this, target, st, offset());
+}
+
+// ---- copies --------------------------------------------------------------------
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  return clone();
+}
+
+Tensor Tensor::clone() const {
+  Tensor out = empty(shape(), dtype(), device());
+  if (numel() > 0) backend_for(device()).copy_strided(*this, out);
+  return out;
+}
+
+Tensor Tensor::to(Device target) const {
+  if (target == device()) return *this;
+  Tensor src = contiguous();
+  Tensor out = empty(shape(), dtype(), target);
+  if (numel() == 0) return out;
+  if (device().is_cpu()) {
+    backend_for(target).copy_from_host(out.data_ptr(), src.data_ptr(), nbytes());
+  } else if (target.is_cpu()) {
+    backend_for(device()).copy_to_host(out.data_ptr(), src.data_ptr(), nbytes());
+  } else {  // between two CUDA devices: through the host, simple and rare
+    Tensor host = src.to(Device::cpu());
+    backend_for(target).copy_from_host(out.data_ptr(), host.data_ptr(), nbytes());
+  }
+  return out;
+}
+
+Tensor Tensor::to(DType target) const {
+  if (target == dtype()) return *this;
+  Tensor out = empty(shape(), target, device());
+  if (numel() > 0) backend_for(device()).copy_strided(*this, out);
+  return out;
+}
+
+void Tensor::copy_(const Tensor& src) const {
+  REEL_CHECK(src.shape() == shape(), "copy_: source shape ", src.shape(), " does not match destination shape ",
+             shape());
+  if (numel() == 0) return;
+  Tensor from = src.device() == device() ? src : src.to(device());
+  backend_for(device()).copy_strided(from, *this);
+}
+
+void Tensor::fill_(double value) const {
+  if (numel() == 0) return;
+  if (is_contiguous()) {
+    backend_for(device()).fill(*this, value);
+  } else {
+    copy_(full(shape(), value, dtype(), device()));
+  }
+}
+
+// ---- host access ---------------------------------------------------------------
+
+double Tensor::item() const {
+  REEL_CHECK(numel() == 1, "item: expects a tensor with one element, got shape ", shape());
+  Tensor host = to(Device::cpu()).contiguous();
+  switch (dtype()) {
+    case DType::f32: return *host.data<float>();
+    case DType::f64: return *host.data<double>();
+    case DType::i32: return *host.data<int32_t>();
+    case DType::i64: return static_cast<double>(*host.data<int64_t>());
+  }
+  return 0;
+}
+
+template <typename T>
+std::vector<T> Tensor::to_vector() const {
+  REEL_CHECK(dtype_of<T>::value == dtype(), "to_vector<", dtype_name(dtype_of<T>::value), ">: tensor has dtype ",
+             dtype());
+  Tensor host = to(Device::cpu()).contiguous();
+  std::vector<T> v(static_cast<size_t>(numel()));
+  if (!v.empty()) std::memcpy(v.data(), host.data_ptr(), v.size() * sizeof(T));
+  return v;
+}
+template std::vector<float> Tensor::to_vector<float>() const;
+template std::vector<double> Tensor::to_vector<double>() const;
+template std::vector<int32_t> Tensor::to_vector<int32_t>() const;
+template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+
+// ---- factories -------------------------------------------------------------------
+
+Tensor empty(const Shape& shape, DType dtype, Device device) {
+  for (int64_t d : shape) REEL_CHECK(d >= 0, "empty: negative dimension in shape ", shape);
+  auto impl = std::make_shared<TensorImpl>();
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  if (device.is_cuda()) backend_for(device);  // a clear error for an unavailable device, even at 0 bytes
+  impl->storage = std::make_shared<Storage>(bytes, device);
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  impl->device = device;
+  return Tensor(std::move(impl));
+}
+
+Tensor full(const Shape& shape, double value, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  if (t.numel() > 0) backend_for(device).fill(t, value);
+  return t;
+}
+Tensor zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
+Tensor ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device()); }
+Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype(), t.device()); }
+Tensor scalar_tensor(double value, DType dtype, Device device) { return full({}, value, dtype, device); }
+
+template <typename T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device) {
+  REEL_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector: ", values.size(),
+             " values do not fill shape ", shape);
+  Tensor host = empty(shape, dtype_of<T>::value, Device::cpu());
+  if (!values.empty()) std::memcpy(host.data_ptr(), values.data(), values.size() * sizeof(T));
+  return host.to(device);
+}
+template Tensor from_vector<float>(const std::vector<float>&, const Shape&, Device);
+template Tensor from_vector<double>(const std::vector<double>&, const Shape&, Device);
+template Tensor from_vector<int32_t>(const std::vector<int32_t>&, const Shape&, Device);
+template Tensor from_vector<int64_t>(const std::vector<int64_t>&, const Shape&, Device);
+
+Tensor tensor(std::initializer_list<float> values, Device device) {
+  return from_vector(std::vector<float>(values), {static_cast<int64_t>(values.size())}, device);
+}
+
+Tensor arange(double start, double end, double step, DType dtype, Device device) {
+  REEL_CHECK(step != 0, "arange: step must be non-zero");
+  const double count = std::ceil((end - start) / step);
+  const int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = start + static_cast<double>(i) * step;
+  return from_vector(v, {n}).to(dtype).to(device);
+}
+
+Tensor arange(int64_t n, DType dtype, Device device) {
+  return arange(0.0, static_cast<double>(n), 1.0, dtype, device);
+}
+
+namespace {
+Tensor random_tensor(const Shape& shape, DType dtype, Device device, Generator* gen, RandomKind kind,
+                     const char* op) {
+  REEL_CHECK(is_floating(dtype), op, ": dtype must be floating, got ", dtype);
+  Generator& g = gen ? *gen : default_generator();
+  Tensor t = empty(shape, dtype, device);
+  const uint64_t offset = g.next_offset();
+  if (t.numel() > 0) backend_for(device).random(t, kind, g.seed(), offset);
+  return t;
+}
+}  // namespace
+
+Tensor rand(const Shape& shape, DType dtype, Device device, Generator* gen) {
+  return random_tensor(shape, dtype, device, gen, RandomKind::Uniform, "rand");
+}
+Tensor randn(const Shape& shape, DType dtype, Device device, Generator* gen) {
+  return random_tensor(shape, dtype, device, gen, RandomKind::Normal, "randn");
+}
+
+}  // namespace reel

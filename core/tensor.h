@@ -1,0 +1,132 @@
+// Tensor: a strided view (shape, strides, offset, dtype) of a shared Storage on one device.
+//
+// A Tensor is a handle: copies share one TensorImpl (as torch.Tensor does), so autograd state
+// attached to a tensor is seen through every copy. Views (view/reshape, transpose/permute,
+// slice/narrow, squeeze/unsqueeze, expand) make a new TensorImpl over the same Storage.
+// Strides and offsets count elements, not bytes.
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/storage.h"
+
+namespace reel {
+
+struct AutogradMeta;  // defined by autograd/: core only carries it.
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;  // null for a zero-element tensor that never allocated
+  Shape shape;
+  Shape strides;
+  int64_t offset = 0;
+  DType dtype = DType::f32;
+  Device device;
+  std::shared_ptr<AutogradMeta> autograd;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const { return impl().shape; }
+  const Shape& strides() const { return impl().strides; }
+  int64_t offset() const { return impl().offset; }
+  DType dtype() const { return impl().dtype; }
+  Device device() const { return impl().device; }
+  int64_t dim() const { return static_cast<int64_t>(impl().shape.size()); }
+  int64_t size(int64_t d) const;  // negative d counts from the end
+  int64_t stride(int64_t d) const;
+  int64_t numel() const;
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype()); }
+  bool is_contiguous() const;
+  const std::shared_ptr<Storage>& storage() const { return impl().storage; }
+  TensorImpl* impl_ptr() const { return impl_.get(); }
+  bool same(const Tensor& o) const { return impl_ == o.impl_; }  // same handle
+
+  // Address of element 0 (offset applied). data<T>() checks T against dtype().
+  void* data_ptr() const;
+  template <typename T> T* data() const {
+    REEL_CHECK(dtype_of<T>::value == dtype(), "data<", dtype_name(dtype_of<T>::value),
+               ">: tensor has dtype ", dtype());
+    return static_cast<T*>(data_ptr());
+  }
+
+  // ---- views (share storage) ----
+  Tensor view(Shape shape) const;      // needs compatible strides; one dim may be -1
+  Tensor reshape(Shape shape) const;   // a view when possible, else a contiguous copy
+  Tensor flatten() const { return reshape({-1}); }
+  Tensor transpose(int64_t d0, int64_t d1) const;
+  Tensor t() const;                    // transpose of a 2-D tensor
+  Tensor permute(const std::vector<int64_t>& dims) const;
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;  // python rules
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor select(int64_t dim, int64_t index) const;  // drops dim
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor expand(Shape shape) const;    // size-1 dims broadcast with stride 0; -1 keeps a dim
+
+  // ---- copies ----
+  Tensor contiguous() const;           // itself when already contiguous
+  Tensor clone() const;                // always a new contiguous copy
+  Tensor to(Device device) const;      // itself when already there
+  Tensor to(DType dtype) const;        // itself when already of that dtype
+  void copy_(const Tensor& src) const;  // this = src (same shape; device/dtype may differ)
+  void fill_(double value) const;      // in place: handles are shared, the data is not const
+
+  // ---- host access ----
+  double item() const;                 // one element, any device
+  template <typename T> std::vector<T> to_vector() const;  // T must match dtype()
+  std::string str() const;             // shape, dtype, device and abbreviated values
+
+  // ---- autograd state (meaning defined in autograd/) ----
+  std::shared_ptr<AutogradMeta>& autograd_meta() const { return impl().autograd; }
+
+ private:
+  TensorImpl& impl() const {
+    REEL_CHECK(impl_ != nullptr, "tensor: use of an undefined (default-constructed) tensor");
+    return *impl_;
+  }
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// ---- factories ----
+Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor zeros_like(const Tensor& t);
+Tensor empty_like(const Tensor& t);
+// [start, end) with step, like numpy.arange.
+Tensor arange(double start, double end, double step = 1, DType dtype = DType::f32,
+              Device device = Device::cpu());
+Tensor arange(int64_t n, DType dtype = DType::f32, Device device = Device::cpu());
+// Tensors from host data (copied), shape must match the number of values.
+template <typename T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device = Device::cpu());
+Tensor tensor(std::initializer_list<float> values, Device device = Device::cpu());  // 1-D f32
+Tensor scalar_tensor(double value, DType dtype = DType::f32, Device device = Device::cpu());
+
+class Generator;
+// Uniform in [0, 1) and standard normal, from `gen` (the default generator when null).
+Tensor rand(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu(),
+            Generator* gen = nullptr);
+Tensor randn(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu(),
+             Generator* gen = nullptr);
+
+// Helpers shared by ops.
+Shape contiguous_strides(const Shape& shape);
+int64_t shape_numel(const Shape& shape);
+int64_t normalize_dim(int64_t dim, int64_t rank, const char* op);  // -1 -> rank-1, checked
+
+}  // namespace reel

@@ -1,0 +1,98 @@
+// The CPU's DeviceBackend (core/device_backend.h): 64-byte aligned host memory, fill, strided
+// copy with dtype conversion, and Philox random numbers.
+#include <cstdlib>
+#include <cstring>
+
+#include "core/device_backend.h"
+#include "core/philox.h"
+#include "core/tensor.h"
+#include "kernels/cpu/strided_loop.h"
+
+namespace reel {
+
+namespace {
+
+class HostMemory final : public RawMemory {
+ public:
+  void* allocate(size_t bytes) override {
+    return std::aligned_alloc(CachingAllocator::kAlignment,
+                              (bytes + CachingAllocator::kAlignment - 1) / CachingAllocator::kAlignment *
+                                  CachingAllocator::kAlignment);
+  }
+  void release(void* ptr) override { std::free(ptr); }
+};
+
+template <typename Fn>
+void dispatch_any(DType t, Fn fn) {
+  switch (t) {
+    case DType::f32: fn(float{}); break;
+    case DType::f64: fn(double{}); break;
+    case DType::i32: fn(int32_t{}); break;
+    case DType::i64: fn(int64_t{}); break;
+  }
+}
+
+template <typename T>
+void random_fill(const Tensor& out, RandomKind kind, uint64_t seed, uint64_t offset) {
+  T* p = out.data<T>();
+  const int64_t n = out.numel();
+#pragma omp parallel for schedule(static) if (n >= (1 << 14))
+  for (int64_t i = 0; i < n; ++i)
+    p[i] = kind == RandomKind::Uniform ? static_cast<T>(philox_uniform(seed, offset, i))
+                                       : static_cast<T>(philox_normal(seed, offset, i));
+}
+
+class CpuBackend final : public DeviceBackend {
+ public:
+  RawMemory& raw_memory() override { return memory_; }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy_from_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void copy_on_device(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+
+  void fill(const Tensor& out, double value) override {
+    dispatch_any(out.dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      T* p = static_cast<T*>(out.data_ptr());
+      const T v = static_cast<T>(value);
+      const int64_t n = out.numel();
+#pragma omp parallel for schedule(static) if (n >= (1 << 16))
+      for (int64_t i = 0; i < n; ++i) p[i] = v;
+    });
+  }
+
+  void copy_strided(const Tensor& src, const Tensor& dst) override {
+    dispatch_any(src.dtype(), [&](auto s0) {
+      dispatch_any(dst.dtype(), [&](auto d0) {
+        using S = decltype(s0);
+        using D = decltype(d0);
+        const S* ps = static_cast<const S*>(src.data_ptr());
+        D* pd = static_cast<D*>(dst.data_ptr());
+        kernels::cpu::StridedLoop<2> loop(dst.shape(), {&dst.strides(), &src.strides()});
+        loop.for_each_run([&](const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& st, int64_t n) {
+          D* o = pd + off[0];
+          const S* a = ps + off[1];
+          if (st[0] == 1 && st[1] == 1)
+            for (int64_t i = 0; i < n; ++i) o[i] = static_cast<D>(a[i]);
+          else
+            for (int64_t i = 0; i < n; ++i) o[i * st[0]] = static_cast<D>(a[i * st[1]]);
+        });
+      });
+    });
+  }
+
+  void random(const Tensor& out, RandomKind kind, uint64_t seed, uint64_t offset) override {
+    REEL_DISPATCH_FLOATING(out.dtype(), "random", random_fill<scalar_t>(out, kind, seed, offset))
+  }
+
+ private:
+  HostMemory memory_;
+};
+
+}  // namespace
+
+DeviceBackend& cpu_backend() {
+  static CpuBackend* backend = new CpuBackend;  // never destroyed: tensors may outlive main
+  return *backend;
+}
+
+}  // namespace reel

@@ -1,0 +1,96 @@
+// CPU matmul through Eigen's GEMM. Each operand matrix is mapped in place when one of its last
+// two dims has stride 1 (row-major, or column-major = a transposed view), so transposes cost no
+// copy; other layouts are made contiguous first. Large products let Eigen use all OpenMP threads;
+// batches of small products are spread over threads instead, one product per thread.
+#include <omp.h>
+
+#include <Eigen/Core>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace reel::kernels::cpu {
+
+namespace {
+
+template <typename T>
+using RowMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, Eigen::Unaligned,
+                          Eigen::OuterStride<>>;
+template <typename T>
+using OutMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, Eigen::Unaligned,
+                          Eigen::OuterStride<>>;
+
+// A matrix operand: base pointer, leading dimension, and whether it is stored column-major.
+struct Operand {
+  Tensor t;  // keeps a contiguous copy alive when one was needed
+  bool col_major = false;
+  int64_t ld = 0;
+};
+
+Operand prepare(const Tensor& x) {
+  const int64_t r = x.dim();
+  const int64_t rows = x.size(r - 2), cols = x.size(r - 1);
+  const int64_t s_row = x.stride(r - 2), s_col = x.stride(r - 1);
+  if (s_col == 1 && (s_row >= cols || rows == 1)) return {x, false, std::max<int64_t>(s_row, cols)};
+  if (s_row == 1 && (s_col >= rows || cols == 1)) return {x, true, std::max<int64_t>(s_col, rows)};
+  Tensor c = x.contiguous();
+  return {c, false, cols};
+}
+
+template <typename T, bool ColA, bool ColB>
+void gemm_batches(const Operand& A, const Operand& B, const Tensor& out) {
+  const int64_t r = out.dim();
+  const int64_t M = out.size(r - 2), N = out.size(r - 1), K = A.t.size(r - 1);
+  const int64_t batches = out.numel() / std::max<int64_t>(M * N, 1);
+  const T* pa = A.t.template data<T>();
+  const T* pb = B.t.template data<T>();
+  T* pc = out.template data<T>();
+  const Shape& shape = out.shape();
+  // Small products, or at least one per thread: one product per thread; otherwise Eigen's own
+  // threading inside each product.
+  const bool parallel_batches =
+      batches > 1 && (M * N * K < (int64_t{1} << 21) || batches >= 2 * omp_get_max_threads());
+#pragma omp parallel for schedule(dynamic) if (parallel_batches)
+  for (int64_t b = 0; b < batches; ++b) {
+    int64_t oa = 0, ob = 0, rest = b;
+    for (int64_t d = r - 3; d >= 0; --d) {
+      const int64_t i = rest % shape[d];
+      rest /= shape[d];
+      oa += i * A.t.stride(d);
+      ob += i * B.t.stride(d);
+    }
+    OutMap<T> C(pc + b * M * N, M, N, Eigen::OuterStride<>(N));
+    // A column-major (M, K) matrix is the transpose of a row-major (K, M) one.
+    if constexpr (ColA && ColB)
+      C.noalias() = RowMap<T>(pa + oa, K, M, Eigen::OuterStride<>(A.ld)).transpose() *
+                    RowMap<T>(pb + ob, N, K, Eigen::OuterStride<>(B.ld)).transpose();
+    else if constexpr (ColA)
+      C.noalias() = RowMap<T>(pa + oa, K, M, Eigen::OuterStride<>(A.ld)).transpose() *
+                    RowMap<T>(pb + ob, K, N, Eigen::OuterStride<>(B.ld));
+    else if constexpr (ColB)
+      C.noalias() = RowMap<T>(pa + oa, M, K, Eigen::OuterStride<>(A.ld)) *
+                    RowMap<T>(pb + ob, N, K, Eigen::OuterStride<>(B.ld)).transpose();
+    else
+      C.noalias() = RowMap<T>(pa + oa, M, K, Eigen::OuterStride<>(A.ld)) *
+                    RowMap<T>(pb + ob, K, N, Eigen::OuterStride<>(B.ld));
+  }
+}
+
+}  // namespace
+
+void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (out.numel() == 0) return;
+  const int64_t K = a.size(-1);
+  if (K == 0) {  // an empty inner dim: the product of nothing is zero
+    out.fill_(0.0);
+    return;
+  }
+  const Operand A = prepare(a), B = prepare(b);
+  REEL_DISPATCH_FLOATING(out.dtype(), "matmul", {
+    if (A.col_major && B.col_major) gemm_batches<scalar_t, true, true>(A, B, out);
+    else if (A.col_major) gemm_batches<scalar_t, true, false>(A, B, out);
+    else if (B.col_major) gemm_batches<scalar_t, false, true>(A, B, out);
+    else gemm_batches<scalar_t, false, false>(A, B, out);
+  })
+}
+
+}  // namespace reel::kernels::cpu

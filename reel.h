@@ -1,0 +1,8 @@
+// reel.h: the one header a user includes. Each layer's public headers, bottom to top.
+#pragma once
+#include "core/allocator.h"
+#include "core/device.h"
+#include "core/error.h"
+#include "core/random.h"
+#include "core/tensor.h"
+#include "kernels/ops.h"

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The two commands of the README, and what .ci/run calls.
+#   tools/dev.sh example   install what is missing, build, run the main example
+#   tools/dev.sh test      install what is missing, build every flavour, run the whole suite
+# Build folders: build/ (default flavour: CPU + CUDA emulated through kernels/simt),
+# build-asan/ (the same with AddressSanitizer + UBSan), build-nvcc/ (nvcc for sm_90).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-test}
+jobs=${JOBS:-$(nproc)}
+
+tools/setup.sh
+
+configure_and_build() {  # dir, cmake args...
+  local dir=$1
+  shift
+  cmake -S . -B "$dir" -G Ninja "$@" >"$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; return 1; }
+  cmake --build "$dir" -j "$jobs"
+}
+
+case "$mode" in
+  example)
+    configure_and_build build -DCMAKE_BUILD_TYPE=Release
+    ./build/examples/tensor_basics cpu
+    ;;
+  test)
+    echo "== default flavour (CPU + emulated CUDA): build and test"
+    configure_and_build build -DCMAKE_BUILD_TYPE=Release
+    (cd build && SIMT_ORDER=forward ctest --output-on-failure -j "$jobs")
+    if [ -f kernels/simt/simt.h ]; then
+      echo "== default flavour again, emulated threads resumed in reverse order"
+      (cd build && SIMT_ORDER=reverse ctest --output-on-failure -j "$jobs")
+      echo "== emulated CUDA under AddressSanitizer + UBSan"
+      configure_and_build build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREEL_SANITIZE=address,undefined \
+        -DREEL_BUILD_EXAMPLES=OFF -DREEL_BUILD_BENCH=OFF
+      (cd build-asan && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j "$jobs" -R "${ASAN_TESTS:-cuda|simt}")
+    fi
+    nvcc_bin=$(command -v nvcc || true)
+    [ -z "$nvcc_bin" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc_bin=/usr/local/cuda/bin/nvcc
+    if [ -n "$nvcc_bin" ]; then
+      echo "== nvcc flavour (sm_90): compile, link, run (tests skip without a GPU)"
+      configure_and_build build-nvcc -DCMAKE_BUILD_TYPE=Release -DREEL_CUDA=ON \
+        -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}"
+      (cd build-nvcc && ctest --output-on-failure -j "$jobs")
+    else
+      echo "== nvcc flavour skipped: no CUDA toolkit on this machine (nvcc not found)"
+    fi
+    ;;
+  *)
+    echo "usage: tools/dev.sh example|test" >&2
+    exit 2
+    ;;
+esac
