@@ -2,7 +2,10 @@
 // then reduces one sub-tensor. When those sub-tensors are not contiguous runs (e.g. a column sum,
 // the bias gradient of a linear layer), the input is copied contiguous first: one streaming pass
 // beats strided access per output. f32 sums accumulate in double.
+#include <algorithm>
 #include <limits>
+
+#include <Eigen/Core>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/strided_loop.h"
@@ -47,10 +50,17 @@ void reduce_impl(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tenso
           rr /= inner.shape[d];
         }
         const int64_t s = inner.strides[0].back();
-        for (int64_t i = 0; i < inner.inner(); ++i) {
-          const T v = p[off + i * s];
+        if (s == 1) {
+          const T v = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(p + off, inner.inner())
+                          .template maxCoeff<Eigen::PropagateNaN>();
           nan |= v != v;
           m = v > m ? v : m;
+        } else {
+          for (int64_t i = 0; i < inner.inner(); ++i) {
+            const T v = p[off + i * s];
+            nan |= v != v;
+            m = v > m ? v : m;
+          }
         }
       }
       dst[o] = nan ? std::numeric_limits<T>::quiet_NaN() : m;
@@ -64,8 +74,8 @@ void reduce_impl(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tenso
         }
         const int64_t s = inner.strides[0].back();
         const T* q = p + off;
-        if (s == 1) {
-          for (int64_t i = 0; i < inner.inner(); ++i) acc += q[i];
+        if (s == 1) {  // Eigen keeps several vector accumulators: not bound by one add chain
+          acc += Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(q, inner.inner()).template cast<double>().sum();
         } else {
           for (int64_t i = 0; i < inner.inner(); ++i) acc += q[i * s];
         }
@@ -75,10 +85,58 @@ void reduce_impl(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tenso
   }
 }
 
+// Column reductions (kept dims contiguous and innermost in memory, reduced dims outer, e.g. the
+// bias gradient: sum over rows of (N, C)): each thread owns a block of output columns and streams
+// over the rows, adding whole row segments, so every input byte is read once, in order.
+template <typename T>
+bool reduce_columns(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tensor& out) {
+  const int64_t kept = x.dim() - reduced_dims;
+  Shape kept_shape(x.shape().begin(), x.shape().begin() + kept);
+  Shape kept_strides(x.strides().begin(), x.strides().begin() + kept);
+  Shape red_shape(x.shape().begin() + kept, x.shape().end());
+  Shape red_strides(x.strides().begin() + kept, x.strides().end());
+  StridedLoop<1> cols(kept_shape, {&kept_strides}), rows(red_shape, {&red_strides});
+  if (cols.runs() != 1 || cols.strides[0].back() != 1 || rows.runs() != 1) return false;
+  const int64_t C = cols.inner(), R = rows.inner(), row_stride = rows.strides[0].back();
+  const T* src = x.data<T>();
+  T* dst = out.data<T>();
+  constexpr int64_t kBlock = 256;
+#pragma omp parallel for schedule(static) if (C > kBlock && R * C >= (1 << 15))
+  for (int64_t c0 = 0; c0 < C; c0 += kBlock) {
+    const int64_t n = std::min(kBlock, C - c0);
+    double acc[kBlock];
+    bool nan[kBlock];
+    for (int64_t j = 0; j < n; ++j) {
+      acc[j] = op == ReduceOp::Max ? -std::numeric_limits<double>::infinity() : 0.0;
+      nan[j] = false;
+    }
+    for (int64_t r = 0; r < R; ++r) {
+      const T* p = src + r * row_stride + c0;
+      if (op == ReduceOp::Max) {
+        for (int64_t j = 0; j < n; ++j) {
+          nan[j] |= p[j] != p[j];
+          acc[j] = p[j] > acc[j] ? p[j] : acc[j];
+        }
+      } else {
+        for (int64_t j = 0; j < n; ++j) acc[j] += p[j];
+      }
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const double v = op == ReduceOp::Mean ? acc[j] / static_cast<double>(R) : acc[j];
+      dst[c0 + j] = nan[j] ? std::numeric_limits<T>::quiet_NaN() : static_cast<T>(v);
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 void reduce(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tensor& out) {
   if (out.numel() == 0) return;
+  bool done = false;
+  if (x.numel() > 0 && reduced_dims > 0 && reduced_dims < x.dim())
+    REEL_DISPATCH_FLOATING(x.dtype(), op_name(op), done = reduce_columns<scalar_t>(op, x, reduced_dims, out))
+  if (done) return;
   Tensor in = x;
   if (x.numel() > 0 && reduced_dims > 0) {
     Shape red_shape(x.shape().end() - reduced_dims, x.shape().end());
