@@ -33,7 +33,7 @@ case "$mode" in
       echo "== emulated CUDA under AddressSanitizer + UBSan"
       configure_and_build build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREEL_SANITIZE=address,undefined \
         -DREEL_BUILD_EXAMPLES=OFF -DREEL_BUILD_BENCH=OFF
-      (cd build-asan && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j "$jobs" -R "${ASAN_TESTS:-cuda|simt}")
+      (cd build-asan && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j "$jobs" -R "${ASAN_TESTS:-cuda|simt|safetensors}")
     fi
     nvcc_bin=$(command -v nvcc || true)
     [ -z "$nvcc_bin" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc_bin=/usr/local/cuda/bin/nvcc

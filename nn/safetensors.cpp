@@ -1,0 +1,179 @@
+// safetensors reader and writer (see safetensors.h), parsing the header with nlohmann-json.
+#include "nn/safetensors.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+namespace reel::nn {
+
+namespace {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is little-endian");
+
+constexpr uint64_t kMaxHeader = 100ull << 20;  // the reference implementation's limit
+
+const char* safetensors_dtype(DType t) {
+  switch (t) {
+    case DType::f32: return "F32";
+    case DType::f64: return "F64";
+    case DType::i32: return "I32";
+    case DType::i64: return "I64";
+  }
+  return "?";
+}
+
+bool parse_dtype(const std::string& s, DType& out) {
+  if (s == "F32") out = DType::f32;
+  else if (s == "F64") out = DType::f64;
+  else if (s == "I32") out = DType::i32;
+  else if (s == "I64") out = DType::i64;
+  else return false;
+  return true;
+}
+
+}  // namespace
+
+std::string to_safetensors_bytes(const TensorDict& tensors, const Metadata& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::vector<Tensor> host;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    REEL_CHECK(name != "__metadata__", "save_safetensors: '__metadata__' is reserved and cannot name a tensor");
+    REEL_CHECK(t.defined(), "save_safetensors: tensor '", name, "' is undefined");
+    host.push_back(t.to(Device::cpu()).contiguous());
+    const uint64_t bytes = host.back().nbytes();
+    header[name] = {{"dtype", safetensors_dtype(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string json = header.dump();
+  json.append((8 - json.size() % 8) % 8, ' ');  // data starts 8-byte aligned, as Python's writer does
+  std::string out(8, '\0');
+  const uint64_t n = json.size();
+  std::memcpy(out.data(), &n, 8);
+  out += json;
+  out.reserve(out.size() + offset);
+  for (const Tensor& t : host) out.append(static_cast<const char*>(t.data_ptr()), t.nbytes());
+  return out;
+}
+
+TensorDict from_safetensors_bytes(const std::string& bytes, Device device, Metadata* metadata,
+                                  const std::string& source) {
+  const char* op = "load_safetensors";
+  REEL_CHECK(bytes.size() >= 8, op, ": ", source, " is ", bytes.size(),
+             " bytes, too short for the 8-byte header length");
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, bytes.data(), 8);
+  REEL_CHECK(header_len <= bytes.size() - 8, op, ": ", source, ": header length ", header_len,
+             " goes beyond the end of the file (", bytes.size(), " bytes)");
+  REEL_CHECK(header_len <= kMaxHeader, op, ": ", source, ": header length ", header_len, " exceeds the limit of ",
+             kMaxHeader, " bytes");
+  const uint64_t data_begin = 8 + header_len;
+  const uint64_t data_size = bytes.size() - data_begin;
+
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + static_cast<std::ptrdiff_t>(data_begin));
+  } catch (const nlohmann::json::exception& e) {
+    REEL_FAIL(op, ": ", source, ": the header is not valid JSON: ", e.what());
+  }
+  REEL_CHECK(header.is_object(), op, ": ", source, ": the header is not a JSON object");
+
+  struct Entry {
+    std::string name;
+    DType dtype;
+    Shape shape;
+    uint64_t begin, end;
+  };
+  std::vector<Entry> entries;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const nlohmann::json& v = it.value();
+    if (name == "__metadata__") {
+      REEL_CHECK(v.is_object(), op, ": ", source, ": __metadata__ is not an object");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        REEL_CHECK(m.value().is_string(), op, ": ", source, ": __metadata__ value of '", m.key(),
+                   "' is not a string");
+        if (metadata) (*metadata)[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    REEL_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"), op, ": ",
+               source, ": entry '", name, "' needs dtype, shape and data_offsets");
+    Entry e{name, DType::f32, {}, 0, 0};
+    REEL_CHECK(v["dtype"].is_string() && parse_dtype(v["dtype"].get<std::string>(), e.dtype), op, ": ", source,
+               ": tensor '", name, "' has dtype ", v["dtype"].dump(), ", which reel does not know (F32, F64, I32, I64)");
+    REEL_CHECK(v["shape"].is_array(), op, ": ", source, ": tensor '", name, "': shape is not an array");
+    uint64_t numel = 1;
+    bool overflow = false;
+    for (const auto& d : v["shape"]) {
+      REEL_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<int64_t>() >= 0), op, ": ", source,
+                 ": tensor '", name, "': shape ", v["shape"].dump(), " has an invalid dimension");
+      const uint64_t n = d.get<uint64_t>();
+      if (n != 0 && numel > std::numeric_limits<uint64_t>::max() / n) overflow = true;
+      numel *= n;
+      REEL_CHECK(n <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), op, ": ", source, ": tensor '",
+                 name, "': dimension ", n, " is too large");
+      e.shape.push_back(static_cast<int64_t>(n));
+    }
+    const auto& offsets = v["data_offsets"];
+    REEL_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
+                   offsets[1].is_number_unsigned(),
+               op, ": ", source, ": tensor '", name, "': data_offsets ", offsets.dump(),
+               " is not a pair of non-negative integers");
+    e.begin = offsets[0].get<uint64_t>();
+    e.end = offsets[1].get<uint64_t>();
+    REEL_CHECK(e.begin <= e.end && e.end <= data_size, op, ": ", source, ": tensor '", name, "': data_offsets [",
+               e.begin, ", ", e.end, "] are out of range for ", data_size, " bytes of data");
+    const uint64_t elem = dtype_size(e.dtype);
+    REEL_CHECK(!overflow && numel <= std::numeric_limits<uint64_t>::max() / elem && numel * elem == e.end - e.begin,
+               op, ": ", source, ": tensor '", name, "': shape ", e.shape, " of ", dtype_name(e.dtype), " needs ",
+               overflow ? std::string("an overflowing number of") : std::to_string(numel * elem), " bytes but data_offsets span ",
+               e.end - e.begin);
+    entries.push_back(std::move(e));
+  }
+
+  // The ranges must tile the data exactly: no overlap, no hole, nothing after the last one.
+  std::vector<const Entry*> sorted;
+  for (const Entry& e : entries) sorted.push_back(&e);
+  std::sort(sorted.begin(), sorted.end(), [](const Entry* a, const Entry* b) { return a->begin < b->begin; });
+  uint64_t expected = 0;
+  for (const Entry* e : sorted) {
+    REEL_CHECK(e->begin == expected, op, ": ", source, ": tensor '", e->name, "' starts at byte ", e->begin,
+               " of the data, expected ", expected, " (ranges overlap or leave a hole)");
+    expected = e->end;
+  }
+  REEL_CHECK(expected == data_size, op, ": ", source, ": the tensors cover ", expected, " bytes but the data holds ",
+             data_size);
+
+  TensorDict out;
+  for (const Entry& e : entries) {
+    Tensor t = empty(e.shape, e.dtype, Device::cpu());
+    if (t.nbytes() > 0) std::memcpy(t.data_ptr(), bytes.data() + data_begin + e.begin, t.nbytes());
+    out[e.name] = t.to(device);
+  }
+  return out;
+}
+
+void save_safetensors(const std::string& path, const TensorDict& tensors, const Metadata& metadata) {
+  const std::string bytes = to_safetensors_bytes(tensors, metadata);
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  REEL_CHECK(f.good(), "save_safetensors: cannot open '", path, "' for writing");
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  REEL_CHECK(f.good(), "save_safetensors: writing '", path, "' failed");
+}
+
+TensorDict load_safetensors(const std::string& path, Device device, Metadata* metadata) {
+  std::ifstream f(path, std::ios::binary);
+  REEL_CHECK(f.good(), "load_safetensors: cannot open '", path, "'");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return from_safetensors_bytes(ss.str(), device, metadata, "'" + path + "'");
+}
+
+}  // namespace reel::nn

@@ -1,0 +1,31 @@
+// Save and load tensors in the safetensors format, so weights move to and from Python's
+// safetensors / PyTorch with the same names and shapes.
+//
+// Layout: an 8-byte little-endian header length N, N bytes of JSON
+//   {"__metadata__": {"k": "v"}, "name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [b, e]}, ...}
+// (padded with spaces to a multiple of 8), then the raw little-endian data; offsets are relative
+// to the first data byte. Reading treats the file as untrusted: every length, offset, dtype and
+// shape is checked before use, and a bad file raises reel::Error, never an out-of-bounds read.
+#pragma once
+#include <map>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace reel::nn {
+
+using TensorDict = std::map<std::string, Tensor>;
+using Metadata = std::map<std::string, std::string>;
+
+// Writes `tensors` (any device, dtype f32/f64/i32/i64; copied to the host) to `path`.
+void save_safetensors(const std::string& path, const TensorDict& tensors, const Metadata& metadata = {});
+
+// The tensors in `path`, placed on `device`; the file's __metadata__ goes to *metadata if given.
+TensorDict load_safetensors(const std::string& path, Device device = Device::cpu(), Metadata* metadata = nullptr);
+
+// The same, from bytes in memory (what the file functions use; also handy for tests).
+std::string to_safetensors_bytes(const TensorDict& tensors, const Metadata& metadata = {});
+TensorDict from_safetensors_bytes(const std::string& bytes, Device device = Device::cpu(),
+                                  Metadata* metadata = nullptr, const std::string& source = "<memory>");
+
+}  // namespace reel::nn

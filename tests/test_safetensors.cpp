@@ -1,0 +1,138 @@
+// safetensors: round trips, the byte layout Python's library writes and reads, and every kind of
+// corrupt or truncated file raising reel::Error (never a crash or an out-of-bounds read).
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "nn/safetensors.h"
+#include "testing.h"
+
+using namespace reel;
+using namespace reel::nn;
+
+namespace {
+// A file as Python's writer lays it out, from a header string and raw data bytes.
+std::string make_file(std::string header, const std::string& data) {
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  const uint64_t n = header.size();
+  std::memcpy(out.data(), &n, 8);
+  return out + header + data;
+}
+
+std::string floats(std::initializer_list<float> v) {
+  return std::string(reinterpret_cast<const char*>(std::data(v)), v.size() * sizeof(float));
+}
+}  // namespace
+
+TEST_CASE("round trip of every dtype, views, empty tensors and metadata") {
+  TensorDict in;
+  in["w"] = randn({3, 4});
+  in["w_t"] = in["w"].t();  // non-contiguous: saved as its logical (4, 3) values
+  in["b64"] = arange(5, DType::f64);
+  in["ids"] = arange(7, DType::i32);
+  in["steps"] = from_vector<int64_t>({1ll << 40, -3}, {2});
+  in["empty"] = zeros({0, 3});
+  in["scalar"] = scalar_tensor(2.5);
+  const std::string path = "test_safetensors_roundtrip.safetensors";
+  save_safetensors(path, in, {{"format", "pt"}, {"step", "10"}});
+  Metadata meta;
+  TensorDict out = load_safetensors(path, Device::cpu(), &meta);
+  std::remove(path.c_str());
+  CHECK(meta.at("format") == "pt");
+  CHECK(meta.at("step") == "10");
+  REQUIRE(out.size() == in.size());
+  for (const auto& [name, t] : in) {
+    CAPTURE(name);
+    CHECK(out.at(name).shape() == t.shape());
+    CHECK(out.at(name).dtype() == t.dtype());
+    reel::testing::check_close(out.at(name), t, 0, 0);
+  }
+}
+
+TEST_CASE("the byte layout is the one Python's safetensors writes") {
+  TensorDict in;
+  in["b"] = tensor({1, 2});
+  in["a"] = tensor({3});
+  const std::string bytes = to_safetensors_bytes(in);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  CHECK(n % 8 == 0);
+  const std::string header = bytes.substr(8, n);
+  CHECK(header.rfind(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 0) == 0);
+  CHECK(bytes.size() == 8 + n + 12);
+  float first;
+  std::memcpy(&first, bytes.data() + 8 + n, 4);
+  CHECK(first == 3.0f);
+}
+
+TEST_CASE("a file laid out by another writer loads: key order, metadata, padding") {
+  const std::string file = make_file(
+      R"({"__metadata__":{"format":"pt"},"layer.weight":{"dtype":"F32","shape":[2,2],"data_offsets":[8,24]},)"
+      R"("layer.bias":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+      floats({0.5f, -0.5f, 1, 2, 3, 4}));
+  Metadata meta;
+  TensorDict t = from_safetensors_bytes(file, Device::cpu(), &meta);
+  CHECK(meta.at("format") == "pt");
+  reel::testing::check_close(t.at("layer.bias"), {0.5, -0.5}, 0, 0);
+  reel::testing::check_close(t.at("layer.weight"), {1, 2, 3, 4}, 0, 0);
+  CHECK(t.at("layer.weight").shape() == Shape{2, 2});
+}
+
+TEST_CASE("corrupt files raise reel::Error naming the problem") {
+  const std::string ok_header = R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  const std::string data = floats({1, 2});
+  CHECK_NOTHROW(from_safetensors_bytes(make_file(ok_header, data)));
+  CHECK_REEL_ERROR(from_safetensors_bytes("abc"), "too short for the 8-byte header length");
+  std::string huge(8, '\0');
+  huge[6] = 1;  // header length 2^48
+  CHECK_REEL_ERROR(from_safetensors_bytes(huge + "{}"), "goes beyond the end of the file");
+  CHECK_REEL_ERROR(from_safetensors_bytes(make_file("{\"x\": [", data)), "the header is not valid JSON");
+  CHECK_REEL_ERROR(from_safetensors_bytes(make_file("[1, 2]", "")), "the header is not a JSON object");
+  CHECK_REEL_ERROR(from_safetensors_bytes(make_file(R"({"x":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]}})", "abcd")),
+                   "tensor 'x' has dtype \"BF16\", which reel does not know");
+  CHECK_REEL_ERROR(from_safetensors_bytes(make_file(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data)),
+                   "shape (3) of f32 needs 12 bytes but data_offsets span 8");
+  CHECK_REEL_ERROR(from_safetensors_bytes(make_file(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,16]}})", data)),
+                   "data_offsets [0, 16] are out of range for 8 bytes of data");
+  CHECK_REEL_ERROR(from_safetensors_bytes(make_file(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", data)),
+                   "out of range");
+  CHECK_REEL_ERROR(from_safetensors_bytes(make_file(R"({"x":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", data)),
+                   "has an invalid dimension");
+  CHECK_REEL_ERROR(from_safetensors_bytes(make_file(
+                       R"({"x":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,8]}})", data)),
+                   "needs an overflowing number of bytes");
+  CHECK_REEL_ERROR(from_safetensors_bytes(make_file(R"({"x":{"dtype":"F32","shape":[2]}})", data)),
+                   "entry 'x' needs dtype, shape and data_offsets");
+  CHECK_REEL_ERROR(from_safetensors_bytes(make_file(
+                       R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"y":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                       data)),
+                   "ranges overlap or leave a hole");
+  CHECK_REEL_ERROR(from_safetensors_bytes(make_file(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", data)),
+                   "tensor 'x' starts at byte 4 of the data, expected 0");
+  CHECK_REEL_ERROR(from_safetensors_bytes(make_file(ok_header, data + "junk")), "the tensors cover 8 bytes but the data holds 12");
+  CHECK_REEL_ERROR(from_safetensors_bytes(make_file(R"({"__metadata__":{"n":1}})", "")), "__metadata__ value of 'n' is not a string");
+  CHECK_REEL_ERROR(load_safetensors("/nonexistent/file.safetensors"), "cannot open '/nonexistent/file.safetensors'");
+}
+
+TEST_CASE("every truncation and random byte flips give reel::Error or a valid load, never a crash") {
+  TensorDict in;
+  in["a"] = randn({4, 5});
+  in["b"] = arange(3, DType::i64);
+  const std::string bytes = to_safetensors_bytes(in, {{"k", "v"}});
+  for (size_t n = 0; n < bytes.size(); ++n) CHECK_THROWS_AS(from_safetensors_bytes(bytes.substr(0, n)), Error);
+  std::mt19937 rng(1);
+  int loaded = 0, rejected = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string b = bytes;
+    for (int k = 0; k < 3; ++k) b[rng() % b.size()] = static_cast<char>(rng());
+    try {
+      from_safetensors_bytes(b);
+      ++loaded;
+    } catch (const Error&) {
+      ++rejected;
+    }
+  }
+  CHECK(loaded + rejected == 2000);
+  CHECK(rejected > 0);
+}
