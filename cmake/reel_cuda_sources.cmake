@@ -8,7 +8,7 @@ function(reel_cuda_sources target)
   target_sources(${target} PRIVATE ${ARGN})
   if(NOT REEL_CUDA)
     set_source_files_properties(${ARGN} TARGET_DIRECTORY ${target}
-      PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "-xc++")
+      PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "-xc++;-Wno-unknown-pragmas")  # g++ ignores #pragma unroll
   endif()
 endfunction()
 

@@ -1,0 +1,259 @@
+// kernels/simt/simt_api.cpp: the CUDA runtime API subset of simt.h's emulation branch.
+// "Device" memory is host memory, every call is synchronous (launches finish before they
+// return), and the device reports sm_90-like limits with one multiprocessor per worker thread.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "simt.h"
+
+struct CUstream_st {
+  unsigned flags;
+};
+struct CUevent_st {
+  unsigned flags;
+  bool recorded;
+  std::chrono::steady_clock::time_point when;
+};
+
+namespace simt {
+namespace detail {
+namespace {
+thread_local cudaError_t t_last_error = cudaSuccess;  // per host thread, as in CUDA
+
+size_t page_bytes(int pages_name) { return size_t(sysconf(pages_name)) * size_t(sysconf(_SC_PAGESIZE)); }
+bool valid_kind(cudaMemcpyKind kind) { return kind >= cudaMemcpyHostToHost && kind <= cudaMemcpyDefault; }
+}  // namespace
+
+cudaError_t record_error(cudaError_t error) {
+  if (error != cudaSuccess) t_last_error = error;
+  return error;
+}
+}  // namespace detail
+}  // namespace simt
+
+using simt::detail::record_error;
+
+// ---- errors ------------------------------------------------------------------------------------------
+namespace {
+struct ErrorText {
+  cudaError_t code;
+  const char* name;
+  const char* text;
+};
+// Names and messages as the CUDA runtime spells them.
+constexpr ErrorText kErrors[] = {
+    {cudaSuccess, "cudaSuccess", "no error"},
+    {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
+    {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
+    {cudaErrorInitializationError, "cudaErrorInitializationError", "initialization error"},
+    {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration", "invalid configuration argument"},
+    {cudaErrorInvalidMemcpyDirection, "cudaErrorInvalidMemcpyDirection", "invalid copy direction for memcpy"},
+    {cudaErrorInsufficientDriver, "cudaErrorInsufficientDriver",
+     "CUDA driver version is insufficient for CUDA runtime version"},
+    {cudaErrorInvalidDeviceFunction, "cudaErrorInvalidDeviceFunction", "invalid device function"},
+    {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
+    {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
+    {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
+    {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
+    {cudaErrorIllegalAddress, "cudaErrorIllegalAddress", "an illegal memory access was encountered"},
+    {cudaErrorLaunchOutOfResources, "cudaErrorLaunchOutOfResources", "too many resources requested for launch"},
+    {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
+    {cudaErrorNotPermitted, "cudaErrorNotPermitted", "operation not permitted"},
+    {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
+    {cudaErrorUnknown, "cudaErrorUnknown", "unknown error"},
+};
+const ErrorText* find_error(cudaError_t error) {
+  for (const ErrorText& e : kErrors)
+    if (e.code == error) return &e;
+  return nullptr;
+}
+}  // namespace
+
+const char* cudaGetErrorString(cudaError_t error) {
+  const ErrorText* e = find_error(error);
+  return e ? e->text : "unrecognized error code";
+}
+const char* cudaGetErrorName(cudaError_t error) {
+  const ErrorText* e = find_error(error);
+  return e ? e->name : "unrecognized error code";
+}
+cudaError_t cudaGetLastError() {
+  const cudaError_t e = simt::detail::t_last_error;
+  simt::detail::t_last_error = cudaSuccess;
+  return e;
+}
+cudaError_t cudaPeekAtLastError() { return simt::detail::t_last_error; }
+
+// ---- memory -----------------------------------------------------------------------------------------
+// Plain heap blocks, so that ASan sees every byte past an allocation. Not filled: like
+// cudaMalloc's, their contents are unspecified.
+cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  if (!ptr) return record_error(cudaErrorInvalidValue);
+  *ptr = nullptr;
+  if (bytes == 0) return cudaSuccess;
+  if (posix_memalign(ptr, 256, bytes)) {
+    *ptr = nullptr;
+    return record_error(cudaErrorMemoryAllocation);
+  }
+  return cudaSuccess;
+}
+cudaError_t cudaFree(void* ptr) {
+  std::free(ptr);
+  return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void** ptr, size_t bytes) { return cudaMalloc(ptr, bytes); }
+cudaError_t cudaFreeHost(void* ptr) { return cudaFree(ptr); }
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (bytes == 0) return cudaSuccess;  // before any other check, as in CUDA
+  if (!simt::detail::valid_kind(kind)) return record_error(cudaErrorInvalidMemcpyDirection);
+  if (!dst || !src) return record_error(cudaErrorInvalidValue);
+  std::memcpy(dst, src, bytes);  // memcpy, not memmove: ASan reports overlapping copies
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+  return cudaMemcpy(dst, src, bytes, kind);
+}
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
+  if (bytes == 0) return cudaSuccess;
+  if (!ptr) return record_error(cudaErrorInvalidValue);
+  std::memset(ptr, value, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) {
+  return cudaMemset(ptr, value, bytes);
+}
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  if (!free_bytes || !total_bytes) return record_error(cudaErrorInvalidValue);
+  *free_bytes = simt::detail::page_bytes(_SC_AVPHYS_PAGES);
+  *total_bytes = simt::detail::page_bytes(_SC_PHYS_PAGES);
+  return cudaSuccess;
+}
+
+// ---- device -------------------------------------------------------------------------------------------
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceReset() { return cudaSuccess; }
+cudaError_t cudaGetDeviceCount(int* count) {
+  if (!count) return record_error(cudaErrorInvalidValue);
+  *count = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : record_error(cudaErrorInvalidDevice); }
+cudaError_t cudaGetDevice(int* device) {
+  if (!device) return record_error(cudaErrorInvalidValue);
+  *device = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (!prop) return record_error(cudaErrorInvalidValue);
+  if (device != 0) return record_error(cudaErrorInvalidDevice);
+  *prop = cudaDeviceProp{};
+  std::snprintf(prop->name, sizeof prop->name, "simt (CPU emulation)");
+  prop->totalGlobalMem = simt::detail::page_bytes(_SC_PHYS_PAGES);
+  prop->sharedMemPerBlock = 48 * 1024;
+  prop->regsPerBlock = 65536;
+  prop->warpSize = 32;
+  prop->memPitch = 2147483647;
+  prop->maxThreadsPerBlock = 1024;
+  prop->maxThreadsDim[0] = 1024;
+  prop->maxThreadsDim[1] = 1024;
+  prop->maxThreadsDim[2] = 64;
+  prop->maxGridSize[0] = 2147483647;
+  prop->maxGridSize[1] = 65535;
+  prop->maxGridSize[2] = 65535;
+  prop->totalConstMem = 64 * 1024;
+  // sm_90's limits, the project's target, so that code sized for it runs here unchanged.
+  prop->major = 9;
+  prop->minor = 0;
+  prop->multiProcessorCount = int(simt::workers());
+  prop->integrated = 1;  // device memory is host memory
+  prop->concurrentKernels = 0;
+  prop->unifiedAddressing = 1;
+  prop->l2CacheSize = 50 * 1024 * 1024;
+  prop->maxThreadsPerMultiProcessor = 2048;
+  prop->sharedMemPerMultiprocessor = 228 * 1024;
+  prop->regsPerMultiprocessor = 65536;
+  prop->managedMemory = 0;
+  prop->sharedMemPerBlockOptin = 227 * 1024;
+  prop->maxBlocksPerMultiProcessor = 32;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (!value) return record_error(cudaErrorInvalidValue);
+  cudaDeviceProp p;
+  if (const cudaError_t e = cudaGetDeviceProperties(&p, device)) return e;
+  switch (attr) {
+    case cudaDevAttrMaxThreadsPerBlock: *value = p.maxThreadsPerBlock; break;
+    case cudaDevAttrMaxBlockDimX: *value = p.maxThreadsDim[0]; break;
+    case cudaDevAttrMaxGridDimX: *value = p.maxGridSize[0]; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *value = int(p.sharedMemPerBlock); break;
+    case cudaDevAttrWarpSize: *value = p.warpSize; break;
+    case cudaDevAttrMultiProcessorCount: *value = p.multiProcessorCount; break;
+    case cudaDevAttrL2CacheSize: *value = p.l2CacheSize; break;
+    case cudaDevAttrMaxThreadsPerMultiProcessor: *value = p.maxThreadsPerMultiProcessor; break;
+    case cudaDevAttrComputeCapabilityMajor: *value = p.major; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = p.minor; break;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *value = int(p.sharedMemPerMultiprocessor); break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = int(p.sharedMemPerBlockOptin); break;
+    default: return record_error(cudaErrorInvalidValue);
+  }
+  return cudaSuccess;
+}
+
+// ---- streams: handles only, since every call completes before it returns -----------------------------
+cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, cudaStreamDefault); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
+  if (!stream || flags > cudaStreamNonBlocking) return record_error(cudaErrorInvalidValue);
+  *stream = new CUstream_st{flags};
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  if (!stream || stream == cudaStreamLegacy || stream == cudaStreamPerThread)
+    return record_error(cudaErrorInvalidResourceHandle);
+  delete stream;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned) {
+  return event ? cudaSuccess : record_error(cudaErrorInvalidResourceHandle);
+}
+
+// ---- events: host clock --------------------------------------------------------------------------------
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
+  if (!event || flags > (cudaEventBlockingSync | cudaEventDisableTiming)) return record_error(cudaErrorInvalidValue);
+  *event = new CUevent_st{flags, false, {}};
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  if (!event) return record_error(cudaErrorInvalidResourceHandle);
+  delete event;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  if (!event) return record_error(cudaErrorInvalidResourceHandle);
+  event->recorded = true;
+  event->when = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  return event ? cudaSuccess : record_error(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  return event ? cudaSuccess : record_error(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (!ms) return record_error(cudaErrorInvalidValue);
+  if (!start || !end || !start->recorded || !end->recorded || (start->flags & cudaEventDisableTiming) ||
+      (end->flags & cudaEventDisableTiming))
+    return record_error(cudaErrorInvalidResourceHandle);
+  *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
+  return cudaSuccess;
+}
