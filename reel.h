@@ -5,4 +5,8 @@
 #include "core/error.h"
 #include "core/random.h"
 #include "core/tensor.h"
+#include "kernels/dropout.h"
 #include "kernels/ops.h"
+#include "autograd/functions.h"
+#include "autograd/gradcheck.h"
+#include "autograd/tape.h"

@@ -12,7 +12,11 @@
 
 #include "core/device_backend.h"
 #include "core/tensor.h"
+#include "kernels/dropout.h"
 #include "kernels/ops.h"
+#if defined(REEL_HAS_CUDA_BACKEND)
+#include "kernels/cuda/cuda_kernels.h"
+#endif
 
 using namespace reel;
 using namespace reel::kernels;
@@ -61,10 +65,20 @@ int main(int argc, char** argv) {
     add("sum rows (axis -1)", n * f, n, [&] { sum(x, {1}); });
     add("sum cols (axis 0)", n * f, n, [&] { sum(x, {0}); });
     add("max total", n * f, n, [&] { max(x); });
+    add("dropout mask (p = 0.1)", n * f, 0, [&] { dropout_mask({rows, C}, DType::f32, device, 0.1, 1, 2); });
+    add("randn", n * f, 0, [&] { randn({rows, C}, DType::f32, device); });
     add("contiguous(transpose)", 2 * n * f, 0, [&] { x.t().contiguous(); });
     const double M = rows, K = C, N = 4 * C;
     add("matmul x @ w^T (8192x768x3072)", (M * K + N * K + M * N) * f, 2 * M * N * K,
         [&] { matmul(x, w, false, true); });
+#if defined(REEL_HAS_CUDA_BACKEND)
+    if (device.is_cuda()) {  // the teaching kernel on the same product, b row-major (coalesced loads)
+      Tensor wt = w.t().contiguous();
+      Tensor out = empty({rows, 4 * C}, DType::f32, device);
+      add("matmul tiled 16x16 (teaching, same)", (M * K + N * K + M * N) * f, 2 * M * N * K,
+          [&] { kernels::cuda::matmul_tiled(x, wt, out); });
+    }
+#endif
     Tensor h = randn({rows, 4 * C}, DType::f32, device);
     add("matmul h^T @ x (dW: 3072x8192x768)", (M * N + M * K + N * K) * f, 2 * M * N * K,
         [&] { matmul(h, x, true, false); });

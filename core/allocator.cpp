@@ -1,6 +1,8 @@
 // Caching allocator, category statistics, the event log and the memory report.
 #include "core/allocator.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -24,6 +26,17 @@ struct EventLog {
 EventLog& event_log() {
   static EventLog* log = new EventLog;  // never destroyed: tensors may die after main returns
   return *log;
+}
+
+std::atomic<bool> g_poison{false};
+
+// Fills [ptr, ptr + bytes) of `device` with 0xFF through its backend (host -> device copies
+// from a static buffer of 0xFF bytes, so no backend needs a memset of its own).
+void poison(Device device, void* ptr, size_t bytes) {
+  static const std::vector<unsigned char> ones(size_t{1} << 20, 0xFF);
+  DeviceBackend& backend = backend_for(device);
+  for (size_t done = 0; done < bytes; done += ones.size())
+    backend.copy_from_host(static_cast<char*>(ptr) + done, ones.data(), std::min(ones.size(), bytes - done));
 }
 
 int64_t now_ns() {
@@ -101,8 +114,17 @@ std::string CachingAllocator::usage_locked() const {
   return os.str();
 }
 
+void set_poison_allocations(bool on) { g_poison = on; }
+bool poison_allocations() { return g_poison; }
+
 void* CachingAllocator::allocate(size_t bytes, Category category) {
   if (bytes == 0) return nullptr;
+  void* ptr = allocate_locked(bytes, category);
+  if (g_poison) poison(device_, ptr, size_class(bytes));
+  return ptr;
+}
+
+void* CachingAllocator::allocate_locked(size_t bytes, Category category) {
   std::lock_guard<std::mutex> lock(mutex_);
   REEL_CHECK(limit_ <= 0 || stats_.current_bytes + static_cast<int64_t>(bytes) <= limit_,
              "allocator: cannot allocate ", format_bytes(static_cast<int64_t>(bytes)), " of ",

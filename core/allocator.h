@@ -98,6 +98,7 @@ class CachingAllocator {
   static size_t size_class(size_t bytes);
 
  private:
+  void* allocate_locked(size_t bytes, Category category);
   void add_bytes(Category c, int64_t bytes);
   std::string usage_locked() const;
 
@@ -118,6 +119,12 @@ void reset_peak_memory(Device device = Device::cpu());
 void set_memory_limit(Device device, int64_t bytes);
 // A table of current and peak bytes by category for every device used so far.
 std::string memory_report();
+
+// Testing aid, off by default: every block any allocator hands out is first filled with 0xFF
+// bytes (NaN in f32/f64, -1 in i32/i64) through its device's backend, so a kernel that leaves
+// an element of its output unwritten fails its test instead of passing on stale values.
+void set_poison_allocations(bool on);
+bool poison_allocations();
 
 // The optional event log (off by default; one log for all devices).
 void memory_log_enable(bool on);

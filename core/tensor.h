@@ -87,8 +87,15 @@ class Tensor {
   template <typename T> std::vector<T> to_vector() const;  // T must match dtype()
   std::string str() const;             // shape, dtype, device and abbreviated values
 
-  // ---- autograd state (meaning defined in autograd/) ----
+  // ---- autograd state (meaning defined in autograd/; defined in autograd/tensor_autograd.cpp) ----
   std::shared_ptr<AutogradMeta>& autograd_meta() const { return impl().autograd; }
+  bool requires_grad() const;
+  // Marks a leaf (a tensor no recorded op made: a parameter, an input) as wanting a gradient.
+  const Tensor& set_requires_grad(bool on = true) const;
+  bool is_leaf() const;                // not made by a recorded op
+  Tensor grad() const;                 // a leaf's accumulated gradient; undefined before its first backward
+  void set_grad(const Tensor& grad) const;  // replaces the buffer (undefined: drops it); checked by backward
+  Tensor detach() const;               // same storage, no autograd history, does not require grad
 
  private:
   TensorImpl& impl() const {

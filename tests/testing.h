@@ -19,6 +19,16 @@ inline std::vector<Device> devices() {
   return d;
 }
 
+// A suite whose every case needs a CUDA device says so once, at namespace scope:
+//   REEL_TEST_REQUIRES_CUDA();
+// test_main.cpp then exits 77 (CTest: skipped) with a message when no CUDA device answers.
+inline bool& requires_cuda_flag() {
+  static bool flag = false;
+  return flag;
+}
+#define REEL_TEST_REQUIRES_CUDA() \
+  static const bool reel_test_requires_cuda_ = (::reel::testing::requires_cuda_flag() = true)
+
 // The values of any tensor as doubles, in row-major order.
 inline std::vector<double> values(const Tensor& t) {
   return t.to(Device::cpu()).to(DType::f64).contiguous().to_vector<double>();

@@ -1,0 +1,101 @@
+// What a differentiable op is, and what the tape records when one runs.
+//
+// An op is a small struct (see autograd/ops/*.cpp): its members are its attributes, forward()
+// computes outputs from inputs with kernels:: calls and saves what backward needs, backward()
+// turns output gradients into input gradients. Because forward depends on nothing but its inputs
+// and the struct, the tape can re-run it from the Node alone: that is how a checkpointed segment
+// is replayed. A Node keeps no input data, only what the op saved (and, inside a checkpoint
+// segment, the segment's boundary inputs).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace reel {
+
+namespace autograd {
+struct Node;
+struct Segment;
+}  // namespace autograd
+
+// The autograd state of a tensor (TensorImpl::autograd). Leaves (tensors no recorded op made,
+// e.g. parameters) own a persistent gradient buffer; non-leaves point at the node that made them.
+struct AutogradMeta {
+  bool requires_grad = false;
+  bool is_leaf = true;
+  Tensor grad;                              // leaves: summed over every backward, category gradient
+  std::weak_ptr<autograd::Node> producer;   // non-leaves: expires when the tape is cleared
+  int output_index = 0;                     // which output of `producer` this tensor is
+};
+
+namespace autograd {
+
+using Tensors = std::vector<Tensor>;
+
+class Op {
+ public:
+  virtual ~Op() = default;
+  virtual const char* name() const = 0;
+  // Outputs from inputs (fresh tensors, never an input itself). Runs in forward and again when a
+  // checkpoint segment is replayed, so it may depend only on `in` and the op's members. It calls
+  // node.save(...) with what backward needs, and only that (node.needs_input_grad tells which
+  // input gradients will be asked for); the tape drops the saves where it must not keep them.
+  virtual Tensors forward(const Tensors& in, Node& node) const = 0;
+  // Input gradients from output gradients (each defined, shaped like its output). An entry may be
+  // left undefined where !node.needs_input_grad(i). Broadcast inputs get gradients of their own
+  // shape (see sum_to).
+  virtual Tensors backward(const Tensors& grad_out, const Node& node) const = 0;
+  // Attributes for the tape dump, e.g. "p=0.1 seed=5 offset=3".
+  virtual std::string attributes() const { return ""; }
+};
+
+struct Node {
+  struct Input {
+    std::shared_ptr<AutogradMeta> meta;  // null when this input does not require grad
+    Shape shape;
+    DType dtype = DType::f32;
+    Device device;
+    Tensor held;  // the data itself: only at the boundary of a checkpoint segment awaiting replay
+  };
+  struct Output {
+    Shape shape;
+    DType dtype = DType::f32;
+    Device device;
+    Tensor grad;  // summed over consumers during backward, freed once this node has run
+  };
+
+  std::unique_ptr<Op> op;
+  std::vector<Input> inputs;
+  std::vector<Output> outputs;
+  Tensors saved;                     // what op->backward needs; empty while in a collapsed segment
+  bool keep_saved = true;            // false while the node's checkpoint segment is collapsed
+  std::shared_ptr<Segment> segment;  // innermost checkpoint segment, null if none
+  size_t index = 0;                  // position on the tape
+
+  // ---- for op authors ----
+  bool needs_input_grad(size_t i) const { return inputs[i].meta != nullptr; }
+  bool any_input_needs_grad() const;
+  // Keeps `tensors` for backward (undefined entries are placeholders and cost nothing). Slots are
+  // numbered in the order saved; re-tags their memory as activations.
+  void save(const Tensors& tensors);
+  const Tensor& saved_tensor(size_t slot) const;
+  const Shape& input_shape(size_t i) const { return inputs[i].shape; }
+  int64_t saved_bytes() const;
+};
+
+// Runs `op` on `inputs`: records a Node on the current tape when grad mode is on and an input
+// requires grad, else just computes. Returns the outputs.
+Tensors record(std::unique_ptr<Op> op, const Tensors& inputs);
+
+template <typename OpT>
+Tensor apply(OpT op, const Tensors& inputs) {
+  return record(std::make_unique<OpT>(std::move(op)), inputs)[0];
+}
+
+// The gradient of a broadcast input: `grad` (the broadcast shape) summed down to `shape`.
+Tensor sum_to(const Tensor& grad, const Shape& shape);
+
+}  // namespace autograd
+}  // namespace reel

@@ -1,0 +1,404 @@
+// The tape: recording ops, checkpoint segments, segment replay and the reverse walk.
+//
+// Memory story of one step, in the order it happens:
+//   forward   each node saves what its backward needs (counted as activations); inside a
+//             checkpoint segment it saves nothing and the segment holds its boundary inputs;
+//   backward  walking the nodes in reverse, a node's output gradients are complete when it is
+//             reached (every consumer comes later on the tape). Its backward runs, then its saved
+//             tensors and output gradients are freed at once; input gradients are summed into the
+//             producers' output slots, or added into a leaf's persistent .grad. Reaching a
+//             collapsed segment, the tape first replays its nodes from the held boundary inputs;
+//   end       the tape is cleared, so the next micro-batch starts from nothing.
+#include "autograd/tape.h"
+
+#include <map>
+#include <sstream>
+
+#include "core/allocator.h"
+#include "kernels/ops.h"
+
+namespace reel::autograd {
+
+namespace {
+
+thread_local bool t_grad_enabled = true;
+
+// What the tape keeps for backward is an activation in the memory statistics, until the tape is
+// cleared. Storage already attributed to something else (parameters, gradients) keeps its
+// category, and so do leaves that require grad: those are parameters even when created outside a
+// MemoryCategory scope.
+void mark_activation(const Tensor& t) {
+  if (!t.defined() || !t.storage() || t.storage()->category() != Category::Temporary) return;
+  const auto& meta = t.autograd_meta();
+  if (meta && meta->is_leaf && meta->requires_grad) return;
+  t.storage()->set_category(Category::Activation);
+  Tape::current().remember_activation(t.storage());
+}
+
+// The outermost segment around `node` that is still collapsed: the one to replay first. Segments
+// are replayed outside-in, so every segment inside a collapsed one is collapsed too.
+Segment* outermost_collapsed(const Node& node) {
+  Segment* found = nullptr;
+  for (Segment* s = node.segment.get(); s; s = s->parent.get())
+    if (!s->replayed) found = s;
+  return found;
+}
+
+bool inside(const Node* node, const Segment* segment) {
+  if (!node) return false;
+  for (const Segment* s = node->segment.get(); s; s = s->parent.get())
+    if (s == segment) return true;
+  return false;
+}
+
+Node* producer_of(const Node::Input& in) {
+  return in.meta && !in.meta->is_leaf ? in.meta->producer.lock().get() : nullptr;
+}
+
+// Decides whether `node` keeps its saves: not while it sits in a collapsed segment. There it
+// holds instead the inputs `in` that come from outside that segment: the data a replay starts
+// from (an input made inside the segment is re-made by the replay).
+void prepare_saves(Node& node, const Tensors& in) {
+  const Segment* collapsed = outermost_collapsed(node);
+  node.keep_saved = collapsed == nullptr;
+  if (!collapsed) return;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (inside(producer_of(node.inputs[i]), collapsed)) continue;
+    node.inputs[i].held = in[i];
+    mark_activation(in[i]);
+  }
+}
+
+// Frees what a node holds once the walk is past it.
+void release(Node& node) {
+  node.saved.clear();
+  for (Node::Output& out : node.outputs) out.grad = Tensor();
+  for (Node::Input& in : node.inputs) in.held = Tensor();
+}
+
+// param.grad += g. The buffer is allocated on first use (category gradient) and then kept, so
+// micro-batches of one accumulation window sum into it and optimizers may hold on to it.
+void accumulate_into_leaf(AutogradMeta& leaf, const Tensor& g) {
+  if (!leaf.grad.defined()) {
+    MemoryCategory scope(Category::Gradient);
+    leaf.grad = g.clone();
+    return;
+  }
+  leaf.grad.copy_(kernels::binary(kernels::BinaryOp::Add, leaf.grad, g));
+}
+
+// A stale .grad buffer (left from before a parameter was moved or reshaped) would be added to
+// wrongly; refuse before anything is accumulated.
+void check_leaf_grad(const Node& node, const Node::Input& in) {
+  if (!in.meta || !in.meta->is_leaf || !in.meta->grad.defined()) return;
+  const Tensor& g = in.meta->grad;
+  REEL_CHECK(g.device() == in.device && g.shape() == in.shape && g.dtype() == in.dtype, "backward: parameter ",
+             in.shape, " ", in.dtype, " on ", in.device, " (an input of ", node.op->name(), ") has a .grad buffer ",
+             g.shape(), " ", g.dtype(), " on ", g.device(),
+             "; reset it with set_grad(Tensor()) after moving or reshaping the parameter");
+}
+
+}  // namespace
+
+// ---- Node ------------------------------------------------------------------------
+
+bool Node::any_input_needs_grad() const {
+  for (const Input& in : inputs)
+    if (in.meta) return true;
+  return false;
+}
+
+void Node::save(const Tensors& tensors) {
+  if (!keep_saved) return;
+  for (const Tensor& t : tensors) {
+    saved.push_back(t);
+    mark_activation(t);
+  }
+}
+
+const Tensor& Node::saved_tensor(size_t slot) const {
+  REEL_CHECK(slot < saved.size() && saved[slot].defined(), op->name(), ": backward needs saved tensor ", slot,
+             ", which forward did not save (a bug in the op)");
+  return saved[slot];
+}
+
+int64_t Node::saved_bytes() const {
+  int64_t bytes = 0;
+  for (const Tensor& t : saved)
+    if (t.defined()) bytes += static_cast<int64_t>(t.nbytes());
+  return bytes;
+}
+
+// ---- recording -----------------------------------------------------------------------
+
+Tensors record(std::unique_ptr<Op> op, const Tensors& inputs) {
+  auto node = std::make_shared<Node>();
+  node->inputs.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& x = inputs[i];
+    REEL_CHECK(x.defined(), op->name(), ": input ", i, " is an undefined tensor");
+    Node::Input& in = node->inputs[i];
+    in.shape = x.shape();
+    in.dtype = x.dtype();
+    in.device = x.device();
+    if (!t_grad_enabled || !x.requires_grad()) continue;
+    const auto& meta = x.autograd_meta();
+    REEL_CHECK(meta->is_leaf || !meta->producer.expired(), op->name(), ": input ", i, " (", x.shape(), " on ",
+               x.device(), ") was computed by ops whose tape a backward already cleared; detach() it "
+               "or compute it again");
+    in.meta = meta;
+  }
+  node->op = std::move(op);
+  if (!node->any_input_needs_grad()) {  // nothing to differentiate: compute, record nothing
+    node->keep_saved = false;
+    return node->op->forward(inputs, *node);
+  }
+
+  Tape& tape = Tape::current();
+  node->segment = tape.open_segment();
+  prepare_saves(*node, inputs);
+  Tensors outputs = node->op->forward(inputs, *node);
+  node->outputs.resize(outputs.size());
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    Tensor& y = outputs[k];
+    REEL_CHECK(y.defined() && !y.autograd_meta(), node->op->name(),
+               ": forward must return fresh tensors (a bug in the op)");
+    node->outputs[k] = {y.shape(), y.dtype(), y.device(), Tensor()};
+    auto meta = std::make_shared<AutogradMeta>();
+    meta->requires_grad = true;
+    meta->is_leaf = false;
+    meta->producer = node;
+    meta->output_index = static_cast<int>(k);
+    y.autograd_meta() = std::move(meta);
+  }
+  tape.push(std::move(node));
+  return outputs;
+}
+
+Tensor sum_to(const Tensor& grad, const Shape& shape) {
+  if (grad.shape() == shape) return grad;
+  const int64_t lead = grad.dim() - static_cast<int64_t>(shape.size());
+  REEL_CHECK(lead >= 0, "sum_to: cannot sum a gradient of shape ", grad.shape(), " down to ", shape);
+  std::vector<int64_t> axes;  // leading dims broadcasting added, and dims that were size 1
+  for (int64_t d = 0; d < grad.dim(); ++d)
+    if (d < lead || (shape[d - lead] == 1 && grad.size(d) != 1)) axes.push_back(d);
+  if (axes.empty()) return grad.reshape(shape);
+  return kernels::sum(grad, axes, /*keepdim=*/true).reshape(shape);
+}
+
+// ---- Tape ---------------------------------------------------------------------------
+
+Tape& Tape::current() {
+  thread_local Tape tape;
+  return tape;
+}
+
+void Tape::push(std::shared_ptr<Node> node) {
+  node->index = nodes_.size();
+  nodes_.push_back(std::move(node));
+}
+
+void Tape::open(std::shared_ptr<Segment> segment) {
+  segment->parent = open_segment_;
+  segment->begin = nodes_.size();
+  segment->id = ++segments_opened_;
+  open_segment_ = std::move(segment);
+}
+
+void Tape::close(const std::shared_ptr<Segment>& segment) {
+  segment->end = nodes_.size();
+  if (open_segment_ == segment) open_segment_ = segment->parent;
+}
+
+void Tape::clear() {
+  nodes_.clear();
+  // A tensor the tape saved but the user still holds (an input batch, an output kept for
+  // metrics) is no longer an activation once the tape lets go of it.
+  for (const std::weak_ptr<Storage>& weak : activations_)
+    if (auto storage = weak.lock(); storage && storage->category() == Category::Activation)
+      storage->set_category(Category::Temporary);
+  activations_.clear();
+  // Scopes still open keep recording onto the fresh tape.
+  for (Segment* s = open_segment_.get(); s; s = s->parent.get()) s->begin = 0;
+}
+
+int64_t Tape::saved_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& node : nodes_) {
+    bytes += node->saved_bytes();
+    for (const Node::Input& in : node->inputs)
+      if (in.held.defined()) bytes += static_cast<int64_t>(in.held.nbytes());
+  }
+  return bytes;
+}
+
+std::string Tape::dump() const {
+  std::ostringstream os;
+  os << "tape: " << nodes_.size() << " nodes, " << format_bytes(saved_bytes()) << " saved or held\n";
+  for (const auto& node : nodes_) {
+    os << "  #" << node->index << " " << node->op->name();
+    const std::string attrs = node->op->attributes();
+    if (!attrs.empty()) os << " [" << attrs << "]";
+    os << " (";
+    for (size_t i = 0; i < node->inputs.size(); ++i) os << (i ? ", " : "") << shape_str(node->inputs[i].shape);
+    os << ") -> (";
+    for (size_t k = 0; k < node->outputs.size(); ++k) os << (k ? ", " : "") << shape_str(node->outputs[k].shape);
+    os << ")  saved " << format_bytes(node->saved_bytes());
+    int64_t held = 0;
+    for (const Node::Input& in : node->inputs)
+      if (in.held.defined()) held += static_cast<int64_t>(in.held.nbytes());
+    if (held) os << ", holds " << format_bytes(held);
+    if (node->segment)
+      os << "  segment " << node->segment->id << (outermost_collapsed(*node) ? " (collapsed)" : "");
+    os << "\n";
+  }
+  return os.str();
+}
+
+namespace {
+void check_loss_requires_grad(const Tensor& loss) {
+  REEL_CHECK(loss.defined(), "backward: the loss is an undefined tensor");
+  REEL_CHECK(loss.requires_grad(), "backward: the loss ", loss.shape(), " on ", loss.device(),
+             " does not require grad: no input of the ops that made it requires grad (or they ran "
+             "under NoGrad, or it was detached)");
+}
+}  // namespace
+
+void Tape::backward(const Tensor& loss, double scale) {
+  check_loss_requires_grad(loss);
+  REEL_CHECK(loss.numel() == 1, "backward: the loss has shape ", loss.shape(),
+             "; a non-scalar loss needs an explicit gradient: backward(loss, grad)");
+  backward(loss, full(loss.shape(), scale, loss.dtype(), loss.device()));
+}
+
+void Tape::backward(const Tensor& loss, const Tensor& grad) {
+  check_loss_requires_grad(loss);
+  REEL_CHECK(grad.defined(), "backward: the gradient of the loss ", loss.shape(), " is an undefined tensor");
+  REEL_CHECK(grad.shape() == loss.shape() && grad.dtype() == loss.dtype() && grad.device() == loss.device(),
+             "backward: the gradient ", grad.shape(), " ", grad.dtype(), " on ", grad.device(),
+             " does not match the loss ", loss.shape(), " ", loss.dtype(), " on ", loss.device());
+  REEL_CHECK(!open_segment_, "backward: called inside an autograd::Checkpoint scope; close the segment first");
+  const auto& meta = loss.autograd_meta();
+  if (meta->is_leaf) {  // d(leaf)/d(leaf) = 1: nothing recorded to walk
+    accumulate_into_leaf(*meta, grad);
+    return;
+  }
+  const std::shared_ptr<Node> root = meta->producer.lock();
+  REEL_CHECK(root && root->index < nodes_.size() && nodes_[root->index] == root,
+             "backward: the tape that recorded the loss ", loss.shape(),
+             " was already cleared (by an earlier backward over the same forward); run the forward again");
+  for (size_t i = 0; i <= root->index; ++i)
+    for (const Node::Input& in : nodes_[i]->inputs) check_leaf_grad(*nodes_[i], in);
+  run_backward(*root, meta->output_index, grad);
+}
+
+void Tape::run_backward(const Node& root, int output_index, const Tensor& seed) {
+  // Whatever happens (an error in a kernel included), the tape is spent afterwards.
+  struct ClearAtExit {
+    Tape& tape;
+    ~ClearAtExit() { tape.clear(); }
+  } clear_at_exit{*this};
+  NoGrad no_grad;  // backward rules and replays call kernels; nothing may record meanwhile
+
+  nodes_[root.index]->outputs[output_index].grad = seed;
+  for (size_t i = root.index + 1; i-- > 0;) {
+    Node& node = *nodes_[i];
+    bool reached = false;  // does any gradient flow into this node?
+    for (const Node::Output& out : node.outputs) reached = reached || out.grad.defined();
+    if (!reached) {
+      release(node);
+      continue;
+    }
+    while (Segment* segment = outermost_collapsed(node)) replay(*segment, i);
+
+    Tensors grad_out(node.outputs.size());
+    for (size_t k = 0; k < grad_out.size(); ++k) {
+      const Node::Output& out = node.outputs[k];
+      grad_out[k] = out.grad.defined() ? out.grad : zeros(out.shape, out.dtype, out.device);
+    }
+    const Tensors grad_in = node.op->backward(grad_out, node);
+    release(node);
+    grad_out.clear();
+
+    for (size_t j = 0; j < node.inputs.size() && j < grad_in.size(); ++j) {
+      const Node::Input& in = node.inputs[j];
+      const Tensor& g = grad_in[j];
+      if (!in.meta || !g.defined()) continue;
+      REEL_CHECK(g.shape() == in.shape, node.op->name(), ": backward gave input ", j, " a gradient of shape ",
+                 g.shape(), ", expected ", in.shape, " (a bug in the op)");
+      if (in.meta->is_leaf) {
+        accumulate_into_leaf(*in.meta, g);
+      } else {
+        Tensor& slot = producer_of(in)->outputs[in.meta->output_index].grad;
+        slot = slot.defined() ? kernels::binary(kernels::BinaryOp::Add, slot, g) : g;  // fan-out
+      }
+    }
+  }
+}
+
+// Re-runs tape[segment.begin .. last] from the inputs the segment holds. Nodes directly in the
+// segment get their saved tensors back; nodes of a nested segment instead hold that segment's
+// boundary (it is replayed in turn when the walk reaches it). Nodes after `last` were already
+// walked past, so they are not re-run. A re-made output lives only until its last consumer in the
+// range has run, unless a node saved it.
+void Tape::replay(Segment& segment, size_t last) {
+  segment.replayed = true;
+  using Key = std::pair<size_t, int>;  // (node index, output index)
+  std::map<Key, int> uses_left;
+  for (size_t i = segment.begin; i <= last; ++i)
+    for (const Node::Input& in : nodes_[i]->inputs)
+      if (!in.held.defined()) ++uses_left[{producer_of(in)->index, in.meta->output_index}];
+
+  std::map<Key, Tensor> live;
+  for (size_t i = segment.begin; i <= last; ++i) {
+    Node& node = *nodes_[i];
+    Tensors in(node.inputs.size());
+    for (size_t j = 0; j < in.size(); ++j) {
+      Node::Input& input = node.inputs[j];
+      if (input.held.defined()) {
+        in[j] = input.held;
+        input.held = Tensor();
+        continue;
+      }
+      const Key key{producer_of(input)->index, input.meta->output_index};
+      in[j] = live.at(key);
+      if (--uses_left[key] == 0) live.erase(key);
+    }
+    prepare_saves(node, in);
+    node.saved.clear();
+    const Tensors out = node.op->forward(in, node);
+    for (size_t k = 0; k < out.size(); ++k) {
+      REEL_CHECK(out[k].shape() == node.outputs[k].shape, node.op->name(), ": replay made an output of shape ",
+                 out[k].shape(), ", forward made ", node.outputs[k].shape);
+      const Key key{i, static_cast<int>(k)};
+      auto it = uses_left.find(key);
+      if (it != uses_left.end() && it->second > 0) live[key] = out[k];
+    }
+  }
+}
+
+// ---- grad mode, checkpoints, helpers ----------------------------------------------
+
+bool grad_enabled() { return t_grad_enabled; }
+
+NoGrad::NoGrad() : previous_(t_grad_enabled) { t_grad_enabled = false; }
+NoGrad::~NoGrad() { t_grad_enabled = previous_; }
+
+Checkpoint::Checkpoint() {
+  if (!grad_enabled()) return;  // nothing records, so there is nothing to checkpoint
+  segment_ = std::make_shared<Segment>();
+  Tape::current().open(segment_);
+}
+
+Checkpoint::~Checkpoint() {
+  if (segment_) Tape::current().close(segment_);
+}
+
+void zero_grad(const std::vector<Tensor>& params) {
+  for (const Tensor& p : params) {
+    const auto& meta = p.autograd_meta();
+    if (meta && meta->grad.defined()) meta->grad.fill_(0.0);
+  }
+}
+
+}  // namespace reel::autograd

@@ -1,0 +1,102 @@
+// The tape: the list of nodes recorded in forward, walked in reverse by backward, with
+// gradient accumulation and checkpoint segments built in.
+//
+//   Tensor loss = ...;                       // ops record nodes on Tape::current()
+//   autograd::backward(loss, 1.0 / tokens);  // param.grad() += d(loss * scale)/d(param); tape cleared
+//
+//   { autograd::Checkpoint seg; y = block(x); }  // block's nodes keep no saved tensors; backward
+//                                                // replays them from the boundary inputs
+//
+// One tape per thread. Memory: what nodes save is counted as Category::Activation by the
+// allocator (reel::memory_stats()); leaf gradients as Category::Gradient.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autograd/op.h"
+
+namespace reel::autograd {
+
+// A checkpointed region of the tape: its nodes are tape[begin, end). Collapsed (the state after
+// forward) its nodes keep no saved tensors; replayed, they have them again.
+struct Segment {
+  std::shared_ptr<Segment> parent;  // the enclosing segment, for nested checkpoints
+  size_t begin = 0, end = 0;  // end is set when the Checkpoint scope closes
+  bool replayed = false;
+  int id = 0;            // for the tape dump
+};
+
+class Tape {
+ public:
+  static Tape& current();  // this thread's tape
+
+  // Backward from a scalar loss: seeds d(loss) = scale.
+  void backward(const Tensor& loss, double scale = 1.0);
+  // Backward from any loss with an explicit gradient (loss's shape, dtype and device).
+  void backward(const Tensor& loss, const Tensor& grad);
+  void clear();  // drops every node and what they hold
+
+  size_t size() const { return nodes_.size(); }
+  bool empty() const { return nodes_.empty(); }
+  const Node& node(size_t i) const { return *nodes_[i]; }
+  int64_t saved_bytes() const;  // bytes held by saved tensors and segment boundaries
+  std::string dump() const;     // one line per node: op, shapes, saved bytes, segment
+
+  // Used by record(), Node::save and Checkpoint.
+  void push(std::shared_ptr<Node> node);
+  // `storage` was re-tagged as an activation because the tape keeps it; clear() tags it back
+  // (temporary) if someone else still holds it then.
+  void remember_activation(const std::shared_ptr<Storage>& storage) { activations_.push_back(storage); }
+  const std::shared_ptr<Segment>& open_segment() const { return open_segment_; }
+  void open(std::shared_ptr<Segment> segment);
+  void close(const std::shared_ptr<Segment>& segment);
+
+ private:
+  void run_backward(const Node& root, int output_index, const Tensor& seed);
+  void replay(Segment& segment, size_t last);
+
+  std::vector<std::shared_ptr<Node>> nodes_;
+  std::vector<std::weak_ptr<Storage>> activations_;  // re-tagged by this tape
+  std::shared_ptr<Segment> open_segment_;  // innermost open Checkpoint scope
+  int segments_opened_ = 0;
+};
+
+// ---- grad mode -----------------------------------------------------------------
+
+bool grad_enabled();  // this thread
+
+// RAII: no op records while it lives (inference, optimizer updates, gradient checks).
+class NoGrad {
+ public:
+  NoGrad();
+  ~NoGrad();
+  NoGrad(const NoGrad&) = delete;
+  NoGrad& operator=(const NoGrad&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// RAII: ops recorded while it lives form one checkpoint segment (nested scopes nest segments).
+// A no-op under NoGrad.
+class Checkpoint {
+ public:
+  Checkpoint();
+  ~Checkpoint();
+  Checkpoint(const Checkpoint&) = delete;
+  Checkpoint& operator=(const Checkpoint&) = delete;
+
+ private:
+  std::shared_ptr<Segment> segment_;
+};
+
+// ---- free functions ---------------------------------------------------------------
+
+inline void backward(const Tensor& loss, double scale = 1.0) { Tape::current().backward(loss, scale); }
+inline void backward(const Tensor& loss, const Tensor& grad) { Tape::current().backward(loss, grad); }
+// Fills each tensor's .grad with zeros (the buffers stay allocated for the next window).
+void zero_grad(const std::vector<Tensor>& params);
+inline std::string tape_dump() { return Tape::current().dump(); }
+
+}  // namespace reel::autograd

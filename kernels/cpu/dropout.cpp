@@ -1,0 +1,21 @@
+// CPU dropout mask: one Philox draw per element, in parallel (each element is independent).
+#include "core/philox.h"
+#include "kernels/dropout.h"
+
+namespace reel::kernels::cpu {
+
+namespace {
+template <typename T>
+void fill_mask(T* mask, int64_t n, double p, uint64_t seed, uint64_t offset) {
+  const T kept = p < 1 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
+#pragma omp parallel for schedule(static) if (n >= (1 << 14))
+  for (int64_t i = 0; i < n; ++i)
+    mask[i] = static_cast<double>(philox_uniform(seed, offset, static_cast<uint64_t>(i))) >= p ? kept : T(0);
+}
+}  // namespace
+
+void dropout_mask(const Tensor& out, double p, uint64_t seed, uint64_t offset) {
+  REEL_DISPATCH_FLOATING(out.dtype(), "dropout_mask", fill_mask(out.data<scalar_t>(), out.numel(), p, seed, offset));
+}
+
+}  // namespace reel::kernels::cpu

@@ -1,0 +1,236 @@
+// kernels/cuda/backend.cu: the CUDA device in core's sense (core/device_backend.h) for cuda:N.
+// Raw memory is cudaMalloc/cudaFree (core's caching allocator caches on top and keeps the
+// statistics); host<->device copies are cudaMemcpy on the legacy default stream; fill, strided
+// copy with dtype conversion and Philox random numbers are kernels. Uniform numbers are bit-
+// identical to the CPU's: both evaluate core/philox.h's host/device functions. Also here: the
+// checked-call and device helpers of launch.h.
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/device_backend.h"
+#include "core/philox.h"
+#include "core/tensor.h"
+#include "kernels/cuda/indexing.h"
+#include "kernels/cuda/launch.h"
+
+namespace reel::kernels::cuda {
+
+// ---- kernels ---------------------------------------------------------------------------------
+
+// out[i] = value. out: (n) contiguous.
+template <typename T>
+__global__ void fill_kernel(T* out, int64_t n, T value) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x)
+    out[i] = value;
+}
+
+// dst[calc(i)[0]] = D(src[calc(i)[1]]): any strides on both sides, any dtype pair.
+template <typename D, typename S, bool Contig>
+__global__ void copy_kernel(D* dst, const S* src, int64_t n, OffsetCalc<2> calc) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x) {
+    if (Contig) {
+      dst[i] = static_cast<D>(src[i]);
+    } else {
+      int64_t off[2];
+      calc.get(i, off);
+      dst[off[0]] = static_cast<D>(src[off[1]]);
+    }
+  }
+}
+
+// out[i] = Philox number i of the stream (seed, offset). out: (n) contiguous.
+template <typename T, bool Normal>
+__global__ void random_kernel(T* out, int64_t n, uint64_t seed, uint64_t offset) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x)
+    out[i] = Normal ? static_cast<T>(philox_normal(seed, offset, static_cast<uint64_t>(i)))
+                    : static_cast<T>(philox_uniform(seed, offset, static_cast<uint64_t>(i)));
+}
+
+// ---- checked calls, current device -------------------------------------------------------------
+
+void check_cuda(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return;
+  cudaGetLastError();  // clear it: the error is reported here, once
+  REEL_FAIL("CUDA error in ", what, ": ", cudaGetErrorName(err), ": ", cudaGetErrorString(err));
+}
+
+namespace {
+thread_local int t_current_device = -1;
+}
+
+void set_device(int index) {
+  if (t_current_device == index) return;
+  REEL_CUDA_CHECK(cudaSetDevice(index));
+  t_current_device = index;
+}
+
+int sm_count() {
+  static std::mutex mutex;
+  static std::vector<int> counts;  // by device index, 0 = not asked yet
+  int device = 0;
+  REEL_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mutex);
+  if (counts.size() <= static_cast<size_t>(device)) counts.resize(device + 1, 0);
+  if (counts[device] == 0) {
+    int n = 0;
+    REEL_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    counts[device] = std::max(n, 1);
+  }
+  return counts[device];
+}
+
+namespace {
+
+template <typename Fn>
+void dispatch_any(DType t, Fn fn) {
+  switch (t) {
+    case DType::f32: fn(float{}); break;
+    case DType::f64: fn(double{}); break;
+    case DType::i32: fn(int32_t{}); break;
+    case DType::i64: fn(int64_t{}); break;
+  }
+}
+
+// ---- the backend -----------------------------------------------------------------------------
+
+class DeviceMemory final : public RawMemory {
+ public:
+  explicit DeviceMemory(int index) : index_(index) {}
+  void* allocate(size_t bytes) override {
+    set_device(index_);
+    void* ptr = nullptr;
+    const cudaError_t err = cudaMalloc(&ptr, bytes);
+    if (err == cudaErrorMemoryAllocation) {  // the caching allocator reports it, with its statistics
+      cudaGetLastError();
+      return nullptr;
+    }
+    check_cuda(err, "cudaMalloc");
+    return ptr;
+  }
+  void release(void* ptr) override {
+    set_device(index_);
+    REEL_CUDA_CHECK(cudaFree(ptr));
+  }
+
+ private:
+  int index_;
+};
+
+class CudaBackend final : public DeviceBackend {
+ public:
+  explicit CudaBackend(int index) : index_(index), memory_(index) {}
+  RawMemory& raw_memory() override { return memory_; }
+
+  void copy_to_host(void* host_dst, const void* device_src, size_t bytes) override {
+    if (bytes == 0) return;
+    set_device(index_);
+    REEL_CUDA_CHECK(cudaMemcpy(host_dst, device_src, bytes, cudaMemcpyDeviceToHost));
+  }
+  void copy_from_host(void* device_dst, const void* host_src, size_t bytes) override {
+    if (bytes == 0) return;
+    set_device(index_);
+    REEL_CUDA_CHECK(cudaMemcpy(device_dst, host_src, bytes, cudaMemcpyHostToDevice));
+  }
+  void copy_on_device(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return;
+    set_device(index_);
+    REEL_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+  }
+
+  void fill(const Tensor& out, double value) override {
+    const int64_t n = out.numel();
+    if (n == 0) return;
+    set_device(index_);
+    dispatch_any(out.dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      launch("fill_kernel", fill_kernel<T>, grid_for(n, kThreads), kThreads, 0, static_cast<T*>(out.data_ptr()),
+             n, static_cast<T>(value));
+    });
+  }
+
+  void copy_strided(const Tensor& src, const Tensor& dst) override {
+    REEL_CHECK(src.shape() == dst.shape(), "copy_strided: shapes ", src.shape(), " and ", dst.shape(), " differ");
+    const int64_t n = dst.numel();
+    if (n == 0) return;
+    set_device(index_);
+    OffsetCalc<2> calc;
+    if (!make_offset_calc<2>(dst.shape(), {&dst.strides(), &src.strides()}, calc)) {
+      // More than kMaxDims dims that do not merge: copy slice by slice along the outermost dim.
+      for (int64_t i = 0; i < dst.size(0); ++i) copy_strided(src.select(0, i), dst.select(0, i));
+      return;
+    }
+    if (calc.contiguous() && src.dtype() == dst.dtype()) {
+      copy_on_device(dst.data_ptr(), src.data_ptr(), dst.nbytes());
+      return;
+    }
+    dispatch_any(src.dtype(), [&](auto s0) {
+      dispatch_any(dst.dtype(), [&](auto d0) {
+        using S = decltype(s0);
+        using D = decltype(d0);
+        D* pd = static_cast<D*>(dst.data_ptr());
+        const S* ps = static_cast<const S*>(src.data_ptr());
+        if (calc.contiguous())
+          launch("copy_kernel", copy_kernel<D, S, true>, grid_for(n, kThreads), kThreads, 0, pd, ps, n, calc);
+        else
+          launch("copy_kernel", copy_kernel<D, S, false>, grid_for(n, kThreads), kThreads, 0, pd, ps, n, calc);
+      });
+    });
+  }
+
+  void random(const Tensor& out, RandomKind kind, uint64_t seed, uint64_t offset) override {
+    const int64_t n = out.numel();
+    if (n == 0) return;
+    set_device(index_);
+    REEL_DISPATCH_FLOATING(out.dtype(), "random", {
+      scalar_t* p = out.data<scalar_t>();
+      if (kind == RandomKind::Normal)
+        launch("random_kernel", random_kernel<scalar_t, true>, grid_for(n, kThreads), kThreads, 0, p, n, seed, offset);
+      else
+        launch("random_kernel", random_kernel<scalar_t, false>, grid_for(n, kThreads), kThreads, 0, p, n, seed,
+               offset);
+    })
+  }
+
+  void synchronize() override {
+    set_device(index_);
+    REEL_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+
+ private:
+  int index_;
+  DeviceMemory memory_;
+};
+
+}  // namespace
+}  // namespace reel::kernels::cuda
+
+namespace reel {
+
+// cudaGetDeviceCount fails (cudaErrorInsufficientDriver or cudaErrorNoDevice) on a machine
+// without a GPU and leaves the count unwritten: that is zero devices, not an error.
+int cuda_backend_device_count() {
+  static const int count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      cudaGetLastError();
+      n = 0;
+    }
+    return n;
+  }();
+  return count;
+}
+
+DeviceBackend* cuda_backend(int index) {
+  const int count = cuda_backend_device_count();
+  if (index < 0 || index >= count) return nullptr;
+  static std::mutex mutex;
+  static std::vector<DeviceBackend*>* backends = new std::vector<DeviceBackend*>(count, nullptr);  // never destroyed
+  std::lock_guard<std::mutex> lock(mutex);
+  DeviceBackend*& b = (*backends)[index];
+  if (!b) b = new kernels::cuda::CudaBackend(index);
+  return b;
+}
+
+}  // namespace reel

@@ -1,0 +1,57 @@
+// kernels/cuda/launch.h: what every kernels/cuda/*.cu shares on the host side: checked CUDA
+// runtime calls, THE kernel launch helper (no <<<>>> anywhere else, so the same source runs on
+// a GPU and in the simt emulator), the current device and stream, and launch-size helpers.
+//
+//   launch("unary_kernel", unary_kernel<op, T>, grid, block, shmem, args...);
+//
+// A failed launch or runtime call raises reel::Error naming the kernel (or call) and CUDA's
+// error string. Kernels run asynchronously on a GPU: a fault inside a kernel surfaces at the
+// next synchronising call (a copy to the host, synchronize()); run with CUDA_LAUNCH_BLOCKING=1
+// to have it reported by the launch that caused it.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "kernels/simt/simt.h"
+
+namespace reel::kernels::cuda {
+
+// reel::Error "<what>: <cudaErrorName>: <description>" unless err == cudaSuccess (the error is
+// cleared first, so a later call does not report it again).
+void check_cuda(cudaError_t err, const char* what);
+#define REEL_CUDA_CHECK(call) ::reel::kernels::cuda::check_cuda((call), #call)
+
+// Makes CUDA device `index` current on this thread (a no-op when it already is).
+void set_device(int index);
+inline void set_device(Device device) { set_device(device.index); }
+// The stream every reel kernel, copy and cuBLAS call runs on: the legacy default stream, so
+// work is ordered and a block the caching allocator hands out again is never in use.
+inline cudaStream_t stream() { return nullptr; }
+// Streaming multiprocessors of the current device (the emulator reports its worker threads).
+int sm_count();
+
+// Launches kernel<<<grid, block, shmem, stream()>>>(args...) through simt::launch and checks it.
+template <typename... KArgs, typename... Args>
+void launch(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shmem, Args&&... args) {
+  const cudaError_t err = simt::launch(kernel, grid, block, shmem, stream(), std::forward<Args>(args)...);
+  if (err != cudaSuccess)
+    REEL_FAIL("cuda kernel ", name, " <<<(", grid.x, ", ", grid.y, ", ", grid.z, "), (", block.x, ", ", block.y,
+              ", ", block.z, "), ", shmem, ">>>: launch failed: ", cudaGetErrorName(err), ": ",
+              cudaGetErrorString(err));
+}
+
+// Blocks for a grid-stride loop over n items with `threads` per block: enough to fill the
+// device several times over, no more (each thread then handles several items).
+inline unsigned grid_for(int64_t n, int threads) {
+  const int64_t wanted = (n + threads - 1) / threads;
+  const int64_t cap = int64_t{32} * sm_count();
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min(wanted, cap)));
+}
+
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kThreads = 256;  // block size of the elementwise kernels
+
+}  // namespace reel::kernels::cuda

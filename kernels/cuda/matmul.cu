@@ -1,0 +1,232 @@
+// kernels/cuda/matmul.cu: batched matmul out (B..., M, N) = a (B..., M, K) @ b (B..., K, N).
+// Production path: cuBLAS strided-batched GEMM. reel's tensors are row-major and cuBLAS is
+// column-major; the translation lives in ONE place, gemm_batched() below. Transposed views cost
+// no copy (an operand whose second-last dim has stride 1 is column-major: cuBLAS's op flag
+// handles it); other layouts are made contiguous. Batch dims that collapse to one stride per
+// operand (contiguous, or broadcast with stride 0) go to cuBLAS in one call; the rest are
+// looped on the host, one strided-batched call per outer index.
+// Teaching path: matmul_tiled(), the classic 16x16 shared-memory tiled kernel, checked against
+// cuBLAS and the CPU by the tests.
+#include <climits>
+#include <mutex>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/indexing.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/simt/cublas.h"
+
+namespace reel::kernels::cuda {
+
+namespace {
+
+constexpr int kTile = 16;
+
+struct TiledArgs {
+  int64_t M, N, K;
+  int64_t a_row, a_col;  // element strides of a's last two dims
+  int64_t b_row, b_col;
+  OffsetCalc<2> batch;   // batch index -> offsets of a and b
+};
+
+// ---- kernels ---------------------------------------------------------------------------------
+
+// The teaching SGEMM. Block (16, 16) computes the 16x16 tile of C at (blockIdx.y, blockIdx.x)
+// of batch batch0 + blockIdx.z. Each step stages a 16x16 tile of A and one of B in shared memory
+// (one element per thread), synchronises, and accumulates 16 products per thread from shared
+// memory: every element of A and B is read from global memory N/16 and M/16 times instead of N
+// and M times. Elements past the edge of a partial tile are staged as 0, so any M, N, K works.
+// The second barrier keeps a fast thread from overwriting a tile others still read.
+// a, b: any strides (args); c: (batches, M, N) contiguous.
+template <typename T>
+__global__ void matmul_tiled_kernel(const T* a, const T* b, T* c, TiledArgs args, int64_t batch0) {
+  __shared__ T As[kTile][kTile];
+  __shared__ T Bs[kTile][kTile];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t row = blockIdx.y * int64_t{kTile} + ty, col = blockIdx.x * int64_t{kTile} + tx;
+  const int64_t batch = batch0 + blockIdx.z;
+  int64_t off[2];
+  args.batch.get(batch, off);
+  a += off[0];
+  b += off[1];
+  c += batch * args.M * args.N;
+  T acc = 0;
+  for (int64_t k0 = 0; k0 < args.K; k0 += kTile) {
+    As[ty][tx] = (row < args.M && k0 + tx < args.K) ? a[row * args.a_row + (k0 + tx) * args.a_col] : T(0);
+    Bs[ty][tx] = (k0 + ty < args.K && col < args.N) ? b[(k0 + ty) * args.b_row + col * args.b_col] : T(0);
+    __syncthreads();
+    for (int k = 0; k < kTile; ++k) acc += As[ty][k] * Bs[k][tx];
+    __syncthreads();
+  }
+  if (row < args.M && col < args.N) c[row * args.N + col] = acc;
+}
+
+// ---- cuBLAS ----------------------------------------------------------------------------------
+
+void check_cublas(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    REEL_FAIL("cuBLAS error in ", what, ": ", cublasGetStatusName(status), ": ", cublasGetStatusString(status));
+}
+
+// The handle of the current device, created on first use and bound to stream(). Never destroyed:
+// tensors and their kernels may outlive main.
+cublasHandle_t handle() {
+  static std::mutex mutex;
+  static std::vector<cublasHandle_t>* handles = new std::vector<cublasHandle_t>;
+  int device = 0;
+  REEL_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mutex);
+  if (handles->size() <= static_cast<size_t>(device)) handles->resize(device + 1, nullptr);
+  cublasHandle_t& h = (*handles)[device];
+  if (!h) {
+    check_cublas(cublasCreate(&h), "cublasCreate");
+    check_cublas(cublasSetStream(h, stream()), "cublasSetStream");
+  }
+  return h;
+}
+
+// A matrix operand: row-major (last dim stride 1) or column-major (second-last stride 1, a
+// transposed view), with its leading dimension; any other layout is made contiguous (`t`).
+struct Operand {
+  Tensor t;
+  bool col_major = false;
+  int64_t ld = 0;
+};
+
+Operand prepare(const Tensor& x) {
+  const int64_t r = x.dim();
+  const int64_t rows = x.size(r - 2), cols = x.size(r - 1);
+  const int64_t s_row = x.stride(r - 2), s_col = x.stride(r - 1);
+  if (s_col == 1 && (s_row >= cols || rows == 1)) return {x, false, std::max<int64_t>(s_row, cols)};
+  if (s_row == 1 && (s_col >= rows || cols == 1)) return {x, true, std::max<int64_t>(s_col, rows)};
+  return {x.contiguous(), false, cols};
+}
+
+int as_int(int64_t v, const char* what) {
+  REEL_CHECK(v <= INT_MAX, "matmul: ", what, " = ", v, " exceeds cuBLAS's int range");
+  return static_cast<int>(v);
+}
+
+// THE row-major <-> column-major translation. cuBLAS reads a row-major (r, c) matrix with
+// leading dimension ld as the column-major (c, r) matrix, its transpose. So row-major
+// C (M, N) = A (M, K) B (K, N) is column-major C^T (N, M) = B^T (N, K) A^T (K, M): pass b first
+// and a second, with m = N and n = M. A row-major operand, read column-major, is already the
+// transpose needed (op N); a column-major one (a transposed view) is not (op T).
+// `count` products: a + i * stride_a, b + i * stride_b -> c + i * M * N.
+template <typename T>
+void gemm_batched(const Operand& A, const Operand& B, const T* a, int64_t stride_a, const T* b, int64_t stride_b,
+                  T* c, int64_t M, int64_t N, int64_t K, int64_t count) {
+  const cublasOperation_t op_b = B.col_major ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_a = A.col_major ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int m = as_int(N, "N"), n = as_int(M, "M"), k = as_int(K, "K");
+  const int lda = as_int(A.ld, "lda"), ldb = as_int(B.ld, "ldb");
+  const T one = 1, zero = 0;  // beta = 0: c is written, never read
+  for (int64_t done = 0; done < count; done += INT_MAX) {
+    const int batch = static_cast<int>(std::min<int64_t>(count - done, INT_MAX));
+    if constexpr (std::is_same_v<T, float>)
+      check_cublas(cublasSgemmStridedBatched(handle(), op_b, op_a, m, n, k, &one, b + done * stride_b, ldb, stride_b,
+                                             a + done * stride_a, lda, stride_a, &zero, c + done * M * N, m, M * N,
+                                             batch),
+                   "cublasSgemmStridedBatched");
+    else
+      check_cublas(cublasDgemmStridedBatched(handle(), op_b, op_a, m, n, k, &one, b + done * stride_b, ldb, stride_b,
+                                             a + done * stride_a, lda, stride_a, &zero, c + done * M * N, m, M * N,
+                                             batch),
+                   "cublasDgemmStridedBatched");
+  }
+}
+
+template <typename T>
+void matmul_cublas(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const int64_t r = out.dim(), nb = r - 2;
+  const int64_t M = out.size(r - 2), N = out.size(r - 1), K = a.size(r - 1);
+  const Operand A = prepare(a), B = prepare(b);
+  const Shape& bs = out.shape();
+  // Batch dims [inner, nb) collapse to one stride per operand: a's offset for flat index i of
+  // them is i * stride_a. Size-1 dims fit anywhere.
+  int64_t inner = nb, count = 1, stride_a = 0, stride_b = 0;
+  bool started = false;
+  for (int64_t d = nb - 1; d >= 0; --d) {
+    if (bs[d] == 1) {
+      inner = d;
+      continue;
+    }
+    if (!started) {
+      stride_a = A.t.stride(d);
+      stride_b = B.t.stride(d);
+      started = true;
+    } else if (A.t.stride(d) != stride_a * count || B.t.stride(d) != stride_b * count) {
+      break;
+    }
+    count *= bs[d];
+    inner = d;
+  }
+  int64_t outer = 1;
+  for (int64_t d = 0; d < inner; ++d) outer *= bs[d];
+  const T* pa = A.t.template data<T>();
+  const T* pb = B.t.template data<T>();
+  T* pc = out.template data<T>();
+  for (int64_t o = 0; o < outer; ++o) {  // the dims that do not collapse: one call each
+    int64_t oa = 0, ob = 0, rest = o;
+    for (int64_t d = inner - 1; d >= 0; --d) {
+      const int64_t i = rest % bs[d];
+      rest /= bs[d];
+      oa += i * A.t.stride(d);
+      ob += i * B.t.stride(d);
+    }
+    gemm_batched<T>(A, B, pa + oa, stride_a, pb + ob, stride_b, pc + o * count * M * N, M, N, K, count);
+  }
+}
+
+template <typename T>
+void matmul_tiled_impl(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const int64_t r = out.dim();
+  TiledArgs args;
+  args.M = out.size(r - 2);
+  args.N = out.size(r - 1);
+  args.K = a.size(r - 1);
+  args.a_row = a.stride(r - 2);
+  args.a_col = a.stride(r - 1);
+  args.b_row = b.stride(r - 2);
+  args.b_col = b.stride(r - 1);
+  const Shape batch_shape(out.shape().begin(), out.shape().end() - 2);
+  const Shape sa(a.strides().begin(), a.strides().end() - 2), sb(b.strides().begin(), b.strides().end() - 2);
+  if (!make_offset_calc<2>(batch_shape, {&sa, &sb}, args.batch)) {
+    matmul_tiled_impl<T>(a.contiguous(), b.contiguous(), out);
+    return;
+  }
+  const int64_t batches = shape_numel(batch_shape);
+  const int64_t gx = (args.N + kTile - 1) / kTile, gy = (args.M + kTile - 1) / kTile;
+  REEL_CHECK(gy <= 65535, "matmul_tiled: M = ", args.M, " is too large for the grid");
+  for (int64_t b0 = 0; b0 < batches; b0 += 65535) {
+    const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy),
+                    static_cast<unsigned>(std::min<int64_t>(batches - b0, 65535)));
+    launch("matmul_tiled_kernel", matmul_tiled_kernel<T>, grid, dim3(kTile, kTile), 0, a.data<T>(), b.data<T>(),
+           out.data<T>(), args, b0);
+  }
+}
+
+}  // namespace
+
+void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (out.numel() == 0) return;
+  set_device(out.device());
+  if (a.size(-1) == 0) {  // an empty inner dim: the product of nothing is zero
+    out.fill_(0.0);
+    return;
+  }
+  REEL_DISPATCH_FLOATING(out.dtype(), "matmul", matmul_cublas<scalar_t>(a, b, out))
+}
+
+void matmul_tiled(const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (out.numel() == 0) return;
+  set_device(out.device());
+  if (a.size(-1) == 0) {
+    out.fill_(0.0);
+    return;
+  }
+  REEL_DISPATCH_FLOATING(out.dtype(), "matmul_tiled", matmul_tiled_impl<scalar_t>(a, b, out))
+}
+
+}  // namespace reel::kernels::cuda

@@ -1,0 +1,144 @@
+// Gradient accumulation in the tape: N micro-batches, each sum-reduced and scaled by 1/(window
+// total) at backward, add up in the parameters' .grad to exactly the gradient of one batch of
+// the whole window (an MLP and a small attention block, f32 and f64, even and uneven
+// micro-batches), while peak activation memory stays that of one micro-batch.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "autograd/functions.h"
+#include "autograd/tape.h"
+#include "core/allocator.h"
+#include "testing.h"
+
+using namespace reel;
+
+namespace {
+
+struct Model {
+  const char* name;
+  std::vector<Tensor> params;
+  Shape sample_shape, target_shape;  // one sample's input and target
+  std::function<Tensor(const std::vector<Tensor>& p, const Tensor& x)> forward;
+};
+
+Tensor param(const Shape& shape, double scale, DType dt, Device d, Generator& gen) {
+  MemoryCategory category(Category::Parameter);
+  return (randn(shape, DType::f64, Device::cpu(), &gen) * scale).to(dt).to(d).set_requires_grad();
+}
+
+Tensor softmax_last(const Tensor& x) {
+  Tensor e = exp(x);
+  return e / sum(e, {-1}, true);
+}
+
+// (n, 6) -> Linear(6, 16) -> GELU -> Linear(16, 3)
+Model mlp(DType dt, Device d, Generator& gen) {
+  Model m{"mlp", {}, {6}, {3}, nullptr};
+  m.params = {param({6, 16}, 0.4, dt, d, gen), param({16}, 0.1, dt, d, gen), param({16, 3}, 0.25, dt, d, gen),
+              param({3}, 0.1, dt, d, gen)};
+  m.forward = [](const std::vector<Tensor>& p, const Tensor& x) {
+    return matmul(gelu(matmul(x, p[0]) + p[1]), p[2]) + p[3];
+  };
+  return m;
+}
+
+// (n, T=4, C=8): single-head self-attention, softmax(q k^T / sqrt(C)) v, then an output Linear.
+Model attention(DType dt, Device d, Generator& gen) {
+  Model m{"attention", {}, {4, 8}, {4, 8}, nullptr};
+  for (int i = 0; i < 4; ++i) m.params.push_back(param({8, 8}, 0.35, dt, d, gen));
+  m.params.push_back(param({8}, 0.1, dt, d, gen));
+  m.forward = [](const std::vector<Tensor>& p, const Tensor& x) {
+    Tensor q = matmul(x, p[0]), k = matmul(x, p[1]), v = matmul(x, p[2]);        // (n, T, C)
+    Tensor att = softmax_last(matmul(q, k, false, true) * (1.0 / std::sqrt(8.0)));  // (n, T, T)
+    return matmul(matmul(att, v), p[3]) + p[4];                                   // (n, T, C)
+  };
+  return m;
+}
+
+// Sum over the micro-batch of the per-sample squared error (sum-reduced, not averaged).
+Tensor loss_of(const Model& m, const Tensor& x, const Tensor& target) {
+  Tensor diff = m.forward(m.params, x) - target;
+  return sum(diff * diff);
+}
+
+Shape with_rows(int64_t rows, const Shape& sample) {
+  Shape s{rows};
+  s.insert(s.end(), sample.begin(), sample.end());
+  return s;
+}
+
+// max |grad - want| <= rel * max |want|, for every parameter's gradient.
+void check_grads(const std::vector<Tensor>& params, const std::vector<std::vector<double>>& want, double rel) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    CAPTURE(i);
+    const std::vector<double> g = reel::testing::values(params[i].grad());
+    double scale = 0, err = 0;
+    for (size_t e = 0; e < g.size(); ++e) {
+      scale = std::max(scale, std::fabs(want[i][e]));
+      err = std::max(err, std::fabs(g[e] - want[i][e]));
+    }
+    CHECK(scale > 0);
+    CHECK(err <= rel * scale);
+  }
+}
+
+void check_accumulation(Model (*make)(DType, Device, Generator&), DType dt, Device d) {
+  Generator gen(42);
+  Model m = make(dt, d, gen);
+  CAPTURE(m.name);
+  const int64_t N = 4, b = 3, total = N * b;
+  const Tensor X = randn(with_rows(total, m.sample_shape), DType::f64, Device::cpu(), &gen).to(dt).to(d);
+  const Tensor T = randn(with_rows(total, m.target_shape), DType::f64, Device::cpu(), &gen).to(dt).to(d);
+  // Micro-batch rows [begin, end) as tensors of their own (a step's inputs come and go with it).
+  auto rows = [](const Tensor& t, int64_t begin, int64_t end) { return t.slice(0, begin, end).clone(); };
+
+  // One batch of the whole window.
+  autograd::backward(loss_of(m, X, T), 1.0 / total);
+  std::vector<std::vector<double>> full;
+  for (const Tensor& p : m.params) full.push_back(reel::testing::values(p.grad()));
+  const double rel = dt == DType::f32 ? 1e-6 : 1e-12;
+
+  // One micro-batch alone: its activation peak is the budget of the whole window.
+  autograd::zero_grad(m.params);
+  const int64_t act0 = memory_stats(d)[Category::Activation].current_bytes;
+  reset_peak_memory(d);
+  autograd::backward(loss_of(m, rows(X, 0, b), rows(T, 0, b)), 1.0 / total);
+  const int64_t one_peak = memory_stats(d)[Category::Activation].peak_bytes - act0;
+  CHECK(one_peak > 0);
+
+  for (const std::vector<int64_t>& sizes : {std::vector<int64_t>{b, b, b, b}, std::vector<int64_t>{1, 5, 2, 4}}) {
+    CAPTURE(sizes.size());
+    CAPTURE(sizes[1]);
+    autograd::zero_grad(m.params);
+    reset_peak_memory(d);
+    int64_t begin = 0;
+    for (int64_t n : sizes) {
+      autograd::backward(loss_of(m, rows(X, begin, begin + n), rows(T, begin, begin + n)), 1.0 / total);
+      begin += n;
+      CHECK(memory_stats(d)[Category::Activation].current_bytes == act0);  // the tape let go of everything
+    }
+    check_grads(m.params, full, rel);
+    const int64_t window_peak = memory_stats(d)[Category::Activation].peak_bytes - act0;
+    if (sizes[1] == b) CHECK(window_peak == one_peak);            // N micro-batches cost one
+    else CHECK(window_peak == one_peak * 5 / b);                  // the largest (5 rows) sets it
+  }
+}
+
+}  // namespace
+
+TEST_CASE("accumulating micro-batches equals one big batch: MLP") {
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    check_accumulation(mlp, DType::f32, d);
+  }
+  check_accumulation(mlp, DType::f64, Device::cpu());
+}
+
+TEST_CASE("accumulating micro-batches equals one big batch: attention block") {
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    check_accumulation(attention, DType::f32, d);
+  }
+  check_accumulation(attention, DType::f64, Device::cpu());
+}

@@ -1,0 +1,213 @@
+// The tape itself: what forward records and saves, how backward accumulates and frees, grad
+// mode, detach, leaf gradients, memory categories, and every misuse raising reel::Error.
+#include <cmath>
+
+#include "autograd/functions.h"
+#include "autograd/tape.h"
+#include "core/allocator.h"
+#include "testing.h"
+
+using namespace reel;
+using reel::testing::check_close;
+using reel::testing::values;
+
+namespace {
+Tensor leaf(const std::vector<double>& v, const Shape& shape, Device device) {
+  return from_vector(v, shape).to(DType::f32).to(device).set_requires_grad();
+}
+int64_t activation_bytes(Device d) { return memory_stats(d)[Category::Activation].current_bytes; }
+}  // namespace
+
+TEST_CASE("backward gives the hand-derived gradients of a small expression") {
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    Tensor a = leaf({1, 2, 3}, {3}, d), b = leaf({4, 5, 6}, {3}, d), c = leaf({0.5}, {1}, d);
+    // L = sum(a * b + c * a - b / c) -> dL/da = b + c, dL/db = a - 1/c, dL/dc = sum(a) + sum(b)/c^2
+    Tensor loss = sum(a * b + c * a - b / c);
+    CHECK(loss.requires_grad());
+    CHECK_FALSE(loss.is_leaf());
+    CHECK(autograd::Tape::current().size() == 6);
+    autograd::backward(loss);
+    check_close(a.grad(), {4.5, 5.5, 6.5});
+    check_close(b.grad(), {-1, 0, 1});
+    check_close(c.grad(), {6 + 15 / 0.25});
+    CHECK(autograd::Tape::current().empty());
+  }
+}
+
+TEST_CASE("fan-out gradients accumulate: y = x * x + x") {
+  for (Device d : reel::testing::devices()) {
+    Tensor x = leaf({-1, 0.5, 2}, {3}, d);
+    Tensor y = x * x + x;                 // x is used three times
+    autograd::backward(sum(tanh(y) * 0.0 + y));  // a dead-end branch contributes 0
+    check_close(x.grad(), {-1, 2, 5});
+  }
+}
+
+TEST_CASE("backward adds into .grad; zero_grad keeps the buffer; scale and explicit gradients") {
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    Tensor w = leaf({1, -2}, {2}, d);
+    autograd::backward(sum(w * 3.0));
+    const void* buffer = w.grad().data_ptr();
+    CHECK(memory_stats(d)[Category::Gradient].current_bytes >= 8);
+    autograd::backward(sum(w * w), 0.5);  // adds 0.5 * 2w = w
+    check_close(w.grad(), {4, 1});
+    CHECK(w.grad().data_ptr() == buffer);  // same persistent buffer, added into
+    autograd::zero_grad({w});
+    check_close(w.grad(), {0, 0});
+    CHECK(w.grad().data_ptr() == buffer);
+    // A non-scalar loss with an explicit gradient.
+    Tensor y = w * 2.0;
+    autograd::backward(y, from_vector(std::vector<float>{1, 10}, {2}).to(d));
+    check_close(w.grad(), {2, 20});
+  }
+}
+
+TEST_CASE("NoGrad, requires_grad propagation, detach and non-parameter leaves") {
+  for (Device d : reel::testing::devices()) {
+    Tensor w = leaf({2, 3}, {2}, d);
+    Tensor x = from_vector(std::vector<float>{5, 7}, {2}).to(d);  // data: needs no gradient
+    CHECK_FALSE(x.requires_grad());
+    CHECK_FALSE((x * x).requires_grad());
+    CHECK(autograd::Tape::current().empty());
+    {
+      autograd::NoGrad no_grad;
+      CHECK_FALSE(autograd::grad_enabled());
+      Tensor y = w * x;
+      CHECK_FALSE(y.requires_grad());
+      CHECK(autograd::Tape::current().empty());
+    }
+    CHECK(autograd::grad_enabled());
+    // detach: same storage, cut from the graph.
+    Tensor h = w * x;
+    Tensor hd = h.detach();
+    CHECK(hd.storage() == h.storage());
+    CHECK_FALSE(hd.requires_grad());
+    CHECK(hd.is_leaf());
+    // An input can be a leaf that requires grad too (e.g. for saliency), alongside parameters.
+    x.set_requires_grad();
+    autograd::backward(sum(h * hd + x * w));
+    check_close(w.grad(), {10 * 5 + 5, 21 * 7 + 7});  // d(h * hd)/dw = hd * x: hd acts as a constant
+    check_close(x.grad(), {2, 3});
+  }
+}
+
+TEST_CASE("saved tensors are activations and are freed, with every gradient, as backward goes") {
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    const int64_t n = 1000, depth = 30;
+    const int64_t bytes = n * 4;
+    Tensor w = leaf(std::vector<double>(n, 0.1), {n}, d);
+    const int64_t act0 = activation_bytes(d);
+    Tensor h = w;
+    for (int i = 0; i < depth; ++i) h = tanh(h * 1.5);  // tanh saves its output: one (n) per layer
+    Tensor loss = sum(h);
+    CHECK(activation_bytes(d) - act0 == depth * bytes);
+    CHECK(autograd::Tape::current().saved_bytes() == depth * bytes);
+    h = Tensor();  // the last output is still held (saved) by the tape
+    const int64_t before = memory_stats(d).current_bytes;
+    reset_peak_memory(d);
+    autograd::backward(loss);
+    // At any time during the walk: one or two output gradients and a few temporaries of the rule
+    // being run. Keeping saved tensors or gradients until the end would add up to 30 (n) each.
+    const int64_t peak = memory_stats(d).peak_bytes;
+    CHECK(peak - before <= 5 * bytes);
+    CHECK(activation_bytes(d) == act0);
+    CHECK(memory_stats(d).current_bytes - before <= bytes - depth * bytes);  // + w.grad, - saved
+  }
+}
+
+TEST_CASE("a tensor the tape saved is an activation until backward, then back to temporary") {
+  for (Device d : reel::testing::devices()) {
+    Tensor w = leaf({1, 2, 3}, {3}, d);
+    Tensor x = from_vector(std::vector<float>{4, 5, 6}, {3}).to(d);  // e.g. an input batch
+    CHECK(x.storage()->category() == Category::Temporary);
+    Tensor y = exp(x * w);  // mul saves x (for dw); exp saves y
+    CHECK(x.storage()->category() == Category::Activation);
+    CHECK(y.storage()->category() == Category::Activation);
+    CHECK(w.storage()->category() == Category::Temporary);  // a parameter is never an activation
+    autograd::backward(sum(y));
+    CHECK(x.storage()->category() == Category::Temporary);  // still held here, no longer saved
+    CHECK(y.storage()->category() == Category::Temporary);
+  }
+}
+
+TEST_CASE("the tape dump lists nodes, what they saved and their segments") {
+  Tensor w = leaf({1, 2, 3, 4}, {2, 2}, Device::cpu());
+  Tensor x = from_vector(std::vector<float>{1, 1}, {1, 2});
+  Tensor y;
+  {
+    autograd::Checkpoint seg;
+    y = gelu(matmul(x, w));
+  }
+  Tensor loss = sum(dropout(y, 0.5));
+  const std::string dump = autograd::tape_dump();
+  CHECK(dump.find("matmul") != std::string::npos);
+  CHECK(dump.find("(collapsed)") != std::string::npos);
+  CHECK(dump.find("dropout [p=0.5") != std::string::npos);
+  autograd::Tape::current().clear();
+}
+
+TEST_CASE("misuse raises reel::Error with a clear message") {
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    Tensor w = leaf({1, 2}, {2}, d);
+    Tensor data = from_vector(std::vector<float>{3, 4}, {2}).to(d);
+
+    // A second backward over a cleared tape.
+    Tensor loss = sum(w * w);
+    autograd::backward(loss);
+    CHECK_REEL_ERROR(autograd::backward(loss), "already cleared");
+    // A loss that does not require grad.
+    CHECK_REEL_ERROR(autograd::backward(sum(data)), "does not require grad");
+    {
+      autograd::NoGrad no_grad;
+      CHECK_REEL_ERROR(autograd::backward(sum(w)), "does not require grad");
+    }
+    CHECK_REEL_ERROR(autograd::backward(sum(w).detach()), "does not require grad");
+    // A non-scalar loss needs an explicit gradient, of the loss's shape, dtype and device.
+    Tensor y = w * data;
+    CHECK_REEL_ERROR(autograd::backward(y), "non-scalar loss needs an explicit gradient");
+    CHECK_REEL_ERROR(autograd::backward(y, ones({3}, DType::f32, d)), "does not match the loss (2)");
+    CHECK_REEL_ERROR(autograd::backward(y, ones({2}, DType::f64, d)), "does not match the loss");
+    // A tensor from a tape that backward cleared cannot feed a new graph.
+    autograd::backward(sum(y));
+    CHECK_REEL_ERROR(y * w, "whose tape a backward already cleared");
+    Tensor fresh = y.detach() * w;  // detach() is the way out
+    CHECK(fresh.requires_grad());
+    autograd::Tape::current().clear();
+    // requires_grad only on floating leaves.
+    CHECK_REEL_ERROR(fresh.set_requires_grad(false), "not a leaf");
+    CHECK_REEL_ERROR(zeros({2}, DType::i64, d).set_requires_grad(), "cannot require grad");
+    // backward inside an open checkpoint segment.
+    {
+      autograd::Checkpoint seg;
+      Tensor z = sum(w * w);
+      CHECK_REEL_ERROR(autograd::backward(z), "inside an autograd::Checkpoint scope");
+    }
+    autograd::Tape::current().clear();
+    // A stale .grad buffer (wrong shape, dtype or device) is refused before anything is added.
+    Tensor v = leaf({1, 2, 3}, {3}, d);
+    v.set_grad(zeros({4}, DType::f32, d));
+    CHECK_REEL_ERROR(autograd::backward(sum(v * v)), "has a .grad buffer (4) f32");
+    autograd::Tape::current().clear();
+    v.set_grad(Tensor());
+    // Parameters on two devices: an op refuses the mix; a grad buffer left on another device
+    // (e.g. a parameter moved without resetting its gradient) is refused by backward.
+    for (Device other : reel::testing::devices()) {
+      if (other == d) continue;
+      Tensor p = leaf({1, 2}, {2}, other);
+      CHECK_REEL_ERROR(w * p, "expected all tensors on one device");
+      v.set_grad(zeros({3}, DType::f32, other));
+      const std::string where = "on " + other.str();
+      CHECK_REEL_ERROR(autograd::backward(sum(v * v)), where.c_str());
+      autograd::Tape::current().clear();
+      v.set_grad(Tensor());
+    }
+    // Shapes that do not broadcast name the op and both shapes.
+    CHECK_REEL_ERROR(w + ones({3}, DType::f32, d), "add: shapes (2) and (3) cannot be broadcast");
+    CHECK_REEL_ERROR(dropout(w, 1.5), "dropout: p must be in [0, 1]");
+    CHECK(autograd::Tape::current().empty());
+  }
+}

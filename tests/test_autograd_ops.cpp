@@ -1,0 +1,212 @@
+// Every differentiable op from one table of cases: its backward against central finite
+// differences (autograd::gradcheck, f64 on the CPU), then, on every device, its f32 values and
+// gradients against the f64 CPU ones. Broadcasting shapes, 1-D and batched matmul, transposes,
+// inputs that do not need a gradient, reductions over several axes, dropout with a fixed stream.
+#include <cmath>
+#include <functional>
+#include <string>
+
+#include "autograd/functions.h"
+#include "autograd/gradcheck.h"
+#include "autograd/tape.h"
+#include "core/philox.h"
+#include "kernels/dropout.h"
+#include "testing.h"
+
+using namespace reel;
+using autograd::Tensors;
+using reel::testing::check_close;
+using reel::testing::values;
+
+namespace {
+
+enum class Domain { Any, Positive, AwayFromZero };
+
+struct OpCase {
+  std::string name;
+  std::vector<Shape> shapes;
+  std::function<Tensor(const Tensors&)> f;
+  Domain domain = Domain::Any;
+  std::vector<bool> needs_grad = {};  // default: every input
+};
+
+Tensor make_input(const Shape& shape, Domain domain, Generator& gen) {
+  std::vector<double> v = randn(shape, DType::f64, Device::cpu(), &gen).to_vector<double>();
+  for (double& x : v) {
+    if (domain == Domain::Positive) x = std::fabs(x) + 0.5;                        // log, divisors
+    if (domain == Domain::AwayFromZero) x = x + (x >= 0 ? 0.1 : -0.1);             // relu's kink
+  }
+  return from_vector(v, shape);
+}
+
+// The same stream inside f each call, so finite differences see one fixed mask.
+Tensor fixed_dropout(const Tensor& x, double p) {
+  Generator gen(7);
+  return dropout(x, p, true, &gen);
+}
+
+Tensor softmax_last(const Tensor& x) {
+  Tensor e = exp(x);
+  return e / sum(e, {-1}, true);
+}
+
+std::vector<OpCase> op_cases() {
+  auto binary = [](const char* name, std::function<Tensor(const Tensor&, const Tensor&)> op, Shape a, Shape b,
+                   Domain domain = Domain::Any, std::vector<bool> needs = {}) {
+    return OpCase{name + (" " + shape_str(a) + " " + shape_str(b)), {a, b},
+                  [op](const Tensors& x) { return op(x[0], x[1]); }, domain, needs};
+  };
+  auto unary = [](const char* name, std::function<Tensor(const Tensor&)> op, Shape s, Domain domain = Domain::Any) {
+    return OpCase{name + (" " + shape_str(s)), {s}, [op](const Tensors& x) { return op(x[0]); }, domain};
+  };
+  auto add_ = [](const Tensor& a, const Tensor& b) { return a + b; };
+  auto sub_ = [](const Tensor& a, const Tensor& b) { return a - b; };
+  auto mul_ = [](const Tensor& a, const Tensor& b) { return a * b; };
+  auto div_ = [](const Tensor& a, const Tensor& b) { return a / b; };
+  auto mm = [](bool ta, bool tb) {
+    return [ta, tb](const Tensor& a, const Tensor& b) { return matmul(a, b, ta, tb); };
+  };
+  return {
+      binary("add", add_, {3, 4}, {3, 4}),
+      binary("add", add_, {3, 4}, {4}),
+      binary("add", add_, {2, 3, 1}, {1, 4}),
+      binary("add", add_, {}, {2, 3}),
+      binary("add", add_, {2, 1}, {2, 3}, Domain::Any, {false, true}),
+      binary("sub", sub_, {3, 4}, {4}),
+      binary("sub", sub_, {4}, {2, 3, 4}),
+      binary("sub", sub_, {2, 3}, {2, 1}, Domain::Any, {false, true}),
+      binary("mul", mul_, {2, 3}, {2, 3}),
+      binary("mul", mul_, {2, 3, 4}, {3, 1}),
+      binary("mul", mul_, {4}, {2, 3, 4}, Domain::Any, {true, false}),
+      binary("mul", mul_, {4}, {2, 3, 4}, Domain::Any, {false, true}),
+      binary("div", div_, {2, 3}, {2, 3}, Domain::Positive),
+      binary("div", div_, {2, 3}, {3}, Domain::Positive),
+      binary("div", div_, {3, 1}, {1, 4}, Domain::Positive),
+      binary("div", div_, {2, 3}, {2, 3}, Domain::Positive, {true, false}),
+      binary("div", div_, {3}, {2, 3}, Domain::Positive, {false, true}),
+      unary("add_scalar", [](const Tensor& x) { return x + 2.5; }, {3, 4}),
+      unary("radd_scalar", [](const Tensor& x) { return 2.5 + x; }, {3, 4}),
+      unary("sub_scalar", [](const Tensor& x) { return x - 1.5; }, {3, 4}),
+      unary("rsub_scalar", [](const Tensor& x) { return 1.5 - x; }, {3, 4}),
+      unary("mul_scalar", [](const Tensor& x) { return x * -3.0; }, {3, 4}),
+      unary("rmul_scalar", [](const Tensor& x) { return -3.0 * x; }, {3, 4}),
+      unary("div_scalar", [](const Tensor& x) { return x / 4.0; }, {3, 4}),
+      unary("rdiv_scalar", [](const Tensor& x) { return 4.0 / x; }, {3, 4}, Domain::Positive),
+      unary("neg", [](const Tensor& x) { return -x; }, {3, 4}),
+      binary("matmul", mm(false, false), {3, 4}, {4, 5}),
+      binary("matmul", mm(false, false), {2, 3, 4}, {4, 5}),
+      binary("matmul", mm(false, false), {2, 3, 4}, {2, 4, 5}),
+      binary("matmul", mm(false, false), {2, 1, 3, 4}, {5, 4, 2}),
+      binary("matmul", mm(false, false), {4}, {4, 5}),
+      binary("matmul", mm(false, false), {3, 4}, {4}),
+      binary("matmul", mm(false, false), {4}, {4}),
+      binary("matmul", mm(false, false), {2, 3, 4}, {4}),
+      binary("matmul", mm(false, false), {3, 4}, {4, 5}, Domain::Any, {false, true}),
+      binary("matmul a^T", mm(true, false), {4, 3}, {4, 5}),
+      binary("matmul b^T", mm(false, true), {3, 4}, {5, 4}),
+      binary("matmul a^T b^T", mm(true, true), {4, 3}, {5, 4}),
+      binary("matmul q k^T", mm(false, true), {2, 3, 4}, {2, 5, 4}),
+      binary("matmul a^T batched", mm(true, false), {2, 4, 3}, {4, 5}),
+      unary("sum all", [](const Tensor& x) { return sum(x); }, {3, 4}),
+      unary("sum axis 0", [](const Tensor& x) { return sum(x, {0}); }, {3, 4}),
+      unary("sum axis -1 keepdim", [](const Tensor& x) { return sum(x, {-1}, true); }, {3, 4}),
+      unary("sum axes 0,2", [](const Tensor& x) { return sum(x, {0, 2}); }, {2, 3, 4}),
+      unary("sum scalar", [](const Tensor& x) { return sum(x); }, {}),
+      unary("mean all", [](const Tensor& x) { return mean(x); }, {3, 4}),
+      unary("mean axis 1", [](const Tensor& x) { return mean(x, {1}); }, {2, 3, 4}),
+      unary("mean axes 0,-1 keepdim", [](const Tensor& x) { return mean(x, {0, -1}, true); }, {2, 3, 4}),
+      unary("relu", [](const Tensor& x) { return relu(x); }, {3, 4}, Domain::AwayFromZero),
+      unary("tanh", [](const Tensor& x) { return tanh(x); }, {3, 4}),
+      unary("gelu", [](const Tensor& x) { return gelu(x * 2.0); }, {3, 4}),
+      unary("exp", [](const Tensor& x) { return exp(x); }, {3, 4}),
+      unary("log", [](const Tensor& x) { return log(x); }, {3, 4}, Domain::Positive),
+      unary("dropout p=0.3", [](const Tensor& x) { return fixed_dropout(x, 0.3); }, {4, 5}),
+      unary("dropout p=0", [](const Tensor& x) { return fixed_dropout(x * 1.0, 0.0); }, {4, 5}),
+      unary("dropout eval", [](const Tensor& x) { return dropout(x * 1.0, 0.5, false); }, {4, 5}),
+      unary("softmax (exp/sum/div)", softmax_last, {3, 5}),
+      OpCase{"attention (q k^T -> softmax -> v)", {{2, 3, 4}, {2, 5, 4}, {2, 5, 3}},
+             [](const Tensors& x) { return matmul(softmax_last(matmul(x[0], x[1], false, true) * 0.5), x[2]); }},
+  };
+}
+
+}  // namespace
+
+TEST_CASE("every op's backward matches finite differences (f64, cpu) and every device (f32)") {
+  int index = 0;
+  for (const OpCase& c : op_cases()) {
+    CAPTURE(c.name);
+    Generator gen(100 + index++);
+    Tensors x;  // f64 CPU inputs; the ones that need a gradient require grad
+    for (size_t i = 0; i < c.shapes.size(); ++i) {
+      x.push_back(make_input(c.shapes[i], c.domain, gen));
+      x.back().set_requires_grad(c.needs_grad.empty() || c.needs_grad[i]);
+    }
+    const autograd::GradcheckResult r = autograd::gradcheck(c.f, x);
+    CHECK_MESSAGE(r.ok, r.message);
+
+    // The f64 CPU reference: values and gradients of sum(w * f(x)).
+    Tensor y_ref = c.f(x);
+    const Tensor w = randn(y_ref.shape(), DType::f64, Device::cpu(), &gen);
+    autograd::backward(y_ref, w);
+    for (Device d : reel::testing::devices()) {
+      CAPTURE(d);
+      Tensors xd;
+      for (const Tensor& t : x) xd.push_back(t.detach().to(DType::f32).to(d).set_requires_grad(t.requires_grad()));
+      Tensor y = c.f(xd);
+      check_close(y, y_ref, 1e-4, 1e-4);
+      autograd::backward(y, w.to(DType::f32).to(d));
+      for (size_t i = 0; i < x.size(); ++i) {
+        CAPTURE(i);
+        if (!x[i].requires_grad()) {
+          CHECK_FALSE(xd[i].grad().defined());
+          continue;
+        }
+        REQUIRE(xd[i].grad().defined());
+        CHECK(xd[i].grad().device() == d);
+        check_close(xd[i].grad(), x[i].grad(), 1e-4, 1e-4);
+      }
+    }
+    CHECK(autograd::Tape::current().empty());
+  }
+}
+
+TEST_CASE("gradcheck catches a wrong gradient") {
+  // |x| through relu(x) + relu(-x) is right; claiming d|x|/dx = 1 (x + 2 relu(-x)) is caught by
+  // comparing a detached expression that has the right value but the wrong gradient.
+  auto wrong = [](const Tensors& x) { return x[0] + (relu(-x[0]) * 2.0).detach(); };
+  Generator gen(3);
+  const autograd::GradcheckResult r =
+      autograd::gradcheck(wrong, {make_input({5}, Domain::AwayFromZero, gen).set_requires_grad()});
+  CHECK_FALSE(r.ok);
+  CHECK(r.message.find("analytic") != std::string::npos);
+}
+
+TEST_CASE("dropout: the mask is the Philox formula, the same in forward, backward and on every device") {
+  const double p = 0.25;
+  const Shape shape{64, 33};
+  std::vector<float> reference_mask;
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    Generator gen(11);
+    const uint64_t seed = gen.seed(), offset = 0;  // the first stream of a fresh generator
+    Tensor x = ones(shape, DType::f32, d).set_requires_grad();
+    Tensor y = dropout(x, p, true, &gen);
+    const std::vector<float> yv = y.to(Device::cpu()).to_vector<float>();
+    int64_t kept = 0;
+    for (size_t i = 0; i < yv.size(); ++i) {
+      const bool keep = static_cast<double>(philox_uniform(seed, offset, i)) >= p;
+      REQUIRE(yv[i] == (keep ? static_cast<float>(1 / (1 - p)) : 0.0f));
+      kept += keep;
+    }
+    CHECK(std::fabs(static_cast<double>(kept) / yv.size() - (1 - p)) < 0.03);
+    autograd::backward(sum(y));
+    CHECK(x.grad().to(Device::cpu()).to_vector<float>() == yv);  // dx = mask, as y = 1 * mask
+    // The kernel entry point agrees, and the next call of the generator draws a new mask.
+    CHECK(kernels::dropout_mask(shape, DType::f32, d, p, seed, offset).to(Device::cpu()).to_vector<float>() == yv);
+    CHECK(dropout(ones(shape, DType::f32, d), p, true, &gen).to(Device::cpu()).to_vector<float>() != yv);
+    if (reference_mask.empty()) reference_mask = yv;
+    CHECK(yv == reference_mask);  // the CPU's mask, bit for bit
+    // p == 1 drops everything.
+    check_close(dropout(ones({5}, DType::f32, d), 1.0, true, &gen), std::vector<double>(5, 0.0));
+  }
+}

@@ -1,0 +1,244 @@
+// Segment recomputation in the tape. Checkpointed forward/backward gives bit-identical gradients
+// to the plain one (a 20-layer MLP with dropout: segments of 1, 4 and 5 layers, nested ones,
+// partial ones), and the measured activation peak of a chain of N Linear+GELU blocks is exactly
+// the bytes the saved tensors of the shapes add up to: 2N tensors without checkpointing,
+// (S - 1) + 2k with S segments of k = sqrt(N) blocks.
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "autograd/functions.h"
+#include "autograd/tape.h"
+#include "core/allocator.h"
+#include "testing.h"
+
+using namespace reel;
+
+namespace {
+
+// Layers [begin, end) form one checkpoint segment; spans nest or are disjoint.
+struct Span {
+  int begin, end;
+};
+
+struct Net {
+  std::vector<Tensor> params;  // W0, b0, W1, b1, ...
+  Tensor scale_data;           // a constant (no grad) the layers use: held at segment boundaries
+};
+
+Net make_net(int layers, int64_t width, Device d) {
+  Generator gen(5);
+  Net net;
+  MemoryCategory category(Category::Parameter);
+  for (int i = 0; i < layers; ++i) {
+    net.params.push_back((randn({width, width}, DType::f32, Device::cpu(), &gen) * (1.5 / std::sqrt(width)))
+                             .to(d).set_requires_grad());
+    net.params.push_back((randn({width}, DType::f32, Device::cpu(), &gen) * 0.1).to(d).set_requires_grad());
+  }
+  net.scale_data = (rand({width}, DType::f32, Device::cpu(), &gen) * 0.2).to(d);
+  return net;
+}
+
+// h = dropout(gelu(h @ W + b) * exp(scale), 0.1) per layer, with Checkpoint scopes opened and
+// closed around the layers as `spans` say. Returns sum(h * h).
+Tensor forward(const Net& net, const Tensor& x, const std::vector<Span>& spans, Generator& gen) {
+  std::vector<std::pair<Span, std::unique_ptr<autograd::Checkpoint>>> open;  // innermost last
+  const int layers = static_cast<int>(net.params.size() / 2);
+  Tensor h = x;
+  for (int i = 0; i < layers; ++i) {
+    for (const Span& s : spans)  // spans are listed outer before inner
+      if (s.begin == i) open.emplace_back(s, std::make_unique<autograd::Checkpoint>());
+    const Tensor scale = exp(net.scale_data);  // computed inside the segment, needs no grad
+    h = dropout(gelu(matmul(h, net.params[2 * i]) + net.params[2 * i + 1]) * scale, 0.1, true, &gen);
+    while (!open.empty() && open.back().first.end == i + 1) open.pop_back();
+  }
+  return sum(h * h);
+}
+
+std::vector<Span> every(int k, int layers, int offset = 0) {
+  std::vector<Span> spans;
+  for (int b = offset; b + k <= layers; b += k) spans.push_back({b, b + k});
+  return spans;
+}
+
+struct Result {
+  std::vector<std::vector<float>> grads;  // every parameter's, then the input's
+  float loss;
+};
+
+Result train_step(const Net& net, Device d, const std::vector<Span>& spans) {
+  Generator data_gen(9), dropout_gen(1234);
+  Tensor x = randn({8, 16}, DType::f32, Device::cpu(), &data_gen).to(d).set_requires_grad();
+  autograd::zero_grad(net.params);
+  Tensor loss = forward(net, x, spans, dropout_gen);
+  autograd::backward(loss);
+  Result r;
+  r.loss = static_cast<float>(loss.item());
+  for (const Tensor& p : net.params) r.grads.push_back(p.grad().to(Device::cpu()).to_vector<float>());
+  r.grads.push_back(x.grad().to(Device::cpu()).to_vector<float>());
+  return r;
+}
+
+bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("checkpointing gives bit-identical gradients: 20-layer MLP with dropout") {
+  const int layers = 20;
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    const Net net = make_net(layers, 16, d);
+    const Result plain = train_step(net, d, {});
+    struct Scheme {
+      const char* name;
+      std::vector<Span> spans;
+    };
+    std::vector<Scheme> schemes = {
+        {"segments of 1", every(1, layers)},
+        {"segments of 4", every(4, layers)},
+        {"segments of 5", every(5, layers)},
+        {"partial: layers 3..10 and 12..19", {{3, 10}, {12, 19}}},
+        {"nested: 10 around 5 + 5", {{0, 10}, {0, 5}, {5, 10}, {10, 20}, {10, 15}, {15, 20}}},
+        {"nested irregular: 20 around (3, [4 around 1 + 2], plain 2, 6)",
+         {{0, 20}, {0, 3}, {3, 7}, {3, 4}, {5, 7}, {9, 15}}},
+        {"three levels", {{0, 20}, {2, 18}, {4, 9}, {9, 16}, {10, 12}}},
+    };
+    for (const Scheme& s : schemes) {
+      CAPTURE(s.name);
+      const Result r = train_step(net, d, s.spans);
+      CHECK(std::memcmp(&r.loss, &plain.loss, sizeof(float)) == 0);
+      REQUIRE(r.grads.size() == plain.grads.size());
+      for (size_t i = 0; i < r.grads.size(); ++i) {
+        CAPTURE(i);
+        CHECK(bit_identical(r.grads[i], plain.grads[i]));
+      }
+      CHECK(autograd::Tape::current().empty());
+    }
+  }
+}
+
+TEST_CASE("forward inside a segment keeps no saved tensors, only boundary inputs") {
+  for (Device d : reel::testing::devices()) {
+    const Net net = make_net(3, 8, d);
+    Generator data_gen(1), gen(2);
+    Tensor x = randn({4, 8}, DType::f32, Device::cpu(), &data_gen).to(d);
+    const int64_t act0 = memory_stats(d)[Category::Activation].current_bytes;
+    Tensor loss = forward(net, x, {{0, 3}}, gen);
+    const autograd::Tape& tape = autograd::Tape::current();
+    // Every node of the segment saves nothing. The activations left are the boundary input x
+    // (4, 8), the exp(scale) constants made inside the segment (8) per layer, and the last h
+    // (4, 8), which sum(h * h) outside the segment saves.
+    for (size_t i = 0; i < tape.size(); ++i)
+      if (tape.node(i).segment) CHECK(tape.node(i).saved.empty());
+    const int64_t batch_bytes = 4 * 8 * 4, scale_bytes = 8 * 4;
+    CHECK(memory_stats(d)[Category::Activation].current_bytes - act0 == 2 * batch_bytes + 3 * scale_bytes);
+    autograd::backward(loss);  // x, still held here, is no longer an activation
+    CHECK(memory_stats(d)[Category::Activation].current_bytes == act0);
+  }
+}
+
+TEST_CASE("segments: dead branches, unused outputs, nested replay only up to what backward needs") {
+  for (Device d : reel::testing::devices()) {
+    Generator gen(3);
+    Tensor w = randn({6}, DType::f32, Device::cpu(), &gen).to(d).set_requires_grad();
+    Tensor v = randn({6}, DType::f32, Device::cpu(), &gen).to(d).set_requires_grad();
+    auto run = [&](bool checkpoint) {
+      autograd::zero_grad({w, v});
+      Tensor used, unused;
+      {
+        std::unique_ptr<autograd::Checkpoint> outer;
+        if (checkpoint) outer = std::make_unique<autograd::Checkpoint>();
+        Tensor a = tanh(w * v);
+        {
+          std::unique_ptr<autograd::Checkpoint> inner;
+          if (checkpoint) inner = std::make_unique<autograd::Checkpoint>();
+          used = exp(a) * w;
+          unused = log(exp(a) + 2.0);  // recorded after `used`, never reaches the loss
+        }
+        Tensor dead = relu(a - v);  // also never used
+      }
+      autograd::backward(sum(used * used));
+      return std::make_pair(w.grad().to(Device::cpu()).to_vector<float>(), v.grad().to(Device::cpu()).to_vector<float>());
+    };
+    const auto plain = run(false);
+    const auto checkpointed = run(true);
+    CHECK(bit_identical(plain.first, checkpointed.first));
+    CHECK(bit_identical(plain.second, checkpointed.second));
+  }
+}
+
+TEST_CASE("Checkpoint under NoGrad is a no-op") {
+  for (Device d : reel::testing::devices()) {
+    Tensor w = ones({3}, DType::f32, d).set_requires_grad();
+    autograd::NoGrad no_grad;
+    {
+      autograd::Checkpoint seg;
+      Tensor y = gelu(w * 2.0);
+      CHECK_FALSE(y.requires_grad());
+    }
+    CHECK(autograd::Tape::current().empty());
+    CHECK(autograd::Tape::current().open_segment() == nullptr);
+  }
+}
+
+TEST_CASE("activation peak: O(N) without checkpointing, O(sqrt N) with sqrt N segments, to the byte") {
+  const int64_t B = 4, D = 8;
+  const int64_t tensor_bytes = B * D * 4;  // every saved tensor of the chain is (B, D) f32
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    for (int N : {16, 64}) {
+      CAPTURE(N);
+      const int k = static_cast<int>(std::lround(std::sqrt(N)));  // blocks per segment
+      const int S = N / k;                                         // segments
+      Generator gen(8);
+      std::vector<Tensor> params;
+      {
+        MemoryCategory category(Category::Parameter);
+        for (int i = 0; i < N; ++i) {
+          params.push_back((randn({D, D}, DType::f32, Device::cpu(), &gen) * 0.3).to(d).set_requires_grad());
+          params.push_back(zeros({D}, DType::f32, d).set_requires_grad());
+        }
+      }
+      std::vector<float> plain_grad;
+      for (bool checkpoint : {false, true}) {
+        CAPTURE(checkpoint);
+        Generator data_gen(77);
+        Tensor x = randn({B, D}, DType::f32, Device::cpu(), &data_gen).to(d);
+        const int64_t act0 = memory_stats(d)[Category::Activation].current_bytes;
+        reset_peak_memory(d);
+        Tensor h = x;
+        std::unique_ptr<autograd::Checkpoint> segment;
+        for (int i = 0; i < N; ++i) {
+          if (checkpoint && i % k == 0) segment = std::make_unique<autograd::Checkpoint>();
+          h = gelu(matmul(h, params[2 * i]) + params[2 * i + 1]);  // Linear + GELU
+          if (checkpoint && i % k == k - 1) segment.reset();
+        }
+        Tensor loss = sum(h);
+        h = Tensor();
+        x = Tensor();
+        const int64_t forward_bytes = memory_stats(d)[Category::Activation].current_bytes - act0;
+        autograd::backward(loss);
+        const int64_t peak = memory_stats(d)[Category::Activation].peak_bytes - act0;
+        // Without checkpointing each block saves its matmul's input and GELU's input: 2N
+        // tensors. With it, forward keeps one boundary input per segment (S); backward then
+        // rebuilds one segment at a time (its 2k saved tensors, its own boundary among them)
+        // while the S - 1 earlier boundaries wait: S - 1 + 2k.
+        if (!checkpoint) {
+          CHECK(forward_bytes == 2 * N * tensor_bytes);
+          CHECK(peak == 2 * N * tensor_bytes);
+        } else {
+          CHECK(forward_bytes == S * tensor_bytes);
+          CHECK(peak == (S - 1 + 2 * k) * tensor_bytes);
+        }
+        CHECK(memory_stats(d)[Category::Activation].current_bytes == act0);
+        // Same gradients either way (the first weight's is enough here).
+        const std::vector<float> g = params[0].grad().to(Device::cpu()).to_vector<float>();
+        if (!checkpoint) plain_grad = g;
+        else CHECK(bit_identical(g, plain_grad));
+        autograd::zero_grad(params);
+      }
+    }
+  }
+}
