@@ -8,5 +8,6 @@
 #include "kernels/dropout.h"
 #include "kernels/ops.h"
 #include "autograd/functions.h"
+#include "autograd/nn_functions.h"
 #include "autograd/gradcheck.h"
 #include "autograd/tape.h"

@@ -5,6 +5,7 @@
 //   Tensor h = gelu(matmul(x, w) + b);     // (B, D) @ (D, H) + (H) -> (B, H)
 //   Tensor loss = sum(h * h) / 2.0;
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -18,6 +19,7 @@ namespace reel {
 // made anywhere inside namespace reel (core/philox.h does so); joining them keeps both working.
 using std::exp;
 using std::log;
+using std::max;
 using std::tanh;
 
 // ---- arithmetic (autograd/ops/add.cpp, sub.cpp, mul.cpp, div.cpp) ----
@@ -57,12 +59,46 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool t
 Tensor sum(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false);
 Tensor mean(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false);
 
+// ---- max along one axis (autograd/ops/max.cpp) ----
+// The values, as torch.max(x, dim).values: the gradient goes to the first maximum of each slice
+// (its index is saved for backward). argmax gives the indices (i64) and records nothing.
+Tensor max(const Tensor& x, int64_t axis, bool keepdim = false);
+Tensor argmax(const Tensor& x, int64_t axis, bool keepdim = false);
+
 // ---- elementwise functions (autograd/ops/<name>.cpp) ----
 Tensor relu(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor gelu(const Tensor& x);  // tanh approximation, as GPT-2
+Tensor sigmoid(const Tensor& x);
+Tensor silu(const Tensor& x);  // x * sigmoid(x), a.k.a. swish
 Tensor exp(const Tensor& x);
 Tensor log(const Tensor& x);
+
+// ---- shape ops (autograd/ops/view.cpp, transpose.cpp, slice.cpp, expand.cpp, concat.cpp) ----
+// Named and behaving as in PyTorch. All but concat return views sharing the input's storage
+// (reshape and contiguous copy only when they must; split and chunk return views). The Tensor
+// methods of the same names (x.t(), x.view(...), ...) record these same ops when x requires grad.
+// Dims may be negative (counted from the end).
+Tensor view(const Tensor& x, Shape shape);     // needs compatible strides; one dim may be -1
+Tensor reshape(const Tensor& x, Shape shape);  // a view when possible, else a copy
+Tensor flatten(const Tensor& x);               // reshape to (numel)
+Tensor contiguous(const Tensor& x);            // x itself when already contiguous
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
+Tensor permute(const Tensor& x, std::vector<int64_t> dims);
+Tensor squeeze(const Tensor& x, int64_t dim);    // x itself when that dim is not of size 1
+Tensor unsqueeze(const Tensor& x, int64_t dim);  // dim in [-rank-1, rank]
+Tensor expand(const Tensor& x, Shape shape);      // size-1 dims broadcast; -1 keeps a dim
+// x[..., start:end:step, ...] along dim, python rules (negative start/end count from the end,
+// clamped); step > 0.
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length);
+Tensor select(const Tensor& x, int64_t dim, int64_t index);  // drops dim
+// Tensors of one dtype and device, equal in every dim but `dim`, end to end along it (a copy).
+Tensor concat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+// Pieces of the given sizes along dim (they must add up to its size); chunk: n pieces of
+// ceil(size / n), the last smaller, fewer than n when the size runs out (torch.chunk).
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0);
+std::vector<Tensor> chunk(const Tensor& x, int64_t n, int64_t dim = 0);
 
 // ---- dropout (autograd/ops/dropout.cpp) ----
 // Zeroes each element with probability p and scales the rest by 1 / (1 - p). The mask is a pure

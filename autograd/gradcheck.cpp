@@ -12,7 +12,7 @@ namespace reel::autograd {
 namespace {
 // sum(w * y) on the host, in f64.
 double projected(const Tensor& y, const std::vector<double>& w) {
-  const std::vector<double> v = y.to(Device::cpu()).to(DType::f64).contiguous().to_vector<double>();
+  const std::vector<double> v = y.to(Device::cpu()).to(DType::f64).to_vector<double>();
   double s = 0;
   for (size_t i = 0; i < v.size(); ++i) s += v[i] * w[i];
   return s;

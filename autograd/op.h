@@ -28,6 +28,9 @@ struct AutogradMeta {
   Tensor grad;                              // leaves: summed over every backward, category gradient
   std::weak_ptr<autograd::Node> producer;   // non-leaves: expires when the tape is cleared
   int output_index = 0;                     // which output of `producer` this tensor is
+  // Non-leaves: a view (made by recorded ops, e.g. w.t()) sharing the storage of a leaf that
+  // requires grad. Its bytes are that parameter's, so saving it never makes them an activation.
+  bool views_leaf = false;
 };
 
 namespace autograd {
@@ -38,12 +41,15 @@ class Op {
  public:
   virtual ~Op() = default;
   virtual const char* name() const = 0;
-  // Outputs from inputs (fresh tensors, never an input itself). Runs in forward and again when a
-  // checkpoint segment is replayed, so it may depend only on `in` and the op's members. It calls
-  // node.save(...) with what backward needs, and only that (node.needs_input_grad tells which
-  // input gradients will be asked for); the tape drops the saves where it must not keep them.
+  // Outputs from inputs (fresh tensors, never an input itself; they may be views sharing an
+  // input's storage). Runs in forward and again when a checkpoint segment is replayed, so it may
+  // depend only on `in` and the op's members; it runs under NoGrad, so nothing it calls records.
+  // It calls node.save(...) with what backward needs, and only that (node.needs_input_grad tells
+  // which input gradients will be asked for); the tape drops the saves where it must not keep
+  // them. Integer outputs (indices) get no gradient and carry no autograd state.
   virtual Tensors forward(const Tensors& in, Node& node) const = 0;
-  // Input gradients from output gradients (each defined, shaped like its output). An entry may be
+  // Input gradients from output gradients (each floating one defined, shaped like its output;
+  // those of integer outputs undefined). An entry may be
   // left undefined where !node.needs_input_grad(i). Broadcast inputs get gradients of their own
   // shape (see sum_to).
   virtual Tensors backward(const Tensors& grad_out, const Node& node) const = 0;
@@ -78,11 +84,12 @@ struct Node {
   bool needs_input_grad(size_t i) const { return inputs[i].meta != nullptr; }
   bool any_input_needs_grad() const;
   // Keeps `tensors` for backward (undefined entries are placeholders and cost nothing). Slots are
-  // numbered in the order saved; re-tags their memory as activations.
+  // numbered in the order saved; re-tags their memory as activations. A saved view keeps its
+  // whole storage alive, and is counted so.
   void save(const Tensors& tensors);
   const Tensor& saved_tensor(size_t slot) const;
   const Shape& input_shape(size_t i) const { return inputs[i].shape; }
-  int64_t saved_bytes() const;
+  int64_t saved_bytes() const;  // bytes of the distinct storages the saved tensors keep alive
 };
 
 // Runs `op` on `inputs`: records a Node on the current tape when grad mode is on and an input

@@ -13,6 +13,7 @@
 
 #include <map>
 #include <sstream>
+#include <unordered_set>
 
 #include "core/allocator.h"
 #include "kernels/ops.h"
@@ -25,12 +26,12 @@ thread_local bool t_grad_enabled = true;
 
 // What the tape keeps for backward is an activation in the memory statistics, until the tape is
 // cleared. Storage already attributed to something else (parameters, gradients) keeps its
-// category, and so do leaves that require grad: those are parameters even when created outside a
-// MemoryCategory scope.
+// category, and so do leaves that require grad and views of them (w.t()): those are parameters
+// even when created outside a MemoryCategory scope.
 void mark_activation(const Tensor& t) {
   if (!t.defined() || !t.storage() || t.storage()->category() != Category::Temporary) return;
   const auto& meta = t.autograd_meta();
-  if (meta && meta->is_leaf && meta->requires_grad) return;
+  if (meta && ((meta->is_leaf && meta->requires_grad) || meta->views_leaf)) return;
   t.storage()->set_category(Category::Activation);
   Tape::current().remember_activation(t.storage());
 }
@@ -122,11 +123,22 @@ const Tensor& Node::saved_tensor(size_t slot) const {
   return saved[slot];
 }
 
-int64_t Node::saved_bytes() const {
+namespace {
+// Bytes of the storages behind `tensors` not yet in `seen`: a view counts its whole storage (which
+// it keeps alive), once, however many views of it there are; an expanded view is not counted at
+// its broadcast size.
+int64_t distinct_storage_bytes(const Tensors& tensors, std::unordered_set<const Storage*>& seen) {
   int64_t bytes = 0;
-  for (const Tensor& t : saved)
-    if (t.defined()) bytes += static_cast<int64_t>(t.nbytes());
+  for (const Tensor& t : tensors)
+    if (t.defined() && t.storage() && seen.insert(t.storage().get()).second)
+      bytes += static_cast<int64_t>(t.storage()->bytes());
   return bytes;
+}
+}  // namespace
+
+int64_t Node::saved_bytes() const {
+  std::unordered_set<const Storage*> seen;
+  return distinct_storage_bytes(saved, seen);
 }
 
 // ---- recording -----------------------------------------------------------------------
@@ -157,18 +169,28 @@ Tensors record(std::unique_ptr<Op> op, const Tensors& inputs) {
   Tape& tape = Tape::current();
   node->segment = tape.open_segment();
   prepare_saves(*node, inputs);
-  Tensors outputs = node->op->forward(inputs, *node);
+  Tensors outputs;
+  {
+    NoGrad no_grad;  // views the forward makes of its inputs (kernels reshape them) record nothing
+    outputs = node->op->forward(inputs, *node);
+  }
   node->outputs.resize(outputs.size());
   for (size_t k = 0; k < outputs.size(); ++k) {
     Tensor& y = outputs[k];
     REEL_CHECK(y.defined() && !y.autograd_meta(), node->op->name(),
                ": forward must return fresh tensors (a bug in the op)");
     node->outputs[k] = {y.shape(), y.dtype(), y.device(), Tensor()};
+    if (!is_floating(y.dtype())) continue;  // indices: no gradient flows through them
     auto meta = std::make_shared<AutogradMeta>();
     meta->requires_grad = true;
     meta->is_leaf = false;
     meta->producer = node;
     meta->output_index = static_cast<int>(k);
+    for (size_t i = 0; i < inputs.size(); ++i) {  // a view of a parameter (or of a view of one)?
+      const auto& in = node->inputs[i].meta;
+      if (in && (in->is_leaf || in->views_leaf) && y.storage() && y.storage() == inputs[i].storage())
+        meta->views_leaf = true;
+    }
     y.autograd_meta() = std::move(meta);
   }
   tape.push(std::move(node));
@@ -223,11 +245,11 @@ void Tape::clear() {
 }
 
 int64_t Tape::saved_bytes() const {
+  std::unordered_set<const Storage*> seen;  // views of one storage, saved by several nodes: once
   int64_t bytes = 0;
   for (const auto& node : nodes_) {
-    bytes += node->saved_bytes();
-    for (const Node::Input& in : node->inputs)
-      if (in.held.defined()) bytes += static_cast<int64_t>(in.held.nbytes());
+    bytes += distinct_storage_bytes(node->saved, seen);
+    for (const Node::Input& in : node->inputs) bytes += distinct_storage_bytes({in.held}, seen);
   }
   return bytes;
 }
@@ -244,9 +266,9 @@ std::string Tape::dump() const {
     os << ") -> (";
     for (size_t k = 0; k < node->outputs.size(); ++k) os << (k ? ", " : "") << shape_str(node->outputs[k].shape);
     os << ")  saved " << format_bytes(node->saved_bytes());
+    std::unordered_set<const Storage*> seen;
     int64_t held = 0;
-    for (const Node::Input& in : node->inputs)
-      if (in.held.defined()) held += static_cast<int64_t>(in.held.nbytes());
+    for (const Node::Input& in : node->inputs) held += distinct_storage_bytes({in.held}, seen);
     if (held) os << ", holds " << format_bytes(held);
     if (node->segment)
       os << "  segment " << node->segment->id << (outermost_collapsed(*node) ? " (collapsed)" : "");
@@ -314,7 +336,8 @@ void Tape::run_backward(const Node& root, int output_index, const Tensor& seed) 
     Tensors grad_out(node.outputs.size());
     for (size_t k = 0; k < grad_out.size(); ++k) {
       const Node::Output& out = node.outputs[k];
-      grad_out[k] = out.grad.defined() ? out.grad : zeros(out.shape, out.dtype, out.device);
+      if (out.grad.defined()) grad_out[k] = out.grad;
+      else if (is_floating(out.dtype)) grad_out[k] = zeros(out.shape, out.dtype, out.device);
     }
     const Tensors grad_in = node.op->backward(grad_out, node);
     release(node);

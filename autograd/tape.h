@@ -40,7 +40,7 @@ class Tape {
   size_t size() const { return nodes_.size(); }
   bool empty() const { return nodes_.empty(); }
   const Node& node(size_t i) const { return *nodes_[i]; }
-  int64_t saved_bytes() const;  // bytes held by saved tensors and segment boundaries
+  int64_t saved_bytes() const;  // bytes of the distinct storages saved tensors and boundaries hold
   std::string dump() const;     // one line per node: op, shapes, saved bytes, segment
 
   // Used by record(), Node::save and Checkpoint.

@@ -51,7 +51,8 @@ std::string Tensor::str() const {
   if (!defined()) return "tensor(undefined)";
   std::ostringstream os;
   os << "tensor(";
-  Tensor host = to(Device::cpu()).contiguous();
+  Tensor host = to(Device::cpu());
+  if (!host.is_contiguous()) host = host.clone();  // clone, not contiguous(): printing records nothing
   if (numel() == 0) os << "[]";
   else print_dim(os, host, 0, 0, numel() > kSummarizeAbove);
   os << ", shape=" << shape_str(shape()) << ", dtype=" << dtype() << ", device=" << device() << ")";

@@ -35,7 +35,37 @@ int64_t normalize_dim(int64_t dim, int64_t rank, const char* op) {
   return dim < 0 ? dim + r : dim;
 }
 
+// ---- differentiable views: the link to autograd ------------------------------------
+// A view of a tensor that requires grad, made while grad mode is on, must be recorded on the tape,
+// or gradients stop at it: w.t() of a parameter has to carry d(loss)/d(w) back to w, as users of
+// PyTorch expect. The recording ops are autograd's (reel::transpose etc., autograd/ops/view.cpp,
+// declared in autograd/functions.h). Core includes nothing of autograd: the few it calls are
+// declared here and the linker joins the two, exactly as for Tensor::requires_grad
+// (autograd/tensor_autograd.cpp). It is a direct call, not a pointer registered at static init, so
+// it cannot be lost by static-library linking. The ops' forward runs under NoGrad and calls back
+// into the methods below, which then make the plain view.
+namespace autograd {
+bool grad_enabled();
+}
+Tensor view(const Tensor& x, Shape shape);
+Tensor reshape(const Tensor& x, Shape shape);
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
+Tensor permute(const Tensor& x, std::vector<int64_t> dims);
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step);
+Tensor select(const Tensor& x, int64_t dim, int64_t index);
+Tensor squeeze(const Tensor& x, int64_t dim);
+Tensor unsqueeze(const Tensor& x, int64_t dim);
+Tensor expand(const Tensor& x, Shape shape);
+Tensor contiguous(const Tensor& x);
+
 namespace {
+// Whether a view of `t` must go through autograd.
+bool records(const Tensor& t) { return t.requires_grad() && autograd::grad_enabled(); }
+
+// A contiguous copy for host access and device transfer, never recorded (item(), to_vector(),
+// str() and to(device) of a tensor that requires grad must not put nodes on the tape).
+Tensor dense(const Tensor& t) { return t.is_contiguous() ? t : t.clone(); }
+
 Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset) {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = base.storage();
@@ -147,6 +177,7 @@ void* Tensor::data_ptr() const {
 // ---- views ---------------------------------------------------------------------
 
 Tensor Tensor::view(Shape new_shape) const {
+  if (records(*this)) return reel::view(*this, std::move(new_shape));
   new_shape = infer_shape(std::move(new_shape), numel(), shape(), "view");
   Shape new_strides;
   REEL_CHECK(view_strides(shape(), strides(), new_shape, new_strides), "view: a tensor of shape ", shape(),
@@ -155,14 +186,16 @@ Tensor Tensor::view(Shape new_shape) const {
 }
 
 Tensor Tensor::reshape(Shape new_shape) const {
+  if (records(*this)) return reel::reshape(*this, std::move(new_shape));
   new_shape = infer_shape(std::move(new_shape), numel(), shape(), "reshape");
   Shape new_strides;
   if (view_strides(shape(), strides(), new_shape, new_strides))
     return make_view(*this, new_shape, new_strides, offset());
-  return contiguous().view(new_shape);
+  return clone().view(new_shape);
 }
 
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
+  if (records(*this)) return reel::transpose(*this, d0, d1);
   d0 = normalize_dim(d0, dim(), "transpose");
   d1 = normalize_dim(d1, dim(), "transpose");
   if (dim() == 0) return *this;
@@ -178,6 +211,7 @@ Tensor Tensor::t() const {
 }
 
 Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
+  if (records(*this)) return reel::permute(*this, dims);
   REEL_CHECK(static_cast<int64_t>(dims.size()) == dim(), "permute: ", dims.size(),
              " dims given for a tensor of shape ", shape());
   Shape s(dims.size()), st(dims.size());
@@ -193,6 +227,7 @@ Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
 }
 
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
+  if (records(*this)) return reel::slice(*this, d, start, end, step);
   d = normalize_dim(d, dim(), "slice");
   REEL_CHECK(dim() > 0, "slice: cannot slice a 0-d tensor");
   REEL_CHECK(step > 0, "slice: step must be positive, got ", step);
@@ -215,6 +250,7 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
+  if (records(*this)) return reel::select(*this, d, index);
   d = normalize_dim(d, dim(), "select");
   REEL_CHECK(dim() > 0, "select: cannot index a 0-d tensor");
   const int64_t n = shape()[d];
@@ -229,6 +265,7 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
+  if (records(*this)) return reel::squeeze(*this, d);
   d = normalize_dim(d, dim(), "squeeze");
   if (dim() == 0 || shape()[d] != 1) return *this;
   Shape s = shape(), st = strides();
@@ -238,6 +275,7 @@ Tensor Tensor::squeeze(int64_t d) const {
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
+  if (records(*this)) return reel::unsqueeze(*this, d);
   d = normalize_dim(d, dim() + 1, "unsqueeze");
   Shape s = shape(), st = strides();
   const int64_t stride = d < dim() ? st[d] * s[d] : 1;
@@ -247,6 +285,7 @@ Tensor Tensor::unsqueeze(int64_t d) const {
 }
 
 Tensor Tensor::expand(Shape target) const {
+  if (records(*this)) return reel::expand(*this, std::move(target));
   REEL_CHECK(static_cast<int64_t>(target.size()) >= dim(), "expand: cannot expand shape ", shape(), " to ",
              target);
   const size_t lead = target.size() - shape().size();
@@ -269,6 +308,7 @@ Tensor Tensor::expand(Shape target) const {
 
 Tensor Tensor::contiguous() const {
   if (is_contiguous()) return *this;
+  if (records(*this)) return reel::contiguous(*this);
   return clone();
 }
 
@@ -280,7 +320,7 @@ Tensor Tensor::clone() const {
 
 Tensor Tensor::to(Device target) const {
   if (target == device()) return *this;
-  Tensor src = contiguous();
+  Tensor src = dense(*this);
   Tensor out = empty(shape(), dtype(), target);
   if (numel() == 0) return out;
   if (device().is_cpu()) {
@@ -322,7 +362,7 @@ void Tensor::fill_(double value) const {
 
 double Tensor::item() const {
   REEL_CHECK(numel() == 1, "item: expects a tensor with one element, got shape ", shape());
-  Tensor host = to(Device::cpu()).contiguous();
+  Tensor host = dense(to(Device::cpu()));
   switch (dtype()) {
     case DType::f32: return *host.data<float>();
     case DType::f64: return *host.data<double>();
@@ -336,7 +376,7 @@ template <typename T>
 std::vector<T> Tensor::to_vector() const {
   REEL_CHECK(dtype_of<T>::value == dtype(), "to_vector<", dtype_name(dtype_of<T>::value), ">: tensor has dtype ",
              dtype());
-  Tensor host = to(Device::cpu()).contiguous();
+  Tensor host = dense(to(Device::cpu()));
   std::vector<T> v(static_cast<size_t>(numel()));
   if (!v.empty()) std::memcpy(v.data(), host.data_ptr(), v.size() * sizeof(T));
   return v;

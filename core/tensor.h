@@ -2,8 +2,13 @@
 //
 // A Tensor is a handle: copies share one TensorImpl (as torch.Tensor does), so autograd state
 // attached to a tensor is seen through every copy. Views (view/reshape, transpose/permute,
-// slice/narrow, squeeze/unsqueeze, expand) make a new TensorImpl over the same Storage.
+// slice/narrow/select, squeeze/unsqueeze, expand) make a new TensorImpl over the same Storage.
 // Strides and offsets count elements, not bytes.
+//
+// Views and contiguous() are differentiable: on a tensor that requires grad, in grad mode, they
+// are recorded on the tape as the ops reel::view, reel::transpose, ... (autograd/functions.h), so
+// w.t() of a parameter carries gradients back to w. Other copies (clone, to(device), to(dtype))
+// are not recorded: their result is cut from the graph, like detach().
 #pragma once
 #include <cstdint>
 #include <initializer_list>

@@ -1,12 +1,15 @@
 // Every differentiable op from one table of cases: its backward against central finite
 // differences (autograd::gradcheck, f64 on the CPU), then, on every device, its f32 values and
 // gradients against the f64 CPU ones. Broadcasting shapes, 1-D and batched matmul, transposes,
-// inputs that do not need a gradient, reductions over several axes, dropout with a fixed stream.
+// inputs that do not need a gradient, reductions over several axes, dropout with a fixed stream;
+// the shape ops (views, through reel:: functions and through Tensor methods), sigmoid/SiLU, max,
+// linear, LayerNorm/RMSNorm, softmax, cross-entropy, embedding and attention.
 #include <cmath>
 #include <functional>
 #include <string>
 
 #include "autograd/functions.h"
+#include "autograd/nn_functions.h"
 #include "autograd/gradcheck.h"
 #include "autograd/tape.h"
 #include "core/philox.h"
@@ -28,6 +31,9 @@ struct OpCase {
   std::function<Tensor(const Tensors&)> f;
   Domain domain = Domain::Any;
   std::vector<bool> needs_grad = {};  // default: every input
+  // Runs on kernels/nn_ops.h: only on testing::nn_devices(), until its CUDA side is in.
+  // TODO(kernels/nn_ops.h): drop the flag (run these on every device) once it is.
+  bool nn_kernels = false;
 };
 
 Tensor make_input(const Shape& shape, Domain domain, Generator& gen) {
@@ -65,6 +71,22 @@ std::vector<OpCase> op_cases() {
   auto div_ = [](const Tensor& a, const Tensor& b) { return a / b; };
   auto mm = [](bool ta, bool tb) {
     return [ta, tb](const Tensor& a, const Tensor& b) { return matmul(a, b, ta, tb); };
+  };
+  // Integer inputs (targets, token ids) are constants captured by f, moved to its inputs' device.
+  auto on = [](const Tensor& constant, const Tensor& like) { return constant.to(like.device()); };
+  const Tensor targets6 = from_vector<int64_t>({2, 0, -100, 4, 4, 1}, {6});
+  const Tensor targets23 = from_vector<int32_t>({1, 4, 0, 3, -100, 2}, {2, 3});
+  const Tensor targets23_ignore3 = from_vector<int64_t>({3, 4, 0, 3, 1, 2}, {2, 3});
+  const Tensor ids24 = from_vector<int64_t>({3, 0, 6, 3, 3, 1, 6, 2}, {2, 4});
+  const Tensor ids5 = from_vector<int32_t>({4, 4, 0, 1, 4}, {5});
+  auto nn = [](OpCase c) {  // a case on kernels/nn_ops.h (see OpCase::nn_kernels)
+    c.nn_kernels = true;
+    return c;
+  };
+  auto ternary = [](const char* name, std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)> op,
+                    Shape a, Shape b, Shape c, std::vector<bool> needs = {}) {
+    return OpCase{name + (" " + shape_str(a) + " " + shape_str(b) + " " + shape_str(c)), {a, b, c},
+                  [op](const Tensors& x) { return op(x[0], x[1], x[2]); }, Domain::Any, needs};
   };
   return {
       binary("add", add_, {3, 4}, {3, 4}),
@@ -126,12 +148,148 @@ std::vector<OpCase> op_cases() {
       unary("softmax (exp/sum/div)", softmax_last, {3, 5}),
       OpCase{"attention (q k^T -> softmax -> v)", {{2, 3, 4}, {2, 5, 4}, {2, 5, 3}},
              [](const Tensors& x) { return matmul(softmax_last(matmul(x[0], x[1], false, true) * 0.5), x[2]); }},
+
+      // ---- shape ops: reel:: functions ----
+      unary("reshape -1", [](const Tensor& x) { return reshape(x, {4, -1}); }, {2, 3, 4}),
+      unary("reshape of a transpose (copies)", [](const Tensor& x) { return reshape(transpose(x, 0, 1), {-1}); },
+            {3, 5}),
+      unary("view", [](const Tensor& x) { return view(x, {6, 1, 4}); }, {2, 3, 4}),
+      unary("flatten", [](const Tensor& x) { return flatten(x); }, {2, 3, 2}),
+      unary("transpose 0,2", [](const Tensor& x) { return transpose(x, 0, 2); }, {2, 3, 4}),
+      unary("transpose -1,-2", [](const Tensor& x) { return transpose(x, -1, -2); }, {3, 5}),
+      unary("permute 2,0,1", [](const Tensor& x) { return permute(x, {2, 0, 1}); }, {2, 3, 4}),
+      unary("permute -1,0,1 then contiguous", [](const Tensor& x) { return contiguous(permute(x, {-1, 0, 1})); },
+            {2, 3, 4}),
+      unary("contiguous (already)", [](const Tensor& x) { return contiguous(x * 2.0); }, {3, 4}),
+      unary("slice step 2", [](const Tensor& x) { return slice(x, 1, 1, 6, 2); }, {3, 7}),
+      unary("slice negative start, end past the size", [](const Tensor& x) { return slice(x, -1, -3, 100); },
+            {2, 3, 5}),
+      unary("slice empty", [](const Tensor& x) { return sum(slice(x, 0, 2, 2)) + sum(x); }, {3, 2}),
+      unary("narrow", [](const Tensor& x) { return narrow(x, 0, 1, 2); }, {4, 3}),
+      unary("select -1", [](const Tensor& x) { return select(x, 1, -1); }, {2, 3, 4}),
+      unary("select of a vector", [](const Tensor& x) { return select(x, 0, 2) * x; }, {5}),
+      unary("squeeze", [](const Tensor& x) { return squeeze(x, 1); }, {3, 1, 4}),
+      unary("squeeze (no size-1 dim)", [](const Tensor& x) { return squeeze(x * 1.0, 0); }, {3, 4}),
+      unary("unsqueeze -1", [](const Tensor& x) { return unsqueeze(x, -1); }, {3, 4}),
+      unary("unsqueeze 0 of a scalar", [](const Tensor& x) { return unsqueeze(x, 0); }, {}),
+      unary("expand (3, 1) -> (2, 3, 4)", [](const Tensor& x) { return expand(x, {2, 3, 4}); }, {3, 1}),
+      unary("expand -1", [](const Tensor& x) { return expand(x, {3, -1}); }, {1, 4}),
+      ternary("concat dim 1", [](const Tensor& a, const Tensor& b, const Tensor& c) { return concat({a, b, c}, 1); },
+              {2, 1, 3}, {2, 4, 3}, {2, 2, 3}),
+      ternary("concat dim -1, one input without grad",
+              [](const Tensor& a, const Tensor& b, const Tensor& c) { return concat({a, b, c}, -1); }, {2, 2},
+              {2, 3}, {2, 1}, {true, false, true}),
+      binary("concat of views of one tensor",
+             [](const Tensor& a, const Tensor& b) { return concat({transpose(a, 0, 1), b, transpose(slice(a, 1, 1, 3), 0, 1)}, 0); },
+             {2, 3}, {1, 2}),
+      unary("split, one piece unused",
+            [](const Tensor& x) {
+              const std::vector<Tensor> p = split(x, {1, 3, 2}, 1);
+              return concat({p[2], p[0] * 3.0}, 1);
+            },
+            {2, 6, 2}),
+      unary("chunk 7 into 3",
+            [](const Tensor& x) {
+              const std::vector<Tensor> c = chunk(x, 3, 0);  // 3, 3, 1 rows
+              return concat({c[2], c[0] * c[1]}, 0);
+            },
+            {7, 2}),
+      binary("Tensor methods: w.t() of a parameter", [](const Tensor& x, const Tensor& w) { return matmul(x, w.t()); },
+             {3, 4}, {5, 4}),
+      unary("Tensor methods: a chain of views",
+            [](const Tensor& x) {  // (2, 3, 4) -> (4, 3, 2) -> (24) -> (1, 4, 6) -> (3, 4, 6) -> (4, 6) -> ...
+              return x.permute({2, 1, 0}).contiguous().flatten().view({1, 4, 6}).expand({3, 4, 6}).select(0, 1)
+                         .slice(1, 1, 5).narrow(0, 1, 2).transpose(0, 1).reshape({-1}).unsqueeze(0).squeeze(0) *
+                     x.reshape({-1}).narrow(0, 0, 8);
+            },
+            {2, 3, 4}),
+
+      // ---- activations and max ----
+      unary("sigmoid", [](const Tensor& x) { return sigmoid(x * 3.0); }, {3, 4}),
+      unary("silu", [](const Tensor& x) { return silu(x * 3.0); }, {3, 4}),
+      nn(unary("max axis 1", [](const Tensor& x) { return max(x, 1); }, {3, 5})),
+      nn(unary("max axis 0 keepdim", [](const Tensor& x) { return max(x, 0, true); }, {4, 3})),
+      nn(unary("max axis -1", [](const Tensor& x) { return max(x, -1); }, {2, 3, 4})),
+
+      // ---- linear ----
+      ternary("linear", [](const Tensor& x, const Tensor& w, const Tensor& b) { return linear(x, w, b); }, {5, 4},
+              {3, 4}, {3}),
+      ternary("linear batched", [](const Tensor& x, const Tensor& w, const Tensor& b) { return linear(x, w, b); },
+              {2, 3, 4}, {6, 4}, {6}),
+      binary("linear without bias", [](const Tensor& x, const Tensor& w) { return linear(x, w); }, {2, 3, 4}, {5, 4}),
+      binary("linear of a vector", [](const Tensor& x, const Tensor& w) { return linear(x, w); }, {4}, {2, 4}),
+      ternary("linear of a transposed x",
+              [](const Tensor& x, const Tensor& w, const Tensor& b) { return linear(transpose(x, 0, 1), w, b); },
+              {4, 5}, {3, 4}, {3}),
+      ternary("linear, only W and b need grad",
+              [](const Tensor& x, const Tensor& w, const Tensor& b) { return linear(x, w, b); }, {5, 4}, {3, 4}, {3},
+              {false, true, true}),
+      ternary("linear, only x needs grad",
+              [](const Tensor& x, const Tensor& w, const Tensor& b) { return linear(x, w, b); }, {5, 4}, {3, 4}, {3},
+              {true, false, false}),
+
+      // ---- normalisation ----
+      nn(ternary("layer_norm", [](const Tensor& x, const Tensor& w, const Tensor& b) { return layer_norm(x, w, b); },
+                 {4, 7}, {7}, {7})),
+      nn(ternary("layer_norm batched, eps 1e-3",
+                 [](const Tensor& x, const Tensor& w, const Tensor& b) { return layer_norm(x, w, b, 1e-3); },
+                 {2, 3, 5}, {5}, {5})),
+      nn(binary("layer_norm without bias", [](const Tensor& x, const Tensor& w) { return layer_norm(x, w); }, {3, 6},
+                {6})),
+      nn(ternary("layer_norm of a transposed x",
+                 [](const Tensor& x, const Tensor& w, const Tensor& b) { return layer_norm(transpose(x, 0, 1), w, b); },
+                 {3, 5}, {3}, {3}, {true, false, false})),
+      nn(binary("rms_norm", [](const Tensor& x, const Tensor& w) { return rms_norm(x, w); }, {3, 6}, {6})),
+      nn(binary("rms_norm batched", [](const Tensor& x, const Tensor& w) { return rms_norm(x, w, 1e-4); },
+                {2, 2, 5}, {5})),
+
+      // ---- softmax ----
+      nn(unary("softmax", [](const Tensor& x) { return softmax(x * 2.0); }, {3, 5})),
+      nn(unary("softmax dim 1", [](const Tensor& x) { return softmax(x, 1); }, {2, 3, 4})),
+      nn(unary("softmax of one class", [](const Tensor& x) { return softmax(x) * x; }, {4, 1})),
+      nn(unary("log_softmax", [](const Tensor& x) { return log_softmax(x * 2.0); }, {3, 5})),
+      nn(unary("log_softmax dim 0", [](const Tensor& x) { return log_softmax(x, 0); }, {4, 3})),
+
+      // ---- cross-entropy (a target is ignore_index in each) ----
+      nn(unary("cross_entropy mean", [=](const Tensor& x) { return cross_entropy(x, on(targets6, x)); }, {6, 5})),
+      nn(unary("cross_entropy sum",
+               [=](const Tensor& x) { return cross_entropy(x * 3.0, on(targets6, x), -100, "sum"); }, {6, 5})),
+      nn(unary("cross_entropy none",
+               [=](const Tensor& x) { return cross_entropy(x, on(targets6, x), -100, "none"); }, {6, 5})),
+      nn(unary("cross_entropy (2, 3, V) i32 targets",
+               [=](const Tensor& x) { return cross_entropy(x, on(targets23, x)); }, {2, 3, 5})),
+      nn(unary("cross_entropy none (2, 3, V) ignore_index 3",
+               [=](const Tensor& x) { return cross_entropy(x, on(targets23_ignore3, x), 3, "none"); }, {2, 3, 5})),
+
+      // ---- embedding (repeated ids: their gradients add up) ----
+      nn(unary("embedding", [=](const Tensor& t) { return embedding(on(ids24, t), t); }, {7, 3})),
+      nn(unary("embedding i32 ids", [=](const Tensor& t) { return embedding(on(ids5, t), t); }, {5, 2})),
+
+      // ---- attention ----
+      nn(ternary("attention causal",
+                 [](const Tensor& q, const Tensor& k, const Tensor& v) { return attention(q, k, v); }, {1, 2, 5, 4},
+                 {1, 2, 5, 4}, {1, 2, 5, 4})),
+      nn(ternary("attention full, Dv != D, scale 0.3",
+                 [](const Tensor& q, const Tensor& k, const Tensor& v) { return attention(q, k, v, false, 0.3); },
+                 {2, 1, 3, 4}, {2, 1, 6, 4}, {2, 1, 6, 3})),
+      nn(ternary("attention causal, only k needs grad",
+                 [](const Tensor& q, const Tensor& k, const Tensor& v) { return attention(q, k, v); }, {2, 3, 4},
+                 {2, 3, 4}, {2, 3, 2}, {false, true, false})),
+      nn(ternary("attention_composed causal",
+                 [](const Tensor& q, const Tensor& k, const Tensor& v) { return attention_composed(q, k, v); },
+                 {1, 2, 5, 4}, {1, 2, 5, 4}, {1, 2, 5, 4})),
+      nn(ternary("attention_composed full",
+                 [](const Tensor& q, const Tensor& k, const Tensor& v) {
+                   return attention_composed(q, k, v, false, 0.3);
+                 },
+                 {2, 1, 3, 4}, {2, 1, 6, 4}, {2, 1, 6, 3})),
   };
 }
 
 }  // namespace
 
 TEST_CASE("every op's backward matches finite differences (f64, cpu) and every device (f32)") {
+  const std::vector<Device> nn_devices = reel::testing::nn_devices();
   int index = 0;
   for (const OpCase& c : op_cases()) {
     CAPTURE(c.name);
@@ -148,7 +306,7 @@ TEST_CASE("every op's backward matches finite differences (f64, cpu) and every d
     Tensor y_ref = c.f(x);
     const Tensor w = randn(y_ref.shape(), DType::f64, Device::cpu(), &gen);
     autograd::backward(y_ref, w);
-    for (Device d : reel::testing::devices()) {
+    for (Device d : c.nn_kernels ? nn_devices : reel::testing::devices()) {  // TODO(kernels/nn_ops.h)
       CAPTURE(d);
       Tensors xd;
       for (const Tensor& t : x) xd.push_back(t.detach().to(DType::f32).to(d).set_requires_grad(t.requires_grad()));

@@ -1,0 +1,78 @@
+// Causal scaled-dot-product attention, softmax(q k^T * scale + mask) v, two ways:
+//
+// attention: one op on the flash-style kernels of kernels/nn_ops.h. The forward walks key tiles
+//   with an online softmax and never forms the (Tq, Tk) matrix; it saves q, k, v, the output and
+//   the row log-sum-exp lse (..., Tq). Backward (FlashAttention-2) recomputes the probabilities
+//   from them, P = exp(q k^T * scale - lse), so the tape keeps O(T) per (b, h), not O(T^2).
+//   q, k, v usually are views of one qkv projection; saving them keeps that projection's storage.
+//
+// attention_composed: the textbook composition of tape ops: matmul with a transpose flag, a
+//   scalar multiply, a constant additive mask (0 where key j <= query i, -inf above the diagonal:
+//   exp(-inf) = 0 gives those keys zero weight and zero gradient; the diagonal is never masked,
+//   so no row is all -inf), softmax and matmul. It saves the (Tq, Tk) probabilities: the
+//   reference the fused op is tested against, and a readable statement of what it computes.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "autograd/nn_functions.h"
+#include "autograd/op.h"
+#include "kernels/nn_ops.h"
+
+namespace reel {
+namespace {
+
+using autograd::Node;
+using autograd::Tensors;
+
+struct Attention final : autograd::Op {
+  bool causal;
+  std::optional<double> scale;  // none: 1/sqrt(D)
+  Attention(bool causal, std::optional<double> scale) : causal(causal), scale(scale) {}
+  const char* name() const override { return "attention"; }
+  std::string attributes() const override {
+    return std::string(causal ? "causal" : "full") + (scale ? " scale=" + std::to_string(*scale) : "");
+  }
+  Tensors forward(const Tensors& in, Node& node) const override {
+    kernels::AttentionForward r = kernels::attention_forward(in[0], in[1], in[2], scale, causal);
+    node.save({in[0], in[1], in[2], r.out, r.lse});
+    return {r.out};
+  }
+  Tensors backward(const Tensors& grad, const Node& node) const override {
+    kernels::AttentionBackward r =
+        kernels::attention_backward(grad[0], node.saved_tensor(0), node.saved_tensor(1), node.saved_tensor(2),
+                                    node.saved_tensor(3), node.saved_tensor(4), scale, causal);
+    return {r.dq, r.dk, r.dv};
+  }
+};
+
+// (T, T): 0 where key j <= query i, -inf above the diagonal. A constant: it needs no gradient.
+Tensor causal_mask(int64_t T, DType dtype, Device device) {
+  std::vector<double> m(static_cast<size_t>(T * T), 0.0);
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = i + 1; j < T; ++j) m[static_cast<size_t>(i * T + j)] = -std::numeric_limits<double>::infinity();
+  return from_vector(m, {T, T}).to(dtype).to(device);
+}
+
+}  // namespace
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, std::optional<double> scale) {
+  return autograd::apply(Attention(causal, scale), {q, k, v});
+}
+
+Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                          std::optional<double> scale) {
+  REEL_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim() && k.size(-1) == q.size(-1) &&
+                 v.size(-2) == k.size(-2),
+             "attention_composed: q ", q.shape(), ", k ", k.shape(), " and v ", v.shape(),
+             " do not match: q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv) expected");
+  const int64_t Tq = q.size(-2), Tk = k.size(-2);
+  REEL_CHECK(!causal || Tq == Tk, "attention_composed: causal attention needs as many queries as keys: q ",
+             q.shape(), ", k ", k.shape());
+  const double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  Tensor scores = matmul(q, k, false, true) * s;  // (..., Tq, Tk)
+  if (causal) scores = scores + causal_mask(Tq, scores.dtype(), scores.device());
+  return matmul(softmax(scores), v);  // (..., Tq, Dv)
+}
+
+}  // namespace reel

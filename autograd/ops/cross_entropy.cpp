@@ -1,0 +1,57 @@
+// cross_entropy over logits (N..., V) with integer targets (N...), on the fused kernel of
+// kernels/nn_ops.h: one sweep per row computes the log-sum-exp online and, in the same sweep,
+// dlogits = (softmax - onehot(target)) * s, with s = 1/count for "mean" (0 where ignored).
+//
+// What is saved, and why: the dlogits of that forward sweep (llm.c's fused classifier), not the
+// logits and lse. Counting the memory for N rows of V classes (GPT-2: V = 50257, N = B*T):
+//   logits + lse:  N*V + N values, and backward re-reads the logits to recompute the softmax;
+//   dlogits:       N*V values, and backward is one multiply by the incoming gradient (a scalar,
+//                  or one value per row for "none"); the logits are not kept by the tape at all,
+//                  so they are freed as soon as the caller drops them.
+// Equal memory, one exp per logit instead of two, and the fused path is the more precise one
+// for large logits (see kernels/cpu/cross_entropy.cpp). The price: the forward writes N*V more
+// when logits need a gradient, so the sweep only does it when the node keeps its saves (not in
+// eval or under NoGrad, nor in a collapsed checkpoint segment, where the replay computes it).
+#include "autograd/nn_functions.h"
+#include "autograd/op.h"
+#include "kernels/nn_ops.h"
+#include "kernels/ops.h"
+
+namespace reel {
+namespace {
+
+using autograd::Node;
+using autograd::Tensors;
+using kernels::Reduction;
+
+struct CrossEntropy final : autograd::Op {
+  Reduction reduction;
+  int64_t ignore_index;
+  CrossEntropy(Reduction reduction, int64_t ignore_index) : reduction(reduction), ignore_index(ignore_index) {}
+  const char* name() const override { return "cross_entropy"; }
+  std::string attributes() const override {
+    return std::string("reduction=") + kernels::reduction_name(reduction) +
+           " ignore_index=" + std::to_string(ignore_index);
+  }
+  Tensors forward(const Tensors& in, Node& node) const override {
+    const bool fused = node.keep_saved && node.needs_input_grad(0);
+    kernels::CrossEntropyForward r = kernels::cross_entropy_forward(
+        in[0], in[1], reduction, ignore_index, fused ? std::optional<double>(1.0) : std::nullopt);
+    if (fused) node.save({r.dlogits});  // (N..., V): d(loss)/d(logits) for d(loss) = 1
+    return {r.loss};
+  }
+  Tensors backward(const Tensors& grad, const Node& node) const override {
+    // "none": the gradient of each row's loss scales that row; otherwise one scalar scales all.
+    const Tensor g = reduction == Reduction::None ? grad[0].unsqueeze(-1) : grad[0];
+    return {kernels::binary(kernels::BinaryOp::Mul, node.saved_tensor(0), g), Tensor()};
+  }
+};
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                     const std::string& reduction) {
+  return autograd::apply(CrossEntropy(kernels::parse_reduction(reduction), ignore_index), {logits, targets});
+}
+
+}  // namespace reel

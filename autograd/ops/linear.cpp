@@ -1,0 +1,69 @@
+// linear: y = x W^T + b, x (..., in), W (out, in), b (out). All rows of x go through one GEMM:
+// x is viewed as X (N, in), N the product of its leading dims (a copy only if x's strides forbid
+// the view), Y = X W^T (N, out), then + b broadcast over the rows.
+//   dX = G W          (N, out) @ (out, in)
+//   dW = G^T X        one GEMM with a transpose flag, summed over all N rows
+//   db = sum_rows(G)  a column reduction (kernels::sum over dim 0)
+// Saves x only when W needs its gradient and W only when x does: the saved x is the input itself
+// (often a view of a tensor another node saves anyway, e.g. attention's output), not its (N, in)
+// copy, which backward re-makes when needed.
+#include "autograd/functions.h"
+#include "autograd/nn_functions.h"
+#include "autograd/op.h"
+#include "kernels/ops.h"
+
+namespace reel {
+namespace {
+
+using autograd::Node;
+using autograd::Tensors;
+
+Shape rows_with(const Shape& x, int64_t last) {
+  Shape s(x.begin(), x.end() - 1);
+  s.push_back(last);
+  return s;
+}
+
+struct Linear final : autograd::Op {
+  const char* name() const override { return "linear"; }
+  Tensors forward(const Tensors& in, Node& node) const override {
+    const Tensor& x = in[0];
+    const Tensor& w = in[1];
+    const int64_t n_in = w.size(1), n_out = w.size(0);
+    // slot 0: W (for dx), slot 1: x (for dW)
+    node.save({node.needs_input_grad(0) ? w : Tensor(), node.needs_input_grad(1) ? x : Tensor()});
+    Tensor y = kernels::matmul(x.reshape({-1, n_in}), w, false, true);  // (N, out)
+    if (in.size() == 3) y = kernels::binary(kernels::BinaryOp::Add, y, in[2]);
+    return {y.view(rows_with(x.shape(), n_out))};
+  }
+  Tensors backward(const Tensors& grad, const Node& node) const override {
+    const Shape& x_shape = node.input_shape(0);
+    const int64_t n_in = x_shape.back(), n_out = node.input_shape(1)[0];
+    const Tensor g = grad[0].reshape({-1, n_out});  // G (N, out)
+    Tensors grads(node.inputs.size());
+    if (node.needs_input_grad(0)) grads[0] = kernels::matmul(g, node.saved_tensor(0)).view(x_shape);
+    if (node.needs_input_grad(1))
+      grads[1] = kernels::matmul(g, node.saved_tensor(1).reshape({-1, n_in}), true, false);
+    if (grads.size() == 3 && node.needs_input_grad(2)) grads[2] = kernels::sum(g, {0});
+    return grads;
+  }
+};
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  REEL_CHECK(x.defined() && weight.defined(), "linear: x and weight must be defined tensors");
+  REEL_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: x ", x.shape(),
+             " and weight ", weight.shape(), " do not match: x (..., in) and weight (out, in) expected");
+  if (bias.defined())
+    REEL_CHECK(bias.shape() == Shape{weight.size(0)}, "linear: bias ", bias.shape(), " does not match weight ",
+               weight.shape(), ": (", weight.size(0), ") expected");
+  for (const Tensor* t : {&weight, &bias})
+    REEL_CHECK(!t->defined() || (t->dtype() == x.dtype() && t->device() == x.device()), "linear: x ", x.shape(), " ",
+               x.dtype(), " on ", x.device(), " and ", t == &weight ? "weight " : "bias ", t->shape(), " ",
+               t->dtype(), " on ", t->device(), ": one dtype and device expected");
+  if (bias.defined()) return autograd::apply(Linear{}, {x, weight, bias});
+  return autograd::apply(Linear{}, {x, weight});
+}
+
+}  // namespace reel

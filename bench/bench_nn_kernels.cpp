@@ -1,0 +1,190 @@
+// bench_nn_kernels: times the neural-network kernel families (kernels/nn_ops.h), forward and
+// backward, at GPT-2-small sizes on a device and prints, per kernel, the median time, the bytes
+// moved and FLOPs counted from the shapes (the minimum traffic: each input read once, each output
+// written once), and the achieved GB/s and GFLOP/s. Everything but attention is bound by memory
+// bandwidth: compare those GB/s with `bench_kernels <device>`'s add; attention with its matmuls.
+//   ./bench_nn_kernels [cpu|cuda] [repeats] [filter]   (filter: only kernels whose name contains it)
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/device_backend.h"
+#include "core/tensor.h"
+#include "kernels/nn_ops.h"
+
+using namespace reel;
+using namespace reel::kernels;
+
+namespace {
+struct Row {
+  std::string name;
+  double ms, bytes, flops;
+  std::string error;  // set when the device does not run this kernel (yet)
+};
+
+double median_ms(Device device, int repeats, const std::function<void()>& fn) {
+  fn();  // warm-up: caches, allocator, lazy initialisation
+  backend_for(device).synchronize();
+  std::vector<double> t;
+  for (int i = 0; i < repeats; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    backend_for(device).synchronize();
+    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+Tensor ids_tensor(int64_t n, int64_t vocab, Device device) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  uint64_t s = 12345;
+  for (int32_t& id : ids) {  // a cheap LCG: realistic spread of ids with repeats
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    id = static_cast<int32_t>((s >> 33) % static_cast<uint64_t>(vocab));
+  }
+  return from_vector<int32_t>(ids, {n}).to(device);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Device device(argc > 1 ? argv[1] : "cpu");
+    const int repeats = argc > 2 ? std::atoi(argv[2]) : 10;
+    const std::string filter = argc > 3 ? argv[3] : "";
+    const int64_t rows = 8192, C = 768, V = 8192;         // B*T = 8192 tokens of width 768, GPT-2 small
+    const int64_t B = 8, H = 12, T = 256, D = 64;         // attention
+    const double f = 4.0;                                 // bytes per f32
+    const double n = static_cast<double>(rows * C), r = static_cast<double>(rows);
+    std::vector<Row> table;
+    auto add = [&](const std::string& name, double bytes, double flops, const std::function<void()>& fn) {
+      if (name.find(filter) == std::string::npos) return;
+      try {
+        table.push_back({name, median_ms(device, repeats, fn), bytes, flops, ""});
+      } catch (const Error& e) {
+        table.push_back({name, 0, bytes, flops, e.what()});
+      }
+    };
+
+    // ---- norms: x (8192, 768) -------------------------------------------------------------------
+    Tensor x = randn({rows, C}, DType::f32, device), dy = randn({rows, C}, DType::f32, device);
+    Tensor w = randn({C}, DType::f32, device), b = randn({C}, DType::f32, device);
+    LayerNormForward ln{};
+    RMSNormForward rn{};
+    try {
+      ln = layernorm_forward(x, w, b);
+      rn = rmsnorm_forward(x, w);
+    } catch (const Error&) {
+    }
+    add("layernorm fwd (8192x768)", 2 * n * f + 2 * r * f, 8 * n, [&] { layernorm_forward(x, w, b); });
+    add("layernorm bwd (dx, dw, db)", 3 * n * f + 2 * r * f, 16 * n,
+        [&] { layernorm_backward(dy, x, w, ln.mean, ln.rstd); });
+    add("rmsnorm fwd", 2 * n * f + r * f, 5 * n, [&] { rmsnorm_forward(x, w); });
+    add("rmsnorm bwd (dx, dw)", 3 * n * f + r * f, 12 * n, [&] { rmsnorm_backward(dy, x, w, rn.rstd); });
+
+    // ---- softmax / log-softmax / max along the last dim -----------------------------------------
+    Tensor y, ly;
+    try {
+      y = softmax_forward(x);
+      ly = log_softmax_forward(x);
+    } catch (const Error&) {
+    }
+    add("softmax fwd (8192x768)", 2 * n * f, 5 * n, [&] { softmax_forward(x); });
+    add("softmax bwd", 3 * n * f, 4 * n, [&] { softmax_backward(dy, y); });
+    add("log_softmax fwd", 2 * n * f, 5 * n, [&] { log_softmax_forward(x); });
+    add("log_softmax bwd", 3 * n * f, 4 * n, [&] { log_softmax_backward(dy, ly); });
+    MaxWithIndices mx{};
+    try {
+      mx = max_with_indices(x, -1);
+    } catch (const Error&) {
+    }
+    add("max_with_indices (axis -1)", n * f + r * (f + 8), n, [&] { max_with_indices(x, -1); });
+    add("max_backward (scatter)", n * f + r * (f + 8), 0, [&] { max_backward(mx.values, mx.indices, {rows, C}, -1); });
+
+    // ---- cross-entropy: logits (8192, 8192) -----------------------------------------------------
+    {
+      Tensor logits = randn({rows, V}, DType::f32, device);
+      Tensor targets = ids_tensor(rows, V, device);
+      const double nv = static_cast<double>(rows * V);
+      CrossEntropyForward ce{};
+      try {
+        ce = cross_entropy_forward(logits, targets);
+      } catch (const Error&) {
+      }
+      add("cross_entropy fwd (8192x8192)", nv * f + 2 * r * f, 4 * nv, [&] { cross_entropy_forward(logits, targets); });
+      add("cross_entropy fwd + fused dlogits", 2 * nv * f + 2 * r * f, 8 * nv,
+          [&] { cross_entropy_forward(logits, targets, Reduction::Mean, -100, 1.0); });
+      add("cross_entropy bwd (from lse)", 2 * nv * f + 2 * r * f, 4 * nv, [&] {
+        cross_entropy_backward(scalar_tensor(1.0, DType::f32, device), logits, targets, ce.lse);
+      });
+    }
+
+    // ---- embedding: ids (8192), table (8192, 768) -----------------------------------------------
+    {
+      Tensor ids = ids_tensor(rows, V, device);
+      Tensor wte = randn({V, C}, DType::f32, device);
+      add("embedding fwd (gather 8192 rows)", 2 * n * f + r * 4, 0, [&] { embedding_forward(ids, wte); });
+      add("embedding bwd (dtable 8192x768)", n * f + static_cast<double>(V * C) * f + r * 4, n,
+          [&] { embedding_backward(dy, ids, V); });
+    }
+
+    // ---- attention: (8, 12, 256, 64), causal ----------------------------------------------------
+    {
+      Tensor q = randn({B, H, T, D}, DType::f32, device), k = randn({B, H, T, D}, DType::f32, device);
+      Tensor v = randn({B, H, T, D}, DType::f32, device), dout = randn({B, H, T, D}, DType::f32, device);
+      const double e = static_cast<double>(B * H * T * D), bh = static_cast<double>(B * H);
+      // Causal: half of the T x T scores. Forward = 2 GEMMs (QK^T, PV), backward = 5 (S again, dV, dP, dK, dQ).
+      const double gemm = 2.0 * bh * T * T * D / 2;
+      AttentionForward at{};
+      try {
+        at = attention_forward(q, k, v);
+      } catch (const Error&) {
+      }
+      add("attention fwd (8x12x256x64 causal)", 4 * e * f + bh * T * f, 2 * gemm, [&] { attention_forward(q, k, v); });
+      add("attention bwd", 8 * e * f + bh * T * f, 5 * gemm,
+          [&] { attention_backward(dout, q, k, v, at.out, at.lse); });
+    }
+
+    // ---- optimizer: ~11M parameters in a GPT-like list ---------------------------------------
+    {
+      const std::vector<Shape> shapes = {{V, C}, {C, 3 * C}, {3 * C}, {C, C}, {C}, {C, 4 * C}, {4 * C}, {C}, {C}};
+      std::vector<Tensor> p, g, m, s;
+      double P = 0;
+      for (const Shape& sh : shapes) {
+        p.push_back(randn(sh, DType::f32, device));
+        g.push_back(randn(sh, DType::f32, device));
+        m.push_back(zeros(sh, DType::f32, device));
+        s.push_back(zeros(sh, DType::f32, device));
+        P += static_cast<double>(shape_numel(sh));
+      }
+      char np[32];
+      std::snprintf(np, sizeof np, "%.1fM", P / 1e6);
+      int64_t step = 1;
+      add(std::string("adamw_update (") + np + " params)", 7 * P * f, 12 * P,
+          [&] { adamw_update(p, g, m, s, 1e-4, 0.9, 0.95, 1e-8, 0.1, step++); });
+      add("sgd_update, nesterov momentum", 5 * P * f, 6 * P,
+          [&] { sgd_update(p, g, m, 1e-4, 0.9, 0.0, 0.0, true, step++); });
+      add("global_grad_norm", P * f, 2 * P, [&] { global_grad_norm(g); });
+      add("scale_ (clip)", 2 * P * f, P, [&] { scale_(g, 0.999); });
+    }
+
+    std::printf("nn kernel benchmark on %s, median of %d runs\n", device.str().c_str(), repeats);
+    std::printf("%-38s %10s %10s %10s %10s %10s\n", "kernel", "ms", "MB", "GFLOP", "GB/s", "GFLOP/s");
+    for (const Row& row : table) {
+      if (!row.error.empty()) {
+        std::printf("%-38s %s\n", row.name.c_str(), row.error.c_str());
+        continue;
+      }
+      std::printf("%-38s %10.3f %10.1f %10.2f %10.1f %10.1f\n", row.name.c_str(), row.ms, row.bytes / 1e6,
+                  row.flops / 1e9, row.bytes / row.ms / 1e6, row.flops / row.ms / 1e6);
+    }
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

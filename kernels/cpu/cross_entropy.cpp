@@ -1,0 +1,170 @@
+// Fused cross-entropy over logits (N, V) with integer targets, on the CPU.
+//
+// Forward, one task per row: a single sweep over the logits keeps a running max m and a running
+// sum s of exp(x - m), rescaling s by exp(m_old - m_new) when a block raises the max (the online
+// softmax of Milakov & Gimelshein 2018, by blocks of 2048 so that exp stays vectorised). The row's
+// log-sum-exp is m + log(s); the loss is lse - x[target]. The (N, V) probability matrix never
+// exists. When the caller asks for the gradient in the same call (llm.c's fused classifier), the
+// sweep also stores exp(x - running max) into dlogits and a second sweep over that row, still in
+// L1/L2, rescales it to (softmax - onehot(target)) * g: one exp per logit in all (exp is what
+// bounds this kernel on a CPU), and training never reads the logits again in backward.
+//
+// Backward from the saved lse (N): p = exp(x - lse), dlogits = (p - onehot) * dloss_row.
+// Numerics: the fused path computes p = exp(x - m_k) * exp(m_k - max - log s) from exact maxima,
+// which is more precise than exp(x - lse) with lse rounded to the logits' dtype; the two agree to
+// a few ulps of the dtype times |lse| (they differ visibly in f32 only for logits of order 1e4).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "kernels/cpu/nn_kernels.h"
+
+namespace reel::kernels::cpu {
+
+namespace {
+
+constexpr int64_t kMinParallel = 1 << 14;
+constexpr int64_t kBlock = 2048;  // online-softmax block: long enough for SIMD, short enough for L1
+
+template <typename T>
+using Row = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <typename T>
+using ConstRow = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+struct RowLse {
+  double max;      // the row max (a logit, exact)
+  double log_sum;  // log(sum(exp(x - max)));  lse = max + log_sum
+};
+
+// One sweep, blockwise-online max and sum of exp. With `e` set, also keeps e = exp(x - m_k) in it
+// (m_k: the running max when block k was summed, stored in block_max[k]), so that the fused
+// gradient needs one multiply per logit instead of a second exp.
+template <typename T>
+RowLse row_lse(const T* x, int64_t V, T* e, T* block_max) {
+  T m = -std::numeric_limits<T>::infinity();
+  double s = 0;
+  for (int64_t c0 = 0, k = 0; c0 < V; c0 += kBlock, ++k) {
+    const int64_t n = std::min(kBlock, V - c0);
+    ConstRow<T> blk(x + c0, n);
+    const T bm = blk.maxCoeff();
+    if (bm > m) {  // rescale what was summed against the old max (s is 0 while m is -inf)
+      s = s == 0 ? 0 : s * std::exp(static_cast<double>(m) - static_cast<double>(bm));
+      m = bm;
+    }
+    if (m == -std::numeric_limits<T>::infinity()) {  // all -inf so far (masked classes): adds 0
+      if (e != nullptr) {
+        std::fill(e + c0, e + c0 + n, T(0));
+        block_max[k] = m;
+      }
+      continue;
+    }
+    // NaN logits fall through `bm > m` and make s (hence lse and the loss) NaN, as they should.
+    if (e == nullptr) {
+      s += static_cast<double>((blk - m).exp().sum());
+    } else {
+      Row<T> eb(e + c0, n);
+      eb = (blk - m).exp();
+      s += static_cast<double>(eb.sum());
+      block_max[k] = m;
+    }
+  }
+  return {static_cast<double>(m), std::log(s)};
+}
+
+// The fused gradient from row_lse's e: d = e * exp(m_k - max - log_sum) * g per block, minus g at
+// the target: (softmax - onehot) * g.
+template <typename T>
+void fused_grad(int64_t V, const RowLse& r, const T* block_max, int64_t target, double g, T* d) {
+  for (int64_t c0 = 0, k = 0; c0 < V; c0 += kBlock, ++k) {
+    const T f = static_cast<T>(std::exp(static_cast<double>(block_max[k]) - r.max - r.log_sum) * g);
+    Row<T>(d + c0, std::min(kBlock, V - c0)) *= f;
+  }
+  d[target] -= static_cast<T>(g);
+}
+
+// d (V) = (softmax(x) - onehot(target)) * g with softmax = exp(x - lse) (the separate backward).
+template <typename T>
+void row_grad(const T* x, int64_t V, T lse, int64_t target, T g, T* d) {
+  ConstRow<T> xr(x, V);
+  Row<T> dr(d, V);
+  dr = (xr - lse).exp() * g;
+  dr[target] -= g;
+}
+
+template <typename T, typename I>
+void forward_impl(const T* logits, const I* targets, int64_t ignore_index, T* losses, T* lse, T* dlogits,
+                  double grad_scale, int64_t N, int64_t V) {
+  const int64_t blocks = (V + kBlock - 1) / kBlock;
+#pragma omp parallel if (N > 1 && N * V >= kMinParallel)
+  {
+    std::vector<T> block_max(static_cast<size_t>(blocks));  // per thread
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const T* row = logits + n * V;  // (V)
+      const int64_t t = static_cast<int64_t>(targets[n]);
+      const bool ignored = t == ignore_index;
+      T* d = dlogits == nullptr ? nullptr : dlogits + n * V;  // (V)
+      const RowLse r = row_lse(row, V, ignored ? nullptr : d, block_max.data());
+      lse[n] = static_cast<T>(r.max + r.log_sum);
+      losses[n] = ignored ? T(0) : static_cast<T>((r.max - static_cast<double>(row[t])) + r.log_sum);
+      if (d == nullptr) continue;
+      if (ignored) std::fill(d, d + V, T(0));
+      else fused_grad(V, r, block_max.data(), t, grad_scale, d);
+    }
+  }
+}
+
+template <typename T, typename I>
+void backward_impl(const T* dloss, bool per_row, double scale, const T* logits, const I* targets, const T* lse,
+                   int64_t ignore_index, T* dlogits, int64_t N, int64_t V) {
+#pragma omp parallel for schedule(static) if (N > 1 && N * V >= kMinParallel)
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t t = static_cast<int64_t>(targets[n]);
+    T* d = dlogits + n * V;
+    if (t == ignore_index) {
+      std::fill(d, d + V, T(0));
+      continue;
+    }
+    const T g = static_cast<T>(static_cast<double>(dloss[per_row ? n : 0]) * scale);
+    row_grad(logits + n * V, V, lse[n], t, g, d);
+  }
+}
+
+}  // namespace
+
+// ---- launchers ----------------------------------------------------------------------------------
+
+void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& losses,
+                           const Tensor& lse, const Tensor& dlogits, double grad_scale) {
+  const int64_t N = logits.size(0), V = logits.size(1);
+  REEL_DISPATCH_FLOATING(logits.dtype(), "cross_entropy_forward", {
+    scalar_t* d = dlogits.defined() ? dlogits.data<scalar_t>() : nullptr;
+    if (targets.dtype() == DType::i32)
+      forward_impl<scalar_t>(logits.data<scalar_t>(), targets.data<int32_t>(), ignore_index, losses.data<scalar_t>(),
+                             lse.data<scalar_t>(), d, grad_scale, N, V);
+    else
+      forward_impl<scalar_t>(logits.data<scalar_t>(), targets.data<int64_t>(), ignore_index, losses.data<scalar_t>(),
+                             lse.data<scalar_t>(), d, grad_scale, N, V);
+  })
+}
+
+void cross_entropy_backward(const Tensor& dloss, double scale, const Tensor& logits, const Tensor& targets,
+                            const Tensor& lse, int64_t ignore_index, const Tensor& dlogits) {
+  const int64_t N = logits.size(0), V = logits.size(1);
+  const bool per_row = dloss.numel() > 1;  // else one gradient for every row
+  REEL_DISPATCH_FLOATING(logits.dtype(), "cross_entropy_backward", {
+    if (targets.dtype() == DType::i32)
+      backward_impl<scalar_t>(dloss.data<scalar_t>(), per_row, scale, logits.data<scalar_t>(),
+                              targets.data<int32_t>(), lse.data<scalar_t>(), ignore_index,
+                              dlogits.data<scalar_t>(), N, V);
+    else
+      backward_impl<scalar_t>(dloss.data<scalar_t>(), per_row, scale, logits.data<scalar_t>(),
+                              targets.data<int64_t>(), lse.data<scalar_t>(), ignore_index,
+                              dlogits.data<scalar_t>(), N, V);
+  })
+}
+
+}  // namespace reel::kernels::cpu

@@ -1,0 +1,90 @@
+// Embedding lookup (a row gather) and its backward (a row scatter-add), on the CPU.
+//
+// Forward: out[n] = table[ids[n]], one row copy per position, OpenMP over positions.
+//
+// Backward must add the dout rows of every position holding id v into dtable[v], and a token
+// that repeats (spaces, "the", padding) collides. Float atomics would make the order of those
+// additions, and so the rounding, depend on thread scheduling. Strategy here: ROW OWNERSHIP
+// after a counting sort.
+//   1. A stable counting sort of the positions by id (serial, O(N + V): microseconds for
+//      N = 8192): positions of id v are order[start[v] .. start[v+1]), increasing.
+//   2. Threads take table rows (dynamic schedule, so a hot id with thousands of positions does
+//      not hold up a static block of rows); the owner of row v writes it once: the first
+//      position's row, plus the others in increasing position order; rows no id hits are zeroed.
+// Every row is written by one thread in an order fixed by the ids alone: bit-identical for any
+// thread count, without atomics and without per-thread (V, C) copies of the table.
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/nn_kernels.h"
+
+namespace reel::kernels::cpu {
+
+namespace {
+
+constexpr int64_t kMinParallel = 1 << 14;
+
+template <typename T, typename I>
+void forward_impl(const I* ids, const T* table, T* out, int64_t N, int64_t C) {
+#pragma omp parallel for schedule(static) if (N > 1 && N * C >= kMinParallel)
+  for (int64_t n = 0; n < N; ++n)
+    std::memcpy(out + n * C, table + static_cast<int64_t>(ids[n]) * C, static_cast<size_t>(C) * sizeof(T));
+}
+
+template <typename T, typename I>
+void backward_impl(const T* dout, const I* ids, T* dtable, int64_t N, int64_t V, int64_t C) {
+  // 1. counting sort: start (V + 1) offsets, order (N) positions grouped by id, stable; next (V)
+  // is the fill cursor. Scratch from the caching allocator: at GPT-2 sizes it is above malloc's
+  // mmap threshold, and fresh pages every call would cost page faults.
+  const Tensor scratch = empty({2 * V + 1 + N}, DType::i64);
+  int64_t* start = scratch.data<int64_t>();
+  int64_t* next = start + V + 1;
+  int64_t* order = next + V;
+  std::fill(start, start + V + 1, int64_t{0});
+  for (int64_t n = 0; n < N; ++n) ++start[static_cast<int64_t>(ids[n]) + 1];
+  for (int64_t v = 0; v < V; ++v) start[v + 1] += start[v];
+  std::copy(start, start + V, next);
+  for (int64_t n = 0; n < N; ++n) order[next[static_cast<int64_t>(ids[n])]++] = n;
+  // 2. row ownership.
+#pragma omp parallel for schedule(dynamic, 64) if (V > 1 && (V + N) * C >= kMinParallel)
+  for (int64_t v = 0; v < V; ++v) {
+    T* d = dtable + v * C;  // (C)
+    const int64_t b = start[v], e = start[v + 1];
+    if (b == e) {
+      std::fill(d, d + C, T(0));
+      continue;
+    }
+    std::memcpy(d, dout + order[b] * C, static_cast<size_t>(C) * sizeof(T));
+    for (int64_t p = b + 1; p < e; ++p) {
+      const T* src = dout + order[p] * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) d[c] += src[c];
+    }
+  }
+}
+
+}  // namespace
+
+// ---- launchers ----------------------------------------------------------------------------------
+
+void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
+  const int64_t N = ids.numel(), C = table.size(1);
+  REEL_DISPATCH_FLOATING(table.dtype(), "embedding_forward", {
+    if (ids.dtype() == DType::i32)
+      forward_impl<scalar_t>(ids.data<int32_t>(), table.data<scalar_t>(), out.data<scalar_t>(), N, C);
+    else
+      forward_impl<scalar_t>(ids.data<int64_t>(), table.data<scalar_t>(), out.data<scalar_t>(), N, C);
+  })
+}
+
+void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable) {
+  const int64_t N = ids.numel(), V = dtable.size(0), C = dtable.size(1);
+  REEL_DISPATCH_FLOATING(dtable.dtype(), "embedding_backward", {
+    if (ids.dtype() == DType::i32)
+      backward_impl<scalar_t>(dout.data<scalar_t>(), ids.data<int32_t>(), dtable.data<scalar_t>(), N, V, C);
+    else
+      backward_impl<scalar_t>(dout.data<scalar_t>(), ids.data<int64_t>(), dtable.data<scalar_t>(), N, V, C);
+  })
+}
+
+}  // namespace reel::kernels::cpu

@@ -1,0 +1,204 @@
+// LayerNorm and RMSNorm over the last dim, forward and backward, on the CPU.
+//
+// Forward: one task per row (OpenMP over rows); the row (C = 768 floats = 3 KB) stays in L1
+// while it is swept three times (mean, variance, normalise), so memory sees one read of x and one
+// write of y. The variance is the two-pass one (sum of (x - mean)^2): the one-pass
+// E[x^2] - E[x]^2 cancels catastrophically when |mean| >> std. Row sums run in the data type,
+// spread over the SIMD lanes (16 partial sums for f32, so each lane adds C/16 terms): widening
+// every element to double made the f32 kernel compute-bound at half the memory speed. The mean
+// sums x - x[0], so a row far from 0 (mean 1000, std 1) keeps the mean's low digits.
+//
+// Backward fuses dx with the weight/bias gradients: per row, one sweep for the two row sums
+//   dxhat = dy * w,  a = mean(dxhat),  c = mean(dxhat * xhat)
+// then one sweep that writes dx = rstd * (dxhat - a - xhat * c) and adds dy * xhat and dy into
+// dw/db partials. Determinism without atomics: rows are cut into fixed chunks (their size
+// depends on R only, never on the thread count); a chunk adds its rows, in order, into a (C)
+// accumulator in the data type that is flushed into the chunk's double partial every kFlush
+// rows (so f32 never sums more than kFlush terms); the final dw/db add the chunks' partials in
+// chunk order. The result is bit-identical run to run and for any number of threads.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/nn_kernels.h"
+
+namespace reel::kernels::cpu {
+
+namespace {
+
+constexpr int64_t kMinParallel = 1 << 14;  // elements below which threads cost more than they save
+constexpr int64_t kFlush = 16;             // rows summed in the data type before a flush to double
+
+// Rows per dw/db partial: at most ~64 partials (so the final sum stays cheap and the partials
+// (64, C) doubles fit in L2) and at least 32 rows each. Never a function of the thread count.
+int64_t rows_per_chunk(int64_t R) { return std::max<int64_t>(32, (R + 63) / 64); }
+
+template <typename T>
+void layernorm_forward_impl(const T* x, const T* w, const T* b, double eps, T* y, T* mean, T* rstd, int64_t R,
+                            int64_t C) {
+#pragma omp parallel for schedule(static) if (R > 1 && R * C >= kMinParallel)
+  for (int64_t r = 0; r < R; ++r) {
+    const T* xr = x + r * C;  // (C)
+    T* yr = y + r * C;        // (C)
+    // Sum x - x[0], not x: a row far from 0 (mean 1000, std 1) would otherwise lose the mean's
+    // low digits to the rounding of large partial sums.
+    const T shift = xr[0];
+    T s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t c = 0; c < C; ++c) s += xr[c] - shift;
+    const T m = shift + s / static_cast<T>(C);
+    T var = 0;
+#pragma omp simd reduction(+ : var)
+    for (int64_t c = 0; c < C; ++c) var += (xr[c] - m) * (xr[c] - m);
+    const T rs = static_cast<T>(1.0 / std::sqrt(static_cast<double>(var) / static_cast<double>(C) + eps));
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * rs * w[c] + b[c];
+    mean[r] = m;
+    rstd[r] = rs;
+  }
+}
+
+// Shared by LayerNorm (xhat = (x - mean) * rstd, has db) and RMSNorm (xhat = x * rstd).
+template <typename T, bool kLayerNorm>
+void norm_backward_impl(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx, T* dw, T* db,
+                        int64_t R, int64_t C) {
+  const int64_t rows = rows_per_chunk(R);
+  const int64_t chunks = (R + rows - 1) / rows;
+  // (chunks, C) double partial sums of dy * xhat and of dy, one slice per chunk. Scratch from the
+  // caching allocator, not std::vector: 2 x 384 KB at GPT-2 sizes is above malloc's mmap
+  // threshold, and fresh pages every call (page faults + kernel zeroing) cost more than the sweep.
+  const Tensor scratch = empty({kLayerNorm ? 2 : 1, chunks, C}, DType::f64);
+  double* part_dw = scratch.data<double>();
+  double* part_db = kLayerNorm ? part_dw + chunks * C : nullptr;
+  const T inv_c = T(1) / static_cast<T>(C);
+
+#pragma omp parallel if (chunks > 1 && R * C >= kMinParallel)
+  {
+    std::vector<T> acc_dw(static_cast<size_t>(C)), acc_db(kLayerNorm ? static_cast<size_t>(C) : 0);  // per thread
+    T* adw = acc_dw.data();
+    T* adb = acc_db.data();
+#pragma omp for schedule(static)
+    for (int64_t k = 0; k < chunks; ++k) {
+      double* pdw = part_dw + k * C;
+      double* pdb = kLayerNorm ? part_db + k * C : nullptr;
+      bool first_flush = true;  // the first flush stores, so the partials need no zeroing
+      std::fill(acc_dw.begin(), acc_dw.end(), T(0));
+      std::fill(acc_db.begin(), acc_db.end(), T(0));
+      const int64_t r0 = k * rows, r_end = std::min(R, r0 + rows);
+      for (int64_t r = r0; r < r_end; ++r) {
+        const T* dyr = dy + r * C;
+        const T* xr = x + r * C;
+        T* dxr = dx + r * C;
+        const T m = kLayerNorm ? mean[r] : T(0);
+        const T rs = rstd[r];
+        T sum_dxhat = 0, sum_dxhat_xhat = 0;
+#pragma omp simd reduction(+ : sum_dxhat, sum_dxhat_xhat)
+        for (int64_t c = 0; c < C; ++c) {
+          const T dxhat = dyr[c] * w[c];
+          sum_dxhat += dxhat;
+          sum_dxhat_xhat += dxhat * ((xr[c] - m) * rs);
+        }
+        // RMSNorm has no mean to subtract, so no mean(dxhat) term.
+        const T a = kLayerNorm ? sum_dxhat * inv_c : T(0);
+        const T cc = sum_dxhat_xhat * inv_c;
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) {
+          const T xhat = (xr[c] - m) * rs;
+          dxr[c] = rs * (dyr[c] * w[c] - a - xhat * cc);
+          adw[c] += dyr[c] * xhat;
+          if constexpr (kLayerNorm) adb[c] += dyr[c];
+        }
+        if ((r - r0) % kFlush == kFlush - 1 || r == r_end - 1) {  // fixed by r: deterministic
+          if (first_flush) {  // (uninitialised memory may hold NaN: store, never 0 * old + new)
+            std::copy(adw, adw + C, pdw);
+            if constexpr (kLayerNorm) std::copy(adb, adb + C, pdb);
+          } else {
+#pragma omp simd
+            for (int64_t c = 0; c < C; ++c) {
+              pdw[c] += adw[c];
+              if constexpr (kLayerNorm) pdb[c] += adb[c];
+            }
+          }
+          first_flush = false;
+          std::fill(adw, adw + C, T(0));
+          if constexpr (kLayerNorm) std::fill(adb, adb + C, T(0));
+        }
+      }
+    }
+  }
+  // Sum the partials in chunk order (the same order for every column and any thread count),
+  // streaming whole partial rows: a column walk down the (chunks, C) partials would stride by
+  // C doubles and thrash L1.
+  std::vector<double> sum_dw(static_cast<size_t>(C), 0.0), sum_db(kLayerNorm ? static_cast<size_t>(C) : 0, 0.0);
+  for (int64_t k = 0; k < chunks; ++k) {
+    const double* pdw = part_dw + k * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) sum_dw[static_cast<size_t>(c)] += pdw[c];
+    if constexpr (kLayerNorm) {
+      const double* pdb = part_db + k * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) sum_db[static_cast<size_t>(c)] += pdb[c];
+    }
+  }
+  for (int64_t c = 0; c < C; ++c) {
+    dw[c] = static_cast<T>(sum_dw[static_cast<size_t>(c)]);
+    if constexpr (kLayerNorm) db[c] = static_cast<T>(sum_db[static_cast<size_t>(c)]);
+  }
+}
+
+template <typename T>
+void rmsnorm_forward_impl(const T* x, const T* w, double eps, T* y, T* rstd, int64_t R, int64_t C) {
+#pragma omp parallel for schedule(static) if (R > 1 && R * C >= kMinParallel)
+  for (int64_t r = 0; r < R; ++r) {
+    const T* xr = x + r * C;
+    T* yr = y + r * C;
+    double ss = 0;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t c = 0; c < C; ++c) ss += static_cast<double>(xr[c]) * xr[c];
+    const T rt = static_cast<T>(1.0 / std::sqrt(ss / static_cast<double>(C) + eps));
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) yr[c] = xr[c] * rt * w[c];
+    rstd[r] = rt;
+  }
+}
+
+}  // namespace
+
+// ---- launchers ----------------------------------------------------------------------------------
+
+void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double eps, const Tensor& y,
+                       const Tensor& mean, const Tensor& rstd) {
+  const int64_t R = x.size(0), C = x.size(1);
+  REEL_DISPATCH_FLOATING(x.dtype(), "layernorm_forward",
+                         layernorm_forward_impl<scalar_t>(x.data<scalar_t>(), w.data<scalar_t>(), b.data<scalar_t>(),
+                                                          eps, y.data<scalar_t>(), mean.data<scalar_t>(),
+                                                          rstd.data<scalar_t>(), R, C))
+}
+
+void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                        const Tensor& dx, const Tensor& dw, const Tensor& db) {
+  const int64_t R = x.size(0), C = x.size(1);
+  REEL_DISPATCH_FLOATING(x.dtype(), "layernorm_backward",
+                         norm_backward_impl<scalar_t, true>(dy.data<scalar_t>(), x.data<scalar_t>(), w.data<scalar_t>(),
+                                                            mean.data<scalar_t>(), rstd.data<scalar_t>(),
+                                                            dx.data<scalar_t>(), dw.data<scalar_t>(),
+                                                            db.data<scalar_t>(), R, C))
+}
+
+void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, const Tensor& y, const Tensor& rstd) {
+  const int64_t R = x.size(0), C = x.size(1);
+  REEL_DISPATCH_FLOATING(x.dtype(), "rmsnorm_forward",
+                         rmsnorm_forward_impl<scalar_t>(x.data<scalar_t>(), w.data<scalar_t>(), eps,
+                                                        y.data<scalar_t>(), rstd.data<scalar_t>(), R, C))
+}
+
+void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dx,
+                      const Tensor& dw) {
+  const int64_t R = x.size(0), C = x.size(1);
+  REEL_DISPATCH_FLOATING(x.dtype(), "rmsnorm_backward",
+                         norm_backward_impl<scalar_t, false>(dy.data<scalar_t>(), x.data<scalar_t>(),
+                                                             w.data<scalar_t>(), nullptr, rstd.data<scalar_t>(),
+                                                             dx.data<scalar_t>(), dw.data<scalar_t>(), nullptr, R, C))
+}
+
+}  // namespace reel::kernels::cpu

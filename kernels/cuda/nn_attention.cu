@@ -1,0 +1,369 @@
+// kernels/cuda/nn_attention.cu: scaled-dot-product attention, flash-style, forward and backward,
+// for q (BH, Tq, D), k (BH, Tk, D), v (BH, Tk, Dv), D and Dv up to 128, causal or not.
+//
+// Forward (one kernel): a block is one (b, h) and a tile of kWarps queries, one warp per query.
+// It walks the key tiles of kBc keys, stopping at the causal diagonal; each tile of K and V is
+// staged in shared memory once for all the block's queries. Per tile, lane j of a warp computes
+// the score of key j (a dot product over D from shared memory, the query scaled on load as the
+// CPU does), the warp updates the online softmax
+//   m' = max(m, max_j s_j),  p_j = exp(s_j - m'),  l = l exp(m - m') + sum_j p_j,
+// and each lane, owning output dims d = lane, lane + 32, ... (at most 4 registers), does
+// o_d = o_d exp(m - m') + sum_j p_j V[j, d] with the p_j read back from shared memory. At the end
+// out = o / l and lse = m + log l. Extra memory: lse, O(T) per (b, h); never the T x T scores.
+//
+// Backward (FlashAttention-2, three kernels): P is recomputed from the saved lse, and with
+// Di = rowsum(dout * out),
+//   dV_j = sum_i P_ij dO_i,  dP_ij = dO_i . V_j,  dS_ij = P_ij (dP_ij - Di),
+//   dK_j = scale sum_i dS_ij Q_i,  dQ_i = scale sum_j dS_ij K_j.
+//   1. di:    Di, one warp per query row.
+//   2. dkdv:  a block owns kKeyWarps keys of one (b, h), one warp per key, and loops over the
+//             query tiles from the diagonal on; each query tile (scaled Q, dO, lse, Di of kBr rows)
+//             is staged in shared memory, lane i computes P_ij and dS_ij for query i, and each
+//             lane, owning dims d, adds sum_i P_ij dO[i, d] and sum_i dS_ij Q[i, d] into its
+//             registers. A key's dK and dV are written once, by the warp that owns it.
+//   3. dq:    the forward's layout (warp per query, lane per key of a K/V tile in shared memory)
+//             recomputing dS_ij and adding sum_j dS_ij K[j, d].
+// FlashAttention-2 on a GPU computes dQ in the dkdv kernel with float atomicAdd, whose order
+// changes the bits run to run; a separate dq pass recomputes S and dP once more (about 40% more
+// backward FLOPs) but every gradient is a fixed-order sum with no atomics: bit-identical runs.
+//
+// Tiles: a score is a full dot product by one lane (no shuffles per score), shared-memory rows
+// that lanes read in parallel are padded to D + 1 (no bank conflicts), and every kernel stays
+// under the default 48 KiB of dynamic shared memory at D = Dv = 128: f32 uses 32-key tiles and
+// 8 queries per block, f64 16 and 4 (twice the bytes per value). The reuse of a staged tile is
+// only kWarps queries (a production kernel would give each warp several rows and use mma); this
+// is the readable version, checked against the CPU.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/nn_common.h"
+#include "kernels/cuda/nn_kernels.h"
+
+namespace reel::kernels::cuda {
+
+namespace {
+
+constexpr int kMaxHead = 128;              // D and Dv
+constexpr int kDimsPerLane = kMaxHead / 32;  // output dims a lane owns
+constexpr size_t kSmemLimit = 48 * 1024;
+
+// kBc: keys per K/V tile (lane per key); kWarps: queries per forward/dq block (warp per query);
+// kBr: queries per dkdv query tile (lane per query); kKeyWarps: keys per dkdv block.
+template <typename T>
+struct AttnTiles;
+template <>
+struct AttnTiles<float> {
+  static constexpr int kBc = 32, kWarps = 8, kBr = 32, kKeyWarps = 8;
+};
+template <>
+struct AttnTiles<double> {
+  static constexpr int kBc = 16, kWarps = 4, kBr = 16, kKeyWarps = 4;
+};
+
+// Stages rows [r0, r0 + n) of a (rows, cols) matrix into shared memory with row pitch `ld`,
+// scaled by `scale`; rows past n are not touched. The whole block cooperates.
+template <typename T>
+__device__ __forceinline__ void stage_rows(T* dst, int ld, const T* src, int64_t r0, int n, int cols, T scale) {
+  const int threads = blockDim.x;
+  for (int e = threadIdx.x; e < n * cols; e += threads) {
+    const int r = e / cols, c = e - r * cols;
+    dst[r * ld + c] = src[(r0 + r) * cols + c] * scale;
+  }
+}
+
+// ---- kernels ---------------------------------------------------------------------------------
+
+// q: (BH, Tq, D), k: (BH, Tk, D), v: (BH, Tk, Dv) -> out: (BH, Tq, Dv), lse: (BH, Tq).
+// Block: kWarps warps; blockIdx.x = bh * q_tiles + query tile. Dynamic shared memory:
+//   Ks (kBc, D + 1), Vs (kBc, Dv), Qs (kWarps, D), Ps (kWarps, kBc).
+template <typename T>
+__global__ void attention_forward_kernel(const T* q, const T* k, const T* v, T* out, T* lse, int64_t Tq, int64_t Tk,
+                                         int D, int Dv, T scale, bool causal, int64_t q_tiles) {
+  using std::exp;
+  using std::log;
+  using std::fmax;
+  constexpr int kBc = AttnTiles<T>::kBc, kWarps = AttnTiles<T>::kWarps;
+  SIMT_DYNAMIC_SHARED(T, smem);
+  const int ldk = D + 1;
+  T* Ks = smem;
+  T* Vs = Ks + kBc * ldk;
+  T* Qs = Vs + kBc * Dv;
+  T* Ps = Qs + kWarps * D;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t bh = blockIdx.x / q_tiles, q0 = (blockIdx.x % q_tiles) * kWarps, i = q0 + warp;
+  const bool active = i < Tq;  // uniform over the warp
+  q += bh * Tq * D;
+  k += bh * Tk * D;
+  v += bh * Tk * Dv;
+  T* qrow = Qs + warp * D;
+  for (int d = lane; d < D; d += 32) qrow[d] = active ? q[i * D + d] * scale : T(0);
+  T m = static_cast<T>(-INFINITY), l = 0;
+  T o[kDimsPerLane] = {};
+  const int64_t kv_end = causal ? min_i64(Tk, q0 + kWarps) : Tk;  // causal: Tq == Tk
+  for (int64_t j0 = 0; j0 < kv_end; j0 += kBc) {  // uniform over the block
+    const int bc = static_cast<int>(min_i64(kBc, kv_end - j0));
+    __syncthreads();  // the previous tile's Ks, Vs, Ps are no longer read
+    stage_rows(Ks, ldk, k, j0, bc, D, T(1));
+    stage_rows(Vs, Dv, v, j0, bc, Dv, T(1));
+    __syncthreads();
+    const int64_t j = j0 + lane;
+    T s = static_cast<T>(-INFINITY);
+    if (active && lane < bc && (!causal || j <= i)) {
+      T acc = 0;
+      for (int d = 0; d < D; ++d) acc += qrow[d] * Ks[lane * ldk + d];
+      s = acc;
+    }
+    const T m_new = fmax(m, warp_max(s));
+    const T p = s == -INFINITY ? T(0) : exp(s - m_new);
+    const T alpha = m == -INFINITY ? T(0) : exp(m - m_new);  // 0 before the first visible key
+    l = l * alpha + warp_sum(p);
+    m = m_new;
+    if (lane < kBc) Ps[warp * kBc + lane] = p;
+    __syncwarp();
+    for (int kk = 0; kk < kDimsPerLane; ++kk) {
+      const int d = lane + 32 * kk;
+      if (d < Dv) {
+        T acc = o[kk] * alpha;
+        for (int jj = 0; jj < bc; ++jj) acc += Ps[warp * kBc + jj] * Vs[jj * Dv + d];
+        o[kk] = acc;
+      }
+    }
+  }
+  if (active) {
+    T* orow = out + (bh * Tq + i) * Dv;
+    for (int kk = 0; kk < kDimsPerLane; ++kk)
+      if (lane + 32 * kk < Dv) orow[lane + 32 * kk] = o[kk] / l;
+    if (lane == 0) lse[bh * Tq + i] = m + log(l);
+  }
+}
+
+// Di = rowsum(dout * out). dout, out: (rows, Dv); di: (rows). Warp per row, 8 per block.
+template <typename T>
+__global__ void attention_backward_di_kernel(const T* dout, const T* out, T* di, int64_t rows, int Dv) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t{gridDim.x} * (blockDim.x >> 5);
+  for (int64_t r = blockIdx.x * int64_t{blockDim.x >> 5} + (threadIdx.x >> 5); r < rows; r += warps) {
+    T s = 0;
+    for (int d = lane; d < Dv; d += 32) s += dout[r * Dv + d] * out[r * Dv + d];
+    s = warp_sum(s);
+    if (lane == 0) di[r] = s;
+  }
+}
+
+// dK, dV for kKeyWarps keys of one (b, h); blockIdx.x = bh * k_tiles + key tile. q, k, v as in
+// the forward; dout (BH, Tq, Dv), lse, di (BH, Tq); dk (BH, Tk, D), dv (BH, Tk, Dv).
+// Dynamic shared memory: Qs (kBr, D + 1) scaled, dOs (kBr, Dv + 1), Kr (kKeyWarps, D),
+// Vr (kKeyWarps, Dv), Ps (kKeyWarps, kBr), dSs (kKeyWarps, kBr), Ls (kBr), Ds (kBr).
+template <typename T>
+__global__ void attention_backward_dkdv_kernel(const T* dout, const T* q, const T* k, const T* v, const T* lse,
+                                               const T* di, T* dk, T* dv, int64_t Tq, int64_t Tk, int D, int Dv,
+                                               T scale, bool causal, int64_t k_tiles) {
+  using std::exp;
+  constexpr int kBr = AttnTiles<T>::kBr, kKeyWarps = AttnTiles<T>::kKeyWarps;
+  SIMT_DYNAMIC_SHARED(T, smem);
+  const int ldq = D + 1, ldo = Dv + 1;
+  T* Qs = smem;
+  T* dOs = Qs + kBr * ldq;
+  T* Kr = dOs + kBr * ldo;
+  T* Vr = Kr + kKeyWarps * D;
+  T* Ps = Vr + kKeyWarps * Dv;
+  T* dSs = Ps + kKeyWarps * kBr;
+  T* Ls = dSs + kKeyWarps * kBr;
+  T* Ds = Ls + kBr;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t bh = blockIdx.x / k_tiles, k0 = (blockIdx.x % k_tiles) * kKeyWarps, j = k0 + warp;
+  const bool active = j < Tk;  // uniform over the warp
+  q += bh * Tq * D;
+  k += bh * Tk * D;
+  v += bh * Tk * Dv;
+  dout += bh * Tq * Dv;
+  lse += bh * Tq;
+  di += bh * Tq;
+  for (int d = lane; d < D; d += 32) Kr[warp * D + d] = active ? k[j * D + d] : T(0);
+  for (int d = lane; d < Dv; d += 32) Vr[warp * Dv + d] = active ? v[j * Dv + d] : T(0);
+  T acc_dk[kDimsPerLane] = {}, acc_dv[kDimsPerLane] = {};
+  // Causal: only queries i >= k0 see these keys; start at the query tile that holds k0.
+  for (int64_t i0 = causal ? (k0 / kBr) * kBr : 0; i0 < Tq; i0 += kBr) {  // uniform over the block
+    const int br = static_cast<int>(min_i64(kBr, Tq - i0));
+    __syncthreads();  // the previous tile is no longer read (and Kr, Vr are written)
+    stage_rows(Qs, ldq, q, i0, br, D, scale);
+    stage_rows(dOs, ldo, dout, i0, br, Dv, T(1));
+    for (int r = threadIdx.x; r < br; r += blockDim.x) {
+      Ls[r] = lse[i0 + r];
+      Ds[r] = di[i0 + r];
+    }
+    __syncthreads();
+    const int64_t i = i0 + lane;
+    T p = 0, ds = 0;
+    if (active && lane < br && (!causal || j <= i)) {
+      T s = 0, dp = 0;
+      for (int d = 0; d < D; ++d) s += Qs[lane * ldq + d] * Kr[warp * D + d];
+      for (int d = 0; d < Dv; ++d) dp += dOs[lane * ldo + d] * Vr[warp * Dv + d];
+      p = exp(s - Ls[lane]);
+      ds = p * (dp - Ds[lane]);
+    }
+    if (lane < kBr) {
+      Ps[warp * kBr + lane] = p;
+      dSs[warp * kBr + lane] = ds;
+    }
+    __syncwarp();
+    for (int kk = 0; kk < kDimsPerLane; ++kk) {
+      const int d = lane + 32 * kk;
+      if (d < Dv)
+        for (int ii = 0; ii < br; ++ii) acc_dv[kk] += Ps[warp * kBr + ii] * dOs[ii * ldo + d];
+      if (d < D)  // Qs is scaled: this is scale * sum_i dS_ij Q_i
+        for (int ii = 0; ii < br; ++ii) acc_dk[kk] += dSs[warp * kBr + ii] * Qs[ii * ldq + d];
+    }
+  }
+  if (active) {
+    for (int kk = 0; kk < kDimsPerLane; ++kk) {
+      const int d = lane + 32 * kk;
+      if (d < D) dk[(bh * Tk + j) * D + d] = acc_dk[kk];
+      if (d < Dv) dv[(bh * Tk + j) * Dv + d] = acc_dv[kk];
+    }
+  }
+}
+
+// dQ for kWarps queries of one (b, h); blockIdx.x = bh * q_tiles + query tile. Dynamic shared
+// memory: Ks (kBc, D + 1), Vs (kBc, Dv + 1), Qs (kWarps, D) scaled, dOs (kWarps, Dv), dSs (kWarps, kBc).
+template <typename T>
+__global__ void attention_backward_dq_kernel(const T* dout, const T* q, const T* k, const T* v, const T* lse,
+                                             const T* di, T* dq, int64_t Tq, int64_t Tk, int D, int Dv, T scale,
+                                             bool causal, int64_t q_tiles) {
+  using std::exp;
+  constexpr int kBc = AttnTiles<T>::kBc, kWarps = AttnTiles<T>::kWarps;
+  SIMT_DYNAMIC_SHARED(T, smem);
+  const int ldk = D + 1, ldv = Dv + 1;
+  T* Ks = smem;
+  T* Vs = Ks + kBc * ldk;
+  T* Qs = Vs + kBc * ldv;
+  T* dOs = Qs + kWarps * D;
+  T* dSs = dOs + kWarps * Dv;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t bh = blockIdx.x / q_tiles, q0 = (blockIdx.x % q_tiles) * kWarps, i = q0 + warp;
+  const bool active = i < Tq;  // uniform over the warp
+  q += bh * Tq * D;
+  k += bh * Tk * D;
+  v += bh * Tk * Dv;
+  dout += bh * Tq * Dv;
+  T* qrow = Qs + warp * D;
+  T* dorow = dOs + warp * Dv;
+  for (int d = lane; d < D; d += 32) qrow[d] = active ? q[i * D + d] * scale : T(0);
+  for (int d = lane; d < Dv; d += 32) dorow[d] = active ? dout[i * Dv + d] : T(0);
+  const T lse_i = active ? lse[bh * Tq + i] : T(0), di_i = active ? di[bh * Tq + i] : T(0);
+  T acc[kDimsPerLane] = {};
+  const int64_t kv_end = causal ? min_i64(Tk, q0 + kWarps) : Tk;
+  for (int64_t j0 = 0; j0 < kv_end; j0 += kBc) {  // uniform over the block
+    const int bc = static_cast<int>(min_i64(kBc, kv_end - j0));
+    __syncthreads();  // the previous tile is no longer read (and the Qs, dOs rows are written)
+    stage_rows(Ks, ldk, k, j0, bc, D, T(1));
+    stage_rows(Vs, ldv, v, j0, bc, Dv, T(1));
+    __syncthreads();
+    const int64_t j = j0 + lane;
+    T ds = 0;
+    if (active && lane < bc && (!causal || j <= i)) {
+      T s = 0, dp = 0;
+      for (int d = 0; d < D; ++d) s += qrow[d] * Ks[lane * ldk + d];
+      for (int d = 0; d < Dv; ++d) dp += dorow[d] * Vs[lane * ldv + d];
+      ds = exp(s - lse_i) * (dp - di_i);
+    }
+    if (lane < kBc) dSs[warp * kBc + lane] = ds;
+    __syncwarp();
+    for (int kk = 0; kk < kDimsPerLane; ++kk) {
+      const int d = lane + 32 * kk;
+      if (d < D)
+        for (int jj = 0; jj < bc; ++jj) acc[kk] += dSs[warp * kBc + jj] * Ks[jj * ldk + d];
+    }
+  }
+  if (active)
+    for (int kk = 0; kk < kDimsPerLane; ++kk)
+      if (lane + 32 * kk < D) dq[(bh * Tq + i) * D + lane + 32 * kk] = scale * acc[kk];
+}
+
+// ---- launchers -------------------------------------------------------------------------------
+
+void check_heads(const char* op, int64_t D, int64_t Dv) {
+  REEL_CHECK(D <= kMaxHead && Dv <= kMaxHead, op, ": head dims D = ", D, " and Dv = ", Dv,
+             " exceed the cuda kernels' limit of ", kMaxHead);
+}
+
+template <typename T>
+size_t forward_smem(int D, int Dv) {
+  using C = AttnTiles<T>;
+  return sizeof(T) * (size_t{C::kBc} * (D + 1) + size_t{C::kBc} * Dv + size_t{C::kWarps} * D + C::kWarps * C::kBc);
+}
+template <typename T>
+size_t dkdv_smem(int D, int Dv) {
+  using C = AttnTiles<T>;
+  return sizeof(T) * (size_t{C::kBr} * (D + 1) + size_t{C::kBr} * (Dv + 1) + size_t{C::kKeyWarps} * (D + Dv) +
+                      2 * C::kKeyWarps * C::kBr + 2 * C::kBr);
+}
+template <typename T>
+size_t dq_smem(int D, int Dv) {
+  using C = AttnTiles<T>;
+  return sizeof(T) * (size_t{C::kBc} * (D + 1) + size_t{C::kBc} * (Dv + 1) + size_t{C::kWarps} * (D + Dv) +
+                      C::kWarps * C::kBc);
+}
+
+int64_t tiles(int64_t n, int per_tile) { return (n + per_tile - 1) / per_tile; }
+
+unsigned grid_of(int64_t BH, int64_t per_bh) {
+  REEL_CHECK(BH * per_bh <= int64_t{0x7fffffff}, "attention: ", BH, " x ", per_bh, " blocks exceed CUDA's grid");
+  return static_cast<unsigned>(BH * per_bh);
+}
+
+template <typename T>
+void forward_launch(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal, const Tensor& out,
+                    const Tensor& lse) {
+  const int64_t BH = q.size(0), Tq = q.size(1), Tk = k.size(1);
+  const int D = static_cast<int>(q.size(2)), Dv = static_cast<int>(v.size(2));
+  const size_t smem = forward_smem<T>(D, Dv);
+  REEL_CHECK(smem <= kSmemLimit, "attention_forward: ", smem, " bytes of shared memory");
+  const int64_t q_tiles = tiles(Tq, AttnTiles<T>::kWarps);
+  launch("attention_forward_kernel", attention_forward_kernel<T>, grid_of(BH, q_tiles), AttnTiles<T>::kWarps * 32,
+         smem, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), lse.data<T>(), Tq, Tk, D, Dv,
+         static_cast<T>(scale), causal, q_tiles);
+}
+
+template <typename T>
+void backward_launch(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                     const Tensor& lse, double scale, bool causal, const Tensor& dq, const Tensor& dk,
+                     const Tensor& dv) {
+  const int64_t BH = q.size(0), Tq = q.size(1), Tk = k.size(1);
+  const int D = static_cast<int>(q.size(2)), Dv = static_cast<int>(v.size(2));
+  const T s = static_cast<T>(scale);
+  const Tensor di = empty({BH, Tq}, q.dtype(), q.device());  // (BH, Tq): O(T) per (b, h)
+  launch("attention_backward_di_kernel", attention_backward_di_kernel<T>, grid_for(BH * Tq, 8), 256, 0,
+         dout.data<T>(), out.data<T>(), di.data<T>(), BH * Tq, Dv);
+  const size_t smem_kv = dkdv_smem<T>(D, Dv), smem_q = dq_smem<T>(D, Dv);
+  REEL_CHECK(smem_kv <= kSmemLimit && smem_q <= kSmemLimit, "attention_backward: ", smem_kv, " and ", smem_q,
+             " bytes of shared memory");
+  const int64_t k_tiles = tiles(Tk, AttnTiles<T>::kKeyWarps), q_tiles = tiles(Tq, AttnTiles<T>::kWarps);
+  launch("attention_backward_dkdv_kernel", attention_backward_dkdv_kernel<T>, grid_of(BH, k_tiles),
+         AttnTiles<T>::kKeyWarps * 32, smem_kv, dout.data<T>(), q.data<T>(), k.data<T>(), v.data<T>(),
+         lse.data<T>(), di.data<T>(), dk.data<T>(), dv.data<T>(), Tq, Tk, D, Dv, s, causal, k_tiles);
+  launch("attention_backward_dq_kernel", attention_backward_dq_kernel<T>, grid_of(BH, q_tiles),
+         AttnTiles<T>::kWarps * 32, smem_q, dout.data<T>(), q.data<T>(), k.data<T>(), v.data<T>(), lse.data<T>(),
+         di.data<T>(), dq.data<T>(), Tq, Tk, D, Dv, s, causal, q_tiles);
+}
+
+}  // namespace
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
+                       const Tensor& out, const Tensor& lse) {
+  check_heads("attention_forward", q.size(2), v.size(2));
+  set_device(q.device());
+  REEL_DISPATCH_FLOATING(q.dtype(), "attention_forward", forward_launch<scalar_t>(q, k, v, scale, causal, out, lse))
+}
+
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, double scale, bool causal, const Tensor& dq, const Tensor& dk,
+                        const Tensor& dv) {
+  check_heads("attention_backward", q.size(2), v.size(2));
+  set_device(q.device());
+  REEL_DISPATCH_FLOATING(q.dtype(), "attention_backward",
+                         backward_launch<scalar_t>(dout, q, k, v, out, lse, scale, causal, dq, dk, dv))
+}
+
+}  // namespace reel::kernels::cuda

@@ -1,0 +1,166 @@
+// kernels/cuda/nn_cross_entropy.cu: the fused cross-entropy over logits (N, V) with integer
+// targets, forward (optionally with dlogits in the same kernel) and the separate backward.
+//
+// Forward, one 256-thread block per row (llm.c's fused classifier): each thread sweeps its
+// strided share of the row once with the online softmax (running max m, s = sum(exp(x - m))),
+// the block combines the 256 (m, s) pairs (shuffles, then one pair per warp through shared
+// memory) and thread 0 writes lse = m + log s and the loss (m - x[target]) + log s. The (N, V)
+// probability matrix is never written. When the caller asks for the gradient, a second sweep of
+// the same block, over a row that is now in L2, writes
+//   dlogits = exp(x - m) * (g / s) - g * onehot(target),   0 for an ignored row,
+// so backward costs no extra kernel and training never reads the logits again. (The CPU keeps
+// exp(x - m) in dlogits and rescales it, saving an exp per logit; on a GPU the exp is free next
+// to the memory traffic, and reading the logits twice from L2 is cheaper than writing then
+// re-reading dlogits.)
+// Backward from the saved lse: dlogits = (exp(x - lse) - onehot) * dloss_row, block per row.
+//
+// Targets: the kernels check each target they read; an out-of-range one (not ignore_index) is
+// never used as an index: the kernel reports its row through the device error buffer and writes
+// NaN (loss) or zeros (dlogits) for it, and the launcher throws IndexOutOfRange. The entry point
+// runs check_indices first anyway (it needs the count of non-ignored rows for the mean), so a bad
+// target is reported before these kernels run; their own check is what keeps a direct caller safe.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/nn_common.h"
+#include "kernels/cuda/nn_kernels.h"
+
+namespace reel::kernels::cuda {
+
+namespace {
+
+constexpr int kRowThreads = 256;
+constexpr int64_t kMaxRowBlocks = 1 << 16;  // rows beyond it: the blocks loop
+
+// ---- kernels ---------------------------------------------------------------------------------
+
+// idx: (n). Counts indices that are not `ignore` (has_ignore) into *count and reports every
+// other one outside [0, limit). Grid-stride; integer atomics only (exact, so order-independent).
+template <typename I>
+__global__ void check_indices_kernel(const I* idx, int64_t n, int64_t limit, bool has_ignore, int64_t ignore,
+                                     unsigned long long* error, unsigned long long* count) {
+  unsigned long long c = 0;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t v = static_cast<int64_t>(idx[i]);
+    if (has_ignore && v == ignore) continue;
+    if (v < 0 || v >= limit) report_bad_index(error, i);
+    else ++c;
+  }
+  c = warp_sum(c);
+  if ((threadIdx.x & 31) == 0 && c > 0) atomicAdd(count, c);
+}
+
+// Block per row. logits: (N, V); targets, losses, lse: (N); dlogits: (N, V) or null (no fused
+// gradient); g: the gradient scale of every non-ignored row.
+template <typename T, typename I>
+__global__ void cross_entropy_forward_kernel(const T* logits, const I* targets, int64_t ignore_index, T* losses,
+                                             T* lse, T* dlogits, T g, unsigned long long* error, int64_t N,
+                                             int64_t V) {
+  using std::exp;
+  using std::log;
+  __shared__ MaxSum<T> scratch[32];
+  for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {  // uniform over the block
+    const T* xr = logits + row * V;  // (V)
+    MaxSum<T> ms{static_cast<T>(-INFINITY), T(0)};
+    for (int64_t c = threadIdx.x; c < V; c += blockDim.x) ms = max_sum_add(ms, xr[c]);
+    ms = block_max_sum(ms, scratch);
+    const int64_t t = static_cast<int64_t>(targets[row]);
+    const bool ignored = t == ignore_index, valid = ignored || (t >= 0 && t < V);
+    const T log_s = log(ms.s);
+    if (threadIdx.x == 0) {
+      lse[row] = ms.m + log_s;
+      if (!valid) report_bad_index(error, row);
+      losses[row] = !valid ? static_cast<T>(NAN) : ignored ? T(0) : (ms.m - xr[t]) + log_s;
+    }
+    if (dlogits != nullptr) {
+      T* d = dlogits + row * V;  // (V)
+      const bool zero = ignored || !valid;
+      const T f = g / ms.s;
+      for (int64_t c = threadIdx.x; c < V; c += blockDim.x)
+        d[c] = zero ? T(0) : exp(xr[c] - ms.m) * f - (c == t ? g : T(0));
+    }
+  }
+}
+
+// Block per row. dloss: (N) when per_row, else one value for every row; logits, dlogits:
+// (N, V); targets, lse: (N).
+template <typename T, typename I>
+__global__ void cross_entropy_backward_kernel(const T* dloss, bool per_row, double scale, const T* logits,
+                                              const I* targets, const T* lse, int64_t ignore_index, T* dlogits,
+                                              unsigned long long* error, int64_t N, int64_t V) {
+  using std::exp;
+  for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {
+    const int64_t t = static_cast<int64_t>(targets[row]);
+    const bool ignored = t == ignore_index, valid = ignored || (t >= 0 && t < V);
+    if (!valid && threadIdx.x == 0) report_bad_index(error, row);
+    const T g = static_cast<T>(static_cast<double>(dloss[per_row ? row : 0]) * scale), l = lse[row];
+    const T* xr = logits + row * V;
+    T* d = dlogits + row * V;
+    for (int64_t c = threadIdx.x; c < V; c += blockDim.x)
+      d[c] = ignored || !valid ? T(0) : exp(xr[c] - l) * g - (c == t ? g : T(0));
+  }
+}
+
+// ---- launchers -------------------------------------------------------------------------------
+
+unsigned row_blocks(int64_t N) { return static_cast<unsigned>(std::min(N, kMaxRowBlocks)); }
+
+}  // namespace
+
+int64_t check_indices(const Tensor& idx, int64_t limit, bool has_ignore, int64_t ignore) {
+  const int64_t n = idx.numel();
+  if (n == 0) return 0;
+  set_device(idx.device());
+  // [error position (all ones: none), count]: one buffer, one copy back.
+  const Tensor buf = from_vector<int64_t>({-1, 0}, {2}).to(idx.device());
+  auto* error = reinterpret_cast<unsigned long long*>(buf.data<int64_t>());
+  dispatch_index(idx.dtype(), [&](auto zero) {
+    using I = decltype(zero);
+    launch("check_indices_kernel", check_indices_kernel<I>, grid_for(n, kThreads), kThreads, 0, idx.data<I>(), n,
+           limit, has_ignore, ignore, error, error + 1);
+  });
+  const std::vector<int64_t> host = buf.to(Device::cpu()).to_vector<int64_t>();
+  if (host[0] >= 0) {
+    const Tensor v = idx.view({n}).narrow(0, host[0], 1).to(Device::cpu()).to(DType::i64);
+    throw IndexOutOfRange(host[0], v.data<int64_t>()[0]);
+  }
+  return host[1];
+}
+
+void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& losses,
+                           const Tensor& lse, const Tensor& dlogits, double grad_scale) {
+  const int64_t N = logits.size(0), V = logits.size(1);
+  set_device(logits.device());
+  const IndexErrorBuffer error(logits.device());
+  REEL_DISPATCH_FLOATING(logits.dtype(), "cross_entropy_forward", {
+    dispatch_index(targets.dtype(), [&](auto zero) {
+      using I = decltype(zero);
+      launch("cross_entropy_forward_kernel", cross_entropy_forward_kernel<scalar_t, I>, row_blocks(N), kRowThreads,
+             0, logits.data<scalar_t>(), targets.data<I>(), ignore_index, losses.data<scalar_t>(),
+             lse.data<scalar_t>(), dlogits.defined() ? dlogits.data<scalar_t>() : nullptr,
+             static_cast<scalar_t>(grad_scale), error.ptr(), N, V);
+    });
+  })
+  error.check(targets);
+}
+
+void cross_entropy_backward(const Tensor& dloss, double scale, const Tensor& logits, const Tensor& targets,
+                            const Tensor& lse, int64_t ignore_index, const Tensor& dlogits) {
+  const int64_t N = logits.size(0), V = logits.size(1);
+  const bool per_row = dloss.numel() > 1;  // else one gradient for every row
+  set_device(logits.device());
+  const IndexErrorBuffer error(logits.device());
+  REEL_DISPATCH_FLOATING(logits.dtype(), "cross_entropy_backward", {
+    dispatch_index(targets.dtype(), [&](auto zero) {
+      using I = decltype(zero);
+      launch("cross_entropy_backward_kernel", cross_entropy_backward_kernel<scalar_t, I>, row_blocks(N),
+             kRowThreads, 0, dloss.data<scalar_t>(), per_row, scale,
+             logits.data<scalar_t>(), targets.data<I>(), lse.data<scalar_t>(), ignore_index,
+             dlogits.data<scalar_t>(), error.ptr(), N, V);
+    });
+  })
+  error.check(targets);
+}
+
+}  // namespace reel::kernels::cuda

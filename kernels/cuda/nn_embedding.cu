@@ -1,0 +1,131 @@
+// kernels/cuda/nn_embedding.cu: embedding lookup (a row gather) and its backward (a row
+// scatter-add) on a CUDA device.
+//
+// Forward: out[n, c] = table[ids[n], c], one thread per output element (grid-stride), so a warp
+// copies 32 consecutive floats of a row.
+//
+// Backward must add the dout rows of every position holding id v into dtable[v]; a token that
+// repeats collides. llm.c's encoder backward uses float atomicAdd, whose order (and rounding)
+// changes run to run. Strategy here: SORT-FREE ROW OWNERSHIP. Each block owns a range of table
+// rows; it zeroes them, then scans ALL the ids in position order, 256 at a time: a ballot
+// compacts the positions of the tile whose id falls in its range into shared memory, keeping
+// their order, and thread t adds those dout rows into columns t, t + 256, ... of the owned rows.
+// Every dtable element is thus written by one thread, as 0 + dout[p1] + dout[p2] + ... in
+// increasing position p: no atomics, no race (a thread only ever touches its own columns of its
+// own rows, so it needs no barrier between zeroing and adding), and the order does not depend on
+// how rows are split among blocks. It is the CPU's order too (kernels/cpu/embedding.cpp), so the
+// result equals the CPU's bit for bit (but for the sign of a zero sum).
+// Why not sort: a counting sort by id (what the CPU does) needs a scan over V and a scatter on
+// the device, three more kernels and O(N + V) scratch; scanning the ids instead costs
+// (blocks x N) reads of 4-8 bytes that all hit L2 (8192 ids x 1024 blocks = 32 MB of L2 traffic
+// at GPT-2 sizes, a few microseconds). The price of ownership is balance: a hot id (padding) is
+// summed by one block, serially over its positions, like the CPU's owner thread.
+//
+// Ids: the kernels check each id they read; an out-of-range one is never used as an index
+// (forward writes zeros, backward skips it), its position goes to the device error buffer, and
+// the launcher throws IndexOutOfRange after the launch.
+#include <algorithm>
+
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/nn_common.h"
+#include "kernels/cuda/nn_kernels.h"
+
+namespace reel::kernels::cuda {
+
+namespace {
+
+constexpr int kScanThreads = 256;  // backward: ids scanned per tile, and columns per pass
+constexpr int64_t kMaxOwnerBlocks = 1024;
+
+// ---- kernels ---------------------------------------------------------------------------------
+
+// ids: (N); table: (V, C); out: (N, C). Grid-stride over the N * C outputs.
+template <typename T, typename I>
+__global__ void embedding_forward_kernel(const I* ids, const T* table, T* out, int64_t N, int64_t V, int64_t C,
+                                         unsigned long long* error) {
+  const int64_t total = N * C;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t n = i / C, c = i - n * C;
+    const int64_t id = static_cast<int64_t>(ids[n]);
+    if (id < 0 || id >= V) {
+      if (c == 0) report_bad_index(error, n);
+      out[i] = T(0);
+    } else {
+      out[i] = table[id * C + c];
+    }
+  }
+}
+
+// Block b owns table rows [b * rows, min(V, (b + 1) * rows)). dout: (N, C); ids: (N);
+// dtable: (V, C). blockDim.x == kScanThreads.
+template <typename T, typename I>
+__global__ void embedding_backward_kernel(const T* dout, const I* ids, T* dtable, int64_t N, int64_t V, int64_t C,
+                                          int64_t rows, unsigned long long* error) {
+  __shared__ int64_t s_pos[kScanThreads];           // owned positions of the tile, in order
+  __shared__ int s_warp_count[kScanThreads / 32];  // owned positions per warp of the tile
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t v0 = blockIdx.x * rows, v1 = v0 + rows < V ? v0 + rows : V;
+  for (int64_t v = v0; v < v1; ++v)
+    for (int64_t c = tid; c < C; c += kScanThreads) dtable[v * C + c] = T(0);
+  for (int64_t n0 = 0; n0 < N; n0 += kScanThreads) {  // uniform over the block
+    const int64_t n = n0 + tid;
+    const int64_t id = n < N ? static_cast<int64_t>(ids[n]) : -1;
+    if (n < N && (id < 0 || id >= V) && blockIdx.x == 0) report_bad_index(error, n);  // block 0 sees every id
+    const bool mine = n < N && id >= v0 && id < v1;
+    // Ordered compaction: a thread's slot is the number of owned positions before it in the tile.
+    const unsigned ballot = __ballot_sync(kFullMask, mine);
+    if (lane == 0) s_warp_count[warp] = __popc(ballot);
+    __syncthreads();
+    int before = 0, total = 0;
+    for (int w = 0; w < kScanThreads / 32; ++w) {
+      before += w < warp ? s_warp_count[w] : 0;
+      total += s_warp_count[w];
+    }
+    if (mine) s_pos[before + __popc(ballot & ((1u << lane) - 1u))] = n;
+    __syncthreads();
+    for (int j = 0; j < total; ++j) {  // positions in increasing order
+      const int64_t p = s_pos[j];
+      const int64_t pid = static_cast<int64_t>(ids[p]);
+      for (int64_t c = tid; c < C; c += kScanThreads) dtable[pid * C + c] += dout[p * C + c];
+    }
+    __syncthreads();  // s_pos and s_warp_count are rewritten by the next tile
+  }
+}
+
+}  // namespace
+
+// ---- launchers -------------------------------------------------------------------------------
+
+void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
+  const int64_t N = ids.numel(), V = table.size(0), C = table.size(1);
+  set_device(table.device());
+  const IndexErrorBuffer error(table.device());
+  REEL_DISPATCH_FLOATING(table.dtype(), "embedding_forward", {
+    dispatch_index(ids.dtype(), [&](auto zero) {
+      using I = decltype(zero);
+      launch("embedding_forward_kernel", embedding_forward_kernel<scalar_t, I>, grid_for(N * C, kThreads), kThreads,
+             0, ids.data<I>(), table.data<scalar_t>(), out.data<scalar_t>(), N, V, C, error.ptr());
+    });
+  })
+  error.check(ids);
+}
+
+void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable) {
+  const int64_t N = ids.numel(), V = dtable.size(0), C = dtable.size(1);
+  set_device(dtable.device());
+  // Rows per owner block: up to kMaxOwnerBlocks blocks, each scanning all N ids. The result does
+  // not depend on this split (see above), only the balance does.
+  const int64_t blocks = std::min(V, kMaxOwnerBlocks), rows = (V + blocks - 1) / blocks;
+  const IndexErrorBuffer error(dtable.device());
+  REEL_DISPATCH_FLOATING(dtable.dtype(), "embedding_backward", {
+    dispatch_index(ids.dtype(), [&](auto zero) {
+      using I = decltype(zero);
+      launch("embedding_backward_kernel", embedding_backward_kernel<scalar_t, I>,
+             static_cast<unsigned>((V + rows - 1) / rows), kScanThreads, 0, dout.data<scalar_t>(), ids.data<I>(),
+             dtable.data<scalar_t>(), N, V, C, rows, error.ptr());
+    });
+  })
+  error.check(ids);
+}
+
+}  // namespace reel::kernels::cuda

@@ -1,0 +1,191 @@
+// kernels/cuda/nn_layernorm.cu: LayerNorm and RMSNorm over the last dim, forward and backward.
+//
+// Forward: one warp per row (8 rows per 256-thread block). The row is swept three times by the
+// same warp (mean, variance, normalise), so after the first sweep it comes from L1: memory sees
+// one read of x and one write of y. The variance is the two-pass sum of (x - mean)^2, and the
+// mean sums x - x[0] (as the CPU does): a row far from 0 keeps the low digits of its mean. The
+// row's mean and rstd are saved for backward, which then never recomputes them.
+//
+// Backward fuses dx with the weight/bias gradients, with no float atomics. Rows are cut into
+// fixed chunks (their size depends on R only, never on the device), one 256-thread block per
+// chunk, in two phases:
+//   1. warp per row: the two row sums of dxhat = dy * w, a = mean(dxhat), c = mean(dxhat * xhat),
+//      into shared memory (two values per row of the chunk);
+//   2. thread per column: down the chunk's rows in order, dx = rstd * (dxhat - a - xhat * c) is
+//      written and dy * xhat and dy are added into the column's dw/db partial (in double).
+// Phase 2 reads the chunk a second time, from L2 (a chunk is at most 512 rows). The partials
+// (chunks, C) go to a scratch buffer, and a second kernel adds them in chunk order, one thread
+// per column: the same bits on every run and every device. RMSNorm is the same kernel without
+// the mean, without a (it has no mean to subtract) and without db.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/nn_common.h"
+#include "kernels/cuda/nn_kernels.h"
+
+namespace reel::kernels::cuda {
+
+namespace {
+
+constexpr int kRowsPerBlock = 8;    // forward: one warp per row, 256 threads
+constexpr int kBackThreads = 256;   // backward: 8 warps in phase 1, 256 columns at a time in phase 2
+
+// Rows per backward chunk: about 1024 chunks (enough blocks to fill a GPU), at least 32 rows
+// each (partials stay small) and at most 512 (phase 1's shared memory, and L2 reuse in phase 2).
+// A function of R only, so the summation order, hence the bits, are the same everywhere.
+int64_t rows_per_chunk(int64_t R) { return std::min<int64_t>(512, std::max<int64_t>(32, (R + 1023) / 1024)); }
+
+// ---- kernels ---------------------------------------------------------------------------------
+
+// Warp per row. x, y: (R, C); w, b: (C); mean, rstd: (R). kLayerNorm false: RMSNorm (no b, no
+// mean; rstd from mean(x^2)).
+template <typename T, bool kLayerNorm>
+__global__ void norm_forward_kernel(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd, int64_t R,
+                                    int64_t C) {
+  using std::sqrt;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t{gridDim.x} * kRowsPerBlock;
+  // The loop condition is uniform over the warp: all 32 lanes reach every shuffle.
+  for (int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + (threadIdx.x >> 5); row < R; row += warps) {
+    const T* xr = x + row * C;  // (C)
+    T* yr = y + row * C;        // (C)
+    T m = 0;
+    if (kLayerNorm) {
+      const T shift = xr[0];
+      T s = 0;
+      for (int64_t c = lane; c < C; c += 32) s += xr[c] - shift;
+      m = shift + warp_sum(s) / static_cast<T>(C);
+    }
+    T v = 0;  // sum of (x - m)^2; RMSNorm: of x^2
+    for (int64_t c = lane; c < C; c += 32) v += (xr[c] - m) * (xr[c] - m);
+    const T rs = T(1) / sqrt(warp_sum(v) / static_cast<T>(C) + eps);
+    for (int64_t c = lane; c < C; c += 32) yr[c] = kLayerNorm ? (xr[c] - m) * rs * w[c] + b[c] : xr[c] * rs * w[c];
+    if (lane == 0) {
+      if (kLayerNorm) mean[row] = m;
+      rstd[row] = rs;
+    }
+  }
+}
+
+// Block per chunk of `rows` rows (phases 1 and 2 above). dy, x, dx: (R, C); w: (C); mean,
+// rstd: (R) (mean unused for RMSNorm); partial: (params, chunks, C) double, params = 2 (dw, db)
+// for LayerNorm, 1 for RMSNorm. Dynamic shared memory: 2 * rows T.
+template <typename T, bool kLayerNorm>
+__global__ void norm_backward_kernel(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
+                                     double* partial, int64_t R, int64_t C, int64_t rows) {
+  SIMT_DYNAMIC_SHARED(T, smem);
+  T* row_a = smem;         // (rows) mean(dxhat), LayerNorm only
+  T* row_c = smem + rows;  // (rows) mean(dxhat * xhat)
+  const int64_t chunk = blockIdx.x, r0 = chunk * rows, r_end = r0 + rows < R ? r0 + rows : R;
+  const T inv_c = T(1) / static_cast<T>(C);
+  // Phase 1: warp per row, the two row sums.
+  const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  for (int64_t r = r0 + (threadIdx.x >> 5); r < r_end; r += warps) {  // uniform over the warp
+    const T* dyr = dy + r * C;
+    const T* xr = x + r * C;
+    const T m = kLayerNorm ? mean[r] : T(0), rs = rstd[r];
+    T sum_dxhat = 0, sum_dxhat_xhat = 0;
+    for (int64_t c = lane; c < C; c += 32) {
+      const T dxhat = dyr[c] * w[c];
+      sum_dxhat += dxhat;
+      sum_dxhat_xhat += dxhat * ((xr[c] - m) * rs);
+    }
+    sum_dxhat = warp_sum(sum_dxhat);
+    sum_dxhat_xhat = warp_sum(sum_dxhat_xhat);
+    if (lane == 0) {
+      row_a[r - r0] = kLayerNorm ? sum_dxhat * inv_c : T(0);
+      row_c[r - r0] = sum_dxhat_xhat * inv_c;
+    }
+  }
+  __syncthreads();
+  // Phase 2: thread per column, rows in order.
+  double* part_dw = partial + chunk * C;                                             // (C)
+  double* part_db = kLayerNorm ? partial + (gridDim.x + chunk) * C : nullptr;  // (C)
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    const T wc = w[c];
+    double acc_dw = 0, acc_db = 0;
+    for (int64_t r = r0; r < r_end; ++r) {
+      const T m = kLayerNorm ? mean[r] : T(0), rs = rstd[r];
+      const T d = dy[r * C + c];
+      const T xhat = (x[r * C + c] - m) * rs;
+      dx[r * C + c] = rs * (d * wc - row_a[r - r0] - xhat * row_c[r - r0]);
+      acc_dw += static_cast<double>(d) * static_cast<double>(xhat);
+      if (kLayerNorm) acc_db += static_cast<double>(d);
+    }
+    part_dw[c] = acc_dw;
+    if (kLayerNorm) part_db[c] = acc_db;
+  }
+}
+
+// Thread per column: out_p[c] = sum over chunks k, in order, of partial[p, k, c]; p = blockIdx.y
+// picks dw (0) or db (1). partial: (params, chunks, C) double; dw, db: (C).
+template <typename T>
+__global__ void norm_params_kernel(const double* partial, T* dw, T* db, int64_t chunks, int64_t C) {
+  const int64_t p = blockIdx.y;
+  T* out = p == 0 ? dw : db;
+  const double* slab = partial + p * chunks * C;
+  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < C; c += int64_t{blockDim.x} * gridDim.x) {
+    double s = 0;
+    for (int64_t k = 0; k < chunks; ++k) s += slab[k * C + c];
+    out[c] = static_cast<T>(s);
+  }
+}
+
+// ---- launchers -------------------------------------------------------------------------------
+
+template <typename T, bool kLayerNorm>
+void forward_launch(const Tensor& x, const Tensor& w, const Tensor& b, double eps, const Tensor& y,
+                    const Tensor& mean, const Tensor& rstd) {
+  const int64_t R = x.size(0), C = x.size(1);
+  const unsigned grid = grid_for(R, kRowsPerBlock);
+  launch(kLayerNorm ? "layernorm_forward_kernel" : "rmsnorm_forward_kernel", norm_forward_kernel<T, kLayerNorm>,
+         grid, kRowsPerBlock * 32, 0, x.data<T>(), w.data<T>(), kLayerNorm ? b.data<T>() : nullptr,
+         static_cast<T>(eps), y.data<T>(), kLayerNorm ? mean.data<T>() : nullptr, rstd.data<T>(), R, C);
+}
+
+template <typename T, bool kLayerNorm>
+void backward_launch(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                     const Tensor& dx, const Tensor& dw, const Tensor& db) {
+  const int64_t R = x.size(0), C = x.size(1);
+  const int64_t rows = rows_per_chunk(R), chunks = (R + rows - 1) / rows;
+  const int params = kLayerNorm ? 2 : 1;
+  // (params, chunks, C) double partials from the caching allocator: at most ~1024 x C per param.
+  const Tensor partial = empty({params, chunks, C}, DType::f64, x.device());
+  launch(kLayerNorm ? "layernorm_backward_kernel" : "rmsnorm_backward_kernel", norm_backward_kernel<T, kLayerNorm>,
+         dim3(static_cast<unsigned>(chunks)), kBackThreads, 2 * rows * sizeof(T), dy.data<T>(), x.data<T>(),
+         w.data<T>(), kLayerNorm ? mean.data<T>() : nullptr, rstd.data<T>(), dx.data<T>(), partial.data<double>(), R,
+         C, rows);
+  launch("norm_params_kernel", norm_params_kernel<T>, dim3(grid_for(C, kThreads), params), kThreads, 0,
+         partial.data<double>(), dw.data<T>(), kLayerNorm ? db.data<T>() : nullptr, chunks, C);
+}
+
+}  // namespace
+
+void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double eps, const Tensor& y,
+                       const Tensor& mean, const Tensor& rstd) {
+  set_device(x.device());
+  REEL_DISPATCH_FLOATING(x.dtype(), "layernorm_forward", forward_launch<scalar_t, true>(x, w, b, eps, y, mean, rstd))
+}
+
+void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                        const Tensor& dx, const Tensor& dw, const Tensor& db) {
+  set_device(x.device());
+  REEL_DISPATCH_FLOATING(x.dtype(), "layernorm_backward",
+                         backward_launch<scalar_t, true>(dy, x, w, mean, rstd, dx, dw, db))
+}
+
+void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, const Tensor& y, const Tensor& rstd) {
+  set_device(x.device());
+  REEL_DISPATCH_FLOATING(x.dtype(), "rmsnorm_forward",
+                         forward_launch<scalar_t, false>(x, w, Tensor(), eps, y, Tensor(), rstd))
+}
+
+void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dx,
+                      const Tensor& dw) {
+  set_device(x.device());
+  REEL_DISPATCH_FLOATING(x.dtype(), "rmsnorm_backward",
+                         backward_launch<scalar_t, false>(dy, x, w, Tensor(), rstd, dx, dw, Tensor()))
+}
+
+}  // namespace reel::kernels::cuda

@@ -1,0 +1,274 @@
+// kernels/cuda/nn_optimizer.cu: the optimizer updates over a flat list of parameters on a CUDA
+// device: SGD (momentum, dampening, Nesterov, weight decay), AdamW (and Adam's L2 form), the
+// global gradient norm and in-place scaling for clipping.
+//
+// Multi-tensor apply (as PyTorch's _foreach kernels): each tensor is cut into fixed chunks of
+// kChunk elements, and one launch covers up to kMaxBlocks chunks of up to kMaxTensors tensors,
+// their pointers and sizes passed by value in ListArgs (2.3 KB of kernel parameters), so a
+// model's hundred bias vectors cost a few launches, not a hundred. Block b handles chunk
+// chunk_of[b] of tensor slot tensor_of[b]. Each update is one fused sweep (param, grad and
+// state read once, param and state written once): these kernels are bound by memory bandwidth.
+// A list may mix f32 and f64 tensors: the f32 ones go through float launches, then the f64 ones.
+//
+// The norm is a deterministic two-pass reduction: pass 1 writes one double partial per chunk,
+// a fixed tree over the chunk's elements, at the chunk's index in list order; pass 2, one block,
+// adds the partials in that order. Chunks depend on the tensor sizes only, so the bits are the
+// same on every run and every device. (The CPU adds per-chunk partials in the same chunk order,
+// but sums inside a chunk in another order: the two agree to rounding, not bit for bit.)
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <type_traits>
+
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/nn_common.h"
+#include "kernels/cuda/nn_kernels.h"
+
+namespace reel::kernels::cuda {
+
+namespace {
+
+constexpr int64_t kChunk = 1 << 14;  // elements per block (fixed: the norm's partials depend on it)
+constexpr int kMaxTensors = 16;      // tensor slots per launch
+constexpr int kMaxBlocks = 320;      // chunks per launch
+constexpr int kListThreads = 256;
+
+// The tensors and chunks of one launch. ptr[k][s]: list k's tensor in slot s (null for a list
+// that is not used, e.g. no momentum buffers); chunk_base[s]: the index, in list order over ALL
+// the tensors, of that tensor's first chunk (where the norm writes its partials).
+template <typename T, int N>
+struct ListArgs {
+  T* ptr[N][kMaxTensors];
+  int64_t numel[kMaxTensors];
+  int64_t chunk_base[kMaxTensors];
+  int tensor_of[kMaxBlocks];
+  int chunk_of[kMaxBlocks];
+};
+
+// The element range [begin, end) of this block's chunk, and its tensor slot.
+template <typename T, int N>
+__device__ __forceinline__ int block_chunk(const ListArgs<T, N>& a, int64_t& begin, int64_t& end) {
+  const int s = a.tensor_of[blockIdx.x];
+  begin = a.chunk_of[blockIdx.x] * kChunk;
+  end = min_i64(a.numel[s], begin + kChunk);
+  return s;
+}
+
+// ---- kernels ---------------------------------------------------------------------------------
+
+// Lists: 0 params, 1 grads, 2 momentum buffers (null without momentum). As torch.optim.SGD.
+template <typename T>
+__global__ void sgd_kernel(ListArgs<T, 3> a, T lr, T mu, T keep, T wd, bool nesterov, bool first_step) {
+  int64_t begin, end;
+  const int s = block_chunk(a, begin, end);
+  T* p = a.ptr[0][s];
+  const T* g = a.ptr[1][s];
+  T* buf = a.ptr[2][s];
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const T d = g[i] + wd * p[i];
+    if (buf == nullptr) {  // plain SGD
+      p[i] -= lr * d;
+    } else {
+      const T b = first_step ? d : mu * buf[i] + keep * d;  // torch: the buffer starts as the gradient
+      buf[i] = b;
+      p[i] -= lr * (nesterov ? d + mu * b : b);
+    }
+  }
+}
+
+struct AdamScalars {
+  double step_size, inv_bc2_sqrt, one_minus_b1, b2, one_minus_b2, eps, wd, decay;
+  bool decoupled;
+};
+
+// Lists: 0 params, 1 grads, 2 exp_avg, 3 exp_avg_sq. As torch.optim.AdamW (decoupled) or Adam.
+template <typename T>
+__global__ void adamw_kernel(ListArgs<T, 4> a, AdamScalars sc) {
+  using std::sqrt;
+  const T step_size = static_cast<T>(sc.step_size), inv_bc2_sqrt = static_cast<T>(sc.inv_bc2_sqrt);
+  const T one_minus_b1 = static_cast<T>(sc.one_minus_b1), b2 = static_cast<T>(sc.b2);
+  const T one_minus_b2 = static_cast<T>(sc.one_minus_b2), eps = static_cast<T>(sc.eps);
+  const T wd = static_cast<T>(sc.wd), decay = static_cast<T>(sc.decay);
+  const bool l2 = !sc.decoupled && sc.wd != 0, decay_p = sc.decoupled && sc.wd != 0;
+  int64_t begin, end;
+  const int s = block_chunk(a, begin, end);
+  T* p = a.ptr[0][s];
+  const T* g = a.ptr[1][s];
+  T* m = a.ptr[2][s];
+  T* v = a.ptr[3][s];
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const T P = p[i];
+    const T G = l2 ? g[i] + wd * P : g[i];  // Adam's L2 weight decay: the gradient itself gets + wd * p
+    const T M = m[i] + one_minus_b1 * (G - m[i]);  // torch's lerp form of b1 m + (1 - b1) g
+    const T V = v[i] * b2 + one_minus_b2 * G * G;
+    m[i] = M;
+    v[i] = V;
+    const T update = step_size * M / (sqrt(V) * inv_bc2_sqrt + eps);
+    p[i] = decay_p ? P * decay - update : P - update;
+  }
+}
+
+// partial[chunk_base[s] + chunk] = sum of x^2 over this block's chunk, in double.
+template <typename T>
+__global__ void sum_squares_kernel(ListArgs<T, 1> a, double* partial) {
+  __shared__ double scratch[32];
+  int64_t begin, end;
+  const int s = block_chunk(a, begin, end);
+  const T* x = a.ptr[0][s];
+  double acc = 0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) acc += static_cast<double>(x[i]) * x[i];
+  acc = block_reduce(acc, SumOp{}, scratch);
+  if (threadIdx.x == 0) partial[a.chunk_base[s] + a.chunk_of[blockIdx.x]] = acc;
+}
+
+// One block: *out = sum of partial (n), thread t adding t, t + blockDim, ... then a fixed tree.
+__global__ void sum_partials_kernel(const double* partial, int64_t n, double* out) {
+  __shared__ double scratch[32];
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
+  acc = block_reduce(acc, SumOp{}, scratch);
+  if (threadIdx.x == 0) *out = acc;
+}
+
+template <typename T>
+__global__ void scale_kernel(ListArgs<T, 1> a, T factor) {
+  int64_t begin, end;
+  const int s = block_chunk(a, begin, end);
+  T* x = a.ptr[0][s];
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) x[i] *= factor;
+}
+
+// ---- launchers -------------------------------------------------------------------------------
+
+int64_t chunks_of(const Tensor& t) { return (t.numel() + kChunk - 1) / kChunk; }
+
+// Calls run(args, blocks) for batches of the chunks of the tensors of dtype T, in list order.
+// lists[k] may be null (ptr[k] then stays null); index i of every list is the same parameter.
+template <typename T, int N, typename Run>
+void list_apply(const std::array<const std::vector<Tensor>*, N>& lists, Run run) {
+  constexpr DType dtype = std::is_same_v<T, float> ? DType::f32 : DType::f64;
+  const std::vector<Tensor>& first = *lists[0];
+  ListArgs<T, N> a{};
+  int slot = 0, blocks = 0;
+  int64_t base = 0;  // chunk index of tensor i's first chunk, over all tensors in list order
+  for (size_t i = 0; i < first.size(); ++i) {
+    const int64_t chunks = chunks_of(first[i]);
+    if (first[i].dtype() != dtype || chunks == 0) {
+      base += chunks;
+      continue;
+    }
+    for (int k = 0; k < N; ++k) a.ptr[k][slot] = lists[k] ? (*lists[k])[i].template data<T>() : nullptr;
+    a.numel[slot] = first[i].numel();
+    a.chunk_base[slot] = base;
+    for (int64_t c = 0; c < chunks; ++c) {
+      a.tensor_of[blocks] = slot;
+      a.chunk_of[blocks] = static_cast<int>(c);
+      ++blocks;
+      const bool last_chunk = c + 1 == chunks;
+      if (blocks == kMaxBlocks || (last_chunk && slot + 1 == kMaxTensors)) {
+        run(a, blocks);
+        blocks = 0;
+        if (!last_chunk) {  // the tensor goes on in slot 0 of the next launch
+          for (int k = 0; k < N; ++k) a.ptr[k][0] = a.ptr[k][slot];
+          a.numel[0] = a.numel[slot];
+          a.chunk_base[0] = a.chunk_base[slot];
+          slot = 0;
+        } else {
+          slot = -1;  // the next tensor starts at slot 0
+        }
+      }
+    }
+    base += chunks;
+    ++slot;
+  }
+  if (blocks > 0) run(a, blocks);
+}
+
+Device device_of(const std::vector<Tensor>& tensors) {
+  for (const Tensor& t : tensors)
+    if (t.numel() > 0) return t.device();
+  return Device::cpu();  // nothing to do
+}
+
+}  // namespace
+
+void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                const std::vector<Tensor>& momentum_bufs, double lr, double momentum, double dampening,
+                double weight_decay, bool nesterov, int64_t step) {
+  const Device device = device_of(params);
+  if (device.is_cpu()) return;
+  set_device(device);
+  const bool use_buf = momentum != 0;
+  const std::array<const std::vector<Tensor>*, 3> lists{&params, &grads, use_buf ? &momentum_bufs : nullptr};
+  const auto go = [&](auto zero) {
+    using T = decltype(zero);
+    list_apply<T, 3>(lists, [&](const ListArgs<T, 3>& a, int blocks) {
+      launch("sgd_kernel", sgd_kernel<T>, blocks, kListThreads, 0, a, static_cast<T>(lr), static_cast<T>(momentum),
+             static_cast<T>(1 - dampening), static_cast<T>(weight_decay), nesterov, step <= 1);
+    });
+  };
+  go(float{});
+  go(double{});
+}
+
+void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
+                  const std::vector<Tensor>& v, double lr, double beta1, double beta2, double eps,
+                  double weight_decay, int64_t step, bool decoupled_weight_decay) {
+  const Device device = device_of(params);
+  if (device.is_cpu()) return;
+  set_device(device);
+  const double bc1 = 1 - std::pow(beta1, static_cast<double>(step));
+  const double bc2 = 1 - std::pow(beta2, static_cast<double>(step));
+  // sqrt(v) * (1 / sqrt(bc2)) where torch divides by sqrt(bc2), as the CPU kernel does.
+  const AdamScalars sc{lr / bc1,     1 / std::sqrt(bc2), 1 - beta1,         beta2,
+                       1 - beta2,    eps,                weight_decay,      1 - lr * weight_decay,
+                       decoupled_weight_decay};
+  const std::array<const std::vector<Tensor>*, 4> lists{&params, &grads, &m, &v};
+  const auto go = [&](auto zero) {
+    using T = decltype(zero);
+    list_apply<T, 4>(lists, [&](const ListArgs<T, 4>& a, int blocks) {
+      launch("adamw_kernel", adamw_kernel<T>, blocks, kListThreads, 0, a, sc);
+    });
+  };
+  go(float{});
+  go(double{});
+}
+
+double sum_of_squares(const std::vector<Tensor>& tensors) {
+  const Device device = device_of(tensors);
+  if (device.is_cpu()) return 0;
+  set_device(device);
+  int64_t total = 0;
+  for (const Tensor& t : tensors) total += chunks_of(t);
+  // (total) double partials, then the one result.
+  const Tensor partial = empty({total + 1}, DType::f64, device);
+  double* pp = partial.data<double>();
+  const std::array<const std::vector<Tensor>*, 1> lists{&tensors};
+  const auto go = [&](auto zero) {
+    using T = decltype(zero);
+    list_apply<T, 1>(lists, [&](const ListArgs<T, 1>& a, int blocks) {
+      launch("sum_squares_kernel", sum_squares_kernel<T>, blocks, kListThreads, 0, a, pp);
+    });
+  };
+  go(float{});
+  go(double{});
+  launch("sum_partials_kernel", sum_partials_kernel, 1, 1024, 0, static_cast<const double*>(pp), total, pp + total);
+  return partial.narrow(0, total, 1).to(Device::cpu()).data<double>()[0];
+}
+
+void scale_(const std::vector<Tensor>& tensors, double factor) {
+  const Device device = device_of(tensors);
+  if (device.is_cpu()) return;
+  set_device(device);
+  const std::array<const std::vector<Tensor>*, 1> lists{&tensors};
+  const auto go = [&](auto zero) {
+    using T = decltype(zero);
+    list_apply<T, 1>(lists, [&](const ListArgs<T, 1>& a, int blocks) {
+      launch("scale_kernel", scale_kernel<T>, blocks, kListThreads, 0, a, static_cast<T>(factor));
+    });
+  };
+  go(float{});
+  go(double{});
+}
+
+}  // namespace reel::kernels::cuda

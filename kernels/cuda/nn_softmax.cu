@@ -1,0 +1,99 @@
+// kernels/cuda/nn_softmax.cu: softmax and log-softmax along the last dim, forward and backward.
+//
+// One warp per row (8 rows per 256-thread block, grid-stride over rows). Forward is the online
+// softmax: each lane sweeps its strided share of the row once, keeping the running max m and
+// s = sum(exp(x - m)) (rescaled when m grows), the warp combines the 32 (m, s) pairs with
+// shuffles, and a second sweep (from L1) writes
+//   softmax:     y = exp(x - m) / s
+//   log_softmax: y = x - (m + log s)
+// so the max is subtracted before any exp and logits of any magnitude stay finite. Backward
+// reads the saved OUTPUT y (what the tape keeps), one row sum and one sweep:
+//   softmax:     dx = y * (dy - sum(dy * y))
+//   log_softmax: dx = dy - exp(y) * sum(dy)
+#include <cmath>
+
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/nn_common.h"
+#include "kernels/cuda/nn_kernels.h"
+
+namespace reel::kernels::cuda {
+
+namespace {
+
+constexpr int kRowsPerBlock = 8;  // warps per 256-thread block
+
+// ---- kernels ---------------------------------------------------------------------------------
+
+// x, y: (R, C). Warp per row.
+template <typename T, bool kLog>
+__global__ void softmax_forward_kernel(const T* x, T* y, int64_t R, int64_t C) {
+  using std::exp;
+  using std::log;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t{gridDim.x} * kRowsPerBlock;
+  for (int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + (threadIdx.x >> 5); row < R; row += warps) {
+    const T* xr = x + row * C;  // (C)
+    T* yr = y + row * C;        // (C)
+    MaxSum<T> ms{static_cast<T>(-INFINITY), T(0)};
+    for (int64_t c = lane; c < C; c += 32) ms = max_sum_add(ms, xr[c]);
+    ms = warp_max_sum(ms);
+    if (kLog) {
+      const T lse = ms.m + log(ms.s);
+      for (int64_t c = lane; c < C; c += 32) yr[c] = xr[c] - lse;
+    } else {
+      const T inv = T(1) / ms.s;
+      for (int64_t c = lane; c < C; c += 32) yr[c] = exp(xr[c] - ms.m) * inv;
+    }
+  }
+}
+
+// dy, y, dx: (R, C). Warp per row.
+template <typename T, bool kLog>
+__global__ void softmax_backward_kernel(const T* dy, const T* y, T* dx, int64_t R, int64_t C) {
+  using std::exp;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t{gridDim.x} * kRowsPerBlock;
+  for (int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + (threadIdx.x >> 5); row < R; row += warps) {
+    const T* dyr = dy + row * C;
+    const T* yr = y + row * C;
+    T* dxr = dx + row * C;
+    T s = 0;
+    for (int64_t c = lane; c < C; c += 32) s += kLog ? dyr[c] : dyr[c] * yr[c];
+    s = warp_sum(s);
+    for (int64_t c = lane; c < C; c += 32) dxr[c] = kLog ? dyr[c] - exp(yr[c]) * s : yr[c] * (dyr[c] - s);
+  }
+}
+
+}  // namespace
+
+// ---- launchers -------------------------------------------------------------------------------
+
+void softmax_forward(const Tensor& x, bool log, const Tensor& y) {
+  const int64_t R = x.size(0), C = x.size(1);
+  set_device(x.device());
+  const unsigned grid = grid_for(R, kRowsPerBlock);
+  REEL_DISPATCH_FLOATING(x.dtype(), log ? "log_softmax_forward" : "softmax_forward", {
+    if (log)
+      launch("log_softmax_forward_kernel", softmax_forward_kernel<scalar_t, true>, grid, kRowsPerBlock * 32, 0,
+             x.data<scalar_t>(), y.data<scalar_t>(), R, C);
+    else
+      launch("softmax_forward_kernel", softmax_forward_kernel<scalar_t, false>, grid, kRowsPerBlock * 32, 0,
+             x.data<scalar_t>(), y.data<scalar_t>(), R, C);
+  })
+}
+
+void softmax_backward(const Tensor& dy, const Tensor& y, bool log, const Tensor& dx) {
+  const int64_t R = y.size(0), C = y.size(1);
+  set_device(y.device());
+  const unsigned grid = grid_for(R, kRowsPerBlock);
+  REEL_DISPATCH_FLOATING(y.dtype(), log ? "log_softmax_backward" : "softmax_backward", {
+    if (log)
+      launch("log_softmax_backward_kernel", softmax_backward_kernel<scalar_t, true>, grid, kRowsPerBlock * 32, 0,
+             dy.data<scalar_t>(), y.data<scalar_t>(), dx.data<scalar_t>(), R, C);
+    else
+      launch("softmax_backward_kernel", softmax_backward_kernel<scalar_t, false>, grid, kRowsPerBlock * 32, 0,
+             dy.data<scalar_t>(), y.data<scalar_t>(), dx.data<scalar_t>(), R, C);
+  })
+}
+
+}  // namespace reel::kernels::cuda

@@ -1,0 +1,67 @@
+// The accumulation window: one optimizer step over the micro-batches of a window.
+//
+// The loss of the window must be normalised by the TOTAL number of samples (or non-ignored target
+// tokens) in the whole window, not averaged per micro-batch: with variable-length batches the
+// per-micro-batch mean weights a token of a short batch more than one of a long batch (the bug
+// Hugging Face's Trainer had until 2024). So the window counts first, then runs each
+// micro-batch's forward with a SUM-reduced loss and backward with scale 1/total; the gradients add
+// up in the parameters' .grad buffers. Then it clips once, sets the learning rate from the
+// schedule once, steps once and zeroes the gradients. A last, shorter window works the same way.
+//
+// Exact only for layers without batch statistics (no BatchNorm): those see each micro-batch alone.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "autograd/tape.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+
+namespace reel::optim {
+
+struct WindowResult {
+  double loss = 0;        // sum of the micro-batch losses / total: the window's mean loss
+  int64_t count = 0;      // samples or non-ignored tokens in the window
+  double grad_norm = 0;   // global gradient norm before clipping (0 when not clipping)
+  double lr = 0;          // the learning rate this step used
+  bool stepped = false;   // false when the window held nothing to learn from (count 0)
+};
+
+class Accumulator {
+ public:
+  struct Options {
+    double clip_norm = 0;                  // > 0: clip the global gradient norm once per window
+    const LrSchedule* schedule = nullptr;  // null: keep the optimizer's learning rate
+  };
+  Accumulator(Optimizer& optimizer, Options options) : optimizer_(optimizer), options_(options) {}
+  explicit Accumulator(Optimizer& optimizer) : Accumulator(optimizer, Options{}) {}
+
+  // count(batch): samples / non-ignored tokens in the batch; loss(batch): its SUM-reduced loss.
+  template <typename Batch>
+  WindowResult step(const std::vector<Batch>& micro_batches, const std::function<int64_t(const Batch&)>& count,
+                     const std::function<Tensor(const Batch&)>& loss) {
+    WindowResult r;
+    for (const Batch& b : micro_batches) r.count += count(b);  // the whole window, before any backward
+    r.lr = options_.schedule ? options_.schedule->lr(optimizer_.steps()) : optimizer_.lr();
+    if (r.count == 0) return r;
+    const double scale = 1.0 / static_cast<double>(r.count);
+    for (const Batch& b : micro_batches) {
+      const Tensor l = loss(b);
+      r.loss += l.item() * scale;
+      autograd::backward(l, scale);
+    }
+    finish(r);
+    return r;
+  }
+
+  int64_t steps() const { return optimizer_.steps(); }
+
+ private:
+  void finish(WindowResult& r);  // clip, set lr, step, zero_grad
+
+  Optimizer& optimizer_;
+  Options options_;
+};
+
+}  // namespace reel::optim

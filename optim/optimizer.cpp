@@ -1,0 +1,150 @@
+// Optimizer base, SGD, Adam/AdamW and gradient clipping (see optimizer.h).
+#include "optim/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/allocator.h"
+#include "kernels/nn_ops.h"
+
+namespace reel::optim {
+
+namespace {
+std::vector<Tensor> grads_of(const std::vector<Tensor>& params) {
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  return grads;
+}
+}  // namespace
+
+Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(params)), lr_(lr) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    REEL_CHECK(params_[i].defined() && params_[i].requires_grad(), "optimizer: parameter ", i,
+               " does not require grad (call set_requires_grad() on parameters)");
+    REEL_CHECK(params_[i].is_contiguous(), "optimizer: parameter ", i, " of shape ", params_[i].shape(),
+               " is not contiguous");
+  }
+}
+
+void Optimizer::step() {
+  std::vector<size_t> with_grad;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].grad().defined()) with_grad.push_back(i);
+  ++steps_;
+  if (!with_grad.empty()) update(with_grad);
+}
+
+void Optimizer::zero_grad() {
+  for (const Tensor& p : params_)
+    if (p.grad().defined()) p.grad().fill_(0.0);
+}
+
+const Tensor& Optimizer::state(const std::string& slot, size_t i) {
+  std::vector<Tensor>& tensors = state_[slot];
+  tensors.resize(params_.size());
+  if (!tensors[i].defined()) {
+    MemoryCategory scope(Category::OptimizerState);
+    tensors[i] = zeros_like(params_[i]);
+  }
+  return tensors[i];
+}
+
+StateDict Optimizer::state_dict() const {
+  StateDict out;
+  out["step"] = from_vector<int64_t>({steps_}, {});
+  for (const auto& [slot, tensors] : state_)
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (tensors[i].defined()) out[slot + "." + std::to_string(i)] = tensors[i];
+  return out;
+}
+
+void Optimizer::load_state_dict(const StateDict& state) {
+  REEL_CHECK(state.count("step") && state.at("step").numel() == 1, "optimizer load_state_dict: missing key 'step'");
+  std::map<std::string, std::vector<Tensor>> loaded;
+  const std::vector<std::string> slots = state_slots();
+  for (const auto& [key, t] : state) {
+    if (key == "step") continue;
+    const size_t dot = key.rfind('.');
+    const std::string slot = dot == std::string::npos ? key : key.substr(0, dot);
+    bool known = dot != std::string::npos && std::find(slots.begin(), slots.end(), slot) != slots.end();
+    size_t i = 0;
+    if (known) {
+      try {
+        i = std::stoul(key.substr(dot + 1));
+      } catch (const std::exception&) {
+        known = false;
+      }
+    }
+    REEL_CHECK(known && i < params_.size(), "optimizer load_state_dict: unexpected key '", key, "'");
+    REEL_CHECK(t.shape() == params_[i].shape(), "optimizer load_state_dict: '", key, "' has shape ", t.shape(),
+               " but parameter ", i, " has shape ", params_[i].shape());
+    std::vector<Tensor>& tensors = loaded[slot];
+    tensors.resize(params_.size());
+    MemoryCategory scope(Category::OptimizerState);
+    tensors[i] = t.to(params_[i].device()).to(params_[i].dtype()).clone();
+  }
+  steps_ = static_cast<int64_t>(state.at("step").item());
+  state_ = std::move(loaded);
+}
+
+// ---- SGD ---------------------------------------------------------------------
+
+SGD::SGD(std::vector<Tensor> params, double lr, Options options)
+    : Optimizer(std::move(params), lr), options_(options) {
+  REEL_CHECK(lr >= 0 && options.momentum >= 0 && options.weight_decay >= 0, "SGD: lr (", lr, "), momentum (",
+             options.momentum, ") and weight_decay (", options.weight_decay, ") must be >= 0");
+  REEL_CHECK(!options.nesterov || (options.momentum > 0 && options.dampening == 0),
+             "SGD: nesterov needs momentum > 0 and dampening 0");
+}
+
+std::vector<std::string> SGD::state_slots() const { return {"momentum_buffer"}; }
+
+void SGD::update(const std::vector<size_t>& with_grad) {
+  std::vector<Tensor> p, g, buf;
+  for (size_t i : with_grad) {
+    p.push_back(params_[i]);
+    g.push_back(params_[i].grad());
+    if (options_.momentum != 0) buf.push_back(state("momentum_buffer", i));
+  }
+  kernels::sgd_update(p, g, buf, lr_, options_.momentum, options_.dampening, options_.weight_decay,
+                      options_.nesterov, steps_);
+}
+
+// ---- Adam / AdamW ------------------------------------------------------------
+
+Adam::Adam(std::vector<Tensor> params, double lr, Options options) : Adam(std::move(params), lr, options, false) {}
+
+Adam::Adam(std::vector<Tensor> params, double lr, Options options, bool decoupled)
+    : Optimizer(std::move(params), lr), options_(options), decoupled_(decoupled) {
+  REEL_CHECK(lr >= 0 && options.eps >= 0 && options.weight_decay >= 0, decoupled ? "AdamW" : "Adam", ": lr (", lr,
+             "), eps (", options.eps, ") and weight_decay (", options.weight_decay, ") must be >= 0");
+  REEL_CHECK(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1,
+             decoupled ? "AdamW" : "Adam", ": betas (", options.beta1, ", ", options.beta2, ") must be in [0, 1)");
+}
+
+void Adam::update(const std::vector<size_t>& with_grad) {
+  std::vector<Tensor> p, g, m, v;
+  for (size_t i : with_grad) {
+    p.push_back(params_[i]);
+    g.push_back(params_[i].grad());
+    m.push_back(state("exp_avg", i));
+    v.push_back(state("exp_avg_sq", i));
+  }
+  kernels::adamw_update(p, g, m, v, lr_, options_.beta1, options_.beta2, options_.eps, options_.weight_decay, steps_,
+                        decoupled_);
+}
+
+// ---- clipping ----------------------------------------------------------------
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  REEL_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
+  const std::vector<Tensor> grads = grads_of(params);
+  if (grads.empty()) return 0.0;
+  const double norm = kernels::global_grad_norm(grads);
+  const double factor = max_norm / (norm + 1e-6);
+  if (factor < 1.0) kernels::scale_(grads, factor);
+  return norm;
+}
+
+}  // namespace reel::optim

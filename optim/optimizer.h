@@ -1,0 +1,98 @@
+// Optimizers: they read each parameter's persistent .grad buffer (filled, possibly over several
+// micro-batches, by autograd::backward) and update the parameters in place with the fused update
+// kernels of kernels/nn_ops.h. They never touch the tape. Their state (momentum, Adam moments)
+// is allocated on first use under Category::OptimizerState, so the memory report shows it.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace reel::optim {
+
+using StateDict = std::map<std::string, Tensor>;
+
+class Optimizer {
+ public:
+  Optimizer(std::vector<Tensor> params, double lr);
+  virtual ~Optimizer() = default;
+
+  // One update from the current gradients; parameters without a gradient are left alone.
+  void step();
+  // Zeros every parameter's gradient buffer (kept allocated for the next window).
+  void zero_grad();
+
+  double lr() const { return lr_; }
+  void set_lr(double lr) { lr_ = lr; }
+  int64_t steps() const { return steps_; }
+  const std::vector<Tensor>& params() const { return params_; }
+
+  // "step" (a 0-d i64 tensor) plus each state tensor as "<slot>.<parameter index>".
+  StateDict state_dict() const;
+  // reel::Error for a missing or unexpected key, or a state tensor of the wrong shape.
+  void load_state_dict(const StateDict& state);
+
+ protected:
+  // The update over the parameters that have gradients; state(slot, i) gives slot's tensor for
+  // parameter i, created zero-filled (Category::OptimizerState) on first use.
+  virtual void update(const std::vector<size_t>& with_grad) = 0;
+  virtual std::vector<std::string> state_slots() const = 0;
+  const Tensor& state(const std::string& slot, size_t i);
+
+  std::vector<Tensor> params_;
+  double lr_;
+  int64_t steps_ = 0;
+
+ private:
+  std::map<std::string, std::vector<Tensor>> state_;  // slot -> per parameter (undefined until used)
+};
+
+// torch.optim.SGD: momentum, dampening, Nesterov, L2 weight decay.
+class SGD final : public Optimizer {
+ public:
+  struct Options {
+    double momentum = 0, dampening = 0, weight_decay = 0;
+    bool nesterov = false;
+  };
+  SGD(std::vector<Tensor> params, double lr, Options options);
+  SGD(std::vector<Tensor> params, double lr) : SGD(std::move(params), lr, Options{}) {}
+
+ private:
+  void update(const std::vector<size_t>& with_grad) override;
+  std::vector<std::string> state_slots() const override;
+  Options options_;
+};
+
+// torch.optim.Adam (L2 weight decay added to the gradient) and torch.optim.AdamW (decoupled).
+class Adam : public Optimizer {
+ public:
+  struct Options {
+    double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  };
+  Adam(std::vector<Tensor> params, double lr, Options options);
+  Adam(std::vector<Tensor> params, double lr) : Adam(std::move(params), lr, Options{}) {}
+
+ protected:
+  Adam(std::vector<Tensor> params, double lr, Options options, bool decoupled);
+
+ private:
+  void update(const std::vector<size_t>& with_grad) override;
+  std::vector<std::string> state_slots() const override { return {"exp_avg", "exp_avg_sq"}; }
+  Options options_;
+  bool decoupled_;
+};
+
+class AdamW final : public Adam {
+ public:
+  // torch's AdamW default weight decay is 0.01.
+  AdamW(std::vector<Tensor> params, double lr, Options options = Options{0.9, 0.999, 1e-8, 0.01})
+      : Adam(std::move(params), lr, options, true) {}
+};
+
+// Scales all gradients together so that their global L2 norm is at most max_norm (one pass to
+// measure, one to scale, as torch.nn.utils.clip_grad_norm_). Returns the norm before clipping.
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+
+}  // namespace reel::optim

@@ -1,0 +1,174 @@
+// Optimizer update kernels: SGD (plain, weight decay, momentum with dampening, Nesterov) and
+// AdamW / Adam-L2 against steps computed by hand; lists of tensors that span several chunks and
+// mix f32 and f64; the global gradient norm (value, determinism across thread counts) and
+// scale_; bad lists.
+#include <omp.h>
+
+#include <cmath>
+
+#include "finite_diff.h"
+#include "kernels/nn_ops.h"
+#include "testing.h"
+
+using namespace reel;
+using namespace reel::kernels;
+using reel::testing::check_close;
+using reel::testing::uniform_f64;
+using reel::testing::values;
+
+namespace {
+Tensor vec(std::initializer_list<double> v) {
+  return from_vector<double>(std::vector<double>(v), {static_cast<int64_t>(v.size())});
+}
+}  // namespace
+
+TEST_CASE("sgd: plain and weight decay, by hand") {
+  Tensor p = vec({1.0, -2.0}), g = vec({0.5, 0.25});
+  sgd_update({p}, {g}, {}, 0.1, 0, 0, 0, false, 1);
+  check_close(p, {0.95, -2.025}, 1e-15, 1e-15);
+  Tensor p2 = vec({1.0, -2.0});
+  sgd_update({p2}, {g}, {}, 0.1, 0, 0, 0.01, false, 1);  // d = g + 0.01 p = (0.51, 0.23)
+  check_close(p2, {0.949, -2.023}, 1e-15, 1e-15);
+}
+
+TEST_CASE("sgd: momentum with dampening and Nesterov over two steps, by hand") {
+  const double lr = 0.1, g1 = 0.5, g2 = -0.2;
+  {  // momentum 0.9, dampening 0.1: buf1 = g1 (torch starts the buffer at the gradient), buf2 = 0.9 buf1 + 0.9 g2
+    Tensor p = vec({1.0}), buf = vec({123.0});  // the first step overwrites whatever the buffer holds
+    sgd_update({p}, {vec({g1})}, {buf}, lr, 0.9, 0.1, 0, false, 1);
+    check_close(p, {1.0 - 0.05}, 1e-15, 1e-15);
+    check_close(buf, {0.5}, 1e-15, 1e-15);
+    sgd_update({p}, {vec({g2})}, {buf}, lr, 0.9, 0.1, 0, false, 2);
+    check_close(buf, {0.9 * 0.5 + 0.9 * -0.2}, 1e-15, 1e-15);  // 0.27
+    check_close(p, {0.95 - 0.1 * 0.27}, 1e-15, 1e-15);
+  }
+  {  // Nesterov, momentum 0.9: update = g + 0.9 buf
+    Tensor p = vec({1.0}), buf = vec({0.0});
+    sgd_update({p}, {vec({g1})}, {buf}, lr, 0.9, 0, 0, true, 1);
+    check_close(p, {1.0 - 0.1 * (0.5 + 0.9 * 0.5)}, 1e-15, 1e-15);  // 0.905
+    sgd_update({p}, {vec({g2})}, {buf}, lr, 0.9, 0, 0, true, 2);  // buf = 0.45 - 0.2 = 0.25
+    check_close(buf, {0.25}, 1e-15, 1e-15);
+    check_close(p, {0.905 - 0.1 * (-0.2 + 0.9 * 0.25)}, 1e-15, 1e-15);  // 0.9025
+  }
+  {  // momentum with weight decay: d = g + wd p
+    Tensor p = vec({2.0}), buf = vec({0.0});
+    sgd_update({p}, {vec({g1})}, {buf}, lr, 0.5, 0, 0.1, false, 1);  // d = 0.7, p = 1.93
+    check_close(p, {1.93}, 1e-15, 1e-15);
+    sgd_update({p}, {vec({g2})}, {buf}, lr, 0.5, 0, 0.1, false, 2);  // d = -0.007, buf = 0.343
+    check_close(p, {1.93 - 0.1 * (0.5 * 0.7 + (-0.2 + 0.1 * 1.93))}, 1e-15, 1e-15);
+  }
+}
+
+TEST_CASE("adamw and adam (L2) over two steps, by hand") {
+  const double lr = 0.1, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.01;
+  Tensor p = vec({1.0}), m = vec({0.0}), v = vec({0.0});
+  adamw_update({p}, {vec({0.5})}, {m}, {v}, lr, b1, b2, eps, wd, 1);
+  // p *= 1 - lr wd -> 0.999; m = 0.05, v = 0.00025; m_hat = 0.5, v_hat = 0.25: p = 0.999 - 0.1 * 0.5 / (0.5 + 1e-8)
+  check_close(m, {0.05}, 1e-15, 1e-15);
+  check_close(v, {0.00025}, 1e-15, 1e-15);
+  check_close(p, {0.899000002}, 1e-12, 1e-12);
+  adamw_update({p}, {vec({-0.3})}, {m}, {v}, lr, b1, b2, eps, wd, 2);
+  // m = 0.045 - 0.03 = 0.015; v = 0.00024975 + 0.00009 = 0.00033975; bias corrections 0.19 and 0.001999
+  check_close(m, {0.015}, 1e-14, 1e-15);
+  check_close(v, {0.00033975}, 1e-14, 1e-15);
+  const double p1 = 0.899000002 * 0.999;
+  check_close(p, {p1 - 0.1 / 0.19 * 0.015 / (std::sqrt(0.00033975) / std::sqrt(0.001999) + 1e-8)}, 1e-11, 1e-11);
+
+  // Adam's L2 form: g' = g + wd p, no decoupled decay.
+  Tensor pa = vec({1.0}), ma = vec({0.0}), va = vec({0.0});
+  adamw_update({pa}, {vec({0.5})}, {ma}, {va}, lr, b1, b2, eps, wd, 1, false);
+  check_close(ma, {0.1 * 0.51}, 1e-15, 1e-15);
+  check_close(va, {0.001 * 0.51 * 0.51}, 1e-15, 1e-15);
+  check_close(pa, {1.0 - 0.1 * 0.51 / (0.51 + 1e-8)}, 1e-12, 1e-12);
+}
+
+TEST_CASE("updates over a list of chunked, mixed-dtype tensors match per-element references") {
+  // 40000 elements spans three 16384-element chunks; an empty tensor and a scalar ride along.
+  const std::vector<Shape> shapes = {{200, 200}, {7}, {0}, {}, {3, 5}};
+  std::vector<Tensor> p, g, m, v, buf;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const DType dt = i % 2 ? DType::f32 : DType::f64;
+    p.push_back(uniform_f64(shapes[i], 10 + i).to(dt));
+    g.push_back(uniform_f64(shapes[i], 20 + i).to(dt));
+    m.push_back(uniform_f64(shapes[i], 30 + i, 0, 0.1).to(dt));
+    v.push_back(uniform_f64(shapes[i], 40 + i, 0, 0.1).to(dt));
+    buf.push_back(uniform_f64(shapes[i], 50 + i).to(dt));
+  }
+  std::vector<std::vector<double>> p0, g0, m0, v0, b0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    p0.push_back(values(p[i]));
+    g0.push_back(values(g[i]));
+    m0.push_back(values(m[i]));
+    v0.push_back(values(v[i]));
+    b0.push_back(values(buf[i]));
+  }
+  std::vector<Tensor> p_sgd;
+  for (const Tensor& t : p) p_sgd.push_back(t.clone());
+  adamw_update(p, g, m, v, 1e-2, 0.9, 0.95, 1e-8, 0.1, 3);
+  sgd_update(p_sgd, g, buf, 1e-2, 0.9, 0.0, 0.1, true, 5);
+  const double bc1 = 1 - std::pow(0.9, 3), bc2 = 1 - std::pow(0.95, 3);
+  for (size_t i = 0; i < p.size(); ++i) {
+    CAPTURE(i);
+    const double tol = p[i].dtype() == DType::f32 ? 1e-6 : 1e-14;
+    std::vector<double> ep, em, ev, sp, sb;
+    for (size_t j = 0; j < p0[i].size(); ++j) {
+      const double mm = 0.9 * m0[i][j] + 0.1 * g0[i][j], vv = 0.95 * v0[i][j] + 0.05 * g0[i][j] * g0[i][j];
+      em.push_back(mm);
+      ev.push_back(vv);
+      ep.push_back(p0[i][j] * (1 - 1e-3) - 1e-2 / bc1 * mm / (std::sqrt(vv / bc2) + 1e-8));
+      const double d = g0[i][j] + 0.1 * p0[i][j], b = 0.9 * b0[i][j] + d;
+      sb.push_back(b);
+      sp.push_back(p0[i][j] - 1e-2 * (d + 0.9 * b));
+    }
+    check_close(m[i], em, tol, tol);
+    check_close(v[i], ev, tol, tol);
+    check_close(p[i], ep, tol, tol);
+    check_close(buf[i], sb, tol, tol);
+    check_close(p_sgd[i], sp, tol, tol);
+  }
+}
+
+TEST_CASE("global_grad_norm and scale_ for clipping") {
+  std::vector<Tensor> grads = {uniform_f64({300, 100}, 1).to(DType::f32), uniform_f64({17}, 2),
+                               uniform_f64({50000}, 3).to(DType::f32)};
+  double ss = 0;
+  for (const Tensor& t : grads)
+    for (double x : values(t)) ss += x * x;
+  const int saved = omp_get_max_threads();
+  std::vector<double> norms;
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    norms.push_back(global_grad_norm(grads));
+  }
+  omp_set_num_threads(saved);
+  CHECK(norms[0] == doctest::Approx(std::sqrt(ss)).epsilon(1e-12));
+  CHECK(norms[1] == norms[0]);  // same bits for any thread count
+  CHECK(norms[2] == norms[0]);
+  CHECK(global_grad_norm(std::vector<Tensor>{grads[0].t()}) == doctest::Approx(global_grad_norm({grads[0]})));
+  CHECK(global_grad_norm({}) == 0.0);
+  CHECK(std::isinf(global_grad_norm({vec({1.0, INFINITY})})));
+
+  const double max_norm = 1.0, factor = max_norm / (norms[0] + 1e-6);
+  scale_(grads, factor);
+  CHECK(global_grad_norm(grads) == doctest::Approx(1.0).epsilon(1e-6));
+}
+
+TEST_CASE("bad optimizer lists raise reel::Error naming op and shapes") {
+  Tensor p = zeros({3}), g = zeros({3});
+  CHECK_REEL_ERROR(adamw_update({p}, {zeros({4})}, {zeros({3})}, {zeros({3})}, 1e-3, 0.9, 0.999, 1e-8, 0, 1),
+                   "adamw_update: param 0 (3) f32 on cpu and its grads (4) f32 on cpu differ");
+  CHECK_REEL_ERROR(adamw_update({p}, {g}, {zeros({3}, DType::f64)}, {zeros({3})}, 1e-3, 0.9, 0.999, 1e-8, 0, 1),
+                   "adamw_update: param 0 (3) f32 on cpu and its exp_avg (3) f64 on cpu differ");
+  CHECK_REEL_ERROR(adamw_update({p}, {g}, {}, {}, 1e-3, 0.9, 0.999, 1e-8, 0, 1),
+                   "adamw_update: 1 params but 0 exp_avg");
+  CHECK_REEL_ERROR(adamw_update({p}, {g}, {p}, {p}, 1e-3, 0.9, 0.999, 1e-8, 0, 0),
+                   "adamw_update: step 0 must count from 1");
+  CHECK_REEL_ERROR(sgd_update({zeros({3, 2}).t()}, {zeros({2, 3})}, {}, 0.1, 0, 0, 0, false, 1),
+                   "sgd_update: param 0 (2, 3) is not contiguous");
+  CHECK_REEL_ERROR(sgd_update({p}, {g}, {}, 0.1, 0.9, 0, 0, false, 1), "sgd_update: 1 params but 0 momentum_bufs");
+  CHECK_REEL_ERROR(sgd_update({p}, {g}, {p}, 0.1, 0.9, 0.1, 0, true, 1),
+                   "sgd_update: Nesterov momentum needs momentum > 0 and dampening 0");
+  CHECK_REEL_ERROR(sgd_update({p}, {Tensor()}, {}, 0.1, 0, 0, 0, false, 1),
+                   "sgd_update: grads 0 of param (3) is undefined");
+  CHECK_REEL_ERROR(global_grad_norm({zeros({2}, DType::i32)}), "global_grad_norm: tensor 0 (2) has dtype i32");
+}

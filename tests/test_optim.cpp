@@ -1,0 +1,167 @@
+// Optimizers against hand-computed steps, optimizer state memory and state_dict, gradient
+// clipping, and the accumulation window (equal to one big batch; a per-micro-batch mean differs).
+#include <cmath>
+
+#include "autograd/functions.h"
+#include "autograd/tape.h"
+#include "optim/accumulator.h"
+#include "optim/optimizer.h"
+#include "testing.h"
+
+using namespace reel;
+using namespace reel::optim;
+
+namespace {
+// A parameter p (f64) whose gradient after backward is exactly g: loss = sum(p * g).
+void set_gradient(const Tensor& p, const std::vector<double>& g) {
+  Tensor gt = from_vector(g, p.shape()).to(p.device());
+  autograd::backward(sum(mul(p, gt)));
+}
+Tensor param(const std::vector<double>& v, Device d = Device::cpu()) {
+  Tensor p;
+  {
+    MemoryCategory scope(Category::Parameter);
+    p = from_vector(v, {static_cast<int64_t>(v.size())}).to(d);
+  }
+  p.set_requires_grad();
+  return p;
+}
+}  // namespace
+
+TEST_CASE("SGD with momentum, Nesterov and weight decay matches hand-computed steps") {
+  for (Device d : reel::testing::devices()) {
+    Tensor p = param({1.0, -2.0}, d);
+    SGD opt({p}, 0.1, {0.9, 0.0, 0.01, true});
+    // step 1: g = grad + wd p = (0.5 + 0.01, 0.25 - 0.02); buf = g; nesterov: g + 0.9 buf = 1.9 g
+    set_gradient(p, {0.5, 0.25});
+    opt.step();
+    const double g0 = 0.51, g1 = 0.23;
+    const double p0 = 1.0 - 0.1 * 1.9 * g0, p1 = -2.0 - 0.1 * 1.9 * g1;
+    reel::testing::check_close(p, {p0, p1}, 1e-12, 1e-12);
+    // step 2: buf = 0.9 buf + g'
+    opt.zero_grad();
+    set_gradient(p, {0.5, 0.25});
+    opt.step();
+    const double h0 = 0.5 + 0.01 * p0, h1 = 0.25 + 0.01 * p1;
+    const double b0 = 0.9 * g0 + h0, b1 = 0.9 * g1 + h1;
+    reel::testing::check_close(p, {p0 - 0.1 * (h0 + 0.9 * b0), p1 - 0.1 * (h1 + 0.9 * b1)}, 1e-12, 1e-12);
+  }
+}
+
+TEST_CASE("Adam and AdamW match hand-computed steps") {
+  for (bool decoupled : {false, true}) {
+    Tensor p = param({0.5});
+    std::unique_ptr<Optimizer> opt;
+    if (decoupled) opt = std::make_unique<AdamW>(std::vector<Tensor>{p}, 0.01, Adam::Options{0.9, 0.99, 1e-8, 0.1});
+    else opt = std::make_unique<Adam>(std::vector<Tensor>{p}, 0.01, Adam::Options{0.9, 0.99, 1e-8, 0.1});
+    double pv = 0.5, m = 0, v = 0;
+    for (int step = 1; step <= 2; ++step) {
+      opt->zero_grad();
+      set_gradient(p, {0.3});
+      opt->step();
+      double g = 0.3;
+      if (decoupled) pv *= 1 - 0.01 * 0.1;
+      else g += 0.1 * pv;
+      m = 0.9 * m + 0.1 * g;
+      v = 0.99 * v + 0.01 * g * g;
+      const double mhat = m / (1 - std::pow(0.9, step)), vhat = v / (1 - std::pow(0.99, step));
+      pv -= 0.01 * mhat / (std::sqrt(vhat) + 1e-8);
+      CAPTURE(step);
+      reel::testing::check_close(p, {pv}, 1e-10, 1e-12);
+    }
+  }
+}
+
+TEST_CASE("optimizer state is counted as optimizer state and round-trips through state_dict") {
+  const int64_t before = memory_stats()[Category::OptimizerState].current_bytes;
+  Tensor a = param({1, 2, 3}), b = param({4, 5, 6});
+  AdamW opt({a, b}, 0.1);
+  set_gradient(a, {1, 1, 1});
+  set_gradient(b, {1, -1, 1});
+  opt.step();
+  CHECK(memory_stats()[Category::OptimizerState].current_bytes - before == 2 * 2 * 3 * 8);
+  const StateDict saved = opt.state_dict();
+  CHECK(saved.count("exp_avg.0"));
+  CHECK(saved.count("exp_avg_sq.1"));
+  CHECK(saved.at("step").item() == 1);
+  // A second optimizer over copies of the parameters, loaded from the state, continues identically.
+  Tensor a2 = param(reel::testing::values(a)), b2 = param(reel::testing::values(b));
+  AdamW opt2({a2, b2}, 0.1);
+  opt2.load_state_dict(saved);
+  for (Optimizer* o : {static_cast<Optimizer*>(&opt), static_cast<Optimizer*>(&opt2)}) {
+    o->zero_grad();
+    const auto& ps = o->params();
+    set_gradient(ps[0], {0.5, 0.5, 0.5});
+    set_gradient(ps[1], {0.1, 0.2, 0.3});
+    o->step();
+  }
+  reel::testing::check_close(a2, a, 0, 0);
+  reel::testing::check_close(b2, b, 0, 0);
+  StateDict bad = saved;
+  bad["exp_avg.7"] = zeros({3}, DType::f64);
+  CHECK_REEL_ERROR(opt2.load_state_dict(bad), "unexpected key 'exp_avg.7'");
+  bad = saved;
+  bad["exp_avg.0"] = zeros({4}, DType::f64);
+  CHECK_REEL_ERROR(opt2.load_state_dict(bad), "'exp_avg.0' has shape (4) but parameter 0 has shape (3)");
+  CHECK_REEL_ERROR(opt2.load_state_dict({}), "missing key 'step'");
+  CHECK_REEL_ERROR(SGD({zeros({2})}, 0.1), "parameter 0 does not require grad");
+}
+
+TEST_CASE("clip_grad_norm scales all gradients together") {
+  Tensor a = param({0, 0}), b = param({0});
+  set_gradient(a, {3, 0});
+  set_gradient(b, {4});
+  CHECK(clip_grad_norm({a, b}, 10.0) == doctest::Approx(5.0));
+  reel::testing::check_close(a.grad(), {3, 0}, 0, 0);  // below the limit: unchanged
+  CHECK(clip_grad_norm({a, b}, 1.0) == doctest::Approx(5.0));
+  reel::testing::check_close(a.grad(), {0.6, 0}, 1e-6, 1e-9);
+  reel::testing::check_close(b.grad(), {0.8}, 1e-6, 1e-9);
+}
+
+namespace {
+struct Batch {
+  Tensor x;  // (n, 3)
+  Tensor y;  // (n, 1)
+};
+}  // namespace
+
+TEST_CASE("the accumulation window equals one big batch; a per-micro-batch mean does not") {
+  Generator g(11);
+  const Tensor x = randn({12, 3}, DType::f64, Device::cpu(), &g), y = randn({12, 1}, DType::f64, Device::cpu(), &g);
+  const Tensor w0 = randn({3, 1}, DType::f64, Device::cpu(), &g);
+  auto sq_loss = [](const Tensor& w, const Batch& b) {  // SUM over the batch of squared errors
+    const Tensor d = sub(matmul(b.x, w), b.y);
+    return sum(mul(d, d));
+  };
+  // Reference: one batch of 12 with the mean loss.
+  Tensor w_ref = w0.clone().set_requires_grad();
+  SGD ref({w_ref}, 0.05);
+  autograd::backward(sq_loss(w_ref, {x, y}), 1.0 / 12);
+  const Tensor ref_grad = w_ref.grad().clone();
+  ref.step();
+  // Uneven micro-batches 1 + 5 + 2 + 4 through the window.
+  std::vector<Batch> micro;
+  int64_t start = 0;
+  for (int64_t n : {1, 5, 2, 4}) {
+    micro.push_back({x.narrow(0, start, n), y.narrow(0, start, n)});
+    start += n;
+  }
+  Tensor w = w0.clone().set_requires_grad();
+  SGD opt({w}, 0.05);
+  Accumulator acc(opt);
+  std::function<int64_t(const Batch&)> count = [](const Batch& b) { return b.x.size(0); };
+  std::function<Tensor(const Batch&)> loss = [&](const Batch& b) { return sq_loss(w, b); };
+  const WindowResult r = acc.step(micro, count, loss);
+  CHECK(r.count == 12);
+  CHECK(r.stepped);
+  reel::testing::check_close(w, w_ref, 1e-12, 1e-12);
+  const bool zeroed = !w.grad().defined() || reel::testing::values(w.grad()) == std::vector<double>(3, 0.0);
+  CHECK(zeroed);
+  // The naive way, averaging each micro-batch's mean, gives different gradients.
+  Tensor w_naive = w0.clone().set_requires_grad();
+  for (const Batch& b : micro) autograd::backward(sq_loss(w_naive, b), 1.0 / (4.0 * static_cast<double>(b.x.size(0))));
+  const std::vector<double> naive = reel::testing::values(w_naive.grad()), exact = reel::testing::values(ref_grad);
+  double diff = 0;
+  for (size_t i = 0; i < naive.size(); ++i) diff = std::max(diff, std::fabs(naive[i] - exact[i]));
+  CHECK(diff > 1e-3);
+}
