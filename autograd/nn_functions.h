@@ -3,9 +3,10 @@
 // forward and backward side by side) over the kernels of kernels/nn_ops.h, except
 // attention_composed, which is built from other ops as a reference.
 //
-//   Tensor h = embedding(ids, wte);                           // (B, T) -> (B, T, C)
-//   Tensor y = h + attention(q, k, v);                        // q, k, v (B, H, T, D), causal
-//   Tensor loss = cross_entropy(linear(layer_norm(y, g, b), wte).reshape({-1, V}), targets.flatten());
+//   Tensor x = embedding(ids, wte);                       // ids (B, T) -> (B, T, C)
+//   Tensor y = attention(q, k, v);                        // q, k, v (B, H, T, D), causal
+//   Tensor logits = linear(layer_norm(x, g, b), wte);     // (B, T, V), weights tied to wte
+//   Tensor loss = cross_entropy(logits, targets);         // targets (B, T), mean over tokens
 #pragma once
 #include <cstdint>
 #include <optional>

@@ -28,8 +28,8 @@ struct AutogradMeta {
   Tensor grad;                              // leaves: summed over every backward, category gradient
   std::weak_ptr<autograd::Node> producer;   // non-leaves: expires when the tape is cleared
   int output_index = 0;                     // which output of `producer` this tensor is
-  // Non-leaves: a view (made by recorded ops, e.g. w.t()) sharing the storage of a leaf that
-  // requires grad. Its bytes are that parameter's, so saving it never makes them an activation.
+  // A view (made by recorded ops, e.g. w.t(), or by their replay) sharing the storage of a leaf
+  // that requires grad. Its bytes are that parameter's: saving it never makes them an activation.
   bool views_leaf = false;
 };
 
@@ -46,10 +46,9 @@ class Op {
   // depend only on `in` and the op's members; it runs under NoGrad, so nothing it calls records.
   // It calls node.save(...) with what backward needs, and only that (node.needs_input_grad tells
   // which input gradients will be asked for); the tape drops the saves where it must not keep
-  // them. Integer outputs (indices) get no gradient and carry no autograd state.
+  // them.
   virtual Tensors forward(const Tensors& in, Node& node) const = 0;
-  // Input gradients from output gradients (each floating one defined, shaped like its output;
-  // those of integer outputs undefined). An entry may be
+  // Input gradients from output gradients (each defined, shaped like its output). An entry may be
   // left undefined where !node.needs_input_grad(i). Broadcast inputs get gradients of their own
   // shape (see sum_to).
   virtual Tensors backward(const Tensors& grad_out, const Node& node) const = 0;
@@ -70,6 +69,7 @@ struct Node {
     DType dtype = DType::f32;
     Device device;
     Tensor grad;  // summed over consumers during backward, freed once this node has run
+    bool views_leaf = false;  // a view of a parameter's storage (AutogradMeta::views_leaf), for replays
   };
 
   std::unique_ptr<Op> op;

@@ -180,7 +180,6 @@ Tensors record(std::unique_ptr<Op> op, const Tensors& inputs) {
     REEL_CHECK(y.defined() && !y.autograd_meta(), node->op->name(),
                ": forward must return fresh tensors (a bug in the op)");
     node->outputs[k] = {y.shape(), y.dtype(), y.device(), Tensor()};
-    if (!is_floating(y.dtype())) continue;  // indices: no gradient flows through them
     auto meta = std::make_shared<AutogradMeta>();
     meta->requires_grad = true;
     meta->is_leaf = false;
@@ -191,6 +190,7 @@ Tensors record(std::unique_ptr<Op> op, const Tensors& inputs) {
       if (in && (in->is_leaf || in->views_leaf) && y.storage() && y.storage() == inputs[i].storage())
         meta->views_leaf = true;
     }
+    node->outputs[k].views_leaf = meta->views_leaf;
     y.autograd_meta() = std::move(meta);
   }
   tape.push(std::move(node));
@@ -336,8 +336,7 @@ void Tape::run_backward(const Node& root, int output_index, const Tensor& seed) 
     Tensors grad_out(node.outputs.size());
     for (size_t k = 0; k < grad_out.size(); ++k) {
       const Node::Output& out = node.outputs[k];
-      if (out.grad.defined()) grad_out[k] = out.grad;
-      else if (is_floating(out.dtype)) grad_out[k] = zeros(out.shape, out.dtype, out.device);
+      grad_out[k] = out.grad.defined() ? out.grad : zeros(out.shape, out.dtype, out.device);
     }
     const Tensors grad_in = node.op->backward(grad_out, node);
     release(node);
@@ -393,6 +392,10 @@ void Tape::replay(Segment& segment, size_t last) {
     for (size_t k = 0; k < out.size(); ++k) {
       REEL_CHECK(out[k].shape() == node.outputs[k].shape, node.op->name(), ": replay made an output of shape ",
                  out[k].shape(), ", forward made ", node.outputs[k].shape);
+      if (node.outputs[k].views_leaf) {  // saved by a later node, it stays a parameter's memory
+        out[k].autograd_meta() = std::make_shared<AutogradMeta>();
+        out[k].autograd_meta()->views_leaf = true;
+      }
       const Key key{i, static_cast<int>(k)};
       auto it = uses_left.find(key);
       if (it != uses_left.end() && it->second > 0) live[key] = out[k];

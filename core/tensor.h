@@ -7,8 +7,8 @@
 //
 // Views and contiguous() are differentiable: on a tensor that requires grad, in grad mode, they
 // are recorded on the tape as the ops reel::view, reel::transpose, ... (autograd/functions.h), so
-// w.t() of a parameter carries gradients back to w. Other copies (clone, to(device), to(dtype))
-// are not recorded: their result is cut from the graph, like detach().
+// w.t() of a parameter carries gradients back to w. The other copies (clone, to(device),
+// to(dtype)) are not recorded: a copy they make is cut from the graph, as by detach().
 #pragma once
 #include <cstdint>
 #include <initializer_list>

@@ -5,9 +5,9 @@
 //
 // Each entry point checks its inputs (shapes, dtypes, devices: reel::Error naming the op and
 // them), makes inputs contiguous where the kernel needs it, allocates the outputs on the inputs'
-// device and runs the device kernel. Floating tensors are f32 or f64 (all of one dtype per call);
-// index tensors (token ids, targets) are i32 or i64. Today only the CPU kernels exist: a tensor
-// on another device raises reel::Error("<op>: not implemented on <device> yet").
+// device and runs the device kernel (kernels/cpu/nn_kernels.h, kernels/cuda/nn_kernels.h).
+// Floating tensors are f32 or f64 (all of one dtype per call); index tensors (token ids,
+// targets) are i32 or i64.
 #pragma once
 #include <optional>
 #include <string>

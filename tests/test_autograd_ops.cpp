@@ -180,7 +180,9 @@ std::vector<OpCase> op_cases() {
               [](const Tensor& a, const Tensor& b, const Tensor& c) { return concat({a, b, c}, -1); }, {2, 2},
               {2, 3}, {2, 1}, {true, false, true}),
       binary("concat of views of one tensor",
-             [](const Tensor& a, const Tensor& b) { return concat({transpose(a, 0, 1), b, transpose(slice(a, 1, 1, 3), 0, 1)}, 0); },
+             [](const Tensor& a, const Tensor& b) {
+               return concat({transpose(a, 0, 1), b, transpose(slice(a, 1, 1, 3), 0, 1)}, 0);
+             },
              {2, 3}, {1, 2}),
       unary("split, one piece unused",
             [](const Tensor& x) {
