@@ -225,7 +225,7 @@ TEST_CASE("a checkpoint replay re-makes views from the replayed inputs") {
 // ---- cross-entropy ------------------------------------------------------------------------------
 
 TEST_CASE("cross_entropy: ignored targets add nothing, and the mean is over the others") {
-  for (Device d : reel::testing::nn_devices()) {  // TODO(kernels/nn_ops.h): devices() once it runs everywhere
+  for (Device d : reel::testing::devices()) {
     CAPTURE(d);
     const std::vector<double> x = {0.5, -1, 2, 0.1, 3, 3, 3, 3, -2, 0, 1, 4, 0.3, 0.2, 0.1, 0};
     const std::vector<int64_t> t = {2, -100, 3, -100};
@@ -252,7 +252,7 @@ TEST_CASE("cross_entropy: ignored targets add nothing, and the mean is over the 
 }
 
 TEST_CASE("cross_entropy: every target ignored gives loss 0 and zero gradients, never NaN") {
-  for (Device d : reel::testing::nn_devices()) {  // TODO(kernels/nn_ops.h)
+  for (Device d : reel::testing::devices()) {
     CAPTURE(d);
     for (const char* reduction : {"mean", "sum", "none"}) {
       CAPTURE(reduction);
@@ -267,7 +267,7 @@ TEST_CASE("cross_entropy: every target ignored gives loss 0 and zero gradients, 
 }
 
 TEST_CASE("cross_entropy: logits of 1e4 give finite, exact losses and gradients (f32)") {
-  for (Device d : reel::testing::nn_devices()) {  // TODO(kernels/nn_ops.h)
+  for (Device d : reel::testing::devices()) {
     CAPTURE(d);
     const std::vector<float> x = {1e4f, 0, -1e4f, 1e4f - 1, -1e4f, -1e4f, -1e4f, -1e4f + 2};
     Tensor logits = from_vector(x, {2, 4}).to(d).set_requires_grad();
@@ -286,7 +286,7 @@ TEST_CASE("cross_entropy: logits of 1e4 give finite, exact losses and gradients 
 }
 
 TEST_CASE("cross_entropy: reduction none takes a gradient per row, sum the plain total") {
-  for (Device d : reel::testing::nn_devices()) {  // TODO(kernels/nn_ops.h)
+  for (Device d : reel::testing::devices()) {
     CAPTURE(d);
     Generator gen(8);
     Tensor logits = param({4, 6}, gen, 1.0, d);
@@ -311,9 +311,9 @@ TEST_CASE("attention: the fused op and the composed one agree in values and grad
     const Shape shape{1, 2, T, 8};
     for (bool causal : {true, false}) {
       CAPTURE(causal);
-      // f64 on the CPU: to rounding; f32 on every device the nn kernels run on.
+      // f64 on the CPU: to rounding; f32 on every device.
       std::vector<std::pair<Device, DType>> runs{{Device::cpu(), DType::f64}};
-      for (Device d : reel::testing::nn_devices()) runs.emplace_back(d, DType::f32);  // TODO(kernels/nn_ops.h)
+      for (Device d : reel::testing::devices()) runs.emplace_back(d, DType::f32);
       for (auto [d, dtype] : runs) {
         CAPTURE(d);
         CAPTURE(dtype);
@@ -382,7 +382,7 @@ TEST_CASE("attention: query i sees exactly the keys j <= i") {
 // ---- max ------------------------------------------------------------------------------------------
 
 TEST_CASE("max along an axis: the gradient goes to the first maximum; argmax records nothing") {
-  for (Device d : reel::testing::nn_devices()) {  // TODO(kernels/nn_ops.h)
+  for (Device d : reel::testing::devices()) {
     CAPTURE(d);
     Tensor x = from_vector(std::vector<float>{1, 3, 3, -1, 7, 2}, {2, 3}).to(d).set_requires_grad();
     Tensor m = max(x, 1);
@@ -533,7 +533,7 @@ Tensor gpt_loss(const Gpt& m, const Tensor& ids, const Tensor& targets, bool fus
 }  // namespace
 
 TEST_CASE("a checkpointed GPT (views, attention, layernorm, dropout, cross-entropy) has bit-identical gradients") {
-  for (Device d : reel::testing::nn_devices()) {  // TODO(kernels/nn_ops.h): devices()
+  for (Device d : reel::testing::devices()) {
     CAPTURE(d);
     const Gpt m = make_gpt(2, d);
     const std::vector<Tensor> params = m.params();

@@ -31,9 +31,6 @@ struct OpCase {
   std::function<Tensor(const Tensors&)> f;
   Domain domain = Domain::Any;
   std::vector<bool> needs_grad = {};  // default: every input
-  // Runs on kernels/nn_ops.h: only on testing::nn_devices(), until its CUDA side is in.
-  // TODO(kernels/nn_ops.h): drop the flag (run these on every device) once it is.
-  bool nn_kernels = false;
 };
 
 Tensor make_input(const Shape& shape, Domain domain, Generator& gen) {
@@ -79,10 +76,6 @@ std::vector<OpCase> op_cases() {
   const Tensor targets23_ignore3 = from_vector<int64_t>({3, 4, 0, 3, 1, 2}, {2, 3});
   const Tensor ids24 = from_vector<int64_t>({3, 0, 6, 3, 3, 1, 6, 2}, {2, 4});
   const Tensor ids5 = from_vector<int32_t>({4, 4, 0, 1, 4}, {5});
-  auto nn = [](OpCase c) {  // a case on kernels/nn_ops.h (see OpCase::nn_kernels)
-    c.nn_kernels = true;
-    return c;
-  };
   auto ternary = [](const char* name, std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)> op,
                     Shape a, Shape b, Shape c, std::vector<bool> needs = {}) {
     return OpCase{name + (" " + shape_str(a) + " " + shape_str(b) + " " + shape_str(c)), {a, b, c},
@@ -209,9 +202,9 @@ std::vector<OpCase> op_cases() {
       // ---- activations and max ----
       unary("sigmoid", [](const Tensor& x) { return sigmoid(x * 3.0); }, {3, 4}),
       unary("silu", [](const Tensor& x) { return silu(x * 3.0); }, {3, 4}),
-      nn(unary("max axis 1", [](const Tensor& x) { return max(x, 1); }, {3, 5})),
-      nn(unary("max axis 0 keepdim", [](const Tensor& x) { return max(x, 0, true); }, {4, 3})),
-      nn(unary("max axis -1", [](const Tensor& x) { return max(x, -1); }, {2, 3, 4})),
+      unary("max axis 1", [](const Tensor& x) { return max(x, 1); }, {3, 5}),
+      unary("max axis 0 keepdim", [](const Tensor& x) { return max(x, 0, true); }, {4, 3}),
+      unary("max axis -1", [](const Tensor& x) { return max(x, -1); }, {2, 3, 4}),
 
       // ---- linear ----
       ternary("linear", [](const Tensor& x, const Tensor& w, const Tensor& b) { return linear(x, w, b); }, {5, 4},
@@ -231,67 +224,66 @@ std::vector<OpCase> op_cases() {
               {true, false, false}),
 
       // ---- normalisation ----
-      nn(ternary("layer_norm", [](const Tensor& x, const Tensor& w, const Tensor& b) { return layer_norm(x, w, b); },
-                 {4, 7}, {7}, {7})),
-      nn(ternary("layer_norm batched, eps 1e-3",
-                 [](const Tensor& x, const Tensor& w, const Tensor& b) { return layer_norm(x, w, b, 1e-3); },
-                 {2, 3, 5}, {5}, {5})),
-      nn(binary("layer_norm without bias", [](const Tensor& x, const Tensor& w) { return layer_norm(x, w); }, {3, 6},
-                {6})),
-      nn(ternary("layer_norm of a transposed x",
-                 [](const Tensor& x, const Tensor& w, const Tensor& b) { return layer_norm(transpose(x, 0, 1), w, b); },
-                 {3, 5}, {3}, {3}, {true, false, false})),
-      nn(binary("rms_norm", [](const Tensor& x, const Tensor& w) { return rms_norm(x, w); }, {3, 6}, {6})),
-      nn(binary("rms_norm batched", [](const Tensor& x, const Tensor& w) { return rms_norm(x, w, 1e-4); },
-                {2, 2, 5}, {5})),
+      ternary("layer_norm", [](const Tensor& x, const Tensor& w, const Tensor& b) { return layer_norm(x, w, b); },
+              {4, 7}, {7}, {7}),
+      ternary("layer_norm batched, eps 1e-3",
+              [](const Tensor& x, const Tensor& w, const Tensor& b) { return layer_norm(x, w, b, 1e-3); },
+              {2, 3, 5}, {5}, {5}),
+      binary("layer_norm without bias", [](const Tensor& x, const Tensor& w) { return layer_norm(x, w); }, {3, 6},
+             {6}),
+      ternary("layer_norm of a transposed x",
+              [](const Tensor& x, const Tensor& w, const Tensor& b) { return layer_norm(transpose(x, 0, 1), w, b); },
+              {3, 5}, {3}, {3}, {true, false, false}),
+      binary("rms_norm", [](const Tensor& x, const Tensor& w) { return rms_norm(x, w); }, {3, 6}, {6}),
+      binary("rms_norm batched", [](const Tensor& x, const Tensor& w) { return rms_norm(x, w, 1e-4); },
+             {2, 2, 5}, {5}),
 
       // ---- softmax ----
-      nn(unary("softmax", [](const Tensor& x) { return softmax(x * 2.0); }, {3, 5})),
-      nn(unary("softmax dim 1", [](const Tensor& x) { return softmax(x, 1); }, {2, 3, 4})),
-      nn(unary("softmax of one class", [](const Tensor& x) { return softmax(x) * x; }, {4, 1})),
-      nn(unary("log_softmax", [](const Tensor& x) { return log_softmax(x * 2.0); }, {3, 5})),
-      nn(unary("log_softmax dim 0", [](const Tensor& x) { return log_softmax(x, 0); }, {4, 3})),
+      unary("softmax", [](const Tensor& x) { return softmax(x * 2.0); }, {3, 5}),
+      unary("softmax dim 1", [](const Tensor& x) { return softmax(x, 1); }, {2, 3, 4}),
+      unary("softmax of one class", [](const Tensor& x) { return softmax(x) * x; }, {4, 1}),
+      unary("log_softmax", [](const Tensor& x) { return log_softmax(x * 2.0); }, {3, 5}),
+      unary("log_softmax dim 0", [](const Tensor& x) { return log_softmax(x, 0); }, {4, 3}),
 
       // ---- cross-entropy (a target is ignore_index in each) ----
-      nn(unary("cross_entropy mean", [=](const Tensor& x) { return cross_entropy(x, on(targets6, x)); }, {6, 5})),
-      nn(unary("cross_entropy sum",
-               [=](const Tensor& x) { return cross_entropy(x * 3.0, on(targets6, x), -100, "sum"); }, {6, 5})),
-      nn(unary("cross_entropy none",
-               [=](const Tensor& x) { return cross_entropy(x, on(targets6, x), -100, "none"); }, {6, 5})),
-      nn(unary("cross_entropy (2, 3, V) i32 targets",
-               [=](const Tensor& x) { return cross_entropy(x, on(targets23, x)); }, {2, 3, 5})),
-      nn(unary("cross_entropy none (2, 3, V) ignore_index 3",
-               [=](const Tensor& x) { return cross_entropy(x, on(targets23_ignore3, x), 3, "none"); }, {2, 3, 5})),
+      unary("cross_entropy mean", [=](const Tensor& x) { return cross_entropy(x, on(targets6, x)); }, {6, 5}),
+      unary("cross_entropy sum",
+            [=](const Tensor& x) { return cross_entropy(x * 3.0, on(targets6, x), -100, "sum"); }, {6, 5}),
+      unary("cross_entropy none",
+            [=](const Tensor& x) { return cross_entropy(x, on(targets6, x), -100, "none"); }, {6, 5}),
+      unary("cross_entropy (2, 3, V) i32 targets",
+            [=](const Tensor& x) { return cross_entropy(x, on(targets23, x)); }, {2, 3, 5}),
+      unary("cross_entropy none (2, 3, V) ignore_index 3",
+            [=](const Tensor& x) { return cross_entropy(x, on(targets23_ignore3, x), 3, "none"); }, {2, 3, 5}),
 
       // ---- embedding (repeated ids: their gradients add up) ----
-      nn(unary("embedding", [=](const Tensor& t) { return embedding(on(ids24, t), t); }, {7, 3})),
-      nn(unary("embedding i32 ids", [=](const Tensor& t) { return embedding(on(ids5, t), t); }, {5, 2})),
+      unary("embedding", [=](const Tensor& t) { return embedding(on(ids24, t), t); }, {7, 3}),
+      unary("embedding i32 ids", [=](const Tensor& t) { return embedding(on(ids5, t), t); }, {5, 2}),
 
       // ---- attention ----
-      nn(ternary("attention causal",
-                 [](const Tensor& q, const Tensor& k, const Tensor& v) { return attention(q, k, v); }, {1, 2, 5, 4},
-                 {1, 2, 5, 4}, {1, 2, 5, 4})),
-      nn(ternary("attention full, Dv != D, scale 0.3",
-                 [](const Tensor& q, const Tensor& k, const Tensor& v) { return attention(q, k, v, false, 0.3); },
-                 {2, 1, 3, 4}, {2, 1, 6, 4}, {2, 1, 6, 3})),
-      nn(ternary("attention causal, only k needs grad",
-                 [](const Tensor& q, const Tensor& k, const Tensor& v) { return attention(q, k, v); }, {2, 3, 4},
-                 {2, 3, 4}, {2, 3, 2}, {false, true, false})),
-      nn(ternary("attention_composed causal",
-                 [](const Tensor& q, const Tensor& k, const Tensor& v) { return attention_composed(q, k, v); },
-                 {1, 2, 5, 4}, {1, 2, 5, 4}, {1, 2, 5, 4})),
-      nn(ternary("attention_composed full",
-                 [](const Tensor& q, const Tensor& k, const Tensor& v) {
-                   return attention_composed(q, k, v, false, 0.3);
-                 },
-                 {2, 1, 3, 4}, {2, 1, 6, 4}, {2, 1, 6, 3})),
+      ternary("attention causal",
+              [](const Tensor& q, const Tensor& k, const Tensor& v) { return attention(q, k, v); }, {1, 2, 5, 4},
+              {1, 2, 5, 4}, {1, 2, 5, 4}),
+      ternary("attention full, Dv != D, scale 0.3",
+              [](const Tensor& q, const Tensor& k, const Tensor& v) { return attention(q, k, v, false, 0.3); },
+              {2, 1, 3, 4}, {2, 1, 6, 4}, {2, 1, 6, 3}),
+      ternary("attention causal, only k needs grad",
+              [](const Tensor& q, const Tensor& k, const Tensor& v) { return attention(q, k, v); }, {2, 3, 4},
+              {2, 3, 4}, {2, 3, 2}, {false, true, false}),
+      ternary("attention_composed causal",
+              [](const Tensor& q, const Tensor& k, const Tensor& v) { return attention_composed(q, k, v); },
+              {1, 2, 5, 4}, {1, 2, 5, 4}, {1, 2, 5, 4}),
+      ternary("attention_composed full",
+              [](const Tensor& q, const Tensor& k, const Tensor& v) {
+                return attention_composed(q, k, v, false, 0.3);
+              },
+              {2, 1, 3, 4}, {2, 1, 6, 4}, {2, 1, 6, 3}),
   };
 }
 
 }  // namespace
 
 TEST_CASE("every op's backward matches finite differences (f64, cpu) and every device (f32)") {
-  const std::vector<Device> nn_devices = reel::testing::nn_devices();
   int index = 0;
   for (const OpCase& c : op_cases()) {
     CAPTURE(c.name);
@@ -308,7 +300,7 @@ TEST_CASE("every op's backward matches finite differences (f64, cpu) and every d
     Tensor y_ref = c.f(x);
     const Tensor w = randn(y_ref.shape(), DType::f64, Device::cpu(), &gen);
     autograd::backward(y_ref, w);
-    for (Device d : c.nn_kernels ? nn_devices : reel::testing::devices()) {  // TODO(kernels/nn_ops.h)
+    for (Device d : reel::testing::devices()) {
       CAPTURE(d);
       Tensors xd;
       for (const Tensor& t : x) xd.push_back(t.detach().to(DType::f32).to(d).set_requires_grad(t.requires_grad()));

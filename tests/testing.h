@@ -9,7 +9,6 @@
 
 #include "core/random.h"
 #include "core/tensor.h"
-#include "kernels/nn_ops.h"
 
 namespace reel::testing {
 
@@ -17,25 +16,6 @@ namespace reel::testing {
 inline std::vector<Device> devices() {
   std::vector<Device> d{Device::cpu()};
   if (cuda_available()) d.push_back(Device::cuda(0));
-  return d;
-}
-
-// The devices on which the entry points of kernels/nn_ops.h run: cpu, and cuda:0 once that file's
-// CUDA side answers there. TODO(kernels/nn_ops.h): its entry points raised reel::Error("... not
-// implemented on cuda:0 yet") until the CUDA kernels of the nn families landed; once they are in,
-// every caller may use devices() and this probe can go.
-inline std::vector<Device> nn_devices() {
-  std::vector<Device> d{Device::cpu()};
-  for (Device cuda : devices()) {
-    if (cuda.is_cpu()) continue;
-    try {
-      kernels::softmax_forward(zeros({1, 2}, DType::f32, cuda));
-      d.push_back(cuda);
-    } catch (const Error& e) {
-      if (std::string(e.what()).find("not implemented") == std::string::npos) throw;
-      MESSAGE("kernels/nn_ops.h is not implemented on " << cuda << " yet: the nn ops run on the cpu only");
-    }
-  }
   return d;
 }
 
