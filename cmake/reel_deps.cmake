@@ -2,7 +2,7 @@
 # on a machine that lacks them (the GPU check machine has nvcc, CMake and ninja only, and no
 # downloads), in the git-ignored folder .deps/ that `tools/gpu_check.sh --prepare` fills from a
 # machine that has them:
-#   .deps/include/eigen3/   .deps/include/doctest/   .deps/include/nlohmann/
+#   .deps/include/eigen3/   .deps/include/doctest/   .deps/include/nlohmann/   .deps/include/CLI/
 #   .deps/include/zlib.h, zconf.h                    .deps/lib/libz.a
 set(REEL_DEPS_DIR ${PROJECT_SOURCE_DIR}/.deps)
 
@@ -39,6 +39,14 @@ if(NOT TARGET ZLIB::ZLIB)
   set_target_properties(ZLIB::ZLIB PROPERTIES IMPORTED_LOCATION ${REEL_DEPS_DIR}/lib/libz.a
                                               INTERFACE_INCLUDE_DIRECTORIES ${REEL_DEPS_DIR}/include)
   message(STATUS "reel: zlib from .deps/ (lib/libz.a)")
+endif()
+
+if(REEL_BUILD_EXAMPLES)
+  find_package(CLI11 QUIET)
+  if(NOT TARGET CLI11::CLI11)
+    reel_dep_from_deps(CLI11::CLI11 CLI11 include/CLI/CLI.hpp)
+    set_target_properties(CLI11::CLI11 PROPERTIES INTERFACE_INCLUDE_DIRECTORIES ${REEL_DEPS_DIR}/include)
+  endif()
 endif()
 
 if(REEL_BUILD_TESTS)

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,10 @@ class AdamW final : public Adam {
   AdamW(std::vector<Tensor> params, double lr, Options options = Options{0.9, 0.999, 1e-8, 0.01})
       : Adam(std::move(params), lr, options, true) {}
 };
+
+// By name, for command lines: "sgd" (momentum 0.9), "adam", "adamw" (weight decay 0.01), each
+// with the library defaults otherwise; reel::Error naming the choices for anything else.
+std::unique_ptr<Optimizer> make_optimizer(const std::string& name, std::vector<Tensor> params, double lr);
 
 // Scales all gradients together so that their global L2 norm is at most max_norm (one pass to
 // measure, one to scale, as torch.nn.utils.clip_grad_norm_). Returns the norm before clipping.

@@ -3,7 +3,7 @@
 #
 #   tools/gpu_check.sh --prepare   on a machine with the Debian -dev packages (tools/setup.sh):
 #                                  copies the third-party headers the GPU machine lacks (doctest,
-#                                  Eigen, nlohmann-json, zlib + libz.a) into .deps/ (git-ignored),
+#                                  Eigen, nlohmann-json, CLI11, zlib + libz.a) into .deps/ (git-ignored),
 #                                  which CMake falls back to (cmake/reel_deps.cmake). Bring .deps/
 #                                  along with the working tree.
 #   tools/gpu_check.sh             on the GPU machine (nvcc, CMake >= 3.25, ninja, a C++17 host
@@ -24,10 +24,10 @@ if [ "${1:-}" = "--prepare" ]; then
   set -e
   rm -rf .deps
   mkdir -p .deps/include .deps/lib
-  cp -r /usr/include/doctest /usr/include/eigen3 /usr/include/nlohmann .deps/include/
+  cp -r /usr/include/doctest /usr/include/eigen3 /usr/include/nlohmann /usr/include/CLI .deps/include/
   cp /usr/include/zlib.h /usr/include/zconf.h .deps/include/
   cp "$(gcc -print-file-name=libz.a)" .deps/lib/libz.a 2>/dev/null || cp /usr/lib/x86_64-linux-gnu/libz.a .deps/lib/
-  echo "gpu_check: .deps/ ready ($(du -sh .deps | cut -f1)): doctest, eigen3, nlohmann, zlib"
+  echo "gpu_check: .deps/ ready ($(du -sh .deps | cut -f1)): doctest, eigen3, nlohmann, CLI11, zlib"
   exit 0
 fi
 

@@ -1,0 +1,94 @@
+// What the training examples share: their common command-line options (device, batch,
+// accumulation, checkpointing, optimizer, schedule length, seed, save/load), parsed with CLI11,
+// how a window's samples are cut into micro-batches, and the one-line progress display.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace examples {
+
+struct TrainOptions {
+  std::string device = "cpu";
+  int64_t batch = 128;        // samples (or sequences) per optimizer step: the accumulation window
+  int64_t accum_steps = 1;    // micro-batches per window; each holds about batch / accum_steps
+  std::string checkpoint = "none";  // none | every:K | sqrt | list:i,j
+  int64_t epochs = 1;
+  int64_t max_steps = 0;      // > 0: stop after this many optimizer steps
+  std::string optimizer = "adam";
+  double lr = 1e-3;
+  uint64_t seed = 0;
+  std::string save, load;     // safetensors paths; empty: none
+  bool quiet = false;         // no progress line (for logs and tests)
+};
+
+// Registers the options on `app`; the values already in `o` are the defaults shown by --help.
+inline void add_train_options(CLI::App& app, TrainOptions& o) {
+  app.add_option("--device", o.device, "cpu, cuda or cuda:N")->capture_default_str();
+  app.add_option("--batch", o.batch, "samples per optimizer step (split over --accum-steps micro-batches)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--accum-steps", o.accum_steps, "micro-batches per optimizer step (gradient accumulation)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--checkpoint", o.checkpoint, "activation checkpointing: none, every:K, sqrt or list:i,j,...")
+      ->capture_default_str();
+  app.add_option("--epochs", o.epochs, "passes over the training data")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--max-steps", o.max_steps, "stop after this many optimizer steps (0: no limit)")->capture_default_str();
+  app.add_option("--optimizer", o.optimizer, "sgd, adam or adamw")->capture_default_str()
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  app.add_option("--lr", o.lr, "learning rate")->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the initialisation, shuffling and dropout")->capture_default_str();
+  app.add_option("--save", o.save, "write the trained weights to this safetensors file");
+  app.add_option("--load", o.load, "start from the weights in this safetensors file");
+  app.add_flag("--quiet", o.quiet, "no progress line");
+}
+
+// A window of n samples cut into at most `parts` micro-batches as equal as possible (the first
+// n % parts get one more); a short last window gives fewer, never an empty one.
+inline std::vector<int64_t> micro_batch_sizes(int64_t n, int64_t parts) {
+  parts = std::max<int64_t>(1, std::min(parts, n));
+  std::vector<int64_t> sizes;
+  for (int64_t i = 0; i < parts; ++i) sizes.push_back(n / parts + (i < n % parts ? 1 : 0));
+  return sizes;
+}
+
+// "\r[=========>          ] 45%  step 120/267  loss 0.4321  5123 samples/s" on stderr.
+class Progress {
+ public:
+  Progress(int64_t total_steps, const char* unit, bool quiet)
+      : total_(total_steps), unit_(unit), quiet_(quiet), start_(std::chrono::steady_clock::now()) {}
+
+  // After each optimizer step: `items` samples/tokens done since the start.
+  void update(int64_t step, double loss, int64_t items) {
+    items_ = items;
+    if (quiet_) return;
+    const int width = 30;
+    const int filled = total_ > 0 ? static_cast<int>(width * step / total_) : width;
+    std::string bar(static_cast<size_t>(filled), '=');
+    if (filled < width) bar += '>' + std::string(static_cast<size_t>(width - filled - 1), ' ');
+    std::fprintf(stderr, "\r[%s] %3d%%  step %lld/%lld  loss %.4f  %.0f %s/s ", bar.c_str(),
+                 total_ > 0 ? static_cast<int>(100 * step / total_) : 100, static_cast<long long>(step),
+                 static_cast<long long>(total_), loss, rate(), unit_);
+    std::fflush(stderr);
+  }
+  void finish() {
+    if (!quiet_) std::fprintf(stderr, "\n");
+  }
+  double seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  double rate() const { return static_cast<double>(items_) / std::max(seconds(), 1e-9); }
+
+ private:
+  int64_t total_;
+  const char* unit_;
+  bool quiet_;
+  int64_t items_ = 0;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace examples

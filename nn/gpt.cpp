@@ -1,0 +1,137 @@
+// GPT-2 style decoder: attention, block MLP, pre-LN block, the model and sampling.
+#include "nn/gpt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "autograd/nn_functions.h"
+#include "autograd/tape.h"
+
+namespace reel::nn {
+
+namespace {
+
+void init_gpt2_linear(Linear& l, double init_std) {
+  init_normal_(l.weight, init_std);
+  if (l.bias.defined()) l.bias.fill_(0.0);
+}
+
+}  // namespace
+
+CausalSelfAttention::CausalSelfAttention(const GPTConfig& c) : n_head_(c.n_head), fused_(c.fused_attention) {
+  REEL_CHECK(c.n_head > 0 && c.n_embd % c.n_head == 0, "CausalSelfAttention: n_embd ", c.n_embd,
+             " must be a multiple of n_head ", c.n_head);
+  c_attn = register_module("c_attn", std::make_shared<Linear>(c.n_embd, 3 * c.n_embd, c.bias));
+  c_proj = register_module("c_proj", std::make_shared<Linear>(c.n_embd, c.n_embd, c.bias));
+  resid_dropout = register_module("resid_dropout", std::make_shared<Dropout>(c.dropout));
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) {
+  REEL_CHECK(x.dim() == 3, name(), ": expects x of shape (B, T, C), got ", x.shape());
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / n_head_;
+  const std::vector<Tensor> qkv = split(c_attn->forward(x), {C, C, C}, -1);  // 3 x (B, T, C) views
+  auto heads = [&](const Tensor& t) { return transpose(view(t, {B, T, n_head_, D}), 1, 2); };  // (B, H, T, D)
+  const Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
+  const Tensor y = fused_ ? attention(q, k, v, true) : attention_composed(q, k, v, true);  // (B, H, T, D)
+  const Tensor merged = reshape(transpose(y, 1, 2), {B, T, C});
+  return resid_dropout->forward(c_proj->forward(merged));
+}
+
+FeedForward::FeedForward(const GPTConfig& c) {
+  c_fc = register_module("c_fc", std::make_shared<Linear>(c.n_embd, 4 * c.n_embd, c.bias));
+  c_proj = register_module("c_proj", std::make_shared<Linear>(4 * c.n_embd, c.n_embd, c.bias));
+  dropout = register_module("dropout", std::make_shared<Dropout>(c.dropout));
+}
+
+Tensor FeedForward::forward(const Tensor& x) { return dropout->forward(c_proj->forward(gelu(c_fc->forward(x)))); }
+
+TransformerBlock::TransformerBlock(const GPTConfig& c) {
+  ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd, 1e-5, c.bias));
+  attn = register_module("attn", std::make_shared<CausalSelfAttention>(c));
+  ln_2 = register_module("ln_2", std::make_shared<LayerNorm>(c.n_embd, 1e-5, c.bias));
+  mlp = register_module("mlp", std::make_shared<FeedForward>(c));
+}
+
+Tensor TransformerBlock::forward(const Tensor& x) {
+  const Tensor h = x + attn->forward(ln_1->forward(x));
+  return h + mlp->forward(ln_2->forward(h));
+}
+
+GPT::GPT(const GPTConfig& c) : config_(c) {
+  REEL_CHECK(c.vocab_size > 0 && c.block_size > 0 && c.n_layer > 0, "GPT: vocab_size ", c.vocab_size,
+             ", block_size ", c.block_size, " and n_layer ", c.n_layer, " must be positive");
+  wte = register_module("wte", std::make_shared<Embedding>(c.vocab_size, c.n_embd));
+  wpe = register_module("wpe", std::make_shared<Embedding>(c.block_size, c.n_embd));
+  drop = register_module("drop", std::make_shared<Dropout>(c.dropout));
+  h = register_module("h", std::make_shared<Sequential>());
+  for (int64_t i = 0; i < c.n_layer; ++i) h->push_back(std::make_shared<TransformerBlock>(c));
+  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(c.n_embd, 1e-5, c.bias));
+  if (!c.tie_weights) lm_head = register_module("lm_head", std::make_shared<Linear>(c.n_embd, c.vocab_size, false));
+
+  // GPT-2: N(0, 0.02) everywhere, the projections into the residual stream scaled by
+  // 1/sqrt(2 n_layer) (two per block) so the residual's variance does not grow with depth.
+  const double init_std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.n_layer));
+  init_normal_(wte->weight, init_std);
+  init_normal_(wpe->weight, init_std);
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    auto& block = static_cast<TransformerBlock&>((*h)[i]);
+    init_gpt2_linear(*block.attn->c_attn, init_std);
+    init_gpt2_linear(*block.attn->c_proj, proj_std);
+    init_gpt2_linear(*block.mlp->c_fc, init_std);
+    init_gpt2_linear(*block.mlp->c_proj, proj_std);
+  }
+  if (lm_head) init_gpt2_linear(*lm_head, init_std);
+}
+
+Tensor GPT::forward(const Tensor& ids) {
+  REEL_CHECK(ids.dim() == 2, "GPT: expects token ids of shape (B, T), got ", ids.shape());
+  const int64_t T = ids.size(1);
+  REEL_CHECK(T >= 1 && T <= config_.block_size, "GPT: sequence length ", T, " is outside [1, block_size = ",
+             config_.block_size, "]");
+  const Tensor pos = arange(T, DType::i64, wpe->weight.device());             // (T)
+  Tensor x = drop->forward(wte->forward(ids) + wpe->forward(pos));             // (B, T, C) + (T, C)
+  x = ln_f->forward(h->forward(x));
+  return lm_head ? lm_head->forward(x) : linear(x, wte->weight);               // (B, T, V)
+}
+
+std::vector<int64_t> GPT::generate(std::vector<int64_t> tokens, int64_t n, double temperature, int64_t top_k,
+                                   Generator* gen) {
+  REEL_CHECK(!tokens.empty(), "GPT::generate: the prompt is empty");
+  REEL_CHECK(temperature > 0, "GPT::generate: temperature must be positive, got ", temperature);
+  autograd::NoGrad no_grad;
+  const bool was_training = training();
+  eval();
+  const Device device = wte->weight.device();
+  for (int64_t step = 0; step < n; ++step) {
+    const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), config_.block_size);
+    const std::vector<int64_t> window(tokens.end() - T, tokens.end());
+    const Tensor logits = forward(from_vector(window, {1, T}, device));  // (1, T, V)
+    std::vector<double> p = select(select(logits, 1, T - 1), 0, 0).to(DType::f64).to_vector<double>();  // (V)
+    std::vector<size_t> order(p.size());
+    std::iota(order.begin(), order.end(), 0);
+    if (top_k > 0 && top_k < static_cast<int64_t>(p.size())) {
+      std::partial_sort(order.begin(), order.begin() + top_k, order.end(), [&](size_t a, size_t b) { return p[a] > p[b]; });
+      order.resize(static_cast<size_t>(top_k));
+    }
+    double top = -INFINITY;
+    for (size_t i : order) top = std::max(top, p[i] / temperature);
+    std::vector<double> w(order.size());
+    double total = 0;
+    for (size_t j = 0; j < order.size(); ++j) total += w[j] = std::exp(p[order[j]] / temperature - top);
+    double u = rand({1}, DType::f64, Device::cpu(), gen).item() * total;
+    size_t pick = order.back();
+    for (size_t j = 0; j < order.size(); ++j) {
+      if (u < w[j]) {
+        pick = order[j];
+        break;
+      }
+      u -= w[j];
+    }
+    tokens.push_back(static_cast<int64_t>(pick));
+  }
+  train(was_training);
+  return tokens;
+}
+
+}  // namespace reel::nn

@@ -1,0 +1,94 @@
+// A GPT-2 style decoder: CausalSelfAttention, the block's feed-forward MLP, the pre-LN
+// TransformerBlock and GPT (token + position embeddings, N blocks, final LayerNorm, LM head
+// optionally tied to the token embedding). Parameter names follow Hugging Face's GPT-2
+// ("wte.weight", "h.0.attn.c_attn.weight", ...), with Linear weights stored (out, in) as
+// torch.nn.Linear does (HF's Conv1D stores them transposed).
+//
+//   nn::GPTConfig config;
+//   config.vocab_size = 96;  config.block_size = 64;  config.n_layer = 4;  config.n_head = 4;  config.n_embd = 128;
+//   nn::GPT gpt(config);
+//   gpt.set_checkpoint(nn::CheckpointPolicy::parse("sqrt"));  // blocks in checkpoint segments
+//   Tensor logits = gpt(ids);                                 // ids (B, T) -> (B, T, V)
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "nn/layers.h"
+#include "nn/sequential.h"
+
+namespace reel::nn {
+
+struct GPTConfig {
+  int64_t vocab_size = 50257;
+  int64_t block_size = 1024;  // the longest sequence (position embeddings)
+  int64_t n_layer = 12, n_head = 12, n_embd = 768;
+  double dropout = 0.0;        // on embeddings, attention output and MLP output (not on probabilities)
+  bool bias = true;            // biases in Linear and LayerNorm
+  bool tie_weights = true;     // LM head shares wte.weight
+  bool fused_attention = true; // the flash-style kernel; false: the composed reference
+};
+
+// Multi-head causal self-attention: c_attn (C -> 3C), heads of C / n_head, c_proj (C -> C).
+class CausalSelfAttention : public Module {
+ public:
+  explicit CausalSelfAttention(const GPTConfig& config);
+  Tensor forward(const Tensor& x) override;  // (B, T, C) -> (B, T, C)
+  std::string name() const override { return "CausalSelfAttention"; }
+  std::shared_ptr<Linear> c_attn, c_proj;
+  std::shared_ptr<Dropout> resid_dropout;
+
+ private:
+  int64_t n_head_;
+  bool fused_;
+};
+
+// The block's MLP: c_fc (C -> 4C), GELU, c_proj (4C -> C), dropout.
+class FeedForward : public Module {
+ public:
+  explicit FeedForward(const GPTConfig& config);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "FeedForward"; }
+  std::shared_ptr<Linear> c_fc, c_proj;
+  std::shared_ptr<Dropout> dropout;
+};
+
+// Pre-LN: x + attn(ln_1(x)), then + mlp(ln_2(.)).
+class TransformerBlock : public Module {
+ public:
+  explicit TransformerBlock(const GPTConfig& config);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "TransformerBlock"; }
+  std::shared_ptr<LayerNorm> ln_1, ln_2;
+  std::shared_ptr<CausalSelfAttention> attn;
+  std::shared_ptr<FeedForward> mlp;
+};
+
+class GPT : public Module {
+ public:
+  // GPT-2's initialisation: Linear and Embedding weights N(0, 0.02), the residual projections
+  // (c_proj) N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm weights 1.
+  explicit GPT(const GPTConfig& config);
+  Tensor forward(const Tensor& ids) override;  // (B, T) i32/i64, T <= block_size -> logits (B, T, V)
+  std::string name() const override { return "GPT"; }
+
+  // The blocks run under `policy` (every:K, sqrt over n_layer blocks, a list of block indices).
+  void set_checkpoint(const CheckpointPolicy& policy) { h->set_checkpoint(policy); }
+
+  // Appends n tokens to `prompt` (1-D ids), sampling from softmax(logits / temperature) restricted
+  // to the top_k most likely (0: all), from `gen`; no tape is recorded. Returns the whole sequence.
+  std::vector<int64_t> generate(std::vector<int64_t> prompt, int64_t n, double temperature = 1.0, int64_t top_k = 0,
+                                Generator* gen = nullptr);
+
+  const GPTConfig& config() const { return config_; }
+  std::shared_ptr<Embedding> wte, wpe;
+  std::shared_ptr<Dropout> drop;
+  std::shared_ptr<Sequential> h;  // the blocks
+  std::shared_ptr<LayerNorm> ln_f;
+  std::shared_ptr<Linear> lm_head;  // null when tied to wte
+
+ private:
+  GPTConfig config_;
+};
+
+}  // namespace reel::nn

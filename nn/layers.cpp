@@ -1,0 +1,77 @@
+// The basic layers: parameters, initialisation, and forward through one autograd op each.
+#include "nn/layers.h"
+
+#include <cmath>
+
+#include "autograd/nn_functions.h"
+#include "core/allocator.h"
+
+namespace reel::nn {
+
+namespace {
+
+Tensor new_parameter(const Shape& shape) {
+  MemoryCategory scope(Category::Parameter);
+  return zeros(shape);
+}
+
+}  // namespace
+
+Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias) {
+  REEL_CHECK(in_features > 0 && out_features > 0, "Linear: features must be positive, got in ", in_features,
+             ", out ", out_features);
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
+  weight = register_parameter("weight", new_parameter({out_features, in_features}));
+  init_uniform_(weight, bound);
+  if (with_bias) {
+    bias = register_parameter("bias", new_parameter({out_features}));
+    init_uniform_(bias, bound);
+  }
+}
+
+Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
+
+Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim) {
+  REEL_CHECK(num_embeddings > 0 && embedding_dim > 0, "Embedding: sizes must be positive, got ", num_embeddings,
+             " x ", embedding_dim);
+  weight = register_parameter("weight", new_parameter({num_embeddings, embedding_dim}));
+  init_normal_(weight, 1.0);
+}
+
+Tensor Embedding::forward(const Tensor& ids) { return embedding(ids, weight); }
+
+LayerNorm::LayerNorm(int64_t dim, double eps_, bool with_bias) : eps(eps_) {
+  REEL_CHECK(dim > 0, "LayerNorm: dim must be positive, got ", dim);
+  weight = register_parameter("weight", new_parameter({dim}));
+  weight.fill_(1.0);
+  if (with_bias) bias = register_parameter("bias", new_parameter({dim}));
+}
+
+Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, weight, bias, eps); }
+
+RMSNorm::RMSNorm(int64_t dim, double eps_) : eps(eps_) {
+  REEL_CHECK(dim > 0, "RMSNorm: dim must be positive, got ", dim);
+  weight = register_parameter("weight", new_parameter({dim}));
+  weight.fill_(1.0);
+}
+
+Tensor RMSNorm::forward(const Tensor& x) { return rms_norm(x, weight, eps); }
+
+Dropout::Dropout(double p_) : p(p_) {
+  REEL_CHECK(p >= 0 && p < 1, "Dropout: p must be in [0, 1), got ", p);
+}
+
+Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, training()); }
+
+Tensor ReLU::forward(const Tensor& x) { return relu(x); }
+Tensor GELU::forward(const Tensor& x) { return gelu(x); }
+Tensor Tanh::forward(const Tensor& x) { return tanh(x); }
+
+std::shared_ptr<Module> make_activation(const std::string& name) {
+  if (name == "relu") return std::make_shared<ReLU>();
+  if (name == "gelu") return std::make_shared<GELU>();
+  if (name == "tanh") return std::make_shared<Tanh>();
+  throw Error("make_activation: unknown activation '" + name + "' (choose relu, gelu or tanh)");
+}
+
+}  // namespace reel::nn

@@ -1,0 +1,81 @@
+// The basic layers: Linear, Embedding, LayerNorm, RMSNorm, Dropout and the activations. Each is a
+// thin Module over one differentiable op of autograd/ (which holds the forward and backward), with
+// PyTorch's parameter names, layouts and default initialisation.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "nn/module.h"
+
+namespace reel::nn {
+
+// y = x W^T + b; W (out, in), b (out). Init as torch.nn.Linear: U(-1/sqrt(in), 1/sqrt(in)).
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  Tensor forward(const Tensor& x) override;  // (..., in) -> (..., out)
+  std::string name() const override { return "Linear"; }
+  Tensor weight, bias;  // bias undefined without one
+};
+
+// table[ids]; weight (V, C). Init N(0, 1) as torch.nn.Embedding.
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim);
+  Tensor forward(const Tensor& ids) override;  // (N...) i32/i64 -> (N..., C)
+  std::string name() const override { return "Embedding"; }
+  Tensor weight;
+};
+
+// Over the last dim; weight ones, bias zeros.
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t dim, double eps = 1e-5, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "LayerNorm"; }
+  Tensor weight, bias;
+  double eps;
+};
+
+class RMSNorm : public Module {
+ public:
+  explicit RMSNorm(int64_t dim, double eps = 1e-6);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "RMSNorm"; }
+  Tensor weight;
+  double eps;
+};
+
+// Active in train(), the identity in eval(). Masks come from the default generator, recorded on
+// the tape, so checkpoint replays reproduce them.
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "Dropout"; }
+  double p;
+};
+
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "ReLU"; }
+};
+
+class GELU : public Module {  // tanh approximation, as GPT-2
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "GELU"; }
+};
+
+class Tanh : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "Tanh"; }
+};
+
+// "relu" | "gelu" | "tanh" -> a new activation module; reel::Error naming the choices otherwise.
+std::shared_ptr<Module> make_activation(const std::string& name);
+
+}  // namespace reel::nn

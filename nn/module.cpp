@@ -1,0 +1,170 @@
+// nn::Module: parameter registration, the module tree, train/eval, to(device), state dicts.
+#include "nn/module.h"
+
+#include <set>
+#include <sstream>
+
+#include "autograd/functions.h"
+#include "autograd/op.h"
+#include "autograd/tape.h"
+#include "core/allocator.h"
+#include "core/random.h"
+
+namespace reel::nn {
+
+namespace {
+
+bool valid_name(const std::string& name) {
+  return !name.empty() && name.find('.') == std::string::npos;
+}
+
+}  // namespace
+
+Tensor Module::register_parameter(const std::string& param_name, const Tensor& value) {
+  REEL_CHECK(valid_name(param_name), name(), ": parameter name '", param_name, "' must be non-empty and without '.'");
+  REEL_CHECK(value.defined(), name(), ": parameter '", param_name, "' is undefined");
+  for (const auto& [existing, _] : params_)
+    REEL_CHECK(existing != param_name, name(), ": parameter '", param_name, "' registered twice");
+  Tensor p = value;
+  if (!p.is_leaf() || !p.storage() || p.storage()->category() != Category::Parameter || !p.is_contiguous()) {
+    MemoryCategory scope(Category::Parameter);
+    p = value.detach().clone();
+  }
+  p.set_requires_grad(true);
+  params_.emplace_back(param_name, p);
+  return p;
+}
+
+void Module::add_child(const std::string& child_name, std::shared_ptr<Module> module) {
+  REEL_CHECK(valid_name(child_name), name(), ": module name '", child_name, "' must be non-empty and without '.'");
+  REEL_CHECK(module != nullptr, name(), ": module '", child_name, "' is null");
+  for (const auto& [existing, _] : children_)
+    REEL_CHECK(existing != child_name, name(), ": module '", child_name, "' registered twice");
+  children_.emplace_back(child_name, std::move(module));
+}
+
+void Module::collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const {
+  for (const auto& [name, p] : params_) out.emplace_back(prefix + name, p);
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, Tensor>> all, unique;
+  collect("", all);
+  std::set<const TensorImpl*> seen;
+  for (auto& entry : all)
+    if (seen.insert(entry.second.impl_ptr()).second) unique.push_back(std::move(entry));
+  return unique;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [_, p] : named_parameters()) out.push_back(p);
+  return out;
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (const Tensor& p : parameters()) n += p.numel();
+  return n;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [_, child] : children_) child->train(on);
+}
+
+Module& Module::to(Device device) {
+  autograd::NoGrad no_grad;
+  for (const Tensor& p : parameters()) {
+    if (p.device() == device) continue;
+    Tensor moved, grad = p.grad();
+    {
+      MemoryCategory scope(Category::Parameter);
+      moved = p.detach().to(device);
+    }
+    // Swap the data under the same TensorImpl so every handle to the parameter follows it.
+    TensorImpl& impl = *p.impl_ptr();
+    impl.storage = moved.storage();
+    impl.strides = moved.strides();
+    impl.offset = moved.offset();
+    impl.device = device;
+    if (grad.defined()) {
+      MemoryCategory scope(Category::Gradient);
+      p.set_grad(grad.to(device));
+    }
+  }
+  return *this;
+}
+
+TensorDict Module::state_dict() const {
+  TensorDict out;
+  for (auto& [name, p] : named_parameters()) out.emplace(name, p);
+  return out;
+}
+
+void Module::load_state_dict(const TensorDict& state) {
+  const auto params = named_parameters();
+  std::vector<std::string> problems;
+  std::set<std::string> known;
+  for (const auto& [name, p] : params) {
+    known.insert(name);
+    auto it = state.find(name);
+    if (it == state.end()) {
+      problems.push_back("missing key '" + name + "' " + shape_str(p.shape()));
+    } else if (it->second.shape() != p.shape()) {
+      problems.push_back("key '" + name + "' has shape " + shape_str(it->second.shape()) + ", the parameter " +
+                         shape_str(p.shape()));
+    } else if (!is_floating(it->second.dtype())) {
+      problems.push_back(std::string("key '") + name + "' is " + dtype_name(it->second.dtype()) +
+                         ", the parameter " + dtype_name(p.dtype()));
+    }
+  }
+  for (const auto& [name, t] : state)
+    if (!known.count(name)) problems.push_back("unexpected key '" + name + "' " + shape_str(t.shape()));
+  if (!problems.empty()) {
+    std::ostringstream msg;
+    msg << name() << ".load_state_dict: " << problems.size() << " problem(s):";
+    for (const std::string& p : problems) msg << "\n  " << p;
+    throw Error(msg.str());
+  }
+  autograd::NoGrad no_grad;
+  for (const auto& [name, p] : params) p.copy_(state.at(name));
+}
+
+void Module::print(const std::string& prefix, int depth, std::string& out) const {
+  const std::string indent(static_cast<size_t>(depth) * 2, ' ');
+  out += indent + (prefix.empty() ? "" : prefix + ": ") + name();
+  for (const auto& [pname, p] : params_) out += " " + pname + shape_str(p.shape());
+  out += "\n";
+  for (const auto& [cname, child] : children_) child->print(cname, depth + 1, out);
+}
+
+std::string Module::str() const {
+  std::string out;
+  print("", 0, out);
+  out += "parameters: " + std::to_string(num_parameters()) + "\n";
+  return out;
+}
+
+void save(const Module& module, const std::string& path, const Metadata& metadata) {
+  save_safetensors(path, module.state_dict(), metadata);
+}
+
+void load(Module& module, const std::string& path, Metadata* metadata) {
+  module.load_state_dict(load_safetensors(path, Device::cpu(), metadata));
+}
+
+void init_normal_(const Tensor& t, double std, Generator* gen) {
+  autograd::NoGrad no_grad;
+  MemoryCategory scope(Category::Temporary);
+  t.copy_(mul(randn(t.shape(), t.dtype(), t.device(), gen), std));
+}
+
+void init_uniform_(const Tensor& t, double bound, Generator* gen) {
+  autograd::NoGrad no_grad;
+  MemoryCategory scope(Category::Temporary);
+  t.copy_(sub(mul(rand(t.shape(), t.dtype(), t.device(), gen), 2 * bound), bound));
+}
+
+}  // namespace reel::nn

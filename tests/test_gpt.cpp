@@ -1,0 +1,197 @@
+// nn::GPT: parameter names and counts as GPT-2's, GPT-2's initialisation, weight tying, fused
+// against composed attention, checkpointed blocks with bit-identical gradients on every device,
+// causality, sampling, and bad inputs.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "reel.h"
+#include "testing.h"
+
+using namespace reel;
+using reel::testing::check_close;
+using reel::testing::values;
+
+namespace {
+
+nn::GPTConfig tiny_config() {
+  nn::GPTConfig c;
+  c.vocab_size = 11;
+  c.block_size = 8;
+  c.n_layer = 4;
+  c.n_head = 2;
+  c.n_embd = 16;
+  return c;
+}
+
+Tensor random_ids(int64_t B, int64_t T, int64_t V, uint64_t seed, Device device = Device::cpu()) {
+  Generator g(seed);
+  const std::vector<double> u = values(rand({B, T}, DType::f64, Device::cpu(), &g));
+  std::vector<int64_t> ids;
+  for (double x : u) ids.push_back(static_cast<int64_t>(x * static_cast<double>(V)));
+  return from_vector(ids, {B, T}, device);
+}
+
+std::vector<double> all_grads(const nn::Module& m) {
+  std::vector<double> out;
+  for (const Tensor& p : m.parameters()) {
+    const std::vector<double> g = values(p.grad());
+    out.insert(out.end(), g.begin(), g.end());
+  }
+  return out;
+}
+
+void clear_grads(const nn::Module& m) {
+  for (const Tensor& p : m.parameters()) p.set_grad(Tensor());
+}
+
+double stddev(const Tensor& t) {
+  const std::vector<double> v = values(t);
+  double s = 0, s2 = 0;
+  for (double x : v) s += x, s2 += x * x;
+  const double n = static_cast<double>(v.size());
+  return std::sqrt(s2 / n - (s / n) * (s / n));
+}
+
+}  // namespace
+
+TEST_CASE("GPT has GPT-2's parameter names and count; tying drops the LM head") {
+  manual_seed(1);
+  nn::GPTConfig c = tiny_config();
+  nn::GPT gpt(c);
+  const auto named = gpt.named_parameters();
+  std::vector<std::string> names;
+  for (const auto& [name, p] : named) names.push_back(name);
+  CHECK(names.front() == "wte.weight");
+  CHECK(names[1] == "wpe.weight");
+  CHECK(names[2] == "h.0.ln_1.weight");
+  CHECK(gpt.state_dict().count("h.3.attn.c_attn.weight") == 1);
+  CHECK(gpt.state_dict().at("h.3.attn.c_attn.weight").shape() == Shape{48, 16});
+  CHECK(gpt.state_dict().at("h.0.mlp.c_fc.weight").shape() == Shape{64, 16});
+  CHECK(names.back() == "ln_f.bias");
+  CHECK(gpt.state_dict().count("lm_head.weight") == 0);
+  const int64_t C = c.n_embd, per_block = 2 * 2 * C + (3 * C * C + 3 * C) + (C * C + C) + (4 * C * C + 4 * C) +
+                                          (4 * C * C + C);
+  CHECK(gpt.num_parameters() == c.vocab_size * C + c.block_size * C + c.n_layer * per_block + 2 * C);
+
+  c.tie_weights = false;
+  nn::GPT untied(c);
+  CHECK(untied.num_parameters() == gpt.num_parameters() + c.vocab_size * C);
+  CHECK(untied.state_dict().at("lm_head.weight").shape() == Shape{11, 16});
+}
+
+TEST_CASE("GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 n_layer)") {
+  manual_seed(2);
+  nn::GPTConfig c = tiny_config();
+  c.n_embd = 64;
+  c.vocab_size = 500;
+  nn::GPT gpt(c);
+  const nn::TensorDict s = gpt.state_dict();
+  CHECK(stddev(s.at("wte.weight")) == doctest::Approx(0.02).epsilon(0.05));
+  CHECK(stddev(s.at("h.1.mlp.c_fc.weight")) == doctest::Approx(0.02).epsilon(0.05));
+  CHECK(stddev(s.at("h.1.mlp.c_proj.weight")) == doctest::Approx(0.02 / std::sqrt(8.0)).epsilon(0.05));
+  CHECK(stddev(s.at("h.2.attn.c_proj.weight")) == doctest::Approx(0.02 / std::sqrt(8.0)).epsilon(0.05));
+  CHECK(values(s.at("h.0.attn.c_attn.bias")) == std::vector<double>(192, 0.0));
+  CHECK(values(s.at("ln_f.weight")) == std::vector<double>(64, 1.0));
+}
+
+TEST_CASE("GPT: logits of shape (B, T, V); a token never sees the tokens after it") {
+  manual_seed(3);
+  nn::GPT gpt(tiny_config());
+  const Tensor ids = random_ids(2, 8, 11, 4);
+  const Tensor logits = gpt(ids);
+  CHECK(logits.shape() == Shape{2, 8, 11});
+  // Changing the last token changes only the last position's logits.
+  std::vector<int64_t> changed = ids.to_vector<int64_t>();
+  changed[7] = (changed[7] + 1) % 11;
+  const Tensor other = gpt(from_vector(changed, {2, 8}));
+  check_close(narrow(other, 1, 0, 7), narrow(logits, 1, 0, 7), 0, 0);
+  CHECK(values(narrow(other, 1, 7, 1)) != values(narrow(logits, 1, 7, 1)));
+  // A prefix gives the prefix's logits.
+  check_close(gpt(narrow(ids, 1, 0, 5)), narrow(logits, 1, 0, 5), 1e-5, 1e-6);
+}
+
+TEST_CASE("GPT with fused attention equals GPT with composed attention, values and gradients") {
+  for (const Device& device : reel::testing::devices()) {
+    CAPTURE(device);
+    nn::GPTConfig c = tiny_config();
+    manual_seed(5);
+    nn::GPT fused(c);
+    c.fused_attention = false;
+    manual_seed(5);
+    nn::GPT composed(c);
+    fused.to(device);
+    composed.to(device);
+    const Tensor ids = random_ids(3, 7, 11, 6, device), targets = random_ids(3, 7, 11, 7, device);
+    const Tensor lf = fused(ids), lc = composed(ids);
+    check_close(lf, lc, 1e-4, 1e-5);
+    autograd::backward(cross_entropy(fused(ids), targets));
+    autograd::backward(cross_entropy(composed(ids), targets));
+    const std::vector<double> gf = all_grads(fused), gc = all_grads(composed);
+    REQUIRE(gf.size() == gc.size());
+    double worst = 0;
+    for (size_t i = 0; i < gf.size(); ++i) worst = std::max(worst, std::fabs(gf[i] - gc[i]));
+    CHECK(worst < 1e-5);
+  }
+}
+
+TEST_CASE("checkpointed GPT blocks: bit-identical gradients with dropout, fewer saved bytes") {
+  for (const Device& device : reel::testing::devices()) {
+    CAPTURE(device);
+    nn::GPTConfig c = tiny_config();
+    c.dropout = 0.2;
+    manual_seed(8);
+    nn::GPT gpt(c);
+    gpt.to(device);
+    const Tensor ids = random_ids(2, 8, 11, 9, device), targets = random_ids(2, 8, 11, 10, device);
+    std::vector<std::vector<double>> grads;
+    std::vector<int64_t> saved;  // activation bytes the tape keeps after forward
+    for (const std::string policy : {"none", "every:1", "sqrt", "list:1,2"}) {
+      CAPTURE(policy);
+      gpt.set_checkpoint(nn::CheckpointPolicy::parse(policy));
+      default_generator().manual_seed(12);
+      const int64_t before = memory_stats()[Category::Activation].current_bytes;
+      const Tensor loss = cross_entropy(gpt(ids), targets);
+      saved.push_back(memory_stats()[Category::Activation].current_bytes - before);
+      autograd::backward(loss);
+      grads.push_back(all_grads(gpt));
+      clear_grads(gpt);
+    }
+    for (size_t i = 1; i < grads.size(); ++i) CHECK(grads[i] == grads[0]);
+    for (size_t i = 1; i < saved.size(); ++i) CHECK(saved[i] < saved[0]);
+  }
+}
+
+TEST_CASE("generate: greedy with top_k 1, reproducible from a seed, and no tape left behind") {
+  manual_seed(13);
+  nn::GPT gpt(tiny_config());
+  const std::vector<int64_t> greedy = gpt.generate({1, 2}, 10, 1.0, 1);
+  CHECK(greedy.size() == 12);
+  // Each greedy token is the argmax of the logits of the sequence before it (window of block_size).
+  for (size_t n = 2; n < greedy.size(); ++n) {
+    const size_t T = std::min<size_t>(n, 8);
+    const std::vector<int64_t> window(greedy.begin() + static_cast<long>(n - T), greedy.begin() + static_cast<long>(n));
+    autograd::NoGrad no_grad;
+    const Tensor logits = gpt(from_vector(window, {1, static_cast<int64_t>(T)}));
+    CHECK(argmax(select(select(logits, 1, static_cast<int64_t>(T) - 1), 0, 0), 0).item() ==
+          static_cast<double>(greedy[n]));
+  }
+  Generator g1(5), g2(5);
+  CHECK(gpt.generate({3}, 20, 0.8, 0, &g1) == gpt.generate({3}, 20, 0.8, 0, &g2));
+  CHECK(autograd::Tape::current().empty());
+  CHECK(gpt.training());
+}
+
+TEST_CASE("GPT rejects bad inputs with clear errors") {
+  manual_seed(14);
+  nn::GPTConfig c = tiny_config();
+  nn::GPT gpt(c);
+  CHECK_REEL_ERROR(gpt(random_ids(1, 9, 11, 1)), "GPT: sequence length 9 is outside [1, block_size = 8]");
+  CHECK_REEL_ERROR(gpt(random_ids(1, 1, 11, 1).view({1})), "GPT: expects token ids of shape (B, T)");
+  CHECK_REEL_ERROR(gpt(full({1, 3}, 11.0, DType::i64)), "embedding");
+  CHECK_REEL_ERROR(gpt(full({1, 3}, 1.0, DType::f32)), "embedding");
+  CHECK_REEL_ERROR(gpt.generate({}, 3), "the prompt is empty");
+  c.n_head = 3;
+  CHECK_REEL_ERROR(nn::GPT{c}, "n_embd 16 must be a multiple of n_head 3");
+  CHECK_REEL_ERROR(gpt.set_checkpoint(nn::CheckpointPolicy::parse("list:4")), "index 4 is out of range for 4");
+}

@@ -1,0 +1,279 @@
+// nn::Module and the basic layers: parameter registration and names, train/eval, to(device),
+// state_dict round trips and their errors, safetensors save/load, checkpoint policies, and the
+// layers against the ops they wrap.
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "reel.h"
+#include "testing.h"
+
+using namespace reel;
+using reel::testing::check_close;
+using reel::testing::values;
+
+namespace {
+
+struct Net : nn::Module {
+  std::shared_ptr<nn::Linear> fc1 = register_module("fc1", std::make_shared<nn::Linear>(4, 3));
+  std::shared_ptr<nn::ReLU> act = register_module("act", std::make_shared<nn::ReLU>());
+  std::shared_ptr<nn::Linear> fc2 = register_module("fc2", std::make_shared<nn::Linear>(3, 2));
+  Tensor scale = register_parameter("scale", ones({2}));
+  Tensor forward(const Tensor& x) override { return fc2->forward(act->forward(fc1->forward(x))) * scale; }
+  std::string name() const override { return "Net"; }
+};
+
+// Two modules holding one tensor (as a tied LM head holds the embedding).
+struct Tied : nn::Module {
+  std::shared_ptr<nn::Embedding> emb = register_module("emb", std::make_shared<nn::Embedding>(5, 3));
+  Tensor head = register_parameter("head", emb->weight);
+  Tensor forward(const Tensor& ids) override { return linear(emb->forward(ids), head); }
+  std::string name() const override { return "Tied"; }
+};
+
+std::vector<std::string> names_of(const nn::Module& m) {
+  std::vector<std::string> out;
+  for (const auto& [name, p] : m.named_parameters()) out.push_back(name);
+  return out;
+}
+
+std::string temp_path(const std::string& name) { return "test_module_" + name + ".safetensors"; }
+
+}  // namespace
+
+TEST_CASE("parameters register under dotted names, depth first, once each") {
+  manual_seed(1);
+  const int64_t before = memory_stats()[Category::Parameter].current_bytes;
+  Net net;
+  CHECK(names_of(net) == std::vector<std::string>{"scale", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"});
+  CHECK(net.num_parameters() == 2 + 4 * 3 + 3 + 3 * 2 + 2);
+  for (const Tensor& p : net.parameters()) {
+    CHECK(p.requires_grad());
+    CHECK(p.is_leaf());
+    CHECK(p.storage()->category() == Category::Parameter);
+  }
+  CHECK(memory_stats()[Category::Parameter].current_bytes - before >= 25 * 4);
+  CHECK(net.fc1->weight.shape() == Shape{3, 4});  // (out, in), as torch.nn.Linear
+
+  nn::MLP mlp({4, 8, 8, 2});
+  CHECK(names_of(mlp) ==
+        std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"});
+  CHECK(mlp.size() == 5);
+  CHECK(mlp[1].name() == "ReLU");
+
+  Tied tied;  // the shared tensor is listed once, under its first name
+  CHECK(names_of(tied) == std::vector<std::string>{"head"});
+  CHECK(tied.state_dict().size() == 1);
+}
+
+TEST_CASE("registration errors name the module and the key") {
+  struct Bad : nn::Module {
+    Tensor forward(const Tensor& x) override { return x; }
+    std::string name() const override { return "Bad"; }
+    void add(const std::string& n) { register_parameter(n, zeros({2})); }
+    void add_child(const std::string& n) { register_module(n, std::make_shared<nn::ReLU>()); }
+  };
+  Bad bad;
+  bad.add("w");
+  CHECK_REEL_ERROR(bad.add("w"), "Bad: parameter 'w' registered twice");
+  CHECK_REEL_ERROR(bad.add("a.b"), "without '.'");
+  CHECK_REEL_ERROR(bad.add(""), "non-empty");
+  bad.add_child("r");
+  CHECK_REEL_ERROR(bad.add_child("r"), "module 'r' registered twice");
+  CHECK_REEL_ERROR(nn::Linear(0, 3), "Linear: features must be positive");
+  CHECK_REEL_ERROR(nn::Dropout(1.0), "Dropout: p must be in [0, 1)");
+  CHECK_REEL_ERROR(nn::make_activation("swish"), "unknown activation 'swish'");
+  CHECK_REEL_ERROR(nn::MLP({4}), "MLP: needs at least");
+}
+
+TEST_CASE("train and eval reach every descendant; Dropout is the identity in eval") {
+  manual_seed(2);
+  nn::MLP mlp({6, 16, 6}, "relu", 0.5);
+  CHECK(mlp.training());
+  mlp.eval();
+  for (const auto& [name, child] : mlp.children()) CHECK_FALSE(child->training());
+  const Tensor x = randn({4, 6});
+  check_close(mlp(x), mlp(x), 0, 0);  // no dropout: the same twice
+  nn::Dropout drop(0.5);
+  drop.eval();
+  check_close(drop(x), x, 0, 0);
+  drop.train();
+  const std::vector<double> y = values(drop(x)), xv = values(x);
+  int zeros_seen = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (y[i] == 0) ++zeros_seen;
+    else CHECK(y[i] == doctest::Approx(2 * xv[i]));
+  }
+  CHECK(zeros_seen > 0);
+}
+
+TEST_CASE("state_dict round trip, and load errors list every bad key without copying anything") {
+  manual_seed(3);
+  Net a;
+  manual_seed(4);
+  Net b;
+  b.load_state_dict(a.state_dict());
+  for (const auto& [name, p] : a.named_parameters()) check_close(b.state_dict().at(name), p, 0, 0);
+
+  // state_dict holds the parameters themselves: writing through it writes the model.
+  a.state_dict().at("scale").fill_(3.0);
+  CHECK(values(a.scale) == std::vector<double>{3.0, 3.0});
+
+  manual_seed(5);
+  Net c;
+  const std::vector<double> before = values(c.fc1->weight);
+  nn::TensorDict bad = a.state_dict();
+  bad.erase("fc2.bias");
+  bad["fc1.weight"] = zeros({4, 3});
+  bad["extra"] = zeros({1});
+  try {
+    c.load_state_dict(bad);
+    FAIL("load_state_dict accepted a bad dict");
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("Net.load_state_dict: 3 problem(s)") != std::string::npos);
+    CHECK(msg.find("missing key 'fc2.bias' (2)") != std::string::npos);
+    CHECK(msg.find("key 'fc1.weight' has shape (4, 3), the parameter (3, 4)") != std::string::npos);
+    CHECK(msg.find("unexpected key 'extra' (1)") != std::string::npos);
+  }
+  CHECK(values(c.fc1->weight) == before);
+
+  // Values of another dtype convert; integer tensors are refused.
+  nn::TensorDict f64 = a.state_dict();
+  for (auto& [name, t] : f64) t = t.to(DType::f64);
+  c.load_state_dict(f64);
+  check_close(c.fc1->weight, a.fc1->weight, 0, 0);
+  f64["scale"] = zeros({2}, DType::i32);
+  CHECK_REEL_ERROR(c.load_state_dict(f64), "key 'scale' is i32");
+}
+
+TEST_CASE("save and load through a safetensors file") {
+  manual_seed(6);
+  nn::MLP a({5, 7, 3});
+  const std::string path = temp_path("mlp");
+  nn::save(a, path, {{"epoch", "3"}});
+  const nn::TensorDict file = nn::load_safetensors(path);
+  CHECK(file.size() == 4);
+  CHECK(file.at("0.weight").shape() == Shape{7, 5});
+  manual_seed(7);
+  nn::MLP b({5, 7, 3});
+  nn::Metadata meta;
+  nn::load(b, path, &meta);
+  CHECK(meta.at("epoch") == "3");
+  const Tensor x = randn({2, 5});
+  check_close(b(x), a(x), 0, 0);
+  nn::MLP wrong({5, 8, 3});
+  CHECK_REEL_ERROR(nn::load(wrong, path), "key '0.weight' has shape (7, 5), the parameter (8, 5)");
+  std::remove(path.c_str());
+}
+
+TEST_CASE("to(device) moves every parameter in place: earlier handles follow") {
+  for (const Device& device : reel::testing::devices()) {
+    CAPTURE(device);
+    manual_seed(8);
+    Net net;
+    const Tensor x = randn({3, 4});
+    const Tensor expected = net(x);
+    const std::vector<Tensor> handles = net.parameters();  // as an optimizer holds them
+    autograd::backward(sum(net(x)));
+    net.to(device);
+    for (const Tensor& p : handles) {
+      CHECK(p.device() == device);
+      CHECK(p.grad().device() == device);
+      CHECK(p.requires_grad());
+    }
+    check_close(net(x.to(device)), expected, 1e-5, 1e-6);
+    net.to(Device::cpu());
+    check_close(net(x), expected, 0, 0);
+  }
+}
+
+TEST_CASE("layers compute what their ops compute, with torch's initialisation") {
+  manual_seed(9);
+  nn::Linear fc(16, 4);
+  const double bound = 1.0 / std::sqrt(16.0);
+  for (double w : values(fc.weight)) CHECK(std::fabs(w) <= bound);
+  for (double b : values(fc.bias)) CHECK(std::fabs(b) <= bound);
+  const Tensor x = randn({2, 3, 16});
+  check_close(fc(x), add(matmul(x, fc.weight, false, true), fc.bias), 1e-5, 1e-6);
+  nn::Linear no_bias(16, 4, false);
+  CHECK_FALSE(no_bias.bias.defined());
+  CHECK(no_bias.named_parameters().size() == 1);
+
+  nn::LayerNorm ln(16);
+  CHECK(values(ln.weight) == std::vector<double>(16, 1.0));
+  CHECK(values(ln.bias) == std::vector<double>(16, 0.0));
+  check_close(ln(x), layer_norm(x, ln.weight, ln.bias), 0, 0);
+  nn::RMSNorm rms(16);
+  check_close(rms(x), rms_norm(x, rms.weight), 0, 0);
+
+  nn::Embedding emb(10, 5);
+  const Tensor ids = from_vector<int64_t>({1, 9, 1}, {3});
+  const std::vector<double> rows = values(emb(ids)), table = values(emb.weight);
+  for (int64_t c = 0; c < 5; ++c) {
+    CHECK(rows[static_cast<size_t>(c)] == table[static_cast<size_t>(5 + c)]);
+    CHECK(rows[static_cast<size_t>(5 + c)] == table[static_cast<size_t>(45 + c)]);
+  }
+  CHECK_REEL_ERROR(emb(from_vector<int64_t>({10}, {1})), "embedding");
+  CHECK_REEL_ERROR(fc(randn({2, 15})), "linear");
+  check_close(nn::GELU()(x), gelu(x), 0, 0);
+  check_close(nn::Tanh()(x), tanh(x), 0, 0);
+  check_close(nn::ReLU()(x), relu(x), 0, 0);
+  CHECK(nn::MLP({16, 4}).str().find("MLP") == 0);
+}
+
+TEST_CASE("checkpoint policies: parsing and the runs they plan") {
+  using P = nn::CheckpointPolicy;
+  auto runs = [](const std::string& text, int64_t n) {
+    std::string out;
+    for (const P::Run& r : P::parse(text).plan(n))
+      out += "[" + std::to_string(r.begin) + "," + std::to_string(r.end) + (r.checkpointed ? ")c " : ") ");
+    return out;
+  };
+  CHECK(runs("none", 4) == "[0,4) ");
+  CHECK(runs("every:2", 5) == "[0,2)c [2,4)c [4,5) ");
+  CHECK(runs("every:1", 3) == "[0,1)c [1,2)c [2,3) ");
+  CHECK(runs("sqrt", 9) == "[0,3)c [3,6)c [6,9) ");
+  CHECK(runs("sqrt", 5) == "[0,3)c [3,5) ");
+  CHECK(runs("sqrt", 1) == "[0,1) ");
+  CHECK(runs("list:3,1", 5) == "[0,1) [1,2)c [2,3) [3,4)c [4,5) ");
+  CHECK(P::parse("list:2,0,2").str() == "list:0,2");
+  CHECK(P::parse("every:4").str() == "every:4");
+  CHECK_REEL_ERROR(P::parse("every:0"), "K must be at least 1");
+  CHECK_REEL_ERROR(P::parse("every:x"), "'x' is not a whole number");
+  CHECK_REEL_ERROR(P::parse("list:1,,2"), "is not a whole number");
+  CHECK_REEL_ERROR(P::parse("half"), "'half' is not one of none, every:K, sqrt");
+  nn::MLP mlp({4, 4, 4});
+  CHECK_REEL_ERROR(mlp.set_checkpoint(P::parse("list:0,3")), "index 3 is out of range for 3 modules");
+}
+
+TEST_CASE("a checkpointed Sequential gives bit-identical gradients and keeps fewer activations") {
+  for (const Device& device : reel::testing::devices()) {
+    CAPTURE(device);
+    manual_seed(10);
+    nn::MLP mlp({32, 64, 64, 64, 64, 64, 64, 8}, "gelu", 0.25);
+    mlp.to(device);
+    const Tensor x = randn({16, 32}, DType::f32, device), target = randn({16, 8}, DType::f32, device);
+    std::vector<std::vector<double>> grads;
+    std::vector<int64_t> saved;  // activation bytes the tape keeps after forward
+    for (const std::string policy : {"none", "sqrt", "every:1", "list:0,4"}) {
+      CAPTURE(policy);
+      mlp.set_checkpoint(nn::CheckpointPolicy::parse(policy));
+      default_generator().manual_seed(11);  // the same dropout masks in every run
+      const int64_t before = memory_stats()[Category::Activation].current_bytes;
+      const Tensor loss = sum(mul(mlp(x), target));
+      saved.push_back(memory_stats()[Category::Activation].current_bytes - before);
+      autograd::backward(loss);
+      std::vector<double> g;
+      for (const Tensor& p : mlp.parameters()) {
+        const std::vector<double> v = values(p.grad());
+        g.insert(g.end(), v.begin(), v.end());
+      }
+      grads.push_back(g);
+      for (const Tensor& p : mlp.parameters()) p.set_grad(Tensor());
+    }
+    for (size_t i = 1; i < grads.size(); ++i) CHECK(grads[i] == grads[0]);
+    CHECK(saved[1] < saved[0] / 2);  // sqrt: 3 boundaries and the last run of 4 layers, of 19
+  }
+}
