@@ -6,8 +6,6 @@
 // median step time over several steps.
 //
 //   bench_checkpoint [device=cpu] [batch=32] [width=256] [steps=7]
-#include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -15,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/device_backend.h"
+#include "bench_util.h"
 #include "reel.h"
 
 using namespace reel;
@@ -66,14 +64,9 @@ Measure measure(const Chain& c, Device device, int64_t batch, int64_t width, int
   std::vector<double> ms;
   for (int s = 0; s < steps; ++s) {
     Tensor x = randn({batch, width}, DType::f32, device, &gen);
-    backend_for(device).synchronize();
-    const auto t0 = std::chrono::steady_clock::now();
-    step(c, x, k);
-    backend_for(device).synchronize();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    ms.push_back(bench::timed_ms(device, [&] { step(c, x, k); }));
   }
-  std::sort(ms.begin(), ms.end());
-  return {memory_stats(device)[Category::Activation].peak_bytes - base, ms[ms.size() / 2]};
+  return {memory_stats(device)[Category::Activation].peak_bytes - base, bench::median(ms)};
 }
 
 std::string mib(int64_t bytes) {

@@ -4,15 +4,12 @@
 // written once), and the achieved GB/s and GFLOP/s. Everything but attention is bound by memory
 // bandwidth: compare those GB/s with `bench_kernels <device>`'s add; attention with its matmuls.
 //   ./bench_nn_kernels [cpu|cuda] [repeats] [filter]   (filter: only kernels whose name contains it)
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <string>
 #include <vector>
 
-#include "core/device_backend.h"
+#include "bench_util.h"
 #include "core/tensor.h"
 #include "kernels/nn_ops.h"
 
@@ -20,26 +17,6 @@ using namespace reel;
 using namespace reel::kernels;
 
 namespace {
-struct Row {
-  std::string name;
-  double ms, bytes, flops;
-  std::string error;  // set when the device does not run this kernel (yet)
-};
-
-double median_ms(Device device, int repeats, const std::function<void()>& fn) {
-  fn();  // warm-up: caches, allocator, lazy initialisation
-  backend_for(device).synchronize();
-  std::vector<double> t;
-  for (int i = 0; i < repeats; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    fn();
-    backend_for(device).synchronize();
-    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 Tensor ids_tensor(int64_t n, int64_t vocab, Device device) {
   std::vector<int32_t> ids(static_cast<size_t>(n));
   uint64_t s = 12345;
@@ -60,15 +37,7 @@ int main(int argc, char** argv) {
     const int64_t B = 8, H = 12, T = 256, D = 64;         // attention
     const double f = 4.0;                                 // bytes per f32
     const double n = static_cast<double>(rows * C), r = static_cast<double>(rows);
-    std::vector<Row> table;
-    auto add = [&](const std::string& name, double bytes, double flops, const std::function<void()>& fn) {
-      if (name.find(filter) == std::string::npos) return;
-      try {
-        table.push_back({name, median_ms(device, repeats, fn), bytes, flops, ""});
-      } catch (const Error& e) {
-        table.push_back({name, 0, bytes, flops, e.what()});
-      }
-    };
+    bench::KernelTable table(device, repeats, filter);
 
     // ---- norms: x (8192, 768) -------------------------------------------------------------------
     Tensor x = randn({rows, C}, DType::f32, device), dy = randn({rows, C}, DType::f32, device);
@@ -80,11 +49,11 @@ int main(int argc, char** argv) {
       rn = rmsnorm_forward(x, w);
     } catch (const Error&) {
     }
-    add("layernorm fwd (8192x768)", 2 * n * f + 2 * r * f, 8 * n, [&] { layernorm_forward(x, w, b); });
-    add("layernorm bwd (dx, dw, db)", 3 * n * f + 2 * r * f, 16 * n,
+    table.add("layernorm fwd (8192x768)", 2 * n * f + 2 * r * f, 8 * n, [&] { layernorm_forward(x, w, b); });
+    table.add("layernorm bwd (dx, dw, db)", 3 * n * f + 2 * r * f, 16 * n,
         [&] { layernorm_backward(dy, x, w, ln.mean, ln.rstd); });
-    add("rmsnorm fwd", 2 * n * f + r * f, 5 * n, [&] { rmsnorm_forward(x, w); });
-    add("rmsnorm bwd (dx, dw)", 3 * n * f + r * f, 12 * n, [&] { rmsnorm_backward(dy, x, w, rn.rstd); });
+    table.add("rmsnorm fwd", 2 * n * f + r * f, 5 * n, [&] { rmsnorm_forward(x, w); });
+    table.add("rmsnorm bwd (dx, dw)", 3 * n * f + r * f, 12 * n, [&] { rmsnorm_backward(dy, x, w, rn.rstd); });
 
     // ---- softmax / log-softmax / max along the last dim -----------------------------------------
     Tensor y, ly;
@@ -93,17 +62,17 @@ int main(int argc, char** argv) {
       ly = log_softmax_forward(x);
     } catch (const Error&) {
     }
-    add("softmax fwd (8192x768)", 2 * n * f, 5 * n, [&] { softmax_forward(x); });
-    add("softmax bwd", 3 * n * f, 4 * n, [&] { softmax_backward(dy, y); });
-    add("log_softmax fwd", 2 * n * f, 5 * n, [&] { log_softmax_forward(x); });
-    add("log_softmax bwd", 3 * n * f, 4 * n, [&] { log_softmax_backward(dy, ly); });
+    table.add("softmax fwd (8192x768)", 2 * n * f, 5 * n, [&] { softmax_forward(x); });
+    table.add("softmax bwd", 3 * n * f, 4 * n, [&] { softmax_backward(dy, y); });
+    table.add("log_softmax fwd", 2 * n * f, 5 * n, [&] { log_softmax_forward(x); });
+    table.add("log_softmax bwd", 3 * n * f, 4 * n, [&] { log_softmax_backward(dy, ly); });
     MaxWithIndices mx{};
     try {
       mx = max_with_indices(x, -1);
     } catch (const Error&) {
     }
-    add("max_with_indices (axis -1)", n * f + r * (f + 8), n, [&] { max_with_indices(x, -1); });
-    add("max_backward (scatter)", n * f + r * (f + 8), 0, [&] { max_backward(mx.values, mx.indices, {rows, C}, -1); });
+    table.add("max_with_indices (axis -1)", n * f + r * (f + 8), n, [&] { max_with_indices(x, -1); });
+    table.add("max_backward (scatter)", n * f + r * (f + 8), 0, [&] { max_backward(mx.values, mx.indices, {rows, C}, -1); });
 
     // ---- cross-entropy: logits (8192, 8192) -----------------------------------------------------
     {
@@ -115,10 +84,10 @@ int main(int argc, char** argv) {
         ce = cross_entropy_forward(logits, targets);
       } catch (const Error&) {
       }
-      add("cross_entropy fwd (8192x8192)", nv * f + 2 * r * f, 4 * nv, [&] { cross_entropy_forward(logits, targets); });
-      add("cross_entropy fwd + fused dlogits", 2 * nv * f + 2 * r * f, 8 * nv,
+      table.add("cross_entropy fwd (8192x8192)", nv * f + 2 * r * f, 4 * nv, [&] { cross_entropy_forward(logits, targets); });
+      table.add("cross_entropy fwd + fused dlogits", 2 * nv * f + 2 * r * f, 8 * nv,
           [&] { cross_entropy_forward(logits, targets, Reduction::Mean, -100, 1.0); });
-      add("cross_entropy bwd (from lse)", 2 * nv * f + 2 * r * f, 4 * nv, [&] {
+      table.add("cross_entropy bwd (from lse)", 2 * nv * f + 2 * r * f, 4 * nv, [&] {
         cross_entropy_backward(scalar_tensor(1.0, DType::f32, device), logits, targets, ce.lse);
       });
     }
@@ -127,8 +96,8 @@ int main(int argc, char** argv) {
     {
       Tensor ids = ids_tensor(rows, V, device);
       Tensor wte = randn({V, C}, DType::f32, device);
-      add("embedding fwd (gather 8192 rows)", 2 * n * f + r * 4, 0, [&] { embedding_forward(ids, wte); });
-      add("embedding bwd (dtable 8192x768)", n * f + static_cast<double>(V * C) * f + r * 4, n,
+      table.add("embedding fwd (gather 8192 rows)", 2 * n * f + r * 4, 0, [&] { embedding_forward(ids, wte); });
+      table.add("embedding bwd (dtable 8192x768)", n * f + static_cast<double>(V * C) * f + r * 4, n,
           [&] { embedding_backward(dy, ids, V); });
     }
 
@@ -144,8 +113,8 @@ int main(int argc, char** argv) {
         at = attention_forward(q, k, v);
       } catch (const Error&) {
       }
-      add("attention fwd (8x12x256x64 causal)", 4 * e * f + bh * T * f, 2 * gemm, [&] { attention_forward(q, k, v); });
-      add("attention bwd", 8 * e * f + bh * T * f, 5 * gemm,
+      table.add("attention fwd (8x12x256x64 causal)", 4 * e * f + bh * T * f, 2 * gemm, [&] { attention_forward(q, k, v); });
+      table.add("attention bwd", 8 * e * f + bh * T * f, 5 * gemm,
           [&] { attention_backward(dout, q, k, v, at.out, at.lse); });
     }
 
@@ -164,24 +133,15 @@ int main(int argc, char** argv) {
       char np[32];
       std::snprintf(np, sizeof np, "%.1fM", P / 1e6);
       int64_t step = 1;
-      add(std::string("adamw_update (") + np + " params)", 7 * P * f, 12 * P,
+      table.add(std::string("adamw_update (") + np + " params)", 7 * P * f, 12 * P,
           [&] { adamw_update(p, g, m, s, 1e-4, 0.9, 0.95, 1e-8, 0.1, step++); });
-      add("sgd_update, nesterov momentum", 5 * P * f, 6 * P,
+      table.add("sgd_update, nesterov momentum", 5 * P * f, 6 * P,
           [&] { sgd_update(p, g, m, 1e-4, 0.9, 0.0, 0.0, true, step++); });
-      add("global_grad_norm", P * f, 2 * P, [&] { global_grad_norm(g); });
-      add("scale_ (clip)", 2 * P * f, P, [&] { scale_(g, 0.999); });
+      table.add("global_grad_norm", P * f, 2 * P, [&] { global_grad_norm(g); });
+      table.add("scale_ (clip)", 2 * P * f, P, [&] { scale_(g, 0.999); });
     }
 
-    std::printf("nn kernel benchmark on %s, median of %d runs\n", device.str().c_str(), repeats);
-    std::printf("%-38s %10s %10s %10s %10s %10s\n", "kernel", "ms", "MB", "GFLOP", "GB/s", "GFLOP/s");
-    for (const Row& row : table) {
-      if (!row.error.empty()) {
-        std::printf("%-38s %s\n", row.name.c_str(), row.error.c_str());
-        continue;
-      }
-      std::printf("%-38s %10.3f %10.1f %10.2f %10.1f %10.1f\n", row.name.c_str(), row.ms, row.bytes / 1e6,
-                  row.flops / 1e9, row.bytes / row.ms / 1e6, row.flops / row.ms / 1e6);
-    }
+    table.print("nn kernel benchmark");
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

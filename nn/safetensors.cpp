@@ -46,7 +46,9 @@ std::string to_safetensors_bytes(const TensorDict& tensors, const Metadata& meta
   for (const auto& [name, t] : tensors) {
     REEL_CHECK(name != "__metadata__", "save_safetensors: '__metadata__' is reserved and cannot name a tensor");
     REEL_CHECK(t.defined(), "save_safetensors: tensor '", name, "' is undefined");
-    host.push_back(t.to(Device::cpu()).contiguous());
+    // detach() first: contiguous() of a non-contiguous view that requires grad would record a node
+    // on the tape; saving only reads values and never touches autograd.
+    host.push_back(t.detach().to(Device::cpu()).contiguous());
     const uint64_t bytes = host.back().nbytes();
     header[name] = {{"dtype", safetensors_dtype(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;

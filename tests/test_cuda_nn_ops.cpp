@@ -21,21 +21,13 @@
 #include <vector>
 
 #include "core/allocator.h"
-#include "finite_diff.h"
-#include "kernels/nn_ops.h"
-#include "testing.h"
+#include "nn_kernels_testing.h"
 #if defined(REEL_HAS_CUDA_BACKEND)
 #include "kernels/cuda/nn_kernels.h"
 #endif
 #if defined(REEL_CUDA_EMULATED)
 #include "kernels/simt/simt.h"  // simt::set_order, last: it defines the CUDA keywords as macros
 #endif
-
-using namespace reel;
-using namespace reel::kernels;
-using reel::testing::check_close;
-using reel::testing::uniform_f64;
-using reel::testing::values;
 
 REEL_TEST_REQUIRES_CUDA();
 
@@ -61,7 +53,7 @@ void check_cuda(const Tensor& got, const Tensor& expected, double rtol, double a
 }
 
 bool same_bits(const Tensor& a, const Tensor& b) {
-  return reel::testing::bit_identical(a.to(Device::cpu()), b.to(Device::cpu()));
+  return bit_identical(a.to(Device::cpu()), b.to(Device::cpu()));
 }
 
 // Runs fn once per scheduling order of the emulator (forward, reverse, shuffle), or once on a GPU.

@@ -3,22 +3,9 @@
 // D = 1, 16, causal and not (Tq != Tk, Dv != D); backward against finite differences in f64; the
 // causal mask (future keys/values never change earlier outputs); determinism across thread
 // counts; bad shapes.
-#include <omp.h>
-
 #include <cmath>
 
-#include "finite_diff.h"
-#include "kernels/nn_ops.h"
-#include "testing.h"
-
-using namespace reel;
-using namespace reel::kernels;
-using reel::testing::bit_identical;
-using reel::testing::check_close;
-using reel::testing::check_gradient;
-using reel::testing::uniform_f64;
-using reel::testing::values;
-using reel::testing::weighted_sum;
+#include "nn_kernels_testing.h"
 
 namespace {
 
@@ -152,15 +139,12 @@ TEST_CASE("causal mask: future keys and values never change earlier outputs") {
 TEST_CASE("attention is bit-identical across thread counts") {
   Tensor q = uniform_f64({2, 3, 100, 8}, 31).to(DType::f32), k = uniform_f64({2, 3, 100, 8}, 32).to(DType::f32);
   Tensor v = uniform_f64({2, 3, 100, 8}, 33).to(DType::f32), dout = uniform_f64({2, 3, 100, 8}, 34).to(DType::f32);
-  const int saved = omp_get_max_threads();
   std::vector<AttentionForward> fs;
   std::vector<AttentionBackward> gs;
-  for (int threads : {1, 2, 5}) {
-    omp_set_num_threads(threads);
+  for_thread_counts({1, 2, 5}, [&] {
     fs.push_back(attention_forward(q, k, v));
     gs.push_back(attention_backward(dout, q, k, v, fs.back().out, fs.back().lse));
-  }
-  omp_set_num_threads(saved);
+  });
   for (size_t i = 1; i < fs.size(); ++i) {
     CHECK(bit_identical(fs[i].out, fs[0].out));
     CHECK(bit_identical(gs[i].dq, gs[0].dq));

@@ -1,20 +1,7 @@
 // Embedding: forward gather against a reference, backward scatter-add against a reference and
 // finite differences in f64, repeated ids bit-identical across runs and OpenMP thread counts (and
 // equal to a serial sum in position order), out-of-range ids and bad shapes.
-#include <omp.h>
-
-#include "finite_diff.h"
-#include "kernels/nn_ops.h"
-#include "testing.h"
-
-using namespace reel;
-using namespace reel::kernels;
-using reel::testing::bit_identical;
-using reel::testing::check_close;
-using reel::testing::check_gradient;
-using reel::testing::uniform_f64;
-using reel::testing::values;
-using reel::testing::weighted_sum;
+#include "nn_kernels_testing.h"
 
 TEST_CASE("embedding forward gathers rows for i32 and i64 ids of any rank") {
   const int64_t V = 7, C = 5;
@@ -72,13 +59,8 @@ TEST_CASE("embedding backward with repeated ids is bit-identical across runs and
       acc = seen[ids[n]] ? acc + dv[n * C + c] : dv[n * C + c];
       if (c == C - 1) seen[ids[n]] = true;
     }
-  const int saved = omp_get_max_threads();
   std::vector<Tensor> runs;
-  for (int threads : {1, 2, 3, 8, 2}) {
-    omp_set_num_threads(threads);
-    runs.push_back(embedding_backward(dout, idt, V));
-  }
-  omp_set_num_threads(saved);
+  for_thread_counts({1, 2, 3, 8, 2}, [&] { runs.push_back(embedding_backward(dout, idt, V)); });
   CHECK(runs[0].to_vector<float>() == serial);
   for (const Tensor& r : runs) CHECK(bit_identical(r, runs[0]));
 }

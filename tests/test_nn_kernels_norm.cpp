@@ -1,21 +1,9 @@
 // LayerNorm and RMSNorm kernels: forward against f64 reference loops (f32 and f64, awkward
 // shapes: one row, C = 1, C = 257, strided input), backward against central finite differences
 // in f64, dw/db bit-identical for any thread count, bad inputs.
-#include <omp.h>
-
 #include <cmath>
 
-#include "finite_diff.h"
-#include "kernels/nn_ops.h"
-#include "testing.h"
-
-using namespace reel;
-using namespace reel::kernels;
-using reel::testing::check_close;
-using reel::testing::check_gradient;
-using reel::testing::uniform_f64;
-using reel::testing::values;
-using reel::testing::weighted_sum;
+#include "nn_kernels_testing.h"
 
 namespace {
 
@@ -123,24 +111,21 @@ TEST_CASE("f32 backward agrees with f64 and dw/db are bit-identical for any thre
   LayerNormBackward ref = layernorm_backward(dy, x, w, f64f.mean, f64f.rstd);
   Tensor xf = x.to(DType::f32), wf = w.to(DType::f32), bf = b.to(DType::f32), dyf = dy.to(DType::f32);
   LayerNormForward ff = layernorm_forward(xf, wf, bf);
-  const int saved = omp_get_max_threads();
   std::vector<LayerNormBackward> runs;
   std::vector<RMSNormBackward> rms_runs;
   RMSNormForward rf = rmsnorm_forward(xf, wf);
-  for (int threads : {1, 2, 3, 7}) {
-    omp_set_num_threads(threads);
+  for_thread_counts({1, 2, 3, 7}, [&] {
     runs.push_back(layernorm_backward(dyf, xf, wf, ff.mean, ff.rstd));
     rms_runs.push_back(rmsnorm_backward(dyf, xf, wf, rf.rstd));
-  }
-  omp_set_num_threads(saved);
+  });
   check_close(runs[0].dx, values(ref.dx), 1e-4, 1e-4);
   check_close(runs[0].dw, values(ref.dw), 1e-4, 1e-3);
   check_close(runs[0].db, values(ref.db), 1e-4, 1e-3);
   for (size_t i = 1; i < runs.size(); ++i) {
-    CHECK(reel::testing::bit_identical(runs[i].dx, runs[0].dx));
-    CHECK(reel::testing::bit_identical(runs[i].dw, runs[0].dw));
-    CHECK(reel::testing::bit_identical(runs[i].db, runs[0].db));
-    CHECK(reel::testing::bit_identical(rms_runs[i].dw, rms_runs[0].dw));
+    CHECK(bit_identical(runs[i].dx, runs[0].dx));
+    CHECK(bit_identical(runs[i].dw, runs[0].dw));
+    CHECK(bit_identical(runs[i].db, runs[0].db));
+    CHECK(bit_identical(rms_runs[i].dw, rms_runs[0].dw));
   }
 }
 

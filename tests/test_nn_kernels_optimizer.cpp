@@ -2,19 +2,9 @@
 // AdamW / Adam-L2 against steps computed by hand; lists of tensors that span several chunks and
 // mix f32 and f64; the global gradient norm (value, determinism across thread counts) and
 // scale_; bad lists.
-#include <omp.h>
-
 #include <cmath>
 
-#include "finite_diff.h"
-#include "kernels/nn_ops.h"
-#include "testing.h"
-
-using namespace reel;
-using namespace reel::kernels;
-using reel::testing::check_close;
-using reel::testing::uniform_f64;
-using reel::testing::values;
+#include "nn_kernels_testing.h"
 
 namespace {
 Tensor vec(std::initializer_list<double> v) {
@@ -134,13 +124,8 @@ TEST_CASE("global_grad_norm and scale_ for clipping") {
   double ss = 0;
   for (const Tensor& t : grads)
     for (double x : values(t)) ss += x * x;
-  const int saved = omp_get_max_threads();
   std::vector<double> norms;
-  for (int threads : {1, 2, 3}) {
-    omp_set_num_threads(threads);
-    norms.push_back(global_grad_norm(grads));
-  }
-  omp_set_num_threads(saved);
+  for_thread_counts({1, 2, 3}, [&] { norms.push_back(global_grad_norm(grads)); });
   CHECK(norms[0] == doctest::Approx(std::sqrt(ss)).epsilon(1e-12));
   CHECK(norms[1] == norms[0]);  // same bits for any thread count
   CHECK(norms[2] == norms[0]);

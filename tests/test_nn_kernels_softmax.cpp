@@ -4,17 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "finite_diff.h"
-#include "kernels/nn_ops.h"
-#include "testing.h"
-
-using namespace reel;
-using namespace reel::kernels;
-using reel::testing::check_close;
-using reel::testing::check_gradient;
-using reel::testing::uniform_f64;
-using reel::testing::values;
-using reel::testing::weighted_sum;
+#include "nn_kernels_testing.h"
 
 namespace {
 
@@ -51,6 +41,32 @@ TEST_CASE("softmax of huge logits stays finite") {
   for (double v : ly) CHECK(std::isfinite(v));
   check_close(softmax_forward(x), softmax_ref(values(x), 3, false), 1e-6, 1e-7);
   check_close(log_softmax_forward(x), softmax_ref(values(x), 3, true), 1e-6, 1e-3);
+}
+
+TEST_CASE("masked (-inf) entries: softmax exactly 0, log_softmax -inf, no gradient, in rows of any width") {
+  // Widths below, at and above a SIMD packet, and with a scalar tail: the vectorised exp must give
+  // exactly 0 for exp(-inf), as the scalar tail does (Eigen's packet exp gave 5.6e-309 in f64).
+  for (int64_t C : {3, 8, 16, 33, 257})
+    for (DType dt : {DType::f64, DType::f32}) {
+      const std::string dtype = dtype_name(dt);  // CAPTURE of a const char* prints the pointer
+      CAPTURE(C);
+      CAPTURE(dtype);
+      std::vector<double> xv = values(uniform_f64({2, C}, 7, -5, 5));
+      std::vector<bool> masked(xv.size());
+      for (size_t i = 0; i < xv.size(); ++i) masked[i] = i % 3 == 1 || (i >= size_t(C) && i % size_t(C) > 1);
+      for (size_t i = 0; i < xv.size(); ++i)
+        if (masked[i]) xv[i] = -INFINITY;
+      Tensor x = from_vector<double>(xv, {2, C}).to(dt), dy = uniform_f64({2, C}, 8).to(dt);
+      Tensor y = softmax_forward(x), ly = log_softmax_forward(x);
+      const std::vector<double> yv = values(y), lyv = values(ly), dyv = values(dy);
+      const std::vector<double> dx = values(softmax_backward(dy, y)), ldx = values(log_softmax_backward(dy, ly));
+      int wrong = 0;
+      for (size_t i = 0; i < xv.size(); ++i)
+        if (masked[i]) wrong += yv[i] != 0.0 || lyv[i] != -INFINITY || dx[i] != 0.0 || ldx[i] != dyv[i];
+      CHECK(wrong == 0);
+      const double tol = dt == DType::f32 ? 1e-5 : 1e-12;
+      check_close(y, softmax_ref(xv, C, false), tol, tol);
+    }
 }
 
 TEST_CASE("softmax backward from the saved output matches finite differences in f64") {

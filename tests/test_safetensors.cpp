@@ -4,6 +4,7 @@
 #include <cstring>
 #include <random>
 
+#include "autograd/tape.h"
 #include "nn/safetensors.h"
 #include "testing.h"
 
@@ -47,6 +48,34 @@ TEST_CASE("round trip of every dtype, views, empty tensors and metadata") {
     CHECK(out.at(name).shape() == t.shape());
     CHECK(out.at(name).dtype() == t.dtype());
     reel::testing::check_close(out.at(name), t, 0, 0);
+  }
+}
+
+TEST_CASE("saving tensors that require grad, and views of them, records nothing on the tape") {
+  using autograd::Tape;
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    Tensor w = randn({3, 4}).to(d).set_requires_grad();
+    TensorDict in;
+    in["w"] = w;
+    in["w_t"] = w.t();               // non-contiguous views of a tensor that requires grad (the
+    in["w_cols"] = w.slice(1, 1, 3);  // views themselves are recorded, before the count)
+    const size_t nodes = Tape::current().size();
+    const std::string bytes = to_safetensors_bytes(in);
+    CHECK(Tape::current().size() == nodes);
+    const std::string path = "test_safetensors_requires_grad.safetensors";
+    save_safetensors(path, in);
+    CHECK(Tape::current().size() == nodes);
+    TensorDict out = load_safetensors(path, Device::cpu());
+    std::remove(path.c_str());
+    CHECK(from_safetensors_bytes(bytes, Device::cpu()).size() == in.size());
+    for (const auto& [name, t] : in) {
+      CAPTURE(name);
+      CHECK(out.at(name).shape() == t.shape());
+      CHECK_FALSE(out.at(name).requires_grad());
+      reel::testing::check_close(out.at(name), t.detach(), 0, 0);
+    }
+    Tape::current().clear();
   }
 }
 

@@ -26,6 +26,7 @@
 
 #include <Eigen/Core>
 
+#include "kernels/cpu/exp_ftz.h"
 #include "kernels/cpu/nn_kernels.h"
 
 namespace reel::kernels::cpu {
@@ -84,7 +85,7 @@ void forward_impl(const T* q,  // (BH, Tq, D)
             continue;
           }
           const T alpha = std::exp(m[r] - m_new);  // 0 on the first visible tile
-          srow = (srow - m_new).exp();
+          srow = exp_ftz(srow - m_new);  // hidden keys (-inf) exactly 0
           l[r] = l[r] * alpha + srow.sum();
           if (j0 > 0) Ot.row(r) *= alpha;  // the first tile writes O below instead of adding
           m[r] = m_new;
@@ -139,7 +140,7 @@ void backward_impl(const T* dout, const T* q, const T* k, const T* v, const T* o
           St.noalias() = Q * Kje.transpose();
           for (int64_t r = 0; r < br; ++r) {  // P = exp(S - lse), hidden keys 0
             auto srow = St.row(r).array();
-            srow = (srow - lb[i0 + r]).exp();
+            srow = exp_ftz(srow - lb[i0 + r]);
             if (causal)
               for (int64_t c = std::max<int64_t>(0, i0 + r - j0 + 1); c < bce; ++c) srow(c) = T(0);
           }

@@ -20,6 +20,7 @@
 
 #include <Eigen/Core>
 
+#include "kernels/cpu/exp_ftz.h"
 #include "kernels/cpu/nn_kernels.h"
 
 namespace reel::kernels::cpu {
@@ -63,10 +64,10 @@ RowLse row_lse(const T* x, int64_t V, T* e, T* block_max) {
     }
     // NaN logits fall through `bm > m` and make s (hence lse and the loss) NaN, as they should.
     if (e == nullptr) {
-      s += static_cast<double>((blk - m).exp().sum());
+      s += static_cast<double>(exp_ftz(blk - m).sum());
     } else {
       Row<T> eb(e + c0, n);
-      eb = (blk - m).exp();
+      eb = exp_ftz(blk - m);  // masked (-inf) classes exactly 0
       s += static_cast<double>(eb.sum());
       block_max[k] = m;
     }
@@ -90,7 +91,7 @@ template <typename T>
 void row_grad(const T* x, int64_t V, T lse, int64_t target, T g, T* d) {
   ConstRow<T> xr(x, V);
   Row<T> dr(d, V);
-  dr = (xr - lse).exp() * g;
+  dr = exp_ftz(xr - lse) * g;
   dr[target] -= g;
 }
 

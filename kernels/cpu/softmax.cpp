@@ -3,7 +3,9 @@
 // One task per row (OpenMP over rows). Forward subtracts the row max before exp, so logits of
 // any magnitude stay finite; the row stays in L1 across its sweeps (max, exp-sum, write), so
 // memory sees one read and one write. exp goes through Eigen's vectorised packet exp (glibc's
-// scalar expf would make this compute-bound).
+// scalar expf would make this compute-bound), flushed to 0 below the normal range (exp_ftz.h), so
+// a -inf (masked) entry gets a probability of exactly 0 in softmax and -inf in log_softmax, and
+// its exp(y) in the log_softmax backward is exactly 0 too (dx = dy there).
 // Backward reads the saved OUTPUT y (what the tape keeps), not x:
 //   softmax:     dx = y * (dy - sum(dy * y))
 //   log_softmax: dx = dy - exp(y) * sum(dy)
@@ -11,6 +13,7 @@
 
 #include <Eigen/Core>
 
+#include "kernels/cpu/exp_ftz.h"
 #include "kernels/cpu/nn_kernels.h"
 
 namespace reel::kernels::cpu {
@@ -32,10 +35,10 @@ void softmax_forward_impl(const T* x, T* y, int64_t R, int64_t C) {
     Row<T> yr(y + r * C, C);       // (C)
     const T m = xr.maxCoeff();
     if constexpr (kLog) {
-      const T lse = m + std::log((xr - m).exp().sum());
+      const T lse = m + std::log(exp_ftz(xr - m).sum());
       yr = xr - lse;
     } else {
-      yr = (xr - m).exp();
+      yr = exp_ftz(xr - m);
       yr *= T(1) / yr.sum();
     }
   }
@@ -49,7 +52,7 @@ void softmax_backward_impl(const T* dy, const T* y, T* dx, int64_t R, int64_t C)
     Row<T> dxr(dx + r * C, C);
     if constexpr (kLog) {
       const T s = dyr.sum();
-      dxr = dyr - yr.exp() * s;
+      dxr = dyr - exp_ftz(yr) * s;
     } else {
       const T s = (dyr * yr).sum();
       dxr = yr * (dyr - s);
