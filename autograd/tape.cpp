@@ -309,8 +309,18 @@ void Tape::backward(const Tensor& loss, const Tensor& grad) {
   REEL_CHECK(root && root->index < nodes_.size() && nodes_[root->index] == root,
              "backward: the tape that recorded the loss ", loss.shape(),
              " was already cleared (by an earlier backward over the same forward); run the forward again");
-  for (size_t i = 0; i <= root->index; ++i)
-    for (const Node::Input& in : nodes_[i]->inputs) check_leaf_grad(*nodes_[i], in);
+  // Check the nodes the loss depends on (not stale ones, e.g. of an inference forward run in grad
+  // mode, which the walk skips) before anything is accumulated.
+  std::vector<bool> needed(root->index + 1, false);
+  needed[root->index] = true;
+  for (size_t i = root->index + 1; i-- > 0;) {
+    if (!needed[i]) continue;
+    for (const Node::Input& in : nodes_[i]->inputs) {
+      check_leaf_grad(*nodes_[i], in);
+      const Node* producer = producer_of(in);
+      if (producer && producer->index < i) needed[producer->index] = true;
+    }
+  }
   run_backward(*root, meta->output_index, grad);
 }
 

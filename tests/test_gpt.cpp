@@ -150,9 +150,9 @@ TEST_CASE("checkpointed GPT blocks: bit-identical gradients with dropout, fewer 
       CAPTURE(policy);
       gpt.set_checkpoint(nn::CheckpointPolicy::parse(policy));
       default_generator().manual_seed(12);
-      const int64_t before = memory_stats()[Category::Activation].current_bytes;
+      const int64_t before = memory_stats(device)[Category::Activation].current_bytes;
       const Tensor loss = cross_entropy(gpt(ids), targets);
-      saved.push_back(memory_stats()[Category::Activation].current_bytes - before);
+      saved.push_back(memory_stats(device)[Category::Activation].current_bytes - before);
       autograd::backward(loss);
       grads.push_back(all_grads(gpt));
       clear_grads(gpt);

@@ -189,6 +189,24 @@ TEST_CASE("to(device) moves every parameter in place: earlier handles follow") {
   }
 }
 
+TEST_CASE("a forward left on the tape (inference in grad mode) does not disturb a later backward") {
+  for (const Device& device : reel::testing::devices()) {
+    CAPTURE(device);
+    manual_seed(12);
+    Net stale;
+    const Tensor x = randn({3, 4});
+    autograd::backward(sum(stale(x)));  // .grad buffers on the cpu
+    const Tensor unused = stale(x);     // recorded, never backwarded
+    stale.to(device);                   // parameters and .grad move; the stale node still names the cpu
+    manual_seed(12);
+    Net fresh;
+    fresh.to(device);
+    autograd::backward(sum(fresh(x.to(device))));
+    CHECK(fresh.fc1->weight.grad().device() == device);
+    CHECK(autograd::Tape::current().empty());
+  }
+}
+
 TEST_CASE("layers compute what their ops compute, with torch's initialisation") {
   manual_seed(9);
   nn::Linear fc(16, 4);
@@ -261,9 +279,9 @@ TEST_CASE("a checkpointed Sequential gives bit-identical gradients and keeps few
       CAPTURE(policy);
       mlp.set_checkpoint(nn::CheckpointPolicy::parse(policy));
       default_generator().manual_seed(11);  // the same dropout masks in every run
-      const int64_t before = memory_stats()[Category::Activation].current_bytes;
+      const int64_t before = memory_stats(device)[Category::Activation].current_bytes;
       const Tensor loss = sum(mul(mlp(x), target));
-      saved.push_back(memory_stats()[Category::Activation].current_bytes - before);
+      saved.push_back(memory_stats(device)[Category::Activation].current_bytes - before);
       autograd::backward(loss);
       std::vector<double> g;
       for (const Tensor& p : mlp.parameters()) {
