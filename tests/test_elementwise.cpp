@@ -65,6 +65,16 @@ TEST_CASE("unary ops match f64 references in f32 and f64") {
   }
 }
 
+TEST_CASE("exp(-inf) is exactly 0 in rows of every width (vectorised and scalar paths)") {
+  for (DType dt : {DType::f32, DType::f64}) {
+    for (int64_t n : {1, 3, 8, 17, 1000}) {
+      CAPTURE(n);
+      const Tensor x = full({n}, -INFINITY, dt);
+      for (double v : values(unary(UnaryOp::Exp, x))) CHECK(v == 0.0);
+    }
+  }
+}
+
 TEST_CASE("binary ops broadcast like NumPy") {
   const std::vector<std::pair<Shape, Shape>> shape_pairs = {
       {{3, 4}, {3, 4}}, {{3, 4}, {4}},       {{3, 1}, {1, 4}},    {{2, 3, 4}, {3, 1}},

@@ -4,6 +4,7 @@
 #include <Eigen/Core>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/exp_ftz.h"
 #include "kernels/cpu/strided_loop.h"
 
 namespace reel::kernels::cpu {
@@ -17,7 +18,7 @@ void unary_contiguous(const T* a, T* o, int64_t n) {
   using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
   Eigen::Map<const Arr> x(a, n);
   Eigen::Map<Arr> y(o, n);
-  if constexpr (op == UnaryOp::Exp) y = x.exp();
+  if constexpr (op == UnaryOp::Exp) y = exp_ftz(x);  // exp(-inf) exactly 0 (see exp_ftz.h)
   else if constexpr (op == UnaryOp::Log) y = x.log();
   else if constexpr (op == UnaryOp::Tanh) y = x.tanh();
   else if constexpr (op == UnaryOp::Gelu)
