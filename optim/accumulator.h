@@ -11,7 +11,6 @@
 // Exact only for layers without batch statistics (no BatchNorm): those see each micro-batch alone.
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "autograd/tape.h"
@@ -37,12 +36,12 @@ class Accumulator {
   Accumulator(Optimizer& optimizer, Options options) : optimizer_(optimizer), options_(options) {}
   explicit Accumulator(Optimizer& optimizer) : Accumulator(optimizer, Options{}) {}
 
-  // count(batch): samples / non-ignored tokens in the batch; loss(batch): its SUM-reduced loss.
-  template <typename Batch>
-  WindowResult step(const std::vector<Batch>& micro_batches, const std::function<int64_t(const Batch&)>& count,
-                     const std::function<Tensor(const Batch&)>& loss) {
+  // count(batch) -> int64_t: samples / non-ignored tokens in the batch; loss(batch) -> Tensor: its
+  // SUM-reduced loss. Any callables (lambdas, std::function) taking a const Batch&.
+  template <typename Batch, typename CountFn, typename LossFn>
+  WindowResult step(const std::vector<Batch>& micro_batches, CountFn&& count, LossFn&& loss) {
     WindowResult r;
-    for (const Batch& b : micro_batches) r.count += count(b);  // the whole window, before any backward
+    for (const Batch& b : micro_batches) r.count += static_cast<int64_t>(count(b));  // the whole window, before any backward
     r.lr = options_.schedule ? options_.schedule->lr(optimizer_.steps()) : optimizer_.lr();
     if (r.count == 0) return r;
     const double scale = 1.0 / static_cast<double>(r.count);

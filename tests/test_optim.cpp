@@ -149,8 +149,8 @@ TEST_CASE("the accumulation window equals one big batch; a per-micro-batch mean 
   Tensor w = w0.clone().set_requires_grad();
   SGD opt({w}, 0.05);
   Accumulator acc(opt);
-  std::function<int64_t(const Batch&)> count = [](const Batch& b) { return b.x.size(0); };
-  std::function<Tensor(const Batch&)> loss = [&](const Batch& b) { return sq_loss(w, b); };
+  auto count = [](const Batch& b) { return b.x.size(0); };
+  auto loss = [&](const Batch& b) { return sq_loss(w, b); };
   const WindowResult r = acc.step(micro, count, loss);
   CHECK(r.count == 12);
   CHECK(r.stepped);

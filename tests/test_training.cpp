@@ -53,7 +53,7 @@ std::vector<double> train_mlp(nn::Module& model, optim::Optimizer& opt, const Bl
       // Copies, as a data loader hands out fresh batches (a view would keep all of `data` alive).
       parts.push_back({data.x.narrow(0, start, micro).clone(), data.y.narrow(0, start, micro).clone()});
     }
-    const optim::WindowResult r = window.step<Batch>(
+    const optim::WindowResult r = window.step(
         parts, [](const Batch& b) { return b.x.size(0); },
         [&](const Batch& b) { return cross_entropy(model(b.x), b.y, -100, "sum"); });
     losses.push_back(r.loss);
@@ -180,7 +180,7 @@ TEST_CASE("accumulation over variable-length token batches with padding equals o
     optim::SGD opt(model.parameters(), 0.0);  // lr 0: keep the weights, look at the gradients
     optim::Accumulator window(opt);
     int64_t counted = 0;
-    const optim::WindowResult r = window.step<TokenBatch>(
+    const optim::WindowResult r = window.step(
         micro,
         [&](const TokenBatch& b) {
           const std::vector<int64_t> t = b.targets.to_vector<int64_t>();
@@ -222,7 +222,7 @@ TEST_CASE("accumulation over variable-length token batches with padding equals o
   optim::SGD opt(model.parameters(), 0.1);
   optim::Accumulator window(opt);
   std::vector<TokenBatch> padding_only = {{zeros({2, 3}, DType::i64), full({2, 3}, -100.0, DType::i64)}};
-  const optim::WindowResult r = window.step<TokenBatch>(
+  const optim::WindowResult r = window.step(
       padding_only, [](const TokenBatch&) { return int64_t{0}; },
       [&](const TokenBatch& b) { return cross_entropy(model(b.ids), b.targets, -100, "sum"); });
   CHECK_FALSE(r.stepped);
