@@ -23,7 +23,11 @@ std::vector<double> matmul_ref(const std::vector<double>& a, const std::vector<d
 TEST_CASE("2-D matmul on awkward sizes, f32 and f64") {
   Generator g(3);
   for (DType dt : {DType::f32, DType::f64}) {
-    for (auto [M, K, N] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {4, 3, 2}, {31, 17, 33}, {64, 257, 5}, {128, 128, 128}}) {
+    // The last three are large enough to be cut into a block of rows (M >= N) or of columns per
+    // thread (kernels/cpu/matmul.cpp); odd sizes so the blocks are uneven.
+    for (auto [M, K, N] : std::vector<std::array<int64_t, 3>>{
+             {1, 1, 1}, {4, 3, 2}, {31, 17, 33}, {64, 257, 5}, {128, 128, 128}, {201, 161, 151}, {97, 131, 333},
+             {3, 2001, 701}}) {
       CAPTURE(M);
       CAPTURE(K);
       CAPTURE(N);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The two commands of the README, and what .ci/run calls.
-#   tools/dev.sh example   install what is missing, build, run the main example
+#   tools/dev.sh example   install what is missing, build, run the main example (fashion_mnist_mlp)
 #   tools/dev.sh test      install what is missing, build every flavour, run the whole suite
 # Build folders: build/ (default flavour: CPU + CUDA emulated through kernels/simt),
 # build-asan/ (the same with AddressSanitizer + UBSan), build-nvcc/ (nvcc for sm_90).
@@ -24,8 +24,10 @@ configure_and_build() {  # dir, cmake args...
 
 case "$mode" in
   example)
-    configure_and_build build -DCMAKE_BUILD_TYPE=Release
-    ./build/examples/tensor_basics cpu
+    configure_only build -DCMAKE_BUILD_TYPE=Release
+    cmake --build build -j "$jobs" --target fashion_mnist_mlp
+    # One epoch of the 784-512-512-10 MLP on Fashion-MNIST: test accuracy and the memory report.
+    ./build/examples/fashion_mnist_mlp --epochs 1
     ;;
   test)
     # The full suite runs last, so the last CTest summary printed is the whole suite's.
