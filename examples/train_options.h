@@ -1,15 +1,20 @@
 // What the training examples share: their common command-line options (device, batch,
-// accumulation, checkpointing, optimizer, schedule length, seed, save/load), parsed with CLI11,
-// how a window's samples are cut into micro-batches, and the one-line progress display.
+// accumulation, checkpointing, optimizer, learning-rate schedule, clipping, run length, seed,
+// threads, save/load), parsed with CLI11, the schedule and thread count they ask for, how a
+// window's samples are cut into micro-batches, and the one-line progress display.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "optim/lr_schedule.h"
 
 namespace examples {
 
@@ -22,6 +27,10 @@ struct TrainOptions {
   int64_t max_steps = 0;      // > 0: stop after this many optimizer steps
   std::string optimizer = "adam";
   double lr = 1e-3;
+  std::string schedule = "constant";  // constant | cosine (linear warm-up, cosine decay to lr / 10)
+  int64_t warmup = 0;         // warm-up steps of the cosine schedule
+  double clip = 0;            // > 0: clip the global gradient norm of each step to this
+  int threads = 0;            // OpenMP threads of the CPU kernels; 0: OpenMP's default (all cores)
   uint64_t seed = 0;
   std::string save, load;     // safetensors paths; empty: none
   bool quiet = false;         // no progress line (for logs and tests)
@@ -40,11 +49,32 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--max-steps", o.max_steps, "stop after this many optimizer steps (0: no limit)")->capture_default_str();
   app.add_option("--optimizer", o.optimizer, "sgd, adam or adamw")->capture_default_str()
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
-  app.add_option("--lr", o.lr, "learning rate")->capture_default_str();
+  app.add_option("--lr", o.lr, "learning rate (the peak of the cosine schedule)")->capture_default_str();
+  app.add_option("--schedule", o.schedule, "learning rate: constant, or cosine (warm-up, then cosine decay to lr/10)")
+      ->capture_default_str()->check(CLI::IsMember({"constant", "cosine"}));
+  app.add_option("--warmup", o.warmup, "warm-up steps of the cosine schedule")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--clip", o.clip, "clip the global gradient norm of each step to this (0: off)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", o.threads, "OpenMP threads of the CPU kernels (0: OpenMP's default)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--seed", o.seed, "seed of the initialisation, shuffling and dropout")->capture_default_str();
   app.add_option("--save", o.save, "write the trained weights to this safetensors file");
   app.add_option("--load", o.load, "start from the weights in this safetensors file");
   app.add_flag("--quiet", o.quiet, "no progress line");
+}
+
+// The learning rate of each of `total_steps` optimizer steps, as --schedule asks.
+inline std::unique_ptr<reel::optim::LrSchedule> make_schedule(const TrainOptions& o, int64_t total_steps) {
+  if (o.schedule == "cosine")
+    return std::make_unique<reel::optim::WarmupCosineLr>(o.lr, o.lr / 10, std::min(o.warmup, total_steps),
+                                                         total_steps);
+  return std::make_unique<reel::optim::ConstantLr>(o.lr);
+}
+
+// --threads: the OpenMP thread count of the CPU kernels (0 leaves OpenMP's default).
+inline void apply_threads(const TrainOptions& o) {
+  if (o.threads > 0) omp_set_num_threads(o.threads);
 }
 
 // A window of n samples cut into at most `parts` micro-batches as equal as possible (the first
