@@ -5,6 +5,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -89,13 +90,19 @@ inline std::vector<int64_t> micro_batch_sizes(int64_t n, int64_t parts) {
 // "\r[=========>          ] 45%  step 120/267  loss 0.4321  5123 samples/s" on stderr.
 class Progress {
  public:
+  // Drawn only on a terminal (a log gets the examples' summary lines instead), at most 10 times a
+  // second and at the last step.
   Progress(int64_t total_steps, const char* unit, bool quiet)
-      : total_(total_steps), unit_(unit), quiet_(quiet), start_(std::chrono::steady_clock::now()) {}
+      : total_(total_steps), unit_(unit), quiet_(quiet || !isatty(fileno(stderr))),
+        start_(std::chrono::steady_clock::now()) {}
 
   // After each optimizer step: `items` samples/tokens done since the start.
   void update(int64_t step, double loss, int64_t items) {
     items_ = items;
     if (quiet_) return;
+    const double now = seconds();
+    if (step < total_ && now - drawn_at_ < 0.1) return;
+    drawn_at_ = now;
     const int width = 30;
     const int filled = total_ > 0 ? static_cast<int>(width * step / total_) : width;
     std::string bar(static_cast<size_t>(filled), '=');
@@ -118,6 +125,7 @@ class Progress {
   const char* unit_;
   bool quiet_;
   int64_t items_ = 0;
+  double drawn_at_ = -1;
   std::chrono::steady_clock::time_point start_;
 };
 
