@@ -45,4 +45,26 @@ REEL_HOST_DEVICE inline T binary_fn(T a, T b) {
   else return (a != a || a < b) ? a : b;  // Minimum
 }
 
+// The switch from a runtime op to FN<op, scalar_t>(args...), for a backend's entry points (inside
+// REEL_DISPATCH_FLOATING, which defines scalar_t): one list of cases for every backend.
+#define REEL_OP_CASE(KIND, OP, FN, ...) \
+  case ::reel::kernels::KIND::OP: FN<::reel::kernels::KIND::OP, scalar_t>(__VA_ARGS__); break;
+
+#define REEL_UNARY_SWITCH(op, FN, ...)                                                                 \
+  switch (op) {                                                                                        \
+    REEL_OP_CASE(UnaryOp, Neg, FN, __VA_ARGS__) REEL_OP_CASE(UnaryOp, Exp, FN, __VA_ARGS__)            \
+    REEL_OP_CASE(UnaryOp, Log, FN, __VA_ARGS__) REEL_OP_CASE(UnaryOp, Tanh, FN, __VA_ARGS__)           \
+    REEL_OP_CASE(UnaryOp, Relu, FN, __VA_ARGS__) REEL_OP_CASE(UnaryOp, Gelu, FN, __VA_ARGS__)          \
+    REEL_OP_CASE(UnaryOp, Sigmoid, FN, __VA_ARGS__) REEL_OP_CASE(UnaryOp, Silu, FN, __VA_ARGS__)       \
+    REEL_OP_CASE(UnaryOp, Sqrt, FN, __VA_ARGS__) REEL_OP_CASE(UnaryOp, Abs, FN, __VA_ARGS__)           \
+    REEL_OP_CASE(UnaryOp, Square, FN, __VA_ARGS__) REEL_OP_CASE(UnaryOp, Reciprocal, FN, __VA_ARGS__)  \
+  }
+
+#define REEL_BINARY_SWITCH(op, FN, ...)                                                                \
+  switch (op) {                                                                                        \
+    REEL_OP_CASE(BinaryOp, Add, FN, __VA_ARGS__) REEL_OP_CASE(BinaryOp, Sub, FN, __VA_ARGS__)          \
+    REEL_OP_CASE(BinaryOp, Mul, FN, __VA_ARGS__) REEL_OP_CASE(BinaryOp, Div, FN, __VA_ARGS__)          \
+    REEL_OP_CASE(BinaryOp, Maximum, FN, __VA_ARGS__) REEL_OP_CASE(BinaryOp, Minimum, FN, __VA_ARGS__)  \
+  }
+
 }  // namespace reel::kernels

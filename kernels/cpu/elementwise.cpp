@@ -87,33 +87,16 @@ void scalar_loop(const Tensor& a, double s, bool scalar_left, const Tensor& out)
 
 }  // namespace
 
-#define REEL_UNARY_CASE(OP) \
-  case UnaryOp::OP: unary_loop<UnaryOp::OP, scalar_t>(x, out); break;
-
 void unary(UnaryOp op, const Tensor& x, const Tensor& out) {
-  REEL_DISPATCH_FLOATING(x.dtype(), op_name(op), switch (op) {
-    REEL_UNARY_CASE(Neg) REEL_UNARY_CASE(Exp) REEL_UNARY_CASE(Log) REEL_UNARY_CASE(Tanh)
-    REEL_UNARY_CASE(Relu) REEL_UNARY_CASE(Gelu) REEL_UNARY_CASE(Sigmoid) REEL_UNARY_CASE(Silu)
-    REEL_UNARY_CASE(Sqrt) REEL_UNARY_CASE(Abs) REEL_UNARY_CASE(Square) REEL_UNARY_CASE(Reciprocal)
-  })
+  REEL_DISPATCH_FLOATING(x.dtype(), op_name(op), REEL_UNARY_SWITCH(op, unary_loop, x, out))
 }
 
-#define REEL_BINARY_CASES(FN, ...)                                            \
-  switch (op) {                                                               \
-    case BinaryOp::Add: FN<BinaryOp::Add, scalar_t>(__VA_ARGS__); break;      \
-    case BinaryOp::Sub: FN<BinaryOp::Sub, scalar_t>(__VA_ARGS__); break;      \
-    case BinaryOp::Mul: FN<BinaryOp::Mul, scalar_t>(__VA_ARGS__); break;      \
-    case BinaryOp::Div: FN<BinaryOp::Div, scalar_t>(__VA_ARGS__); break;      \
-    case BinaryOp::Maximum: FN<BinaryOp::Maximum, scalar_t>(__VA_ARGS__); break; \
-    case BinaryOp::Minimum: FN<BinaryOp::Minimum, scalar_t>(__VA_ARGS__); break; \
-  }
-
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
-  REEL_DISPATCH_FLOATING(out.dtype(), op_name(op), REEL_BINARY_CASES(binary_loop, a, b, out))
+  REEL_DISPATCH_FLOATING(out.dtype(), op_name(op), REEL_BINARY_SWITCH(op, binary_loop, a, b, out))
 }
 
 void binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_left, const Tensor& out) {
-  REEL_DISPATCH_FLOATING(out.dtype(), op_name(op), REEL_BINARY_CASES(scalar_loop, a, s, scalar_left, out))
+  REEL_DISPATCH_FLOATING(out.dtype(), op_name(op), REEL_BINARY_SWITCH(op, scalar_loop, a, s, scalar_left, out))
 }
 
 }  // namespace reel::kernels::cpu

@@ -15,6 +15,7 @@
 #include <Eigen/Core>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/matmul_layout.h"
 
 namespace reel::kernels::cpu {
 
@@ -27,25 +28,8 @@ template <typename T>
 using OutMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, Eigen::Unaligned,
                           Eigen::OuterStride<>>;
 
-// A matrix operand: base pointer, leading dimension, and whether it is stored column-major.
-struct Operand {
-  Tensor t;  // keeps a contiguous copy alive when one was needed
-  bool col_major = false;
-  int64_t ld = 0;
-};
-
-Operand prepare(const Tensor& x) {
-  const int64_t r = x.dim();
-  const int64_t rows = x.size(r - 2), cols = x.size(r - 1);
-  const int64_t s_row = x.stride(r - 2), s_col = x.stride(r - 1);
-  if (s_col == 1 && (s_row >= cols || rows == 1)) return {x, false, std::max<int64_t>(s_row, cols)};
-  if (s_row == 1 && (s_col >= rows || cols == 1)) return {x, true, std::max<int64_t>(s_col, rows)};
-  Tensor c = x.contiguous();
-  return {c, false, cols};
-}
-
 template <typename T, bool ColA, bool ColB>
-void gemm_batches(const Operand& A, const Operand& B, const Tensor& out) {
+void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& out) {
   const int64_t r = out.dim();
   const int64_t M = out.size(r - 2), N = out.size(r - 1), K = A.t.size(r - 1);
   const int64_t batches = out.numel() / std::max<int64_t>(M * N, 1);
@@ -113,7 +97,7 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
     out.fill_(0.0);
     return;
   }
-  const Operand A = prepare(a), B = prepare(b);
+  const MatmulOperand A = matmul_operand(a), B = matmul_operand(b);
   REEL_DISPATCH_FLOATING(out.dtype(), "matmul", {
     if (A.col_major && B.col_major) gemm_batches<scalar_t, true, true>(A, B, out);
     else if (A.col_major) gemm_batches<scalar_t, true, false>(A, B, out);

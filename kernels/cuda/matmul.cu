@@ -15,6 +15,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/indexing.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/matmul_layout.h"
 #include "kernels/simt/cublas.h"
 
 namespace reel::kernels::cuda {
@@ -86,23 +87,6 @@ cublasHandle_t handle() {
   return h;
 }
 
-// A matrix operand: row-major (last dim stride 1) or column-major (second-last stride 1, a
-// transposed view), with its leading dimension; any other layout is made contiguous (`t`).
-struct Operand {
-  Tensor t;
-  bool col_major = false;
-  int64_t ld = 0;
-};
-
-Operand prepare(const Tensor& x) {
-  const int64_t r = x.dim();
-  const int64_t rows = x.size(r - 2), cols = x.size(r - 1);
-  const int64_t s_row = x.stride(r - 2), s_col = x.stride(r - 1);
-  if (s_col == 1 && (s_row >= cols || rows == 1)) return {x, false, std::max<int64_t>(s_row, cols)};
-  if (s_row == 1 && (s_col >= rows || cols == 1)) return {x, true, std::max<int64_t>(s_col, rows)};
-  return {x.contiguous(), false, cols};
-}
-
 int as_int(int64_t v, const char* what) {
   REEL_CHECK(v <= INT_MAX, "matmul: ", what, " = ", v, " exceeds cuBLAS's int range");
   return static_cast<int>(v);
@@ -115,8 +99,8 @@ int as_int(int64_t v, const char* what) {
 // transpose needed (op N); a column-major one (a transposed view) is not (op T).
 // `count` products: a + i * stride_a, b + i * stride_b -> c + i * M * N.
 template <typename T>
-void gemm_batched(const Operand& A, const Operand& B, const T* a, int64_t stride_a, const T* b, int64_t stride_b,
-                  T* c, int64_t M, int64_t N, int64_t K, int64_t count) {
+void gemm_batched(const MatmulOperand& A, const MatmulOperand& B, const T* a, int64_t stride_a, const T* b,
+                  int64_t stride_b, T* c, int64_t M, int64_t N, int64_t K, int64_t count) {
   const cublasOperation_t op_b = B.col_major ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_a = A.col_major ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int m = as_int(N, "N"), n = as_int(M, "M"), k = as_int(K, "K");
@@ -141,7 +125,7 @@ template <typename T>
 void matmul_cublas(const Tensor& a, const Tensor& b, const Tensor& out) {
   const int64_t r = out.dim(), nb = r - 2;
   const int64_t M = out.size(r - 2), N = out.size(r - 1), K = a.size(r - 1);
-  const Operand A = prepare(a), B = prepare(b);
+  const MatmulOperand A = matmul_operand(a), B = matmul_operand(b);
   const Shape& bs = out.shape();
   // Batch dims [inner, nb) collapse to one stride per operand: a's offset for flat index i of
   // them is i * stride_a. Size-1 dims fit anywhere.
