@@ -28,6 +28,18 @@ template <> struct dtype_of<double> { static constexpr DType value = DType::f64;
 template <> struct dtype_of<int32_t> { static constexpr DType value = DType::i32; };
 template <> struct dtype_of<int64_t> { static constexpr DType value = DType::i64; };
 
+// fn(T{}) with T the C++ type of any dtype (a generic lambda sees it as `auto zero`): for code
+// that handles every dtype alike, such as fills and copies between dtypes.
+template <typename Fn>
+void dispatch_any(DType t, Fn fn) {
+  switch (t) {
+    case DType::f32: fn(float{}); break;
+    case DType::f64: fn(double{}); break;
+    case DType::i32: fn(int32_t{}); break;
+    case DType::i64: fn(int64_t{}); break;
+  }
+}
+
 }  // namespace reel
 
 // Runs the statements with `scalar_t` bound to the C++ type of a floating dtype; other dtypes

@@ -22,16 +22,6 @@ class HostMemory final : public RawMemory {
   void release(void* ptr) override { std::free(ptr); }
 };
 
-template <typename Fn>
-void dispatch_any(DType t, Fn fn) {
-  switch (t) {
-    case DType::f32: fn(float{}); break;
-    case DType::f64: fn(double{}); break;
-    case DType::i32: fn(int32_t{}); break;
-    case DType::i64: fn(int64_t{}); break;
-  }
-}
-
 template <typename T>
 void random_fill(const Tensor& out, RandomKind kind, uint64_t seed, uint64_t offset) {
   T* p = out.data<T>();

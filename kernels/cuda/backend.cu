@@ -83,16 +83,6 @@ int sm_count() {
 
 namespace {
 
-template <typename Fn>
-void dispatch_any(DType t, Fn fn) {
-  switch (t) {
-    case DType::f32: fn(float{}); break;
-    case DType::f64: fn(double{}); break;
-    case DType::i32: fn(int32_t{}); break;
-    case DType::i64: fn(int64_t{}); break;
-  }
-}
-
 // ---- the backend -----------------------------------------------------------------------------
 
 class DeviceMemory final : public RawMemory {
