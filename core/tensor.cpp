@@ -178,31 +178,17 @@ void* Tensor::data_ptr() const {
 
 Tensor Tensor::view(Shape new_shape) const {
   if (records(*this)) return reel::view(*this, std::move(new_shape));
-  new_shape = infer_shape(std::move(new_shape), numel(), shape(), "view");
-  Shape new_strides;
-  REEL_CHECK(view_strides(shape(), strides(), new_shape, new_strides), "view: a tensor of shape ", shape(),
-             " with strides ", strides(), " cannot be viewed as ", new_shape, "; use reshape (copies)");
-  return make_view(*this, new_shape, new_strides, offset());
+  return untracked::view(*this, std::move(new_shape));
 }
 
 Tensor Tensor::reshape(Shape new_shape) const {
   if (records(*this)) return reel::reshape(*this, std::move(new_shape));
-  new_shape = infer_shape(std::move(new_shape), numel(), shape(), "reshape");
-  Shape new_strides;
-  if (view_strides(shape(), strides(), new_shape, new_strides))
-    return make_view(*this, new_shape, new_strides, offset());
-  return clone().view(new_shape);
+  return untracked::reshape(*this, std::move(new_shape));
 }
 
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
   if (records(*this)) return reel::transpose(*this, d0, d1);
-  d0 = normalize_dim(d0, dim(), "transpose");
-  d1 = normalize_dim(d1, dim(), "transpose");
-  if (dim() == 0) return *this;
-  Shape s = shape(), st = strides();
-  std::swap(s[d0], s[d1]);
-  std::swap(st[d0], st[d1]);
-  return make_view(*this, s, st, offset());
+  return untracked::transpose(*this, d0, d1);
 }
 
 Tensor Tensor::t() const {
@@ -212,34 +198,12 @@ Tensor Tensor::t() const {
 
 Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
   if (records(*this)) return reel::permute(*this, dims);
-  REEL_CHECK(static_cast<int64_t>(dims.size()) == dim(), "permute: ", dims.size(),
-             " dims given for a tensor of shape ", shape());
-  Shape s(dims.size()), st(dims.size());
-  std::vector<bool> seen(dims.size(), false);
-  for (size_t i = 0; i < dims.size(); ++i) {
-    const int64_t d = normalize_dim(dims[i], dim(), "permute");
-    REEL_CHECK(!seen[d], "permute: dim ", d, " repeated in ", Shape(dims.begin(), dims.end()));
-    seen[d] = true;
-    s[i] = shape()[d];
-    st[i] = strides()[d];
-  }
-  return make_view(*this, s, st, offset());
+  return untracked::permute(*this, dims);
 }
 
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
   if (records(*this)) return reel::slice(*this, d, start, end, step);
-  d = normalize_dim(d, dim(), "slice");
-  REEL_CHECK(dim() > 0, "slice: cannot slice a 0-d tensor");
-  REEL_CHECK(step > 0, "slice: step must be positive, got ", step);
-  const int64_t n = shape()[d];
-  if (start < 0) start += n;
-  if (end < 0) end += n;
-  start = std::clamp<int64_t>(start, 0, n);
-  end = std::clamp<int64_t>(end, start, n);
-  Shape s = shape(), st = strides();
-  s[d] = (end - start + step - 1) / step;
-  st[d] *= step;
-  return make_view(*this, s, st, offset() + start * strides()[d]);
+  return untracked::slice(*this, d, start, end, step);
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
@@ -251,66 +215,149 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
   if (records(*this)) return reel::select(*this, d, index);
-  d = normalize_dim(d, dim(), "select");
-  REEL_CHECK(dim() > 0, "select: cannot index a 0-d tensor");
-  const int64_t n = shape()[d];
-  REEL_CHECK(index >= -n && index < n, "select: index ", index, " is out of range for dim ", d,
-             " of shape ", shape());
-  if (index < 0) index += n;
-  Shape s = shape(), st = strides();
-  const int64_t off = offset() + index * st[d];
-  s.erase(s.begin() + d);
-  st.erase(st.begin() + d);
-  return make_view(*this, s, st, off);
+  return untracked::select(*this, d, index);
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
   if (records(*this)) return reel::squeeze(*this, d);
-  d = normalize_dim(d, dim(), "squeeze");
-  if (dim() == 0 || shape()[d] != 1) return *this;
-  Shape s = shape(), st = strides();
-  s.erase(s.begin() + d);
-  st.erase(st.begin() + d);
-  return make_view(*this, s, st, offset());
+  return untracked::squeeze(*this, d);
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
   if (records(*this)) return reel::unsqueeze(*this, d);
-  d = normalize_dim(d, dim() + 1, "unsqueeze");
-  Shape s = shape(), st = strides();
-  const int64_t stride = d < dim() ? st[d] * s[d] : 1;
-  s.insert(s.begin() + d, 1);
-  st.insert(st.begin() + d, stride);
-  return make_view(*this, s, st, offset());
+  return untracked::unsqueeze(*this, d);
 }
 
 Tensor Tensor::expand(Shape target) const {
   if (records(*this)) return reel::expand(*this, std::move(target));
-  REEL_CHECK(static_cast<int64_t>(target.size()) >= dim(), "expand: cannot expand shape ", shape(), " to ",
-             target);
-  const size_t lead = target.size() - shape().size();
-  Shape st(target.size(), 0);
-  for (size_t i = 0; i < target.size(); ++i) {
-    if (i < lead) {
-      REEL_CHECK(target[i] >= 0, "expand: invalid size -1 for a new leading dim in ", target);
-      continue;
-    }
-    const int64_t have = shape()[i - lead];
-    if (target[i] == -1) target[i] = have;
-    REEL_CHECK(have == target[i] || have == 1, "expand: cannot expand shape ", shape(), " to ", target,
-               ": dim ", i, " has size ", have, " (must be 1 or ", target[i], ")");
-    st[i] = have == target[i] ? strides()[i - lead] : 0;
-  }
-  return make_view(*this, target, st, offset());
+  return untracked::expand(*this, std::move(target));
 }
-
-// ---- copies --------------------------------------------------------------------
 
 Tensor Tensor::contiguous() const {
   if (is_contiguous()) return *this;
   if (records(*this)) return reel::contiguous(*this);
   return clone();
 }
+
+// ---- views the tape never records ------------------------------------------------
+
+namespace untracked {
+
+Tensor view(const Tensor& x, Shape new_shape) {
+  new_shape = infer_shape(std::move(new_shape), x.numel(), x.shape(), "view");
+  Shape new_strides;
+  REEL_CHECK(view_strides(x.shape(), x.strides(), new_shape, new_strides), "view: a tensor of shape ", x.shape(),
+             " with strides ", x.strides(), " cannot be viewed as ", new_shape, "; use reshape (copies)");
+  return make_view(x, new_shape, new_strides, x.offset());
+}
+
+Tensor reshape(const Tensor& x, Shape new_shape) {
+  new_shape = infer_shape(std::move(new_shape), x.numel(), x.shape(), "reshape");
+  Shape new_strides;
+  if (view_strides(x.shape(), x.strides(), new_shape, new_strides))
+    return make_view(x, new_shape, new_strides, x.offset());
+  return x.clone().view(new_shape);
+}
+
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
+  d0 = normalize_dim(d0, x.dim(), "transpose");
+  d1 = normalize_dim(d1, x.dim(), "transpose");
+  if (x.dim() == 0) return x;
+  Shape s = x.shape(), st = x.strides();
+  std::swap(s[d0], s[d1]);
+  std::swap(st[d0], st[d1]);
+  return make_view(x, s, st, x.offset());
+}
+
+Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
+  REEL_CHECK(static_cast<int64_t>(dims.size()) == x.dim(), "permute: ", dims.size(),
+             " dims given for a tensor of shape ", x.shape());
+  Shape s(dims.size()), st(dims.size());
+  std::vector<bool> seen(dims.size(), false);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const int64_t d = normalize_dim(dims[i], x.dim(), "permute");
+    REEL_CHECK(!seen[d], "permute: dim ", d, " repeated in ", Shape(dims.begin(), dims.end()));
+    seen[d] = true;
+    s[i] = x.shape()[d];
+    st[i] = x.strides()[d];
+  }
+  return make_view(x, s, st, x.offset());
+}
+
+Tensor slice(const Tensor& x, int64_t d, int64_t start, int64_t end, int64_t step) {
+  d = normalize_dim(d, x.dim(), "slice");
+  REEL_CHECK(x.dim() > 0, "slice: cannot slice a 0-d tensor");
+  REEL_CHECK(step > 0, "slice: step must be positive, got ", step);
+  const int64_t n = x.shape()[d];
+  if (start < 0) start += n;
+  if (end < 0) end += n;
+  start = std::clamp<int64_t>(start, 0, n);
+  end = std::clamp<int64_t>(end, start, n);
+  Shape s = x.shape(), st = x.strides();
+  s[d] = (end - start + step - 1) / step;
+  st[d] *= step;
+  return make_view(x, s, st, x.offset() + start * x.strides()[d]);
+}
+
+Tensor select(const Tensor& x, int64_t d, int64_t index) {
+  d = normalize_dim(d, x.dim(), "select");
+  REEL_CHECK(x.dim() > 0, "select: cannot index a 0-d tensor");
+  const int64_t n = x.shape()[d];
+  REEL_CHECK(index >= -n && index < n, "select: index ", index, " is out of range for dim ", d,
+             " of shape ", x.shape());
+  if (index < 0) index += n;
+  Shape s = x.shape(), st = x.strides();
+  const int64_t off = x.offset() + index * st[d];
+  s.erase(s.begin() + d);
+  st.erase(st.begin() + d);
+  return make_view(x, s, st, off);
+}
+
+Tensor squeeze(const Tensor& x, int64_t d) {
+  d = normalize_dim(d, x.dim(), "squeeze");
+  if (x.dim() == 0 || x.shape()[d] != 1) return x;
+  Shape s = x.shape(), st = x.strides();
+  s.erase(s.begin() + d);
+  st.erase(st.begin() + d);
+  return make_view(x, s, st, x.offset());
+}
+
+Tensor unsqueeze(const Tensor& x, int64_t d) {
+  d = normalize_dim(d, x.dim() + 1, "unsqueeze");
+  Shape s = x.shape(), st = x.strides();
+  const int64_t stride = d < x.dim() ? st[d] * s[d] : 1;
+  s.insert(s.begin() + d, 1);
+  st.insert(st.begin() + d, stride);
+  return make_view(x, s, st, x.offset());
+}
+
+Tensor expand(const Tensor& x, Shape target) {
+  REEL_CHECK(static_cast<int64_t>(target.size()) >= x.dim(), "expand: cannot expand shape ", x.shape(), " to ",
+             target);
+  const size_t lead = target.size() - x.shape().size();
+  Shape st(target.size(), 0);
+  for (size_t i = 0; i < target.size(); ++i) {
+    if (i < lead) {
+      REEL_CHECK(target[i] >= 0, "expand: invalid size -1 for a new leading dim in ", target);
+      continue;
+    }
+    const int64_t have = x.shape()[i - lead];
+    if (target[i] == -1) target[i] = have;
+    REEL_CHECK(have == target[i] || have == 1, "expand: cannot expand shape ", x.shape(), " to ", target,
+               ": dim ", i, " has size ", have, " (must be 1 or ", target[i], ")");
+    st[i] = have == target[i] ? x.strides()[i - lead] : 0;
+  }
+  return make_view(x, target, st, x.offset());
+}
+
+Tensor contiguous(const Tensor& x) {
+  if (x.is_contiguous()) return x;
+  return x.clone();
+}
+
+}  // namespace untracked
+
+// ---- copies --------------------------------------------------------------------
 
 Tensor Tensor::clone() const {
   Tensor out = empty(shape(), dtype(), device());

@@ -112,6 +112,24 @@ class Tensor {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
+// ---- views the tape never records ----
+// The same views as the Tensor methods, but never recorded on the tape, whatever the tensor: what
+// kernel entry points and the tape itself use, so that reshaping a parameter inside a kernel call
+// cannot put a node on the tape. The methods are these plus recording when the tensor requires
+// grad in grad mode.
+namespace untracked {
+Tensor view(const Tensor& x, Shape shape);
+Tensor reshape(const Tensor& x, Shape shape);
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
+Tensor permute(const Tensor& x, const std::vector<int64_t>& dims);
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+Tensor select(const Tensor& x, int64_t dim, int64_t index);
+Tensor squeeze(const Tensor& x, int64_t dim);
+Tensor unsqueeze(const Tensor& x, int64_t dim);
+Tensor expand(const Tensor& x, Shape shape);
+Tensor contiguous(const Tensor& x);  // x itself when already contiguous, else a copy
+}  // namespace untracked
+
 // ---- factories ----
 Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
 Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
