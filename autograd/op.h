@@ -11,30 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "core/autograd_meta.h"
 #include "core/tensor.h"
 
 namespace reel {
 
 namespace autograd {
-struct Node;
-struct Segment;
-}  // namespace autograd
 
-// The autograd state of a tensor (TensorImpl::autograd). Leaves (tensors no recorded op made,
-// e.g. parameters) own a persistent gradient buffer; non-leaves point at the node that made them.
-struct AutogradMeta {
-  bool requires_grad = false;
-  bool is_leaf = true;
-  Tensor grad;                              // leaves: summed over every backward, category gradient
-  std::weak_ptr<autograd::Node> producer;   // non-leaves: expires when the tape is cleared
-  int output_index = 0;                     // which output of `producer` this tensor is
-  // A view (made by recorded ops, e.g. w.t(), or by their replay) sharing the storage of a leaf
-  // that requires grad. Its bytes are that parameter's: saving it never makes them an activation.
-  bool views_leaf = false;
-};
-
-namespace autograd {
-
+struct Segment;  // autograd/tape.h
 using Tensors = std::vector<Tensor>;
 
 class Op {
@@ -63,6 +47,8 @@ struct Node {
     DType dtype = DType::f32;
     Device device;
     Tensor held;  // the data itself: only at the boundary of a checkpoint segment awaiting replay
+    // The node that made this input, if it is a non-leaf still on the tape.
+    Node* producer() const { return meta && !meta->is_leaf ? meta->producer.lock().get() : nullptr; }
   };
   struct Output {
     Shape shape;

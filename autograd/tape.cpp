@@ -22,53 +22,6 @@ namespace reel::autograd {
 
 namespace {
 
-thread_local bool t_grad_enabled = true;
-
-// What the tape keeps for backward is an activation in the memory statistics, until the tape is
-// cleared. Storage already attributed to something else (parameters, gradients) keeps its
-// category, and so do leaves that require grad and views of them (w.t()): those are parameters
-// even when created outside a MemoryCategory scope.
-void mark_activation(const Tensor& t) {
-  if (!t.defined() || !t.storage() || t.storage()->category() != Category::Temporary) return;
-  const auto& meta = t.autograd_meta();
-  if (meta && ((meta->is_leaf && meta->requires_grad) || meta->views_leaf)) return;
-  t.storage()->set_category(Category::Activation);
-  Tape::current().remember_activation(t.storage());
-}
-
-// The outermost segment around `node` that is still collapsed: the one to replay first. Segments
-// are replayed outside-in, so every segment inside a collapsed one is collapsed too.
-Segment* outermost_collapsed(const Node& node) {
-  Segment* found = nullptr;
-  for (Segment* s = node.segment.get(); s; s = s->parent.get())
-    if (!s->replayed) found = s;
-  return found;
-}
-
-bool inside(const Node* node, const Segment* segment) {
-  if (!node) return false;
-  for (const Segment* s = node->segment.get(); s; s = s->parent.get())
-    if (s == segment) return true;
-  return false;
-}
-
-Node* producer_of(const Node::Input& in) {
-  return in.meta && !in.meta->is_leaf ? in.meta->producer.lock().get() : nullptr;
-}
-
-// Decides whether `node` keeps its saves: not while it sits in a collapsed segment. There it
-// holds instead the inputs `in` that come from outside that segment: the data a replay starts
-// from (an input made inside the segment is re-made by the replay).
-void prepare_saves(Node& node, const Tensors& in) {
-  const Segment* collapsed = outermost_collapsed(node);
-  node.keep_saved = collapsed == nullptr;
-  if (!collapsed) return;
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (inside(producer_of(node.inputs[i]), collapsed)) continue;
-    node.inputs[i].held = in[i];
-    mark_activation(in[i]);
-  }
-}
 
 // Frees what a node holds once the walk is past it.
 void release(Node& node) {
@@ -100,6 +53,18 @@ void check_leaf_grad(const Node& node, const Node::Input& in) {
 }
 
 }  // namespace
+
+// What the tape keeps for backward is an activation in the memory statistics, until the tape is
+// cleared. Storage already attributed to something else (parameters, gradients) keeps its
+// category, and so do leaves that require grad and views of them (w.t()): those are parameters
+// even when created outside a MemoryCategory scope.
+void mark_activation(const Tensor& t) {
+  if (!t.defined() || !t.storage() || t.storage()->category() != Category::Temporary) return;
+  const auto& meta = t.autograd_meta();
+  if (meta && ((meta->is_leaf && meta->requires_grad) || meta->views_leaf)) return;
+  t.storage()->set_category(Category::Activation);
+  Tape::current().remember_activation(t.storage());
+}
 
 // ---- Node ------------------------------------------------------------------------
 
@@ -153,7 +118,7 @@ Tensors record(std::unique_ptr<Op> op, const Tensors& inputs) {
     in.shape = x.shape();
     in.dtype = x.dtype();
     in.device = x.device();
-    if (!t_grad_enabled || !x.requires_grad()) continue;
+    if (!GradMode::is_enabled() || !x.requires_grad()) continue;
     const auto& meta = x.autograd_meta();
     REEL_CHECK(meta->is_leaf || !meta->producer.expired(), op->name(), ": input ", i, " (", x.shape(), " on ",
                x.device(), ") was computed by ops whose tape a backward already cleared; detach() it "
@@ -218,18 +183,6 @@ Tape& Tape::current() {
 void Tape::push(std::shared_ptr<Node> node) {
   node->index = nodes_.size();
   nodes_.push_back(std::move(node));
-}
-
-void Tape::open(std::shared_ptr<Segment> segment) {
-  segment->parent = open_segment_;
-  segment->begin = nodes_.size();
-  segment->id = ++segments_opened_;
-  open_segment_ = std::move(segment);
-}
-
-void Tape::close(const std::shared_ptr<Segment>& segment) {
-  segment->end = nodes_.size();
-  if (open_segment_ == segment) open_segment_ = segment->parent;
 }
 
 void Tape::clear() {
@@ -317,7 +270,7 @@ void Tape::backward(const Tensor& loss, const Tensor& grad) {
     if (!needed[i]) continue;
     for (const Node::Input& in : nodes_[i]->inputs) {
       check_leaf_grad(*nodes_[i], in);
-      const Node* producer = producer_of(in);
+      const Node* producer = in.producer();
       if (producer && producer->index < i) needed[producer->index] = true;
     }
   }
@@ -361,74 +314,19 @@ void Tape::run_backward(const Node& root, int output_index, const Tensor& seed) 
       if (in.meta->is_leaf) {
         accumulate_into_leaf(*in.meta, g);
       } else {
-        Tensor& slot = producer_of(in)->outputs[in.meta->output_index].grad;
+        Tensor& slot = in.producer()->outputs[in.meta->output_index].grad;
         slot = slot.defined() ? kernels::binary(kernels::BinaryOp::Add, slot, g) : g;  // fan-out
       }
     }
   }
 }
 
-// Re-runs tape[segment.begin .. last] from the inputs the segment holds. Nodes directly in the
-// segment get their saved tensors back; nodes of a nested segment instead hold that segment's
-// boundary (it is replayed in turn when the walk reaches it). Nodes after `last` were already
-// walked past, so they are not re-run. A re-made output lives only until its last consumer in the
-// range has run, unless a node saved it.
-void Tape::replay(Segment& segment, size_t last) {
-  segment.replayed = true;
-  using Key = std::pair<size_t, int>;  // (node index, output index)
-  std::map<Key, int> uses_left;
-  for (size_t i = segment.begin; i <= last; ++i)
-    for (const Node::Input& in : nodes_[i]->inputs)
-      if (!in.held.defined()) ++uses_left[{producer_of(in)->index, in.meta->output_index}];
+// ---- grad mode, helpers ----------------------------------------------
 
-  std::map<Key, Tensor> live;
-  for (size_t i = segment.begin; i <= last; ++i) {
-    Node& node = *nodes_[i];
-    Tensors in(node.inputs.size());
-    for (size_t j = 0; j < in.size(); ++j) {
-      Node::Input& input = node.inputs[j];
-      if (input.held.defined()) {
-        in[j] = input.held;
-        input.held = Tensor();
-        continue;
-      }
-      const Key key{producer_of(input)->index, input.meta->output_index};
-      in[j] = live.at(key);
-      if (--uses_left[key] == 0) live.erase(key);
-    }
-    prepare_saves(node, in);
-    node.saved.clear();
-    const Tensors out = node.op->forward(in, node);
-    for (size_t k = 0; k < out.size(); ++k) {
-      REEL_CHECK(out[k].shape() == node.outputs[k].shape, node.op->name(), ": replay made an output of shape ",
-                 out[k].shape(), ", forward made ", node.outputs[k].shape);
-      if (node.outputs[k].views_leaf) {  // saved by a later node, it stays a parameter's memory
-        out[k].autograd_meta() = std::make_shared<AutogradMeta>();
-        out[k].autograd_meta()->views_leaf = true;
-      }
-      const Key key{i, static_cast<int>(k)};
-      auto it = uses_left.find(key);
-      if (it != uses_left.end() && it->second > 0) live[key] = out[k];
-    }
-  }
-}
+bool grad_enabled() { return GradMode::is_enabled(); }
 
-// ---- grad mode, checkpoints, helpers ----------------------------------------------
-
-bool grad_enabled() { return t_grad_enabled; }
-
-NoGrad::NoGrad() : previous_(t_grad_enabled) { t_grad_enabled = false; }
-NoGrad::~NoGrad() { t_grad_enabled = previous_; }
-
-Checkpoint::Checkpoint() {
-  if (!grad_enabled()) return;  // nothing records, so there is nothing to checkpoint
-  segment_ = std::make_shared<Segment>();
-  Tape::current().open(segment_);
-}
-
-Checkpoint::~Checkpoint() {
-  if (segment_) Tape::current().close(segment_);
-}
+NoGrad::NoGrad() : previous_(GradMode::is_enabled()) { GradMode::set_enabled(false); }
+NoGrad::~NoGrad() { GradMode::set_enabled(previous_); }
 
 void zero_grad(const std::vector<Tensor>& params) {
   for (const Tensor& p : params) {

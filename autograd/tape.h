@@ -14,18 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "autograd/checkpoint.h"
 #include "autograd/op.h"
 
 namespace reel::autograd {
-
-// A checkpointed region of the tape: its nodes are tape[begin, end). Collapsed (the state after
-// forward) its nodes keep no saved tensors; replayed, they have them again.
-struct Segment {
-  std::shared_ptr<Segment> parent;  // the enclosing segment, for nested checkpoints
-  size_t begin = 0, end = 0;  // end is set when the Checkpoint scope closes
-  bool replayed = false;
-  int id = 0;            // for the tape dump
-};
 
 class Tape {
  public:
@@ -54,7 +46,7 @@ class Tape {
 
  private:
   void run_backward(const Node& root, int output_index, const Tensor& seed);
-  void replay(Segment& segment, size_t last);
+  void replay(Segment& segment, size_t last);  // autograd/checkpoint.cpp
 
   std::vector<std::shared_ptr<Node>> nodes_;
   std::vector<std::weak_ptr<Storage>> activations_;  // re-tagged by this tape
@@ -78,19 +70,6 @@ class NoGrad {
   bool previous_;
 };
 
-// RAII: ops recorded while it lives form one checkpoint segment (nested scopes nest segments).
-// A no-op under NoGrad.
-class Checkpoint {
- public:
-  Checkpoint();
-  ~Checkpoint();
-  Checkpoint(const Checkpoint&) = delete;
-  Checkpoint& operator=(const Checkpoint&) = delete;
-
- private:
-  std::shared_ptr<Segment> segment_;
-};
-
 // ---- free functions ---------------------------------------------------------------
 
 inline void backward(const Tensor& loss, double scale = 1.0) { Tape::current().backward(loss, scale); }
@@ -98,5 +77,15 @@ inline void backward(const Tensor& loss, const Tensor& grad) { Tape::current().b
 // Fills each tensor's .grad with zeros (the buffers stay allocated for the next window).
 void zero_grad(const std::vector<Tensor>& params);
 inline std::string tape_dump() { return Tape::current().dump(); }
+
+// Tags a tensor the tape keeps (a node's save, a segment's held boundary) as an activation in the
+// memory statistics, unless it is a parameter's or gradient's memory (used by Node::save and
+// checkpoint segments; Tape::clear tags it back).
+void mark_activation(const Tensor& t);
+
+// Registers autograd's differentiable views with core (autograd/register.cpp), so that x.view(...)
+// of a tensor that requires grad is recorded. Programs linking reel::reel get this call before
+// main (reel.cpp); a program linking the layer libraries alone makes it itself.
+void register_with_core();
 
 }  // namespace reel::autograd

@@ -52,16 +52,31 @@ Device::Device(const std::string& spec) {
 
 std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
 
-int cuda_device_count() { return cuda_backend_device_count(); }
+namespace {
+DeviceBackends g_backends{};  // empty until kernels registers: constant-initialised, so safe at start-up
+
+const DeviceBackends& registered_backends() {
+  REEL_CHECK(g_backends.cpu != nullptr, "reel: no device backend is registered: link reel::reel (it registers "
+             "them before main), or call reel::kernels::register_device_backends() first");
+  return g_backends;
+}
+}  // namespace
+
+void register_device_backends(const DeviceBackends& backends) { g_backends = backends; }
+
+int cuda_device_count() {
+  const DeviceBackends& b = registered_backends();
+  return b.cuda_device_count ? b.cuda_device_count() : 0;
+}
 bool cuda_available() { return cuda_device_count() > 0; }
 
 DeviceBackend& backend_for(Device device) {
-  if (device.is_cpu()) return cpu_backend();
-  const int count = cuda_backend_device_count();
+  if (device.is_cpu()) return *registered_backends().cpu;
+  const int count = cuda_device_count();
   REEL_CHECK(device.index < count, "device ", device, " is not available: ",
              count == 0 ? "this build or machine has no CUDA device"
                         : "only " + std::to_string(count) + " CUDA device(s)");
-  return *cuda_backend(device.index);
+  return *g_backends.cuda(device.index);
 }
 
 uint64_t Generator::next_offset() {

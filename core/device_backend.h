@@ -1,6 +1,7 @@
-// The services core needs from a device, implemented below it by kernels/cpu and kernels/cuda
-// (dependency inversion: core declares, kernels define, the linker joins them; core never
-// includes kernels). Factories, contiguous(), to(device) and to(dtype) are built on these.
+// The services core needs from a device, implemented above it by kernels/cpu and kernels/cuda
+// (dependency inversion: core declares the interface, kernels implement it and register the
+// backends at start-up, kernels/device_backends.h; core never calls up into kernels).
+// Factories, contiguous(), to(device) and to(dtype) are built on these.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -33,11 +34,13 @@ class DeviceBackend {
 // The backend serving a device; reel::Error when the build or the machine has none.
 DeviceBackend& backend_for(Device device);
 
-// Defined by kernels/cpu.
-DeviceBackend& cpu_backend();
-// Defined by kernels/cuda (or by kernels/cuda_absent.cpp in a build without a CUDA backend):
-// the number of CUDA devices that answer, and the backend of one of them (nullptr if none).
-int cuda_backend_device_count();
-DeviceBackend* cuda_backend(int index);
+// What kernels registers (kernels::register_device_backends()): the CPU's backend, and for CUDA
+// the number of devices that answer and the backend of one of them.
+struct DeviceBackends {
+  DeviceBackend* cpu = nullptr;
+  int (*cuda_device_count)() = nullptr;
+  DeviceBackend* (*cuda)(int index) = nullptr;
+};
+void register_device_backends(const DeviceBackends& backends);
 
 }  // namespace reel

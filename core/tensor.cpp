@@ -6,6 +6,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "core/autograd_meta.h"
 #include "core/device_backend.h"
 #include "core/random.h"
 
@@ -38,30 +39,12 @@ int64_t normalize_dim(int64_t dim, int64_t rank, const char* op) {
 // ---- differentiable views: the link to autograd ------------------------------------
 // A view of a tensor that requires grad, made while grad mode is on, must be recorded on the tape,
 // or gradients stop at it: w.t() of a parameter has to carry d(loss)/d(w) back to w, as users of
-// PyTorch expect. The recording ops are autograd's (reel::transpose etc., autograd/ops/view.cpp,
-// declared in autograd/functions.h). Core includes nothing of autograd: the few it calls are
-// declared here and the linker joins the two, exactly as for Tensor::requires_grad
-// (autograd/tensor_autograd.cpp). It is a direct call, not a pointer registered at static init, so
-// it cannot be lost by static-library linking. The ops' forward runs under NoGrad and calls back
-// into the methods below, which then make the plain view.
-namespace autograd {
-bool grad_enabled();
-}
-Tensor view(const Tensor& x, Shape shape);
-Tensor reshape(const Tensor& x, Shape shape);
-Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
-Tensor permute(const Tensor& x, std::vector<int64_t> dims);
-Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step);
-Tensor select(const Tensor& x, int64_t dim, int64_t index);
-Tensor squeeze(const Tensor& x, int64_t dim);
-Tensor unsqueeze(const Tensor& x, int64_t dim);
-Tensor expand(const Tensor& x, Shape shape);
-Tensor contiguous(const Tensor& x);
+// PyTorch expect. The recording ops are autograd's (reel::transpose etc., autograd/ops/view.cpp);
+// core never calls up into autograd: autograd registers them (core/autograd_meta.h), and their
+// forward, run under NoGrad, comes back here for the plain view (untracked::).
+const RecordingViews* recording_views_for(const Tensor& t);  // core/tensor_autograd.cpp
 
 namespace {
-// Whether a view of `t` must go through autograd.
-bool records(const Tensor& t) { return t.requires_grad() && autograd::grad_enabled(); }
-
 // A contiguous copy for host access and device transfer, never recorded (item(), to_vector(),
 // str() and to(device) of a tensor that requires grad must not put nodes on the tape).
 Tensor dense(const Tensor& t) { return t.is_contiguous() ? t : t.clone(); }
@@ -177,17 +160,17 @@ void* Tensor::data_ptr() const {
 // ---- views ---------------------------------------------------------------------
 
 Tensor Tensor::view(Shape new_shape) const {
-  if (records(*this)) return reel::view(*this, std::move(new_shape));
+  if (const RecordingViews* rec = recording_views_for(*this)) return rec->view(*this, std::move(new_shape));
   return untracked::view(*this, std::move(new_shape));
 }
 
 Tensor Tensor::reshape(Shape new_shape) const {
-  if (records(*this)) return reel::reshape(*this, std::move(new_shape));
+  if (const RecordingViews* rec = recording_views_for(*this)) return rec->reshape(*this, std::move(new_shape));
   return untracked::reshape(*this, std::move(new_shape));
 }
 
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
-  if (records(*this)) return reel::transpose(*this, d0, d1);
+  if (const RecordingViews* rec = recording_views_for(*this)) return rec->transpose(*this, d0, d1);
   return untracked::transpose(*this, d0, d1);
 }
 
@@ -197,12 +180,12 @@ Tensor Tensor::t() const {
 }
 
 Tensor Tensor::permute(const std::vector<int64_t>& dims) const {
-  if (records(*this)) return reel::permute(*this, dims);
+  if (const RecordingViews* rec = recording_views_for(*this)) return rec->permute(*this, dims);
   return untracked::permute(*this, dims);
 }
 
 Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const {
-  if (records(*this)) return reel::slice(*this, d, start, end, step);
+  if (const RecordingViews* rec = recording_views_for(*this)) return rec->slice(*this, d, start, end, step);
   return untracked::slice(*this, d, start, end, step);
 }
 
@@ -214,28 +197,28 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
-  if (records(*this)) return reel::select(*this, d, index);
+  if (const RecordingViews* rec = recording_views_for(*this)) return rec->select(*this, d, index);
   return untracked::select(*this, d, index);
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
-  if (records(*this)) return reel::squeeze(*this, d);
+  if (const RecordingViews* rec = recording_views_for(*this)) return rec->squeeze(*this, d);
   return untracked::squeeze(*this, d);
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
-  if (records(*this)) return reel::unsqueeze(*this, d);
+  if (const RecordingViews* rec = recording_views_for(*this)) return rec->unsqueeze(*this, d);
   return untracked::unsqueeze(*this, d);
 }
 
 Tensor Tensor::expand(Shape target) const {
-  if (records(*this)) return reel::expand(*this, std::move(target));
+  if (const RecordingViews* rec = recording_views_for(*this)) return rec->expand(*this, std::move(target));
   return untracked::expand(*this, std::move(target));
 }
 
 Tensor Tensor::contiguous() const {
   if (is_contiguous()) return *this;
-  if (records(*this)) return reel::contiguous(*this);
+  if (const RecordingViews* rec = recording_views_for(*this)) return rec->contiguous(*this);
   return clone();
 }
 

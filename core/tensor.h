@@ -6,8 +6,9 @@
 // Strides and offsets count elements, not bytes.
 //
 // Views and contiguous() are differentiable: on a tensor that requires grad, in grad mode, they
-// are recorded on the tape as the ops reel::view, reel::transpose, ... (autograd/functions.h), so
-// w.t() of a parameter carries gradients back to w. The other copies (clone, to(device),
+// are recorded on the tape as the ops reel::view, reel::transpose, ... (autograd/functions.h,
+// registered with core: core/autograd_meta.h), so w.t() of a parameter carries gradients back to
+// w. The untracked:: views below never record. The other copies (clone, to(device),
 // to(dtype)) are not recorded: a copy they make is cut from the graph, as by detach().
 #pragma once
 #include <cstdint>
@@ -24,7 +25,7 @@
 
 namespace reel {
 
-struct AutogradMeta;  // defined by autograd/: core only carries it.
+struct AutogradMeta;  // core/autograd_meta.h
 
 struct TensorImpl {
   std::shared_ptr<Storage> storage;  // null for a zero-element tensor that never allocated
@@ -92,7 +93,7 @@ class Tensor {
   template <typename T> std::vector<T> to_vector() const;  // T must match dtype()
   std::string str() const;             // shape, dtype, device and abbreviated values
 
-  // ---- autograd state (meaning defined in autograd/; defined in autograd/tensor_autograd.cpp) ----
+  // ---- autograd state (core/autograd_meta.h; its meaning is autograd's) ----
   std::shared_ptr<AutogradMeta>& autograd_meta() const { return impl().autograd; }
   bool requires_grad() const;
   // Marks a leaf (a tensor no recorded op made: a parameter, an input) as wanting a gradient.

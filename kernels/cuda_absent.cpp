@@ -1,7 +1,7 @@
-// A build without a CUDA backend: no CUDA device answers. Removed once kernels/cuda exists.
-#include "core/device_backend.h"
+// A build without a CUDA backend: no CUDA device answers.
+#include "kernels/device_backends.h"
 
-namespace reel {
+namespace reel::kernels {
 int cuda_backend_device_count() { return 0; }
 DeviceBackend* cuda_backend(int) { return nullptr; }
-}  // namespace reel
+}  // namespace reel::kernels

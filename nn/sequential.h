@@ -11,30 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "autograd/checkpoint.h"
 #include "nn/module.h"
 
 namespace reel::nn {
 
-struct CheckpointPolicy {
-  enum class Kind { None, Every, Sqrt, List };
-  Kind kind = Kind::None;
-  int64_t every = 0;           // Every: children per segment
-  std::vector<int64_t> list;   // List: the children that each get their own segment
-
-  // "none" | "every:K" (K >= 1) | "sqrt" | "list:i,j,..." ; reel::Error naming the accepted forms.
-  static CheckpointPolicy parse(const std::string& text);
-  std::string str() const;
-
-  struct Run {
-    int64_t begin = 0, end = 0;  // children [begin, end)
-    bool checkpointed = false;
-  };
-  // How n children run. Every:K and Sqrt (K = ceil(sqrt(n))) cut the children into runs of K and
-  // checkpoint all but the last run: backward would replay the last one at once, so keeping its
-  // activations costs no more memory at the peak and saves a recompute (as
-  // torch.utils.checkpoint.checkpoint_sequential). List checkpoints exactly the listed children.
-  std::vector<Run> plan(int64_t n) const;
-};
+// The policies live with the tape (autograd/checkpoint.h); here they count this Sequential's children.
+using CheckpointPolicy = autograd::CheckpointPolicy;
 
 class Sequential : public Module {
  public:

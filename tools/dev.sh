@@ -30,6 +30,7 @@ case "$mode" in
     ./build/examples/fashion_mnist_mlp --epochs 1
     ;;
   test)
+    tools/check_layers.sh  # no layer includes one above it (the link-time check is in the build)
     # The full suite runs last, so the last CTest summary printed is the whole suite's.
     nvcc_bin=$(command -v nvcc || true)
     [ -z "$nvcc_bin" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc_bin=/usr/local/cuda/bin/nvcc

@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/device_backend.h"
+#include "kernels/device_backends.h"
 #include "core/philox.h"
 #include "core/tensor.h"
 #include "kernels/cpu/strided_loop.h"
@@ -80,7 +80,7 @@ class CpuBackend final : public DeviceBackend {
 
 }  // namespace
 
-DeviceBackend& cpu_backend() {
+DeviceBackend& kernels::cpu_backend() {
   static CpuBackend* backend = new CpuBackend;  // never destroyed: tensors may outlive main
   return *backend;
 }

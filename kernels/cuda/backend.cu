@@ -9,7 +9,7 @@
 #include <mutex>
 #include <vector>
 
-#include "core/device_backend.h"
+#include "kernels/device_backends.h"
 #include "core/philox.h"
 #include "core/tensor.h"
 #include "kernels/cuda/indexing.h"
@@ -196,7 +196,7 @@ class CudaBackend final : public DeviceBackend {
 }  // namespace
 }  // namespace reel::kernels::cuda
 
-namespace reel {
+namespace reel::kernels {
 
 // cudaGetDeviceCount fails (cudaErrorInsufficientDriver or cudaErrorNoDevice) on a machine
 // without a GPU and leaves the count unwritten: that is zero devices, not an error.
@@ -219,8 +219,8 @@ DeviceBackend* cuda_backend(int index) {
   static std::vector<DeviceBackend*>* backends = new std::vector<DeviceBackend*>(count, nullptr);  // never destroyed
   std::lock_guard<std::mutex> lock(mutex);
   DeviceBackend*& b = (*backends)[index];
-  if (!b) b = new kernels::cuda::CudaBackend(index);
+  if (!b) b = new cuda::CudaBackend(index);
   return b;
 }
 
-}  // namespace reel
+}  // namespace reel::kernels

@@ -1,9 +1,24 @@
-// The autograd accessors declared in core/tensor.h: core carries an AutogradMeta pointer, this file
-// gives it meaning (the linker joins the two, so core never includes autograd).
-#include "autograd/op.h"
-#include "core/tensor.h"
+// The autograd state of a tensor as core keeps it (core/autograd_meta.h): the accessors declared in
+// core/tensor.h, the thread's grad mode, and the views autograd registers for core to record with.
+#include "core/autograd_meta.h"
 
 namespace reel {
+
+namespace {
+thread_local bool t_grad_enabled = true;
+RecordingViews g_recording_views{};  // all null until autograd registers: constant-initialised
+}  // namespace
+
+bool GradMode::is_enabled() { return t_grad_enabled; }
+void GradMode::set_enabled(bool enabled) { t_grad_enabled = enabled; }
+
+void register_recording_views(const RecordingViews& views) { g_recording_views = views; }
+
+// Used by core/tensor.cpp: the registered views, or null when a view of `t` is not to be recorded.
+const RecordingViews* recording_views_for(const Tensor& t) {
+  if (!g_recording_views.view || !t.requires_grad() || !GradMode::is_enabled()) return nullptr;
+  return &g_recording_views;
+}
 
 bool Tensor::requires_grad() const {
   const auto& meta = autograd_meta();

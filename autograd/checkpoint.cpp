@@ -1,0 +1,201 @@
+// Checkpoint segments: the Checkpoint scope, how a node inside a collapsed segment holds its
+// boundary inputs instead of its saves, the replay of a segment in backward, and the policies that
+// choose segments over a chain of modules. The reverse walk that triggers a replay is in tape.cpp.
+#include "autograd/checkpoint.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "autograd/tape.h"
+
+namespace reel::autograd {
+
+namespace {
+
+bool inside(const Node* node, const Segment* segment) {
+  if (!node) return false;
+  for (const Segment* s = node->segment.get(); s; s = s->parent.get())
+    if (s == segment) return true;
+  return false;
+}
+
+int64_t parse_int(const std::string& text, const std::string& whole) {
+  size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  REEL_CHECK(used == text.size() && !text.empty(), "checkpoint policy '", whole,
+             "': '", text, "' is not a whole number (use none, every:K, sqrt or list:i,j,...)");
+  return v;
+}
+
+}  // namespace
+
+// ---- segments on the tape ----------------------------------------------------------
+
+// The outermost segment around `node` that is still collapsed: the one to replay first. Segments
+// are replayed outside-in, so every segment inside a collapsed one is collapsed too.
+Segment* outermost_collapsed(const Node& node) {
+  Segment* found = nullptr;
+  for (Segment* s = node.segment.get(); s; s = s->parent.get())
+    if (!s->replayed) found = s;
+  return found;
+}
+
+// Decides whether `node` keeps its saves: not while it sits in a collapsed segment. There it
+// holds instead the inputs `in` that come from outside that segment: the data a replay starts
+// from (an input made inside the segment is re-made by the replay).
+void prepare_saves(Node& node, const Tensors& in) {
+  const Segment* collapsed = outermost_collapsed(node);
+  node.keep_saved = collapsed == nullptr;
+  if (!collapsed) return;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (inside(node.inputs[i].producer(), collapsed)) continue;
+    node.inputs[i].held = in[i];
+    mark_activation(in[i]);
+  }
+}
+
+void Tape::open(std::shared_ptr<Segment> segment) {
+  segment->parent = open_segment_;
+  segment->begin = nodes_.size();
+  segment->id = ++segments_opened_;
+  open_segment_ = std::move(segment);
+}
+
+void Tape::close(const std::shared_ptr<Segment>& segment) {
+  segment->end = nodes_.size();
+  if (open_segment_ == segment) open_segment_ = segment->parent;
+}
+
+// Re-runs tape[segment.begin .. last] from the inputs the segment holds. Nodes directly in the
+// segment get their saved tensors back; nodes of a nested segment instead hold that segment's
+// boundary (it is replayed in turn when the walk reaches it). Nodes after `last` were already
+// walked past, so they are not re-run. A re-made output lives only until its last consumer in the
+// range has run, unless a node saved it.
+void Tape::replay(Segment& segment, size_t last) {
+  segment.replayed = true;
+  using Key = std::pair<size_t, int>;  // (node index, output index)
+  std::map<Key, int> uses_left;
+  for (size_t i = segment.begin; i <= last; ++i)
+    for (const Node::Input& in : nodes_[i]->inputs)
+      if (!in.held.defined()) ++uses_left[{in.producer()->index, in.meta->output_index}];
+
+  std::map<Key, Tensor> live;
+  for (size_t i = segment.begin; i <= last; ++i) {
+    Node& node = *nodes_[i];
+    Tensors in(node.inputs.size());
+    for (size_t j = 0; j < in.size(); ++j) {
+      Node::Input& input = node.inputs[j];
+      if (input.held.defined()) {
+        in[j] = input.held;
+        input.held = Tensor();
+        continue;
+      }
+      const Key key{input.producer()->index, input.meta->output_index};
+      in[j] = live.at(key);
+      if (--uses_left[key] == 0) live.erase(key);
+    }
+    prepare_saves(node, in);
+    node.saved.clear();
+    const Tensors out = node.op->forward(in, node);
+    for (size_t k = 0; k < out.size(); ++k) {
+      REEL_CHECK(out[k].shape() == node.outputs[k].shape, node.op->name(), ": replay made an output of shape ",
+                 out[k].shape(), ", forward made ", node.outputs[k].shape);
+      if (node.outputs[k].views_leaf) {  // saved by a later node, it stays a parameter's memory
+        out[k].autograd_meta() = std::make_shared<AutogradMeta>();
+        out[k].autograd_meta()->views_leaf = true;
+      }
+      const Key key{i, static_cast<int>(k)};
+      auto it = uses_left.find(key);
+      if (it != uses_left.end() && it->second > 0) live[key] = out[k];
+    }
+  }
+}
+
+// ---- the scope ----------------------------------------------------------------------
+
+Checkpoint::Checkpoint() {
+  if (!grad_enabled()) return;  // nothing records, so there is nothing to checkpoint
+  segment_ = std::make_shared<Segment>();
+  Tape::current().open(segment_);
+}
+
+Checkpoint::~Checkpoint() {
+  if (segment_) Tape::current().close(segment_);
+}
+
+// ---- policies -------------------------------------------------------------------
+
+CheckpointPolicy CheckpointPolicy::parse(const std::string& text) {
+  CheckpointPolicy p;
+  if (text == "none" || text.empty()) return p;
+  if (text == "sqrt") {
+    p.kind = Kind::Sqrt;
+    return p;
+  }
+  if (text.rfind("every:", 0) == 0) {
+    p.kind = Kind::Every;
+    p.every = parse_int(text.substr(6), text);
+    REEL_CHECK(p.every >= 1, "checkpoint policy '", text, "': K must be at least 1");
+    return p;
+  }
+  if (text.rfind("list:", 0) == 0) {
+    p.kind = Kind::List;
+    std::string rest = text.substr(5);
+    size_t start = 0;
+    while (start <= rest.size()) {
+      const size_t comma = std::min(rest.find(',', start), rest.size());
+      const int64_t i = parse_int(rest.substr(start, comma - start), text);
+      REEL_CHECK(i >= 0, "checkpoint policy '", text, "': indices must be >= 0");
+      p.list.push_back(i);
+      start = comma + 1;
+    }
+    std::sort(p.list.begin(), p.list.end());
+    p.list.erase(std::unique(p.list.begin(), p.list.end()), p.list.end());
+    return p;
+  }
+  REEL_FAIL("checkpoint policy '", text, "' is not one of none, every:K, sqrt, list:i,j,...");
+}
+
+std::string CheckpointPolicy::str() const {
+  switch (kind) {
+    case Kind::None: return "none";
+    case Kind::Sqrt: return "sqrt";
+    case Kind::Every: return "every:" + std::to_string(every);
+    case Kind::List: {
+      std::string s = "list:";
+      for (size_t i = 0; i < list.size(); ++i) s += (i ? "," : "") + std::to_string(list[i]);
+      return s;
+    }
+  }
+  return "?";
+}
+
+std::vector<CheckpointPolicy::Run> CheckpointPolicy::plan(int64_t n) const {
+  std::vector<Run> runs;
+  if (n <= 0) return runs;
+  if (kind == Kind::None) return {{0, n, false}};
+  if (kind == Kind::List) {
+    const std::set<int64_t> chosen(list.begin(), list.end());
+    for (int64_t i = 0; i < n; ++i) {
+      const bool ck = chosen.count(i) > 0;
+      if (!ck && !runs.empty() && !runs.back().checkpointed) runs.back().end = i + 1;
+      else runs.push_back({i, i + 1, ck});
+    }
+    return runs;
+  }
+  const int64_t k = kind == Kind::Every
+                        ? every
+                        : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n)))));
+  for (int64_t b = 0; b < n; b += k) runs.push_back({b, std::min(n, b + k), true});
+  runs.back().checkpointed = false;
+  return runs;
+}
+
+}  // namespace reel::autograd

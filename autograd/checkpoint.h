@@ -1,0 +1,74 @@
+// Gradient checkpointing by segment recomputation: a region of the tape recorded inside a
+// Checkpoint scope keeps only its boundary inputs in forward; backward replays the region's
+// recorded ops from them (autograd/checkpoint.cpp), rebuilding the activations it needs, then
+// frees them again. Gradients are bit-identical with and without (dropout replays its Philox
+// stream). Policies choose the segments over a chain of modules.
+//
+//   { autograd::Checkpoint seg; y = block(x); }   // block's nodes keep no saves; x is held
+//   model.set_checkpoint(autograd::CheckpointPolicy::parse("sqrt"));   // nn::Sequential, GPT
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autograd/op.h"
+
+namespace reel::autograd {
+
+// A checkpointed region of the tape: its nodes are tape[begin, end). Collapsed (the state after
+// forward) its nodes keep no saved tensors; replayed, they have them again.
+struct Segment {
+  std::shared_ptr<Segment> parent;  // the enclosing segment, for nested checkpoints
+  size_t begin = 0, end = 0;  // end is set when the Checkpoint scope closes
+  bool replayed = false;
+  int id = 0;            // for the tape dump
+};
+
+// RAII: ops recorded while it lives form one checkpoint segment (nested scopes nest segments).
+// A no-op under NoGrad.
+class Checkpoint {
+ public:
+  Checkpoint();
+  ~Checkpoint();
+  Checkpoint(const Checkpoint&) = delete;
+  Checkpoint& operator=(const Checkpoint&) = delete;
+
+ private:
+  std::shared_ptr<Segment> segment_;
+};
+
+// Which runs of a chain of n units (the children of an nn::Sequential, the blocks of a GPT) run
+// inside checkpoint segments. A policy counts those units, whatever they are: `sqrt` over a flat
+// Sequential of N Linear/GELU pairs sees 2N children and makes about sqrt(2N) segments, not
+// sqrt(N); wrap each pair in its own Sequential to count layers.
+struct CheckpointPolicy {
+  enum class Kind { None, Every, Sqrt, List };
+  Kind kind = Kind::None;
+  int64_t every = 0;           // Every: units per segment
+  std::vector<int64_t> list;   // List: the units that each get their own segment
+
+  // "none" | "every:K" (K >= 1) | "sqrt" | "list:i,j,..." ; reel::Error naming the accepted forms.
+  static CheckpointPolicy parse(const std::string& text);
+  std::string str() const;
+
+  struct Run {
+    int64_t begin = 0, end = 0;  // units [begin, end)
+    bool checkpointed = false;
+  };
+  // How n units run. Every:K and Sqrt (K = ceil(sqrt(n))) cut the units into runs of K and
+  // checkpoint all but the last run: backward would replay the last one at once, so keeping its
+  // activations costs no more memory at the peak and saves a recompute (as
+  // torch.utils.checkpoint.checkpoint_sequential). List checkpoints exactly the listed units.
+  std::vector<Run> plan(int64_t n) const;
+};
+
+// ---- for the tape (autograd/tape.cpp) ------------------------------------------------
+
+// The outermost segment around `node` that is still collapsed (the one to replay first), or null.
+Segment* outermost_collapsed(const Node& node);
+// Before `node`'s forward runs on `in`: inside a collapsed segment it keeps no saves and holds
+// instead the inputs that come from outside that segment (the data a replay starts from).
+void prepare_saves(Node& node, const Tensors& in);
+
+}  // namespace reel::autograd

@@ -1,0 +1,52 @@
+// The autograd state a tensor carries (TensorImpl::autograd) and the thread's grad mode: plain data
+// that core owns so that a Tensor can answer requires_grad() / grad() without linking autograd.
+// What the fields mean, and every use of `producer`, belongs to autograd/ (the tape).
+#pragma once
+#include <memory>
+
+#include "core/tensor.h"
+
+namespace reel {
+
+namespace autograd {
+struct Node;  // autograd/op.h
+}
+
+// Leaves (tensors no recorded op made, e.g. parameters) own a persistent gradient buffer;
+// non-leaves point at the node that made them.
+struct AutogradMeta {
+  bool requires_grad = false;
+  bool is_leaf = true;
+  Tensor grad;                              // leaves: summed over every backward, category gradient
+  std::weak_ptr<autograd::Node> producer;   // non-leaves: expires when the tape is cleared
+  int output_index = 0;                     // which output of `producer` this tensor is
+  // A view (made by recorded ops, e.g. w.t(), or by their replay) sharing the storage of a leaf
+  // that requires grad. Its bytes are that parameter's: saving it never makes them an activation.
+  bool views_leaf = false;
+};
+
+// Grad mode of this thread: on by default; autograd::NoGrad turns it off for a scope. Ops record
+// on the tape, and Tensor views are recorded, only while it is on.
+struct GradMode {
+  static bool is_enabled();
+  static void set_enabled(bool enabled);
+};
+
+// How core records the views of a tensor that requires grad, in grad mode, without knowing the
+// tape: autograd registers its differentiable views (autograd/ops/view.cpp) here, as kernels
+// register the device backends (core/device_backend.h). Until it has, views are not recorded.
+struct RecordingViews {
+  Tensor (*view)(const Tensor&, Shape);
+  Tensor (*reshape)(const Tensor&, Shape);
+  Tensor (*transpose)(const Tensor&, int64_t, int64_t);
+  Tensor (*permute)(const Tensor&, std::vector<int64_t>);
+  Tensor (*slice)(const Tensor&, int64_t, int64_t, int64_t, int64_t);
+  Tensor (*select)(const Tensor&, int64_t, int64_t);
+  Tensor (*squeeze)(const Tensor&, int64_t);
+  Tensor (*unsqueeze)(const Tensor&, int64_t);
+  Tensor (*expand)(const Tensor&, Shape);
+  Tensor (*contiguous)(const Tensor&);
+};
+void register_recording_views(const RecordingViews& views);
+
+}  // namespace reel

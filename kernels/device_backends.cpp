@@ -1,0 +1,14 @@
+// Registers the CPU and CUDA backends with core (see kernels/device_backends.h).
+#include "kernels/device_backends.h"
+
+namespace reel::kernels {
+
+void register_device_backends() {
+  DeviceBackends backends;
+  backends.cpu = &cpu_backend();
+  backends.cuda_device_count = &cuda_backend_device_count;
+  backends.cuda = &cuda_backend;
+  reel::register_device_backends(backends);
+}
+
+}  // namespace reel::kernels
