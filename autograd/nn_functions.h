@@ -22,7 +22,7 @@ namespace reel {
 // One GEMM over all rows of x; the bias gradient is a column sum of the output gradient.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
-// ---- normalisation over the last dim (autograd/ops/layer_norm.cpp) ----
+// ---- normalisation over the last dim (autograd/ops/layernorm.cpp) ----
 // y = (x - mean) / sqrt(var + eps) * weight + bias, var biased; weight, bias (C) for x (..., C);
 // bias may be undefined (no bias). RMSNorm: y = x / sqrt(mean(x^2) + eps) * weight.
 // Both save x and the row statistics (mean, rstd), not the output.
