@@ -22,7 +22,7 @@ inline MatmulOperand matmul_operand(const Tensor& x) {
   const int64_t s_row = x.stride(r - 2), s_col = x.stride(r - 1);
   if (s_col == 1 && (s_row >= cols || rows == 1)) return {x, false, std::max<int64_t>(s_row, cols)};
   if (s_row == 1 && (s_col >= rows || cols == 1)) return {x, true, std::max<int64_t>(s_col, rows)};
-  return {x.contiguous(), false, cols};
+  return {untracked::contiguous(x), false, cols};
 }
 
 }  // namespace reel::kernels

@@ -14,7 +14,7 @@
 
 #include <Eigen/Core>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/backends.h"
 #include "kernels/matmul_layout.h"
 
 namespace reel::kernels::cpu {

@@ -13,7 +13,7 @@
 
 #include <Eigen/Core>
 
-#include "kernels/cpu/nn_kernels.h"
+#include "kernels/backends.h"
 
 namespace reel::kernels::cpu {
 

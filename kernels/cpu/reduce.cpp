@@ -7,7 +7,7 @@
 
 #include <Eigen/Core>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/backends.h"
 #include "kernels/cpu/strided_loop.h"
 
 namespace reel::kernels::cpu {
@@ -142,7 +142,7 @@ void reduce(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tensor& ou
     Shape red_shape(x.shape().end() - reduced_dims, x.shape().end());
     Shape red_strides(x.strides().end() - reduced_dims, x.strides().end());
     StridedLoop<1> inner(red_shape, {&red_strides});
-    if (inner.strides[0].back() != 1 && inner.inner() > 1) in = x.contiguous();
+    if (inner.strides[0].back() != 1 && inner.inner() > 1) in = untracked::contiguous(x);
   }
   REEL_DISPATCH_FLOATING(x.dtype(), op_name(op), reduce_impl<scalar_t>(op, in, reduced_dims, out))
 }

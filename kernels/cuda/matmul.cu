@@ -12,7 +12,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/backends.h"
+#include "kernels/cuda/cuda_only.h"
 #include "kernels/cuda/indexing.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/matmul_layout.h"
@@ -177,7 +178,7 @@ void matmul_tiled_impl(const Tensor& a, const Tensor& b, const Tensor& out) {
   const Shape batch_shape(out.shape().begin(), out.shape().end() - 2);
   const Shape sa(a.strides().begin(), a.strides().end() - 2), sb(b.strides().begin(), b.strides().end() - 2);
   if (!make_offset_calc<2>(batch_shape, {&sa, &sb}, args.batch)) {
-    matmul_tiled_impl<T>(a.contiguous(), b.contiguous(), out);
+    matmul_tiled_impl<T>(untracked::contiguous(a), untracked::contiguous(b), out);
     return;
   }
   const int64_t batches = shape_numel(batch_shape);

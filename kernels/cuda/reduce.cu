@@ -15,7 +15,7 @@
 // at the end.
 #include <cmath>
 
-#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/backends.h"
 #include "kernels/cuda/indexing.h"
 #include "kernels/cuda/launch.h"
 
@@ -163,7 +163,7 @@ void reduce_impl(bool mean, const Tensor& x_in, int64_t reduced_dims, const Tens
   Tensor x = x_in;
   ReduceArgs args;
   if (!make_args(x, reduced_dims, args)) {
-    x = x.contiguous();
+    x = untracked::contiguous(x);
     const bool ok = make_args(x, reduced_dims, args);
     REEL_CHECK(ok, "reduce: cannot index shape ", x.shape());
   }

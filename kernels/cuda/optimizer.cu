@@ -1,4 +1,4 @@
-// kernels/cuda/nn_optimizer.cu: the optimizer updates over a flat list of parameters on a CUDA
+// kernels/cuda/optimizer.cu: the optimizer updates over a flat list of parameters on a CUDA
 // device: SGD (momentum, dampening, Nesterov, weight decay), AdamW (and Adam's L2 form), the
 // global gradient norm and in-place scaling for clipping.
 //
@@ -20,9 +20,9 @@
 #include <cmath>
 #include <type_traits>
 
+#include "kernels/backends.h"
+#include "kernels/cuda/block_reduce.h"
 #include "kernels/cuda/launch.h"
-#include "kernels/cuda/nn_common.h"
-#include "kernels/cuda/nn_kernels.h"
 
 namespace reel::kernels::cuda {
 
@@ -253,7 +253,7 @@ double sum_of_squares(const std::vector<Tensor>& tensors) {
   go(float{});
   go(double{});
   launch("sum_partials_kernel", sum_partials_kernel, 1, 1024, 0, static_cast<const double*>(pp), total, pp + total);
-  return partial.narrow(0, total, 1).to(Device::cpu()).data<double>()[0];
+  return untracked::slice(partial, 0, total, total + 1).to(Device::cpu()).data<double>()[0];
 }
 
 void scale_(const std::vector<Tensor>& tensors, double factor) {
