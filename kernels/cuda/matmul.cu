@@ -153,13 +153,8 @@ void matmul_cublas(const Tensor& a, const Tensor& b, const Tensor& out) {
   const T* pb = B.t.template data<T>();
   T* pc = out.template data<T>();
   for (int64_t o = 0; o < outer; ++o) {  // the dims that do not collapse: one call each
-    int64_t oa = 0, ob = 0, rest = o;
-    for (int64_t d = inner - 1; d >= 0; --d) {
-      const int64_t i = rest % bs[d];
-      rest /= bs[d];
-      oa += i * A.t.stride(d);
-      ob += i * B.t.stride(d);
-    }
+    int64_t oa, ob;
+    matmul_batch_offsets(o, static_cast<int>(inner), bs.data(), A.t, B.t, oa, ob);
     gemm_batched<T>(A, B, pa + oa, stride_a, pb + ob, stride_b, pc + o * count * M * N, M, N, K, count);
   }
 }

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "kernels/adam_scalars.h"
 #include "kernels/backends.h"
 #include "kernels/cuda/block_reduce.h"
 #include "kernels/cuda/launch.h"
@@ -75,11 +76,6 @@ __global__ void sgd_kernel(ListArgs<T, 3> a, T lr, T mu, T keep, T wd, bool nest
     }
   }
 }
-
-struct AdamScalars {
-  double step_size, inv_bc2_sqrt, one_minus_b1, b2, one_minus_b2, eps, wd, decay;
-  bool decoupled;
-};
 
 // Lists: 0 params, 1 grads, 2 exp_avg, 3 exp_avg_sq. As torch.optim.AdamW (decoupled) or Adam.
 template <typename T>
@@ -217,12 +213,7 @@ void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& 
   const Device device = device_of(params);
   if (device.is_cpu()) return;
   set_device(device);
-  const double bc1 = 1 - std::pow(beta1, static_cast<double>(step));
-  const double bc2 = 1 - std::pow(beta2, static_cast<double>(step));
-  // sqrt(v) * (1 / sqrt(bc2)) where torch divides by sqrt(bc2), as the CPU kernel does.
-  const AdamScalars sc{lr / bc1,     1 / std::sqrt(bc2), 1 - beta1,         beta2,
-                       1 - beta2,    eps,                weight_decay,      1 - lr * weight_decay,
-                       decoupled_weight_decay};
+  const AdamScalars sc = adam_scalars(lr, beta1, beta2, eps, weight_decay, step, decoupled_weight_decay);
   const std::array<const std::vector<Tensor>*, 4> lists{&params, &grads, &m, &v};
   const auto go = [&](auto zero) {
     using T = decltype(zero);
