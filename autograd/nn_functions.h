@@ -1,6 +1,6 @@
 // The differentiable ops of MLPs and transformers: linear, LayerNorm/RMSNorm, softmax, fused
 // cross-entropy, embedding and causal attention. Each is one tape op (autograd/ops/<name>.cpp,
-// forward and backward side by side) over the kernels of kernels/nn_ops.h, except
+// forward and backward side by side) over the kernels of kernels/ops.h, except
 // attention_composed, which is built from other ops as a reference.
 //
 //   Tensor x = embedding(ids, wte);                       // ids (B, T) -> (B, T, C)
@@ -38,7 +38,7 @@ Tensor log_softmax(const Tensor& x, int64_t dim = -1);
 // logits (N..., V) with classes along the LAST dim, targets (N...) i32 or i64 in [0, V) or equal to
 // ignore_index. reduction "mean" (over the targets not ignored), "sum" or "none" (per-row losses,
 // 0 where ignored). With every target ignored, "mean" gives loss 0 and zero gradients, not NaN
-// (see kernels/nn_ops.h: an all-padding micro-batch adds nothing to its accumulation window).
+// (see kernels/cross_entropy.h: an all-padding micro-batch adds nothing to its accumulation window).
 // Fused: one pass over the logits computes the loss and, when logits need a gradient, dlogits too.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
                      const std::string& reduction = "mean");

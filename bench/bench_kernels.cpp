@@ -12,7 +12,7 @@
 #include "kernels/dropout.h"
 #include "kernels/ops.h"
 #if defined(REEL_HAS_CUDA_BACKEND)
-#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_only.h"
 #endif
 
 using namespace reel;

@@ -1,4 +1,4 @@
-// bench_nn_kernels: times the neural-network kernel families (kernels/nn_ops.h), forward and
+// bench_nn_kernels: times the neural-network kernel families (kernels/ops.h), forward and
 // backward, at GPT-2-small sizes on a device and prints, per kernel, the median time, the bytes
 // moved and FLOPs counted from the shapes (the minimum traffic: each input read once, each output
 // written once), and the achieved GB/s and GFLOP/s. Everything but attention is bound by memory
@@ -11,7 +11,7 @@
 
 #include "bench_util.h"
 #include "core/tensor.h"
-#include "kernels/nn_ops.h"
+#include "kernels/ops.h"
 
 using namespace reel;
 using namespace reel::kernels;

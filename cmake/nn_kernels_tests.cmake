@@ -1,4 +1,4 @@
-# The CPU kernels of the neural-network op families (kernels/nn_ops.h): values against f64
+# The CPU kernels of the neural-network op families (kernels/ops.h): values against f64
 # reference loops, every backward against finite differences, determinism, bad inputs.
 reel_test(test_nn_kernels_norm test_nn_kernels_norm.cpp)
 reel_test(test_nn_kernels_softmax test_nn_kernels_softmax.cpp)

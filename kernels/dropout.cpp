@@ -1,7 +1,7 @@
 // Entry point of the dropout mask: validation, output allocation, device dispatch.
 #include "kernels/dropout.h"
 
-#include "kernels/dispatch.h"
+#include "kernels/entry_point.h"
 
 namespace reel::kernels {
 

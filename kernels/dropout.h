@@ -12,16 +12,4 @@ namespace reel::kernels {
 // A contiguous (shape) mask of `dtype` (floating) on `device`; p in [0, 1].
 Tensor dropout_mask(const Shape& shape, DType dtype, Device device, double p, uint64_t seed, uint64_t offset);
 
-namespace cpu {
-// out: contiguous, floating, on the host; p in [0, 1].
-void dropout_mask(const Tensor& out, double p, uint64_t seed, uint64_t offset);
-}  // namespace cpu
-
 }  // namespace reel::kernels
-
-#if defined(REEL_HAS_CUDA_BACKEND)
-namespace reel::kernels::cuda {
-// out: contiguous, f32 or f64, on a CUDA device; same formula as above.
-void dropout_mask(const Tensor& out, double p, uint64_t seed, uint64_t offset);
-}  // namespace reel::kernels::cuda
-#endif

@@ -1,8 +1,10 @@
-// Entry points of the elementwise family: validation, broadcasting, output allocation.
-#include <sstream>
+// Entry points of the elementwise family (kernels/elementwise.h): validation, broadcasting, output
+// allocation, then the backend kernel.
+#include "kernels/elementwise.h"
 
-#include "kernels/dispatch.h"
-#include "kernels/ops.h"
+#include <algorithm>
+
+#include "kernels/entry_point.h"
 
 namespace reel::kernels {
 
@@ -45,27 +47,6 @@ const char* op_name(ReduceOp op) {
   return "?";
 }
 
-void check_same_device(const char* op, std::initializer_list<const Tensor*> tensors) {
-  const Device d = (*tensors.begin())->device();
-  for (const Tensor* t : tensors) {
-    if (t->device() == d) continue;
-    std::ostringstream os;
-    os << op << ": expected all tensors on one device, got";
-    for (const Tensor* u : tensors) os << " " << shape_str(u->shape()) << " on " << u->device();
-    REEL_FAIL(os.str());
-  }
-}
-
-void check_same_floating_dtype(const char* op, std::initializer_list<const Tensor*> tensors) {
-  const DType t0 = (*tensors.begin())->dtype();
-  for (const Tensor* t : tensors) {
-    REEL_CHECK(is_floating(t->dtype()), op, ": dtype ", t->dtype(), " of the ", shape_str(t->shape()),
-               " tensor is not supported (f32 or f64 expected)");
-    REEL_CHECK(t->dtype() == t0, op, ": dtypes differ: ", t0, " and ", t->dtype(), " (shapes ",
-               (*tensors.begin())->shape(), " and ", t->shape(), ")");
-  }
-}
-
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   const size_t r = std::max(a.size(), b.size());
   Shape out(r);
@@ -91,7 +72,8 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   check_same_floating_dtype(op_name(op), {&a, &b});
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), op_name(op));
   Tensor out = empty(shape, a.dtype(), a.device());
-  if (out.numel() > 0) REEL_DEVICE_DISPATCH(a.device(), binary, op, a.expand(shape), b.expand(shape), out);
+  if (out.numel() > 0)
+    REEL_DEVICE_DISPATCH(a.device(), binary, op, untracked::expand(a, shape), untracked::expand(b, shape), out);
   return out;
 }
 

@@ -1,7 +1,9 @@
 // Entry point of matmul: numpy.matmul shape rules (1-D operands, broadcast batch dims) and
 // optional transposes of the last two dims, then the device GEMM.
-#include "kernels/dispatch.h"
-#include "kernels/ops.h"
+#include "kernels/matmul.h"
+
+#include "kernels/elementwise.h"  // broadcast_shapes
+#include "kernels/entry_point.h"
 
 namespace reel::kernels {
 
@@ -13,10 +15,10 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool transpose_a, bool tra
   REEL_CHECK(!(transpose_a && a_in.dim() < 2) && !(transpose_b && b_in.dim() < 2), "matmul: shapes ",
              a_in.shape(), " and ", b_in.shape(), ": a transpose needs a 2-D or higher operand");
   // 1-D operands: a vector (K) is a (1, K) row on the left, a (K, 1) column on the right.
-  Tensor a = a_in.dim() == 1 ? a_in.unsqueeze(0) : a_in;
-  Tensor b = b_in.dim() == 1 ? b_in.unsqueeze(1) : b_in;
-  if (transpose_a) a = a.transpose(-2, -1);
-  if (transpose_b) b = b.transpose(-2, -1);
+  Tensor a = a_in.dim() == 1 ? untracked::unsqueeze(a_in, 0) : a_in;
+  Tensor b = b_in.dim() == 1 ? untracked::unsqueeze(b_in, 1) : b_in;
+  if (transpose_a) a = untracked::transpose(a, -2, -1);
+  if (transpose_b) b = untracked::transpose(b, -2, -1);
   const int64_t M = a.size(-2), K = a.size(-1), K2 = b.size(-2), N = b.size(-1);
   REEL_CHECK(K == K2, "matmul: shapes ", a_in.shape(), (transpose_a ? "^T" : ""), " and ", b_in.shape(),
              (transpose_b ? "^T" : ""), " are not compatible: inner dims ", K, " != ", K2);
@@ -28,10 +30,11 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool transpose_a, bool tra
   b_shape.insert(b_shape.end(), {K, N});
   out_shape.insert(out_shape.end(), {M, N});
   Tensor out = empty(out_shape, a.dtype(), a.device());
-  if (out.numel() > 0) REEL_DEVICE_DISPATCH(a.device(), matmul, a.expand(a_shape), b.expand(b_shape), out);
+  if (out.numel() > 0) REEL_DEVICE_DISPATCH(a.device(), matmul, untracked::expand(a, a_shape),
+                                                untracked::expand(b, b_shape), out);
   // Drop the dims that 1-D operands added.
-  if (a_in.dim() == 1) out = out.squeeze(-2);
-  if (b_in.dim() == 1) out = out.squeeze(-1);
+  if (a_in.dim() == 1) out = untracked::squeeze(out, -2);
+  if (b_in.dim() == 1) out = untracked::squeeze(out, -1);
   return out;
 }
 

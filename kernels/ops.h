@@ -1,39 +1,17 @@
-// The kernel entry points: compute on tensors, no autograd. Each function checks its inputs
-// (shapes, dtypes, devices: reel::Error naming them), allocates the output on the inputs'
-// device and dispatches to kernels/cpu or kernels/cuda.
+// The kernel entry points, every op family: compute on tensors, no autograd. Each function checks
+// its inputs (shapes, dtypes, devices: reel::Error naming them), allocates the outputs on the
+// inputs' device and dispatches to kernels/cpu or kernels/cuda. One header per family
+// (kernels/<family>.h) holds its entry points, result structs and contracts; this umbrella
+// includes them all. A new family adds its line here.
 #pragma once
-#include <vector>
-
-#include "core/tensor.h"
-#include "kernels/op_kinds.h"
-
-namespace reel::kernels {
-
-// NumPy broadcasting of two shapes; reel::Error naming `op` and both shapes when incompatible.
-Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
-
-// ---- elementwise (floating dtypes; output contiguous) ----
-Tensor unary(UnaryOp op, const Tensor& x);
-Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);  // broadcasting
-Tensor binary(BinaryOp op, const Tensor& a, double b);         // tensor op scalar
-Tensor binary(BinaryOp op, double a, const Tensor& b);         // scalar op tensor
-
-// ---- matmul ----
-// a (..., M, K) @ b (..., K, N) -> (..., M, N); 1-D operands as in numpy.matmul; batch dims
-// broadcast. transpose_a / transpose_b use the transpose of the last two dims of a / b.
-Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
-
-// ---- reductions ----
-// Over `axes` (negative counts from the end; empty = all dims); keepdim leaves size-1 dims.
-Tensor reduce(ReduceOp op, const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false);
-inline Tensor sum(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false) {
-  return reduce(ReduceOp::Sum, x, std::move(axes), keepdim);
-}
-inline Tensor mean(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false) {
-  return reduce(ReduceOp::Mean, x, std::move(axes), keepdim);
-}
-inline Tensor max(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false) {
-  return reduce(ReduceOp::Max, x, std::move(axes), keepdim);
-}
-
-}  // namespace reel::kernels
+#include "kernels/attention.h"
+#include "kernels/cross_entropy.h"
+#include "kernels/dropout.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/layernorm.h"
+#include "kernels/matmul.h"
+#include "kernels/max.h"
+#include "kernels/optimizer.h"
+#include "kernels/reduce.h"
+#include "kernels/softmax.h"

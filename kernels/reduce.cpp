@@ -1,9 +1,11 @@
 // Entry point of sum/mean/max: axis normalisation, keepdim, then the device reduction over the
 // input permuted so that reduced dims trail.
-#include <algorithm>
+#include "kernels/reduce.h"
 
-#include "kernels/dispatch.h"
-#include "kernels/ops.h"
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/entry_point.h"
 
 namespace reel::kernels {
 
@@ -41,9 +43,9 @@ Tensor reduce(ReduceOp op, const Tensor& x, std::vector<int64_t> axes, bool keep
   Tensor out = empty(out_shape, x.dtype(), x.device());
   if (out.numel() > 0) {
     if (reduced_numel == 0) out.fill_(op == ReduceOp::Sum ? 0.0 : std::nan(""));
-    else REEL_DEVICE_DISPATCH(x.device(), reduce, op, x.permute(order), reduced_count, out);
+    else REEL_DEVICE_DISPATCH(x.device(), reduce, op, untracked::permute(x, order), reduced_count, out);
   }
-  return keepdim ? out.view(keep_shape) : out;
+  return keepdim ? untracked::view(out, keep_shape) : out;
 }
 
 }  // namespace reel::kernels

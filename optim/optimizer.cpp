@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "core/allocator.h"
-#include "kernels/nn_ops.h"
+#include "kernels/optimizer.h"
 
 namespace reel::optim {
 

@@ -1,6 +1,6 @@
 // Optimizers: they read each parameter's persistent .grad buffer (filled, possibly over several
 // micro-batches, by autograd::backward) and update the parameters in place with the fused update
-// kernels of kernels/nn_ops.h. They never touch the tape. Their state (momentum, Adam moments)
+// kernels of kernels/optimizer.h. They never touch the tape. Their state (momentum, Adam moments)
 // is allocated on first use under Category::OptimizerState, so the memory report shows it.
 #pragma once
 #include <cstdint>

@@ -10,7 +10,7 @@
 #include <initializer_list>
 
 #include "finite_diff.h"
-#include "kernels/nn_ops.h"
+#include "kernels/ops.h"
 #include "testing.h"
 
 namespace reel::testing {

@@ -5,6 +5,7 @@
 #include "autograd/functions.h"
 #include "autograd/tape.h"
 #include "core/allocator.h"
+#include "kernels/ops.h"
 #include "testing.h"
 
 using namespace reel;
@@ -209,5 +210,31 @@ TEST_CASE("misuse raises reel::Error with a clear message") {
     CHECK_REEL_ERROR(w + ones({3}, DType::f32, d), "add: shapes (2) and (3) cannot be broadcast");
     CHECK_REEL_ERROR(dropout(w, 1.5), "dropout: p must be in [0, 1]");
     CHECK(autograd::Tape::current().empty());
+  }
+}
+
+TEST_CASE("kernel entry points never record on the tape, even on tensors that require grad") {
+  // The entry points view, expand, transpose and copy their inputs; with grad mode on and inputs
+  // that require grad, those views must not become tape nodes (kernels know nothing of the tape).
+  for (Device d : reel::testing::devices()) {
+    autograd::Tape::current().clear();
+    REQUIRE(autograd::grad_enabled());
+    Tensor x = randn({2, 3, 4}, DType::f32, d).set_requires_grad();
+    Tensor w = ones({4}, DType::f32, d).set_requires_grad();
+    Tensor b = zeros({4}, DType::f32, d).set_requires_grad();
+    Tensor row = randn({4}, DType::f32, d).set_requires_grad();
+    Tensor m = randn({3, 4}, DType::f32, d).set_requires_grad();
+    Tensor m2 = randn({5, 3}, DType::f32, d).set_requires_grad();
+    Tensor v = randn({4}, DType::f32, d).set_requires_grad();
+    const kernels::LayerNormForward ln = kernels::layernorm_forward(x, w, b);  // (2, 3, 4) viewed as rows
+    kernels::layernorm_backward(ln.y, x, w, ln.mean, ln.rstd);
+    kernels::binary(kernels::BinaryOp::Add, x, row);        // row expanded to (2, 3, 4)
+    kernels::matmul(x, m, false, true);                     // m^T: a transposed view
+    kernels::matmul(x, m2, true, true);                     // both transposed, batch broadcast
+    kernels::matmul(v, m, false, true);                     // a 1-D operand: unsqueeze and squeeze
+    kernels::sum(x, {0, 2}, true);                          // permuted so reduced dims trail
+    kernels::softmax_forward(x);
+    kernels::attention_forward(x, x, x);
+    CHECK(autograd::Tape::current().size() == 0);
   }
 }

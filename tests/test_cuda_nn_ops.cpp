@@ -23,7 +23,8 @@
 #include "core/allocator.h"
 #include "nn_kernels_testing.h"
 #if defined(REEL_HAS_CUDA_BACKEND)
-#include "kernels/cuda/nn_kernels.h"
+#include "kernels/backends.h"
+#include "kernels/cuda/cuda_only.h"
 #endif
 #if defined(REEL_CUDA_EMULATED)
 #include "kernels/simt/simt.h"  // simt::set_order, last: it defines the CUDA keywords as macros

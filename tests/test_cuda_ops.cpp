@@ -19,7 +19,7 @@
 #include "testing.h"
 #if defined(REEL_HAS_CUDA_BACKEND)
 #include "cuda_test_kernels.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cuda_only.h"
 #endif
 
 using namespace reel;

@@ -1,6 +1,6 @@
 // Causal scaled-dot-product attention, softmax(q k^T * scale + mask) v, two ways:
 //
-// attention: one op on the flash-style kernels of kernels/nn_ops.h. The forward walks key tiles
+// attention: one op on the flash-style kernels of kernels/attention.h. The forward walks key tiles
 //   with an online softmax and never forms the (Tq, Tk) matrix; it saves q, k, v, the output and
 //   the row log-sum-exp lse (..., Tq). Backward (FlashAttention-2) recomputes the probabilities
 //   from them, P = exp(q k^T * scale - lse), so the tape keeps O(T) per (b, h), not O(T^2).
@@ -17,7 +17,7 @@
 
 #include "autograd/nn_functions.h"
 #include "autograd/op.h"
-#include "kernels/nn_ops.h"
+#include "kernels/attention.h"
 
 namespace reel {
 namespace {

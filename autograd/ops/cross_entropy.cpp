@@ -1,5 +1,5 @@
 // cross_entropy over logits (N..., V) with integer targets (N...), on the fused kernel of
-// kernels/nn_ops.h: one sweep per row computes the log-sum-exp online and, in the same sweep,
+// kernels/cross_entropy.h: one sweep per row computes the log-sum-exp online and, in the same sweep,
 // dlogits = (softmax - onehot(target)) * s, with s = 1/count for "mean" (0 where ignored).
 //
 // What is saved, and why: the dlogits of that forward sweep (llm.c's fused classifier), not the
@@ -14,7 +14,7 @@
 // eval or under NoGrad, nor in a collapsed checkpoint segment, where the replay computes it).
 #include "autograd/nn_functions.h"
 #include "autograd/op.h"
-#include "kernels/nn_ops.h"
+#include "kernels/cross_entropy.h"
 #include "kernels/ops.h"
 
 namespace reel {

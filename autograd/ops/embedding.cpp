@@ -1,11 +1,11 @@
 // embedding: out = table[ids], ids (N...) i32/i64, table (V, C) -> (N..., C).
 // dtable[v] = sum of g over the positions where ids == v, added in position order by the
-// deterministic kernel of kernels/nn_ops.h (no float atomics: bit-identical for any thread count,
+// deterministic kernel of kernels/embedding.h (no float atomics: bit-identical for any thread count,
 // so checkpointed and plain backward agree to the bit). Saves the ids (N integers, C times less
 // than the output); the table's row count comes from its recorded shape.
 #include "autograd/nn_functions.h"
 #include "autograd/op.h"
-#include "kernels/nn_ops.h"
+#include "kernels/embedding.h"
 
 namespace reel {
 namespace {

@@ -1,4 +1,4 @@
-// layer_norm and rms_norm over the last dim, on kernels/nn_ops.h's fused kernels.
+// layer_norm and rms_norm over the last dim, on kernels/layernorm.h's fused kernels.
 //   LayerNorm: y = (x - mean) * rstd * w + b;  RMSNorm: y = x * rstd * w.
 // Saves x, w and the row statistics (mean and rstd for LayerNorm, rstd for RMSNorm: (N...) each,
 // 1/C of x), not the output: backward needs x-hat = (x - mean) * rstd, which x and the statistics
@@ -7,7 +7,7 @@
 // together (dw and db summed over rows in a fixed order: bit-identical run to run).
 #include "autograd/nn_functions.h"
 #include "autograd/op.h"
-#include "kernels/nn_ops.h"
+#include "kernels/layernorm.h"
 
 namespace reel {
 namespace {

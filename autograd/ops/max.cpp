@@ -4,7 +4,7 @@
 #include "autograd/functions.h"
 #include "autograd/op.h"
 #include "autograd/tape.h"
-#include "kernels/nn_ops.h"
+#include "kernels/max.h"
 
 namespace reel {
 namespace {

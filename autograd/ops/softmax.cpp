@@ -6,7 +6,7 @@
 // views around the same op.
 #include "autograd/nn_functions.h"
 #include "autograd/op.h"
-#include "kernels/nn_ops.h"
+#include "kernels/softmax.h"
 
 namespace reel {
 namespace {

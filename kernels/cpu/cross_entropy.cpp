@@ -20,8 +20,8 @@
 
 #include <Eigen/Core>
 
+#include "kernels/backends.h"
 #include "kernels/cpu/exp_ftz.h"
-#include "kernels/cpu/nn_kernels.h"
 
 namespace reel::kernels::cpu {
 

@@ -1,6 +1,6 @@
 // CPU dropout mask: one Philox draw per element, in parallel (each element is independent).
 #include "core/philox.h"
-#include "kernels/dropout.h"
+#include "kernels/backends.h"
 
 namespace reel::kernels::cpu {
 

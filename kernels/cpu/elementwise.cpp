@@ -3,7 +3,7 @@
 // when the strides are 1.
 #include <Eigen/Core>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/backends.h"
 #include "kernels/cpu/exp_ftz.h"
 #include "kernels/cpu/strided_loop.h"
 

@@ -16,7 +16,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/cpu/nn_kernels.h"
+#include "kernels/backends.h"
 
 namespace reel::kernels::cpu {
 

@@ -20,7 +20,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/nn_kernels.h"
+#include "kernels/backends.h"
 
 namespace reel::kernels::cpu {
 

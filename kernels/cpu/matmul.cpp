@@ -14,7 +14,7 @@
 
 #include <Eigen/Core>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/backends.h"
 #include "kernels/matmul_layout.h"
 
 namespace reel::kernels::cpu {
@@ -51,13 +51,8 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
 #pragma omp parallel for schedule(dynamic) collapse(2) if (parallel_batches || parts > 1)
   for (int64_t b = 0; b < batches; ++b) {
     for (int64_t part = 0; part < parts; ++part) {
-      int64_t oa = 0, ob = 0, rest = b;
-      for (int64_t d = r - 3; d >= 0; --d) {
-        const int64_t i = rest % shape[d];
-        rest /= shape[d];
-        oa += i * A.t.stride(d);
-        ob += i * B.t.stride(d);
-      }
+      int64_t oa, ob;
+      matmul_batch_offsets(b, static_cast<int>(r - 2), shape.data(), A.t, B.t, oa, ob);
       OutMap<T> C(pc + b * M * N, M, N, Eigen::OuterStride<>(N));
       // This part's block: rows [lo, lo + n) of C and A, or columns [lo, lo + n) of C and B.
       const int64_t lo = split_dim * part / parts, n = split_dim * (part + 1) / parts - lo;

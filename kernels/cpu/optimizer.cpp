@@ -13,7 +13,8 @@
 
 #include <Eigen/Core>
 
-#include "kernels/cpu/nn_kernels.h"
+#include "kernels/adam_scalars.h"
+#include "kernels/backends.h"
 
 namespace reel::kernels::cpu {
 
@@ -70,20 +71,12 @@ void sgd_chunk(T* p, const T* g, T* buf, int64_t n, const SgdArgs& a) {
   }
 }
 
-struct AdamArgs {
-  double lr, beta1, beta2, eps, weight_decay;
-  int64_t step;
-  bool decoupled;
-};
-
 template <typename T>
-void adam_chunk(T* p, const T* g, T* m, T* v, int64_t n, const AdamArgs& a) {
-  const double bc1 = 1 - std::pow(a.beta1, static_cast<double>(a.step));
-  const double bc2 = 1 - std::pow(a.beta2, static_cast<double>(a.step));
-  const T step_size = static_cast<T>(a.lr / bc1), inv_bc2_sqrt = static_cast<T>(1 / std::sqrt(bc2));
-  const T one_minus_b1 = static_cast<T>(1 - a.beta1), b2 = static_cast<T>(a.beta2);
-  const T one_minus_b2 = static_cast<T>(1 - a.beta2), eps = static_cast<T>(a.eps);
-  const T wd = static_cast<T>(a.weight_decay), decay = static_cast<T>(1 - a.lr * a.weight_decay);
+void adam_chunk(T* p, const T* g, T* m, T* v, int64_t n, const AdamScalars& sc) {
+  const T step_size = static_cast<T>(sc.step_size), inv_bc2_sqrt = static_cast<T>(sc.inv_bc2_sqrt);
+  const T one_minus_b1 = static_cast<T>(sc.one_minus_b1), b2 = static_cast<T>(sc.b2);
+  const T one_minus_b2 = static_cast<T>(sc.one_minus_b2), eps = static_cast<T>(sc.eps);
+  const T wd = static_cast<T>(sc.wd), decay = static_cast<T>(sc.decay);
   // Three Eigen sweeps (Eigen vectorises sqrt and division; a plain loop calls glibc's sqrtf per
   // element, as -fmath-errno forbids vectorising it) over blocks of 512 elements, 2 KB per
   // operand: the second and third sweeps hit L1, so memory still sees each operand once.
@@ -92,16 +85,15 @@ void adam_chunk(T* p, const T* g, T* m, T* v, int64_t n, const AdamArgs& a) {
     const int64_t nb = std::min(kBlock, n - b);
     Arr<T> P(p + b, nb), M(m + b, nb), V(v + b, nb);
     CArr<T> G(g + b, nb);
-    if (a.decoupled || a.weight_decay == 0) {
+    if (sc.decoupled || sc.wd == 0) {
       M += one_minus_b1 * (G - M);  // torch's lerp form of b1 m + (1 - b1) g
       V = V * b2 + one_minus_b2 * G.square();
     } else {  // Adam's L2 weight decay: the gradient itself gets + wd * p
       M += one_minus_b1 * (G + wd * P - M);
       V = V * b2 + one_minus_b2 * (G + wd * P).square();
     }
-    // sqrt(v) * (1 / sqrt(bc2)) where torch divides by sqrt(bc2): one division per element fewer
-    // (vdivps is the slowest instruction here), at most an ulp apart.
-    if (a.decoupled && a.weight_decay != 0) P = P * decay - step_size * M / (V.sqrt() * inv_bc2_sqrt + eps);
+    // sqrt(v) * (1 / sqrt(bc2)) where torch divides by sqrt(bc2): see kernels/adam_scalars.h.
+    if (sc.decoupled && sc.wd != 0) P = P * decay - step_size * M / (V.sqrt() * inv_bc2_sqrt + eps);
     else P -= step_size * M / (V.sqrt() * inv_bc2_sqrt + eps);
   }
 }
@@ -162,7 +154,7 @@ void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& 
   const std::vector<Chunk> chunks = make_chunks(params);
   const std::vector<void*> p = pointers(params), g = pointers(grads), pm = pointers(m), pv = pointers(v);
   const std::vector<bool> is_f32 = f32_flags(params);
-  const AdamArgs args{lr, beta1, beta2, eps, weight_decay, step, decoupled_weight_decay};
+  const AdamScalars args = adam_scalars(lr, beta1, beta2, eps, weight_decay, step, decoupled_weight_decay);
   const int64_t n_chunks = static_cast<int64_t>(chunks.size());
 #pragma omp parallel for schedule(static) if (parallel(chunks))
   for (int64_t c = 0; c < n_chunks; ++c) {

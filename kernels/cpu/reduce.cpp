@@ -7,8 +7,9 @@
 
 #include <Eigen/Core>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/backends.h"
 #include "kernels/cpu/strided_loop.h"
+#include "kernels/indexing.h"
 
 namespace reel::kernels::cpu {
 
@@ -19,36 +20,25 @@ using Acc = double;  // accumulator for both f32 and f64
 
 template <typename T>
 void reduce_impl(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tensor& out) {
-  const int64_t rank = x.dim();
-  const int64_t kept = rank - reduced_dims;
-  Shape red_shape(x.shape().begin() + kept, x.shape().end());
-  Shape red_strides(x.strides().begin() + kept, x.strides().end());
-  const int64_t R = shape_numel(red_shape);
+  const int kept = static_cast<int>(x.dim() - reduced_dims);
+  const ReducedSplit split = split_reduced(x, reduced_dims);
+  const int64_t R = shape_numel(split.reduced_shape);
   const int64_t O = out.numel();
   const T* src = x.data<T>();
   T* dst = out.data<T>();
-  StridedLoop<1> inner(red_shape, {&red_strides});
-  const Shape& xshape = x.shape();
-  const Shape& xstrides = x.strides();
+  StridedLoop<1> inner(split.reduced_shape, {&split.reduced_strides});
+  const int64_t* xstrides = x.strides().data();
 
 #pragma omp parallel for schedule(static) if (O > 1 && O * R >= (1 << 15))
   for (int64_t o = 0; o < O; ++o) {
-    int64_t base = 0, rest = o;
-    for (int64_t d = kept - 1; d >= 0; --d) {
-      const int64_t i = rest % xshape[d];
-      rest /= xshape[d];
-      base += i * xstrides[d];
-    }
+    int64_t base = 0;
+    unravel_index<int64_t>(o, kept, x.shape().data(), [&](int d, int64_t i) { base += i * xstrides[d]; });
     const T* p = src + base;
     if (op == ReduceOp::Max) {
       T m = -std::numeric_limits<T>::infinity();
       bool nan = false;
       for (int64_t r = 0; r < inner.runs(); ++r) {
-        int64_t off = 0, rr = r;
-        for (int64_t d = static_cast<int64_t>(inner.shape.size()) - 2; d >= 0; --d) {
-          off += (rr % inner.shape[d]) * inner.strides[0][d];
-          rr /= inner.shape[d];
-        }
+        const int64_t off = inner.run_offsets(r)[0];
         const int64_t s = inner.strides[0].back();
         if (s == 1) {
           const T v = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(p + off, inner.inner())
@@ -67,11 +57,7 @@ void reduce_impl(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tenso
     } else {
       Acc<T> acc = 0;
       for (int64_t r = 0; r < inner.runs(); ++r) {
-        int64_t off = 0, rr = r;
-        for (int64_t d = static_cast<int64_t>(inner.shape.size()) - 2; d >= 0; --d) {
-          off += (rr % inner.shape[d]) * inner.strides[0][d];
-          rr /= inner.shape[d];
-        }
+        const int64_t off = inner.run_offsets(r)[0];
         const int64_t s = inner.strides[0].back();
         const T* q = p + off;
         if (s == 1) {  // Eigen keeps several vector accumulators: not bound by one add chain
@@ -90,12 +76,8 @@ void reduce_impl(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tenso
 // over the rows, adding whole row segments, so every input byte is read once, in order.
 template <typename T>
 bool reduce_columns(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tensor& out) {
-  const int64_t kept = x.dim() - reduced_dims;
-  Shape kept_shape(x.shape().begin(), x.shape().begin() + kept);
-  Shape kept_strides(x.strides().begin(), x.strides().begin() + kept);
-  Shape red_shape(x.shape().begin() + kept, x.shape().end());
-  Shape red_strides(x.strides().begin() + kept, x.strides().end());
-  StridedLoop<1> cols(kept_shape, {&kept_strides}), rows(red_shape, {&red_strides});
+  const ReducedSplit split = split_reduced(x, reduced_dims);
+  StridedLoop<1> cols(split.kept_shape, {&split.kept_strides}), rows(split.reduced_shape, {&split.reduced_strides});
   if (cols.runs() != 1 || cols.strides[0].back() != 1 || rows.runs() != 1) return false;
   const int64_t C = cols.inner(), R = rows.inner(), row_stride = rows.strides[0].back();
   const T* src = x.data<T>();
@@ -139,10 +121,9 @@ void reduce(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tensor& ou
   if (done) return;
   Tensor in = x;
   if (x.numel() > 0 && reduced_dims > 0) {
-    Shape red_shape(x.shape().end() - reduced_dims, x.shape().end());
-    Shape red_strides(x.strides().end() - reduced_dims, x.strides().end());
-    StridedLoop<1> inner(red_shape, {&red_strides});
-    if (inner.strides[0].back() != 1 && inner.inner() > 1) in = x.contiguous();
+    const ReducedSplit split = split_reduced(x, reduced_dims);
+    StridedLoop<1> inner(split.reduced_shape, {&split.reduced_strides});
+    if (inner.strides[0].back() != 1 && inner.inner() > 1) in = untracked::contiguous(x);
   }
   REEL_DISPATCH_FLOATING(x.dtype(), op_name(op), reduce_impl<scalar_t>(op, in, reduced_dims, out))
 }

@@ -148,7 +148,8 @@ class CudaBackend final : public DeviceBackend {
     OffsetCalc<2> calc;
     if (!make_offset_calc<2>(dst.shape(), {&dst.strides(), &src.strides()}, calc)) {
       // More than kMaxDims dims that do not merge: copy slice by slice along the outermost dim.
-      for (int64_t i = 0; i < dst.size(0); ++i) copy_strided(src.select(0, i), dst.select(0, i));
+      for (int64_t i = 0; i < dst.size(0); ++i)
+        copy_strided(untracked::select(src, 0, i), untracked::select(dst, 0, i));
       return;
     }
     if (calc.contiguous() && src.dtype() == dst.dtype()) {

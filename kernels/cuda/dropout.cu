@@ -3,8 +3,8 @@
 // the same host/device philox_uniform as kernels/cpu/dropout.cpp, so CPU and CUDA masks are
 // bit-identical and a replayed checkpoint segment redraws exactly the same mask.
 #include "core/philox.h"
+#include "kernels/backends.h"
 #include "kernels/cuda/launch.h"
-#include "kernels/dropout.h"
 
 namespace reel::kernels::cuda {
 

@@ -4,7 +4,7 @@
 // output shape, so broadcasting is just stride 0 in an input's OffsetCalc; the output is
 // contiguous, so its offset is the loop index. When every operand is contiguous (the common
 // case) the kernel skips the index arithmetic altogether (the Contig template flag).
-#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/backends.h"
 #include "kernels/cuda/indexing.h"
 #include "kernels/cuda/launch.h"
 
@@ -69,7 +69,7 @@ OffsetCalc<N> input_calc(const Tensor& out, std::array<Tensor, N>& inputs) {
   for (int k = 0; k < N; ++k) strides[k] = &inputs[k].strides();
   if (make_offset_calc<N>(out.shape(), strides, calc)) return calc;
   for (int k = 0; k < N; ++k) {
-    inputs[k] = inputs[k].contiguous();
+    inputs[k] = untracked::contiguous(inputs[k]);
     strides[k] = &inputs[k].strides();
   }
   const bool ok = make_offset_calc<N>(out.shape(), strides, calc);

@@ -1,15 +1,15 @@
 // kernels/cuda/indexing.h: how a kernel finds element i of a strided tensor. OffsetCalc<N> is a
 // small trivially-copyable struct passed to kernels by value: the coalesced shape of an
-// iteration space and, for each of N operands, its element strides. Coalescing (the CPU's
-// StridedLoop does the same) drops size-1 dims and merges dims that are contiguous with their
-// inner neighbour in every operand, so a contiguous tensor is one dim and a broadcast bias add
-// (rows, C) + (C) is two. A GPU divides 64-bit integers in software (~20x a 32-bit divide), so
-// the index arithmetic runs in 32 bits whenever the iteration space fits.
+// iteration space and, for each of N operands, its element strides. Coalescing and unravelling
+// are kernels/indexing.h's, shared with the CPU's StridedLoop: a contiguous tensor is one dim and
+// a broadcast bias add (rows, C) + (C) is two. A GPU divides 64-bit integers in software (~20x a
+// 32-bit divide), so the index arithmetic runs in 32 bits whenever the iteration space fits.
 #pragma once
 #include <array>
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/indexing.h"
 #include "kernels/simt/simt.h"
 
 namespace reel::kernels::cuda {
@@ -30,22 +30,11 @@ struct OffsetCalc {
       for (int k = 0; k < N; ++k) off[k] = i * strides[0][k];
       return;
     }
-    if (small) {
-      uint32_t rest = static_cast<uint32_t>(i);
-      for (int d = rank - 1; d >= 0; --d) {
-        const uint32_t size = static_cast<uint32_t>(sizes[d]);
-        const uint32_t idx = rest % size;
-        rest /= size;
-        for (int k = 0; k < N; ++k) off[k] += static_cast<int64_t>(idx) * strides[d][k];
-      }
-    } else {
-      int64_t rest = i;
-      for (int d = rank - 1; d >= 0; --d) {
-        const int64_t idx = rest % sizes[d];
-        rest /= sizes[d];
-        for (int k = 0; k < N; ++k) off[k] += idx * strides[d][k];
-      }
-    }
+    const auto add = [&](int d, int64_t idx) {
+      for (int k = 0; k < N; ++k) off[k] += idx * strides[d][k];
+    };
+    if (small) unravel_index<uint32_t>(static_cast<uint32_t>(i), rank, sizes, add);
+    else unravel_index<int64_t>(i, rank, sizes, add);
   }
 
   // All operands walk memory with stride 1 (or there is one element): offset == i.
@@ -68,33 +57,14 @@ struct OffsetCalc {
 template <int N>
 bool make_offset_calc(const Shape& shape, const std::array<const Shape*, N>& strides, OffsetCalc<N>& out) {
   out = OffsetCalc<N>{};
-  int64_t sizes[64];
-  int64_t st[64][N];
-  int rank = 0;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    if (rank > 0) {
-      bool mergeable = true;  // can the previous (outer) dim fold into this one?
-      for (int k = 0; k < N; ++k)
-        if (st[rank - 1][k] != (*strides[k])[d] * shape[d]) mergeable = false;
-      if (mergeable) {
-        sizes[rank - 1] *= shape[d];
-        for (int k = 0; k < N; ++k) st[rank - 1][k] = (*strides[k])[d];
-        continue;
-      }
-    }
-    if (rank == 64) return false;
-    sizes[rank] = shape[d];
-    for (int k = 0; k < N; ++k) st[rank][k] = (*strides[k])[d];
-    ++rank;
-  }
-  if (rank > kMaxDims) return false;
-  out.rank = rank;
+  const CoalescedDims<N> c = coalesce<N>(shape, strides);
+  if (c.sizes.size() > static_cast<size_t>(kMaxDims)) return false;
+  out.rank = static_cast<int>(c.sizes.size());
   int64_t numel = 1;
-  for (int d = 0; d < rank; ++d) {
-    out.sizes[d] = sizes[d];
-    numel *= sizes[d];
-    for (int k = 0; k < N; ++k) out.strides[d][k] = st[d][k];
+  for (int d = 0; d < out.rank; ++d) {
+    out.sizes[d] = c.sizes[d];
+    numel *= c.sizes[d];
+    for (int k = 0; k < N; ++k) out.strides[d][k] = c.strides[d][k];
   }
   out.small = numel <= int64_t{0xffffffff};
   return true;

@@ -12,7 +12,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/backends.h"
+#include "kernels/cuda/cuda_only.h"
 #include "kernels/cuda/indexing.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/matmul_layout.h"
@@ -152,13 +153,8 @@ void matmul_cublas(const Tensor& a, const Tensor& b, const Tensor& out) {
   const T* pb = B.t.template data<T>();
   T* pc = out.template data<T>();
   for (int64_t o = 0; o < outer; ++o) {  // the dims that do not collapse: one call each
-    int64_t oa = 0, ob = 0, rest = o;
-    for (int64_t d = inner - 1; d >= 0; --d) {
-      const int64_t i = rest % bs[d];
-      rest /= bs[d];
-      oa += i * A.t.stride(d);
-      ob += i * B.t.stride(d);
-    }
+    int64_t oa, ob;
+    matmul_batch_offsets(o, static_cast<int>(inner), bs.data(), A.t, B.t, oa, ob);
     gemm_batched<T>(A, B, pa + oa, stride_a, pb + ob, stride_b, pc + o * count * M * N, M, N, K, count);
   }
 }
@@ -177,7 +173,7 @@ void matmul_tiled_impl(const Tensor& a, const Tensor& b, const Tensor& out) {
   const Shape batch_shape(out.shape().begin(), out.shape().end() - 2);
   const Shape sa(a.strides().begin(), a.strides().end() - 2), sb(b.strides().begin(), b.strides().end() - 2);
   if (!make_offset_calc<2>(batch_shape, {&sa, &sb}, args.batch)) {
-    matmul_tiled_impl<T>(a.contiguous(), b.contiguous(), out);
+    matmul_tiled_impl<T>(untracked::contiguous(a), untracked::contiguous(b), out);
     return;
   }
   const int64_t batches = shape_numel(batch_shape);

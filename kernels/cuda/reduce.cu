@@ -15,8 +15,9 @@
 // at the end.
 #include <cmath>
 
-#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/backends.h"
 #include "kernels/cuda/indexing.h"
+#include "kernels/indexing.h"
 #include "kernels/cuda/launch.h"
 
 namespace reel::kernels::cuda {
@@ -148,14 +149,11 @@ void launch_pass(Layout layout, const T* x, T* out, const ReduceArgs& args, int6
 
 // Kept/reduced OffsetCalcs of x; false when either has more than kMaxDims coalesced dims.
 bool make_args(const Tensor& x, int64_t reduced_dims, ReduceArgs& args) {
-  const auto kept_end = x.shape().size() - static_cast<size_t>(reduced_dims);
-  const Shape kshape(x.shape().begin(), x.shape().begin() + kept_end);
-  const Shape kstrides(x.strides().begin(), x.strides().begin() + kept_end);
-  const Shape rshape(x.shape().begin() + kept_end, x.shape().end());
-  const Shape rstrides(x.strides().begin() + kept_end, x.strides().end());
-  args.outputs = shape_numel(kshape);
-  args.length = shape_numel(rshape);
-  return make_offset_calc<1>(kshape, {&kstrides}, args.kept) && make_offset_calc<1>(rshape, {&rstrides}, args.reduced);
+  const ReducedSplit s = split_reduced(x, reduced_dims);
+  args.outputs = shape_numel(s.kept_shape);
+  args.length = shape_numel(s.reduced_shape);
+  return make_offset_calc<1>(s.kept_shape, {&s.kept_strides}, args.kept) &&
+         make_offset_calc<1>(s.reduced_shape, {&s.reduced_strides}, args.reduced);
 }
 
 template <bool IsMax, typename T>
@@ -163,7 +161,7 @@ void reduce_impl(bool mean, const Tensor& x_in, int64_t reduced_dims, const Tens
   Tensor x = x_in;
   ReduceArgs args;
   if (!make_args(x, reduced_dims, args)) {
-    x = x.contiguous();
+    x = untracked::contiguous(x);
     const bool ok = make_args(x, reduced_dims, args);
     REEL_CHECK(ok, "reduce: cannot index shape ", x.shape());
   }

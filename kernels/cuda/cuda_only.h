@@ -1,24 +1,25 @@
-// CUDA implementations behind kernels/nn_ops.h (kernels/cuda/nn_*.cu), with the signatures of
-// kernels/nn_kernel_decls.h (the CPU's list) and the contracts of kernels/cpu/nn_kernels.h:
-// inputs arrive validated by the entry points (one cuda device, one floating dtype, shapes
-// consistent), CONTIGUOUS and viewed as the flat shapes written next to each argument there;
-// outputs are contiguous, preallocated on the same device, and every element of them is written
-// (no output needs zeroing first: the tests poison allocations).
+// The CUDA backend's functions that have no CPU twin (the shared list is kernels/backends.h): the
+// teaching tiled SGEMM, and the device side of index-range checking.
 //
-// One difference: the CPU entry points range-check index tensors on the host before the kernel
-// runs, which a device cannot do without copying the indices back. Here the kernels check every
-// index they read, never use a bad one (no out-of-bounds access), and store the smallest flat
-// position of a bad one in a device error buffer; the launcher checks that buffer after the
-// launch and throws IndexOutOfRange, which kernels/nn_ops.cpp turns into the CPU's message.
+// Index tensors: the CPU entry points range-check them on the host before the kernel runs, which
+// a device cannot do without copying the indices back. The CUDA kernels check every index they
+// read instead, never use a bad one (no out-of-bounds access), and store the smallest flat
+// position of a bad one in a device error buffer (kernels/cuda/index_errors.h); the launcher
+// checks that buffer after the launch and throws IndexOutOfRange, which the entry points
+// (kernels/index_check.h) turn into the CPU's message.
 // Plain C++: no CUDA header is needed to call these.
 #pragma once
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "core/tensor.h"
 
 namespace reel::kernels::cuda {
+
+// a (B..., M, K) @ b (B..., K, N) -> out (B..., M, N), as cuda::matmul, through the hand-written
+// 16x16 shared-memory tiled kernel: the teaching version (see matmul.cu), checked against cuBLAS
+// and the CPU; f32 and f64.
+void matmul_tiled(const Tensor& a, const Tensor& b, const Tensor& out);
 
 // An index read by a kernel was out of range: `value` at flat `position` of the index tensor.
 // Derives from reel::Error so that a caller who does not translate it still gets a reel::Error.
@@ -30,8 +31,6 @@ struct IndexOutOfRange : Error {
         value(value_) {}
   int64_t position, value;
 };
-
-#include "kernels/nn_kernel_decls.h"
 
 // idx (N) i32/i64: how many indices are not `ignore` (when has_ignore); every other one must be in
 // [0, limit), else IndexOutOfRange for the first that is not. The device side of the CPU entry

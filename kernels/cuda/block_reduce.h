@@ -1,7 +1,6 @@
-// kernels/cuda/nn_common.h: what the nn_*.cu kernels share. Device side: warp and block
-// reductions with a fixed tree, the online-softmax pair (running max, sum of exp) and its
-// combine, and the report of an out-of-range index. Host side: the device error buffer that
-// report writes into.
+// kernels/cuda/block_reduce.h: the deterministic warp and block reductions the row-wise CUDA
+// kernels share (layernorm, softmax, cross_entropy, attention, max, optimizer): sum and max with a
+// fixed tree, and the online-softmax pair (running max, sum of exp) with its combine.
 //
 // Determinism: every reduction here is a fixed tree (shuffle-down within a warp, then the warp
 // totals added in warp order), never a float atomic, so a result has the same bits whatever the
@@ -12,9 +11,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "core/tensor.h"
 #include "kernels/cuda/launch.h"
-#include "kernels/cuda/nn_kernels.h"
 
 namespace reel::kernels::cuda {
 
@@ -105,39 +102,5 @@ __device__ __forceinline__ MaxSum<T> block_max_sum(MaxSum<T> v, MaxSum<T>* scrat
   for (int w = 1; w < warps; ++w) total = MaxSumOp{}(total, scratch[w]);
   return total;
 }
-
-// A kernel found index tensor element `position` out of range: keep the smallest such position
-// (the one the CPU's in-order scan names). An integer atomic: the result is order-independent.
-__device__ __forceinline__ void report_bad_index(unsigned long long* error, int64_t position) {
-  atomicMin(error, static_cast<unsigned long long>(position));
-}
-
-// ---- host side -------------------------------------------------------------------------------
-
-// fn(I{}) with I the C++ type of an index dtype (i32 or i64; the entry points checked it).
-template <typename Fn>
-void dispatch_index(DType dt, Fn fn) {
-  if (dt == DType::i32) fn(int32_t{});
-  else fn(int64_t{});
-}
-
-// The error buffer of a launch that reads an index tensor: one u64 on the device, all ones (no
-// error) until a kernel reports. check() copies it back after the launch (8 bytes; this
-// synchronises with the device) and throws IndexOutOfRange with the position and the value
-// stored there in `idx`, the (N) contiguous index tensor the kernel read.
-class IndexErrorBuffer {
- public:
-  explicit IndexErrorBuffer(Device device) : buf_(full({1}, -1.0, DType::i64, device)) {}
-  unsigned long long* ptr() const { return reinterpret_cast<unsigned long long*>(buf_.data<int64_t>()); }
-  void check(const Tensor& idx) const {
-    const int64_t position = buf_.to(Device::cpu()).data<int64_t>()[0];
-    if (position < 0) return;  // still all ones
-    const Tensor v = idx.view({idx.numel()}).narrow(0, position, 1).to(Device::cpu()).to(DType::i64);
-    throw IndexOutOfRange(position, v.data<int64_t>()[0]);
-  }
-
- private:
-  Tensor buf_;  // (1) i64
-};
 
 }  // namespace reel::kernels::cuda

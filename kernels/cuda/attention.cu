@@ -1,4 +1,4 @@
-// kernels/cuda/nn_attention.cu: scaled-dot-product attention, flash-style, forward and backward,
+// kernels/cuda/attention.cu: scaled-dot-product attention, flash-style, forward and backward,
 // for q (BH, Tq, D), k (BH, Tk, D), v (BH, Tk, Dv), D and Dv up to 128, causal or not.
 //
 // Forward (one kernel): a block is one (b, h) and a tile of kWarps queries, one warp per query.
@@ -36,9 +36,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/backends.h"
+#include "kernels/cuda/block_reduce.h"
 #include "kernels/cuda/launch.h"
-#include "kernels/cuda/nn_common.h"
-#include "kernels/cuda/nn_kernels.h"
 
 namespace reel::kernels::cuda {
 

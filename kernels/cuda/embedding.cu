@@ -1,4 +1,4 @@
-// kernels/cuda/nn_embedding.cu: embedding lookup (a row gather) and its backward (a row
+// kernels/cuda/embedding.cu: embedding lookup (a row gather) and its backward (a row
 // scatter-add) on a CUDA device.
 //
 // Forward: out[n, c] = table[ids[n], c], one thread per output element (grid-stride), so a warp
@@ -26,9 +26,10 @@
 // the launcher throws IndexOutOfRange after the launch.
 #include <algorithm>
 
+#include "kernels/backends.h"
+#include "kernels/cuda/block_reduce.h"
+#include "kernels/cuda/index_errors.h"
 #include "kernels/cuda/launch.h"
-#include "kernels/cuda/nn_common.h"
-#include "kernels/cuda/nn_kernels.h"
 
 namespace reel::kernels::cuda {
 

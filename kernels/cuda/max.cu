@@ -1,4 +1,4 @@
-// kernels/cuda/nn_max.cu: max along an axis with its argmax (i64), and the backward scatter.
+// kernels/cuda/max.cu: max along an axis with its argmax (i64), and the backward scatter.
 //
 // The input arrives contiguous and viewed as (O, A, I): O outer rows, the reduced axis A, I inner
 // positions. Two forward kernels, by layout:
@@ -15,9 +15,9 @@
 // writes zeros), and the launcher throws IndexOutOfRange.
 #include <cstdint>
 
+#include "kernels/backends.h"
+#include "kernels/cuda/index_errors.h"
 #include "kernels/cuda/launch.h"
-#include "kernels/cuda/nn_common.h"
-#include "kernels/cuda/nn_kernels.h"
 
 namespace reel::kernels::cuda {
 

@@ -1,4 +1,4 @@
-// kernels/cuda/nn_cross_entropy.cu: the fused cross-entropy over logits (N, V) with integer
+// kernels/cuda/cross_entropy.cu: the fused cross-entropy over logits (N, V) with integer
 // targets, forward (optionally with dlogits in the same kernel) and the separate backward.
 //
 // Forward, one 256-thread block per row (llm.c's fused classifier): each thread sweeps its
@@ -22,9 +22,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/backends.h"
+#include "kernels/cuda/block_reduce.h"
+#include "kernels/cuda/index_errors.h"
 #include "kernels/cuda/launch.h"
-#include "kernels/cuda/nn_common.h"
-#include "kernels/cuda/nn_kernels.h"
 
 namespace reel::kernels::cuda {
 
@@ -122,7 +123,8 @@ int64_t check_indices(const Tensor& idx, int64_t limit, bool has_ignore, int64_t
   });
   const std::vector<int64_t> host = buf.to(Device::cpu()).to_vector<int64_t>();
   if (host[0] >= 0) {
-    const Tensor v = idx.view({n}).narrow(0, host[0], 1).to(Device::cpu()).to(DType::i64);
+    const Tensor v =
+        untracked::slice(untracked::view(idx, {n}), 0, host[0], host[0] + 1).to(Device::cpu()).to(DType::i64);
     throw IndexOutOfRange(host[0], v.data<int64_t>()[0]);
   }
   return host[1];

@@ -1,4 +1,4 @@
-// kernels/cuda/nn_optimizer.cu: the optimizer updates over a flat list of parameters on a CUDA
+// kernels/cuda/optimizer.cu: the optimizer updates over a flat list of parameters on a CUDA
 // device: SGD (momentum, dampening, Nesterov, weight decay), AdamW (and Adam's L2 form), the
 // global gradient norm and in-place scaling for clipping.
 //
@@ -20,9 +20,10 @@
 #include <cmath>
 #include <type_traits>
 
+#include "kernels/adam_scalars.h"
+#include "kernels/backends.h"
+#include "kernels/cuda/block_reduce.h"
 #include "kernels/cuda/launch.h"
-#include "kernels/cuda/nn_common.h"
-#include "kernels/cuda/nn_kernels.h"
 
 namespace reel::kernels::cuda {
 
@@ -75,11 +76,6 @@ __global__ void sgd_kernel(ListArgs<T, 3> a, T lr, T mu, T keep, T wd, bool nest
     }
   }
 }
-
-struct AdamScalars {
-  double step_size, inv_bc2_sqrt, one_minus_b1, b2, one_minus_b2, eps, wd, decay;
-  bool decoupled;
-};
 
 // Lists: 0 params, 1 grads, 2 exp_avg, 3 exp_avg_sq. As torch.optim.AdamW (decoupled) or Adam.
 template <typename T>
@@ -217,12 +213,7 @@ void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& 
   const Device device = device_of(params);
   if (device.is_cpu()) return;
   set_device(device);
-  const double bc1 = 1 - std::pow(beta1, static_cast<double>(step));
-  const double bc2 = 1 - std::pow(beta2, static_cast<double>(step));
-  // sqrt(v) * (1 / sqrt(bc2)) where torch divides by sqrt(bc2), as the CPU kernel does.
-  const AdamScalars sc{lr / bc1,     1 / std::sqrt(bc2), 1 - beta1,         beta2,
-                       1 - beta2,    eps,                weight_decay,      1 - lr * weight_decay,
-                       decoupled_weight_decay};
+  const AdamScalars sc = adam_scalars(lr, beta1, beta2, eps, weight_decay, step, decoupled_weight_decay);
   const std::array<const std::vector<Tensor>*, 4> lists{&params, &grads, &m, &v};
   const auto go = [&](auto zero) {
     using T = decltype(zero);
@@ -253,7 +244,7 @@ double sum_of_squares(const std::vector<Tensor>& tensors) {
   go(float{});
   go(double{});
   launch("sum_partials_kernel", sum_partials_kernel, 1, 1024, 0, static_cast<const double*>(pp), total, pp + total);
-  return partial.narrow(0, total, 1).to(Device::cpu()).data<double>()[0];
+  return untracked::slice(partial, 0, total, total + 1).to(Device::cpu()).data<double>()[0];
 }
 
 void scale_(const std::vector<Tensor>& tensors, double factor) {

@@ -1,4 +1,4 @@
-// kernels/cuda/nn_softmax.cu: softmax and log-softmax along the last dim, forward and backward.
+// kernels/cuda/softmax.cu: softmax and log-softmax along the last dim, forward and backward.
 //
 // One warp per row (8 rows per 256-thread block, grid-stride over rows). Forward is the online
 // softmax: each lane sweeps its strided share of the row once, keeping the running max m and
@@ -12,9 +12,9 @@
 //   log_softmax: dx = dy - exp(y) * sum(dy)
 #include <cmath>
 
+#include "kernels/backends.h"
+#include "kernels/cuda/block_reduce.h"
 #include "kernels/cuda/launch.h"
-#include "kernels/cuda/nn_common.h"
-#include "kernels/cuda/nn_kernels.h"
 
 namespace reel::kernels::cuda {
 

@@ -1,4 +1,4 @@
-// kernels/cuda/nn_layernorm.cu: LayerNorm and RMSNorm over the last dim, forward and backward.
+// kernels/cuda/layernorm.cu: LayerNorm and RMSNorm over the last dim, forward and backward.
 //
 // Forward: one warp per row (8 rows per 256-thread block). The row is swept three times by the
 // same warp (mean, variance, normalise), so after the first sweep it comes from L1: memory sees
@@ -20,9 +20,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/backends.h"
+#include "kernels/cuda/block_reduce.h"
 #include "kernels/cuda/launch.h"
-#include "kernels/cuda/nn_common.h"
-#include "kernels/cuda/nn_kernels.h"
 
 namespace reel::kernels::cuda {
 

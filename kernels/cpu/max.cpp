@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "kernels/cpu/nn_kernels.h"
+#include "kernels/backends.h"
 
 namespace reel::kernels::cpu {
 

@@ -1,0 +1,83 @@
+// Entry points of the attention family (kernels/attention.h): checks, contiguous (BH, T, D)
+// operands, outputs, then the backend kernel.
+#include "kernels/attention.h"
+
+#include <cmath>
+
+#include "kernels/entry_point.h"
+
+namespace reel::kernels {
+
+namespace {
+struct AttnDims {
+  int64_t BH, Tq, Tk, D, Dv;
+  Shape batch;  // the leading dims (B, H)
+};
+
+AttnDims check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
+  check_same_device(op, {&q, &k, &v});
+  check_same_floating_dtype(op, {&q, &k, &v});
+  REEL_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim(), op, ": q ", q.shape(), ", k ", k.shape(),
+             " and v ", v.shape(), " must have one rank of at least 2: (B, H, T, D)");
+  AttnDims d;
+  d.batch = Shape(q.shape().begin(), q.shape().end() - 2);
+  const bool same_batch = Shape(k.shape().begin(), k.shape().end() - 2) == d.batch &&
+                          Shape(v.shape().begin(), v.shape().end() - 2) == d.batch;
+  d.Tq = q.size(-2), d.D = q.size(-1), d.Tk = k.size(-2), d.Dv = v.size(-1);
+  REEL_CHECK(same_batch && k.size(-1) == d.D && v.size(-2) == d.Tk, op, ": q ", q.shape(), ", k ", k.shape(),
+             " and v ", v.shape(), " do not match: q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv) expected");
+  REEL_CHECK(!causal || d.Tq == d.Tk, op, ": causal attention needs as many queries as keys: q ", q.shape(), ", k ",
+             k.shape());
+  REEL_CHECK(d.D > 0 && d.Dv > 0 && (d.Tk > 0 || d.Tq == 0), op, ": q ", q.shape(), ", k ", k.shape(), " and v ",
+             v.shape(), ": attention needs D > 0, Dv > 0 and at least one key");
+  d.BH = shape_numel(d.batch);
+  return d;
+}
+
+double attention_scale(const std::optional<double>& scale, int64_t D) {
+  return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(D));
+}
+}  // namespace
+
+AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, std::optional<double> scale,
+                                   bool causal) {
+  const char* op = "attention_forward";
+  const AttnDims d = check_attention(op, q, k, v, causal);
+  AttentionForward r{empty(with_last(rows_of(q.shape()), d.Dv), q.dtype(), q.device()),
+                     empty(rows_of(q.shape()), q.dtype(), q.device())};
+  if (d.BH * d.Tq > 0)
+    REEL_DEVICE_DISPATCH(q.device(), attention_forward, contiguous_as(q, {d.BH, d.Tq, d.D}),
+                         contiguous_as(k, {d.BH, d.Tk, d.D}), contiguous_as(v, {d.BH, d.Tk, d.Dv}),
+                         attention_scale(scale, d.D), causal, untracked::view(r.out, {d.BH, d.Tq, d.Dv}),
+                         untracked::view(r.lse, {d.BH, d.Tq}));
+  return r;
+}
+
+AttentionBackward attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Tensor& out, const Tensor& lse, std::optional<double> scale,
+                                     bool causal) {
+  const char* op = "attention_backward";
+  const AttnDims d = check_attention(op, q, k, v, causal);
+  check_same_device(op, {&q, &dout, &out, &lse});
+  check_same_floating_dtype(op, {&q, &dout, &out, &lse});
+  const Shape out_shape = with_last(rows_of(q.shape()), d.Dv);
+  REEL_CHECK(dout.shape() == out_shape && out.shape() == out_shape && lse.shape() == rows_of(q.shape()), op,
+             ": dout ", dout.shape(), ", out ", out.shape(), " and lse ", lse.shape(), " do not match q ", q.shape(),
+             " and v ", v.shape(), ": ", out_shape, ", ", out_shape, " and ", rows_of(q.shape()), " expected");
+  AttentionBackward r{empty(q.shape(), q.dtype(), q.device()), empty(k.shape(), k.dtype(), k.device()),
+                      empty(v.shape(), v.dtype(), v.device())};
+  if (d.BH == 0 || d.Tk == 0) return r;
+  if (d.Tq == 0) {  // no query reads any key: zero gradients
+    r.dk.fill_(0.0);
+    r.dv.fill_(0.0);
+    return r;
+  }
+  REEL_DEVICE_DISPATCH(
+      q.device(), attention_backward, contiguous_as(dout, {d.BH, d.Tq, d.Dv}), contiguous_as(q, {d.BH, d.Tq, d.D}),
+      contiguous_as(k, {d.BH, d.Tk, d.D}), contiguous_as(v, {d.BH, d.Tk, d.Dv}), contiguous_as(out, {d.BH, d.Tq, d.Dv}),
+      contiguous_as(lse, {d.BH, d.Tq}), attention_scale(scale, d.D), causal, untracked::view(r.dq, {d.BH, d.Tq, d.D}),
+      untracked::view(r.dk, {d.BH, d.Tk, d.D}), untracked::view(r.dv, {d.BH, d.Tk, d.Dv}));
+  return r;
+}
+
+}  // namespace reel::kernels

@@ -1,0 +1,107 @@
+// Entry points of the cross_entropy family (kernels/cross_entropy.h): checks (targets in range:
+// kernels/index_check.h), the Mean divisor, contiguous (N, V) rows, outputs, the backend kernel,
+// and the reduction of the per-row losses.
+#include "kernels/cross_entropy.h"
+
+#include <vector>
+
+#include "kernels/entry_point.h"
+#include "kernels/index_check.h"
+
+namespace reel::kernels {
+
+const char* reduction_name(Reduction r) {
+  switch (r) {
+    case Reduction::None: return "none";
+    case Reduction::Mean: return "mean";
+    case Reduction::Sum: return "sum";
+  }
+  return "?";
+}
+
+Reduction parse_reduction(const std::string& name) {
+  if (name == "none") return Reduction::None;
+  if (name == "mean") return Reduction::Mean;
+  if (name == "sum") return Reduction::Sum;
+  REEL_FAIL("cross_entropy: reduction \"", name, "\" is not one of \"none\", \"mean\", \"sum\"");
+}
+
+namespace {
+IndexRange target_range(const char* op, const Tensor& logits, int64_t ignore_index) {
+  return {op, "target", logits.size(-1), ignore_index, "of the classes"};
+}
+
+// Shared checks of forward and backward; returns the number of non-ignored targets (on every
+// device, before the kernel: the mean divides by it).
+int64_t check_cross_entropy(const char* op, const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  check_same_device(op, {&logits, &targets});
+  check_same_floating_dtype(op, {&logits});
+  check_index_dtype(op, "targets", targets);
+  REEL_CHECK(logits.dim() >= 1 && logits.size(-1) > 0, op, ": logits ", logits.shape(),
+             " need a non-empty last dim of classes");
+  REEL_CHECK(targets.shape() == rows_of(logits.shape()), op, ": logits ", logits.shape(), " and targets ",
+             targets.shape(), " do not match: targets of shape ", rows_of(logits.shape()),
+             " expected (one class index per row, classes along the last dim)");
+  return check_range(target_range(op, logits, ignore_index), untracked::contiguous(targets));
+}
+}  // namespace
+
+CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& targets, Reduction reduction,
+                                          int64_t ignore_index, std::optional<double> grad_scale) {
+  const char* op = "cross_entropy_forward";
+  CrossEntropyForward r;
+  r.count = check_cross_entropy(op, logits, targets, ignore_index);
+  const int64_t V = logits.size(-1), N = logits.numel() / V;
+  const Shape rows = rows_of(logits.shape());
+  r.losses = empty(rows, logits.dtype(), logits.device());
+  r.lse = empty(rows, logits.dtype(), logits.device());
+  if (grad_scale) r.dlogits = empty(logits.shape(), logits.dtype(), logits.device());
+  // Mean with every row ignored: loss 0 and gradient 0 (see kernels/cross_entropy.h), never 0/0.
+  const double row_scale =
+      reduction == Reduction::Mean ? (r.count > 0 ? 1.0 / static_cast<double>(r.count) : 0.0) : 1.0;
+  if (N > 0)
+    run_indexed(target_range(op, logits, ignore_index), targets.shape(), [&] {
+      REEL_DEVICE_DISPATCH(logits.device(), cross_entropy_forward, as_rows(logits, N, V), contiguous_as(targets, {N}),
+                           ignore_index, untracked::view(r.losses, {N}), untracked::view(r.lse, {N}),
+                           grad_scale ? as_rows(r.dlogits, N, V) : Tensor(), grad_scale.value_or(0.0) * row_scale);
+    });
+  if (reduction == Reduction::None) {
+    r.loss = r.losses;
+  } else {
+    // N doubles added in row order on the host: deterministic, and cheap next to the N x V pass.
+    const std::vector<double> per_row = r.losses.to(DType::f64).contiguous().to_vector<double>();
+    double total = 0;
+    for (double l : per_row) total += l;
+    r.loss = scalar_tensor(total * row_scale, logits.dtype(), logits.device());
+  }
+  return r;
+}
+
+Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                              Reduction reduction, int64_t ignore_index) {
+  const char* op = "cross_entropy_backward";
+  check_same_device(op, {&dloss, &logits, &targets, &lse});
+  check_same_floating_dtype(op, {&logits, &dloss, &lse});
+  const int64_t count = check_cross_entropy(op, logits, targets, ignore_index);
+  const Shape rows = rows_of(logits.shape());
+  REEL_CHECK(lse.shape() == rows, op, ": lse ", lse.shape(), " does not match logits ", logits.shape(), ": ", rows,
+             " expected");
+  if (reduction == Reduction::None)
+    REEL_CHECK(dloss.shape() == rows, op, ": dloss ", dloss.shape(),
+               " with reduction \"none\" must have the rows' shape ", rows, " of logits ", logits.shape());
+  else
+    REEL_CHECK(dloss.numel() == 1, op, ": dloss ", dloss.shape(), " with reduction \"", reduction_name(reduction),
+               "\" must be a single value");
+  const int64_t V = logits.size(-1), N = logits.numel() / V;
+  Tensor dlogits = empty(logits.shape(), logits.dtype(), logits.device());
+  const double scale = reduction == Reduction::Mean ? (count > 0 ? 1.0 / static_cast<double>(count) : 0.0) : 1.0;
+  if (N > 0)
+    run_indexed(target_range(op, logits, ignore_index), targets.shape(), [&] {
+      REEL_DEVICE_DISPATCH(logits.device(), cross_entropy_backward, contiguous_as(dloss, {dloss.numel()}), scale,
+                           as_rows(logits, N, V), contiguous_as(targets, {N}),
+                           contiguous_as(lse, {N}), ignore_index, as_rows(dlogits, N, V));
+    });
+  return dlogits;
+}
+
+}  // namespace reel::kernels

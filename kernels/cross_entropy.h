@@ -1,0 +1,46 @@
+// The cross_entropy family: fused cross-entropy over logits with integer targets (i32 or i64),
+// forward (optionally with the gradient in the same sweep) and backward. Plain kernels, no
+// autograd.
+//
+// Each entry point checks its inputs (shapes, dtypes, devices: reel::Error naming the op and
+// them), makes them contiguous where the kernel needs it, allocates the outputs on the inputs'
+// device and runs the backend kernel (kernels/cross_entropy_backend.h) on cpu or cuda.
+#pragma once
+#include <optional>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace reel::kernels {
+
+enum class Reduction { None, Mean, Sum };
+const char* reduction_name(Reduction r);
+Reduction parse_reduction(const std::string& name);  // "none" | "mean" | "sum", else reel::Error
+
+struct CrossEntropyForward {
+  Tensor loss;     // Mean/Sum: a scalar (); None: the per-row losses (N...)
+  Tensor losses;   // (N...) per-row loss lse - logit[target], 0 for ignored rows
+  Tensor lse;      // (N...) log-sum-exp of each row: what backward needs, instead of the softmax
+  Tensor dlogits;  // (N..., V) when a fused grad_scale was given, else undefined
+  int64_t count = 0;  // rows whose target is not ignore_index (the Mean divisor)
+};
+// logits (N..., V) floating, classes along the LAST dim (llm.c's layout; PyTorch puts them in
+// dim 1); targets (N...) i32 or i64, each in [0, V) or equal to ignore_index.
+//   Mean averages over the non-ignored rows. When every row is ignored the mean is 0, not NaN as
+//   in PyTorch: in an accumulation window a micro-batch that is all padding must add nothing to
+//   the window's loss and gradients, not poison the sum with NaN.
+// One pass per row computes the max and the log-sum-exp online (blockwise rescaling) and never
+// materialises the probability matrix. With grad_scale set it also writes, in the same sweep,
+//   dlogits[row] = (softmax(row) - onehot(target)) * g,   0 for ignored rows,
+// where g = grad_scale / count for Mean and grad_scale for Sum and None (for None that is the
+// gradient of the SUM of the per-row losses), i.e. the llm.c fused classifier: backward is free.
+// Out-of-range targets and non-integer targets raise reel::Error (naming the value and row).
+CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& targets,
+                                          Reduction reduction = Reduction::Mean, int64_t ignore_index = -100,
+                                          std::optional<double> grad_scale = std::nullopt);
+// dloss: for None the per-row gradient (N...); for Mean/Sum the scalar gradient (one element).
+// lse from the forward. Returns dlogits (N..., V): softmax recomputed as exp(logit - lse).
+Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                              Reduction reduction = Reduction::Mean, int64_t ignore_index = -100);
+
+}  // namespace reel::kernels

@@ -1,0 +1,55 @@
+// Entry points of the embedding family (kernels/embedding.h): checks (ids in range:
+// kernels/index_check.h), contiguous flat operands, outputs, then the backend kernel.
+#include "kernels/embedding.h"
+
+#include "kernels/entry_point.h"
+#include "kernels/index_check.h"
+
+namespace reel::kernels {
+
+Tensor embedding_forward(const Tensor& ids, const Tensor& table) {
+  const char* op = "embedding_forward";
+  check_same_device(op, {&ids, &table});
+  check_same_floating_dtype(op, {&table});
+  check_index_dtype(op, "ids", ids);
+  REEL_CHECK(table.dim() == 2, op, ": table ", table.shape(), " must be 2-D (num_embeddings, dim)");
+  const Tensor idc = untracked::contiguous(ids);
+  const int64_t V = table.size(0), C = table.size(1);
+  const IndexRange range{op, "id", V, std::nullopt, "of the table's rows"};
+  const bool kernel_runs = idc.numel() * C > 0;
+  check_range_before(range, idc, kernel_runs);
+  Tensor out = empty(with_last(ids.shape(), C), table.dtype(), table.device());
+  if (kernel_runs)
+    run_indexed(range, ids.shape(), [&] {
+      REEL_DEVICE_DISPATCH(table.device(), embedding_forward, untracked::view(idc, {idc.numel()}),
+                           untracked::contiguous(table), as_rows(out, idc.numel(), C));
+    });
+  return out;
+}
+
+Tensor embedding_backward(const Tensor& dout, const Tensor& ids, int64_t num_embeddings) {
+  const char* op = "embedding_backward";
+  check_same_device(op, {&dout, &ids});
+  check_same_floating_dtype(op, {&dout});
+  check_index_dtype(op, "ids", ids);
+  REEL_CHECK(num_embeddings >= 0, op, ": num_embeddings ", num_embeddings, " is negative");
+  REEL_CHECK(dout.dim() == ids.dim() + 1 && rows_of(dout.shape()) == ids.shape(), op, ": dout ", dout.shape(),
+             " does not match ids ", ids.shape(), ": (ids..., dim) expected");
+  const Tensor idc = untracked::contiguous(ids);
+  const int64_t V = num_embeddings, C = dout.size(-1), N = idc.numel();
+  const IndexRange range{op, "id", V, std::nullopt, "of the table's rows"};
+  const bool kernel_runs = V * C > 0 && N > 0;
+  check_range_before(range, idc, kernel_runs);
+  Tensor dtable = empty({V, C}, dout.dtype(), dout.device());
+  if (dtable.numel() == 0) return dtable;
+  if (N == 0) {
+    dtable.fill_(0.0);
+    return dtable;
+  }
+  run_indexed(range, ids.shape(), [&] {
+    REEL_DEVICE_DISPATCH(dout.device(), embedding_backward, as_rows(dout, N, C), untracked::view(idc, {N}), dtable);
+  });
+  return dtable;
+}
+
+}  // namespace reel::kernels

@@ -1,0 +1,88 @@
+// Entry points of the layernorm family (kernels/layernorm.h): LayerNorm and RMSNorm, forward and
+// backward. Checks, contiguous (R, C) rows, outputs, then the backend kernel.
+#include "kernels/layernorm.h"
+
+#include "kernels/entry_point.h"
+
+namespace reel::kernels {
+
+namespace {
+void check_norm_shapes(const char* op, const Tensor& x, const Tensor& w, const Tensor* b) {
+  REEL_CHECK(x.dim() >= 1 && x.size(-1) > 0, op, ": x ", x.shape(), " needs a non-empty last dim to normalise");
+  const int64_t C = x.size(-1);
+  REEL_CHECK(w.shape() == Shape{C}, op, ": weight ", w.shape(), " does not match x ", x.shape(), ": (", C,
+             ") expected");
+  if (b)
+    REEL_CHECK(b->shape() == Shape{C}, op, ": bias ", b->shape(), " does not match x ", x.shape(), ": (", C,
+               ") expected");
+}
+
+void check_rows_stat(const char* op, const char* what, const Tensor& stat, const Tensor& x) {
+  REEL_CHECK(stat.shape() == rows_of(x.shape()), op, ": ", what, " ", stat.shape(), " does not match x ", x.shape(),
+             ": ", rows_of(x.shape()), " expected (one value per row)");
+}
+}  // namespace
+
+LayerNormForward layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
+  const char* op = "layernorm_forward";
+  check_same_device(op, {&x, &w, &b});
+  check_same_floating_dtype(op, {&x, &w, &b});
+  check_norm_shapes(op, x, w, &b);
+  const int64_t C = x.size(-1), R = x.numel() / C;
+  LayerNormForward r{empty(x.shape(), x.dtype(), x.device()), empty(rows_of(x.shape()), x.dtype(), x.device()),
+                     empty(rows_of(x.shape()), x.dtype(), x.device())};
+  if (R > 0)
+    REEL_DEVICE_DISPATCH(x.device(), layernorm_forward, as_rows(x, R, C), untracked::contiguous(w),
+                         untracked::contiguous(b), eps, as_rows(r.y, R, C), untracked::view(r.mean, {R}),
+                         untracked::view(r.rstd, {R}));
+  return r;
+}
+
+LayerNormBackward layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
+                                     const Tensor& rstd) {
+  const char* op = "layernorm_backward";
+  check_same_device(op, {&dy, &x, &w, &mean, &rstd});
+  check_same_floating_dtype(op, {&dy, &x, &w, &mean, &rstd});
+  check_norm_shapes(op, x, w, nullptr);
+  REEL_CHECK(dy.shape() == x.shape(), op, ": dy ", dy.shape(), " and x ", x.shape(), " differ in shape");
+  check_rows_stat(op, "mean", mean, x);
+  check_rows_stat(op, "rstd", rstd, x);
+  const int64_t C = x.size(-1), R = x.numel() / C;
+  LayerNormBackward r{empty(x.shape(), x.dtype(), x.device()), zeros({C}, x.dtype(), x.device()),
+                      zeros({C}, x.dtype(), x.device())};
+  if (R > 0)
+    REEL_DEVICE_DISPATCH(x.device(), layernorm_backward, as_rows(dy, R, C), as_rows(x, R, C),
+                         untracked::contiguous(w), contiguous_as(mean, {R}), contiguous_as(rstd, {R}),
+                         as_rows(r.dx, R, C), r.dw, r.db);
+  return r;
+}
+
+RMSNormForward rmsnorm_forward(const Tensor& x, const Tensor& w, double eps) {
+  const char* op = "rmsnorm_forward";
+  check_same_device(op, {&x, &w});
+  check_same_floating_dtype(op, {&x, &w});
+  check_norm_shapes(op, x, w, nullptr);
+  const int64_t C = x.size(-1), R = x.numel() / C;
+  RMSNormForward r{empty(x.shape(), x.dtype(), x.device()), empty(rows_of(x.shape()), x.dtype(), x.device())};
+  if (R > 0)
+    REEL_DEVICE_DISPATCH(x.device(), rmsnorm_forward, as_rows(x, R, C), untracked::contiguous(w), eps,
+                         as_rows(r.y, R, C), untracked::view(r.rstd, {R}));
+  return r;
+}
+
+RMSNormBackward rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd) {
+  const char* op = "rmsnorm_backward";
+  check_same_device(op, {&dy, &x, &w, &rstd});
+  check_same_floating_dtype(op, {&dy, &x, &w, &rstd});
+  check_norm_shapes(op, x, w, nullptr);
+  REEL_CHECK(dy.shape() == x.shape(), op, ": dy ", dy.shape(), " and x ", x.shape(), " differ in shape");
+  check_rows_stat(op, "rstd", rstd, x);
+  const int64_t C = x.size(-1), R = x.numel() / C;
+  RMSNormBackward r{empty(x.shape(), x.dtype(), x.device()), zeros({C}, x.dtype(), x.device())};
+  if (R > 0)
+    REEL_DEVICE_DISPATCH(x.device(), rmsnorm_backward, as_rows(dy, R, C), as_rows(x, R, C),
+                         untracked::contiguous(w), contiguous_as(rstd, {R}), as_rows(r.dx, R, C), r.dw);
+  return r;
+}
+
+}  // namespace reel::kernels

@@ -1,0 +1,101 @@
+// Entry points of the optimizer family (kernels/optimizer.h): checks of the parameter lists (one
+// device, shapes, dtypes, contiguity), then the backend kernel over the whole list.
+#include "kernels/optimizer.h"
+
+#include <cmath>
+
+#include "kernels/entry_point.h"
+
+namespace reel::kernels {
+
+namespace {
+// The device of every tensor of the list (the cpu for an empty list): one kernel launch covers
+// the whole list, so the tensors must share a device.
+Device list_device(const char* op, const char* what, const std::vector<Tensor>& tensors) {
+  if (tensors.empty()) return Device::cpu();
+  const Device device = tensors[0].device();
+  for (size_t i = 1; i < tensors.size(); ++i)
+    REEL_CHECK(tensors[i].device() == device, op, ": ", what, " ", i, " ", tensors[i].shape(), " is on ",
+               tensors[i].device(), " but ", what, " 0 on ", device, ": one device per list expected");
+  return device;
+}
+
+// params[i] and each list's [i]: defined, floating, contiguous, one shape, dtype and device;
+// every param on one device, which is returned.
+Device check_param_lists(const char* op, const std::vector<Tensor>& params,
+                       std::initializer_list<std::pair<const char*, const std::vector<Tensor>*>> lists) {
+  for (const auto& [name, list] : lists)
+    REEL_CHECK(list->size() == params.size(), op, ": ", params.size(), " params but ", list->size(), " ", name);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& p = params[i];
+    REEL_CHECK(p.defined(), op, ": param ", i, " is undefined");
+    REEL_CHECK(is_floating(p.dtype()), op, ": param ", i, " ", p.shape(), " has dtype ", p.dtype(),
+               " (f32 or f64 expected)");
+    REEL_CHECK(p.is_contiguous(), op, ": param ", i, " ", p.shape(), " is not contiguous (updated in place)");
+    for (const auto& [name, list] : lists) {
+      const Tensor& t = (*list)[i];
+      REEL_CHECK(t.defined(), op, ": ", name, " ", i, " of param ", p.shape(), " is undefined");
+      REEL_CHECK(t.shape() == p.shape() && t.dtype() == p.dtype() && t.device() == p.device(), op, ": param ", i,
+                 " ", p.shape(), " ", p.dtype(), " on ", p.device(), " and its ", name, " ", t.shape(), " ", t.dtype(),
+                 " on ", t.device(), " differ");
+      REEL_CHECK(t.is_contiguous(), op, ": ", name, " ", i, " ", t.shape(), " is not contiguous");
+    }
+  }
+  return list_device(op, "param", params);
+}
+
+Device check_tensor_list(const char* op, const std::vector<Tensor>& tensors, bool need_contiguous) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    REEL_CHECK(t.defined(), op, ": tensor ", i, " is undefined");
+    REEL_CHECK(is_floating(t.dtype()), op, ": tensor ", i, " ", t.shape(), " has dtype ", t.dtype(),
+               " (f32 or f64 expected)");
+    REEL_CHECK(!need_contiguous || t.is_contiguous(), op, ": tensor ", i, " ", t.shape(),
+               " is not contiguous (updated in place)");
+  }
+  return list_device(op, "tensor", tensors);
+}
+
+}  // namespace
+
+void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                const std::vector<Tensor>& momentum_bufs, double lr, double momentum, double dampening,
+                double weight_decay, bool nesterov, int64_t step) {
+  const char* op = "sgd_update";
+  REEL_CHECK(step >= 1, op, ": step ", step, " must count from 1");
+  REEL_CHECK(!nesterov || (momentum > 0 && dampening == 0), op,
+             ": Nesterov momentum needs momentum > 0 and dampening 0 (got momentum ", momentum, ", dampening ",
+             dampening, ")");
+  const Device device = momentum != 0
+                            ? check_param_lists(op, params, {{"grads", &grads}, {"momentum_bufs", &momentum_bufs}})
+                            : check_param_lists(op, params, {{"grads", &grads}});
+  REEL_DEVICE_DISPATCH(device, sgd_update, params, grads, momentum_bufs, lr, momentum, dampening, weight_decay,
+                       nesterov, step);
+}
+
+void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
+                  const std::vector<Tensor>& v, double lr, double beta1, double beta2, double eps,
+                  double weight_decay, int64_t step, bool decoupled_weight_decay) {
+  const char* op = "adamw_update";
+  REEL_CHECK(step >= 1, op, ": step ", step, " must count from 1 (bias correction divides by 1 - beta^step)");
+  REEL_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, op, ": betas (", beta1, ", ", beta2,
+             ") must be in [0, 1)");
+  const Device device = check_param_lists(op, params, {{"grads", &grads}, {"exp_avg", &m}, {"exp_avg_sq", &v}});
+  REEL_DEVICE_DISPATCH(device, adamw_update, params, grads, m, v, lr, beta1, beta2, eps, weight_decay, step,
+                       decoupled_weight_decay);
+}
+
+double global_grad_norm(const std::vector<Tensor>& grads) {
+  const Device device = check_tensor_list("global_grad_norm", grads, false);
+  std::vector<Tensor> flat;
+  flat.reserve(grads.size());
+  for (const Tensor& g : grads) flat.push_back(untracked::contiguous(g));
+  return std::sqrt(REEL_DEVICE_DISPATCH(device, sum_of_squares, flat));
+}
+
+void scale_(const std::vector<Tensor>& tensors, double factor) {
+  const Device device = check_tensor_list("scale_", tensors, true);
+  REEL_DEVICE_DISPATCH(device, scale_, tensors, factor);
+}
+
+}  // namespace reel::kernels
