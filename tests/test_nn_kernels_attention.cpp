@@ -5,7 +5,12 @@
 // counts; bad shapes.
 #include <cmath>
 
-#include "nn_kernels_testing.h"
+#include "kernels/nn_ops.h"
+#include "testing.h"
+
+using namespace reel;
+using namespace reel::kernels;
+using namespace reel::testing;
 
 namespace {
 

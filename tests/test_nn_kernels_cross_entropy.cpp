@@ -4,7 +4,12 @@
 // f64, bad targets and shapes.
 #include <cmath>
 
-#include "nn_kernels_testing.h"
+#include "kernels/nn_ops.h"
+#include "testing.h"
+
+using namespace reel;
+using namespace reel::kernels;
+using namespace reel::testing;
 
 namespace {
 

@@ -1,7 +1,12 @@
 // Embedding: forward gather against a reference, backward scatter-add against a reference and
 // finite differences in f64, repeated ids bit-identical across runs and OpenMP thread counts (and
 // equal to a serial sum in position order), out-of-range ids and bad shapes.
-#include "nn_kernels_testing.h"
+#include "kernels/nn_ops.h"
+#include "testing.h"
+
+using namespace reel;
+using namespace reel::kernels;
+using namespace reel::testing;
 
 TEST_CASE("embedding forward gathers rows for i32 and i64 ids of any rank") {
   const int64_t V = 7, C = 5;

@@ -3,7 +3,12 @@
 // in f64, dw/db bit-identical for any thread count, bad inputs.
 #include <cmath>
 
-#include "nn_kernels_testing.h"
+#include "kernels/nn_ops.h"
+#include "testing.h"
+
+using namespace reel;
+using namespace reel::kernels;
+using namespace reel::testing;
 
 namespace {
 

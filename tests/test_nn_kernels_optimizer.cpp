@@ -4,7 +4,12 @@
 // scale_; bad lists.
 #include <cmath>
 
-#include "nn_kernels_testing.h"
+#include "kernels/nn_ops.h"
+#include "testing.h"
+
+using namespace reel;
+using namespace reel::kernels;
+using namespace reel::testing;
 
 namespace {
 Tensor vec(std::initializer_list<double> v) {
