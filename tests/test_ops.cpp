@@ -190,15 +190,9 @@ void run_cases(const std::vector<OpCase>& cases) {
 
 // ---- inputs ----
 
-Tensor uniform(Generator& g, const Shape& shape, double lo = -1, double hi = 1) {
-  std::vector<double> u = values(rand(shape, DType::f64, Device::cpu(), &g));
-  for (double& x : u) x = lo + (hi - lo) * x;
-  return from_vector<double>(u, shape);
-}
-Tensor normal(Generator& g, const Shape& shape) { return randn(shape, DType::f64, Device::cpu(), &g); }
 // N(0, 1) with every 7th element NaN.
 Tensor normal_with_nan(Generator& g, const Shape& shape) {
-  std::vector<double> v = values(normal(g, shape));
+  std::vector<double> v = values(normal_f64(g, shape));
   for (size_t i = 3; i < v.size(); i += 7) v[i] = std::nan("");
   return from_vector<double>(v, shape);
 }
@@ -291,7 +285,7 @@ std::vector<OpCase> unary_cases() {
       cases.push_back(
           OpCase(std::string(op_name(op)) + " " + v.name,
                  [positive, s = v.shape](Generator& g) {
-                   return Tensors{positive ? uniform(g, s, 0.1, 2.1) : normal(g, s)};
+                   return Tensors{positive ? uniform_f64(g, s, 0.1, 2.1) : normal_f64(g, s)};
                  },
                  [op = op, f = v.apply](const Tensors& in, Device) { return Tensors{unary(op, f(in[0]))}; },
                  {tols({1e-5, 1e-6}, {1e-12, 1e-14})})
@@ -329,7 +323,7 @@ std::vector<OpCase> binary_cases() {
       cases.push_back(
           OpCase(std::string(op_name(op)) + " " + shape_str(p.a) + (p.transpose_a ? ".t()" : "") + " and " +
                      shape_str(p.b),
-                 [p](Generator& g) { return Tensors{normal(g, p.a), uniform(g, p.b, 0.5, 1.5)}; },
+                 [p](Generator& g) { return Tensors{normal_f64(g, p.a), uniform_f64(g, p.b, 0.5, 1.5)}; },
                  [op = op, view_a](const Tensors& in, Device) { return Tensors{binary(op, view_a(in[0]), in[1])}; },
                  {device})
               .with_reference(
@@ -359,7 +353,7 @@ std::vector<OpCase> scalar_cases() {
       for (const View& v : elementwise_views())
         cases.push_back(
             OpCase(std::string(left ? "0.75 " : "x ") + op_name(op) + (left ? " x " : " 0.75 ") + v.name,
-                   [s = v.shape](Generator& g) { return Tensors{normal(g, s)}; },
+                   [s = v.shape](Generator& g) { return Tensors{normal_f64(g, s)}; },
                    [op = op, left, f = v.apply](const Tensors& in, Device) {
                      return Tensors{left ? binary(op, 0.75, f(in[0])) : binary(op, f(in[0]), 0.75)};
                    },
@@ -382,6 +376,30 @@ std::vector<double> matmul_ref(const std::vector<double>& a, const std::vector<d
     for (int64_t k = 0; k < K; ++k)
       for (int64_t j = 0; j < N; ++j) c[i * N + j] += a[i * K + k] * b[k * N + j];
   return c;
+}
+
+// numpy.matmul of a and b (transposed by the flags first): batch dims broadcast, 1-D operands as
+// a row / a column; each (M, K) @ (K, N) of the broadcast batch by matmul_ref.
+std::vector<double> batched_matmul_ref(Tensor a, Tensor b, bool ta, bool tb) {
+  if (a.dim() == 1) a = a.unsqueeze(0);
+  if (b.dim() == 1) b = b.unsqueeze(1);
+  if (ta) a = a.transpose(-2, -1);
+  if (tb) b = b.transpose(-2, -1);
+  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  Shape batch = broadcast_shapes(Shape(a.shape().begin(), a.shape().end() - 2),
+                                 Shape(b.shape().begin(), b.shape().end() - 2), "reference");
+  Shape sa = batch, sb = batch;
+  sa.insert(sa.end(), {M, K});
+  sb.insert(sb.end(), {K, N});
+  const std::vector<double> av = values(a.expand(sa)), bv = values(b.expand(sb));  // row-major copies
+  std::vector<double> out;
+  for (int64_t i = 0; i < shape_numel(batch); ++i) {
+    const std::vector<double> c = matmul_ref(std::vector<double>(av.begin() + i * M * K, av.begin() + (i + 1) * M * K),
+                                             std::vector<double>(bv.begin() + i * K * N, bv.begin() + (i + 1) * K * N),
+                                             M, K, N);
+    out.insert(out.end(), c.begin(), c.end());
+  }
+  return out;
 }
 
 // The entry point's shape logic (kernels/matmul.cpp) in front of the tiled kernel, on cuda; the
@@ -439,19 +457,25 @@ std::vector<OpCase> matmul_cases() {
       {"strided operand (37, 106)[:, ::2] @ (53, 41)", {37, 106}, {53, 41},
        [](const Tensor& x) { return x.slice(1, 0, 106, 2); }, same, false, false},
       {"(129, 257) @ (257, 65)", {129, 257}, {257, 65}, same, same, false, false},
+      {"broadcast batch (2, 1, 5, 3) @ (4, 3, 6)", {2, 1, 5, 3}, {4, 3, 6}, same, same, false, false},
+      {"attention-shaped q k^T (2, 3, 7, 4) @ (2, 3, 7, 4)^T", {2, 3, 7, 4}, {2, 3, 7, 4}, same, same, false, true},
   };
   const Tols tol = tols(1e-4, 1e-11);
   std::vector<OpCase> cases;
   for (bool tiled : {false, true})
     for (const Config& m : configs)
       cases.push_back(OpCase(std::string(tiled ? "tiled SGEMM on cuda: " : "matmul ") + m.name,
-                             [m](Generator& g) { return Tensors{normal(g, m.a), normal(g, m.b)}; },
+                             [m](Generator& g) { return Tensors{normal_f64(g, m.a), normal_f64(g, m.b)}; },
                              [m, tiled](const Tensors& in, Device) {
                                const Tensor a = m.view_a(in[0]), b = m.view_b(in[1]);
                                return Tensors{tiled ? tiled_matmul(a, b, m.ta, m.tb) : matmul(a, b, m.ta, m.tb)};
                              },
                              {tol})
-                          .with_precision({tol}));
+                          .with_reference(
+                              [m](const Tensors& in) {
+                                return Values{batched_matmul_ref(m.view_a(in[0]), m.view_b(in[1]), m.ta, m.tb)};
+                              },
+                              {tols(1e-4, 1e-12)}));
   // 2-D products against the f64 loop, on sizes that the CPU cuts into blocks of rows (M >= N) or
   // of columns per thread (kernels/cpu/matmul.cpp), odd so the blocks are uneven; each through
   // transposed storage (flags and views) and a sliced (non-unit outer stride) operand.
@@ -478,7 +502,7 @@ std::vector<OpCase> matmul_cases() {
     for (const Layout& l : layouts)
       cases.push_back(
           OpCase("matmul " + std::string(l.name) + shape_str({M, K}) + " @ " + shape_str({K, N}),
-                 [M = M, K = K, N = N](Generator& g) { return Tensors{normal(g, {M, K}), normal(g, {K, N})}; },
+                 [M = M, K = K, N = N](Generator& g) { return Tensors{normal_f64(g, {M, K}), normal_f64(g, {K, N})}; },
                  [f = l.f](const Tensors& in, Device) { return Tensors{f(in[0], in[1])}; }, {tol})
               .with_reference(
                   [M = M, K = K, N = N](const Tensors& in) {
@@ -531,7 +555,7 @@ std::vector<OpCase> reduce_cases() {
         const double sq = std::sqrt(static_cast<double>(R));
         cases.push_back(OpCase(std::string(op_name(op)) + " " + shape_str(r.shape) + (r.transpose ? ".t() " : " ") +
                                    axes + ")" + (keepdim ? " keepdim" : "") + (r.nan ? " with NaN" : ""),
-                               [r](Generator& g) { return Tensors{r.nan ? normal_with_nan(g, r.shape) : normal(g, r.shape)}; },
+                               [r](Generator& g) { return Tensors{r.nan ? normal_with_nan(g, r.shape) : normal_f64(g, r.shape)}; },
                                [op, r, keepdim](const Tensors& in, Device) {
                                  return Tensors{reduce(op, r.transpose ? in[0].t() : in[0], r.axes, keepdim)};
                                },
@@ -548,7 +572,7 @@ std::vector<OpCase> fill_copy_cast_cases() {
   std::vector<OpCase> cases;
   auto none = [](Generator&) { return Tensors{}; };
   auto normal_x100 = [](const Shape& s) {  // N(0, 1), times 100 for integer dtypes (then truncated)
-    return [s](Generator& g) { return Tensors{normal(g, s)}; };
+    return [s](Generator& g) { return Tensors{normal_f64(g, s)}; };
   };
   for (DType dt : all) {
     for (const Shape& s : std::vector<Shape>{{1}, {257}, {31, 33}, {}})
@@ -682,6 +706,7 @@ std::vector<OpCase> norm_cases() {
     Shape shape;
     bool transpose;  // the op sees x.t() (a strided input, made contiguous by the entry point)
     bool fd;         // small enough for finite differences (RMSNorm: not of C = 1, whose gradient is ~eps)
+    double offset = 0;  // added to x: a row mean far from 0
   };
   const std::vector<Config> configs = {
       {{1, 1}, false, true},      {{1, 257}, false, false}, {{5, 1}, false, false},  {{3, 31}, false, false},
@@ -689,6 +714,8 @@ std::vector<OpCase> norm_cases() {
       {{3, 4, 257}, false, false}, {{7, 33}, false, false}, {{64, 768}, false, false}, {{3, 5}, false, true},
       {{4, 1}, false, true},      {{2, 257}, false, true},  {{2, 3, 7}, false, true}, {{5, 33}, true, false},
       {{6, 5}, true, false},
+      // Mean 1000, std 0.58: E[x^2] - E[x]^2 would lose every digit in f32 (the two-pass variance).
+      {{16, 768}, false, false, 1000},
   };
   std::vector<OpCase> cases;
   for (const Config& c : configs) {
@@ -698,26 +725,28 @@ std::vector<OpCase> norm_cases() {
     const Tols tr = tols(1e-5 * std::sqrt(static_cast<double>(R)) + 1e-5), t = tols(2e-5), tdx = tols(1e-4);
     auto make = [c, C](bool bias) {
       return [c, C, bias](Generator& g) {
-        Tensors in{uniform(g, c.shape, -2, 3), uniform(g, {C}, 0.5, 1.5)};  // mean far from 0: two-pass variance
-        if (bias) in.push_back(uniform(g, {C}));
+        Tensors in{uniform_f64(g, c.shape, c.offset - 2, c.offset + 3), uniform_f64(g, {C}, 0.5, 1.5)};  // mean not 0
+        if (bias) in.push_back(uniform_f64(g, {C}));
         Shape seen = c.shape;
         if (c.transpose) std::swap(seen[0], seen[1]);
-        in.push_back(uniform(g, seen));  // dy
+        in.push_back(uniform_f64(g, seen));  // dy
         return in;
       };
     };
     auto x_of = [tr = c.transpose](const Tensor& x) { return tr ? x.t() : x; };
-    const std::string name = shape_str(c.shape) + (c.transpose ? ".t()" : "");
+    const std::string name = shape_str(c.shape) + (c.transpose ? ".t()" : "") + (c.offset ? " + " + str(c.offset) : "");
+    const Tols pt = tols(c.offset ? 1e-4 : 2e-5, 1e-12);  // f32 x near 1000: its ulps
     OpCase ln("layernorm " + name, make(true),
               [x_of](const Tensors& in, Device) {
                 const Tensor x = x_of(in[0]);
                 const LayerNormForward f = layernorm_forward(x, in[1], in[2]);
+                CHECK(f.y.shape() == x.shape());
+                CHECK(f.mean.shape() == without_last(x.shape()));
                 const LayerNormBackward b = layernorm_backward(in[3], x, in[1], f.mean, f.rstd);
                 return Tensors{f.y, f.mean, f.rstd, b.dx, b.dw, b.db};
               },
               {t, t, t, tdx, tr, tr});
-    ln.with_reference([x_of](const Tensors& in) { return norm_ref(x_of(in[0]), in[1], &in[2], 1e-5); },
-                      {tols(2e-5, 1e-12)});
+    ln.with_reference([x_of](const Tensors& in) { return norm_ref(x_of(in[0]), in[1], &in[2], 1e-5); }, {pt});
     OpCase rms("rmsnorm " + name, make(false),
                [x_of](const Tensors& in, Device) {
                  const Tensor x = x_of(in[0]);
@@ -726,8 +755,7 @@ std::vector<OpCase> norm_cases() {
                  return Tensors{f.y, f.rstd, b.dx, b.dw};
                },
                {t, t, tdx, tr});
-    rms.with_reference([x_of](const Tensors& in) { return norm_ref(x_of(in[0]), in[1], nullptr, 1e-6); },
-                       {tols(2e-5, 1e-12)});
+    rms.with_reference([x_of](const Tensors& in) { return norm_ref(x_of(in[0]), in[1], nullptr, 1e-6); }, {pt});
     if (c.fd) {
       ln.with_finite_diff({0, 3, {{0, 3}, {1, 4}, {2, 5}}});
       if (C > 1 || R == 1) rms.with_finite_diff({0, 2, {{0, 2}, {1, 3}}});
@@ -758,10 +786,12 @@ Values softmax_ref(const Tensor& xt) {
 }
 
 std::vector<OpCase> softmax_cases() {
+  enum Kind { Uniform, Masked, Huge };
   struct Config {
     Shape shape;
     double lo, hi;
     bool fd;
+    Kind kind = Uniform;
   };
   std::vector<Config> configs;
   for (const Shape& s : std::vector<Shape>{{1, 1}, {1, 257}, {31, 1}, {3, 31}, {2, 3, 33}, {5, 257}, {4, 1013}, {257}})
@@ -769,19 +799,35 @@ std::vector<OpCase> softmax_cases() {
   for (const Shape& s : std::vector<Shape>{{1, 7}, {3, 257}, {2, 3, 7}, {64, 768}, {5}})
     configs.push_back({s, -5, 5, false});
   for (const Shape& s : std::vector<Shape>{{1, 1}, {3, 5}, {2, 257}, {2, 2, 7}}) configs.push_back({s, -3, 3, true});
+  // Masked (-inf) entries in rows below, at and above a SIMD packet, and with a scalar tail:
+  // softmax exactly 0, log_softmax -inf (tests/test_nn_kernels_softmax.cpp checks the bits).
+  for (int64_t C : {3, 8, 16, 33, 257}) configs.push_back({{2, C}, -5, 5, false, Masked});
+  configs.push_back({{2, 3}, 0, 0, false, Huge});  // logits of 1e4 and 3e4
   std::vector<OpCase> cases;
   for (const Config& c : configs) {
-    // f32 x - lse near 1000 loses the ulps of 1000.
-    const double at = c.hi > 100 ? 1e-4 : 1e-5;
+    // f32 x - lse near 1000 loses the ulps of 1000; near 3e4, those of 3e4.
+    const double at = c.kind == Huge ? 4e-3 : c.hi > 100 ? 1e-4 : 1e-5;
     const Tols y = tols({1e-5, 1e-6}, {1e-12, 1e-12}), ly = tols({1e-5, at}, {1e-12, 1e-12});
-    OpCase row("softmax and log_softmax " + shape_str(c.shape) + " in [" + str(c.lo) + ", " + str(c.hi) + ")",
-               [c](Generator& g) { return Tensors{uniform(g, c.shape, c.lo, c.hi), uniform(g, c.shape)}; },
+    const std::string kind = c.kind == Masked ? " masked" : c.kind == Huge ? " of 1e4" : "";
+    OpCase row("softmax and log_softmax " + shape_str(c.shape) + kind + " in [" + str(c.lo) + ", " + str(c.hi) + ")",
+               [c](Generator& g) {
+                 std::vector<double> x = values(uniform_f64(g, c.shape, c.lo, c.hi));
+                 const size_t C = static_cast<size_t>(c.shape.back());
+                 for (size_t i = 0; i < x.size() && c.kind == Masked; ++i)
+                   if (i % 3 == 1 || (i >= C && i % C > 1)) x[i] = -INFINITY;
+                 if (c.kind == Huge) x = {1e4, -1e4, 9999, 3e4, 3e4, -3e4};
+                 return Tensors{from_vector<double>(x, c.shape), uniform_f64(g, c.shape)};
+               },
                [](const Tensors& in, Device) {
                  const Tensor y = softmax_forward(in[0]), ly = log_softmax_forward(in[0]);
                  return Tensors{y, ly, softmax_backward(in[1], y), log_softmax_backward(in[1], ly)};
                },
                {y, ly, y, ly});
-    row.with_reference([](const Tensors& in) { return softmax_ref(in[0]); }, {tols(1e-5), tols({1e-5, at}, {1e-12, 1e-12})});
+    if (c.kind == Huge)
+      row.with_dtypes({DType::f32}).with_reference([](const Tensors& in) { return softmax_ref(in[0]); },
+                                                   {tols({1e-6, 1e-7}, {1e-12, 1e-12}), tols({1e-6, 1e-3}, {1e-12, 1e-12})});
+    else
+      row.with_reference([](const Tensors& in) { return softmax_ref(in[0]); }, {tols(1e-5), ly});
     if (c.fd) row.with_finite_diff({0, 1, {{0, 2}}}).with_finite_diff({1, 1, {{0, 3}}});
     cases.push_back(row);
   }
@@ -818,7 +864,8 @@ std::vector<OpCase> max_cases() {
   };
   const std::vector<Config> configs = {{{257}, 0},      {{7, 33}, 1}, {{7, 33}, 0},    {{3, 5, 4}, 1},
                                        {{3, 5, 4}, -1}, {{1, 1}, 1},  {{2, 70, 3}, 1}, {{40, 1}, 0},
-                                       {{3, 4, 5}, -3}, {{3, 4, 5}, -2}, {{2, 3, 4}, 0}, {{2, 3, 4}, 2}};
+                                       {{3, 4, 5}, -3}, {{3, 4, 5}, -2}, {{3, 4, 5}, -1}, {{2, 3, 4}, 0}, {{2, 3, 4}, 1},
+                                       {{2, 3, 4}, 2}};
   std::vector<OpCase> cases;
   for (const Config& c : configs)
     for (int kind = 0; kind < 3; ++kind)  // 0: distinct values, 1: many ties, 2: ties and NaN
@@ -830,16 +877,17 @@ std::vector<OpCase> max_cases() {
         OpCase row("max_with_indices " + shape_str(c.shape) + " axis " + std::to_string(c.axis) +
                        (keepdim ? " keepdim" : "") + (kind == 0 ? "" : kind == 1 ? " ties" : " ties and NaN"),
                    [c, kind, vs](Generator& g) {
-                     std::vector<double> v = values(uniform(g, c.shape, -3, 3));
+                     std::vector<double> v = values(uniform_f64(g, c.shape, -3, 3));
                      for (size_t i = 0; i < v.size(); ++i) {
                        if (kind >= 1) v[i] = std::floor(v[i]);  // 6 distinct values: the first maximum must win
                        if (kind == 2 && i % 5 == 2) v[i] = std::nan("");
                      }
-                     return Tensors{from_vector<double>(v, c.shape), uniform(g, vs)};
+                     return Tensors{from_vector<double>(v, c.shape), uniform_f64(g, vs)};
                    },
                    [c, keepdim](const Tensors& in, Device) {
                      const MaxWithIndices m = max_with_indices(in[0], c.axis, keepdim);
                      CHECK(m.indices.dtype() == DType::i64);
+                     CHECK(m.values.shape() == in[1].shape());  // dy was made with the expected shape
                      return Tensors{m.values, m.indices, max_backward(in[1], m.indices, c.shape, c.axis)};
                    },
                    {kExact});
@@ -875,14 +923,21 @@ Values ce_ref(const Tensor& logits, const Tensor& targets, int64_t ignore, Reduc
 }
 
 std::vector<OpCase> cross_entropy_cases() {
+  enum Kind { Uniform, Ramp, Huge, Masked };
   struct Config {
     Shape shape;
-    bool fd, ramp;
+    bool fd;
+    Kind kind = Uniform;
+    std::vector<int64_t> targets = {};  // else every third row ignored, the others spread over the classes
+    double tol = 1e-5;                  // of the losses and lse, on the cpu and every device
   };
-  // {5, 5000} a rising ramp: each 2048-wide block raises the running max (online rescaling).
-  const std::vector<Config> configs = {{{1, 1}, false, false},  {{4, 10}, false, false}, {{3, 257}, false, false},
-                                       {{2, 3, 11}, false, false}, {{5, 1013}, false, false}, {{33, 7}, false, false},
-                                       {{5, 5000}, false, true}, {{5, 7}, true, false}};
+  const std::vector<Config> configs = {
+      {{1, 1}, false}, {{4, 10}, false}, {{3, 257}, false}, {{2, 3, 11}, false}, {{5, 1013}, false}, {{33, 7}, false},
+      {{5, 7}, true},
+      {{5, 5000}, false, Ramp},                 // each 2048-wide block raises the running max (online rescaling)
+      {{3, 4}, false, Huge, {1, 2, 0}, 1e-6},   // logits of 1e4: finite, exact losses
+      {{2, 5000}, false, Masked, {4000, 1}},    // classes masked with -inf, a whole first block of them
+  };
   const double g = 0.37;  // the fused grad_scale (a loss scale of an accumulation window) and dloss of Mean/Sum
   std::vector<OpCase> cases;
   for (const Config& c : configs)
@@ -890,23 +945,26 @@ std::vector<OpCase> cross_entropy_cases() {
       for (Reduction red : {Reduction::None, Reduction::Sum, Reduction::Mean}) {
         const int64_t V = c.shape.back(), N = shape_numel(c.shape) / V;
         const int64_t ignore = V == 11 ? 5 : -100;  // a custom ignore_index that is a valid class
-        std::vector<int64_t> t;
-        for (int64_t n = 0; n < N; ++n) t.push_back(N > 1 && n % 3 == 1 ? ignore : (n * 7 + 3) % V);
-        const Tols tl = tols(1e-5), td = tols(2e-6);
+        std::vector<int64_t> t = c.targets;
+        for (int64_t n = 0; t.size() < static_cast<size_t>(N); ++n) t.push_back(N > 1 && n % 3 == 1 ? ignore : (n * 7 + 3) % V);
+        const Tols tl = tols(c.tol), td = tols(std::min(c.tol, 2e-6));
         OpCase row("cross_entropy " + shape_str(c.shape) + " " + dtype_name(tt) + " targets, " + reduction_name(red),
                    [c, t, tt, red, N, g](Generator& gen) {
-                     Tensor logits = uniform(gen, c.shape, -6, 6);
-                     if (c.ramp) {
-                       std::vector<double> v = values(logits);
-                       for (size_t i = 0; i < v.size(); ++i) v[i] += 0.01 * static_cast<double>(i % 5000);
-                       logits = from_vector<double>(v, c.shape);
+                     std::vector<double> v = values(uniform_f64(gen, c.shape, -6, 6));
+                     const size_t V = static_cast<size_t>(c.shape.back());
+                     for (size_t i = 0; i < v.size(); ++i) {
+                       if (c.kind == Ramp) v[i] += 0.01 * static_cast<double>(i % V);
+                       if (c.kind == Masked && (i < 3000 || (i >= V && i % 2 == 0))) v[i] = -INFINITY;
                      }
-                     const Tensor dloss = red == Reduction::None ? uniform(gen, {N}).view(without_last(c.shape))
+                     if (c.kind == Huge) v = {1e4, -1e4, 1e4 - 1, 0, -1e4, 2e4, 2e4, -2e4, 5, 5, 5, 1e4};
+                     const Tensor logits = from_vector<double>(v, c.shape);
+                     const Tensor dloss = red == Reduction::None ? uniform_f64(gen, {N}).view(without_last(c.shape))
                                                                  : scalar_tensor(g, DType::f64);
                      return Tensors{logits, indices(t, without_last(c.shape), tt), dloss};
                    },
                    [red, ignore, g](const Tensors& in, Device d) {
                      const CrossEntropyForward f = cross_entropy_forward(in[0], in[1], red, ignore, g);
+                     CHECK(f.loss.shape() == (red == Reduction::None ? in[1].shape() : Shape{}));
                      const CrossEntropyForward plain = cross_entropy_forward(in[0], in[1], red, ignore);
                      CHECK(!plain.dlogits.defined());
                      CHECK(plain.count == f.count);
@@ -916,7 +974,7 @@ std::vector<OpCase> cross_entropy_cases() {
                    },
                    {tl, tl, tl, td, tl, td, kExact});
         row.with_reference([ignore, red](const Tensors& in) { return ce_ref(in[0], in[1], ignore, red); },
-                           {tols(1e-5, 1e-12)});
+                           {tols(c.tol, 1e-12)});
         if (c.fd) {
           std::vector<GradPair> grads = {{0, 5}};  // the separate backward
           if (red != Reduction::None) grads.push_back({0, 3});  // the fused dlogits: grad_scale == dloss
@@ -953,10 +1011,13 @@ std::vector<OpCase> embedding_cases() {
       OpCase row("embedding " + shape_str(c.ids) + " " + dtype_name(it) + " ids, table (" + std::to_string(c.V) +
                      ", " + std::to_string(c.C) + ")",
                  [c, ids, it, out](Generator& g) {
-                   return Tensors{indices(ids, c.ids, it), uniform(g, {c.V, c.C}), uniform(g, out)};
+                   return Tensors{indices(ids, c.ids, it), uniform_f64(g, {c.V, c.C}), uniform_f64(g, out)};
                  },
-                 [V = c.V](const Tensors& in, Device) {
-                   return Tensors{embedding_forward(in[0], in[1]), embedding_backward(in[2], in[0], V)};
+                 [V = c.V, out](const Tensors& in, Device) {
+                   const Tensor y = embedding_forward(in[0], in[1]), dtable = embedding_backward(in[2], in[0], V);
+                   CHECK(y.shape() == out);
+                   CHECK(dtable.shape() == Shape{V, in[1].size(1)});
+                   return Tensors{y, dtable};
                  },
                  {kExact});
       row.with_reference(
@@ -1058,10 +1119,11 @@ std::vector<OpCase> attention_cases() {
     OpCase row("attention q " + shape_str(c.q) + " k " + shape_str(c.k) + " v " + shape_str(c.v) +
                    (c.causal ? " causal" : " full") + (c.scale ? " scale " + str(*c.scale) : ""),
                [c, os](Generator& g) {
-                 return Tensors{uniform(g, c.q, -2, 2), uniform(g, c.k, -2, 2), uniform(g, c.v), uniform(g, os)};
+                 return Tensors{uniform_f64(g, c.q, -2, 2), uniform_f64(g, c.k, -2, 2), uniform_f64(g, c.v), uniform_f64(g, os)};
                },
-               [c](const Tensors& in, Device) {
+               [c, os](const Tensors& in, Device) {
                  const AttentionForward f = attention_forward(in[0], in[1], in[2], c.scale, c.causal);
+                 CHECK(f.out.shape() == os);
                  const AttentionBackward b =
                      attention_backward(in[3], in[0], in[1], in[2], f.out, f.lse, c.scale, c.causal);
                  return Tensors{f.out, f.lse, b.dq, b.dk, b.dv};
@@ -1101,9 +1163,17 @@ Tensors make_list(Generator& g, const std::string& kind, double lo, double hi) {
   Tensors l;
   for (const auto& [shape, dt] : param_list(kind))
     l.push_back(shape_numel(shape) > 1000000 ? rand(shape, DType::f32, Device::cpu(), &g)  // f64 would cost seconds
-                                             : uniform(g, shape, lo, hi).to(dt));
+                                             : uniform_f64(g, shape, lo, hi).to(dt));
   return l;
 }
+// Several lists of `kind` one after the other, the i-th with values in ranges[i]: params, grads, state.
+Tensors make_lists(Generator& g, const std::string& kind, const std::vector<std::pair<double, double>>& ranges) {
+  Tensors all;
+  for (const auto& [lo, hi] : ranges)
+    for (const Tensor& t : make_list(g, kind, lo, hi)) all.push_back(t);
+  return all;
+}
+// The list-th of the lists of n tensors in l.
 Tensors slice_of(const Tensors& l, size_t list, size_t n) {
   return Tensors(l.begin() + static_cast<int64_t>(list * n), l.begin() + static_cast<int64_t>((list + 1) * n));
 }
@@ -1184,12 +1254,7 @@ std::vector<OpCase> optimizer_cases() {
     const size_t n = param_list(r.list).size();
     OpCase row("sgd_update lr " + str(r.s.lr) + " momentum " + str(r.s.momentum) + " dampening " + str(r.s.dampening) +
                    " wd " + str(r.s.wd) + (r.s.nesterov ? " nesterov" : "") + ", " + r.list + " list",
-               [r](Generator& g) {
-                 Tensors in = make_list(g, r.list, -1, 1);
-                 for (const Tensor& t : make_list(g, r.list, -1, 1)) in.push_back(t);  // grads
-                 for (const Tensor& t : make_list(g, r.list, -1, 1)) in.push_back(t);  // momentum buffers
-                 return in;
-               },
+               [r](Generator& g) { return make_lists(g, r.list, {{-1, 1}, {-1, 1}, {-1, 1}}); },  // p, grads, buffers
                [r, n](const Tensors& in, Device) {
                  const Tensors p = clones(slice_of(in, 0, n)), buf = clones(slice_of(in, 2, n));
                  for (int64_t step : r.steps)
@@ -1218,12 +1283,8 @@ std::vector<OpCase> optimizer_cases() {
     OpCase row(std::string(r.a.decoupled ? "adamw_update" : "adamw_update (Adam's L2 form)") + " lr " + str(r.a.lr) +
                    " steps " + std::to_string(r.steps.front()) + ".." + std::to_string(r.steps.back()) + ", " +
                    r.list + " list",
-               [r](Generator& g) {
-                 Tensors in = make_list(g, r.list, -1, 1);
-                 for (const Tensor& t : make_list(g, r.list, -1, 1)) in.push_back(t);      // grads
-                 for (const Tensor& t : make_list(g, r.list, -0.1, 0.1)) in.push_back(t);  // exp_avg
-                 for (const Tensor& t : make_list(g, r.list, 0, 0.01)) in.push_back(t);    // exp_avg_sq
-                 return in;
+               [r](Generator& g) {  // p, grads, exp_avg, exp_avg_sq
+                 return make_lists(g, r.list, {{-1, 1}, {-1, 1}, {-0.1, 0.1}, {0, 0.01}});
                },
                [r, n](const Tensors& in, Device) {
                  const Tensors p = clones(slice_of(in, 0, n)), m = clones(slice_of(in, 2, n)),
@@ -1251,7 +1312,7 @@ std::vector<OpCase> optimizer_cases() {
   for (const std::string kind : {"long", "big", "chunked", "strided"}) {
     OpCase row("global_grad_norm and scale_ by 0.37, " + kind + " list",
                [kind](Generator& g) {
-                 return kind == "strided" ? Tensors{uniform(g, {31, 33}).to(DType::f32)} : make_list(g, kind, -1, 1);
+                 return kind == "strided" ? Tensors{uniform_f64(g, {31, 33}).to(DType::f32)} : make_list(g, kind, -1, 1);
                },
                [kind](const Tensors& in, Device d) {
                  Tensors views;

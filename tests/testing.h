@@ -43,7 +43,8 @@ inline std::vector<double> values(const Tensor& t) {
   return t.to(Device::cpu()).to(DType::f64).to_vector<double>();  // to_vector records nothing
 }
 
-// got ≈ expected elementwise: |g - e| <= atol + rtol * |e|, shapes equal, NaN only where expected.
+// got ≈ expected elementwise: |g - e| <= atol + rtol * |e|, shapes equal, NaN only where expected,
+// an infinity only where the same one is expected.
 inline void check_close(const Tensor& got, const std::vector<double>& expected, double rtol = 1e-6,
                         double atol = 1e-6) {
   const std::vector<double> g = values(got);
@@ -51,7 +52,7 @@ inline void check_close(const Tensor& got, const std::vector<double>& expected, 
   int bad = 0;
   for (size_t i = 0; i < g.size(); ++i) {
     const bool both_nan = std::isnan(g[i]) && std::isnan(expected[i]);
-    const bool ok = both_nan || std::fabs(g[i] - expected[i]) <= atol + rtol * std::fabs(expected[i]);
+    const bool ok = both_nan || g[i] == expected[i] || std::fabs(g[i] - expected[i]) <= atol + rtol * std::fabs(expected[i]);
     if (!ok && bad++ < 5) FAIL_CHECK("element " << i << ": got " << g[i] << ", expected " << expected[i]);
   }
   CHECK(bad == 0);
@@ -62,13 +63,19 @@ inline void check_close(const Tensor& got, const Tensor& expected, double rtol =
   check_close(got, values(expected), rtol, atol);
 }
 
-// A contiguous f64 CPU tensor of uniform values in [lo, hi), reproducible from `seed`.
-inline Tensor uniform_f64(const Shape& shape, uint64_t seed, double lo = -1.0, double hi = 1.0) {
-  Generator g(seed);
+// ---- reproducible f64 inputs (contiguous, on the CPU) -------------------------------------------
+// Uniform values in [lo, hi) drawn from `g`, or from a fresh generator of `seed`.
+inline Tensor uniform_f64(Generator& g, const Shape& shape, double lo = -1.0, double hi = 1.0) {
   std::vector<double> u = values(rand(shape, DType::f64, Device::cpu(), &g));
   for (double& x : u) x = lo + (hi - lo) * x;
   return from_vector<double>(u, shape);
 }
+inline Tensor uniform_f64(const Shape& shape, uint64_t seed, double lo = -1.0, double hi = 1.0) {
+  Generator g(seed);
+  return uniform_f64(g, shape, lo, hi);
+}
+// N(0, 1) values drawn from `g`.
+inline Tensor normal_f64(Generator& g, const Shape& shape) { return randn(shape, DType::f64, Device::cpu(), &g); }
 
 // ---- finite differences of kernel-level backward functions (no tape involved) ----------------
 // The scalar under test is L = sum(out * weights) for fixed random weights; its gradient with
