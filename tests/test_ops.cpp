@@ -900,7 +900,8 @@ std::vector<OpCase> max_cases() {
 
 // ==== cross-entropy ================================================================================
 
-// losses, lse and the reduced loss of logits (N, V) with targets, in f64.
+// The reduced loss, the per-row losses, lse and the count of rows not ignored, of logits (N, V) with
+// targets, in f64.
 Values ce_ref(const Tensor& logits, const Tensor& targets, int64_t ignore, Reduction red) {
   const std::vector<double> x = values(logits), t = values(targets);
   const size_t V = static_cast<size_t>(logits.size(-1));
@@ -919,7 +920,7 @@ Values ce_ref(const Tensor& logits, const Tensor& targets, int64_t ignore, Reduc
   const std::vector<double> loss = red == Reduction::None ? losses
                                    : red == Reduction::Sum ? std::vector<double>{sum}
                                                            : std::vector<double>{count ? sum / count : 0};
-  return {loss, losses, lse};
+  return {loss, losses, lse, {count}};
 }
 
 std::vector<OpCase> cross_entropy_cases() {
@@ -968,16 +969,15 @@ std::vector<OpCase> cross_entropy_cases() {
                      const CrossEntropyForward plain = cross_entropy_forward(in[0], in[1], red, ignore);
                      CHECK(!plain.dlogits.defined());
                      CHECK(plain.count == f.count);
-                     return Tensors{f.loss, f.losses, f.lse, f.dlogits, plain.loss,
-                                    cross_entropy_backward(in[2], in[0], in[1], f.lse, red, ignore),
-                                    scalar_tensor(static_cast<double>(f.count), DType::i64, d)};
+                     return Tensors{f.loss, f.losses, f.lse, scalar_tensor(static_cast<double>(f.count), DType::i64, d),
+                                    f.dlogits, plain.loss, cross_entropy_backward(in[2], in[0], in[1], f.lse, red, ignore)};
                    },
-                   {tl, tl, tl, td, tl, td, kExact});
+                   {tl, tl, tl, kExact, td, tl, td});
         row.with_reference([ignore, red](const Tensors& in) { return ce_ref(in[0], in[1], ignore, red); },
                            {tols(c.tol, 1e-12)});
         if (c.fd) {
-          std::vector<GradPair> grads = {{0, 5}};  // the separate backward
-          if (red != Reduction::None) grads.push_back({0, 3});  // the fused dlogits: grad_scale == dloss
+          std::vector<GradPair> grads = {{0, 6}};  // the separate backward
+          if (red != Reduction::None) grads.push_back({0, 4});  // the fused dlogits: grad_scale == dloss
           row.with_finite_diff({0, 2, grads});
         }
         cases.push_back(row);
