@@ -15,13 +15,7 @@ using reel::testing::values;
 namespace {
 
 nn::GPTConfig tiny_config() {
-  nn::GPTConfig c;
-  c.vocab_size = 11;
-  c.block_size = 8;
-  c.n_layer = 4;
-  c.n_head = 2;
-  c.n_embd = 16;
-  return c;
+  return nn::GPTConfig{/*vocab_size*/ 11, /*block_size*/ 8, /*n_layer*/ 4, /*n_head*/ 2, /*n_embd*/ 16};
 }
 
 Tensor random_ids(int64_t B, int64_t T, int64_t V, uint64_t seed, Device device = Device::cpu()) {

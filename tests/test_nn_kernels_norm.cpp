@@ -1,107 +1,13 @@
-// LayerNorm and RMSNorm kernels: forward against f64 reference loops (f32 and f64, awkward
-// shapes: one row, C = 1, C = 257, strided input), backward against central finite differences
-// in f64, dw/db bit-identical for any thread count, bad inputs.
-#include <cmath>
+// LayerNorm and RMSNorm kernels, the edge cases: f32 backward against f64 with dw/db bit-identical
+// for any thread count, empty rows, bad inputs. (The forward against f64 reference loops on awkward
+// shapes, strided inputs and rows of mean 1000, and the backward against finite differences, on
+// every device, are rows of tests/test_ops.cpp.)
+#include "kernels/ops.h"
+#include "testing.h"
 
-#include "nn_kernels_testing.h"
-
-namespace {
-
-struct NormRef {
-  std::vector<double> y, mean, rstd;
-};
-
-NormRef layernorm_ref(const std::vector<double>& x, const std::vector<double>& w, const std::vector<double>& b,
-                      int64_t R, int64_t C, double eps, bool rms) {
-  NormRef r{std::vector<double>(x.size()), {}, {}};
-  for (int64_t i = 0; i < R; ++i) {
-    double m = 0, v = 0;
-    for (int64_t c = 0; c < C; ++c) m += x[i * C + c];
-    m = rms ? 0 : m / C;
-    for (int64_t c = 0; c < C; ++c) v += (x[i * C + c] - m) * (x[i * C + c] - m);
-    const double rs = 1 / std::sqrt(v / C + eps);
-    for (int64_t c = 0; c < C; ++c) r.y[i * C + c] = (x[i * C + c] - m) * rs * w[c] + (rms ? 0 : b[c]);
-    r.mean.push_back(m);
-    r.rstd.push_back(rs);
-  }
-  return r;
-}
-
-}  // namespace
-
-TEST_CASE("layernorm and rmsnorm forward match the f64 reference") {
-  const std::vector<Shape> shapes = {{1, 1}, {1, 257}, {5, 1}, {3, 4, 257}, {7, 33}, {64, 768}, {257}};
-  for (const Shape& shape : shapes)
-    for (DType dt : {DType::f64, DType::f32}) {
-      CAPTURE(shape_str(shape));
-      CAPTURE(dtype_name(dt));
-      const int64_t C = shape.back(), R = shape_numel(shape) / C;
-      Tensor x = uniform_f64(shape, 1, -2, 3).to(dt);  // mean far from 0: tests the two-pass variance
-      Tensor w = uniform_f64({C}, 2, 0.5, 1.5).to(dt), b = uniform_f64({C}, 3).to(dt);
-      const NormRef ref = layernorm_ref(values(x), values(w), values(b), R, C, 1e-5, false);
-      const double tol = dt == DType::f32 ? 2e-5 : 1e-12;
-      LayerNormForward f = layernorm_forward(x, w, b, 1e-5);
-      CHECK(f.y.shape() == shape);
-      CHECK(f.mean.shape() == Shape(shape.begin(), shape.end() - 1));
-      check_close(f.y, ref.y, tol, tol);
-      check_close(f.mean, ref.mean, tol, tol);
-      check_close(f.rstd, ref.rstd, tol, tol);
-
-      const NormRef rref = layernorm_ref(values(x), values(w), values(b), R, C, 1e-6, true);
-      RMSNormForward g = rmsnorm_forward(x, w, 1e-6);
-      check_close(g.y, rref.y, tol, tol);
-      check_close(g.rstd, rref.rstd, tol, tol);
-    }
-}
-
-TEST_CASE("f32 layernorm of rows with a large mean keeps its precision (two-pass variance)") {
-  std::vector<double> v = values(uniform_f64({16, 768}, 7, -1, 1));
-  for (double& x : v) x += 1000;  // mean 1000, std 0.58: E[x^2] - E[x]^2 would lose every digit in f32
-  Tensor x = from_vector<double>(v, {16, 768}).to(DType::f32);
-  Tensor w = ones({768}), b = zeros({768});
-  const NormRef ref = layernorm_ref(values(x), values(w), values(b), 16, 768, 1e-5, false);
-  LayerNormForward f = layernorm_forward(x, w, b);
-  check_close(f.y, ref.y, 1e-4, 1e-4);
-  check_close(f.rstd, ref.rstd, 1e-4, 1e-4);
-}
-
-TEST_CASE("layernorm reads strided inputs") {
-  Tensor x = uniform_f64({6, 5}, 4);
-  Tensor w = uniform_f64({6}, 5), b = uniform_f64({6}, 6);
-  Tensor xt = x.t();  // (5, 6), not contiguous
-  const NormRef ref = layernorm_ref(values(xt), values(w), values(b), 5, 6, 1e-5, false);
-  check_close(layernorm_forward(xt, w, b).y, ref.y, 1e-12, 1e-12);
-}
-
-TEST_CASE("layernorm backward matches finite differences in f64") {
-  for (const Shape& shape : std::vector<Shape>{{3, 5}, {1, 1}, {4, 1}, {2, 257}, {2, 3, 7}}) {
-    CAPTURE(shape_str(shape));
-    const int64_t C = shape.back();
-    Tensor x = uniform_f64(shape, 10, -1, 2), w = uniform_f64({C}, 11, 0.5, 1.5), b = uniform_f64({C}, 12);
-    Tensor wy = uniform_f64(shape, 13);  // dL/dy
-    const double eps = 1e-5;
-    LayerNormForward f = layernorm_forward(x, w, b, eps);
-    LayerNormBackward g = layernorm_backward(wy, x, w, f.mean, f.rstd);
-    auto loss = [&] { return weighted_sum(layernorm_forward(x, w, b, eps).y, wy); };
-    check_gradient("dx", x, g.dx, loss);
-    check_gradient("dw", w, g.dw, loss);
-    check_gradient("db", b, g.db, loss);
-  }
-}
-
-TEST_CASE("rmsnorm backward matches finite differences in f64") {
-  for (const Shape& shape : std::vector<Shape>{{3, 5}, {1, 1}, {2, 257}, {2, 3, 7}}) {
-    CAPTURE(shape_str(shape));
-    const int64_t C = shape.back();
-    Tensor x = uniform_f64(shape, 20, -1, 2), w = uniform_f64({C}, 21, 0.5, 1.5);
-    Tensor wy = uniform_f64(shape, 23);
-    RMSNormForward f = rmsnorm_forward(x, w);
-    RMSNormBackward g = rmsnorm_backward(wy, x, w, f.rstd);
-    auto loss = [&] { return weighted_sum(rmsnorm_forward(x, w).y, wy); };
-    check_gradient("dx", x, g.dx, loss);
-    check_gradient("dw", w, g.dw, loss);
-  }
-}
+using namespace reel;
+using namespace reel::kernels;
+using namespace reel::testing;
 
 TEST_CASE("f32 backward agrees with f64 and dw/db are bit-identical for any thread count") {
   const Shape shape{4096, 96};  // 64 row chunks: the partial sums matter

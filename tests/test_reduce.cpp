@@ -1,4 +1,6 @@
-// sum/mean/max along axes and in total, keepdim, strided inputs, empty tensors, NaN, errors.
+// Reductions: sum/mean/max of known values along axes and in total, keepdim, a strided input,
+// an exact large f32 sum, empty tensors, NaN, errors (random inputs on every device against the
+// f64 run are rows of tests/test_ops.cpp).
 #include <cmath>
 
 #include "kernels/ops.h"
@@ -25,20 +27,9 @@ TEST_CASE("reductions along each axis and in total") {
   check_close(sum(x.transpose(0, 2), {0}), {6, 54, 22, 70, 38, 86});  // strided input, (3, 2)
 }
 
-TEST_CASE("large f32 sums accumulate accurately and column sums match") {
+TEST_CASE("a large f32 sum of ones is exact") {
   Tensor ones_big = ones({1 << 20});
   CHECK(sum(ones_big).item() == 1048576.0);
-  Generator g(5);
-  Tensor x = randn({1000, 77}, DType::f32, Device::cpu(), &g);
-  const std::vector<double> v = reel::testing::values(x);
-  std::vector<double> cols(77, 0.0), rows(1000, 0.0);
-  for (int i = 0; i < 1000; ++i)
-    for (int j = 0; j < 77; ++j) {
-      cols[j] += v[i * 77 + j];
-      rows[i] += v[i * 77 + j];
-    }
-  check_close(sum(x, {0}), cols, 1e-5, 1e-5);
-  check_close(sum(x, {1}), rows, 1e-5, 1e-5);
 }
 
 TEST_CASE("empty tensors and NaN") {

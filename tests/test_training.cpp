@@ -94,12 +94,7 @@ TEST_CASE("50 training steps on synthetic data: the loss falls (MLP on every dev
   }
   // A tiny GPT learns to continue a repeating sequence.
   manual_seed(3);
-  nn::GPTConfig c;
-  c.vocab_size = 7;
-  c.block_size = 12;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 32;
+  const nn::GPTConfig c{/*vocab_size*/ 7, /*block_size*/ 12, /*n_layer*/ 2, /*n_head*/ 2, /*n_embd*/ 32};
   nn::GPT gpt(c);
   optim::AdamW opt(gpt.parameters(), 1e-2);
   std::vector<int64_t> seq;
@@ -121,12 +116,7 @@ TEST_CASE("50 training steps on synthetic data: the loss falls (MLP on every dev
 TEST_CASE("accumulation over variable-length token batches with padding equals one big batch") {
   // Sequences of lengths 2..9 (targets padded with ignore_index -100, ids with 0): micro-batches
   // of different lengths and different numbers of real tokens, as a text loader makes them.
-  nn::GPTConfig c;
-  c.vocab_size = 13;
-  c.block_size = 10;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 16;
+  const nn::GPTConfig c{/*vocab_size*/ 13, /*block_size*/ 10, /*n_layer*/ 2, /*n_head*/ 2, /*n_embd*/ 16};
   const std::vector<std::vector<int64_t>> lengths = {{9, 2}, {3}, {7, 5, 4}, {6, 8}};  // per micro-batch
   Generator g(4);
   struct TokenBatch {

@@ -47,7 +47,7 @@ case "$mode" in
       echo "== emulated CUDA under AddressSanitizer + UBSan"
       # Only the library and the tests that run here are built (-O1, no -march=native: a sanitizer
       # build is for finding bugs, and this keeps the whole of `test` near 30 minutes on 2 cores).
-      asan_tests=${ASAN_TESTS:-cuda|simt|safetensors}
+      asan_tests=${ASAN_TESTS:-cuda|simt|safetensors|^test_ops\$}
       configure_only build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g -DNDEBUG" \
         -DREEL_SANITIZE=address,undefined -DREEL_NATIVE=OFF -DREEL_BUILD_EXAMPLES=OFF -DREEL_BUILD_BENCH=OFF
       mapfile -t asan_targets < <(cd build-asan && ctest -N -R "$asan_tests" | sed -n 's/^ *Test *#[0-9]*: *//p')
