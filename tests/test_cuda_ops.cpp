@@ -124,14 +124,11 @@ Tensor tiled_matmul(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb);
 }  // namespace
 
 TEST_CASE("unary ops on cuda match the cpu: every op, f32 and f64, strided and broadcast views") {
-  const UnaryOp ops[] = {UnaryOp::Neg,     UnaryOp::Exp,  UnaryOp::Log,  UnaryOp::Tanh,   UnaryOp::Relu,
-                         UnaryOp::Gelu,    UnaryOp::Sigmoid, UnaryOp::Silu, UnaryOp::Sqrt, UnaryOp::Abs,
-                         UnaryOp::Square, UnaryOp::Reciprocal};
   std::vector<Case> cases;
   for (DType dt : {DType::f32, DType::f64})
-    for (UnaryOp op : ops)
+    for (UnaryOp op : kUnaryOps)  // [op-lists] every op of REEL_UNARY_OPS
       for (const View& v : elementwise_views()) {
-        const bool positive = op == UnaryOp::Log || op == UnaryOp::Sqrt || op == UnaryOp::Reciprocal;
+        const bool positive = unary_domain(op) == UnaryDomain::Positive;  // log, sqrt, reciprocal
         cases.push_back({std::string(op_name(op)) + " " + v.name, {v.shape}, dt, positive ? Init::Positive : Init::Normal,
                          [op, f = v.apply](const std::vector<Tensor>& in, Device) { return unary(op, f(in[0])); },
                          rtol_of(dt), rtol_of(dt, 1e-6, 1e-14)});
@@ -186,6 +183,102 @@ TEST_CASE("tensor-scalar ops on cuda match the cpu: scalar on either side") {
                            rtol_of(dt, 1e-6, 1e-15), rtol_of(dt, 1e-7, 1e-15)});
   run_cases(cases);
 }
+
+// ---- [op-lists, issue 10] unary_backward, compare, where --------------------------------------
+
+TEST_CASE("unary_backward on cuda matches the cpu: every op, f32 and f64, strided and broadcast views") {
+  std::vector<Case> cases;
+  for (DType dt : {DType::f32, DType::f64})
+    for (UnaryOp op : kUnaryOps)
+      for (const View& v : elementwise_views()) {
+        const bool positive = unary_domain(op) == UnaryDomain::Positive;
+        // in[0]: dy, in[1]: x; saved is x, y = f(x) computed on the device, or nothing.
+        cases.push_back({std::string(op_name(op)) + "_backward " + v.name, {v.shape, v.shape}, dt,
+                         positive ? Init::Positive : Init::Normal,
+                         [op, f = v.apply](const std::vector<Tensor>& in, Device) {
+                           const Tensor x = f(in[1]);
+                           const UnarySaves saves = unary_saves(op);
+                           const Tensor saved = saves == UnarySaves::Input    ? x
+                                                : saves == UnarySaves::Output ? unary(op, x)
+                                                                              : Tensor();
+                           return unary_backward(op, f(in[0]), saved);
+                         },
+                         // GELU/SiLU recompute tanh / exp: the device's and Eigen's differ by ulps of
+                         // O(1) terms that cancel near t = -1, hence an absolute tolerance.
+                         rtol_of(dt), rtol_of(dt, 1e-5, 1e-13)});
+      }
+  for (UnaryOp op : {UnaryOp::Relu, UnaryOp::Abs, UnaryOp::Gelu, UnaryOp::Exp})
+    cases.push_back({std::string(op_name(op)) + "_backward with NaN (257)", {{257}, {257}}, DType::f32,
+                     Init::WithNaN,
+                     [op](const std::vector<Tensor>& in, Device) {
+                       const Tensor saved = unary_saves(op) == UnarySaves::Output ? unary(op, in[1]) : in[1];
+                       return unary_backward(op, in[0], saved);
+                     },
+                     kF32Ulps, 1e-5});
+  run_cases(cases);
+}
+
+TEST_CASE("compare on cuda matches the cpu exactly: every op, broadcasting, strided, NaN, scalar form") {
+  struct Pair {
+    Shape a, b;
+    bool transpose_a;
+  };
+  const std::vector<Pair> pairs = {
+      {{257}, {257}, false}, {{31, 1}, {1, 33}, false}, {{4, 1, 3}, {1, 5, 1}, false}, {{}, {7, 5}, false},
+      {{33, 31}, {33}, true}, {{0, 3}, {3}, false},      {{3, 1, 31}, {2, 1, 1, 1}, false},
+  };
+  std::vector<Case> cases;
+  for (DType dt : {DType::f32, DType::f64})
+    for (CompareOp op : kCompareOps) {
+      for (const Pair& p : pairs)
+        cases.push_back({std::string(op_name(op)) + " " + shape_str(p.a) + (p.transpose_a ? ".t()" : "") + " and " +
+                             shape_str(p.b),
+                         {p.a, p.b}, dt, Init::Normal,
+                         [op, t = p.transpose_a](const std::vector<Tensor>& in, Device) {
+                           return compare(op, t ? in[0].t() : in[0], in[1]);
+                         },
+                         0, 0});
+      // Equal operands (x with itself) and NaN: ne is the only op true at NaN.
+      cases.push_back({std::string(op_name(op)) + " x with x, NaN (257)", {{257}}, dt, Init::WithNaN,
+                       [op](const std::vector<Tensor>& in, Device) { return compare(op, in[0], in[0]); }, 0, 0});
+      for (const View& v : elementwise_views())
+        cases.push_back({std::string(op_name(op)) + " x, 0.25 " + v.name, {v.shape}, dt, Init::WithNaN,
+                         [op, f = v.apply](const std::vector<Tensor>& in, Device) { return compare(op, f(in[0]), 0.25); },
+                         0, 0});
+    }
+  run_cases(cases);
+}
+
+TEST_CASE("where on cuda matches the cpu exactly: broadcasting all three, masks and raw conditions") {
+  struct Triple {
+    Shape cond, a, b;
+  };
+  const std::vector<Triple> triples = {
+      {{257}, {257}, {257}},         {{31, 1}, {1, 33}, {}},      {{4, 1, 3}, {1, 5, 1}, {4, 5, 3}},
+      {{}, {7, 5}, {5}},             {{0, 3}, {3}, {1}},          {{2, 1, 1, 31}, {3, 1, 31}, {1, 5, 1}},
+  };
+  std::vector<Case> cases;
+  for (DType dt : {DType::f32, DType::f64})
+    for (const Triple& t : triples) {
+      const std::string shapes = shape_str(t.cond) + " " + shape_str(t.a) + " " + shape_str(t.b);
+      cases.push_back({"where(cond > 0) " + shapes, {t.cond, t.a, t.b}, dt, Init::Normal,
+                       [](const std::vector<Tensor>& in, Device) {
+                         return where(compare(CompareOp::Gt, in[0], 0.0), in[1], in[2]);
+                       },
+                       0, 0});
+      // A raw condition with NaN (nonzero: picks a) and a transposed operand.
+      cases.push_back({"where(raw cond with NaN) " + shapes, {t.cond, t.a, t.b}, dt, Init::WithNaN,
+                       [](const std::vector<Tensor>& in, Device) { return where(in[0], in[1], in[2]); }, 0, 0});
+    }
+  cases.push_back({"where (33, 31).t() cond", {{33, 31}, {31, 33}, {31, 1}}, DType::f32, Init::Normal,
+                   [](const std::vector<Tensor>& in, Device) {
+                     return where(compare(CompareOp::Le, in[0].t(), in[1]), in[1], in[2]);
+                   },
+                   0, 0});
+  run_cases(cases);
+}
+
+// ---- [op-lists, issue 10] end ------------------------------------------------------------------
 
 namespace {
 struct MatmulConfig {
@@ -445,6 +538,10 @@ TEST_CASE("a cpu tensor with a cuda tensor raises reel::Error naming both device
   CHECK_REEL_ERROR(binary(BinaryOp::Add, a, b), "expected all tensors on one device");
   CHECK_REEL_ERROR(binary(BinaryOp::Mul, b, a), "cuda:0");
   CHECK_REEL_ERROR(matmul(a, b.t()), "expected all tensors on one device");
+  // [op-lists] compare, where and unary_backward check devices too
+  CHECK_REEL_ERROR(compare(CompareOp::Gt, a, b), "gt: expected all tensors on one device, got (3, 4) on cpu (3, 4) on cuda:0");
+  CHECK_REEL_ERROR(where(b, a, b), "where: expected all tensors on one device");
+  CHECK_REEL_ERROR(unary_backward(UnaryOp::Gelu, b, a), "gelu_backward: expected all tensors on one device");
   CHECK_REEL_ERROR(empty({2}, DType::f32, Device::cuda(7)), "cuda:7 is not available");
 }
 
