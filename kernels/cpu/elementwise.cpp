@@ -144,7 +144,14 @@ void compare_loop(const Tensor& a, const Tensor& b, const Tensor& out) {
     T* o = dst + off[0];
     const T* x = pa + off[1];
     const T* y = pb + off[2];
-    for (int64_t i = 0; i < n; ++i) o[i * st[0]] = T(compare_fn<op>(x[i * st[1]], y[i * st[2]]));
+    if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
+      for (int64_t i = 0; i < n; ++i) o[i] = T(compare_fn<op>(x[i], y[i]));
+    } else if (st[0] == 1 && st[1] == 1 && st[2] == 0) {  // against a broadcast scalar
+      const T yv = *y;
+      for (int64_t i = 0; i < n; ++i) o[i] = T(compare_fn<op>(x[i], yv));
+    } else {
+      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = T(compare_fn<op>(x[i * st[1]], y[i * st[2]]));
+    }
   });
 }
 
@@ -157,7 +164,11 @@ void compare_scalar_loop(const Tensor& a, double s, const Tensor& out) {
   loop.for_each_run([&](const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& st, int64_t n) {
     T* o = dst + off[0];
     const T* x = src + off[1];
-    for (int64_t i = 0; i < n; ++i) o[i * st[0]] = T(compare_fn<op>(x[i * st[1]], sv));
+    if (st[0] == 1 && st[1] == 1) {
+      for (int64_t i = 0; i < n; ++i) o[i] = T(compare_fn<op>(x[i], sv));
+    } else {
+      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = T(compare_fn<op>(x[i * st[1]], sv));
+    }
   });
 }
 
@@ -173,7 +184,17 @@ void where_loop(const Tensor& cond, const Tensor& a, const Tensor& b, const Tens
     const T* c = pc + off[1];
     const T* x = pa + off[2];
     const T* y = pb + off[3];
-    for (int64_t i = 0; i < n; ++i) o[i * st[0]] = where_fn(c[i * st[1]], x[i * st[2]], y[i * st[3]]);
+    if (st[0] == 1 && st[1] == 1 && st[2] == 1 && st[3] == 1) {
+      for (int64_t i = 0; i < n; ++i) o[i] = where_fn(c[i], x[i], y[i]);
+    } else if (st[0] == 1 && st[1] == 1 && st[2] == 1 && st[3] == 0) {  // where(mask, g, 0): b a scalar
+      const T yv = *y;
+      for (int64_t i = 0; i < n; ++i) o[i] = where_fn(c[i], x[i], yv);
+    } else if (st[0] == 1 && st[1] == 1 && st[2] == 0 && st[3] == 1) {
+      const T xv = *x;
+      for (int64_t i = 0; i < n; ++i) o[i] = where_fn(c[i], xv, y[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = where_fn(c[i * st[1]], x[i * st[2]], y[i * st[3]]);
+    }
   });
 }
 
