@@ -2,6 +2,7 @@
 // to the output shape), tensor-scalar, where. One StridedLoop; the innermost run is a plain loop
 // the compiler vectorises when the strides are 1.
 #include <algorithm>
+#include <type_traits>
 
 #include <Eigen/Core>
 
@@ -31,24 +32,36 @@ void unary_contiguous(const T* a, T* o, int64_t n) {
     for (int64_t i = 0; i < n; ++i) o[i] = unary_fn<op>(a[i]);
 }
 
-template <UnaryOp op, typename T>
-void unary_loop(const Tensor& x, const Tensor& out) {
-  const T* src = x.data<T>();
+// No special contiguous loop: the plain one (the compiler vectorises it).
+struct PlainLoop {};
+
+// out = f(a) elementwise, a any strides over out's shape. A contiguous run goes to
+// contiguous(a, out, n) when given, else to a plain loop.
+template <typename T, typename F, typename C = PlainLoop>
+void map1(const Tensor& a, const Tensor& out, F f, C contiguous = {}) {
+  const T* src = a.data<T>();
   T* dst = out.data<T>();
-  StridedLoop<2> loop(out.shape(), {&out.strides(), &x.strides()});
+  StridedLoop<2> loop(out.shape(), {&out.strides(), &a.strides()});
   loop.for_each_run([&](const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& st, int64_t n) {
     T* o = dst + off[0];
-    const T* a = src + off[1];
+    const T* x = src + off[1];
     if (st[0] == 1 && st[1] == 1) {
-      unary_contiguous<op>(a, o, n);
+      if constexpr (std::is_same_v<C, PlainLoop>) {
+        for (int64_t i = 0; i < n; ++i) o[i] = f(x[i]);
+      } else {
+        contiguous(x, o, n);
+      }
     } else {
-      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = unary_fn<op>(a[i * st[1]]);
+      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = f(x[i * st[1]]);
     }
   });
 }
 
-template <BinaryOp op, typename T>
-void binary_loop(const Tensor& a, const Tensor& b, const Tensor& out) {
+// out = f(a, b) elementwise, a and b expanded to out's shape (stride 0 where broadcast). A
+// contiguous run goes to contiguous(a, b, out, n) when given, else to a plain loop; runs against
+// a broadcast scalar (a row plus a bias element) get their own loop.
+template <typename T, typename F, typename C = PlainLoop>
+void map2(const Tensor& a, const Tensor& b, const Tensor& out, F f, C contiguous = {}) {
   const T* pa = a.data<T>();
   const T* pb = b.data<T>();
   T* dst = out.data<T>();
@@ -58,33 +71,38 @@ void binary_loop(const Tensor& a, const Tensor& b, const Tensor& out) {
     const T* x = pa + off[1];
     const T* y = pb + off[2];
     if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
-      for (int64_t i = 0; i < n; ++i) o[i] = binary_fn<op>(x[i], y[i]);
+      if constexpr (std::is_same_v<C, PlainLoop>) {
+        for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+      } else {
+        contiguous(x, y, o, n);
+      }
     } else if (st[0] == 1 && st[1] == 1 && st[2] == 0) {  // row op broadcast scalar
       const T yv = *y;
-      for (int64_t i = 0; i < n; ++i) o[i] = binary_fn<op>(x[i], yv);
+      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], yv);
     } else if (st[0] == 1 && st[1] == 0 && st[2] == 1) {
       const T xv = *x;
-      for (int64_t i = 0; i < n; ++i) o[i] = binary_fn<op>(xv, y[i]);
+      for (int64_t i = 0; i < n; ++i) o[i] = f(xv, y[i]);
     } else {
-      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = binary_fn<op>(x[i * st[1]], y[i * st[2]]);
+      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = f(x[i * st[1]], y[i * st[2]]);
     }
   });
 }
 
+template <UnaryOp op, typename T>
+void unary_loop(const Tensor& x, const Tensor& out) {
+  map1<T>(x, out, [](T v) { return unary_fn<op>(v); }, [](const T* a, T* o, int64_t n) { unary_contiguous<op>(a, o, n); });
+}
+
+template <BinaryOp op, typename T>
+void binary_loop(const Tensor& a, const Tensor& b, const Tensor& out) {
+  map2<T>(a, b, out, [](T x, T y) { return binary_fn<op>(x, y); });
+}
+
 template <BinaryOp op, typename T>
 void scalar_loop(const Tensor& a, double s, bool scalar_left, const Tensor& out) {
-  const T* src = a.data<T>();
-  T* dst = out.data<T>();
   const T sv = static_cast<T>(s);
-  StridedLoop<2> loop(out.shape(), {&out.strides(), &a.strides()});
-  loop.for_each_run([&](const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& st, int64_t n) {
-    T* o = dst + off[0];
-    const T* x = src + off[1];
-    if (scalar_left)
-      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = binary_fn<op>(sv, x[i * st[1]]);
-    else
-      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = binary_fn<op>(x[i * st[1]], sv);
-  });
+  if (scalar_left) map1<T>(a, out, [sv](T x) { return binary_fn<op>(sv, x); });
+  else map1<T>(a, out, [sv](T x) { return binary_fn<op>(x, sv); });
 }
 
 // dx = unary_backward_fn(dy, s) over a contiguous run. GELU and SiLU recompute tanh / a sigmoid:
@@ -118,58 +136,19 @@ void unary_backward_contiguous(const T* dy, const T* s, T* dx, int64_t n) {
 
 template <UnaryOp op, typename T>
 void unary_backward_loop(const Tensor& dy, const Tensor& saved, const Tensor& out) {
-  const T* pg = dy.data<T>();
-  const T* ps = saved.data<T>();
-  T* dst = out.data<T>();
-  StridedLoop<3> loop(out.shape(), {&out.strides(), &dy.strides(), &saved.strides()});
-  loop.for_each_run([&](const std::array<int64_t, 3>& off, const std::array<int64_t, 3>& st, int64_t n) {
-    T* o = dst + off[0];
-    const T* g = pg + off[1];
-    const T* x = ps + off[2];
-    if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
-      unary_backward_contiguous<op>(g, x, o, n);
-    } else {
-      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = unary_backward_fn<op>(g[i * st[1]], x[i * st[2]]);
-    }
-  });
+  map2<T>(dy, saved, out, [](T g, T x) { return unary_backward_fn<op>(g, x); },
+          [](const T* g, const T* x, T* o, int64_t n) { unary_backward_contiguous<op>(g, x, o, n); });
 }
 
 template <CompareOp op, typename T>
 void compare_loop(const Tensor& a, const Tensor& b, const Tensor& out) {
-  const T* pa = a.data<T>();
-  const T* pb = b.data<T>();
-  T* dst = out.data<T>();
-  StridedLoop<3> loop(out.shape(), {&out.strides(), &a.strides(), &b.strides()});
-  loop.for_each_run([&](const std::array<int64_t, 3>& off, const std::array<int64_t, 3>& st, int64_t n) {
-    T* o = dst + off[0];
-    const T* x = pa + off[1];
-    const T* y = pb + off[2];
-    if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
-      for (int64_t i = 0; i < n; ++i) o[i] = T(compare_fn<op>(x[i], y[i]));
-    } else if (st[0] == 1 && st[1] == 1 && st[2] == 0) {  // against a broadcast scalar
-      const T yv = *y;
-      for (int64_t i = 0; i < n; ++i) o[i] = T(compare_fn<op>(x[i], yv));
-    } else {
-      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = T(compare_fn<op>(x[i * st[1]], y[i * st[2]]));
-    }
-  });
+  map2<T>(a, b, out, [](T x, T y) { return T(compare_fn<op>(x, y)); });
 }
 
 template <CompareOp op, typename T>
 void compare_scalar_loop(const Tensor& a, double s, const Tensor& out) {
-  const T* src = a.data<T>();
-  T* dst = out.data<T>();
   const T sv = static_cast<T>(s);
-  StridedLoop<2> loop(out.shape(), {&out.strides(), &a.strides()});
-  loop.for_each_run([&](const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& st, int64_t n) {
-    T* o = dst + off[0];
-    const T* x = src + off[1];
-    if (st[0] == 1 && st[1] == 1) {
-      for (int64_t i = 0; i < n; ++i) o[i] = T(compare_fn<op>(x[i], sv));
-    } else {
-      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = T(compare_fn<op>(x[i * st[1]], sv));
-    }
-  });
+  map1<T>(a, out, [sv](T x) { return T(compare_fn<op>(x, sv)); });
 }
 
 template <typename T>
