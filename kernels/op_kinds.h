@@ -17,8 +17,12 @@
 //      table (a test fails until it is there). The CUDA-vs-CPU table, the autograd table
 //      (finite differences) and the unary_backward value test iterate the list by themselves.
 #pragma once
+#include <array>
 #include <cmath>
+#include <cstddef>
+#include <iterator>
 #include <type_traits>
+#include <utility>
 
 #include "core/philox.h"  // REEL_HOST_DEVICE
 
@@ -74,63 +78,54 @@ enum class UnaryDomain { Real, Positive, Kink };
   X(Max, max)
 
 // ---- what the lists generate --------------------------------------------------------------------
+// Enumerators are numbered 0, 1, ... in list order, so a list's attributes are arrays indexed by
+// the op.
 
 #define REEL_OP_ENUMERATOR(Name, ...) Name,
-#define REEL_OP_ARRAY_ENTRY(Name, ...) KIND_::Name,
-#define REEL_OP_NAME_CASE(Name, name, ...) \
-  case KIND_::Name: return #name;
+#define REEL_OP_STRING(Name, name, ...) #name,
+#define REEL_UNARY_SAVES_ENTRY(Name, name, saves, domain) UnarySaves::saves,
+#define REEL_UNARY_DOMAIN_ENTRY(Name, name, saves, domain) UnaryDomain::domain,
 
 enum class UnaryOp { REEL_UNARY_OPS(REEL_OP_ENUMERATOR) };
 enum class BinaryOp { REEL_BINARY_OPS(REEL_OP_ENUMERATOR) };
 enum class CompareOp { REEL_COMPARE_OPS(REEL_OP_ENUMERATOR) };
 enum class ReduceOp { REEL_REDUCE_OPS(REEL_OP_ENUMERATOR) };
 
-// Every op of a kind, in list order.
-#define KIND_ UnaryOp
-inline constexpr UnaryOp kUnaryOps[] = {REEL_UNARY_OPS(REEL_OP_ARRAY_ENTRY)};
-inline const char* op_name(UnaryOp op) {
-  switch (op) { REEL_UNARY_OPS(REEL_OP_NAME_CASE) }
-  return "?";
-}
-#undef KIND_
-#define KIND_ BinaryOp
-inline constexpr BinaryOp kBinaryOps[] = {REEL_BINARY_OPS(REEL_OP_ARRAY_ENTRY)};
-inline const char* op_name(BinaryOp op) {
-  switch (op) { REEL_BINARY_OPS(REEL_OP_NAME_CASE) }
-  return "?";
-}
-#undef KIND_
-#define KIND_ CompareOp
-inline constexpr CompareOp kCompareOps[] = {REEL_COMPARE_OPS(REEL_OP_ARRAY_ENTRY)};
-inline const char* op_name(CompareOp op) {
-  switch (op) { REEL_COMPARE_OPS(REEL_OP_NAME_CASE) }
-  return "?";
-}
-#undef KIND_
-#define KIND_ ReduceOp
-inline const char* op_name(ReduceOp op) {
-  switch (op) { REEL_REDUCE_OPS(REEL_OP_NAME_CASE) }
-  return "?";
-}
-#undef KIND_
+inline constexpr const char* kUnaryOpNames[] = {REEL_UNARY_OPS(REEL_OP_STRING)};
+inline constexpr const char* kBinaryOpNames[] = {REEL_BINARY_OPS(REEL_OP_STRING)};
+inline constexpr const char* kCompareOpNames[] = {REEL_COMPARE_OPS(REEL_OP_STRING)};
+inline constexpr const char* kReduceOpNames[] = {REEL_REDUCE_OPS(REEL_OP_STRING)};
+inline constexpr UnarySaves kUnarySaves[] = {REEL_UNARY_OPS(REEL_UNARY_SAVES_ENTRY)};
+inline constexpr UnaryDomain kUnaryDomains[] = {REEL_UNARY_OPS(REEL_UNARY_DOMAIN_ENTRY)};
 
-#define REEL_UNARY_SAVES_CASE(Name, name, saves, domain) \
-  case UnaryOp::Name: return UnarySaves::saves;
-#define REEL_UNARY_DOMAIN_CASE(Name, name, saves, domain) \
-  case UnaryOp::Name: return UnaryDomain::domain;
-inline constexpr UnarySaves unary_saves(UnaryOp op) {
-  switch (op) { REEL_UNARY_OPS(REEL_UNARY_SAVES_CASE) }
-  return UnarySaves::Input;
-}
-inline constexpr UnaryDomain unary_domain(UnaryOp op) {
-  switch (op) { REEL_UNARY_OPS(REEL_UNARY_DOMAIN_CASE) }
-  return UnaryDomain::Real;
-}
-#undef REEL_UNARY_SAVES_CASE
-#undef REEL_UNARY_DOMAIN_CASE
 #undef REEL_OP_ENUMERATOR
-#undef REEL_OP_ARRAY_ENTRY
-#undef REEL_OP_NAME_CASE
+#undef REEL_OP_STRING
+#undef REEL_UNARY_SAVES_ENTRY
+#undef REEL_UNARY_DOMAIN_ENTRY
+
+constexpr size_t op_count(UnaryOp) { return std::size(kUnaryOpNames); }
+constexpr size_t op_count(BinaryOp) { return std::size(kBinaryOpNames); }
+constexpr size_t op_count(CompareOp) { return std::size(kCompareOpNames); }
+constexpr size_t op_count(ReduceOp) { return std::size(kReduceOpNames); }
+
+// The name in the list (also the user function's and the tape dump's).
+inline const char* op_name(UnaryOp op) { return kUnaryOpNames[static_cast<size_t>(op)]; }
+inline const char* op_name(BinaryOp op) { return kBinaryOpNames[static_cast<size_t>(op)]; }
+inline const char* op_name(CompareOp op) { return kCompareOpNames[static_cast<size_t>(op)]; }
+inline const char* op_name(ReduceOp op) { return kReduceOpNames[static_cast<size_t>(op)]; }
+constexpr UnarySaves unary_saves(UnaryOp op) { return kUnarySaves[static_cast<size_t>(op)]; }
+constexpr UnaryDomain unary_domain(UnaryOp op) { return kUnaryDomains[static_cast<size_t>(op)]; }
+
+// Every op of a kind, in list order (for tests and benchmarks): for (UnaryOp op : kUnaryOps).
+template <typename Kind>
+constexpr std::array<Kind, op_count(Kind{})> all_ops() {
+  std::array<Kind, op_count(Kind{})> ops{};
+  for (size_t i = 0; i < ops.size(); ++i) ops[i] = static_cast<Kind>(i);
+  return ops;
+}
+inline constexpr auto kUnaryOps = all_ops<UnaryOp>();
+inline constexpr auto kBinaryOps = all_ops<BinaryOp>();
+inline constexpr auto kCompareOps = all_ops<CompareOp>();
 
 // ---- scalar math --------------------------------------------------------------------------------
 
@@ -219,18 +214,14 @@ REEL_HOST_DEVICE inline T binary_fn(T a, T b) {
 
 // Calls f(std::integral_constant<Kind, op>{}) for the runtime `op`, so a backend instantiates its
 // templated loop once per op of the list without naming the ops (decltype(k)::value is the op).
-#define REEL_OP_VISIT_CASE(Name, ...) \
-  case KIND_::Name: f(std::integral_constant<KIND_, KIND_::Name>{}); return;
-#define KIND_ UnaryOp
-template <typename F> void visit_op(UnaryOp op, F&& f) { switch (op) { REEL_UNARY_OPS(REEL_OP_VISIT_CASE) } }
-#undef KIND_
-#define KIND_ BinaryOp
-template <typename F> void visit_op(BinaryOp op, F&& f) { switch (op) { REEL_BINARY_OPS(REEL_OP_VISIT_CASE) } }
-#undef KIND_
-#define KIND_ CompareOp
-template <typename F> void visit_op(CompareOp op, F&& f) { switch (op) { REEL_COMPARE_OPS(REEL_OP_VISIT_CASE) } }
-#undef KIND_
-#undef REEL_OP_VISIT_CASE
+template <typename Kind, typename F, size_t... I>
+void visit_op(Kind op, F& f, std::index_sequence<I...>) {
+  (void)((static_cast<size_t>(op) == I && (f(std::integral_constant<Kind, static_cast<Kind>(I)>{}), true)) || ...);
+}
+template <typename Kind, typename F>
+void visit_op(Kind op, F&& f) {
+  visit_op(op, f, std::make_index_sequence<op_count(Kind{})>{});
+}
 
 // FN<op, scalar_t>(args...) for a runtime op, in a backend's entry points (inside
 // REEL_DISPATCH_FLOATING, which defines scalar_t): one list of cases for every backend.
