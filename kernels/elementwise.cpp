@@ -42,32 +42,44 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   return out;
 }
 
+namespace {
+
+// Checks an op on x alone (a floating dtype) and allocates its output, shaped like x.
+Tensor output_like(const char* op, const Tensor& x) {
+  check_same_floating_dtype(op, {&x});
+  return empty(x.shape(), x.dtype(), x.device());
+}
+
+// Checks a broadcasting op on a and b (one device, one floating dtype, shapes that broadcast) and
+// allocates its output, of the broadcast shape.
+Tensor broadcast_output(const char* op, const Tensor& a, const Tensor& b) {
+  check_same_device(op, {&a, &b});
+  check_same_floating_dtype(op, {&a, &b});
+  return empty(broadcast_shapes(a.shape(), b.shape(), op), a.dtype(), a.device());
+}
+
+}  // namespace
+
 Tensor unary(UnaryOp op, const Tensor& x) {
-  check_same_floating_dtype(op_name(op), {&x});
-  Tensor out = empty(x.shape(), x.dtype(), x.device());
+  Tensor out = output_like(op_name(op), x);
   if (out.numel() > 0) REEL_DEVICE_DISPATCH(x.device(), unary, op, x, out);
   return out;
 }
 
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
-  check_same_device(op_name(op), {&a, &b});
-  check_same_floating_dtype(op_name(op), {&a, &b});
-  const Shape shape = broadcast_shapes(a.shape(), b.shape(), op_name(op));
-  Tensor out = empty(shape, a.dtype(), a.device());
-  if (out.numel() > 0) REEL_DEVICE_DISPATCH(a.device(), binary, op, a.expand(shape), b.expand(shape), out);
+  Tensor out = broadcast_output(op_name(op), a, b);
+  if (out.numel() > 0) REEL_DEVICE_DISPATCH(a.device(), binary, op, a.expand(out.shape()), b.expand(out.shape()), out);
   return out;
 }
 
 Tensor binary(BinaryOp op, const Tensor& a, double b) {
-  check_same_floating_dtype(op_name(op), {&a});
-  Tensor out = empty(a.shape(), a.dtype(), a.device());
+  Tensor out = output_like(op_name(op), a);
   if (out.numel() > 0) REEL_DEVICE_DISPATCH(a.device(), binary_scalar, op, a, b, false, out);
   return out;
 }
 
 Tensor binary(BinaryOp op, double a, const Tensor& b) {
-  check_same_floating_dtype(op_name(op), {&b});
-  Tensor out = empty(b.shape(), b.dtype(), b.device());
+  Tensor out = output_like(op_name(op), b);
   if (out.numel() > 0) REEL_DEVICE_DISPATCH(b.device(), binary_scalar, op, b, a, true, out);
   return out;
 }
@@ -87,17 +99,13 @@ Tensor unary_backward(UnaryOp op, const Tensor& dy, const Tensor& saved) {
 }
 
 Tensor compare(CompareOp op, const Tensor& a, const Tensor& b) {
-  check_same_device(op_name(op), {&a, &b});
-  check_same_floating_dtype(op_name(op), {&a, &b});
-  const Shape shape = broadcast_shapes(a.shape(), b.shape(), op_name(op));
-  Tensor out = empty(shape, a.dtype(), a.device());
-  if (out.numel() > 0) REEL_DEVICE_DISPATCH(a.device(), compare, op, a.expand(shape), b.expand(shape), out);
+  Tensor out = broadcast_output(op_name(op), a, b);
+  if (out.numel() > 0) REEL_DEVICE_DISPATCH(a.device(), compare, op, a.expand(out.shape()), b.expand(out.shape()), out);
   return out;
 }
 
 Tensor compare(CompareOp op, const Tensor& a, double b) {
-  check_same_floating_dtype(op_name(op), {&a});
-  Tensor out = empty(a.shape(), a.dtype(), a.device());
+  Tensor out = output_like(op_name(op), a);
   if (out.numel() > 0) REEL_DEVICE_DISPATCH(a.device(), compare_scalar, op, a, b, out);
   return out;
 }
