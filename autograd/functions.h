@@ -1,6 +1,6 @@
 // The differentiable ops: each runs kernels:: and, when grad mode is on and an input requires
-// grad, records itself on the tape (one file per op under autograd/ops/, forward and backward
-// side by side). Broadcasting follows NumPy; gradients of broadcast inputs are summed back down.
+// grad, records itself on the tape (one file per op family under autograd/ops/, forward and
+// backward side by side). Broadcasting follows NumPy; gradients of broadcast inputs are summed back down.
 //
 //   Tensor h = gelu(matmul(x, w) + b);     // (B, D) @ (D, H) + (H) -> (B, H)
 //   Tensor loss = sum(h * h) / 2.0;
@@ -15,14 +15,17 @@
 
 namespace reel {
 
-// reel::exp/log/tanh below would hide the <cmath> functions from unqualified calls on doubles
-// made anywhere inside namespace reel (core/philox.h does so); joining them keeps both working.
+// reel::exp/log/tanh/sqrt/abs below would hide the <cmath> functions from unqualified calls on
+// doubles made anywhere inside namespace reel (core/philox.h does so); joining them keeps both
+// working.
+using std::abs;
 using std::exp;
 using std::log;
 using std::max;
+using std::sqrt;
 using std::tanh;
 
-// ---- arithmetic (autograd/ops/add.cpp, sub.cpp, mul.cpp, div.cpp) ----
+// ---- arithmetic (autograd/ops/elementwise.cpp) ----
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor add(const Tensor& a, double b);
 Tensor sub(const Tensor& a, const Tensor& b);
@@ -33,7 +36,7 @@ Tensor mul(const Tensor& a, double b);
 Tensor div(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, double b);
 Tensor div(double a, const Tensor& b);
-Tensor neg(const Tensor& x);
+Tensor neg(const Tensor& x);  // a unary op of the list below
 
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator+(const Tensor& a, double b) { return add(a, b); }
@@ -65,14 +68,41 @@ Tensor mean(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = fals
 Tensor max(const Tensor& x, int64_t axis, bool keepdim = false);
 Tensor argmax(const Tensor& x, int64_t axis, bool keepdim = false);
 
-// ---- elementwise functions (autograd/ops/<name>.cpp) ----
-Tensor relu(const Tensor& x);
+// ---- elementwise functions (autograd/ops/elementwise.cpp) ----
+// One per line of REEL_UNARY_OPS (kernels/op_kinds.h), which defines them; the backward of each
+// is one fused pass (kernels::unary_backward). neg is declared with the arithmetic above.
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
 Tensor tanh(const Tensor& x);
+Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);  // tanh approximation, as GPT-2
 Tensor sigmoid(const Tensor& x);
 Tensor silu(const Tensor& x);  // x * sigmoid(x), a.k.a. swish
-Tensor exp(const Tensor& x);
-Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor abs(const Tensor& x);   // gradient sign(x), 0 at 0
+Tensor square(const Tensor& x);
+Tensor reciprocal(const Tensor& x);
+
+// ---- comparisons and selection (autograd/ops/elementwise.cpp) ----
+// Masks in the inputs' floating dtype: 1 where `a op b`, else 0 (NaN compares false, except ne).
+// Broadcasting; not differentiable (the result never requires grad). One pair per line of
+// REEL_COMPARE_OPS.
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, double b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, double b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, double b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, double b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, double b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, double b);
+// a where cond is nonzero, else b (torch.where; cond is typically a mask from the functions
+// above, in a's dtype). The three broadcast together. Differentiable in a and b (each gets the
+// gradient where it was picked, summed down to its shape); cond gets no gradient.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 
 // ---- shape ops (autograd/ops/view.cpp, transpose.cpp, slice.cpp, expand.cpp, concat.cpp) ----
 // Named and behaving as in PyTorch. All but concat return views sharing the input's storage

@@ -35,6 +35,13 @@ int main(int argc, char** argv) {
     table.add("mul scalar", 2 * n * f, n, [&] { binary(BinaryOp::Mul, x, 0.5); });
     table.add("gelu", 2 * n * f, 8 * n, [&] { unary(UnaryOp::Gelu, x); });
     table.add("exp", 2 * n * f, n, [&] { unary(UnaryOp::Exp, x); });
+    // The fused backward passes (kernels::unary_backward): read dy and x, write dx, one pass each
+    // (GELU's backward used to be 13 elementwise kernels).
+    table.add("gelu backward (fused)", 3 * n * f, 20 * n, [&] { unary_backward(UnaryOp::Gelu, y, x); });
+    table.add("silu backward (fused)", 3 * n * f, 8 * n, [&] { unary_backward(UnaryOp::Silu, y, x); });
+    Tensor zero = zeros({}, DType::f32, device);
+    table.add("where(x > 0, y, 0) (compare + where)", 5 * n * f, 2 * n,
+        [&] { where(compare(CompareOp::Gt, x, 0.0), y, zero); });
     table.add("sum rows (axis -1)", n * f, n, [&] { sum(x, {1}); });
     table.add("sum cols (axis 0)", n * f, n, [&] { sum(x, {0}); });
     table.add("max total", n * f, n, [&] { max(x); });

@@ -1,51 +1,14 @@
-// Entry points of the elementwise family (kernels/elementwise.h): validation, broadcasting, output
-// allocation, then the backend kernel.
+// Entry points of the elementwise family (kernels/elementwise.h): validation, broadcasting, output allocation. The op
+// lists and their scalar math are kernels/op_kinds.h.
 #include "kernels/elementwise.h"
 
 #include <algorithm>
+#include <string>
 
+#include "kernels/dispatch.h"
 #include "kernels/entry_point.h"
 
 namespace reel::kernels {
-
-const char* op_name(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::Neg: return "neg";
-    case UnaryOp::Exp: return "exp";
-    case UnaryOp::Log: return "log";
-    case UnaryOp::Tanh: return "tanh";
-    case UnaryOp::Relu: return "relu";
-    case UnaryOp::Gelu: return "gelu";
-    case UnaryOp::Sigmoid: return "sigmoid";
-    case UnaryOp::Silu: return "silu";
-    case UnaryOp::Sqrt: return "sqrt";
-    case UnaryOp::Abs: return "abs";
-    case UnaryOp::Square: return "square";
-    case UnaryOp::Reciprocal: return "reciprocal";
-  }
-  return "?";
-}
-
-const char* op_name(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::Add: return "add";
-    case BinaryOp::Sub: return "sub";
-    case BinaryOp::Mul: return "mul";
-    case BinaryOp::Div: return "div";
-    case BinaryOp::Maximum: return "maximum";
-    case BinaryOp::Minimum: return "minimum";
-  }
-  return "?";
-}
-
-const char* op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Mean: return "mean";
-    case ReduceOp::Max: return "max";
-  }
-  return "?";
-}
 
 Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   const size_t r = std::max(a.size(), b.size());
@@ -60,34 +23,92 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
   return out;
 }
 
+namespace {
+
+// Checks an op on x alone (a floating dtype) and allocates its output, shaped like x.
+Tensor output_like(const char* op, const Tensor& x) {
+  check_same_floating_dtype(op, {&x});
+  return empty(x.shape(), x.dtype(), x.device());
+}
+
+// Checks a broadcasting op on a and b (one device, one floating dtype, shapes that broadcast) and
+// allocates its output, of the broadcast shape.
+Tensor broadcast_output(const char* op, const Tensor& a, const Tensor& b) {
+  check_same_device(op, {&a, &b});
+  check_same_floating_dtype(op, {&a, &b});
+  return empty(broadcast_shapes(a.shape(), b.shape(), op), a.dtype(), a.device());
+}
+
+}  // namespace
+
 Tensor unary(UnaryOp op, const Tensor& x) {
-  check_same_floating_dtype(op_name(op), {&x});
-  Tensor out = empty(x.shape(), x.dtype(), x.device());
+  Tensor out = output_like(op_name(op), x);
   if (out.numel() > 0) REEL_DEVICE_DISPATCH(x.device(), unary, op, x, out);
   return out;
 }
 
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
-  check_same_device(op_name(op), {&a, &b});
-  check_same_floating_dtype(op_name(op), {&a, &b});
-  const Shape shape = broadcast_shapes(a.shape(), b.shape(), op_name(op));
-  Tensor out = empty(shape, a.dtype(), a.device());
+  Tensor out = broadcast_output(op_name(op), a, b);
   if (out.numel() > 0)
-    REEL_DEVICE_DISPATCH(a.device(), binary, op, untracked::expand(a, shape), untracked::expand(b, shape), out);
+    REEL_DEVICE_DISPATCH(a.device(), binary, op, untracked::expand(a, out.shape()), untracked::expand(b, out.shape()),
+                         out);
   return out;
 }
 
 Tensor binary(BinaryOp op, const Tensor& a, double b) {
-  check_same_floating_dtype(op_name(op), {&a});
-  Tensor out = empty(a.shape(), a.dtype(), a.device());
+  Tensor out = output_like(op_name(op), a);
   if (out.numel() > 0) REEL_DEVICE_DISPATCH(a.device(), binary_scalar, op, a, b, false, out);
   return out;
 }
 
 Tensor binary(BinaryOp op, double a, const Tensor& b) {
-  check_same_floating_dtype(op_name(op), {&b});
-  Tensor out = empty(b.shape(), b.dtype(), b.device());
+  Tensor out = output_like(op_name(op), b);
   if (out.numel() > 0) REEL_DEVICE_DISPATCH(b.device(), binary_scalar, op, b, a, true, out);
+  return out;
+}
+
+Tensor unary_backward(UnaryOp op, const Tensor& dy, const Tensor& saved) {
+  const std::string name = std::string(op_name(op)) + "_backward";
+  // An op whose derivative is constant reads no saved tensor: dy stands in for it.
+  const Tensor& s = saved.defined() || unary_saves(op) != UnarySaves::Nothing ? saved : dy;
+  REEL_CHECK(dy.defined() && s.defined(), name, ": undefined dy or saved tensor");
+  check_same_device(name.c_str(), {&dy, &s});
+  check_same_floating_dtype(name.c_str(), {&dy, &s});
+  REEL_CHECK(dy.shape() == s.shape(), name, ": dy ", dy.shape(), " and the saved ", s.shape(),
+             " differ in shape");
+  Tensor out = empty(dy.shape(), dy.dtype(), dy.device());
+  if (out.numel() > 0) REEL_DEVICE_DISPATCH(dy.device(), unary_backward, op, dy, s, out);
+  return out;
+}
+
+Tensor compare(CompareOp op, const Tensor& a, const Tensor& b) {
+  Tensor out = broadcast_output(op_name(op), a, b);
+  if (out.numel() > 0)
+    REEL_DEVICE_DISPATCH(a.device(), compare, op, untracked::expand(a, out.shape()), untracked::expand(b, out.shape()),
+                         out);
+  return out;
+}
+
+Tensor compare(CompareOp op, const Tensor& a, double b) {
+  Tensor out = output_like(op_name(op), a);
+  if (out.numel() > 0) REEL_DEVICE_DISPATCH(a.device(), compare_scalar, op, a, b, out);
+  return out;
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  check_same_device("where", {&cond, &a, &b});
+  check_same_floating_dtype("where", {&cond, &a, &b});
+  Shape shape;
+  try {
+    shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  } catch (const Error&) {  // name all three shapes, not the intermediate one
+    REEL_FAIL("where: shapes ", cond.shape(), " (cond), ", a.shape(), " (a) and ", b.shape(),
+              " (b) cannot be broadcast");
+  }
+  Tensor out = empty(shape, a.dtype(), a.device());
+  if (out.numel() > 0)
+    REEL_DEVICE_DISPATCH(a.device(), where, untracked::expand(cond, shape), untracked::expand(a, shape),
+                         untracked::expand(b, shape), out);
   return out;
 }
 

@@ -19,4 +19,14 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);  // broadcasting
 Tensor binary(BinaryOp op, const Tensor& a, double b);         // tensor op scalar
 Tensor binary(BinaryOp op, double a, const Tensor& b);         // scalar op tensor
 
+// The backward of a unary op in one pass: dx = dy * f'(saved), where `saved` is x or y as
+// unary_saves(op) says (it may be undefined when that is Nothing); dy and saved of one shape.
+Tensor unary_backward(UnaryOp op, const Tensor& dy, const Tensor& saved);
+// A mask in the inputs' dtype: 1 where `a op b`, else 0 (NaN compares false, except ne).
+Tensor compare(CompareOp op, const Tensor& a, const Tensor& b);  // broadcasting
+Tensor compare(CompareOp op, const Tensor& a, double b);         // tensor op scalar
+// a where cond is nonzero (NaN counts as nonzero), else b; the three broadcast together and
+// share one floating dtype (a mask from compare() is one).
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+
 }  // namespace reel::kernels

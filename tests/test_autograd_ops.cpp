@@ -14,6 +14,7 @@
 #include "autograd/tape.h"
 #include "core/philox.h"
 #include "kernels/dropout.h"
+#include "kernels/op_kinds.h"
 #include "testing.h"
 
 using namespace reel;
@@ -47,6 +48,18 @@ Tensor fixed_dropout(const Tensor& x, double p) {
   Generator gen(7);
   return dropout(x, p, true, &gen);
 }
+
+// ---- [op-lists, issue 10] ----
+// Where the autograd table draws a list op's inputs (its Domain in kernels/op_kinds.h).
+Domain domain_of(kernels::UnaryOp op) {
+  switch (kernels::unary_domain(op)) {
+    case kernels::UnaryDomain::Positive: return Domain::Positive;
+    case kernels::UnaryDomain::Kink: return Domain::AwayFromZero;
+    case kernels::UnaryDomain::Real: break;
+  }
+  return Domain::Any;
+}
+// ---- [op-lists, issue 10] end ----
 
 Tensor softmax_last(const Tensor& x) {
   Tensor e = exp(x);
@@ -198,6 +211,31 @@ std::vector<OpCase> op_cases() {
                      x.reshape({-1}).narrow(0, 0, 8);
             },
             {2, 3, 4}),
+
+      // ---- [op-lists, issue 10] every unary op of the list, through its user function ----
+#define REEL_UNARY_ROW(Name, name, ...) \
+  unary("list: " #name, [](const Tensor& x) { return reel::name(x); }, {3, 4}, domain_of(kernels::UnaryOp::Name)),
+      REEL_UNARY_OPS(REEL_UNARY_ROW)
+#undef REEL_UNARY_ROW
+      // where: differentiable in a and b (broadcast: summed down), never in cond; compare masks.
+      ternary("where(c > 0, a, b)", [](const Tensor& c, const Tensor& a, const Tensor& b) { return where(gt(c, 0.0), a, b); },
+              {3, 4}, {3, 4}, {3, 4}, {false, true, true}),
+      ternary("where broadcast cond (3, 1), a (1, 4), b ()",
+              [](const Tensor& c, const Tensor& a, const Tensor& b) { return where(le(c, 0.0), a, b); }, {3, 1}, {1, 4},
+              {}, {false, true, true}),
+      ternary("where, only b needs grad",
+              [](const Tensor& c, const Tensor& a, const Tensor& b) { return where(ne(c, 0.0), a, b * 2.0); }, {2, 3},
+              {2, 3}, {3}, {false, false, true}),
+      binary("where(a > b, a, b) (maximum)", [](const Tensor& a, const Tensor& b) { return where(gt(a, b), a, b); },
+             {3, 4}, {4}),
+      binary("where with a cond that requires grad", [](const Tensor& a, const Tensor& b) { return where(a, a, b) * a; },
+             {2, 3}, {2, 3}),
+      unary("x * gt(x, 0) (a mask has no gradient)", [](const Tensor& x) { return x * gt(x, 0.0); }, {3, 4},
+            Domain::AwayFromZero),
+      binary("x * lt(x, y) + y * ge(x, y)",
+             [](const Tensor& x, const Tensor& y) { return x * lt(x, y) + y * ge(x, y) + eq(x, y) * x; }, {3, 4},
+             {3, 4}),
+      // ---- [op-lists, issue 10] end ----
 
       // ---- activations and max ----
       unary("sigmoid", [](const Tensor& x) { return sigmoid(x * 3.0); }, {3, 4}),
@@ -362,3 +400,23 @@ TEST_CASE("dropout: the mask is the Philox formula, the same in forward, backwar
     check_close(dropout(ones({5}, DType::f32, d), 1.0, true, &gen), std::vector<double>(5, 0.0));
   }
 }
+
+// ---- [op-lists, issue 10] ----
+TEST_CASE("compare functions record nothing and their masks never require grad; where gives cond no gradient") {
+  Tensor x = from_vector<double>({-1, 0, 2, NAN}, {4}).set_requires_grad();
+  Tensor y = from_vector<double>({-1, 1, 1, 0}, {4});
+  const Tensor masks[] = {eq(x, y), ne(x, y), lt(x, y), le(x, y), gt(x, y), ge(x, 0.0)};
+  for (const Tensor& m : masks) CHECK_FALSE(m.requires_grad());
+  CHECK(autograd::Tape::current().empty());
+  CHECK(values(eq(x, y)) == std::vector<double>{1, 0, 0, 0});
+  CHECK(values(ne(x, y)) == std::vector<double>{0, 1, 1, 1});
+  CHECK(values(ge(x, 0.0)) == std::vector<double>{0, 1, 1, 0});
+  Tensor c = from_vector<double>({1, 0, 1, 0}, {4}).set_requires_grad();
+  Tensor a = from_vector<double>({1, 2, 3, 4}, {4}).set_requires_grad();
+  autograd::backward(sum(where(c, a, x)));
+  CHECK_FALSE(c.grad().defined());
+  CHECK(values(a.grad()) == std::vector<double>{1, 0, 1, 0});
+  CHECK(values(x.grad()) == std::vector<double>{0, 1, 0, 1});
+  CHECK_REEL_ERROR(where(c, a, zeros({3}, DType::f64)), "where: shapes (4) (cond), (4) (a) and (3) (b)");
+}
+// ---- [op-lists, issue 10] end ----

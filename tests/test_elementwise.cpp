@@ -1,7 +1,8 @@
 // Elementwise kernels: the edge cases (every op's values against f64 references, broadcasting,
 // strided and scalar operands on every device are rows of tests/test_ops.cpp): exp(-inf) on every
 // path, exact scalar ops over large tensors and strided operands, NaN through maximum/minimum,
-// bad inputs.
+// bad inputs; the fused unary backward against finite differences, compare masks and where.
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -51,3 +52,161 @@ TEST_CASE("bad elementwise inputs raise reel::Error naming op and shapes") {
   CHECK_REEL_ERROR(unary(UnaryOp::Exp, zeros({2}, DType::i32)), "exp: dtype i32 of the (2) tensor is not supported");
   CHECK_REEL_ERROR(binary(BinaryOp::Div, zeros({2}, DType::i64), 2.0), "div: dtype i64");
 }
+
+// ---- [op-lists, issue 10] unary_backward, compare and where ----------------------------------
+
+namespace {
+// Inputs where `op` is smooth (its list Domain), as the autograd table draws them.
+Tensor domain_input(UnaryOp op, const Shape& shape, DType dt, Generator& g) {
+  std::vector<double> v = values(randn(shape, DType::f64, Device::cpu(), &g));
+  for (double& x : v) {
+    if (unary_domain(op) == UnaryDomain::Positive) x = std::fabs(x) + 0.5;
+    if (unary_domain(op) == UnaryDomain::Kink) x += x >= 0 ? 0.1 : -0.1;
+  }
+  return from_vector(v, shape).to(dt);
+}
+
+// What the list says backward reads: x, y, or nothing (undefined).
+Tensor saved_for(UnaryOp op, const Tensor& x) {
+  switch (unary_saves(op)) {
+    case UnarySaves::Input: return x;
+    case UnarySaves::Output: return unary(op, x);
+    case UnarySaves::Nothing: break;
+  }
+  return Tensor();
+}
+}  // namespace
+
+TEST_CASE("unary_backward of every op is dy * f'(x): central differences in f64, f32, strided") {
+  Generator g(3);
+  for (UnaryOp op : kUnaryOps) {
+    CAPTURE(op_name(op));
+    const Tensor x = domain_input(op, {5, 13}, DType::f64, g);
+    const Tensor dy = randn({5, 13}, DType::f64, Device::cpu(), &g);
+    const double h = 1e-6;
+    const std::vector<double> up = values(unary(op, binary(BinaryOp::Add, x, h)));
+    const std::vector<double> down = values(unary(op, binary(BinaryOp::Sub, x, h)));
+    const std::vector<double> gv = values(dy);
+    std::vector<double> expected(gv.size());
+    for (size_t i = 0; i < gv.size(); ++i) expected[i] = gv[i] * (up[i] - down[i]) / (2 * h);
+    check_close(unary_backward(op, dy, saved_for(op, x)), expected, 1e-6, 1e-6);
+    // f32: the same to f32 rounding; strided operands (transposed views) give the same values.
+    const Tensor x32 = x.to(DType::f32), dy32 = dy.to(DType::f32);
+    check_close(unary_backward(op, dy32, saved_for(op, x32)), expected, 1e-5, 1e-5);
+    const Tensor saved_t = saved_for(op, x32.t().contiguous());  // (13, 5): .t() is a strided (5, 13)
+    check_close(unary_backward(op, dy32.t().contiguous().t(), saved_t.defined() ? saved_t.t() : saved_t), expected,
+                1e-5, 1e-5);
+  }
+}
+
+TEST_CASE("unary_backward: fused GELU and SiLU round like the composed formulas they replace") {
+  Generator g(4);
+  for (DType dt : {DType::f32, DType::f64}) {
+    CAPTURE(dtype_name(dt));
+    // 1000 elements: the chunked vectorised path on whole chunks and a tail.
+    const Tensor x = binary(BinaryOp::Mul, randn({1000}, dt, Device::cpu(), &g), 3.0);
+    const Tensor dy = randn({1000}, dt, Device::cpu(), &g);
+    auto mul = [](const Tensor& a, const Tensor& b) { return binary(BinaryOp::Mul, a, b); };
+    auto scale = [](const Tensor& a, double s) { return binary(BinaryOp::Mul, a, s); };
+    const double k = 0.7978845608028654, c = 0.044715;
+    const Tensor x2 = unary(UnaryOp::Square, x);
+    const Tensor t = unary(UnaryOp::Tanh, scale(binary(BinaryOp::Add, x, scale(mul(x2, x), c)), k));
+    const Tensor dinner = binary(BinaryOp::Add, scale(x2, 3 * c * k), k);
+    const Tensor sech2 = binary(BinaryOp::Sub, 1.0, unary(UnaryOp::Square, t));
+    const Tensor gelu_d = binary(BinaryOp::Add, scale(binary(BinaryOp::Add, t, 1.0), 0.5),
+                                 scale(mul(mul(x, sech2), dinner), 0.5));
+    // Rounding only: the fused pass keeps its terms in registers (and the compiler may contract
+    // a * b + c into one FMA), so where t = tanh(...) is near -1 and 0.5 (1 + t) cancels against
+    // the other term, the results differ by a few ulps of the O(1) terms, not of the result.
+    const double rtol = dt == DType::f32 ? 1e-6 : 1e-14, atol = dt == DType::f32 ? 1e-5 : 1e-13;
+    check_close(unary_backward(UnaryOp::Gelu, dy, x), mul(dy, gelu_d), rtol, atol);
+    const Tensor s = unary(UnaryOp::Sigmoid, x);
+    const Tensor silu_d = mul(s, binary(BinaryOp::Add, mul(x, binary(BinaryOp::Sub, 1.0, s)), 1.0));
+    check_close(unary_backward(UnaryOp::Silu, dy, x), mul(dy, silu_d), rtol, atol);
+  }
+}
+
+TEST_CASE("unary_backward: relu's mask is y > 0, abs's sign is 0 at 0, exact where exact") {
+  const Tensor dy = from_vector<double>({2.5, -1.5, 3.0, 4.0}, {4});
+  const Tensor y = from_vector<double>({0.0, 1e-310, 7.0, INFINITY}, {4});  // relu outputs (y >= 0)
+  CHECK(values(unary_backward(UnaryOp::Relu, dy, y)) == std::vector<double>{0.0, -1.5, 3.0, 4.0});
+  CHECK(values(unary_backward(UnaryOp::Relu, dy, unary(UnaryOp::Relu, from_vector<double>({NAN, -1, 0, 2}, {4})))) ==
+        std::vector<double>{0.0, 0.0, 0.0, 4.0});  // relu(NaN) is 0, so no gradient
+  const std::vector<double> a = values(unary_backward(UnaryOp::Abs, dy, from_vector<double>({0.0, -2.0, 3.0, NAN}, {4})));
+  CHECK(a[0] == 0.0);
+  CHECK(a[1] == 1.5);
+  CHECK(a[2] == 3.0);
+  CHECK(std::isnan(a[3]));
+  CHECK(values(unary_backward(UnaryOp::Neg, dy, Tensor())) == std::vector<double>{-2.5, 1.5, -3.0, -4.0});
+  CHECK(values(unary_backward(UnaryOp::Tanh, dy, from_vector<double>({0.5, 0, 1, -1}, {4}))) ==
+        std::vector<double>{2.5 * 0.75, -1.5, 0.0, 0.0});
+  CHECK(unary_backward(UnaryOp::Exp, zeros({0, 3}), zeros({0, 3})).shape() == Shape{0, 3});
+}
+
+TEST_CASE("compare: exact masks in the inputs' dtype, NaN false except ne, tensor and scalar forms") {
+  const std::vector<double> av = {1, 2, NAN, 3, -0.0}, bv = {1, 3, NAN, 2, 0.0};
+  struct Expect {
+    CompareOp op;
+    std::vector<double> tensor, scalar;  // a op b; a op 2
+  };
+  const std::vector<Expect> expect = {
+      {CompareOp::Eq, {1, 0, 0, 0, 1}, {0, 1, 0, 0, 0}}, {CompareOp::Ne, {0, 1, 1, 1, 0}, {1, 0, 1, 1, 1}},
+      {CompareOp::Lt, {0, 1, 0, 0, 0}, {1, 0, 0, 0, 1}}, {CompareOp::Le, {1, 1, 0, 0, 1}, {1, 1, 0, 0, 1}},
+      {CompareOp::Gt, {0, 0, 0, 1, 0}, {0, 0, 0, 1, 0}}, {CompareOp::Ge, {1, 0, 0, 1, 1}, {0, 1, 0, 1, 0}},
+  };
+  REQUIRE(expect.size() == std::size(kCompareOps));
+  for (DType dt : {DType::f32, DType::f64}) {
+    const Tensor a = from_vector(av, {5}).to(dt), b = from_vector(bv, {5}).to(dt);
+    for (const Expect& e : expect) {
+      CAPTURE(op_name(e.op));
+      CAPTURE(dtype_name(dt));
+      const Tensor m = compare(e.op, a, b);
+      CHECK(m.dtype() == dt);
+      CHECK(values(m) == e.tensor);
+      CHECK(values(compare(e.op, a, 2.0)) == e.scalar);
+      CHECK(values(compare(e.op, a.slice(0, 0, 5, 2), b.slice(0, 0, 5, 2))) ==
+            std::vector<double>{e.tensor[0], e.tensor[2], e.tensor[4]});  // strided
+    }
+  }
+}
+
+TEST_CASE("compare and where broadcast like NumPy") {
+  Generator g(5);
+  const Tensor a = randn({3, 1}, DType::f64, Device::cpu(), &g), b = randn({1, 4}, DType::f64, Device::cpu(), &g);
+  const std::vector<double> av = values(a), bv = values(b);
+  const Tensor m = compare(CompareOp::Lt, a, b);
+  REQUIRE(m.shape() == Shape{3, 4});
+  const std::vector<double> mv = values(m);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j) CHECK(mv[i * 4 + j] == (av[i] < bv[j] ? 1.0 : 0.0));
+  // where: cond (3, 1), a (1, 4), b () -> (3, 4); cond nonzero (NaN included) picks a, +-0 picks b.
+  const Tensor cond = from_vector<double>({1, -0.0, NAN}, {3, 1});
+  const Tensor w = where(cond, b, full({}, 9.0, DType::f64));
+  REQUIRE(w.shape() == Shape{3, 4});
+  const std::vector<double> wv = values(w);
+  for (int j = 0; j < 4; ++j) {
+    CHECK(wv[j] == bv[j]);
+    CHECK(wv[4 + j] == 9.0);
+    CHECK(wv[8 + j] == bv[j]);
+  }
+  // A mask from compare selects: relu's backward, where(y > 0, dy, 0).
+  const Tensor y = from_vector<double>({0, 2, 0, 5}, {4}), dy = from_vector<double>({1, 2, 3, 4}, {4});
+  CHECK(values(where(compare(CompareOp::Gt, y, 0.0), dy, zeros({}, DType::f64))) == std::vector<double>{0, 2, 0, 4});
+  CHECK(where(zeros({0, 1}), ones({1, 3}), zeros({})).shape() == Shape{0, 3});  // empty
+}
+
+TEST_CASE("bad compare, where and unary_backward inputs raise reel::Error naming op and shapes") {
+  CHECK_REEL_ERROR(compare(CompareOp::Gt, zeros({2, 3}), zeros({4})),
+                   "gt: shapes (2, 3) and (4) cannot be broadcast: dim 1 has sizes 3 and 4");
+  CHECK_REEL_ERROR(compare(CompareOp::Lt, zeros({2}), zeros({2}, DType::f64)), "lt: dtypes differ: f32 and f64");
+  CHECK_REEL_ERROR(compare(CompareOp::Eq, zeros({2}, DType::i64), 1.0), "eq: dtype i64");
+  CHECK_REEL_ERROR(where(zeros({2}), zeros({3}), zeros({1})),
+                   "where: shapes (2) (cond), (3) (a) and (1) (b) cannot be broadcast");
+  CHECK_REEL_ERROR(where(zeros({2}, DType::f64), zeros({2}), zeros({2})), "where: dtypes differ: f64 and f32");
+  CHECK_REEL_ERROR(unary_backward(UnaryOp::Gelu, zeros({2}), zeros({3})),
+                   "gelu_backward: dy (2) and the saved (3) differ in shape");
+  CHECK_REEL_ERROR(unary_backward(UnaryOp::Exp, zeros({2}), Tensor()), "exp_backward: undefined");
+  CHECK_REEL_ERROR(unary_backward(UnaryOp::Silu, zeros({2}), zeros({2}, DType::i32)), "silu_backward: dtype i32");
+}
+
+// ---- [op-lists, issue 10] end ------------------------------------------------------------------

@@ -279,7 +279,7 @@ std::vector<OpCase> unary_cases() {
   std::vector<OpCase> cases;
   for (const auto& [op, ref] : unary_refs())
     for (const View& v : elementwise_views()) {
-      const bool positive = op == UnaryOp::Log || op == UnaryOp::Sqrt || op == UnaryOp::Reciprocal;
+      const bool positive = unary_domain(op) == UnaryDomain::Positive;  // log, sqrt, reciprocal
       cases.push_back(
           OpCase(std::string(op_name(op)) + " " + v.name,
                  [positive, s = v.shape](Generator& g) {
@@ -341,6 +341,58 @@ std::vector<OpCase> binary_cases() {
                            [](Generator& g) { return Tensors{normal_with_nan(g, {31, 1}), normal_with_nan(g, {1, 33})}; },
                            [op](const Tensors& in, Device) { return Tensors{binary(op, in[0], in[1])}; }, {device})
                         .with_dtypes({DType::f32}));
+  return cases;
+}
+
+// The fused unary backward (dx = dy * f'(saved), saved = x or y as the list says), compare masks
+// and where. Their CPU values against finite differences and references: tests/test_elementwise.cpp.
+std::vector<OpCase> unary_backward_cases() {
+  std::vector<OpCase> cases;
+  for (UnaryOp op : kUnaryOps)
+    for (const View& v : elementwise_views()) {
+      const bool positive = unary_domain(op) == UnaryDomain::Positive;
+      cases.push_back(OpCase(std::string(op_name(op)) + "_backward " + v.name,
+                             [positive, s = v.shape](Generator& g) {
+                               return Tensors{normal_f64(g, s), positive ? uniform_f64(g, s, 0.1, 2.1) : normal_f64(g, s)};
+                             },
+                             [op, f = v.apply](const Tensors& in, Device) {
+                               const Tensor x = f(in[1]);
+                               const Tensor saved = unary_saves(op) == UnarySaves::Output ? unary(op, x) : x;
+                               return Tensors{unary_backward(op, f(in[0]), saved)};
+                             },
+                             {tols({1e-5, 1e-6}, {1e-12, 1e-14})}));
+    }
+  return cases;
+}
+
+std::vector<OpCase> compare_where_cases() {
+  const std::vector<std::pair<Shape, Shape>> shapes = {{{257}, {257}}, {{31, 1}, {1, 33}}, {{2, 3, 4}, {3, 1}}, {{0, 3}, {3}}};
+  const Tols exact = tols(0, 0);
+  std::vector<OpCase> cases;
+  for (CompareOp op : kCompareOps) {
+    for (const auto& [a, b] : shapes)
+      cases.push_back(OpCase(std::string(op_name(op)) + " " + shape_str(a) + " and " + shape_str(b),
+                             [a = a, b = b](Generator& g) { return Tensors{normal_f64(g, a), normal_f64(g, b)}; },
+                             [op](const Tensors& in, Device) { return Tensors{kernels::compare(op, in[0], in[1])}; },
+                             {exact}));
+    cases.push_back(OpCase(std::string(op_name(op)) + " with NaN (257), scalar 0 and itself",
+                           [](Generator& g) { return Tensors{normal_with_nan(g, {257})}; },
+                           [op](const Tensors& in, Device) {
+                             return Tensors{kernels::compare(op, in[0], 0.0), kernels::compare(op, in[0], in[0])};
+                           },
+                           {exact})
+                        .with_dtypes({DType::f32}));
+  }
+  for (const auto& [a, b] : shapes)
+    cases.push_back(OpCase("where (cond " + shape_str(a) + ", a " + shape_str(b) + ", b " + shape_str(a) + ")",
+                           [a = a, b = b](Generator& g) {
+                             return Tensors{normal_f64(g, a), normal_f64(g, b), normal_f64(g, a)};
+                           },
+                           [](const Tensors& in, Device) {
+                             const Tensor mask = kernels::compare(CompareOp::Gt, in[0], 0.0);
+                             return Tensors{where(mask, in[1], in[2]), where(in[0], in[1], in[2])};
+                           },
+                           {exact}));
   return cases;
 }
 
@@ -1343,9 +1395,21 @@ std::vector<OpCase> optimizer_cases() {
 
 // ==== the table, one test case per family (each runs every device) ==================================
 
+TEST_CASE("unary ops: every op of the list has a reference row") {
+  const auto refs = unary_refs();
+  for (UnaryOp op : kUnaryOps) {
+    const char* name = op_name(op);
+    CAPTURE(name);
+    CHECK(std::any_of(refs.begin(), refs.end(), [op](const auto& r) { return r.first == op; }));
+  }
+}
 TEST_CASE("unary ops: every op, strided and broadcast views, NaN") { run_cases(unary_cases()); }
 TEST_CASE("binary ops: every op, NumPy broadcasting, strided inputs, NaN") { run_cases(binary_cases()); }
 TEST_CASE("tensor-scalar ops: scalar on either side") { run_cases(scalar_cases()); }
+TEST_CASE("unary_backward: every op, fused, strided and broadcast views") { run_cases(unary_backward_cases()); }
+TEST_CASE("compare and where: every compare op, broadcasting, NaN, masks and raw conditions") {
+  run_cases(compare_where_cases());
+}
 TEST_CASE("matmul: transposes, 1-D, batched, broadcast batch, strided; the tiled SGEMM on cuda") {
   run_cases(matmul_cases());
 }

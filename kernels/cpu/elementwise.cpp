@@ -1,6 +1,9 @@
-// CPU elementwise kernels: unary, binary (inputs pre-expanded to the output shape) and
-// tensor-scalar. One StridedLoop; the innermost run is a plain loop the compiler vectorises
-// when the strides are 1.
+// CPU elementwise kernels: unary and its fused backward, binary and compare (inputs pre-expanded
+// to the output shape), tensor-scalar, where. One StridedLoop; the innermost run is a plain loop
+// the compiler vectorises when the strides are 1.
+#include <algorithm>
+#include <type_traits>
+
 #include <Eigen/Core>
 
 #include "kernels/backends.h"
@@ -29,24 +32,36 @@ void unary_contiguous(const T* a, T* o, int64_t n) {
     for (int64_t i = 0; i < n; ++i) o[i] = unary_fn<op>(a[i]);
 }
 
-template <UnaryOp op, typename T>
-void unary_loop(const Tensor& x, const Tensor& out) {
-  const T* src = x.data<T>();
+// No special contiguous loop: the plain one (the compiler vectorises it).
+struct PlainLoop {};
+
+// out = f(a) elementwise, a any strides over out's shape. A contiguous run goes to
+// contiguous(a, out, n) when given, else to a plain loop.
+template <typename T, typename F, typename C = PlainLoop>
+void map1(const Tensor& a, const Tensor& out, F f, C contiguous = {}) {
+  const T* src = a.data<T>();
   T* dst = out.data<T>();
-  StridedLoop<2> loop(out.shape(), {&out.strides(), &x.strides()});
+  StridedLoop<2> loop(out.shape(), {&out.strides(), &a.strides()});
   loop.for_each_run([&](const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& st, int64_t n) {
     T* o = dst + off[0];
-    const T* a = src + off[1];
+    const T* x = src + off[1];
     if (st[0] == 1 && st[1] == 1) {
-      unary_contiguous<op>(a, o, n);
+      if constexpr (std::is_same_v<C, PlainLoop>) {
+        for (int64_t i = 0; i < n; ++i) o[i] = f(x[i]);
+      } else {
+        contiguous(x, o, n);
+      }
     } else {
-      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = unary_fn<op>(a[i * st[1]]);
+      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = f(x[i * st[1]]);
     }
   });
 }
 
-template <BinaryOp op, typename T>
-void binary_loop(const Tensor& a, const Tensor& b, const Tensor& out) {
+// out = f(a, b) elementwise, a and b expanded to out's shape (stride 0 where broadcast). A
+// contiguous run goes to contiguous(a, b, out, n) when given, else to a plain loop; runs against
+// a broadcast scalar (a row plus a bias element) get their own loop.
+template <typename T, typename F, typename C = PlainLoop>
+void map2(const Tensor& a, const Tensor& b, const Tensor& out, F f, C contiguous = {}) {
   const T* pa = a.data<T>();
   const T* pb = b.data<T>();
   T* dst = out.data<T>();
@@ -56,32 +71,109 @@ void binary_loop(const Tensor& a, const Tensor& b, const Tensor& out) {
     const T* x = pa + off[1];
     const T* y = pb + off[2];
     if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
-      for (int64_t i = 0; i < n; ++i) o[i] = binary_fn<op>(x[i], y[i]);
+      if constexpr (std::is_same_v<C, PlainLoop>) {
+        for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+      } else {
+        contiguous(x, y, o, n);
+      }
     } else if (st[0] == 1 && st[1] == 1 && st[2] == 0) {  // row op broadcast scalar
       const T yv = *y;
-      for (int64_t i = 0; i < n; ++i) o[i] = binary_fn<op>(x[i], yv);
+      for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], yv);
     } else if (st[0] == 1 && st[1] == 0 && st[2] == 1) {
       const T xv = *x;
-      for (int64_t i = 0; i < n; ++i) o[i] = binary_fn<op>(xv, y[i]);
+      for (int64_t i = 0; i < n; ++i) o[i] = f(xv, y[i]);
     } else {
-      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = binary_fn<op>(x[i * st[1]], y[i * st[2]]);
+      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = f(x[i * st[1]], y[i * st[2]]);
     }
   });
 }
 
+template <UnaryOp op, typename T>
+void unary_loop(const Tensor& x, const Tensor& out) {
+  map1<T>(x, out, [](T v) { return unary_fn<op>(v); }, [](const T* a, T* o, int64_t n) { unary_contiguous<op>(a, o, n); });
+}
+
+template <BinaryOp op, typename T>
+void binary_loop(const Tensor& a, const Tensor& b, const Tensor& out) {
+  map2<T>(a, b, out, [](T x, T y) { return binary_fn<op>(x, y); });
+}
+
 template <BinaryOp op, typename T>
 void scalar_loop(const Tensor& a, double s, bool scalar_left, const Tensor& out) {
-  const T* src = a.data<T>();
-  T* dst = out.data<T>();
   const T sv = static_cast<T>(s);
-  StridedLoop<2> loop(out.shape(), {&out.strides(), &a.strides()});
-  loop.for_each_run([&](const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& st, int64_t n) {
+  if (scalar_left) map1<T>(a, out, [sv](T x) { return binary_fn<op>(sv, x); });
+  else map1<T>(a, out, [sv](T x) { return binary_fn<op>(x, sv); });
+}
+
+// dx = unary_backward_fn(dy, s) over a contiguous run. GELU and SiLU recompute tanh / a sigmoid:
+// those go through Eigen's vectorised tanh/exp a chunk at a time (t kept in a stack buffer, since
+// it is used twice), the rest of the formula as in unary_backward_fn; the other ops are a plain
+// loop of arithmetic the compiler vectorises.
+template <UnaryOp op, typename T>
+void unary_backward_contiguous(const T* dy, const T* s, T* dx, int64_t n) {
+  using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
+  if constexpr (op == UnaryOp::Gelu || op == UnaryOp::Silu) {
+    constexpr int64_t kChunk = 256;
+    alignas(64) T buf[kChunk];
+    for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+      const int64_t m = std::min(kChunk, n - i0);
+      Eigen::Map<const Arr> g(dy + i0, m), x(s + i0, m);
+      Eigen::Map<Arr> t(buf, m), o(dx + i0, m);
+      if constexpr (op == UnaryOp::Gelu) {  // t = tanh(k (x + c x^3))
+        const T k = T(gelu_constants::kSqrt2OverPi);
+        t = ((x + x * x * x * T(gelu_constants::kCubic)) * k).tanh();
+        const T k3c = T(3 * gelu_constants::kCubic * gelu_constants::kSqrt2OverPi);
+        o = g * ((t + T(1)) * T(0.5) + x * (T(1) - t * t) * (x * x * k3c + k) * T(0.5));
+      } else {  // t = sigmoid(x)
+        t = T(1) / (T(1) + (-x).exp());
+        o = g * (t * (x * (T(1) - t) + T(1)));
+      }
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) dx[i] = unary_backward_fn<op>(dy[i], s[i]);
+  }
+}
+
+template <UnaryOp op, typename T>
+void unary_backward_loop(const Tensor& dy, const Tensor& saved, const Tensor& out) {
+  map2<T>(dy, saved, out, [](T g, T x) { return unary_backward_fn<op>(g, x); },
+          [](const T* g, const T* x, T* o, int64_t n) { unary_backward_contiguous<op>(g, x, o, n); });
+}
+
+template <CompareOp op, typename T>
+void compare_loop(const Tensor& a, const Tensor& b, const Tensor& out) {
+  map2<T>(a, b, out, [](T x, T y) { return T(compare_fn<op>(x, y)); });
+}
+
+template <CompareOp op, typename T>
+void compare_scalar_loop(const Tensor& a, double s, const Tensor& out) {
+  const T sv = static_cast<T>(s);
+  map1<T>(a, out, [sv](T x) { return T(compare_fn<op>(x, sv)); });
+}
+
+template <typename T>
+void where_loop(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
+  const T* pc = cond.data<T>();
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  T* dst = out.data<T>();
+  StridedLoop<4> loop(out.shape(), {&out.strides(), &cond.strides(), &a.strides(), &b.strides()});
+  loop.for_each_run([&](const std::array<int64_t, 4>& off, const std::array<int64_t, 4>& st, int64_t n) {
     T* o = dst + off[0];
-    const T* x = src + off[1];
-    if (scalar_left)
-      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = binary_fn<op>(sv, x[i * st[1]]);
-    else
-      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = binary_fn<op>(x[i * st[1]], sv);
+    const T* c = pc + off[1];
+    const T* x = pa + off[2];
+    const T* y = pb + off[3];
+    if (st[0] == 1 && st[1] == 1 && st[2] == 1 && st[3] == 1) {
+      for (int64_t i = 0; i < n; ++i) o[i] = where_fn(c[i], x[i], y[i]);
+    } else if (st[0] == 1 && st[1] == 1 && st[2] == 1 && st[3] == 0) {  // where(mask, g, 0): b a scalar
+      const T yv = *y;
+      for (int64_t i = 0; i < n; ++i) o[i] = where_fn(c[i], x[i], yv);
+    } else if (st[0] == 1 && st[1] == 1 && st[2] == 0 && st[3] == 1) {
+      const T xv = *x;
+      for (int64_t i = 0; i < n; ++i) o[i] = where_fn(c[i], xv, y[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) o[i * st[0]] = where_fn(c[i * st[1]], x[i * st[2]], y[i * st[3]]);
+    }
   });
 }
 
@@ -97,6 +189,22 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
 
 void binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_left, const Tensor& out) {
   REEL_DISPATCH_FLOATING(out.dtype(), op_name(op), REEL_BINARY_SWITCH(op, scalar_loop, a, s, scalar_left, out))
+}
+
+void unary_backward(UnaryOp op, const Tensor& dy, const Tensor& saved, const Tensor& out) {
+  REEL_DISPATCH_FLOATING(out.dtype(), op_name(op), REEL_UNARY_SWITCH(op, unary_backward_loop, dy, saved, out))
+}
+
+void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  REEL_DISPATCH_FLOATING(out.dtype(), op_name(op), REEL_COMPARE_SWITCH(op, compare_loop, a, b, out))
+}
+
+void compare_scalar(CompareOp op, const Tensor& a, double s, const Tensor& out) {
+  REEL_DISPATCH_FLOATING(out.dtype(), op_name(op), REEL_COMPARE_SWITCH(op, compare_scalar_loop, a, s, out))
+}
+
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
+  REEL_DISPATCH_FLOATING(out.dtype(), "where", where_loop<scalar_t>(cond, a, b, out))
 }
 
 }  // namespace reel::kernels::cpu

@@ -1,9 +1,10 @@
-// kernels/cuda/elementwise.cu: unary, binary (with NumPy broadcasting) and tensor-scalar ops.
-// One grid-stride kernel per family, templated on the op: the scalar math is op_kinds.h's
-// unary_fn / binary_fn, the very functions the CPU loops call. Inputs arrive expanded to the
-// output shape, so broadcasting is just stride 0 in an input's OffsetCalc; the output is
-// contiguous, so its offset is the loop index. When every operand is contiguous (the common
-// case) the kernel skips the index arithmetic altogether (the Contig template flag).
+// kernels/cuda/elementwise.cu: unary and its fused backward, binary and compare (with NumPy
+// broadcasting), tensor-scalar ops and where. ONE grid-stride kernel, map_kernel, templated on a
+// functor holding the op: the scalar math is op_kinds.h's unary_fn / unary_backward_fn /
+// binary_fn / compare_fn / where_fn, the very functions the CPU loops call. Inputs arrive
+// expanded to the output shape, so broadcasting is just stride 0 in an input's OffsetCalc; the
+// output is contiguous, so its offset is the loop index. When every operand is contiguous (the
+// common case) the kernel skips the index arithmetic altogether (the Contig template flag).
 #include "kernels/backends.h"
 #include "kernels/cuda/indexing.h"
 #include "kernels/cuda/launch.h"
@@ -12,53 +13,63 @@ namespace reel::kernels::cuda {
 
 namespace {
 
-// ---- kernels ---------------------------------------------------------------------------------
+// ---- the ops, as functors a kernel can take by value -------------------------------------------
 
-// out[i] = f(x[calc(i)]). out: (n) contiguous; x: any strides over out's shape.
-template <UnaryOp op, typename T, bool Contig>
-__global__ void unary_kernel(T* out, const T* x, int64_t n, OffsetCalc<1> calc) {
+template <UnaryOp op>
+struct UnaryFn {
+  template <typename T> REEL_HOST_DEVICE T operator()(T x) const { return unary_fn<op>(x); }
+};
+template <UnaryOp op>
+struct UnaryBackwardFn {  // (dy, saved) -> dx
+  template <typename T> REEL_HOST_DEVICE T operator()(T dy, T s) const { return unary_backward_fn<op>(dy, s); }
+};
+template <BinaryOp op>
+struct BinaryFn {
+  template <typename T> REEL_HOST_DEVICE T operator()(T a, T b) const { return binary_fn<op>(a, b); }
+};
+template <BinaryOp op, typename T, bool ScalarLeft>
+struct BinaryScalarFn {  // s op x (ScalarLeft) or x op s
+  T s;
+  REEL_HOST_DEVICE T operator()(T x) const { return ScalarLeft ? binary_fn<op>(s, x) : binary_fn<op>(x, s); }
+};
+template <CompareOp op>
+struct CompareFn {
+  template <typename T> REEL_HOST_DEVICE T operator()(T a, T b) const { return T(compare_fn<op>(a, b)); }
+};
+template <CompareOp op, typename T>
+struct CompareScalarFn {
+  T s;
+  REEL_HOST_DEVICE T operator()(T x) const { return T(compare_fn<op>(x, s)); }
+};
+struct WhereFn {
+  template <typename T> REEL_HOST_DEVICE T operator()(T cond, T a, T b) const { return where_fn(cond, a, b); }
+};
+
+template <typename T, int N>
+struct Inputs {
+  const T* p[N];
+};
+
+// ---- kernel ------------------------------------------------------------------------------------
+
+// out[i] = fn(in_0[calc(i)[0]], ..., in_{N-1}[calc(i)[N-1]]). out: (n) contiguous; the N inputs:
+// any strides over out's shape (0 where broadcast).
+template <typename Fn, typename T, int N, bool Contig>
+__global__ void map_kernel(T* out, Inputs<T, N> in, int64_t n, OffsetCalc<N> calc, Fn fn) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x) {
+    int64_t off[N];
     if (Contig) {
-      out[i] = unary_fn<op>(x[i]);
+      for (int k = 0; k < N; ++k) off[k] = i;
     } else {
-      int64_t off[1];
       calc.get(i, off);
-      out[i] = unary_fn<op>(x[off[0]]);
     }
+    if constexpr (N == 1) out[i] = fn(in.p[0][off[0]]);
+    else if constexpr (N == 2) out[i] = fn(in.p[0][off[0]], in.p[1][off[1]]);
+    else out[i] = fn(in.p[0][off[0]], in.p[1][off[1]], in.p[2][off[2]]);
   }
 }
 
-// out[i] = a[calc(i)[0]] op b[calc(i)[1]]. out: (n) contiguous; a, b: expanded to out's shape.
-template <BinaryOp op, typename T, bool Contig>
-__global__ void binary_kernel(T* out, const T* a, const T* b, int64_t n, OffsetCalc<2> calc) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x) {
-    if (Contig) {
-      out[i] = binary_fn<op>(a[i], b[i]);
-    } else {
-      int64_t off[2];
-      calc.get(i, off);
-      out[i] = binary_fn<op>(a[off[0]], b[off[1]]);
-    }
-  }
-}
-
-// out[i] = s op a[calc(i)] (ScalarLeft) or a[calc(i)] op s.
-template <BinaryOp op, typename T, bool Contig, bool ScalarLeft>
-__global__ void scalar_kernel(T* out, const T* a, T s, int64_t n, OffsetCalc<1> calc) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x) {
-    T v;
-    if (Contig) {
-      v = a[i];
-    } else {
-      int64_t off[1];
-      calc.get(i, off);
-      v = a[off[0]];
-    }
-    out[i] = ScalarLeft ? binary_fn<op>(s, v) : binary_fn<op>(v, s);
-  }
-}
-
-// ---- launchers -------------------------------------------------------------------------------
+// ---- launcher ----------------------------------------------------------------------------------
 
 // An OffsetCalc for inputs over out's shape; inputs whose dims do not coalesce into kMaxDims are
 // made contiguous first (`inputs` then holds the copies).
@@ -77,48 +88,55 @@ OffsetCalc<N> input_calc(const Tensor& out, std::array<Tensor, N>& inputs) {
   return calc;
 }
 
-template <UnaryOp op, typename T>
-void unary_launch(const Tensor& x_in, const Tensor& out) {
-  std::array<Tensor, 1> in{x_in};
-  const OffsetCalc<1> calc = input_calc<1>(out, in);
+// out = fn(inputs...) elementwise, through map_kernel; `name` is what the profiler shows.
+template <typename T, int N, typename Fn>
+void launch_map(const char* name, const Tensor& out, std::array<Tensor, N> in, Fn fn) {
+  const OffsetCalc<N> calc = input_calc<N>(out, in);
+  Inputs<T, N> ptrs;
+  for (int k = 0; k < N; ++k) ptrs.p[k] = in[k].template data<T>();
   const int64_t n = out.numel();
   const unsigned grid = grid_for(n, kThreads);
   if (calc.contiguous())
-    launch("unary_kernel", unary_kernel<op, T, true>, grid, kThreads, 0, out.data<T>(), in[0].data<T>(), n, calc);
+    launch(name, map_kernel<Fn, T, N, true>, grid, kThreads, 0, out.data<T>(), ptrs, n, calc, fn);
   else
-    launch("unary_kernel", unary_kernel<op, T, false>, grid, kThreads, 0, out.data<T>(), in[0].data<T>(), n, calc);
+    launch(name, map_kernel<Fn, T, N, false>, grid, kThreads, 0, out.data<T>(), ptrs, n, calc, fn);
+}
+
+template <UnaryOp op, typename T>
+void unary_launch(const Tensor& x, const Tensor& out) {
+  launch_map<T, 1>("unary_kernel", out, {x}, UnaryFn<op>{});
+}
+
+template <UnaryOp op, typename T>
+void unary_backward_launch(const Tensor& dy, const Tensor& saved, const Tensor& out) {
+  launch_map<T, 2>("unary_backward_kernel", out, {dy, saved}, UnaryBackwardFn<op>{});
 }
 
 template <BinaryOp op, typename T>
 void binary_launch(const Tensor& a, const Tensor& b, const Tensor& out) {
-  std::array<Tensor, 2> in{a, b};
-  const OffsetCalc<2> calc = input_calc<2>(out, in);
-  const int64_t n = out.numel();
-  const unsigned grid = grid_for(n, kThreads);
-  if (calc.contiguous())
-    launch("binary_kernel", binary_kernel<op, T, true>, grid, kThreads, 0, out.data<T>(), in[0].data<T>(),
-           in[1].data<T>(), n, calc);
-  else
-    launch("binary_kernel", binary_kernel<op, T, false>, grid, kThreads, 0, out.data<T>(), in[0].data<T>(),
-           in[1].data<T>(), n, calc);
+  launch_map<T, 2>("binary_kernel", out, {a, b}, BinaryFn<op>{});
 }
 
 template <BinaryOp op, typename T>
 void scalar_launch(const Tensor& a, double s, bool scalar_left, const Tensor& out) {
-  std::array<Tensor, 1> in{a};
-  const OffsetCalc<1> calc = input_calc<1>(out, in);
-  const int64_t n = out.numel();
-  const unsigned grid = grid_for(n, kThreads);
   const T sv = static_cast<T>(s);
-  T* po = out.data<T>();
-  const T* pa = in[0].data<T>();
-  if (calc.contiguous()) {
-    if (scalar_left) launch("scalar_kernel", scalar_kernel<op, T, true, true>, grid, kThreads, 0, po, pa, sv, n, calc);
-    else launch("scalar_kernel", scalar_kernel<op, T, true, false>, grid, kThreads, 0, po, pa, sv, n, calc);
-  } else {
-    if (scalar_left) launch("scalar_kernel", scalar_kernel<op, T, false, true>, grid, kThreads, 0, po, pa, sv, n, calc);
-    else launch("scalar_kernel", scalar_kernel<op, T, false, false>, grid, kThreads, 0, po, pa, sv, n, calc);
-  }
+  if (scalar_left) launch_map<T, 1>("scalar_kernel", out, {a}, BinaryScalarFn<op, T, true>{sv});
+  else launch_map<T, 1>("scalar_kernel", out, {a}, BinaryScalarFn<op, T, false>{sv});
+}
+
+template <CompareOp op, typename T>
+void compare_launch(const Tensor& a, const Tensor& b, const Tensor& out) {
+  launch_map<T, 2>("compare_kernel", out, {a, b}, CompareFn<op>{});
+}
+
+template <CompareOp op, typename T>
+void compare_scalar_launch(const Tensor& a, double s, const Tensor& out) {
+  launch_map<T, 1>("compare_scalar_kernel", out, {a}, CompareScalarFn<op, T>{static_cast<T>(s)});
+}
+
+template <typename T>
+void where_launch(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
+  launch_map<T, 3>("where_kernel", out, {cond, a, b}, WhereFn{});
 }
 
 }  // namespace
@@ -139,6 +157,30 @@ void binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_left, con
   if (out.numel() == 0) return;
   set_device(out.device());
   REEL_DISPATCH_FLOATING(out.dtype(), op_name(op), REEL_BINARY_SWITCH(op, scalar_launch, a, s, scalar_left, out))
+}
+
+void unary_backward(UnaryOp op, const Tensor& dy, const Tensor& saved, const Tensor& out) {
+  if (out.numel() == 0) return;
+  set_device(out.device());
+  REEL_DISPATCH_FLOATING(out.dtype(), op_name(op), REEL_UNARY_SWITCH(op, unary_backward_launch, dy, saved, out))
+}
+
+void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (out.numel() == 0) return;
+  set_device(out.device());
+  REEL_DISPATCH_FLOATING(out.dtype(), op_name(op), REEL_COMPARE_SWITCH(op, compare_launch, a, b, out))
+}
+
+void compare_scalar(CompareOp op, const Tensor& a, double s, const Tensor& out) {
+  if (out.numel() == 0) return;
+  set_device(out.device());
+  REEL_DISPATCH_FLOATING(out.dtype(), op_name(op), REEL_COMPARE_SWITCH(op, compare_scalar_launch, a, s, out))
+}
+
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (out.numel() == 0) return;
+  set_device(out.device());
+  REEL_DISPATCH_FLOATING(out.dtype(), "where", where_launch<scalar_t>(cond, a, b, out))
 }
 
 }  // namespace reel::kernels::cuda
