@@ -82,6 +82,7 @@ Tensor sqrt(const Tensor& x);
 Tensor abs(const Tensor& x);   // gradient sign(x), 0 at 0
 Tensor square(const Tensor& x);
 Tensor reciprocal(const Tensor& x);
+Tensor softplus(const Tensor& x);  // log(1 + e^x), computed without overflow
 
 // ---- comparisons and selection (autograd/ops/elementwise.cpp) ----
 // Masks in the inputs' floating dtype: 1 where `a op b`, else 0 (NaN compares false, except ne).

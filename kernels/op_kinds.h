@@ -52,7 +52,8 @@ enum class UnaryDomain { Real, Positive, Kink };
   X(Sqrt, sqrt, Output, Positive)          \
   X(Abs, abs, Input, Kink)                 \
   X(Square, square, Input, Real)           \
-  X(Reciprocal, reciprocal, Output, Positive)
+  X(Reciprocal, reciprocal, Output, Positive) \
+  X(Softplus, softplus, Input, Real)
 
 // X(Name, name). Autograd (add, sub, mul, div) lives in autograd/ops/elementwise.cpp, one rule each.
 #define REEL_BINARY_OPS(X) \
@@ -150,7 +151,11 @@ REEL_HOST_DEVICE inline T unary_fn(T x) {
   else if constexpr (op == UnaryOp::Sqrt) return sqrt(x);
   else if constexpr (op == UnaryOp::Abs) return fabs(x);
   else if constexpr (op == UnaryOp::Square) return x * x;
-  else return T(1) / x;  // Reciprocal
+  else if constexpr (op == UnaryOp::Reciprocal) return T(1) / x;
+  else {  // Softplus: log(1 + e^x) as max(x, 0) + log1p(e^-|x|), which neither overflows nor loses small x
+    using std::log1p;
+    return (x > T(0) ? x : T(0)) + log1p(exp(-fabs(x)));
+  }
 }
 
 template <CompareOp op, typename T>
@@ -196,7 +201,8 @@ REEL_HOST_DEVICE inline T unary_backward_fn(T dy, T s) {
   else if constexpr (op == UnaryOp::Abs) {  // s = x; sign(x), 0 at 0, NaN stays NaN
     return dy * (s > T(0) ? T(1) : s < T(0) ? T(-1) : s * T(0));
   } else if constexpr (op == UnaryOp::Square) return dy * (T(2) * s);       // s = x
-  else return -(dy * (s * s));                                                // Reciprocal, s = y
+  else if constexpr (op == UnaryOp::Reciprocal) return -(dy * (s * s));     // s = y
+  else return dy * (T(1) / (T(1) + exp(-s)));                                // Softplus, s = x: sigmoid(x)
 }
 
 template <BinaryOp op, typename T>

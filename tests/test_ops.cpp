@@ -249,6 +249,7 @@ std::vector<std::pair<UnaryOp, std::function<double(double)>>> unary_refs() {
       {UnaryOp::Abs, [](double x) { return std::fabs(x); }},
       {UnaryOp::Square, [](double x) { return x * x; }},
       {UnaryOp::Reciprocal, [](double x) { return 1 / x; }},
+      {UnaryOp::Softplus, [](double x) { return std::log1p(std::exp(x)); }},
   };
 }
 std::vector<std::pair<BinaryOp, std::function<double(double, double)>>> binary_refs() {
