@@ -314,7 +314,9 @@ TEST_CASE("attention: the fused op and the composed one agree in values and grad
       // f64 on the CPU: to rounding; f32 on every device.
       std::vector<std::pair<Device, DType>> runs{{Device::cpu(), DType::f64}};
       for (Device d : reel::testing::devices()) runs.emplace_back(d, DType::f32);
-      for (auto [d, dtype] : runs) {
+      for (const auto& run : runs) {
+        const Device d = run.first;  // not a structured binding: doctest's CAPTURE is a lambda
+        const DType dtype = run.second;
         CAPTURE(d);
         CAPTURE(dtype);
         const double tol = dtype == DType::f64 ? 1e-12 : 2e-5;

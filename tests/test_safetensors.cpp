@@ -43,7 +43,9 @@ TEST_CASE("round trip of every dtype, views, empty tensors and metadata") {
   CHECK(meta.at("format") == "pt");
   CHECK(meta.at("step") == "10");
   REQUIRE(out.size() == in.size());
-  for (const auto& [name, t] : in) {
+  for (const auto& entry : in) {  // not a structured binding: doctest's CAPTURE is a lambda
+    const auto& name = entry.first;
+    const auto& t = entry.second;
     CAPTURE(name);
     CHECK(out.at(name).shape() == t.shape());
     CHECK(out.at(name).dtype() == t.dtype());
@@ -69,7 +71,9 @@ TEST_CASE("saving tensors that require grad, and views of them, records nothing 
     TensorDict out = load_safetensors(path, Device::cpu());
     std::remove(path.c_str());
     CHECK(from_safetensors_bytes(bytes, Device::cpu()).size() == in.size());
-    for (const auto& [name, t] : in) {
+    for (const auto& entry : in) {
+      const auto& name = entry.first;
+      const auto& t = entry.second;
       CAPTURE(name);
       CHECK(out.at(name).shape() == t.shape());
       CHECK_FALSE(out.at(name).requires_grad());

@@ -34,6 +34,10 @@ void max_rows(const T* x, T* values, int64_t* indices, int64_t O, int64_t A) {
       m = row[c] > m ? row[c] : m;
       nan |= row[c] != row[c];
     }
+    // clang's OpenMP starts a max reduction from the lowest finite value, not -inf, so a row of
+    // -inf reduces to it; that (rare) result is recomputed serially.
+    if (!nan && m == std::numeric_limits<T>::lowest())
+      for (int64_t c = 0; c < A; ++c) m = c == 0 || row[c] > m ? row[c] : m;
     int64_t i = 0;
     if (nan) {
       m = std::numeric_limits<T>::quiet_NaN();
