@@ -9,6 +9,7 @@
 #include <set>
 
 #include "autograd/tape.h"
+#include "core/profile.h"
 
 namespace reel::autograd {
 
@@ -80,6 +81,7 @@ void Tape::close(const std::shared_ptr<Segment>& segment) {
 // range has run, unless a node saved it.
 void Tape::replay(Segment& segment, size_t last) {
   segment.replayed = true;
+  const profile::PhaseScope profiled_phase(profile::Phase::Replay, segment.id);
   using Key = std::pair<size_t, int>;  // (node index, output index)
   std::map<Key, int> uses_left;
   for (size_t i = segment.begin; i <= last; ++i)
@@ -103,7 +105,11 @@ void Tape::replay(Segment& segment, size_t last) {
     }
     prepare_saves(node, in);
     node.saved.clear();
-    const Tensors out = node.op->forward(in, node);
+    Tensors out;
+    {
+      const profile::OpScope profiled(node.op->name(), static_cast<int64_t>(i), false);
+      out = node.op->forward(in, node);
+    }
     for (size_t k = 0; k < out.size(); ++k) {
       REEL_CHECK(out[k].shape() == node.outputs[k].shape, node.op->name(), ": replay made an output of shape ",
                  out[k].shape(), ", forward made ", node.outputs[k].shape);

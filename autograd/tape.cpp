@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "core/allocator.h"
+#include "core/profile.h"
 #include "kernels/ops.h"
 
 namespace reel::autograd {
@@ -128,6 +129,7 @@ Tensors record(std::unique_ptr<Op> op, const Tensors& inputs) {
   node->op = std::move(op);
   if (!node->any_input_needs_grad()) {  // nothing to differentiate: compute, record nothing
     node->keep_saved = false;
+    const profile::OpScope profiled(node->op->name(), -1, false);
     return node->op->forward(inputs, *node);
   }
 
@@ -137,6 +139,7 @@ Tensors record(std::unique_ptr<Op> op, const Tensors& inputs) {
   Tensors outputs;
   {
     NoGrad no_grad;  // views the forward makes of its inputs (kernels reshape them) record nothing
+    const profile::OpScope profiled(node->op->name(), static_cast<int64_t>(tape.size()), false);
     outputs = node->op->forward(inputs, *node);
   }
   node->outputs.resize(outputs.size());
@@ -284,6 +287,7 @@ void Tape::run_backward(const Node& root, int output_index, const Tensor& seed) 
     ~ClearAtExit() { tape.clear(); }
   } clear_at_exit{*this};
   NoGrad no_grad;  // backward rules and replays call kernels; nothing may record meanwhile
+  const profile::PhaseScope profiled_phase(profile::Phase::Backward);
 
   nodes_[root.index]->outputs[output_index].grad = seed;
   for (size_t i = root.index + 1; i-- > 0;) {
@@ -301,7 +305,11 @@ void Tape::run_backward(const Node& root, int output_index, const Tensor& seed) 
       const Node::Output& out = node.outputs[k];
       grad_out[k] = out.grad.defined() ? out.grad : zeros(out.shape, out.dtype, out.device);
     }
-    const Tensors grad_in = node.op->backward(grad_out, node);
+    Tensors grad_in;
+    {
+      const profile::OpScope profiled(node.op->name(), static_cast<int64_t>(i), true);
+      grad_in = node.op->backward(grad_out, node);
+    }
     release(node);
     grad_out.clear();
 

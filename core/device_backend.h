@@ -8,6 +8,7 @@
 
 #include "core/allocator.h"
 #include "core/device.h"
+#include "core/profile.h"
 
 namespace reel {
 
@@ -29,6 +30,11 @@ class DeviceBackend {
   // function of (seed, offset, i), identical on every device (see core/philox.h).
   virtual void random(const Tensor& out, RandomKind kind, uint64_t seed, uint64_t offset) = 0;
   virtual void synchronize() {}
+  // Profiling (core/profile.h): the clock that times this device's kernels on its own stream
+  // (null: they run synchronously and the host clock times them), and its peaks, measured or
+  // read from the device's properties once.
+  virtual profile::DeviceClock* clock() { return nullptr; }
+  virtual profile::Roof roof() = 0;
 };
 
 // The backend serving a device; reel::Error when the build or the machine has none.

@@ -8,6 +8,7 @@
 
 #include "core/autograd_meta.h"
 #include "core/device_backend.h"
+#include "core/profile.h"
 #include "core/random.h"
 
 namespace reel {
@@ -342,9 +343,28 @@ Tensor contiguous(const Tensor& x) {
 
 // ---- copies --------------------------------------------------------------------
 
+namespace {
+// Core's own kernels (copies, fills, random numbers) run through these, so the profiler sees
+// them like any entry point's: `dst` is what the kernel writes, `read` the bytes it reads.
+template <typename Fn>
+void timed(const char* kernel, const Tensor& dst, int64_t read, Fn&& run) {
+  if (!profile::enabled()) return run();
+  profile::KernelCost cost;
+  cost.bytes_read = read;
+  cost.bytes_written = static_cast<int64_t>(dst.nbytes());
+  const profile::KernelRun timed_run(kernel, dst.device(), dst.dtype(), shape_str(dst.shape()), cost);
+  run();
+}
+
+void copy_strided(const Tensor& src, const Tensor& dst) {
+  timed("copy_strided", dst, static_cast<int64_t>(src.nbytes()),
+        [&] { backend_for(dst.device()).copy_strided(src, dst); });
+}
+}  // namespace
+
 Tensor Tensor::clone() const {
   Tensor out = empty(shape(), dtype(), device());
-  if (numel() > 0) backend_for(device()).copy_strided(*this, out);
+  if (numel() > 0) copy_strided(*this, out);
   return out;
 }
 
@@ -353,10 +373,13 @@ Tensor Tensor::to(Device target) const {
   Tensor src = dense(*this);
   Tensor out = empty(shape(), dtype(), target);
   if (numel() == 0) return out;
+  const int64_t bytes = static_cast<int64_t>(nbytes());
   if (device().is_cpu()) {
-    backend_for(target).copy_from_host(out.data_ptr(), src.data_ptr(), nbytes());
+    timed("copy_from_host", out, bytes,
+          [&] { backend_for(target).copy_from_host(out.data_ptr(), src.data_ptr(), nbytes()); });
   } else if (target.is_cpu()) {
-    backend_for(device()).copy_to_host(out.data_ptr(), src.data_ptr(), nbytes());
+    timed("copy_to_host", out, bytes,
+          [&] { backend_for(device()).copy_to_host(out.data_ptr(), src.data_ptr(), nbytes()); });
   } else {  // between two CUDA devices: through the host, simple and rare
     Tensor host = src.to(Device::cpu());
     backend_for(target).copy_from_host(out.data_ptr(), host.data_ptr(), nbytes());
@@ -367,7 +390,7 @@ Tensor Tensor::to(Device target) const {
 Tensor Tensor::to(DType target) const {
   if (target == dtype()) return *this;
   Tensor out = empty(shape(), target, device());
-  if (numel() > 0) backend_for(device()).copy_strided(*this, out);
+  if (numel() > 0) copy_strided(*this, out);
   return out;
 }
 
@@ -376,13 +399,13 @@ void Tensor::copy_(const Tensor& src) const {
              shape());
   if (numel() == 0) return;
   Tensor from = src.device() == device() ? src : src.to(device());
-  backend_for(device()).copy_strided(from, *this);
+  copy_strided(from, *this);
 }
 
 void Tensor::fill_(double value) const {
   if (numel() == 0) return;
   if (is_contiguous()) {
-    backend_for(device()).fill(*this, value);
+    timed("fill", *this, 0, [&] { backend_for(device()).fill(*this, value); });
   } else {
     copy_(full(shape(), value, dtype(), device()));
   }
@@ -433,7 +456,7 @@ Tensor empty(const Shape& shape, DType dtype, Device device) {
 
 Tensor full(const Shape& shape, double value, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
-  if (t.numel() > 0) backend_for(device).fill(t, value);
+  if (t.numel() > 0) timed("fill", t, 0, [&] { backend_for(device).fill(t, value); });
   return t;
 }
 Tensor zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
@@ -479,7 +502,7 @@ Tensor random_tensor(const Shape& shape, DType dtype, Device device, Generator* 
   Generator& g = gen ? *gen : default_generator();
   Tensor t = empty(shape, dtype, device);
   const uint64_t offset = g.next_offset();
-  if (t.numel() > 0) backend_for(device).random(t, kind, g.seed(), offset);
+  if (t.numel() > 0) timed("random", t, 0, [&] { backend_for(device).random(t, kind, g.seed(), offset); });
   return t;
 }
 }  // namespace

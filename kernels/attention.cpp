@@ -34,6 +34,11 @@ AttnDims check_attention(const char* op, const Tensor& q, const Tensor& k, const
   return d;
 }
 
+// The (query, key) pairs attention computes: all of them, or with a causal mask the lower triangle.
+int64_t attention_pairs(const AttnDims& d, bool causal) {
+  return causal ? d.BH * d.Tq * (d.Tq + 1) / 2 : d.BH * d.Tq * d.Tk;
+}
+
 double attention_scale(const std::optional<double>& scale, int64_t D) {
   return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(D));
 }
@@ -46,7 +51,10 @@ AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tenso
   AttentionForward r{empty(with_last(rows_of(q.shape()), d.Dv), q.dtype(), q.device()),
                      empty(rows_of(q.shape()), q.dtype(), q.device())};
   if (d.BH * d.Tq > 0)
-    REEL_DEVICE_DISPATCH(q.device(), attention_forward, contiguous_as(q, {d.BH, d.Tq, d.D}),
+    // S = Q K^T and O = P V over the visible (query, key) pairs: 2 (D + Dv) FLOPs per pair.
+    REEL_DEVICE_DISPATCH(q.device(), attention_forward,
+                         kernel_cost({&q, &k, &v}, {&r.out, &r.lse}, 2 * attention_pairs(d, causal) * (d.D + d.Dv)),
+                         contiguous_as(q, {d.BH, d.Tq, d.D}),
                          contiguous_as(k, {d.BH, d.Tk, d.D}), contiguous_as(v, {d.BH, d.Tk, d.Dv}),
                          attention_scale(scale, d.D), causal, untracked::view(r.out, {d.BH, d.Tq, d.Dv}),
                          untracked::view(r.lse, {d.BH, d.Tq}));
@@ -72,8 +80,12 @@ AttentionBackward attention_backward(const Tensor& dout, const Tensor& q, const 
     r.dv.fill_(0.0);
     return r;
   }
+  // Per visible pair: S = Q K^T again (2D), dP = dO V^T (2Dv), dV += P^T dO (2Dv), dQ += dS K and
+  // dK += dS^T Q (4D).
   REEL_DEVICE_DISPATCH(
-      q.device(), attention_backward, contiguous_as(dout, {d.BH, d.Tq, d.Dv}), contiguous_as(q, {d.BH, d.Tq, d.D}),
+      q.device(), attention_backward,
+      kernel_cost({&dout, &q, &k, &v, &out, &lse}, {&r.dq, &r.dk, &r.dv}, attention_pairs(d, causal) * (6 * d.D + 4 * d.Dv)),
+      contiguous_as(dout, {d.BH, d.Tq, d.Dv}), contiguous_as(q, {d.BH, d.Tq, d.D}),
       contiguous_as(k, {d.BH, d.Tk, d.D}), contiguous_as(v, {d.BH, d.Tk, d.Dv}), contiguous_as(out, {d.BH, d.Tq, d.Dv}),
       contiguous_as(lse, {d.BH, d.Tq}), attention_scale(scale, d.D), causal, untracked::view(r.dq, {d.BH, d.Tq, d.D}),
       untracked::view(r.dk, {d.BH, d.Tk, d.D}), untracked::view(r.dv, {d.BH, d.Tk, d.Dv}));

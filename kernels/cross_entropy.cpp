@@ -61,7 +61,10 @@ CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& ta
       reduction == Reduction::Mean ? (r.count > 0 ? 1.0 / static_cast<double>(r.count) : 0.0) : 1.0;
   if (N > 0)
     run_indexed(target_range(op, logits, ignore_index), targets.shape(), [&] {
-      REEL_DEVICE_DISPATCH(logits.device(), cross_entropy_forward, as_rows(logits, N, V), contiguous_as(targets, {N}),
+      // Per logit: max, exp(x - max), sum (4 FLOPs); with the gradient also softmax - onehot, scaled (2).
+      REEL_DEVICE_DISPATCH(logits.device(), cross_entropy_forward,
+                           kernel_cost({&logits, &targets}, {&r.losses, &r.lse, &r.dlogits}, (grad_scale ? 6 : 4) * N * V),
+                           as_rows(logits, N, V), contiguous_as(targets, {N}),
                            ignore_index, untracked::view(r.losses, {N}), untracked::view(r.lse, {N}),
                            grad_scale ? as_rows(r.dlogits, N, V) : Tensor(), grad_scale.value_or(0.0) * row_scale);
     });
@@ -97,7 +100,10 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const T
   const double scale = reduction == Reduction::Mean ? (count > 0 ? 1.0 / static_cast<double>(count) : 0.0) : 1.0;
   if (N > 0)
     run_indexed(target_range(op, logits, ignore_index), targets.shape(), [&] {
-      REEL_DEVICE_DISPATCH(logits.device(), cross_entropy_backward, contiguous_as(dloss, {dloss.numel()}), scale,
+      // Per logit: exp(x - lse), minus the one-hot, times the row's scale: 3 FLOPs.
+      REEL_DEVICE_DISPATCH(logits.device(), cross_entropy_backward,
+                           kernel_cost({&dloss, &logits, &targets, &lse}, {&dlogits}, 3 * N * V),
+                           contiguous_as(dloss, {dloss.numel()}), scale,
                            as_rows(logits, N, V), contiguous_as(targets, {N}),
                            contiguous_as(lse, {N}), ignore_index, as_rows(dlogits, N, V));
     });

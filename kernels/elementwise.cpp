@@ -43,27 +43,29 @@ Tensor broadcast_output(const char* op, const Tensor& a, const Tensor& b) {
 
 Tensor unary(UnaryOp op, const Tensor& x) {
   Tensor out = output_like(op_name(op), x);
-  if (out.numel() > 0) REEL_DEVICE_DISPATCH(x.device(), unary, op, x, out);
+  if (out.numel() > 0) REEL_DEVICE_DISPATCH(x.device(), unary, kernel_cost({&x}, {&out}, out.numel(), op_name(op)), op, x, out);
   return out;
 }
 
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   Tensor out = broadcast_output(op_name(op), a, b);
   if (out.numel() > 0)
-    REEL_DEVICE_DISPATCH(a.device(), binary, op, untracked::expand(a, out.shape()), untracked::expand(b, out.shape()),
-                         out);
+    REEL_DEVICE_DISPATCH(a.device(), binary, kernel_cost({&a, &b}, {&out}, out.numel(), op_name(op)), op,
+                         untracked::expand(a, out.shape()), untracked::expand(b, out.shape()), out);
   return out;
 }
 
 Tensor binary(BinaryOp op, const Tensor& a, double b) {
   Tensor out = output_like(op_name(op), a);
-  if (out.numel() > 0) REEL_DEVICE_DISPATCH(a.device(), binary_scalar, op, a, b, false, out);
+  if (out.numel() > 0) REEL_DEVICE_DISPATCH(a.device(), binary_scalar, kernel_cost({&a}, {&out}, out.numel(), op_name(op)), op, a, b,
+                                            false, out);
   return out;
 }
 
 Tensor binary(BinaryOp op, double a, const Tensor& b) {
   Tensor out = output_like(op_name(op), b);
-  if (out.numel() > 0) REEL_DEVICE_DISPATCH(b.device(), binary_scalar, op, b, a, true, out);
+  if (out.numel() > 0) REEL_DEVICE_DISPATCH(b.device(), binary_scalar, kernel_cost({&b}, {&out}, out.numel(), op_name(op)), op, b, a,
+                                            true, out);
   return out;
 }
 
@@ -77,21 +79,23 @@ Tensor unary_backward(UnaryOp op, const Tensor& dy, const Tensor& saved) {
   REEL_CHECK(dy.shape() == s.shape(), name, ": dy ", dy.shape(), " and the saved ", s.shape(),
              " differ in shape");
   Tensor out = empty(dy.shape(), dy.dtype(), dy.device());
-  if (out.numel() > 0) REEL_DEVICE_DISPATCH(dy.device(), unary_backward, op, dy, s, out);
+  if (out.numel() > 0) REEL_DEVICE_DISPATCH(dy.device(), unary_backward, kernel_cost({&dy, &s}, {&out}, 2 * out.numel(), op_name(op)),
+                         op, dy, s, out);
   return out;
 }
 
 Tensor compare(CompareOp op, const Tensor& a, const Tensor& b) {
   Tensor out = broadcast_output(op_name(op), a, b);
   if (out.numel() > 0)
-    REEL_DEVICE_DISPATCH(a.device(), compare, op, untracked::expand(a, out.shape()), untracked::expand(b, out.shape()),
-                         out);
+    REEL_DEVICE_DISPATCH(a.device(), compare, kernel_cost({&a, &b}, {&out}, out.numel(), op_name(op)), op,
+                         untracked::expand(a, out.shape()), untracked::expand(b, out.shape()), out);
   return out;
 }
 
 Tensor compare(CompareOp op, const Tensor& a, double b) {
   Tensor out = output_like(op_name(op), a);
-  if (out.numel() > 0) REEL_DEVICE_DISPATCH(a.device(), compare_scalar, op, a, b, out);
+  if (out.numel() > 0) REEL_DEVICE_DISPATCH(a.device(), compare_scalar, kernel_cost({&a}, {&out}, out.numel(), op_name(op)), op, a, b,
+                         out);
   return out;
 }
 
@@ -107,8 +111,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   }
   Tensor out = empty(shape, a.dtype(), a.device());
   if (out.numel() > 0)
-    REEL_DEVICE_DISPATCH(a.device(), where, untracked::expand(cond, shape), untracked::expand(a, shape),
-                         untracked::expand(b, shape), out);
+    REEL_DEVICE_DISPATCH(a.device(), where, kernel_cost({&cond, &a, &b}, {&out}, 0), untracked::expand(cond, shape),
+                         untracked::expand(a, shape), untracked::expand(b, shape), out);
   return out;
 }
 

@@ -21,7 +21,9 @@ Tensor embedding_forward(const Tensor& ids, const Tensor& table) {
   Tensor out = empty(with_last(ids.shape(), C), table.dtype(), table.device());
   if (kernel_runs)
     run_indexed(range, ids.shape(), [&] {
-      REEL_DEVICE_DISPATCH(table.device(), embedding_forward, untracked::view(idc, {idc.numel()}),
+      // Reads the ids and one table row per id (as many bytes as the output), writes the output.
+      REEL_DEVICE_DISPATCH(table.device(), embedding_forward, kernel_cost({&idc, &out}, {&out}, 0),
+                           untracked::view(idc, {idc.numel()}),
                            untracked::contiguous(table), as_rows(out, idc.numel(), C));
     });
   return out;
@@ -47,7 +49,9 @@ Tensor embedding_backward(const Tensor& dout, const Tensor& ids, int64_t num_emb
     return dtable;
   }
   run_indexed(range, ids.shape(), [&] {
-    REEL_DEVICE_DISPATCH(dout.device(), embedding_backward, as_rows(dout, N, C), untracked::view(idc, {N}), dtable);
+    // Zeroes the table's gradient and adds one row of dout per id into it.
+    REEL_DEVICE_DISPATCH(dout.device(), embedding_backward, kernel_cost({&dout, &idc}, {&dtable}, dout.numel()),
+                         as_rows(dout, N, C), untracked::view(idc, {N}), dtable);
   });
   return dtable;
 }

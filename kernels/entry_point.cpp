@@ -27,4 +27,28 @@ void check_same_floating_dtype(const char* op, std::initializer_list<const Tenso
   }
 }
 
+int64_t bytes_of(const Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(dtype_size(t.dtype())) : 0; }
+
+int64_t bytes_of(const std::vector<Tensor>& ts) {
+  int64_t bytes = 0;
+  for (const Tensor& t : ts) bytes += bytes_of(t);
+  return bytes;
+}
+
+int64_t numel_of(const std::vector<Tensor>& ts) {
+  int64_t n = 0;
+  for (const Tensor& t : ts) n += t.defined() ? t.numel() : 0;
+  return n;
+}
+
+profile::KernelCost kernel_cost(std::initializer_list<const Tensor*> in, std::initializer_list<const Tensor*> out,
+                                int64_t flops, const char* variant) {
+  profile::KernelCost c;
+  for (const Tensor* t : in) c.bytes_read += bytes_of(*t);
+  for (const Tensor* t : out) c.bytes_written += bytes_of(*t);
+  c.flops = flops;
+  c.variant = variant;
+  return c;
+}
+
 }  // namespace reel::kernels

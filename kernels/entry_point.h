@@ -4,6 +4,7 @@
 // kernels/ops.h or a family header.
 #pragma once
 #include <initializer_list>
+#include <vector>
 
 #include "core/tensor.h"
 #include "kernels/dispatch.h"
@@ -14,6 +15,15 @@ namespace reel::kernels {
 void check_same_device(const char* op, std::initializer_list<const Tensor*> tensors);
 // reel::Error unless every tensor has the first one's floating dtype.
 void check_same_floating_dtype(const char* op, std::initializer_list<const Tensor*> tensors);
+
+// The profiler's cost of a kernel run (REEL_DEVICE_DISPATCH's COST): every element of the `in`
+// tensors read once, of the `out` tensors written once (their numel x dtype size), and `flops`.
+// Bytes are the least a kernel must move; a kernel that moves more shows it as a lower % of roof.
+profile::KernelCost kernel_cost(std::initializer_list<const Tensor*> in, std::initializer_list<const Tensor*> out,
+                                int64_t flops, const char* variant = nullptr);
+int64_t bytes_of(const Tensor& t);                // numel x dtype size; 0 when undefined
+int64_t bytes_of(const std::vector<Tensor>& ts);  // summed
+int64_t numel_of(const std::vector<Tensor>& ts);  // summed
 
 // The leading dims of a (..., C) shape: the rows.
 inline Shape rows_of(const Shape& s) { return Shape(s.begin(), s.end() - 1); }

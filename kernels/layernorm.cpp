@@ -32,7 +32,9 @@ LayerNormForward layernorm_forward(const Tensor& x, const Tensor& w, const Tenso
   LayerNormForward r{empty(x.shape(), x.dtype(), x.device()), empty(rows_of(x.shape()), x.dtype(), x.device()),
                      empty(rows_of(x.shape()), x.dtype(), x.device())};
   if (R > 0)
-    REEL_DEVICE_DISPATCH(x.device(), layernorm_forward, as_rows(x, R, C), untracked::contiguous(w),
+    // Per element: the mean (1 FLOP), the centred square (3), normalise and affine (4).
+    REEL_DEVICE_DISPATCH(x.device(), layernorm_forward, kernel_cost({&x, &w, &b}, {&r.y, &r.mean, &r.rstd}, 8 * R * C),
+                         as_rows(x, R, C), untracked::contiguous(w),
                          untracked::contiguous(b), eps, as_rows(r.y, R, C), untracked::view(r.mean, {R}),
                          untracked::view(r.rstd, {R}));
   return r;
@@ -51,7 +53,10 @@ LayerNormBackward layernorm_backward(const Tensor& dy, const Tensor& x, const Te
   LayerNormBackward r{empty(x.shape(), x.dtype(), x.device()), zeros({C}, x.dtype(), x.device()),
                       zeros({C}, x.dtype(), x.device())};
   if (R > 0)
-    REEL_DEVICE_DISPATCH(x.device(), layernorm_backward, as_rows(dy, R, C), as_rows(x, R, C),
+    // Per element: x^ and dy * w (3 FLOPs), the two row sums (4), dx (3), dw and db (3).
+    REEL_DEVICE_DISPATCH(x.device(), layernorm_backward,
+                         kernel_cost({&dy, &x, &w, &mean, &rstd}, {&r.dx, &r.dw, &r.db}, 13 * R * C),
+                         as_rows(dy, R, C), as_rows(x, R, C),
                          untracked::contiguous(w), contiguous_as(mean, {R}), contiguous_as(rstd, {R}),
                          as_rows(r.dx, R, C), r.dw, r.db);
   return r;
@@ -65,7 +70,9 @@ RMSNormForward rmsnorm_forward(const Tensor& x, const Tensor& w, double eps) {
   const int64_t C = x.size(-1), R = x.numel() / C;
   RMSNormForward r{empty(x.shape(), x.dtype(), x.device()), empty(rows_of(x.shape()), x.dtype(), x.device())};
   if (R > 0)
-    REEL_DEVICE_DISPATCH(x.device(), rmsnorm_forward, as_rows(x, R, C), untracked::contiguous(w), eps,
+    // Per element: the square sum (2 FLOPs), scale and weight (2).
+    REEL_DEVICE_DISPATCH(x.device(), rmsnorm_forward, kernel_cost({&x, &w}, {&r.y, &r.rstd}, 4 * R * C),
+                         as_rows(x, R, C), untracked::contiguous(w), eps,
                          as_rows(r.y, R, C), untracked::view(r.rstd, {R}));
   return r;
 }
@@ -80,7 +87,9 @@ RMSNormBackward rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor
   const int64_t C = x.size(-1), R = x.numel() / C;
   RMSNormBackward r{empty(x.shape(), x.dtype(), x.device()), zeros({C}, x.dtype(), x.device())};
   if (R > 0)
-    REEL_DEVICE_DISPATCH(x.device(), rmsnorm_backward, as_rows(dy, R, C), as_rows(x, R, C),
+    // Per element: x^ and dy * w (3 FLOPs), the row sum (2), dx (3), dw (2).
+    REEL_DEVICE_DISPATCH(x.device(), rmsnorm_backward, kernel_cost({&dy, &x, &w, &rstd}, {&r.dx, &r.dw}, 10 * R * C),
+                         as_rows(dy, R, C), as_rows(x, R, C),
                          untracked::contiguous(w), contiguous_as(rstd, {R}), as_rows(r.dx, R, C), r.dw);
   return r;
 }

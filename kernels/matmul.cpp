@@ -30,8 +30,8 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool transpose_a, bool tra
   b_shape.insert(b_shape.end(), {K, N});
   out_shape.insert(out_shape.end(), {M, N});
   Tensor out = empty(out_shape, a.dtype(), a.device());
-  if (out.numel() > 0) REEL_DEVICE_DISPATCH(a.device(), matmul, untracked::expand(a, a_shape),
-                                                untracked::expand(b, b_shape), out);
+  if (out.numel() > 0) REEL_DEVICE_DISPATCH(a.device(), matmul, kernel_cost({&a, &b}, {&out}, 2 * out.numel() * K),
+                                                untracked::expand(a, a_shape), untracked::expand(b, b_shape), out);
   // Drop the dims that 1-D operands added.
   if (a_in.dim() == 1) out = untracked::squeeze(out, -2);
   if (b_in.dim() == 1) out = untracked::squeeze(out, -1);

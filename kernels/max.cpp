@@ -36,7 +36,8 @@ MaxWithIndices max_with_indices(const Tensor& x, int64_t axis, bool keepdim) {
   const Shape& out_shape = keepdim ? s.kept : s.dropped;
   MaxWithIndices r{empty(out_shape, x.dtype(), x.device()), empty(out_shape, DType::i64, x.device())};
   if (r.values.numel() > 0)
-    REEL_DEVICE_DISPATCH(x.device(), max_with_indices, contiguous_as(x, {s.outer, s.axis_size, s.inner}),
+    REEL_DEVICE_DISPATCH(x.device(), max_with_indices, kernel_cost({&x}, {&r.values, &r.indices}, x.numel()),
+                         contiguous_as(x, {s.outer, s.axis_size, s.inner}),
                          untracked::view(r.values, {s.outer, s.inner}), untracked::view(r.indices, {s.outer, s.inner}));
   return r;
 }
@@ -60,7 +61,8 @@ Tensor max_backward(const Tensor& dy, const Tensor& indices, const Shape& input_
   Tensor dx = empty(input_shape, dy.dtype(), dy.device());
   if (kernel_runs)
     run_indexed(range, indices.shape(), [&] {
-      REEL_DEVICE_DISPATCH(dy.device(), max_backward, contiguous_as(dy, {s.outer, s.inner}),
+      REEL_DEVICE_DISPATCH(dy.device(), max_backward, kernel_cost({&dy, &idc}, {&dx}, 0),
+                           contiguous_as(dy, {s.outer, s.inner}),
                            untracked::view(idc, {s.outer, s.inner}),
                            untracked::view(dx, {s.outer, s.axis_size, s.inner}));
     });

@@ -44,6 +44,16 @@ Device check_param_lists(const char* op, const std::vector<Tensor>& params,
   return list_device(op, "param", params);
 }
 
+// The profiler's cost of a kernel over whole lists: each list in `in` read once, in `out` written once.
+profile::KernelCost optimizer_cost(std::initializer_list<const std::vector<Tensor>*> in,
+                                   std::initializer_list<const std::vector<Tensor>*> out, int64_t flops) {
+  profile::KernelCost c;
+  for (const std::vector<Tensor>* list : in) c.bytes_read += bytes_of(*list);
+  for (const std::vector<Tensor>* list : out) c.bytes_written += bytes_of(*list);
+  c.flops = flops;
+  return c;
+}
+
 Device check_tensor_list(const char* op, const std::vector<Tensor>& tensors, bool need_contiguous) {
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
@@ -69,8 +79,12 @@ void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
   const Device device = momentum != 0
                             ? check_param_lists(op, params, {{"grads", &grads}, {"momentum_bufs", &momentum_bufs}})
                             : check_param_lists(op, params, {{"grads", &grads}});
-  REEL_DEVICE_DISPATCH(device, sgd_update, params, grads, momentum_bufs, lr, momentum, dampening, weight_decay,
-                       nesterov, step);
+  // Per element: the update (2 FLOPs), weight decay (2), the momentum buffer (3, Nesterov 2 more).
+  const int64_t per_element = 2 + (weight_decay != 0 ? 2 : 0) + (momentum != 0 ? (nesterov ? 5 : 3) : 0);
+  REEL_DEVICE_DISPATCH(device, sgd_update,
+                       optimizer_cost({&params, &grads, &momentum_bufs}, {&params, &momentum_bufs},
+                                      per_element * numel_of(params)),
+                       params, grads, momentum_bufs, lr, momentum, dampening, weight_decay, nesterov, step);
 }
 
 void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
@@ -81,8 +95,10 @@ void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& 
   REEL_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, op, ": betas (", beta1, ", ", beta2,
              ") must be in [0, 1)");
   const Device device = check_param_lists(op, params, {{"grads", &grads}, {"exp_avg", &m}, {"exp_avg_sq", &v}});
-  REEL_DEVICE_DISPATCH(device, adamw_update, params, grads, m, v, lr, beta1, beta2, eps, weight_decay, step,
-                       decoupled_weight_decay);
+  // Per element: weight decay (2 FLOPs), m (3), v (4), p -= lr * m^ / (sqrt(v^) + eps) (5): 14.
+  REEL_DEVICE_DISPATCH(device, adamw_update,
+                       optimizer_cost({&params, &grads, &m, &v}, {&params, &m, &v}, 14 * numel_of(params)), params,
+                       grads, m, v, lr, beta1, beta2, eps, weight_decay, step, decoupled_weight_decay);
 }
 
 double global_grad_norm(const std::vector<Tensor>& grads) {
@@ -90,12 +106,13 @@ double global_grad_norm(const std::vector<Tensor>& grads) {
   std::vector<Tensor> flat;
   flat.reserve(grads.size());
   for (const Tensor& g : grads) flat.push_back(untracked::contiguous(g));
-  return std::sqrt(REEL_DEVICE_DISPATCH(device, sum_of_squares, flat));
+  return std::sqrt(
+      REEL_DEVICE_DISPATCH(device, sum_of_squares, optimizer_cost({&flat}, {}, 2 * numel_of(flat)), flat));
 }
 
 void scale_(const std::vector<Tensor>& tensors, double factor) {
   const Device device = check_tensor_list("scale_", tensors, true);
-  REEL_DEVICE_DISPATCH(device, scale_, tensors, factor);
+  REEL_DEVICE_DISPATCH(device, scale_, optimizer_cost({&tensors}, {&tensors}, numel_of(tensors)), tensors, factor);
 }
 
 }  // namespace reel::kernels

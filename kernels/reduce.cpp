@@ -43,7 +43,9 @@ Tensor reduce(ReduceOp op, const Tensor& x, std::vector<int64_t> axes, bool keep
   Tensor out = empty(out_shape, x.dtype(), x.device());
   if (out.numel() > 0) {
     if (reduced_numel == 0) out.fill_(op == ReduceOp::Sum ? 0.0 : std::nan(""));
-    else REEL_DEVICE_DISPATCH(x.device(), reduce, op, untracked::permute(x, order), reduced_count, out);
+    else
+      REEL_DEVICE_DISPATCH(x.device(), reduce, kernel_cost({&x}, {&out}, x.numel(), op_name(op)), op,
+                           untracked::permute(x, order), reduced_count, out);
   }
   return keepdim ? untracked::view(out, keep_shape) : out;
 }

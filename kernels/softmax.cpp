@@ -13,7 +13,9 @@ Tensor softmax_forward_any(const char* op, const Tensor& x, bool log) {
   Tensor y = empty(x.shape(), x.dtype(), x.device());
   const int64_t C = x.size(-1);
   if (y.numel() > 0)
-    REEL_DEVICE_DISPATCH(x.device(), softmax_forward, as_rows(x, x.numel() / C, C), log,
+    // max, exp(x - max), sum, divide (or subtract the log-sum): 4 FLOPs per element
+    REEL_DEVICE_DISPATCH(x.device(), softmax_forward, kernel_cost({&x}, {&y}, 4 * x.numel(), log ? "log" : nullptr),
+                         as_rows(x, x.numel() / C, C), log,
                          as_rows(y, x.numel() / C, C));
   return y;
 }
@@ -26,7 +28,10 @@ Tensor softmax_backward_any(const char* op, const Tensor& dy, const Tensor& y, b
   Tensor dx = empty(y.shape(), y.dtype(), y.device());
   const int64_t C = y.size(-1);
   if (dx.numel() > 0)
-    REEL_DEVICE_DISPATCH(y.device(), softmax_backward, as_rows(dy, y.numel() / C, C),
+    // sum of dy * y (or of dy), then dx = y * (dy - sum) (or dy - exp(y) * sum): 4 FLOPs per element
+    REEL_DEVICE_DISPATCH(y.device(), softmax_backward,
+                         kernel_cost({&dy, &y}, {&dx}, 4 * y.numel(), log ? "log" : nullptr),
+                         as_rows(dy, y.numel() / C, C),
                          as_rows(y, y.numel() / C, C), log, as_rows(dx, y.numel() / C, C));
   return dx;
 }

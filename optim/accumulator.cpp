@@ -4,6 +4,7 @@
 namespace reel::optim {
 
 void Accumulator::finish(WindowResult& r) {
+  const profile::PhaseScope profiled(profile::Phase::Optimizer);  // clipping and zeroing too
   if (options_.clip_norm > 0) r.grad_norm = clip_grad_norm(optimizer_.params(), options_.clip_norm);
   optimizer_.set_lr(r.lr);
   optimizer_.step();

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "autograd/tape.h"
+#include "core/profile.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 
@@ -46,7 +47,10 @@ class Accumulator {
     if (r.count == 0) return r;
     const double scale = 1.0 / static_cast<double>(r.count);
     for (const Batch& b : micro_batches) {
-      const Tensor l = loss(b);
+      const Tensor l = [&] {
+        const profile::PhaseScope profiled(profile::Phase::Forward);
+        return loss(b);
+      }();
       r.loss += l.item() * scale;
       autograd::backward(l, scale);
     }

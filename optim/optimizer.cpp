@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/allocator.h"
+#include "core/profile.h"
 #include "kernels/optimizer.h"
 
 namespace reel::optim {
@@ -32,6 +33,7 @@ void Optimizer::step() {
   for (size_t i = 0; i < params_.size(); ++i)
     if (params_[i].grad().defined()) with_grad.push_back(i);
   ++steps_;
+  const profile::PhaseScope profiled(profile::Phase::Optimizer);
   if (!with_grad.empty()) update(with_grad);
 }
 

@@ -74,6 +74,8 @@ class CpuBackend final : public DeviceBackend {
     REEL_DISPATCH_FLOATING(out.dtype(), "random", random_fill<scalar_t>(out, kind, seed, offset))
   }
 
+  profile::Roof roof() override { return kernels::measure_cpu_roof(); }
+
  private:
   HostMemory memory_;
 };

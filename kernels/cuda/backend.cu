@@ -189,9 +189,74 @@ class CudaBackend final : public DeviceBackend {
     REEL_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
+  profile::DeviceClock* clock() override { return &clock_; }
+
+  profile::Roof roof() override {
+#if defined(REEL_CUDA_EMULATED)
+    // The emulator runs the kernels on the host's cores: the host's roof is the honest bound.
+    profile::Roof r = measure_cpu_roof();
+    r.source = "cuda emulated on the host: the host's roof (" + r.source + ")";
+    return r;
+#else
+    set_device(index_);
+    int sms = 0, clock_khz = 0, mem_clock_khz = 0, bus_bits = 0, major = 0, minor = 0;
+    REEL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, index_));
+    REEL_CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, index_));
+    REEL_CUDA_CHECK(cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, index_));
+    REEL_CUDA_CHECK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, index_));
+    REEL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index_));
+    REEL_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index_));
+    // FP32 lanes per SM: 64 on sm_60 and sm_80 (A100), 128 on every other SM since Maxwell.
+    const int lanes = (major == 6 && minor == 0) || (major == 8 && minor == 0) ? 64 : 128;
+    profile::Roof r;
+    r.bytes_per_s = 2.0 * mem_clock_khz * 1e3 * bus_bits / 8;  // double data rate
+    r.flops_per_s = 2.0 * sms * lanes * clock_khz * 1e3;       // an FMA is 2 FLOPs
+    r.source = "device properties: " + std::to_string(mem_clock_khz / 1000) + " MHz memory x " +
+               std::to_string(bus_bits) + " bit, " + std::to_string(sms) + " SMs x " + std::to_string(lanes) +
+               " FP32 lanes x " + std::to_string(clock_khz / 1000) + " MHz";
+    return r;
+#endif
+  }
+
  private:
+  // Marks are events recorded on the stream, pooled: a profiled step records thousands.
+  class EventClock final : public profile::DeviceClock {
+   public:
+    explicit EventClock(int index) : index_(index) {}
+    bool emulated() const override {
+#if defined(REEL_CUDA_EMULATED)
+      return true;
+#else
+      return false;
+#endif
+    }
+    int64_t mark() override {
+      set_device(index_);
+      if (used_ == events_.size()) {
+        cudaEvent_t e;
+        REEL_CUDA_CHECK(cudaEventCreate(&e));
+        events_.push_back(e);
+      }
+      REEL_CUDA_CHECK(cudaEventRecord(events_[used_], stream()));
+      return static_cast<int64_t>(used_++);
+    }
+    double elapsed_ns(int64_t from, int64_t to) override {
+      REEL_CUDA_CHECK(cudaEventSynchronize(events_[static_cast<size_t>(to)]));
+      float ms = 0;
+      REEL_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[static_cast<size_t>(from)], events_[static_cast<size_t>(to)]));
+      return static_cast<double>(ms) * 1e6;
+    }
+    void reset() override { used_ = 0; }
+
+   private:
+    int index_;
+    std::vector<cudaEvent_t> events_;  // never destroyed, like the backend
+    size_t used_ = 0;
+  };
+
   int index_;
   DeviceMemory memory_;
+  EventClock clock_{index_};
 };
 
 }  // namespace

@@ -1,0 +1,287 @@
+// The profiler's collection side (core/profile.h): the session's buffers, the thread's context
+// (phase, op, scope), the scopes that set it, kernel runs timed on the host or on a device clock.
+#include "core/profile.h"
+
+#include <chrono>
+#include <map>
+#include <mutex>
+
+#include "core/device_backend.h"
+#include "core/error.h"
+
+#if defined(REEL_NVTX)
+#include <nvtx3/nvToolsExt.h>
+#endif
+
+namespace reel::profile {
+
+namespace detail {
+std::atomic<bool> g_enabled{false};
+}
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// What the kernels of this thread belong to right now.
+struct Context {
+  Phase phase = Phase::None;
+  int segment = -1;
+  const std::string* scope = nullptr;
+  const char* op = nullptr;
+  int64_t node = -1;
+  bool op_backward = false;
+};
+thread_local Context t_context;
+
+// A CUDA kernel's record waits for its device's marks until the profiler stops.
+struct PendingKernel {
+  size_t index;  // in Session::kernels
+  DeviceClock* clock;
+  int64_t start_mark, end_mark;
+};
+// The first mark of a device in a session and the host time it was taken: device times are
+// placed on the host timeline from it.
+struct DeviceOrigin {
+  int64_t mark;
+  int64_t host_ns;
+};
+
+struct Session {
+  std::mutex mutex;
+  SteadyClock::time_point origin;
+  std::vector<KernelRecord> kernels;
+  std::vector<SpanRecord> spans;
+  std::vector<PendingKernel> pending;
+  std::map<DeviceClock*, DeviceOrigin> device_origins;
+  std::atomic<int> next_track{0};
+  bool open = false;  // a Profiler exists
+};
+Session& session() {
+  static Session s;
+  return s;
+}
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - session().origin).count();
+}
+
+int this_thread_track() {
+  thread_local const int track = session().next_track.fetch_add(1);
+  return track;
+}
+
+void push_span(SpanRecord::Kind kind, std::string name, int64_t start_ns) {
+  SpanRecord s;
+  s.kind = kind;
+  s.name = std::move(name);
+  s.phase = t_context.phase;
+  s.segment = t_context.segment;
+  s.node = kind == SpanRecord::Kind::Op ? t_context.node : -1;
+  s.start_ns = start_ns;
+  s.dur_ns = now_ns() - start_ns;
+  s.track = this_thread_track();
+  Session& ses = session();
+  std::lock_guard<std::mutex> lock(ses.mutex);
+  ses.spans.push_back(std::move(s));
+}
+
+std::string phase_span_name(Phase phase, int segment) {
+  if (phase == Phase::Replay) return "replay segment " + std::to_string(segment);
+  return phase_name(phase);
+}
+
+void nvtx_push([[maybe_unused]] const char* name) {
+#if defined(REEL_NVTX)
+  nvtxRangePushA(name);
+#endif
+}
+void nvtx_pop() {
+#if defined(REEL_NVTX)
+  nvtxRangePop();
+#endif
+}
+
+}  // namespace
+
+const char* phase_name(Phase phase) {
+  switch (phase) {
+    case Phase::None: return "none";
+    case Phase::Forward: return "forward";
+    case Phase::Backward: return "backward";
+    case Phase::Replay: return "replay";
+    case Phase::Optimizer: return "optimizer";
+    case Phase::User: return "user";
+  }
+  return "?";
+}
+
+// ---- kernel runs --------------------------------------------------------------------------------
+
+KernelRun::KernelRun(const char* kernel, Device device, DType dtype, std::string shapes, KernelCost cost) {
+  const Context& c = t_context;
+  record_.kernel = kernel;
+  record_.op = c.op ? c.op : "";
+  record_.op_backward = c.op_backward;
+  record_.node = c.node;
+  record_.phase = c.phase != Phase::None ? c.phase : (c.op ? Phase::Forward : Phase::None);
+  record_.segment = c.segment;
+  if (c.scope) record_.scope = *c.scope;
+  record_.shapes = std::move(shapes);
+  record_.dtype = dtype;
+  record_.device = device;
+  record_.cost = cost;
+  const MemoryStats mem = memory_stats(device);
+  for (int i = 0; i < kNumCategories; ++i) record_.memory[i] = mem.by_category[i].current_bytes;
+  if (device.is_cuda()) clock_ = backend_for(device).clock();
+  if (clock_) {
+    record_.emulated = clock_->emulated();
+    record_.track = kDeviceTrack + device.index;
+    Session& ses = session();
+    std::lock_guard<std::mutex> lock(ses.mutex);
+    if (!ses.device_origins.count(clock_)) ses.device_origins[clock_] = DeviceOrigin{clock_->mark(), now_ns()};
+    start_mark_ = clock_->mark();
+  } else {
+    record_.track = this_thread_track();
+    record_.start_ns = now_ns();
+  }
+}
+
+KernelRun::~KernelRun() {
+  Session& ses = session();
+  if (clock_) {
+    const int64_t end_mark = clock_->mark();
+    std::lock_guard<std::mutex> lock(ses.mutex);
+    ses.pending.push_back({ses.kernels.size(), clock_, start_mark_, end_mark});
+    ses.kernels.push_back(std::move(record_));
+    return;
+  }
+  record_.dur_ns = now_ns() - record_.start_ns;
+  std::lock_guard<std::mutex> lock(ses.mutex);
+  ses.kernels.push_back(std::move(record_));
+}
+
+// ---- scopes -------------------------------------------------------------------------------------
+
+namespace {
+// The part of the context a scope replaces, restored when it closes.
+thread_local std::vector<Context> t_saved;
+}  // namespace
+
+PhaseScope::PhaseScope(Phase phase, int segment) {
+  nvtx_push(phase_name(phase));
+  if (!enabled()) return;
+  active_ = true;
+  t_saved.push_back(t_context);
+  t_context.phase = phase;
+  t_context.segment = segment;
+  start_ns_ = now_ns();
+}
+
+PhaseScope::~PhaseScope() {
+  nvtx_pop();
+  if (!active_) return;
+  push_span(SpanRecord::Kind::Phase, phase_span_name(t_context.phase, t_context.segment), start_ns_);
+  t_context = t_saved.back();
+  t_saved.pop_back();
+}
+
+OpScope::OpScope(const char* op, int64_t node, bool backward) {
+  nvtx_push(op);
+  if (!enabled()) return;
+  active_ = true;
+  t_saved.push_back(t_context);
+  t_context.op = op;
+  t_context.node = node;
+  t_context.op_backward = backward;
+  start_ns_ = now_ns();
+}
+
+OpScope::~OpScope() {
+  nvtx_pop();
+  if (!active_) return;
+  push_span(SpanRecord::Kind::Op, std::string(t_context.op) + (t_context.op_backward ? ".backward" : ""),
+            start_ns_);
+  t_context = t_saved.back();
+  t_saved.pop_back();
+}
+
+Scope::Scope(std::string name) : name_(std::move(name)) {
+  nvtx_push(name_.c_str());
+  if (!enabled()) return;
+  active_ = true;
+  t_saved.push_back(t_context);
+  t_context.phase = Phase::User;
+  t_context.segment = -1;
+  t_context.scope = &name_;
+  start_ns_ = now_ns();
+}
+
+Scope::~Scope() {
+  nvtx_pop();
+  if (!active_) return;
+  push_span(SpanRecord::Kind::Phase, name_, start_ns_);
+  t_context = t_saved.back();
+  t_saved.pop_back();
+}
+
+}  // namespace reel::profile
+
+namespace reel {
+
+using profile::session;
+
+Profiler::Profiler() {
+  auto& ses = session();
+  std::lock_guard<std::mutex> lock(ses.mutex);
+  REEL_CHECK(!ses.open, "Profiler: another Profiler is collecting; stop it first (one at a time)");
+  ses.open = true;
+  ses.kernels.clear();
+  ses.spans.clear();
+  ses.pending.clear();
+  ses.device_origins.clear();
+  ses.origin = profile::SteadyClock::now();
+  running_ = true;
+  profile::detail::g_enabled.store(true, std::memory_order_relaxed);
+}
+
+Profiler::~Profiler() {
+  try {
+    stop();
+  } catch (...) {  // a device error while resolving times must not escape a destructor
+  }
+}
+
+void Profiler::stop() {
+  if (!running_) return;
+  running_ = false;
+  profile::detail::g_enabled.store(false, std::memory_order_relaxed);
+  auto& ses = session();
+  wall_ns_ = profile::now_ns();
+  std::lock_guard<std::mutex> lock(ses.mutex);
+  ses.open = false;
+  // Device marks: elapsed_ns waits for the device to pass them.
+  for (const profile::PendingKernel& p : ses.pending) {
+    const profile::DeviceOrigin& origin = ses.device_origins.at(p.clock);
+    profile::KernelRecord& r = ses.kernels[p.index];
+    r.start_ns = origin.host_ns + static_cast<int64_t>(p.clock->elapsed_ns(origin.mark, p.start_mark));
+    r.dur_ns = static_cast<int64_t>(p.clock->elapsed_ns(p.start_mark, p.end_mark));
+  }
+  for (auto& [clock, origin] : ses.device_origins) clock->reset();
+  kernels_ = std::move(ses.kernels);
+  spans_ = std::move(ses.spans);
+  ses.kernels.clear();
+  ses.spans.clear();
+  ses.pending.clear();
+  ses.device_origins.clear();
+}
+
+std::string Profiler::track_name(int track) const {
+  if (track < profile::kDeviceTrack) return track == 0 ? "host thread 0 (main)" : "host thread " + std::to_string(track);
+  const int index = track - profile::kDeviceTrack;
+  for (const profile::KernelRecord& r : kernels_)
+    if (r.track == track && r.emulated) return "cuda:" + std::to_string(index) + " (emulated on the host)";
+  return "cuda:" + std::to_string(index) + " stream";
+}
+
+}  // namespace reel

@@ -1,0 +1,197 @@
+// Kernel-level profiling: one record per kernel run (what ran, on which device, inside which op,
+// tape node and phase of the step, how long, how many bytes and FLOPs), spans for the ops and
+// phases around them, and reel::Profiler, the scope that collects them.
+//
+// Off (no Profiler alive) every hook costs one predictable branch on a relaxed atomic load.
+// The hooks are placed once: kernel entry points time their backend call through
+// REEL_DEVICE_DISPATCH (kernels/dispatch.h) with the cost written next to them; the tape opens
+// op spans (autograd/tape.cpp) and the replay, backward and optimizer phases; core times its own
+// copies and fills. The reports (a table against the device's roof, a Chrome trace) are in
+// core/profile_report.h.
+//
+// Times: CPU kernels by a steady host clock around the call. CUDA kernels by markers the device
+// records on its stream (cudaEvent pairs), resolved when the profiler stops; on a GPU these are
+// device times. In the emulated build the same markers read the host clock and the records say
+// `emulated`, so no one takes them for GPU times.
+#pragma once
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/device.h"
+#include "core/dtype.h"
+
+namespace reel::profile {
+
+// What a kernel must move and compute at least once: the basis of GB/s, GFLOP/s and the roofline.
+struct KernelCost {
+  int64_t flops = 0;          // floating-point operations; a multiply-add counts 2
+  int64_t bytes_read = 0;     // every input element read once
+  int64_t bytes_written = 0;  // every output element written once
+  const char* variant = nullptr;  // the kernel's op where one kernel serves several ("gelu", "sum")
+  int64_t bytes() const { return bytes_read + bytes_written; }
+};
+
+// Where in a training step a kernel ran. Forward is any op run outside the other phases.
+enum class Phase : uint8_t { None, Forward, Backward, Replay, Optimizer, User };
+const char* phase_name(Phase phase);
+
+struct KernelRecord {
+  std::string kernel;    // the backend kernel, e.g. "layernorm_forward"
+  std::string op;        // the tape op running it ("layernorm"), empty outside ops
+  bool op_backward = false;  // inside the op's backward rule (else its forward)
+  int64_t node = -1;     // the op's position on the tape, -1 when not recorded
+  Phase phase = Phase::None;
+  int segment = -1;      // Phase::Replay: the checkpoint segment being replayed
+  std::string scope;     // the innermost user scope's name, empty if none
+  std::string shapes;    // the tensor arguments' shapes, "(64, 128) (128)"
+  DType dtype = DType::f32;
+  Device device;
+  bool emulated = false; // a CUDA kernel run on the host by the simt emulator: host time
+  KernelCost cost;
+  int64_t start_ns = 0;  // since the profiler started
+  int64_t dur_ns = 0;
+  int track = 0;         // host thread track (0, 1, ...) or kDeviceTrack + device index
+  std::array<int64_t, kNumCategories> memory{};  // bytes in use by category on the device at launch
+};
+
+// An op or phase around kernels, on the host thread that ran it.
+struct SpanRecord {
+  enum class Kind : uint8_t { Phase, Op };
+  Kind kind = Kind::Op;
+  std::string name;      // "layernorm", "layernorm.backward", "replay segment 3", "optimizer", a scope
+  Phase phase = Phase::None;
+  int segment = -1;
+  int64_t node = -1;
+  int64_t start_ns = 0;
+  int64_t dur_ns = 0;
+  int track = 0;
+};
+
+// A device's peaks: the memory roof (bytes/s) and the compute roof (FLOP/s). A kernel of
+// arithmetic intensity I (FLOP per byte) can reach at most min(flops_per_s, I * bytes_per_s).
+struct Roof {
+  double bytes_per_s = 0;
+  double flops_per_s = 0;
+  std::string source;  // how it was found, printed with the table
+};
+constexpr int kDeviceTrack = 1000;  // track of CUDA device i: kDeviceTrack + i
+
+// Timestamps taken on a device's own stream, for devices whose kernels run asynchronously.
+// Registered by the device's backend (DeviceBackend::clock(), core/device_backend.h).
+class DeviceClock {
+ public:
+  virtual ~DeviceClock() = default;
+  virtual bool emulated() const = 0;
+  // Enqueues a timestamp on the device's stream; returns its id.
+  virtual int64_t mark() = 0;
+  // After the device finished the marks: nanoseconds from mark `from` to mark `to`.
+  virtual double elapsed_ns(int64_t from, int64_t to) = 0;
+  // Releases every mark.
+  virtual void reset() = 0;
+};
+
+namespace detail {
+extern std::atomic<bool> g_enabled;
+}
+// True while a Profiler collects.
+inline bool enabled() { return detail::g_enabled.load(std::memory_order_relaxed); }
+
+// RAII around one kernel run; built by the dispatch only while enabled().
+class KernelRun {
+ public:
+  KernelRun(const char* kernel, Device device, DType dtype, std::string shapes, KernelCost cost);
+  ~KernelRun();
+  KernelRun(const KernelRun&) = delete;
+  KernelRun& operator=(const KernelRun&) = delete;
+
+ private:
+  KernelRecord record_;
+  DeviceClock* clock_ = nullptr;
+  int64_t start_mark_ = -1;
+};
+
+// RAII: the ops run inside are in `phase` (Replay: of checkpoint segment `segment`). A span
+// named after the phase is recorded around them.
+class PhaseScope {
+ public:
+  explicit PhaseScope(Phase phase, int segment = -1);
+  ~PhaseScope();
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
+
+ private:
+  bool active_ = false;
+  int64_t start_ns_ = 0;
+};
+
+// RAII: the kernels run inside belong to tape op `op` (node `node`, -1 if not recorded), in its
+// forward or its backward rule. Set by the tape; op authors do nothing.
+class OpScope {
+ public:
+  OpScope(const char* op, int64_t node, bool backward);
+  ~OpScope();
+  OpScope(const OpScope&) = delete;
+  OpScope& operator=(const OpScope&) = delete;
+
+ private:
+  bool active_ = false;
+  int64_t start_ns_ = 0;
+};
+
+// RAII for users: a named span ("eval", "data"); kernels inside are in Phase::User unless a
+// phase inside says otherwise, and carry the name in KernelRecord::scope.
+class Scope {
+ public:
+  explicit Scope(std::string name);
+  ~Scope();
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+ private:
+  bool active_ = false;
+  int64_t start_ns_ = 0;
+  std::string name_;
+};
+
+}  // namespace reel::profile
+
+namespace reel {
+
+// Collects every kernel run, op span and phase span of this process from construction to stop()
+// (or destruction). One at a time: a second one while one collects raises reel::Error.
+//
+//   reel::Profiler prof;
+//   train_step();
+//   prof.stop();
+//   reel::profile::print_table(std::cout, prof);
+//   reel::profile::write_trace("trace.json", prof);
+class Profiler {
+ public:
+  Profiler();
+  ~Profiler();
+  Profiler(const Profiler&) = delete;
+  Profiler& operator=(const Profiler&) = delete;
+
+  // Stops collecting, waits for the devices and resolves device times. Idempotent.
+  void stop();
+  bool running() const { return running_; }
+
+  const std::vector<profile::KernelRecord>& kernels() const { return kernels_; }
+  const std::vector<profile::SpanRecord>& spans() const { return spans_; }
+  int64_t wall_ns() const { return wall_ns_; }  // from construction to stop()
+  // Names of the host threads and device tracks that appear in the records.
+  std::string track_name(int track) const;
+
+ private:
+  bool running_ = false;
+  int64_t wall_ns_ = 0;
+  std::vector<profile::KernelRecord> kernels_;
+  std::vector<profile::SpanRecord> spans_;
+};
+
+}  // namespace reel

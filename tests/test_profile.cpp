@@ -1,0 +1,267 @@
+// The kernel profiler (core/profile.h, core/profile_report.h): records carry the right op, node,
+// phase and closed-form costs; checkpoint replays are counted; the trace is valid, nested
+// trace-event JSON; the table's shares add up; emulated CUDA is marked; nothing is recorded off.
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "autograd/nn_functions.h"
+#include "autograd/tape.h"
+#include "core/profile_report.h"
+#include "kernels/ops.h"
+#include "nn/gpt.h"
+#include "optim/optimizer.h"
+#include "testing.h"
+
+using namespace reel;
+using profile::KernelRecord;
+using profile::Phase;
+
+namespace {
+
+std::vector<KernelRecord> records_of(const Profiler& p, const std::string& kernel) {
+  std::vector<KernelRecord> out;
+  for (const KernelRecord& r : p.kernels())
+    if (r.kernel == kernel) out.push_back(r);
+  return out;
+}
+
+Tensor random_ids(int64_t B, int64_t T, int64_t V, uint64_t seed, Device device) {
+  Generator g(seed);
+  std::vector<int64_t> ids;
+  for (double u : reel::testing::values(rand({B, T}, DType::f64, Device::cpu(), &g)))
+    ids.push_back(static_cast<int64_t>(u * static_cast<double>(V)));
+  return from_vector(ids, {B, T}, device);
+}
+
+// One training step of a tiny GPT with sqrt checkpointing, profiled; `checkpointed` gets the tape
+// positions of the nodes inside checkpoint segments.
+std::unique_ptr<Profiler> profiled_gpt_step(Device device, std::set<int64_t>* checkpointed = nullptr) {
+  nn::GPTConfig c{/*vocab_size*/ 11, /*block_size*/ 8, /*n_layer*/ 4, /*n_head*/ 2, /*n_embd*/ 16};
+  manual_seed(3);
+  nn::GPT gpt(c);
+  gpt.to(device);
+  gpt.set_checkpoint(nn::CheckpointPolicy::parse("sqrt"));
+  optim::AdamW opt(gpt.parameters(), 1e-3);
+  const Tensor ids = random_ids(2, 8, 11, 4, device), targets = random_ids(2, 8, 11, 5, device);
+  auto prof = std::make_unique<Profiler>();
+  Tensor loss;
+  {
+    const profile::PhaseScope forward(Phase::Forward);
+    loss = cross_entropy(gpt(ids), targets);
+  }
+  const autograd::Tape& tape = autograd::Tape::current();
+  for (size_t i = 0; i < tape.size() && checkpointed; ++i)
+    if (tape.node(i).segment) checkpointed->insert(static_cast<int64_t>(i));
+  autograd::backward(loss);
+  opt.step();
+  prof->stop();
+  return prof;
+}
+
+}  // namespace
+
+TEST_CASE("kernel records: the op, the tape node, the phase and closed-form costs") {
+  const Tensor a = randn({6, 5}), b = randn({5, 7});
+  const Tensor x = randn({4, 3, 8}), w = randn({8}), bias = randn({8});
+  Profiler prof;
+  const Tensor c = kernels::matmul(a, b);
+  const kernels::LayerNormForward ln = kernels::layernorm_forward(x, w, bias);
+  const Tensor s = kernels::softmax_forward(x);
+  std::vector<Tensor> params{randn({10}), randn({3, 4})}, grads{randn({10}), randn({3, 4})},
+      m{zeros({10}), zeros({3, 4})}, v{zeros({10}), zeros({3, 4})};
+  kernels::adamw_update(params, grads, m, v, 1e-3, 0.9, 0.999, 1e-8, 0.01, 1, true);
+  prof.stop();
+
+  const std::vector<KernelRecord> mm = records_of(prof, "matmul");
+  REQUIRE(mm.size() == 1);
+  CHECK(mm[0].cost.flops == 2 * 6 * 7 * 5);
+  CHECK(mm[0].cost.bytes_read == (6 * 5 + 5 * 7) * 4);
+  CHECK(mm[0].cost.bytes_written == 6 * 7 * 4);
+  CHECK(mm[0].shapes == "(6, 5) (5, 7) (6, 7)");
+  CHECK(mm[0].dtype == DType::f32);
+  CHECK(mm[0].device == Device::cpu());
+  CHECK(mm[0].dur_ns >= 0);
+  CHECK(mm[0].op.empty());  // a kernel called directly: no tape op
+  CHECK(mm[0].phase == Phase::None);
+
+  const std::vector<KernelRecord> norm = records_of(prof, "layernorm_forward");
+  REQUIRE(norm.size() == 1);
+  const int64_t R = 12, C = 8;
+  CHECK(norm[0].cost.flops == 8 * R * C);
+  CHECK(norm[0].cost.bytes_read == (R * C + 2 * C) * 4);
+  CHECK(norm[0].cost.bytes_written == (R * C + 2 * R) * 4);
+
+  const std::vector<KernelRecord> sm = records_of(prof, "softmax_forward");
+  REQUIRE(sm.size() == 1);
+  CHECK(sm[0].cost.flops == 4 * 96);
+  CHECK(sm[0].cost.bytes() == 2 * 96 * 4);
+
+  const std::vector<KernelRecord> adam = records_of(prof, "adamw_update");
+  REQUIRE(adam.size() == 1);
+  CHECK(adam[0].cost.flops == 14 * 22);
+  CHECK(adam[0].cost.bytes_read == 4 * 22 * 4);
+  CHECK(adam[0].cost.bytes_written == 3 * 22 * 4);
+}
+
+TEST_CASE("ops through the tape: kernels carry their op, node and phase; backward and optimizer phases") {
+  manual_seed(1);
+  Tensor w = randn({4, 3});
+  w.set_requires_grad();
+  optim::SGD opt({w}, 0.1);
+  Profiler prof;
+  const Tensor loss = sum(gelu(matmul(randn({2, 4}), w)));
+  autograd::backward(loss);
+  opt.step();
+  prof.stop();
+  const std::vector<KernelRecord> gelu_fwd = records_of(prof, "unary.gelu");
+  REQUIRE(gelu_fwd.size() == 1);
+  CHECK(gelu_fwd[0].op == "gelu");
+  CHECK_FALSE(gelu_fwd[0].op_backward);
+  CHECK(gelu_fwd[0].phase == Phase::Forward);
+  CHECK(gelu_fwd[0].node == 1);  // matmul is node 0
+  const std::vector<KernelRecord> gelu_bwd = records_of(prof, "unary_backward.gelu");
+  REQUIRE(gelu_bwd.size() == 1);
+  CHECK(gelu_bwd[0].op == "gelu");
+  CHECK(gelu_bwd[0].op_backward);
+  CHECK(gelu_bwd[0].phase == Phase::Backward);
+  CHECK(gelu_bwd[0].node == 1);
+  const std::vector<KernelRecord> sgd = records_of(prof, "sgd_update");
+  REQUIRE(sgd.size() == 1);
+  CHECK(sgd[0].phase == Phase::Optimizer);
+  // Every op span has a matching name; spans of the backward phase and the optimizer exist.
+  std::map<std::string, int> spans;
+  for (const profile::SpanRecord& s : prof.spans()) ++spans[s.name];
+  CHECK(spans["gelu"] == 1);
+  CHECK(spans["gelu.backward"] == 1);
+  CHECK(spans["backward"] == 1);
+  CHECK(spans["optimizer"] == 1);
+}
+
+TEST_CASE("checkpoint replay: as many replayed kernel runs per node as the node ran in forward") {
+  for (const Device& device : reel::testing::devices()) {
+    CAPTURE(device);
+    std::set<int64_t> checkpointed;
+    const std::unique_ptr<Profiler> profiled = profiled_gpt_step(device, &checkpointed);
+    const Profiler& prof = *profiled;
+    REQUIRE_FALSE(checkpointed.empty());
+    std::map<int64_t, int> forward_runs, replay_runs;  // by tape node
+    std::set<int> segments;
+    for (const KernelRecord& r : prof.kernels()) {
+      if (r.op.empty() || r.op_backward) continue;
+      if (r.phase == Phase::Forward) ++forward_runs[r.node];
+      if (r.phase == Phase::Replay) {
+        ++replay_runs[r.node];
+        segments.insert(r.segment);
+      }
+    }
+    REQUIRE_FALSE(replay_runs.empty());
+    CHECK_FALSE(segments.count(-1));
+    // Exactly the checkpointed nodes run again, each with as many kernels as in forward.
+    for (const auto& [node, runs] : forward_runs) {
+      CAPTURE(node);
+      CHECK(replay_runs[node] == (checkpointed.count(node) ? runs : 0));
+    }
+    for (const auto& [node, runs] : replay_runs) CHECK((checkpointed.count(node) || runs == 0));
+  }
+}
+
+TEST_CASE("the table: shares add up to 100 %, kernel time fits in the wall time, rows against the roof") {
+  const std::unique_ptr<Profiler> profiled = profiled_gpt_step(Device::cpu());
+  const Profiler& prof = *profiled;
+  const std::vector<profile::KernelSummary> rows = profile::summarize_kernels(prof);
+  REQUIRE_FALSE(rows.empty());
+  double share = 0;
+  int64_t kernel_ns = 0, calls = 0;
+  for (const profile::KernelSummary& s : rows) {
+    share += s.share;
+    kernel_ns += s.total_ns;
+    calls += s.calls;
+    CHECK(s.roof_fraction >= 0);
+  }
+  CHECK(share == doctest::Approx(1.0));
+  CHECK(calls == static_cast<int64_t>(prof.kernels().size()));
+  CHECK(kernel_ns <= prof.wall_ns());
+  const profile::Roof& roof = profile::roof_for(Device::cpu());
+  CHECK(roof.bytes_per_s > 1e8);
+  CHECK(roof.flops_per_s > 1e8);
+  std::ostringstream os;
+  profile::print_table(os, prof);
+  CHECK(os.str().find("% roof") != std::string::npos);
+  CHECK(os.str().find("matmul") != std::string::npos);
+  CHECK(os.str().find("replay") != std::string::npos);
+  MESSAGE(os.str());
+}
+
+TEST_CASE("the trace: valid trace-event JSON, spans nested per track, memory counters") {
+  const std::unique_ptr<Profiler> profiled = profiled_gpt_step(reel::testing::devices().back());
+  const Profiler& prof = *profiled;
+  const std::string path = "test_profile_trace.json";
+  profile::write_trace(path, prof);
+  std::ifstream in(path);
+  const nlohmann::json trace = nlohmann::json::parse(in);
+  std::remove(path.c_str());
+  REQUIRE(trace.contains("traceEvents"));
+  std::map<int, std::vector<std::pair<double, double>>> spans;  // track -> (ts, end)
+  int kernels = 0, counters = 0;
+  for (const nlohmann::json& e : trace["traceEvents"]) {
+    for (const char* key : {"ph", "ts", "pid", "tid", "name"}) REQUIRE(e.contains(key));
+    const std::string ph = e["ph"];
+    if (ph == "X") {
+      REQUIRE(e["dur"].get<double>() >= 0);
+      spans[e["tid"].get<int>()].push_back({e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()});
+      if (e["cat"] == "kernel") ++kernels;
+    }
+    if (ph == "C") ++counters;
+  }
+  CHECK(kernels == static_cast<int>(prof.kernels().size()));
+  CHECK(counters == kernels);
+  // On each track spans nest: sorted by start (the longer first on ties), each one ends before
+  // the span that encloses it ends.
+  const double slack = 1e-3;  // us: rounding of ns to us
+  for (auto& [track, list] : spans) {
+    CAPTURE(track);
+    std::sort(list.begin(), list.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first < b.first : a.second > b.second;
+    });
+    std::vector<double> open_ends;
+    for (const auto& [ts, end] : list) {
+      while (!open_ends.empty() && open_ends.back() <= ts + slack) open_ends.pop_back();
+      if (!open_ends.empty()) CHECK(end <= open_ends.back() + slack);
+      open_ends.push_back(end);
+    }
+  }
+}
+
+TEST_CASE("emulated CUDA kernels are marked; nothing is recorded with no Profiler; one Profiler at a time") {
+  if (cuda_available()) {
+    const Tensor a = randn({8, 8}, DType::f32, Device::cuda()), b = randn({8, 8}, DType::f32, Device::cuda());
+    Profiler prof;
+    const Tensor c = kernels::matmul(a, b);
+    prof.stop();
+    const std::vector<KernelRecord> mm = records_of(prof, "matmul");
+    REQUIRE(mm.size() == 1);
+#if defined(REEL_CUDA_EMULATED)
+    CHECK(mm[0].emulated);
+    CHECK(prof.track_name(mm[0].track).find("emulated") != std::string::npos);
+#else
+    CHECK_FALSE(mm[0].emulated);
+#endif
+    CHECK(mm[0].track == profile::kDeviceTrack);
+    CHECK(mm[0].dur_ns >= 0);
+  }
+  Profiler prof;
+  CHECK_THROWS_WITH_AS(Profiler(), doctest::Contains("another Profiler"), Error);
+  prof.stop();
+  const size_t recorded = prof.kernels().size();
+  CHECK_FALSE(profile::enabled());
+  const Tensor y = kernels::matmul(randn({4, 4}), randn({4, 4}));
+  CHECK(prof.kernels().size() == recorded);
+  Profiler again;  // after stop() a new one may start
+  CHECK(again.running());
+}
