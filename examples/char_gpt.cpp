@@ -311,7 +311,9 @@ int run(const Options& o, const CLI::App& app) {
     examples::Progress progress(steps, "tokens", o.train.quiet);
     double train_seconds = 0;
     int64_t tokens = 0;
+    examples::StepProfiler profiler(o.train);
     for (int64_t step = 1; step <= steps; ++step) {
+      profiler.before_step(step);
       const auto t0 = std::chrono::steady_clock::now();
       std::vector<Batch> micro;
       for (int64_t b : sizes) {
@@ -325,6 +327,7 @@ int run(const Options& o, const CLI::App& app) {
       train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       tokens += r.count;
       progress.update(step, r.loss, tokens);
+      profiler.after_step(step);
       if (step % o.eval_every == 0 && step < steps) {
         progress.finish();
         val_loss = evaluate(gpt, val_ids, T, o.eval_windows, device);
@@ -335,6 +338,7 @@ int run(const Options& o, const CLI::App& app) {
       }
     }
     progress.finish();
+    profiler.finish();
     std::printf("trained: %lld steps, %lld tokens in %.1f s\n", static_cast<long long>(steps),
                 static_cast<long long>(tokens), train_seconds);
     std::printf("tokens/s: %.0f\n", static_cast<double>(tokens) / train_seconds);

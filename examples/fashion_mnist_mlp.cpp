@@ -163,6 +163,7 @@ int main(int argc, char** argv) {
     reset_peak_memory(device);  // from here the activation peak is that of the largest training step
     int64_t step = 0, samples = 0;
     double train_seconds = 0, test_acc = 0;
+    examples::StepProfiler profiler(o);
     for (int64_t epoch = 1; epoch <= o.epochs && step < total_steps; ++epoch) {
       for (int64_t i = 0; i < train.n; ++i) order[static_cast<size_t>(i)] = i;
       shuffle(order, rng);
@@ -177,8 +178,10 @@ int main(int argc, char** argv) {
           window.push_back({begin, size});
           begin += size;
         }
+        profiler.before_step(step + 1);
         const optim::WindowResult r = accumulator.step<MicroBatch>(window, count, loss);
         ++step, ++epoch_steps;
+        profiler.after_step(step);
         loss_sum += r.loss * static_cast<double>(r.count);
         epoch_samples += r.count;
         progress.update(epoch_steps, loss_sum / static_cast<double>(epoch_samples), epoch_samples);
@@ -194,6 +197,7 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
 
+    profiler.finish();
     const MemoryStats stats = memory_stats(device);
     std::printf("test accuracy: %.4f\n", test_acc);
     std::printf("train samples/s: %.0f\n", static_cast<double>(samples) / std::max(train_seconds, 1e-9));

@@ -1,7 +1,8 @@
 // What the training examples share: their common command-line options (device, batch,
 // accumulation, checkpointing, optimizer, learning-rate schedule, clipping, run length, seed,
-// threads, save/load), parsed with CLI11, the schedule and thread count they ask for, how a
-// window's samples are cut into micro-batches, and the one-line progress display.
+// threads, save/load, profiling), parsed with CLI11, the schedule and thread count they ask for,
+// how a window's samples are cut into micro-batches, the one-line progress display, and the
+// profiler around a few training steps.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <omp.h>
@@ -11,10 +12,12 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/profile_report.h"
 #include "optim/lr_schedule.h"
 
 namespace examples {
@@ -35,6 +38,8 @@ struct TrainOptions {
   uint64_t seed = 0;
   std::string save, load;     // safetensors paths; empty: none
   bool quiet = false;         // no progress line (for logs and tests)
+  std::string profile;        // trace path; empty: no profiling
+  int64_t profile_steps = 3;  // optimizer steps profiled, after kProfileWarmup steps of warm-up
 };
 
 // Registers the options on `app`; the values already in `o` are the defaults shown by --help.
@@ -63,6 +68,10 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--save", o.save, "write the trained weights to this safetensors file");
   app.add_option("--load", o.load, "start from the weights in this safetensors file");
   app.add_flag("--quiet", o.quiet, "no progress line");
+  app.add_option("--profile", o.profile,
+                 "profile --profile-steps steps after warm-up: print the kernel table, write a Chrome trace here");
+  app.add_option("--profile-steps", o.profile_steps, "optimizer steps to profile")->capture_default_str()
+      ->check(CLI::PositiveNumber);
 }
 
 // The learning rate of each of `total_steps` optimizer steps, as --schedule asks.
@@ -86,6 +95,41 @@ inline std::vector<int64_t> micro_batch_sizes(int64_t n, int64_t parts) {
   for (int64_t i = 0; i < parts; ++i) sizes.push_back(n / parts + (i < n % parts ? 1 : 0));
   return sizes;
 }
+
+// --profile: a reel::Profiler around optimizer steps kProfileWarmup + 1 .. + --profile-steps
+// (warm-up first: the allocator's cache, OpenMP's threads and the CPU's clocks settle), then the
+// table on stdout and the trace file. A run shorter than that profiles the steps it has.
+class StepProfiler {
+ public:
+  static constexpr int64_t kProfileWarmup = 2;
+  explicit StepProfiler(const TrainOptions& o) : path_(o.profile), steps_(o.profile_steps) {}
+
+  void before_step(int64_t step) {  // step counts from 1
+    if (!path_.empty() && !done_ && !profiler_ && step > kProfileWarmup) profiler_ = std::make_unique<reel::Profiler>();
+  }
+  void after_step(int64_t step) {
+    if (profiler_ && step >= kProfileWarmup + steps_) finish();
+  }
+  // Prints and writes what was collected (called by after_step, and after the loop for short runs).
+  void finish() {
+    if (!profiler_) return;
+    profiler_->stop();
+    std::printf("\n");
+    reel::profile::print_table(std::cout, *profiler_);
+    reel::profile::write_trace(path_, *profiler_);
+    std::printf("profile: trace of %zu kernel runs written to %s (open in https://ui.perfetto.dev)\n",
+                profiler_->kernels().size(), path_.c_str());
+    std::fflush(stdout);
+    profiler_.reset();
+    done_ = true;
+  }
+
+ private:
+  std::string path_;
+  int64_t steps_;
+  std::unique_ptr<reel::Profiler> profiler_;
+  bool done_ = false;
+};
 
 // "\r[=========>          ] 45%  step 120/267  loss 0.4321  5123 samples/s" on stderr.
 class Progress {
