@@ -49,7 +49,6 @@ Tensor fixed_dropout(const Tensor& x, double p) {
   return dropout(x, p, true, &gen);
 }
 
-// ---- [op-lists, issue 10] ----
 // Where the autograd table draws a list op's inputs (its Domain in kernels/op_kinds.h).
 Domain domain_of(kernels::UnaryOp op) {
   switch (kernels::unary_domain(op)) {
@@ -59,7 +58,6 @@ Domain domain_of(kernels::UnaryOp op) {
   }
   return Domain::Any;
 }
-// ---- [op-lists, issue 10] end ----
 
 Tensor softmax_last(const Tensor& x) {
   Tensor e = exp(x);
@@ -212,7 +210,7 @@ std::vector<OpCase> op_cases() {
             },
             {2, 3, 4}),
 
-      // ---- [op-lists, issue 10] every unary op of the list, through its user function ----
+      // ---- every unary op of the list, through its user function; where and compare ----
 #define REEL_UNARY_ROW(Name, name, ...) \
   unary("list: " #name, [](const Tensor& x) { return reel::name(x); }, {3, 4}, domain_of(kernels::UnaryOp::Name)),
       REEL_UNARY_OPS(REEL_UNARY_ROW)
@@ -235,7 +233,6 @@ std::vector<OpCase> op_cases() {
       binary("x * lt(x, y) + y * ge(x, y)",
              [](const Tensor& x, const Tensor& y) { return x * lt(x, y) + y * ge(x, y) + eq(x, y) * x; }, {3, 4},
              {3, 4}),
-      // ---- [op-lists, issue 10] end ----
 
       // ---- activations and max ----
       unary("sigmoid", [](const Tensor& x) { return sigmoid(x * 3.0); }, {3, 4}),
@@ -401,7 +398,6 @@ TEST_CASE("dropout: the mask is the Philox formula, the same in forward, backwar
   }
 }
 
-// ---- [op-lists, issue 10] ----
 TEST_CASE("compare functions record nothing and their masks never require grad; where gives cond no gradient") {
   Tensor x = from_vector<double>({-1, 0, 2, NAN}, {4}).set_requires_grad();
   Tensor y = from_vector<double>({-1, 1, 1, 0}, {4});
@@ -419,4 +415,3 @@ TEST_CASE("compare functions record nothing and their masks never require grad; 
   CHECK(values(x.grad()) == std::vector<double>{0, 1, 0, 1});
   CHECK_REEL_ERROR(where(c, a, zeros({3}, DType::f64)), "where: shapes (4) (cond), (4) (a) and (3) (b)");
 }
-// ---- [op-lists, issue 10] end ----

@@ -72,7 +72,7 @@ TEST_CASE("a cpu tensor with a cuda tensor raises reel::Error naming both device
   CHECK_REEL_ERROR(binary(BinaryOp::Add, a, b), "expected all tensors on one device");
   CHECK_REEL_ERROR(binary(BinaryOp::Mul, b, a), "cuda:0");
   CHECK_REEL_ERROR(matmul(a, b.t()), "expected all tensors on one device");
-  // [op-lists] compare, where and unary_backward check devices too
+  // compare, where and unary_backward check devices too
   CHECK_REEL_ERROR(compare(CompareOp::Gt, a, b), "gt: expected all tensors on one device, got (3, 4) on cpu (3, 4) on cuda:0");
   CHECK_REEL_ERROR(where(b, a, b), "where: expected all tensors on one device");
   CHECK_REEL_ERROR(unary_backward(UnaryOp::Gelu, b, a), "gelu_backward: expected all tensors on one device");

@@ -53,7 +53,7 @@ TEST_CASE("bad elementwise inputs raise reel::Error naming op and shapes") {
   CHECK_REEL_ERROR(binary(BinaryOp::Div, zeros({2}, DType::i64), 2.0), "div: dtype i64");
 }
 
-// ---- [op-lists, issue 10] unary_backward, compare and where ----------------------------------
+// ---- unary_backward, compare and where -------------------------------------------------------
 
 namespace {
 // Inputs where `op` is smooth (its list Domain), as the autograd table draws them.
@@ -208,5 +208,3 @@ TEST_CASE("bad compare, where and unary_backward inputs raise reel::Error naming
   CHECK_REEL_ERROR(unary_backward(UnaryOp::Exp, zeros({2}), Tensor()), "exp_backward: undefined");
   CHECK_REEL_ERROR(unary_backward(UnaryOp::Silu, zeros({2}), zeros({2}, DType::i32)), "silu_backward: dtype i32");
 }
-
-// ---- [op-lists, issue 10] end ------------------------------------------------------------------

@@ -72,11 +72,104 @@ __device__ __forceinline__ void stage_rows(T* dst, int ld, const T* src, int64_t
   }
 }
 
+// sum_d a[d] b[d] over d < n, in order of d: a score or a dP, one lane's whole dot product.
+template <typename T>
+__device__ __forceinline__ T dot(const T* a, const T* b, int n) {
+  T acc = 0;
+  for (int d = 0; d < n; ++d) acc += a[d] * b[d];
+  return acc;
+}
+
+// acc[kk] = acc[kk] alpha + sum_r w[r] X[r, d] over r < n, in order of r, for each dim
+// d = lane + 32 kk < cols that the lane owns. w: (n), X: (n, ld), both in shared memory. The
+// rescale and the first product stay one expression, as the forward wrote them (the host compiler
+// fuses multiply-adds across statements; alpha = 1 folds away).
+template <typename T>
+__device__ __forceinline__ void add_weighted_rows(T (&acc)[kDimsPerLane], T alpha, const T* w, const T* X, int ld,
+                                                  int n, int cols, int lane) {
+  for (int kk = 0; kk < kDimsPerLane; ++kk) {
+    const int d = lane + 32 * kk;
+    if (d < cols) {
+      T a = acc[kk] * alpha;
+      for (int r = 0; r < n; ++r) a += w[r] * X[r * ld + d];
+      acc[kk] = a;
+    }
+  }
+}
+
+// Moves q (BH, Tq, D), k (BH, Tk, D) and v (BH, Tk, Dv) to the rows of head bh.
+template <typename T>
+__device__ __forceinline__ void to_head(int64_t bh, int64_t Tq, int64_t Tk, int D, int Dv, const T*& q, const T*& k,
+                                        const T*& v) {
+  q += bh * Tq * D;
+  k += bh * Tk * D;
+  v += bh * Tk * Dv;
+}
+
+// The queries of a forward or dq block: kWarps consecutive queries of head bh, blockIdx.x =
+// bh * q_tiles + query tile. Warp w owns query i = q0 + w; in each K/V tile, lane l owns key j0 + l.
+template <typename T>
+struct QueryTile {
+  int lane, warp;
+  int64_t bh, q0, i;
+  bool active;     // i < Tq, uniform over the warp; an inactive warp still stages tiles and syncs
+  int64_t kv_end;  // the block's queries see keys [0, kv_end): causal stops at the diagonal (Tq == Tk)
+
+  // Copies row i of src (Tq, cols), times scale, into the warp's row of S (kWarps, cols) (zeros
+  // for an inactive warp) and returns that row. The warp's lanes read it after the next barrier.
+  __device__ __forceinline__ T* stage_row(T* S, const T* src, int cols, T scale) const {
+    T* row = S + warp * cols;
+    for (int d = lane; d < cols; d += 32) row[d] = active ? src[i * cols + d] * scale : T(0);
+    return row;
+  }
+  // Whether query i sees the lane's key j = j0 + lane of a tile of bc keys (the causal mask).
+  __device__ __forceinline__ bool sees(int64_t j0, int bc, bool causal) const {
+    const int64_t j = j0 + lane;
+    return active && lane < bc && (!causal || j <= i);
+  }
+};
+
+template <typename T>
+__device__ __forceinline__ QueryTile<T> query_tile(int64_t Tq, int64_t Tk, bool causal, int64_t q_tiles) {
+  constexpr int kWarps = AttnTiles<T>::kWarps;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t bh = blockIdx.x / q_tiles, q0 = (blockIdx.x % q_tiles) * kWarps, i = q0 + warp;
+  return {lane, warp, bh, q0, i, i < Tq, causal ? min_i64(Tk, q0 + kWarps) : Tk};
+}
+
+// The K/V tile of a forward or dq block, at the start of its dynamic shared memory: Ks (kBc, D + 1)
+// (lane j reads row j: padded), then Vs (kBc, ldv); the kernel's own buffers start at end().
+template <typename T>
+struct KvTile {
+  T* Ks;
+  int ldk;
+  T* Vs;
+  int ldv;
+
+  __device__ __forceinline__ T* end() const { return Vs + AttnTiles<T>::kBc * ldv; }
+  // One step of the key-tile loop, by the whole block with the same j0: waits until nobody reads
+  // the previous tile (the first time: until the warps' staged rows are written), stages keys
+  // [j0, j0 + bc) of k (Tk, D) and v (Tk, Dv), and waits until they are written. Returns bc.
+  __device__ __forceinline__ int stage(const T* k, const T* v, int64_t j0, int64_t kv_end, int D, int Dv) const {
+    const int bc = static_cast<int>(min_i64(AttnTiles<T>::kBc, kv_end - j0));
+    __syncthreads();
+    stage_rows(Ks, ldk, k, j0, bc, D, T(1));
+    stage_rows(Vs, ldv, v, j0, bc, Dv, T(1));
+    __syncthreads();
+    return bc;
+  }
+};
+
+template <typename T>
+__device__ __forceinline__ KvTile<T> kv_tile(T* smem, int D, int ldv) {
+  return {smem, D + 1, smem + AttnTiles<T>::kBc * (D + 1), ldv};
+}
+
 // ---- kernels ---------------------------------------------------------------------------------
 
 // q: (BH, Tq, D), k: (BH, Tk, D), v: (BH, Tk, Dv) -> out: (BH, Tq, Dv), lse: (BH, Tq).
 // Block: kWarps warps; blockIdx.x = bh * q_tiles + query tile. Dynamic shared memory:
-//   Ks (kBc, D + 1), Vs (kBc, Dv), Qs (kWarps, D), Ps (kWarps, kBc).
+//   Ks (kBc, D + 1), Vs (kBc, Dv), Qs (kWarps, D) scaled, Ps (kWarps, kBc).
 template <typename T>
 __global__ void attention_forward_kernel(const T* q, const T* k, const T* v, T* out, T* lse, int64_t Tq, int64_t Tk,
                                          int D, int Dv, T scale, bool causal, int64_t q_tiles) {
@@ -85,56 +178,33 @@ __global__ void attention_forward_kernel(const T* q, const T* k, const T* v, T* 
   using std::fmax;
   constexpr int kBc = AttnTiles<T>::kBc, kWarps = AttnTiles<T>::kWarps;
   SIMT_DYNAMIC_SHARED(T, smem);
-  const int ldk = D + 1;
-  T* Ks = smem;
-  T* Vs = Ks + kBc * ldk;
-  T* Qs = Vs + kBc * Dv;
+  const KvTile<T> kv = kv_tile(smem, D, Dv);  // lanes read V by columns: no padding
+  T* Qs = kv.end();
   T* Ps = Qs + kWarps * D;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t bh = blockIdx.x / q_tiles, q0 = (blockIdx.x % q_tiles) * kWarps, i = q0 + warp;
-  const bool active = i < Tq;  // uniform over the warp
-  q += bh * Tq * D;
-  k += bh * Tk * D;
-  v += bh * Tk * Dv;
-  T* qrow = Qs + warp * D;
-  for (int d = lane; d < D; d += 32) qrow[d] = active ? q[i * D + d] * scale : T(0);
+  const QueryTile<T> qt = query_tile<T>(Tq, Tk, causal, q_tiles);
+  const int lane = qt.lane;
+  to_head(qt.bh, Tq, Tk, D, Dv, q, k, v);
+  const T* qrow = qt.stage_row(Qs, q, D, scale);
+  T* prow = Ps + qt.warp * kBc;
   T m = static_cast<T>(-INFINITY), l = 0;
   T o[kDimsPerLane] = {};
-  const int64_t kv_end = causal ? min_i64(Tk, q0 + kWarps) : Tk;  // causal: Tq == Tk
-  for (int64_t j0 = 0; j0 < kv_end; j0 += kBc) {  // uniform over the block
-    const int bc = static_cast<int>(min_i64(kBc, kv_end - j0));
-    __syncthreads();  // the previous tile's Ks, Vs, Ps are no longer read
-    stage_rows(Ks, ldk, k, j0, bc, D, T(1));
-    stage_rows(Vs, Dv, v, j0, bc, Dv, T(1));
-    __syncthreads();
-    const int64_t j = j0 + lane;
-    T s = static_cast<T>(-INFINITY);
-    if (active && lane < bc && (!causal || j <= i)) {
-      T acc = 0;
-      for (int d = 0; d < D; ++d) acc += qrow[d] * Ks[lane * ldk + d];
-      s = acc;
-    }
+  for (int64_t j0 = 0; j0 < qt.kv_end; j0 += kBc) {  // uniform over the block
+    const int bc = kv.stage(k, v, j0, qt.kv_end, D, Dv);
+    const T s = qt.sees(j0, bc, causal) ? dot(qrow, kv.Ks + lane * kv.ldk, D) : static_cast<T>(-INFINITY);
     const T m_new = fmax(m, warp_max(s));
     const T p = s == -INFINITY ? T(0) : exp(s - m_new);
     const T alpha = m == -INFINITY ? T(0) : exp(m - m_new);  // 0 before the first visible key
     l = l * alpha + warp_sum(p);
     m = m_new;
-    if (lane < kBc) Ps[warp * kBc + lane] = p;
+    if (lane < kBc) prow[lane] = p;
     __syncwarp();
-    for (int kk = 0; kk < kDimsPerLane; ++kk) {
-      const int d = lane + 32 * kk;
-      if (d < Dv) {
-        T acc = o[kk] * alpha;
-        for (int jj = 0; jj < bc; ++jj) acc += Ps[warp * kBc + jj] * Vs[jj * Dv + d];
-        o[kk] = acc;
-      }
-    }
+    add_weighted_rows(o, alpha, prow, kv.Vs, kv.ldv, bc, Dv, lane);
   }
-  if (active) {
-    T* orow = out + (bh * Tq + i) * Dv;
+  if (qt.active) {
+    T* orow = out + (qt.bh * Tq + qt.i) * Dv;
     for (int kk = 0; kk < kDimsPerLane; ++kk)
       if (lane + 32 * kk < Dv) orow[lane + 32 * kk] = o[kk] / l;
-    if (lane == 0) lse[bh * Tq + i] = m + log(l);
+    if (lane == 0) lse[qt.bh * Tq + qt.i] = m + log(l);
   }
 }
 
@@ -174,9 +244,7 @@ __global__ void attention_backward_dkdv_kernel(const T* dout, const T* q, const 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t bh = blockIdx.x / k_tiles, k0 = (blockIdx.x % k_tiles) * kKeyWarps, j = k0 + warp;
   const bool active = j < Tk;  // uniform over the warp
-  q += bh * Tq * D;
-  k += bh * Tk * D;
-  v += bh * Tk * Dv;
+  to_head(bh, Tq, Tk, D, Dv, q, k, v);
   dout += bh * Tq * Dv;
   lse += bh * Tq;
   di += bh * Tq;
@@ -197,9 +265,7 @@ __global__ void attention_backward_dkdv_kernel(const T* dout, const T* q, const 
     const int64_t i = i0 + lane;
     T p = 0, ds = 0;
     if (active && lane < br && (!causal || j <= i)) {
-      T s = 0, dp = 0;
-      for (int d = 0; d < D; ++d) s += Qs[lane * ldq + d] * Kr[warp * D + d];
-      for (int d = 0; d < Dv; ++d) dp += dOs[lane * ldo + d] * Vr[warp * Dv + d];
+      const T s = dot(Qs + lane * ldq, Kr + warp * D, D), dp = dot(dOs + lane * ldo, Vr + warp * Dv, Dv);
       p = exp(s - Ls[lane]);
       ds = p * (dp - Ds[lane]);
     }
@@ -208,13 +274,8 @@ __global__ void attention_backward_dkdv_kernel(const T* dout, const T* q, const 
       dSs[warp * kBr + lane] = ds;
     }
     __syncwarp();
-    for (int kk = 0; kk < kDimsPerLane; ++kk) {
-      const int d = lane + 32 * kk;
-      if (d < Dv)
-        for (int ii = 0; ii < br; ++ii) acc_dv[kk] += Ps[warp * kBr + ii] * dOs[ii * ldo + d];
-      if (d < D)  // Qs is scaled: this is scale * sum_i dS_ij Q_i
-        for (int ii = 0; ii < br; ++ii) acc_dk[kk] += dSs[warp * kBr + ii] * Qs[ii * ldq + d];
-    }
+    add_weighted_rows(acc_dv, T(1), Ps + warp * kBr, dOs, ldo, br, Dv, lane);
+    add_weighted_rows(acc_dk, T(1), dSs + warp * kBr, Qs, ldq, br, D, lane);  // Qs is scaled: scale sum_i dS_ij Q_i
   }
   if (active) {
     for (int kk = 0; kk < kDimsPerLane; ++kk) {
@@ -225,8 +286,9 @@ __global__ void attention_backward_dkdv_kernel(const T* dout, const T* q, const 
   }
 }
 
-// dQ for kWarps queries of one (b, h); blockIdx.x = bh * q_tiles + query tile. Dynamic shared
-// memory: Ks (kBc, D + 1), Vs (kBc, Dv + 1), Qs (kWarps, D) scaled, dOs (kWarps, Dv), dSs (kWarps, kBc).
+// dQ for kWarps queries of one (b, h); blockIdx.x = bh * q_tiles + query tile. q, k, v, dout,
+// lse, di as in the dkdv kernel; dq (BH, Tq, D). Dynamic shared memory:
+//   Ks (kBc, D + 1), Vs (kBc, Dv + 1), Qs (kWarps, D) scaled, dOs (kWarps, Dv), dSs (kWarps, kBc).
 template <typename T>
 __global__ void attention_backward_dq_kernel(const T* dout, const T* q, const T* k, const T* v, const T* lse,
                                              const T* di, T* dq, int64_t Tq, int64_t Tk, int D, int Dv, T scale,
@@ -234,51 +296,33 @@ __global__ void attention_backward_dq_kernel(const T* dout, const T* q, const T*
   using std::exp;
   constexpr int kBc = AttnTiles<T>::kBc, kWarps = AttnTiles<T>::kWarps;
   SIMT_DYNAMIC_SHARED(T, smem);
-  const int ldk = D + 1, ldv = Dv + 1;
-  T* Ks = smem;
-  T* Vs = Ks + kBc * ldk;
-  T* Qs = Vs + kBc * ldv;
+  const KvTile<T> kv = kv_tile(smem, D, Dv + 1);  // lane j reads row j of V too: padded
+  T* Qs = kv.end();
   T* dOs = Qs + kWarps * D;
   T* dSs = dOs + kWarps * Dv;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t bh = blockIdx.x / q_tiles, q0 = (blockIdx.x % q_tiles) * kWarps, i = q0 + warp;
-  const bool active = i < Tq;  // uniform over the warp
-  q += bh * Tq * D;
-  k += bh * Tk * D;
-  v += bh * Tk * Dv;
-  dout += bh * Tq * Dv;
-  T* qrow = Qs + warp * D;
-  T* dorow = dOs + warp * Dv;
-  for (int d = lane; d < D; d += 32) qrow[d] = active ? q[i * D + d] * scale : T(0);
-  for (int d = lane; d < Dv; d += 32) dorow[d] = active ? dout[i * Dv + d] : T(0);
-  const T lse_i = active ? lse[bh * Tq + i] : T(0), di_i = active ? di[bh * Tq + i] : T(0);
+  const QueryTile<T> qt = query_tile<T>(Tq, Tk, causal, q_tiles);
+  const int lane = qt.lane;
+  to_head(qt.bh, Tq, Tk, D, Dv, q, k, v);
+  dout += qt.bh * Tq * Dv;
+  const T* qrow = qt.stage_row(Qs, q, D, scale);
+  const T* dorow = qt.stage_row(dOs, dout, Dv, T(1));
+  const T lse_i = qt.active ? lse[qt.bh * Tq + qt.i] : T(0), di_i = qt.active ? di[qt.bh * Tq + qt.i] : T(0);
+  T* dsrow = dSs + qt.warp * kBc;
   T acc[kDimsPerLane] = {};
-  const int64_t kv_end = causal ? min_i64(Tk, q0 + kWarps) : Tk;
-  for (int64_t j0 = 0; j0 < kv_end; j0 += kBc) {  // uniform over the block
-    const int bc = static_cast<int>(min_i64(kBc, kv_end - j0));
-    __syncthreads();  // the previous tile is no longer read (and the Qs, dOs rows are written)
-    stage_rows(Ks, ldk, k, j0, bc, D, T(1));
-    stage_rows(Vs, ldv, v, j0, bc, Dv, T(1));
-    __syncthreads();
-    const int64_t j = j0 + lane;
+  for (int64_t j0 = 0; j0 < qt.kv_end; j0 += kBc) {  // uniform over the block
+    const int bc = kv.stage(k, v, j0, qt.kv_end, D, Dv);
     T ds = 0;
-    if (active && lane < bc && (!causal || j <= i)) {
-      T s = 0, dp = 0;
-      for (int d = 0; d < D; ++d) s += qrow[d] * Ks[lane * ldk + d];
-      for (int d = 0; d < Dv; ++d) dp += dorow[d] * Vs[lane * ldv + d];
+    if (qt.sees(j0, bc, causal)) {
+      const T s = dot(qrow, kv.Ks + lane * kv.ldk, D), dp = dot(dorow, kv.Vs + lane * kv.ldv, Dv);
       ds = exp(s - lse_i) * (dp - di_i);
     }
-    if (lane < kBc) dSs[warp * kBc + lane] = ds;
+    if (lane < kBc) dsrow[lane] = ds;
     __syncwarp();
-    for (int kk = 0; kk < kDimsPerLane; ++kk) {
-      const int d = lane + 32 * kk;
-      if (d < D)
-        for (int jj = 0; jj < bc; ++jj) acc[kk] += dSs[warp * kBc + jj] * Ks[jj * ldk + d];
-    }
+    add_weighted_rows(acc, T(1), dsrow, kv.Ks, kv.ldk, bc, D, lane);
   }
-  if (active)
+  if (qt.active)
     for (int kk = 0; kk < kDimsPerLane; ++kk)
-      if (lane + 32 * kk < D) dq[(bh * Tq + i) * D + lane + 32 * kk] = scale * acc[kk];
+      if (lane + 32 * kk < D) dq[(qt.bh * Tq + qt.i) * D + lane + 32 * kk] = scale * acc[kk];
 }
 
 // ---- launchers -------------------------------------------------------------------------------
