@@ -135,11 +135,11 @@ void print_table(std::ostream& os, const Profiler& profiler, int top) {
                   s.compute_bound ? "compute" : "memory", 100 * s.roof_fraction);
     os << line;
   }
-  for (const KernelSummary& s : kernels)
-    if (s.emulated) {
-      os << "  * cuda emulated on the host by simt: host times, not GPU times; % roof against the host's roof\n";
-      break;
-    }
+  const auto any = [&](auto pred) { return std::any_of(kernels.begin(), kernels.end(), pred); };
+  if (any([](const KernelSummary& s) { return s.emulated; }))
+    os << "  * cuda emulated on the host by simt: host times, not GPU times; % roof against the host's roof\n";
+  if (any([](const KernelSummary& s) { return s.roof_fraction > 1; }))
+    os << "  % roof over 100: the kernel's data was served from cache, faster than the memory roof\n";
   for (const auto& [title, rows] : {std::pair{"op", summarize_ops(profiler)},
                                     std::pair{"phase", summarize_phases(profiler)}}) {
     std::snprintf(line, sizeof line, "%-28s %7s %10s %6s\n", title, "kernels", "total ms", "share");
