@@ -196,3 +196,25 @@ TEST_CASE("a parameter listed twice is refused: it would be stepped twice") {
   Tensor c = param({4, 5});
   CHECK_NOTHROW(SGD({a, b, c}, 0.1));
 }
+
+TEST_CASE("the accumulation window refuses a negative count: it would turn descent into ascent") {
+  Tensor w = param({1, 2});
+  const Tensor w0 = w.clone();
+  SGD opt({w}, 0.1);
+  Accumulator acc(opt);
+  const std::vector<int64_t> micro = {3, -5, 4};  // each "batch" is its own count
+  auto count = [](int64_t n) { return n; };
+  int losses = 0;
+  auto loss = [&](int64_t) {
+    ++losses;
+    return sum(mul(w, w));
+  };
+  CHECK_REEL_ERROR(acc.step(micro, count, loss), "Accumulator: micro-batch 1 has a count of -5");
+  CHECK(losses == 0);  // refused while counting, before any forward or backward
+  CHECK(opt.steps() == 0);
+  CHECK(!w.grad().defined());
+  reel::testing::check_close(w, w0, 0, 0);
+  // A window whose total is negative is refused the same way (the first negative count is named).
+  CHECK_REEL_ERROR(acc.step(std::vector<int64_t>{-1}, count, loss), "micro-batch 0 has a count of -1");
+  CHECK(autograd::Tape::current().empty());
+}
