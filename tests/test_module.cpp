@@ -207,6 +207,11 @@ TEST_CASE("a forward left on the tape (inference in grad mode) does not disturb 
   }
 }
 
+TEST_CASE("loading from a directory says it is a directory") {
+  Net net;
+  CHECK_REEL_ERROR(nn::load(net, "."), "load_safetensors: '.' is a directory, not a safetensors file");
+}
+
 TEST_CASE("layers compute what their ops compute, with torch's initialisation") {
   manual_seed(9);
   nn::Linear fc(16, 4);
