@@ -12,6 +12,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/checkpoint.h"
@@ -40,6 +41,10 @@ class Tape {
   // `storage` was re-tagged as an activation because the tape keeps it; clear() tags it back
   // (temporary) if someone else still holds it then.
   void remember_activation(const std::shared_ptr<Storage>& storage) { activations_.push_back(storage); }
+  // Module::to moved the leaf that owns `leaf` in place: its data now lives on `device`. A node
+  // recorded with the leaf on another device would get its gradient there, so backward through it
+  // raises instead (the move must come before the forward). Only this thread's tape is told.
+  void leaf_moved(const std::shared_ptr<AutogradMeta>& leaf, Device device);
   const std::shared_ptr<Segment>& open_segment() const { return open_segment_; }
   void open(std::shared_ptr<Segment> segment);
   void close(const std::shared_ptr<Segment>& segment);
@@ -47,10 +52,12 @@ class Tape {
  private:
   void run_backward(const Node& root, int output_index, const Tensor& seed);
   void replay(Segment& segment, size_t last);  // autograd/checkpoint.cpp
+  const Device* moved_to(const AutogradMeta* leaf) const;  // where leaf_moved() last put it, or null
 
   std::vector<std::shared_ptr<Node>> nodes_;
   std::vector<std::weak_ptr<Storage>> activations_;  // re-tagged by this tape
   std::shared_ptr<Segment> open_segment_;  // innermost open Checkpoint scope
+  std::vector<std::pair<std::weak_ptr<AutogradMeta>, Device>> moved_leaves_;  // since the last clear()
   int segments_opened_ = 0;
 };
 
