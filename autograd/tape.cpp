@@ -200,8 +200,11 @@ void Tape::clear() {
     if (auto storage = weak.lock(); storage && storage->category() == Category::Activation)
       storage->set_category(Category::Temporary);
   activations_.clear();
-  // Scopes still open keep recording onto the fresh tape.
-  for (Segment* s = open_segment_.get(); s; s = s->parent.get()) s->begin = 0;
+  // A fresh tape is outside every segment: a scope left open (leaked, or closed on another thread)
+  // must not keep every later backward refusing to run. A scope still alive finds its segment
+  // ended when it closes, which is then a no-op.
+  open_segment_.reset();
+  deferred_error_.clear();
 }
 
 void Tape::leaf_moved(const std::shared_ptr<AutogradMeta>& leaf, Device device) {
@@ -272,6 +275,11 @@ void Tape::backward(const Tensor& loss, double scale) {
 }
 
 void Tape::backward(const Tensor& loss, const Tensor& grad) {
+  if (!deferred_error_.empty()) {  // once: the tape itself was repaired at the close
+    const std::string message = std::move(deferred_error_);
+    deferred_error_.clear();
+    REEL_FAIL(message, " (raised by this backward: the scope's destructor found it and cannot throw)");
+  }
   check_loss_requires_grad(loss);
   REEL_CHECK(grad.defined(), "backward: the gradient of the loss ", loss.shape(), " is an undefined tensor");
   REEL_CHECK(grad.shape() == loss.shape() && grad.dtype() == loss.dtype() && grad.device() == loss.device(),

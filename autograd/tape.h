@@ -28,7 +28,10 @@ class Tape {
   void backward(const Tensor& loss, double scale = 1.0);
   // Backward from any loss with an explicit gradient (loss's shape, dtype and device).
   void backward(const Tensor& loss, const Tensor& grad);
-  void clear();  // drops every node and what they hold
+  // Drops every node and what they hold, ends the segments of Checkpoint scopes still open (their
+  // close is then a no-op; ops they record later are not checkpointed) and drops an error a
+  // Checkpoint destructor left for the next backward: the tape starts from nothing.
+  void clear();
 
   size_t size() const { return nodes_.size(); }
   bool empty() const { return nodes_.empty(); }
@@ -47,7 +50,13 @@ class Tape {
   void leaf_moved(const std::shared_ptr<AutogradMeta>& leaf, Device device);
   const std::shared_ptr<Segment>& open_segment() const { return open_segment_; }
   void open(std::shared_ptr<Segment> segment);
-  void close(const std::shared_ptr<Segment>& segment);
+  // What close() does when `segment` is closed out of order: raise now (Checkpoint::close), leave
+  // the error for the next backward (a destructor, which cannot throw), or drop it (a destructor
+  // while an exception unwinds).
+  enum class OnMisuse { Raise, RaiseAtBackward, Ignore };
+  // Ends `segment`, and (closed out of order) the segments still open inside it, at the same node.
+  // A segment that already ended (by clear(), or with a scope around it) is left alone.
+  void close(const std::shared_ptr<Segment>& segment, OnMisuse on_misuse);
 
  private:
   void run_backward(const Node& root, int output_index, const Tensor& seed);
@@ -57,6 +66,7 @@ class Tape {
   std::vector<std::shared_ptr<Node>> nodes_;
   std::vector<std::weak_ptr<Storage>> activations_;  // re-tagged by this tape
   std::shared_ptr<Segment> open_segment_;  // innermost open Checkpoint scope
+  std::string deferred_error_;  // an out-of-order close found by a destructor; the next backward raises it
   std::vector<std::pair<std::weak_ptr<AutogradMeta>, Device>> moved_leaves_;  // since the last clear()
   int segments_opened_ = 0;
 };
