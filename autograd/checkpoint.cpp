@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "autograd/tape.h"
 #include "core/profile.h"
@@ -69,9 +71,26 @@ void Tape::open(std::shared_ptr<Segment> segment) {
   open_segment_ = std::move(segment);
 }
 
-void Tape::close(const std::shared_ptr<Segment>& segment) {
+void Tape::close(const std::shared_ptr<Segment>& segment, OnMisuse on_misuse) {
+  std::vector<Segment*> inside;  // segments opened inside `segment` and still open, innermost first
+  Segment* s = open_segment_.get();
+  for (; s && s != segment.get(); s = s->parent.get()) inside.push_back(s);
+  if (!s) return;  // not open any more: clear() or the out-of-order close of a scope around it ended it
+  // End the segments inside too: leaving them open would keep the tape inside a segment whose
+  // parent is closed, and every later backward would refuse to run.
+  for (Segment* in : inside) in->end = nodes_.size();
   segment->end = nodes_.size();
-  if (open_segment_ == segment) open_segment_ = segment->parent;
+  open_segment_ = segment->parent;
+  if (inside.empty() || on_misuse == OnMisuse::Ignore) return;
+  std::ostringstream msg;
+  msg << "Checkpoint: segment " << segment->id << " closed while segment" << (inside.size() > 1 ? "s " : " ");
+  for (size_t k = inside.size(); k-- > 0;) msg << inside[k]->id << (k ? ", " : "");
+  msg << ", opened inside it, " << (inside.size() > 1 ? "are" : "is")
+      << " still open; scopes must close innermost first (destroy std::optional / unique_ptr scopes in "
+         "reverse order of opening), so "
+      << (inside.size() > 1 ? "all of them" : "both") << " end here";
+  if (on_misuse == OnMisuse::Raise) REEL_FAIL(msg.str());
+  if (deferred_error_.empty()) deferred_error_ = msg.str();  // the first misuse explains the rest
 }
 
 // Re-runs tape[segment.begin .. last] from the inputs the segment holds. Nodes directly in the
@@ -126,14 +145,24 @@ void Tape::replay(Segment& segment, size_t last) {
 
 // ---- the scope ----------------------------------------------------------------------
 
-Checkpoint::Checkpoint() {
+Checkpoint::Checkpoint() : uncaught_at_open_(std::uncaught_exceptions()) {
   if (!grad_enabled()) return;  // nothing records, so there is nothing to checkpoint
   segment_ = std::make_shared<Segment>();
   Tape::current().open(segment_);
 }
 
+// Never throws: see checkpoint.h. An out-of-order close while an exception unwinds is dropped (that
+// exception is the one to report; the order shows up again in a run without it).
 Checkpoint::~Checkpoint() {
-  if (segment_) Tape::current().close(segment_);
+  if (!segment_) return;
+  const bool unwinding = std::uncaught_exceptions() > uncaught_at_open_;
+  Tape::current().close(segment_, unwinding ? Tape::OnMisuse::Ignore : Tape::OnMisuse::RaiseAtBackward);
+}
+
+void Checkpoint::close() {
+  if (!segment_) return;
+  const std::shared_ptr<Segment> segment = std::move(segment_);  // closed once, even if this raises
+  Tape::current().close(segment, Tape::OnMisuse::Raise);
 }
 
 // ---- policies -------------------------------------------------------------------

@@ -27,6 +27,13 @@ struct Segment {
 
 // RAII: ops recorded while it lives form one checkpoint segment (nested scopes nest segments).
 // A no-op under NoGrad.
+//
+// Scopes must close innermost first. Closing one while a scope opened inside it is still open (two
+// std::optional or std::unique_ptr scopes destroyed in the wrong order) ends both there, so the
+// tape is never left inside a dead segment, and is a reel::Error: close() raises it at once. The
+// destructor cannot throw (std::optional's and std::unique_ptr's destructors and reset() are
+// noexcept: a throw there terminates), so it leaves the error to the next backward on this
+// thread; while an exception unwinds, it drops it. Tape::clear() ends every open segment.
 class Checkpoint {
  public:
   Checkpoint();
@@ -34,8 +41,13 @@ class Checkpoint {
   Checkpoint(const Checkpoint&) = delete;
   Checkpoint& operator=(const Checkpoint&) = delete;
 
+  // Ends the scope now (the destructor then has nothing to do); reel::Error if a scope opened
+  // inside it is still open.
+  void close();
+
  private:
-  std::shared_ptr<Segment> segment_;
+  std::shared_ptr<Segment> segment_;  // null under NoGrad, and once closed
+  int uncaught_at_open_ = 0;          // std::uncaught_exceptions() then: more at the close means unwinding
 };
 
 // Which runs of a chain of n units (the children of an nn::Sequential, the blocks of a GPT) run

@@ -42,10 +42,16 @@ void accumulate_into_leaf(AutogradMeta& leaf, const Tensor& g) {
   leaf.grad.copy_(kernels::binary(kernels::BinaryOp::Add, leaf.grad, g));
 }
 
-// A stale .grad buffer (left from before a parameter was moved or reshaped) would be added to
-// wrongly; refuse before anything is accumulated.
-void check_leaf_grad(const Node& node, const Node::Input& in) {
-  if (!in.meta || !in.meta->is_leaf || !in.meta->grad.defined()) return;
+// A parameter moved to another device after the forward (`now`: where it is, null if not moved)
+// would get its gradient on the old device; a stale .grad buffer (left from before a parameter was
+// moved or reshaped) would be added to wrongly. Refuse both before anything is accumulated.
+void check_leaf_grad(const Node& node, const Node::Input& in, const Device* now) {
+  if (!in.meta || !in.meta->is_leaf) return;
+  REEL_CHECK(!now || *now == in.device, "backward: parameter ", in.shape, " ", in.dtype, " (an input of ",
+             node.op->name(), ") was moved from ", in.device, " to ", *now,
+             " after the forward recorded it, so its gradient would be computed on ", in.device,
+             "; move the model (Module::to) before the forward, then run the forward again");
+  if (!in.meta->grad.defined()) return;
   const Tensor& g = in.meta->grad;
   REEL_CHECK(g.device() == in.device && g.shape() == in.shape && g.dtype() == in.dtype, "backward: parameter ",
              in.shape, " ", in.dtype, " on ", in.device, " (an input of ", node.op->name(), ") has a .grad buffer ",
@@ -190,14 +196,36 @@ void Tape::push(std::shared_ptr<Node> node) {
 
 void Tape::clear() {
   nodes_.clear();
+  moved_leaves_.clear();  // no node is left that recorded a leaf where it was
   // A tensor the tape saved but the user still holds (an input batch, an output kept for
   // metrics) is no longer an activation once the tape lets go of it.
   for (const std::weak_ptr<Storage>& weak : activations_)
     if (auto storage = weak.lock(); storage && storage->category() == Category::Activation)
       storage->set_category(Category::Temporary);
   activations_.clear();
-  // Scopes still open keep recording onto the fresh tape.
-  for (Segment* s = open_segment_.get(); s; s = s->parent.get()) s->begin = 0;
+  // A fresh tape is outside every segment: a scope left open (leaked, or closed on another thread)
+  // must not keep every later backward refusing to run. A scope still alive finds its segment
+  // ended when it closes, which is then a no-op.
+  open_segment_.reset();
+  deferred_error_.clear();
+}
+
+void Tape::leaf_moved(const std::shared_ptr<AutogradMeta>& leaf, Device device) {
+  if (nodes_.empty() || !leaf) return;  // nothing recorded can name the old device
+  for (auto& [weak, where] : moved_leaves_)
+    if (weak.lock() == leaf) {
+      where = device;
+      return;
+    }
+  moved_leaves_.emplace_back(leaf, device);
+}
+
+// A weak entry that still locks is the live meta at that address (a node holds `leaf`, so it is
+// alive and no dead entry can alias it).
+const Device* Tape::moved_to(const AutogradMeta* leaf) const {
+  for (const auto& [weak, where] : moved_leaves_)
+    if (weak.lock().get() == leaf) return &where;
+  return nullptr;
 }
 
 int64_t Tape::saved_bytes() const {
@@ -250,6 +278,11 @@ void Tape::backward(const Tensor& loss, double scale) {
 }
 
 void Tape::backward(const Tensor& loss, const Tensor& grad) {
+  if (!deferred_error_.empty()) {  // once: the tape itself was repaired at the close
+    const std::string message = std::move(deferred_error_);
+    deferred_error_.clear();
+    REEL_FAIL(message, " (raised by this backward: the scope's destructor found it and cannot throw)");
+  }
   check_loss_requires_grad(loss);
   REEL_CHECK(grad.defined(), "backward: the gradient of the loss ", loss.shape(), " is an undefined tensor");
   REEL_CHECK(grad.shape() == loss.shape() && grad.dtype() == loss.dtype() && grad.device() == loss.device(),
@@ -272,7 +305,7 @@ void Tape::backward(const Tensor& loss, const Tensor& grad) {
   for (size_t i = root->index + 1; i-- > 0;) {
     if (!needed[i]) continue;
     for (const Node::Input& in : nodes_[i]->inputs) {
-      check_leaf_grad(*nodes_[i], in);
+      check_leaf_grad(*nodes_[i], in, moved_leaves_.empty() ? nullptr : moved_to(in.meta.get()));
       const Node* producer = in.producer();
       if (producer && producer->index < i) needed[producer->index] = true;
     }

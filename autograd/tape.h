@@ -12,6 +12,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/checkpoint.h"
@@ -27,7 +28,10 @@ class Tape {
   void backward(const Tensor& loss, double scale = 1.0);
   // Backward from any loss with an explicit gradient (loss's shape, dtype and device).
   void backward(const Tensor& loss, const Tensor& grad);
-  void clear();  // drops every node and what they hold
+  // Drops every node and what they hold, ends the segments of Checkpoint scopes still open (their
+  // close is then a no-op; ops they record later are not checkpointed) and drops an error a
+  // Checkpoint destructor left for the next backward: the tape starts from nothing.
+  void clear();
 
   size_t size() const { return nodes_.size(); }
   bool empty() const { return nodes_.empty(); }
@@ -40,17 +44,30 @@ class Tape {
   // `storage` was re-tagged as an activation because the tape keeps it; clear() tags it back
   // (temporary) if someone else still holds it then.
   void remember_activation(const std::shared_ptr<Storage>& storage) { activations_.push_back(storage); }
+  // Module::to moved the leaf that owns `leaf` in place: its data now lives on `device`. A node
+  // recorded with the leaf on another device would get its gradient there, so backward through it
+  // raises instead (the move must come before the forward). Only this thread's tape is told.
+  void leaf_moved(const std::shared_ptr<AutogradMeta>& leaf, Device device);
   const std::shared_ptr<Segment>& open_segment() const { return open_segment_; }
   void open(std::shared_ptr<Segment> segment);
-  void close(const std::shared_ptr<Segment>& segment);
+  // What close() does when `segment` is closed out of order: raise now (Checkpoint::close), leave
+  // the error for the next backward (a destructor, which cannot throw), or drop it (a destructor
+  // while an exception unwinds).
+  enum class OnMisuse { Raise, RaiseAtBackward, Ignore };
+  // Ends `segment`, and (closed out of order) the segments still open inside it, at the same node.
+  // A segment that already ended (by clear(), or with a scope around it) is left alone.
+  void close(const std::shared_ptr<Segment>& segment, OnMisuse on_misuse);
 
  private:
   void run_backward(const Node& root, int output_index, const Tensor& seed);
   void replay(Segment& segment, size_t last);  // autograd/checkpoint.cpp
+  const Device* moved_to(const AutogradMeta* leaf) const;  // where leaf_moved() last put it, or null
 
   std::vector<std::shared_ptr<Node>> nodes_;
   std::vector<std::weak_ptr<Storage>> activations_;  // re-tagged by this tape
   std::shared_ptr<Segment> open_segment_;  // innermost open Checkpoint scope
+  std::string deferred_error_;  // an out-of-order close found by a destructor; the next backward raises it
+  std::vector<std::pair<std::weak_ptr<AutogradMeta>, Device>> moved_leaves_;  // since the last clear()
   int segments_opened_ = 0;
 };
 

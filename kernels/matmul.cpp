@@ -2,6 +2,8 @@
 // optional transposes of the last two dims, then the device GEMM.
 #include "kernels/matmul.h"
 
+#include <algorithm>
+
 #include "kernels/elementwise.h"  // broadcast_shapes
 #include "kernels/entry_point.h"
 
@@ -24,6 +26,13 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool transpose_a, bool tra
              (transpose_b ? "^T" : ""), " are not compatible: inner dims ", K, " != ", K2);
   const Shape batch_a(a.shape().begin(), a.shape().end() - 2);
   const Shape batch_b(b.shape().begin(), b.shape().end() - 2);
+  // broadcast_shapes would name the batch dims alone; the full shapes say which operand is which.
+  for (size_t i = 1; i <= std::min(batch_a.size(), batch_b.size()); ++i) {
+    const int64_t da = batch_a[batch_a.size() - i], db = batch_b[batch_b.size() - i];
+    REEL_CHECK(da == db || da == 1 || db == 1, "matmul: shapes ", a_in.shape(), (transpose_a ? "^T" : ""), " and ",
+               b_in.shape(), (transpose_b ? "^T" : ""), ": batch dims ", batch_a, " and ", batch_b,
+               " cannot be broadcast");
+  }
   Shape batch = broadcast_shapes(batch_a, batch_b, "matmul");
   Shape a_shape = batch, b_shape = batch, out_shape = batch;
   a_shape.insert(a_shape.end(), {M, K});

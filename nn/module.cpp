@@ -89,6 +89,9 @@ Module& Module::to(Device device) {
     impl.strides = moved.strides();
     impl.offset = moved.offset();
     impl.device = device;
+    // A forward recorded before the move computes this parameter's gradient on the old device:
+    // the tape refuses to backward through it (the move would otherwise go unnoticed).
+    if (const auto& meta = p.autograd_meta()) autograd::Tape::current().leaf_moved(meta, device);
     if (grad.defined()) {
       MemoryCategory scope(Category::Gradient);
       p.set_grad(grad.to(device));

@@ -46,7 +46,8 @@ class Module {
   void eval() { train(false); }
   bool training() const { return training_; }
 
-  // Moves every parameter (and its gradient) to `device` in place.
+  // Moves every parameter (and its gradient) to `device` in place. Between a forward and its
+  // backward it makes that backward raise (the gradients would land on the old device).
   Module& to(Device device);
 
   // name -> parameter (the tensors themselves, not copies).

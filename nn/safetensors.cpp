@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -171,6 +172,11 @@ void save_safetensors(const std::string& path, const TensorDict& tensors, const 
 }
 
 TensorDict load_safetensors(const std::string& path, Device device, Metadata* metadata) {
+  // An ifstream opens a directory "successfully" and reads 0 bytes, which would be reported as a
+  // file too short for its header.
+  std::error_code ec;
+  REEL_CHECK(!std::filesystem::is_directory(path, ec), "load_safetensors: '", path,
+             "' is a directory, not a safetensors file");
   std::ifstream f(path, std::ios::binary);
   REEL_CHECK(f.good(), "load_safetensors: cannot open '", path, "'");
   std::ostringstream ss;

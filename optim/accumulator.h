@@ -37,12 +37,19 @@ class Accumulator {
   Accumulator(Optimizer& optimizer, Options options) : optimizer_(optimizer), options_(options) {}
   explicit Accumulator(Optimizer& optimizer) : Accumulator(optimizer, Options{}) {}
 
-  // count(batch) -> int64_t: samples / non-ignored tokens in the batch; loss(batch) -> Tensor: its
-  // SUM-reduced loss. Any callables (lambdas, std::function) taking a const Batch&.
+  // count(batch) -> int64_t: samples / non-ignored tokens in the batch (reel::Error, naming the
+  // micro-batch, for a negative one); loss(batch) -> Tensor: its SUM-reduced loss. Any callables
+  // (lambdas, std::function) taking a const Batch&.
   template <typename Batch, typename CountFn, typename LossFn>
   WindowResult step(const std::vector<Batch>& micro_batches, CountFn&& count, LossFn&& loss) {
     WindowResult r;
-    for (const Batch& b : micro_batches) r.count += static_cast<int64_t>(count(b));  // the whole window, before any backward
+    for (size_t i = 0; i < micro_batches.size(); ++i) {  // the whole window, before any backward
+      const int64_t n = static_cast<int64_t>(count(micro_batches[i]));
+      // A negative count makes 1/total (or a share of it) negative: the step would climb the loss.
+      REEL_CHECK(n >= 0, "Accumulator: micro-batch ", i, " has a count of ", n,
+                 "; the count callback must return the samples or non-ignored tokens in it (>= 0)");
+      r.count += n;
+    }
     r.lr = options_.schedule ? options_.schedule->lr(optimizer_.steps()) : optimizer_.lr();
     if (r.count == 0) return r;
     const double scale = 1.0 / static_cast<double>(r.count);

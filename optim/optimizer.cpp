@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <utility>
 
 #include "core/allocator.h"
 #include "core/profile.h"
@@ -20,12 +22,29 @@ std::vector<Tensor> grads_of(const std::vector<Tensor>& params) {
 }  // namespace
 
 Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(params)), lr_(lr) {
+  // A parameter listed twice would be updated twice per step (and get two sets of state), so it is
+  // refused. "The same" is the same data: one tensor, or another handle whose update would write the
+  // same elements (a detached alias made a leaf again).
+  std::map<std::pair<const void*, int64_t>, size_t> seen;  // (storage or tensor, offset) -> index
   for (size_t i = 0; i < params_.size(); ++i) {
-    REEL_CHECK(params_[i].defined() && params_[i].requires_grad(), "optimizer: parameter ", i,
+    const Tensor& p = params_[i];
+    REEL_CHECK(p.defined() && p.requires_grad(), "optimizer: parameter ", i,
                " does not require grad (call set_requires_grad() on parameters)");
-    REEL_CHECK(params_[i].is_contiguous(), "optimizer: parameter ", i, " of shape ", params_[i].shape(),
-               " is not contiguous");
+    REEL_CHECK(p.is_contiguous(), "optimizer: parameter ", i, " of shape ", p.shape(), " is not contiguous");
+    const void* data = p.storage() ? static_cast<const void*>(p.storage().get()) : p.impl_ptr();
+    const auto [it, first] = seen.emplace(std::make_pair(data, p.offset()), i);
+    REEL_CHECK(first, "optimizer: parameters ", it->second, " and ", i, " (shape ", p.shape(),
+               ") are the same tensor; it would be stepped twice (list each parameter once)");
   }
+}
+
+void Optimizer::check_lr(const char* who, double lr) {
+  REEL_CHECK(std::isfinite(lr) && lr >= 0, who, ": lr (", lr, ") must be a finite number >= 0");
+}
+
+void Optimizer::set_lr(double lr) {
+  check_lr("set_lr", lr);
+  lr_ = lr;
 }
 
 void Optimizer::step() {
@@ -94,8 +113,9 @@ void Optimizer::load_state_dict(const StateDict& state) {
 
 SGD::SGD(std::vector<Tensor> params, double lr, Options options)
     : Optimizer(std::move(params), lr), options_(options) {
-  REEL_CHECK(lr >= 0 && options.momentum >= 0 && options.weight_decay >= 0, "SGD: lr (", lr, "), momentum (",
-             options.momentum, ") and weight_decay (", options.weight_decay, ") must be >= 0");
+  check_lr("SGD", lr);
+  REEL_CHECK(options.momentum >= 0 && options.weight_decay >= 0, "SGD: momentum (", options.momentum,
+             ") and weight_decay (", options.weight_decay, ") must be >= 0");
   REEL_CHECK(!options.nesterov || (options.momentum > 0 && options.dampening == 0),
              "SGD: nesterov needs momentum > 0 and dampening 0");
 }
@@ -119,8 +139,9 @@ Adam::Adam(std::vector<Tensor> params, double lr, Options options) : Adam(std::m
 
 Adam::Adam(std::vector<Tensor> params, double lr, Options options, bool decoupled)
     : Optimizer(std::move(params), lr), options_(options), decoupled_(decoupled) {
-  REEL_CHECK(lr >= 0 && options.eps >= 0 && options.weight_decay >= 0, decoupled ? "AdamW" : "Adam", ": lr (", lr,
-             "), eps (", options.eps, ") and weight_decay (", options.weight_decay, ") must be >= 0");
+  check_lr(decoupled ? "AdamW" : "Adam", lr);
+  REEL_CHECK(options.eps >= 0 && options.weight_decay >= 0, decoupled ? "AdamW" : "Adam", ": eps (", options.eps,
+             ") and weight_decay (", options.weight_decay, ") must be >= 0");
   REEL_CHECK(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1,
              decoupled ? "AdamW" : "Adam", ": betas (", options.beta1, ", ", options.beta2, ") must be in [0, 1)");
 }

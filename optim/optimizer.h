@@ -26,7 +26,8 @@ class Optimizer {
   void zero_grad();
 
   double lr() const { return lr_; }
-  void set_lr(double lr) { lr_ = lr; }
+  // reel::Error for a NaN, infinite or negative rate (the constructors' check), leaving lr() as it was.
+  void set_lr(double lr);
   int64_t steps() const { return steps_; }
   const std::vector<Tensor>& params() const { return params_; }
 
@@ -41,6 +42,8 @@ class Optimizer {
   virtual void update(const std::vector<size_t>& with_grad) = 0;
   virtual std::vector<std::string> state_slots() const = 0;
   const Tensor& state(const std::string& slot, size_t i);
+  // The one check of a learning rate, for the constructors ("SGD", ...) and set_lr ("set_lr").
+  static void check_lr(const char* who, double lr);
 
   std::vector<Tensor> params_;
   double lr_;

@@ -6,6 +6,9 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
 
 #include "autograd/functions.h"
 #include "autograd/tape.h"
@@ -181,6 +184,142 @@ TEST_CASE("Checkpoint under NoGrad is a no-op") {
     CHECK(autograd::Tape::current().empty());
     CHECK(autograd::Tape::current().open_segment() == nullptr);
   }
+}
+
+namespace {
+// w * w -> tanh -> exp * w, its loss, and the gradient of w without any checkpoint.
+std::vector<float> plain_grad(const Tensor& w) {
+  autograd::zero_grad({w});
+  autograd::backward(sum(exp(tanh(w * w)) * w));
+  return w.grad().to(Device::cpu()).to_vector<float>();
+}
+std::vector<float> grad_of(const Tensor& w) { return w.grad().to(Device::cpu()).to_vector<float>(); }
+}  // namespace
+
+TEST_CASE("closing an outer Checkpoint before an inner one raises at the close; the tape stays usable") {
+  autograd::Tape& tape = autograd::Tape::current();
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    tape.clear();
+    Tensor w = from_vector(std::vector<float>{0.5f, -1.0f, 2.0f}, {3}).to(d).set_requires_grad();
+    const std::vector<float> expected = plain_grad(w);
+    autograd::zero_grad({w});
+    auto outer = std::make_unique<autograd::Checkpoint>();
+    const int outer_id = tape.open_segment()->id;
+    auto inner = std::make_unique<autograd::Checkpoint>();
+    Tensor a = tanh(w * w);  // inside both segments
+    const std::string message = "Checkpoint: segment " + std::to_string(outer_id) + " closed while segment " +
+                                std::to_string(outer_id + 1) + ", opened inside it, is still open";
+    CHECK_REEL_ERROR(outer->close(), message.c_str());
+    CHECK(tape.open_segment() == nullptr);  // both segments end at the refused close
+    Tensor loss = sum(exp(a) * w);          // recorded outside any segment
+    inner.reset();                          // already ended: nothing left to close, no error
+    outer.reset();
+    CHECK(tape.open_segment() == nullptr);
+    autograd::backward(loss);
+    CHECK(bit_identical(grad_of(w), expected));
+    CHECK(tape.empty());
+    // Two scopes left open inside the one closed: both are named, and all three end.
+    {
+      autograd::Checkpoint first;
+      const int first_id = tape.open_segment()->id;
+      autograd::Checkpoint second, third;
+      const std::string three = "segment " + std::to_string(first_id) + " closed while segments " +
+                                std::to_string(first_id + 1) + ", " + std::to_string(first_id + 2) +
+                                ", opened inside it, are still open";
+      CHECK_REEL_ERROR(first.close(), three.c_str());
+      CHECK(tape.open_segment() == nullptr);
+    }
+    CHECK(tape.open_segment() == nullptr);
+    // Closed in order, close() ends the scope early and the destructor has nothing left to do.
+    autograd::zero_grad({w});
+    autograd::Checkpoint seg;
+    loss = sum(exp(tanh(w * w)) * w);
+    seg.close();
+    CHECK(tape.open_segment() == nullptr);
+    autograd::backward(loss);
+    CHECK(bit_identical(grad_of(w), expected));
+  }
+}
+
+TEST_CASE("Checkpoint scopes destroyed out of order: the next backward raises, the tape stays usable") {
+  autograd::Tape& tape = autograd::Tape::current();
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    tape.clear();
+    Tensor w = from_vector(std::vector<float>{0.5f, -1.0f, 2.0f}, {3}).to(d).set_requires_grad();
+    const std::vector<float> expected = plain_grad(w);
+    autograd::zero_grad({w});
+    Tensor loss;
+    int outer_id = 0;
+    {
+      // Declared in the wrong order: `outer` is destroyed first, while `inner` is still open. A
+      // std::optional's destructor is noexcept, so the close cannot throw there.
+      std::optional<autograd::Checkpoint> inner;
+      std::optional<autograd::Checkpoint> outer;
+      outer.emplace();
+      outer_id = tape.open_segment()->id;
+      inner.emplace();
+      loss = sum(exp(tanh(w * w)) * w);
+    }
+    CHECK(tape.open_segment() == nullptr);  // the tape is not left inside a segment
+    const std::string message = "Checkpoint: segment " + std::to_string(outer_id) + " closed while segment " +
+                                std::to_string(outer_id + 1) + ", opened inside it, is still open";
+    CHECK_REEL_ERROR(autograd::backward(loss), message.c_str());
+    const bool untouched = !w.grad().defined() || grad_of(w) == std::vector<float>(3, 0.0f);
+    CHECK(untouched);  // nothing was accumulated
+    autograd::backward(loss);  // raised once; the recorded forward is still there to backward
+    CHECK(bit_identical(grad_of(w), expected));
+    CHECK(tape.empty());
+    // The same with unique_ptrs reset in the wrong order; a clear() drops the pending error.
+    {
+      auto outer = std::make_unique<autograd::Checkpoint>();
+      auto inner = std::make_unique<autograd::Checkpoint>();
+      outer.reset();
+      inner.reset();
+    }
+    tape.clear();
+    CHECK(tape.open_segment() == nullptr);
+    CHECK(bit_identical(plain_grad(w), expected));
+  }
+}
+
+TEST_CASE("an exception unwinding through out-of-order scopes leaves a usable tape and no pending error") {
+  autograd::Tape& tape = autograd::Tape::current();
+  tape.clear();
+  Tensor w = from_vector(std::vector<float>{0.5f, -1.0f, 2.0f}, {3}).set_requires_grad();
+  const std::vector<float> expected = plain_grad(w);
+  bool caught = false;
+  try {
+    std::optional<autograd::Checkpoint> inner;
+    std::optional<autograd::Checkpoint> outer;
+    outer.emplace();
+    inner.emplace();
+    Tensor y = tanh(w * w);
+    throw std::runtime_error("a forward failed");
+  } catch (const std::runtime_error&) {
+    caught = true;
+  }
+  CHECK(caught);
+  CHECK(tape.open_segment() == nullptr);
+  tape.clear();  // the failed forward's nodes
+  CHECK(bit_identical(plain_grad(w), expected));
+}
+
+TEST_CASE("clear() ends the segments of scopes still open, so a leaked scope cannot block backward") {
+  autograd::Tape& tape = autograd::Tape::current();
+  tape.clear();
+  Tensor w = from_vector(std::vector<float>{0.5f, -1.0f, 2.0f}, {3}).set_requires_grad();
+  const std::vector<float> expected = plain_grad(w);
+  auto forgotten = std::make_unique<autograd::Checkpoint>();  // e.g. kept in a member by mistake
+  Tensor y = tanh(w * w);
+  CHECK_REEL_ERROR(autograd::backward(sum(y)), "inside an autograd::Checkpoint scope");
+  tape.clear();
+  CHECK(tape.open_segment() == nullptr);
+  CHECK(bit_identical(plain_grad(w), expected));
+  forgotten.reset();  // its segment was ended by clear(): nothing to close, no error
+  CHECK(tape.open_segment() == nullptr);
+  CHECK(bit_identical(plain_grad(w), expected));
 }
 
 TEST_CASE("activation peak: O(N) without checkpointing, O(sqrt N) with sqrt N segments, to the byte") {

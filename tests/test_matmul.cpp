@@ -32,7 +32,13 @@ TEST_CASE("1-D operands and empty dims follow numpy.matmul") {
 TEST_CASE("incompatible matmul shapes raise reel::Error naming both shapes") {
   CHECK_REEL_ERROR(matmul(zeros({4, 3}), zeros({5, 2})),
                    "matmul: shapes (4, 3) and (5, 2) are not compatible: inner dims 3 != 5");
-  CHECK_REEL_ERROR(matmul(zeros({2, 2, 3}), zeros({3, 3, 2})), "matmul: shapes (2) and (3) cannot be broadcast");
+  // Batch dims that do not broadcast: both full shapes, then the batch dims.
+  CHECK_REEL_ERROR(matmul(zeros({2, 2, 3}), zeros({3, 3, 2})),
+                   "matmul: shapes (2, 2, 3) and (3, 3, 2): batch dims (2) and (3) cannot be broadcast");
+  CHECK_REEL_ERROR(matmul(zeros({4, 2, 5, 3}), zeros({3, 3, 2})),
+                   "matmul: shapes (4, 2, 5, 3) and (3, 3, 2): batch dims (4, 2) and (3) cannot be broadcast");
+  CHECK_REEL_ERROR(matmul(zeros({2, 3, 5}), zeros({3, 4, 3}), true, true),
+                   "matmul: shapes (2, 3, 5)^T and (3, 4, 3)^T: batch dims (2) and (3) cannot be broadcast");
   CHECK_REEL_ERROR(matmul(zeros({3}), zeros({3}), true, false), "a transpose needs a 2-D or higher operand");
   CHECK_REEL_ERROR(matmul(zeros({2, 2}), zeros({2, 2}, DType::f64)), "matmul: dtypes differ: f32 and f64");
   CHECK_REEL_ERROR(matmul(scalar_tensor(1), zeros({2})), "need at least one dim");

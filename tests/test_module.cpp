@@ -207,6 +207,49 @@ TEST_CASE("a forward left on the tape (inference in grad mode) does not disturb 
   }
 }
 
+TEST_CASE("backward refuses parameters moved to another device after the forward") {
+  for (const Device& device : reel::testing::devices()) {
+    if (device == Device::cpu()) continue;
+    CAPTURE(device);
+    const std::string cpu = "from " + Device::cpu().str() + " to " + device.str();
+    const std::string back = "from " + device.str() + " to " + Device::cpu().str();
+    manual_seed(21);
+    Net net;
+    const Tensor x = randn({3, 4});
+    // No .grad buffer yet: the gradient would be made on the cpu for a parameter now elsewhere.
+    Tensor loss = sum(net(x));
+    net.to(device);
+    // The walk meets `scale` (2) first, as an input of the last mul.
+    CHECK_REEL_ERROR(autograd::backward(loss), "backward: parameter (2) f32 (an input of mul) was moved");
+    CHECK_REEL_ERROR(autograd::backward(loss), cpu.c_str());
+    for (const Tensor& p : net.parameters()) CHECK(!p.grad().defined());  // nothing was accumulated
+    // A later forward on the new device trains as usual, and so does one moved back and forth
+    // before its backward.
+    autograd::backward(sum(net(x.to(device))));
+    for (const Tensor& p : net.parameters()) CHECK(p.grad().device() == device);
+    loss = sum(net(x.to(device)));
+    net.to(Device::cpu());
+    net.to(device);
+    autograd::backward(loss);
+    // With .grad buffers (moved along, so no stale buffer is reported): the buffers keep their values.
+    const std::vector<double> before = values(net.fc2->weight.grad());
+    loss = sum(net(x.to(device)));
+    net.to(Device::cpu());
+    CHECK_REEL_ERROR(autograd::backward(loss), "backward: parameter (2) f32 (an input of mul) was moved");
+    CHECK_REEL_ERROR(autograd::backward(loss), back.c_str());
+    CHECK(values(net.fc2->weight.grad()) == before);
+    autograd::Tape::current().clear();
+    autograd::backward(sum(net(x)));
+    CHECK(net.fc1->weight.grad().device() == Device::cpu());
+    CHECK(autograd::Tape::current().empty());
+  }
+}
+
+TEST_CASE("loading from a directory says it is a directory") {
+  Net net;
+  CHECK_REEL_ERROR(nn::load(net, "."), "load_safetensors: '.' is a directory, not a safetensors file");
+}
+
 TEST_CASE("layers compute what their ops compute, with torch's initialisation") {
   manual_seed(9);
   nn::Linear fc(16, 4);

@@ -165,3 +165,56 @@ TEST_CASE("the accumulation window equals one big batch; a per-micro-batch mean 
   for (size_t i = 0; i < naive.size(); ++i) diff = std::max(diff, std::fabs(naive[i] - exact[i]));
   CHECK(diff > 1e-3);
 }
+
+TEST_CASE("set_lr refuses what the constructors refuse: a NaN, negative or infinite lr") {
+  Tensor a = param({1, 2});
+  SGD sgd({a}, 0.1);
+  AdamW adamw({a}, 0.1);
+  for (Optimizer* o : {static_cast<Optimizer*>(&sgd), static_cast<Optimizer*>(&adamw)}) {
+    CHECK_REEL_ERROR(o->set_lr(std::nan("")), "set_lr: lr (nan) must be a finite number >= 0");
+    CHECK_REEL_ERROR(o->set_lr(-0.5), "set_lr: lr (-0.5) must be a finite number >= 0");
+    CHECK_REEL_ERROR(o->set_lr(INFINITY), "set_lr: lr (inf) must be a finite number >= 0");
+    CHECK(o->lr() == 0.1);  // a refused value leaves the rate as it was
+    o->set_lr(0.0);         // 0 is allowed (a warmup's first step)
+    CHECK(o->lr() == 0.0);
+  }
+  // The constructors use the same check.
+  CHECK_REEL_ERROR(SGD({a}, std::nan("")), "SGD: lr (nan) must be a finite number >= 0");
+  CHECK_REEL_ERROR(Adam({a}, -1.0), "Adam: lr (-1) must be a finite number >= 0");
+  CHECK_REEL_ERROR(AdamW({a}, INFINITY), "AdamW: lr (inf) must be a finite number >= 0");
+  CHECK_REEL_ERROR(make_optimizer("sgd", {a}, -1.0), "SGD: lr (-1) must be a finite number >= 0");
+}
+
+TEST_CASE("a parameter listed twice is refused: it would be stepped twice") {
+  Tensor a = param({1, 2, 3}), b = param({4, 5});
+  CHECK_REEL_ERROR(SGD({a, b, a}, 0.1), "optimizer: parameters 0 and 2 (shape (3)) are the same tensor");
+  CHECK_REEL_ERROR(AdamW({b, b}, 0.1), "optimizer: parameters 0 and 1 (shape (2)) are the same tensor");
+  // Another handle to the same data (a detached alias made a leaf again) is the same parameter too.
+  Tensor alias = b.detach().set_requires_grad();
+  CHECK_REEL_ERROR(Adam({a, b, alias}, 0.1), "optimizer: parameters 1 and 2 (shape (2)) are the same tensor");
+  // Distinct parameters, even of one shape, are fine.
+  Tensor c = param({4, 5});
+  CHECK_NOTHROW(SGD({a, b, c}, 0.1));
+}
+
+TEST_CASE("the accumulation window refuses a negative count: it would turn descent into ascent") {
+  Tensor w = param({1, 2});
+  const Tensor w0 = w.clone();
+  SGD opt({w}, 0.1);
+  Accumulator acc(opt);
+  const std::vector<int64_t> micro = {3, -5, 4};  // each "batch" is its own count
+  auto count = [](int64_t n) { return n; };
+  int losses = 0;
+  auto loss = [&](int64_t) {
+    ++losses;
+    return sum(mul(w, w));
+  };
+  CHECK_REEL_ERROR(acc.step(micro, count, loss), "Accumulator: micro-batch 1 has a count of -5");
+  CHECK(losses == 0);  // refused while counting, before any forward or backward
+  CHECK(opt.steps() == 0);
+  CHECK(!w.grad().defined());
+  reel::testing::check_close(w, w0, 0, 0);
+  // A window whose total is negative is refused the same way (the first negative count is named).
+  CHECK_REEL_ERROR(acc.step(std::vector<int64_t>{-1}, count, loss), "micro-batch 0 has a count of -1");
+  CHECK(autograd::Tape::current().empty());
+}
