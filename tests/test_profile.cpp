@@ -163,9 +163,10 @@ TEST_CASE("checkpoint replay: as many replayed kernel runs per node as the node 
     REQUIRE_FALSE(replay_runs.empty());
     CHECK_FALSE(segments.count(-1));
     // Exactly the checkpointed nodes run again, each with as many kernels as in forward.
-    for (const auto& [node, runs] : forward_runs) {
+    for (const auto& entry : forward_runs) {
+      const int64_t node = entry.first;
       CAPTURE(node);
-      CHECK(replay_runs[node] == (checkpointed.count(node) ? runs : 0));
+      CHECK(replay_runs[node] == (checkpointed.count(node) ? entry.second : 0));
     }
     for (const auto& [node, runs] : replay_runs) CHECK((checkpointed.count(node) || runs == 0));
   }
@@ -224,7 +225,9 @@ TEST_CASE("the trace: valid trace-event JSON, spans nested per track, memory cou
   // On each track spans nest: sorted by start (the longer first on ties), each one ends before
   // the span that encloses it ends.
   const double slack = 1e-3;  // us: rounding of ns to us
-  for (auto& [track, list] : spans) {
+  for (auto& entry : spans) {
+    const int track = entry.first;
+    std::vector<std::pair<double, double>>& list = entry.second;
     CAPTURE(track);
     std::sort(list.begin(), list.end(), [](const auto& a, const auto& b) {
       return a.first != b.first ? a.first < b.first : a.second > b.second;
