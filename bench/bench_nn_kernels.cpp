@@ -1,8 +1,9 @@
 // bench_nn_kernels: times the neural-network kernel families (kernels/ops.h), forward and
 // backward, at GPT-2-small sizes on a device and prints, per kernel, the median time, the bytes
-// moved and FLOPs counted from the shapes (the minimum traffic: each input read once, each output
-// written once), and the achieved GB/s and GFLOP/s. Everything but attention is bound by memory
-// bandwidth: compare those GB/s with `bench_kernels <device>`'s add; attention with its matmuls.
+// moved and FLOPs its entry points report to the profiler (the minimum traffic: each input read
+// once, each output written once), the achieved GB/s and GFLOP/s and the % of the device's roof.
+// Everything but attention is bound by memory bandwidth: compare those GB/s with
+// `bench_kernels <device>`'s add; attention with its matmuls.
 //   ./bench_nn_kernels [cpu|cuda] [repeats] [filter]   (filter: only kernels whose name contains it)
 #include <cstdio>
 #include <cstdlib>
@@ -35,8 +36,6 @@ int main(int argc, char** argv) {
     const std::string filter = argc > 3 ? argv[3] : "";
     const int64_t rows = 8192, C = 768, V = 8192;         // B*T = 8192 tokens of width 768, GPT-2 small
     const int64_t B = 8, H = 12, T = 256, D = 64;         // attention
-    const double f = 4.0;                                 // bytes per f32
-    const double n = static_cast<double>(rows * C), r = static_cast<double>(rows);
     bench::KernelTable table(device, repeats, filter);
 
     // ---- norms: x (8192, 768) -------------------------------------------------------------------
@@ -49,11 +48,10 @@ int main(int argc, char** argv) {
       rn = rmsnorm_forward(x, w);
     } catch (const Error&) {
     }
-    table.add("layernorm fwd (8192x768)", 2 * n * f + 2 * r * f, 8 * n, [&] { layernorm_forward(x, w, b); });
-    table.add("layernorm bwd (dx, dw, db)", 3 * n * f + 2 * r * f, 16 * n,
-        [&] { layernorm_backward(dy, x, w, ln.mean, ln.rstd); });
-    table.add("rmsnorm fwd", 2 * n * f + r * f, 5 * n, [&] { rmsnorm_forward(x, w); });
-    table.add("rmsnorm bwd (dx, dw)", 3 * n * f + r * f, 12 * n, [&] { rmsnorm_backward(dy, x, w, rn.rstd); });
+    table.add("layernorm fwd (8192x768)", [&] { layernorm_forward(x, w, b); });
+    table.add("layernorm bwd (dx, dw, db)", [&] { layernorm_backward(dy, x, w, ln.mean, ln.rstd); });
+    table.add("rmsnorm fwd", [&] { rmsnorm_forward(x, w); });
+    table.add("rmsnorm bwd (dx, dw)", [&] { rmsnorm_backward(dy, x, w, rn.rstd); });
 
     // ---- softmax / log-softmax / max along the last dim -----------------------------------------
     Tensor y, ly;
@@ -62,32 +60,31 @@ int main(int argc, char** argv) {
       ly = log_softmax_forward(x);
     } catch (const Error&) {
     }
-    table.add("softmax fwd (8192x768)", 2 * n * f, 5 * n, [&] { softmax_forward(x); });
-    table.add("softmax bwd", 3 * n * f, 4 * n, [&] { softmax_backward(dy, y); });
-    table.add("log_softmax fwd", 2 * n * f, 5 * n, [&] { log_softmax_forward(x); });
-    table.add("log_softmax bwd", 3 * n * f, 4 * n, [&] { log_softmax_backward(dy, ly); });
+    table.add("softmax fwd (8192x768)", [&] { softmax_forward(x); });
+    table.add("softmax bwd", [&] { softmax_backward(dy, y); });
+    table.add("log_softmax fwd", [&] { log_softmax_forward(x); });
+    table.add("log_softmax bwd", [&] { log_softmax_backward(dy, ly); });
     MaxWithIndices mx{};
     try {
       mx = max_with_indices(x, -1);
     } catch (const Error&) {
     }
-    table.add("max_with_indices (axis -1)", n * f + r * (f + 8), n, [&] { max_with_indices(x, -1); });
-    table.add("max_backward (scatter)", n * f + r * (f + 8), 0, [&] { max_backward(mx.values, mx.indices, {rows, C}, -1); });
+    table.add("max_with_indices (axis -1)", [&] { max_with_indices(x, -1); });
+    table.add("max_backward (scatter)", [&] { max_backward(mx.values, mx.indices, {rows, C}, -1); });
 
     // ---- cross-entropy: logits (8192, 8192) -----------------------------------------------------
     {
       Tensor logits = randn({rows, V}, DType::f32, device);
       Tensor targets = ids_tensor(rows, V, device);
-      const double nv = static_cast<double>(rows * V);
       CrossEntropyForward ce{};
       try {
         ce = cross_entropy_forward(logits, targets);
       } catch (const Error&) {
       }
-      table.add("cross_entropy fwd (8192x8192)", nv * f + 2 * r * f, 4 * nv, [&] { cross_entropy_forward(logits, targets); });
-      table.add("cross_entropy fwd + fused dlogits", 2 * nv * f + 2 * r * f, 8 * nv,
+      table.add("cross_entropy fwd (8192x8192)", [&] { cross_entropy_forward(logits, targets); });
+      table.add("cross_entropy fwd + fused dlogits",
           [&] { cross_entropy_forward(logits, targets, Reduction::Mean, -100, 1.0); });
-      table.add("cross_entropy bwd (from lse)", 2 * nv * f + 2 * r * f, 4 * nv, [&] {
+      table.add("cross_entropy bwd (from lse)", [&] {
         cross_entropy_backward(scalar_tensor(1.0, DType::f32, device), logits, targets, ce.lse);
       });
     }
@@ -96,33 +93,28 @@ int main(int argc, char** argv) {
     {
       Tensor ids = ids_tensor(rows, V, device);
       Tensor wte = randn({V, C}, DType::f32, device);
-      table.add("embedding fwd (gather 8192 rows)", 2 * n * f + r * 4, 0, [&] { embedding_forward(ids, wte); });
-      table.add("embedding bwd (dtable 8192x768)", n * f + static_cast<double>(V * C) * f + r * 4, n,
-          [&] { embedding_backward(dy, ids, V); });
+      table.add("embedding fwd (gather 8192 rows)", [&] { embedding_forward(ids, wte); });
+      table.add("embedding bwd (dtable 8192x768)", [&] { embedding_backward(dy, ids, V); });
     }
 
     // ---- attention: (8, 12, 256, 64), causal ----------------------------------------------------
     {
       Tensor q = randn({B, H, T, D}, DType::f32, device), k = randn({B, H, T, D}, DType::f32, device);
       Tensor v = randn({B, H, T, D}, DType::f32, device), dout = randn({B, H, T, D}, DType::f32, device);
-      const double e = static_cast<double>(B * H * T * D), bh = static_cast<double>(B * H);
-      // Causal: half of the T x T scores. Forward = 2 GEMMs (QK^T, PV), backward = 5 (S again, dV, dP, dK, dQ).
-      const double gemm = 2.0 * bh * T * T * D / 2;
       AttentionForward at{};
       try {
         at = attention_forward(q, k, v);
       } catch (const Error&) {
       }
-      table.add("attention fwd (8x12x256x64 causal)", 4 * e * f + bh * T * f, 2 * gemm, [&] { attention_forward(q, k, v); });
-      table.add("attention bwd", 8 * e * f + bh * T * f, 5 * gemm,
-          [&] { attention_backward(dout, q, k, v, at.out, at.lse); });
+      table.add("attention fwd (8x12x256x64 causal)", [&] { attention_forward(q, k, v); });
+      table.add("attention bwd", [&] { attention_backward(dout, q, k, v, at.out, at.lse); });
     }
 
     // ---- optimizer: ~11M parameters in a GPT-like list ---------------------------------------
     {
       const std::vector<Shape> shapes = {{V, C}, {C, 3 * C}, {3 * C}, {C, C}, {C}, {C, 4 * C}, {4 * C}, {C}, {C}};
       std::vector<Tensor> p, g, m, s;
-      double P = 0;
+      double P = 0;  // parameters, for the row's name
       for (const Shape& sh : shapes) {
         p.push_back(randn(sh, DType::f32, device));
         g.push_back(randn(sh, DType::f32, device));
@@ -133,12 +125,12 @@ int main(int argc, char** argv) {
       char np[32];
       std::snprintf(np, sizeof np, "%.1fM", P / 1e6);
       int64_t step = 1;
-      table.add(std::string("adamw_update (") + np + " params)", 7 * P * f, 12 * P,
+      table.add(std::string("adamw_update (") + np + " params)",
           [&] { adamw_update(p, g, m, s, 1e-4, 0.9, 0.95, 1e-8, 0.1, step++); });
-      table.add("sgd_update, nesterov momentum", 5 * P * f, 6 * P,
+      table.add("sgd_update, nesterov momentum",
           [&] { sgd_update(p, g, m, 1e-4, 0.9, 0.0, 0.0, true, step++); });
-      table.add("global_grad_norm", P * f, 2 * P, [&] { global_grad_norm(g); });
-      table.add("scale_ (clip)", 2 * P * f, P, [&] { scale_(g, 0.999); });
+      table.add("global_grad_norm", [&] { global_grad_norm(g); });
+      table.add("scale_ (clip)", [&] { scale_(g, 0.999); });
     }
 
     table.print("nn kernel benchmark");

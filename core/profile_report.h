@@ -12,6 +12,16 @@ namespace reel::profile {
 // The roof of `device`, from its backend (DeviceBackend::roof): measured once per process.
 const Roof& roof_for(Device device);
 
+// Where work of `bytes` and `flops` done in `seconds` sits under `roof`: the fraction of what is
+// attainable at its arithmetic intensity (the memory slope below the ridge point, the flat compute
+// roof above it; bytes/s against the memory roof for work without FLOPs), and which roof bounds
+// it. 0 when the roof or the time is unknown.
+struct RoofPlacement {
+  double fraction = 0;
+  bool compute_bound = false;
+};
+RoofPlacement place_on_roof(const Roof& roof, double bytes, double flops, double seconds);
+
 // One row of the kernel table: every run of one kernel on one device.
 struct KernelSummary {
   std::string kernel;
