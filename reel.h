@@ -9,6 +9,7 @@
 #include "core/tensor.h"
 #include "kernels/dropout.h"
 #include "kernels/ops.h"
+#include "autograd/anomaly.h"
 #include "autograd/functions.h"
 #include "autograd/nn_functions.h"
 #include "autograd/gradcheck.h"

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "autograd/anomaly.h"
 #include "autograd/tape.h"
 #include "core/profile.h"
 
@@ -128,6 +129,7 @@ void Tape::replay(Segment& segment, size_t last) {
     {
       const profile::OpScope profiled(node.op->name(), static_cast<int64_t>(i), false);
       out = node.op->forward(in, node);
+      check_anomaly(out, node.op->name(), "output", "replay", static_cast<int64_t>(i));
     }
     for (size_t k = 0; k < out.size(); ++k) {
       REEL_CHECK(out[k].shape() == node.outputs[k].shape, node.op->name(), ": replay made an output of shape ",

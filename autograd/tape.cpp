@@ -15,6 +15,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "autograd/anomaly.h"
 #include "core/allocator.h"
 #include "core/profile.h"
 #include "kernels/ops.h"
@@ -136,7 +137,9 @@ Tensors record(std::unique_ptr<Op> op, const Tensors& inputs) {
   if (!node->any_input_needs_grad()) {  // nothing to differentiate: compute, record nothing
     node->keep_saved = false;
     const profile::OpScope profiled(node->op->name(), -1, false);
-    return node->op->forward(inputs, *node);
+    Tensors outputs = node->op->forward(inputs, *node);
+    check_anomaly(outputs, node->op->name(), "output", "forward", -1);
+    return outputs;
   }
 
   Tape& tape = Tape::current();
@@ -147,6 +150,7 @@ Tensors record(std::unique_ptr<Op> op, const Tensors& inputs) {
     NoGrad no_grad;  // views the forward makes of its inputs (kernels reshape them) record nothing
     const profile::OpScope profiled(node->op->name(), static_cast<int64_t>(tape.size()), false);
     outputs = node->op->forward(inputs, *node);
+    check_anomaly(outputs, node->op->name(), "output", "forward", static_cast<int64_t>(tape.size()));
   }
   node->outputs.resize(outputs.size());
   for (size_t k = 0; k < outputs.size(); ++k) {
@@ -342,6 +346,7 @@ void Tape::run_backward(const Node& root, int output_index, const Tensor& seed) 
     {
       const profile::OpScope profiled(node.op->name(), static_cast<int64_t>(i), true);
       grad_in = node.op->backward(grad_out, node);
+      check_anomaly(grad_in, node.op->name(), "input gradient", "backward", static_cast<int64_t>(i));
     }
     release(node);
     grad_out.clear();

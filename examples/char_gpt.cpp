@@ -33,6 +33,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -297,7 +298,9 @@ int run(const Options& o, const CLI::App& app) {
   if (steps > 0) {
     std::unique_ptr<optim::Optimizer> opt = optim::make_optimizer(o.train.optimizer, gpt.parameters(), o.train.lr);
     const std::unique_ptr<optim::LrSchedule> schedule = examples::make_schedule(o.train, steps);
-    optim::Accumulator acc(*opt, {o.train.clip, schedule.get()});
+    optim::Accumulator acc(*opt, {o.train.clip, schedule.get(), o.train.skip_nonfinite});
+    std::optional<autograd::DetectAnomaly> detect_anomaly;
+    if (o.train.detect_anomaly) detect_anomaly.emplace();
     const std::vector<int64_t> sizes = examples::micro_batch_sizes(o.train.batch, o.train.accum_steps);
     std::printf("training: %lld steps of %lld sequences x %lld characters (%lld micro-batches), %s, lr %g (%s), "
                 "checkpoint %s\n",
@@ -341,6 +344,8 @@ int run(const Options& o, const CLI::App& app) {
     profiler.finish();
     std::printf("trained: %lld steps, %lld tokens in %.1f s\n", static_cast<long long>(steps),
                 static_cast<long long>(tokens), train_seconds);
+    if (acc.skipped_steps() > 0)
+      std::printf("skipped: %lld steps with non-finite gradients\n", static_cast<long long>(acc.skipped_steps()));
     std::printf("tokens/s: %.0f\n", static_cast<double>(tokens) / train_seconds);
   }
 

@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -138,7 +139,9 @@ int main(int argc, char** argv) {
     if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
     auto optimizer = optim::make_optimizer(o.optimizer, model.parameters(), o.lr);
     const std::unique_ptr<optim::LrSchedule> schedule = examples::make_schedule(o, total_steps);
-    optim::Accumulator accumulator(*optimizer, {o.clip, schedule.get()});
+    optim::Accumulator accumulator(*optimizer, {o.clip, schedule.get(), o.skip_nonfinite});
+    std::optional<autograd::DetectAnomaly> detect_anomaly;
+    if (o.detect_anomaly) detect_anomaly.emplace();
     std::string plan;
     for (const auto& run : model.checkpoint().plan(model.size()))
       plan += " [" + std::to_string(run.begin) + "," + std::to_string(run.end) + ")" + (run.checkpointed ? "*" : "");
@@ -198,6 +201,9 @@ int main(int argc, char** argv) {
     }
 
     profiler.finish();
+    if (accumulator.skipped_steps() > 0)
+      std::printf("skipped: %lld steps with non-finite gradients\n",
+                  static_cast<long long>(accumulator.skipped_steps()));
     const MemoryStats stats = memory_stats(device);
     std::printf("test accuracy: %.4f\n", test_acc);
     std::printf("train samples/s: %.0f\n", static_cast<double>(samples) / std::max(train_seconds, 1e-9));

@@ -38,6 +38,8 @@ struct TrainOptions {
   uint64_t seed = 0;
   std::string save, load;     // safetensors paths; empty: none
   bool quiet = false;         // no progress line (for logs and tests)
+  bool detect_anomaly = false; // autograd::DetectAnomaly around training: NaN/Inf raise, naming the op
+  bool skip_nonfinite = false; // a step whose gradients are not finite is skipped (and counted)
   std::string profile;        // trace path; empty: no profiling
   int64_t profile_steps = 3;  // optimizer steps profiled, after kProfileWarmup steps of warm-up
 };
@@ -68,6 +70,9 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--save", o.save, "write the trained weights to this safetensors file");
   app.add_option("--load", o.load, "start from the weights in this safetensors file");
   app.add_flag("--quiet", o.quiet, "no progress line");
+  app.add_flag("--detect-anomaly", o.detect_anomaly,
+               "check every op's outputs and gradients for NaN/Inf; the first raises, naming the op (slow)");
+  app.add_flag("--skip-nonfinite", o.skip_nonfinite, "skip (and count) a step whose gradients are not all finite");
   app.add_option("--profile", o.profile,
                  "profile --profile-steps steps after warm-up: print the kernel table, write a Chrome trace here");
   app.add_option("--profile-steps", o.profile_steps, "optimizer steps to profile")->capture_default_str()

@@ -25,7 +25,8 @@ struct WindowResult {
   int64_t count = 0;      // samples or non-ignored tokens in the window
   double grad_norm = 0;   // global gradient norm before clipping (0 when not clipping)
   double lr = 0;          // the learning rate this step used
-  bool stepped = false;   // false when the window held nothing to learn from (count 0)
+  bool stepped = false;   // false when the window held nothing to learn from (count 0), or was skipped
+  bool skipped_nonfinite = false;  // Options::skip_nonfinite: a gradient was NaN or Inf, no step taken
 };
 
 class Accumulator {
@@ -33,6 +34,9 @@ class Accumulator {
   struct Options {
     double clip_norm = 0;                  // > 0: clip the global gradient norm once per window
     const LrSchedule* schedule = nullptr;  // null: keep the optimizer's learning rate
+    // true: a window whose gradients are not all finite (an overflow, a bad batch) zeroes them and
+    // takes no step, instead of writing NaN into every parameter; counted in skipped_steps().
+    bool skip_nonfinite = false;
   };
   Accumulator(Optimizer& optimizer, Options options) : optimizer_(optimizer), options_(options) {}
   explicit Accumulator(Optimizer& optimizer) : Accumulator(optimizer, Options{}) {}
@@ -66,12 +70,14 @@ class Accumulator {
   }
 
   int64_t steps() const { return optimizer_.steps(); }
+  int64_t skipped_steps() const { return skipped_; }
 
  private:
   void finish(WindowResult& r);  // clip, set lr, step, zero_grad
 
   Optimizer& optimizer_;
   Options options_;
+  int64_t skipped_ = 0;
 };
 
 }  // namespace reel::optim
