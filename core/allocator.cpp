@@ -126,7 +126,9 @@ void* CachingAllocator::allocate(size_t bytes, Category category) {
 
 void* CachingAllocator::allocate_locked(size_t bytes, Category category) {
   std::lock_guard<std::mutex> lock(mutex_);
-  REEL_CHECK(limit_ <= 0 || stats_.current_bytes + static_cast<int64_t>(bytes) <= limit_,
+  // Compared as bytes <= limit - in use, which cannot overflow for any size_t request.
+  REEL_CHECK(limit_ <= 0 || (stats_.current_bytes <= limit_ &&
+                             bytes <= static_cast<uint64_t>(limit_ - stats_.current_bytes)),
              "allocator: cannot allocate ", format_bytes(static_cast<int64_t>(bytes)), " of ",
              category_name(category), " on ", device_, ": the limit is ", format_bytes(limit_),
              " and ", usage_locked());

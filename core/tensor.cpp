@@ -15,19 +15,23 @@ namespace reel {
 
 // ---- helpers -----------------------------------------------------------------
 
-Shape contiguous_strides(const Shape& shape) {
+Shape contiguous_strides(const Shape& shape, std::string_view op) {
   Shape strides(shape.size());
   int64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = s;
-    s *= std::max<int64_t>(shape[i], 1);
+    // The outermost dim scales no stride: (2^62, 0) has strides (1, 1), however large dim 0 is.
+    if (i > 0) s = checked_mul(s, std::max<int64_t>(shape[i], 1), op, shape);
   }
   return strides;
 }
 
-int64_t shape_numel(const Shape& shape) {
+int64_t shape_numel(const Shape& shape, std::string_view op) {
+  // A zero dim makes the count 0 even where the other dims' product would overflow.
+  for (int64_t d : shape)
+    if (d == 0) return 0;
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) n = checked_mul(n, d, op, shape);
   return n;
 }
 
@@ -63,23 +67,26 @@ Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset)
 
 // Resolves one -1 and checks the element count.
 Shape infer_shape(Shape shape, int64_t numel, const Shape& from, const char* op) {
-  int64_t known = 1, infer = -1;
+  int64_t infer = -1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
       REEL_CHECK(infer < 0, op, ": only one dimension can be -1, got ", shape);
       infer = static_cast<int64_t>(i);
     } else {
       REEL_CHECK(shape[i] >= 0, op, ": invalid size ", shape[i], " in ", shape);
-      known *= shape[i];
     }
   }
   if (infer >= 0) {
+    Shape others = shape;
+    others[infer] = 1;
+    const int64_t known = shape_numel(others, op);
     REEL_CHECK(known != 0 && numel % known == 0, op, ": cannot reshape ", from, " (", numel,
                " elements) into ", shape);
     shape[infer] = numel / known;
   }
-  REEL_CHECK(shape_numel(shape) == numel, op, ": cannot reshape ", from, " (", numel, " elements) into ",
-             shape, " (", shape_numel(shape), " elements)");
+  const int64_t count = shape_numel(shape, op);
+  REEL_CHECK(count == numel, op, ": cannot reshape ", from, " (", numel, " elements) into ", shape, " (", count,
+             " elements)");
   return shape;
 }
 
@@ -148,14 +155,17 @@ bool Tensor::is_contiguous() const {
   for (int64_t i = dim() - 1; i >= 0; --i) {
     if (shape()[i] == 1) continue;
     if (strides()[i] != expected) return false;
-    expected *= shape()[i];
+    // Past int64 no stride can match: only a zero-element tensor gets here, and calling it
+    // non-contiguous only costs a copy of nothing.
+    if (__builtin_mul_overflow(expected, shape()[i], &expected)) return false;
   }
   return true;
 }
 
 void* Tensor::data_ptr() const {
   if (!storage() || !storage()->data()) return nullptr;
-  return static_cast<char*>(storage()->data()) + offset() * static_cast<int64_t>(dtype_size(dtype()));
+  return static_cast<char*>(storage()->data()) +
+         checked_mul(offset(), static_cast<int64_t>(dtype_size(dtype())), "data_ptr", shape());
 }
 
 // ---- views ---------------------------------------------------------------------
@@ -192,9 +202,19 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   d = normalize_dim(d, dim(), "narrow");
-  REEL_CHECK(dim() > 0 && start >= 0 && length >= 0 && start + length <= shape()[d], "narrow: [", start, ", ",
-             start + length, ") is out of range for dim ", d, " of shape ", shape());
-  return slice(d, start, start + length);
+  REEL_CHECK(dim() > 0, "narrow: cannot narrow a 0-d tensor");
+  const int64_t n = shape()[d];
+  // As in PyTorch: a negative start counts from the end; start + length beyond the size is an
+  // error (slice would clamp it). Compared as length <= n - start, which cannot overflow.
+  const int64_t from = start < 0 && start >= -n ? start + n : start;
+  if (!(from >= 0 && from <= n && length >= 0 && length <= n - from)) {
+    int64_t end;
+    const std::string end_str = __builtin_add_overflow(start, length, &end)
+                                    ? std::to_string(start) + " + " + std::to_string(length)
+                                    : std::to_string(end);
+    REEL_FAIL("narrow: [", start, ", ", end_str, ") is out of range for dim ", d, " of shape ", shape());
+  }
+  return slice(d, from, from + length);
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
@@ -278,9 +298,14 @@ Tensor slice(const Tensor& x, int64_t d, int64_t start, int64_t end, int64_t ste
   start = std::clamp<int64_t>(start, 0, n);
   end = std::clamp<int64_t>(end, start, n);
   Shape s = x.shape(), st = x.strides();
-  s[d] = (end - start + step - 1) / step;
-  st[d] *= step;
-  return make_view(x, s, st, x.offset() + start * x.strides()[d]);
+  // ceil((end - start) / step) without forming end - start + step - 1, which overflows for a
+  // step near INT64_MAX.
+  s[d] = end > start ? (end - start - 1) / step + 1 : 0;
+  // A dim of size 0 or 1 never steps, so its stride is free: keeping it avoids stride * step
+  // overflowing for a huge step.
+  if (s[d] > 1) st[d] = checked_mul(st[d], step, "slice", x.shape());
+  const int64_t off = checked_add(x.offset(), checked_mul(start, x.strides()[d], "slice", x.shape()), "slice", x.shape());
+  return make_view(x, s, st, off);
 }
 
 Tensor select(const Tensor& x, int64_t d, int64_t index) {
@@ -291,7 +316,7 @@ Tensor select(const Tensor& x, int64_t d, int64_t index) {
              " of shape ", x.shape());
   if (index < 0) index += n;
   Shape s = x.shape(), st = x.strides();
-  const int64_t off = x.offset() + index * st[d];
+  const int64_t off = checked_add(x.offset(), checked_mul(index, st[d], "select", x.shape()), "select", x.shape());
   s.erase(s.begin() + d);
   st.erase(st.begin() + d);
   return make_view(x, s, st, off);
@@ -309,7 +334,11 @@ Tensor squeeze(const Tensor& x, int64_t d) {
 Tensor unsqueeze(const Tensor& x, int64_t d) {
   d = normalize_dim(d, x.dim() + 1, "unsqueeze");
   Shape s = x.shape(), st = x.strides();
-  const int64_t stride = d < x.dim() ? st[d] * s[d] : 1;
+  // The new dim has size 1, so any stride is valid; st[d] * s[d] keeps a contiguous tensor
+  // contiguous, and where that product overflows (a zero-element tensor with huge dims) any
+  // other value will do.
+  int64_t stride = 1;
+  if (d < x.dim() && __builtin_mul_overflow(st[d], s[d], &stride)) stride = st[d];
   s.insert(s.begin() + d, 1);
   st.insert(st.begin() + d, stride);
   return make_view(x, s, st, x.offset());
@@ -322,15 +351,17 @@ Tensor expand(const Tensor& x, Shape target) {
   Shape st(target.size(), 0);
   for (size_t i = 0; i < target.size(); ++i) {
     if (i < lead) {
-      REEL_CHECK(target[i] >= 0, "expand: invalid size -1 for a new leading dim in ", target);
+      REEL_CHECK(target[i] >= 0, "expand: invalid size ", target[i], " for a new leading dim in ", target);
       continue;
     }
     const int64_t have = x.shape()[i - lead];
     if (target[i] == -1) target[i] = have;
+    REEL_CHECK(target[i] >= 0, "expand: invalid size ", target[i], " in ", target, " (-1 keeps a dim)");
     REEL_CHECK(have == target[i] || have == 1, "expand: cannot expand shape ", x.shape(), " to ", target,
                ": dim ", i, " has size ", have, " (must be 1 or ", target[i], ")");
     st[i] = have == target[i] ? x.strides()[i - lead] : 0;
   }
+  shape_numel(target, "expand");  // the only view that can grow the element count: it must fit
   return make_view(x, target, st, x.offset());
 }
 
@@ -443,12 +474,14 @@ template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
 
 Tensor empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t d : shape) REEL_CHECK(d >= 0, "empty: negative dimension in shape ", shape);
+  // Strides, count and bytes all checked before anything is allocated.
+  Shape strides = contiguous_strides(shape, "empty");
+  const int64_t bytes = checked_mul(shape_numel(shape, "empty"), static_cast<int64_t>(dtype_size(dtype)), "empty", shape);
   auto impl = std::make_shared<TensorImpl>();
-  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
   if (device.is_cuda()) backend_for(device);  // a clear error for an unavailable device, even at 0 bytes
-  impl->storage = std::make_shared<Storage>(bytes, device);
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(bytes), device);
   impl->shape = shape;
-  impl->strides = contiguous_strides(shape);
+  impl->strides = std::move(strides);
   impl->dtype = dtype;
   impl->device = device;
   return Tensor(std::move(impl));
@@ -467,7 +500,7 @@ Tensor scalar_tensor(double value, DType dtype, Device device) { return full({},
 
 template <typename T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device) {
-  REEL_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector: ", values.size(),
+  REEL_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape, "from_vector"), "from_vector: ", values.size(),
              " values do not fill shape ", shape);
   Tensor host = empty(shape, dtype_of<T>::value, Device::cpu());
   if (!values.empty()) std::memcpy(host.data_ptr(), values.data(), values.size() * sizeof(T));
@@ -483,12 +516,20 @@ Tensor tensor(std::initializer_list<float> values, Device device) {
 }
 
 Tensor arange(double start, double end, double step, DType dtype, Device device) {
+  // A NaN bound made an empty range and an infinite one a std::length_error from a host vector.
+  REEL_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step),
+             "arange: start, end and step must be finite, got start ", start, ", end ", end, ", step ", step);
   REEL_CHECK(step != 0, "arange: step must be non-zero");
-  const double count = std::ceil((end - start) / step);
+  const double count = std::ceil((end - start) / step);  // inf when end - start overflows a double
+  // 2^62 is beyond any memory; below it the count converts to int64 exactly enough.
+  REEL_CHECK(!(count > 0x1p62), "arange: [", start, ", ", end, ") with step ", step, " has too many elements");
   const int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
-  std::vector<double> v(static_cast<size_t>(n));
+  // Written straight into a tensor (through the allocator, whose failure is a reel::Error), not a
+  // std::vector first.
+  Tensor host = empty({n}, DType::f64, Device::cpu());
+  double* v = host.data<double>();
   for (int64_t i = 0; i < n; ++i) v[i] = start + static_cast<double>(i) * step;
-  return from_vector(v, {n}).to(dtype).to(device);
+  return host.to(dtype).to(device);
 }
 
 Tensor arange(int64_t n, DType dtype, Device device) {

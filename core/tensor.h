@@ -16,8 +16,10 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "core/checked_math.h"
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -52,7 +54,9 @@ class Tensor {
   int64_t size(int64_t d) const;  // negative d counts from the end
   int64_t stride(int64_t d) const;
   int64_t numel() const;
-  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype()); }
+  size_t nbytes() const {
+    return static_cast<size_t>(checked_mul(numel(), static_cast<int64_t>(dtype_size(dtype())), "nbytes", shape()));
+  }
   bool is_contiguous() const;
   const std::shared_ptr<Storage>& storage() const { return impl().storage; }
   TensorImpl* impl_ptr() const { return impl_.get(); }
@@ -74,7 +78,7 @@ class Tensor {
   Tensor t() const;                    // transpose of a 2-D tensor
   Tensor permute(const std::vector<int64_t>& dims) const;
   Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;  // python rules
-  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;  // start < 0 counts from the end
   Tensor select(int64_t dim, int64_t index) const;  // drops dim
   Tensor squeeze(int64_t dim) const;
   Tensor unsqueeze(int64_t dim) const;
@@ -138,7 +142,7 @@ Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = Device
 Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device device = Device::cpu());
 Tensor zeros_like(const Tensor& t);
 Tensor empty_like(const Tensor& t);
-// [start, end) with step, like numpy.arange.
+// [start, end) with step, like numpy.arange; start, end and step must be finite, step non-zero.
 Tensor arange(double start, double end, double step = 1, DType dtype = DType::f32,
               Device device = Device::cpu());
 Tensor arange(int64_t n, DType dtype = DType::f32, Device device = Device::cpu());
@@ -155,9 +159,11 @@ Tensor rand(const Shape& shape, DType dtype = DType::f32, Device device = Device
 Tensor randn(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu(),
              Generator* gen = nullptr);
 
-// Helpers shared by ops.
-Shape contiguous_strides(const Shape& shape);
-int64_t shape_numel(const Shape& shape);
+// Helpers shared by ops. Both raise reel::Error naming `op` and the shape when a product
+// overflows int64 (core/checked_math.h). shape_numel is 0 when any dim is 0, whatever the others;
+// contiguous_strides needs the product of every dim but the first (zero dims counted as 1) to fit.
+Shape contiguous_strides(const Shape& shape, std::string_view op = "contiguous_strides");
+int64_t shape_numel(const Shape& shape, std::string_view op = "numel");
 int64_t normalize_dim(int64_t dim, int64_t rank, const char* op);  // -1 -> rank-1, checked
 
 }  // namespace reel

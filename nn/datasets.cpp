@@ -11,6 +11,8 @@
 #include <sstream>
 #include <sys/stat.h>
 
+#include "core/checked_math.h"
+
 namespace reel::nn {
 
 namespace {
@@ -28,7 +30,8 @@ void read_exact(gzFile f, void* dst, size_t n, const std::string& path, const ch
 }  // namespace
 
 IdxArray read_idx(const std::string& path) {
-  REEL_CHECK(file_exists(path), "read_idx: cannot open '", path, "'");
+  struct stat st;
+  REEL_CHECK(::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode), "read_idx: cannot open '", path, "'");
   std::unique_ptr<gzFile_s, int (*)(gzFile)> f(gzopen(path.c_str(), "rb"), gzclose);
   REEL_CHECK(f != nullptr, "read_idx: cannot open '", path, "'");
   uint8_t magic[4];
@@ -40,17 +43,40 @@ IdxArray read_idx(const std::string& path) {
   const int ndims = magic[3];
   REEL_CHECK(ndims >= 1 && ndims <= 4, "read_idx: '", path, "' has ", ndims, " dimensions, expected 1 to 4");
   IdxArray out;
-  uint64_t total = 1;
   for (int d = 0; d < ndims; ++d) {
     uint8_t be[4];
     read_exact(f.get(), be, 4, path, "header");
     const uint32_t n = (uint32_t(be[0]) << 24) | (uint32_t(be[1]) << 16) | (uint32_t(be[2]) << 8) | be[3];
     out.shape.push_back(n);
-    total *= n;
-    REEL_CHECK(total <= (1ull << 34), "read_idx: '", path, "' declares shape ", out.shape, ", which is too large");
   }
-  out.data.resize(total);
-  read_exact(f.get(), out.data.data(), total, path, "data");
+  // The declared size, checked (an unchecked product of four uint32 dims wrapped, to 0 for
+  // (2^17, 2^17, 2^30), which then read as an empty array), and bounded: 16 GiB is far beyond any
+  // IDX data set.
+  const std::string where = "read_idx: '" + path + "'";
+  const int64_t total = shape_numel(out.shape, where);
+  REEL_CHECK(total <= (int64_t{1} << 34), where, " declares shape ", out.shape, ", which is too large");
+
+  // Nothing is allocated for what the header merely declares (an 8-byte header once made this
+  // reserve and zero 4 GiB before finding the file truncated). A plain file's payload is what
+  // follows the header: compared before reading.
+  if (gzdirect(f.get())) {
+    const int64_t present = std::max<int64_t>(0, static_cast<int64_t>(st.st_size) - (4 + 4 * int64_t{ndims}));
+    REEL_CHECK(total <= present, where, " is truncated: expected ", total, " bytes of data, got ", present);
+  }
+  // A gzip payload's size is known only by inflating it: read in bounded chunks, growing the
+  // buffer (geometrically, never past the declared size) only as bytes arrive.
+  constexpr int64_t kChunk = int64_t{1} << 20;
+  int64_t got = 0;
+  while (got < total) {
+    const int64_t want = std::min(kChunk, total - got);
+    const int64_t capacity = static_cast<int64_t>(out.data.capacity());
+    if (capacity < got + want) out.data.reserve(static_cast<size_t>(std::min(total, std::max(2 * capacity, got + want))));
+    out.data.resize(static_cast<size_t>(got + want));
+    const int n = gzread(f.get(), out.data.data() + got, static_cast<unsigned>(want));
+    got += std::max(n, 0);
+    if (n != want) break;  // end of file (or a corrupt stream): short
+  }
+  REEL_CHECK(got == total, where, " is truncated: expected ", total, " bytes of data, got ", got);
   uint8_t extra;
   REEL_CHECK(gzread(f.get(), &extra, 1) == 0, "read_idx: '", path, "' has bytes after the ", total,
              " its header declares");
@@ -67,7 +93,9 @@ ImageDataset load_fashion_mnist(const std::string& split, const std::string& dir
   const IdxArray images = read_idx(images_path), labels = read_idx(labels_path);
   REEL_CHECK(images.shape.size() == 3 && labels.shape.size() == 1 && images.shape[0] == labels.shape[0],
              "load_fashion_mnist: images ", images.shape, " and labels ", labels.shape, " do not match");
-  const int64_t n = images.shape[0], pixels = images.shape[1] * images.shape[2];
+  // read_idx bounds the product of all dims, but a zero dim lets the others be anything.
+  const int64_t n = images.shape[0],
+                pixels = checked_mul(images.shape[1], images.shape[2], "load_fashion_mnist: images", images.shape);
   std::vector<float> x(images.data.size());
   for (size_t i = 0; i < x.size(); ++i) x[i] = images.data[i] / 255.0f;
   std::vector<int32_t> y(labels.data.begin(), labels.data.end());

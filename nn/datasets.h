@@ -18,7 +18,9 @@ struct IdxArray {
 };
 
 // Reads an IDX file of type ubyte (0x08); gzip-compressed files are decompressed on the fly.
-// A missing file, a malformed header or a truncated payload raises reel::Error.
+// A missing file, a malformed header, a shape whose size overflows or exceeds 16 GiB, or a
+// truncated payload raises reel::Error; memory is reserved only as payload bytes arrive, never for
+// what the header merely declares.
 IdxArray read_idx(const std::string& path);
 
 struct ImageDataset {

@@ -10,6 +10,8 @@
 #include <sstream>
 #include <vector>
 
+#include "core/checked_math.h"
+
 namespace reel::nn {
 
 namespace {
@@ -17,6 +19,37 @@ namespace {
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is little-endian");
 
 constexpr uint64_t kMaxHeader = 100ull << 20;  // the reference implementation's limit
+constexpr int kMaxDepth = 64;  // a valid header nests 3 deep ({"name": {"shape": [..]}})
+
+// Whether the JSON text [p, end) nests arrays/objects deeper than `limit`, counting brackets
+// outside strings. nlohmann-json has no depth limit and recurses per level (building, dumping
+// and destroying values), so a header 100,000 levels deep overflowed the stack: this runs on the
+// raw bytes, before the parser sees them. Unbalanced or invalid text is left to the parser.
+bool nests_deeper_than(const char* p, const char* end, int limit) {
+  int depth = 0;
+  bool in_string = false;
+  for (; p != end; ++p) {
+    const char c = *p;
+    if (in_string) {
+      if (c == '\\') {
+        if (++p == end) break;  // skip the escaped character (\" does not end the string)
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
+// At most `n` characters of `s`, for quoting a value from a file in a message without letting a
+// huge one through.
+std::string clip(const std::string& s, size_t n = 64) { return s.size() <= n ? s : s.substr(0, n) + "..."; }
 
 const char* safetensors_dtype(DType t) {
   switch (t) {
@@ -79,11 +112,14 @@ TensorDict from_safetensors_bytes(const std::string& bytes, Device device, Metad
   const uint64_t data_begin = 8 + header_len;
   const uint64_t data_size = bytes.size() - data_begin;
 
+  REEL_CHECK(!nests_deeper_than(bytes.data() + 8, bytes.data() + data_begin, kMaxDepth), op, ": ", source,
+             ": the header nests deeper than ", kMaxDepth, " levels of arrays and objects");
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + static_cast<std::ptrdiff_t>(data_begin));
   } catch (const nlohmann::json::exception& e) {
-    REEL_FAIL(op, ": ", source, ": the header is not valid JSON: ", e.what());
+    // The parser's message quotes the token it stopped in, which can be most of the header.
+    REEL_FAIL(op, ": ", source, ": the header is not valid JSON: ", clip(e.what(), 200));
   }
   REEL_CHECK(header.is_object(), op, ": ", source, ": the header is not a JSON object");
 
@@ -108,36 +144,39 @@ TensorDict from_safetensors_bytes(const std::string& bytes, Device device, Metad
     }
     REEL_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"), op, ": ",
                source, ": entry '", name, "' needs dtype, shape and data_offsets");
+    // Messages name the key and the form expected; they never dump() the value found, which may be
+    // huge (and dumping recurses once per level).
     Entry e{name, DType::f32, {}, 0, 0};
-    REEL_CHECK(v["dtype"].is_string() && parse_dtype(v["dtype"].get<std::string>(), e.dtype), op, ": ", source,
-               ": tensor '", name, "' has dtype ", v["dtype"].dump(), ", which reel does not know (F32, F64, I32, I64)");
-    REEL_CHECK(v["shape"].is_array(), op, ": ", source, ": tensor '", name, "': shape is not an array");
-    uint64_t numel = 1;
-    bool overflow = false;
-    for (const auto& d : v["shape"]) {
-      REEL_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<int64_t>() >= 0), op, ": ", source,
-                 ": tensor '", name, "': shape ", v["shape"].dump(), " has an invalid dimension");
+    const std::string where = std::string(op) + ": " + source + ": tensor '" + clip(name, 200) + "'";
+    REEL_CHECK(v["dtype"].is_string(), where, ": dtype is not a string (expected one of F32, F64, I32, I64)");
+    const std::string& dtype = v["dtype"].get_ref<const std::string&>();
+    REEL_CHECK(parse_dtype(dtype, e.dtype), where, " has dtype \"", clip(dtype),
+               "\", which reel does not know (F32, F64, I32, I64)");
+    REEL_CHECK(v["shape"].is_array(), where, ": shape is not an array (expected an array of non-negative integers)");
+    for (size_t i = 0; i < v["shape"].size(); ++i) {
+      const nlohmann::json& d = v["shape"][i];
+      REEL_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<int64_t>() >= 0), where,
+                 ": shape has an invalid dimension at index ", i, " (expected an array of non-negative integers)");
       const uint64_t n = d.get<uint64_t>();
-      if (n != 0 && numel > std::numeric_limits<uint64_t>::max() / n) overflow = true;
-      numel *= n;
-      REEL_CHECK(n <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), op, ": ", source, ": tensor '",
-                 name, "': dimension ", n, " is too large");
+      REEL_CHECK(n <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), where, ": dimension ", n,
+                 " at index ", i, " of shape is too large");
       e.shape.push_back(static_cast<int64_t>(n));
     }
+    // What empty() will compute (strides, element count, bytes), checked here so that the error
+    // names the tensor: a zero-element shape with huge other dims still needs strides that fit.
+    contiguous_strides(e.shape, where);
+    const int64_t nbytes = checked_mul(shape_numel(e.shape, where), static_cast<int64_t>(dtype_size(e.dtype)),
+                                       where, e.shape);
     const auto& offsets = v["data_offsets"];
     REEL_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
                    offsets[1].is_number_unsigned(),
-               op, ": ", source, ": tensor '", name, "': data_offsets ", offsets.dump(),
-               " is not a pair of non-negative integers");
+               where, ": data_offsets is not a pair of non-negative integers");
     e.begin = offsets[0].get<uint64_t>();
     e.end = offsets[1].get<uint64_t>();
     REEL_CHECK(e.begin <= e.end && e.end <= data_size, op, ": ", source, ": tensor '", name, "': data_offsets [",
                e.begin, ", ", e.end, "] are out of range for ", data_size, " bytes of data");
-    const uint64_t elem = dtype_size(e.dtype);
-    REEL_CHECK(!overflow && numel <= std::numeric_limits<uint64_t>::max() / elem && numel * elem == e.end - e.begin,
-               op, ": ", source, ": tensor '", name, "': shape ", e.shape, " of ", dtype_name(e.dtype), " needs ",
-               overflow ? std::string("an overflowing number of") : std::to_string(numel * elem), " bytes but data_offsets span ",
-               e.end - e.begin);
+    REEL_CHECK(static_cast<uint64_t>(nbytes) == e.end - e.begin, where, ": shape ", e.shape, " of ",
+               dtype_name(e.dtype), " needs ", nbytes, " bytes but data_offsets span ", e.end - e.begin);
     entries.push_back(std::move(e));
   }
 

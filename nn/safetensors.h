@@ -4,8 +4,10 @@
 // Layout: an 8-byte little-endian header length N, N bytes of JSON
 //   {"__metadata__": {"k": "v"}, "name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [b, e]}, ...}
 // (padded with spaces to a multiple of 8), then the raw little-endian data; offsets are relative
-// to the first data byte. Reading treats the file as untrusted: every length, offset, dtype and
-// shape is checked before use, and a bad file raises reel::Error, never an out-of-bounds read.
+// to the first data byte. Reading treats the file as untrusted: the header's nesting depth (at
+// most 64) before it is parsed, and every length, offset, dtype and shape (sizes with overflow
+// checks) before use; a bad file raises reel::Error, never an out-of-bounds read, and its messages
+// name the bad key and the form expected rather than repeating the value.
 #pragma once
 #include <map>
 #include <string>

@@ -3,7 +3,10 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <new>
 #include <sys/stat.h>
 
 #include "nn/datasets.h"
@@ -11,6 +14,25 @@
 
 using namespace reel;
 using namespace reel::nn;
+
+// This program's operator new refuses, while a CapNew is alive, any single request above its cap
+// (std::bad_alloc): a reader that reserves what a header merely declares then fails the test
+// instead of allocating gigabytes.
+namespace {
+std::atomic<size_t> g_new_cap{0};  // 0: no cap
+struct CapNew {
+  explicit CapNew(size_t bytes) { g_new_cap = bytes; }
+  ~CapNew() { g_new_cap = 0; }
+};
+}  // namespace
+void* operator new(size_t n) {
+  const size_t cap = g_new_cap.load(std::memory_order_relaxed);
+  if (cap != 0 && n > cap) throw std::bad_alloc();
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace {
 void write_gz(const std::string& path, const std::string& bytes) {
@@ -87,4 +109,56 @@ TEST_CASE("the installed Fashion-MNIST test split and fortunes corpus load") {
     CHECK(text.size() > 100000);
     CHECK(text.find("\n%\n") == std::string::npos);
   }
+}
+
+TEST_CASE("a short IDX file declaring a huge shape fails before its payload is allocated") {
+  const CapNew cap(32 << 20);
+  const std::string gz = "test_idx_huge.gz", raw = "test_idx_huge.raw";
+  // 8 bytes declaring 4 GiB; then 16 GiB (the largest shape read_idx accepts) over four dims.
+  for (const std::vector<uint32_t>& dims : {std::vector<uint32_t>{0xFFFFFFFFu}, std::vector<uint32_t>{256, 256, 512, 512}}) {
+    const std::string bytes = idx_header(0x08, dims) + "abc";
+    write_gz(gz, bytes);
+    FILE* f = std::fopen(raw.c_str(), "wb");
+    REQUIRE(f != nullptr);
+    std::fwrite(bytes.data(), 1, bytes.size(), f);
+    std::fclose(f);
+    const char* expected = dims.size() == 1 ? "is truncated: expected 4294967295 bytes of data, got 3"
+                                            : "is truncated: expected 17179869184 bytes of data, got 3";
+    CHECK_REEL_ERROR(read_idx(gz), expected);
+    CHECK_REEL_ERROR(read_idx(raw), expected);
+  }
+  // 3 MiB of a declared 4 MiB: read in bounded chunks, then refused.
+  write_gz(gz, idx_header(0x08, {4 << 20}) + std::string(3 << 20, 'x'));
+  CHECK_REEL_ERROR(read_idx(gz), "is truncated: expected 4194304 bytes of data, got 3145728");
+  std::remove(gz.c_str());
+  std::remove(raw.c_str());
+}
+
+TEST_CASE("an IDX shape whose size wraps around 2^64 is refused, not read as empty") {
+  const std::string p = "test_idx_wrap.gz";
+  write_gz(p, idx_header(0x08, {1u << 17, 1u << 17, 1u << 30}));  // 2^64 elements: 0 after wrapping
+  CHECK_REEL_ERROR(read_idx(p), "read_idx: 'test_idx_wrap.gz': shape (131072, 131072, 1073741824) is too large");
+  // A zero dim makes an empty array, whatever the other dims.
+  write_gz(p, idx_header(0x08, {0xFFFFFFFFu, 0xFFFFFFFFu, 0}));
+  const IdxArray empty_array = read_idx(p);
+  CHECK(empty_array.shape == Shape{0xFFFFFFFFLL, 0xFFFFFFFFLL, 0});
+  CHECK(empty_array.data.empty());
+  std::remove(p.c_str());
+}
+
+TEST_CASE("the Fashion-MNIST loader checks the size of the dims it multiplies") {
+  const std::string dir = "test_fmnist_huge";
+  ::mkdir(dir.c_str(), 0755);
+  write_gz(dir + "/train-images-idx3-ubyte.gz", idx_header(0x08, {0, 0xFFFFFFFFu, 0xFFFFFFFFu}));
+  write_gz(dir + "/train-labels-idx1-ubyte.gz", idx_header(0x08, {0}));
+  CHECK_REEL_ERROR(load_fashion_mnist("train", dir),
+                   "load_fashion_mnist: images: shape (0, 4294967295, 4294967295) is too large");
+  write_gz(dir + "/train-images-idx3-ubyte.gz", idx_header(0x08, {2, 2, 3}) + std::string(12, '\xff'));
+  write_gz(dir + "/train-labels-idx1-ubyte.gz", idx_header(0x08, {2}) + std::string("\x01\x07", 2));
+  const ImageDataset small = load_fashion_mnist("train", dir);
+  CHECK(small.images.shape() == Shape{2, 6});
+  CHECK(small.labels.to_vector<int32_t>() == std::vector<int32_t>{1, 7});
+  std::remove((dir + "/train-images-idx3-ubyte.gz").c_str());
+  std::remove((dir + "/train-labels-idx1-ubyte.gz").c_str());
+  std::remove(dir.c_str());
 }

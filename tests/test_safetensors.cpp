@@ -134,7 +134,7 @@ TEST_CASE("corrupt files raise reel::Error naming the problem") {
                    "has an invalid dimension");
   CHECK_REEL_ERROR(from_safetensors_bytes(make_file(
                        R"({"x":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,8]}})", data)),
-                   "needs an overflowing number of bytes");
+                   "tensor 'x': shape (4294967296, 4294967296, 16) is too large");
   CHECK_REEL_ERROR(from_safetensors_bytes(make_file(R"({"x":{"dtype":"F32","shape":[2]}})", data)),
                    "entry 'x' needs dtype, shape and data_offsets");
   CHECK_REEL_ERROR(from_safetensors_bytes(make_file(
@@ -168,4 +168,80 @@ TEST_CASE("every truncation and random byte flips give reel::Error or a valid lo
   }
   CHECK(loaded + rejected == 2000);
   CHECK(rejected > 0);
+}
+
+namespace {
+// The message of the reel::Error that loading `file` raises ("" when it loads).
+std::string load_error(const std::string& file) {
+  try {
+    from_safetensors_bytes(file);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("a header nested deeper than 64 is refused before parsing") {
+  const std::string data = floats({1, 2});
+  const auto with_dtype = [&](const std::string& dtype) {
+    return make_file(R"({"x":{"dtype":)" + dtype + R"(,"shape":[2],"data_offsets":[0,8]}})", data);
+  };
+  // 100,000 levels overflowed the stack (in the parser or when the message re-serialised the value).
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  CHECK_REEL_ERROR(from_safetensors_bytes(with_dtype(deep)), "the header nests deeper than 64 levels");
+  const std::string deep_objects = [] {
+    std::string s;
+    for (int i = 0; i < 100000; ++i) s += "{\"a\":";
+    return s + "1" + std::string(100000, '}');
+  }();
+  CHECK_REEL_ERROR(from_safetensors_bytes(with_dtype(deep_objects)), "nests deeper than 64 levels");
+  // Unbalanced, too: the check runs before the parser sees the bytes.
+  CHECK_REEL_ERROR(from_safetensors_bytes(make_file("{\"x\":" + std::string(70, '['), "")), "nests deeper than 64");
+  // The outer object and the entry are two levels: 62 more are allowed, 63 are not.
+  CHECK_REEL_ERROR(from_safetensors_bytes(with_dtype(std::string(62, '[') + std::string(62, ']'))),
+                   "tensor 'x': dtype is not a string");
+  CHECK_REEL_ERROR(from_safetensors_bytes(with_dtype(std::string(63, '[') + std::string(63, ']'))),
+                   "nests deeper than 64");
+  // Brackets inside strings (escaped quotes included) are not nesting.
+  const std::string brackets = std::string(200, '[') + "\\\"" + std::string(200, '{');
+  Metadata meta;
+  CHECK_NOTHROW(from_safetensors_bytes(
+      make_file(R"({"__metadata__":{"k":")" + brackets + R"("},"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", data),
+      Device::cpu(), &meta));
+  CHECK(meta["k"] == std::string(200, '[') + "\"" + std::string(200, '{'));
+}
+
+TEST_CASE("messages about a bad value name the key and the expected form, never the value") {
+  const std::string data = floats({1, 2});
+  const std::string nested = R"([[["F32",{"a":[1,2,3]}]]])";
+  const auto file = [&](const std::string& dtype, const std::string& shape, const std::string& offsets) {
+    return make_file(R"({"x":{"dtype":)" + dtype + R"(,"shape":)" + shape + R"(,"data_offsets":)" + offsets + "}}", data);
+  };
+  std::string e = load_error(file(nested, "[2]", "[0,8]"));
+  CHECK(e.find("tensor 'x': dtype is not a string (expected one of F32, F64, I32, I64)") != std::string::npos);
+  CHECK(e.find("[[") == std::string::npos);
+  e = load_error(file(R"("F32")", "[2," + nested + "]", "[0,8]"));
+  CHECK(e.find("tensor 'x': shape has an invalid dimension at index 1 (expected an array of non-negative integers)") !=
+        std::string::npos);
+  CHECK(e.find("[[") == std::string::npos);
+  e = load_error(file(R"("F32")", "[2]", "[0," + nested + "]"));
+  CHECK(e.find("tensor 'x': data_offsets is not a pair of non-negative integers") != std::string::npos);
+  CHECK(e.find("[[") == std::string::npos);
+  // A string dtype is quoted, cut short when long.
+  e = load_error(file("\"" + std::string(10000, 'Q') + "\"", "[2]", "[0,8]"));
+  CHECK(e.find("which reel does not know") != std::string::npos);
+  CHECK(e.size() < 400);
+}
+
+TEST_CASE("a zero-element tensor with huge other dims is refused, not given overflowed strides") {
+  CHECK_REEL_ERROR(from_safetensors_bytes(make_file(
+                       R"({"x":{"dtype":"F32","shape":[0,4294967296,4294967296],"data_offsets":[0,0]}})", "")),
+                   "tensor 'x': shape (0, 4294967296, 4294967296) is too large");
+  CHECK_REEL_ERROR(from_safetensors_bytes(make_file(
+                       R"({"x":{"dtype":"F64","shape":[2305843009213693952],"data_offsets":[0,0]}})", "")),
+                   "tensor 'x': shape (2305843009213693952) is too large");
+  const TensorDict ok = from_safetensors_bytes(
+      make_file(R"({"x":{"dtype":"F32","shape":[1099511627776,0,1099511627776],"data_offsets":[0,0]}})", ""));
+  CHECK(ok.at("x").shape() == Shape{1LL << 40, 0, 1LL << 40});
 }

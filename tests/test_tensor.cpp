@@ -1,5 +1,8 @@
 // Tensor basics: factories, views sharing storage, contiguous/clone/to, item/to_vector,
 // printing, devices and bad inputs.
+#include <climits>
+#include <cmath>
+
 #include "testing.h"
 
 using namespace reel;
@@ -124,4 +127,57 @@ TEST_CASE("bad inputs raise reel::Error naming the op and shapes") {
   CHECK_REEL_ERROR(Tensor().shape(), "undefined");
   CHECK_REEL_ERROR(rand({2}, DType::i32), "rand: dtype must be floating, got i32");
   CHECK_REEL_ERROR(from_vector<float>({1, 2}, {3}), "from_vector: 2 values do not fill shape (3)");
+}
+
+// Size arithmetic is checked (core/checked_math.h): a shape whose element count, strides or byte
+// count do not fit in int64 is refused by name, never wrapped into a small or negative size.
+TEST_CASE("factory shapes whose sizes overflow int64 raise reel::Error") {
+  CHECK_REEL_ERROR(zeros({1LL << 32, 1LL << 32}), "empty: shape (4294967296, 4294967296) is too large");
+  CHECK_REEL_ERROR(empty({3037000500, 3037000500}), "empty: shape (3037000500, 3037000500) is too large");
+  CHECK_REEL_ERROR(empty({1LL << 62}), "empty: shape (4611686018427387904) is too large");  // the bytes overflow
+  // No elements, but the contiguous strides would not fit.
+  CHECK_REEL_ERROR(empty({0, 1LL << 32, 1LL << 32}), "empty: shape (0, 4294967296, 4294967296) is too large");
+  CHECK_REEL_ERROR(full({-3, 2}, 1.0), "negative dimension in shape (-3, 2)");
+  // Zero-element tensors whose strides fit are fine, and so are their views.
+  Tensor z = empty({1LL << 40, 0, 1LL << 40});
+  CHECK(z.numel() == 0);
+  CHECK(z.unsqueeze(0).shape() == Shape{1, 1LL << 40, 0, 1LL << 40});
+  CHECK(z.select(2, (1LL << 40) - 1).numel() == 0);
+  CHECK(z.slice(0, 5, 7).shape() == Shape{2, 0, 1LL << 40});
+}
+
+TEST_CASE("expand refuses negative sizes and sizes whose element count overflows") {
+  Tensor a = zeros({1, 3});
+  CHECK_REEL_ERROR(a.expand({-2, 3}), "expand: invalid size -2");
+  CHECK_REEL_ERROR(a.expand({2, 1, -5}), "expand: invalid size -5");
+  CHECK_REEL_ERROR(ones({1}).expand({1LL << 32, 1LL << 32}), "expand: shape (4294967296, 4294967296) is too large");
+  CHECK(a.expand({-1, 3}).shape() == Shape{1, 3});
+  CHECK(a.expand({4, -1}).shape() == Shape{4, 3});
+}
+
+TEST_CASE("narrow and slice with extreme bounds clamp or refuse without overflow") {
+  Tensor a = arange(12).view({3, 4});
+  CHECK_REEL_ERROR(a.narrow(0, 2, INT64_MAX), "narrow: [2, 2 + 9223372036854775807) is out of range for dim 0");
+  CHECK_REEL_ERROR(a.narrow(1, 1, -1), "out of range for dim 1");
+  CHECK_REEL_ERROR(a.narrow(1, 5, 0), "out of range for dim 1");
+  check_close(a.narrow(1, -2, 2), {2, 3, 6, 7, 10, 11});  // a negative start counts from the end, as in PyTorch
+  check_close(a.narrow(0, 3, 0), std::vector<double>{});
+  Tensor s = a.slice(1, 0, 4, INT64_MAX);
+  CHECK(s.shape() == Shape{3, 1});
+  check_close(s, {0, 4, 8});
+  CHECK(a.slice(0, 1, INT64_MAX).shape() == Shape{2, 4});
+  CHECK(a.slice(0, INT64_MIN, INT64_MAX).shape() == Shape{3, 4});
+  CHECK(a.slice(1, INT64_MAX, INT64_MAX, INT64_MAX).shape() == Shape{3, 0});
+  check_close(a.slice(1, 1, INT64_MAX, 2), {1, 3, 5, 7, 9, 11});
+}
+
+TEST_CASE("arange refuses non-finite bounds, a zero step and counts that do not fit") {
+  CHECK_REEL_ERROR(arange(0, NAN), "arange: start, end and step must be finite");
+  CHECK_REEL_ERROR(arange(0, INFINITY), "arange: start, end and step must be finite");
+  CHECK_REEL_ERROR(arange(-INFINITY, 0), "must be finite");
+  CHECK_REEL_ERROR(arange(0, 1, NAN), "must be finite");
+  CHECK_REEL_ERROR(arange(0, 1, 0), "arange: step must be non-zero");
+  CHECK_REEL_ERROR(arange(0.0, 1e300), "arange: [0, 1e+300) with step 1 has too many elements");
+  CHECK_REEL_ERROR(arange(-1e308, 1e308), "too many elements");
+  CHECK(arange(3, 0).numel() == 0);
 }
