@@ -168,61 +168,62 @@ namespace {
 thread_local std::vector<Context> t_saved;
 }  // namespace
 
-PhaseScope::PhaseScope(Phase phase, int segment) {
-  nvtx_push(phase_name(phase));
+namespace detail {
+
+ContextScope::ContextScope(const char* nvtx_name) {
+  nvtx_push(nvtx_name);
   if (!enabled()) return;
   active_ = true;
   t_saved.push_back(t_context);
+  start_ns_ = now_ns();
+}
+
+ContextScope::~ContextScope() {
+  nvtx_pop();
+  if (!active_) return;
+  t_context = t_saved.back();
+  t_saved.pop_back();
+}
+
+void ContextScope::record_span(SpanRecord::Kind kind, std::string name) const {
+  push_span(kind, std::move(name), start_ns_);
+}
+
+}  // namespace detail
+
+PhaseScope::PhaseScope(Phase phase, int segment) : ContextScope(phase_name(phase)) {
+  if (!active()) return;
   t_context.phase = phase;
   t_context.segment = segment;
-  start_ns_ = now_ns();
 }
 
 PhaseScope::~PhaseScope() {
-  nvtx_pop();
-  if (!active_) return;
-  push_span(SpanRecord::Kind::Phase, phase_span_name(t_context.phase, t_context.segment), start_ns_);
-  t_context = t_saved.back();
-  t_saved.pop_back();
+  if (active()) record_span(SpanRecord::Kind::Phase, phase_span_name(t_context.phase, t_context.segment));
 }
 
-OpScope::OpScope(const char* op, int64_t node, bool backward) {
-  nvtx_push(op);
-  if (!enabled()) return;
-  active_ = true;
-  t_saved.push_back(t_context);
+OpScope::OpScope(const char* op, int64_t node, bool backward) : ContextScope(op) {
+  if (!active()) return;
   t_context.op = op;
   t_context.node = node;
   t_context.op_backward = backward;
-  start_ns_ = now_ns();
 }
 
 OpScope::~OpScope() {
-  nvtx_pop();
-  if (!active_) return;
-  push_span(SpanRecord::Kind::Op, std::string(t_context.op) + (t_context.op_backward ? ".backward" : ""),
-            start_ns_);
-  t_context = t_saved.back();
-  t_saved.pop_back();
+  if (active())
+    record_span(SpanRecord::Kind::Op, std::string(t_context.op) + (t_context.op_backward ? ".backward" : ""));
 }
 
-Scope::Scope(std::string name) : name_(std::move(name)) {
-  nvtx_push(name_.c_str());
-  if (!enabled()) return;
-  active_ = true;
-  t_saved.push_back(t_context);
+// name_ is set before the context points at it: the base is built first, so it is named by the
+// argument.
+Scope::Scope(const std::string& name) : ContextScope(name.c_str()), name_(name) {
+  if (!active()) return;
   t_context.phase = Phase::User;
   t_context.segment = -1;
   t_context.scope = &name_;
-  start_ns_ = now_ns();
 }
 
 Scope::~Scope() {
-  nvtx_pop();
-  if (!active_) return;
-  push_span(SpanRecord::Kind::Phase, name_, start_ns_);
-  t_context = t_saved.back();
-  t_saved.pop_back();
+  if (active()) record_span(SpanRecord::Kind::Phase, name_);
 }
 
 }  // namespace reel::profile

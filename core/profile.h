@@ -115,46 +115,51 @@ class KernelRun {
   int64_t start_mark_ = -1;
 };
 
-// RAII: the ops run inside are in `phase` (Replay: of checkpoint segment `segment`). A span
-// named after the phase is recorded around them.
-class PhaseScope {
+namespace detail {
+// What the scopes below share: an NVTX range (nvcc build) and, while enabled(), the thread's
+// context saved on entry and restored on exit. A derived scope sets its fields of the context
+// when active() and records its span in its destructor, before this one restores the context.
+class ContextScope {
  public:
-  explicit PhaseScope(Phase phase, int segment = -1);
-  ~PhaseScope();
-  PhaseScope(const PhaseScope&) = delete;
-  PhaseScope& operator=(const PhaseScope&) = delete;
+  ContextScope(const ContextScope&) = delete;
+  ContextScope& operator=(const ContextScope&) = delete;
+
+ protected:
+  explicit ContextScope(const char* nvtx_name);
+  ~ContextScope();
+  bool active() const { return active_; }
+  void record_span(SpanRecord::Kind kind, std::string name) const;
 
  private:
   bool active_ = false;
   int64_t start_ns_ = 0;
+};
+}  // namespace detail
+
+// RAII: the ops run inside are in `phase` (Replay: of checkpoint segment `segment`). A span
+// named after the phase is recorded around them.
+class PhaseScope : detail::ContextScope {
+ public:
+  explicit PhaseScope(Phase phase, int segment = -1);
+  ~PhaseScope();
 };
 
 // RAII: the kernels run inside belong to tape op `op` (node `node`, -1 if not recorded), in its
 // forward or its backward rule. Set by the tape; op authors do nothing.
-class OpScope {
+class OpScope : detail::ContextScope {
  public:
   OpScope(const char* op, int64_t node, bool backward);
   ~OpScope();
-  OpScope(const OpScope&) = delete;
-  OpScope& operator=(const OpScope&) = delete;
-
- private:
-  bool active_ = false;
-  int64_t start_ns_ = 0;
 };
 
 // RAII for users: a named span ("eval", "data"); kernels inside are in Phase::User unless a
 // phase inside says otherwise, and carry the name in KernelRecord::scope.
-class Scope {
+class Scope : detail::ContextScope {
  public:
-  explicit Scope(std::string name);
+  explicit Scope(const std::string& name);
   ~Scope();
-  Scope(const Scope&) = delete;
-  Scope& operator=(const Scope&) = delete;
 
  private:
-  bool active_ = false;
-  int64_t start_ns_ = 0;
   std::string name_;
 };
 
