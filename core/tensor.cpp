@@ -394,6 +394,12 @@ Tensor Tensor::to(DType target) const {
   return out;
 }
 
+uint64_t Tensor::version() const { return storage() ? storage()->version() : 0; }
+
+void Tensor::bump_version() const {
+  if (storage()) storage()->bump_version();
+}
+
 void Tensor::copy_(const Tensor& src) const {
   REEL_CHECK(src.shape() == shape(), "copy_: source shape ", src.shape(), " does not match destination shape ",
              shape());

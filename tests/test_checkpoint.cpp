@@ -381,3 +381,83 @@ TEST_CASE("activation peak: O(N) without checkpointing, O(sqrt N) with sqrt N se
     }
   }
 }
+
+// ---- version counters and the tape's lifetime rule with segments (issue 14) ---------------------
+
+TEST_CASE("a segment's held input modified in place before backward raises at the replay") {
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    autograd::Tape::current().clear();
+    Tensor w = from_vector(std::vector<float>{0.5f, -1.0f, 2.0f}, {3}).to(d).set_requires_grad();
+    Tensor x = from_vector(std::vector<float>{1.0f, 2.0f, 3.0f}, {3}).to(d);
+    Tensor y;
+    {
+      autograd::Checkpoint seg;
+      y = tanh(mul(x, w));  // mul holds x and w (the segment's boundary) instead of saving them
+    }
+    Tensor l = sum(y);
+    x.fill_(5);  // before version counters, the replay silently used 5
+    CHECK_REEL_ERROR(autograd::backward(l),
+                     "mul: a tensor of shape (3) that a checkpoint segment holds for the replay (input 0 of "
+                     "mul) was modified in place (version 0 when held, 1 now)");
+    CHECK_FALSE(w.grad().defined());
+    CHECK(autograd::Tape::current().empty());
+
+    // A parameter (held as well) changed under NoGrad between forward and backward.
+    {
+      autograd::Checkpoint seg;
+      y = tanh(mul(x, w));
+    }
+    l = sum(y);
+    {
+      autograd::NoGrad no_grad;
+      w.fill_(1);
+    }
+    CHECK_REEL_ERROR(autograd::backward(l), "(input 1 of mul) was modified in place (version 0 when held, 1 now)");
+    // Unchanged, the replay runs and gives the plain gradient.
+    {
+      autograd::Checkpoint seg;
+      y = tanh(mul(x, w));
+    }
+    autograd::backward(sum(y));
+    const double t = std::tanh(5.0);
+    reel::testing::check_close(w.grad(), std::vector<double>(3, 5 * (1 - t * t)), 1e-5, 1e-5);
+  }
+}
+
+TEST_CASE("a checkpointed forward whose loss is dropped leaves no activations, and a live one replays") {
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    autograd::Tape::current().clear();
+    const Net net = make_net(4, 8, d);
+    Generator data_gen(1);
+    Tensor x = randn({4, 8}, DType::f32, Device::cpu(), &data_gen).to(d);
+    const int64_t act0 = memory_stats(d)[Category::Activation].current_bytes;
+    for (const std::vector<Span>& spans : {std::vector<Span>{}, every(2, 4), std::vector<Span>{{0, 4}, {1, 3}}}) {
+      for (int i = 0; i < 3; ++i) {
+        Generator gen(2);
+        { Tensor l = forward(net, x, spans, gen); }
+        CHECK(autograd::Tape::current().empty());
+        CHECK(memory_stats(d)[Category::Activation].current_bytes == act0);
+        CHECK(autograd::Tape::current().open_segment() == nullptr);
+      }
+    }
+    // Inside an open segment, a dropped temporary is released and later ops still join the segment.
+    Tensor w = net.params[1];
+    Tensor y;
+    {
+      autograd::Checkpoint seg;
+      { Tensor tmp = exp(w * 2.0); }
+      CHECK(autograd::Tape::current().empty());
+      Tensor side = exp(w);  // dead at the close: released inside a collapsed segment
+      y = tanh(w * 3.0);
+    }
+    autograd::zero_grad({w});
+    autograd::backward(sum(y));
+    std::vector<float> with_segment = w.grad().to(Device::cpu()).to_vector<float>();
+    autograd::zero_grad({w});
+    autograd::backward(sum(tanh(w * 3.0)));
+    CHECK(bit_identical(with_segment, w.grad().to(Device::cpu()).to_vector<float>()));
+    CHECK(memory_stats(d)[Category::Activation].current_bytes == act0);
+  }
+}
