@@ -405,12 +405,14 @@ void Tensor::copy_(const Tensor& src) const {
              shape());
   if (numel() == 0) return;
   Tensor from = src.device() == device() ? src : src.to(device());
+  bump_version();  // in place: what the tape saved of this storage is stale from here on
   copy_strided(from, *this);
 }
 
 void Tensor::fill_(double value) const {
   if (numel() == 0) return;
   if (is_contiguous()) {
+    bump_version();  // in place (the other branch bumps in copy_)
     timed("fill", *this, 0, [&] { backend_for(device()).fill(*this, value); });
   } else {
     copy_(full(shape(), value, dtype(), device()));

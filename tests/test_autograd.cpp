@@ -268,6 +268,9 @@ TEST_CASE("an in-place write to a tensor saved for backward raises at backward, 
                      "mul: a tensor of shape (3, 4) that mul saved for backward was modified in place "
                      "(version 0 when saved, 1 now)");
     CHECK_FALSE(w.grad().defined());  // refused before anything was accumulated
+    // Refused before the walk: the tape is left as it was, and goes with the loss (tape.h).
+    CHECK_FALSE(autograd::Tape::current().empty());
+    l = Tensor();
     CHECK(autograd::Tape::current().empty());
 
     // A parameter changed under NoGrad between forward and backward (x needs a gradient: mul saves w).
@@ -278,6 +281,9 @@ TEST_CASE("an in-place write to a tensor saved for backward raises at backward, 
       w.copy_(full({3, 4}, 3.0, DType::f32, d));
     }
     CHECK_REEL_ERROR(autograd::backward(l), "(version 0 when saved, 1 now)");
+    // Refused before the walk: the tape is left as it was, and goes with the loss (tape.h).
+    CHECK_FALSE(autograd::Tape::current().empty());
+    l = Tensor();
     CHECK(autograd::Tape::current().empty());
 
     // An op's own saved output (exp saves y), written through a view.

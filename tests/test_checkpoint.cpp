@@ -401,6 +401,10 @@ TEST_CASE("a segment's held input modified in place before backward raises at th
                      "mul: a tensor of shape (3) that a checkpoint segment holds for the replay (input 0 of "
                      "mul) was modified in place (version 0 when held, 1 now)");
     CHECK_FALSE(w.grad().defined());
+    // Refused before the walk: the tape is left as it was, and goes with the tensors (tape.h).
+    l = Tensor();
+    CHECK(autograd::Tape::current().size() == 2);  // y still depends on the segment's two nodes
+    y = Tensor();
     CHECK(autograd::Tape::current().empty());
 
     // A parameter (held as well) changed under NoGrad between forward and backward.
