@@ -282,8 +282,9 @@ void Tape::output_released(const std::weak_ptr<Node>& producer) {
   Tape& tape = current();
   if (tape.walking_) return;
   std::shared_ptr<Node> node = producer.lock();
-  // Only a node of this thread's tape: a tensor dropped on another thread leaves it to push().
-  if (!node || node->released || node->index >= tape.nodes_.size() || tape.nodes_[node->index] != node) return;
+  // Only a node of this thread's tape: a tensor dropped on another thread leaves it to push(). (Its
+  // index is set once, before its outputs exist; `released` only by the thread that owns it.)
+  if (!node || node->index >= tape.nodes_.size() || tape.nodes_[node->index] != node || node->released) return;
   tape.dead_.push_back(std::move(node));
   if (!tape.collecting_) tape.collect();
 }

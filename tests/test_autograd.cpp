@@ -389,3 +389,13 @@ TEST_CASE("released nodes: dead branches go, what a live tensor depends on stays
     CHECK(activation_bytes(d) == act0);
   }
 }
+
+TEST_CASE("a long chain dropped at once is released in a loop, not a deep recursion") {
+  autograd::Tape::current().clear();
+  Tensor w = leaf({1, 2}, {2}, Device::cpu());
+  Tensor h = w;
+  for (int i = 0; i < 100000; ++i) h = h * 1.0;
+  CHECK(autograd::Tape::current().size() == 100000);
+  h = Tensor();  // each node held its predecessor's output: one destructor would start the cascade
+  CHECK(autograd::Tape::current().empty());
+}

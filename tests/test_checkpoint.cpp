@@ -13,6 +13,7 @@
 #include "autograd/functions.h"
 #include "autograd/tape.h"
 #include "core/allocator.h"
+#include "nn/gpt.h"
 #include "testing.h"
 
 using namespace reel;
@@ -463,5 +464,38 @@ TEST_CASE("a checkpointed forward whose loss is dropped leaves no activations, a
     autograd::backward(sum(tanh(w * 3.0)));
     CHECK(bit_identical(with_segment, w.grad().to(Device::cpu()).to_vector<float>()));
     CHECK(memory_stats(d)[Category::Activation].current_bytes == act0);
+  }
+}
+
+TEST_CASE("GPT: forwards whose loss is dropped, or that throw, keep no activations; training still works") {
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    autograd::Tape::current().clear();
+    nn::GPTConfig c{/*vocab_size*/ 11, /*block_size*/ 8, /*n_layer*/ 4, /*n_head*/ 2, /*n_embd*/ 16};
+    c.dropout = 0.1;
+    nn::GPT gpt(c);
+    gpt.to(d);
+    const Tensor ids = from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}, {2, 4}).to(d);
+    const Tensor bad_ids = from_vector(std::vector<int64_t>{1, 2, 30, 4}, {1, 4}).to(d);  // 30 >= vocab
+    const int64_t act0 = memory_stats(d)[Category::Activation].current_bytes;
+    for (const char* policy : {"none", "sqrt", "every:1"}) {
+      CAPTURE(policy);
+      gpt.set_checkpoint(autograd::CheckpointPolicy::parse(policy));
+      for (int i = 0; i < 3; ++i) {
+        { Tensor l = sum(gpt(ids)); }  // a validation pass without NoGrad
+        CHECK(autograd::Tape::current().empty());
+        CHECK(memory_stats(d)[Category::Activation].current_bytes == act0);
+        CHECK_THROWS_AS(gpt(bad_ids), Error);  // throws half-way (the embedding checks ids)
+        CHECK(autograd::Tape::current().empty());
+        CHECK(memory_stats(d)[Category::Activation].current_bytes == act0);
+      }
+      // A live loss keeps everything its backward needs, replays included.
+      autograd::zero_grad(gpt.parameters());
+      Tensor l = sum(gpt(ids));
+      { Tensor side = sum(gpt(ids)); }  // a second forward dropped while the first is alive
+      autograd::backward(l);
+      CHECK(autograd::Tape::current().empty());
+      CHECK(memory_stats(d)[Category::Activation].current_bytes == act0);
+    }
   }
 }
