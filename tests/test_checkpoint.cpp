@@ -450,12 +450,16 @@ TEST_CASE("a checkpointed forward whose loss is dropped leaves no activations, a
     // Inside an open segment, a dropped temporary is released and later ops still join the segment.
     Tensor w = net.params[1];
     Tensor y;
+    Tensor before = exp(w);  // recorded before the scope opens, dropped inside it
     {
       autograd::Checkpoint seg;
+      before = Tensor();     // the tape shrinks below where the segment began: it begins there now
       { Tensor tmp = exp(w * 2.0); }
       CHECK(autograd::Tape::current().empty());
-      Tensor side = exp(w);  // dead at the close: released inside a collapsed segment
-      y = tanh(w * 3.0);
+      Tensor z = w * 3.0;  // the segment's first node: the replay must start from it
+      Tensor side = exp(w);  // dead at the close: released in the middle of a collapsed segment
+      y = tanh(z);
+      Tensor after = exp(y);  // dead at the close too: at the end of the tape, removed
     }
     autograd::zero_grad({w});
     autograd::backward(sum(y));
