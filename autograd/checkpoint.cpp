@@ -61,8 +61,23 @@ void prepare_saves(Node& node, const Tensors& in) {
   for (size_t i = 0; i < in.size(); ++i) {
     if (inside(node.inputs[i].producer(), collapsed)) continue;
     node.inputs[i].held = in[i];
+    node.inputs[i].held_version = in[i].version();
     mark_activation(in[i]);
   }
+}
+
+// The replay re-runs the forward from what the segment holds: written in place meanwhile, it would
+// recompute different activations and give the gradient of a forward that never ran.
+void check_held_version(const Node& node, size_t j) {
+  const Node::Input& in = node.inputs[j];
+  if (!in.held.defined()) return;
+  const uint64_t now = in.held.version(), then = in.held_version;
+  REEL_CHECK(now == then, node.op->name(), ": a tensor of shape ", in.held.shape(),
+             " that a checkpoint segment holds for the replay (input ", j, " of ", node.op->name(),
+             ") was modified in place (version ", then, " when held, ", now,
+             " now); the replay would recompute the forward from the new values. Write into a clone() "
+             "instead, or make the in-place change (fill_, copy_, an optimizer step) before the forward or "
+             "after the backward");
 }
 
 void Tape::open(std::shared_ptr<Segment> segment) {
@@ -105,16 +120,18 @@ void Tape::replay(Segment& segment, size_t last) {
   using Key = std::pair<size_t, int>;  // (node index, output index)
   std::map<Key, int> uses_left;
   for (size_t i = segment.begin; i <= last; ++i)
-    for (const Node::Input& in : nodes_[i]->inputs)
+    for (const Node::Input& in : nodes_[i]->inputs)  // none for a released node
       if (!in.held.defined()) ++uses_left[{in.producer()->index, in.meta->output_index}];
 
   std::map<Key, Tensor> live;
   for (size_t i = segment.begin; i <= last; ++i) {
     Node& node = *nodes_[i];
+    if (node.released) continue;  // no live tensor depends on it: nothing to recompute
     Tensors in(node.inputs.size());
     for (size_t j = 0; j < in.size(); ++j) {
       Node::Input& input = node.inputs[j];
       if (input.held.defined()) {
+        check_held_version(node, j);
         in[j] = input.held;
         input.held = Tensor();
         continue;
@@ -123,8 +140,9 @@ void Tape::replay(Segment& segment, size_t last) {
       in[j] = live.at(key);
       if (--uses_left[key] == 0) live.erase(key);
     }
-    prepare_saves(node, in);
     node.saved.clear();
+    node.saved_versions.clear();
+    prepare_saves(node, in);
     Tensors out;
     {
       const profile::OpScope profiled(node.op->name(), static_cast<int64_t>(i), false);

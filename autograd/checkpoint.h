@@ -82,5 +82,7 @@ Segment* outermost_collapsed(const Node& node);
 // Before `node`'s forward runs on `in`: inside a collapsed segment it keeps no saves and holds
 // instead the inputs that come from outside that segment (the data a replay starts from).
 void prepare_saves(Node& node, const Tensors& in);
+// reel::Error if input `j` of `node`, held for a replay, was written in place since it was held.
+void check_held_version(const Node& node, size_t j);
 
 }  // namespace reel::autograd

@@ -7,6 +7,7 @@
 // is replayed. A Node keeps no input data, only what the op saved (and, inside a checkpoint
 // segment, the segment's boundary inputs).
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +48,7 @@ struct Node {
     DType dtype = DType::f32;
     Device device;
     Tensor held;  // the data itself: only at the boundary of a checkpoint segment awaiting replay
+    uint64_t held_version = 0;  // held's storage version when held: the replay refuses a later write
     // The node that made this input, if it is a non-leaf still on the tape.
     Node* producer() const { return meta && !meta->is_leaf ? meta->producer.lock().get() : nullptr; }
   };
@@ -56,22 +58,31 @@ struct Node {
     Device device;
     Tensor grad;  // summed over consumers during backward, freed once this node has run
     bool views_leaf = false;  // a view of a parameter's storage (AutogradMeta::views_leaf), for replays
+    // The output tensor's autograd state, weakly: expired once no live tensor is this output and
+    // no node on the tape consumes it (a consumer's Input::meta holds it), i.e. no live tensor
+    // depends on it. The tape releases a node whose outputs all expired (autograd/tape.h).
+    std::weak_ptr<AutogradMeta> meta;
   };
 
   std::unique_ptr<Op> op;
   std::vector<Input> inputs;
   std::vector<Output> outputs;
   Tensors saved;                     // what op->backward needs; empty while in a collapsed segment
+  std::vector<uint64_t> saved_versions;  // each saved tensor's storage version when saved
   bool keep_saved = true;            // false while the node's checkpoint segment is collapsed
   std::shared_ptr<Segment> segment;  // innermost checkpoint segment, null if none
   size_t index = 0;                  // position on the tape
+  // No live tensor depends on this node any more: the tape dropped what it held (saves, held
+  // inputs, the links to its inputs) and keeps only the op's name until the node can be popped.
+  bool released = false;
 
   // ---- for op authors ----
   bool needs_input_grad(size_t i) const { return inputs[i].meta != nullptr; }
   bool any_input_needs_grad() const;
   // Keeps `tensors` for backward (undefined entries are placeholders and cost nothing). Slots are
   // numbered in the order saved; re-tags their memory as activations. A saved view keeps its
-  // whole storage alive, and is counted so.
+  // whole storage alive, and is counted so. Records each storage's version: backward raises if an
+  // in-place write changed one before the rule reads it.
   void save(const Tensors& tensors);
   const Tensor& saved_tensor(size_t slot) const;
   const Shape& input_shape(size_t i) const { return inputs[i].shape; }

@@ -18,6 +18,8 @@ void register_with_core() {
   views.expand = &reel::expand;
   views.contiguous = &reel::contiguous;
   register_recording_views(views);
+  // The tape releases what no live tensor depends on as soon as the last such tensor goes.
+  register_output_released(&Tape::output_released);
 }
 
 }  // namespace reel::autograd

@@ -11,6 +11,8 @@
 //   end       the tape is cleared, so the next micro-batch starts from nothing.
 #include "autograd/tape.h"
 
+#include <algorithm>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <unordered_set>
@@ -25,9 +27,14 @@ namespace reel::autograd {
 namespace {
 
 
+// Set while this thread's tape exists: AutogradMeta destructors run during thread exit too (after
+// the thread_local tape is gone), and must not touch it then.
+thread_local bool t_tape_alive = false;
+
 // Frees what a node holds once the walk is past it.
 void release(Node& node) {
   node.saved.clear();
+  node.saved_versions.clear();
   for (Node::Output& out : node.outputs) out.grad = Tensor();
   for (Node::Input& in : node.inputs) in.held = Tensor();
 }
@@ -60,6 +67,31 @@ void check_leaf_grad(const Node& node, const Node::Input& in, const Device* now)
              "; reset it with set_grad(Tensor()) after moving or reshaping the parameter");
 }
 
+// Before `node`'s backward rule reads what it saved: a tensor written in place since (its storage's
+// version moved) would silently give the gradient of values the forward never saw.
+void check_saved_versions(const Node& node) {
+  for (size_t s = 0; s < node.saved.size(); ++s) {
+    const Tensor& t = node.saved[s];
+    if (!t.defined()) continue;
+    const uint64_t now = t.version(), then = node.saved_versions[s];
+    REEL_CHECK(now == then, node.op->name(), ": a tensor of shape ", t.shape(), " that ", node.op->name(),
+               " saved for backward was modified in place (version ", then, " when saved, ", now,
+               " now); its gradient would use the new values. Write into a clone() instead, or make the "
+               "in-place change (fill_, copy_, an optimizer step) before the forward or after the backward");
+  }
+}
+
+// Every check a backward makes of `node` before running anything: a parameter moved, a stale .grad
+// buffer, an in-place write to what it saved or what its segment holds for the replay.
+void check_node(const Node& node, const std::function<const Device*(const AutogradMeta*)>& moved_to) {
+  check_saved_versions(node);
+  for (size_t j = 0; j < node.inputs.size(); ++j) {
+    const Node::Input& in = node.inputs[j];
+    check_leaf_grad(node, in, moved_to(in.meta.get()));
+    check_held_version(node, j);
+  }
+}
+
 }  // namespace
 
 // What the tape keeps for backward is an activation in the memory statistics, until the tape is
@@ -86,6 +118,7 @@ void Node::save(const Tensors& tensors) {
   if (!keep_saved) return;
   for (const Tensor& t : tensors) {
     saved.push_back(t);
+    saved_versions.push_back(t.defined() ? t.version() : 0);
     mark_activation(t);
   }
 }
@@ -157,8 +190,12 @@ Tensors record(std::unique_ptr<Op> op, const Tensors& inputs) {
     Tensor& y = outputs[k];
     REEL_CHECK(y.defined() && !y.autograd_meta(), node->op->name(),
                ": forward must return fresh tensors (a bug in the op)");
-    node->outputs[k] = {y.shape(), y.dtype(), y.device(), Tensor()};
+    Node::Output& out = node->outputs[k];
+    out.shape = y.shape();
+    out.dtype = y.dtype();
+    out.device = y.device();
     auto meta = std::make_shared<AutogradMeta>();
+    out.meta = meta;
     meta->requires_grad = true;
     meta->is_leaf = false;
     meta->producer = node;
@@ -171,6 +208,11 @@ Tensors record(std::unique_ptr<Op> op, const Tensors& inputs) {
     node->outputs[k].views_leaf = meta->views_leaf;
     y.autograd_meta() = std::move(meta);
   }
+  // An output the op saved (exp saves y) is the same handle as y, so it now carries y's autograd
+  // state: the node would keep its own output alive and never be released. Keep the data alone.
+  for (Tensor& t : node->saved)
+    for (const Tensor& y : outputs)
+      if (t.defined() && t.same(y)) t = t.detach();
   tape.push(std::move(node));
   return outputs;
 }
@@ -193,13 +235,32 @@ Tape& Tape::current() {
   return tape;
 }
 
+Tape::Tape() { t_tape_alive = true; }
+Tape::~Tape() { t_tape_alive = false; }  // the members' destructors must not call back into it
+
 void Tape::push(std::shared_ptr<Node> node) {
+  if (!collecting_ && !walking_) collect();  // dead nodes at the end (e.g. dropped on another thread)
   node->index = nodes_.size();
   nodes_.push_back(std::move(node));
 }
 
 void Tape::clear() {
-  nodes_.clear();
+  {
+    const bool was_walking = walking_;
+    walking_ = true;  // the nodes' destructors release metas: nothing to collect, all goes
+    nodes_.clear();
+    dead_.clear();
+    walking_ = was_walking;
+  }
+  forget_activations();
+  // A fresh tape is outside every segment: a scope left open (leaked, or closed on another thread)
+  // must not keep every later backward refusing to run. A scope still alive finds its segment
+  // ended when it closes, which is then a no-op.
+  open_segment_.reset();
+  deferred_error_.clear();
+}
+
+void Tape::forget_activations() {
   moved_leaves_.clear();  // no node is left that recorded a leaf where it was
   // A tensor the tape saved but the user still holds (an input batch, an output kept for
   // metrics) is no longer an activation once the tape lets go of it.
@@ -207,11 +268,61 @@ void Tape::clear() {
     if (auto storage = weak.lock(); storage && storage->category() == Category::Activation)
       storage->set_category(Category::Temporary);
   activations_.clear();
-  // A fresh tape is outside every segment: a scope left open (leaked, or closed on another thread)
-  // must not keep every later backward refusing to run. A scope still alive finds its segment
-  // ended when it closes, which is then a no-op.
-  open_segment_.reset();
-  deferred_error_.clear();
+}
+
+// ---- the lifetime rule (tape.h) ------------------------------------------------------
+
+namespace {
+// No live tensor is an output of `node`, and no node on the tape consumes one.
+bool dead(const Node& node) {
+  for (const Node::Output& out : node.outputs)
+    if (!out.meta.expired()) return false;
+  return true;
+}
+}  // namespace
+
+void Tape::output_released(const std::weak_ptr<Node>& producer) {
+  if (!t_tape_alive) return;  // thread exit: the tape itself is going
+  Tape& tape = current();
+  if (tape.walking_) return;
+  std::shared_ptr<Node> node = producer.lock();
+  // Only a node of this thread's tape: a tensor dropped on another thread leaves it to push(). (Its
+  // index is set once, before its outputs exist; `released` only by the thread that owns it.)
+  if (!node || node->index >= tape.nodes_.size() || tape.nodes_[node->index] != node || node->released) return;
+  tape.dead_.push_back(std::move(node));
+  if (!tape.collecting_) tape.collect();
+}
+
+// Iterative, not recursive: releasing a node drops its inputs' autograd state, whose destructors
+// report their producers here (queued in dead_), so a chain of thousands of nodes is released in a
+// loop instead of as deep a stack of destructors.
+void Tape::collect() {
+  collecting_ = true;
+  const bool had_nodes = !nodes_.empty();
+  for (;;) {
+    if (!dead_.empty()) {
+      const std::shared_ptr<Node> node = std::move(dead_.back());
+      dead_.pop_back();
+      if (!node->released && dead(*node)) release_dead(*node);
+      continue;
+    }
+    if (nodes_.empty() || !(nodes_.back()->released || dead(*nodes_.back()))) break;
+    const std::shared_ptr<Node> node = std::move(nodes_.back());
+    nodes_.pop_back();
+    // A segment still open records its later nodes from here: it begins no later than this slot.
+    for (Segment* s = open_segment_.get(); s; s = s->parent.get()) s->begin = std::min(s->begin, nodes_.size());
+    if (!node->released) release_dead(*node);
+  }
+  collecting_ = false;
+  if (had_nodes && nodes_.empty()) forget_activations();  // as clear(), but open segments stay open
+}
+
+void Tape::release_dead(Node& node) {
+  node.released = true;
+  release(node);  // saves, output gradients, held inputs
+  // Last: dropping the links to the inputs may make their producers dead (queued in dead_).
+  std::vector<Node::Input> inputs = std::move(node.inputs);
+  node.inputs.clear();
 }
 
 void Tape::leaf_moved(const std::shared_ptr<AutogradMeta>& leaf, Device device) {
@@ -247,6 +358,10 @@ std::string Tape::dump() const {
   os << "tape: " << nodes_.size() << " nodes, " << format_bytes(saved_bytes()) << " saved or held\n";
   for (const auto& node : nodes_) {
     os << "  #" << node->index << " " << node->op->name();
+    if (node->released) {
+      os << " (released: no live tensor depends on it)\n";
+      continue;
+    }
     const std::string attrs = node->op->attributes();
     if (!attrs.empty()) os << " [" << attrs << "]";
     os << " (";
@@ -306,10 +421,11 @@ void Tape::backward(const Tensor& loss, const Tensor& grad) {
   // mode, which the walk skips) before anything is accumulated.
   std::vector<bool> needed(root->index + 1, false);
   needed[root->index] = true;
+  const auto moved = [this](const AutogradMeta* leaf) { return moved_leaves_.empty() ? nullptr : moved_to(leaf); };
   for (size_t i = root->index + 1; i-- > 0;) {
     if (!needed[i]) continue;
+    check_node(*nodes_[i], moved);
     for (const Node::Input& in : nodes_[i]->inputs) {
-      check_leaf_grad(*nodes_[i], in, moved_leaves_.empty() ? nullptr : moved_to(in.meta.get()));
       const Node* producer = in.producer();
       if (producer && producer->index < i) needed[producer->index] = true;
     }
@@ -323,6 +439,13 @@ void Tape::run_backward(const Node& root, int output_index, const Tensor& seed) 
     Tape& tape;
     ~ClearAtExit() { tape.clear(); }
   } clear_at_exit{*this};
+  // The walk owns nodes_ until the clear: a tensor dropped meanwhile releases nothing.
+  struct Walking {
+    bool& flag;
+    bool was = flag;
+    explicit Walking(bool& f) : flag(f) { flag = true; }
+    ~Walking() { flag = was; }
+  } walking{walking_};
   NoGrad no_grad;  // backward rules and replays call kernels; nothing may record meanwhile
   const profile::PhaseScope profiled_phase(profile::Phase::Backward);
 
@@ -342,6 +465,7 @@ void Tape::run_backward(const Node& root, int output_index, const Tensor& seed) 
       const Node::Output& out = node.outputs[k];
       grad_out[k] = out.grad.defined() ? out.grad : zeros(out.shape, out.dtype, out.device);
     }
+    check_saved_versions(node);  // checked before the walk; again here, after a replay re-saved
     Tensors grad_in;
     {
       const profile::OpScope profiled(node.op->name(), static_cast<int64_t>(i), true);

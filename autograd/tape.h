@@ -9,6 +9,26 @@
 //
 // One tape per thread. Memory: what nodes save is counted as Category::Activation by the
 // allocator (reel::memory_stats()); leaf gradients as Category::Gradient.
+//
+// Lifetime rule: a node stays on the tape while a live tensor depends on it, and no longer. A
+// node is needed while one of its outputs is alive: held by a live Tensor, or consumed by a node
+// still on the tape (a consumer holds its inputs' autograd state, so a loss keeps its whole graph,
+// checkpoint segments included). When the last tensor of a node's outputs goes (a forward whose
+// loss is dropped, e.g. a validation pass run in grad mode; the temporaries of a forward that
+// threw), the node is released at once on the thread that recorded it: what it saved or held is
+// freed, and the links to its inputs are dropped, which may release their producers in turn.
+// A released node at the end of the tape is removed; one in the middle stays as an empty
+// placeholder (its position is what segments and the walk index by) until the nodes after it go,
+// or the next backward or clear(). So `{ Tensor l = model(x); }` leaves the tape as it found it,
+// activations included. (A tensor dropped on another thread releases nothing there; the owning
+// thread's next recorded op removes what is dead at the end of its tape.)
+//
+// In-place writes: every storage has a version counter that in-place writes bump (core/storage.h).
+// A node records the versions of what it saves, a checkpoint segment of the inputs it holds;
+// backward (before any gradient is accumulated, and again before each rule and each replay)
+// raises a reel::Error naming the op, the tensor's shape and both versions when one changed: the
+// gradient would silently use the new values (e.g. x.fill_() or an optimizer step between the
+// forward and its backward). Writes through raw data<T>() pointers are not seen.
 #pragma once
 #include <memory>
 #include <string>
@@ -23,6 +43,10 @@ namespace reel::autograd {
 class Tape {
  public:
   static Tape& current();  // this thread's tape
+  Tape();
+  ~Tape();
+  Tape(const Tape&) = delete;
+  Tape& operator=(const Tape&) = delete;
 
   // Backward from a scalar loss: seeds d(loss) = scale.
   void backward(const Tensor& loss, double scale = 1.0);
@@ -39,8 +63,12 @@ class Tape {
   int64_t saved_bytes() const;  // bytes of the distinct storages saved tensors and boundaries hold
   std::string dump() const;     // one line per node: op, shapes, saved bytes, segment
 
-  // Used by record(), Node::save and Checkpoint.
+  // Used by record(), Node::save and Checkpoint. Removes the dead nodes at the end of the tape
+  // first (see the lifetime rule above).
   void push(std::shared_ptr<Node> node);
+  // An output of `producer` lost its last tensor (AutogradMeta's destructor, registered with core
+  // by register_with_core): releases the nodes no live tensor depends on any more. Never throws.
+  static void output_released(const std::weak_ptr<Node>& producer);
   // `storage` was re-tagged as an activation because the tape keeps it; clear() tags it back
   // (temporary) if someone else still holds it then.
   void remember_activation(const std::shared_ptr<Storage>& storage) { activations_.push_back(storage); }
@@ -62,6 +90,10 @@ class Tape {
   void run_backward(const Node& root, int output_index, const Tensor& seed);
   void replay(Segment& segment, size_t last);  // autograd/checkpoint.cpp
   const Device* moved_to(const AutogradMeta* leaf) const;  // where leaf_moved() last put it, or null
+  // The lifetime rule: releases the nodes queued in dead_, then pops dead nodes off the end.
+  void collect();
+  void release_dead(Node& node);  // drops what a node no live tensor depends on holds
+  void forget_activations();      // re-tags what the tape let go of as temporary
 
   std::vector<std::shared_ptr<Node>> nodes_;
   std::vector<std::weak_ptr<Storage>> activations_;  // re-tagged by this tape
@@ -69,6 +101,9 @@ class Tape {
   std::string deferred_error_;  // an out-of-order close found by a destructor; the next backward raises it
   std::vector<std::pair<std::weak_ptr<AutogradMeta>, Device>> moved_leaves_;  // since the last clear()
   int segments_opened_ = 0;
+  std::vector<std::shared_ptr<Node>> dead_;  // nodes that may have lost their last live output
+  bool collecting_ = false;  // collect() is running: releases it causes queue, not recurse
+  bool walking_ = false;     // backward or clear() own nodes_: releases wait
 };
 
 // ---- grad mode -----------------------------------------------------------------

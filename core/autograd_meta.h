@@ -15,6 +15,14 @@ struct Node;  // autograd/op.h
 // Leaves (tensors no recorded op made, e.g. parameters) own a persistent gradient buffer;
 // non-leaves point at the node that made them.
 struct AutogradMeta {
+  AutogradMeta() = default;
+  // A non-leaf going away (its last tensor handle, or the last node consuming it) may leave its
+  // producer with no live output: tells autograd, which releases what no live tensor depends on
+  // (see register_output_released).
+  ~AutogradMeta();
+  AutogradMeta(const AutogradMeta&) = delete;
+  AutogradMeta& operator=(const AutogradMeta&) = delete;
+
   bool requires_grad = false;
   bool is_leaf = true;
   Tensor grad;                              // leaves: summed over every backward, category gradient
@@ -48,5 +56,11 @@ struct RecordingViews {
   Tensor (*contiguous)(const Tensor&);
 };
 void register_recording_views(const RecordingViews& views);
+
+// Called (on the thread destroying it) when the AutogradMeta of a non-leaf goes, with its
+// producer: autograd registers the tape's release of nodes no live tensor depends on
+// (autograd/register.cpp). It must not throw: it runs in a destructor.
+using OutputReleasedHook = void (*)(const std::weak_ptr<autograd::Node>& producer);
+void register_output_released(OutputReleasedHook hook);
 
 }  // namespace reel

@@ -425,17 +425,25 @@ Tensor Tensor::to(DType target) const {
   return out;
 }
 
+uint64_t Tensor::version() const { return storage() ? storage()->version() : 0; }
+
+void Tensor::bump_version() const {
+  if (storage()) storage()->bump_version();
+}
+
 void Tensor::copy_(const Tensor& src) const {
   REEL_CHECK(src.shape() == shape(), "copy_: source shape ", src.shape(), " does not match destination shape ",
              shape());
   if (numel() == 0) return;
   Tensor from = src.device() == device() ? src : src.to(device());
+  bump_version();  // in place: what the tape saved of this storage is stale from here on
   copy_strided(from, *this);
 }
 
 void Tensor::fill_(double value) const {
   if (numel() == 0) return;
   if (is_contiguous()) {
+    bump_version();  // in place (the other branch bumps in copy_)
     timed("fill", *this, 0, [&] { backend_for(device()).fill(*this, value); });
   } else {
     copy_(full(shape(), value, dtype(), device()));

@@ -91,6 +91,10 @@ class Tensor {
   Tensor to(DType dtype) const;        // itself when already of that dtype
   void copy_(const Tensor& src) const;  // this = src (same shape; device/dtype may differ)
   void fill_(double value) const;      // in place: handles are shared, the data is not const
+  // The storage's version counter (core/storage.h): how many in-place writes it has seen; 0 for
+  // a tensor without storage. bump_version() is for in-place kernels outside core.
+  uint64_t version() const;
+  void bump_version() const;
 
   // ---- host access ----
   double item() const;                 // one element, any device

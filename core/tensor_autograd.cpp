@@ -14,6 +14,17 @@ void GradMode::set_enabled(bool enabled) { t_grad_enabled = enabled; }
 
 void register_recording_views(const RecordingViews& views) { g_recording_views = views; }
 
+namespace {
+OutputReleasedHook g_output_released = nullptr;
+}  // namespace
+
+void register_output_released(OutputReleasedHook hook) { g_output_released = hook; }
+
+// Leaves have no producer; a non-leaf's producer may now have no live output (autograd decides).
+AutogradMeta::~AutogradMeta() {
+  if (!is_leaf && g_output_released) g_output_released(producer);
+}
+
 // Used by core/tensor.cpp: the registered views, or null when a view of `t` is not to be recorded.
 const RecordingViews* recording_views_for(const Tensor& t) {
   if (!g_recording_views.view || !t.requires_grad() || !GradMode::is_enabled()) return nullptr;

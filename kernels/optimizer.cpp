@@ -66,6 +66,13 @@ Device check_tensor_list(const char* op, const std::vector<Tensor>& tensors, boo
   return list_device(op, "tensor", tensors);
 }
 
+// The lists are written in place: bump their storages' versions (core/storage.h), so that a
+// backward using a parameter saved before this step raises instead of using the new values.
+void bump_versions(std::initializer_list<const std::vector<Tensor>*> lists) {
+  for (const std::vector<Tensor>* list : lists)
+    for (const Tensor& t : *list) t.bump_version();
+}
+
 }  // namespace
 
 void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
@@ -81,6 +88,7 @@ void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
                             : check_param_lists(op, params, {{"grads", &grads}});
   // Per element: the update (2 FLOPs), weight decay (2), the momentum buffer (3, Nesterov 2 more).
   const int64_t per_element = 2 + (weight_decay != 0 ? 2 : 0) + (momentum != 0 ? (nesterov ? 5 : 3) : 0);
+  bump_versions({&params, &momentum_bufs});
   REEL_DEVICE_DISPATCH(device, sgd_update,
                        optimizer_cost({&params, &grads, &momentum_bufs}, {&params, &momentum_bufs},
                                       per_element * numel_of(params)),
@@ -95,6 +103,7 @@ void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& 
   REEL_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, op, ": betas (", beta1, ", ", beta2,
              ") must be in [0, 1)");
   const Device device = check_param_lists(op, params, {{"grads", &grads}, {"exp_avg", &m}, {"exp_avg_sq", &v}});
+  bump_versions({&params, &m, &v});
   // Per element: weight decay (2 FLOPs), m (3), v (4), p -= lr * m^ / (sqrt(v^) + eps) (5): 14.
   REEL_DEVICE_DISPATCH(device, adamw_update,
                        optimizer_cost({&params, &grads, &m, &v}, {&params, &m, &v}, 14 * numel_of(params)), params,
@@ -112,6 +121,7 @@ double global_grad_norm(const std::vector<Tensor>& grads) {
 
 void scale_(const std::vector<Tensor>& tensors, double factor) {
   const Device device = check_tensor_list("scale_", tensors, true);
+  bump_versions({&tensors});
   REEL_DEVICE_DISPATCH(device, scale_, optimizer_cost({&tensors}, {&tensors}, numel_of(tensors)), tensors, factor);
 }
 

@@ -238,3 +238,164 @@ TEST_CASE("kernel entry points never record on the tape, even on tensors that re
     CHECK(autograd::Tape::current().size() == 0);
   }
 }
+
+// ---- version counters: an in-place write to what backward needs raises (issue 14) --------------
+
+TEST_CASE("in-place writes bump the storage's version; fresh tensors start at 0") {
+  for (Device d : reel::testing::devices()) {
+    Tensor x = zeros({3, 4}, DType::f32, d);
+    CHECK(x.version() == 0);
+    x.fill_(2);
+    CHECK(x.version() == 1);
+    Tensor row = x.select(0, 1);  // a view shares the storage, and so the version
+    row.copy_(ones({4}, DType::f32, d));
+    CHECK(x.version() == 2);
+    CHECK(row.version() == 2);
+    CHECK(x.clone().version() == 0);  // a copy is a new storage
+  }
+}
+
+TEST_CASE("an in-place write to a tensor saved for backward raises at backward, naming the op") {
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    autograd::Tape::current().clear();
+    Tensor x = from_vector(std::vector<float>(12, 1.0f), {3, 4}).to(d);  // data: mul saves it for dw
+    Tensor w = leaf(std::vector<double>(12, 0.5), {3, 4}, d);
+    // The issue's case: before version counters, w.grad silently became all 2.
+    Tensor l = sum(mul(x, w));
+    x.fill_(2);
+    CHECK_REEL_ERROR(autograd::backward(l),
+                     "mul: a tensor of shape (3, 4) that mul saved for backward was modified in place "
+                     "(version 0 when saved, 1 now)");
+    CHECK_FALSE(w.grad().defined());  // refused before anything was accumulated
+    // Refused before the walk: the tape is left as it was, and goes with the loss (tape.h).
+    CHECK_FALSE(autograd::Tape::current().empty());
+    l = Tensor();
+    CHECK(autograd::Tape::current().empty());
+
+    // A parameter changed under NoGrad between forward and backward (x needs a gradient: mul saves w).
+    x.set_requires_grad();
+    l = sum(mul(x, w));
+    {
+      autograd::NoGrad no_grad;
+      w.copy_(full({3, 4}, 3.0, DType::f32, d));
+    }
+    CHECK_REEL_ERROR(autograd::backward(l), "(version 0 when saved, 1 now)");
+    // Refused before the walk: the tape is left as it was, and goes with the loss (tape.h).
+    CHECK_FALSE(autograd::Tape::current().empty());
+    l = Tensor();
+    CHECK(autograd::Tape::current().empty());
+
+    // An op's own saved output (exp saves y), written through a view.
+    Tensor y = exp(w);
+    l = sum(y);
+    {
+      autograd::NoGrad no_grad;
+      y.select(0, 2).fill_(0);
+    }
+    CHECK_REEL_ERROR(autograd::backward(l), "exp: a tensor of shape (3, 4) that exp saved for backward");
+  }
+}
+
+TEST_CASE("in-place writes that backward does not need are fine, and so is gradient accumulation") {
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    Tensor w = leaf({1, 2}, {2}, d);
+    Tensor x = from_vector(std::vector<float>{3, 4}, {2}).to(d);
+    // add saves nothing: writing its input after the forward changes no gradient.
+    Tensor l = sum(add(x, w));
+    x.fill_(7);
+    autograd::backward(l);
+    check_close(w.grad(), {1, 1});
+    // A write before the forward is seen by the forward.
+    x.fill_(5);
+    autograd::backward(sum(mul(x, w)));
+    check_close(w.grad(), {6, 6});
+    // Gradients are added into .grad in place, zero_grad fills it: later backwards still run.
+    autograd::backward(sum(mul(w, w)));
+    autograd::zero_grad({w});
+    Tensor l2 = sum(mul(w, w));
+    autograd::backward(l2);
+    check_close(w.grad(), {2, 4});
+  }
+}
+
+// ---- the tape's lifetime rule: nodes no live tensor depends on are released (issue 14) ----------
+
+TEST_CASE("a forward whose outputs are dropped leaves nothing on the tape") {
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    autograd::Tape::current().clear();
+    Tensor w = leaf(std::vector<double>(256, 0.1), {16, 16}, d);
+    Tensor x = randn({4, 16}, DType::f32, d);
+    const int64_t act0 = activation_bytes(d);
+    // A validation pass run in grad mode, 200 times: each is released when its loss goes.
+    for (int i = 0; i < 200; ++i) {
+      { Tensor l = sum(tanh(matmul(x, w.t())) * 2.0); }
+      CHECK(autograd::Tape::current().empty());
+      CHECK(activation_bytes(d) == act0);
+    }
+    CHECK(x.storage()->category() == Category::Temporary);  // matmul saved it; no node does now
+    // A live loss keeps its nodes; dropping it releases them.
+    Tensor l = sum(tanh(matmul(x, w)));
+    CHECK(autograd::Tape::current().size() == 3);
+    CHECK(activation_bytes(d) > act0);
+    l = Tensor();
+    CHECK(autograd::Tape::current().empty());
+    CHECK(activation_bytes(d) == act0);
+  }
+}
+
+TEST_CASE("a forward that throws half-way leaves no nodes behind") {
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    autograd::Tape::current().clear();
+    Tensor w = leaf({1, 2, 3}, {3}, d);
+    const int64_t act0 = activation_bytes(d);
+    for (int i = 0; i < 50; ++i) {
+      CHECK_REEL_ERROR(
+          {
+            Tensor h = exp(w * 2.0);
+            Tensor bad = h + ones({4}, DType::f32, d);  // throws: shapes do not broadcast
+          },
+          "cannot be broadcast");
+      CHECK(autograd::Tape::current().empty());
+      CHECK(activation_bytes(d) == act0);
+    }
+  }
+}
+
+TEST_CASE("released nodes: dead branches go, what a live tensor depends on stays") {
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    autograd::Tape::current().clear();
+    const int64_t n = 100;
+    Tensor w = leaf(std::vector<double>(n, 0.2), {n}, d);
+    const int64_t act0 = activation_bytes(d);
+    Tensor a = tanh(w);                // saves a (n)
+    Tensor dead = exp(w * 3.0);        // a branch no one uses: exp saves its output (n)
+    Tensor b = tanh(a * 2.0);          // saves b (n); a's node is needed through it
+    CHECK(autograd::Tape::current().saved_bytes() == 3 * n * 4);
+    dead = Tensor();                   // in the middle of the tape: what it saved goes now
+    CHECK(autograd::Tape::current().saved_bytes() == 2 * n * 4);
+    a = Tensor();                      // a's output is dead, but b depends on it: kept
+    CHECK(autograd::Tape::current().saved_bytes() == 2 * n * 4);
+    Tensor l = sum(b);
+    b = Tensor();
+    autograd::backward(l);
+    // d/dw sum(tanh(2 tanh(w))) = 2 (1 - tanh(2 tanh w)^2) (1 - tanh(w)^2)
+    const double t = std::tanh(0.2), u = std::tanh(2 * t);
+    check_close(w.grad(), std::vector<double>(n, 2 * (1 - u * u) * (1 - t * t)), 1e-5, 1e-5);
+    CHECK(activation_bytes(d) == act0);
+  }
+}
+
+TEST_CASE("a long chain dropped at once is released in a loop, not a deep recursion") {
+  autograd::Tape::current().clear();
+  Tensor w = leaf({1, 2}, {2}, Device::cpu());
+  Tensor h = w;
+  for (int i = 0; i < 100000; ++i) h = h * 1.0;
+  CHECK(autograd::Tape::current().size() == 100000);
+  h = Tensor();  // each node held its predecessor's output: one destructor would start the cascade
+  CHECK(autograd::Tape::current().empty());
+}

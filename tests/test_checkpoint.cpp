@@ -13,6 +13,7 @@
 #include "autograd/functions.h"
 #include "autograd/tape.h"
 #include "core/allocator.h"
+#include "nn/gpt.h"
 #include "testing.h"
 
 using namespace reel;
@@ -378,6 +379,127 @@ TEST_CASE("activation peak: O(N) without checkpointing, O(sqrt N) with sqrt N se
         else CHECK(bit_identical(g, plain_grad));
         autograd::zero_grad(params);
       }
+    }
+  }
+}
+
+// ---- version counters and the tape's lifetime rule with segments (issue 14) ---------------------
+
+TEST_CASE("a segment's held input modified in place before backward raises at the replay") {
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    autograd::Tape::current().clear();
+    Tensor w = from_vector(std::vector<float>{0.5f, -1.0f, 2.0f}, {3}).to(d).set_requires_grad();
+    Tensor x = from_vector(std::vector<float>{1.0f, 2.0f, 3.0f}, {3}).to(d);
+    Tensor y;
+    {
+      autograd::Checkpoint seg;
+      y = tanh(mul(x, w));  // mul holds x and w (the segment's boundary) instead of saving them
+    }
+    Tensor l = sum(y);
+    x.fill_(5);  // before version counters, the replay silently used 5
+    CHECK_REEL_ERROR(autograd::backward(l),
+                     "mul: a tensor of shape (3) that a checkpoint segment holds for the replay (input 0 of "
+                     "mul) was modified in place (version 0 when held, 1 now)");
+    CHECK_FALSE(w.grad().defined());
+    // Refused before the walk: the tape is left as it was, and goes with the tensors (tape.h).
+    l = Tensor();
+    CHECK(autograd::Tape::current().size() == 2);  // y still depends on the segment's two nodes
+    y = Tensor();
+    CHECK(autograd::Tape::current().empty());
+
+    // A parameter (held as well) changed under NoGrad between forward and backward.
+    {
+      autograd::Checkpoint seg;
+      y = tanh(mul(x, w));
+    }
+    l = sum(y);
+    {
+      autograd::NoGrad no_grad;
+      w.fill_(1);
+    }
+    CHECK_REEL_ERROR(autograd::backward(l), "(input 1 of mul) was modified in place (version 0 when held, 1 now)");
+    // Unchanged, the replay runs and gives the plain gradient.
+    {
+      autograd::Checkpoint seg;
+      y = tanh(mul(x, w));
+    }
+    autograd::backward(sum(y));
+    const double t = std::tanh(5.0);
+    reel::testing::check_close(w.grad(), std::vector<double>(3, 5 * (1 - t * t)), 1e-5, 1e-5);
+  }
+}
+
+TEST_CASE("a checkpointed forward whose loss is dropped leaves no activations, and a live one replays") {
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    autograd::Tape::current().clear();
+    const Net net = make_net(4, 8, d);
+    Generator data_gen(1);
+    Tensor x = randn({4, 8}, DType::f32, Device::cpu(), &data_gen).to(d);
+    const int64_t act0 = memory_stats(d)[Category::Activation].current_bytes;
+    for (const std::vector<Span>& spans : {std::vector<Span>{}, every(2, 4), std::vector<Span>{{0, 4}, {1, 3}}}) {
+      for (int i = 0; i < 3; ++i) {
+        Generator gen(2);
+        { Tensor l = forward(net, x, spans, gen); }
+        CHECK(autograd::Tape::current().empty());
+        CHECK(memory_stats(d)[Category::Activation].current_bytes == act0);
+        CHECK(autograd::Tape::current().open_segment() == nullptr);
+      }
+    }
+    // Inside an open segment, a dropped temporary is released and later ops still join the segment.
+    Tensor w = net.params[1];
+    Tensor y;
+    Tensor before = exp(w);  // recorded before the scope opens, dropped inside it
+    {
+      autograd::Checkpoint seg;
+      before = Tensor();     // the tape shrinks below where the segment began: it begins there now
+      { Tensor tmp = exp(w * 2.0); }
+      CHECK(autograd::Tape::current().empty());
+      Tensor z = w * 3.0;  // the segment's first node: the replay must start from it
+      Tensor side = exp(w);  // dead at the close: released in the middle of a collapsed segment
+      y = tanh(z);
+      Tensor after = exp(y);  // dead at the close too: at the end of the tape, removed
+    }
+    autograd::zero_grad({w});
+    autograd::backward(sum(y));
+    std::vector<float> with_segment = w.grad().to(Device::cpu()).to_vector<float>();
+    autograd::zero_grad({w});
+    autograd::backward(sum(tanh(w * 3.0)));
+    CHECK(bit_identical(with_segment, w.grad().to(Device::cpu()).to_vector<float>()));
+    CHECK(memory_stats(d)[Category::Activation].current_bytes == act0);
+  }
+}
+
+TEST_CASE("GPT: forwards whose loss is dropped, or that throw, keep no activations; training still works") {
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    autograd::Tape::current().clear();
+    nn::GPTConfig c{/*vocab_size*/ 11, /*block_size*/ 8, /*n_layer*/ 4, /*n_head*/ 2, /*n_embd*/ 16};
+    c.dropout = 0.1;
+    nn::GPT gpt(c);
+    gpt.to(d);
+    const Tensor ids = from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}, {2, 4}).to(d);
+    const Tensor bad_ids = from_vector(std::vector<int64_t>{1, 2, 30, 4}, {1, 4}).to(d);  // 30 >= vocab
+    const int64_t act0 = memory_stats(d)[Category::Activation].current_bytes;
+    for (const char* policy : {"none", "sqrt", "every:1"}) {
+      CAPTURE(policy);
+      gpt.set_checkpoint(autograd::CheckpointPolicy::parse(policy));
+      for (int i = 0; i < 3; ++i) {
+        { Tensor l = sum(gpt(ids)); }  // a validation pass without NoGrad
+        CHECK(autograd::Tape::current().empty());
+        CHECK(memory_stats(d)[Category::Activation].current_bytes == act0);
+        CHECK_THROWS_AS(gpt(bad_ids), Error);  // throws half-way (the embedding checks ids)
+        CHECK(autograd::Tape::current().empty());
+        CHECK(memory_stats(d)[Category::Activation].current_bytes == act0);
+      }
+      // A live loss keeps everything its backward needs, replays included.
+      autograd::zero_grad(gpt.parameters());
+      Tensor l = sum(gpt(ids));
+      { Tensor side = sum(gpt(ids)); }  // a second forward dropped while the first is alive
+      autograd::backward(l);
+      CHECK(autograd::Tape::current().empty());
+      CHECK(memory_stats(d)[Category::Activation].current_bytes == act0);
     }
   }
 }

@@ -218,3 +218,30 @@ TEST_CASE("the accumulation window refuses a negative count: it would turn desce
   CHECK_REEL_ERROR(acc.step(std::vector<int64_t>{-1}, count, loss), "micro-batch 0 has a count of -1");
   CHECK(autograd::Tape::current().empty());
 }
+
+TEST_CASE("an optimizer step between forward and backward makes that backward raise") {
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    for (int kind = 0; kind < 2; ++kind) {
+      Tensor p = param({1.0, -2.0}, d);
+      Tensor x = param({0.5, 0.25}, d);  // needs a gradient too, so mul saves p
+      std::unique_ptr<Optimizer> opt;
+      if (kind == 0) opt = std::make_unique<SGD>(std::vector<Tensor>{p}, 0.1);
+      else opt = std::make_unique<AdamW>(std::vector<Tensor>{p}, 0.1);
+      set_gradient(p, {1.0, 1.0});
+      Tensor l = sum(mul(x, p));
+      opt->step();  // p is updated in place: the saved p is not the one the forward used
+      CHECK_REEL_ERROR(autograd::backward(l),
+                       "mul: a tensor of shape (2) that mul saved for backward was modified in place "
+                       "(version 0 when saved, 1 now)");
+      // Refused before the walk: the tape is left as it was, and goes with the loss (tape.h).
+      CHECK_FALSE(autograd::Tape::current().empty());
+      l = Tensor();
+      CHECK(autograd::Tape::current().empty());
+      // Step after backward, as usual: fine.
+      opt->zero_grad();
+      autograd::backward(sum(mul(x, p)));
+      CHECK_NOTHROW(opt->step());
+    }
+  }
+}
