@@ -78,6 +78,16 @@ std::vector<Misuse> misuses() {
        "opened inside it, is still open"},
       {"batched matmul with batch dims that do not broadcast",
        [] { matmul(zeros({2, 2, 3}), zeros({3, 3, 2})); }, "batch dims (2) and (3) cannot be broadcast"},
+      // ---- in-place writes to what backward needs ----
+      {"an input overwritten between forward and backward",
+       [] {
+         const Tensor x = param({3}), w = param({3});
+         const Tensor loss = sum(mul(x, w));
+         autograd::NoGrad no_grad;
+         x.fill_(2.0);
+         autograd::backward(loss);
+       },
+       "modified in place (version 0 when saved, 1 now)"},
       // ---- NaN and Inf, found where they are made ----
       {"a NaN made by an op, under DetectAnomaly",
        [] {
