@@ -22,6 +22,35 @@ configure_and_build() {  # dir, cmake args...
   cmake --build "$1" -j "$jobs"
 }
 
+# install_test <build dir>: `cmake --install` into a fresh temporary prefix, then tests/install (an
+# outside project: find_package(reel), one training step) configured, built and run against that
+# prefix only. Its sources are copied out of the tree first, and the check fails when reel_DIR is
+# not under the prefix or the outside build names any path of this source tree.
+install_test() {
+  local build_dir=$1 root tmp
+  root=$(pwd -P)
+  tmp=$(mktemp -d "${TMPDIR:-/tmp}/reel-install-test.XXXXXX")
+  cmake --install "$build_dir" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 || { cat "$tmp/install.log"; return 1; }
+  cp -r tests/install "$tmp/src"
+  env -u CMAKE_PREFIX_PATH cmake -S "$tmp/src" -B "$tmp/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$tmp/prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF >"$tmp/configure.log" 2>&1 ||
+    { cat "$tmp/configure.log"; return 1; }
+  local reel_dir
+  reel_dir=$(sed -n 's/^reel_DIR:PATH=//p' "$tmp/build/CMakeCache.txt")
+  case "$reel_dir" in
+    "$tmp/prefix"/*) ;;
+    *) echo "install test: reel found at '$reel_dir', not under the prefix $tmp/prefix" >&2; return 1 ;;
+  esac
+  if grep -qF "$root/" "$tmp/build/build.ninja"; then
+    echo "install test: the outside build uses paths of the source tree:" >&2
+    grep -oF "$root/[^ ]*" "$tmp/build/build.ninja" | sort -u | head >&2
+    return 1
+  fi
+  cmake --build "$tmp/build" -j "$jobs" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; return 1; }
+  "$tmp/build/reel_install_test"
+  rm -rf "$tmp"
+}
+
 case "$mode" in
   example)
     configure_only build -DCMAKE_BUILD_TYPE=Release
@@ -56,6 +85,8 @@ case "$mode" in
     fi
     echo "== default flavour (CPU + emulated CUDA): build and test"
     configure_and_build build -DCMAKE_BUILD_TYPE=Release
+    echo "== install into a temporary prefix; an outside project builds against it and trains one step"
+    install_test build
     if [ -f kernels/simt/simt.h ]; then
       echo "== emulated threads resumed in reverse order"
       (cd build && SIMT_ORDER=reverse ctest --output-on-failure -j "$jobs")
