@@ -72,17 +72,23 @@ case "$mode" in
     else
       echo "== nvcc flavour skipped: no CUDA toolkit on this machine (nvcc not found)"
     fi
-    if [ -f kernels/simt/simt.h ]; then
-      echo "== emulated CUDA under AddressSanitizer + UBSan"
-      # Only the library and the tests that run here are built (-O1, no -march=native: a sanitizer
-      # build is for finding bugs, and this keeps the whole of `test` near 30 minutes on 2 cores).
-      asan_tests=${ASAN_TESTS:-cuda|simt|safetensors|^test_ops\$}
-      configure_only build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g -DNDEBUG" \
-        -DREEL_SANITIZE=address,undefined -DREEL_NATIVE=OFF -DREEL_BUILD_EXAMPLES=OFF -DREEL_BUILD_BENCH=OFF
-      mapfile -t asan_targets < <(cd build-asan && ctest -N -R "$asan_tests" | sed -n 's/^ *Test *#[0-9]*: *//p')
-      cmake --build build-asan -j "$jobs" --target "${asan_targets[@]}"
-      (cd build-asan && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j "$jobs" -R "$asan_tests")
+    echo "== the unit suite (emulated CUDA included) under AddressSanitizer + UBSan"
+    # Every unit test (test_*); the examples' end-to-end runs are not built here (-O1, no
+    # -march=native: a sanitizer build is for finding bugs). ASAN_TESTS narrows it.
+    asan_tests=${ASAN_TESTS:-^test_}
+    configure_only build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g -DNDEBUG" \
+      -DREEL_SANITIZE=address,undefined -DREEL_NATIVE=OFF -DREEL_BUILD_EXAMPLES=OFF -DREEL_BUILD_BENCH=OFF
+    mapfile -t asan_targets < <(cd build-asan && ctest -N -R "$asan_tests" | sed -n 's/^ *Test *#[0-9]*: *//p')
+    cmake --build build-asan -j "$jobs" --target "${asan_targets[@]}"
+    (cd build-asan && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j "$jobs" -R "$asan_tests")
+    if command -v clang++ >/dev/null; then
+      echo "== the unit suite built with clang"
+      configure_and_build build-clang -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ \
+        -DREEL_BUILD_EXAMPLES=OFF -DREEL_BUILD_BENCH=OFF
+      (cd build-clang && ctest --output-on-failure -j "$jobs")
     fi
+    echo "== the parsers under libFuzzer: committed corpora replayed, then ${FUZZ_SECONDS:-60} s per harness"
+    tools/fuzz.sh
     echo "== default flavour (CPU + emulated CUDA): build and test"
     configure_and_build build -DCMAKE_BUILD_TYPE=Release
     echo "== install into a temporary prefix; an outside project builds against it and trains one step"

@@ -6,6 +6,7 @@ set -euo pipefail
 
 packages=(
   cmake ninja-build g++ pkg-config
+  clang libomp-dev libclang-rt-dev  # the second compiler, and libFuzzer for tests/fuzz
   libeigen3-dev          # CPU GEMM and vectorised loops
   doctest-dev            # tests
   libboost-context-dev   # fibers of the CUDA emulator (kernels/simt)
