@@ -195,14 +195,18 @@ std::vector<float> plain_grad(const Tensor& w) {
   return w.grad().to(Device::cpu()).to_vector<float>();
 }
 std::vector<float> grad_of(const Tensor& w) { return w.grad().to(Device::cpu()).to_vector<float>(); }
+// The parameter the tests below share, on `device`, after clearing the thread's tape.
+Tensor fresh_param(Device device = Device::cpu()) {
+  autograd::Tape::current().clear();
+  return from_vector(std::vector<float>{0.5f, -1.0f, 2.0f}, {3}).to(device).set_requires_grad();
+}
 }  // namespace
 
 TEST_CASE("closing an outer Checkpoint before an inner one raises at the close; the tape stays usable") {
   autograd::Tape& tape = autograd::Tape::current();
   for (Device d : reel::testing::devices()) {
     CAPTURE(d);
-    tape.clear();
-    Tensor w = from_vector(std::vector<float>{0.5f, -1.0f, 2.0f}, {3}).to(d).set_requires_grad();
+    Tensor w = fresh_param(d);
     const std::vector<float> expected = plain_grad(w);
     autograd::zero_grad({w});
     auto outer = std::make_unique<autograd::Checkpoint>();
@@ -247,8 +251,7 @@ TEST_CASE("Checkpoint scopes destroyed out of order: the next backward raises, t
   autograd::Tape& tape = autograd::Tape::current();
   for (Device d : reel::testing::devices()) {
     CAPTURE(d);
-    tape.clear();
-    Tensor w = from_vector(std::vector<float>{0.5f, -1.0f, 2.0f}, {3}).to(d).set_requires_grad();
+    Tensor w = fresh_param(d);
     const std::vector<float> expected = plain_grad(w);
     autograd::zero_grad({w});
     Tensor loss;
@@ -287,8 +290,7 @@ TEST_CASE("Checkpoint scopes destroyed out of order: the next backward raises, t
 
 TEST_CASE("an exception unwinding through out-of-order scopes leaves a usable tape and no pending error") {
   autograd::Tape& tape = autograd::Tape::current();
-  tape.clear();
-  Tensor w = from_vector(std::vector<float>{0.5f, -1.0f, 2.0f}, {3}).set_requires_grad();
+  Tensor w = fresh_param();
   const std::vector<float> expected = plain_grad(w);
   bool caught = false;
   try {
@@ -309,8 +311,7 @@ TEST_CASE("an exception unwinding through out-of-order scopes leaves a usable ta
 
 TEST_CASE("clear() ends the segments of scopes still open, so a leaked scope cannot block backward") {
   autograd::Tape& tape = autograd::Tape::current();
-  tape.clear();
-  Tensor w = from_vector(std::vector<float>{0.5f, -1.0f, 2.0f}, {3}).set_requires_grad();
+  Tensor w = fresh_param();
   const std::vector<float> expected = plain_grad(w);
   auto forgotten = std::make_unique<autograd::Checkpoint>();  // e.g. kept in a member by mistake
   Tensor y = tanh(w * w);
