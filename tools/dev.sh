@@ -3,7 +3,8 @@
 #   tools/dev.sh example   install what is missing, build, run the main example (fashion_mnist_mlp)
 #   tools/dev.sh test      install what is missing, build every flavour, run the whole suite
 # Build folders: build/ (default flavour: CPU + CUDA emulated through kernels/simt),
-# build-asan/ (the same with AddressSanitizer + UBSan), build-nvcc/ (nvcc for sm_90).
+# build-asan/ (the same with AddressSanitizer + UBSan), build-nvcc/ (nvcc for sm_90), build-clang/
+# (the unit suite with clang), build-fuzz/ (tools/fuzz.sh: the libFuzzer harnesses).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-test}
