@@ -182,8 +182,15 @@ Tensors record(std::unique_ptr<Op> op, const Tensors& inputs) {
   {
     NoGrad no_grad;  // views the forward makes of its inputs (kernels reshape them) record nothing
     const profile::OpScope profiled(node->op->name(), static_cast<int64_t>(tape.size()), false);
-    outputs = node->op->forward(inputs, *node);
-    check_anomaly(outputs, node->op->name(), "output", "forward", static_cast<int64_t>(tape.size()));
+    try {
+      outputs = node->op->forward(inputs, *node);
+      check_anomaly(outputs, node->op->name(), "output", "forward", static_cast<int64_t>(tape.size()));
+    } catch (...) {
+      // The node is never pushed, but what it saved was already tagged an activation: tagged
+      // back now on an empty tape, else when the tape empties.
+      tape.forward_failed();
+      throw;
+    }
   }
   node->outputs.resize(outputs.size());
   for (size_t k = 0; k < outputs.size(); ++k) {

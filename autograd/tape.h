@@ -72,6 +72,11 @@ class Tape {
   // `storage` was re-tagged as an activation because the tape keeps it; clear() tags it back
   // (temporary) if someone else still holds it then.
   void remember_activation(const std::shared_ptr<Storage>& storage) { activations_.push_back(storage); }
+  // A forward failed before its node was pushed (record()): on an empty tape, what it saved is
+  // tagged back as temporary at once.
+  void forward_failed() {
+    if (nodes_.empty()) forget_activations();
+  }
   // Module::to moved the leaf that owns `leaf` in place: its data now lives on `device`. A node
   // recorded with the leaf on another device would get its gradient there, so backward through it
   // raises instead (the move must come before the forward). Only this thread's tape is told.
