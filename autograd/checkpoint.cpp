@@ -12,6 +12,7 @@
 
 #include "autograd/anomaly.h"
 #include "autograd/tape.h"
+#include "core/allocator.h"
 #include "core/profile.h"
 
 namespace reel::autograd {
@@ -34,8 +35,27 @@ int64_t parse_int(const std::string& text, const std::string& whole) {
     used = 0;
   }
   REEL_CHECK(used == text.size() && !text.empty(), "checkpoint policy '", whole,
-             "': '", text, "' is not a whole number (use none, every:K, sqrt or list:i,j,...)");
+             "': '", text, "' is not a whole number (use none, every:K, sqrt, list:i,j,..., selective or budget:SIZE)");
   return v;
+}
+
+// "48MiB", "1.5GiB", "512KiB", "1000000" (bytes), "64B".
+int64_t parse_size(const std::string& text, const std::string& whole) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = used ? text.substr(used) : "";
+  const std::map<std::string, double> units = {{"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1024.0 * 1024},
+                                               {"GiB", 1024.0 * 1024 * 1024}};
+  const auto it = units.find(unit);
+  REEL_CHECK(used > 0 && it != units.end() && std::isfinite(v) && v > 0 && v * it->second < 9e18,
+             "checkpoint policy '", whole, "': '", text,
+             "' is not a positive size (bytes, or a number with B, KiB, MiB or GiB: budget:48MiB)");
+  return static_cast<int64_t>(v * it->second);
 }
 
 }  // namespace
@@ -47,8 +67,13 @@ int64_t parse_int(const std::string& text, const std::string& whole) {
 Segment* outermost_collapsed(const Node& node) {
   Segment* found = nullptr;
   for (Segment* s = node.segment.get(); s; s = s->parent.get())
-    if (!s->replayed) found = s;
+    if (s->collapsible() && !s->replayed) found = s;
   return found;
+}
+
+bool keep_matmul_outputs(const Op& op) {
+  const std::string name = op.name();
+  return name == "linear" || name == "matmul" || name == "attention";
 }
 
 // Decides whether `node` keeps its saves: not while it sits in a collapsed segment. There it
@@ -56,7 +81,8 @@ Segment* outermost_collapsed(const Node& node) {
 // from (an input made inside the segment is re-made by the replay).
 void prepare_saves(Node& node, const Tensors& in) {
   const Segment* collapsed = outermost_collapsed(node);
-  node.keep_saved = collapsed == nullptr;
+  node.keep_saved = collapsed == nullptr || node.kept;
+  node.saved_input.clear();
   if (!collapsed) return;
   for (size_t i = 0; i < in.size(); ++i) {
     if (inside(node.inputs[i].producer(), collapsed)) continue;
@@ -64,6 +90,15 @@ void prepare_saves(Node& node, const Tensors& in) {
     node.inputs[i].held_version = in[i].version();
     mark_activation(in[i]);
   }
+}
+
+Tensors run_forward(Node& node, const Tensors& in) {
+  struct Inputs {  // seen by Node::save only while the forward runs, even if it throws
+    Node& node;
+    ~Inputs() { node.forward_inputs = nullptr; }
+  } inputs{node};
+  if (node.kept && node.keep_saved) node.forward_inputs = &in;
+  return node.op->forward(in, node);
 }
 
 // The replay re-runs the forward from what the segment holds: written in place meanwhile, it would
@@ -80,7 +115,43 @@ void check_held_version(const Node& node, size_t j) {
              "after the backward");
 }
 
+void end_piece(Segment& scope, size_t end) {
+  if (!scope.piece) return;
+  scope.piece->end = end;
+  scope.piece.reset();
+}
+
+void Tape::place(Node& node) {
+  Segment* scope = open_segment_.get();
+  if (!scope || !scope->keep) {
+    node.segment = open_segment_;
+    return;
+  }
+  if (!scope->piece) {
+    scope->piece = std::make_shared<Segment>();
+    scope->piece->parent = open_segment_;
+    scope->piece->begin = nodes_.size();
+    scope->piece->id = ++segments_opened_;
+  }
+  node.segment = scope->piece;
+  node.kept = scope->keep(*node.op);
+}
+
+namespace {
+// A kept node's saves that are its inputs, from the inputs its piece's replay re-made.
+void refill_kept_saves(Node& node, const Tensors& in) {
+  for (size_t slot = 0; slot < node.saved_input.size(); ++slot) {
+    const int j = node.saved_input[slot];
+    if (j < 0) continue;
+    node.saved[slot] = in[static_cast<size_t>(j)];
+    node.saved_versions[slot] = in[static_cast<size_t>(j)].version();
+    mark_activation(in[static_cast<size_t>(j)]);
+  }
+}
+}  // namespace
+
 void Tape::open(std::shared_ptr<Segment> segment) {
+  if (open_segment_) end_piece(*open_segment_, nodes_.size());  // a nested scope is not in a piece
   segment->parent = open_segment_;
   segment->begin = nodes_.size();
   segment->id = ++segments_opened_;
@@ -94,8 +165,12 @@ void Tape::close(const std::shared_ptr<Segment>& segment, OnMisuse on_misuse) {
   if (!s) return;  // not open any more: clear() or the out-of-order close of a scope around it ended it
   // End the segments inside too: leaving them open would keep the tape inside a segment whose
   // parent is closed, and every later backward would refuse to run.
-  for (Segment* in : inside) in->end = nodes_.size();
+  for (Segment* in : inside) {
+    in->end = nodes_.size();
+    end_piece(*in, nodes_.size());
+  }
   segment->end = nodes_.size();
+  end_piece(*segment, nodes_.size());
   open_segment_ = segment->parent;
   if (inside.empty() || on_misuse == OnMisuse::Ignore) return;
   std::ostringstream msg;
@@ -127,6 +202,9 @@ void Tape::replay(Segment& segment, size_t last) {
   for (size_t i = segment.begin; i <= last; ++i) {
     Node& node = *nodes_[i];
     if (node.released) continue;  // no live tensor depends on it: nothing to recompute
+    // A kept node ends its piece, so nothing in this replay consumes its outputs: it runs nothing
+    // and gets back the saves that are its inputs (its other saves were kept).
+    const bool rerun = !(node.kept && node.segment.get() == &segment);
     Tensors in(node.inputs.size());
     for (size_t j = 0; j < in.size(); ++j) {
       Node::Input& input = node.inputs[j];
@@ -140,13 +218,17 @@ void Tape::replay(Segment& segment, size_t last) {
       in[j] = live.at(key);
       if (--uses_left[key] == 0) live.erase(key);
     }
+    if (!rerun) {
+      refill_kept_saves(node, in);
+      continue;
+    }
     node.saved.clear();
     node.saved_versions.clear();
     prepare_saves(node, in);
     Tensors out;
     {
       const profile::OpScope profiled(node.op->name(), static_cast<int64_t>(i), false);
-      out = node.op->forward(in, node);
+      out = run_forward(node, in);
       check_anomaly(out, node.op->name(), "output", "replay", static_cast<int64_t>(i));
     }
     for (size_t k = 0; k < out.size(); ++k) {
@@ -168,6 +250,14 @@ void Tape::replay(Segment& segment, size_t last) {
 Checkpoint::Checkpoint() : uncaught_at_open_(std::uncaught_exceptions()) {
   if (!grad_enabled()) return;  // nothing records, so there is nothing to checkpoint
   segment_ = std::make_shared<Segment>();
+  Tape::current().open(segment_);
+}
+
+Checkpoint::Checkpoint(KeepRule keep) : uncaught_at_open_(std::uncaught_exceptions()) {
+  REEL_CHECK(keep, "Checkpoint: a selective scope needs a keep rule (e.g. autograd::keep_matmul_outputs)");
+  if (!grad_enabled()) return;
+  segment_ = std::make_shared<Segment>();
+  segment_->keep = std::move(keep);
   Tape::current().open(segment_);
 }
 
@@ -194,6 +284,11 @@ CheckpointPolicy CheckpointPolicy::parse(const std::string& text) {
     p.kind = Kind::Sqrt;
     return p;
   }
+  if (text == "selective") {
+    p.kind = Kind::Selective;
+    return p;
+  }
+  if (text.rfind("budget:", 0) == 0) return budget(parse_size(text.substr(7), text));
   if (text.rfind("every:", 0) == 0) {
     p.kind = Kind::Every;
     p.every = parse_int(text.substr(6), text);
@@ -215,13 +310,33 @@ CheckpointPolicy CheckpointPolicy::parse(const std::string& text) {
     p.list.erase(std::unique(p.list.begin(), p.list.end()), p.list.end());
     return p;
   }
-  REEL_FAIL("checkpoint policy '", text, "' is not one of none, every:K, sqrt, list:i,j,...");
+  REEL_FAIL("checkpoint policy '", text, "' is not one of none, every:K, sqrt, list:i,j,..., selective, budget:SIZE");
 }
+
+CheckpointPolicy CheckpointPolicy::selective(KeepRule keep) {
+  REEL_CHECK(keep, "CheckpointPolicy::selective: the keep rule is empty");
+  CheckpointPolicy p;
+  p.kind = Kind::Selective;
+  p.keep = std::move(keep);
+  return p;
+}
+
+CheckpointPolicy CheckpointPolicy::budget(int64_t bytes) {
+  REEL_CHECK(bytes > 0, "CheckpointPolicy::budget: the budget must be positive, got ", bytes, " bytes");
+  CheckpointPolicy p;
+  p.kind = Kind::Budget;
+  p.budget_bytes = bytes;
+  return p;
+}
+
+KeepRule CheckpointPolicy::keep_rule() const { return keep ? keep : KeepRule(keep_matmul_outputs); }
 
 std::string CheckpointPolicy::str() const {
   switch (kind) {
     case Kind::None: return "none";
     case Kind::Sqrt: return "sqrt";
+    case Kind::Selective: return keep ? "selective (own rule)" : "selective";
+    case Kind::Budget: return "budget:" + format_bytes(budget_bytes);
     case Kind::Every: return "every:" + std::to_string(every);
     case Kind::List: {
       std::string s = "list:";
@@ -235,20 +350,23 @@ std::string CheckpointPolicy::str() const {
 std::vector<CheckpointPolicy::Run> CheckpointPolicy::plan(int64_t n) const {
   std::vector<Run> runs;
   if (n <= 0) return runs;
-  if (kind == Kind::None) return {{0, n, false}};
+  if (kind == Kind::None) return {{0, n, false, false}};
+  if (kind == Kind::Selective) return {{0, n, false, true}};
+  REEL_CHECK(kind != Kind::Budget, "checkpoint policy ", str(),
+             ": a budget has no plan before the chain is measured (nn::Sequential::plan_checkpoint)");
   if (kind == Kind::List) {
     const std::set<int64_t> chosen(list.begin(), list.end());
     for (int64_t i = 0; i < n; ++i) {
       const bool ck = chosen.count(i) > 0;
       if (!ck && !runs.empty() && !runs.back().checkpointed) runs.back().end = i + 1;
-      else runs.push_back({i, i + 1, ck});
+      else runs.push_back({i, i + 1, ck, false});
     }
     return runs;
   }
   const int64_t k = kind == Kind::Every
                         ? every
                         : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n)))));
-  for (int64_t b = 0; b < n; b += k) runs.push_back({b, std::min(n, b + k), true});
+  for (int64_t b = 0; b < n; b += k) runs.push_back({b, std::min(n, b + k), true, false});
   runs.back().checkpointed = false;
   return runs;
 }

@@ -4,10 +4,21 @@
 // frees them again. Gradients are bit-identical with and without (dropout replays its Philox
 // stream). Policies choose the segments over a chain of modules.
 //
+// Selective checkpointing chooses per op instead: inside a Checkpoint built with a KeepRule the
+// outputs of the ops the rule selects (by default linear, matmul and attention: the expensive ones)
+// are kept, and only the ops between them (elementwise, norms, views) are recomputed. The scope is
+// cut into pieces, each ending just after a kept op; a piece is a segment of its own, replayed when
+// backward reaches it, from the kept outputs before it. The kept op itself never runs again: its
+// saves that are its inputs are refilled from the piece's replay. On a chain of Linear+GELU blocks
+// this keeps the Linear outputs and recomputes the GELUs: half the activations for one elementwise
+// pass per block.
+//
 //   { autograd::Checkpoint seg; y = block(x); }   // block's nodes keep no saves; x is held
+//   { autograd::Checkpoint seg(autograd::keep_matmul_outputs); y = block(x); }   // selective
 //   model.set_checkpoint(autograd::CheckpointPolicy::parse("sqrt"));   // nn::Sequential, GPT
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,11 +29,21 @@ namespace reel::autograd {
 
 // A checkpointed region of the tape: its nodes are tape[begin, end). Collapsed (the state after
 // forward) its nodes keep no saved tensors; replayed, they have them again.
+// Which ops a selective checkpoint keeps the outputs of.
+using KeepRule = std::function<bool(const Op& op)>;
+// The default rule: linear, matmul and attention (their outputs cost a GEMM to remake).
+bool keep_matmul_outputs(const Op& op);
+
 struct Segment {
   std::shared_ptr<Segment> parent;  // the enclosing segment, for nested checkpoints
   size_t begin = 0, end = 0;  // end is set when the Checkpoint scope closes
   bool replayed = false;
   int id = 0;            // for the tape dump
+  // A selective scope: never collapsed itself; its nodes are recorded into pieces (segments whose
+  // parent it is), a new piece starting after each node `keep` selects and after each nested scope.
+  KeepRule keep;
+  std::shared_ptr<Segment> piece;  // the piece recording now; null until the next node
+  bool collapsible() const { return !keep; }
 };
 
 // RAII: ops recorded while it lives form one checkpoint segment (nested scopes nest segments).
@@ -37,6 +58,8 @@ struct Segment {
 class Checkpoint {
  public:
   Checkpoint();
+  // A selective scope: the outputs of the ops `keep` selects are kept, the rest recomputed.
+  explicit Checkpoint(KeepRule keep);
   ~Checkpoint();
   Checkpoint(const Checkpoint&) = delete;
   Checkpoint& operator=(const Checkpoint&) = delete;
@@ -54,25 +77,38 @@ class Checkpoint {
 // inside checkpoint segments. A policy counts those units, whatever they are: `sqrt` over a flat
 // Sequential of N Linear/GELU pairs sees 2N children and makes about sqrt(2N) segments, not
 // sqrt(N); wrap each pair in its own Sequential to count layers.
+//
+// Selective runs the whole chain in one selective scope (keep_matmul_outputs, or the rule given to
+// selective()). Budget leaves the choice to the planner (autograd/checkpoint_planner.h): the
+// chain's owner measures it once (nn::Sequential::plan_checkpoint) and runs the plan it gets.
 struct CheckpointPolicy {
-  enum class Kind { None, Every, Sqrt, List };
+  enum class Kind { None, Every, Sqrt, List, Selective, Budget };
   Kind kind = Kind::None;
   int64_t every = 0;           // Every: units per segment
   std::vector<int64_t> list;   // List: the units that each get their own segment
+  KeepRule keep;               // Selective: the ops kept (null: keep_matmul_outputs)
+  int64_t budget_bytes = 0;    // Budget: the step's activation peak may not exceed it
 
-  // "none" | "every:K" (K >= 1) | "sqrt" | "list:i,j,..." ; reel::Error naming the accepted forms.
+  // "none" | "every:K" (K >= 1) | "sqrt" | "list:i,j,..." | "selective" | "budget:SIZE" (SIZE in
+  // bytes, or with a unit: 48MiB, 1.5GiB, 512KiB) ; reel::Error naming the accepted forms.
   static CheckpointPolicy parse(const std::string& text);
+  static CheckpointPolicy selective(KeepRule keep);
+  static CheckpointPolicy budget(int64_t bytes);
   std::string str() const;
 
   struct Run {
     int64_t begin = 0, end = 0;  // units [begin, end)
-    bool checkpointed = false;
+    bool checkpointed = false;   // inside a Checkpoint segment
+    bool selective = false;      // inside a selective scope (within the segment when both)
   };
   // How n units run. Every:K and Sqrt (K = ceil(sqrt(n))) cut the units into runs of K and
   // checkpoint all but the last run: backward would replay the last one at once, so keeping its
   // activations costs no more memory at the peak and saves a recompute (as
   // torch.utils.checkpoint.checkpoint_sequential). List checkpoints exactly the listed units.
+  // Selective is one selective run. Budget has no plan without measurements: reel::Error.
   std::vector<Run> plan(int64_t n) const;
+  // The rule a selective run uses.
+  KeepRule keep_rule() const;
 };
 
 // ---- for the tape (autograd/tape.cpp) ------------------------------------------------
@@ -80,8 +116,13 @@ struct CheckpointPolicy {
 // The outermost segment around `node` that is still collapsed (the one to replay first), or null.
 Segment* outermost_collapsed(const Node& node);
 // Before `node`'s forward runs on `in`: inside a collapsed segment it keeps no saves and holds
-// instead the inputs that come from outside that segment (the data a replay starts from).
+// instead the inputs that come from outside that segment (the data a replay starts from). A kept
+// node of a selective piece also saves, but its saves that are inputs stay empty (Node::kept).
 void prepare_saves(Node& node, const Tensors& in);
+// Ends the piece a selective scope is recording at tape position `end`: the next node begins a new one.
+void end_piece(Segment& scope, size_t end);
+// Runs `node`'s op forward on `in` after prepare_saves, as record() and a replay do.
+Tensors run_forward(Node& node, const Tensors& in);
 // reel::Error if input `j` of `node`, held for a replay, was written in place since it was held.
 void check_held_version(const Node& node, size_t j);
 

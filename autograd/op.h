@@ -70,6 +70,13 @@ struct Node {
   Tensors saved;                     // what op->backward needs; empty while in a collapsed segment
   std::vector<uint64_t> saved_versions;  // each saved tensor's storage version when saved
   bool keep_saved = true;            // false while the node's checkpoint segment is collapsed
+  // Selective checkpointing (autograd/checkpoint.h): an op whose output the segment keeps instead
+  // of recomputing. Its replay runs nothing; the saves that are its own inputs are dropped after
+  // forward (saved_input names the input, the slot stays empty) and refilled from the replay's
+  // recomputed inputs; its other saves (e.g. attention's log-sum-exp) stay.
+  bool kept = false;
+  std::vector<int> saved_input;      // per saved slot of a kept node: the input it is, or -1
+  const Tensors* forward_inputs = nullptr;  // while a kept node's forward runs: its inputs
   std::shared_ptr<Segment> segment;  // innermost checkpoint segment, null if none
   size_t index = 0;                  // position on the tape
   // No live tensor depends on this node any more: the tape dropped what it held (saves, held

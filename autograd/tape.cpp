@@ -117,6 +117,17 @@ bool Node::any_input_needs_grad() const {
 void Node::save(const Tensors& tensors) {
   if (!keep_saved) return;
   for (const Tensor& t : tensors) {
+    if (forward_inputs && t.defined()) {  // a kept node: an input is re-made by the replay, not kept
+      const auto it = std::find_if(forward_inputs->begin(), forward_inputs->end(),
+                                   [&](const Tensor& in) { return in.same(t); });
+      if (it != forward_inputs->end()) {
+        saved_input.resize(saved.size(), -1);
+        saved_input.push_back(static_cast<int>(it - forward_inputs->begin()));
+        saved.emplace_back();
+        saved_versions.push_back(0);
+        continue;
+      }
+    }
     saved.push_back(t);
     saved_versions.push_back(t.defined() ? t.version() : 0);
     mark_activation(t);
@@ -176,14 +187,14 @@ Tensors record(std::unique_ptr<Op> op, const Tensors& inputs) {
   }
 
   Tape& tape = Tape::current();
-  node->segment = tape.open_segment();
+  tape.place(*node);
   prepare_saves(*node, inputs);
   Tensors outputs;
   {
     NoGrad no_grad;  // views the forward makes of its inputs (kernels reshape them) record nothing
     const profile::OpScope profiled(node->op->name(), static_cast<int64_t>(tape.size()), false);
     try {
-      outputs = node->op->forward(inputs, *node);
+      outputs = run_forward(*node, inputs);
       check_anomaly(outputs, node->op->name(), "output", "forward", static_cast<int64_t>(tape.size()));
     } catch (...) {
       // The node is never pushed, but what it saved was already tagged an activation: tagged
@@ -248,7 +259,9 @@ Tape::~Tape() { t_tape_alive = false; }  // the members' destructors must not ca
 void Tape::push(std::shared_ptr<Node> node) {
   if (!collecting_ && !walking_) collect();  // dead nodes at the end (e.g. dropped on another thread)
   node->index = nodes_.size();
+  const bool ends_piece = node->kept;
   nodes_.push_back(std::move(node));
+  if (ends_piece && open_segment_) end_piece(*open_segment_, nodes_.size());
 }
 
 void Tape::clear() {
@@ -317,7 +330,10 @@ void Tape::collect() {
     const std::shared_ptr<Node> node = std::move(nodes_.back());
     nodes_.pop_back();
     // A segment still open records its later nodes from here: it begins no later than this slot.
-    for (Segment* s = open_segment_.get(); s; s = s->parent.get()) s->begin = std::min(s->begin, nodes_.size());
+    for (Segment* s = open_segment_.get(); s; s = s->parent.get()) {
+      s->begin = std::min(s->begin, nodes_.size());
+      if (s->piece) s->piece->begin = std::min(s->piece->begin, nodes_.size());
+    }
     if (!node->released) release_dead(*node);
   }
   collecting_ = false;
@@ -381,7 +397,8 @@ std::string Tape::dump() const {
     for (const Node::Input& in : node->inputs) held += distinct_storage_bytes({in.held}, seen);
     if (held) os << ", holds " << format_bytes(held);
     if (node->segment)
-      os << "  segment " << node->segment->id << (outermost_collapsed(*node) ? " (collapsed)" : "");
+      os << "  segment " << node->segment->id << (outermost_collapsed(*node) ? " (collapsed)" : "")
+         << (node->kept ? ", output kept" : "");
     os << "\n";
   }
   return os.str();

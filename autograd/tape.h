@@ -82,6 +82,9 @@ class Tape {
   // raises instead (the move must come before the forward). Only this thread's tape is told.
   void leaf_moved(const std::shared_ptr<AutogradMeta>& leaf, Device device);
   const std::shared_ptr<Segment>& open_segment() const { return open_segment_; }
+  // Sets the segment of a node about to be recorded: the innermost open one or, inside a selective
+  // scope, its current piece (begun here if need be); and whether the node is kept there.
+  void place(Node& node);
   void open(std::shared_ptr<Segment> segment);
   // What close() does when `segment` is closed out of order: raise now (Checkpoint::close), leave
   // the error for the next backward (a destructor, which cannot throw), or drop it (a destructor

@@ -1,6 +1,8 @@
 // Sequential (with its checkpoint switch) and MLP.
 #include "nn/sequential.h"
 
+#include <optional>
+
 #include "autograd/tape.h"
 #include "nn/layers.h"
 
@@ -29,12 +31,11 @@ void Sequential::set_checkpoint(const CheckpointPolicy& policy) {
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
   for (const CheckpointPolicy::Run& run : policy_.plan(size())) {
-    if (run.checkpointed) {
-      autograd::Checkpoint segment;
-      for (int64_t i = run.begin; i < run.end; ++i) h = (*this)[i](h);
-    } else {
-      for (int64_t i = run.begin; i < run.end; ++i) h = (*this)[i](h);
-    }
+    std::optional<autograd::Checkpoint> segment, selective;  // the selective scope nests inside
+    if (run.checkpointed) segment.emplace();
+    if (run.selective) selective.emplace(policy_.keep_rule());
+    for (int64_t i = run.begin; i < run.end; ++i) h = (*this)[i](h);
+    selective.reset();  // innermost first
   }
   return h;
 }

@@ -5,6 +5,7 @@
 // (S - 1) + 2k with S segments of k = sqrt(N) blocks.
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -13,6 +14,7 @@
 #include "autograd/functions.h"
 #include "autograd/tape.h"
 #include "core/allocator.h"
+#include "core/profile.h"
 #include "nn/gpt.h"
 #include "testing.h"
 
@@ -20,9 +22,11 @@ using namespace reel;
 
 namespace {
 
-// Layers [begin, end) form one checkpoint segment; spans nest or are disjoint.
+// Layers [begin, end) form one checkpoint segment, or one selective scope (keep_matmul_outputs);
+// spans nest or are disjoint.
 struct Span {
   int begin, end;
+  bool selective = false;
 };
 
 struct Net {
@@ -51,7 +55,9 @@ Tensor forward(const Net& net, const Tensor& x, const std::vector<Span>& spans, 
   Tensor h = x;
   for (int i = 0; i < layers; ++i) {
     for (const Span& s : spans)  // spans are listed outer before inner
-      if (s.begin == i) open.emplace_back(s, std::make_unique<autograd::Checkpoint>());
+      if (s.begin == i)
+        open.emplace_back(s, s.selective ? std::make_unique<autograd::Checkpoint>(autograd::keep_matmul_outputs)
+                                         : std::make_unique<autograd::Checkpoint>());
     const Tensor scale = exp(net.scale_data);  // computed inside the segment, needs no grad
     h = dropout(gelu(matmul(h, net.params[2 * i]) + net.params[2 * i + 1]) * scale, 0.1, true, &gen);
     while (!open.empty() && open.back().first.end == i + 1) open.pop_back();
@@ -108,6 +114,11 @@ TEST_CASE("checkpointing gives bit-identical gradients: 20-layer MLP with dropou
         {"nested irregular: 20 around (3, [4 around 1 + 2], plain 2, 6)",
          {{0, 20}, {0, 3}, {3, 7}, {3, 4}, {5, 7}, {9, 15}}},
         {"three levels", {{0, 20}, {2, 18}, {4, 9}, {9, 16}, {10, 12}}},
+        // Selective: matmul outputs kept, the adds, GELUs, scalings and dropouts recomputed.
+        {"selective over all 20", {{0, 20, true}}},
+        {"selective runs between plain layers", {{2, 9, true}, {12, 13, true}}},
+        {"selective inside segments", {{0, 10}, {0, 10, true}, {10, 20}, {12, 17, true}}},
+        {"segments inside a selective scope", {{0, 20, true}, {3, 6}, {6, 7}, {14, 20}}},
     };
     for (const Scheme& s : schemes) {
       CAPTURE(s.name);
@@ -503,4 +514,132 @@ TEST_CASE("GPT: forwards whose loss is dropped, or that throw, keep no activatio
       CHECK(memory_stats(d)[Category::Activation].current_bytes == act0);
     }
   }
+}
+
+// ---- selective checkpointing (issue 12) ---------------------------------------------------------
+
+TEST_CASE("selective: a Linear+GELU chain keeps the matmul outputs only, to the byte, same gradients") {
+  const int64_t B = 4, D = 8;
+  const int64_t tensor_bytes = B * D * 4;
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    const int N = 16;
+    Generator gen(8);
+    std::vector<Tensor> params;
+    {
+      MemoryCategory category(Category::Parameter);
+      for (int i = 0; i < N; ++i) {
+        params.push_back((randn({D, D}, DType::f32, Device::cpu(), &gen) * 0.3).to(d).set_requires_grad());
+        params.push_back(zeros({D}, DType::f32, d).set_requires_grad());
+      }
+    }
+    std::vector<float> plain_grad;
+    for (bool selective : {false, true}) {
+      CAPTURE(selective);
+      Generator data_gen(77);
+      Tensor x = randn({B, D}, DType::f32, Device::cpu(), &data_gen).to(d);
+      const int64_t act0 = memory_stats(d)[Category::Activation].current_bytes;
+      reset_peak_memory(d);
+      Tensor h = x;
+      {
+        std::optional<autograd::Checkpoint> scope;
+        if (selective) scope.emplace(autograd::keep_matmul_outputs);
+        for (int i = 0; i < N; ++i) h = gelu(matmul(h, params[2 * i]) + params[2 * i + 1]);
+      }
+      if (selective) {  // pieces [matmul] [add, gelu, matmul] ... [add, gelu], each matmul kept
+        const autograd::Tape& tape = autograd::Tape::current();
+        int kept = 0;
+        for (size_t i = 0; i < tape.size(); ++i) kept += tape.node(i).kept;
+        CHECK(kept == N);
+        CHECK(autograd::tape_dump().find("output kept") != std::string::npos);
+      }
+      Tensor loss = sum(h);
+      h = Tensor();
+      x = Tensor();
+      const int64_t forward_bytes = memory_stats(d)[Category::Activation].current_bytes - act0;
+      autograd::backward(loss);
+      const int64_t peak = memory_stats(d)[Category::Activation].peak_bytes - act0;
+      if (!selective) {
+        CHECK(forward_bytes == 2 * N * tensor_bytes);  // each matmul's input, each GELU's input
+        CHECK(peak == 2 * N * tensor_bytes);
+      } else {
+        // Forward keeps x (the first piece's boundary) and the N matmul outputs, each held by the
+        // piece after it. Replaying a piece frees its boundary once the add consumed it and saves
+        // the GELU's input and the refilled matmul input instead: never above the forward's level.
+        CHECK(forward_bytes == (N + 1) * tensor_bytes);
+        CHECK(peak == (N + 1) * tensor_bytes);
+      }
+      CHECK(memory_stats(d)[Category::Activation].current_bytes == act0);
+      std::vector<float> g;
+      for (const Tensor& p : params) {
+        const std::vector<float> pg = p.grad().to(Device::cpu()).to_vector<float>();
+        g.insert(g.end(), pg.begin(), pg.end());
+      }
+      if (!selective) plain_grad = g;
+      else CHECK(bit_identical(g, plain_grad));
+      autograd::zero_grad(params);
+    }
+  }
+}
+
+TEST_CASE("selective: the kept op is not run again in backward; a user rule chooses what is kept") {
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    autograd::Tape::current().clear();
+    const Net net = make_net(4, 8, d);
+    Generator data_gen(1);
+    const Tensor x = randn({4, 8}, DType::f32, Device::cpu(), &data_gen).to(d);
+    auto step = [&](const autograd::KeepRule& keep) {
+      autograd::zero_grad(net.params);
+      Tensor h = x;
+      {
+        std::optional<autograd::Checkpoint> scope;
+        if (keep) scope.emplace(keep);
+        for (int i = 0; i < 4; ++i) h = tanh(matmul(h, net.params[2 * i]) + net.params[2 * i + 1]);
+      }
+      Profiler prof;
+      autograd::backward(sum(h * h));
+      prof.stop();
+      std::map<std::string, int> replayed;  // op -> kernels run in replays
+      for (const profile::KernelRecord& k : prof.kernels())
+        if (k.phase == profile::Phase::Replay) ++replayed[k.op];
+      std::vector<float> g;
+      for (const Tensor& p : net.params) {
+        const std::vector<float> pg = p.grad().to(Device::cpu()).to_vector<float>();
+        g.insert(g.end(), pg.begin(), pg.end());
+      }
+      return std::make_pair(replayed, g);
+    };
+    const auto plain = step(nullptr);
+    CHECK(plain.first.empty());
+    const auto selective = step(autograd::keep_matmul_outputs);
+    CHECK(selective.first.count("matmul") == 0);  // kept: never recomputed
+    CHECK(selective.first.at("add") > 0);
+    CHECK(selective.first.at("tanh") > 0);
+    CHECK(bit_identical(selective.second, plain.second));
+    // A user rule: keep the tanh outputs instead; now the matmuls and adds are recomputed.
+    const auto keep_tanh = step([](const autograd::Op& op) { return std::string(op.name()) == "tanh"; });
+    CHECK(keep_tanh.first.count("tanh") == 0);
+    CHECK(keep_tanh.first.at("matmul") > 0);
+    CHECK(bit_identical(keep_tanh.second, plain.second));
+    CHECK_REEL_ERROR(autograd::Checkpoint(autograd::KeepRule()), "a selective scope needs a keep rule");
+  }
+}
+
+TEST_CASE("checkpoint policies: selective and budget parse, print and refuse bad sizes") {
+  using P = autograd::CheckpointPolicy;
+  CHECK(P::parse("selective").kind == P::Kind::Selective);
+  CHECK(P::parse("selective").str() == "selective");
+  const std::vector<P::Run> runs = P::parse("selective").plan(5);
+  REQUIRE(runs.size() == 1);
+  CHECK((runs[0].begin == 0 && runs[0].end == 5 && runs[0].selective && !runs[0].checkpointed));
+  CHECK(P::parse("budget:48MiB").budget_bytes == 48 << 20);
+  CHECK(P::parse("budget:1.5GiB").budget_bytes == int64_t{3} << 29);
+  CHECK(P::parse("budget:4096").budget_bytes == 4096);
+  CHECK(P::parse("budget:512KiB").str() == "budget:512.00 KiB");
+  for (const char* bad : {"budget:", "budget:-3MiB", "budget:12XB", "budget:0", "budget:nan"})
+    CHECK_REEL_ERROR(P::parse(bad), "is not a positive size");
+  CHECK_REEL_ERROR(P::parse("budget:1MiB").plan(4), "a budget has no plan before the chain is measured");
+  CHECK_REEL_ERROR(P::selective(nullptr), "the keep rule is empty");
+  CHECK_REEL_ERROR(P::budget(0), "the budget must be positive");
 }
