@@ -185,6 +185,7 @@ CheckpointPlan plan_checkpoint(const ChainCost& cost, int64_t budget_bytes) {
   plan.predicted = predict(cost, plan.runs);
   plan.plain_peak_bytes = predict(cost, {{0, static_cast<int64_t>(cost.units.size()), false, false}}).peak_bytes;
   plan.forward_ns = chain_forward_ns(cost);
+  plan.least_peak_bytes = min_feasible_peak(cost);
   return plan;
 }
 
@@ -194,7 +195,7 @@ std::string CheckpointPlan::str() const {
     s += (k ? ", [" : " [") + std::to_string(runs[k].begin) + "," + std::to_string(runs[k].end) + ") " +
          run_name(runs[k]);
   s += "; predicted peak " + format_bytes(predicted.peak_bytes) + " (plain " + format_bytes(plain_peak_bytes) +
-       "), recompute " + ms(predicted.recompute_ns) + " (forward " + ms(forward_ns) + ")";
+       ", least " + format_bytes(least_peak_bytes) + "), recompute " + ms(predicted.recompute_ns) + " (forward " + ms(forward_ns) + ")";
   return s;
 }
 

@@ -55,9 +55,10 @@ struct CheckpointPlan {
   int64_t budget_bytes = 0;
   Prediction predicted;
   int64_t plain_peak_bytes = 0;  // the model's peak with no checkpointing, for scale
+  int64_t least_peak_bytes = 0;  // the least peak any plan reaches (min_feasible_peak)
   double forward_ns = 0;         // the chain's forward, for scale
-  // "budget 48.00 MiB: [0,8) segment, [8,64) selective; predicted peak 46.2 MiB (plain 120 MiB),
-  // recompute 3.1 ms (forward 40.0 ms)"
+  // "budget 48.00 MiB: [0,8) segment, [8,64) selective; predicted peak 46.2 MiB (plain 120 MiB,
+  // least 20 MiB), recompute 3.1 ms (forward 40.0 ms)"
   std::string str() const;
 };
 

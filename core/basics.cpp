@@ -84,6 +84,16 @@ uint64_t Generator::next_offset() {
   return offset_++;
 }
 
+uint64_t Generator::offset() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return offset_;
+}
+
+void Generator::set_offset(uint64_t offset) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  offset_ = offset;
+}
+
 void Generator::manual_seed(uint64_t seed) {
   std::lock_guard<std::mutex> lock(mutex_);
   seed_ = seed;

@@ -13,6 +13,10 @@ class Generator {
   // A fresh stream id; successive calls never repeat.
   uint64_t next_offset();
   void manual_seed(uint64_t seed);  // restarts the stream ids too
+  // The next stream id, and putting it back: a measuring pass that draws streams (dropout) leaves
+  // the generator where it found it.
+  uint64_t offset();
+  void set_offset(uint64_t offset);
 
  private:
   std::mutex mutex_;

@@ -74,6 +74,10 @@ class GPT : public Module {
 
   // The blocks run under `policy` (every:K, sqrt over n_layer blocks, a list of block indices).
   void set_checkpoint(const CheckpointPolicy& policy) { h->set_checkpoint(policy); }
+  // Under a budget:SIZE policy: measures the blocks once and plans them (Sequential::plan_checkpoint).
+  const autograd::CheckpointPlan& plan_checkpoint(const std::function<Tensor()>& forward_loss) {
+    return h->plan_checkpoint(forward_loss);
+  }
 
   // Appends n tokens to `prompt` (1-D ids), sampling from softmax(logits / temperature) restricted
   // to the top_k most likely (0: all), from `gen`; no tape is recorded. Returns the whole sequence.

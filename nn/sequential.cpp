@@ -1,9 +1,11 @@
-// Sequential (with its checkpoint switch) and MLP.
+// Sequential (with its checkpoint switch and the measuring behind a budget plan) and MLP.
 #include "nn/sequential.h"
 
 #include <optional>
 
 #include "autograd/tape.h"
+#include "core/profile.h"
+#include "core/random.h"
 #include "nn/layers.h"
 
 namespace reel::nn {
@@ -26,18 +28,137 @@ void Sequential::set_checkpoint(const CheckpointPolicy& policy) {
     REEL_CHECK(i < size(), name(), ".set_checkpoint(", policy.str(), "): index ", i, " is out of range for ",
                size(), " modules");
   policy_ = policy;
+  plan_.reset();
+}
+
+// One measuring forward: the runs it uses, and per child the activation bytes it added, its
+// input's bytes and the tape positions of its nodes.
+struct Sequential::Measuring {
+  struct Child {
+    int64_t saved_bytes = 0, input_bytes = 0;
+    size_t first_node = 0, end_node = 0;
+  };
+  std::vector<CheckpointPolicy::Run> runs;
+  std::vector<Child> children;
+  Device device;
+  int64_t entry_level = -1;  // activation bytes in use when the first child started
+  int64_t level_at_child = 0;
+
+  int64_t level() const { return memory_stats(device)[Category::Activation].current_bytes; }
+  void enter(int64_t i, const Tensor& input) {
+    Child& c = children[static_cast<size_t>(i)];
+    level_at_child = level();
+    if (entry_level < 0) entry_level = level_at_child;
+    c.input_bytes = input.storage() ? static_cast<int64_t>(input.storage()->bytes()) : 0;
+    c.first_node = autograd::Tape::current().size();
+  }
+  void leave(int64_t i) {
+    Child& c = children[static_cast<size_t>(i)];
+    c.saved_bytes = level() - level_at_child;
+    c.end_node = autograd::Tape::current().size();
+  }
+};
+
+std::vector<CheckpointPolicy::Run> Sequential::runs() const {
+  if (measuring_) return measuring_->runs;
+  if (policy_.kind != CheckpointPolicy::Kind::Budget) return policy_.plan(size());
+  REEL_CHECK(plan_, name(), ": checkpoint policy ", policy_.str(),
+             " has no plan yet; call plan_checkpoint(forward_loss) once before training");
+  return plan_->runs;
 }
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (const CheckpointPolicy::Run& run : policy_.plan(size())) {
+  for (const CheckpointPolicy::Run& run : runs()) {
     std::optional<autograd::Checkpoint> segment, selective;  // the selective scope nests inside
     if (run.checkpointed) segment.emplace();
     if (run.selective) selective.emplace(policy_.keep_rule());
-    for (int64_t i = run.begin; i < run.end; ++i) h = (*this)[i](h);
+    for (int64_t i = run.begin; i < run.end; ++i) {
+      if (measuring_) measuring_->enter(i, h);
+      h = (*this)[i](h);
+      if (measuring_) measuring_->leave(i);
+    }
     selective.reset();  // innermost first
   }
   return h;
+}
+
+const autograd::CheckpointPlan& Sequential::plan_checkpoint(const std::function<Tensor()>& forward_loss) {
+  REEL_CHECK(policy_.kind == CheckpointPolicy::Kind::Budget, name(), ".plan_checkpoint: the checkpoint policy is ",
+             policy_.str(), ", not a budget (budget:SIZE)");
+  REEL_CHECK(!profile::enabled(), name(),
+             ".plan_checkpoint: a Profiler is collecting; plan before starting it (the plan times the chain with one)");
+  REEL_CHECK(autograd::grad_enabled(), name(), ".plan_checkpoint: called under NoGrad, where nothing is saved to measure");
+  const int64_t n = size();
+  REEL_CHECK(n > 0, name(), ".plan_checkpoint: no children to plan");
+  // Runs forward_loss once with every child measured and `runs`; returns the activation bytes in
+  // use at its end, counted from before it. The loss is dropped inside, and the tape with it.
+  auto measure = [&](Measuring& m, std::vector<CheckpointPolicy::Run> runs, Profiler* prof,
+                     std::vector<bool>* recomputed) {
+    m.runs = std::move(runs);
+    m.children.assign(static_cast<size_t>(n), {});
+    struct Reset {
+      Measuring*& slot;
+      ~Reset() { slot = nullptr; }
+    } reset{measuring_};
+    Generator& gen = default_generator();
+    const uint64_t offset = gen.offset();
+    const Device device = parameters().empty() ? Device::cpu() : parameters().front().device();
+    m.device = device;
+    const int64_t start = memory_stats(device)[Category::Activation].current_bytes;
+    measuring_ = &m;
+    Tensor loss = forward_loss();
+    measuring_ = nullptr;
+    if (prof) prof->stop();
+    const int64_t end = memory_stats(device)[Category::Activation].current_bytes;
+    if (recomputed) {  // per tape node: would a selective scope recompute its op?
+      const autograd::Tape& tape = autograd::Tape::current();
+      const autograd::KeepRule keep = policy_.keep_rule();
+      recomputed->assign(tape.size(), false);
+      for (size_t k = 0; k < tape.size(); ++k) (*recomputed)[k] = !keep(*tape.node(k).op);
+    }
+    loss = Tensor();
+    gen.set_offset(offset);
+    REEL_CHECK(m.entry_level >= 0, name(), ".plan_checkpoint: forward_loss did not run this Sequential");
+    m.entry_level -= start;
+    return end - start;
+  };
+
+  Measuring selective, plain;
+  measure(selective, {{0, n, false, true}}, nullptr, nullptr);
+  std::vector<bool> recomputed;
+  std::unique_ptr<Profiler> prof = std::make_unique<Profiler>();
+  const int64_t plain_end = measure(plain, {{0, n, false, false}}, prof.get(), &recomputed);
+
+  autograd::ChainCost cost;
+  int64_t chain_bytes = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const Measuring::Child& p = plain.children[static_cast<size_t>(i)];
+    autograd::UnitCost u;
+    u.saved_bytes = p.saved_bytes;
+    u.input_bytes = p.input_bytes;
+    // The first child's selective bytes include the scope's boundary (its input): a run that
+    // starts there counts that boundary itself.
+    u.selective_bytes = selective.children[static_cast<size_t>(i)].saved_bytes - (i == 0 ? p.input_bytes : 0);
+    u.selective_bytes = std::max<int64_t>(0, u.selective_bytes);
+    chain_bytes += p.saved_bytes;
+    cost.units.push_back(u);
+  }
+  for (const profile::KernelRecord& k : prof->kernels()) {
+    if (k.op_backward || k.node < 0) continue;
+    const size_t node = static_cast<size_t>(k.node);
+    for (int64_t i = 0; i < n; ++i) {
+      const Measuring::Child& p = plain.children[static_cast<size_t>(i)];
+      if (node < p.first_node || node >= p.end_node) continue;
+      cost.units[static_cast<size_t>(i)].forward_ns += static_cast<double>(k.dur_ns);
+      if (node < recomputed.size() && recomputed[node])
+        cost.units[static_cast<size_t>(i)].selective_ns += static_cast<double>(k.dur_ns);
+    }
+  }
+  cost.before_bytes = plain.entry_level;
+  cost.after_bytes = std::max<int64_t>(0, plain_end - plain.entry_level - chain_bytes);
+  plan_ = autograd::plan_checkpoint(cost, policy_.budget_bytes);
+  return *plan_;
 }
 
 MLP::MLP(const std::vector<int64_t>& sizes, const std::string& activation, double dropout) {

@@ -3,15 +3,20 @@
 //
 // The checkpoint switch runs chosen runs of children inside autograd::Checkpoint segments, so a
 // user never writes a scope:
-//   model.set_checkpoint(CheckpointPolicy::parse("sqrt"));  // or "every:4", "list:0,2", "none"
-// Inside a segment only the segment's input is kept in forward; backward replays the segment.
+//   model.set_checkpoint(CheckpointPolicy::parse("sqrt"));  // or "every:4", "list:0,2", "none",
+//                                                            // "selective", "budget:48MiB"
+// Inside a segment only the segment's input is kept in forward; backward replays the segment. A
+// budget is planned once from measurements: model.plan_checkpoint([&] { return loss_of(batch); }).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "autograd/checkpoint.h"
+#include "autograd/checkpoint_planner.h"
 #include "nn/module.h"
 
 namespace reel::nn {
@@ -30,12 +35,29 @@ class Sequential : public Module {
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "Sequential"; }
 
-  // reel::Error when a List entry is out of range for this Sequential.
+  // reel::Error when a List entry is out of range for this Sequential. Drops a previous plan.
   void set_checkpoint(const CheckpointPolicy& policy);
   const CheckpointPolicy& checkpoint() const { return policy_; }
 
+  // Measures this chain once and plans its checkpointing for the budget of a Budget policy
+  // (autograd/checkpoint_planner.h); forward runs the plan from then on. `forward_loss` runs the
+  // step's forward, the code around this Sequential included (what it saves counts against the
+  // budget too), and returns the loss, which is dropped again, so no gradient is touched. Two
+  // forwards run: one selective (what each child keeps there), then one plain under a Profiler
+  // (each child's saved bytes, input bytes and kernel time, and which of its ops a selective scope
+  // would recompute). The default generator is put back after each. reel::Error for another
+  // policy, while a Profiler collects, or when no plan fits the budget (naming the least peak).
+  const autograd::CheckpointPlan& plan_checkpoint(const std::function<Tensor()>& forward_loss);
+  // The plan forward runs under a Budget policy; null before plan_checkpoint.
+  const autograd::CheckpointPlan* checkpoint_plan() const { return plan_ ? &*plan_ : nullptr; }
+
  private:
+  struct Measuring;  // what plan_checkpoint's forwards record, child by child
+  std::vector<CheckpointPolicy::Run> runs() const;
+
   CheckpointPolicy policy_;
+  std::optional<autograd::CheckpointPlan> plan_;
+  Measuring* measuring_ = nullptr;  // set while plan_checkpoint's forwards run
 };
 
 // sizes {in, h1, ..., out}: Linear layers with `activation` (and Dropout when dropout > 0) between

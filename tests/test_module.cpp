@@ -338,3 +338,86 @@ TEST_CASE("a checkpointed Sequential gives bit-identical gradients and keeps few
     CHECK(saved[1] < saved[0] / 2);  // sqrt: 3 boundaries and the last run of 4 layers, of 19
   }
 }
+
+// ---- selective checkpointing and the planner on a real chain (issue 12) ------------------------
+
+namespace {
+// N blocks of Sequential(Linear(D, D), GELU, Dropout): each block one child, as the planner counts.
+std::shared_ptr<nn::Sequential> block_chain(int n, int64_t d, double dropout) {
+  auto chain = std::make_shared<nn::Sequential>();
+  for (int i = 0; i < n; ++i)
+    chain->push_back(std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+        std::make_shared<nn::Linear>(d, d), std::make_shared<nn::GELU>(), std::make_shared<nn::Dropout>(dropout)}));
+  return chain;
+}
+}  // namespace
+
+TEST_CASE("Sequential: selective and planned checkpointing give bit-identical gradients; the peak meets the budget") {
+  for (const Device& device : reel::testing::devices()) {
+    CAPTURE(device);
+    manual_seed(21);
+    const int n = 10;
+    auto chain = block_chain(n, 16, 0.1);
+    chain->to(device);
+    const Tensor x = randn({8, 16}, DType::f32, device), target = randn({8, 16}, DType::f32, device);
+    auto forward_loss = [&] { return sum(mul(tanh((*chain)(x)), target)); };  // tanh: the head saves
+    struct Step {
+      std::vector<double> grads;
+      int64_t peak;  // the step's activation peak
+    };
+    auto step = [&] {
+      default_generator().manual_seed(12);  // the same dropout masks in every run
+      for (const Tensor& p : chain->parameters()) p.set_grad(Tensor());
+      const int64_t before = memory_stats(device)[Category::Activation].current_bytes;
+      reset_peak_memory(device);
+      autograd::backward(forward_loss());
+      Step s;
+      s.peak = memory_stats(device)[Category::Activation].peak_bytes - before;
+      for (const Tensor& p : chain->parameters()) {
+        const std::vector<double> v = values(p.grad());
+        s.grads.insert(s.grads.end(), v.begin(), v.end());
+      }
+      return s;
+    };
+    chain->set_checkpoint(nn::CheckpointPolicy::parse("none"));
+    const Step plain = step();
+    chain->set_checkpoint(nn::CheckpointPolicy::parse("selective"));
+    const Step selective = step();
+    CHECK(selective.grads == plain.grads);
+    CHECK(selective.peak < plain.peak * 6 / 10);
+
+    // Budget: before planning, forward refuses; the plan's prediction is met by the measurement.
+    chain->set_checkpoint(nn::CheckpointPolicy::budget(plain.peak));
+    CHECK_REEL_ERROR(forward_loss(), "has no plan yet; call plan_checkpoint(forward_loss)");
+    default_generator().manual_seed(5);
+    const uint64_t offset = default_generator().offset();
+    const autograd::CheckpointPlan& generous = chain->plan_checkpoint(forward_loss);
+    CHECK(default_generator().offset() == offset);  // the measuring forwards drew no dropout streams
+    CHECK(generous.predicted.recompute_ns == 0);
+    CHECK(generous.plain_peak_bytes == plain.peak);  // the model's plain peak is the measured one
+    const int64_t least = generous.least_peak_bytes;
+    CHECK(least < plain.peak / 3);
+    for (int k = 0; k <= 6; ++k) {
+      const int64_t budget = least + (plain.peak - least) * k / 6;
+      CAPTURE(budget);
+      chain->set_checkpoint(nn::CheckpointPolicy::budget(budget));
+      const autograd::CheckpointPlan& plan = chain->plan_checkpoint(forward_loss);
+      CAPTURE(plan.str());
+      CHECK(plan.predicted.peak_bytes <= budget);
+      const Step planned = step();
+      CHECK(planned.peak <= budget);
+      CHECK(planned.peak <= plan.predicted.peak_bytes);
+      CHECK(planned.grads == plain.grads);
+    }
+    chain->set_checkpoint(nn::CheckpointPolicy::budget(least - 1));
+    CHECK_REEL_ERROR(chain->plan_checkpoint(forward_loss), "the least activation peak any plan reaches");
+    chain->set_checkpoint(nn::CheckpointPolicy::parse("sqrt"));
+    CHECK_REEL_ERROR(chain->plan_checkpoint(forward_loss), "not a budget (budget:SIZE)");
+    chain->set_checkpoint(nn::CheckpointPolicy::budget(plain.peak));
+    {
+      Profiler prof;
+      CHECK_REEL_ERROR(chain->plan_checkpoint(forward_loss), "a Profiler is collecting");
+    }
+    CHECK(autograd::Tape::current().empty());
+  }
+}
