@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint_budget.h"
 #include "reel.h"
 #include "train_options.h"
 
@@ -311,6 +312,11 @@ int run(const Options& o, const CLI::App& app) {
 
     std::mt19937_64 rng(o.train.seed);
     std::uniform_int_distribution<size_t> pick(0, train_ids.size() - static_cast<size_t>(T) - 1);
+    const autograd::CheckpointPlan* budget_plan = examples::plan_checkpoint_budget(gpt, [&] {
+      const Batch b = make_batch(train_ids, std::vector<size_t>(static_cast<size_t>(sizes.front()), 0), T, device);
+      return cross_entropy(gpt.forward(b.x), b.y, -100, "sum");  // one micro-batch: only its shapes matter
+    });
+    reset_peak_memory(device);
     examples::Progress progress(steps, "tokens", o.train.quiet);
     double train_seconds = 0;
     int64_t tokens = 0;
@@ -347,6 +353,7 @@ int run(const Options& o, const CLI::App& app) {
     if (acc.skipped_steps() > 0)
       std::printf("skipped: %lld steps with non-finite gradients\n", static_cast<long long>(acc.skipped_steps()));
     std::printf("tokens/s: %.0f\n", static_cast<double>(tokens) / train_seconds);
+    examples::report_checkpoint_budget(budget_plan, device);
   }
 
   // ---- evaluation ----

@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "examples/checkpoint_budget.h"
 #include "examples/train_options.h"
 #include "reel.h"
 
@@ -143,13 +144,15 @@ int main(int argc, char** argv) {
     std::optional<autograd::DetectAnomaly> detect_anomaly;
     if (o.detect_anomaly) detect_anomaly.emplace();
     std::string plan;
-    for (const auto& run : model.checkpoint().plan(model.size()))
-      plan += " [" + std::to_string(run.begin) + "," + std::to_string(run.end) + ")" + (run.checkpointed ? "*" : "");
+    if (model.checkpoint().kind != nn::CheckpointPolicy::Kind::Budget)  // a budget is planned below
+      for (const auto& run : model.checkpoint().plan(model.size()))
+        plan += " [" + std::to_string(run.begin) + "," + std::to_string(run.end) + ")" +
+                (run.checkpointed ? "*" : run.selective ? "s" : "");
     std::printf("model: MLP 784-512-512-10, %lld parameters, on %s\n",
                 static_cast<long long>(model.num_parameters()), device.str().c_str());
     std::printf("data: %lld train, %lld test images from %s\n", static_cast<long long>(train.n),
                 static_cast<long long>(test.n), data_dir.c_str());
-    std::printf("training: %lld steps of batch %lld in up to %lld micro-batches, %s lr %g (%s), checkpoint %s (runs%s; * = recomputed)\n",
+    std::printf("training: %lld steps of batch %lld in up to %lld micro-batches, %s lr %g (%s), checkpoint %s (runs%s; * = recomputed, s = selective)\n",
                 static_cast<long long>(total_steps), static_cast<long long>(o.batch),
                 static_cast<long long>(o.accum_steps), o.optimizer.c_str(), o.lr, o.schedule.c_str(),
                 model.checkpoint().str().c_str(), plan.c_str());
@@ -163,6 +166,10 @@ int main(int argc, char** argv) {
       return cross_entropy(model(x), y, -100, "sum");
     };
 
+    const autograd::CheckpointPlan* budget_plan = examples::plan_checkpoint_budget(model, [&] {
+      // One micro-batch of the largest size (its images do not matter, only its shapes).
+      return loss({0, examples::micro_batch_sizes(std::min(o.batch, train.n), o.accum_steps).front()});
+    });
     reset_peak_memory(device);  // from here the activation peak is that of the largest training step
     int64_t step = 0, samples = 0;
     double train_seconds = 0, test_acc = 0;
@@ -210,6 +217,7 @@ int main(int argc, char** argv) {
     std::printf("peak activation bytes: %lld (%s)\n",
                 static_cast<long long>(stats[Category::Activation].peak_bytes),
                 format_bytes(stats[Category::Activation].peak_bytes).c_str());
+    examples::report_checkpoint_budget(budget_plan, device);
     std::printf("%s", memory_report().c_str());
     if (!o.save.empty()) {
       nn::save(model, o.save, {{"model", "MLP 784-512-512-10"}, {"steps", std::to_string(step)}});

@@ -74,6 +74,7 @@ class GPT : public Module {
 
   // The blocks run under `policy` (every:K, sqrt over n_layer blocks, a list of block indices).
   void set_checkpoint(const CheckpointPolicy& policy) { h->set_checkpoint(policy); }
+  const CheckpointPolicy& checkpoint() const { return h->checkpoint(); }
   // Under a budget:SIZE policy: measures the blocks once and plans them (Sequential::plan_checkpoint).
   const autograd::CheckpointPlan& plan_checkpoint(const std::function<Tensor()>& forward_loss) {
     return h->plan_checkpoint(forward_loss);

@@ -1,0 +1,56 @@
+// bench_memory_plan: step time against activation memory for each way reel checkpoints a chain —
+// none, selective (matmul outputs kept, the rest recomputed), sqrt, every:K and the planner at a
+// range of budgets — on N x [Linear(D, D) + GELU] blocks (batch B) and on a small GPT. Each row: the
+// activation peak the allocator measured over one forward + backward, its share of the plain peak,
+// the median step time and its ratio to plain; planned rows add the predicted peak, the predicted
+// recompute time and the plan (examples/policy_sweep.h, shared with examples/memory_lab).
+//
+//   bench_memory_plan [device=cpu] [N=64] [width=1024] [batch=256] [steps=3]
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "examples/policy_sweep.h"
+#include "reel.h"
+
+using namespace reel;
+
+int main(int argc, char** argv) {
+  const Device device(argc > 1 ? argv[1] : "cpu");
+  const int n = argc > 2 ? std::atoi(argv[2]) : 64;
+  const int64_t width = argc > 3 ? std::atoll(argv[3]) : 1024;
+  const int64_t batch = argc > 4 ? std::atoll(argv[4]) : 256;
+  const int steps = argc > 5 ? std::atoi(argv[5]) : 3;
+  std::printf("activation peak and step time (forward + backward, median of %d after a warm-up) on %s\n", steps,
+              device.str().c_str());
+  const std::vector<double> fractions = {0.18, 0.25, 0.35, 0.55, 0.75};
+  {
+    manual_seed(1);
+    nn::Sequential chain;
+    for (int i = 0; i < n; ++i)
+      chain.push_back(std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+          std::make_shared<nn::Linear>(width, width), std::make_shared<nn::GELU>()}));
+    chain.to(device);
+    const Tensor x = randn({batch, width}, DType::f32, device);
+    const auto rows = examples::sweep_policies(chain, device, steps, [&] { return sum(chain(x)); }, {1, 2, 4, 16},
+                                               fractions);
+    examples::print_policy_table("chain of " + std::to_string(n) + " x [Linear(" + std::to_string(width) +
+                                     ") + GELU], batch " + std::to_string(batch),
+                                 rows);
+  }
+  {
+    manual_seed(2);
+    nn::GPTConfig c{/*vocab_size*/ 96, /*block_size*/ 128, /*n_layer*/ 8, /*n_head*/ 4, /*n_embd*/ 128};
+    nn::GPT gpt(c);
+    gpt.to(device);
+    std::vector<int64_t> tokens(static_cast<size_t>(16 * c.block_size));
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>((i * 7919 + i / 5) % 96);
+    const Tensor ids = from_vector(tokens, {16, c.block_size}).to(device);
+    const auto rows = examples::sweep_policies(
+        gpt, device, steps, [&] { return cross_entropy(gpt(ids), ids, -100, "sum"); }, {1, 2, 4}, fractions);
+    examples::print_policy_table("GPT: 8 blocks, n_embd 128, 4 heads, 16 x 128 tokens", rows);
+  }
+  return 0;
+}

@@ -1,0 +1,323 @@
+// memory_lab: where backprop memory goes, shown by measurement. One run demonstrates five claims,
+// each with its figures on stdout and a picture (SVG) written to --out:
+//
+//   (a) accumulation: N micro-batches give the big batch's gradients (the largest difference is
+//       printed) at one micro-batch's activation peak            -> accumulation.svg
+//   (b) activations grow O(N) with depth plain and O(sqrt N) with sqrt N checkpoint segments (the
+//       fitted exponents are printed)                             -> depth.svg
+//   (c) recomputation costs about one extra forward: a step of forward F and backward ~2F becomes
+//       ~4F, the measured ratio beside the 4/3 of that argument    -> recompute.svg
+//   (d) selective checkpointing and the planner against every:K and sqrt: step time against the
+//       activation peak (the planner's curve should lie at or below the others) -> policies.svg
+//   (e) the loss must be normalised by the window's total count: averaging per micro-batch is
+//       wrong as soon as micro-batches differ in size (the gradient error of both ways) -> normalisation.svg
+//
+// The memory claims (a, b, e and "the measured peak never exceeds the budget" of d) are checked:
+// the program exits 1 naming any that fails. The timing claims (c, d) are printed, not checked:
+// they depend on the machine. docs/memory.md walks through the output.
+//
+//   ./memory_lab                       # about a minute on two CPU cores
+//   ./memory_lab --quick --out /tmp/ml # seconds (the CTest run)
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "examples/policy_sweep.h"
+#include "examples/svg_chart.h"
+#include "examples/train_options.h"
+#include "reel.h"
+
+using namespace reel;
+
+namespace {
+
+struct Lab {
+  Device device = Device::cpu();
+  std::string out;
+  bool quick = false;
+  int steps = 3;
+  std::vector<std::string> failures;  // claims that did not hold
+
+  void claim(bool ok, const std::string& what) {
+    std::printf("  %s: %s\n", ok ? "holds" : "FAILS", what.c_str());
+    if (!ok) failures.push_back(what);
+  }
+  std::string path(const std::string& name) const { return (std::filesystem::path(out) / name).string(); }
+  void picture(const std::string& name, const examples::Chart& chart) const {
+    examples::write_svg(path(name), chart);
+    std::printf("  picture: %s\n", path(name).c_str());
+  }
+};
+
+double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+std::vector<double> grads_of(const std::vector<Tensor>& params) {
+  std::vector<double> g;
+  for (const Tensor& p : params) {
+    const std::vector<double> v = p.grad().to(Device::cpu()).to(DType::f64).to_vector<double>();
+    g.insert(g.end(), v.begin(), v.end());
+  }
+  return g;
+}
+
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+// The slope of log(y) against log(x), least squares: y ~ x^slope.
+double fitted_exponent(const std::vector<double>& x, const std::vector<double>& y) {
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  const double n = static_cast<double>(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double lx = std::log(x[i]), ly = std::log(y[i]);
+    sx += lx, sy += ly, sxx += lx * lx, sxy += lx * ly;
+  }
+  return (n * sxy - sx * sy) / (n * sxx - sx * sx);
+}
+
+// N blocks of Linear(width) + GELU, each block one child of the chain (as policies count).
+std::shared_ptr<nn::Sequential> linear_gelu_chain(int n, int64_t width, Device device) {
+  auto chain = std::make_shared<nn::Sequential>();
+  for (int i = 0; i < n; ++i)
+    chain->push_back(std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+        std::make_shared<nn::Linear>(width, width), std::make_shared<nn::GELU>()}));
+  chain->to(device);
+  return chain;
+}
+
+// (a) N micro-batches against one batch: the same gradients, a fraction of the activation peak.
+void accumulation(Lab& lab, const nn::ImageDataset& data) {
+  std::printf("\n(a) gradient accumulation: MLP 784-256-256-10 on %lld Fashion-MNIST images\n",
+              static_cast<long long>(lab.quick ? 64 : 256));
+  const int64_t batch = lab.quick ? 64 : 256;
+  manual_seed(3);
+  nn::MLP model({784, 256, 256, 10});
+  model.to(lab.device);
+  std::vector<double> big;
+  examples::Series peaks("activation peak"), one_over_n("peak of the big batch / N");
+  int64_t big_peak = 0;
+  std::printf("  %12s %12s %18s %16s\n", "micro-batches", "of size", "activation peak", "max |grad diff|");
+  for (int64_t parts : {1, 2, 4, 8, 16}) {
+    for (const Tensor& p : model.parameters()) p.set_grad(Tensor());
+    const int64_t before = memory_stats(lab.device)[Category::Activation].current_bytes;
+    reset_peak_memory(lab.device);
+    int64_t begin = 0;
+    for (int64_t size : examples::micro_batch_sizes(batch, parts)) {
+      // Only this micro-batch's input lives (a copy, not a view: the first Linear saves its input,
+      // and a saved view keeps its whole storage, here the whole dataset, as an activation).
+      const Tensor x = data.images.slice(0, begin, begin + size).clone().to(lab.device);
+      const Tensor y = data.labels.slice(0, begin, begin + size).clone().to(lab.device);
+      // The window's loss: every sample's loss summed, divided by the window's count (not per part).
+      autograd::backward(cross_entropy(model(x), y, -100, "sum"), 1.0 / static_cast<double>(batch));
+      begin += size;
+    }
+    const int64_t peak = memory_stats(lab.device)[Category::Activation].peak_bytes - before;
+    const std::vector<double> g = grads_of(model.parameters());
+    if (parts == 1) big = g, big_peak = peak;
+    const double diff = max_abs_diff(g, big);
+    std::printf("  %12lld %12lld %14.3f MiB %16.2e\n", static_cast<long long>(parts),
+                static_cast<long long>(batch / parts), mib(peak), diff);
+    peaks.x.push_back(static_cast<double>(parts));
+    peaks.y.push_back(mib(peak));
+    one_over_n.x.push_back(static_cast<double>(parts));
+    one_over_n.y.push_back(mib(big_peak) / static_cast<double>(parts));
+    if (parts == 1) continue;
+    lab.claim(diff <= 1e-5, std::to_string(parts) + " micro-batches give the big batch's gradients (to 1e-5)");
+    // Everything the tape saves scales with the micro-batch; the loss's own scalar does not.
+    lab.claim(peak <= big_peak / parts + 4096,
+              std::to_string(parts) + " micro-batches peak at one micro-batch's activations (" + format_bytes(peak) + ")");
+  }
+  lab.picture("accumulation.svg", {"Accumulation: activation peak per window of " + std::to_string(batch) + " samples",
+                                   "micro-batches per window", "activation peak (MiB)", true, true,
+                                   {peaks, one_over_n}});
+}
+
+// (b) Activation peak against depth, plain and with sqrt(N) segments; fitted exponents.
+void depth(Lab& lab) {
+  const int64_t width = lab.quick ? 64 : 256, batch = lab.quick ? 16 : 64;
+  std::printf("\n(b) activation peak against depth: N x [Linear(%lld) + GELU], batch %lld\n",
+              static_cast<long long>(width), static_cast<long long>(batch));
+  std::vector<int> depths = {4, 8, 16, 32, 64};
+  if (!lab.quick) depths.push_back(128);
+  examples::Series plain("none"), sqrt_n("sqrt");
+  std::printf("  %6s %14s %14s %8s\n", "N", "none MiB", "sqrt MiB", "ratio");
+  manual_seed(4);
+  const Tensor x = randn({batch, width}, DType::f32, lab.device);
+  for (int n : depths) {
+    auto chain = linear_gelu_chain(n, width, lab.device);
+    const auto forward_loss = [&] { return sum((*chain)(x)); };
+    chain->set_checkpoint(autograd::CheckpointPolicy::parse("none"));
+    const int64_t p = examples::step_activation_peak(lab.device, forward_loss);
+    chain->set_checkpoint(autograd::CheckpointPolicy::parse("sqrt"));
+    const int64_t s = examples::step_activation_peak(lab.device, forward_loss);
+    std::printf("  %6d %14.3f %14.3f %8.3f\n", n, mib(p), mib(s), static_cast<double>(s) / static_cast<double>(p));
+    plain.x.push_back(n), plain.y.push_back(mib(p));
+    sqrt_n.x.push_back(n), sqrt_n.y.push_back(mib(s));
+  }
+  const double e_plain = fitted_exponent(plain.x, plain.y), e_sqrt = fitted_exponent(sqrt_n.x, sqrt_n.y);
+  std::printf("  fitted: peak ~ N^%.2f plain, N^%.2f with sqrt N segments\n", e_plain, e_sqrt);
+  lab.claim(std::fabs(e_plain - 1.0) < 0.1, "plain activations grow as N^1 (fitted " + std::to_string(e_plain) + ")");
+  lab.claim(std::fabs(e_sqrt - 0.5) < 0.15, "with sqrt N segments they grow as N^0.5 (fitted " + std::to_string(e_sqrt) + ")");
+  lab.picture("depth.svg", {"Activation peak against depth (log-log)", "blocks N", "activation peak (MiB)", true, true,
+                            {plain, sqrt_n}});
+}
+
+// (c) What recomputation costs: a checkpointed step against the plain one and against F.
+void recompute(Lab& lab) {
+  const int64_t width = lab.quick ? 64 : 512, batch = lab.quick ? 16 : 128;
+  std::printf("\n(c) the cost of recomputation: N x [Linear(%lld) + GELU], batch %lld, median of %d steps\n",
+              static_cast<long long>(width), static_cast<long long>(batch), lab.steps);
+  std::printf("  %6s %12s %12s %12s %10s %14s %8s\n", "N", "forward ms", "none ms", "every:1 ms", "measured",
+              "(F+step)/step", "theory");
+  examples::Series measured("every:1 step / plain step"), predicted("(F + step) / step, F measured"),
+      theory("4/3 (backward = 2 forwards)");
+  manual_seed(5);
+  const Tensor x = randn({batch, width}, DType::f32, lab.device);
+  for (int n : lab.quick ? std::vector<int>{8, 16} : std::vector<int>{16, 32, 64}) {
+    auto chain = linear_gelu_chain(n, width, lab.device);
+    const auto forward_loss = [&] { return sum((*chain)(x)); };
+    const auto step = [&] { autograd::backward(forward_loss()); };
+    const double f = bench::median_ms(lab.device, lab.steps, [&] { Tensor l = forward_loss(); });
+    chain->set_checkpoint(autograd::CheckpointPolicy::parse("none"));
+    const double plain = bench::median_ms(lab.device, lab.steps, step);
+    // Every block its own segment (the last excepted): one extra forward of all but one block.
+    chain->set_checkpoint(autograd::CheckpointPolicy::parse("every:1"));
+    const double ckpt = bench::median_ms(lab.device, lab.steps, step);
+    std::printf("  %6d %12.2f %12.2f %12.2f %10.3f %14.3f %8.3f\n", n, f, plain, ckpt, ckpt / plain, (f + plain) / plain,
+                4.0 / 3);
+    measured.x.push_back(n), measured.y.push_back(ckpt / plain);
+    predicted.x.push_back(n), predicted.y.push_back((f + plain) / plain);
+    theory.x.push_back(n), theory.y.push_back(4.0 / 3);
+  }
+  lab.picture("recompute.svg", {"Checkpointed step time / plain step time", "blocks N", "ratio", true, false,
+                                {measured, predicted, theory}});
+}
+
+// (d) Every policy on one chain: time against memory.
+void policies(Lab& lab) {
+  const int n = lab.quick ? 8 : 32;
+  const int64_t width = lab.quick ? 64 : 512, batch = lab.quick ? 16 : 128;
+  std::printf("\n(d) selective checkpointing and the planner against every:K and sqrt: %d x [Linear(%lld) + GELU], "
+              "batch %lld\n",
+              n, static_cast<long long>(width), static_cast<long long>(batch));
+  manual_seed(6);
+  auto chain = linear_gelu_chain(n, width, lab.device);
+  const Tensor x = randn({batch, width}, DType::f32, lab.device);
+  const std::vector<examples::PolicyRow> rows = examples::sweep_policies(
+      *chain, lab.device, lab.steps, [&] { return sum((*chain)(x)); }, {1, 2, 4}, {0.2, 0.3, 0.4, 0.55, 0.75});
+  examples::print_policy_table("  step time against activation peak", rows);
+  const double plain_ms = rows.front().ms;
+  examples::Series every("every:K"), fixed("none, sqrt, selective", false),
+      planned("planner at a budget");
+  std::vector<std::tuple<double, double, std::string>> plan_points, every_points;
+  for (const examples::PolicyRow& r : rows) {
+    const double x_mib = mib(r.peak), y = r.ms / plain_ms;
+    if (r.plan) {
+      plan_points.emplace_back(x_mib, y, "");
+      lab.claim(r.peak <= r.plan->budget_bytes,
+                r.policy + ": measured peak " + format_bytes(r.peak) + " within the budget");
+    } else if (r.policy.rfind("every:", 0) == 0) {
+      every_points.emplace_back(x_mib, y, r.policy.substr(6));
+    } else {
+      fixed.x.push_back(x_mib), fixed.y.push_back(y), fixed.labels.push_back(r.policy);
+    }
+  }
+  for (auto [points, series] : {std::make_pair(&plan_points, &planned), std::make_pair(&every_points, &every)}) {
+    std::sort(points->begin(), points->end());  // a line from the least memory to the most
+    for (const auto& [px, py, label] : *points) {
+      series->x.push_back(px), series->y.push_back(py);
+      if (!label.empty()) series->labels.push_back("K=" + label);
+    }
+  }
+  lab.picture("policies.svg", {"Step time against activation peak", "activation peak (MiB)", "step time / plain",
+                               false, false, {every, fixed, planned}});
+}
+
+// (e) Normalising by the window's count against averaging per micro-batch, on uneven windows.
+void normalisation(Lab& lab, const nn::ImageDataset& data) {
+  std::printf("\n(e) loss normalisation over a window of uneven micro-batches (k of 32 and one of 4)\n");
+  manual_seed(7);
+  nn::MLP model({784, 64, 10});
+  model.to(lab.device);
+  examples::Series right("sum / window count"), naive("mean of micro-batch means");
+  std::printf("  %8s %8s %22s %22s\n", "parts", "samples", "max |diff| sum/count", "max |diff| mean of means");
+  for (int k : {1, 2, 3, 5, 7}) {
+    std::vector<int64_t> sizes(static_cast<size_t>(k), 32);
+    sizes.push_back(4);  // the short last micro-batch of an epoch
+    int64_t total = 0;
+    for (int64_t s : sizes) total += s;
+    const Tensor x = data.images.slice(0, 0, total).clone().to(lab.device);
+    const Tensor y = data.labels.slice(0, 0, total).clone().to(lab.device);
+    auto grads = [&](const std::function<double(int64_t)>& scale_of) {
+      for (const Tensor& p : model.parameters()) p.set_grad(Tensor());
+      int64_t begin = 0;
+      for (int64_t s : sizes) {
+        autograd::backward(cross_entropy(model(x.slice(0, begin, begin + s)), y.slice(0, begin, begin + s), -100, "sum"),
+                           scale_of(s));
+        begin += s;
+      }
+      return grads_of(model.parameters());
+    };
+    for (const Tensor& p : model.parameters()) p.set_grad(Tensor());
+    autograd::backward(cross_entropy(model(x), y, -100, "mean"));  // the big batch
+    const std::vector<double> big = grads_of(model.parameters());
+    const double by_count = max_abs_diff(grads([&](int64_t) { return 1.0 / static_cast<double>(total); }), big);
+    const double by_parts = max_abs_diff(
+        grads([&](int64_t s) { return 1.0 / (static_cast<double>(s) * static_cast<double>(sizes.size())); }), big);
+    std::printf("  %8zu %8lld %22.2e %22.2e\n", sizes.size(), static_cast<long long>(total), by_count, by_parts);
+    right.x.push_back(static_cast<double>(sizes.size())), right.y.push_back(std::max(by_count, 1e-12));
+    naive.x.push_back(static_cast<double>(sizes.size())), naive.y.push_back(std::max(by_parts, 1e-12));
+    if (sizes.size() > 1) {
+      lab.claim(by_count <= 1e-5, std::to_string(sizes.size()) + " parts normalised by the window count: the big batch's gradient");
+      lab.claim(by_parts > 100 * std::max(by_count, 1e-9),
+                std::to_string(sizes.size()) + " parts averaged per micro-batch: a wrong gradient");
+    }
+  }
+  lab.picture("normalisation.svg", {"Gradient error against the big batch (uneven micro-batches)",
+                                    "micro-batches in the window", "max |gradient difference|", false, true,
+                                    {right, naive}});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Lab lab;
+  lab.out = "memory_lab";
+  std::string device = "cpu", data_dir = nn::kFashionMnistDir;
+  CLI::App app{"memory_lab: where backprop memory goes, demonstrated by measurement (docs/memory.md)."};
+  app.add_option("--device", device, "cpu or cuda")->capture_default_str();
+  app.add_option("--out", lab.out, "folder for the pictures")->capture_default_str();
+  app.add_option("--steps", lab.steps, "timed steps per measurement (median)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_flag("--quick", lab.quick, "small sizes: seconds instead of a minute (for tests)");
+  app.add_option("--data-dir", data_dir, "folder of the Fashion-MNIST IDX files")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    lab.device = Device(device);
+    std::filesystem::create_directories(lab.out);
+    const nn::ImageDataset data = nn::load_fashion_mnist("test", data_dir);
+    accumulation(lab, data);
+    depth(lab);
+    recompute(lab);
+    policies(lab);
+    normalisation(lab, data);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "memory_lab: %s\n", e.what());
+    return 1;
+  }
+  if (!lab.failures.empty()) {
+    std::fprintf(stderr, "memory_lab: %zu claims failed, the first: %s\n", lab.failures.size(), lab.failures[0].c_str());
+    return 1;
+  }
+  std::printf("\nmemory_lab: every memory claim holds; pictures in %s\n", lab.out.c_str());
+  return 0;
+}
