@@ -129,7 +129,7 @@ TEST_CASE("GPT with fused attention equals GPT with composed attention, values a
   }
 }
 
-TEST_CASE("checkpointed GPT blocks: bit-identical gradients with dropout, fewer saved bytes") {
+TEST_CASE("checkpointed GPT blocks (segments, selective, planned): bit-identical gradients with dropout, fewer saved bytes") {
   for (const Device& device : reel::testing::devices()) {
     CAPTURE(device);
     nn::GPTConfig c = tiny_config();
@@ -140,19 +140,32 @@ TEST_CASE("checkpointed GPT blocks: bit-identical gradients with dropout, fewer 
     const Tensor ids = random_ids(2, 8, 11, 9, device), targets = random_ids(2, 8, 11, 10, device);
     std::vector<std::vector<double>> grads;
     std::vector<int64_t> saved;  // activation bytes the tape keeps after forward
-    for (const std::string policy : {"none", "every:1", "sqrt", "list:1,2"}) {
+    int64_t budget = 0;  // half way between the least feasible peak and plain
+    for (const std::string policy : {"none", "every:1", "sqrt", "list:1,2", "selective", "budget"}) {
       CAPTURE(policy);
-      gpt.set_checkpoint(nn::CheckpointPolicy::parse(policy));
+      if (policy == "budget") {  // planned from measurements, the budget met
+        gpt.set_checkpoint(nn::CheckpointPolicy::budget(1 << 30));
+        const auto forward_loss = [&] { return cross_entropy(gpt(ids), targets); };
+        const int64_t least = gpt.plan_checkpoint(forward_loss).least_peak_bytes;
+        budget = (least + gpt.plan_checkpoint(forward_loss).plain_peak_bytes) / 2;
+        gpt.set_checkpoint(nn::CheckpointPolicy::budget(budget));
+        CHECK(gpt.plan_checkpoint(forward_loss).predicted.peak_bytes <= budget);
+      } else {
+        gpt.set_checkpoint(nn::CheckpointPolicy::parse(policy));
+      }
       default_generator().manual_seed(12);
+      reset_peak_memory(device);
       const int64_t before = memory_stats(device)[Category::Activation].current_bytes;
       const Tensor loss = cross_entropy(gpt(ids), targets);
       saved.push_back(memory_stats(device)[Category::Activation].current_bytes - before);
       autograd::backward(loss);
+      if (policy == "budget") CHECK(memory_stats(device)[Category::Activation].peak_bytes - before <= budget);
       grads.push_back(all_grads(gpt));
       clear_grads(gpt);
     }
     for (size_t i = 1; i < grads.size(); ++i) CHECK(grads[i] == grads[0]);
     for (size_t i = 1; i < saved.size(); ++i) CHECK(saved[i] < saved[0]);
+    gpt.set_checkpoint(nn::CheckpointPolicy::parse("none"));
   }
 }
 
