@@ -97,9 +97,25 @@ class DeviceClock {
 
 namespace detail {
 extern std::atomic<bool> g_enabled;
+extern std::atomic<int> g_tracking;  // collectors alive that read the context: Profiler, MemoryTimeline
 }
-// True while a Profiler collects.
+// True while a Profiler collects: kernel records and spans.
 inline bool enabled() { return detail::g_enabled.load(std::memory_order_relaxed); }
+// True while a Profiler or a reel::MemoryTimeline (core/memory_timeline.h) collects: the scopes
+// below then keep the thread's context, which both stamp on what they record.
+inline bool tracking() { return detail::g_tracking.load(std::memory_order_relaxed) != 0; }
+
+// Where this thread is in the step: what the scopes below set. Meaningful only while tracking().
+struct Context {
+  Phase phase = Phase::None;  // as set by the innermost PhaseScope or Scope
+  int segment = -1;           // Phase::Replay: the checkpoint segment replayed
+  const char* op = nullptr;   // the tape op running (its name, a static string), or nullptr
+  int64_t node = -1;          // its position on the tape, -1 when not recorded
+  bool op_backward = false;   // inside the op's backward rule
+  // The phase a record is attributed to: an op run outside any phase is in the forward.
+  Phase effective_phase() const { return phase != Phase::None ? phase : (op ? Phase::Forward : Phase::None); }
+};
+Context current_context();
 
 // RAII around one kernel run; built by the dispatch only while enabled().
 class KernelRun {
@@ -116,9 +132,10 @@ class KernelRun {
 };
 
 namespace detail {
-// What the scopes below share: an NVTX range (nvcc build) and, while enabled(), the thread's
+// What the scopes below share: an NVTX range (nvcc build) and, while tracking(), the thread's
 // context saved on entry and restored on exit. A derived scope sets its fields of the context
-// when active() and records its span in its destructor, before this one restores the context.
+// when active() and, when spanned() (a Profiler collected as it opened), records its span in its
+// destructor, before this one restores the context.
 class ContextScope {
  public:
   ContextScope(const ContextScope&) = delete;
@@ -128,10 +145,12 @@ class ContextScope {
   explicit ContextScope(const char* nvtx_name);
   ~ContextScope();
   bool active() const { return active_; }
+  bool spanned() const { return spanned_; }
   void record_span(SpanRecord::Kind kind, std::string name) const;
 
  private:
   bool active_ = false;
+  bool spanned_ = false;
   int64_t start_ns_ = 0;
 };
 }  // namespace detail
