@@ -19,6 +19,7 @@
 
 #include "autograd/anomaly.h"
 #include "core/allocator.h"
+#include "core/memory_timeline.h"
 #include "core/profile.h"
 #include "kernels/ops.h"
 
@@ -98,12 +99,32 @@ void check_node(const Node& node, const std::function<const Device*(const Autogr
 // cleared. Storage already attributed to something else (parameters, gradients) keeps its
 // category, and so do leaves that require grad and views of them (w.t()): those are parameters
 // even when created outside a MemoryCategory scope.
+//
+// A running MemoryTimeline learns the tensor's shape and why it is kept. Node::save runs inside
+// its op's forward (an op in the thread's profile context); prepare_saves holds a collapsed
+// segment's boundary inputs before the op runs (no op yet), for the node about to be pushed.
 void mark_activation(const Tensor& t) {
   if (!t.defined() || !t.storage() || t.storage()->category() != Category::Temporary) return;
   const auto& meta = t.autograd_meta();
   if (meta && ((meta->is_leaf && meta->requires_grad) || meta->views_leaf)) return;
   t.storage()->set_category(Category::Activation);
-  Tape::current().remember_activation(t.storage());
+  Tape& tape = Tape::current();
+  tape.remember_activation(t.storage());
+  if (memory_timeline_collecting()) {
+    const profile::Context context = profile::current_context();
+    ActivationNote note;
+    note.shape = shape_str(t.shape());
+    if (context.op) {
+      note.op = context.op;
+      note.node = context.node;
+    } else {
+      note.held = true;  // by the outermost collapsed segment, as outermost_collapsed() finds it
+      for (const Segment* s = tape.open_segment().get(); s; s = s->parent.get())
+        if (!s->replayed) note.segment = s->id;
+      note.node = static_cast<int64_t>(tape.size());
+    }
+    memory_timeline_note(t.storage()->data(), std::move(note));
+  }
 }
 
 // ---- Node ------------------------------------------------------------------------
