@@ -26,6 +26,7 @@ struct Session {
   SteadyClock::time_point origin;
   std::vector<MemoryEvent> events;
   std::vector<TimedActivationNote> notes;
+  std::vector<PhaseSpan> phases;
 };
 Session& session() {
   static Session* s = new Session;  // never destroyed: tensors may die after main returns
@@ -77,6 +78,18 @@ void record_memory_event(MemoryEvent::Kind kind, Device device, int64_t bytes, C
   ses.events.push_back(std::move(e));
 }
 
+int64_t memory_timeline_now_ns() {
+  std::lock_guard<std::mutex> lock(session().mutex);  // the origin is written under it
+  return now_ns();
+}
+
+void record_memory_phase(profile::Phase phase, int segment, int64_t start_ns) {
+  Session& ses = session();
+  std::lock_guard<std::mutex> lock(ses.mutex);
+  if (!ses.open) return;
+  ses.phases.push_back({phase, segment, start_ns, now_ns()});
+}
+
 }  // namespace detail
 
 void memory_timeline_note(const void* block, ActivationNote note) {
@@ -98,6 +111,7 @@ MemoryTimeline::MemoryTimeline(Device device) : device_(device) {
     ses.open = true;
     ses.events.clear();
     ses.notes.clear();
+    ses.phases.clear();
     ses.origin = SteadyClock::now();
   }
   running_ = true;
@@ -123,8 +137,10 @@ void MemoryTimeline::stop() {
     wall_ns_ = now_ns();
     events_ = std::move(ses.events);
     notes_ = std::move(ses.notes);
+    phases_ = std::move(ses.phases);
     ses.events.clear();
     ses.notes.clear();
+    ses.phases.clear();
     ses.open = false;
   }
 
@@ -244,6 +260,10 @@ const std::vector<MemoryEvent>& MemoryTimeline::events() const {
 const std::vector<TimedActivationNote>& MemoryTimeline::notes() const {
   check_stopped("notes");
   return notes_;
+}
+const std::vector<PhaseSpan>& MemoryTimeline::phases() const {
+  check_stopped("phases");
+  return phases_;
 }
 const CategoryBytes& MemoryTimeline::start_levels() const {
   check_stopped("start_levels");

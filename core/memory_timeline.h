@@ -57,6 +57,13 @@ struct TimedActivationNote {
   ActivationNote note;
 };
 
+// A phase of the step (profile::PhaseScope) that closed while the timeline ran, allocating or not.
+struct PhaseSpan {
+  profile::Phase phase = profile::Phase::None;
+  int segment = -1;  // Phase::Replay: the segment replayed
+  int64_t start_ns = 0, end_ns = 0;  // since the timeline started
+};
+
 // A live block at some moment of the timeline, or (block == nullptr) the bytes of one category
 // that were already allocated when the timeline started, minus those freed since.
 struct LiveBlock {
@@ -110,6 +117,7 @@ class MemoryTimeline {
   // The accessors below are for a stopped timeline: they raise reel::Error while it runs.
   const std::vector<MemoryEvent>& events() const;
   const std::vector<TimedActivationNote>& notes() const;
+  const std::vector<PhaseSpan>& phases() const;       // in the order they closed (inner first)
   const CategoryBytes& start_levels() const;          // bytes by category when it started
   const std::vector<CategoryBytes>& levels() const;   // bytes by category after each event
   int64_t wall_ns() const;                            // from construction to stop()
@@ -127,6 +135,7 @@ class MemoryTimeline {
   int64_t wall_ns_ = 0;
   std::vector<MemoryEvent> events_;
   std::vector<TimedActivationNote> notes_;
+  std::vector<PhaseSpan> phases_;
   CategoryBytes start_levels_{};
   std::vector<CategoryBytes> levels_;
   MemoryPeak peak_;
@@ -138,6 +147,9 @@ extern std::atomic<bool> g_timeline_collecting;
 // Called by the caching allocator (under its lock) for a device whose timeline runs.
 void record_memory_event(MemoryEvent::Kind kind, Device device, int64_t bytes, Category category, Category from,
                          const void* block);
+// For profile::PhaseScope: the timeline's clock, and a phase that opened at `start_ns` closing now.
+int64_t memory_timeline_now_ns();
+void record_memory_phase(profile::Phase phase, int segment, int64_t start_ns);
 }  // namespace detail
 
 // True while a MemoryTimeline collects: the tape asks before it builds a note.

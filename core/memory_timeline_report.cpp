@@ -225,9 +225,29 @@ void write_areas(std::ostream& os, const MemoryTimeline& tl, const Plot& plot) {
   }
 }
 
-// Bands behind the curve, one per run of events in the same phase (and replayed segment). Runs
-// narrower than a quarter pixel are left out, which bounds their number by the plot's width.
-void write_phase_bands(std::ostream& os, const MemoryTimeline& tl, const Plot& plot) {
+// Bands behind the curve: the phases the timeline saw open and close (outer ones first, so a
+// replay is drawn over its backward), and runs of events in a phase no such span covers (ops run
+// outside any PhaseScope are in the forward). Bands narrower than a quarter pixel are left out,
+// which bounds the event runs' number by the plot's width.
+struct Band {
+  profile::Phase phase;
+  int segment;
+  double t0, t1;
+  int64_t events;  // -1: a span (the count is not needed there)
+};
+
+std::vector<Band> phase_bands(const MemoryTimeline& tl, const Plot& plot) {
+  std::vector<Band> bands;
+  for (const PhaseSpan& p : tl.phases())
+    bands.push_back({p.phase, p.segment, static_cast<double>(p.start_ns), static_cast<double>(p.end_ns), -1});
+  std::sort(bands.begin(), bands.end(),
+            [](const Band& a, const Band& b) { return a.t0 != b.t0 ? a.t0 < b.t0 : a.t1 > b.t1; });
+  const size_t spans = bands.size();
+  auto covered = [&](profile::Phase phase, int segment, double t) {
+    for (size_t i = 0; i < spans; ++i)
+      if (bands[i].phase == phase && bands[i].segment == segment && bands[i].t0 <= t && t <= bands[i].t1) return true;
+    return false;
+  };
   const auto& events = tl.events();
   size_t begin = 0;
   while (begin < events.size()) {
@@ -238,19 +258,30 @@ void write_phase_bands(std::ostream& os, const MemoryTimeline& tl, const Plot& p
     const MemoryEvent& first = events[begin];
     const double t0 = static_cast<double>(first.time_ns);
     const double t1 = end < events.size() ? static_cast<double>(events[end].time_ns) : plot.t_max;
-    const double x0 = plot.x(t0), x1 = plot.x(t1);
-    if (first.phase != profile::Phase::None && x1 - x0 >= 0.25) {
-      const std::string label = phase_label(first.phase, first.segment);
-      os << "<rect class=\"phase\" data-phase=\"" << escape(label) << "\" x=\"" << fixed(x0, 2) << "\" y=\""
-         << fixed(plot.top, 1) << "\" width=\"" << fixed(x1 - x0, 2) << "\" height=\"" << fixed(plot.height, 1)
-         << "\" fill=\"" << phase_color(first.phase) << "\"><title>" << escape(label) << ": "
-         << fixed(t0 / 1e6, 3) << " to " << fixed(t1 / 1e6, 3) << " ms, " << end - begin
-         << " events</title></rect>\n";
-      if (x1 - x0 >= 8.0 * static_cast<double>(label.size()))
-        os << "<text x=\"" << fixed((x0 + x1) / 2, 1) << "\" y=\"" << fixed(plot.top - 6, 1)
-           << "\" text-anchor=\"middle\" font-size=\"12\" fill=\"#555\">" << escape(label) << "</text>\n";
-    }
+    if (first.phase != profile::Phase::None && plot.x(t1) - plot.x(t0) >= 0.25 &&
+        !covered(first.phase, first.segment, t0))
+      bands.push_back({first.phase, first.segment, t0, t1, static_cast<int64_t>(end - begin)});
     begin = end;
+  }
+  return bands;
+}
+
+void write_phase_bands(std::ostream& os, const MemoryTimeline& tl, const Plot& plot) {
+  for (const Band& band : phase_bands(tl, plot)) {
+    const double x0 = plot.x(band.t0), x1 = plot.x(band.t1);
+    if (x1 - x0 < 0.25) continue;
+    const std::string label = phase_label(band.phase, band.segment);
+    os << "<rect class=\"phase\" data-phase=\"" << escape(label) << "\" x=\"" << fixed(x0, 2) << "\" y=\""
+       << fixed(plot.top, 1) << "\" width=\"" << fixed(x1 - x0, 2) << "\" height=\"" << fixed(plot.height, 1)
+       << "\" fill=\"" << phase_color(band.phase) << "\"><title>" << escape(label) << ": " << fixed(band.t0 / 1e6, 3)
+       << " to " << fixed(band.t1 / 1e6, 3) << " ms";
+    if (band.events >= 0) os << ", " << band.events << " events";
+    os << "</title></rect>\n";
+    // A replay sits inside the backward, whose label is above the plot: its own goes just inside.
+    const double label_y = band.phase == profile::Phase::Replay ? plot.top + 14 : plot.top - 6;
+    if (x1 - x0 >= 8.0 * static_cast<double>(label.size()))
+      os << "<text x=\"" << fixed((x0 + x1) / 2, 1) << "\" y=\"" << fixed(label_y, 1)
+         << "\" text-anchor=\"middle\" font-size=\"12\" fill=\"#555\">" << escape(label) << "</text>\n";
   }
 }
 
@@ -374,6 +405,12 @@ void write_memory_timeline_json(const std::string& path, const MemoryTimeline& t
                       {"segment", n.note.segment},
                       {"op", n.note.op},
                       {"node", n.note.node}});
+  json jphases = json::array();
+  for (const PhaseSpan& p : timeline.phases())
+    jphases.push_back({{"phase", profile::phase_name(p.phase)},
+                       {"segment", p.segment},
+                       {"start_ns", p.start_ns},
+                       {"end_ns", p.end_ns}});
   json categories = json::array(), category_peaks = json::object();
   for (int c = 0; c < kNumCategories; ++c) {
     const Category category = static_cast<Category>(c);
@@ -386,6 +423,7 @@ void write_memory_timeline_json(const std::string& path, const MemoryTimeline& t
                     {"start_bytes", category_bytes_json(timeline.start_levels())},
                     {"events", std::move(jevents)},
                     {"notes", std::move(jnotes)},
+                    {"phases", std::move(jphases)},
                     {"peak", peak_json(timeline.peak())},
                     {"category_peaks", std::move(category_peaks)}};
   std::ofstream out;

@@ -15,8 +15,8 @@ namespace reel {
 void write_memory_timeline_html(const std::string& path, const MemoryTimeline& timeline, const std::string& title);
 
 // JSON: the device, the bytes by category at the start, every event (with the levels after it),
-// the tape's notes, the total's peak and each category's peak with their live blocks. Raises
-// reel::Error naming `path` when it cannot be written.
+// the tape's notes, the phase spans, the total's peak and each category's peak with their live
+// blocks. Raises reel::Error naming `path` when it cannot be written.
 void write_memory_timeline_json(const std::string& path, const MemoryTimeline& timeline);
 
 }  // namespace reel

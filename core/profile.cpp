@@ -8,6 +8,7 @@
 
 #include "core/device_backend.h"
 #include "core/error.h"
+#include "core/memory_timeline.h"
 
 #if defined(REEL_NVTX)
 #include <nvtx3/nvToolsExt.h>
@@ -175,6 +176,7 @@ ContextScope::ContextScope(const char* nvtx_name) {
   t_saved.push_back(t_context);
   spanned_ = enabled();
   if (spanned_) start_ns_ = now_ns();
+  if (memory_timeline_collecting()) timeline_start_ns_ = reel::detail::memory_timeline_now_ns();
 }
 
 ContextScope::~ContextScope() {
@@ -198,6 +200,7 @@ PhaseScope::PhaseScope(Phase phase, int segment) : ContextScope(phase_name(phase
 
 PhaseScope::~PhaseScope() {
   if (spanned()) record_span(SpanRecord::Kind::Phase, phase_span_name(t_context.phase, t_context.segment));
+  if (timeline_start_ns() >= 0) reel::detail::record_memory_phase(t_context.phase, t_context.segment, timeline_start_ns());
 }
 
 OpScope::OpScope(const char* op, int64_t node, bool backward) : ContextScope(op) {

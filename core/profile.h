@@ -147,16 +147,19 @@ class ContextScope {
   bool active() const { return active_; }
   bool spanned() const { return spanned_; }
   void record_span(SpanRecord::Kind kind, std::string name) const;
+  // When it opened on a MemoryTimeline's clock, -1 when none collected then.
+  int64_t timeline_start_ns() const { return timeline_start_ns_; }
 
  private:
   bool active_ = false;
   bool spanned_ = false;
+  int64_t timeline_start_ns_ = -1;
   int64_t start_ns_ = 0;
 };
 }  // namespace detail
 
 // RAII: the ops run inside are in `phase` (Replay: of checkpoint segment `segment`). A span
-// named after the phase is recorded around them.
+// named after the phase is recorded around them, for a Profiler and for a MemoryTimeline.
 class PhaseScope : detail::ContextScope {
  public:
   explicit PhaseScope(Phase phase, int segment = -1);
