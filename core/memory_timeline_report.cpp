@@ -279,7 +279,7 @@ void write_phase_bands(std::ostream& os, const MemoryTimeline& tl, const Plot& p
     os << "</title></rect>\n";
     // A replay sits inside the backward, whose label is above the plot: its own goes just inside.
     const double label_y = band.phase == profile::Phase::Replay ? plot.top + 14 : plot.top - 6;
-    if (x1 - x0 >= 8.0 * static_cast<double>(label.size()))
+    if (x1 - x0 >= 6.5 * static_cast<double>(label.size()))
       os << "<text x=\"" << fixed((x0 + x1) / 2, 1) << "\" y=\"" << fixed(label_y, 1)
          << "\" text-anchor=\"middle\" font-size=\"12\" fill=\"#555\">" << escape(label) << "</text>\n";
   }
@@ -354,8 +354,8 @@ void write_legend(std::ostream& os, const MemoryTimeline& tl, const Plot& plot) 
 
 constexpr size_t kMaxTableRows = 500;
 
-void write_live_table(std::ostream& os, const MemoryPeak& peak) {
-  os << "<table id=\"peak-live\">\n<thead><tr><th>#</th><th>bytes</th><th>category</th><th>shape</th>"
+void write_live_table(std::ostream& os, const MemoryPeak& peak, const char* id) {
+  os << "<table id=\"" << id << "\">\n<thead><tr><th>#</th><th>bytes</th><th>category</th><th>shape</th>"
         "<th>kept for backward</th><th>allocated by</th><th>block</th></tr></thead>\n<tbody>\n";
   for (size_t i = 0; i < peak.live.size() && i < kMaxTableRows; ++i) {
     const LiveBlock& b = peak.live[i];
@@ -475,7 +475,12 @@ void write_memory_timeline_html(const std::string& path, const MemoryTimeline& t
      << "<p>Blocks allocated before the timeline started are one row per category. &ldquo;Kept for backward&rdquo; "
         "is what the tape said when it saved the tensor (an op's save, or a checkpoint segment's "
         "input held for its replay).</p>\n";
-  write_live_table(os, peak);
+  write_live_table(os, peak, "peak-live");
+  const MemoryPeak& activations = timeline.peak_of(Category::Activation);
+  os << "<h2>Activations at their own peak: " << format_bytes(activations.bytes) << " at "
+     << fixed(static_cast<double>(activations.time_ns) / 1e6, 3) << " ms (" << activations.live.size()
+     << " rows, largest first)</h2>\n";
+  write_live_table(os, activations, "activation-peak-live");
   os << "</body>\n</html>\n";
 
   std::ofstream out;
