@@ -123,7 +123,12 @@ MemoryTimeline::MemoryTimeline(Device device) : device_(device) {
   for (int c = 0; c < kNumCategories; ++c) start_levels_[c] = start.by_category[c].current_bytes;
 }
 
-MemoryTimeline::~MemoryTimeline() { stop(); }
+MemoryTimeline::~MemoryTimeline() {
+  try {
+    stop();
+  } catch (...) {  // out of memory while analysing must not escape a destructor
+  }
+}
 
 void MemoryTimeline::stop() {
   if (!running_) return;
