@@ -2,7 +2,9 @@
 // tape node and phase of the step, how long, how many bytes and FLOPs), spans for the ops and
 // phases around them, and reel::Profiler, the scope that collects them.
 //
-// Off (no Profiler alive) every hook costs one predictable branch on a relaxed atomic load.
+// Off (no Profiler alive) every hook costs one predictable branch on a relaxed atomic load. The
+// scopes' context (phase, segment, op, node) is also kept while a MemoryTimeline collects, which
+// stamps it on the allocator's events (core/memory_timeline.h).
 // The hooks are placed once: kernel entry points time their backend call through
 // REEL_DEVICE_DISPATCH (kernels/dispatch.h) with the cost written next to them; the tape opens
 // op spans (autograd/tape.cpp) and the replay, backward and optimizer phases; core times its own
