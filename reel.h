@@ -3,6 +3,8 @@
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/memory_timeline.h"
+#include "core/memory_timeline_report.h"
 #include "core/profile.h"
 #include "core/profile_report.h"
 #include "core/random.h"

@@ -88,7 +88,7 @@ void prepare_saves(Node& node, const Tensors& in) {
     if (inside(node.inputs[i].producer(), collapsed)) continue;
     node.inputs[i].held = in[i];
     node.inputs[i].held_version = in[i].version();
-    mark_activation(in[i]);
+    mark_activation(in[i], {nullptr, static_cast<int64_t>(node.index), collapsed->id});
   }
 }
 
@@ -145,7 +145,7 @@ void refill_kept_saves(Node& node, const Tensors& in) {
     if (j < 0) continue;
     node.saved[slot] = in[static_cast<size_t>(j)];
     node.saved_versions[slot] = in[static_cast<size_t>(j)].version();
-    mark_activation(in[static_cast<size_t>(j)]);
+    mark_activation(in[static_cast<size_t>(j)], {node.op->name(), static_cast<int64_t>(node.index), -1});
   }
 }
 }  // namespace

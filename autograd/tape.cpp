@@ -19,6 +19,7 @@
 
 #include "autograd/anomaly.h"
 #include "core/allocator.h"
+#include "core/memory_timeline.h"
 #include "core/profile.h"
 #include "kernels/ops.h"
 
@@ -98,12 +99,31 @@ void check_node(const Node& node, const std::function<const Device*(const Autogr
 // cleared. Storage already attributed to something else (parameters, gradients) keeps its
 // category, and so do leaves that require grad and views of them (w.t()): those are parameters
 // even when created outside a MemoryCategory scope.
-void mark_activation(const Tensor& t) {
+//
+// A running MemoryTimeline learns the tensor's shape and why it is kept. Node::save runs inside
+// its op's forward (an op in the thread's profile context); prepare_saves holds a collapsed
+// segment's boundary inputs before the op runs (no op yet), for the node about to be pushed.
+void mark_activation(const Tensor& t, const KeptBy& by) {
   if (!t.defined() || !t.storage() || t.storage()->category() != Category::Temporary) return;
   const auto& meta = t.autograd_meta();
   if (meta && ((meta->is_leaf && meta->requires_grad) || meta->views_leaf)) return;
   t.storage()->set_category(Category::Activation);
-  Tape::current().remember_activation(t.storage());
+  Tape& tape = Tape::current();
+  tape.remember_activation(t.storage());
+  if (memory_timeline_collecting()) {
+    const profile::Context context = profile::current_context();
+    ActivationNote note;
+    note.shape = shape_str(t.shape());
+    if (by.segment >= 0) {
+      note.held = true;
+      note.segment = by.segment;
+      note.node = by.node;
+    } else if (by.op || context.op) {
+      note.op = by.op ? by.op : context.op;
+      note.node = by.op ? by.node : context.node;
+    }
+    memory_timeline_note(t.storage()->data(), std::move(note));
+  }
 }
 
 // ---- Node ------------------------------------------------------------------------
@@ -188,6 +208,7 @@ Tensors record(std::unique_ptr<Op> op, const Tensors& inputs) {
 
   Tape& tape = Tape::current();
   tape.place(*node);
+  node->index = tape.size();  // where push() will put it (it says so again), for prepare_saves' notes
   prepare_saves(*node, inputs);
   Tensors outputs;
   {

@@ -141,7 +141,14 @@ inline std::string tape_dump() { return Tape::current().dump(); }
 // Tags a tensor the tape keeps (a node's save, a segment's held boundary) as an activation in the
 // memory statistics, unless it is a parameter's or gradient's memory (used by Node::save and
 // checkpoint segments; Tape::clear tags it back).
-void mark_activation(const Tensor& t);
+// `by` says who keeps it, for a running memory timeline's notes: the op that saved it (default: the
+// op whose forward is running, from the profiling context) or the segment holding it for a replay.
+struct KeptBy {
+  const char* op = nullptr;  // saved by this op...
+  int64_t node = -1;         // ...at this tape position (or: the node whose input is held)
+  int segment = -1;          // held by this collapsed checkpoint segment
+};
+void mark_activation(const Tensor& t, const KeptBy& by = {});
 
 // Registers autograd's differentiable views with core (autograd/register.cpp), so that x.view(...)
 // of a tensor that requires grad is recorded. Programs linking reel::reel get this call before

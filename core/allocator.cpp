@@ -1,9 +1,8 @@
-// Caching allocator, category statistics, the event log and the memory report.
+// Caching allocator, category statistics and the memory report.
 #include "core/allocator.h"
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -11,22 +10,12 @@
 
 #include "core/device_backend.h"
 #include "core/error.h"
+#include "core/memory_timeline.h"
 
 namespace reel {
 
 namespace {
 thread_local Category t_category = Category::Temporary;
-thread_local int64_t t_event_tag = -1;
-
-struct EventLog {
-  std::mutex mutex;
-  bool enabled = false;
-  std::vector<MemoryEvent> events;
-};
-EventLog& event_log() {
-  static EventLog* log = new EventLog;  // never destroyed: tensors may die after main returns
-  return *log;
-}
 
 std::atomic<bool> g_poison{false};
 
@@ -39,17 +28,6 @@ void poison(Device device, void* ptr, size_t bytes) {
     backend.copy_from_host(static_cast<char*>(ptr) + done, ones.data(), std::min(ones.size(), bytes - done));
 }
 
-int64_t now_ns() {
-  static const auto start = std::chrono::steady_clock::now();
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
-      .count();
-}
-
-void log_event(MemoryEvent::Kind kind, Device device, int64_t bytes, Category category) {
-  EventLog& log = event_log();
-  std::lock_guard<std::mutex> lock(log.mutex);
-  if (log.enabled) log.events.push_back({kind, device, bytes, category, now_ns(), t_event_tag});
-}
 }  // namespace
 
 const char* category_name(Category c) {
@@ -157,7 +135,9 @@ void* CachingAllocator::allocate_locked(size_t bytes, Category category) {
   }
   add_bytes(category, static_cast<int64_t>(bytes));
   ++stats_.by_category[static_cast<int>(category)].alloc_count;
-  log_event(MemoryEvent::Kind::Alloc, device_, static_cast<int64_t>(bytes), category);
+  if (timeline_)
+    detail::record_memory_event(MemoryEvent::Kind::Alloc, device_, static_cast<int64_t>(bytes), category, category,
+                                ptr);
   return ptr;
 }
 
@@ -169,10 +149,12 @@ void CachingAllocator::deallocate(void* ptr, size_t bytes, Category category) {
   stats_.cached_bytes += static_cast<int64_t>(cls);
   add_bytes(category, -static_cast<int64_t>(bytes));
   ++stats_.by_category[static_cast<int>(category)].free_count;
-  log_event(MemoryEvent::Kind::Free, device_, static_cast<int64_t>(bytes), category);
+  if (timeline_)
+    detail::record_memory_event(MemoryEvent::Kind::Free, device_, static_cast<int64_t>(bytes), category, category,
+                                ptr);
 }
 
-void CachingAllocator::recategorize(size_t bytes, Category from, Category to) {
+void CachingAllocator::recategorize(const void* ptr, size_t bytes, Category from, Category to) {
   if (bytes == 0 || from == to) return;
   std::lock_guard<std::mutex> lock(mutex_);
   // Leave the total unchanged: only the attribution moves.
@@ -180,8 +162,18 @@ void CachingAllocator::recategorize(size_t bytes, Category from, Category to) {
   CategoryStats& s = stats_.by_category[static_cast<int>(to)];
   s.current_bytes += static_cast<int64_t>(bytes);
   if (s.current_bytes > s.peak_bytes) s.peak_bytes = s.current_bytes;
-  log_event(MemoryEvent::Kind::Free, device_, static_cast<int64_t>(bytes), from);
-  log_event(MemoryEvent::Kind::Alloc, device_, static_cast<int64_t>(bytes), to);
+  if (timeline_) detail::record_memory_event(MemoryEvent::Kind::Retag, device_, static_cast<int64_t>(bytes), to, from, ptr);
+}
+
+MemoryStats CachingAllocator::start_timeline() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  timeline_ = true;
+  return stats_;
+}
+
+void CachingAllocator::stop_timeline() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  timeline_ = false;
 }
 
 MemoryStats CachingAllocator::stats() const {
@@ -274,25 +266,5 @@ std::string memory_report() {
   }
   return os.str();
 }
-
-void memory_log_enable(bool on) {
-  EventLog& log = event_log();
-  std::lock_guard<std::mutex> lock(log.mutex);
-  log.enabled = on;
-}
-
-std::vector<MemoryEvent> memory_log() {
-  EventLog& log = event_log();
-  std::lock_guard<std::mutex> lock(log.mutex);
-  return log.events;
-}
-
-void memory_log_clear() {
-  EventLog& log = event_log();
-  std::lock_guard<std::mutex> lock(log.mutex);
-  log.events.clear();
-}
-
-void memory_log_set_tag(int64_t tag) { t_event_tag = tag; }
 
 }  // namespace reel

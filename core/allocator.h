@@ -53,16 +53,6 @@ struct MemoryStats {
   const CategoryStats& operator[](Category c) const { return by_category[static_cast<int>(c)]; }
 };
 
-struct MemoryEvent {
-  enum class Kind : uint8_t { Alloc, Free };
-  Kind kind;
-  Device device;
-  int64_t bytes;     // requested bytes
-  Category category;
-  int64_t time_ns;   // steady clock since the process started
-  int64_t tag;       // caller-set marker (e.g. the tape position), -1 when unset
-};
-
 // The raw memory a device offers; the allocator caches on top of it.
 class RawMemory {
  public:
@@ -83,9 +73,15 @@ class CachingAllocator {
   // reel::Error naming the request, the use by category and the limit.
   void* allocate(size_t bytes, Category category);
   void deallocate(void* ptr, size_t bytes, Category category);
-  // Moves a live allocation's bytes from one category to another (e.g. a tensor the tape
+  // Moves the bytes of live block `ptr` from one category to another (e.g. a tensor the tape
   // saves for backward becomes an Activation).
-  void recategorize(size_t bytes, Category from, Category to);
+  void recategorize(const void* ptr, size_t bytes, Category from, Category to);
+
+  // The memory timeline (core/memory_timeline.h): from start_timeline() to stop_timeline() every
+  // allocation, free and retag is reported to it. The statistics returned are taken under the same
+  // lock, so no event falls between them and the first one reported.
+  MemoryStats start_timeline();
+  void stop_timeline();
 
   MemoryStats stats() const;
   void reset_peak();
@@ -107,6 +103,7 @@ class CachingAllocator {
   mutable std::mutex mutex_;
   MemoryStats stats_;
   int64_t limit_ = 0;
+  bool timeline_ = false;  // reporting events to the MemoryTimeline
   std::unordered_map<size_t, std::vector<void*>> free_blocks_;  // size class -> cached blocks
 };
 
@@ -125,12 +122,6 @@ std::string memory_report();
 // an element of its output unwritten fails its test instead of passing on stale values.
 void set_poison_allocations(bool on);
 bool poison_allocations();
-
-// The optional event log (off by default; one log for all devices).
-void memory_log_enable(bool on);
-std::vector<MemoryEvent> memory_log();
-void memory_log_clear();
-void memory_log_set_tag(int64_t tag);  // stamped on this thread's next events
 
 // "1.50 MiB", "512 B".
 std::string format_bytes(int64_t bytes);

@@ -8,6 +8,7 @@
 
 #include "core/device_backend.h"
 #include "core/error.h"
+#include "core/memory_timeline.h"
 
 #if defined(REEL_NVTX)
 #include <nvtx3/nvToolsExt.h>
@@ -17,22 +18,18 @@ namespace reel::profile {
 
 namespace detail {
 std::atomic<bool> g_enabled{false};
+std::atomic<int> g_tracking{0};
 }
 
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
-// What the kernels of this thread belong to right now.
-struct Context {
-  Phase phase = Phase::None;
-  int segment = -1;
+// What the kernels of this thread belong to right now: the public part and the user scope's name.
+struct ThreadContext : Context {
   const std::string* scope = nullptr;
-  const char* op = nullptr;
-  int64_t node = -1;
-  bool op_backward = false;
 };
-thread_local Context t_context;
+thread_local ThreadContext t_context;
 
 // A CUDA kernel's record waits for its device's marks until the profiler stops.
 struct PendingKernel {
@@ -116,15 +113,17 @@ const char* phase_name(Phase phase) {
   return "?";
 }
 
+Context current_context() { return t_context; }
+
 // ---- kernel runs --------------------------------------------------------------------------------
 
 KernelRun::KernelRun(const char* kernel, Device device, DType dtype, std::string shapes, KernelCost cost) {
-  const Context& c = t_context;
+  const ThreadContext& c = t_context;
   record_.kernel = kernel;
   record_.op = c.op ? c.op : "";
   record_.op_backward = c.op_backward;
   record_.node = c.node;
-  record_.phase = c.phase != Phase::None ? c.phase : (c.op ? Phase::Forward : Phase::None);
+  record_.phase = c.effective_phase();
   record_.segment = c.segment;
   if (c.scope) record_.scope = *c.scope;
   record_.shapes = std::move(shapes);
@@ -165,17 +164,19 @@ KernelRun::~KernelRun() {
 
 namespace {
 // The part of the context a scope replaces, restored when it closes.
-thread_local std::vector<Context> t_saved;
+thread_local std::vector<ThreadContext> t_saved;
 }  // namespace
 
 namespace detail {
 
 ContextScope::ContextScope(const char* nvtx_name) {
   nvtx_push(nvtx_name);
-  if (!enabled()) return;
+  if (!tracking()) return;
   active_ = true;
   t_saved.push_back(t_context);
-  start_ns_ = now_ns();
+  spanned_ = enabled();
+  if (spanned_) start_ns_ = now_ns();
+  if (memory_timeline_collecting()) timeline_start_ns_ = reel::detail::memory_timeline_now_ns();
 }
 
 ContextScope::~ContextScope() {
@@ -198,7 +199,8 @@ PhaseScope::PhaseScope(Phase phase, int segment) : ContextScope(phase_name(phase
 }
 
 PhaseScope::~PhaseScope() {
-  if (active()) record_span(SpanRecord::Kind::Phase, phase_span_name(t_context.phase, t_context.segment));
+  if (spanned()) record_span(SpanRecord::Kind::Phase, phase_span_name(t_context.phase, t_context.segment));
+  if (timeline_start_ns() >= 0) reel::detail::record_memory_phase(t_context.phase, t_context.segment, timeline_start_ns());
 }
 
 OpScope::OpScope(const char* op, int64_t node, bool backward) : ContextScope(op) {
@@ -209,7 +211,7 @@ OpScope::OpScope(const char* op, int64_t node, bool backward) : ContextScope(op)
 }
 
 OpScope::~OpScope() {
-  if (active())
+  if (spanned())
     record_span(SpanRecord::Kind::Op, std::string(t_context.op) + (t_context.op_backward ? ".backward" : ""));
 }
 
@@ -223,7 +225,7 @@ Scope::Scope(const std::string& name) : ContextScope(name.c_str()), name_(name) 
 }
 
 Scope::~Scope() {
-  if (active()) record_span(SpanRecord::Kind::Phase, name_);
+  if (spanned()) record_span(SpanRecord::Kind::Phase, name_);
 }
 
 }  // namespace reel::profile
@@ -243,6 +245,7 @@ Profiler::Profiler() {
   ses.device_origins.clear();
   ses.origin = profile::SteadyClock::now();
   running_ = true;
+  profile::detail::g_tracking.fetch_add(1, std::memory_order_relaxed);
   profile::detail::g_enabled.store(true, std::memory_order_relaxed);
 }
 
@@ -257,6 +260,7 @@ void Profiler::stop() {
   if (!running_) return;
   running_ = false;
   profile::detail::g_enabled.store(false, std::memory_order_relaxed);
+  profile::detail::g_tracking.fetch_sub(1, std::memory_order_relaxed);
   auto& ses = session();
   wall_ns_ = profile::now_ns();
   std::lock_guard<std::mutex> lock(ses.mutex);

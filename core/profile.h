@@ -2,7 +2,9 @@
 // tape node and phase of the step, how long, how many bytes and FLOPs), spans for the ops and
 // phases around them, and reel::Profiler, the scope that collects them.
 //
-// Off (no Profiler alive) every hook costs one predictable branch on a relaxed atomic load.
+// Off (no Profiler alive) every hook costs one predictable branch on a relaxed atomic load. The
+// scopes' context (phase, segment, op, node) is also kept while a MemoryTimeline collects, which
+// stamps it on the allocator's events (core/memory_timeline.h).
 // The hooks are placed once: kernel entry points time their backend call through
 // REEL_DEVICE_DISPATCH (kernels/dispatch.h) with the cost written next to them; the tape opens
 // op spans (autograd/tape.cpp) and the replay, backward and optimizer phases; core times its own
@@ -97,9 +99,25 @@ class DeviceClock {
 
 namespace detail {
 extern std::atomic<bool> g_enabled;
+extern std::atomic<int> g_tracking;  // collectors alive that read the context: Profiler, MemoryTimeline
 }
-// True while a Profiler collects.
+// True while a Profiler collects: kernel records and spans.
 inline bool enabled() { return detail::g_enabled.load(std::memory_order_relaxed); }
+// True while a Profiler or a reel::MemoryTimeline (core/memory_timeline.h) collects: the scopes
+// below then keep the thread's context, which both stamp on what they record.
+inline bool tracking() { return detail::g_tracking.load(std::memory_order_relaxed) != 0; }
+
+// Where this thread is in the step: what the scopes below set. Meaningful only while tracking().
+struct Context {
+  Phase phase = Phase::None;  // as set by the innermost PhaseScope or Scope
+  int segment = -1;           // Phase::Replay: the checkpoint segment replayed
+  const char* op = nullptr;   // the tape op running (its name, a static string), or nullptr
+  int64_t node = -1;          // its position on the tape, -1 when not recorded
+  bool op_backward = false;   // inside the op's backward rule
+  // The phase a record is attributed to: an op run outside any phase is in the forward.
+  Phase effective_phase() const { return phase != Phase::None ? phase : (op ? Phase::Forward : Phase::None); }
+};
+Context current_context();
 
 // RAII around one kernel run; built by the dispatch only while enabled().
 class KernelRun {
@@ -116,9 +134,10 @@ class KernelRun {
 };
 
 namespace detail {
-// What the scopes below share: an NVTX range (nvcc build) and, while enabled(), the thread's
+// What the scopes below share: an NVTX range (nvcc build) and, while tracking(), the thread's
 // context saved on entry and restored on exit. A derived scope sets its fields of the context
-// when active() and records its span in its destructor, before this one restores the context.
+// when active() and, when spanned() (a Profiler collected as it opened), records its span in its
+// destructor, before this one restores the context.
 class ContextScope {
  public:
   ContextScope(const ContextScope&) = delete;
@@ -128,16 +147,21 @@ class ContextScope {
   explicit ContextScope(const char* nvtx_name);
   ~ContextScope();
   bool active() const { return active_; }
+  bool spanned() const { return spanned_; }
   void record_span(SpanRecord::Kind kind, std::string name) const;
+  // When it opened on a MemoryTimeline's clock, -1 when none collected then.
+  int64_t timeline_start_ns() const { return timeline_start_ns_; }
 
  private:
   bool active_ = false;
+  bool spanned_ = false;
+  int64_t timeline_start_ns_ = -1;
   int64_t start_ns_ = 0;
 };
 }  // namespace detail
 
 // RAII: the ops run inside are in `phase` (Replay: of checkpoint segment `segment`). A span
-// named after the phase is recorded around them.
+// named after the phase is recorded around them, for a Profiler and for a MemoryTimeline.
 class PhaseScope : detail::ContextScope {
  public:
   explicit PhaseScope(Phase phase, int segment = -1);

@@ -14,7 +14,7 @@ Storage::~Storage() {
 
 void Storage::set_category(Category category) {
   if (category == category_) return;
-  allocator_for(device_).recategorize(bytes_, category_, category);
+  allocator_for(device_).recategorize(data_, bytes_, category_, category);
   category_ = category;
 }
 

@@ -321,8 +321,10 @@ int run(const Options& o, const CLI::App& app) {
     double train_seconds = 0;
     int64_t tokens = 0;
     examples::StepProfiler profiler(o.train);
+    examples::StepMemoryTimeline memory_timeline(o.train, device, "char_gpt");
     for (int64_t step = 1; step <= steps; ++step) {
       profiler.before_step(step);
+      memory_timeline.before_step(step);
       const auto t0 = std::chrono::steady_clock::now();
       std::vector<Batch> micro;
       for (int64_t b : sizes) {
@@ -337,6 +339,7 @@ int run(const Options& o, const CLI::App& app) {
       tokens += r.count;
       progress.update(step, r.loss, tokens);
       profiler.after_step(step);
+      memory_timeline.after_step(step);
       if (step % o.eval_every == 0 && step < steps) {
         progress.finish();
         val_loss = evaluate(gpt, val_ids, T, o.eval_windows, device);
@@ -348,6 +351,7 @@ int run(const Options& o, const CLI::App& app) {
     }
     progress.finish();
     profiler.finish();
+    memory_timeline.finish();
     std::printf("trained: %lld steps, %lld tokens in %.1f s\n", static_cast<long long>(steps),
                 static_cast<long long>(tokens), train_seconds);
     if (acc.skipped_steps() > 0)

@@ -174,6 +174,7 @@ int main(int argc, char** argv) {
     int64_t step = 0, samples = 0;
     double train_seconds = 0, test_acc = 0;
     examples::StepProfiler profiler(o);
+    examples::StepMemoryTimeline memory_timeline(o, device, "fashion_mnist_mlp");
     for (int64_t epoch = 1; epoch <= o.epochs && step < total_steps; ++epoch) {
       for (int64_t i = 0; i < train.n; ++i) order[static_cast<size_t>(i)] = i;
       shuffle(order, rng);
@@ -189,9 +190,11 @@ int main(int argc, char** argv) {
           begin += size;
         }
         profiler.before_step(step + 1);
+        memory_timeline.before_step(step + 1);
         const optim::WindowResult r = accumulator.step<MicroBatch>(window, count, loss);
         ++step, ++epoch_steps;
         profiler.after_step(step);
+        memory_timeline.after_step(step);
         loss_sum += r.loss * static_cast<double>(r.count);
         epoch_samples += r.count;
         progress.update(epoch_steps, loss_sum / static_cast<double>(epoch_samples), epoch_samples);
@@ -208,6 +211,7 @@ int main(int argc, char** argv) {
     }
 
     profiler.finish();
+    memory_timeline.finish();
     if (accumulator.skipped_steps() > 0)
       std::printf("skipped: %lld steps with non-finite gradients\n",
                   static_cast<long long>(accumulator.skipped_steps()));

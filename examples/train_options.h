@@ -1,8 +1,8 @@
 // What the training examples share: their common command-line options (device, batch,
 // accumulation, checkpointing, optimizer, learning-rate schedule, clipping, run length, seed,
-// threads, save/load, profiling), parsed with CLI11, the schedule and thread count they ask for,
-// how a window's samples are cut into micro-batches, the one-line progress display, and the
-// profiler around a few training steps.
+// threads, save/load, profiling, the memory timeline), parsed with CLI11, the schedule and thread
+// count they ask for, how a window's samples are cut into micro-batches, the one-line progress
+// display, and the profiler and the memory timeline around a few training steps.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <omp.h>
@@ -12,11 +12,13 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/memory_timeline_report.h"
 #include "core/profile_report.h"
 #include "optim/lr_schedule.h"
 
@@ -26,7 +28,7 @@ struct TrainOptions {
   std::string device = "cpu";
   int64_t batch = 128;        // samples (or sequences) per optimizer step: the accumulation window
   int64_t accum_steps = 1;    // micro-batches per window; each holds about batch / accum_steps
-  std::string checkpoint = "none";  // none | every:K | sqrt | list:i,j
+  std::string checkpoint = "none";  // none | every:K | sqrt | list:i,j | selective | budget:SIZE
   int64_t epochs = 1;
   int64_t max_steps = 0;      // > 0: stop after this many optimizer steps
   std::string optimizer = "adam";
@@ -42,6 +44,7 @@ struct TrainOptions {
   bool skip_nonfinite = false; // a step whose gradients are not finite is skipped (and counted)
   std::string profile;        // trace path; empty: no profiling
   int64_t profile_steps = 3;  // optimizer steps profiled, after kProfileWarmup steps of warm-up
+  std::string memory_timeline;  // page path (HTML; the JSON beside it); empty: no timeline
 };
 
 // Registers the options on `app`; the values already in `o` are the defaults shown by --help.
@@ -51,7 +54,7 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--accum-steps", o.accum_steps, "micro-batches per optimizer step (gradient accumulation)")
       ->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--checkpoint", o.checkpoint, "activation checkpointing: none, every:K, sqrt or list:i,j,...")
+  app.add_option("--checkpoint", o.checkpoint, "activation checkpointing: none, every:K, sqrt, list:i,j,..., selective (matmul outputs kept) or budget:SIZE (planned, e.g. budget:48MiB)")
       ->capture_default_str();
   app.add_option("--epochs", o.epochs, "passes over the training data")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--max-steps", o.max_steps, "stop after this many optimizer steps (0: no limit)")->capture_default_str();
@@ -77,6 +80,8 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
                  "profile --profile-steps steps after warm-up: print the kernel table, write a Chrome trace here");
   app.add_option("--profile-steps", o.profile_steps, "optimizer steps to profile")->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--memory-timeline", o.memory_timeline,
+                 "write the memory timeline of optimizer step 2 here (an HTML page; the JSON beside it, .json)");
 }
 
 // The learning rate of each of `total_steps` optimizer steps, as --schedule asks.
@@ -101,39 +106,101 @@ inline std::vector<int64_t> micro_batch_sizes(int64_t n, int64_t parts) {
   return sizes;
 }
 
-// --profile: a reel::Profiler around optimizer steps kProfileWarmup + 1 .. + --profile-steps
-// (warm-up first: the allocator's cache, OpenMP's threads and the CPU's clocks settle), then the
-// table on stdout and the trace file. A run shorter than that profiles the steps it has.
-class StepProfiler {
+// What --profile and --memory-timeline share: a collector started before optimizer step
+// `warmup` + 1 and finished after step `warmup` + `steps` (or by finish() after the loop, for a run
+// shorter than that), once per run. A derived class says how to start and how to report.
+class StepCollector {
  public:
-  static constexpr int64_t kProfileWarmup = 2;
-  explicit StepProfiler(const TrainOptions& o) : path_(o.profile), steps_(o.profile_steps) {}
+  StepCollector(bool wanted, int64_t warmup, int64_t steps) : wanted_(wanted), warmup_(warmup), steps_(steps) {}
+  virtual ~StepCollector() = default;
+  StepCollector(const StepCollector&) = delete;
+  StepCollector& operator=(const StepCollector&) = delete;
 
   void before_step(int64_t step) {  // step counts from 1
-    if (!path_.empty() && !done_ && !profiler_ && step > kProfileWarmup) profiler_ = std::make_unique<reel::Profiler>();
+    if (wanted_ && !running_ && !done_ && step > warmup_) {
+      first_step_ = step;
+      start();
+      running_ = true;
+    }
   }
   void after_step(int64_t step) {
-    if (profiler_ && step >= kProfileWarmup + steps_) finish();
+    if (running_ && step >= warmup_ + steps_) finish();
   }
-  // Prints and writes what was collected (called by after_step, and after the loop for short runs).
+  // Stops and reports what was collected (called by after_step, and after the loop for short runs).
   void finish() {
-    if (!profiler_) return;
+    if (!running_) return;
+    running_ = false;
+    done_ = true;
+    stop_and_report();
+    std::fflush(stdout);
+  }
+
+ protected:
+  virtual void start() = 0;
+  virtual void stop_and_report() = 0;
+  int64_t first_step() const { return first_step_; }
+
+ private:
+  bool wanted_;
+  int64_t warmup_, steps_;
+  bool running_ = false, done_ = false;
+  int64_t first_step_ = 0;
+};
+
+// --profile: a reel::Profiler around optimizer steps kProfileWarmup + 1 .. + --profile-steps
+// (warm-up first: the allocator's cache, OpenMP's threads and the CPU's clocks settle), then the
+// table on stdout and the trace file.
+class StepProfiler : public StepCollector {
+ public:
+  static constexpr int64_t kProfileWarmup = 2;
+  explicit StepProfiler(const TrainOptions& o)
+      : StepCollector(!o.profile.empty(), kProfileWarmup, o.profile_steps), path_(o.profile) {}
+
+ private:
+  void start() override { profiler_ = std::make_unique<reel::Profiler>(); }
+  void stop_and_report() override {
     profiler_->stop();
     std::printf("\n");
     reel::profile::print_table(std::cout, *profiler_);
     reel::profile::write_trace(path_, *profiler_);
     std::printf("profile: trace of %zu kernel runs written to %s (open in https://ui.perfetto.dev)\n",
                 profiler_->kernels().size(), path_.c_str());
-    std::fflush(stdout);
     profiler_.reset();
-    done_ = true;
   }
 
- private:
   std::string path_;
-  int64_t steps_;
   std::unique_ptr<reel::Profiler> profiler_;
-  bool done_ = false;
+};
+
+// --memory-timeline: a reel::MemoryTimeline of `device` around optimizer step 2 (the first one
+// has made the gradients and the optimizer state: step 2 is what every later step looks like),
+// written as the HTML page and, beside it, the JSON.
+class StepMemoryTimeline : public StepCollector {
+ public:
+  StepMemoryTimeline(const TrainOptions& o, reel::Device device, std::string program)
+      : StepCollector(!o.memory_timeline.empty(), 1, 1), path_(o.memory_timeline), device_(device),
+        program_(std::move(program)) {}
+
+ private:
+  void start() override { timeline_ = std::make_unique<reel::MemoryTimeline>(device_); }
+  void stop_and_report() override {
+    timeline_->stop();
+    const std::string json_path = std::filesystem::path(path_).replace_extension(".json").string();
+    const std::string title = program_ + ": memory of optimizer step " + std::to_string(first_step()) + " on " +
+                              device_.str();
+    reel::write_memory_timeline_html(path_, *timeline_, title);
+    reel::write_memory_timeline_json(json_path, *timeline_);
+    std::printf("memory timeline: step %lld, peak %s (activations %s), %zu events written to %s and %s\n",
+                static_cast<long long>(first_step()), reel::format_bytes(timeline_->peak().bytes).c_str(),
+                reel::format_bytes(timeline_->peak_of(reel::Category::Activation).bytes).c_str(),
+                timeline_->events().size(), path_.c_str(), json_path.c_str());
+    timeline_.reset();
+  }
+
+  std::string path_;
+  reel::Device device_;
+  std::string program_;
+  std::unique_ptr<reel::MemoryTimeline> timeline_;
 };
 
 // "\r[=========>          ] 45%  step 120/267  loss 0.4321  5123 samples/s" on stderr.

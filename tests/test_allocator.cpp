@@ -1,9 +1,12 @@
 // The caching allocator: size classes, reuse, statistics by category exact to the byte, peak
-// reset, the limit error, the event log, and tensors tagged through MemoryCategory scopes.
+// reset, the limit error, the events a memory timeline receives, and tensors tagged through
+// MemoryCategory scopes.
 #include <cstdlib>
 #include <set>
 
 #include "core/allocator.h"
+#include "core/memory_timeline.h"
+#include "core/storage.h"
 #include "testing.h"
 
 using namespace reel;
@@ -78,7 +81,7 @@ TEST_CASE("statistics are exact to the byte for a known sequence") {
   CHECK(s.peak_bytes == 100 + 1000 + 4900);
   CHECK(s[Category::Activation].peak_bytes == 1000);
 
-  alloc.recategorize(1000, Category::Activation, Category::Gradient);
+  alloc.recategorize(b, 1000, Category::Activation, Category::Gradient);
   s = alloc.stats();
   CHECK(s[Category::Activation].current_bytes == 0);
   CHECK(s[Category::Gradient].current_bytes == 1000);
@@ -139,25 +142,36 @@ TEST_CASE("tensors are attributed to the category of the enclosing scope") {
   CHECK(memory_report().find("parameter") != std::string::npos);
 }
 
-TEST_CASE("the event log records allocations and frees with category and tag") {
-  memory_log_clear();
-  memory_log_enable(true);
-  memory_log_set_tag(42);
+TEST_CASE("a memory timeline receives allocations, retags and frees with category, block and context") {
+  MemoryTimeline timeline;
+  const void* block = nullptr;
   {
+    const profile::OpScope op("test_op", 42, false);
     MemoryCategory scope(Category::Activation);
     Tensor t = empty({8});
+    block = t.storage()->data();
+    t.storage()->set_category(Category::Gradient);
   }
-  memory_log_enable(false);
-  memory_log_set_tag(-1);
-  const std::vector<MemoryEvent> events = memory_log();
-  REQUIRE(events.size() == 2);
+  timeline.stop();
+  Tensor untracked = empty({8});
+  const std::vector<MemoryEvent>& events = timeline.events();
+  REQUIRE(events.size() == 3);
   CHECK(events[0].kind == MemoryEvent::Kind::Alloc);
   CHECK(events[0].bytes == 32);
   CHECK(events[0].category == Category::Activation);
-  CHECK(events[0].tag == 42);
-  CHECK(events[1].kind == MemoryEvent::Kind::Free);
+  CHECK(events[0].op == "test_op");
+  CHECK(events[0].node == 42);
+  CHECK(events[0].phase == profile::Phase::Forward);  // an op outside any phase is in the forward
+  CHECK(events[1].kind == MemoryEvent::Kind::Retag);
+  CHECK(events[1].from == Category::Activation);
+  CHECK(events[1].category == Category::Gradient);
+  CHECK(events[2].kind == MemoryEvent::Kind::Free);
+  CHECK(events[2].category == Category::Gradient);
+  for (const MemoryEvent& e : events) {
+    CHECK(e.block == block);
+    CHECK(e.device == Device::cpu());
+  }
   CHECK(events[1].time_ns >= events[0].time_ns);
-  Tensor untracked = empty({8});
-  CHECK(memory_log().size() == 2);
+  CHECK(events[2].time_ns >= events[1].time_ns);
   CHECK(format_bytes(1536) == "1.50 KiB");
 }

@@ -1,0 +1,492 @@
+// The memory timeline's reports (core/memory_timeline_report.h): the HTML page with inline SVG and
+// the JSON file.
+#include "core/memory_timeline_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace reel {
+
+namespace {
+
+using json = nlohmann::json;
+
+// ---- shared: how a block and a phase are described ---------------------------------------------
+
+std::string block_address(const void* block) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", block);
+  return buf;
+}
+
+std::string phase_label(profile::Phase phase, int segment) {
+  if (phase == profile::Phase::Replay) return "replay " + std::to_string(segment);
+  return profile::phase_name(phase);
+}
+
+// "matmul (node 3, forward)", "before the timeline", "outside ops (optimizer)".
+std::string allocated_by(const LiveBlock& b) {
+  if (b.before_timeline()) return "before the timeline";
+  std::string s = b.op.empty() ? std::string("outside ops") : b.op + (b.op_backward ? ".backward" : "");
+  std::string where;
+  if (b.node >= 0) where = "node " + std::to_string(b.node);
+  if (b.phase != profile::Phase::None) where += (where.empty() ? "" : ", ") + phase_label(b.phase, b.segment);
+  return where.empty() ? s : s + " (" + where + ")";
+}
+
+// "saved by matmul (node 3)", "held by checkpoint segment 2 for its replay (input of node 5)".
+std::string kept_by(const LiveBlock& b) {
+  if (!b.has_note) return "";
+  const ActivationNote& n = b.note;
+  if (n.held)
+    return "held by checkpoint segment " + std::to_string(n.segment) + " for its replay (input of node " +
+           std::to_string(n.node) + ")";
+  return "saved by " + n.op + (n.node >= 0 ? " (node " + std::to_string(n.node) + ")" : "");
+}
+
+void open_for_writing(std::ofstream& out, const std::string& path, const char* what) {
+  out.open(path);
+  REEL_CHECK(out.good(), what, ": cannot write to ", path);
+}
+void check_written(std::ofstream& out, const std::string& path, const char* what) {
+  out.flush();
+  REEL_CHECK(out.good(), what, ": writing ", path, " failed");
+}
+
+// ---- JSON ---------------------------------------------------------------------------------------
+
+json category_bytes_json(const CategoryBytes& bytes) {
+  json j = json::object();
+  for (int c = 0; c < kNumCategories; ++c) j[category_name(static_cast<Category>(c))] = bytes[c];
+  return j;
+}
+
+json live_json(const LiveBlock& b) {
+  json j = {{"bytes", b.bytes},
+            {"category", category_name(b.category)},
+            {"before_timeline", b.before_timeline()}};
+  if (b.before_timeline()) return j;
+  j["block"] = block_address(b.block);
+  j["alloc_event"] = b.alloc_event;
+  j["phase"] = profile::phase_name(b.phase);
+  j["segment"] = b.segment;
+  j["op"] = b.op;
+  j["node"] = b.node;
+  j["backward"] = b.op_backward;
+  j["allocated_by"] = allocated_by(b);
+  if (b.has_note) {
+    j["shape"] = b.note.shape;
+    j["held"] = b.note.held;
+    j["kept_by"] = kept_by(b);
+  }
+  return j;
+}
+
+json peak_json(const MemoryPeak& p) {
+  json live = json::array();
+  for (const LiveBlock& b : p.live) live.push_back(live_json(b));
+  return {{"event", p.event},
+          {"time_ns", p.time_ns},
+          {"bytes", p.bytes},
+          {"by_category", category_bytes_json(p.by_category)},
+          {"live", std::move(live)}};
+}
+
+// ---- HTML ---------------------------------------------------------------------------------------
+
+std::string escape(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char ch : s) {
+    switch (ch) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += ch;
+    }
+  }
+  return out;
+}
+
+std::string fixed(double v, int decimals) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+constexpr double kMiB = 1024.0 * 1024.0;
+const char* const kCategoryColors[kNumCategories] = {"#4e79a7", "#f28e2b", "#76b7b2", "#e15759", "#bab0ac"};
+
+const char* phase_color(profile::Phase phase) {
+  switch (phase) {
+    case profile::Phase::Forward: return "#dbeafe";
+    case profile::Phase::Backward: return "#fde2e2";
+    case profile::Phase::Replay: return "#fef3c7";
+    case profile::Phase::Optimizer: return "#dcfce7";
+    default: return "#eeeeee";
+  }
+}
+
+// A tick step of 1, 2 or 5 times a power of ten giving at most `max_ticks` ticks up to `range`.
+double tick_step(double range, int max_ticks) {
+  if (range <= 0) return 1;
+  const double raw = range / max_ticks;
+  const double power = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (m * power >= raw) return m * power;
+  return 10 * power;
+}
+// Enough decimals to tell ticks `step` apart.
+int tick_decimals(double step) { return std::max(0, static_cast<int>(std::ceil(-std::log10(step) - 1e-9))); }
+
+// The plot's geometry: time (ns) to x, bytes to y.
+struct Plot {
+  double left = 90, top = 50, width = 1080, height = 420;
+  double t_max = 1, bytes_max = 1;
+  double x(double t_ns) const { return left + t_ns / t_max * width; }
+  double y(double bytes) const { return top + height - bytes / bytes_max * height; }
+};
+
+// One pixel column's worth of the curve: the levels before its first event, at its largest total
+// (the first event reaching it) and after its last event.
+struct Column {
+  int pixel = 0;
+  CategoryBytes before{}, highest{}, after{};
+};
+
+int64_t total(const CategoryBytes& b) {
+  int64_t sum = 0;
+  for (int64_t v : b) sum += v;
+  return sum;
+}
+
+std::vector<Column> columns(const MemoryTimeline& tl, const Plot& plot) {
+  std::vector<Column> cols;
+  const auto& events = tl.events();
+  const auto& levels = tl.levels();
+  CategoryBytes previous = tl.start_levels();
+  for (size_t i = 0; i < events.size(); ++i) {
+    const int pixel = std::min(static_cast<int>(plot.width) - 1,
+                               static_cast<int>(static_cast<double>(events[i].time_ns) / plot.t_max * plot.width));
+    if (cols.empty() || cols.back().pixel != pixel) {
+      Column c;
+      c.pixel = pixel;
+      c.before = previous;
+      c.highest = levels[i];
+      cols.push_back(c);
+    } else if (total(levels[i]) > total(cols.back().highest)) {
+      cols.back().highest = levels[i];
+    }
+    cols.back().after = levels[i];
+    previous = levels[i];
+  }
+  return cols;
+}
+
+// The stacked areas: category k's polygon runs along the top of categories 0..k left to right and
+// back along the top of 0..k-1.
+void write_areas(std::ostream& os, const MemoryTimeline& tl, const Plot& plot) {
+  struct Point {
+    double x;
+    CategoryBytes level;
+  };
+  std::vector<Point> points{{plot.left, tl.start_levels()}};
+  for (const Column& c : columns(tl, plot)) {
+    const double x = plot.left + c.pixel;
+    points.push_back({x, c.before});
+    points.push_back({x, c.highest});
+    points.push_back({x + 1, c.after});
+  }
+  points.push_back({plot.left + plot.width, points.back().level});
+
+  for (int k = 0; k < kNumCategories; ++k) {
+    const Category category = static_cast<Category>(k);
+    std::ostringstream top, bottom;
+    auto stacked = [&](const CategoryBytes& level, int upto) {
+      int64_t sum = 0;
+      for (int c = 0; c <= upto; ++c) sum += level[c];
+      return sum;
+    };
+    for (const Point& p : points)
+      top << fixed(p.x, 1) << ',' << fixed(plot.y(static_cast<double>(stacked(p.level, k))), 1) << ' ';
+    for (auto it = points.rbegin(); it != points.rend(); ++it)
+      bottom << fixed(it->x, 1) << ',' << fixed(plot.y(static_cast<double>(stacked(it->level, k - 1))), 1) << ' ';
+    os << "<polygon class=\"area\" data-category=\"" << category_name(category) << "\" fill=\""
+       << kCategoryColors[k] << "\" fill-opacity=\"0.85\" points=\"" << top.str() << bottom.str() << "\">"
+       << "<title>" << category_name(category) << ": peak " << format_bytes(tl.peak_of(category).bytes)
+       << "</title></polygon>\n";
+  }
+}
+
+// Bands behind the curve: the phases the timeline saw open and close (outer ones first, so a
+// replay is drawn over its backward), and runs of events in a phase no such span covers (ops run
+// outside any PhaseScope are in the forward). Bands narrower than a quarter pixel are left out,
+// which bounds the event runs' number by the plot's width.
+struct Band {
+  profile::Phase phase;
+  int segment;
+  double t0, t1;
+  int64_t events;  // -1: a span (the count is not needed there)
+};
+
+std::vector<Band> phase_bands(const MemoryTimeline& tl, const Plot& plot) {
+  std::vector<Band> bands;
+  for (const PhaseSpan& p : tl.phases())
+    bands.push_back({p.phase, p.segment, static_cast<double>(p.start_ns), static_cast<double>(p.end_ns), -1});
+  std::sort(bands.begin(), bands.end(),
+            [](const Band& a, const Band& b) { return a.t0 != b.t0 ? a.t0 < b.t0 : a.t1 > b.t1; });
+  const size_t spans = bands.size();
+  auto covered = [&](profile::Phase phase, int segment, double t) {
+    for (size_t i = 0; i < spans; ++i)
+      if (bands[i].phase == phase && bands[i].segment == segment && bands[i].t0 <= t && t <= bands[i].t1) return true;
+    return false;
+  };
+  const auto& events = tl.events();
+  size_t begin = 0;
+  while (begin < events.size()) {
+    size_t end = begin + 1;
+    while (end < events.size() && events[end].phase == events[begin].phase &&
+           events[end].segment == events[begin].segment)
+      ++end;
+    const MemoryEvent& first = events[begin];
+    const double t0 = static_cast<double>(first.time_ns);
+    const double t1 = end < events.size() ? static_cast<double>(events[end].time_ns) : plot.t_max;
+    if (first.phase != profile::Phase::None && plot.x(t1) - plot.x(t0) >= 0.25 &&
+        !covered(first.phase, first.segment, t0))
+      bands.push_back({first.phase, first.segment, t0, t1, static_cast<int64_t>(end - begin)});
+    begin = end;
+  }
+  return bands;
+}
+
+void write_phase_bands(std::ostream& os, const MemoryTimeline& tl, const Plot& plot) {
+  for (const Band& band : phase_bands(tl, plot)) {
+    const double x0 = plot.x(band.t0), x1 = plot.x(band.t1);
+    if (x1 - x0 < 0.25) continue;
+    const std::string label = phase_label(band.phase, band.segment);
+    os << "<rect class=\"phase\" data-phase=\"" << escape(label) << "\" x=\"" << fixed(x0, 2) << "\" y=\""
+       << fixed(plot.top, 1) << "\" width=\"" << fixed(x1 - x0, 2) << "\" height=\"" << fixed(plot.height, 1)
+       << "\" fill=\"" << phase_color(band.phase) << "\"><title>" << escape(label) << ": " << fixed(band.t0 / 1e6, 3)
+       << " to " << fixed(band.t1 / 1e6, 3) << " ms";
+    if (band.events >= 0) os << ", " << band.events << " events";
+    os << "</title></rect>\n";
+    // A replay sits inside the backward, whose label is above the plot: its own goes just inside.
+    const double label_y = band.phase == profile::Phase::Replay ? plot.top + 14 : plot.top - 6;
+    if (x1 - x0 >= 6.5 * static_cast<double>(label.size()))
+      os << "<text x=\"" << fixed((x0 + x1) / 2, 1) << "\" y=\"" << fixed(label_y, 1)
+         << "\" text-anchor=\"middle\" font-size=\"12\" fill=\"#555\">" << escape(label) << "</text>\n";
+  }
+}
+
+void write_axes(std::ostream& os, const Plot& plot) {
+  const double mib_max = plot.bytes_max / kMiB;
+  const double mib_step = tick_step(mib_max, 8);
+  const int mib_decimals = tick_decimals(mib_step);
+  for (double v = 0; v <= mib_max + 1e-12; v += mib_step) {
+    const double y = plot.y(v * kMiB);
+    os << "<line x1=\"" << fixed(plot.left, 1) << "\" x2=\"" << fixed(plot.left + plot.width, 1) << "\" y1=\""
+       << fixed(y, 1) << "\" y2=\"" << fixed(y, 1) << "\" stroke=\"#000\" stroke-opacity=\"0.12\"/>\n"
+       << "<text x=\"" << fixed(plot.left - 8, 1) << "\" y=\"" << fixed(y + 4, 1)
+       << "\" text-anchor=\"end\" font-size=\"12\">" << fixed(v, mib_decimals) << "</text>\n";
+  }
+  const double ms_max = plot.t_max / 1e6;
+  const double ms_step = tick_step(ms_max, 10);
+  const int ms_decimals = tick_decimals(ms_step);
+  const double base = plot.top + plot.height;
+  for (double v = 0; v <= ms_max + 1e-12; v += ms_step) {
+    const double x = plot.x(v * 1e6);
+    os << "<line x1=\"" << fixed(x, 1) << "\" x2=\"" << fixed(x, 1) << "\" y1=\"" << fixed(base, 1) << "\" y2=\""
+       << fixed(base + 5, 1) << "\" stroke=\"#000\"/>\n"
+       << "<text x=\"" << fixed(x, 1) << "\" y=\"" << fixed(base + 20, 1)
+       << "\" text-anchor=\"middle\" font-size=\"12\">" << fixed(v, ms_decimals) << "</text>\n";
+  }
+  os << "<rect x=\"" << fixed(plot.left, 1) << "\" y=\"" << fixed(plot.top, 1) << "\" width=\""
+     << fixed(plot.width, 1) << "\" height=\"" << fixed(plot.height, 1)
+     << "\" fill=\"none\" stroke=\"#000\"/>\n"
+     << "<text x=\"" << fixed(plot.left + plot.width / 2, 1) << "\" y=\"" << fixed(base + 40, 1)
+     << "\" text-anchor=\"middle\" font-size=\"13\">time since the timeline started (ms)</text>\n"
+     << "<text transform=\"translate(" << fixed(plot.left - 60, 1) << ',' << fixed(plot.top + plot.height / 2, 1)
+     << ") rotate(-90)\" text-anchor=\"middle\" font-size=\"13\">memory in use (MiB)</text>\n";
+}
+
+void write_peak_marker(std::ostream& os, const MemoryPeak& peak, const Plot& plot) {
+  const double x = plot.x(static_cast<double>(peak.time_ns)), y = plot.y(static_cast<double>(peak.bytes));
+  const std::string text = "peak " + format_bytes(peak.bytes) + " at " + fixed(static_cast<double>(peak.time_ns) / 1e6, 3) + " ms";
+  const bool label_left = x > plot.left + plot.width * 0.7;
+  os << "<g id=\"peak\"><title>" << text << " (event " << peak.event << ")</title>"
+     << "<line x1=\"" << fixed(x, 1) << "\" x2=\"" << fixed(x, 1) << "\" y1=\"" << fixed(plot.top, 1) << "\" y2=\""
+     << fixed(plot.top + plot.height, 1) << "\" stroke=\"#b00\" stroke-width=\"1.5\" stroke-dasharray=\"5,3\"/>"
+     << "<circle cx=\"" << fixed(x, 1) << "\" cy=\"" << fixed(y, 1) << "\" r=\"4\" fill=\"#b00\"/>"
+     << "<text x=\"" << fixed(label_left ? x - 8 : x + 8, 1) << "\" y=\"" << fixed(y - 8 < plot.top + 14 ? plot.top + 14 : y - 8, 1)
+     << "\" text-anchor=\"" << (label_left ? "end" : "start") << "\" font-size=\"13\" font-weight=\"bold\" fill=\"#b00\">"
+     << text << "</text></g>\n";
+}
+
+void write_legend(std::ostream& os, const MemoryTimeline& tl, const Plot& plot) {
+  double x = plot.left;
+  const double y = plot.top + plot.height + 58;
+  for (int k = 0; k < kNumCategories; ++k) {
+    const Category category = static_cast<Category>(k);
+    const std::string label = std::string(category_name(category)) + " (peak " + format_bytes(tl.peak_of(category).bytes) + ")";
+    os << "<rect x=\"" << fixed(x, 1) << "\" y=\"" << fixed(y, 1) << "\" width=\"14\" height=\"14\" fill=\""
+       << kCategoryColors[k] << "\"/><text x=\"" << fixed(x + 20, 1) << "\" y=\"" << fixed(y + 12, 1)
+       << "\" font-size=\"12\">" << label << "</text>\n";
+    x += 30 + 7.0 * static_cast<double>(label.size());
+  }
+  const profile::Phase phases[] = {profile::Phase::Forward, profile::Phase::Backward, profile::Phase::Replay,
+                                   profile::Phase::Optimizer};
+  x = plot.left;
+  for (profile::Phase phase : phases) {
+    const std::string label = std::string("phase: ") + profile::phase_name(phase);
+    os << "<rect x=\"" << fixed(x, 1) << "\" y=\"" << fixed(y + 22, 1) << "\" width=\"14\" height=\"14\" fill=\""
+       << phase_color(phase) << "\" stroke=\"#999\"/><text x=\"" << fixed(x + 20, 1) << "\" y=\"" << fixed(y + 34, 1)
+       << "\" font-size=\"12\">" << label << "</text>\n";
+    x += 30 + 7.0 * static_cast<double>(label.size());
+  }
+}
+
+constexpr size_t kMaxTableRows = 500;
+
+void write_live_table(std::ostream& os, const MemoryPeak& peak, const char* id) {
+  os << "<table id=\"" << id << "\">\n<thead><tr><th>#</th><th>bytes</th><th>category</th><th>shape</th>"
+        "<th>kept for backward</th><th>allocated by</th><th>block</th></tr></thead>\n<tbody>\n";
+  for (size_t i = 0; i < peak.live.size() && i < kMaxTableRows; ++i) {
+    const LiveBlock& b = peak.live[i];
+    os << "<tr><td>" << i + 1 << "</td><td class=\"num\" title=\"" << b.bytes << " B\">" << format_bytes(b.bytes)
+       << "</td><td><span class=\"swatch\" style=\"background:" << kCategoryColors[static_cast<int>(b.category)]
+       << "\"></span>" << category_name(b.category) << "</td><td>" << escape(b.has_note ? b.note.shape : "")
+       << "</td><td>" << escape(kept_by(b)) << "</td><td>" << escape(allocated_by(b)) << "</td><td class=\"addr\">"
+       << (b.before_timeline() ? "" : block_address(b.block)) << "</td></tr>\n";
+  }
+  if (peak.live.size() > kMaxTableRows) {
+    int64_t rest = 0;
+    for (size_t i = kMaxTableRows; i < peak.live.size(); ++i) rest += peak.live[i].bytes;
+    os << "<tr><td></td><td class=\"num\">" << format_bytes(rest) << "</td><td colspan=\"5\">"
+       << peak.live.size() - kMaxTableRows << " smaller blocks</td></tr>\n";
+  }
+  os << "</tbody>\n</table>\n";
+}
+
+}  // namespace
+
+void write_memory_timeline_json(const std::string& path, const MemoryTimeline& timeline) {
+  const char* what = "write_memory_timeline_json";
+  const auto& events = timeline.events();
+  const auto& levels = timeline.levels();
+  json jevents = json::array();
+  for (size_t i = 0; i < events.size(); ++i) {
+    const MemoryEvent& e = events[i];
+    jevents.push_back({{"kind", memory_event_kind_name(e.kind)},
+                       {"bytes", e.bytes},
+                       {"category", category_name(e.category)},
+                       {"from", category_name(e.from)},
+                       {"block", block_address(e.block)},
+                       {"time_ns", e.time_ns},
+                       {"phase", profile::phase_name(e.phase)},
+                       {"segment", e.segment},
+                       {"op", e.op},
+                       {"node", e.node},
+                       {"backward", e.op_backward},
+                       {"levels", levels[i]}});
+  }
+  json jnotes = json::array();
+  for (const TimedActivationNote& n : timeline.notes())
+    jnotes.push_back({{"events_before", n.events_before},
+                      {"block", block_address(n.block)},
+                      {"shape", n.note.shape},
+                      {"held", n.note.held},
+                      {"segment", n.note.segment},
+                      {"op", n.note.op},
+                      {"node", n.note.node}});
+  json jphases = json::array();
+  for (const PhaseSpan& p : timeline.phases())
+    jphases.push_back({{"phase", profile::phase_name(p.phase)},
+                       {"segment", p.segment},
+                       {"start_ns", p.start_ns},
+                       {"end_ns", p.end_ns}});
+  json categories = json::array(), category_peaks = json::object();
+  for (int c = 0; c < kNumCategories; ++c) {
+    const Category category = static_cast<Category>(c);
+    categories.push_back(category_name(category));
+    category_peaks[category_name(category)] = peak_json(timeline.peak_of(category));
+  }
+  const json doc = {{"device", timeline.device().str()},
+                    {"categories", std::move(categories)},
+                    {"wall_ns", timeline.wall_ns()},
+                    {"start_bytes", category_bytes_json(timeline.start_levels())},
+                    {"events", std::move(jevents)},
+                    {"notes", std::move(jnotes)},
+                    {"phases", std::move(jphases)},
+                    {"peak", peak_json(timeline.peak())},
+                    {"category_peaks", std::move(category_peaks)}};
+  std::ofstream out;
+  open_for_writing(out, path, what);
+  out << doc.dump() << "\n";
+  check_written(out, path, what);
+}
+
+void write_memory_timeline_html(const std::string& path, const MemoryTimeline& timeline, const std::string& title) {
+  const char* what = "write_memory_timeline_html";
+  const MemoryPeak& peak = timeline.peak();
+  Plot plot;
+  const auto& events = timeline.events();
+  plot.t_max = std::max<double>({1.0, static_cast<double>(timeline.wall_ns()),
+                                 events.empty() ? 0.0 : static_cast<double>(events.back().time_ns)});
+  plot.bytes_max = std::max(1.0, static_cast<double>(peak.bytes) * 1.08);
+  const double svg_width = plot.left + plot.width + 30, svg_height = plot.top + plot.height + 120;
+
+  std::ostringstream os;
+  os << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+     << "<link rel=\"icon\" href=\"data:,\">\n<title>" << escape(title) << "</title>\n<style>\n"
+     << "body{font-family:sans-serif;margin:20px;color:#222}\n"
+     << "table{border-collapse:collapse;font-size:13px}\n"
+     << "th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}\n"
+     << "td.num{text-align:right;white-space:nowrap}\ntd.addr{font-family:monospace;color:#777}\n"
+     << ".swatch{display:inline-block;width:10px;height:10px;margin-right:5px}\n"
+     << "</style>\n</head>\n<body>\n<h1>" << escape(title) << "</h1>\n";
+
+  const CategoryBytes& at_peak = peak.by_category;
+  os << "<p>Memory on " << timeline.device() << ": " << events.size() << " allocator events in "
+     << fixed(static_cast<double>(timeline.wall_ns()) / 1e6, 3) << " ms. Peak " << format_bytes(peak.bytes)
+     << " at " << fixed(static_cast<double>(peak.time_ns) / 1e6, 3) << " ms (";
+  for (int c = 0; c < kNumCategories; ++c)
+    os << (c ? ", " : "") << category_name(static_cast<Category>(c)) << ' ' << format_bytes(at_peak[c]);
+  os << "). Activation peak " << format_bytes(timeline.peak_of(Category::Activation).bytes) << " at "
+     << fixed(static_cast<double>(timeline.peak_of(Category::Activation).time_ns) / 1e6, 3) << " ms.</p>\n";
+
+  os << "<svg id=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << fixed(svg_width, 0) << "\" height=\""
+     << fixed(svg_height, 0) << "\" viewBox=\"0 0 " << fixed(svg_width, 0) << ' ' << fixed(svg_height, 0)
+     << "\" font-family=\"sans-serif\">\n";
+  write_phase_bands(os, timeline, plot);
+  write_axes(os, plot);
+  write_areas(os, timeline, plot);
+  write_peak_marker(os, peak, plot);
+  write_legend(os, timeline, plot);
+  os << "</svg>\n";
+
+  os << "<h2>Live at the peak (" << peak.live.size() << " rows, largest first)</h2>\n"
+     << "<p>Blocks allocated before the timeline started are one row per category. &ldquo;Kept for backward&rdquo; "
+        "is what the tape said when it saved the tensor (an op's save, or a checkpoint segment's "
+        "input held for its replay).</p>\n";
+  write_live_table(os, peak, "peak-live");
+  const MemoryPeak& activations = timeline.peak_of(Category::Activation);
+  os << "<h2>Activations at their own peak: " << format_bytes(activations.bytes) << " at "
+     << fixed(static_cast<double>(activations.time_ns) / 1e6, 3) << " ms (" << activations.live.size()
+     << " rows, largest first)</h2>\n";
+  write_live_table(os, activations, "activation-peak-live");
+  os << "</body>\n</html>\n";
+
+  std::ofstream out;
+  open_for_writing(out, path, what);
+  out << os.str();
+  check_written(out, path, what);
+}
+
+}  // namespace reel
