@@ -2,7 +2,8 @@
 // each with its figures on stdout and a picture (SVG) written to --out:
 //
 //   (a) accumulation: N micro-batches give the big batch's gradients (the largest difference is
-//       printed) at one micro-batch's activation peak            -> accumulation.svg
+//       printed) at one micro-batch's activation peak  -> accumulation.svg, and the memory timeline
+//       of a window of 4 micro-batches                 -> accumulation_timeline.html
 //   (b) activations grow O(N) with depth plain and O(sqrt N) with sqrt N checkpoint segments (the
 //       fitted exponents are printed)                             -> depth.svg
 //   (c) recomputation costs about one extra forward: a step of forward F and backward ~2F becomes
@@ -26,6 +27,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -111,6 +113,9 @@ void accumulation(Lab& lab, const nn::ImageDataset& data) {
     for (const Tensor& p : model.parameters()) p.set_grad(Tensor());
     const int64_t before = memory_stats(lab.device)[Category::Activation].current_bytes;
     reset_peak_memory(lab.device);
+    // The window of 4 as a picture: one hump of activations per micro-batch, each freed by its backward.
+    std::optional<MemoryTimeline> timeline;
+    if (parts == 4) timeline.emplace(lab.device);
     int64_t begin = 0;
     for (int64_t size : examples::micro_batch_sizes(batch, parts)) {
       // Only this micro-batch's input lives (a copy, not a view: the first Linear saves its input,
@@ -122,6 +127,13 @@ void accumulation(Lab& lab, const nn::ImageDataset& data) {
       begin += size;
     }
     const int64_t peak = memory_stats(lab.device)[Category::Activation].peak_bytes - before;
+    if (timeline) {
+      timeline->stop();
+      write_memory_timeline_html(lab.path("accumulation_timeline.html"), *timeline,
+                                 "One window of 4 micro-batches of " + std::to_string(batch / 4));
+      std::printf("  picture: %s (the memory timeline of the window of 4)\n",
+                  lab.path("accumulation_timeline.html").c_str());
+    }
     const std::vector<double> g = grads_of(model.parameters());
     if (parts == 1) big = g, big_peak = peak;
     const double diff = max_abs_diff(g, big);
@@ -304,7 +316,13 @@ int main(int argc, char** argv) {
   try {
     lab.device = Device(device);
     std::filesystem::create_directories(lab.out);
-    const nn::ImageDataset data = nn::load_fashion_mnist("test", data_dir);
+    nn::ImageDataset data;
+    {  // the first 512 test images are all the lab uses: the rest would only crowd the timeline
+      const nn::ImageDataset test = nn::load_fashion_mnist("test", data_dir);
+      data.images = test.images.slice(0, 0, 512).clone();
+      data.labels = test.labels.slice(0, 0, 512).clone();
+    }
+    allocator_for(Device::cpu()).empty_cache();
     accumulation(lab, data);
     depth(lab);
     recompute(lab);
