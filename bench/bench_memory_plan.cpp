@@ -5,7 +5,7 @@
 // the median step time and its ratio to plain; planned rows add the predicted peak, the predicted
 // recompute time and the plan (examples/policy_sweep.h, shared with examples/memory_lab).
 //
-//   bench_memory_plan [device=cpu] [N=64] [width=1024] [batch=256] [steps=3]
+//   bench_memory_plan [device=cpu] [N=64] [width=1024] [batch=256] [rounds=5]
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -22,9 +22,10 @@ int main(int argc, char** argv) {
   const int n = argc > 2 ? std::atoi(argv[2]) : 64;
   const int64_t width = argc > 3 ? std::atoll(argv[3]) : 1024;
   const int64_t batch = argc > 4 ? std::atoll(argv[4]) : 256;
-  const int steps = argc > 5 ? std::atoi(argv[5]) : 3;
-  std::printf("activation peak and step time (forward + backward, median of %d after a warm-up) on %s\n", steps,
-              device.str().c_str());
+  const int rounds = argc > 5 ? std::atoi(argv[5]) : 5;
+  std::printf("activation peak and step time (forward + backward; median of %d rounds, each running every policy "
+              "once after an untimed step) on %s\n",
+              rounds, device.str().c_str());
   const std::vector<double> fractions = {0.18, 0.25, 0.35, 0.55, 0.75};
   {
     manual_seed(1);
@@ -34,7 +35,7 @@ int main(int argc, char** argv) {
           std::make_shared<nn::Linear>(width, width), std::make_shared<nn::GELU>()}));
     chain.to(device);
     const Tensor x = randn({batch, width}, DType::f32, device);
-    const auto rows = examples::sweep_policies(chain, device, steps, [&] { return sum(chain(x)); }, {1, 2, 4, 16},
+    const auto rows = examples::sweep_policies(chain, device, rounds, [&] { return sum(chain(x)); }, {1, 2, 4, 16},
                                                fractions);
     examples::print_policy_table("chain of " + std::to_string(n) + " x [Linear(" + std::to_string(width) +
                                      ") + GELU], batch " + std::to_string(batch),
@@ -49,7 +50,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>((i * 7919 + i / 5) % 96);
     const Tensor ids = from_vector(tokens, {16, c.block_size}).to(device);
     const auto rows = examples::sweep_policies(
-        gpt, device, steps, [&] { return cross_entropy(gpt(ids), ids, -100, "sum"); }, {1, 2, 4}, fractions);
+        gpt, device, rounds, [&] { return cross_entropy(gpt(ids), ids, -100, "sum"); }, {1, 2, 4}, fractions);
     examples::print_policy_table("GPT: 8 blocks, n_embd 128, 4 heads, 16 x 128 tokens", rows);
   }
   return 0;

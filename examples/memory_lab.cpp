@@ -45,7 +45,7 @@ struct Lab {
   Device device = Device::cpu();
   std::string out;
   bool quick = false;
-  int steps = 3;
+  int steps = 5;  // timed rounds per measurement (median)
   std::vector<std::string> failures;  // claims that did not hold
 
   void claim(bool ok, const std::string& what) {
@@ -187,7 +187,7 @@ void depth(Lab& lab) {
 // (c) What recomputation costs: a checkpointed step against the plain one and against F.
 void recompute(Lab& lab) {
   const int64_t width = lab.quick ? 64 : 512, batch = lab.quick ? 16 : 128;
-  std::printf("\n(c) the cost of recomputation: N x [Linear(%lld) + GELU], batch %lld, median of %d steps\n",
+  std::printf("\n(c) the cost of recomputation: N x [Linear(%lld) + GELU], batch %lld, median of %d rounds\n",
               static_cast<long long>(width), static_cast<long long>(batch), lab.steps);
   std::printf("  %6s %12s %12s %12s %10s %14s %8s\n", "N", "forward ms", "none ms", "every:1 ms", "measured",
               "(F+step)/step", "theory");
@@ -199,12 +199,18 @@ void recompute(Lab& lab) {
     auto chain = linear_gelu_chain(n, width, lab.device);
     const auto forward_loss = [&] { return sum((*chain)(x)); };
     const auto step = [&] { autograd::backward(forward_loss()); };
-    const double f = bench::median_ms(lab.device, lab.steps, [&] { Tensor l = forward_loss(); });
-    chain->set_checkpoint(autograd::CheckpointPolicy::parse("none"));
-    const double plain = bench::median_ms(lab.device, lab.steps, step);
-    // Every block its own segment (the last excepted): one extra forward of all but one block.
-    chain->set_checkpoint(autograd::CheckpointPolicy::parse("every:1"));
-    const double ckpt = bench::median_ms(lab.device, lab.steps, step);
+    // Rounds of forward, plain step and checkpointed step (every block its own segment, the last
+    // excepted: one extra forward of all but one block), so that a drifting machine drifts for all.
+    std::vector<double> fs, plains, ckpts;
+    for (int round = 0; round <= lab.steps; ++round) {  // round 0 warms up
+      const double f = bench::timed_ms(lab.device, [&] { Tensor l = forward_loss(); });
+      chain->set_checkpoint(autograd::CheckpointPolicy::parse("none"));
+      const double p = bench::timed_ms(lab.device, step);
+      chain->set_checkpoint(autograd::CheckpointPolicy::parse("every:1"));
+      const double c = bench::timed_ms(lab.device, step);
+      if (round > 0) fs.push_back(f), plains.push_back(p), ckpts.push_back(c);
+    }
+    const double f = bench::median(fs), plain = bench::median(plains), ckpt = bench::median(ckpts);
     std::printf("  %6d %12.2f %12.2f %12.2f %10.3f %14.3f %8.3f\n", n, f, plain, ckpt, ckpt / plain, (f + plain) / plain,
                 4.0 / 3);
     measured.x.push_back(n), measured.y.push_back(ckpt / plain);
@@ -309,7 +315,7 @@ int main(int argc, char** argv) {
   CLI::App app{"memory_lab: where backprop memory goes, demonstrated by measurement (docs/memory.md)."};
   app.add_option("--device", device, "cpu or cuda")->capture_default_str();
   app.add_option("--out", lab.out, "folder for the pictures")->capture_default_str();
-  app.add_option("--steps", lab.steps, "timed steps per measurement (median)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--steps", lab.steps, "timed rounds per measurement (median)")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_flag("--quick", lab.quick, "small sizes: seconds instead of a minute (for tests)");
   app.add_option("--data-dir", data_dir, "folder of the Fashion-MNIST IDX files")->capture_default_str();
   CLI11_PARSE(app, argc, argv);

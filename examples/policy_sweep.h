@@ -18,7 +18,7 @@ namespace examples {
 struct PolicyRow {
   std::string policy;
   int64_t peak = 0;  // activation bytes, above what was in use before the step
-  double ms = 0;     // median step time
+  double ms = 0;     // median step time over the rounds
   std::shared_ptr<reel::autograd::CheckpointPlan> plan;  // for a budget
 };
 
@@ -30,33 +30,37 @@ inline int64_t step_activation_peak(reel::Device device, const std::function<ree
   return reel::memory_stats(device)[reel::Category::Activation].peak_bytes - before;
 }
 
-// Runs `model` under `policy` (planning it first when it is a budget): its peak and median step time.
+// Sets `row`'s policy on `model` (its plan, for a budget).
 template <typename Model>
-PolicyRow run_policy(Model& model, reel::Device device, int steps, const std::function<reel::Tensor()>& forward_loss,
-                     const reel::autograd::CheckpointPolicy& policy, const std::string& name) {
-  model.set_checkpoint(policy);
-  PolicyRow r;
-  r.policy = name;
-  if (policy.kind == reel::autograd::CheckpointPolicy::Kind::Budget)
-    r.plan = std::make_shared<reel::autograd::CheckpointPlan>(model.plan_checkpoint(forward_loss));
-  r.peak = step_activation_peak(device, forward_loss);
-  r.ms = reel::bench::median_ms(device, steps, [&] { reel::autograd::backward(forward_loss()); });
-  return r;
+void apply_policy(Model& model, const PolicyRow& row) {
+  if (row.plan) model.use_checkpoint_plan(*row.plan);
+  else model.set_checkpoint(reel::autograd::CheckpointPolicy::parse(row.policy));
 }
 
 // none, selective, sqrt, every:K for each K in every_k, then the planner at each fraction of the
 // plain peak and at each fixed policy's own peak (where it should be no slower). Budgets below the
-// least feasible peak are reported on stdout and skipped. The model is left with policy none.
+// least feasible peak are reported on stdout and skipped. First every policy's peak is measured
+// (and budgets planned); then the times, in `rounds` rounds that each run every policy once
+// after one untimed step (a shared machine drifts over a minute: measuring the policies one
+// after the other would compare different minutes). The model is left with policy none.
 template <typename Model>
-std::vector<PolicyRow> sweep_policies(Model& model, reel::Device device, int steps,
+std::vector<PolicyRow> sweep_policies(Model& model, reel::Device device, int rounds,
                                       const std::function<reel::Tensor()>& forward_loss,
                                       const std::vector<int>& every_k, const std::vector<double>& fractions) {
   using reel::autograd::CheckpointPolicy;
   std::vector<PolicyRow> rows;
-  rows.push_back(run_policy(model, device, steps, forward_loss, CheckpointPolicy::parse("none"), "none"));
-  std::vector<std::string> fixed = {"selective", "sqrt"};
+  auto add = [&](const CheckpointPolicy& policy, const std::string& name) {
+    PolicyRow r;
+    r.policy = name;
+    model.set_checkpoint(policy);
+    if (policy.kind == CheckpointPolicy::Kind::Budget)
+      r.plan = std::make_shared<reel::autograd::CheckpointPlan>(model.plan_checkpoint(forward_loss));
+    r.peak = step_activation_peak(device, forward_loss);
+    rows.push_back(r);
+  };
+  std::vector<std::string> fixed = {"none", "selective", "sqrt"};
   for (int k : every_k) fixed.push_back("every:" + std::to_string(k));
-  for (const std::string& p : fixed) rows.push_back(run_policy(model, device, steps, forward_loss, CheckpointPolicy::parse(p), p));
+  for (const std::string& p : fixed) add(CheckpointPolicy::parse(p), p);
   std::vector<int64_t> budgets;
   for (double f : fractions) budgets.push_back(static_cast<int64_t>(f * static_cast<double>(rows[0].peak)));
   for (size_t i = 1; i < rows.size(); ++i) budgets.push_back(rows[i].peak);
@@ -64,12 +68,20 @@ std::vector<PolicyRow> sweep_policies(Model& model, reel::Device device, int ste
   budgets.erase(std::unique(budgets.begin(), budgets.end()), budgets.end());
   for (int64_t b : budgets) {
     try {
-      rows.push_back(run_policy(model, device, steps, forward_loss, CheckpointPolicy::budget(b),
-                                "budget:" + reel::format_bytes(b)));
+      add(CheckpointPolicy::budget(b), "budget:" + reel::format_bytes(b));
     } catch (const reel::Error& e) {
       std::printf("  (skipped) %s\n", e.what());
     }
   }
+  std::vector<std::vector<double>> ms(rows.size());
+  const auto step = [&] { reel::autograd::backward(forward_loss()); };
+  for (int round = 0; round < rounds; ++round)
+    for (size_t i = 0; i < rows.size(); ++i) {
+      apply_policy(model, rows[i]);
+      step();
+      ms[i].push_back(reel::bench::timed_ms(device, step));
+    }
+  for (size_t i = 0; i < rows.size(); ++i) rows[i].ms = reel::bench::median(ms[i]);
   model.set_checkpoint(CheckpointPolicy::parse("none"));
   return rows;
 }

@@ -79,6 +79,7 @@ class GPT : public Module {
   const autograd::CheckpointPlan& plan_checkpoint(const std::function<Tensor()>& forward_loss) {
     return h->plan_checkpoint(forward_loss);
   }
+  void use_checkpoint_plan(const autograd::CheckpointPlan& plan) { h->use_checkpoint_plan(plan); }
 
   // Appends n tokens to `prompt` (1-D ids), sampling from softmax(logits / temperature) restricted
   // to the top_k most likely (0: all), from `gen`; no tape is recorded. Returns the whole sequence.

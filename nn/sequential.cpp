@@ -83,6 +83,19 @@ Tensor Sequential::forward(const Tensor& x) {
   return h;
 }
 
+void Sequential::use_checkpoint_plan(const autograd::CheckpointPlan& plan) {
+  int64_t next = 0;
+  for (const CheckpointPolicy::Run& r : plan.runs) {
+    REEL_CHECK(r.begin == next && r.end > r.begin, name(), ".use_checkpoint_plan: run [", r.begin, ", ", r.end,
+               ") does not continue the runs before it");
+    next = r.end;
+  }
+  REEL_CHECK(next == size(), name(), ".use_checkpoint_plan: the plan covers ", next, " children, this Sequential has ",
+             size());
+  policy_ = CheckpointPolicy::budget(plan.budget_bytes);
+  plan_ = plan;
+}
+
 const autograd::CheckpointPlan& Sequential::plan_checkpoint(const std::function<Tensor()>& forward_loss) {
   REEL_CHECK(policy_.kind == CheckpointPolicy::Kind::Budget, name(), ".plan_checkpoint: the checkpoint policy is ",
              policy_.str(), ", not a budget (budget:SIZE)");

@@ -50,6 +50,9 @@ class Sequential : public Module {
   const autograd::CheckpointPlan& plan_checkpoint(const std::function<Tensor()>& forward_loss);
   // The plan forward runs under a Budget policy; null before plan_checkpoint.
   const autograd::CheckpointPlan* checkpoint_plan() const { return plan_ ? &*plan_ : nullptr; }
+  // Runs a plan made earlier for this chain (by plan_checkpoint): the policy becomes its budget.
+  // reel::Error when its runs do not cover this Sequential's children in order.
+  void use_checkpoint_plan(const autograd::CheckpointPlan& plan);
 
  private:
   struct Measuring;  // what plan_checkpoint's forwards record, child by child

@@ -409,6 +409,20 @@ TEST_CASE("Sequential: selective and planned checkpointing give bit-identical gr
       CHECK(planned.peak <= plan.predicted.peak_bytes);
       CHECK(planned.grads == plain.grads);
     }
+    // A plan made earlier runs again as it was; one for another chain is refused.
+    {
+      chain->set_checkpoint(nn::CheckpointPolicy::budget((least + plain.peak) / 2));
+      const autograd::CheckpointPlan plan = chain->plan_checkpoint(forward_loss);
+      chain->set_checkpoint(nn::CheckpointPolicy::parse("none"));
+      chain->use_checkpoint_plan(plan);
+      CHECK(chain->checkpoint().budget_bytes == plan.budget_bytes);
+      const Step again = step();
+      CHECK(again.peak <= plan.predicted.peak_bytes);
+      CHECK(again.grads == plain.grads);
+      autograd::CheckpointPlan other = plan;
+      other.runs.back().end += 1;
+      CHECK_REEL_ERROR(chain->use_checkpoint_plan(other), "the plan covers 11 children, this Sequential has 10");
+    }
     chain->set_checkpoint(nn::CheckpointPolicy::budget(least - 1));
     CHECK_REEL_ERROR(chain->plan_checkpoint(forward_loss), "the least activation peak any plan reaches");
     chain->set_checkpoint(nn::CheckpointPolicy::parse("sqrt"));
