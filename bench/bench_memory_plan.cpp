@@ -1,6 +1,6 @@
 // bench_memory_plan: step time against activation memory for each way reel checkpoints a chain —
 // none, selective (matmul outputs kept, the rest recomputed), sqrt, every:K and the planner at a
-// range of budgets — on N x [Linear(D, D) + GELU] blocks (batch B) and on a small GPT. Each row: the
+// range of budgets — on N x [Linear(D, D) + GELU] blocks (batch B) and on char_gpt's GPT. Each row: the
 // activation peak the allocator measured over one forward + backward, its share of the plain peak,
 // the median step time and its ratio to plain; planned rows add the predicted peak, the predicted
 // recompute time and the plan (examples/policy_sweep.h, shared with examples/memory_lab).
@@ -42,16 +42,19 @@ int main(int argc, char** argv) {
                                  rows);
   }
   {
+    // examples/char_gpt's model and batch: 3 blocks of width 96, 4 heads, 32 sequences of 64
+    // characters, its vocabulary's size (token ids here are synthetic: only shapes matter).
     manual_seed(2);
-    nn::GPTConfig c{/*vocab_size*/ 96, /*block_size*/ 128, /*n_layer*/ 8, /*n_head*/ 4, /*n_embd*/ 128};
+    nn::GPTConfig c{/*vocab_size*/ 114, /*block_size*/ 64, /*n_layer*/ 3, /*n_head*/ 4, /*n_embd*/ 96};
     nn::GPT gpt(c);
     gpt.to(device);
-    std::vector<int64_t> tokens(static_cast<size_t>(16 * c.block_size));
-    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>((i * 7919 + i / 5) % 96);
-    const Tensor ids = from_vector(tokens, {16, c.block_size}).to(device);
+    const int64_t batch_seqs = 32;
+    std::vector<int64_t> tokens(static_cast<size_t>(batch_seqs * c.block_size));
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>((i * 7919 + i / 5) % 114);
+    const Tensor ids = from_vector(tokens, {batch_seqs, c.block_size}).to(device);
     const auto rows = examples::sweep_policies(
-        gpt, device, rounds, [&] { return cross_entropy(gpt(ids), ids, -100, "sum"); }, {1, 2, 4}, fractions);
-    examples::print_policy_table("GPT: 8 blocks, n_embd 128, 4 heads, 16 x 128 tokens", rows);
+        gpt, device, rounds, [&] { return cross_entropy(gpt(ids), ids, -100, "sum"); }, {1, 2}, fractions);
+    examples::print_policy_table("char_gpt's GPT: 3 blocks, n_embd 96, 4 heads, 32 x 64 tokens", rows);
   }
   return 0;
 }

@@ -1,5 +1,5 @@
-// --checkpoint budget:SIZE in the examples: the plan made on one micro-batch before training, and
-// after training the measured activation peak beside the budget and the plan's prediction.
+// --checkpoint budget:SIZE in the examples: the plan made on one micro-batch before training, its
+// prediction against one measured step, and after training the activation peak beside the budget.
 #pragma once
 #include <cstdio>
 #include <functional>
@@ -8,14 +8,35 @@
 
 namespace examples {
 
-// Plans `model` (an nn::Sequential or nn::GPT) when its policy is a budget and prints the plan;
-// `forward_loss` is the forward of one micro-batch. Null for any other policy.
+// Plans `model` (an nn::Sequential or nn::GPT) when its policy is a budget: prints the plan with
+// its predicted peak and recompute time, then runs one step of it (`forward_loss` is the forward
+// of one micro-batch) and prints the measured ones: the activation peak, and the time of the
+// kernels that ran in replays. That step's gradients are dropped and the default generator put
+// back, so training runs as it would have. Null for any other policy.
 template <typename Chain>
 const reel::autograd::CheckpointPlan* plan_checkpoint_budget(Chain& model,
                                                              const std::function<reel::Tensor()>& forward_loss) {
-  if (model.checkpoint().kind != reel::autograd::CheckpointPolicy::Kind::Budget) return nullptr;
-  const reel::autograd::CheckpointPlan& plan = model.plan_checkpoint(forward_loss);
+  using namespace reel;
+  if (model.checkpoint().kind != autograd::CheckpointPolicy::Kind::Budget) return nullptr;
+  const autograd::CheckpointPlan& plan = model.plan_checkpoint(forward_loss);
   std::printf("checkpoint plan: %s\n", plan.str().c_str());
+  const std::vector<Tensor> params = model.parameters();
+  const Device device = params.empty() ? Device::cpu() : params.front().device();
+  const uint64_t offset = default_generator().offset();
+  const int64_t before = memory_stats(device)[Category::Activation].current_bytes;
+  reset_peak_memory(device);
+  Profiler prof;
+  autograd::backward(forward_loss());
+  prof.stop();
+  double replay_ns = 0;
+  for (const profile::KernelRecord& k : prof.kernels())
+    if (k.phase == profile::Phase::Replay) replay_ns += static_cast<double>(k.dur_ns);
+  std::printf("checkpoint plan, one step measured: activation peak %s (predicted %s), recompute %.2f ms "
+              "(predicted %.2f ms)\n",
+              format_bytes(memory_stats(device)[Category::Activation].peak_bytes - before).c_str(),
+              format_bytes(plan.predicted.peak_bytes).c_str(), replay_ns * 1e-6, plan.predicted.recompute_ns * 1e-6);
+  for (const Tensor& p : params) p.set_grad(Tensor());
+  default_generator().set_offset(offset);
   std::fflush(stdout);
   return &plan;
 }
