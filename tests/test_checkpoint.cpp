@@ -622,7 +622,7 @@ TEST_CASE("selective: the kept op is not run again in backward; a user rule choo
     CHECK(keep_tanh.first.count("tanh") == 0);
     CHECK(keep_tanh.first.at("matmul") > 0);
     CHECK(bit_identical(keep_tanh.second, plain.second));
-    CHECK_REEL_ERROR(autograd::Checkpoint(autograd::KeepRule()), "a selective scope needs a keep rule");
+    CHECK_REEL_ERROR(autograd::Checkpoint{autograd::KeepRule{}}, "a selective scope needs a keep rule");
   }
 }
 
