@@ -26,14 +26,22 @@ bool inside(const Node* node, const Segment* segment) {
   return false;
 }
 
-int64_t parse_int(const std::string& text, const std::string& whole) {
+// The number `parse` (std::stoll, std::stod) reads at the start of `text`, and how many characters
+// it took: 0 when there is none.
+template <typename Parse>
+auto leading_number(const std::string& text, Parse parse) {
   size_t used = 0;
-  int64_t v = 0;
+  decltype(parse(text, &used)) v{};
   try {
-    v = std::stoll(text, &used);
+    v = parse(text, &used);
   } catch (const std::exception&) {
     used = 0;
   }
+  return std::make_pair(v, used);
+}
+
+int64_t parse_int(const std::string& text, const std::string& whole) {
+  const auto [v, used] = leading_number(text, [](const std::string& t, size_t* n) { return std::stoll(t, n); });
   REEL_CHECK(used == text.size() && !text.empty(), "checkpoint policy '", whole,
              "': '", text, "' is not a whole number (use none, every:K, sqrt, list:i,j,..., selective or budget:SIZE)");
   return v;
@@ -41,13 +49,7 @@ int64_t parse_int(const std::string& text, const std::string& whole) {
 
 // "48MiB", "1.5GiB", "512KiB", "1000000" (bytes), "64B".
 int64_t parse_size(const std::string& text, const std::string& whole) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
+  const auto [v, used] = leading_number(text, [](const std::string& t, size_t* n) { return std::stod(t, n); });
   const std::string unit = used ? text.substr(used) : "";
   const std::map<std::string, double> units = {{"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1024.0 * 1024},
                                                {"GiB", 1024.0 * 1024 * 1024}};

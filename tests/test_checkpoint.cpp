@@ -1,8 +1,8 @@
 // Segment recomputation in the tape. Checkpointed forward/backward gives bit-identical gradients
 // to the plain one (a 20-layer MLP with dropout: segments of 1, 4 and 5 layers, nested ones,
-// partial ones), and the measured activation peak of a chain of N Linear+GELU blocks is exactly
-// the bytes the saved tensors of the shapes add up to: 2N tensors without checkpointing,
-// (S - 1) + 2k with S segments of k = sqrt(N) blocks.
+// partial ones, selective scopes), and the measured activation peak of a chain of N Linear+GELU
+// blocks is exactly the bytes the saved tensors of the shapes add up to: 2N tensors without
+// checkpointing, (S - 1) + 2k with S segments of k = sqrt(N) blocks, N + 1 selective.
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -335,9 +335,10 @@ TEST_CASE("clear() ends the segments of scopes still open, so a leaked scope can
   CHECK(bit_identical(plain_grad(w), expected));
 }
 
-TEST_CASE("activation peak: O(N) without checkpointing, O(sqrt N) with sqrt N segments, to the byte") {
+TEST_CASE("activation peak: O(N) without checkpointing, O(sqrt N) with sqrt N segments, N + 1 selective, to the byte") {
   const int64_t B = 4, D = 8;
   const int64_t tensor_bytes = B * D * 4;  // every saved tensor of the chain is (B, D) f32
+  enum class Mode { Plain, Segments, Selective };
   for (Device d : reel::testing::devices()) {
     CAPTURE(d);
     for (int N : {16, 64}) {
@@ -354,18 +355,29 @@ TEST_CASE("activation peak: O(N) without checkpointing, O(sqrt N) with sqrt N se
         }
       }
       std::vector<float> plain_grad;
-      for (bool checkpoint : {false, true}) {
-        CAPTURE(checkpoint);
+      for (Mode mode : {Mode::Plain, Mode::Segments, Mode::Selective}) {
+        CAPTURE(static_cast<int>(mode));
         Generator data_gen(77);
         Tensor x = randn({B, D}, DType::f32, Device::cpu(), &data_gen).to(d);
         const int64_t act0 = memory_stats(d)[Category::Activation].current_bytes;
         reset_peak_memory(d);
         Tensor h = x;
-        std::unique_ptr<autograd::Checkpoint> segment;
-        for (int i = 0; i < N; ++i) {
-          if (checkpoint && i % k == 0) segment = std::make_unique<autograd::Checkpoint>();
-          h = gelu(matmul(h, params[2 * i]) + params[2 * i + 1]);  // Linear + GELU
-          if (checkpoint && i % k == k - 1) segment.reset();
+        {
+          std::optional<autograd::Checkpoint> selective;  // pieces [matmul] [add, gelu, matmul] ... [add, gelu]
+          if (mode == Mode::Selective) selective.emplace(autograd::keep_matmul_outputs);
+          std::unique_ptr<autograd::Checkpoint> segment;
+          for (int i = 0; i < N; ++i) {
+            if (mode == Mode::Segments && i % k == 0) segment = std::make_unique<autograd::Checkpoint>();
+            h = gelu(matmul(h, params[2 * i]) + params[2 * i + 1]);  // Linear + GELU
+            if (mode == Mode::Segments && i % k == k - 1) segment.reset();
+          }
+        }
+        if (mode == Mode::Selective) {
+          const autograd::Tape& tape = autograd::Tape::current();
+          int kept = 0;
+          for (size_t i = 0; i < tape.size(); ++i) kept += tape.node(i).kept;
+          CHECK(kept == N);
+          CHECK(autograd::tape_dump().find("output kept") != std::string::npos);
         }
         Tensor loss = sum(h);
         h = Tensor();
@@ -373,21 +385,31 @@ TEST_CASE("activation peak: O(N) without checkpointing, O(sqrt N) with sqrt N se
         const int64_t forward_bytes = memory_stats(d)[Category::Activation].current_bytes - act0;
         autograd::backward(loss);
         const int64_t peak = memory_stats(d)[Category::Activation].peak_bytes - act0;
-        // Without checkpointing each block saves its matmul's input and GELU's input: 2N
-        // tensors. With it, forward keeps one boundary input per segment (S); backward then
-        // rebuilds one segment at a time (its 2k saved tensors, its own boundary among them)
-        // while the S - 1 earlier boundaries wait: S - 1 + 2k.
-        if (!checkpoint) {
-          CHECK(forward_bytes == 2 * N * tensor_bytes);
-          CHECK(peak == 2 * N * tensor_bytes);
-        } else {
-          CHECK(forward_bytes == S * tensor_bytes);
-          CHECK(peak == (S - 1 + 2 * k) * tensor_bytes);
+        switch (mode) {
+          case Mode::Plain:  // each block saves its matmul's input and GELU's input: 2N tensors
+            CHECK(forward_bytes == 2 * N * tensor_bytes);
+            CHECK(peak == 2 * N * tensor_bytes);
+            break;
+          case Mode::Segments:
+            // Forward keeps one boundary input per segment (S); backward then rebuilds one segment
+            // at a time (its 2k saved tensors, its own boundary among them) while the S - 1 earlier
+            // boundaries wait: S - 1 + 2k.
+            CHECK(forward_bytes == S * tensor_bytes);
+            CHECK(peak == (S - 1 + 2 * k) * tensor_bytes);
+            break;
+          case Mode::Selective:
+            // Forward keeps x (the first piece's boundary) and the N matmul outputs, each held by
+            // the piece after it. Replaying a piece frees its boundary once the add consumed it
+            // and saves the GELU's input and the refilled matmul input instead: never above the
+            // forward's level.
+            CHECK(forward_bytes == (N + 1) * tensor_bytes);
+            CHECK(peak == (N + 1) * tensor_bytes);
+            break;
         }
         CHECK(memory_stats(d)[Category::Activation].current_bytes == act0);
         // Same gradients either way (the first weight's is enough here).
         const std::vector<float> g = params[0].grad().to(Device::cpu()).to_vector<float>();
-        if (!checkpoint) plain_grad = g;
+        if (mode == Mode::Plain) plain_grad = g;
         else CHECK(bit_identical(g, plain_grad));
         autograd::zero_grad(params);
       }
@@ -517,70 +539,6 @@ TEST_CASE("GPT: forwards whose loss is dropped, or that throw, keep no activatio
 }
 
 // ---- selective checkpointing (issue 12) ---------------------------------------------------------
-
-TEST_CASE("selective: a Linear+GELU chain keeps the matmul outputs only, to the byte, same gradients") {
-  const int64_t B = 4, D = 8;
-  const int64_t tensor_bytes = B * D * 4;
-  for (Device d : reel::testing::devices()) {
-    CAPTURE(d);
-    const int N = 16;
-    Generator gen(8);
-    std::vector<Tensor> params;
-    {
-      MemoryCategory category(Category::Parameter);
-      for (int i = 0; i < N; ++i) {
-        params.push_back((randn({D, D}, DType::f32, Device::cpu(), &gen) * 0.3).to(d).set_requires_grad());
-        params.push_back(zeros({D}, DType::f32, d).set_requires_grad());
-      }
-    }
-    std::vector<float> plain_grad;
-    for (bool selective : {false, true}) {
-      CAPTURE(selective);
-      Generator data_gen(77);
-      Tensor x = randn({B, D}, DType::f32, Device::cpu(), &data_gen).to(d);
-      const int64_t act0 = memory_stats(d)[Category::Activation].current_bytes;
-      reset_peak_memory(d);
-      Tensor h = x;
-      {
-        std::optional<autograd::Checkpoint> scope;
-        if (selective) scope.emplace(autograd::keep_matmul_outputs);
-        for (int i = 0; i < N; ++i) h = gelu(matmul(h, params[2 * i]) + params[2 * i + 1]);
-      }
-      if (selective) {  // pieces [matmul] [add, gelu, matmul] ... [add, gelu], each matmul kept
-        const autograd::Tape& tape = autograd::Tape::current();
-        int kept = 0;
-        for (size_t i = 0; i < tape.size(); ++i) kept += tape.node(i).kept;
-        CHECK(kept == N);
-        CHECK(autograd::tape_dump().find("output kept") != std::string::npos);
-      }
-      Tensor loss = sum(h);
-      h = Tensor();
-      x = Tensor();
-      const int64_t forward_bytes = memory_stats(d)[Category::Activation].current_bytes - act0;
-      autograd::backward(loss);
-      const int64_t peak = memory_stats(d)[Category::Activation].peak_bytes - act0;
-      if (!selective) {
-        CHECK(forward_bytes == 2 * N * tensor_bytes);  // each matmul's input, each GELU's input
-        CHECK(peak == 2 * N * tensor_bytes);
-      } else {
-        // Forward keeps x (the first piece's boundary) and the N matmul outputs, each held by the
-        // piece after it. Replaying a piece frees its boundary once the add consumed it and saves
-        // the GELU's input and the refilled matmul input instead: never above the forward's level.
-        CHECK(forward_bytes == (N + 1) * tensor_bytes);
-        CHECK(peak == (N + 1) * tensor_bytes);
-      }
-      CHECK(memory_stats(d)[Category::Activation].current_bytes == act0);
-      std::vector<float> g;
-      for (const Tensor& p : params) {
-        const std::vector<float> pg = p.grad().to(Device::cpu()).to_vector<float>();
-        g.insert(g.end(), pg.begin(), pg.end());
-      }
-      if (!selective) plain_grad = g;
-      else CHECK(bit_identical(g, plain_grad));
-      autograd::zero_grad(params);
-    }
-  }
-}
 
 TEST_CASE("selective: the kept op is not run again in backward; a user rule chooses what is kept") {
   for (Device d : reel::testing::devices()) {
