@@ -48,7 +48,8 @@ void accumulate_into_leaf(AutogradMeta& leaf, const Tensor& g) {
     leaf.grad = g.clone();
     return;
   }
-  leaf.grad.copy_(kernels::binary(kernels::BinaryOp::Add, leaf.grad, g));
+  if (leaf.grad.is_contiguous()) kernels::binary_(kernels::BinaryOp::Add, leaf.grad, g);  // one pass, no allocation
+  else leaf.grad.copy_(kernels::binary(kernels::BinaryOp::Add, leaf.grad, g));  // a strided .grad set by the user
 }
 
 // A parameter moved to another device after the forward (`now`: where it is, null if not moved)

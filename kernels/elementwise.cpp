@@ -55,6 +55,24 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   return out;
 }
 
+void binary_(BinaryOp op, const Tensor& a, const Tensor& b) {
+  const std::string name = std::string(op_name(op)) + "_";
+  REEL_CHECK(a.defined() && b.defined(), name, ": undefined tensor");
+  check_same_device(name.c_str(), {&a, &b});
+  check_same_floating_dtype(name.c_str(), {&a, &b});
+  REEL_CHECK(a.is_contiguous(), name, ": the tensor written in place, ", a.shape(), " with strides ", a.strides(),
+             ", is not contiguous");
+  REEL_CHECK(broadcast_shapes(a.shape(), b.shape(), name.c_str()) == a.shape(), name, ": ", b.shape(),
+             " does not broadcast to ", a.shape(), ", the shape written in place");
+  // Element i of the output reads element i of a only, so a may be the output; another view of its
+  // storage would be read after parts of it were overwritten.
+  const Tensor rhs = b.storage() == a.storage() ? b.clone() : b;
+  a.bump_version();
+  if (a.numel() > 0)
+    REEL_DEVICE_DISPATCH(a.device(), binary, kernel_cost({&a, &rhs}, {&a}, a.numel(), op_name(op)), op, a,
+                         untracked::expand(rhs, a.shape()), a);
+}
+
 Tensor binary(BinaryOp op, const Tensor& a, double b) {
   Tensor out = output_like(op_name(op), a);
   if (out.numel() > 0) REEL_DEVICE_DISPATCH(a.device(), binary_scalar, kernel_cost({&a}, {&out}, out.numel(), op_name(op)), op, a, b,

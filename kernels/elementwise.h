@@ -18,6 +18,10 @@ Tensor unary(UnaryOp op, const Tensor& x);
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);  // broadcasting
 Tensor binary(BinaryOp op, const Tensor& a, double b);         // tensor op scalar
 Tensor binary(BinaryOp op, double a, const Tensor& b);         // scalar op tensor
+// a = a op b in place, one pass, nothing allocated (gradient accumulation: grad += g). a must be
+// contiguous and b broadcast to a's shape; bumps a's version (core/storage.h). A b that shares a's
+// storage is read from a copy first.
+void binary_(BinaryOp op, const Tensor& a, const Tensor& b);
 
 // The backward of a unary op in one pass: dx = dy * f'(saved), where `saved` is x or y as
 // unary_saves(op) says (it may be undefined when that is Nothing); dy and saved of one shape.

@@ -208,3 +208,35 @@ TEST_CASE("bad compare, where and unary_backward inputs raise reel::Error naming
   CHECK_REEL_ERROR(unary_backward(UnaryOp::Exp, zeros({2}), Tensor()), "exp_backward: undefined");
   CHECK_REEL_ERROR(unary_backward(UnaryOp::Silu, zeros({2}), zeros({2}, DType::i32)), "silu_backward: dtype i32");
 }
+
+TEST_CASE("binary_ in place: equals binary on every device, broadcasts b, bumps the version, refuses bad targets") {
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    for (BinaryOp op : {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div}) {
+      CAPTURE(op_name(op));
+      Generator gen(3);
+      const Tensor a0 = randn({33, 17}, DType::f32, Device::cpu(), &gen).to(d);
+      for (const Tensor& b : {randn({33, 17}, DType::f32, Device::cpu(), &gen).to(d),
+                              randn({17}, DType::f32, Device::cpu(), &gen).to(d),
+                              randn({33, 1}, DType::f32, Device::cpu(), &gen).to(d),
+                              randn({17, 33}, DType::f32, Device::cpu(), &gen).to(d).t()}) {  // strided b
+        const Tensor expected = binary(op, a0, b);
+        const Tensor a = a0.clone();
+        const uint64_t version = a.version();
+        binary_(op, a, b);
+        CHECK(a.version() == version + 1);
+        check_close(a, values(expected), 0, 0);  // the same arithmetic, bit for bit
+      }
+    }
+    // b a view of a's own storage (here its transpose): read from a copy, not half-overwritten.
+    const Tensor m = arange(16, DType::f64).view({4, 4}).to(d);
+    const Tensor expected = binary(BinaryOp::Add, m, m.t());
+    binary_(BinaryOp::Add, m, m.t());
+    check_close(m, values(expected), 0, 0);
+    const Tensor a = zeros({4, 3}, DType::f32, d);
+    CHECK_REEL_ERROR(binary_(BinaryOp::Add, a, zeros({2, 4, 3}, DType::f32, d)),
+                     "add_: (2, 4, 3) does not broadcast to (4, 3), the shape written in place");
+    CHECK_REEL_ERROR(binary_(BinaryOp::Add, a.t(), zeros({3, 4}, DType::f32, d)), "add_: the tensor written in place, (3, 4)");
+    CHECK_REEL_ERROR(binary_(BinaryOp::Add, a, zeros({4, 3}, DType::f64, d)), "add_");
+  }
+}
