@@ -33,7 +33,7 @@ struct Linear final : autograd::Op {
     // slot 0: W (for dx), slot 1: x (for dW)
     node.save({node.needs_input_grad(0) ? w : Tensor(), node.needs_input_grad(1) ? x : Tensor()});
     Tensor y = kernels::matmul(x.reshape({-1, n_in}), w, false, true);  // (N, out)
-    if (in.size() == 3) y = kernels::binary(kernels::BinaryOp::Add, y, in[2]);
+    if (in.size() == 3) kernels::binary_(kernels::BinaryOp::Add, y, in[2]);  // y is fresh: add the bias in place
     return {y.view(rows_with(x.shape(), n_out))};
   }
   Tensors backward(const Tensors& grad, const Node& node) const override {
