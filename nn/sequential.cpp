@@ -157,16 +157,18 @@ const autograd::CheckpointPlan& Sequential::plan_checkpoint(const std::function<
     chain_bytes += p.saved_bytes;
     cost.units.push_back(u);
   }
+  std::vector<int64_t> child_of(recomputed.size(), -1);  // tape node -> the child that recorded it
+  for (int64_t i = 0; i < n; ++i) {
+    const Measuring::Child& p = plain.children[static_cast<size_t>(i)];
+    for (size_t node = p.first_node; node < p.end_node && node < child_of.size(); ++node) child_of[node] = i;
+  }
   for (const profile::KernelRecord& k : prof->kernels()) {
-    if (k.op_backward || k.node < 0) continue;
+    if (k.op_backward || k.node < 0 || static_cast<size_t>(k.node) >= child_of.size()) continue;
     const size_t node = static_cast<size_t>(k.node);
-    for (int64_t i = 0; i < n; ++i) {
-      const Measuring::Child& p = plain.children[static_cast<size_t>(i)];
-      if (node < p.first_node || node >= p.end_node) continue;
-      cost.units[static_cast<size_t>(i)].forward_ns += static_cast<double>(k.dur_ns);
-      if (node < recomputed.size() && recomputed[node])
-        cost.units[static_cast<size_t>(i)].selective_ns += static_cast<double>(k.dur_ns);
-    }
+    if (child_of[node] < 0) continue;  // before or after the chain
+    autograd::UnitCost& u = cost.units[static_cast<size_t>(child_of[node])];
+    u.forward_ns += static_cast<double>(k.dur_ns);
+    if (recomputed[node]) u.selective_ns += static_cast<double>(k.dur_ns);
   }
   cost.before_bytes = plain.entry_level;
   cost.after_bytes = std::max<int64_t>(0, plain_end - plain.entry_level - chain_bytes);
