@@ -1,6 +1,6 @@
 // What a differentiable op is, and what the tape records when one runs.
 //
-// An op is a small struct (see autograd/ops/*.cpp): its members are its attributes, forward()
+// An op is a small struct (see autograd/ops/): its members are its attributes, forward()
 // computes outputs from inputs with kernels:: calls and saves what backward needs, backward()
 // turns output gradients into input gradients. Because forward depends on nothing but its inputs
 // and the struct, the tape can re-run it from the Node alone: that is how a checkpointed segment

@@ -4,8 +4,9 @@
 //
 // Each entry point checks its inputs (shapes, dtypes, devices: reel::Error naming the op and
 // them), makes them contiguous where the kernel needs it, allocates the outputs on the inputs'
-// device and runs the backend kernel (kernels/attention_backend.h) on cpu or cuda.
-#pragma once
+// device and runs the backend kernel (declared at the end of this file) on cpu or cuda.
+#ifndef REEL_KERNELS_ATTENTION_H
+#define REEL_KERNELS_ATTENTION_H
 #include <optional>
 
 #include "core/tensor.h"
@@ -27,3 +28,23 @@ AttentionBackward attention_backward(const Tensor& dout, const Tensor& q, const 
                                      bool causal = true);
 
 }  // namespace reel::kernels
+#endif  // REEL_KERNELS_ATTENTION_H
+
+// ---- Backend kernels --------------------------------------------------------------------------
+// Declared once for both backends, outside the include guard: kernels/backends.h includes this
+// file again with REEL_BACKEND_KERNELS defined, inside namespace reel::kernels::cpu
+// (kernels/cpu/attention.cpp) and reel::kernels::cuda (kernels/cuda/attention.cu).
+// Inputs arrive validated by the entry points (kernels/attention.cpp), CONTIGUOUS and viewed as the
+// flat shapes written next to each argument; see kernels/backends.h for the common contract.
+// The CUDA kernels take D and Dv at most 128.
+#ifdef REEL_BACKEND_KERNELS
+void attention_forward(const Tensor& q,   // (BH, Tq, D)
+                       const Tensor& k,   // (BH, Tk, D)
+                       const Tensor& v,   // (BH, Tk, Dv)
+                       double scale, bool causal,
+                       const Tensor& out, // (BH, Tq, Dv) out
+                       const Tensor& lse);// (BH, Tq) out
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& out, const Tensor& lse, double scale, bool causal,
+                        const Tensor& dq, const Tensor& dk, const Tensor& dv);  // outs like q, k, v
+#endif  // REEL_BACKEND_KERNELS

@@ -1,5 +1,5 @@
-// The backend kernels of every op family, declared once (kernels/backend_families.h lists the
-// families, kernels/<family>_backend.h their kernels) and included here twice: as
+// The backend kernels of every op family, declared once (at the end of kernels/<family>.h, outside
+// its include guard; kernels/ops.h lists the families) and included here twice: as
 // reel::kernels::cpu (kernels/cpu/<family>.cpp) and as reel::kernels::cuda (kernels/cuda/<family>.cu,
 // compiled by nvcc or, in the emulated build, on the host through kernels/simt). The entry points
 // (kernels/<family>.cpp) call them through REEL_DEVICE_DISPATCH (kernels/dispatch.h).
@@ -19,10 +19,14 @@
 #include "core/tensor.h"
 #include "kernels/op_kinds.h"
 
+#include "kernels/ops.h"  // first at namespace scope: the entry points, result structs and guards
+
+#define REEL_BACKEND_KERNELS  // now each family header yields only its backend declarations
 namespace reel::kernels::cpu {
-#include "kernels/backend_families.h"
+#include "kernels/ops.h"
 }  // namespace reel::kernels::cpu
 
 namespace reel::kernels::cuda {
-#include "kernels/backend_families.h"
+#include "kernels/ops.h"
 }  // namespace reel::kernels::cuda
+#undef REEL_BACKEND_KERNELS

@@ -4,8 +4,9 @@
 //
 // Each entry point checks its inputs (shapes, dtypes, devices: reel::Error naming the op and
 // them), makes them contiguous where the kernel needs it, allocates the outputs on the inputs'
-// device and runs the backend kernel (kernels/cross_entropy_backend.h) on cpu or cuda.
-#pragma once
+// device and runs the backend kernel (declared at the end of this file) on cpu or cuda.
+#ifndef REEL_KERNELS_CROSS_ENTROPY_H
+#define REEL_KERNELS_CROSS_ENTROPY_H
 #include <optional>
 #include <string>
 
@@ -44,3 +45,20 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const T
                               Reduction reduction = Reduction::Mean, int64_t ignore_index = -100);
 
 }  // namespace reel::kernels
+#endif  // REEL_KERNELS_CROSS_ENTROPY_H
+
+// ---- Backend kernels --------------------------------------------------------------------------
+// Declared once for both backends, outside the include guard: kernels/backends.h includes this
+// file again with REEL_BACKEND_KERNELS defined, inside namespace reel::kernels::cpu
+// (kernels/cpu/cross_entropy.cpp) and reel::kernels::cuda (kernels/cuda/cross_entropy.cu).
+// Inputs arrive validated by the entry points (kernels/cross_entropy.cpp), CONTIGUOUS and viewed as the
+// flat shapes written next to each argument; see kernels/backends.h for the common contract.
+#ifdef REEL_BACKEND_KERNELS
+// logits (N, V), targets (N) i32/i64 (in [0, V) or ignore_index) -> losses (N), lse (N); when
+// dlogits (N, V) is defined also dlogits = (softmax - onehot) * grad_scale per non-ignored row.
+void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                           const Tensor& losses, const Tensor& lse, const Tensor& dlogits, double grad_scale);
+// dloss (N) or one element (the same for every row), times `scale` -> dlogits (N, V).
+void cross_entropy_backward(const Tensor& dloss, double scale, const Tensor& logits, const Tensor& targets,
+                            const Tensor& lse, int64_t ignore_index, const Tensor& dlogits);
+#endif  // REEL_BACKEND_KERNELS

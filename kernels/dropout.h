@@ -2,7 +2,8 @@
 //   keep ? 1 / (1 - p) : 0,   keep = (double)philox_uniform(seed, offset, i) >= p
 // (0 everywhere when p == 1). It is a pure function of (seed, offset, i): forward, backward and a
 // replayed checkpoint segment all see the same mask, and so do the CPU and CUDA devices.
-#pragma once
+#ifndef REEL_KERNELS_DROPOUT_H
+#define REEL_KERNELS_DROPOUT_H
 #include <cstdint>
 
 #include "core/tensor.h"
@@ -13,3 +14,14 @@ namespace reel::kernels {
 Tensor dropout_mask(const Shape& shape, DType dtype, Device device, double p, uint64_t seed, uint64_t offset);
 
 }  // namespace reel::kernels
+#endif  // REEL_KERNELS_DROPOUT_H
+
+// ---- Backend kernels --------------------------------------------------------------------------
+// Declared once for both backends, outside the include guard: kernels/backends.h includes this
+// file again with REEL_BACKEND_KERNELS defined, inside namespace reel::kernels::cpu
+// (kernels/cpu/dropout.cpp) and reel::kernels::cuda (kernels/cuda/dropout.cu).
+// out: contiguous, floating, on the backend's device; p in [0, 1]. The formula is in
+// kernels/dropout.h: CPU and CUDA masks are bit-identical.
+#ifdef REEL_BACKEND_KERNELS
+void dropout_mask(const Tensor& out, double p, uint64_t seed, uint64_t offset);
+#endif  // REEL_BACKEND_KERNELS

@@ -3,8 +3,9 @@
 //
 // Each entry point checks its inputs (dtypes, devices, broadcastable shapes: reel::Error naming
 // the op and them), allocates a contiguous output on the inputs' device and runs the backend
-// kernel (kernels/elementwise_backend.h) on cpu or cuda.
-#pragma once
+// kernel (declared at the end of this file) on cpu or cuda.
+#ifndef REEL_KERNELS_ELEMENTWISE_H
+#define REEL_KERNELS_ELEMENTWISE_H
 #include "core/tensor.h"
 #include "kernels/op_kinds.h"
 
@@ -34,3 +35,25 @@ Tensor compare(CompareOp op, const Tensor& a, double b);         // tensor op sc
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 
 }  // namespace reel::kernels
+#endif  // REEL_KERNELS_ELEMENTWISE_H
+
+// ---- Backend kernels --------------------------------------------------------------------------
+// Declared once for both backends, outside the include guard: kernels/backends.h includes this
+// file again with REEL_BACKEND_KERNELS defined, inside namespace reel::kernels::cpu
+// (kernels/cpu/elementwise.cpp) and reel::kernels::cuda (kernels/cuda/elementwise.cu).
+// Inputs arrive validated by the entry points (kernels/elementwise.cpp), of the dtype they checked
+// and already expanded to the output shape (broadcast dims have stride 0), with any strides; out
+// is contiguous and preallocated.
+#ifdef REEL_BACKEND_KERNELS
+void unary(UnaryOp op, const Tensor& x, const Tensor& out);
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);
+// out = s op a when scalar_left, else a op s.
+void binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_left, const Tensor& out);
+// out = dy * f'(saved); dy, saved and out of one shape.
+void unary_backward(UnaryOp op, const Tensor& dy, const Tensor& saved, const Tensor& out);
+// out = 1 where a op b (a op s), else 0.
+void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out);
+void compare_scalar(CompareOp op, const Tensor& a, double s, const Tensor& out);
+// out = cond != 0 ? a : b.
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
+#endif  // REEL_BACKEND_KERNELS

@@ -3,8 +3,9 @@
 //
 // Each entry point checks its inputs (shapes, dtypes, devices: reel::Error naming the op and
 // them), makes them contiguous where the kernel needs it, allocates the outputs on the inputs'
-// device and runs the backend kernel (kernels/embedding_backend.h) on cpu or cuda.
-#pragma once
+// device and runs the backend kernel (declared at the end of this file) on cpu or cuda.
+#ifndef REEL_KERNELS_EMBEDDING_H
+#define REEL_KERNELS_EMBEDDING_H
 #include "core/tensor.h"
 
 namespace reel::kernels {
@@ -17,3 +18,19 @@ Tensor embedding_forward(const Tensor& ids, const Tensor& table);
 Tensor embedding_backward(const Tensor& dout, const Tensor& ids, int64_t num_embeddings);
 
 }  // namespace reel::kernels
+#endif  // REEL_KERNELS_EMBEDDING_H
+
+// ---- Backend kernels --------------------------------------------------------------------------
+// Declared once for both backends, outside the include guard: kernels/backends.h includes this
+// file again with REEL_BACKEND_KERNELS defined, inside namespace reel::kernels::cpu
+// (kernels/cpu/embedding.cpp) and reel::kernels::cuda (kernels/cuda/embedding.cu).
+// Inputs arrive validated by the entry points (kernels/embedding.cpp), CONTIGUOUS and viewed as the
+// flat shapes written next to each argument; see kernels/backends.h for the common contract.
+#ifdef REEL_BACKEND_KERNELS
+void embedding_forward(const Tensor& ids,    // (N) i32/i64 in [0, V)
+                       const Tensor& table,  // (V, C)
+                       const Tensor& out);   // (N, C) out
+void embedding_backward(const Tensor& dout,   // (N, C)
+                        const Tensor& ids,    // (N)
+                        const Tensor& dtable);// (V, C) out
+#endif  // REEL_BACKEND_KERNELS

@@ -1,10 +1,11 @@
 // The layernorm family: LayerNorm and RMSNorm over the last dim, forward and backward. Plain
-// kernels, no autograd: the tape (autograd/ops/layer_norm.cpp) decides what to save.
+// kernels, no autograd: the tape (autograd/ops/layernorm.h) decides what to save.
 //
 // Each entry point checks its inputs (shapes, dtypes, devices: reel::Error naming the op and
 // them), makes them contiguous where the kernel needs it, allocates the outputs on the inputs'
-// device and runs the backend kernel (kernels/layernorm_backend.h) on cpu or cuda.
-#pragma once
+// device and runs the backend kernel (declared at the end of this file) on cpu or cuda.
+#ifndef REEL_KERNELS_LAYERNORM_H
+#define REEL_KERNELS_LAYERNORM_H
 #include "core/tensor.h"
 
 namespace reel::kernels {
@@ -28,3 +29,28 @@ RMSNormForward rmsnorm_forward(const Tensor& x, const Tensor& w, double eps = 1e
 RMSNormBackward rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd);
 
 }  // namespace reel::kernels
+#endif  // REEL_KERNELS_LAYERNORM_H
+
+// ---- Backend kernels --------------------------------------------------------------------------
+// Declared once for both backends, outside the include guard: kernels/backends.h includes this
+// file again with REEL_BACKEND_KERNELS defined, inside namespace reel::kernels::cpu
+// (kernels/cpu/layernorm.cpp) and reel::kernels::cuda (kernels/cuda/layernorm.cu).
+// Inputs arrive validated by the entry points (kernels/layernorm.cpp), CONTIGUOUS and viewed as the
+// flat shapes written next to each argument; see kernels/backends.h for the common contract.
+#ifdef REEL_BACKEND_KERNELS
+void layernorm_forward(const Tensor& x,    // (R, C)
+                       const Tensor& w,    // (C)
+                       const Tensor& b,    // (C)
+                       double eps,
+                       const Tensor& y,    // (R, C) out
+                       const Tensor& mean, // (R) out
+                       const Tensor& rstd);// (R) out
+void layernorm_backward(const Tensor& dy, const Tensor& x,  // (R, C)
+                        const Tensor& w,                     // (C)
+                        const Tensor& mean, const Tensor& rstd,  // (R)
+                        const Tensor& dx,                    // (R, C) out
+                        const Tensor& dw, const Tensor& db); // (C) out
+void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, const Tensor& y, const Tensor& rstd);
+void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dx,
+                      const Tensor& dw);
+#endif  // REEL_BACKEND_KERNELS

@@ -3,8 +3,9 @@
 //
 // The entry point checks its inputs (dtypes, devices, inner dims: reel::Error naming them),
 // broadcasts the batch dims, allocates a contiguous output on the inputs' device and runs the
-// backend kernel (kernels/matmul_backend.h) on cpu or cuda.
-#pragma once
+// backend kernel (declared at the end of this file) on cpu or cuda.
+#ifndef REEL_KERNELS_MATMUL_H
+#define REEL_KERNELS_MATMUL_H
 #include "core/tensor.h"
 
 namespace reel::kernels {
@@ -14,3 +15,14 @@ namespace reel::kernels {
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
 
 }  // namespace reel::kernels
+#endif  // REEL_KERNELS_MATMUL_H
+
+// ---- Backend kernels --------------------------------------------------------------------------
+// Declared once for both backends, outside the include guard: kernels/backends.h includes this
+// file again with REEL_BACKEND_KERNELS defined, inside namespace reel::kernels::cpu
+// (kernels/cpu/matmul.cpp) and reel::kernels::cuda (kernels/cuda/matmul.cu).
+// a (B..., M, K), b (B..., K, N) already broadcast to out's batch dims (B..., M, N); any strides
+// (kernels/matmul_layout.h). Eigen on the cpu, cuBLAS on cuda.
+#ifdef REEL_BACKEND_KERNELS
+void matmul(const Tensor& a, const Tensor& b, const Tensor& out);
+#endif  // REEL_BACKEND_KERNELS

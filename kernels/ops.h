@@ -3,7 +3,11 @@
 // inputs' device and dispatches to kernels/cpu or kernels/cuda. One header per family
 // (kernels/<family>.h) holds its entry points, result structs and contracts; this umbrella
 // includes them all. A new family adds its line here.
-#pragma once
+//
+// No include guard, on purpose: kernels/backends.h includes this list again, with
+// REEL_BACKEND_KERNELS defined, inside namespace reel::kernels::cpu and reel::kernels::cuda, where
+// each family header then declares its backend kernels (its part outside its own include guard).
+// Anywhere else a second inclusion adds nothing: every family header is guarded.
 #include "kernels/attention.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/dropout.h"

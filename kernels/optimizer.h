@@ -3,8 +3,9 @@
 //
 // Each entry point checks its inputs (shapes, dtypes, devices: reel::Error naming the op and
 // them), makes them contiguous where the kernel needs it, allocates the outputs on the inputs'
-// device and runs the backend kernel (kernels/optimizer_backend.h) on cpu or cuda.
-#pragma once
+// device and runs the backend kernel (declared at the end of this file) on cpu or cuda.
+#ifndef REEL_KERNELS_OPTIMIZER_H
+#define REEL_KERNELS_OPTIMIZER_H
 #include <vector>
 
 #include "core/tensor.h"
@@ -34,3 +35,22 @@ double global_grad_norm(const std::vector<Tensor>& grads);
 void scale_(const std::vector<Tensor>& tensors, double factor);
 
 }  // namespace reel::kernels
+#endif  // REEL_KERNELS_OPTIMIZER_H
+
+// ---- Backend kernels --------------------------------------------------------------------------
+// Declared once for both backends, outside the include guard: kernels/backends.h includes this
+// file again with REEL_BACKEND_KERNELS defined, inside namespace reel::kernels::cpu
+// (kernels/cpu/optimizer.cpp) and reel::kernels::cuda (kernels/cuda/optimizer.cu).
+// Inputs arrive validated by the entry points (kernels/optimizer.cpp), CONTIGUOUS and viewed as the
+// flat shapes written next to each argument; see kernels/backends.h for the common contract.
+// In place over lists of same-shape contiguous tensors.
+#ifdef REEL_BACKEND_KERNELS
+void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                const std::vector<Tensor>& momentum_bufs, double lr, double momentum, double dampening,
+                double weight_decay, bool nesterov, int64_t step);
+void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
+                  const std::vector<Tensor>& v, double lr, double beta1, double beta2, double eps,
+                  double weight_decay, int64_t step, bool decoupled_weight_decay);
+double sum_of_squares(const std::vector<Tensor>& tensors);  // accumulated in double, fixed order
+void scale_(const std::vector<Tensor>& tensors, double factor);
+#endif  // REEL_BACKEND_KERNELS

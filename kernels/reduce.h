@@ -3,8 +3,9 @@
 //
 // The entry point checks its input (dtype, axes: reel::Error naming them), permutes the reduced
 // dims to the end, allocates a contiguous output on the input's device and runs the backend
-// kernel (kernels/reduce_backend.h) on cpu or cuda.
-#pragma once
+// kernel (declared at the end of this file) on cpu or cuda.
+#ifndef REEL_KERNELS_REDUCE_H
+#define REEL_KERNELS_REDUCE_H
 #include <vector>
 
 #include "core/tensor.h"
@@ -25,3 +26,15 @@ inline Tensor max(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim 
 }
 
 }  // namespace reel::kernels
+#endif  // REEL_KERNELS_REDUCE_H
+
+// ---- Backend kernels --------------------------------------------------------------------------
+// Declared once for both backends, outside the include guard: kernels/backends.h includes this
+// file again with REEL_BACKEND_KERNELS defined, inside namespace reel::kernels::cpu
+// (kernels/cpu/reduce.cpp) and reel::kernels::cuda (kernels/cuda/reduce.cu).
+// x permuted so that kept dims come first and `reduced_dims` trailing dims are reduced; out
+// contiguous with the kept dims' shape. Deterministic on both backends: a fixed reduction order,
+// no atomics.
+#ifdef REEL_BACKEND_KERNELS
+void reduce(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tensor& out);
+#endif  // REEL_BACKEND_KERNELS

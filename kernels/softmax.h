@@ -3,8 +3,9 @@
 //
 // Each entry point checks its inputs (shapes, dtypes, devices: reel::Error naming the op and
 // them), makes them contiguous where the kernel needs it, allocates the outputs on the inputs'
-// device and runs the backend kernel (kernels/softmax_backend.h) on cpu or cuda.
-#pragma once
+// device and runs the backend kernel (declared at the end of this file) on cpu or cuda.
+#ifndef REEL_KERNELS_SOFTMAX_H
+#define REEL_KERNELS_SOFTMAX_H
 #include "core/tensor.h"
 
 namespace reel::kernels {
@@ -18,3 +19,15 @@ Tensor softmax_backward(const Tensor& dy, const Tensor& y);
 Tensor log_softmax_backward(const Tensor& dy, const Tensor& y);
 
 }  // namespace reel::kernels
+#endif  // REEL_KERNELS_SOFTMAX_H
+
+// ---- Backend kernels --------------------------------------------------------------------------
+// Declared once for both backends, outside the include guard: kernels/backends.h includes this
+// file again with REEL_BACKEND_KERNELS defined, inside namespace reel::kernels::cpu
+// (kernels/cpu/softmax.cpp) and reel::kernels::cuda (kernels/cuda/softmax.cu).
+// Inputs arrive validated by the entry points (kernels/softmax.cpp), CONTIGUOUS and viewed as the
+// flat shapes written next to each argument; see kernels/backends.h for the common contract.
+#ifdef REEL_BACKEND_KERNELS
+void softmax_forward(const Tensor& x, bool log, const Tensor& y);                       // (R, C)
+void softmax_backward(const Tensor& dy, const Tensor& y, bool log, const Tensor& dx);   // (R, C)
+#endif  // REEL_BACKEND_KERNELS

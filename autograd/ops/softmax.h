@@ -4,16 +4,16 @@
 // Both backward rules read the output y, not x, so the op saves y: the output's memory, which the
 // next op (a matmul with v in attention) usually saves anyway. Another dim goes through transpose
 // views around the same op.
-#include "autograd/nn_functions.h"
+#pragma once
+#include <optional>
+#include <string>
+
+#include "autograd/functions.h"
 #include "autograd/op.h"
 #include "kernels/softmax.h"
 
 namespace reel {
-namespace {
-
-using autograd::Node;
-using autograd::Tensors;
-
+namespace autograd::ops {
 struct Softmax final : autograd::Op {
   bool log;
   explicit Softmax(bool log) : log(log) {}
@@ -29,16 +29,18 @@ struct Softmax final : autograd::Op {
   }
 };
 
-Tensor softmax_along(const Tensor& x, int64_t dim, bool log) {
+inline Tensor softmax_along(const Tensor& x, int64_t dim, bool log) {
   const int64_t last = x.dim() - 1;
   const int64_t d = normalize_dim(dim, x.dim(), log ? "log_softmax" : "softmax");
   if (x.dim() == 0 || d == last) return autograd::apply(Softmax(log), {x});
   return transpose(autograd::apply(Softmax(log), {transpose(x, d, last)}), d, last);
 }
 
-}  // namespace
+}  // namespace autograd::ops
 
-Tensor softmax(const Tensor& x, int64_t dim) { return softmax_along(x, dim, false); }
-Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_along(x, dim, true); }
+// ---- softmax and log-softmax ----
+// Along `dim` (the last by default; another dim goes through a transpose); both save the output.
+inline Tensor softmax(const Tensor& x, int64_t dim = -1) { return autograd::ops::softmax_along(x, dim, false); }
+inline Tensor log_softmax(const Tensor& x, int64_t dim = -1) { return autograd::ops::softmax_along(x, dim, true); }
 
 }  // namespace reel

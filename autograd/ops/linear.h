@@ -7,18 +7,17 @@
 // Saves x only when W needs its gradient and W only when x does: the saved x is the input itself
 // (often a view of a tensor another node saves anyway, e.g. attention's output), not its (N, in)
 // copy, which backward re-makes when needed.
+#pragma once
+#include <optional>
+#include <string>
+
 #include "autograd/functions.h"
-#include "autograd/nn_functions.h"
 #include "autograd/op.h"
 #include "kernels/ops.h"
 
 namespace reel {
-namespace {
-
-using autograd::Node;
-using autograd::Tensors;
-
-Shape rows_with(const Shape& x, int64_t last) {
+namespace autograd::ops {
+inline Shape rows_with(const Shape& x, int64_t last) {
   Shape s(x.begin(), x.end() - 1);
   s.push_back(last);
   return s;
@@ -49,9 +48,12 @@ struct Linear final : autograd::Op {
   }
 };
 
-}  // namespace
+}  // namespace autograd::ops
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+// ---- linear ----
+// x (..., in) @ W^T + b: W (out, in) as torch.nn.Linear stores it, b (out) or undefined (no bias).
+// One GEMM over all rows of x; the bias gradient is a column sum of the output gradient.
+inline Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor()) {
   REEL_CHECK(x.defined() && weight.defined(), "linear: x and weight must be defined tensors");
   REEL_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: x ", x.shape(),
              " and weight ", weight.shape(), " do not match: x (..., in) and weight (out, in) expected");
@@ -62,8 +64,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     REEL_CHECK(!t->defined() || (t->dtype() == x.dtype() && t->device() == x.device()), "linear: x ", x.shape(), " ",
                x.dtype(), " on ", x.device(), " and ", t == &weight ? "weight " : "bias ", t->shape(), " ",
                t->dtype(), " on ", t->device(), ": one dtype and device expected");
-  if (bias.defined()) return autograd::apply(Linear{}, {x, weight, bias});
-  return autograd::apply(Linear{}, {x, weight});
+  if (bias.defined()) return autograd::apply(autograd::ops::Linear{}, {x, weight, bias});
+  return autograd::apply(autograd::ops::Linear{}, {x, weight});
 }
 
 }  // namespace reel

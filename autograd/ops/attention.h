@@ -11,20 +11,20 @@
 //   exp(-inf) = 0 gives those keys zero weight and zero gradient; the diagonal is never masked,
 //   so no row is all -inf), softmax and matmul. It saves the (Tq, Tk) probabilities: the
 //   reference the fused op is tested against, and a readable statement of what it computes.
+#pragma once
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <string>
 #include <vector>
 
-#include "autograd/nn_functions.h"
+#include "autograd/functions.h"
 #include "autograd/op.h"
+#include "autograd/ops/softmax.h"
 #include "kernels/attention.h"
 
 namespace reel {
-namespace {
-
-using autograd::Node;
-using autograd::Tensors;
-
+namespace autograd::ops {
 struct Attention final : autograd::Op {
   bool causal;
   std::optional<double> scale;  // none: 1/sqrt(D)
@@ -47,21 +47,29 @@ struct Attention final : autograd::Op {
 };
 
 // (T, T): 0 where key j <= query i, -inf above the diagonal. A constant: it needs no gradient.
-Tensor causal_mask(int64_t T, DType dtype, Device device) {
+inline Tensor causal_mask(int64_t T, DType dtype, Device device) {
   std::vector<double> m(static_cast<size_t>(T * T), 0.0);
   for (int64_t i = 0; i < T; ++i)
     for (int64_t j = i + 1; j < T; ++j) m[static_cast<size_t>(i * T + j)] = -std::numeric_limits<double>::infinity();
   return from_vector(m, {T, T}).to(dtype).to(device);
 }
 
-}  // namespace
+}  // namespace autograd::ops
 
-Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, std::optional<double> scale) {
-  return autograd::apply(Attention(causal, scale), {q, k, v});
+// ---- scaled-dot-product attention ----
+// softmax(q k^T * scale + mask) v for q (..., Tq, D), k (..., Tk, D), v (..., Tk, Dv), e.g. (B, H,
+// T, D); scale defaults to 1/sqrt(D); causal: query i sees keys j <= i (needs Tq == Tk).
+// attention: the fused flash-style kernel. Saves q, k, v, out and the row log-sum-exp (B, H, T);
+//   backward recomputes the probabilities, so no (T, T) matrix is ever kept.
+// attention_composed: the same from matmul, mul, add (a constant -inf mask), softmax and matmul,
+//   saving the (T, T) probabilities: the reference the fused op is tested against.
+inline Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = true,
+                        std::optional<double> scale = std::nullopt) {
+  return autograd::apply(autograd::ops::Attention(causal, scale), {q, k, v});
 }
 
-Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                          std::optional<double> scale) {
+inline Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = true,
+                                 std::optional<double> scale = std::nullopt) {
   REEL_CHECK(q.dim() >= 2 && k.dim() == q.dim() && v.dim() == q.dim() && k.size(-1) == q.size(-1) &&
                  v.size(-2) == k.size(-2),
              "attention_composed: q ", q.shape(), ", k ", k.shape(), " and v ", v.shape(),
@@ -71,7 +79,7 @@ Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, boo
              q.shape(), ", k ", k.shape());
   const double s = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   Tensor scores = matmul(q, k, false, true) * s;  // (..., Tq, Tk)
-  if (causal) scores = scores + causal_mask(Tq, scores.dtype(), scores.device());
+  if (causal) scores = scores + autograd::ops::causal_mask(Tq, scores.dtype(), scores.device());
   return matmul(softmax(scores), v);  // (..., Tq, Dv)
 }
 

@@ -12,16 +12,17 @@
 // for large logits (see kernels/cpu/cross_entropy.cpp). The price: the forward writes N*V more
 // when logits need a gradient, so the sweep only does it when the node keeps its saves (not in
 // eval or under NoGrad, nor in a collapsed checkpoint segment, where the replay computes it).
-#include "autograd/nn_functions.h"
+#pragma once
+#include <optional>
+#include <string>
+
+#include "autograd/functions.h"
 #include "autograd/op.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/ops.h"
 
 namespace reel {
-namespace {
-
-using autograd::Node;
-using autograd::Tensors;
+namespace autograd::ops {
 using kernels::Reduction;
 
 struct CrossEntropy final : autograd::Op {
@@ -47,11 +48,18 @@ struct CrossEntropy final : autograd::Op {
   }
 };
 
-}  // namespace
+}  // namespace autograd::ops
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
-                     const std::string& reduction) {
-  return autograd::apply(CrossEntropy(kernels::parse_reduction(reduction), ignore_index), {logits, targets});
+// ---- cross-entropy ----
+// logits (N..., V) with classes along the LAST dim, targets (N...) i32 or i64 in [0, V) or equal to
+// ignore_index. reduction "mean" (over the targets not ignored), "sum" or "none" (per-row losses,
+// 0 where ignored). With every target ignored, "mean" gives loss 0 and zero gradients, not NaN
+// (see kernels/cross_entropy.h: an all-padding micro-batch adds nothing to its accumulation window).
+// Fused: one pass over the logits computes the loss and, when logits need a gradient, dlogits too.
+inline Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
+                            const std::string& reduction = "mean") {
+  return autograd::apply(autograd::ops::CrossEntropy(kernels::parse_reduction(reduction), ignore_index),
+                         {logits, targets});
 }
 
 }  // namespace reel

@@ -3,16 +3,16 @@
 // deterministic kernel of kernels/embedding.h (no float atomics: bit-identical for any thread count,
 // so checkpointed and plain backward agree to the bit). Saves the ids (N integers, C times less
 // than the output); the table's row count comes from its recorded shape.
-#include "autograd/nn_functions.h"
+#pragma once
+#include <optional>
+#include <string>
+
+#include "autograd/functions.h"
 #include "autograd/op.h"
 #include "kernels/embedding.h"
 
 namespace reel {
-namespace {
-
-using autograd::Node;
-using autograd::Tensors;
-
+namespace autograd::ops {
 struct Embedding final : autograd::Op {
   const char* name() const override { return "embedding"; }
   Tensors forward(const Tensors& in, Node& node) const override {
@@ -24,8 +24,13 @@ struct Embedding final : autograd::Op {
   }
 };
 
-}  // namespace
+}  // namespace autograd::ops
 
-Tensor embedding(const Tensor& ids, const Tensor& table) { return autograd::apply(Embedding{}, {ids, table}); }
+// ---- embedding ----
+// table[ids]: ids (N...) i32 or i64 in [0, V), table (V, C) -> (N..., C). The table's gradient is
+// summed per row in position order (deterministic, no atomics).
+inline Tensor embedding(const Tensor& ids, const Tensor& table) {
+  return autograd::apply(autograd::ops::Embedding{}, {ids, table});
+}
 
 }  // namespace reel

@@ -5,16 +5,16 @@
 // give in one pass without a second reduction, and the output would cost as much as x. The
 // weight is a parameter, so saving it costs nothing. The backward kernel returns dx, dw and db
 // together (dw and db summed over rows in a fixed order: bit-identical run to run).
-#include "autograd/nn_functions.h"
+#pragma once
+#include <optional>
+#include <string>
+
+#include "autograd/functions.h"
 #include "autograd/op.h"
 #include "kernels/layernorm.h"
 
 namespace reel {
-namespace {
-
-using autograd::Node;
-using autograd::Tensors;
-
+namespace autograd::ops {
 struct LayerNorm final : autograd::Op {
   double eps;
   explicit LayerNorm(double eps) : eps(eps) {}
@@ -52,15 +52,20 @@ struct RMSNorm final : autograd::Op {
   }
 };
 
-}  // namespace
 
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  if (bias.defined()) return autograd::apply(LayerNorm(eps), {x, weight, bias});
-  return autograd::apply(LayerNorm(eps), {x, weight});
+}  // namespace autograd::ops
+
+// ---- normalisation over the last dim ----
+// y = (x - mean) / sqrt(var + eps) * weight + bias, var biased; weight, bias (C) for x (..., C);
+// bias may be undefined (no bias). RMSNorm: y = x / sqrt(mean(x^2) + eps) * weight.
+// Both save x and the row statistics (mean, rstd), not the output.
+inline Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), double eps = 1e-5) {
+  if (bias.defined()) return autograd::apply(autograd::ops::LayerNorm(eps), {x, weight, bias});
+  return autograd::apply(autograd::ops::LayerNorm(eps), {x, weight});
 }
 
-Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
-  return autograd::apply(RMSNorm(eps), {x, weight});
+inline Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6) {
+  return autograd::apply(autograd::ops::RMSNorm(eps), {x, weight});
 }
 
 }  // namespace reel
