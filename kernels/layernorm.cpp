@@ -1,5 +1,6 @@
-// Entry points of the layernorm family (kernels/layernorm.h): LayerNorm and RMSNorm, forward and
-// backward. Checks, contiguous (R, C) rows, outputs, then the backend kernel.
+// Entry points of the layernorm family (kernels/layernorm.h): LayerNorm, RMSNorm and GroupNorm,
+// forward and backward. Checks, contiguous (R, C) rows or (N, C, S) samples, outputs, then the
+// backend kernel.
 #include "kernels/layernorm.h"
 
 #include "kernels/entry_point.h"
@@ -91,6 +92,65 @@ RMSNormBackward rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor
     REEL_DEVICE_DISPATCH(x.device(), rmsnorm_backward, kernel_cost({&dy, &x, &w, &rstd}, {&r.dx, &r.dw}, 10 * R * C),
                          as_rows(dy, R, C), as_rows(x, R, C),
                          untracked::contiguous(w), contiguous_as(rstd, {R}), as_rows(r.dx, R, C), r.dw);
+  return r;
+}
+
+// ---- GroupNorm ---------------------------------------------------------------------------------
+
+namespace {
+// x (N, C, *) with C a multiple of groups; w (C). Returns S, the product of the spatial dims.
+int64_t check_group_norm_shapes(const char* op, const Tensor& x, const Tensor& w, const Tensor* b, int64_t groups) {
+  REEL_CHECK(x.dim() >= 2, op, ": x ", x.shape(), " needs (N, C, *) dims: a batch and a channel dim");
+  const int64_t C = x.size(1);
+  REEL_CHECK(groups > 0 && C % groups == 0, op, ": ", groups, " groups do not divide the ", C, " channels of x ",
+             x.shape());
+  REEL_CHECK(w.shape() == Shape{C}, op, ": weight ", w.shape(), " does not match the channels of x ", x.shape(),
+             ": (", C, ") expected");
+  if (b)
+    REEL_CHECK(b->shape() == Shape{C}, op, ": bias ", b->shape(), " does not match the channels of x ", x.shape(),
+               ": (", C, ") expected");
+  return C == 0 ? 0 : x.numel() / (x.size(0) * C);
+}
+}  // namespace
+
+GroupNormForward group_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, int64_t groups, double eps) {
+  const char* op = "group_norm_forward";
+  check_same_device(op, {&x, &w, &b});
+  check_same_floating_dtype(op, {&x, &w, &b});
+  const int64_t S = check_group_norm_shapes(op, x, w, &b, groups);
+  const int64_t N = x.size(0), C = x.size(1);
+  REEL_CHECK(N == 0 || S > 0, op, ": x ", x.shape(), " has no positions to normalise over");
+  GroupNormForward r{empty(x.shape(), x.dtype(), x.device()), empty({N, groups}, x.dtype(), x.device()),
+                     empty({N, groups}, x.dtype(), x.device())};
+  if (N > 0)
+    // Per element: the mean (1 FLOP), the centred square (3), normalise and affine (4).
+    REEL_DEVICE_DISPATCH(x.device(), group_norm_forward,
+                         kernel_cost({&x, &w, &b}, {&r.y, &r.mean, &r.rstd}, 8 * N * C * S),
+                         contiguous_as(x, {N, C, S}), untracked::contiguous(w), untracked::contiguous(b), groups, eps,
+                         untracked::view(r.y, {N, C, S}), r.mean, r.rstd);
+  return r;
+}
+
+GroupNormBackward group_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
+                                      const Tensor& rstd, int64_t groups) {
+  const char* op = "group_norm_backward";
+  check_same_device(op, {&dy, &x, &w, &mean, &rstd});
+  check_same_floating_dtype(op, {&dy, &x, &w, &mean, &rstd});
+  const int64_t S = check_group_norm_shapes(op, x, w, nullptr, groups);
+  REEL_CHECK(dy.shape() == x.shape(), op, ": dy ", dy.shape(), " and x ", x.shape(), " differ in shape");
+  const int64_t N = x.size(0), C = x.size(1);
+  for (const Tensor* stat : {&mean, &rstd})
+    REEL_CHECK(stat->shape() == (Shape{N, groups}), op, ": ", stat == &mean ? "mean " : "rstd ", stat->shape(),
+               " does not match x ", x.shape(), " in ", groups, " groups: (", N, ", ", groups, ") expected");
+  GroupNormBackward r{empty(x.shape(), x.dtype(), x.device()), zeros({C}, x.dtype(), x.device()),
+                      zeros({C}, x.dtype(), x.device())};
+  if (N > 0 && S > 0)
+    // Per element: x^ and dy * w (3 FLOPs), the two group sums (4), dx (3), dw and db (3).
+    REEL_DEVICE_DISPATCH(x.device(), group_norm_backward,
+                         kernel_cost({&dy, &x, &w, &mean, &rstd}, {&r.dx, &r.dw, &r.db}, 13 * N * C * S),
+                         contiguous_as(dy, {N, C, S}), contiguous_as(x, {N, C, S}), untracked::contiguous(w),
+                         untracked::contiguous(mean), untracked::contiguous(rstd), groups,
+                         untracked::view(r.dx, {N, C, S}), r.dw, r.db);
   return r;
 }
 

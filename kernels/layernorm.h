@@ -1,4 +1,5 @@
-// The layernorm family: LayerNorm and RMSNorm over the last dim, forward and backward. Plain
+// The layernorm family: LayerNorm and RMSNorm over the last dim, GroupNorm over channel groups of
+// (N, C, spatial...) tensors, forward and backward. Plain
 // kernels, no autograd: the tape (autograd/ops/layernorm.h) decides what to save.
 //
 // Each entry point checks its inputs (shapes, dtypes, devices: reel::Error naming the op and
@@ -28,6 +29,21 @@ LayerNormBackward layernorm_backward(const Tensor& dy, const Tensor& x, const Te
 RMSNormForward rmsnorm_forward(const Tensor& x, const Tensor& w, double eps = 1e-6);
 RMSNormBackward rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd);
 
+// GroupNorm (Wu & He 2018), as torch.nn.functional.group_norm: x (N, C, *) with C channels in
+// `groups` groups of C / groups consecutive channels; each (sample, group) is normalised over its
+// channels and all spatial positions, then scaled and shifted per channel:
+//   y[n, c, s] = (x[n, c, s] - mean[n, g]) * rstd[n, g] * w[c] + b[c],  g = c / (C / groups),
+//   rstd = 1 / sqrt(var + eps), var biased. No running statistics: the same in training and eval,
+// and independent of the other samples of the batch (so gradient accumulation stays exact).
+struct GroupNormForward { Tensor y, mean, rstd; };   // (N, C, *), (N, groups), (N, groups)
+struct GroupNormBackward { Tensor dx, dw, db; };     // (N, C, *), (C), (C)
+
+GroupNormForward group_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, int64_t groups,
+                                    double eps = 1e-5);
+// dw and db are summed over samples and positions in a fixed order: bit-identical run to run.
+GroupNormBackward group_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
+                                      const Tensor& rstd, int64_t groups);
+
 }  // namespace reel::kernels
 #endif  // REEL_KERNELS_LAYERNORM_H
 
@@ -53,4 +69,17 @@ void layernorm_backward(const Tensor& dy, const Tensor& x,  // (R, C)
 void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, const Tensor& y, const Tensor& rstd);
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dx,
                       const Tensor& dw);
+// GroupNorm: S is the product of the spatial dims (1 for an (N, C) x); group g of sample n is the
+// contiguous run x[n, g*C/G : (g+1)*C/G, :] of M = C/G * S values.
+void group_norm_forward(const Tensor& x,                        // (N, C, S)
+                        const Tensor& w, const Tensor& b,       // (C)
+                        int64_t groups, double eps,
+                        const Tensor& y,                        // (N, C, S) out
+                        const Tensor& mean, const Tensor& rstd);// (N, G) out
+void group_norm_backward(const Tensor& dy, const Tensor& x,     // (N, C, S)
+                         const Tensor& w,                       // (C)
+                         const Tensor& mean, const Tensor& rstd,// (N, G)
+                         int64_t groups,
+                         const Tensor& dx,                      // (N, C, S) out
+                         const Tensor& dw, const Tensor& db);   // (C) out
 #endif  // REEL_BACKEND_KERNELS

@@ -32,6 +32,9 @@ struct OpCase {
   std::function<Tensor(const Tensors&)> f;
   Domain domain = Domain::Any;
   std::vector<bool> needs_grad = {};  // default: every input
+  // Where set: the same function composed from other ops, which f's f64 values must match; what
+  // keeps a forward that is wrong in the same way as its backward from passing.
+  std::function<Tensor(const Tensors&)> reference = {};
 };
 
 Tensor make_input(const Shape& shape, Domain domain, Generator& gen) {
@@ -57,6 +60,16 @@ Domain domain_of(kernels::UnaryOp op) {
     case kernels::UnaryDomain::Real: break;
   }
   return Domain::Any;
+}
+
+// GroupNorm from reshape, mean, sqrt and broadcasting: x (N, C, *), w and b (C).
+Tensor group_norm_composed(const Tensor& x, int64_t groups, const Tensor& w, const Tensor& b) {
+  const Tensor g = x.reshape({x.size(0), groups, -1});  // (N, G, M)
+  const Tensor centred = g - mean(g, {2}, true);
+  const Tensor var = mean(centred * centred, {2}, true);
+  Shape per_channel(static_cast<size_t>(x.dim()), 1);
+  per_channel[1] = x.size(1);
+  return (centred / sqrt(var + 1e-5)).reshape(x.shape()) * w.reshape(per_channel) + b.reshape(per_channel);
 }
 
 Tensor softmax_last(const Tensor& x) {
@@ -87,6 +100,10 @@ std::vector<OpCase> op_cases() {
   const Tensor targets23_ignore3 = from_vector<int64_t>({3, 4, 0, 3, 1, 2}, {2, 3});
   const Tensor ids24 = from_vector<int64_t>({3, 0, 6, 3, 3, 1, 6, 2}, {2, 4});
   const Tensor ids5 = from_vector<int32_t>({4, 4, 0, 1, 4}, {5});
+  auto with_reference = [](OpCase c, std::function<Tensor(const Tensors&)> reference) {
+    c.reference = std::move(reference);
+    return c;
+  };
   auto ternary = [](const char* name, std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)> op,
                     Shape a, Shape b, Shape c, std::vector<bool> needs = {}) {
     return OpCase{name + (" " + shape_str(a) + " " + shape_str(b) + " " + shape_str(c)), {a, b, c},
@@ -272,6 +289,20 @@ std::vector<OpCase> op_cases() {
       binary("rms_norm", [](const Tensor& x, const Tensor& w) { return rms_norm(x, w); }, {3, 6}, {6}),
       binary("rms_norm batched", [](const Tensor& x, const Tensor& w) { return rms_norm(x, w, 1e-4); },
              {2, 2, 5}, {5}),
+      with_reference(ternary("group_norm, 2 groups of 3 channels",
+                             [](const Tensor& x, const Tensor& w, const Tensor& b) { return group_norm(x, 2, w, b); },
+                             {2, 6, 2, 3}, {6}, {6}),
+                     [](const Tensors& x) { return group_norm_composed(x[0], 2, x[1], x[2]); }),
+      with_reference(ternary("group_norm, one channel per group, (N, C)",
+                             [](const Tensor& x, const Tensor& w, const Tensor& b) { return group_norm(x, 4, w, b); },
+                             {3, 4}, {4}, {4}),
+                     [](const Tensors& x) { return group_norm_composed(x[0], 4, x[1], x[2]); }),
+      with_reference(unary("group_norm, one group, no weight or bias",
+                           [](const Tensor& x) { return group_norm(x, 1); }, {2, 3, 5}),
+                     [](const Tensors& x) {
+                       const Tensor one = ones({3}, x[0].dtype(), x[0].device());
+                       return group_norm_composed(x[0], 1, one, one * 0.0);
+                     }),
 
       // ---- softmax ----
       unary("softmax", [](const Tensor& x) { return softmax(x * 2.0); }, {3, 5}),
@@ -333,6 +364,10 @@ TEST_CASE("every op's backward matches finite differences (f64, cpu) and every d
 
     // The f64 CPU reference: values and gradients of sum(w * f(x)).
     Tensor y_ref = c.f(x);
+    if (c.reference) {
+      autograd::NoGrad no_grad;
+      check_close(y_ref, c.reference(x), 1e-12, 1e-12);
+    }
     const Tensor w = randn(y_ref.shape(), DType::f64, Device::cpu(), &gen);
     autograd::backward(y_ref, w);
     for (Device d : reel::testing::devices()) {

@@ -1,10 +1,12 @@
-// layer_norm and rms_norm over the last dim, on kernels/layernorm.h's fused kernels.
+// layer_norm and rms_norm over the last dim, and group_norm over channel groups, on
+// kernels/layernorm.h's fused kernels.
 //   LayerNorm: y = (x - mean) * rstd * w + b;  RMSNorm: y = x * rstd * w.
 // Saves x, w and the row statistics (mean and rstd for LayerNorm, rstd for RMSNorm: (N...) each,
 // 1/C of x), not the output: backward needs x-hat = (x - mean) * rstd, which x and the statistics
 // give in one pass without a second reduction, and the output would cost as much as x. The
 // weight is a parameter, so saving it costs nothing. The backward kernel returns dx, dw and db
-// together (dw and db summed over rows in a fixed order: bit-identical run to run).
+// together (dw and db summed over rows in a fixed order: bit-identical run to run). GroupNorm
+// saves the same: x, w and its (N, groups) statistics.
 #pragma once
 #include <optional>
 #include <string>
@@ -52,6 +54,38 @@ struct RMSNorm final : autograd::Op {
   }
 };
 
+// Inputs: x, then the weight and the bias where given (their absence: ones and zeros, constants).
+struct GroupNorm final : autograd::Op {
+  int64_t groups;
+  double eps;
+  bool has_weight, has_bias;
+  GroupNorm(int64_t groups, double eps, bool has_weight, bool has_bias)
+      : groups(groups), eps(eps), has_weight(has_weight), has_bias(has_bias) {}
+  const char* name() const override { return "group_norm"; }
+  std::string attributes() const override {
+    return "groups=" + std::to_string(groups) + " eps=" + std::to_string(eps);
+  }
+  Tensor weight_of(const Tensors& in) const {
+    const Tensor& x = in[0];
+    return has_weight ? in[1] : full({x.dim() >= 2 ? x.size(1) : 0}, 1.0, x.dtype(), x.device());
+  }
+  Tensors forward(const Tensors& in, Node& node) const override {
+    const Tensor& x = in[0];
+    const Tensor w = weight_of(in);
+    const Tensor b = has_bias ? in[has_weight ? 2 : 1] : zeros(w.shape(), x.dtype(), x.device());
+    kernels::GroupNormForward r = kernels::group_norm_forward(x, w, b, groups, eps);
+    node.save({x, w, r.mean, r.rstd});
+    return {r.y};
+  }
+  Tensors backward(const Tensors& grad, const Node& node) const override {
+    kernels::GroupNormBackward r = kernels::group_norm_backward(
+        grad[0], node.saved_tensor(0), node.saved_tensor(1), node.saved_tensor(2), node.saved_tensor(3), groups);
+    Tensors grads{r.dx};
+    if (has_weight) grads.push_back(r.dw);
+    if (has_bias) grads.push_back(r.db);
+    return grads;
+  }
+};
 
 }  // namespace autograd::ops
 
@@ -66,6 +100,18 @@ inline Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bi
 
 inline Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6) {
   return autograd::apply(autograd::ops::RMSNorm(eps), {x, weight});
+}
+
+// GroupNorm, as torch.nn.functional.group_norm: x (N, C, *) in `num_groups` groups of C / num_groups
+// consecutive channels, each (sample, group) normalised over its channels and positions, then
+// y * weight[c] + bias[c] per channel; weight and bias (C) or undefined (1 and 0). No running
+// statistics, and no sample sees another: accumulating micro-batches equals the big batch.
+inline Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(),
+                         const Tensor& bias = Tensor(), double eps = 1e-5) {
+  autograd::Tensors inputs{x};
+  if (weight.defined()) inputs.push_back(weight);
+  if (bias.defined()) inputs.push_back(bias);
+  return autograd::apply(autograd::ops::GroupNorm(num_groups, eps, weight.defined(), bias.defined()), inputs);
 }
 
 }  // namespace reel

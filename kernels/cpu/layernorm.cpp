@@ -16,6 +16,11 @@
 // accumulator in the data type that is flushed into the chunk's double partial every kFlush
 // rows (so f32 never sums more than kFlush terms); the final dw/db add the chunks' partials in
 // chunk order. The result is bit-identical run to run and for any number of threads.
+//
+// GroupNorm: the same sweeps with a (sample, group) in place of a row: its M = C/G * S values are
+// contiguous, so the statistics are LayerNorm's over M, and the per-channel affine walks the run
+// channel by channel. dw/db: each (sample, group) task sums its channels over the positions into
+// (N, C) double partials, which are then added over the samples in order: deterministic too.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -162,6 +167,85 @@ void rmsnorm_forward_impl(const T* x, const T* w, double eps, T* y, T* rstd, int
   }
 }
 
+// x, y: (N, C, S); w, b: (C); mean, rstd: (N, G). One task per (sample, group).
+template <typename T>
+void group_norm_forward_impl(const T* x, const T* w, const T* b, double eps, T* y, T* mean, T* rstd, int64_t N,
+                             int64_t C, int64_t S, int64_t G) {
+  const int64_t Cg = C / G, M = Cg * S;
+#pragma omp parallel for schedule(static) if (N * G > 1 && N * C * S >= kMinParallel)
+  for (int64_t ng = 0; ng < N * G; ++ng) {
+    const T* xr = x + ng * M;  // (Cg, S): the group's channels, contiguous
+    T* yr = y + ng * M;
+    const T shift = xr[0];  // as LayerNorm: sum x - x[0] to keep a far-from-0 mean's low digits
+    T s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < M; ++i) s += xr[i] - shift;
+    const T m = shift + s / static_cast<T>(M);
+    T var = 0;
+#pragma omp simd reduction(+ : var)
+    for (int64_t i = 0; i < M; ++i) var += (xr[i] - m) * (xr[i] - m);
+    const T rs = static_cast<T>(1.0 / std::sqrt(static_cast<double>(var) / static_cast<double>(M) + eps));
+    const int64_t c0 = (ng % G) * Cg;
+    for (int64_t ci = 0; ci < Cg; ++ci) {
+      const T scale = rs * w[c0 + ci], shift_c = b[c0 + ci] - m * scale;
+#pragma omp simd
+      for (int64_t i = ci * S; i < (ci + 1) * S; ++i) yr[i] = xr[i] * scale + shift_c;
+    }
+    mean[ng] = m;
+    rstd[ng] = rs;
+  }
+}
+
+// dy, x, dx: (N, C, S); w: (C); mean, rstd: (N, G); dw, db: (C).
+template <typename T>
+void group_norm_backward_impl(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx, T* dw,
+                              T* db, int64_t N, int64_t C, int64_t S, int64_t G) {
+  const int64_t Cg = C / G, M = Cg * S;
+  // (2, N, C) double: per sample and channel, the sums over positions of dy * xhat and of dy.
+  const Tensor scratch = empty({2, N, C}, DType::f64);
+  double* part_dw = scratch.data<double>();
+  double* part_db = part_dw + N * C;
+  const T inv_m = T(1) / static_cast<T>(M);
+#pragma omp parallel for schedule(static) if (N * G > 1 && N * C * S >= kMinParallel)
+  for (int64_t ng = 0; ng < N * G; ++ng) {
+    const T* dyr = dy + ng * M;
+    const T* xr = x + ng * M;
+    T* dxr = dx + ng * M;
+    const int64_t c0 = (ng % G) * Cg;
+    const T m = mean[ng], rs = rstd[ng];
+    T sum_dxhat = 0, sum_dxhat_xhat = 0;
+    for (int64_t ci = 0; ci < Cg; ++ci) {
+      const T wc = w[c0 + ci];
+      double acc_dw = 0, acc_db = 0;  // this channel's sums over the positions
+#pragma omp simd reduction(+ : sum_dxhat, sum_dxhat_xhat, acc_dw, acc_db)
+      for (int64_t i = ci * S; i < (ci + 1) * S; ++i) {
+        const T xhat = (xr[i] - m) * rs;
+        sum_dxhat += dyr[i] * wc;
+        sum_dxhat_xhat += dyr[i] * wc * xhat;
+        acc_dw += static_cast<double>(dyr[i] * xhat);
+        acc_db += static_cast<double>(dyr[i]);
+      }
+      part_dw[ng / G * C + c0 + ci] = acc_dw;
+      part_db[ng / G * C + c0 + ci] = acc_db;
+    }
+    const T a = sum_dxhat * inv_m, cc = sum_dxhat_xhat * inv_m;
+    for (int64_t ci = 0; ci < Cg; ++ci) {
+      const T wc = w[c0 + ci];
+#pragma omp simd
+      for (int64_t i = ci * S; i < (ci + 1) * S; ++i) dxr[i] = rs * (dyr[i] * wc - a - (xr[i] - m) * rs * cc);
+    }
+  }
+  for (int64_t c = 0; c < C; ++c) {  // samples in order: the same bits for any thread count
+    double sw = 0, sb = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      sw += part_dw[n * C + c];
+      sb += part_db[n * C + c];
+    }
+    dw[c] = static_cast<T>(sw);
+    db[c] = static_cast<T>(sb);
+  }
+}
+
 }  // namespace
 
 // ---- launchers ----------------------------------------------------------------------------------
@@ -199,6 +283,25 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const 
                          norm_backward_impl<scalar_t, false>(dy.data<scalar_t>(), x.data<scalar_t>(),
                                                              w.data<scalar_t>(), nullptr, rstd.data<scalar_t>(),
                                                              dx.data<scalar_t>(), dw.data<scalar_t>(), nullptr, R, C))
+}
+
+void group_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, int64_t groups, double eps, const Tensor& y,
+                        const Tensor& mean, const Tensor& rstd) {
+  const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
+  REEL_DISPATCH_FLOATING(x.dtype(), "group_norm_forward",
+                         group_norm_forward_impl<scalar_t>(x.data<scalar_t>(), w.data<scalar_t>(), b.data<scalar_t>(),
+                                                           eps, y.data<scalar_t>(), mean.data<scalar_t>(),
+                                                           rstd.data<scalar_t>(), N, C, S, groups))
+}
+
+void group_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                         int64_t groups, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+  const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
+  REEL_DISPATCH_FLOATING(x.dtype(), "group_norm_backward",
+                         group_norm_backward_impl<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(),
+                                                            w.data<scalar_t>(), mean.data<scalar_t>(),
+                                                            rstd.data<scalar_t>(), dx.data<scalar_t>(),
+                                                            dw.data<scalar_t>(), db.data<scalar_t>(), N, C, S, groups))
 }
 
 }  // namespace reel::kernels::cpu

@@ -17,6 +17,12 @@
 // (chunks, C) go to a scratch buffer, and a second kernel adds them in chunk order, one thread
 // per column: the same bits on every run and every device. RMSNorm is the same kernel without
 // the mean, without a (it has no mean to subtract) and without db.
+//
+// GroupNorm: one 256-thread block per (sample, group), whose M = C/G * S values are contiguous;
+// block reductions (a fixed tree) give the statistics, as LayerNorm's warp does for a row. Backward
+// is one block per (sample, group) too: the two group sums, dx, and each channel's sums over the
+// positions of dy * xhat and dy (double, block reductions) into (N, C) partials, which
+// norm_params_kernel then adds over the samples in order. No atomics: the same bits every run.
 #include <algorithm>
 #include <cmath>
 
@@ -132,6 +138,80 @@ __global__ void norm_params_kernel(const double* partial, T* dw, T* db, int64_t 
   }
 }
 
+// ---- GroupNorm -------------------------------------------------------------------------------
+
+constexpr int kGroupThreads = 256;
+
+// Block per (sample, group) ng (a block-uniform loop); x, y: (N*G, M) with M = Cg * S; w, b: (C);
+// mean, rstd: (N*G).
+template <typename T>
+__global__ void group_norm_forward_kernel(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd,
+                                          int64_t NG, int64_t G, int64_t Cg, int64_t S) {
+  using std::sqrt;
+  __shared__ T scratch[32];
+  const int64_t M = Cg * S;
+  for (int64_t ng = blockIdx.x; ng < NG; ng += gridDim.x) {
+    const T* xr = x + ng * M;
+    T* yr = y + ng * M;
+    const T shift = xr[0];
+    T s = 0;
+    for (int64_t i = threadIdx.x; i < M; i += blockDim.x) s += xr[i] - shift;
+    const T m = shift + block_reduce(s, SumOp{}, scratch) / static_cast<T>(M);
+    T v = 0;
+    for (int64_t i = threadIdx.x; i < M; i += blockDim.x) v += (xr[i] - m) * (xr[i] - m);
+    const T rs = T(1) / sqrt(block_reduce(v, SumOp{}, scratch) / static_cast<T>(M) + eps);
+    const int64_t c0 = (ng % G) * Cg;
+    for (int64_t i = threadIdx.x; i < M; i += blockDim.x) {
+      const int64_t c = c0 + i / S;
+      yr[i] = (xr[i] - m) * rs * w[c] + b[c];
+    }
+    if (threadIdx.x == 0) {
+      mean[ng] = m;
+      rstd[ng] = rs;
+    }
+  }
+}
+
+// Block per (sample, group) ng. dy, x, dx: (N*G, M); w: (C); mean, rstd: (N*G); partial: (2, N, C)
+// double, the per-sample channel sums of dy * xhat (slab 0) and dy (slab 1).
+template <typename T>
+__global__ void group_norm_backward_kernel(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
+                                           double* partial, int64_t NG, int64_t G, int64_t Cg, int64_t S) {
+  __shared__ T scratch[32];
+  __shared__ double scratch_d[32];
+  const int64_t M = Cg * S, C = G * Cg, N = NG / G;
+  for (int64_t ng = blockIdx.x; ng < NG; ng += gridDim.x) {
+    const T* dyr = dy + ng * M;
+    const T* xr = x + ng * M;
+    T* dxr = dx + ng * M;
+    const int64_t n = ng / G, c0 = (ng % G) * Cg;
+    const T m = mean[ng], rs = rstd[ng];
+    T sum_dxhat = 0, sum_dxhat_xhat = 0;
+    for (int64_t i = threadIdx.x; i < M; i += blockDim.x) {
+      const T dxhat = dyr[i] * w[c0 + i / S];
+      sum_dxhat += dxhat;
+      sum_dxhat_xhat += dxhat * ((xr[i] - m) * rs);
+    }
+    const T a = block_reduce(sum_dxhat, SumOp{}, scratch) / static_cast<T>(M);
+    const T cc = block_reduce(sum_dxhat_xhat, SumOp{}, scratch) / static_cast<T>(M);
+    for (int64_t i = threadIdx.x; i < M; i += blockDim.x)
+      dxr[i] = rs * (dyr[i] * w[c0 + i / S] - a - (xr[i] - m) * rs * cc);
+    for (int64_t ci = 0; ci < Cg; ++ci) {  // block-uniform: every thread reaches each reduction
+      double acc_dw = 0, acc_db = 0;
+      for (int64_t i = ci * S + threadIdx.x; i < (ci + 1) * S; i += blockDim.x) {
+        acc_dw += static_cast<double>(dyr[i]) * static_cast<double>((xr[i] - m) * rs);
+        acc_db += static_cast<double>(dyr[i]);
+      }
+      acc_dw = block_reduce(acc_dw, SumOp{}, scratch_d);
+      acc_db = block_reduce(acc_db, SumOp{}, scratch_d);
+      if (threadIdx.x == 0) {
+        partial[n * C + c0 + ci] = acc_dw;
+        partial[(N + n) * C + c0 + ci] = acc_db;
+      }
+    }
+  }
+}
+
 // ---- launchers -------------------------------------------------------------------------------
 
 template <typename T, bool kLayerNorm>
@@ -186,6 +266,45 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const 
   set_device(x.device());
   REEL_DISPATCH_FLOATING(x.dtype(), "rmsnorm_backward",
                          backward_launch<scalar_t, false>(dy, x, w, Tensor(), rstd, dx, dw, Tensor()))
+}
+
+namespace {
+template <typename T>
+void group_norm_forward_launch(const Tensor& x, const Tensor& w, const Tensor& b, int64_t G, double eps,
+                               const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+  const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
+  const unsigned grid = grid_for(N * G * kGroupThreads, kGroupThreads);  // a block per (sample, group), capped
+  launch("group_norm_forward_kernel", group_norm_forward_kernel<T>, grid, kGroupThreads, 0, x.data<T>(),
+         w.data<T>(), b.data<T>(), static_cast<T>(eps), y.data<T>(), mean.data<T>(), rstd.data<T>(), N * G, G, C / G,
+         S);
+}
+
+template <typename T>
+void group_norm_backward_launch(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
+                                const Tensor& rstd, int64_t G, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+  const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
+  const Tensor partial = empty({2, N, C}, DType::f64, x.device());  // (dw, db) per sample and channel
+  const unsigned grid = grid_for(N * G * kGroupThreads, kGroupThreads);
+  launch("group_norm_backward_kernel", group_norm_backward_kernel<T>, grid, kGroupThreads, 0, dy.data<T>(),
+         x.data<T>(), w.data<T>(), mean.data<T>(), rstd.data<T>(), dx.data<T>(), partial.data<double>(), N * G, G,
+         C / G, S);
+  launch("norm_params_kernel", norm_params_kernel<T>, dim3(grid_for(C, kThreads), 2), kThreads, 0,
+         partial.data<double>(), dw.data<T>(), db.data<T>(), N, C);
+}
+}  // namespace
+
+void group_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, int64_t groups, double eps, const Tensor& y,
+                        const Tensor& mean, const Tensor& rstd) {
+  set_device(x.device());
+  REEL_DISPATCH_FLOATING(x.dtype(), "group_norm_forward",
+                         group_norm_forward_launch<scalar_t>(x, w, b, groups, eps, y, mean, rstd))
+}
+
+void group_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                         int64_t groups, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+  set_device(x.device());
+  REEL_DISPATCH_FLOATING(x.dtype(), "group_norm_backward",
+                         group_norm_backward_launch<scalar_t>(dy, x, w, mean, rstd, groups, dx, dw, db))
 }
 
 }  // namespace reel::kernels::cuda
