@@ -1,7 +1,7 @@
-// LayerNorm and RMSNorm kernels, the edge cases: f32 backward against f64 with dw/db bit-identical
+// LayerNorm, RMSNorm and GroupNorm kernels, the edge cases: f32 backward against f64 with dw/db bit-identical
 // for any thread count, empty rows, bad inputs. (The forward against f64 reference loops on awkward
 // shapes, strided inputs and rows of mean 1000, and the backward against finite differences, on
-// every device, are rows of tests/test_ops.cpp.)
+// every device, are rows of tests/test_ops.cpp; GroupNorm's, of tests/test_autograd_ops.cpp.)
 #include "kernels/ops.h"
 #include "testing.h"
 
@@ -62,4 +62,46 @@ TEST_CASE("bad norm inputs raise reel::Error naming op and shapes") {
     const Device cuda = Device::cuda(0);
     CHECK_REEL_ERROR(layernorm_forward(x.to(cuda), w, b), "layernorm_forward: expected all tensors on one device");
   }
+}
+
+TEST_CASE("group_norm: f32 backward agrees with f64, dx/dw/db bit-identical for any thread count") {
+  const Shape shape{64, 12, 9, 9};  // 4 groups of 3 channels, 243 values per (sample, group)
+  Tensor x = uniform_f64(shape, 40, -1, 3), w = uniform_f64({12}, 41), b = uniform_f64({12}, 42);
+  Tensor dy = uniform_f64(shape, 43);
+  const GroupNormForward f64f = group_norm_forward(x, w, b, 4);
+  const GroupNormBackward ref = group_norm_backward(dy, x, w, f64f.mean, f64f.rstd, 4);
+  Tensor xf = x.to(DType::f32), wf = w.to(DType::f32), dyf = dy.to(DType::f32);
+  const GroupNormForward ff = group_norm_forward(xf, wf, b.to(DType::f32), 4);
+  check_close(ff.y, values(f64f.y), 1e-5, 1e-5);
+  std::vector<GroupNormBackward> runs;
+  for_thread_counts({1, 2, 3, 7}, [&] { runs.push_back(group_norm_backward(dyf, xf, wf, ff.mean, ff.rstd, 4)); });
+  check_close(runs[0].dx, values(ref.dx), 1e-4, 1e-4);
+  check_close(runs[0].dw, values(ref.dw), 1e-4, 1e-3);
+  check_close(runs[0].db, values(ref.db), 1e-4, 1e-3);
+  for (size_t i = 1; i < runs.size(); ++i) {
+    CHECK(bit_identical(runs[i].dx, runs[0].dx));
+    CHECK(bit_identical(runs[i].dw, runs[0].dw));
+    CHECK(bit_identical(runs[i].db, runs[0].db));
+  }
+}
+
+TEST_CASE("bad group_norm inputs raise reel::Error naming op and shapes") {
+  Tensor x = zeros({2, 6, 3}), w = ones({6}), b = zeros({6});
+  CHECK_REEL_ERROR(group_norm_forward(x, w, b, 4),
+                   "group_norm_forward: 4 groups do not divide the 6 channels of x (2, 6, 3)");
+  CHECK_REEL_ERROR(group_norm_forward(x, w, b, 0), "group_norm_forward: 0 groups do not divide");
+  CHECK_REEL_ERROR(group_norm_forward(zeros({6}), w, b, 2), "group_norm_forward: x (6) needs (N, C, *) dims");
+  CHECK_REEL_ERROR(group_norm_forward(x, ones({3}), b, 3),
+                   "group_norm_forward: weight (3) does not match the channels of x (2, 6, 3): (6) expected");
+  CHECK_REEL_ERROR(group_norm_forward(x, w, zeros({6, 1}), 3), "group_norm_forward: bias (6, 1) does not match");
+  CHECK_REEL_ERROR(group_norm_forward(zeros({2, 6, 0}), w, b, 3), "group_norm_forward: x (2, 6, 0) has no positions");
+  const GroupNormForward f = group_norm_forward(x, w, b, 3);
+  CHECK(f.mean.shape() == (Shape{2, 3}));
+  CHECK_REEL_ERROR(group_norm_backward(x, x, w, f.mean, f.rstd, 2),
+                   "group_norm_backward: mean (2, 3) does not match x (2, 6, 3) in 2 groups: (2, 2) expected");
+  CHECK_REEL_ERROR(group_norm_backward(zeros({2, 6, 4}), x, w, f.mean, f.rstd, 3),
+                   "group_norm_backward: dy (2, 6, 4) and x (2, 6, 3) differ in shape");
+  if (cuda_available())
+    CHECK_REEL_ERROR(group_norm_forward(x.to(Device::cuda(0)), w, b, 3),
+                     "group_norm_forward: expected all tensors on one device");
 }
