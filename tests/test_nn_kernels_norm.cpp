@@ -9,6 +9,22 @@ using namespace reel;
 using namespace reel::kernels;
 using namespace reel::testing;
 
+namespace {
+// f32 backward runs (one per thread count): the first against the f64 reference, every one
+// bit-identical to the first.
+template <typename Backward>
+void check_runs(const std::vector<Backward>& runs, const Backward& ref) {
+  check_close(runs[0].dx, values(ref.dx), 1e-4, 1e-4);
+  check_close(runs[0].dw, values(ref.dw), 1e-4, 1e-3);
+  check_close(runs[0].db, values(ref.db), 1e-4, 1e-3);
+  for (size_t i = 1; i < runs.size(); ++i) {
+    CHECK(bit_identical(runs[i].dx, runs[0].dx));
+    CHECK(bit_identical(runs[i].dw, runs[0].dw));
+    CHECK(bit_identical(runs[i].db, runs[0].db));
+  }
+}
+}  // namespace
+
 TEST_CASE("f32 backward agrees with f64 and dw/db are bit-identical for any thread count") {
   const Shape shape{4096, 96};  // 64 row chunks: the partial sums matter
   Tensor x = uniform_f64(shape, 30, -1, 2), w = uniform_f64({96}, 31), b = uniform_f64({96}, 32);
@@ -24,15 +40,8 @@ TEST_CASE("f32 backward agrees with f64 and dw/db are bit-identical for any thre
     runs.push_back(layernorm_backward(dyf, xf, wf, ff.mean, ff.rstd));
     rms_runs.push_back(rmsnorm_backward(dyf, xf, wf, rf.rstd));
   });
-  check_close(runs[0].dx, values(ref.dx), 1e-4, 1e-4);
-  check_close(runs[0].dw, values(ref.dw), 1e-4, 1e-3);
-  check_close(runs[0].db, values(ref.db), 1e-4, 1e-3);
-  for (size_t i = 1; i < runs.size(); ++i) {
-    CHECK(bit_identical(runs[i].dx, runs[0].dx));
-    CHECK(bit_identical(runs[i].dw, runs[0].dw));
-    CHECK(bit_identical(runs[i].db, runs[0].db));
-    CHECK(bit_identical(rms_runs[i].dw, rms_runs[0].dw));
-  }
+  check_runs(runs, ref);
+  for (size_t i = 1; i < rms_runs.size(); ++i) CHECK(bit_identical(rms_runs[i].dw, rms_runs[0].dw));
 }
 
 TEST_CASE("empty rows give empty outputs and zero weight gradients") {
@@ -75,14 +84,7 @@ TEST_CASE("group_norm: f32 backward agrees with f64, dx/dw/db bit-identical for 
   check_close(ff.y, values(f64f.y), 1e-5, 1e-5);
   std::vector<GroupNormBackward> runs;
   for_thread_counts({1, 2, 3, 7}, [&] { runs.push_back(group_norm_backward(dyf, xf, wf, ff.mean, ff.rstd, 4)); });
-  check_close(runs[0].dx, values(ref.dx), 1e-4, 1e-4);
-  check_close(runs[0].dw, values(ref.dw), 1e-4, 1e-3);
-  check_close(runs[0].db, values(ref.db), 1e-4, 1e-3);
-  for (size_t i = 1; i < runs.size(); ++i) {
-    CHECK(bit_identical(runs[i].dx, runs[0].dx));
-    CHECK(bit_identical(runs[i].dw, runs[0].dw));
-    CHECK(bit_identical(runs[i].db, runs[0].db));
-  }
+  check_runs(runs, ref);
 }
 
 TEST_CASE("bad group_norm inputs raise reel::Error naming op and shapes") {

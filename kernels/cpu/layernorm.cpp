@@ -23,6 +23,7 @@
 // (N, C) double partials, which are then added over the samples in order: deterministic too.
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "kernels/backends.h"
@@ -38,6 +39,22 @@ constexpr int64_t kFlush = 16;             // rows summed in the data type befor
 // (64, C) doubles fit in L2) and at least 32 rows each. Never a function of the thread count.
 int64_t rows_per_chunk(int64_t R) { return std::max<int64_t>(32, (R + 63) / 64); }
 
+// The mean of x's n values and 1 / sqrt(var + eps), var the biased two-pass variance. It sums
+// x - x[0], not x: values far from 0 (mean 1000, std 1) would otherwise lose the mean's low digits
+// to the rounding of large partial sums.
+template <typename T>
+std::pair<T, T> mean_rstd(const T* x, int64_t n, double eps) {
+  const T shift = x[0];
+  T s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += x[i] - shift;
+  const T m = shift + s / static_cast<T>(n);
+  T var = 0;
+#pragma omp simd reduction(+ : var)
+  for (int64_t i = 0; i < n; ++i) var += (x[i] - m) * (x[i] - m);
+  return {m, static_cast<T>(1.0 / std::sqrt(static_cast<double>(var) / static_cast<double>(n) + eps))};
+}
+
 template <typename T>
 void layernorm_forward_impl(const T* x, const T* w, const T* b, double eps, T* y, T* mean, T* rstd, int64_t R,
                             int64_t C) {
@@ -45,17 +62,8 @@ void layernorm_forward_impl(const T* x, const T* w, const T* b, double eps, T* y
   for (int64_t r = 0; r < R; ++r) {
     const T* xr = x + r * C;  // (C)
     T* yr = y + r * C;        // (C)
-    // Sum x - x[0], not x: a row far from 0 (mean 1000, std 1) would otherwise lose the mean's
-    // low digits to the rounding of large partial sums.
-    const T shift = xr[0];
-    T s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t c = 0; c < C; ++c) s += xr[c] - shift;
-    const T m = shift + s / static_cast<T>(C);
-    T var = 0;
-#pragma omp simd reduction(+ : var)
-    for (int64_t c = 0; c < C; ++c) var += (xr[c] - m) * (xr[c] - m);
-    const T rs = static_cast<T>(1.0 / std::sqrt(static_cast<double>(var) / static_cast<double>(C) + eps));
+    const std::pair<T, T> stats = mean_rstd(xr, C, eps);
+    const T m = stats.first, rs = stats.second;
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * rs * w[c] + b[c];
     mean[r] = m;
@@ -176,15 +184,8 @@ void group_norm_forward_impl(const T* x, const T* w, const T* b, double eps, T* 
   for (int64_t ng = 0; ng < N * G; ++ng) {
     const T* xr = x + ng * M;  // (Cg, S): the group's channels, contiguous
     T* yr = y + ng * M;
-    const T shift = xr[0];  // as LayerNorm: sum x - x[0] to keep a far-from-0 mean's low digits
-    T s = 0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < M; ++i) s += xr[i] - shift;
-    const T m = shift + s / static_cast<T>(M);
-    T var = 0;
-#pragma omp simd reduction(+ : var)
-    for (int64_t i = 0; i < M; ++i) var += (xr[i] - m) * (xr[i] - m);
-    const T rs = static_cast<T>(1.0 / std::sqrt(static_cast<double>(var) / static_cast<double>(M) + eps));
+    const std::pair<T, T> stats = mean_rstd(xr, M, eps);
+    const T m = stats.first, rs = stats.second;
     const int64_t c0 = (ng % G) * Cg;
     for (int64_t ci = 0; ci < Cg; ++ci) {
       const T scale = rs * w[c0 + ci], shift_c = b[c0 + ci] - m * scale;
