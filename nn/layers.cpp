@@ -49,6 +49,17 @@ LayerNorm::LayerNorm(int64_t dim, double eps_, bool with_bias) : eps(eps_) {
 
 Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, weight, bias, eps); }
 
+GroupNorm::GroupNorm(int64_t groups, int64_t channels, double eps_, bool affine) : num_groups(groups), eps(eps_) {
+  REEL_CHECK(groups > 0 && channels > 0 && channels % groups == 0, "GroupNorm: ", groups,
+             " groups must divide the ", channels, " channels (both positive)");
+  if (!affine) return;
+  weight = register_parameter("weight", new_parameter({channels}));
+  weight.fill_(1.0);
+  bias = register_parameter("bias", new_parameter({channels}));
+}
+
+Tensor GroupNorm::forward(const Tensor& x) { return group_norm(x, num_groups, weight, bias, eps); }
+
 RMSNorm::RMSNorm(int64_t dim, double eps_) : eps(eps_) {
   REEL_CHECK(dim > 0, "RMSNorm: dim must be positive, got ", dim);
   weight = register_parameter("weight", new_parameter({dim}));

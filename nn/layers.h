@@ -38,6 +38,18 @@ class LayerNorm : public Module {
   double eps;
 };
 
+// torch.nn.GroupNorm: x (N, C, *) in num_groups groups of consecutive channels; weight (ones) and
+// bias (zeros) per channel when affine. No running statistics, so no train/eval difference.
+class GroupNorm : public Module {
+ public:
+  GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "GroupNorm"; }
+  Tensor weight, bias;
+  int64_t num_groups;
+  double eps;
+};
+
 class RMSNorm : public Module {
  public:
   explicit RMSNorm(int64_t dim, double eps = 1e-6);

@@ -268,6 +268,13 @@ TEST_CASE("layers compute what their ops compute, with torch's initialisation") 
   check_close(ln(x), layer_norm(x, ln.weight, ln.bias), 0, 0);
   nn::RMSNorm rms(16);
   check_close(rms(x), rms_norm(x, rms.weight), 0, 0);
+  nn::GroupNorm gn(2, 6);
+  CHECK(values(gn.weight) == std::vector<double>(6, 1.0));
+  CHECK(values(gn.bias) == std::vector<double>(6, 0.0));
+  const Tensor images = randn({2, 6, 3, 3});
+  check_close(gn(images), group_norm(images, 2, gn.weight, gn.bias), 0, 0);
+  CHECK(nn::GroupNorm(3, 6, 1e-5, false).named_parameters().empty());
+  CHECK_REEL_ERROR(nn::GroupNorm(4, 6), "GroupNorm: 4 groups must divide the 6 channels");
 
   nn::Embedding emb(10, 5);
   const Tensor ids = from_vector<int64_t>({1, 9, 1}, {3});
