@@ -5,6 +5,7 @@
 
 #include "kernels/device_backends.h"
 #include "core/philox.h"
+#include "kernels/cpu/parallel.h"
 #include "core/tensor.h"
 #include "kernels/cpu/strided_loop.h"
 
@@ -26,10 +27,10 @@ template <typename T>
 void random_fill(const Tensor& out, RandomKind kind, uint64_t seed, uint64_t offset) {
   T* p = out.data<T>();
   const int64_t n = out.numel();
-#pragma omp parallel for schedule(static) if (n >= (1 << 14))
-  for (int64_t i = 0; i < n; ++i)
+  kernels::cpu::parallel_for(n, n >= kernels::cpu::kMinParallelElements, [&](int64_t i) {
     p[i] = kind == RandomKind::Uniform ? static_cast<T>(philox_uniform(seed, offset, i))
                                        : static_cast<T>(philox_normal(seed, offset, i));
+  });
 }
 
 class CpuBackend final : public DeviceBackend {
@@ -45,8 +46,9 @@ class CpuBackend final : public DeviceBackend {
       T* p = static_cast<T*>(out.data_ptr());
       const T v = static_cast<T>(value);
       const int64_t n = out.numel();
-#pragma omp parallel for schedule(static) if (n >= (1 << 16))
-      for (int64_t i = 0; i < n; ++i) p[i] = v;
+      // A fill is one store per element: threads pay only from twice a one-pass kernel's threshold.
+      const bool parallel = n >= 2 * kernels::cpu::kMinParallelStreamElements;
+      kernels::cpu::parallel_for(n, parallel, [&](int64_t i) { p[i] = v; });
     });
   }
 

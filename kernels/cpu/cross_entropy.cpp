@@ -21,13 +21,13 @@
 #include <Eigen/Core>
 
 #include "kernels/backends.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/exp_ftz.h"
 
 namespace reel::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kMinParallel = 1 << 14;
 constexpr int64_t kBlock = 2048;  // online-softmax block: long enough for SIMD, short enough for L1
 
 template <typename T>
@@ -99,8 +99,7 @@ template <typename T, typename I>
 void forward_impl(const T* logits, const I* targets, int64_t ignore_index, T* losses, T* lse, T* dlogits,
                   double grad_scale, int64_t N, int64_t V) {
   const int64_t blocks = (V + kBlock - 1) / kBlock;
-#pragma omp parallel if (N > 1 && N * V >= kMinParallel)
-  {
+  parallel_region(N > 1 && N * V >= kMinParallelElements, [&] {
     std::vector<T> block_max(static_cast<size_t>(blocks));  // per thread
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; ++n) {
@@ -115,23 +114,22 @@ void forward_impl(const T* logits, const I* targets, int64_t ignore_index, T* lo
       if (ignored) std::fill(d, d + V, T(0));
       else fused_grad(V, r, block_max.data(), t, grad_scale, d);
     }
-  }
+  });
 }
 
 template <typename T, typename I>
 void backward_impl(const T* dloss, bool per_row, double scale, const T* logits, const I* targets, const T* lse,
                    int64_t ignore_index, T* dlogits, int64_t N, int64_t V) {
-#pragma omp parallel for schedule(static) if (N > 1 && N * V >= kMinParallel)
-  for (int64_t n = 0; n < N; ++n) {
+  parallel_for(N, N > 1 && N * V >= kMinParallelElements, [&](int64_t n) {
     const int64_t t = static_cast<int64_t>(targets[n]);
     T* d = dlogits + n * V;
     if (t == ignore_index) {
       std::fill(d, d + V, T(0));
-      continue;
+      return;
     }
     const T g = static_cast<T>(static_cast<double>(dloss[per_row ? n : 0]) * scale);
     row_grad(logits + n * V, V, lse[n], t, g, d);
-  }
+  });
 }
 
 }  // namespace

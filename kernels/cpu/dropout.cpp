@@ -1,6 +1,7 @@
 // CPU dropout mask: one Philox draw per element, in parallel (each element is independent).
 #include "core/philox.h"
 #include "kernels/backends.h"
+#include "kernels/cpu/parallel.h"
 
 namespace reel::kernels::cpu {
 
@@ -8,9 +9,9 @@ namespace {
 template <typename T>
 void fill_mask(T* mask, int64_t n, double p, uint64_t seed, uint64_t offset) {
   const T kept = p < 1 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
-#pragma omp parallel for schedule(static) if (n >= (1 << 14))
-  for (int64_t i = 0; i < n; ++i)
+  parallel_for(n, n >= kMinParallelElements, [&](int64_t i) {
     mask[i] = static_cast<double>(philox_uniform(seed, offset, static_cast<uint64_t>(i))) >= p ? kept : T(0);
+  });
 }
 }  // namespace
 

@@ -27,12 +27,12 @@
 #include <vector>
 
 #include "kernels/backends.h"
+#include "kernels/cpu/parallel.h"
 
 namespace reel::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kMinParallel = 1 << 14;  // elements below which threads cost more than they save
 constexpr int64_t kFlush = 16;             // rows summed in the data type before a flush to double
 
 // Rows per dw/db partial: at most ~64 partials (so the final sum stays cheap and the partials
@@ -58,8 +58,7 @@ std::pair<T, T> mean_rstd(const T* x, int64_t n, double eps) {
 template <typename T>
 void layernorm_forward_impl(const T* x, const T* w, const T* b, double eps, T* y, T* mean, T* rstd, int64_t R,
                             int64_t C) {
-#pragma omp parallel for schedule(static) if (R > 1 && R * C >= kMinParallel)
-  for (int64_t r = 0; r < R; ++r) {
+  parallel_for(R, R > 1 && R * C >= kMinParallelElements, [&](int64_t r) {
     const T* xr = x + r * C;  // (C)
     T* yr = y + r * C;        // (C)
     const std::pair<T, T> stats = mean_rstd(xr, C, eps);
@@ -68,7 +67,7 @@ void layernorm_forward_impl(const T* x, const T* w, const T* b, double eps, T* y
     for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * rs * w[c] + b[c];
     mean[r] = m;
     rstd[r] = rs;
-  }
+  });
 }
 
 // Shared by LayerNorm (xhat = (x - mean) * rstd, has db) and RMSNorm (xhat = x * rstd).
@@ -85,8 +84,7 @@ void norm_backward_impl(const T* dy, const T* x, const T* w, const T* mean, cons
   double* part_db = kLayerNorm ? part_dw + chunks * C : nullptr;
   const T inv_c = T(1) / static_cast<T>(C);
 
-#pragma omp parallel if (chunks > 1 && R * C >= kMinParallel)
-  {
+  parallel_region(chunks > 1 && R * C >= kMinParallelElements, [&] {
     std::vector<T> acc_dw(static_cast<size_t>(C)), acc_db(kLayerNorm ? static_cast<size_t>(C) : 0);  // per thread
     T* adw = acc_dw.data();
     T* adb = acc_db.data();
@@ -138,7 +136,7 @@ void norm_backward_impl(const T* dy, const T* x, const T* w, const T* mean, cons
         }
       }
     }
-  }
+  });
   // Sum the partials in chunk order (the same order for every column and any thread count),
   // streaming whole partial rows: a column walk down the (chunks, C) partials would stride by
   // C doubles and thrash L1.
@@ -161,8 +159,7 @@ void norm_backward_impl(const T* dy, const T* x, const T* w, const T* mean, cons
 
 template <typename T>
 void rmsnorm_forward_impl(const T* x, const T* w, double eps, T* y, T* rstd, int64_t R, int64_t C) {
-#pragma omp parallel for schedule(static) if (R > 1 && R * C >= kMinParallel)
-  for (int64_t r = 0; r < R; ++r) {
+  parallel_for(R, R > 1 && R * C >= kMinParallelElements, [&](int64_t r) {
     const T* xr = x + r * C;
     T* yr = y + r * C;
     double ss = 0;
@@ -172,7 +169,7 @@ void rmsnorm_forward_impl(const T* x, const T* w, double eps, T* y, T* rstd, int
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) yr[c] = xr[c] * rt * w[c];
     rstd[r] = rt;
-  }
+  });
 }
 
 // x, y: (N, C, S); w, b: (C); mean, rstd: (N, G). One task per (sample, group).
@@ -180,8 +177,7 @@ template <typename T>
 void group_norm_forward_impl(const T* x, const T* w, const T* b, double eps, T* y, T* mean, T* rstd, int64_t N,
                              int64_t C, int64_t S, int64_t G) {
   const int64_t Cg = C / G, M = Cg * S;
-#pragma omp parallel for schedule(static) if (N * G > 1 && N * C * S >= kMinParallel)
-  for (int64_t ng = 0; ng < N * G; ++ng) {
+  parallel_for(N * G, N * G > 1 && N * C * S >= kMinParallelElements, [&](int64_t ng) {
     const T* xr = x + ng * M;  // (Cg, S): the group's channels, contiguous
     T* yr = y + ng * M;
     const std::pair<T, T> stats = mean_rstd(xr, M, eps);
@@ -194,7 +190,7 @@ void group_norm_forward_impl(const T* x, const T* w, const T* b, double eps, T* 
     }
     mean[ng] = m;
     rstd[ng] = rs;
-  }
+  });
 }
 
 // dy, x, dx: (N, C, S); w: (C); mean, rstd: (N, G); dw, db: (C).
@@ -207,8 +203,7 @@ void group_norm_backward_impl(const T* dy, const T* x, const T* w, const T* mean
   double* part_dw = scratch.data<double>();
   double* part_db = part_dw + N * C;
   const T inv_m = T(1) / static_cast<T>(M);
-#pragma omp parallel for schedule(static) if (N * G > 1 && N * C * S >= kMinParallel)
-  for (int64_t ng = 0; ng < N * G; ++ng) {
+  parallel_for(N * G, N * G > 1 && N * C * S >= kMinParallelElements, [&](int64_t ng) {
     const T* dyr = dy + ng * M;
     const T* xr = x + ng * M;
     T* dxr = dx + ng * M;
@@ -235,7 +230,7 @@ void group_norm_backward_impl(const T* dy, const T* x, const T* w, const T* mean
 #pragma omp simd
       for (int64_t i = ci * S; i < (ci + 1) * S; ++i) dxr[i] = rs * (dyr[i] * wc - a - (xr[i] - m) * rs * cc);
     }
-  }
+  });
   for (int64_t c = 0; c < C; ++c) {  // samples in order: the same bits for any thread count
     double sw = 0, sb = 0;
     for (int64_t n = 0; n < N; ++n) {

@@ -48,33 +48,39 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
                             ? 1
                             : std::max<int64_t>(1, std::min<int64_t>(threads, split_dim / 32));
   const bool split_rows = M >= N;
-#pragma omp parallel for schedule(dynamic) collapse(2) if (parallel_batches || parts > 1)
-  for (int64_t b = 0; b < batches; ++b) {
-    for (int64_t part = 0; part < parts; ++part) {
-      int64_t oa, ob;
-      matmul_batch_offsets(b, static_cast<int>(r - 2), shape.data(), A.t, B.t, oa, ob);
-      OutMap<T> C(pc + b * M * N, M, N, Eigen::OuterStride<>(N));
-      // This part's block: rows [lo, lo + n) of C and A, or columns [lo, lo + n) of C and B.
-      const int64_t lo = split_dim * part / parts, n = split_dim * (part + 1) / parts - lo;
-      auto product = [&](const auto& lhs, const auto& rhs) {
-        if (parts == 1) C.noalias() = lhs * rhs;
-        else if (split_rows) C.middleRows(lo, n).noalias() = lhs.middleRows(lo, n) * rhs;
-        else C.middleCols(lo, n).noalias() = lhs * rhs.middleCols(lo, n);
-      };
-      // A column-major (M, K) matrix is the transpose of a row-major (K, M) one.
-      if constexpr (ColA && ColB)
-        product(RowMap<T>(pa + oa, K, M, Eigen::OuterStride<>(A.ld)).transpose(),
-                RowMap<T>(pb + ob, N, K, Eigen::OuterStride<>(B.ld)).transpose());
-      else if constexpr (ColA)
-        product(RowMap<T>(pa + oa, K, M, Eigen::OuterStride<>(A.ld)).transpose(),
-                RowMap<T>(pb + ob, K, N, Eigen::OuterStride<>(B.ld)));
-      else if constexpr (ColB)
-        product(RowMap<T>(pa + oa, M, K, Eigen::OuterStride<>(A.ld)),
-                RowMap<T>(pb + ob, N, K, Eigen::OuterStride<>(B.ld)).transpose());
-      else
-        product(RowMap<T>(pa + oa, M, K, Eigen::OuterStride<>(A.ld)),
-                RowMap<T>(pb + ob, K, N, Eigen::OuterStride<>(B.ld)));
-    }
+  // One block of one product; the serial path calls it without entering OpenMP at all (an
+  // `omp parallel if (false)` still costs a team set-up: kernels/cpu/parallel.h).
+  auto block = [&](int64_t b, int64_t part) {
+    int64_t oa, ob;
+    matmul_batch_offsets(b, static_cast<int>(r - 2), shape.data(), A.t, B.t, oa, ob);
+    OutMap<T> C(pc + b * M * N, M, N, Eigen::OuterStride<>(N));
+    // This part's block: rows [lo, lo + n) of C and A, or columns [lo, lo + n) of C and B.
+    const int64_t lo = split_dim * part / parts, n = split_dim * (part + 1) / parts - lo;
+    auto product = [&](const auto& lhs, const auto& rhs) {
+      if (parts == 1) C.noalias() = lhs * rhs;
+      else if (split_rows) C.middleRows(lo, n).noalias() = lhs.middleRows(lo, n) * rhs;
+      else C.middleCols(lo, n).noalias() = lhs * rhs.middleCols(lo, n);
+    };
+    // A column-major (M, K) matrix is the transpose of a row-major (K, M) one.
+    if constexpr (ColA && ColB)
+      product(RowMap<T>(pa + oa, K, M, Eigen::OuterStride<>(A.ld)).transpose(),
+              RowMap<T>(pb + ob, N, K, Eigen::OuterStride<>(B.ld)).transpose());
+    else if constexpr (ColA)
+      product(RowMap<T>(pa + oa, K, M, Eigen::OuterStride<>(A.ld)).transpose(),
+              RowMap<T>(pb + ob, K, N, Eigen::OuterStride<>(B.ld)));
+    else if constexpr (ColB)
+      product(RowMap<T>(pa + oa, M, K, Eigen::OuterStride<>(A.ld)),
+              RowMap<T>(pb + ob, N, K, Eigen::OuterStride<>(B.ld)).transpose());
+    else
+      product(RowMap<T>(pa + oa, M, K, Eigen::OuterStride<>(A.ld)),
+              RowMap<T>(pb + ob, K, N, Eigen::OuterStride<>(B.ld)));
+  };
+  if (parallel_batches || parts > 1) {
+#pragma omp parallel for schedule(dynamic) collapse(2)
+    for (int64_t b = 0; b < batches; ++b)
+      for (int64_t part = 0; part < parts; ++part) block(b, part);
+  } else {
+    for (int64_t b = 0; b < batches; ++b) block(b, 0);
   }
 }
 

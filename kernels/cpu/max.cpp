@@ -10,12 +10,12 @@
 #include <limits>
 
 #include "kernels/backends.h"
+#include "kernels/cpu/parallel.h"
 
 namespace reel::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kMinParallel = 1 << 14;
 constexpr int64_t kInnerBlock = 256;
 
 // The last axis (I = 1): a vectorised max of the row (and a NaN flag), then a scan for the first
@@ -23,8 +23,7 @@ constexpr int64_t kInnerBlock = 256;
 // the general case is serial in a and would run at a fraction of memory speed.
 template <typename T>
 void max_rows(const T* x, T* values, int64_t* indices, int64_t O, int64_t A) {
-#pragma omp parallel for schedule(static) if (O > 1 && O * A >= kMinParallel)
-  for (int64_t o = 0; o < O; ++o) {
+  parallel_for(O, O > 1 && O * A >= kMinParallelElements, [&](int64_t o) {
     const T* row = x + o * A;  // (A)
     // One vectorised sweep for the max of the non-NaN values and whether any NaN is present.
     T m = row[0];
@@ -54,15 +53,14 @@ void max_rows(const T* x, T* values, int64_t* indices, int64_t O, int64_t A) {
     }
     values[o] = m;
     indices[o] = i;
-  }
+  });
 }
 
 template <typename T>
 void max_impl(const T* x, T* values, int64_t* indices, int64_t O, int64_t A, int64_t I) {
   if (I == 1) return max_rows(x, values, indices, O, A);
   const int64_t blocks = (I + kInnerBlock - 1) / kInnerBlock;
-#pragma omp parallel for schedule(static) if (O * blocks > 1 && O * A * I >= kMinParallel)
-  for (int64_t task = 0; task < O * blocks; ++task) {
+  parallel_for(O * blocks, O * blocks > 1 && O * A * I >= kMinParallelElements, [&](int64_t task) {
     const int64_t o = task / blocks, i0 = (task % blocks) * kInnerBlock;
     const int64_t n = std::min(kInnerBlock, I - i0);
     T* val = values + o * I + i0;         // (n)
@@ -83,17 +81,16 @@ void max_impl(const T* x, T* values, int64_t* indices, int64_t O, int64_t A, int
         }
       }
     }
-  }
+  });
 }
 
 template <typename T>
 void max_backward_impl(const T* dy, const int64_t* indices, T* dx, int64_t O, int64_t A, int64_t I) {
-#pragma omp parallel for schedule(static) if (O > 1 && O * A * I >= kMinParallel)
-  for (int64_t o = 0; o < O; ++o) {
+  parallel_for(O, O > 1 && O * A * I >= kMinParallelElements, [&](int64_t o) {
     T* dxo = dx + o * A * I;  // (A, I)
     std::fill(dxo, dxo + A * I, T(0));
     for (int64_t i = 0; i < I; ++i) dxo[indices[o * I + i] * I + i] = dy[o * I + i];
-  }
+  });
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 #include "kernels/adam_scalars.h"
 #include "kernels/backends.h"
+#include "kernels/cpu/parallel.h"
 
 namespace reel::kernels::cpu {
 
@@ -135,8 +136,7 @@ void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
   const std::vector<bool> is_f32 = f32_flags(params);
   const SgdArgs args{lr, momentum, dampening, weight_decay, nesterov, step <= 1};
   const int64_t n_chunks = static_cast<int64_t>(chunks.size());
-#pragma omp parallel for schedule(static) if (parallel(chunks))
-  for (int64_t c = 0; c < n_chunks; ++c) {
+  parallel_for(n_chunks, parallel(chunks), [&](int64_t c) {
     const Chunk& k = chunks[static_cast<size_t>(c)];
     const int64_t n = k.end - k.begin;
     if (is_f32[k.tensor])
@@ -145,7 +145,7 @@ void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
     else
       sgd_chunk(static_cast<double*>(p[k.tensor]) + k.begin, static_cast<const double*>(g[k.tensor]) + k.begin,
                 use_buf ? static_cast<double*>(b[k.tensor]) + k.begin : nullptr, n, args);
-  }
+  });
 }
 
 void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
@@ -156,8 +156,7 @@ void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& 
   const std::vector<bool> is_f32 = f32_flags(params);
   const AdamScalars args = adam_scalars(lr, beta1, beta2, eps, weight_decay, step, decoupled_weight_decay);
   const int64_t n_chunks = static_cast<int64_t>(chunks.size());
-#pragma omp parallel for schedule(static) if (parallel(chunks))
-  for (int64_t c = 0; c < n_chunks; ++c) {
+  parallel_for(n_chunks, parallel(chunks), [&](int64_t c) {
     const Chunk& k = chunks[static_cast<size_t>(c)];
     const int64_t n = k.end - k.begin;
     const size_t t = k.tensor;
@@ -167,7 +166,7 @@ void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& 
     else
       adam_chunk(static_cast<double*>(p[t]) + k.begin, static_cast<const double*>(g[t]) + k.begin,
                  static_cast<double*>(pm[t]) + k.begin, static_cast<double*>(pv[t]) + k.begin, n, args);
-  }
+  });
 }
 
 double sum_of_squares(const std::vector<Tensor>& tensors) {
@@ -176,14 +175,13 @@ double sum_of_squares(const std::vector<Tensor>& tensors) {
   const std::vector<bool> is_f32 = f32_flags(tensors);
   std::vector<double> partial(chunks.size(), 0.0);
   const int64_t n_chunks = static_cast<int64_t>(chunks.size());
-#pragma omp parallel for schedule(static) if (parallel(chunks))
-  for (int64_t c = 0; c < n_chunks; ++c) {
+  parallel_for(n_chunks, parallel(chunks), [&](int64_t c) {
     const Chunk& k = chunks[static_cast<size_t>(c)];
     const size_t t = k.tensor;
     partial[static_cast<size_t>(c)] =
         is_f32[t] ? sum_squares_chunk(static_cast<const float*>(x[t]) + k.begin, k.end - k.begin)
                   : sum_squares_chunk(static_cast<const double*>(x[t]) + k.begin, k.end - k.begin);
-  }
+  });
   double s = 0;
   for (double v : partial) s += v;  // chunk order: the same bits for any thread count
   return s;
@@ -194,13 +192,12 @@ void scale_(const std::vector<Tensor>& tensors, double factor) {
   const std::vector<void*> x = pointers(tensors);
   const std::vector<bool> is_f32 = f32_flags(tensors);
   const int64_t n_chunks = static_cast<int64_t>(chunks.size());
-#pragma omp parallel for schedule(static) if (parallel(chunks))
-  for (int64_t c = 0; c < n_chunks; ++c) {
+  parallel_for(n_chunks, parallel(chunks), [&](int64_t c) {
     const Chunk& k = chunks[static_cast<size_t>(c)];
     const size_t t = k.tensor;
     if (is_f32[t]) scale_chunk(static_cast<float*>(x[t]) + k.begin, k.end - k.begin, factor);
     else scale_chunk(static_cast<double*>(x[t]) + k.begin, k.end - k.begin, factor);
-  }
+  });
 }
 
 }  // namespace reel::kernels::cpu

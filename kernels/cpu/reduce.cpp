@@ -8,6 +8,7 @@
 #include <Eigen/Core>
 
 #include "kernels/backends.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/strided_loop.h"
 #include "kernels/indexing.h"
 
@@ -28,9 +29,7 @@ void reduce_impl(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tenso
   T* dst = out.data<T>();
   StridedLoop<1> inner(split.reduced_shape, {&split.reduced_strides});
   const int64_t* xstrides = x.strides().data();
-
-#pragma omp parallel for schedule(static) if (O > 1 && O * R >= (1 << 15))
-  for (int64_t o = 0; o < O; ++o) {
+  parallel_for(O, O > 1 && O * R >= kMinParallelStreamElements, [&](int64_t o) {
     int64_t base = 0;
     unravel_index<int64_t>(o, kept, x.shape().data(), [&](int d, int64_t i) { base += i * xstrides[d]; });
     const T* p = src + base;
@@ -68,7 +67,7 @@ void reduce_impl(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tenso
       }
       dst[o] = static_cast<T>(op == ReduceOp::Mean ? acc / static_cast<Acc<T>>(R) : acc);
     }
-  }
+  });
 }
 
 // Column reductions (kept dims contiguous and innermost in memory, reduced dims outer, e.g. the
@@ -83,9 +82,9 @@ bool reduce_columns(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Te
   const T* src = x.data<T>();
   T* dst = out.data<T>();
   constexpr int64_t kBlock = 256;
-#pragma omp parallel for schedule(static) if (C > kBlock && R * C >= (1 << 15))
-  for (int64_t c0 = 0; c0 < C; c0 += kBlock) {
-    const int64_t n = std::min(kBlock, C - c0);
+  const int64_t blocks = (C + kBlock - 1) / kBlock;
+  parallel_for(blocks, blocks > 1 && R * C >= kMinParallelStreamElements, [&](int64_t block) {
+    const int64_t c0 = block * kBlock, n = std::min(kBlock, C - c0);
     double acc[kBlock];
     bool nan[kBlock];
     for (int64_t j = 0; j < n; ++j) {
@@ -107,7 +106,7 @@ bool reduce_columns(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Te
       const double v = op == ReduceOp::Mean ? acc[j] / static_cast<double>(R) : acc[j];
       dst[c0 + j] = nan[j] ? std::numeric_limits<T>::quiet_NaN() : static_cast<T>(v);
     }
-  }
+  });
   return true;
 }
 

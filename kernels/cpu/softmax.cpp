@@ -14,13 +14,13 @@
 #include <Eigen/Core>
 
 #include "kernels/backends.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/exp_ftz.h"
 
 namespace reel::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kMinParallel = 1 << 14;
 
 template <typename T>
 using Row = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
@@ -29,8 +29,7 @@ using ConstRow = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
 template <typename T, bool kLog>
 void softmax_forward_impl(const T* x, T* y, int64_t R, int64_t C) {
-#pragma omp parallel for schedule(static) if (R > 1 && R * C >= kMinParallel)
-  for (int64_t r = 0; r < R; ++r) {
+  parallel_for(R, R > 1 && R * C >= kMinParallelElements, [&](int64_t r) {
     ConstRow<T> xr(x + r * C, C);  // (C)
     Row<T> yr(y + r * C, C);       // (C)
     const T m = xr.maxCoeff();
@@ -41,13 +40,12 @@ void softmax_forward_impl(const T* x, T* y, int64_t R, int64_t C) {
       yr = exp_ftz(xr - m);
       yr *= T(1) / yr.sum();
     }
-  }
+  });
 }
 
 template <typename T, bool kLog>
 void softmax_backward_impl(const T* dy, const T* y, T* dx, int64_t R, int64_t C) {
-#pragma omp parallel for schedule(static) if (R > 1 && R * C >= kMinParallel)
-  for (int64_t r = 0; r < R; ++r) {
+  parallel_for(R, R > 1 && R * C >= kMinParallelElements, [&](int64_t r) {
     ConstRow<T> dyr(dy + r * C, C), yr(y + r * C, C);
     Row<T> dxr(dx + r * C, C);
     if constexpr (kLog) {
@@ -57,7 +55,7 @@ void softmax_backward_impl(const T* dy, const T* y, T* dx, int64_t R, int64_t C)
       const T s = (dyr * yr).sum();
       dxr = yr * (dyr - s);
     }
-  }
+  });
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/indexing.h"
 
 namespace reel::kernels::cpu {
@@ -48,23 +49,22 @@ struct StridedLoop {
   // fn(offsets, inner_strides, n): one run of n elements starting at offsets[k] (elements) with
   // step inner_strides[k] for operand k.
   template <typename F>
-  void for_each_run(F fn, int64_t min_parallel_elements = 1 << 15) const {
+  void for_each_run(F fn, int64_t min_parallel_elements = kMinParallelStreamElements) const {
     const int64_t n_runs = runs(), n = inner();
     std::array<int64_t, N> inner_strides;
     for (size_t k = 0; k < N; ++k) inner_strides[k] = strides[k].back();
     if (n_runs == 1 && n >= min_parallel_elements) {  // one long run: split it into chunks
       constexpr int64_t kChunk = 1 << 14;
       const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static)
-      for (int64_t c = 0; c < chunks; ++c) {
+      parallel_for(chunks, true, [&](int64_t c) {
         std::array<int64_t, N> off;
         for (size_t k = 0; k < N; ++k) off[k] = c * kChunk * inner_strides[k];
         fn(off, inner_strides, std::min(kChunk, n - c * kChunk));
-      }
+      });
       return;
     }
-#pragma omp parallel for schedule(static) if (n_runs > 1 && n_runs * n >= min_parallel_elements)
-    for (int64_t r = 0; r < n_runs; ++r) fn(run_offsets(r), inner_strides, n);
+    parallel_for(n_runs, n_runs > 1 && n_runs * n >= min_parallel_elements,
+                 [&](int64_t r) { fn(run_offsets(r), inner_strides, n); });
   }
 };
 
