@@ -27,7 +27,6 @@
 #include <Eigen/Core>
 
 #include "kernels/backends.h"
-#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/exp_ftz.h"
 
 namespace reel::kernels::cpu {
@@ -55,7 +54,8 @@ void forward_impl(const T* q,  // (BH, Tq, D)
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const int64_t q_tiles = (Tq + kBr - 1) / kBr;
   const int64_t tasks = BH * q_tiles;
-  parallel_region(tasks > 1 && BH * Tq * Tk * (D + Dv) >= kMinParallelFlops, [&] {
+#pragma omp parallel if (tasks > 1 && BH * Tq * Tk * (D + Dv) >= kMinParallelFlops)
+  {
     Mat<T> Qs(kBr, D), S(kBr, kBc), O(kBr, Dv);  // per-thread tiles
     std::vector<T> m(kBr), l(kBr);                // running row max and row sum
 #pragma omp for schedule(dynamic)
@@ -99,13 +99,14 @@ void forward_impl(const T* q,  // (BH, Tq, D)
         lse[bh * Tq + i0 + r] = m[r] + std::log(l[r]);
       }
     }
-  });
+  }
 }
 
 template <typename T>
 void backward_impl(const T* dout, const T* q, const T* k, const T* v, const T* out, const T* lse, T* dq, T* dk,
                    T* dv, int64_t BH, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, T scale, bool causal) {
-  parallel_region(BH > 1 && BH * Tq * Tk * (D + Dv) >= kMinParallelFlops, [&] {
+#pragma omp parallel if (BH > 1 && BH * Tq * Tk * (D + Dv) >= kMinParallelFlops)
+  {
     Mat<T> Qs(kBr, D), S(kBr, kBc), dP(kBr, kBc), dK(kBc, D), dV(kBc, Dv);  // per-thread tiles
     std::vector<T> Di(static_cast<size_t>(Tq));                            // O(T) per (b, h)
 #pragma omp for schedule(dynamic)
@@ -155,7 +156,7 @@ void backward_impl(const T* dout, const T* q, const T* k, const T* v, const T* o
         MMap<T>(dv + (bh * Tk + j0) * Dv, bc, Dv) = dVt;
       }
     }
-  });
+  }
 }
 
 }  // namespace

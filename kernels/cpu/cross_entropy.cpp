@@ -99,7 +99,8 @@ template <typename T, typename I>
 void forward_impl(const T* logits, const I* targets, int64_t ignore_index, T* losses, T* lse, T* dlogits,
                   double grad_scale, int64_t N, int64_t V) {
   const int64_t blocks = (V + kBlock - 1) / kBlock;
-  parallel_region(N > 1 && N * V >= kMinParallelElements, [&] {
+#pragma omp parallel if (N > 1 && N * V >= kMinParallelElements)
+  {
     std::vector<T> block_max(static_cast<size_t>(blocks));  // per thread
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; ++n) {
@@ -114,7 +115,7 @@ void forward_impl(const T* logits, const I* targets, int64_t ignore_index, T* lo
       if (ignored) std::fill(d, d + V, T(0));
       else fused_grad(V, r, block_max.data(), t, grad_scale, d);
     }
-  });
+  }
 }
 
 template <typename T, typename I>

@@ -23,7 +23,6 @@ namespace reel::kernels::cpu {
 
 namespace {
 
-
 template <typename T, typename I>
 void forward_impl(const I* ids, const T* table, T* out, int64_t N, int64_t C) {
   parallel_for(N, N > 1 && N * C >= kMinParallelElements, [&](int64_t n) {
@@ -47,23 +46,21 @@ void backward_impl(const T* dout, const I* ids, T* dtable, int64_t N, int64_t V,
   for (int64_t n = 0; n < N; ++n) order[next[static_cast<int64_t>(ids[n])]++] = n;
   // 2. row ownership.
   // Rows own very different numbers of positions: dynamic chunks of 64 rows balance them.
-  parallel_region(V > 1 && (V + N) * C >= kMinParallelElements, [&] {
-#pragma omp for schedule(dynamic, 64)
-    for (int64_t v = 0; v < V; ++v) {
-      T* d = dtable + v * C;  // (C)
-      const int64_t b = start[v], e = start[v + 1];
-      if (b == e) {
-        std::fill(d, d + C, T(0));
-        continue;
-      }
-      std::memcpy(d, dout + order[b] * C, static_cast<size_t>(C) * sizeof(T));
-      for (int64_t p = b + 1; p < e; ++p) {
-        const T* src = dout + order[p] * C;
-#pragma omp simd
-        for (int64_t c = 0; c < C; ++c) d[c] += src[c];
-      }
+#pragma omp parallel for schedule(dynamic, 64) if (V > 1 && (V + N) * C >= kMinParallelElements)
+  for (int64_t v = 0; v < V; ++v) {
+    T* d = dtable + v * C;  // (C)
+    const int64_t b = start[v], e = start[v + 1];
+    if (b == e) {
+      std::fill(d, d + C, T(0));
+      continue;
     }
-  });
+    std::memcpy(d, dout + order[b] * C, static_cast<size_t>(C) * sizeof(T));
+    for (int64_t p = b + 1; p < e; ++p) {
+      const T* src = dout + order[p] * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) d[c] += src[c];
+    }
+  }
 }
 
 }  // namespace

@@ -84,7 +84,8 @@ void norm_backward_impl(const T* dy, const T* x, const T* w, const T* mean, cons
   double* part_db = kLayerNorm ? part_dw + chunks * C : nullptr;
   const T inv_c = T(1) / static_cast<T>(C);
 
-  parallel_region(chunks > 1 && R * C >= kMinParallelElements, [&] {
+#pragma omp parallel if (chunks > 1 && R * C >= kMinParallelElements)
+  {
     std::vector<T> acc_dw(static_cast<size_t>(C)), acc_db(kLayerNorm ? static_cast<size_t>(C) : 0);  // per thread
     T* adw = acc_dw.data();
     T* adb = acc_db.data();
@@ -136,7 +137,7 @@ void norm_backward_impl(const T* dy, const T* x, const T* w, const T* mean, cons
         }
       }
     }
-  });
+  }
   // Sum the partials in chunk order (the same order for every column and any thread count),
   // streaming whole partial rows: a column walk down the (chunks, C) partials would stride by
   // C doubles and thrash L1.

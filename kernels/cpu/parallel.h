@@ -11,7 +11,13 @@
 // over each row) pays from kMinParallelElements; a one-pass kernel (elementwise, reductions)
 // moves less per element and pays from kMinParallelStreamElements. bench/bench_op_overhead prints
 // the time with 2 threads over 1 at each size. Kernels with another unit of work (FLOPs, chunks)
-// keep their own threshold and still go through parallel_for / parallel_region.
+// keep their own threshold.
+//
+// The kernels whose parallel part is a region with per-thread scratch and an inner `omp for`
+// (LayerNorm/RMSNorm backward, cross-entropy forward, attention, embedding backward) keep a plain
+// `#pragma omp parallel if (...)`: the same region written as a lambda called inside the
+// construct ran LayerNorm backward 1.5-3x slower with one thread (bench_nn_kernels), and their
+// work per call dwarfs the team set-up.
 #pragma once
 #include <cstdint>
 
@@ -29,19 +35,6 @@ void parallel_for(int64_t n, bool parallel, F&& fn) {
     for (int64_t i = 0; i < n; ++i) fn(i);
   } else {
     for (int64_t i = 0; i < n; ++i) fn(i);
-  }
-}
-
-// body() once per thread of a parallel region when `parallel`, else once on the calling thread.
-// The body may hold orphaned `#pragma omp for` loops: outside a region they run every iteration
-// on the calling thread.
-template <typename Body>
-void parallel_region(bool parallel, Body&& body) {
-  if (parallel) {
-#pragma omp parallel
-    body();
-  } else {
-    body();
   }
 }
 
