@@ -6,10 +6,13 @@
 // second table times the forward products with the Linear bias: reel's GEMM then its bias add,
 // against oneDNN's bias fused into the GEMM and a BLAS GEMM accumulating onto bias rows.
 //
-//   ./bench_gemm_engines [--quick] [--rounds N] [--threads 1,2] [--ms T] [--wall] [--blis-arch NAME] [filter]
+//   ./bench_gemm_engines [--quick] [--rounds N] [--threads 1,2] [--ms T] [--wall] [--min] [--blis-arch NAME] [filter]
 //   filter: only products whose "class product" name contains it (e.g. "mlp b16", "gpt C256", "dW")
 //   --quick: 3 rounds of shorter timings (about a third of the default's time)
 //   --wall: time 1-thread cells on the wall clock too (see time_calls)
+//   --min: a cell is its fastest round, not the median: on a loaded machine, the round the
+//          neighbours disturbed least (2 threads need both cores: a busy one stalls a parallel
+//          region for a whole scheduler slice, ~8 ms on this VM); pair it with many short rounds
 //   --blis-arch skx|zen3|haswell|...: BLIS's kernels, when it detects none for the CPU ("generic")
 //   OPENBLAS_CORETYPE=SkylakeX (environment): OpenBLAS's kernels, chosen when it is loaded
 // The header says which kernels each library runs; with a CPU newer than the library (Zen 5 for
@@ -447,6 +450,7 @@ struct Options {
   double target_ms = 4;
   std::vector<int> threads = {1, 2};
   bool cpu_clock = true;  // 1-thread cells on the calling thread's CPU time (time_calls)
+  bool fastest = false;   // a cell is its fastest round instead of the median (--min)
   std::string blis_arch;  // BLIS configuration to use instead of the detected one
   std::string filter;
 };
@@ -537,7 +541,7 @@ void measure(const std::vector<Gemm>& gemms, const std::vector<Engine>& engines,
         check(ei);  // the last timed call's result too
         std::vector<double>& s = samples[ei];
         std::sort(s.begin(), s.end());
-        cells[ei].ms = s[s.size() / 2];
+        cells[ei].ms = o.fastest ? s.front() : s[s.size() / 2];
       }
     }
   }
@@ -756,12 +760,15 @@ int main(int argc, char** argv) {
         o.target_ms = std::atof(value().c_str());
       } else if (arg == "--threads") {
         o.threads = parse_threads(value());
+      } else if (arg == "--min") {
+        o.fastest = true;
       } else if (arg == "--wall") {
         o.cpu_clock = false;
       } else if (arg == "--blis-arch") {
         o.blis_arch = value();
       } else if (arg == "-h" || arg == "--help") {
-        std::printf("usage: %s [--quick] [--rounds N] [--threads 1,2] [--ms T] [--wall] [--blis-arch NAME] [filter]\n",
+        std::printf(
+            "usage: %s [--quick] [--rounds N] [--threads 1,2] [--ms T] [--wall] [--min] [--blis-arch NAME] [filter]\n",
                     argv[0]);
         return 0;
       } else {
@@ -778,8 +785,8 @@ int main(int argc, char** argv) {
       if (engines[ei].name == "reel+add") reel_add = ei;
 
     select_blis_arch(o.blis_arch);
-    std::printf("GEMM engines for reel's CPU matmul: f32, row-major; %zu products, median of %d rounds; %s\n",
-                gemms.size(), o.rounds, load_text().c_str());
+    std::printf("GEMM engines for reel's CPU matmul: f32, row-major; %zu products, %s of %d rounds; %s\n",
+                gemms.size(), o.fastest ? "fastest" : "median", o.rounds, load_text().c_str());
     print_versions();
     const double start = now_ms();
     Results results;
