@@ -113,7 +113,7 @@ void add_linear(std::vector<Gemm>& out, const std::string& cls, const std::strin
 
 std::vector<Gemm> reel_products() {
   std::vector<Gemm> g;
-  // examples/mnist_mlp's MLP 784-512-512-10 (with biases) at three batch sizes.
+  // examples/fashion_mnist_mlp's MLP 784-512-512-10 (with biases) at three batch sizes (128 is its default).
   for (int64_t b : {16, 128, 512}) {
     const std::string cls = "mlp b" + std::to_string(b);
     add_linear(g, cls, "fc1", b, 784, 512, true, false);
@@ -133,7 +133,7 @@ std::vector<Gemm> reel_products() {
     add_linear(g, cls, "fc.proj", rows, 4 * C, C, true, true);
     add_linear(g, cls, "lm_head", rows, C, vocab, false, true);
   }
-  // The Linear(1024) + GELU chain of the checkpointing benchmarks at batch 256.
+  // bench_memory_plan's N x [Linear(1024) + GELU] blocks at batch 256 (a block inside the chain: dX too).
   add_linear(g, "chain b256", "lin1024", 256, 1024, 1024, true, true);
   return g;
 }
