@@ -1,5 +1,6 @@
-// The differentiable ops of MLPs and transformers: linear, LayerNorm/RMSNorm, softmax, fused
-// cross-entropy, embedding and causal attention. Each family is one header, autograd/ops/<family>.h:
+// The differentiable ops of MLPs, transformers and small CNNs: linear, LayerNorm/RMSNorm/GroupNorm,
+// softmax, fused cross-entropy, embedding, causal attention, 2-D max and average pooling. Each
+// family is one header, autograd/ops/<family>.h:
 // its tape ops (forward, what they save, backward, side by side) over the kernels of kernels/ops.h,
 // and the user functions that record them, with their contracts. attention_composed is built from
 // other ops, as a reference. A new family adds its line here.
@@ -14,4 +15,5 @@
 #include "autograd/ops/embedding.h"
 #include "autograd/ops/layernorm.h"
 #include "autograd/ops/linear.h"
+#include "autograd/ops/pool.h"
 #include "autograd/ops/softmax.h"

@@ -15,6 +15,7 @@
 #include "kernels/embedding.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/pool.h"
 #include "kernels/max.h"
 #include "kernels/optimizer.h"
 #include "kernels/reduce.h"

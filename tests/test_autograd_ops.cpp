@@ -6,6 +6,7 @@
 // linear, LayerNorm/RMSNorm, softmax, cross-entropy, embedding and attention.
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 
 #include "autograd/functions.h"
@@ -70,6 +71,34 @@ Tensor group_norm_composed(const Tensor& x, int64_t groups, const Tensor& w, con
   Shape per_channel(static_cast<size_t>(x.dim()), 1);
   per_channel[1] = x.size(1);
   return (centred / sqrt(var + 1e-5)).reshape(x.shape()) * w.reshape(per_channel) + b.reshape(per_channel);
+}
+
+// 2-D pooling from pad (concat), strided slices and max or mean over the stacked window offsets:
+// x (N, C, H, W) padded with -inf (max) or 0 (avg), then for each window offset (ki, kj) the
+// (N, C, OH, OW) slice it reads, stacked on a last dim of kh * kw.
+Tensor pool_composed(const Tensor& x, kernels::Pool2d p, bool is_max) {
+  Tensor xp = x;
+  const double fill = is_max ? -std::numeric_limits<double>::infinity() : 0.0;
+  for (int i = 0; i < 2; ++i) {
+    if (p.padding[i] == 0) continue;
+    Shape pad_shape = xp.shape();
+    pad_shape[static_cast<size_t>(2 + i)] = p.padding[i];
+    const Tensor pad = full(pad_shape, fill, x.dtype(), x.device());
+    xp = concat({pad, xp, pad}, 2 + i);
+  }
+  int64_t out[2];
+  for (int i = 0; i < 2; ++i)
+    out[i] = (xp.size(2 + i) - p.dilation[i] * (p.kernel[i] - 1) - 1) / p.stride[i] + 1;
+  std::vector<Tensor> taps;  // (N, C, OH, OW, 1) each
+  for (int64_t ki = 0; ki < p.kernel[0]; ++ki)
+    for (int64_t kj = 0; kj < p.kernel[1]; ++kj) {
+      const int64_t h0 = ki * p.dilation[0], w0 = kj * p.dilation[1];
+      const Tensor t = slice(slice(xp, 2, h0, h0 + (out[0] - 1) * p.stride[0] + 1, p.stride[0]), 3, w0,
+                             w0 + (out[1] - 1) * p.stride[1] + 1, p.stride[1]);
+      taps.push_back(reshape(t, {x.size(0), x.size(1), out[0], out[1], 1}));
+    }
+  const Tensor stacked = concat(taps, 4);
+  return is_max ? max(stacked, 4) : mean(stacked, {4});
 }
 
 Tensor softmax_last(const Tensor& x) {
@@ -303,6 +332,37 @@ std::vector<OpCase> op_cases() {
                        const Tensor one = ones({3}, x[0].dtype(), x[0].device());
                        return group_norm_composed(x[0], 1, one, one * 0.0);
                      }),
+
+      // ---- pooling ----
+      // Random inputs have no ties, so max_pool2d is differentiable where gradcheck probes it.
+      with_reference(unary("max_pool2d 2x2 (non-overlapping)", [](const Tensor& x) { return max_pool2d(x, 2); },
+                           {2, 3, 4, 6}),
+                     [](const Tensors& x) {  // (N, C, OH, 2, OW, 2) -> (N, C, OH, OW, 4), max over the last
+                       const Tensor w = permute(reshape(x[0], {2, 3, 2, 2, 3, 2}), {0, 1, 2, 4, 3, 5});
+                       return max(reshape(w, {2, 3, 2, 3, 4}), 4);
+                     }),
+      with_reference(unary("max_pool2d 3x3 stride 1 padding 1 (overlapping)",
+                           [](const Tensor& x) { return max_pool2d(x, 3, 1, 1); }, {2, 2, 5, 4}),
+                     [](const Tensors& x) { return pool_composed(x[0], {{3, 3}, {1, 1}, {1, 1}, {1, 1}}, true); }),
+      with_reference(unary("max_pool2d (3, 2) stride (2, 1) padding (1, 0) dilation (1, 2)",
+                           [](const Tensor& x) { return max_pool2d(x, Pair2d(3, 2), Pair2d(2, 1), Pair2d(1, 0), Pair2d(1, 2)); },
+                           {1, 3, 7, 6}),
+                     [](const Tensors& x) { return pool_composed(x[0], {{3, 2}, {2, 1}, {1, 0}, {1, 2}}, true); }),
+      with_reference(unary("max_pool2d 2x2 stride 1 dilation 2", [](const Tensor& x) { return max_pool2d(x, 2, 1, 0, 2); },
+                           {2, 1, 5, 5}),
+                     [](const Tensors& x) { return pool_composed(x[0], {{2, 2}, {1, 1}, {0, 0}, {2, 2}}, true); }),
+      with_reference(unary("avg_pool2d 2x2 (non-overlapping)", [](const Tensor& x) { return avg_pool2d(x, 2); },
+                           {2, 3, 4, 6}),
+                     [](const Tensors& x) { return mean(reshape(x[0], {2, 3, 2, 2, 3, 2}), {3, 5}); }),
+      with_reference(unary("avg_pool2d 3x3 stride 1 padding 1 (overlapping, pad counted)",
+                           [](const Tensor& x) { return avg_pool2d(x, 3, 1, 1); }, {2, 2, 5, 4}),
+                     [](const Tensors& x) { return pool_composed(x[0], {{3, 3}, {1, 1}, {1, 1}, {1, 1}}, false); }),
+      with_reference(unary("avg_pool2d (3, 2) stride (2, 1) padding (1, 1)",
+                           [](const Tensor& x) { return avg_pool2d(x, Pair2d(3, 2), Pair2d(2, 1), Pair2d(1, 1)); },
+                           {1, 3, 7, 5}),
+                     [](const Tensors& x) { return pool_composed(x[0], {{3, 2}, {2, 1}, {1, 1}, {1, 1}}, false); }),
+      unary("flatten(x, 1) of a pooled strided view",
+            [](const Tensor& x) { return flatten(max_pool2d(transpose(x, 2, 3), 2), 1); }, {2, 3, 4, 6}),
 
       // ---- softmax ----
       unary("softmax", [](const Tensor& x) { return softmax(x * 2.0); }, {3, 5}),

@@ -1,0 +1,123 @@
+// Entry points of the pool family (kernels/pool.h): max_pool2d and avg_pool2d, forward and
+// backward. Checks (shapes, window rules, dtypes, devices), contiguous (N*C, H, W) planes,
+// outputs, then the backend kernel.
+#include "kernels/pool.h"
+
+#include <string>
+
+#include "kernels/entry_point.h"
+
+namespace reel::kernels {
+
+namespace {
+
+std::string pair_str(const std::array<int64_t, 2>& a) {
+  return "(" + std::to_string(a[0]) + ", " + std::to_string(a[1]) + ")";
+}
+
+// Checks x_shape (N, C, H, W) and the window p; returns the output shape (N, C, OH, OW).
+Shape pool_output_shape(const char* op, const char* what, const Shape& x_shape, const Pool2d& p) {
+  REEL_CHECK(x_shape.size() == 4, op, ": ", what, " ", x_shape, " must be 4-D (N, C, H, W)");
+  for (int i = 0; i < 2; ++i) {
+    REEL_CHECK(p.kernel[i] > 0, op, ": kernel_size ", pair_str(p.kernel), " must be positive");
+    REEL_CHECK(p.stride[i] > 0, op, ": stride ", pair_str(p.stride), " must be positive");
+    REEL_CHECK(p.dilation[i] > 0, op, ": dilation ", pair_str(p.dilation), " must be positive");
+    REEL_CHECK(p.padding[i] >= 0 && p.padding[i] <= p.kernel[i] / 2, op, ": padding ", pair_str(p.padding),
+               " must be in [0, kernel_size / 2] for kernel_size ", pair_str(p.kernel));
+  }
+  Shape out{x_shape[0], x_shape[1], 0, 0};
+  for (int i = 0; i < 2; ++i) {
+    const int64_t span = p.dilation[i] * (p.kernel[i] - 1) + 1;  // the dilated window's extent
+    const int64_t room = x_shape[2 + i] + 2 * p.padding[i] - span;
+    REEL_CHECK(room >= 0, op, ": kernel_size ", pair_str(p.kernel), " with dilation ", pair_str(p.dilation),
+               " is larger than ", what, " ", x_shape, " padded by ", pair_str(p.padding));
+    out[2 + i] = room / p.stride[i] + 1;
+  }
+  return out;
+}
+
+// The backward's dy: on one device with x's shape known; returns (N, C, OH, OW).
+Shape check_backward(const char* op, const Tensor& dy, const Shape& x_shape, const Pool2d& p) {
+  check_same_floating_dtype(op, {&dy});
+  const Shape out = pool_output_shape(op, "x", x_shape, p);
+  REEL_CHECK(dy.shape() == out, op, ": dy ", dy.shape(), " does not match the output ", out, " of x ", x_shape,
+             " pooled by kernel_size ", pair_str(p.kernel));
+  return out;
+}
+
+}  // namespace
+
+MaxPool2dForward max_pool2d_forward(const Tensor& x, const Pool2d& p) {
+  const char* op = "max_pool2d_forward";
+  check_same_floating_dtype(op, {&x});
+  const Shape out = pool_output_shape(op, "x", x.shape(), p);
+  MaxPool2dForward r{empty(out, x.dtype(), x.device()), empty(out, DType::i64, x.device())};
+  const int64_t P = out[0] * out[1], H = x.size(2), W = x.size(3), OH = out[2], OW = out[3];
+  if (P > 0)
+    // Per output: one compare per window element.
+    REEL_DEVICE_DISPATCH(x.device(), max_pool2d_forward,
+                         kernel_cost({&x}, {&r.y, &r.indices}, P * OH * OW * p.kernel[0] * p.kernel[1]),
+                         contiguous_as(x, {P, H, W}), p, untracked::view(r.y, {P, OH, OW}),
+                         untracked::view(r.indices, {P, OH, OW}));
+  return r;
+}
+
+Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape& x_shape, const Pool2d& p) {
+  const char* op = "max_pool2d_backward";
+  check_same_device(op, {&dy, &indices});
+  const Shape out = check_backward(op, dy, x_shape, p);
+  REEL_CHECK(indices.dtype() == DType::i64 && indices.shape() == out, op, ": indices ", indices.shape(), " ",
+             dtype_name(indices.dtype()), " must be i64 shaped like dy ", dy.shape());
+  Tensor dx = empty(x_shape, dy.dtype(), dy.device());
+  const int64_t P = out[0] * out[1], H = x_shape[2], W = x_shape[3], OH = out[2], OW = out[3];
+  if (dx.numel() > 0) {
+    if (dy.numel() == 0) {
+      dx.fill_(0.0);
+      return dx;
+    }
+    // Per dx element: one index compare and add per covering window.
+    REEL_DEVICE_DISPATCH(dy.device(), max_pool2d_backward,
+                         kernel_cost({&dy, &indices}, {&dx}, dx.numel() * p.kernel[0] * p.kernel[1]),
+                         contiguous_as(dy, {P, OH, OW}), contiguous_as(indices, {P, OH, OW}), p,
+                         untracked::view(dx, {P, H, W}));
+  }
+  return dx;
+}
+
+Tensor avg_pool2d_forward(const Tensor& x, const Pool2d& p) {
+  const char* op = "avg_pool2d_forward";
+  check_same_floating_dtype(op, {&x});
+  REEL_CHECK(p.dilation == (std::array<int64_t, 2>{1, 1}), op, ": dilation ", pair_str(p.dilation),
+             " is not supported (avg_pool2d has none)");
+  const Shape out = pool_output_shape(op, "x", x.shape(), p);
+  Tensor y = empty(out, x.dtype(), x.device());
+  const int64_t P = out[0] * out[1], H = x.size(2), W = x.size(3), OH = out[2], OW = out[3];
+  if (P > 0)
+    // Per output: one add per window element and the division.
+    REEL_DEVICE_DISPATCH(x.device(), avg_pool2d_forward,
+                         kernel_cost({&x}, {&y}, P * OH * OW * (p.kernel[0] * p.kernel[1] + 1)),
+                         contiguous_as(x, {P, H, W}), p, untracked::view(y, {P, OH, OW}));
+  return y;
+}
+
+Tensor avg_pool2d_backward(const Tensor& dy, const Shape& x_shape, const Pool2d& p) {
+  const char* op = "avg_pool2d_backward";
+  REEL_CHECK(p.dilation == (std::array<int64_t, 2>{1, 1}), op, ": dilation ", pair_str(p.dilation),
+             " is not supported (avg_pool2d has none)");
+  const Shape out = check_backward(op, dy, x_shape, p);
+  Tensor dx = empty(x_shape, dy.dtype(), dy.device());
+  const int64_t P = out[0] * out[1], H = x_shape[2], W = x_shape[3], OH = out[2], OW = out[3];
+  if (dx.numel() > 0) {
+    if (dy.numel() == 0) {
+      dx.fill_(0.0);
+      return dx;
+    }
+    // Per dx element: a division and an add per covering window.
+    REEL_DEVICE_DISPATCH(dy.device(), avg_pool2d_backward,
+                         kernel_cost({&dy}, {&dx}, 2 * dx.numel() * p.kernel[0] * p.kernel[1]),
+                         contiguous_as(dy, {P, OH, OW}), p, untracked::view(dx, {P, H, W}));
+  }
+  return dx;
+}
+
+}  // namespace reel::kernels
