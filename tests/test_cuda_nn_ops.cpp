@@ -1,8 +1,8 @@
 // tests/test_cuda_nn_ops.cpp: the CUDA edge cases of the neural-network kernel families
 // (kernels/ops.h); every entry point's values on cuda against the CPU are rows of the op table
 // (tests/test_ops.cpp). Here: the deterministic backward kernels (LayerNorm/RMSNorm weights,
-// embedding, attention, the gradient norm) must give the same bits on every run, and in the
-// emulated build under every scheduling order of the emulator; cross-entropy with every row ignored
+// embedding, attention, the gradient norm, pooling) must give the same bits on every run, and in
+// the emulated build under every scheduling order of the emulator; cross-entropy with every row ignored
 // and with logits of 1e4; bad indices (a token id, a target, an argmax index out of range) must
 // raise the CPU's reel::Error on cuda without any out-of-bounds access (the ASan build runs this
 // test too); other bad inputs. Every allocation is poisoned (0xFF bytes: NaN, -1).
@@ -96,6 +96,23 @@ TEST_CASE("group_norm backward on cuda is bit-identical run to run and in every 
       CHECK(bit_identical(g.dx, ref.dx));
       CHECK(bit_identical(g.dw, ref.dw));
       CHECK(bit_identical(g.db, ref.db));
+    }
+  });
+}
+
+TEST_CASE("max_pool2d and avg_pool2d backward on cuda are bit-identical run to run and in every scheduling order") {
+  Poisoned poison;
+  const Shape shape{3, 5, 13, 11};  // 3x3 windows, stride 1, padding 1: each input in up to 9 windows
+  const Pool2d p{{3, 3}, {1, 1}, {1, 1}, {1, 1}};
+  const Tensor x = cu(uniform_f64(shape, 10, -2, 2).to(DType::f32)), dy = cu(uniform_f64(shape, 11).to(DType::f32));
+  const MaxPool2dForward f = max_pool2d_forward(x, p);
+  const Tensor max_ref = max_pool2d_backward(dy, f.indices, shape, p), avg_ref = avg_pool2d_backward(dy, shape, p);
+  for_each_order([&] {
+    for (int run = 0; run < 2; ++run) {
+      const MaxPool2dForward g = max_pool2d_forward(x, p);
+      CHECK(bit_identical(g.indices, f.indices));
+      CHECK(bit_identical(max_pool2d_backward(dy, g.indices, shape, p), max_ref));
+      CHECK(bit_identical(avg_pool2d_backward(dy, shape, p), avg_ref));
     }
   });
 }
