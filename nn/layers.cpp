@@ -74,6 +74,18 @@ Dropout::Dropout(double p_) : p(p_) {
 
 Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, training()); }
 
+MaxPool2d::MaxPool2d(Pair2d kernel, std::optional<Pair2d> stride_, Pair2d padding_, Pair2d dilation_)
+    : kernel_size(kernel), stride(stride_ ? *stride_ : kernel), padding(padding_), dilation(dilation_) {}
+
+Tensor MaxPool2d::forward(const Tensor& x) { return max_pool2d(x, kernel_size, stride, padding, dilation); }
+
+AvgPool2d::AvgPool2d(Pair2d kernel, std::optional<Pair2d> stride_, Pair2d padding_)
+    : kernel_size(kernel), stride(stride_ ? *stride_ : kernel), padding(padding_) {}
+
+Tensor AvgPool2d::forward(const Tensor& x) { return avg_pool2d(x, kernel_size, stride, padding); }
+
+Tensor Flatten::forward(const Tensor& x) { return flatten(x, start_dim, end_dim); }
+
 Tensor ReLU::forward(const Tensor& x) { return relu(x); }
 Tensor GELU::forward(const Tensor& x) { return gelu(x); }
 Tensor Tanh::forward(const Tensor& x) { return tanh(x); }

@@ -1,11 +1,14 @@
-// The basic layers: Linear, Embedding, LayerNorm, RMSNorm, Dropout and the activations. Each is a
+// The basic layers: Linear, Embedding, LayerNorm, RMSNorm, GroupNorm, Dropout, the activations, and
+// MaxPool2d, AvgPool2d and Flatten. Each is a
 // thin Module over one differentiable op of autograd/ (which holds the forward and backward), with
 // PyTorch's parameter names, layouts and default initialisation.
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "autograd/ops/pool.h"  // Pair2d: an int or an (h, w) pair, as PyTorch's pooling arguments
 #include "nn/module.h"
 
 namespace reel::nn {
@@ -67,6 +70,35 @@ class Dropout : public Module {
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "Dropout"; }
   double p;
+};
+
+// torch.nn.MaxPool2d (ceil_mode false, no return_indices): (N, C, H, W) -> (N, C, OH, OW); stride
+// defaults to kernel_size. No parameters.
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(Pair2d kernel_size, std::optional<Pair2d> stride = std::nullopt, Pair2d padding = 0,
+                     Pair2d dilation = 1);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "MaxPool2d"; }
+  Pair2d kernel_size, stride, padding, dilation;
+};
+
+// torch.nn.AvgPool2d (count_include_pad true, ceil_mode false); stride defaults to kernel_size.
+class AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(Pair2d kernel_size, std::optional<Pair2d> stride = std::nullopt, Pair2d padding = 0);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "AvgPool2d"; }
+  Pair2d kernel_size, stride, padding;
+};
+
+// torch.nn.Flatten: dims start_dim..end_dim merged (by default all but the batch dim).
+class Flatten : public Module {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1) : start_dim(start_dim), end_dim(end_dim) {}
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "Flatten"; }
+  int64_t start_dim, end_dim;
 };
 
 class ReLU : public Module {

@@ -275,6 +275,25 @@ TEST_CASE("layers compute what their ops compute, with torch's initialisation") 
   check_close(gn(images), group_norm(images, 2, gn.weight, gn.bias), 0, 0);
   CHECK(nn::GroupNorm(3, 6, 1e-5, false).named_parameters().empty());
   CHECK_REEL_ERROR(nn::GroupNorm(4, 6), "GroupNorm: 4 groups must divide the 6 channels");
+  nn::MaxPool2d mp(3, 2, 1);
+  CHECK(mp.named_parameters().empty());
+  CHECK(mp.name() == "MaxPool2d");
+  check_close(mp(images), max_pool2d(images, 3, 2, 1), 0, 0);
+  CHECK(mp(images).shape() == (Shape{2, 6, 2, 2}));
+  nn::MaxPool2d mp_default(2);  // stride = kernel_size, as PyTorch
+  CHECK(mp_default.stride.v == (std::array<int64_t, 2>{2, 2}));
+  check_close(nn::MaxPool2d({2, 1}, 1, 0, {1, 2})(images), max_pool2d(images, Pair2d(2, 1), 1, 0, Pair2d(1, 2)), 0, 0);
+  nn::AvgPool2d ap(2, 1);
+  CHECK(ap.named_parameters().empty());
+  check_close(ap(images), avg_pool2d(images, 2, 1), 0, 0);
+  CHECK(nn::AvgPool2d(3).stride.v == (std::array<int64_t, 2>{3, 3}));
+  CHECK(nn::Flatten()(images).shape() == (Shape{2, 54}));
+  CHECK(nn::Flatten(0, 1)(images).shape() == (Shape{12, 3, 3}));
+  CHECK(nn::Flatten(-2)(images).shape() == (Shape{2, 6, 9}));
+  CHECK(nn::Flatten().named_parameters().empty());
+  CHECK_REEL_ERROR(nn::Flatten(2, 1)(images), "flatten: dims 2..1 do not name an ordered range");
+  CHECK_REEL_ERROR(nn::MaxPool2d(4)(images), "max_pool2d_forward: kernel_size (4, 4) with dilation (1, 1) is larger");
+  CHECK_REEL_ERROR(nn::AvgPool2d(2, 2, 2)(images), "avg_pool2d_forward: padding (2, 2) must be in [0, kernel_size / 2]");
 
   nn::Embedding emb(10, 5);
   const Tensor ids = from_vector<int64_t>({1, 9, 1}, {3});
