@@ -29,7 +29,8 @@ TEST_CASE("max_pool2d and avg_pool2d: known values, argmax indices, padding, dil
   CHECK(values(m.indices) == std::vector<double>{5, 7, 9, 11});
   // Padding 1 with a 3x3 window: corners see 4 inputs, -inf padding is never chosen.
   for (double& e : v) e = -e;
-  const MaxPool2dForward mp = max_pool2d_forward(from_vector<double>(v, {1, 1, 3, 4}), {{3, 3}, {2, 2}, {1, 1}, {1, 1}});
+  const MaxPool2dForward mp =
+      max_pool2d_forward(from_vector<double>(v, {1, 1, 3, 4}), {{3, 3}, {2, 2}, {1, 1}, {1, 1}});
   CHECK(values(mp.y) == std::vector<double>{0, -1, -4, -5});
   CHECK(values(mp.indices) == std::vector<double>{0, 1, 4, 5});
   // Dilation 2 along W: window columns {0, 2} and {1, 3}.
@@ -61,6 +62,17 @@ TEST_CASE("max_pool2d: ties take the first maximum, NaN wins, overlapping window
   CHECK(values(m.indices) == std::vector<double>{4, 4, 7, 7});
   const Tensor dx = max_pool2d_backward(from_vector<float>({1, 10, 100, 1000}, {1, 1, 2, 2}), m.indices, x.shape(), p);
   CHECK(values(dx) == std::vector<double>{0, 0, 0, 0, 11, 0, 0, 1100, 0});
+  // A window of -inf values still names its first element (padding aside), as PyTorch: the
+  // gradient is not lost.
+  const float inf = std::numeric_limits<float>::infinity();
+  const MaxPool2dForward mi =
+      max_pool2d_forward(full({1, 1, 2, 2}, -inf, DType::f32), {{2, 2}, {1, 1}, {1, 1}, {1, 1}});
+  CHECK(values(mi.indices) == std::vector<double>{0, 0, 1, 0, 0, 1, 2, 2, 3});
+  CHECK(values(mi.y) == std::vector<double>(9, -inf));
+  if (cuda_available())
+    CHECK(values(max_pool2d_forward(full({1, 1, 2, 2}, -inf, DType::f32, Device::cuda(0)),
+                                    {{2, 2}, {1, 1}, {1, 1}, {1, 1}})
+                     .indices) == values(mi.indices));
 }
 
 TEST_CASE("pooling an empty batch gives empty outputs and zero gradients") {

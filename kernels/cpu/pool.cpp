@@ -40,7 +40,7 @@ void max_forward_impl(const T* x, const Pool2d& p, T* y, int64_t* idx, int64_t P
     for (int64_t oh = 0; oh < OH; ++oh)
       for (int64_t ow = 0; ow < OW; ++ow) {
         T best = -std::numeric_limits<T>::infinity();
-        int64_t arg = -1;  // stays -1 only for a window all in padding
+        int64_t arg = -1;  // stays -1 only for a window all in padding (the rules exclude it)
         for (int64_t ki = 0; ki < p.kernel[0]; ++ki) {
           const int64_t ih = oh * p.stride[0] - p.padding[0] + ki * p.dilation[0];
           if (ih < 0 || ih >= H) continue;
@@ -48,7 +48,9 @@ void max_forward_impl(const T* x, const Pool2d& p, T* y, int64_t* idx, int64_t P
             const int64_t iw = ow * p.stride[1] - p.padding[1] + kj * p.dilation[1];
             if (iw < 0 || iw >= W) continue;
             const T v = xp[ih * W + iw];
-            if (v > best || v != v) {  // strictly greater: the first maximum; NaN wins, as PyTorch
+            // Strictly greater: the first maximum; NaN wins, and a window of -inf still picks its first
+            // element, as PyTorch.
+            if (arg < 0 || v > best || v != v) {
               best = v;
               arg = ih * W + iw;
             }

@@ -40,7 +40,7 @@ __global__ void max_pool2d_forward_kernel(const T* x, T* y, int64_t* idx, int64_
     const int64_t ow = i % OW, oh = i / OW % OH, pl = i / (OW * OH);
     const T* xp = x + pl * H * W;
     T best = static_cast<T>(-INFINITY);
-    int64_t arg = -1;  // stays -1 only for a window all in padding
+    int64_t arg = -1;  // stays -1 only for a window all in padding (the rules exclude it)
     for (int64_t ki = 0; ki < ah.k; ++ki) {
       const int64_t ih = oh * ah.s - ah.pad + ki * ah.d;
       if (ih < 0 || ih >= H) continue;
@@ -48,7 +48,7 @@ __global__ void max_pool2d_forward_kernel(const T* x, T* y, int64_t* idx, int64_
         const int64_t iw = ow * aw.s - aw.pad + kj * aw.d;
         if (iw < 0 || iw >= W) continue;
         const T v = xp[ih * W + iw];
-        if (v > best || v != v) {  // the first maximum; NaN wins, as PyTorch
+        if (arg < 0 || v > best || v != v) {  // the first maximum; NaN wins; an all -inf window: its first
           best = v;
           arg = ih * W + iw;
         }
