@@ -50,6 +50,8 @@ TEST_CASE("incompatible matmul shapes raise reel::Error naming both shapes") {
 // splitting K across threads. The shapes: an MLP's forward and both backward products, a long K
 // with a small output (where a library is most tempted to split K), a 1024-wide layer, a batched
 // q k^T, and a row stride larger than the row (a narrowed operand: oneDNN's gemm:jit would take it).
+// Built without oneDNN, the f32 rows check reel's own split of Eigen's GEMM, which failed here
+// before its block edges were aligned (kernels/cpu/matmul.cpp).
 TEST_CASE("CPU matmul is bit-identical across thread counts") {
   using reel::testing::bit_identical;
   using reel::testing::for_thread_counts;

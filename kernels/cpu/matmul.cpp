@@ -60,12 +60,20 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
   // is cut into `parts` blocks, one per thread.
   const int threads = omp_get_max_threads();
   const bool parallel_batches = batches > 1 && (M * N * K < (int64_t{1} << 21) || batches >= 2 * threads);
-  // Within one product: blocks of at least 32 rows/columns, and only when the product is large
-  // enough (~8 MFLOP) that a parallel region's start-up is noise.
+  // Within one product: blocks of at least kAlign rows/columns, and only when the product is large
+  // enough (~8 MFLOP) that a parallel region's start-up is noise. Block edges fall on multiples of
+  // kAlign so that the thread count does not change the bits: Eigen's kernel sums an element's K
+  // products in an order that depends on where the element sits in its register blocks (panels
+  // of up to 3 AVX-512 packets, 48 f32; the leftover rows or columns take narrower paths), and
+  // edges at arbitrary offsets moved elements between paths: an f32 (128, 784) @ (784, 512)
+  // differed in its last bits at 2, 3 and 8 threads from 1 (tests/test_matmul.cpp).
+  constexpr int64_t kAlign = 48;
   const int64_t split_dim = std::max(M, N);
   const int64_t parts = parallel_batches || M * N * K < (int64_t{1} << 22)
                             ? 1
-                            : std::max<int64_t>(1, std::min<int64_t>(threads, split_dim / 32));
+                            : std::max<int64_t>(1, std::min<int64_t>(threads, split_dim / kAlign));
+  // Where block `part` starts: an even share, rounded down to a multiple of kAlign.
+  auto edge = [&](int64_t part) { return part == parts ? split_dim : split_dim * part / parts / kAlign * kAlign; };
   const bool split_rows = M >= N;
   // One block of one product; the serial path calls it without entering OpenMP at all (an
   // `omp parallel if (false)` still costs a team set-up: kernels/cpu/parallel.h).
@@ -74,7 +82,7 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
     matmul_batch_offsets(b, static_cast<int>(r - 2), shape.data(), A.t, B.t, oa, ob);
     OutMap<T> C(pc + b * M * N, M, N, Eigen::OuterStride<>(N));
     // This part's block: rows [lo, lo + n) of C and A, or columns [lo, lo + n) of C and B.
-    const int64_t lo = split_dim * part / parts, n = split_dim * (part + 1) / parts - lo;
+    const int64_t lo = edge(part), n = edge(part + 1) - lo;
     auto product = [&](const auto& lhs, const auto& rhs) {
       if (parts == 1) C.noalias() = lhs * rhs;
       else if (split_rows) C.middleRows(lo, n).noalias() = lhs.middleRows(lo, n) * rhs;
