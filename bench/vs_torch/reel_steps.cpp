@@ -15,10 +15,11 @@
 //                    no checkpointing, loss = sum of the output, forward + backward only
 //
 // Output, one line: vs_torch {"framework": "reel", "workload": ..., "params": ..., "median_ms": ...,
-// "ms": [per step]}. Every step goes through optim::Accumulator, as the examples train: a SUM loss
+// "ms": [per step], "loss": the last step's}. Every step goes through optim::Accumulator, as the examples train: a SUM loss
 // per micro-batch, backward scaled by 1 / samples (or tokens) in the window, then one step.
 #include <omp.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -45,10 +46,11 @@ struct Batch {
   Tensor x, y;
 };
 
-// A workload: its model's parameter count and one training step.
+// A workload: its model's parameter count and one training step, which returns the step's loss
+// (NaN for the chain, which reads none), printed beside the times as a sanity check.
 struct Workload {
   int64_t params = 0;
-  std::function<void()> step;
+  std::function<double()> step;
   std::shared_ptr<nn::Module> model;  // kept alive with the step that uses it
   std::shared_ptr<optim::Optimizer> optimizer;
   std::shared_ptr<optim::Accumulator> accumulator;
@@ -81,9 +83,11 @@ Workload mlp(int64_t micro, int64_t size) {
   const std::vector<Batch> batches = mlp_batches(micro, size, rng);
   optim::Accumulator& acc = *w.accumulator;
   w.step = [&acc, model, batches] {
-    acc.step<Batch>(
-        batches, [](const Batch& b) { return b.y.numel(); },
-        [&](const Batch& b) { return cross_entropy((*model)(b.x), b.y, -100, "sum"); });
+    return acc
+        .step<Batch>(
+            batches, [](const Batch& b) { return b.y.numel(); },
+            [&](const Batch& b) { return cross_entropy((*model)(b.x), b.y, -100, "sum"); })
+        .loss;
   };
   return w;
 }
@@ -113,9 +117,11 @@ Workload gpt(bool tied) {
       {random_ids({kGptBatch, kBlockSize}, kVocab, rng), random_ids({kGptBatch, kBlockSize}, kVocab, rng)}};
   optim::Accumulator& acc = *w.accumulator;
   w.step = [&acc, model, batches] {
-    acc.step<Batch>(
-        batches, [](const Batch& b) { return b.y.numel(); },
-        [&](const Batch& b) { return cross_entropy(model->forward(b.x), b.y, -100, "sum"); });
+    return acc
+        .step<Batch>(
+            batches, [](const Batch& b) { return b.y.numel(); },
+            [&](const Batch& b) { return cross_entropy(model->forward(b.x), b.y, -100, "sum"); })
+        .loss;
   };
   return w;
 }
@@ -134,7 +140,10 @@ Workload chain() {
   w.params = model->num_parameters();
   const Tensor x = randn({kBatch, kWidth});
   // No optimizer: the gradients add into .grad step after step (torch_steps.py does the same).
-  w.step = [model, x] { autograd::backward(sum((*model)(x))); };
+  w.step = [model, x] {
+    autograd::backward(sum((*model)(x)));
+    return std::nan("");
+  };
   return w;
 }
 
@@ -178,7 +187,8 @@ int main(int argc, char** argv) {
     // here, not in the timed steps (torch_steps.py warms up the same way).
     for (int i = 0; i < warmup; ++i) w.step();
     std::vector<double> ms;
-    for (int i = 0; i < steps; ++i) ms.push_back(bench::timed_ms(Device::cpu(), w.step));
+    double loss = 0;
+    for (int i = 0; i < steps; ++i) ms.push_back(bench::timed_ms(Device::cpu(), [&] { loss = w.step(); }));
     std::string list;
     for (double t : ms) {
       char buf[32];
@@ -187,8 +197,9 @@ int main(int argc, char** argv) {
     }
     std::printf(
         "vs_torch {\"framework\": \"reel\", \"workload\": \"%s\", \"threads\": %d, \"params\": %lld, \"warmup\": %d, "
-        "\"steps\": %d, \"median_ms\": %.3f, \"ms\": [%s]}\n",
-        name.c_str(), threads, static_cast<long long>(w.params), warmup, steps, bench::median(ms), list.c_str());
+        "\"steps\": %d, \"median_ms\": %.3f, \"ms\": [%s], \"loss\": %s}\n",
+        name.c_str(), threads, static_cast<long long>(w.params), warmup, steps, bench::median(ms), list.c_str(),
+        std::isnan(loss) ? "null" : std::to_string(loss).c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "reel_steps: %s\n", e.what());
     return 1;
