@@ -7,11 +7,16 @@
 #   tools/setup_bench.sh && bench/vs_torch/run.sh              # the full table (about 5 minutes idle)
 #   bench/vs_torch/run.sh --quick                             # one short round: a sanity check
 #   bench/vs_torch/run.sh --rounds 7 --only mlp128,chain      # more rounds, some workloads
+#   bench/vs_torch/run.sh --idle-wait 60                      # each pair waits up to 60 s for idle CPUs
 #
 # Why alternating processes: the machine is shared and its load moves over minutes. Interleaving
 # the two frameworks round by round gives both the same conditions on average, and the median over
 # rounds drops a round that an unlucky burst of load slowed down. The per-round ratios' range is
-# printed beside the medians, so a table taken under shifting load shows itself.
+# printed beside the medians, so a table taken under shifting load shows itself. On 2 cores even
+# one other busy process matters: a 2-thread OpenMP region waits for the time slice of whichever
+# thread the scheduler parked, so a step of many short parallel regions can slow down tenfold.
+# --idle-wait starts each reel/torch pair only once the CPUs have been idle for a second (or the
+# wait ran out), and the table counts the pairs that started on busy CPUs.
 #
 # Environment: BUILD_DIR (default build), PYTHON (default /usr/bin/python3: Debian's python3-torch),
 # THREADS (default 2, for both frameworks).
@@ -24,13 +29,15 @@ threads=${THREADS:-2}
 rounds=5
 quick=0
 only=""
+idle_wait=0
 while (($#)); do
   case $1 in
     --quick) quick=1; rounds=1 ;;
     --rounds) rounds=$2; shift ;;
     --only) only=$2; shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
-    *) echo "run.sh: unknown option '$1' (--quick, --rounds N, --only w1,w2)" >&2; exit 2 ;;
+    --idle-wait) idle_wait=$2; shift ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown option '$1' (--quick, --rounds N, --only w1,w2, --idle-wait S)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -70,6 +77,18 @@ if ! blas=$("$python" bench/vs_torch/torch_steps.py --blas --threads "$threads")
 fi
 torch_version=$("$python" -c 'import torch; print(torch.__version__)')
 
+# Percent of the CPUs' time busy over the next second, from the kernel's counters (user, nice,
+# system, irq, softirq, steal against idle and iowait).
+busy_percent() {
+  local a b
+  read -r -a a < /proc/stat
+  sleep 1
+  read -r -a b < /proc/stat
+  local busy=$(((b[1] + b[2] + b[3] + b[6] + b[7] + b[8]) - (a[1] + a[2] + a[3] + a[6] + a[7] + a[8])))
+  local idle=$(((b[4] + b[5]) - (a[4] + a[5])))
+  echo $((100 * busy / (busy + idle + 1)))
+}
+
 export OMP_NUM_THREADS=$threads  # both frameworks' OpenMP pools (and OpenBLAS's, which shares torch's)
 log=$build_dir/vs_torch.log
 : > "$log"
@@ -77,9 +96,15 @@ echo "reel vs PyTorch $torch_version on $blas; $threads threads each, $rounds ro
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 1; r <= rounds; r++)); do
   for w in "${workloads[@]}"; do
+    busy=-1  # not measured
+    if ((idle_wait > 0)); then
+      end=$((SECONDS + idle_wait))
+      while busy=$(busy_percent) && ((busy >= 10 && SECONDS < end)); do :; done
+    fi
     args=("$w" "${steps[$w]}" --warmup "${warmup[$w]}" --threads "$threads")
-    "$reel_steps" "${args[@]}" | grep '^vs_torch ' | sed "s/^vs_torch {/{\"round\": $r, /" >> "$log"
-    "$python" bench/vs_torch/torch_steps.py "${args[@]}" | grep '^vs_torch ' | sed "s/^vs_torch {/{\"round\": $r, /" >> "$log"
+    tag="s/^vs_torch {/{\"round\": $r, \"busy_before\": $busy, /"
+    "$reel_steps" "${args[@]}" | grep '^vs_torch ' | sed "$tag" >> "$log"
+    "$python" bench/vs_torch/torch_steps.py "${args[@]}" | grep '^vs_torch ' | sed "$tag" >> "$log"
     if [[ -t 2 ]]; then printf '\rround %d/%d: %-10s' "$r" "$rounds" "$w" >&2; fi  # progress, on a terminal
   done
 done
@@ -96,8 +121,12 @@ from collections import defaultdict
 runs = defaultdict(dict)  # (framework, workload) -> round -> median ms
 best = {}  # (framework, workload) -> the fastest step of any round
 params = {}
+busy_pairs, pairs = 0, 0
 for line in open(sys.argv[1]):
     r = json.loads(line)
+    if r["framework"] == "reel":
+        pairs += 1
+        busy_pairs += r["busy_before"] >= 10
     runs[(r["framework"], r["workload"])][r["round"]] = r["median_ms"]
     best[(r["framework"], r["workload"])] = min(r["ms"] + [best.get((r["framework"], r["workload"]), float("inf"))])
     params[(r["framework"], r["workload"])] = r["params"]
@@ -146,6 +175,9 @@ for row in rows:
 print("\nms: the median over rounds of each process's median step; ratio: reel's / PyTorch's (below 1: reel is "
       "faster);\nper round: the range of the same ratio round by round; best: the ratio of the fastest single "
       "steps,\nthe least disturbed by other load (a wide per-round range says the load moved during the run)")
+
+if any(json.loads(line)["busy_before"] >= 0 for line in open(sys.argv[1])):
+    print("\n%d of %d reel/PyTorch pairs started on busy CPUs (the idle wait ran out)" % (busy_pairs, pairs))
 
 print("\nparameters (reel, PyTorch):")
 bad = False
