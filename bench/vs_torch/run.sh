@@ -15,8 +15,10 @@
 # printed beside the medians, so a table taken under shifting load shows itself. On 2 cores even
 # one other busy process matters: a 2-thread OpenMP region waits for the time slice of whichever
 # thread the scheduler parked, so a step of many short parallel regions can slow down tenfold.
-# --idle-wait starts each reel/torch pair only once the CPUs have been idle for a second (or the
-# wait ran out), and the table counts the pairs that started on busy CPUs.
+# So each process's log line carries the share of the CPUs other processes used while it ran, and
+# the table's medians are taken over the quiet rounds (neither process disturbed) when there are
+# any. --idle-wait starts each reel/torch pair only once the CPUs have been idle for a second (or
+# the wait ran out), which makes quiet rounds likelier.
 #
 # Environment: BUILD_DIR (default build), PYTHON (default /usr/bin/python3: Debian's python3-torch),
 # THREADS (default 2, for both frameworks).
@@ -36,7 +38,7 @@ while (($#)); do
     --rounds) rounds=$2; shift ;;
     --only) only=$2; shift ;;
     --idle-wait) idle_wait=$2; shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option '$1' (--quick, --rounds N, --only w1,w2, --idle-wait S)" >&2; exit 2 ;;
   esac
   shift
@@ -77,16 +79,42 @@ if ! blas=$("$python" bench/vs_torch/torch_steps.py --blas --threads "$threads")
 fi
 torch_version=$("$python" -c 'import torch; print(torch.__version__)')
 
-# Percent of the CPUs' time busy over the next second, from the kernel's counters (user, nice,
-# system, irq, softirq, steal against idle and iowait).
-busy_percent() {
-  local a b
+# The CPUs' busy and idle time so far, in clock ticks, from the kernel's counters (busy: user,
+# nice, system, irq, softirq, steal; idle: idle, iowait).
+cpu_ticks() {
+  local a
   read -r -a a < /proc/stat
+  echo $((a[1] + a[2] + a[3] + a[6] + a[7] + a[8])) $((a[4] + a[5]))
+}
+# CPU time (ticks) of this script's finished children, the benchmark processes among them.
+child_ticks() {
+  local s f
+  s=$(< "/proc/$$/stat")
+  read -r -a f <<< "${s##*) }"  # the fields after the command name: state is f[0], cutime f[13]
+  echo $((f[13] + f[14]))
+}
+# Percent of the CPUs' time busy over the next second.
+busy_percent() {
+  local b0 i0 b1 i1
+  read -r b0 i0 <<< "$(cpu_ticks)"
   sleep 1
-  read -r -a b < /proc/stat
-  local busy=$(((b[1] + b[2] + b[3] + b[6] + b[7] + b[8]) - (a[1] + a[2] + a[3] + a[6] + a[7] + a[8])))
-  local idle=$(((b[4] + b[5]) - (a[4] + a[5])))
-  echo $((100 * busy / (busy + idle + 1)))
+  read -r b1 i1 <<< "$(cpu_ticks)"
+  echo $((100 * (b1 - b0) / (b1 - b0 + i1 - i0 + 1)))
+}
+# Runs one benchmark process and appends its line to the log, tagged with the round, the CPUs'
+# busy percent before the pair and "other_percent": the share of the CPUs' time that processes
+# other than this script's used while it ran (the load that disturbed it).
+run_one() {
+  local b0 i0 c0 b1 i1 c1 out other
+  read -r b0 i0 <<< "$(cpu_ticks)"
+  c0=$(child_ticks)
+  out=$("$@" | grep '^vs_torch ')
+  read -r b1 i1 <<< "$(cpu_ticks)"
+  c1=$(child_ticks)
+  other=$(((b1 - b0) - (c1 - c0)))
+  if ((other < 0)); then other=0; fi
+  other=$((100 * other / (b1 - b0 + i1 - i0 + 1)))
+  echo "{\"round\": $r, \"busy_before\": $busy, \"other_percent\": $other, ${out#vs_torch \{}" >> "$log"
 }
 
 export OMP_NUM_THREADS=$threads  # both frameworks' OpenMP pools (and OpenBLAS's, which shares torch's)
@@ -102,9 +130,8 @@ for ((r = 1; r <= rounds; r++)); do
       while busy=$(busy_percent) && ((busy >= 10 && SECONDS < end)); do :; done
     fi
     args=("$w" "${steps[$w]}" --warmup "${warmup[$w]}" --threads "$threads")
-    tag="s/^vs_torch {/{\"round\": $r, \"busy_before\": $busy, /"
-    "$reel_steps" "${args[@]}" | grep '^vs_torch ' | sed "$tag" >> "$log"
-    "$python" bench/vs_torch/torch_steps.py "${args[@]}" | grep '^vs_torch ' | sed "$tag" >> "$log"
+    run_one "$reel_steps" "${args[@]}"
+    run_one "$python" bench/vs_torch/torch_steps.py "${args[@]}"
     if [[ -t 2 ]]; then printf '\rround %d/%d: %-10s' "$r" "$rounds" "$w" >&2; fi  # progress, on a terminal
   done
 done
@@ -114,34 +141,40 @@ echo "per-step times of every process: $log"
 echo
 
 "$python" - "$log" << 'EOF'
-# The table: per workload and framework, the median over rounds of each process's median step.
+# The table: per workload and framework, the median over rounds of each process's median step,
+# over the rounds in which neither process was disturbed by other load when there are any.
 import json, sys
 from collections import defaultdict
 
+QUIET = 5  # percent of the CPUs' time used by other processes below which a process counts as undisturbed
 runs = defaultdict(dict)  # (framework, workload) -> round -> median ms
+other = defaultdict(dict)  # (framework, workload) -> round -> other processes' share of the CPUs
 best = {}  # (framework, workload) -> the fastest step of any round
 params = {}
-busy_pairs, pairs = 0, 0
 for line in open(sys.argv[1]):
     r = json.loads(line)
-    if r["framework"] == "reel":
-        pairs += 1
-        busy_pairs += r["busy_before"] >= 10
-    runs[(r["framework"], r["workload"])][r["round"]] = r["median_ms"]
-    best[(r["framework"], r["workload"])] = min(r["ms"] + [best.get((r["framework"], r["workload"]), float("inf"))])
-    params[(r["framework"], r["workload"])] = r["params"]
+    key = (r["framework"], r["workload"])
+    runs[key][r["round"]] = r["median_ms"]
+    other[key][r["round"]] = r["other_percent"]
+    best[key] = min(r["ms"] + [best.get(key, float("inf"))])
+    params[key] = r["params"]
 
 def median(xs):
     xs = sorted(xs)
     return xs[len(xs) // 2]  # the upper median, as both halves compute it
 
-def med(fw, w):
-    return median(runs[(fw, w)].values()) if (fw, w) in runs else None
-
-def ratio_range(a, b):
-    """min-max over rounds of a's time over b's in the same round."""
-    pairs = [a[k] / b[k] for k in a if k in b]
-    return "%.2f-%.2f" % (min(pairs), max(pairs)) if len(pairs) > 1 else ""
+def compare(a, b):
+    """(a's median, b's median, ratio, 'quiet/all', per-round ratio range, best ratio) over the rounds
+    both ran in, only the quiet ones (neither disturbed) when there are any; None if either is missing."""
+    if a not in runs or b not in runs:
+        return None
+    both = sorted(set(runs[a]) & set(runs[b]))
+    quiet = [k for k in both if other[a][k] < QUIET and other[b][k] < QUIET]
+    use = quiet or both
+    am, bm = median([runs[a][k] for k in use]), median([runs[b][k] for k in use])
+    pairs = [runs[a][k] / runs[b][k] for k in use]
+    spread = "%.2f-%.2f" % (min(pairs), max(pairs)) if len(pairs) > 1 else ""
+    return am, bm, am / bm, "%d/%d" % (len(quiet), len(both)), spread, best[a] / best[b]
 
 targets = {"mlp128": 0.8, "mlp512": 0.7, "gpt_tied": 0.75, "gpt_untied": 0.75, "accum8x16": 0.8, "chain": 0.9}
 names = {"mlp128": "MLP SGD step, batch 128", "mlp512": "MLP SGD step, batch 512",
@@ -149,22 +182,19 @@ names = {"mlp128": "MLP SGD step, batch 128", "mlp512": "MLP SGD step, batch 512
          "gpt_untied": "char GPT AdamW step, untied", "chain": "chain 64 x Linear+GELU fwd+bwd"}
 rows = []
 for w in names:
-    rm, tm = med("reel", w), med("torch", w)
-    if rm is None or tm is None:
+    c = compare(("reel", w), ("torch", w))
+    if c is None:
         continue
-    ratio = rm / tm
-    rows.append((names[w], "%.2f" % rm, "%.2f" % tm, "%.2f" % ratio,
-                 ratio_range(runs[("reel", w)], runs[("torch", w)]),
-                 "%.2f" % (best[("reel", w)] / best[("torch", w)]), "<= %.2fx PyTorch" % targets[w],
-                 "yes" if ratio <= targets[w] else "no"))
-    if w == "accum8x16" and med("reel", "mlp128") is not None:
-        own = rm / med("reel", "mlp128")
-        rows.append(("  same, vs reel's own 1 x 128", "%.2f" % rm, "", "%.2f" % own,
-                     ratio_range(runs[("reel", w)], runs[("reel", "mlp128")]),
-                     "%.2f" % (best[("reel", w)] / best[("reel", "mlp128")]), "<= 1.60x reel 1 x 128",
-                     "yes" if own <= 1.6 else "no"))
+    rm, tm, ratio, quiet, spread, best_ratio = c
+    rows.append((names[w], "%.2f" % rm, "%.2f" % tm, "%.2f" % ratio, quiet, spread, "%.2f" % best_ratio,
+                 "<= %.2fx PyTorch" % targets[w], "yes" if ratio <= targets[w] else "no"))
+    own = compare(("reel", w), ("reel", "mlp128")) if w == "accum8x16" else None
+    if own is not None:
+        rm, om, ratio, quiet, spread, best_ratio = own
+        rows.append(("  same, vs reel's own 1 x 128", "%.2f" % rm, "(%.2f)" % om, "%.2f" % ratio, quiet, spread,
+                     "%.2f" % best_ratio, "<= 1.60x reel 1 x 128", "yes" if ratio <= 1.6 else "no"))
 
-header = ("workload", "reel ms", "PyTorch ms", "ratio", "per round", "best", "target", "met")
+header = ("workload", "reel ms", "PyTorch ms", "ratio", "quiet", "per round", "best", "target", "met")
 widths = [max(len(str(row[i])) for row in rows + [header]) for i in range(len(header))]
 def show(row):
     print("  ".join(str(c).ljust(widths[i]) if i == 0 else str(c).rjust(widths[i]) for i, c in enumerate(row)))
@@ -172,12 +202,12 @@ show(header)
 show(["-" * n for n in widths])
 for row in rows:
     show(row)
-print("\nms: the median over rounds of each process's median step; ratio: reel's / PyTorch's (below 1: reel is "
-      "faster);\nper round: the range of the same ratio round by round; best: the ratio of the fastest single "
-      "steps,\nthe least disturbed by other load (a wide per-round range says the load moved during the run)")
-
-if any(json.loads(line)["busy_before"] >= 0 for line in open(sys.argv[1])):
-    print("\n%d of %d reel/PyTorch pairs started on busy CPUs (the idle wait ran out)" % (busy_pairs, pairs))
+print("""
+ms: the median over rounds of each process's median step, over the quiet rounds (other processes used
+under %d%% of the CPUs while either of the two ran) when there are any, else over all; quiet: quiet
+rounds / rounds; ratio: reel's / PyTorch's (below 1: reel is faster); per round: the range of the same
+ratio round by round; best: the ratio of the fastest single steps of all rounds. The accumulation's
+second row compares with reel's own 1 x 128 step (in parentheses).""" % QUIET)
 
 print("\nparameters (reel, PyTorch):")
 bad = False
