@@ -8,6 +8,7 @@
 #   bench/vs_torch/run.sh --quick                             # one short round: a sanity check
 #   bench/vs_torch/run.sh --rounds 7 --only mlp128,chain      # more rounds, some workloads
 #   bench/vs_torch/run.sh --idle-wait 60                      # each pair waits up to 60 s for idle CPUs
+#   bench/vs_torch/run.sh --glibc-malloc                      # glibc's malloc defaults (see below)
 #
 # Why alternating processes: the machine is shared and its load moves over minutes. Interleaving
 # the two frameworks round by round gives both the same conditions on average, and the median over
@@ -19,6 +20,13 @@
 # the table's medians are taken over the quiet rounds (neither process disturbed) when there are
 # any. --idle-wait starts each reel/torch pair only once the CPUs have been idle for a second (or
 # the wait ran out), which makes quiet rounds likelier.
+#
+# Both frameworks run with glibc's malloc told to keep what is freed (MALLOC_MMAP_THRESHOLD_ at its
+# 32 MiB maximum, no heap trimming). By default glibc serves blocks above a threshold with mmap and
+# trims the heap, so a step that frees and reallocates its large buffers faults them back in,
+# zeroed, step after step; PyTorch's CPU tensors come straight from malloc and lose up to half their
+# speed to it, in a bimodal way that makes medians swing from run to run (reel's small MLP steps lose
+# about 2 ms too). That is the allocator, not the framework; --glibc-malloc measures it anyway.
 #
 # Environment: BUILD_DIR (default build), PYTHON (default /usr/bin/python3: Debian's python3-torch),
 # THREADS (default 2, for both frameworks).
@@ -32,14 +40,17 @@ rounds=5
 quick=0
 only=""
 idle_wait=0
+glibc_malloc=0
 while (($#)); do
   case $1 in
     --quick) quick=1; rounds=1 ;;
     --rounds) rounds=$2; shift ;;
     --only) only=$2; shift ;;
     --idle-wait) idle_wait=$2; shift ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
-    *) echo "run.sh: unknown option '$1' (--quick, --rounds N, --only w1,w2, --idle-wait S)" >&2; exit 2 ;;
+    --glibc-malloc) glibc_malloc=1 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown option '$1' (--quick, --rounds N, --only w1,w2, --idle-wait S, --glibc-malloc)" >&2
+       exit 2 ;;
   esac
   shift
 done
@@ -118,9 +129,14 @@ run_one() {
 }
 
 export OMP_NUM_THREADS=$threads  # both frameworks' OpenMP pools (and OpenBLAS's, which shares torch's)
+malloc_note="glibc malloc defaults"
+if ((!glibc_malloc)); then
+  export MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1099511627776  # keep freed memory (above)
+  malloc_note="malloc keeps freed memory"
+fi
 log=$build_dir/vs_torch.log
 : > "$log"
-echo "reel vs PyTorch $torch_version on $blas; $threads threads each, $rounds round(s), $(nproc) cores"
+echo "reel vs PyTorch $torch_version on $blas; $threads threads each, $rounds round(s), $(nproc) cores, $malloc_note"
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 1; r <= rounds; r++)); do
   for w in "${workloads[@]}"; do
