@@ -45,6 +45,20 @@ Shape check_backward(const char* op, const Tensor& dy, const Shape& x_shape, con
   return out;
 }
 
+// dx (x_shape) of a pooling backward: zeros when there is no output (an empty dy), else what
+// run(dx, P, H, W) writes, P the planes N * C.
+template <typename Run>
+Tensor gather_backward(const Tensor& dy, const Shape& x_shape, const Shape& out, Run run) {
+  Tensor dx = empty(x_shape, dy.dtype(), dy.device());
+  if (dx.numel() == 0) return dx;
+  if (dy.numel() == 0) {
+    dx.fill_(0.0);
+    return dx;
+  }
+  run(dx, out[0] * out[1], x_shape[2], x_shape[3]);
+  return dx;
+}
+
 }  // namespace
 
 MaxPool2dForward max_pool2d_forward(const Tensor& x, const Pool2d& p) {
@@ -68,20 +82,13 @@ Tensor max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Shape&
   const Shape out = check_backward(op, dy, x_shape, p);
   REEL_CHECK(indices.dtype() == DType::i64 && indices.shape() == out, op, ": indices ", indices.shape(), " ",
              dtype_name(indices.dtype()), " must be i64 shaped like dy ", dy.shape());
-  Tensor dx = empty(x_shape, dy.dtype(), dy.device());
-  const int64_t P = out[0] * out[1], H = x_shape[2], W = x_shape[3], OH = out[2], OW = out[3];
-  if (dx.numel() > 0) {
-    if (dy.numel() == 0) {
-      dx.fill_(0.0);
-      return dx;
-    }
+  return gather_backward(dy, x_shape, out, [&](Tensor& dx, int64_t P, int64_t H, int64_t W) {
     // Per dx element: one index compare and add per covering window.
     REEL_DEVICE_DISPATCH(dy.device(), max_pool2d_backward,
                          kernel_cost({&dy, &indices}, {&dx}, dx.numel() * p.kernel[0] * p.kernel[1]),
-                         contiguous_as(dy, {P, OH, OW}), contiguous_as(indices, {P, OH, OW}), p,
+                         contiguous_as(dy, {P, out[2], out[3]}), contiguous_as(indices, {P, out[2], out[3]}), p,
                          untracked::view(dx, {P, H, W}));
-  }
-  return dx;
+  });
 }
 
 Tensor avg_pool2d_forward(const Tensor& x, const Pool2d& p) {
@@ -105,19 +112,12 @@ Tensor avg_pool2d_backward(const Tensor& dy, const Shape& x_shape, const Pool2d&
   REEL_CHECK(p.dilation == (std::array<int64_t, 2>{1, 1}), op, ": dilation ", pair_str(p.dilation),
              " is not supported (avg_pool2d has none)");
   const Shape out = check_backward(op, dy, x_shape, p);
-  Tensor dx = empty(x_shape, dy.dtype(), dy.device());
-  const int64_t P = out[0] * out[1], H = x_shape[2], W = x_shape[3], OH = out[2], OW = out[3];
-  if (dx.numel() > 0) {
-    if (dy.numel() == 0) {
-      dx.fill_(0.0);
-      return dx;
-    }
+  return gather_backward(dy, x_shape, out, [&](Tensor& dx, int64_t P, int64_t H, int64_t W) {
     // Per dx element: a division and an add per covering window.
     REEL_DEVICE_DISPATCH(dy.device(), avg_pool2d_backward,
                          kernel_cost({&dy}, {&dx}, 2 * dx.numel() * p.kernel[0] * p.kernel[1]),
-                         contiguous_as(dy, {P, OH, OW}), p, untracked::view(dx, {P, H, W}));
-  }
-  return dx;
+                         contiguous_as(dy, {P, out[2], out[3]}), p, untracked::view(dx, {P, H, W}));
+  });
 }
 
 }  // namespace reel::kernels

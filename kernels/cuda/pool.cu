@@ -59,27 +59,6 @@ __global__ void max_pool2d_forward_kernel(const T* x, T* y, int64_t* idx, int64_
   }
 }
 
-// dy, idx: (P, OH, OW); dx: (P, H, W). Window offsets walk down so outputs come in increasing order.
-template <typename T>
-__global__ void max_pool2d_backward_kernel(const T* dy, const int64_t* idx, T* dx, int64_t P, int64_t H, int64_t W,
-                                           int64_t OH, int64_t OW, Axis ah, Axis aw) {
-  const int64_t total = P * H * W;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{blockDim.x} * gridDim.x) {
-    const int64_t iw = i % W, ih = i / W % H, pl = i / (W * H);
-    const T* dyp = dy + pl * OH * OW;
-    const int64_t* ip = idx + pl * OH * OW;
-    T acc = 0;
-    for (int64_t ki = ah.k - 1; ki >= 0; --ki) {
-      const int64_t oh = covering(ih, ki, ah, OH);
-      if (oh < 0) continue;
-      for (int64_t kj = aw.k - 1; kj >= 0; --kj) {
-        const int64_t ow = covering(iw, kj, aw, OW);
-        if (ow >= 0 && ip[oh * OW + ow] == ih * W + iw) acc += dyp[oh * OW + ow];
-      }
-    }
-    dx[i] = acc;
-  }
-}
 
 // x: (P, H, W); y: (P, OH, OW). Dilation is 1.
 template <typename T>
@@ -103,22 +82,40 @@ __global__ void avg_pool2d_forward_kernel(const T* x, T* y, int64_t P, int64_t H
   }
 }
 
-// dy: (P, OH, OW); dx: (P, H, W). Dilation is 1.
+
+// dx of max pooling: an output's dy goes to the input its saved argmax names. idx: (P, OH, OW).
 template <typename T>
-__global__ void avg_pool2d_backward_kernel(const T* dy, T* dx, int64_t P, int64_t H, int64_t W, int64_t OH,
-                                           int64_t OW, Axis ah, Axis aw) {
+struct MaxTake {
+  const T* dy;
+  const int64_t* idx;
+  __device__ __forceinline__ void operator()(int64_t o, int64_t in, T& acc) const {
+    if (idx[o] == in) acc += dy[o];
+  }
+};
+// dx of average pooling: every covering output's dy / (kh * kw) (count_include_pad).
+template <typename T>
+struct AvgTake {
+  const T* dy;
+  T div;
+  __device__ __forceinline__ void operator()(int64_t o, int64_t, T& acc) const { acc += dy[o] / div; }
+};
+
+// Thread per dx element (P, H, W): gathers from every output window covering it, window offsets
+// walking down so outputs come in increasing order (the CPU's order: the same bits, no atomics).
+// take(o, in, acc) adds output o's share for input `in` (flat in its plane); o indexes (P, OH, OW).
+template <typename T, typename Take>
+__global__ void pool2d_backward_kernel(Take take, T* dx, int64_t P, int64_t H, int64_t W, int64_t OH, int64_t OW,
+                                       Axis ah, Axis aw) {
   const int64_t total = P * H * W;
-  const T div = static_cast<T>(ah.k * aw.k);
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{blockDim.x} * gridDim.x) {
     const int64_t iw = i % W, ih = i / W % H, pl = i / (W * H);
-    const T* dyp = dy + pl * OH * OW;
     T acc = 0;
     for (int64_t ki = ah.k - 1; ki >= 0; --ki) {
       const int64_t oh = covering(ih, ki, ah, OH);
       if (oh < 0) continue;
       for (int64_t kj = aw.k - 1; kj >= 0; --kj) {
         const int64_t ow = covering(iw, kj, aw, OW);
-        if (ow >= 0) acc += dyp[oh * OW + ow] / div;
+        if (ow >= 0) take((pl * OH + oh) * OW + ow, ih * W + iw, acc);
       }
     }
     dx[i] = acc;
@@ -142,10 +139,10 @@ void max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Pool2d& 
   const int64_t P = dx.size(0), H = dx.size(1), W = dx.size(2), OH = dy.size(1), OW = dy.size(2);
   set_device(dy.device());
   REEL_DISPATCH_FLOATING(dy.dtype(), "max_pool2d_backward",
-                         launch("max_pool2d_backward_kernel", max_pool2d_backward_kernel<scalar_t>,
-                                grid_for(P * H * W, kThreads), kThreads, 0, dy.data<scalar_t>(),
-                                indices.data<int64_t>(), dx.data<scalar_t>(), P, H, W, OH, OW, axis_of(p, 0),
-                                axis_of(p, 1)))
+                         launch("max_pool2d_backward_kernel", pool2d_backward_kernel<scalar_t, MaxTake<scalar_t>>,
+                                grid_for(P * H * W, kThreads), kThreads, 0,
+                                MaxTake<scalar_t>{dy.data<scalar_t>(), indices.data<int64_t>()},
+                                dx.data<scalar_t>(), P, H, W, OH, OW, axis_of(p, 0), axis_of(p, 1)))
 }
 
 void avg_pool2d_forward(const Tensor& x, const Pool2d& p, const Tensor& y) {
@@ -161,9 +158,11 @@ void avg_pool2d_backward(const Tensor& dy, const Pool2d& p, const Tensor& dx) {
   const int64_t P = dx.size(0), H = dx.size(1), W = dx.size(2), OH = dy.size(1), OW = dy.size(2);
   set_device(dy.device());
   REEL_DISPATCH_FLOATING(dy.dtype(), "avg_pool2d_backward",
-                         launch("avg_pool2d_backward_kernel", avg_pool2d_backward_kernel<scalar_t>,
-                                grid_for(P * H * W, kThreads), kThreads, 0, dy.data<scalar_t>(), dx.data<scalar_t>(),
-                                P, H, W, OH, OW, axis_of(p, 0), axis_of(p, 1)))
+                         launch("avg_pool2d_backward_kernel", pool2d_backward_kernel<scalar_t, AvgTake<scalar_t>>,
+                                grid_for(P * H * W, kThreads), kThreads, 0,
+                                AvgTake<scalar_t>{dy.data<scalar_t>(),
+                                                  static_cast<scalar_t>(p.kernel[0] * p.kernel[1])},
+                                dx.data<scalar_t>(), P, H, W, OH, OW, axis_of(p, 0), axis_of(p, 1)))
 }
 
 }  // namespace reel::kernels::cuda
