@@ -8,6 +8,8 @@ packages=(
   cmake ninja-build g++ pkg-config
   clang libomp-dev libclang-rt-dev  # the second compiler, and libFuzzer for tests/fuzz
   libeigen3-dev          # CPU GEMM and vectorised loops
+  libdnnl-dev            # oneDNN: the CPU's f32 GEMM (REEL_ONEDNN)
+  ocl-icd-opencl-dev     # only a Recommends of libdnnl-dev, but its CMake package requires OpenCL
   doctest-dev            # tests
   libboost-context-dev   # fibers of the CUDA emulator (kernels/simt)
   zlib1g-dev             # reading the gzip-compressed IDX files of Fashion-MNIST
