@@ -557,3 +557,47 @@ TEST_CASE("BatchNorm: running statistics and the batch count save and load throu
   CHECK_REEL_ERROR(b.load_state_dict(bad), "key 'num_batches_tracked' is f32, the buffer i64");
   std::remove(path.c_str());
 }
+
+TEST_CASE("a checkpointed Sequential with BatchNorm trains bit-identically: gradients, running stats, count") {
+  for (const Device& device : reel::testing::devices()) {
+    CAPTURE(device);
+    // Linear -> BatchNorm1d -> ReLU -> Linear, and the (N, C, H, W) case: Linear over W ->
+    // BatchNorm2d over C -> ReLU -> Linear; three SGD steps per policy, from the same weights.
+    for (bool spatial : {false, true}) {
+      CAPTURE(spatial);
+      std::vector<std::vector<double>> runs;  // per policy: every gradient of every step, then the buffers
+      for (const std::string policy : {"none", "every:1", "list:1", "selective"}) {
+        CAPTURE(policy);
+        manual_seed(40);
+        std::shared_ptr<nn::Module> bn = spatial ? std::shared_ptr<nn::Module>(std::make_shared<nn::BatchNorm2d>(3))
+                                                 : std::make_shared<nn::BatchNorm1d>(6);
+        nn::Sequential net({std::make_shared<nn::Linear>(5, 6), bn, std::make_shared<nn::ReLU>(),
+                            std::make_shared<nn::Linear>(6, 2)});
+        net.to(device);
+        net.set_checkpoint(nn::CheckpointPolicy::parse(policy));
+        optim::SGD opt(net.parameters(), 0.1);
+        std::vector<double> record;
+        Generator data(41);
+        for (int step = 0; step < 3; ++step) {
+          const Shape xs = spatial ? Shape{4, 3, 2, 5} : Shape{8, 5};
+          const Tensor x = randn(xs, DType::f32, Device::cpu(), &data).to(device);
+          autograd::backward(sum(net(x) * net(x)));
+          for (const Tensor& p : net.parameters()) {
+            const std::vector<double> v = values(p.grad());
+            record.insert(record.end(), v.begin(), v.end());
+          }
+          opt.step();
+          opt.zero_grad();
+        }
+        for (const auto& [name, b] : net.named_buffers()) {
+          const std::vector<double> v = values(b);
+          record.insert(record.end(), v.begin(), v.end());
+        }
+        runs.push_back(record);
+      }
+      // Two forwards per step (net(x) * net(x)): 6 batches counted in every run.
+      CHECK(runs[0].back() == 6);
+      for (size_t i = 1; i < runs.size(); ++i) CHECK(runs[i] == runs[0]);
+    }
+  }
+}
