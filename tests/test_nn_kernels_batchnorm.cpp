@@ -47,6 +47,7 @@ RefStats ref_stats(const Tensor& x) {
 }  // namespace
 
 TEST_CASE("batch_norm known values: PyTorch's normalisation and running-stat update (unbiased variance)") {
+  Poisoned poison;
   // x (4, 2): channel 0 is 1 3 5 7 (mean 4, var 5, unbiased 20/3), channel 1 is 0 1 0 3 (mean 1,
   // var 1.5, unbiased 2). weight (2, -1), bias (0.5, 0), eps 1e-5, momentum 0.1, running stats
   // starting at PyTorch's (0, 1). Expected: y = (x - mean) / sqrt(var + eps) * w + b and
@@ -128,6 +129,7 @@ TEST_CASE("batch_norm (N, C, H, W): f32 against f64 loops, a channel of mean 100
 }
 
 TEST_CASE("batch_norm: stats, forward and backward bit-identical for any thread count; cuda equals cpu") {
+  Poisoned poison;  // an output element a kernel forgets to write is NaN
   const Shape shape{32, 24, 5, 5};  // 19200 elements: the CPU kernels run in parallel
   const Tensor x = uniform_f64(shape, 20, -1, 3).to(DType::f32), dy = uniform_f64(shape, 21).to(DType::f32);
   const Tensor w = uniform_f64({24}, 22).to(DType::f32), b = uniform_f64({24}, 23).to(DType::f32);
