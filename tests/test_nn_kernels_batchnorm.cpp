@@ -130,67 +130,73 @@ TEST_CASE("batch_norm (N, C, H, W): f32 against f64 loops, a channel of mean 100
 
 TEST_CASE("batch_norm: stats, forward and backward bit-identical for any thread count; cuda equals cpu") {
   Poisoned poison;  // an output element a kernel forgets to write is NaN
-  const Shape shape{32, 24, 5, 5};  // 19200 elements: the CPU kernels run in parallel
-  const Tensor x = uniform_f64(shape, 20, -1, 3).to(DType::f32), dy = uniform_f64(shape, 21).to(DType::f32);
-  const Tensor w = uniform_f64({24}, 22).to(DType::f32), b = uniform_f64({24}, 23).to(DType::f32);
-  struct Run {
-    BatchNormForward f;
-    BatchNormBackward g, g_eval;
-    Tensor rm, rv;
-  };
-  auto run = [&](Device d) {
-    Run r;
-    r.rm = zeros({24}, DType::f32, d);
-    r.rv = ones({24}, DType::f32, d);
-    r.f = batch_norm_forward(x.to(d), w.to(d), b.to(d), r.rm, r.rv, true);
-    r.g = batch_norm_backward(dy.to(d), x.to(d), w.to(d), r.f.mean, r.f.rstd, true);
-    r.g_eval = batch_norm_backward(dy.to(d), x.to(d), w.to(d), r.f.mean, r.f.rstd, false);
-    return r;
-  };
-  std::vector<Run> runs;
-  for_thread_counts({1, 2, 3, 7}, [&] { runs.push_back(run(Device::cpu())); });
-  for (size_t i = 1; i < runs.size(); ++i)
-    for (const auto& [a, b2] : {std::make_pair(runs[i].f.y, runs[0].f.y), std::make_pair(runs[i].f.rstd, runs[0].f.rstd),
-                                std::make_pair(runs[i].rv, runs[0].rv), std::make_pair(runs[i].g.dx, runs[0].g.dx),
-                                std::make_pair(runs[i].g.dw, runs[0].g.dw), std::make_pair(runs[i].g.db, runs[0].g.db),
-                                std::make_pair(runs[i].g_eval.dx, runs[0].g_eval.dx)})
-      CHECK(bit_identical(a, b2));
-  // The f32 results against f64 ones.
-  const BatchNormForward f64f =
-      batch_norm_forward(x.to(DType::f64), w.to(DType::f64), b.to(DType::f64), Tensor(), Tensor(), true);
-  const BatchNormBackward ref =
-      batch_norm_backward(dy.to(DType::f64), x.to(DType::f64), w.to(DType::f64), f64f.mean, f64f.rstd, true);
-  check_close(runs[0].f.y, values(f64f.y), 1e-5, 1e-5);
-  check_close(runs[0].g.dx, values(ref.dx), 1e-4, 1e-4);
-  check_close(runs[0].g.dw, values(ref.dw), 1e-4, 1e-4);
-  check_close(runs[0].g.db, values(ref.db), 1e-4, 1e-4);
-  // Eval backward: dx = w * rstd * dy exactly as the formula says.
-  {
-    const std::vector<double> dyv = values(dy), wv = values(w), rsv = values(runs[0].f.rstd);
-    std::vector<double> expected;
-    for (size_t i = 0; i < dyv.size(); ++i) {
-      const size_t c = (i / 25) % 24;
-      expected.push_back(wv[c] * rsv[c] * dyv[i]);
+  // Long runs (a task per channel), an (N, C) activation and short runs (blocks of 64 channels,
+  // the last one partial); each large enough for the CPU kernels to run in parallel.
+  for (const Shape& shape : {Shape{32, 24, 5, 5}, Shape{512, 100}, Shape{64, 70, 4}}) {
+    CAPTURE(shape_str(shape));
+    const int64_t C = shape[1], S = shape.size() > 2 ? shape[2] * (shape.size() > 3 ? shape[3] : 1) : 1;
+    const Tensor x = uniform_f64(shape, 20, -1, 3).to(DType::f32), dy = uniform_f64(shape, 21).to(DType::f32);
+    const Tensor w = uniform_f64({C}, 22).to(DType::f32), b = uniform_f64({C}, 23).to(DType::f32);
+    struct Run {
+      BatchNormForward f;
+      BatchNormBackward g, g_eval;
+      Tensor rm, rv;
+    };
+    auto run = [&](Device d) {
+      Run r;
+      r.rm = zeros({C}, DType::f32, d);
+      r.rv = ones({C}, DType::f32, d);
+      r.f = batch_norm_forward(x.to(d), w.to(d), b.to(d), r.rm, r.rv, true);
+      r.g = batch_norm_backward(dy.to(d), x.to(d), w.to(d), r.f.mean, r.f.rstd, true);
+      r.g_eval = batch_norm_backward(dy.to(d), x.to(d), w.to(d), r.f.mean, r.f.rstd, false);
+      return r;
+    };
+    std::vector<Run> runs;
+    for_thread_counts({1, 2, 3, 7}, [&] { runs.push_back(run(Device::cpu())); });
+    for (size_t i = 1; i < runs.size(); ++i)
+      for (const auto& [a, b2] :
+           {std::make_pair(runs[i].f.y, runs[0].f.y), std::make_pair(runs[i].f.rstd, runs[0].f.rstd),
+            std::make_pair(runs[i].rv, runs[0].rv), std::make_pair(runs[i].g.dx, runs[0].g.dx),
+            std::make_pair(runs[i].g.dw, runs[0].g.dw), std::make_pair(runs[i].g.db, runs[0].g.db),
+            std::make_pair(runs[i].g_eval.dx, runs[0].g_eval.dx)})
+        CHECK(bit_identical(a, b2));
+    // The f32 results against f64 ones.
+    const BatchNormForward f64f =
+        batch_norm_forward(x.to(DType::f64), w.to(DType::f64), b.to(DType::f64), Tensor(), Tensor(), true);
+    const BatchNormBackward ref =
+        batch_norm_backward(dy.to(DType::f64), x.to(DType::f64), w.to(DType::f64), f64f.mean, f64f.rstd, true);
+    check_close(runs[0].f.y, values(f64f.y), 1e-5, 1e-5);
+    check_close(runs[0].g.dx, values(ref.dx), 1e-4, 1e-4);
+    check_close(runs[0].g.dw, values(ref.dw), 1e-4, 1e-4);
+    check_close(runs[0].g.db, values(ref.db), 1e-4, 1e-4);
+    // Eval backward: dx = w * rstd * dy exactly as the formula says.
+    {
+      const std::vector<double> dyv = values(dy), wv = values(w), rsv = values(runs[0].f.rstd);
+      std::vector<double> expected;
+      for (size_t i = 0; i < dyv.size(); ++i) {
+        const size_t c = (i / static_cast<size_t>(S)) % static_cast<size_t>(C);
+        expected.push_back(wv[c] * rsv[c] * dyv[i]);
+      }
+      check_close(runs[0].g_eval.dx, expected, 1e-6, 1e-6);
+      check_close(runs[0].g_eval.dw, values(runs[0].g.dw), 0, 0);  // dw and db do not depend on the mode
     }
-    check_close(runs[0].g_eval.dx, expected, 1e-6, 1e-6);
-    check_close(runs[0].g_eval.dw, values(runs[0].g.dw), 0, 0);  // dw and db do not depend on the mode
-  }
-  if (cuda_available()) {
-    const Run c1 = run(Device::cuda(0)), c2 = run(Device::cuda(0));
-    check_close(c1.f.y, runs[0].f.y, 1e-5, 1e-5);
-    check_close(c1.f.mean, runs[0].f.mean, 1e-6, 1e-6);
-    check_close(c1.f.rstd, runs[0].f.rstd, 1e-6, 1e-6);
-    check_close(c1.rm, runs[0].rm, 1e-6, 1e-6);
-    check_close(c1.rv, runs[0].rv, 1e-6, 1e-6);
-    check_close(c1.g.dx, runs[0].g.dx, 1e-5, 1e-5);
-    check_close(c1.g.dw, runs[0].g.dw, 1e-5, 1e-5);
-    check_close(c1.g.db, runs[0].g.db, 1e-5, 1e-5);
-    check_close(c1.g_eval.dx, runs[0].g_eval.dx, 1e-6, 1e-6);
-    // Run to run on the device: the same bits.
-    CHECK(bit_identical(c1.f.y, c2.f.y));
-    CHECK(bit_identical(c1.rv, c2.rv));
-    CHECK(bit_identical(c1.g.dx, c2.g.dx));
-    CHECK(bit_identical(c1.g.dw, c2.g.dw));
+    if (cuda_available()) {
+      const Run c1 = run(Device::cuda(0)), c2 = run(Device::cuda(0));
+      check_close(c1.f.y, runs[0].f.y, 1e-5, 1e-5);
+      check_close(c1.f.mean, runs[0].f.mean, 1e-6, 1e-6);
+      check_close(c1.f.rstd, runs[0].f.rstd, 1e-6, 1e-6);
+      check_close(c1.rm, runs[0].rm, 1e-6, 1e-6);
+      check_close(c1.rv, runs[0].rv, 1e-6, 1e-6);
+      check_close(c1.g.dx, runs[0].g.dx, 1e-5, 1e-5);
+      check_close(c1.g.dw, runs[0].g.dw, 1e-5, 1e-5);
+      check_close(c1.g.db, runs[0].g.db, 1e-5, 1e-5);
+      check_close(c1.g_eval.dx, runs[0].g_eval.dx, 1e-6, 1e-6);
+      // Run to run on the device: the same bits.
+      CHECK(bit_identical(c1.f.y, c2.f.y));
+      CHECK(bit_identical(c1.rv, c2.rv));
+      CHECK(bit_identical(c1.g.dx, c2.g.dx));
+      CHECK(bit_identical(c1.g.dw, c2.g.dw));
+    }
   }
 }
 
