@@ -601,3 +601,27 @@ TEST_CASE("a checkpointed Sequential with BatchNorm trains bit-identically: grad
     }
   }
 }
+
+TEST_CASE("plan_checkpoint's measuring forwards leave BatchNorm's running statistics and count as they were") {
+  manual_seed(42);
+  auto bn = std::make_shared<nn::BatchNorm1d>(16);
+  nn::Sequential chain({std::make_shared<nn::Linear>(8, 16), bn, std::make_shared<nn::ReLU>(),
+                        std::make_shared<nn::Linear>(16, 4)});
+  const Tensor x = randn({32, 8});
+  auto forward_loss = [&] { return sum(chain(x)); };
+  chain.set_checkpoint(nn::CheckpointPolicy::budget(int64_t{1} << 30));
+  chain.plan_checkpoint(forward_loss);
+  CHECK(values(bn->running_mean) == std::vector<double>(16, 0.0));
+  CHECK(values(bn->running_var) == std::vector<double>(16, 1.0));
+  CHECK(values(bn->num_batches_tracked) == std::vector<double>{0});
+  // The step that follows counts from there: one batch, one momentum step.
+  autograd::backward(forward_loss());
+  CHECK(values(bn->num_batches_tracked) == std::vector<double>{1});
+  const Tensor rm = zeros({16}), rv = ones({16});
+  {
+    autograd::NoGrad no_grad;
+    batch_norm(linear(x, chain.parameters()[0], chain.parameters()[1]), rm, rv, Tensor(), Tensor(), true);
+  }
+  check_close(bn->running_mean, rm, 0, 0);
+  check_close(bn->running_var, rv, 0, 0);
+}
