@@ -109,6 +109,13 @@ template <typename T>
 void batch_norm_apply_impl(const T* x, const T* w, const T* b, const T* mean, const T* rstd, T* y, int64_t N,
                            int64_t C, int64_t S) {
   parallel_for(N, N > 1 && N * C * S >= kMinParallelStreamElements, [&](int64_t n) {
+    if (S == 1) {  // an (N, C) row: one SIMD sweep over the channels
+      const T* xr = x + n * C;
+      T* yr = y + n * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - mean[c]) * (rstd[c] * w[c]) + b[c];
+      return;
+    }
     for (int64_t c = 0; c < C; ++c) {
       const T m = mean[c], scale = rstd[c] * w[c], shift = b[c];
       const T* xr = x + (n * C + c) * S;
