@@ -11,6 +11,7 @@
 //   Tensor loss = cross_entropy(logits, targets);         // targets (B, T), mean over tokens
 #pragma once
 #include "autograd/ops/attention.h"
+#include "autograd/ops/batchnorm.h"
 #include "autograd/ops/cross_entropy.h"
 #include "autograd/ops/embedding.h"
 #include "autograd/ops/layernorm.h"

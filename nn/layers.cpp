@@ -60,6 +60,57 @@ GroupNorm::GroupNorm(int64_t groups, int64_t channels, double eps_, bool affine)
 
 Tensor GroupNorm::forward(const Tensor& x) { return group_norm(x, num_groups, weight, bias, eps); }
 
+BatchNorm::BatchNorm(int64_t features, double eps_, std::optional<double> momentum_, bool affine_, bool track)
+    : num_features(features), eps(eps_), momentum(momentum_), affine(affine_), track_running_stats(track) {
+  // (no name() here: a constructor of the base cannot call the subclass's override)
+  REEL_CHECK(features > 0, "BatchNorm: num_features must be positive, got ", features);
+  if (affine) {
+    weight = register_parameter("weight", new_parameter({features}));
+    weight.fill_(1.0);
+    bias = register_parameter("bias", new_parameter({features}));
+  }
+  if (track) {
+    running_mean = register_buffer("running_mean", zeros({features}));
+    running_var = register_buffer("running_var", ones({features}));
+    num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, DType::i64));
+  }
+}
+
+int64_t BatchNorm::batches_tracked() {
+  const std::shared_ptr<const void> storage = num_batches_tracked.storage();
+  if (tracked_storage_.lock() != storage || num_batches_tracked.version() != tracked_version_)
+    tracked_ = static_cast<int64_t>(num_batches_tracked.item());  // written elsewhere: read it back
+  return tracked_;
+}
+
+Tensor BatchNorm::forward(const Tensor& x) {
+  check_input(x);
+  // As torch.nn.modules.batchnorm._BatchNorm.forward.
+  const bool update = training() && track_running_stats;
+  double factor = momentum.value_or(0.0);
+  const int64_t count = update ? batches_tracked() + 1 : 0;
+  if (update && !momentum) factor = 1.0 / static_cast<double>(count);
+  const bool use_batch_stats = training() || !track_running_stats;
+  Tensor y = batch_norm(x, track_running_stats ? running_mean : Tensor(), track_running_stats ? running_var : Tensor(),
+                        weight, bias, use_batch_stats, factor, eps);
+  if (update) {  // counted once the forward succeeded (PyTorch counts before it raises)
+    num_batches_tracked.fill_(static_cast<double>(count));
+    tracked_ = count;
+    tracked_storage_ = num_batches_tracked.storage();
+    tracked_version_ = num_batches_tracked.version();
+  }
+  return y;
+}
+
+void BatchNorm1d::check_input(const Tensor& x) const {
+  REEL_CHECK(x.dim() == 2 || x.dim() == 3, name(), ": expected 2D or 3D input (got ", x.dim(), "D input ",
+             x.shape(), ")");
+}
+
+void BatchNorm2d::check_input(const Tensor& x) const {
+  REEL_CHECK(x.dim() == 4, name(), ": expected 4D input (got ", x.dim(), "D input ", x.shape(), ")");
+}
+
 RMSNorm::RMSNorm(int64_t dim, double eps_) : eps(eps_) {
   REEL_CHECK(dim > 0, "RMSNorm: dim must be positive, got ", dim);
   weight = register_parameter("weight", new_parameter({dim}));

@@ -1,5 +1,5 @@
-// The basic layers: Linear, Embedding, LayerNorm, RMSNorm, GroupNorm, Dropout, the activations, and
-// MaxPool2d, AvgPool2d and Flatten. Each is a
+// The basic layers: Linear, Embedding, LayerNorm, RMSNorm, GroupNorm, BatchNorm1d/2d, Dropout, the
+// activations, and MaxPool2d, AvgPool2d and Flatten. Each is a
 // thin Module over one differentiable op of autograd/ (which holds the forward and backward), with
 // PyTorch's parameter names, layouts and default initialisation.
 #pragma once
@@ -51,6 +51,67 @@ class GroupNorm : public Module {
   Tensor weight, bias;
   int64_t num_groups;
   double eps;
+};
+
+// torch.nn.BatchNorm1d / BatchNorm2d (their common part, PyTorch's _BatchNorm): per channel c of
+// x (N, C, *), y = (x - mean[c]) / sqrt(var[c] + eps) * weight[c] + bias[c].
+//   train(): the batch's statistics (biased variance); the running statistics move towards them,
+//     with the unbiased variance: running = (1 - momentum) running + momentum batch, momentum
+//     nullopt meaning the cumulative average (1 / num_batches_tracked). One value per channel is
+//     a reel::Error, as in PyTorch.
+//   eval(): the running statistics.
+// Parameters weight (ones) and bias (zeros), (C), when affine; buffers running_mean (zeros),
+// running_var (ones), (C), and num_batches_tracked (a 0-dim i64), when track_running_stats: the
+// names of PyTorch's state_dict, so weights and statistics load from PyTorch through safetensors.
+// Without track_running_stats it always normalises with the batch's statistics.
+// Its statistics are per micro-batch: accumulating N micro-batches is NOT one batch of all their
+// samples (docs/design.md, "Optimizers and the accumulation window"); GroupNorm/LayerNorm are.
+class BatchNorm : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;                                    // (C), undefined without affine
+  Tensor running_mean, running_var, num_batches_tracked;  // (C), (C), () i64; undefined without tracking
+  int64_t num_features;
+  double eps;
+  std::optional<double> momentum;
+  bool affine, track_running_stats;
+
+ protected:
+  BatchNorm(int64_t num_features, double eps, std::optional<double> momentum, bool affine, bool track_running_stats);
+  virtual void check_input(const Tensor& x) const = 0;  // the dims the subclass accepts
+
+ private:
+  // num_batches_tracked's value as last written here, the storage and version it had then: the
+  // count stays on the host, so a step does not wait for the device to read it, and is read back
+  // only when something else wrote the buffer (load_state_dict, to(device)).
+  int64_t tracked_ = 0;
+  std::weak_ptr<const void> tracked_storage_;
+  uint64_t tracked_version_ = 0;
+  int64_t batches_tracked();
+};
+
+// (N, C) or (N, C, L).
+class BatchNorm1d : public BatchNorm {
+ public:
+  explicit BatchNorm1d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
+                       bool affine = true, bool track_running_stats = true)
+      : BatchNorm(num_features, eps, momentum, affine, track_running_stats) {}
+  std::string name() const override { return "BatchNorm1d"; }
+
+ protected:
+  void check_input(const Tensor& x) const override;
+};
+
+// (N, C, H, W).
+class BatchNorm2d : public BatchNorm {
+ public:
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
+                       bool affine = true, bool track_running_stats = true)
+      : BatchNorm(num_features, eps, momentum, affine, track_running_stats) {}
+  std::string name() const override { return "BatchNorm2d"; }
+
+ protected:
+  void check_input(const Tensor& x) const override;
 };
 
 class RMSNorm : public Module {

@@ -35,6 +35,22 @@ Tensor Module::register_parameter(const std::string& param_name, const Tensor& v
   return p;
 }
 
+Tensor Module::register_buffer(const std::string& buffer_name, const Tensor& value) {
+  REEL_CHECK(valid_name(buffer_name), name(), ": buffer name '", buffer_name, "' must be non-empty and without '.'");
+  REEL_CHECK(value.defined(), name(), ": buffer '", buffer_name, "' is undefined");
+  for (const auto& [existing, _] : params_)
+    REEL_CHECK(existing != buffer_name, name(), ": buffer '", buffer_name, "' has the name of a parameter");
+  for (const auto& [existing, _] : buffers_)
+    REEL_CHECK(existing != buffer_name, name(), ": buffer '", buffer_name, "' registered twice");
+  Tensor b;
+  {
+    MemoryCategory scope(Category::Parameter);
+    b = value.detach().clone();
+  }
+  buffers_.emplace_back(buffer_name, b);
+  return b;
+}
+
 void Module::add_child(const std::string& child_name, std::shared_ptr<Module> module) {
   REEL_CHECK(valid_name(child_name), name(), ": module name '", child_name, "' must be non-empty and without '.'");
   REEL_CHECK(module != nullptr, name(), ": module '", child_name, "' is null");
@@ -43,18 +59,32 @@ void Module::add_child(const std::string& child_name, std::shared_ptr<Module> mo
   children_.emplace_back(child_name, std::move(module));
 }
 
-void Module::collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const {
-  for (const auto& [name, p] : params_) out.emplace_back(prefix + name, p);
-  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
+void Module::collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out,
+                     bool buffers) const {
+  for (const auto& [name, p] : buffers ? buffers_ : params_) out.emplace_back(prefix + name, p);
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out, buffers);
 }
 
-std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
-  std::vector<std::pair<std::string, Tensor>> all, unique;
-  collect("", all);
+namespace {
+std::vector<std::pair<std::string, Tensor>> unique_tensors(std::vector<std::pair<std::string, Tensor>> all) {
+  std::vector<std::pair<std::string, Tensor>> unique;
   std::set<const TensorImpl*> seen;
   for (auto& entry : all)
     if (seen.insert(entry.second.impl_ptr()).second) unique.push_back(std::move(entry));
   return unique;
+}
+}  // namespace
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, Tensor>> all;
+  collect("", all, false);
+  return unique_tensors(std::move(all));
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
+  std::vector<std::pair<std::string, Tensor>> all;
+  collect("", all, true);
+  return unique_tensors(std::move(all));
 }
 
 std::vector<Tensor> Module::parameters() const {
@@ -97,17 +127,32 @@ Module& Module::to(Device device) {
       p.set_grad(grad.to(device));
     }
   }
+  for (const auto& [_, b] : named_buffers()) {
+    if (b.device() == device) continue;
+    Tensor moved;
+    {
+      MemoryCategory scope(Category::Parameter);
+      moved = b.to(device);
+    }
+    TensorImpl& impl = *b.impl_ptr();  // every handle to the buffer follows it, as for a parameter
+    impl.storage = moved.storage();
+    impl.strides = moved.strides();
+    impl.offset = moved.offset();
+    impl.device = device;
+  }
   return *this;
 }
 
 TensorDict Module::state_dict() const {
   TensorDict out;
   for (auto& [name, p] : named_parameters()) out.emplace(name, p);
+  for (auto& [name, b] : named_buffers()) out.emplace(name, b);
   return out;
 }
 
 void Module::load_state_dict(const TensorDict& state) {
-  const auto params = named_parameters();
+  std::vector<std::pair<std::string, Tensor>> params = named_parameters();
+  for (auto& entry : named_buffers()) params.push_back(std::move(entry));
   std::vector<std::string> problems;
   std::set<std::string> known;
   for (const auto& [name, p] : params) {
@@ -118,9 +163,9 @@ void Module::load_state_dict(const TensorDict& state) {
     } else if (it->second.shape() != p.shape()) {
       problems.push_back("key '" + name + "' has shape " + shape_str(it->second.shape()) + ", the parameter " +
                          shape_str(p.shape()));
-    } else if (!is_floating(it->second.dtype())) {
-      problems.push_back(std::string("key '") + name + "' is " + dtype_name(it->second.dtype()) +
-                         ", the parameter " + dtype_name(p.dtype()));
+    } else if (is_floating(it->second.dtype()) != is_floating(p.dtype())) {
+      problems.push_back(std::string("key '") + name + "' is " + dtype_name(it->second.dtype()) + ", the " +
+                         (p.requires_grad() ? "parameter " : "buffer ") + dtype_name(p.dtype()));
     }
   }
   for (const auto& [name, t] : state)

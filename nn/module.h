@@ -11,6 +11,10 @@
 //
 // Parameters are leaf tensors that require grad, allocated under Category::Parameter. to(device)
 // moves them in place: every handle to a parameter (an optimizer's, a tied layer's) sees the move.
+// Buffers (BatchNorm's running statistics) are module state that is not trained: no gradient, not
+// in parameters() (so no optimizer sees them), but saved and loaded with the parameters under their
+// dotted names, and moved by to(device), as PyTorch's register_buffer. They are allocated under
+// Category::Parameter too (model state, not activations).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -39,6 +43,8 @@ class Module {
   // once (a tensor shared by two modules keeps its first name).
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   std::vector<Tensor> parameters() const;
+  // Every buffer, named and ordered as the parameters are.
+  std::vector<std::pair<std::string, Tensor>> named_buffers() const;
   int64_t num_parameters() const;  // elements
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
 
@@ -46,13 +52,14 @@ class Module {
   void eval() { train(false); }
   bool training() const { return training_; }
 
-  // Moves every parameter (and its gradient) to `device` in place. Between a forward and its
+  // Moves every parameter (and its gradient) and every buffer to `device` in place. Between a forward and its
   // backward it makes that backward raise (the gradients would land on the old device).
   Module& to(Device device);
 
-  // name -> parameter (the tensors themselves, not copies).
+  // name -> parameter or buffer (the tensors themselves, not copies).
   TensorDict state_dict() const;
-  // Copies values into the parameters (any device/dtype in the dict; converted). reel::Error
+  // Copies values into the parameters and buffers (any device/dtype in the dict; converted, but a
+  // floating one only from floating values, an integer buffer only from integers). reel::Error
   // listing every missing, unexpected or wrongly-shaped key; nothing is copied unless all match.
   void load_state_dict(const TensorDict& state);
 
@@ -61,6 +68,8 @@ class Module {
  protected:
   // A leaf that requires grad; `value` is moved under Category::Parameter when it is not already.
   Tensor register_parameter(const std::string& name, const Tensor& value);
+  // A buffer: a contiguous copy of `value` under Category::Parameter that never requires grad.
+  Tensor register_buffer(const std::string& name, const Tensor& value);
   template <typename M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
     add_child(name, module);
@@ -69,10 +78,11 @@ class Module {
 
  private:
   void add_child(const std::string& name, std::shared_ptr<Module> module);
-  void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
+  void collect(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out, bool buffers) const;
   void print(const std::string& prefix, int depth, std::string& out) const;
 
   std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<std::pair<std::string, Tensor>> buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
 };

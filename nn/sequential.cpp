@@ -116,6 +116,13 @@ const autograd::CheckpointPlan& Sequential::plan_checkpoint(const std::function<
     } reset{measuring_};
     Generator& gen = default_generator();
     const uint64_t offset = gen.offset();
+    // The measuring forwards leave the model as they found it: BatchNorm's running statistics and
+    // batch count (buffers a training forward updates) are put back, as the generator's offset is.
+    std::vector<std::pair<Tensor, Tensor>> buffers;  // (buffer, its value before)
+    {
+      autograd::NoGrad no_grad;
+      for (const auto& named : named_buffers()) buffers.emplace_back(named.second, named.second.clone());
+    }
     const Device device = parameters().empty() ? Device::cpu() : parameters().front().device();
     m.device = device;
     const int64_t start = memory_stats(device)[Category::Activation].current_bytes;
@@ -132,6 +139,10 @@ const autograd::CheckpointPlan& Sequential::plan_checkpoint(const std::function<
     }
     loss = Tensor();
     gen.set_offset(offset);
+    {
+      autograd::NoGrad no_grad;
+      for (const auto& saved : buffers) saved.first.copy_(saved.second);
+    }
     REEL_CHECK(m.entry_level >= 0, name(), ".plan_checkpoint: forward_loss did not run this Sequential");
     m.entry_level -= start;
     return end - start;

@@ -45,8 +45,9 @@ class Sequential : public Module {
   // budget too), and returns the loss, which is dropped again, so no gradient is touched. Two
   // forwards run: one selective (what each child keeps there), then one plain under a Profiler
   // (each child's saved bytes, input bytes and kernel time, and which of its ops a selective scope
-  // would recompute). The default generator is put back after each. reel::Error for another
-  // policy, while a Profiler collects, or when no plan fits the budget (naming the least peak).
+  // would recompute). The default generator and the buffers (BatchNorm's running statistics) are
+  // put back after each. reel::Error for another policy, while a Profiler collects, or when no
+  // plan fits the budget (naming the least peak).
   const autograd::CheckpointPlan& plan_checkpoint(const std::function<Tensor()>& forward_loss);
   // The plan forward runs under a Budget policy; null before plan_checkpoint.
   const autograd::CheckpointPlan* checkpoint_plan() const { return plan_ ? &*plan_ : nullptr; }

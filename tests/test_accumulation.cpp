@@ -1,12 +1,14 @@
 // Gradient accumulation in the tape: N micro-batches, each sum-reduced and scaled by 1/(window
 // total) at backward, add up in the parameters' .grad to exactly the gradient of one batch of
 // the whole window (an MLP and a small attention block, f32 and f64, even and uneven
-// micro-batches), while peak activation memory stays that of one micro-batch.
+// micro-batches), while peak activation memory stays that of one micro-batch. And the exception:
+// BatchNorm's statistics see each micro-batch alone, so there the window is not the big batch.
 #include <algorithm>
 #include <cmath>
 #include <functional>
 
 #include "autograd/functions.h"
+#include "autograd/nn_functions.h"
 #include "autograd/tape.h"
 #include "core/allocator.h"
 #include "testing.h"
@@ -141,4 +143,60 @@ TEST_CASE("accumulating micro-batches equals one big batch: attention block") {
     check_accumulation(attention, DType::f32, d);
   }
   check_accumulation(attention, DType::f64, Device::cpu());
+}
+
+namespace {
+
+// The largest gradient difference, relative to the largest gradient, between one batch of 12
+// samples and 4 accumulated micro-batches of 3, through (n, 6) -> Linear(6, 8) -> norm -> ReLU ->
+// Linear(8, 3), the squared error summed and scaled by 1/12 (f64: rounding is ~1e-16).
+double accumulation_gap(const std::function<Tensor(const Tensor&, const Tensor&, const Tensor&)>& norm) {
+  Generator gen(50);
+  const DType dt = DType::f64;
+  const Device d = Device::cpu();
+  const std::vector<Tensor> p{param({6, 8}, 0.5, dt, d, gen), param({8}, 0.1, dt, d, gen),
+                              (param({8}, 0.2, dt, d, gen) + 1.0).detach().set_requires_grad(),
+                              param({8}, 0.1, dt, d, gen), param({8, 3}, 0.4, dt, d, gen)};
+  const Tensor X = randn({12, 6}, dt, d, &gen) * 2.0 + 0.5, T = randn({12, 3}, dt, d, &gen);
+  auto loss = [&](const Tensor& x, const Tensor& t) {
+    const Tensor diff = matmul(relu(norm(matmul(x, p[0]) + p[1], p[2], p[3])), p[4]) - t;
+    return sum(diff * diff);
+  };
+  autograd::backward(loss(X, T), 1.0 / 12);
+  std::vector<std::vector<double>> big;
+  for (const Tensor& q : p) big.push_back(reel::testing::values(q.grad()));
+  autograd::zero_grad(p);
+  for (int64_t i = 0; i < 4; ++i)
+    autograd::backward(loss(X.slice(0, 3 * i, 3 * i + 3).clone(), T.slice(0, 3 * i, 3 * i + 3).clone()), 1.0 / 12);
+  double scale = 0, gap = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const std::vector<double> g = reel::testing::values(p[i].grad());
+    for (size_t e = 0; e < g.size(); ++e) {
+      scale = std::max(scale, std::fabs(big[i][e]));
+      gap = std::max(gap, std::fabs(g[e] - big[i][e]));
+    }
+  }
+  return gap / scale;
+}
+
+}  // namespace
+
+TEST_CASE("BatchNorm breaks accumulation (per-micro-batch statistics); GroupNorm and LayerNorm do not") {
+  const double bn = accumulation_gap([](const Tensor& h, const Tensor& w, const Tensor& b) {
+    return batch_norm(h, Tensor(), Tensor(), w, b, true);
+  });
+  const double gn = accumulation_gap([](const Tensor& h, const Tensor& w, const Tensor& b) {
+    return group_norm(h, 2, w, b);
+  });
+  const double ln = accumulation_gap([](const Tensor& h, const Tensor& w, const Tensor& b) {
+    return layer_norm(h, w, b);
+  });
+  MESSAGE("max |accumulated - big batch| / max |big batch| gradient: batch_norm " << bn << ", group_norm " << gn
+                                                                                   << ", layer_norm " << ln);
+  // Each micro-batch of 3 is normalised with its own mean and variance: another function of the
+  // parameters than the big batch's, so another gradient, far beyond rounding.
+  CHECK(bn > 1e-2);
+  // Per-sample normalisations: the sum of the micro-batches' gradients is the big batch's.
+  CHECK(gn < 1e-12);
+  CHECK(ln < 1e-12);
 }

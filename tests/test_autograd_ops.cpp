@@ -3,7 +3,7 @@
 // gradients against the f64 CPU ones. Broadcasting shapes, 1-D and batched matmul, transposes,
 // inputs that do not need a gradient, reductions over several axes, dropout with a fixed stream;
 // the shape ops (views, through reel:: functions and through Tensor methods), sigmoid/SiLU, max,
-// linear, LayerNorm/RMSNorm, softmax, cross-entropy, embedding and attention.
+// linear, LayerNorm/RMSNorm, BatchNorm, softmax, cross-entropy, embedding and attention.
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -73,6 +73,21 @@ Tensor group_norm_composed(const Tensor& x, int64_t groups, const Tensor& w, con
   return (centred / sqrt(var + 1e-5)).reshape(x.shape()) * w.reshape(per_channel) + b.reshape(per_channel);
 }
 
+// BatchNorm from mean, sqrt and broadcasting: x (N, C, *), w and b (C); training: the batch's
+// statistics over every dim but 1; eval: running mean rm and variance rv (C).
+Tensor batch_norm_composed(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& rm = Tensor(),
+                           const Tensor& rv = Tensor()) {
+  Shape per_channel(static_cast<size_t>(x.dim()), 1);
+  per_channel[1] = x.size(1);
+  if (rm.defined()) return (x - rm.reshape(per_channel)) / sqrt(rv.reshape(per_channel) + 1e-5) *
+                           w.reshape(per_channel) + b.reshape(per_channel);
+  std::vector<int64_t> axes{0};
+  for (int64_t i = 2; i < x.dim(); ++i) axes.push_back(i);
+  const Tensor centred = x - mean(x, axes, true);
+  const Tensor var = mean(centred * centred, axes, true);
+  return centred / sqrt(var + 1e-5) * w.reshape(per_channel) + b.reshape(per_channel);
+}
+
 // 2-D pooling from pad (concat), strided slices and max or mean over the stacked window offsets:
 // x (N, C, H, W) padded with -inf (max) or 0 (avg), then for each window offset (ki, kj) the
 // (N, C, OH, OW) slice it reads, stacked on a last dim of kh * kw.
@@ -129,6 +144,7 @@ std::vector<OpCase> op_cases() {
   const Tensor targets23_ignore3 = from_vector<int64_t>({3, 4, 0, 3, 1, 2}, {2, 3});
   const Tensor ids24 = from_vector<int64_t>({3, 0, 6, 3, 3, 1, 6, 2}, {2, 4});
   const Tensor ids5 = from_vector<int32_t>({4, 4, 0, 1, 4}, {5});
+  const Tensor bn_rm = from_vector<double>({0.5, -1, 2}, {3}), bn_rv = from_vector<double>({0.25, 2, 1}, {3});
   auto with_reference = [](OpCase c, std::function<Tensor(const Tensors&)> reference) {
     c.reference = std::move(reference);
     return c;
@@ -332,6 +348,39 @@ std::vector<OpCase> op_cases() {
                        const Tensor one = ones({3}, x[0].dtype(), x[0].device());
                        return group_norm_composed(x[0], 1, one, one * 0.0);
                      }),
+
+      // ---- batch_norm (training: batch statistics; eval: constant running ones) ----
+      with_reference(ternary("batch_norm training, (N, C)",
+                             [](const Tensor& x, const Tensor& w, const Tensor& b) {
+                               return batch_norm(x, Tensor(), Tensor(), w, b, true);
+                             },
+                             {5, 3}, {3}, {3}),
+                     [](const Tensors& x) { return batch_norm_composed(x[0], x[1], x[2]); }),
+      with_reference(ternary("batch_norm training, (N, C, H, W), running stats updated",
+                             [](const Tensor& x, const Tensor& w, const Tensor& b) {
+                               const Tensor rm = zeros({3}, x.dtype(), x.device()), rv = ones({3}, x.dtype(), x.device());
+                               return batch_norm(x, rm, rv, w, b, true, 0.1);
+                             },
+                             {2, 3, 2, 3}, {3}, {3}),
+                     [](const Tensors& x) { return batch_norm_composed(x[0], x[1], x[2]); }),
+      with_reference(unary("batch_norm training, no weight or bias, (N, C, L)",
+                           [](const Tensor& x) { return batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true); },
+                           {3, 2, 4}),
+                     [](const Tensors& x) {
+                       const Tensor one = ones({2}, x[0].dtype(), x[0].device());
+                       return batch_norm_composed(x[0], one, one * 0.0);
+                     }),
+      with_reference(ternary("batch_norm eval, running stats",
+                             [=](const Tensor& x, const Tensor& w, const Tensor& b) {
+                               return batch_norm(x, on(bn_rm.to(x.dtype()), x), on(bn_rv.to(x.dtype()), x), w, b);
+                             },
+                             {4, 3, 2}, {3}, {3}),
+                     [=](const Tensors& x) { return batch_norm_composed(x[0], x[1], x[2], bn_rm, bn_rv); }),
+      ternary("batch_norm training, only w and b need grad",
+              [](const Tensor& x, const Tensor& w, const Tensor& b) {
+                return batch_norm(x, Tensor(), Tensor(), w, b, true);
+              },
+              {4, 3}, {3}, {3}, {false, true, true}),
 
       // ---- pooling ----
       // Random inputs have no ties, so max_pool2d is differentiable where gradcheck probes it.

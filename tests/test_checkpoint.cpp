@@ -12,6 +12,7 @@
 #include <string>
 
 #include "autograd/functions.h"
+#include "autograd/nn_functions.h"
 #include "autograd/tape.h"
 #include "core/allocator.h"
 #include "core/profile.h"
@@ -600,4 +601,101 @@ TEST_CASE("checkpoint policies: selective and budget parse, print and refuse bad
   CHECK_REEL_ERROR(P::parse("budget:1MiB").plan(4), "a budget has no plan before the chain is measured");
   CHECK_REEL_ERROR(P::selective(nullptr), "the keep rule is empty");
   CHECK_REEL_ERROR(P::budget(0), "the budget must be positive");
+}
+
+namespace {
+
+// A conv-free net with BatchNorm, trained with plain SGD: (N, 5) -> linear 6 -> batch_norm ->
+// relu -> linear 3, or (N, 3, 2, 5) -> linear over the last dim to 6 -> batch_norm over the 3
+// channels -> relu -> linear to 2; the loss is sum(h * h). The block runs plain, inside one
+// segment, inside a selective scope (the linears kept, batch_norm and relu recomputed), or inside
+// a segment around a selective scope (batch_norm then runs three times: forward, the segment's
+// replay, its piece's replay).
+enum class BnCheckpoint { None, Segment, Selective, SegmentAroundSelective };
+
+struct BnRun {
+  std::vector<std::vector<float>> grads;  // per step: every parameter's gradient, then the input's
+  std::vector<float> running_mean, running_var;
+  std::map<std::string, int> replayed;  // backend kernel -> runs in replays (op batch_norm), all steps
+};
+
+BnRun train_bn(Device d, bool spatial, BnCheckpoint mode) {
+  Generator gen(21);
+  const int64_t C = spatial ? 3 : 6, out = spatial ? 2 : 3;
+  auto param = [&](Shape s, double scale, double shift) {
+    return (randn(std::move(s), DType::f32, Device::cpu(), &gen) * scale + shift).to(d).set_requires_grad();
+  };
+  // W1 (6, 5), b1 (6), gamma (C), beta (C), W2 (out, 6)
+  const std::vector<Tensor> leaves{param({6, 5}, 0.5, 0), param({6}, 0.1, 0), param({C}, 0.3, 1), param({C}, 0.1, 0),
+                                   param({out, 6}, 0.4, 0)};
+  const Tensor rm = zeros({C}, DType::f32, d), rv = ones({C}, DType::f32, d);
+  BnRun run;
+  Generator data_gen(22);
+  for (int step = 0; step < 3; ++step) {
+    const Shape xs = spatial ? Shape{4, 3, 2, 5} : Shape{8, 5};
+    const Tensor x = randn(xs, DType::f32, Device::cpu(), &data_gen).to(d).set_requires_grad();
+    autograd::zero_grad(leaves);
+    Tensor h;
+    {
+      std::optional<autograd::Checkpoint> outer, inner;
+      if (mode == BnCheckpoint::Segment || mode == BnCheckpoint::SegmentAroundSelective) outer.emplace();
+      if (mode == BnCheckpoint::Selective || mode == BnCheckpoint::SegmentAroundSelective)
+        inner.emplace(autograd::keep_matmul_outputs);
+      h = linear(x, leaves[0], leaves[1]);
+      h = relu(batch_norm(h, rm, rv, leaves[2], leaves[3], true, 0.1));
+      h = linear(h, leaves[4]);
+      inner.reset();
+      outer.reset();
+    }
+    Profiler prof;
+    autograd::backward(sum(h * h));
+    prof.stop();
+    for (const profile::KernelRecord& k : prof.kernels())
+      if (k.phase == profile::Phase::Replay && k.op == "batch_norm") ++run.replayed[k.kernel];
+    std::vector<float> g;
+    for (const Tensor& p : leaves) {
+      const std::vector<float> pg = p.grad().to(Device::cpu()).to_vector<float>();
+      g.insert(g.end(), pg.begin(), pg.end());
+    }
+    const std::vector<float> xg = x.grad().to(Device::cpu()).to_vector<float>();
+    g.insert(g.end(), xg.begin(), xg.end());
+    run.grads.push_back(g);
+    autograd::NoGrad no_grad;
+    for (const Tensor& p : leaves) p.copy_(p - p.grad() * 0.1);  // SGD, lr 0.1
+  }
+  run.running_mean = rm.to(Device::cpu()).to_vector<float>();
+  run.running_var = rv.to(Device::cpu()).to_vector<float>();
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("batch_norm under checkpointing: the replay reuses the forward's statistics, running stats updated once") {
+  for (Device d : reel::testing::devices())
+    for (bool spatial : {false, true}) {
+      CAPTURE(d);
+      CAPTURE(spatial);
+      const BnRun plain = train_bn(d, spatial, BnCheckpoint::None);
+      CHECK(plain.replayed.empty());
+      // Three steps of momentum 0.1 moved the running statistics away from (0, 1).
+      for (float m : plain.running_mean) CHECK(m != 0.0f);
+      for (const BnCheckpoint mode :
+           {BnCheckpoint::Segment, BnCheckpoint::Selective, BnCheckpoint::SegmentAroundSelective}) {
+        CAPTURE(static_cast<int>(mode));
+        const BnRun r = train_bn(d, spatial, mode);
+        // batch_norm was replayed (normalising again) but computed no statistics in any replay.
+        const int replays = mode == BnCheckpoint::SegmentAroundSelective ? 2 : 1;
+        CHECK(r.replayed.count("batch_norm_apply") == 1);
+        CHECK(r.replayed.at("batch_norm_apply") == 3 * replays);
+        CHECK(r.replayed.count("batch_norm_stats") == 0);
+        CHECK(bit_identical(r.running_mean, plain.running_mean));
+        CHECK(bit_identical(r.running_var, plain.running_var));
+        REQUIRE(r.grads.size() == plain.grads.size());
+        for (size_t i = 0; i < r.grads.size(); ++i) {
+          CAPTURE(i);
+          CHECK(bit_identical(r.grads[i], plain.grads[i]));
+        }
+        CHECK(autograd::Tape::current().empty());
+      }
+    }
 }

@@ -1,7 +1,7 @@
 // tests/test_cuda_nn_ops.cpp: the CUDA edge cases of the neural-network kernel families
 // (kernels/ops.h); every entry point's values on cuda against the CPU are rows of the op table
 // (tests/test_ops.cpp). Here: the deterministic backward kernels (LayerNorm/RMSNorm weights,
-// embedding, attention, the gradient norm, pooling) must give the same bits on every run, and in
+// embedding, attention, the gradient norm, pooling, BatchNorm) must give the same bits on every run, and in
 // the emulated build under every scheduling order of the emulator; cross-entropy with every row ignored
 // and with logits of 1e4; bad indices (a token id, a target, an argmax index out of range) must
 // raise the CPU's reel::Error on cuda without any out-of-bounds access (the ASan build runs this
@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -96,6 +97,32 @@ TEST_CASE("group_norm backward on cuda is bit-identical run to run and in every 
       CHECK(bit_identical(g.dx, ref.dx));
       CHECK(bit_identical(g.dw, ref.dw));
       CHECK(bit_identical(g.db, ref.db));
+    }
+  });
+}
+
+TEST_CASE("batch_norm stats, forward and backward on cuda are bit-identical run to run and in every scheduling order") {
+  Poisoned poison;
+  const Shape shape{5, 6, 7, 11};  // 385 values per channel: the block reductions span partial warps
+  const Tensor x = cu(uniform_f64(shape, 12, -2, 3).to(DType::f32)), dy = cu(uniform_f64(shape, 13).to(DType::f32));
+  const Tensor w = cu(uniform_f64({6}, 14).to(DType::f32)), b = cu(uniform_f64({6}, 15).to(DType::f32));
+  const Tensor rm0 = cu(uniform_f64({6}, 16).to(DType::f32)), rv0 = cu(uniform_f64({6}, 17, 0.5, 2).to(DType::f32));
+  auto run = [&] {
+    const Tensor rm = rm0.clone(), rv = rv0.clone();
+    const BatchNormForward f = batch_norm_forward(x, w, b, rm, rv, true);
+    return std::make_tuple(f, batch_norm_backward(dy, x, w, f.mean, f.rstd, true), rm, rv);
+  };
+  const auto ref = run();
+  for_each_order([&] {
+    for (int i = 0; i < 2; ++i) {
+      const auto r = run();
+      CHECK(bit_identical(std::get<0>(r).y, std::get<0>(ref).y));
+      CHECK(bit_identical(std::get<0>(r).rstd, std::get<0>(ref).rstd));
+      CHECK(bit_identical(std::get<1>(r).dx, std::get<1>(ref).dx));
+      CHECK(bit_identical(std::get<1>(r).dw, std::get<1>(ref).dw));
+      CHECK(bit_identical(std::get<1>(r).db, std::get<1>(ref).db));
+      CHECK(bit_identical(std::get<2>(r), std::get<2>(ref)));
+      CHECK(bit_identical(std::get<3>(r), std::get<3>(ref)));
     }
   });
 }

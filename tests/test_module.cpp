@@ -461,3 +461,167 @@ TEST_CASE("Sequential: selective and planned checkpointing give bit-identical gr
     CHECK(autograd::Tape::current().empty());
   }
 }
+
+TEST_CASE("BatchNorm1d/2d: PyTorch's parameter and buffer names, shapes, and what is trained") {
+  nn::Sequential net({std::make_shared<nn::Linear>(4, 3), std::make_shared<nn::BatchNorm1d>(3)});
+  std::vector<std::string> params, buffers;
+  for (const auto& [name, p] : net.named_parameters()) params.push_back(name + shape_str(p.shape()));
+  for (const auto& [name, b] : net.named_buffers()) buffers.push_back(name + shape_str(b.shape()));
+  CHECK(params == std::vector<std::string>{"0.weight(3, 4)", "0.bias(3)", "1.weight(3)", "1.bias(3)"});
+  CHECK(buffers == std::vector<std::string>{"1.running_mean(3)", "1.running_var(3)", "1.num_batches_tracked()"});
+  CHECK(net.parameters().size() == 4);  // an optimizer never sees the buffers
+  const nn::TensorDict state = net.state_dict();
+  CHECK(state.size() == 7);
+  CHECK(state.at("1.num_batches_tracked").dtype() == DType::i64);
+  CHECK(values(state.at("1.running_var")) == std::vector<double>{1, 1, 1});
+  for (const auto& [name, b] : net.named_buffers()) CHECK_FALSE(b.requires_grad());
+  nn::BatchNorm2d bn(5);
+  CHECK(values(bn.weight) == std::vector<double>(5, 1.0));
+  CHECK(values(bn.bias) == std::vector<double>(5, 0.0));
+  CHECK(values(bn.running_mean) == std::vector<double>(5, 0.0));
+  CHECK(nn::BatchNorm2d(5, 1e-5, 0.1, false).named_parameters().empty());
+  CHECK(nn::BatchNorm2d(5, 1e-5, 0.1, true, false).named_buffers().empty());
+  CHECK_REEL_ERROR(nn::BatchNorm1d(0), "BatchNorm: num_features must be positive");
+  CHECK_REEL_ERROR(bn(zeros({2, 5, 3})), "BatchNorm2d: expected 4D input (got 3D input (2, 5, 3))");
+  CHECK_REEL_ERROR(nn::BatchNorm1d(5)(zeros({2, 5, 3, 1})), "BatchNorm1d: expected 2D or 3D input (got 4D input");
+  CHECK_REEL_ERROR(bn(zeros({2, 4, 3, 3})), "batch_norm: weight (5) does not match the 4 channels");
+  CHECK_REEL_ERROR(nn::BatchNorm2d(5, 1e-5, 0.1, false)(zeros({2, 4, 3, 3})),
+                   "batch_norm: running_mean (5) does not match the 4 channels");
+  CHECK(values(bn.num_batches_tracked) == std::vector<double>{0});  // failed forwards count nothing
+}
+
+TEST_CASE("BatchNorm: train() updates the running statistics and the batch count, eval() uses them") {
+  for (const Device& device : reel::testing::devices()) {
+    CAPTURE(device);
+    manual_seed(30);
+    nn::BatchNorm2d bn(3);
+    bn.to(device);
+    nn::init_normal_(bn.weight, 0.5);
+    const Tensor x1 = (randn({4, 3, 2, 2}) * 2.0 + 1.0).to(device), x2 = randn({4, 3, 2, 2}).to(device);
+    // Train: the batch's statistics, as the functional op with the same (fresh) running statistics.
+    Tensor rm = zeros({3}, DType::f32, device), rv = ones({3}, DType::f32, device);
+    const Tensor y1 = bn(x1);
+    check_close(y1, batch_norm(x1, rm, rv, bn.weight, bn.bias, true, 0.1), 0, 0);
+    check_close(bn.running_mean, rm, 0, 0);
+    check_close(bn.running_var, rv, 0, 0);
+    bn(x2);
+    CHECK(values(bn.num_batches_tracked) == std::vector<double>{2});
+    // Eval: the running statistics, which stay where they are.
+    bn.eval();
+    const std::vector<double> rm_before = values(bn.running_mean);
+    batch_norm(x2, rm, rv, bn.weight, bn.bias, true, 0.1);  // the reference statistics follow
+    check_close(bn(x1), batch_norm(x1, rm, rv, bn.weight, bn.bias), 0, 0);
+    CHECK(values(bn.running_mean) == rm_before);
+    CHECK(values(bn.num_batches_tracked) == std::vector<double>{2});
+    // momentum nullopt: the cumulative average of the batch statistics.
+    nn::BatchNorm1d avg(3, 1e-5, std::nullopt);
+    avg.to(device);
+    const Tensor a = randn({5, 3}).to(device), b = (randn({5, 3}) + 3.0).to(device);
+    avg(a);
+    avg(b);
+    check_close(avg.running_mean, (mean(a, {0}) + mean(b, {0})) * 0.5, 1e-6, 1e-6);
+    // Without running statistics it normalises with the batch's in eval too.
+    nn::BatchNorm1d untracked(3, 1e-5, 0.1, true, false);
+    untracked.to(device);
+    untracked.eval();
+    check_close(untracked(a), batch_norm(a, Tensor(), Tensor(), untracked.weight, untracked.bias, true), 0, 0);
+  }
+}
+
+TEST_CASE("BatchNorm: running statistics and the batch count save and load through safetensors") {
+  manual_seed(31);
+  nn::BatchNorm2d a(4);
+  nn::init_normal_(a.weight, 1.0);
+  for (int i = 0; i < 3; ++i) a(randn({2, 4, 3, 3}) * static_cast<double>(i + 1));
+  const std::string path = temp_path("batchnorm");
+  nn::save(a, path);
+  const nn::TensorDict file = nn::load_safetensors(path);
+  CHECK(file.size() == 5);
+  CHECK(file.at("num_batches_tracked").dtype() == DType::i64);
+  CHECK(values(file.at("num_batches_tracked")) == std::vector<double>{3});
+  nn::BatchNorm2d b(4);
+  nn::load(b, path);
+  for (const char* name : {"weight", "bias", "running_mean", "running_var", "num_batches_tracked"})
+    check_close(b.state_dict().at(name), a.state_dict().at(name), 0, 0);
+  a.eval();
+  b.eval();
+  const Tensor x = randn({2, 4, 3, 3});
+  check_close(b(x), a(x), 0, 0);
+  // The loaded count continues (it was written under the module: read back, not the old 0).
+  b.train();
+  b(x);
+  CHECK(values(b.num_batches_tracked) == std::vector<double>{4});
+  // A float buffer is not loaded from integers, nor the count from floats.
+  nn::TensorDict bad = a.state_dict();
+  bad["num_batches_tracked"] = zeros({});
+  CHECK_REEL_ERROR(b.load_state_dict(bad), "key 'num_batches_tracked' is f32, the buffer i64");
+  std::remove(path.c_str());
+}
+
+TEST_CASE("a checkpointed Sequential with BatchNorm trains bit-identically: gradients, running stats, count") {
+  for (const Device& device : reel::testing::devices()) {
+    CAPTURE(device);
+    // Linear -> BatchNorm1d -> ReLU -> Linear, and the (N, C, H, W) case: Linear over W ->
+    // BatchNorm2d over C -> ReLU -> Linear; three SGD steps per policy, from the same weights.
+    for (bool spatial : {false, true}) {
+      CAPTURE(spatial);
+      std::vector<std::vector<double>> runs;  // per policy: every gradient of every step, then the buffers
+      for (const std::string policy : {"none", "every:1", "list:1", "selective"}) {
+        CAPTURE(policy);
+        manual_seed(40);
+        std::shared_ptr<nn::Module> bn = spatial ? std::shared_ptr<nn::Module>(std::make_shared<nn::BatchNorm2d>(3))
+                                                 : std::make_shared<nn::BatchNorm1d>(6);
+        nn::Sequential net({std::make_shared<nn::Linear>(5, 6), bn, std::make_shared<nn::ReLU>(),
+                            std::make_shared<nn::Linear>(6, 2)});
+        net.to(device);
+        net.set_checkpoint(nn::CheckpointPolicy::parse(policy));
+        optim::SGD opt(net.parameters(), 0.1);
+        std::vector<double> record;
+        Generator data(41);
+        for (int step = 0; step < 3; ++step) {
+          const Shape xs = spatial ? Shape{4, 3, 2, 5} : Shape{8, 5};
+          const Tensor x = randn(xs, DType::f32, Device::cpu(), &data).to(device);
+          autograd::backward(sum(net(x) * net(x)));
+          for (const Tensor& p : net.parameters()) {
+            const std::vector<double> v = values(p.grad());
+            record.insert(record.end(), v.begin(), v.end());
+          }
+          opt.step();
+          opt.zero_grad();
+        }
+        for (const auto& [name, b] : net.named_buffers()) {
+          const std::vector<double> v = values(b);
+          record.insert(record.end(), v.begin(), v.end());
+        }
+        runs.push_back(record);
+      }
+      // Two forwards per step (net(x) * net(x)): 6 batches counted in every run.
+      CHECK(runs[0].back() == 6);
+      for (size_t i = 1; i < runs.size(); ++i) CHECK(runs[i] == runs[0]);
+    }
+  }
+}
+
+TEST_CASE("plan_checkpoint's measuring forwards leave BatchNorm's running statistics and count as they were") {
+  manual_seed(42);
+  auto bn = std::make_shared<nn::BatchNorm1d>(16);
+  nn::Sequential chain({std::make_shared<nn::Linear>(8, 16), bn, std::make_shared<nn::ReLU>(),
+                        std::make_shared<nn::Linear>(16, 4)});
+  const Tensor x = randn({32, 8});
+  auto forward_loss = [&] { return sum(chain(x)); };
+  chain.set_checkpoint(nn::CheckpointPolicy::budget(int64_t{1} << 30));
+  chain.plan_checkpoint(forward_loss);
+  CHECK(values(bn->running_mean) == std::vector<double>(16, 0.0));
+  CHECK(values(bn->running_var) == std::vector<double>(16, 1.0));
+  CHECK(values(bn->num_batches_tracked) == std::vector<double>{0});
+  // The step that follows counts from there: one batch, one momentum step.
+  autograd::backward(forward_loss());
+  CHECK(values(bn->num_batches_tracked) == std::vector<double>{1});
+  const Tensor rm = zeros({16}), rv = ones({16});
+  {
+    autograd::NoGrad no_grad;
+    batch_norm(linear(x, chain.parameters()[0], chain.parameters()[1]), rm, rv, Tensor(), Tensor(), true);
+  }
+  check_close(bn->running_mean, rm, 0, 0);
+  check_close(bn->running_var, rv, 0, 0);
+}

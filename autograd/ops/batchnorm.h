@@ -1,0 +1,102 @@
+// batch_norm, as torch.nn.functional.batch_norm, on kernels/batchnorm.h's kernels: x (N, C, *)
+// normalised per channel over the batch and the positions, then scaled and shifted per channel.
+//
+// What it saves: x, w and the (C) statistics it normalised with (mean, rstd), not the output:
+// backward needs xhat = (x - mean) * rstd, which they give in one pass.
+//
+// Checkpoint replay. The forward has a side effect (in training, the running-stat update) and its
+// statistics depend on the whole batch, so a replay must neither update the running statistics a
+// second time nor compute new statistics. Like dropout, which records its Philox (seed, offset) in
+// the op so that a replay draws the same mask, the op records the statistics of its first run:
+// the first forward computes them (and updates the running statistics), and keeps the (C) mean and
+// rstd in the op; every later run of the same node (a checkpoint replay, a nested segment's second
+// replay) normalises with those, through the apply kernel alone. The replayed output and saves are
+// then the bits of the first forward, and the running statistics were updated once. The two (C)
+// tensors stay with the node while its segment is collapsed: 2C values, as dropout keeps its seed.
+#pragma once
+#include <string>
+
+#include "autograd/functions.h"
+#include "autograd/op.h"
+#include "kernels/batchnorm.h"
+
+namespace reel {
+namespace autograd::ops {
+
+// Inputs: x, then the weight and the bias where given (their absence: ones and zeros, constants).
+struct BatchNorm final : autograd::Op {
+  bool training;
+  double momentum, eps;
+  bool has_weight, has_bias;
+  Tensor running_mean, running_var;  // read (eval) or updated (training) by the first run only
+  // The statistics of the first run, (C) each; undefined until it ran. Every later run uses them.
+  mutable Tensor mean, rstd;
+
+  BatchNorm(bool training, double momentum, double eps, bool has_weight, bool has_bias, Tensor running_mean,
+            Tensor running_var)
+      : training(training), momentum(momentum), eps(eps), has_weight(has_weight), has_bias(has_bias),
+        running_mean(std::move(running_mean)), running_var(std::move(running_var)) {}
+  const char* name() const override { return "batch_norm"; }
+  std::string attributes() const override {
+    return std::string("training=") + (training ? "1" : "0") + " momentum=" + std::to_string(momentum) +
+           " eps=" + std::to_string(eps);
+  }
+  Tensor weight_of(const Tensors& in) const {
+    const Tensor& x = in[0];
+    return has_weight ? in[1] : full({x.dim() >= 2 ? x.size(1) : 0}, 1.0, x.dtype(), x.device());
+  }
+  Tensors forward(const Tensors& in, Node& node) const override {
+    const Tensor& x = in[0];
+    const Tensor w = weight_of(in);
+    const Tensor b = has_bias ? in[has_weight ? 2 : 1] : zeros(w.shape(), x.dtype(), x.device());
+    Tensor y;
+    if (!mean.defined()) {  // the first run: the statistics, and in training the running-stat update
+      kernels::BatchNormForward r =
+          kernels::batch_norm_forward(x, w, b, running_mean, running_var, training, momentum, eps);
+      y = r.y;
+      mean = r.mean;
+      rstd = r.rstd;
+    } else {  // a replay: the first run's statistics, the running statistics left alone
+      y = kernels::batch_norm_apply(x, w, b, mean, rstd);
+    }
+    node.save({x, w, mean, rstd});
+    return {y};
+  }
+  Tensors backward(const Tensors& grad, const Node& node) const override {
+    kernels::BatchNormBackward r = kernels::batch_norm_backward(grad[0], node.saved_tensor(0), node.saved_tensor(1),
+                                                                node.saved_tensor(2), node.saved_tensor(3), training);
+    Tensors grads{r.dx};
+    if (has_weight) grads.push_back(r.dw);
+    if (has_bias) grads.push_back(r.db);
+    return grads;
+  }
+};
+
+}  // namespace autograd::ops
+
+// ---- batch normalisation ----
+// torch.nn.functional.batch_norm: x (N, C) or (N, C, *spatial); per channel c,
+//   y = (x - mean[c]) / sqrt(var[c] + eps) * weight[c] + bias[c]
+// weight and bias (C) or undefined (1 and 0); running_mean and running_var (C), both or neither
+// (undefined), of x's dtype and device, never requiring grad.
+//   training: mean and var (biased) of the batch, over N and the positions; the gradient flows
+//     through them. Where running statistics are given they are updated in place, once per call
+//     (a checkpoint replay does not update them again, and uses this call's statistics):
+//       running_mean = (1 - momentum) running_mean + momentum mean
+//       running_var  = (1 - momentum) running_var  + momentum var * n / (n - 1)  (unbiased)
+//     reel::Error when a channel has a single value (n = N * positions = 1), as PyTorch.
+//   eval (training false): the running statistics, required, as constants.
+// Its statistics see the whole batch: N micro-batches accumulated do NOT give the gradients of one
+// batch of all their samples (docs/design.md, "Optimizers and the accumulation window").
+inline Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                         const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), bool training = false,
+                         double momentum = 0.1, double eps = 1e-5) {
+  autograd::Tensors inputs{x};
+  if (weight.defined()) inputs.push_back(weight);
+  if (bias.defined()) inputs.push_back(bias);
+  return autograd::apply(autograd::ops::BatchNorm(training, momentum, eps, weight.defined(), bias.defined(),
+                                                  running_mean, running_var),
+                         inputs);
+}
+
+}  // namespace reel

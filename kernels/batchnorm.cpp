@@ -1,0 +1,135 @@
+// Entry points of the batchnorm family (kernels/batchnorm.h): BatchNorm's statistics (with the
+// running-stat update), its normalisation and its backward. Checks, contiguous (N, C, S) views,
+// outputs, then the backend kernel.
+#include "kernels/batchnorm.h"
+
+#include "kernels/entry_point.h"
+
+namespace reel::kernels {
+
+namespace {
+
+// x (N, C, *): returns S, the product of the spatial dims (1 for (N, C)).
+int64_t check_x(const char* op, const Tensor& x) {
+  REEL_CHECK(x.dim() >= 2, op, ": x ", x.shape(), " needs (N, C, *) dims: a batch and a channel dim");
+  const int64_t N = x.size(0), C = x.size(1);
+  return N * C == 0 ? 1 : x.numel() / (N * C);
+}
+
+// A per-channel tensor: shape (C), where defined.
+void check_channels(const char* op, const char* what, const Tensor& t, const Tensor& x) {
+  REEL_CHECK(t.shape() == Shape{x.size(1)}, op, ": ", what, " ", t.shape(), " does not match the ", x.size(1),
+             " channels of x ", x.shape(), ": (", x.size(1), ") expected");
+}
+
+}  // namespace
+
+BatchNormStats batch_norm_stats(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                                bool training, double momentum, double eps) {
+  const char* op = "batch_norm";
+  const int64_t S = check_x(op, x);
+  const int64_t N = x.size(0), C = x.size(1);
+  REEL_CHECK(running_mean.defined() == running_var.defined(), op,
+             ": running_mean and running_var must both be given or both be absent (got ",
+             running_mean.defined() ? "running_mean only" : "running_var only", ")");
+  const bool running = running_mean.defined();
+  REEL_CHECK(training || running, op, ": running_mean and running_var must be given in eval mode (training = false)");
+  REEL_CHECK(eps >= 0, op, ": eps must be >= 0, got ", eps);
+  if (running) {
+    check_same_device(op, {&x, &running_mean, &running_var});
+    check_same_floating_dtype(op, {&x, &running_mean, &running_var});
+    check_channels(op, "running_mean", running_mean, x);
+    check_channels(op, "running_var", running_var, x);
+    REEL_CHECK(!running_mean.requires_grad() && !running_var.requires_grad(), op,
+               ": running_mean and running_var are statistics updated in place; they must not require grad");
+  } else {
+    check_same_floating_dtype(op, {&x});
+  }
+  if (training)
+    // PyTorch's words (torch.nn.functional._verify_batch_size): one value has no variance, and its
+    // unbiased variance n / (n - 1) would divide by zero.
+    REEL_CHECK(N * S > 1, op, ": Expected more than 1 value per channel when training, got input size ", x.shape());
+  BatchNormStats r{empty({C}, x.dtype(), x.device()), empty({C}, x.dtype(), x.device())};
+  if (C == 0) return r;
+  // The kernel updates contiguous running statistics in place; a strided one is updated through a
+  // contiguous copy, written back.
+  const Tensor rm = running ? untracked::contiguous(running_mean) : Tensor();
+  const Tensor rv = running ? untracked::contiguous(running_var) : Tensor();
+  const Tensor none;  // eval reads no x and writes no running statistic
+  // Training: the mean and the centred squares (3 FLOPs per element); eval: a few per channel.
+  REEL_DEVICE_DISPATCH(x.device(), batch_norm_stats,
+                       kernel_cost({training ? &x : &none, &rm, &rv},
+                                   {&r.mean, &r.rstd, training ? &rm : &none, training ? &rv : &none},
+                                   training ? 3 * x.numel() : 3 * C),
+                       training ? contiguous_as(x, {N, C, S}) : none, rm, rv, training, momentum, eps, r.mean,
+                       r.rstd);
+  if (running && training) {
+    // A strided running statistic was updated through its contiguous copy: written back (copy_
+    // bumps the version). Else the kernel wrote it in place: its version is bumped here, so a node
+    // that saved it sees the write.
+    if (rm.storage() != running_mean.storage()) running_mean.copy_(rm);
+    else running_mean.bump_version();
+    if (rv.storage() != running_var.storage()) running_var.copy_(rv);
+    else running_var.bump_version();
+  }
+  return r;
+}
+
+Tensor batch_norm_apply(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& mean, const Tensor& rstd) {
+  const char* op = "batch_norm_apply";
+  const int64_t S = check_x(op, x);
+  check_same_device(op, {&x, &w, &b, &mean, &rstd});
+  check_same_floating_dtype(op, {&x, &w, &b, &mean, &rstd});
+  check_channels(op, "weight", w, x);
+  check_channels(op, "bias", b, x);
+  check_channels(op, "mean", mean, x);
+  check_channels(op, "rstd", rstd, x);
+  const int64_t N = x.size(0), C = x.size(1);
+  Tensor y = empty(x.shape(), x.dtype(), x.device());
+  if (x.numel() > 0)
+    // Per element: centre, scale, shift (3 FLOPs).
+    REEL_DEVICE_DISPATCH(x.device(), batch_norm_apply, kernel_cost({&x, &w, &b, &mean, &rstd}, {&y}, 3 * x.numel()),
+                         contiguous_as(x, {N, C, S}), untracked::contiguous(w), untracked::contiguous(b),
+                         untracked::contiguous(mean), untracked::contiguous(rstd), untracked::view(y, {N, C, S}));
+  return y;
+}
+
+BatchNormForward batch_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& running_mean,
+                                    const Tensor& running_var, bool training, double momentum, double eps) {
+  // The affine parameters are checked first: a bad one must raise before the running statistics
+  // are updated.
+  const char* op = "batch_norm";
+  check_x(op, x);
+  check_same_device(op, {&x, &w, &b});
+  check_same_floating_dtype(op, {&x, &w, &b});
+  check_channels(op, "weight", w, x);
+  check_channels(op, "bias", b, x);
+  BatchNormStats s = batch_norm_stats(x, running_mean, running_var, training, momentum, eps);
+  Tensor y = batch_norm_apply(x, w, b, s.mean, s.rstd);
+  return {std::move(y), std::move(s.mean), std::move(s.rstd)};
+}
+
+BatchNormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
+                                      const Tensor& rstd, bool training) {
+  const char* op = "batch_norm_backward";
+  const int64_t S = check_x(op, x);
+  check_same_device(op, {&dy, &x, &w, &mean, &rstd});
+  check_same_floating_dtype(op, {&dy, &x, &w, &mean, &rstd});
+  REEL_CHECK(dy.shape() == x.shape(), op, ": dy ", dy.shape(), " and x ", x.shape(), " differ in shape");
+  check_channels(op, "weight", w, x);
+  check_channels(op, "mean", mean, x);
+  check_channels(op, "rstd", rstd, x);
+  const int64_t N = x.size(0), C = x.size(1);
+  BatchNormBackward r{empty(x.shape(), x.dtype(), x.device()), zeros({C}, x.dtype(), x.device()),
+                      zeros({C}, x.dtype(), x.device())};
+  if (x.numel() > 0)
+    // Per element: xhat (2 FLOPs), the two channel sums (3), dx (4).
+    REEL_DEVICE_DISPATCH(x.device(), batch_norm_backward,
+                         kernel_cost({&dy, &x, &w, &mean, &rstd}, {&r.dx, &r.dw, &r.db}, 9 * x.numel()),
+                         contiguous_as(dy, {N, C, S}), contiguous_as(x, {N, C, S}), untracked::contiguous(w),
+                         untracked::contiguous(mean), untracked::contiguous(rstd), training,
+                         untracked::view(r.dx, {N, C, S}), r.dw, r.db);
+  return r;
+}
+
+}  // namespace reel::kernels

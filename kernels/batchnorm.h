@@ -1,0 +1,78 @@
+// The batchnorm family: BatchNorm over the batch and the positions of each channel of an (N, C) or
+// (N, C, *spatial) tensor, as torch.nn.functional.batch_norm, forward and backward. Plain kernels,
+// no autograd: the tape (autograd/ops/batchnorm.h) decides what to save, and keeps the statistics
+// of the first forward so that a checkpoint replay neither recomputes them nor updates the running
+// statistics again.
+//
+// The forward is two kernels, so that a replay (and eval) can run the second alone:
+//   batch_norm_stats: the per-channel statistics (batch ones in training, with the running-stat
+//                     update; the running ones in eval);
+//   batch_norm_apply: y = (x - mean[c]) * rstd[c] * w[c] + b[c].
+// Each entry point checks its inputs (shapes, dtypes, devices: reel::Error naming the op and
+// them), makes them contiguous, allocates the outputs on the inputs' device and runs the backend
+// kernel (declared at the end of this file) on cpu or cuda.
+#ifndef REEL_KERNELS_BATCHNORM_H
+#define REEL_KERNELS_BATCHNORM_H
+#include "core/tensor.h"
+
+namespace reel::kernels {
+
+// The statistics a forward normalises with: mean and rstd = 1 / sqrt(var + eps), (C) each, x's
+// dtype.
+struct BatchNormStats { Tensor mean, rstd; };        // (C), (C)
+struct BatchNormForward { Tensor y, mean, rstd; };   // (N, C, *), (C), (C)
+struct BatchNormBackward { Tensor dx, dw, db; };     // (N, C, *), (C), (C)
+
+// x (N, C, *). running_mean and running_var: (C) tensors of x's dtype and device, both or
+// neither (undefined).
+//   training: mean and var (biased, / n) over the n = N * prod(spatial) values of each channel,
+//     summed in double in a fixed order (bit-identical for any thread count). Where running
+//     statistics are given they are updated in place, as PyTorch does:
+//       running_mean = (1 - momentum) * running_mean + momentum * mean
+//       running_var  = (1 - momentum) * running_var  + momentum * var * n / (n - 1)   (unbiased)
+//     n must be > 1 ("Expected more than 1 value per channel when training", PyTorch's words).
+//   eval: mean = running_mean, rstd = 1 / sqrt(running_var + eps); both required, not modified.
+BatchNormStats batch_norm_stats(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                                bool training, double momentum, double eps = 1e-5);
+// x (N, C, *), w and b (C), mean and rstd (C) -> y = (x - mean[c]) * (rstd[c] * w[c]) + b[c].
+Tensor batch_norm_apply(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& mean, const Tensor& rstd);
+// batch_norm_stats then batch_norm_apply.
+BatchNormForward batch_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& running_mean,
+                                    const Tensor& running_var, bool training, double momentum = 0.1,
+                                    double eps = 1e-5);
+// dy, x (N, C, *); w, mean, rstd (C) as the forward used them. With xhat = (x - mean) * rstd:
+//   dw = sum(dy * xhat), db = sum(dy) over each channel's n values;
+//   training (the statistics depend on x):  dx = w * rstd * (dy - db / n - xhat * dw / n)
+//   eval (the statistics are constants):    dx = w * rstd * dy
+// Per channel in a fixed order, in double: bit-identical run to run and for any thread count.
+BatchNormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
+                                      const Tensor& rstd, bool training);
+
+}  // namespace reel::kernels
+#endif  // REEL_KERNELS_BATCHNORM_H
+
+// ---- Backend kernels --------------------------------------------------------------------------
+// Declared once for both backends, outside the include guard: kernels/backends.h includes this
+// file again with REEL_BACKEND_KERNELS defined, inside namespace reel::kernels::cpu
+// (kernels/cpu/batchnorm.cpp) and reel::kernels::cuda (kernels/cuda/batchnorm.cu).
+// Inputs arrive validated by the entry points (kernels/batchnorm.cpp), CONTIGUOUS and viewed as the
+// flat shapes written next to each argument, S the product of the spatial dims (1 for (N, C)):
+// channel c of sample n is the contiguous run x[n, c, 0:S]. See kernels/backends.h for the common
+// contract.
+#ifdef REEL_BACKEND_KERNELS
+// training: batch statistics, and where running_mean is defined the in-place update of
+// running_mean and running_var; eval: from running_mean and running_var (x is not read).
+void batch_norm_stats(const Tensor& x,                                   // (N, C, S)
+                      const Tensor& running_mean, const Tensor& running_var,  // (C) in/out, or undefined
+                      bool training, double momentum, double eps,
+                      const Tensor& mean, const Tensor& rstd);           // (C) out
+void batch_norm_apply(const Tensor& x,                                   // (N, C, S)
+                      const Tensor& w, const Tensor& b,                  // (C)
+                      const Tensor& mean, const Tensor& rstd,            // (C)
+                      const Tensor& y);                                  // (N, C, S) out
+void batch_norm_backward(const Tensor& dy, const Tensor& x,              // (N, C, S)
+                         const Tensor& w, const Tensor& mean, const Tensor& rstd,  // (C)
+                         bool training,
+                         const Tensor& dx,                               // (N, C, S) out
+                         const Tensor& dw, const Tensor& db);            // (C) out
+#endif  // REEL_BACKEND_KERNELS

@@ -1,0 +1,270 @@
+// BatchNorm kernels and batch_norm, the edge cases: known values with PyTorch's formulas (the
+// running-stat update with the unbiased variance), eval mode, f32 against f64 reference loops on an
+// awkward (N, C, H, W) shape and a channel of mean 1000, strided running statistics, bit-identical
+// results for any thread count, CUDA (emulated) against the CPU, and bad inputs. (The backward
+// against finite differences, on every device, is a row of tests/test_autograd_ops.cpp; the
+// checkpoint replay, tests/test_checkpoint.cpp.)
+#include <cmath>
+#include <vector>
+
+#include "autograd/nn_functions.h"
+#include "autograd/tape.h"
+#include "kernels/ops.h"
+#include "testing.h"
+
+using namespace reel;
+using namespace reel::kernels;
+using namespace reel::testing;
+
+namespace {
+
+// The f64 reference of a training forward: per channel of x (N, C, *) the mean, the biased and
+// the unbiased variance, from plain loops over the values.
+struct RefStats {
+  std::vector<double> mean, var, var_unbiased;
+};
+RefStats ref_stats(const Tensor& x) {
+  const std::vector<double> v = values(x);
+  const int64_t N = x.size(0), C = x.size(1), S = x.numel() / (N * C);
+  RefStats r;
+  for (int64_t c = 0; c < C; ++c) {
+    double s = 0, ss = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < S; ++k) s += v[static_cast<size_t>((n * C + c) * S + k)];
+    const double m = s / static_cast<double>(N * S);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < S; ++k) {
+        const double d = v[static_cast<size_t>((n * C + c) * S + k)] - m;
+        ss += d * d;
+      }
+    r.mean.push_back(m);
+    r.var.push_back(ss / static_cast<double>(N * S));
+    r.var_unbiased.push_back(ss / static_cast<double>(N * S - 1));
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("batch_norm known values: PyTorch's normalisation and running-stat update (unbiased variance)") {
+  Poisoned poison;
+  // x (4, 2): channel 0 is 1 3 5 7 (mean 4, var 5, unbiased 20/3), channel 1 is 0 1 0 3 (mean 1,
+  // var 1.5, unbiased 2). weight (2, -1), bias (0.5, 0), eps 1e-5, momentum 0.1, running stats
+  // starting at PyTorch's (0, 1). Expected: y = (x - mean) / sqrt(var + eps) * w + b and
+  //   running_mean = 0.9 * 0 + 0.1 * mean = (0.4, 0.1)
+  //   running_var  = 0.9 * 1 + 0.1 * unbiased var = (1.5666667, 1.1)
+  const std::vector<double> xv{1, 0, 3, 1, 5, 0, 7, 3};
+  for (Device d : devices())
+    for (DType dt : {DType::f32, DType::f64}) {
+      if (dt == DType::f64 && d.is_cuda()) continue;
+      CAPTURE(d);
+      CAPTURE(dt);
+      const Tensor x = from_vector(xv, {4, 2}).to(dt).to(d);
+      const Tensor w = from_vector<double>({2, -1}, {2}).to(dt).to(d);
+      const Tensor b = from_vector<double>({0.5, 0}, {2}).to(dt).to(d);
+      const Tensor rm = zeros({2}, dt, d), rv = ones({2}, dt, d);
+      const BatchNormForward f = batch_norm_forward(x, w, b, rm, rv, true, 0.1, 1e-5);
+      const double tol = dt == DType::f32 ? 1e-6 : 1e-12;
+      check_close(f.y, {-2.18327889, 0.816493859, -0.394426297, 0, 1.3944263, 0.816493859, 3.18327889, -1.63298772},
+                  std::max(tol, 1e-8), tol);
+      check_close(f.mean, {4, 1}, tol, tol);
+      check_close(f.rstd, {0.44721314828703329, 0.81649385928606444}, tol, tol);
+      check_close(rm, {0.4, 0.1}, tol, tol);
+      check_close(rv, {0.9 + 0.1 * 20.0 / 3.0, 1.1}, tol, tol);
+      // A second step moves them again from there (momentum 0.5 this time).
+      batch_norm_forward(x, w, b, rm, rv, true, 0.5, 1e-5);
+      check_close(rm, {0.5 * 0.4 + 0.5 * 4, 0.5 * 0.1 + 0.5 * 1}, tol, tol);
+      check_close(rv, {0.5 * (0.9 + 0.1 * 20.0 / 3.0) + 0.5 * 20.0 / 3.0, 0.5 * 1.1 + 0.5 * 2}, tol, tol);
+
+      // Eval: the running statistics, unchanged by the call.
+      const std::vector<double> rm_before = values(rm), rv_before = values(rv);
+      const BatchNormForward e = batch_norm_forward(x, w, b, rm, rv, false, 0.1, 1e-5);
+      CHECK(values(rm) == rm_before);
+      CHECK(values(rv) == rv_before);
+      std::vector<double> expected;
+      for (size_t i = 0; i < xv.size(); ++i) {
+        const size_t c = i % 2;
+        const double wc = c == 0 ? 2 : -1, bc = c == 0 ? 0.5 : 0;
+        expected.push_back((xv[i] - rm_before[c]) / std::sqrt(rv_before[c] + 1e-5) * wc + bc);
+      }
+      check_close(e.y, expected, std::max(tol, 1e-6), tol);
+      // Training without running statistics: the batch's, nothing updated.
+      check_close(batch_norm_forward(x, w, b, Tensor(), Tensor(), true).y, values(f.y), tol, tol);
+    }
+}
+
+TEST_CASE("batch_norm (N, C, H, W): f32 against f64 loops, a channel of mean 1000, strided running stats") {
+  const Shape shape{3, 5, 7, 3};  // 63 values per channel, odd sizes
+  Generator gen(8);
+  std::vector<double> xv = values(normal_f64(gen, shape));
+  for (size_t i = 0; i < xv.size(); ++i)
+    if ((i / 21) % 5 == 2) xv[i] = 1000 + 0.5 * xv[i];  // channel 2 far from 0
+  const Tensor x64 = from_vector(xv, shape);
+  const RefStats ref = ref_stats(x64);
+  const Tensor w = uniform_f64({5}, 9), b = uniform_f64({5}, 10);
+  std::vector<double> y_ref;
+  const std::vector<double> wv = values(w), bv = values(b);
+  for (size_t i = 0; i < xv.size(); ++i) {
+    const size_t c = (i / 21) % 5;
+    y_ref.push_back((xv[i] - ref.mean[c]) / std::sqrt(ref.var[c] + 1e-5) * wv[c] + bv[c]);
+  }
+  for (Device d : devices()) {
+    CAPTURE(d);
+    // Running stats as every other element of a (10) buffer: updated through a copy, written back.
+    const Tensor buf = full({10}, 0.5, DType::f32, d);
+    const Tensor rm = buf.slice(0, 0, 10, 2), rv = buf.slice(0, 1, 10, 2);
+    REQUIRE_FALSE(rm.is_contiguous());
+    const BatchNormForward f = batch_norm_forward(x64.to(DType::f32).to(d), w.to(DType::f32).to(d),
+                                                  b.to(DType::f32).to(d), rm, rv, true, 0.25);
+    check_close(f.y, y_ref, 1e-4, 1e-4);
+    check_close(f.mean, ref.mean, 1e-6, 1e-6);
+    std::vector<double> rm_ref, rv_ref;
+    for (size_t c = 0; c < 5; ++c) {
+      rm_ref.push_back(0.75 * 0.5 + 0.25 * ref.mean[c]);
+      rv_ref.push_back(0.75 * 0.5 + 0.25 * ref.var_unbiased[c]);
+    }
+    check_close(rm, rm_ref, 1e-6, 1e-6);
+    check_close(rv, rv_ref, 1e-5, 1e-6);
+  }
+}
+
+TEST_CASE("batch_norm: stats, forward and backward bit-identical for any thread count; cuda equals cpu") {
+  Poisoned poison;  // an output element a kernel forgets to write is NaN
+  // Long runs (a task per channel), an (N, C) activation and short runs (blocks of 64 channels,
+  // the last one partial); each large enough for the CPU kernels to run in parallel.
+  for (const Shape& shape : {Shape{32, 24, 5, 5}, Shape{512, 100}, Shape{64, 70, 4}}) {
+    CAPTURE(shape_str(shape));
+    const int64_t C = shape[1], S = shape.size() > 2 ? shape[2] * (shape.size() > 3 ? shape[3] : 1) : 1;
+    const Tensor x = uniform_f64(shape, 20, -1, 3).to(DType::f32), dy = uniform_f64(shape, 21).to(DType::f32);
+    const Tensor w = uniform_f64({C}, 22).to(DType::f32), b = uniform_f64({C}, 23).to(DType::f32);
+    struct Run {
+      BatchNormForward f;
+      BatchNormBackward g, g_eval;
+      Tensor rm, rv;
+    };
+    auto run = [&](Device d) {
+      Run r;
+      r.rm = zeros({C}, DType::f32, d);
+      r.rv = ones({C}, DType::f32, d);
+      r.f = batch_norm_forward(x.to(d), w.to(d), b.to(d), r.rm, r.rv, true);
+      r.g = batch_norm_backward(dy.to(d), x.to(d), w.to(d), r.f.mean, r.f.rstd, true);
+      r.g_eval = batch_norm_backward(dy.to(d), x.to(d), w.to(d), r.f.mean, r.f.rstd, false);
+      return r;
+    };
+    std::vector<Run> runs;
+    for_thread_counts({1, 2, 3, 7}, [&] { runs.push_back(run(Device::cpu())); });
+    for (size_t i = 1; i < runs.size(); ++i)
+      for (const auto& [a, b2] :
+           {std::make_pair(runs[i].f.y, runs[0].f.y), std::make_pair(runs[i].f.rstd, runs[0].f.rstd),
+            std::make_pair(runs[i].rv, runs[0].rv), std::make_pair(runs[i].g.dx, runs[0].g.dx),
+            std::make_pair(runs[i].g.dw, runs[0].g.dw), std::make_pair(runs[i].g.db, runs[0].g.db),
+            std::make_pair(runs[i].g_eval.dx, runs[0].g_eval.dx)})
+        CHECK(bit_identical(a, b2));
+    // The f32 results against f64 ones.
+    const BatchNormForward f64f =
+        batch_norm_forward(x.to(DType::f64), w.to(DType::f64), b.to(DType::f64), Tensor(), Tensor(), true);
+    const BatchNormBackward ref =
+        batch_norm_backward(dy.to(DType::f64), x.to(DType::f64), w.to(DType::f64), f64f.mean, f64f.rstd, true);
+    check_close(runs[0].f.y, values(f64f.y), 1e-5, 1e-5);
+    check_close(runs[0].g.dx, values(ref.dx), 1e-4, 1e-4);
+    check_close(runs[0].g.dw, values(ref.dw), 1e-4, 1e-4);
+    check_close(runs[0].g.db, values(ref.db), 1e-4, 1e-4);
+    // Eval backward: dx = w * rstd * dy exactly as the formula says.
+    {
+      const std::vector<double> dyv = values(dy), wv = values(w), rsv = values(runs[0].f.rstd);
+      std::vector<double> expected;
+      for (size_t i = 0; i < dyv.size(); ++i) {
+        const size_t c = (i / static_cast<size_t>(S)) % static_cast<size_t>(C);
+        expected.push_back(wv[c] * rsv[c] * dyv[i]);
+      }
+      check_close(runs[0].g_eval.dx, expected, 1e-6, 1e-6);
+      check_close(runs[0].g_eval.dw, values(runs[0].g.dw), 0, 0);  // dw and db do not depend on the mode
+    }
+    if (cuda_available()) {
+      const Run c1 = run(Device::cuda(0)), c2 = run(Device::cuda(0));
+      check_close(c1.f.y, runs[0].f.y, 1e-5, 1e-5);
+      check_close(c1.f.mean, runs[0].f.mean, 1e-6, 1e-6);
+      check_close(c1.f.rstd, runs[0].f.rstd, 1e-6, 1e-6);
+      check_close(c1.rm, runs[0].rm, 1e-6, 1e-6);
+      check_close(c1.rv, runs[0].rv, 1e-6, 1e-6);
+      check_close(c1.g.dx, runs[0].g.dx, 1e-5, 1e-5);
+      check_close(c1.g.dw, runs[0].g.dw, 1e-5, 1e-5);
+      check_close(c1.g.db, runs[0].g.db, 1e-5, 1e-5);
+      check_close(c1.g_eval.dx, runs[0].g_eval.dx, 1e-6, 1e-6);
+      // Run to run on the device: the same bits.
+      CHECK(bit_identical(c1.f.y, c2.f.y));
+      CHECK(bit_identical(c1.rv, c2.rv));
+      CHECK(bit_identical(c1.g.dx, c2.g.dx));
+      CHECK(bit_identical(c1.g.dw, c2.g.dw));
+    }
+  }
+}
+
+TEST_CASE("batch_norm through the tape: running stats updated once per call, eval gradients, no weight") {
+  for (Device d : devices()) {
+    CAPTURE(d);
+    const Tensor x = uniform_f64({6, 3, 2}, 30).to(DType::f32).to(d).set_requires_grad();
+    const Tensor rm = zeros({3}, DType::f32, d), rv = ones({3}, DType::f32, d);
+    const uint64_t version = rm.version();
+    Tensor y = batch_norm(x, rm, rv, Tensor(), Tensor(), true, 0.1);
+    CHECK(rm.version() == version + 1);  // written in place, and its version says so
+    const std::vector<double> rm1 = values(rm);
+    autograd::backward(reel::sum(y * y));
+    CHECK(values(rm) == rm1);  // backward does not touch them
+    // Without weight and bias, y has zero mean and unit (biased) variance per channel.
+    const RefStats s = ref_stats(y.detach());
+    for (size_t c = 0; c < 3; ++c) {
+      CHECK(std::fabs(s.mean[c]) < 1e-6);
+      CHECK(std::fabs(s.var[c] - 1) < 1e-3);  // eps 1e-5 against variances ~ 1/3
+    }
+    // Eval through the tape: y = (x - rm) * rstd, so dx = rstd per element for sum(y).
+    x.set_grad(Tensor());
+    Tensor ye = batch_norm(x, rm, rv);
+    autograd::backward(reel::sum(ye));
+    CHECK(values(rm) == rm1);
+    const std::vector<double> rvv = values(rv), gx = values(x.grad());
+    for (size_t i = 0; i < gx.size(); ++i) CHECK(gx[i] == doctest::Approx(1 / std::sqrt(rvv[(i / 2) % 3] + 1e-5)));
+  }
+}
+
+TEST_CASE("bad batch_norm inputs raise reel::Error naming op and shapes, before any running-stat update") {
+  const Tensor x = zeros({4, 3, 2}), w = ones({3}), b = zeros({3});
+  const Tensor rm = zeros({3}), rv = ones({3});
+  CHECK_REEL_ERROR(batch_norm_forward(x, ones({4}), b, rm, rv, true),
+                   "batch_norm: weight (4) does not match the 3 channels of x (4, 3, 2): (3) expected");
+  CHECK_REEL_ERROR(batch_norm_forward(x, w, zeros({2}), rm, rv, true),
+                   "batch_norm: bias (2) does not match the 3 channels of x (4, 3, 2)");
+  CHECK_REEL_ERROR(batch_norm_forward(x, w, b, zeros({5}), rv, true),
+                   "batch_norm: running_mean (5) does not match the 3 channels of x (4, 3, 2)");
+  CHECK_REEL_ERROR(batch_norm_forward(x, w, b, rm, ones({3, 1}), true),
+                   "batch_norm: running_var (3, 1) does not match the 3 channels");
+  CHECK_REEL_ERROR(batch_norm_forward(x, w, b, rm, Tensor(), true),
+                   "batch_norm: running_mean and running_var must both be given or both be absent");
+  CHECK_REEL_ERROR(batch_norm_forward(x, w, b, Tensor(), Tensor(), false),
+                   "batch_norm: running_mean and running_var must be given in eval mode");
+  CHECK_REEL_ERROR(batch_norm_forward(zeros({1, 3}), w, b, rm, rv, true),
+                   "batch_norm: Expected more than 1 value per channel when training, got input size (1, 3)");
+  CHECK_REEL_ERROR(batch_norm_forward(zeros({1, 3, 1, 1}), w, b, rm, rv, true),
+                   "Expected more than 1 value per channel when training, got input size (1, 3, 1, 1)");
+  CHECK_REEL_ERROR(batch_norm_forward(zeros({3}), w, b, rm, rv, true), "batch_norm: x (3) needs (N, C, *) dims");
+  CHECK_REEL_ERROR(batch_norm_forward(x, w, b, rm.to(DType::f64), rv.to(DType::f64), true),
+                   "batch_norm: dtypes differ: f32 and f64");
+  CHECK_REEL_ERROR(batch_norm_forward(x, w, b, zeros({3}).set_requires_grad(), rv, true),
+                   "running_mean and running_var are statistics updated in place; they must not require grad");
+  // Nothing above touched the running statistics; one value per channel is fine in eval.
+  CHECK(values(rm) == std::vector<double>{0, 0, 0});
+  CHECK(values(rv) == std::vector<double>{1, 1, 1});
+  CHECK(batch_norm_forward(zeros({1, 3}), w, b, rm, rv, false).y.shape() == (Shape{1, 3}));
+  // Through the user function too (the tape op's forward raises; nothing is left recorded).
+  CHECK_REEL_ERROR(batch_norm(zeros({1, 3}).set_requires_grad(), rm, rv, Tensor(), Tensor(), true),
+                   "Expected more than 1 value per channel when training");
+  CHECK(autograd::Tape::current().empty());
+  const BatchNormForward f = batch_norm_forward(x, w, b, rm, rv, true);
+  CHECK_REEL_ERROR(batch_norm_backward(zeros({4, 3, 3}), x, w, f.mean, f.rstd, true),
+                   "batch_norm_backward: dy (4, 3, 3) and x (4, 3, 2) differ in shape");
+  CHECK_REEL_ERROR(batch_norm_backward(x, x, w, zeros({2}), f.rstd, true),
+                   "batch_norm_backward: mean (2) does not match the 3 channels of x (4, 3, 2)");
+  if (cuda_available())
+    CHECK_REEL_ERROR(batch_norm_forward(x.to(Device::cuda(0)), w, b, rm, rv, true),
+                     "batch_norm: expected all tensors on one device");
+}
