@@ -1,0 +1,302 @@
+// What the Fashion-MNIST examples share (fashion_mnist_mlp, fashion_mnist_cnn): the dataset on the
+// host, batches gathered from it in the shape the model takes, the test accuracy, and the whole
+// training run (options, accumulation windows, checkpointing, profiling, the memory report) around
+// a model the example builds.
+//
+// One optimizer step is one window of --batch samples, cut into --accum-steps micro-batches and
+// run through optim::Accumulator: each micro-batch's loss is a SUM over its samples and the
+// window's backward scale is 1 / (samples in the window), so the update is the same as one big
+// batch up to float rounding, however the window is cut (and for the last, shorter window of an
+// epoch too) -- unless the model has batch statistics (BatchNorm), which see each micro-batch
+// alone. With --accum-steps > 1 the run first measures that difference on one window and prints
+// it ("accumulation gap"), so the caveat is a number, not a footnote.
+#pragma once
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "examples/checkpoint_budget.h"
+#include "examples/train_options.h"
+#include "reel.h"
+
+namespace examples {
+
+// Fashion-MNIST's pixel mean and standard deviation over the training set (pixels in [0, 1]).
+constexpr float kPixelMean = 0.2860f, kPixelStd = 0.3530f;
+constexpr int64_t kPixels = 784, kClasses = 10, kEvalBatch = 1000;
+
+// The dataset on the host, normalised; batches are gathered from it and copied to the device.
+struct HostData {
+  std::vector<float> images;    // (n, 784) normalised pixels
+  std::vector<int32_t> labels;  // (n)
+  int64_t n = 0;
+};
+
+inline HostData load_split(const std::string& split, const std::string& dir, int64_t limit) {
+  const reel::nn::ImageDataset ds = reel::nn::load_fashion_mnist(split, dir);
+  HostData d;
+  d.n = ds.labels.size(0);
+  if (limit > 0) d.n = std::min(d.n, limit);
+  d.images = ds.images.narrow(0, 0, d.n).contiguous().to_vector<float>();
+  d.labels = ds.labels.narrow(0, 0, d.n).contiguous().to_vector<int32_t>();
+  for (float& x : d.images) x = (x - kPixelMean) / kPixelStd;
+  return d;
+}
+
+// Rows order[begin, begin + size) of `d` as (size, image...) f32 images, `image` the shape of one
+// image as the model takes it ({784} or {1, 28, 28}), and (size) i32 labels, on `device`.
+inline std::pair<reel::Tensor, reel::Tensor> gather(const HostData& d, const std::vector<int64_t>& order,
+                                                    int64_t begin, int64_t size, const reel::Shape& image,
+                                                    reel::Device device) {
+  std::vector<float> x(static_cast<size_t>(size * kPixels));
+  std::vector<int32_t> y(static_cast<size_t>(size));
+  for (int64_t i = 0; i < size; ++i) {
+    const int64_t row = order[static_cast<size_t>(begin + i)];
+    std::copy_n(d.images.begin() + row * kPixels, kPixels, x.begin() + i * kPixels);
+    y[static_cast<size_t>(i)] = d.labels[static_cast<size_t>(row)];
+  }
+  reel::Shape shape{size};
+  shape.insert(shape.end(), image.begin(), image.end());
+  return {reel::from_vector(x, shape, device), reel::from_vector(y, {size}, device)};
+}
+
+// Fisher-Yates with an explicit reduction, so the order depends only on the seed (std::shuffle's
+// is implementation-defined).
+inline void shuffle(std::vector<int64_t>& order, std::mt19937_64& rng) {
+  for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng() % i]);
+}
+
+inline std::vector<int64_t> identity_order(int64_t n) {
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+  return order;
+}
+
+// Fraction of `d` classified correctly, in eval mode without recording, batches of 1000.
+inline double accuracy(reel::nn::Module& model, const HostData& d, const reel::Shape& image, reel::Device device) {
+  reel::autograd::NoGrad no_grad;
+  model.eval();
+  const std::vector<int64_t> order = identity_order(d.n);
+  int64_t correct = 0;
+  for (int64_t begin = 0; begin < d.n; begin += kEvalBatch) {
+    const int64_t size = std::min(kEvalBatch, d.n - begin);
+    const auto batch = gather(d, order, begin, size, image, device);
+    const std::vector<int64_t> pred = reel::argmax(model(batch.first), 1).to(reel::Device::cpu()).to_vector<int64_t>();
+    for (int64_t i = 0; i < size; ++i)
+      correct += pred[static_cast<size_t>(i)] == d.labels[static_cast<size_t>(begin + i)];
+  }
+  model.train();
+  return d.n > 0 ? static_cast<double>(correct) / static_cast<double>(d.n) : 0.0;
+}
+
+// One micro-batch of a window: rows order[begin, begin + size).
+struct MicroBatch {
+  int64_t begin = 0, size = 0;
+};
+
+// The micro-batches of the window of `size` samples starting at sample `begin`.
+inline std::vector<MicroBatch> window_of(int64_t begin, int64_t size, int64_t accum_steps) {
+  std::vector<MicroBatch> window;
+  for (int64_t s : micro_batch_sizes(size, accum_steps)) {
+    window.push_back({begin, s});
+    begin += s;
+  }
+  return window;
+}
+
+// How far the gradients of `window`, accumulated micro-batch by micro-batch, are from those of the
+// same samples as one batch: max |g_accumulated - g_batch| / max |g_batch| over every parameter.
+// Rounding alone gives ~1e-7 in f32; batch statistics give far more. The model is left as it was:
+// the buffers (running statistics) are put back and the gradients zeroed; no optimizer runs.
+inline double accumulation_gap(reel::nn::Module& model, const std::vector<MicroBatch>& window,
+                               const std::function<reel::Tensor(const MicroBatch&)>& loss) {
+  using namespace reel;
+  const std::vector<Tensor> params = model.parameters();
+  std::vector<std::pair<Tensor, Tensor>> buffers;  // (buffer, its value before)
+  for (const auto& named : model.named_buffers()) buffers.emplace_back(named.second, named.second.clone());
+  int64_t total = 0;
+  for (const MicroBatch& b : window) total += b.size;
+  const double scale = 1.0 / static_cast<double>(total);
+  auto gradients = [&](const std::vector<MicroBatch>& parts) {
+    autograd::zero_grad(params);
+    for (const MicroBatch& b : parts) autograd::backward(loss(b), scale);
+    std::vector<std::vector<double>> g;
+    for (const Tensor& p : params)  // a parameter the loss does not reach has no gradient: nothing to compare
+      g.push_back(p.grad().defined() ? p.grad().to(Device::cpu()).to(DType::f64).contiguous().to_vector<double>()
+                                     : std::vector<double>{});
+    for (auto& buffer : buffers) buffer.first.copy_(buffer.second);
+    return g;
+  };
+  const std::vector<std::vector<double>> whole = gradients({{window.front().begin, total}});
+  const std::vector<std::vector<double>> accumulated = gradients(window);
+  autograd::zero_grad(params);
+  double diff = 0, largest = 0;
+  for (size_t i = 0; i < whole.size(); ++i)
+    for (size_t j = 0; j < std::min(whole[i].size(), accumulated[i].size()); ++j) {
+      diff = std::max(diff, std::abs(accumulated[i][j] - whole[i][j]));
+      largest = std::max(largest, std::abs(whole[i][j]));
+    }
+  return largest > 0 ? diff / largest : 0.0;
+}
+
+// The example-specific options beside the shared ones of train_options.h.
+struct FashionMnistOptions {
+  std::string data_dir = reel::nn::kFashionMnistDir;
+  int64_t train_limit = 0, test_limit = 0;
+  double min_accuracy = 0;
+};
+
+inline void add_fashion_mnist_options(CLI::App& app, FashionMnistOptions& f) {
+  app.add_option("--data-dir", f.data_dir, "folder of the Fashion-MNIST IDX files")->capture_default_str();
+  app.add_option("--train-limit", f.train_limit, "use only the first N training images (0: all 60000)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--test-limit", f.test_limit, "use only the first N test images (0: all 10000)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--min-accuracy", f.min_accuracy, "exit 1 when the final test accuracy is below this (for tests)")
+      ->capture_default_str();
+}
+
+// What an example trains: its program name (messages), a one-line description, the shape of one
+// image as the model takes it, and the model, built on the CPU after manual_seed.
+struct FashionMnistModel {
+  std::string program, description;
+  reel::Shape image;
+  std::function<std::shared_ptr<reel::nn::Sequential>()> make;
+};
+
+// The whole run: data, model, training windows, the test accuracy after each epoch, the memory
+// report, --save; returns the process exit status (1: an error, or accuracy below --min-accuracy).
+// Output lines for grep: "test accuracy: 0.8712", "train samples/s: 5123", "peak activation
+// bytes: ...", "accumulation gap: ...".
+inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, const FashionMnistOptions& f) {
+  using namespace reel;
+  try {
+    const Device device(o.device);
+    apply_threads(o);
+    const HostData train = load_split("train", f.data_dir, f.train_limit);
+    const HostData test = load_split("test", f.data_dir, f.test_limit);
+    REEL_CHECK(train.n > 0, "no training images");
+    allocator_for(Device::cpu()).empty_cache();  // the decoded files are gone: keep "reserved" about training
+
+    manual_seed(o.seed);  // the initialisation
+    const std::shared_ptr<nn::Sequential> model_ptr = spec.make();
+    nn::Sequential& model = *model_ptr;
+    if (!o.load.empty()) nn::load(model, o.load);
+    model.to(device);
+    model.set_checkpoint(nn::CheckpointPolicy::parse(o.checkpoint));
+    model.train();
+    const int64_t steps_per_epoch = (train.n + o.batch - 1) / o.batch;
+    int64_t total_steps = o.epochs * steps_per_epoch;
+    if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
+    auto optimizer = optim::make_optimizer(o.optimizer, model.parameters(), o.lr);
+    const std::unique_ptr<optim::LrSchedule> schedule = make_schedule(o, total_steps);
+    optim::Accumulator accumulator(*optimizer, {o.clip, schedule.get(), o.skip_nonfinite});
+    std::optional<autograd::DetectAnomaly> detect_anomaly;
+    if (o.detect_anomaly) detect_anomaly.emplace();
+    std::string plan;
+    if (model.checkpoint().kind != nn::CheckpointPolicy::Kind::Budget)  // a budget is planned below
+      for (const auto& run : model.checkpoint().plan(model.size()))
+        plan += " [" + std::to_string(run.begin) + "," + std::to_string(run.end) + ")" +
+                (run.checkpointed ? "*" : run.selective ? "s" : "");
+    std::printf("model: %s, %lld parameters, on %s\n", spec.description.c_str(),
+                static_cast<long long>(model.num_parameters()), device.str().c_str());
+    std::printf("data: %lld train, %lld test images from %s\n", static_cast<long long>(train.n),
+                static_cast<long long>(test.n), f.data_dir.c_str());
+    std::printf("training: %lld steps of batch %lld in up to %lld micro-batches, %s lr %g (%s), checkpoint %s (runs%s; * = recomputed, s = selective)\n",
+                static_cast<long long>(total_steps), static_cast<long long>(o.batch),
+                static_cast<long long>(o.accum_steps), o.optimizer.c_str(), o.lr, o.schedule.c_str(),
+                model.checkpoint().str().c_str(), plan.c_str());
+    std::fflush(stdout);
+
+    std::mt19937_64 rng(o.seed);  // the shuffling
+    std::vector<int64_t> order = identity_order(train.n);
+    const std::function<int64_t(const MicroBatch&)> count = [](const MicroBatch& b) { return b.size; };
+    const std::function<Tensor(const MicroBatch&)> loss = [&](const MicroBatch& b) {
+      // only this micro-batch's input lives
+      const auto batch = gather(train, order, b.begin, b.size, spec.image, device);
+      return cross_entropy(model(batch.first), batch.second, -100, "sum");
+    };
+
+    const autograd::CheckpointPlan* budget_plan = plan_checkpoint_budget(model, [&] {
+      // One micro-batch of the largest size (its images do not matter, only its shapes).
+      return loss({0, micro_batch_sizes(std::min(o.batch, train.n), o.accum_steps).front()});
+    });
+    if (o.accum_steps > 1) {  // the first window, unshuffled, accumulated and as one batch
+      const double gap = accumulation_gap(model, window_of(0, std::min(o.batch, train.n), o.accum_steps), loss);
+      std::printf("accumulation gap: %.3g (max |accumulated - one batch| / max |one batch| over the gradients of one window; ~1e-7 is f32 rounding, more is batch statistics)\n",
+                  gap);
+    }
+    reset_peak_memory(device);  // from here the activation peak is that of the largest training step
+    int64_t step = 0, samples = 0;
+    double train_seconds = 0, test_acc = 0;
+    StepProfiler profiler(o);
+    StepMemoryTimeline memory_timeline(o, device, spec.program);
+    for (int64_t epoch = 1; epoch <= o.epochs && step < total_steps; ++epoch) {
+      order = identity_order(train.n);
+      shuffle(order, rng);
+      Progress progress(std::min(steps_per_epoch, total_steps - step), "samples", o.quiet);
+      const auto start = std::chrono::steady_clock::now();
+      double loss_sum = 0;
+      int64_t epoch_samples = 0, epoch_steps = 0;
+      for (int64_t w = 0; w < train.n && step < total_steps; w += o.batch) {
+        const std::vector<MicroBatch> window = window_of(w, std::min(o.batch, train.n - w), o.accum_steps);
+        profiler.before_step(step + 1);
+        memory_timeline.before_step(step + 1);
+        const optim::WindowResult r = accumulator.step<MicroBatch>(window, count, loss);
+        ++step, ++epoch_steps;
+        profiler.after_step(step);
+        memory_timeline.after_step(step);
+        loss_sum += r.loss * static_cast<double>(r.count);
+        epoch_samples += r.count;
+        progress.update(epoch_steps, loss_sum / static_cast<double>(epoch_samples), epoch_samples);
+      }
+      progress.finish();
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      train_seconds += seconds;
+      samples += epoch_samples;
+      test_acc = accuracy(model, test, spec.image, device);
+      std::printf("epoch %lld: train loss %.4f  test accuracy %.4f  (%lld steps, %.1f s, %.0f samples/s)\n",
+                  static_cast<long long>(epoch), loss_sum / static_cast<double>(epoch_samples), test_acc,
+                  static_cast<long long>(epoch_steps), seconds, static_cast<double>(epoch_samples) / seconds);
+      std::fflush(stdout);
+    }
+
+    profiler.finish();
+    memory_timeline.finish();
+    if (accumulator.skipped_steps() > 0)
+      std::printf("skipped: %lld steps with non-finite gradients\n",
+                  static_cast<long long>(accumulator.skipped_steps()));
+    const MemoryStats stats = memory_stats(device);
+    std::printf("test accuracy: %.4f\n", test_acc);
+    std::printf("train samples/s: %.0f\n", static_cast<double>(samples) / std::max(train_seconds, 1e-9));
+    std::printf("peak activation bytes: %lld (%s)\n",
+                static_cast<long long>(stats[Category::Activation].peak_bytes),
+                format_bytes(stats[Category::Activation].peak_bytes).c_str());
+    report_checkpoint_budget(budget_plan, device);
+    std::printf("%s", memory_report().c_str());
+    if (!o.save.empty()) {
+      nn::save(model, o.save, {{"model", spec.description}, {"steps", std::to_string(step)}});
+      std::printf("saved: %s\n", o.save.c_str());
+    }
+    if (test_acc < f.min_accuracy) {
+      std::fprintf(stderr, "%s: test accuracy %.4f is below --min-accuracy %.4f\n", spec.program.c_str(), test_acc,
+                   f.min_accuracy);
+      return 1;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", spec.program.c_str(), e.what());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace examples
