@@ -9,6 +9,7 @@
 // each family header then declares its backend kernels (its part outside its own include guard).
 // Anywhere else a second inclusion adds nothing: every family header is guarded.
 #include "kernels/attention.h"
+#include "kernels/conv.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/dropout.h"
 #include "kernels/elementwise.h"
