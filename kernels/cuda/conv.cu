@@ -71,8 +71,13 @@ struct TensorDesc {
   cudnnTensorDescriptor_t d = nullptr;
   TensorDesc(const Shape& s, DType t, const std::string& ctx) {
     REEL_CUDNN(cudnnCreateTensorDescriptor, ctx, &d);
-    REEL_CUDNN(cudnnSetTensor4dDescriptor, ctx, d, CUDNN_TENSOR_NCHW, data_type(t), as_int(s[0], ctx),
-               as_int(s[1], ctx), as_int(s[2], ctx), as_int(s[3], ctx));
+    try {
+      REEL_CUDNN(cudnnSetTensor4dDescriptor, ctx, d, CUDNN_TENSOR_NCHW, data_type(t), as_int(s[0], ctx),
+                 as_int(s[1], ctx), as_int(s[2], ctx), as_int(s[3], ctx));
+    } catch (...) {  // no destructor runs for an object whose constructor throws
+      cudnnDestroyTensorDescriptor(d);
+      throw;
+    }
   }
   ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
   TensorDesc(const TensorDesc&) = delete;
@@ -82,8 +87,13 @@ struct FilterDesc {
   cudnnFilterDescriptor_t d = nullptr;
   FilterDesc(const Shape& s, DType t, const std::string& ctx) {
     REEL_CUDNN(cudnnCreateFilterDescriptor, ctx, &d);
-    REEL_CUDNN(cudnnSetFilter4dDescriptor, ctx, d, data_type(t), CUDNN_TENSOR_NCHW, as_int(s[0], ctx),
-               as_int(s[1], ctx), as_int(s[2], ctx), as_int(s[3], ctx));
+    try {
+      REEL_CUDNN(cudnnSetFilter4dDescriptor, ctx, d, data_type(t), CUDNN_TENSOR_NCHW, as_int(s[0], ctx),
+                 as_int(s[1], ctx), as_int(s[2], ctx), as_int(s[3], ctx));
+    } catch (...) {
+      cudnnDestroyFilterDescriptor(d);
+      throw;
+    }
   }
   ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
   FilterDesc(const FilterDesc&) = delete;
@@ -93,12 +103,17 @@ struct ConvDesc {
   cudnnConvolutionDescriptor_t d = nullptr;
   ConvDesc(const Conv2d& p, DType t, const std::string& ctx) {
     REEL_CUDNN(cudnnCreateConvolutionDescriptor, ctx, &d);
-    // Cross-correlation: PyTorch's "convolution" does not flip the kernel.
-    REEL_CUDNN(cudnnSetConvolution2dDescriptor, ctx, d, as_int(p.padding[0], ctx), as_int(p.padding[1], ctx),
-               as_int(p.stride[0], ctx), as_int(p.stride[1], ctx), as_int(p.dilation[0], ctx),
-               as_int(p.dilation[1], ctx), CUDNN_CROSS_CORRELATION, data_type(t));
-    REEL_CUDNN(cudnnSetConvolutionGroupCount, ctx, d, as_int(p.groups, ctx));
-    REEL_CUDNN(cudnnSetConvolutionMathType, ctx, d, CUDNN_FMA_MATH);
+    try {
+      // Cross-correlation: PyTorch's "convolution" does not flip the kernel.
+      REEL_CUDNN(cudnnSetConvolution2dDescriptor, ctx, d, as_int(p.padding[0], ctx), as_int(p.padding[1], ctx),
+                 as_int(p.stride[0], ctx), as_int(p.stride[1], ctx), as_int(p.dilation[0], ctx),
+                 as_int(p.dilation[1], ctx), CUDNN_CROSS_CORRELATION, data_type(t));
+      REEL_CUDNN(cudnnSetConvolutionGroupCount, ctx, d, as_int(p.groups, ctx));
+      REEL_CUDNN(cudnnSetConvolutionMathType, ctx, d, CUDNN_FMA_MATH);
+    } catch (...) {
+      cudnnDestroyConvolutionDescriptor(d);
+      throw;
+    }
   }
   ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
   ConvDesc(const ConvDesc&) = delete;
