@@ -335,7 +335,8 @@ TEST_CASE("Conv2d: torch's parameter names, layout and initialisation; forward i
   check_close(rect(images), conv2d(images, rect.weight, Tensor(), 1, Pair2d(1, 0), Pair2d(2, 1)), 0, 0);
   CHECK(rect(images).shape() == (Shape{2, 2, 5, 5}));
   CHECK_REEL_ERROR(nn::Conv2d(4, 6, 3, 1, 0, 1, 4), "Conv2d: groups 4 must divide in_channels 4 and out_channels 6");
-  CHECK_REEL_ERROR(nn::Conv2d(3, 6, 3)(images), "conv2d_forward: weight (6, 3, 3, 3) does not match the 4 input channels");
+  CHECK_REEL_ERROR(nn::Conv2d(3, 6, 3)(images),
+                   "conv2d_forward: weight (6, 3, 3, 3) does not match the 4 input channels");
   CHECK_REEL_ERROR(nn::Conv2d(4, 6, 9)(images), "conv2d_forward: kernel (9, 9) with dilation (1, 1) is larger than x");
 }
 
