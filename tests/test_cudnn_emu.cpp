@@ -342,4 +342,20 @@ TEST_CASE("a failing cuDNN status is a reel::Error naming the call, the status a
                    "cuDNN error in cudnnConvolutionBackwardBias (dy (2, 6, 4, 4) f32): CUDNN_STATUS_BAD_PARAM");
 }
 
+#if defined(SIMT_EMULATE)
+TEST_CASE("conv2d on cuda takes cuDNN's workspace from the caching allocator, as a Temporary") {
+  // The emulator's first forward algorithm is GEMM, whose workspace is known: (2 * 3 * 2, 4 * 4)
+  // floats for kX and kW. It lives from the algorithm choice to the end of the call, beside y.
+  const Device cuda = Device::cuda(0);
+  const Tensor x = zeros(kX, DType::f32, cuda), w = zeros(kW, DType::f32, cuda);
+  reset_peak_memory(cuda);
+  const int64_t before = memory_stats(cuda)[Category::Temporary].current_bytes;
+  const Tensor y = kernels::conv2d_forward(x, w, Tensor(), kP);
+  const MemoryStats after = memory_stats(cuda);
+  const int64_t y_bytes = 2 * 6 * 4 * 4 * 4, workspace_bytes = 2 * 3 * 2 * 16 * 4;
+  CHECK(after[Category::Temporary].current_bytes - before == y_bytes);  // the workspace is freed
+  CHECK(after[Category::Temporary].peak_bytes - before >= y_bytes + workspace_bytes);
+}
+#endif
+
 #endif  // SIMT_EMULATE || REEL_HAVE_CUDNN
