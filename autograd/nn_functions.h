@@ -1,6 +1,6 @@
 // The differentiable ops of MLPs, transformers and small CNNs: linear, LayerNorm/RMSNorm/GroupNorm,
-// softmax, fused cross-entropy, embedding, causal attention, 2-D max and average pooling. Each
-// family is one header, autograd/ops/<family>.h:
+// softmax, fused cross-entropy, embedding, causal attention, 2-D max and average pooling, 2-D
+// convolution. Each family is one header, autograd/ops/<family>.h:
 // its tape ops (forward, what they save, backward, side by side) over the kernels of kernels/ops.h,
 // and the user functions that record them, with their contracts. attention_composed is built from
 // other ops, as a reference. A new family adds its line here.
@@ -12,6 +12,7 @@
 #pragma once
 #include "autograd/ops/attention.h"
 #include "autograd/ops/batchnorm.h"
+#include "autograd/ops/conv.h"
 #include "autograd/ops/cross_entropy.h"
 #include "autograd/ops/embedding.h"
 #include "autograd/ops/layernorm.h"

@@ -10,6 +10,7 @@
 // Anywhere else a second inclusion adds nothing: every family header is guarded.
 #include "kernels/attention.h"
 #include "kernels/batchnorm.h"
+#include "kernels/conv.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/dropout.h"
 #include "kernels/elementwise.h"

@@ -31,6 +31,26 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias) {
 
 Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
 
+Conv2d::Conv2d(int64_t in, int64_t out, Pair2d kernel, Pair2d stride_, Pair2d padding_, Pair2d dilation_,
+               int64_t groups_, bool with_bias)
+    : in_channels(in), out_channels(out), groups(groups_), kernel_size(kernel), stride(stride_), padding(padding_),
+      dilation(dilation_) {
+  REEL_CHECK(in > 0 && out > 0 && groups > 0 && in % groups == 0 && out % groups == 0, "Conv2d: groups ", groups,
+             " must divide in_channels ", in, " and out_channels ", out, " (all positive)");
+  REEL_CHECK(kernel.v[0] > 0 && kernel.v[1] > 0, "Conv2d: kernel_size (", kernel.v[0], ", ", kernel.v[1],
+             ") must be positive");
+  const int64_t fan_in = in / groups * kernel.v[0] * kernel.v[1];
+  const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+  weight = register_parameter("weight", new_parameter({out, in / groups, kernel.v[0], kernel.v[1]}));
+  init_uniform_(weight, bound);
+  if (with_bias) {
+    bias = register_parameter("bias", new_parameter({out}));
+    init_uniform_(bias, bound);
+  }
+}
+
+Tensor Conv2d::forward(const Tensor& x) { return conv2d(x, weight, bias, stride, padding, dilation, groups); }
+
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim) {
   REEL_CHECK(num_embeddings > 0 && embedding_dim > 0, "Embedding: sizes must be positive, got ", num_embeddings,
              " x ", embedding_dim);

@@ -1,4 +1,4 @@
-// The basic layers: Linear, Embedding, LayerNorm, RMSNorm, GroupNorm, BatchNorm1d/2d, Dropout, the
+// The basic layers: Linear, Conv2d, Embedding, LayerNorm, RMSNorm, GroupNorm, BatchNorm1d/2d, Dropout, the
 // activations, and MaxPool2d, AvgPool2d and Flatten. Each is a
 // thin Module over one differentiable op of autograd/ (which holds the forward and backward), with
 // PyTorch's parameter names, layouts and default initialisation.
@@ -29,6 +29,21 @@ class Embedding : public Module {
   Tensor forward(const Tensor& ids) override;  // (N...) i32/i64 -> (N..., C)
   std::string name() const override { return "Embedding"; }
   Tensor weight;
+};
+
+// torch.nn.Conv2d (zero padding): x (N, in_channels, H, W) -> (N, out_channels, OH, OW);
+// weight (out_channels, in_channels / groups, kH, kW), bias (out_channels). Init as PyTorch's
+// (kaiming_uniform with a = sqrt(5)): weight and bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)),
+// fan_in = in_channels / groups * kH * kW.
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, Pair2d kernel_size, Pair2d stride = 1, Pair2d padding = 0,
+         Pair2d dilation = 1, int64_t groups = 1, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "Conv2d"; }
+  Tensor weight, bias;  // bias undefined without one
+  int64_t in_channels, out_channels, groups;
+  Pair2d kernel_size, stride, padding, dilation;
 };
 
 // Over the last dim; weight ones, bias zeros.

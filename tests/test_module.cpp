@@ -310,6 +310,36 @@ TEST_CASE("layers compute what their ops compute, with torch's initialisation") 
   CHECK(nn::MLP({16, 4}).str().find("MLP") == 0);
 }
 
+TEST_CASE("Conv2d: torch's parameter names, layout and initialisation; forward is conv2d with its options") {
+  nn::Conv2d conv(4, 6, 3, 2, 1, 1, 2);  // in 4, out 6, 3x3, stride 2, padding 1, dilation 1, 2 groups
+  const auto params = conv.named_parameters();
+  REQUIRE(params.size() == 2);
+  CHECK(params[0].first == "weight");
+  CHECK(params[0].second.shape() == (Shape{6, 2, 3, 3}));  // (out, in / groups, kH, kW)
+  CHECK(params[1].first == "bias");
+  CHECK(params[1].second.shape() == (Shape{6}));
+  const double bound = 1.0 / std::sqrt(2.0 * 3 * 3);  // fan_in = in / groups * kH * kW
+  double largest = 0;
+  for (double w : values(conv.weight)) largest = std::max(largest, std::fabs(w));
+  CHECK(largest <= bound);
+  CHECK(largest > 0.5 * bound);  // 108 uniform draws fill the range, not a narrower one
+  for (double b : values(conv.bias)) CHECK(std::fabs(b) <= bound);
+  const Tensor images = randn({2, 4, 7, 5});
+  const Tensor y = conv(images);
+  CHECK(y.shape() == (Shape{2, 6, 4, 3}));
+  check_close(y, conv2d(images, conv.weight, conv.bias, 2, 1, 1, 2), 0, 0);
+  nn::Conv2d rect(4, 2, {3, 1}, 1, {1, 0}, {2, 1}, 1, false);
+  CHECK_FALSE(rect.bias.defined());
+  CHECK(rect.named_parameters().size() == 1);
+  CHECK(rect.weight.shape() == (Shape{2, 4, 3, 1}));
+  check_close(rect(images), conv2d(images, rect.weight, Tensor(), 1, Pair2d(1, 0), Pair2d(2, 1)), 0, 0);
+  CHECK(rect(images).shape() == (Shape{2, 2, 5, 5}));
+  CHECK_REEL_ERROR(nn::Conv2d(4, 6, 3, 1, 0, 1, 4), "Conv2d: groups 4 must divide in_channels 4 and out_channels 6");
+  CHECK_REEL_ERROR(nn::Conv2d(3, 6, 3)(images),
+                   "conv2d_forward: weight (6, 3, 3, 3) does not match the 4 input channels");
+  CHECK_REEL_ERROR(nn::Conv2d(4, 6, 9)(images), "conv2d_forward: kernel (9, 9) with dilation (1, 1) is larger than x");
+}
+
 TEST_CASE("checkpoint policies: parsing and the runs they plan") {
   using P = nn::CheckpointPolicy;
   auto runs = [](const std::string& text, int64_t n) {
