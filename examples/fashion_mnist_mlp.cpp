@@ -4,6 +4,7 @@
 //   ./fashion_mnist_mlp                                  # 3 epochs of Adam (cosine lr), batch 128, CPU
 //   ./fashion_mnist_mlp --accum-steps 4                  # same updates, 4 micro-batches of 32 each
 //   ./fashion_mnist_mlp --checkpoint sqrt --device cuda  # recompute activations in backward
+//   mpirun -np 2 ./fashion_mnist_mlp --dist              # data parallel: each rank half of each window
 //
 // One optimizer step is one window of --batch samples, cut into --accum-steps micro-batches and
 // run through optim::Accumulator: each micro-batch's loss is a SUM over its samples and the
@@ -122,6 +123,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
+    examples::Distributed dist(o);  // --dist: only rank 0 prints and saves from here
     const Device device(o.device);
     examples::apply_threads(o);
     const HostData train = load_split("train", data_dir, train_limit);
@@ -138,9 +140,9 @@ int main(int argc, char** argv) {
     const int64_t steps_per_epoch = (train.n + o.batch - 1) / o.batch;
     int64_t total_steps = o.epochs * steps_per_epoch;
     if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
-    auto optimizer = optim::make_optimizer(o.optimizer, model.parameters(), o.lr);
+    auto optimizer = dist.make_optimizer(o.optimizer, model.parameters(), o.lr);
     const std::unique_ptr<optim::LrSchedule> schedule = examples::make_schedule(o, total_steps);
-    optim::Accumulator accumulator(*optimizer, {o.clip, schedule.get(), o.skip_nonfinite});
+    optim::Accumulator accumulator(*optimizer, {o.clip, schedule.get(), o.skip_nonfinite, dist.sync()});
     std::optional<autograd::DetectAnomaly> detect_anomaly;
     if (o.detect_anomaly) detect_anomaly.emplace();
     std::string plan;
@@ -183,9 +185,20 @@ int main(int argc, char** argv) {
       double loss_sum = 0;
       int64_t epoch_samples = 0, epoch_steps = 0;
       for (int64_t w = 0; w < train.n && step < total_steps; w += o.batch) {
+        // The distributed sampler: every rank shuffles the same order (the same seed); under --dist
+        // this rank takes its round-robin share of the window, laid out from `w` in `order` (the
+        // window's rows are only permuted), so the ranks' windows together are the one-process window.
+        const int64_t window_n = std::min(o.batch, train.n - w);
+        const std::vector<int64_t> mine = dist.share(window_n);
+        if (dist.world() > 1) {
+          std::vector<int64_t> rows(static_cast<size_t>(window_n));
+          for (int64_t i = 0; i < window_n; ++i) rows[static_cast<size_t>(i)] = order[static_cast<size_t>(w + i)];
+          for (size_t i = 0; i < mine.size(); ++i) order[static_cast<size_t>(w) + i] = rows[static_cast<size_t>(mine[i])];
+        }
         std::vector<MicroBatch> window;
         int64_t begin = w;
-        for (int64_t size : examples::micro_batch_sizes(std::min(o.batch, train.n - w), o.accum_steps)) {
+        const int64_t my_n = static_cast<int64_t>(mine.size());
+        for (int64_t size : my_n > 0 ? examples::micro_batch_sizes(my_n, o.accum_steps) : std::vector<int64_t>{}) {
           window.push_back({begin, size});
           begin += size;
         }
@@ -233,8 +246,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fashion_mnist_mlp: %s\n", e.what());
-    return 1;
+    return examples::report_error("fashion_mnist_mlp", e);
   }
   return 0;
 }
