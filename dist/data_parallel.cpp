@@ -2,6 +2,7 @@
 // window's synchronisation, the sharded AdamW and the dataset sharding.
 #include "dist/data_parallel.h"
 
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -105,8 +106,10 @@ void DataParallel::launch(size_t b, bool during_backward) {
 void DataParallel::after_last_backward() {
   REEL_CHECK(armed_, "DataParallel: after_last_backward without before_last_backward");
   disarm();
+  const auto start = std::chrono::steady_clock::now();
   while (next_ < buckets_.size()) launch(next_++, false);
   for (Bucket& k : buckets_) k.work.wait();
+  exposed_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (Bucket& k : buckets_)
     for (size_t j = 0; j < k.params.size(); ++j) {
       const Tensor& p = params_[k.params[j]];
@@ -116,7 +119,7 @@ void DataParallel::after_last_backward() {
       }
       // Replicated: the summed gradients back into .grad. ZeRO-1 keeps them in the shards.
       if (options_.zero_stage == 0)
-        flat_view(p.grad()).copy_(untracked::slice(k.flat, 0, k.offset[j], k.offset[j] + p.numel()));
+        p.grad().copy_(untracked::reshape(untracked::slice(k.flat, 0, k.offset[j], k.offset[j] + p.numel()), p.shape()));
     }
   for (Bucket& k : buckets_) k.work = Work();
 }

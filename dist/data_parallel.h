@@ -68,6 +68,10 @@ class DataParallel final : public optim::WindowSync {
   // and how many of them started before backward ended (overlapped with it).
   int64_t grad_syncs() const { return grad_syncs_; }
   int64_t overlapped_syncs() const { return overlapped_syncs_; }
+  // Seconds spent after the windows' last backwards starting the remaining buckets and waiting for
+  // all of them: the communication backward did not hide. With overlap off it is all of it, so
+  // 1 - (this with overlap) / (this without) is the share of the all-reduce time hidden.
+  double exposed_seconds() const { return exposed_seconds_; }
 
   // ZeRO-1: bucket b's parameters, flattened and padded to a multiple of the world size, are
   // `padded(b)` elements; this rank owns elements [rank * chunk(b), (rank + 1) * chunk(b)), and
@@ -97,6 +101,7 @@ class DataParallel final : public optim::WindowSync {
   size_t next_ = 0;     // the next bucket to start (they start in order)
   bool armed_ = false;  // inside the window's last backward
   int64_t grad_syncs_ = 0, overlapped_syncs_ = 0;
+  double exposed_seconds_ = 0;
 };
 
 // AdamW with ZeRO stage 1: each rank keeps and steps the moments of its chunk of every bucket of a

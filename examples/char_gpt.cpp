@@ -364,6 +364,7 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
     if (acc.skipped_steps() > 0)
       std::printf("skipped: %lld steps with non-finite gradients\n", static_cast<long long>(acc.skipped_steps()));
     std::printf("tokens/s: %.0f\n", static_cast<double>(tokens) / train_seconds);
+    dist.report(steps);
     examples::report_checkpoint_budget(budget_plan, device);
   }
 

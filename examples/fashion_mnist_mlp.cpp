@@ -231,6 +231,7 @@ int main(int argc, char** argv) {
     const MemoryStats stats = memory_stats(device);
     std::printf("test accuracy: %.4f\n", test_acc);
     std::printf("train samples/s: %.0f\n", static_cast<double>(samples) / std::max(train_seconds, 1e-9));
+    dist.report(step);
     std::printf("peak activation bytes: %lld (%s)\n",
                 static_cast<long long>(stats[Category::Activation].peak_bytes),
                 format_bytes(stats[Category::Activation].peak_bytes).c_str());

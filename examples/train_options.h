@@ -53,6 +53,7 @@ struct TrainOptions {
   std::string memory_timeline;  // page path (HTML; the JSON beside it); empty: no timeline
   bool dist = false;          // data parallel over the ranks mpirun started (see Distributed)
   int zero = 0;               // with dist: 1 shards the AdamW state across the ranks (ZeRO-1)
+  int dist_overlap = 1;       // with dist: 1 starts gradient all-reduces during backward, 0 after it
 };
 
 // Registers the options on `app`; the values already in `o` are the defaults shown by --help.
@@ -95,6 +96,9 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
                "global batch), only rank 0 prints and saves");
   app.add_option("--zero", o.zero, "with --dist and --optimizer adamw: 1 shards the AdamW state across ranks (ZeRO-1)")
       ->capture_default_str()->check(CLI::IsMember({0, 1}));
+  app.add_option("--dist-overlap", o.dist_overlap,
+                 "with --dist: 1 starts the gradient all-reduces from the tape during backward, 0 after it")
+      ->capture_default_str()->check(CLI::IsMember({0, 1}));
 }
 
 // Set once --dist has started the process group (Distributed's constructor).
@@ -120,7 +124,7 @@ inline int report_error(const char* program, const std::exception& e) {
 // only rank 0 prints and writes files; errors still reach stderr.
 class Distributed {
  public:
-  explicit Distributed(TrainOptions& o) : wanted_(o.dist), zero_(o.zero) {
+  explicit Distributed(TrainOptions& o) : wanted_(o.dist), overlap_(o.dist_overlap != 0), zero_(o.zero) {
     if (!o.dist) {
       REEL_CHECK(o.zero == 0, "--zero ", o.zero, " needs --dist");
       return;
@@ -151,11 +155,11 @@ class Distributed {
 #if REEL_HAS_DIST
     if (wanted_) {
       dp_ = std::make_unique<reel::dist::DataParallel>(
-          params, reel::dist::DataParallel::Options{int64_t{1} << 20, true, zero_});
+          params, reel::dist::DataParallel::Options{int64_t{1} << 20, overlap_, zero_});
       if (zero_ == 1) return std::make_unique<reel::dist::ZeroAdamW>(*dp_, lr);
     }
 #else
-    REEL_CHECK(!wanted_ && zero_ == 0, "--dist: this reel was built without dist/");
+    REEL_CHECK(!wanted_ && zero_ == 0 && overlap_, "--dist: this reel was built without dist/");
 #endif
     return reel::optim::make_optimizer(name, std::move(params), lr);
   }
@@ -165,6 +169,19 @@ class Distributed {
     return dp_.get();
 #else
     return nullptr;
+#endif
+  }
+  // After training, under --dist: the buckets and the communication backward did not hide.
+  void report(int64_t steps) const {
+#if REEL_HAS_DIST
+    if (!dp_ || steps <= 0) return;
+    std::printf("data parallel: %lld gradient buckets per step, %lld of %lld started during backward; "
+                "%.3f ms per step waited for them after backward (overlap %s)\n",
+                static_cast<long long>(dp_->buckets()), static_cast<long long>(dp_->overlapped_syncs()),
+                static_cast<long long>(dp_->grad_syncs()), 1e3 * dp_->exposed_seconds() / static_cast<double>(steps),
+                overlap_ ? "on" : "off");
+#else
+    (void)steps;
 #endif
   }
   // This rank's positions in a window of n samples: r, r + world, ... (round-robin, so the shares
@@ -177,7 +194,7 @@ class Distributed {
   }
 
  private:
-  bool wanted_;
+  bool wanted_, overlap_;
   int zero_;
   int rank_ = 0, world_ = 1;
 #if REEL_HAS_DIST
