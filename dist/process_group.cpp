@@ -95,6 +95,7 @@ std::string mpi_error(int rc) {
 }
 
 bool g_mpi_initialised_here = false;
+ProcessGroup* g_world = nullptr;  // set once the world is fully built (the terminate handler needs it)
 
 // An exception that no one catches, on any rank: say what it was and end the whole job, instead of
 // dying alone and leaving the other ranks inside a collective until their timeout.
@@ -109,7 +110,9 @@ bool g_mpi_initialised_here = false;
       what = "uncaught exception of an unknown type";
     }
   }
-  ProcessGroup::world().abort(what);
+  if (g_world) g_world->abort(what);
+  std::fprintf(stderr, "reel dist: %s\n", what.c_str());  // before the group existed
+  std::abort();
 }
 
 }  // namespace
@@ -143,10 +146,11 @@ ProcessGroup::ProcessGroup() {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);  // errors become reel::Error, not exits
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
-  std::set_terminate(terminate_handler);
   REEL_CHECK(env_size < 0 || env_size == size_, "dist: WORLD_SIZE=", env_size, " but the launcher started ", size_,
              " processes");
   REEL_CHECK(env_rank < 0 || env_rank == rank_, "dist: RANK=", env_rank, " but MPI says this is rank ", rank_);
+  g_world = this;
+  std::set_terminate(terminate_handler);
 }
 
 ProcessGroup::~ProcessGroup() {
@@ -154,14 +158,22 @@ ProcessGroup::~ProcessGroup() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  bool pending = broken_;
-  for (const auto& weak : in_flight_)
-    if (auto s = weak.lock(); s && !s->done) pending = true;
-  // Finalize would wait for ranks that can never match what is in flight here: end the job instead.
-  if (pending) {
-    std::fprintf(stderr, "reel dist: rank %d of %d: exiting with collectives that cannot complete\n", rank_, size_);
+  // Operations nobody waited for are finished first; after a failure they never will be, and
+  // Finalize would wait for ranks that can never match them: end the job instead.
+  bool failed = broken_;
+  if (!failed) {
+    try {
+      for (const auto& s : in_flight_) wait_state(*s);
+    } catch (const std::exception&) {
+      failed = true;
+    }
+  }
+  if (failed) {
+    std::fprintf(stderr, "reel dist: rank %d of %d: exiting after a failed collective; ending every rank\n", rank_,
+                 size_);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  g_world = nullptr;
   MPI_Finalize();
 }
 
@@ -188,10 +200,11 @@ Work ProcessGroup::start(Collective c, std::shared_ptr<Work::State> state) {
   state->kind = c;
   state->started = std::chrono::steady_clock::now();
   if (mpi_) {
-    // Forget what finished, keep what is in flight (for progress() and the exit check).
-    std::vector<std::weak_ptr<Work::State>> live;
-    for (auto& weak : in_flight_)
-      if (auto s = weak.lock(); s && !s->done) live.push_back(weak);
+    // Forget what finished; keep what is in flight alive (MPI still reads and writes its buffers,
+    // whether or not the caller keeps its Work) for progress() and the exit.
+    std::vector<std::shared_ptr<Work::State>> live;
+    for (auto& s : in_flight_)
+      if (!s->done) live.push_back(std::move(s));
     live.push_back(state);
     in_flight_ = std::move(live);
   }
@@ -203,7 +216,7 @@ namespace {
 void complete(Work::State& s) {
   s.done = true;
   s.host_in = Tensor();
-  if (!s.user.defined()) return;
+  if (!s.user.defined() || !s.host_out.defined()) return;  // a barrier, or local: the result is in place
   if (s.scale != 1) kernels::scale_({s.host_out}, s.scale);
   if (s.host_out.same(s.user)) s.user.bump_version();  // MPI wrote it through a raw pointer
   else s.user.copy_(s.host_out);
@@ -254,8 +267,7 @@ void ProcessGroup::wait_state(Work::State& s) {
 
 void ProcessGroup::progress() {
   if (!mpi_ || broken_) return;
-  for (const auto& weak : in_flight_)
-    if (auto s = weak.lock()) test_state(*s);
+  for (const auto& s : in_flight_) test_state(*s);
 }
 
 // ---- the collectives ------------------------------------------------------------------------

@@ -37,7 +37,8 @@ class ProcessGroup;
 
 // A collective in flight (the *_async calls). wait() returns once the result is in the tensors
 // given to the call (raising like the blocking collective on timeout); test() advances it and says
-// whether it is done. A Work dropped before it completes is waited for by the group at exit.
+// whether it is done. A Work dropped before it completes still completes (the group keeps its
+// buffers alive, and waits for it at exit at the latest).
 class Work {
  public:
   Work() = default;
@@ -108,7 +109,7 @@ class ProcessGroup {
   bool broken_ = false;
   double timeout_s_ = 300;
   std::array<int64_t, kNumCollectives> issued_{};
-  std::vector<std::weak_ptr<Work::State>> in_flight_;
+  std::vector<std::shared_ptr<Work::State>> in_flight_;  // started, maybe not done (pruned by start())
 };
 
 }  // namespace reel::dist
