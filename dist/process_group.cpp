@@ -249,7 +249,7 @@ bool ProcessGroup::test_state(Work::State& s) {
 }
 
 void ProcessGroup::wait_state(Work::State& s) {
-  for (int polls = 0; !test_state(s); ++polls) {
+  while (!test_state(s)) {
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.started).count();
     if (waited > timeout_s_) {
       std::ostringstream why;
@@ -258,10 +258,12 @@ void ProcessGroup::wait_state(Work::State& s) {
              "different collective)";
       fail(s, why.str());
     }
-    // Spin briefly (a collective between ranks of one machine completes in microseconds), then
-    // leave the core to the other ranks.
-    if (polls < 64) std::this_thread::yield();
-    else std::this_thread::sleep_for(std::chrono::microseconds(50));
+    // A non-blocking collective advances only while its ranks are inside MPI calls, so poll
+    // without sleeping (a sleeping rank stalls its peers too: on an oversubscribed machine 50 us
+    // sleeps made a 64 KiB all_reduce take 20 ms instead of 0.04), yielding the core to whoever
+    // is runnable. A rank left waiting longer than that (a peer still computing) polls gently.
+    if (waited < 0.25) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 }
 
