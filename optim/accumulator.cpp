@@ -10,8 +10,8 @@ namespace reel::optim {
 void Accumulator::finish(WindowResult& r) {
   const profile::PhaseScope profiled(profile::Phase::Optimizer);  // clipping and zeroing too
   WindowSync* sync = options_.sync;
+  double norm = -1;  // the global norm, once measured (across ranks it costs a collective)
   if (options_.skip_nonfinite) {
-    double norm = 0;
     if (sync) {
       norm = sync->grad_norm();  // the same on every rank, so every rank skips or none does
     } else {
@@ -28,7 +28,7 @@ void Accumulator::finish(WindowResult& r) {
     }
   }
   if (options_.clip_norm > 0 && sync) {  // clip_grad_norm's rule, on the global norm
-    r.grad_norm = sync->grad_norm();
+    r.grad_norm = norm >= 0 ? norm : sync->grad_norm();
     const double factor = options_.clip_norm / (r.grad_norm + 1e-6);
     if (factor < 1.0) sync->scale_grads(factor);
   } else if (options_.clip_norm > 0) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <set>
 
 #include "autograd/checkpoint.h"
@@ -337,6 +338,28 @@ TEST_CASE("data parallel: clipping uses the global norm") {
       acc.step(my_window(d, {16}, {7, 9}), tokens, [&](const Batch& b) { return loss_of(p, b, false); });
   CHECK(r.grad_norm > 0.05);  // so it did clip
   check_grads(cap.grads, want, 1e-12);
+}
+
+TEST_CASE("data parallel: a non-finite gradient on one rank makes every rank skip the step") {
+  for (const int zero : {0, 1}) {
+    CAPTURE(zero);
+    const Data d = global_batch(DType::f64);
+    const std::vector<Tensor> p = make_params(DType::f64, 1);
+    std::vector<std::vector<double>> before;
+    for (const Tensor& t : p) before.push_back(reel::testing::values(t));
+    dist::DataParallel dp(p, {512, true, zero});
+    std::unique_ptr<optim::Optimizer> opt;
+    if (zero == 1) opt = std::make_unique<dist::ZeroAdamW>(dp, 0.01);
+    else opt = std::make_unique<optim::AdamW>(p, 0.01);
+    optim::Accumulator acc(*opt, {1.0, nullptr, true, &dp});
+    std::vector<Batch> window = my_window(d, {16}, {16});
+    if (world().rank() == 1) window[0].x = window[0].x * std::nan("");  // an overflow on rank 1 only
+    const optim::WindowResult r = acc.step(window, tokens, [&](const Batch& b) { return loss_of(p, b, false); });
+    CHECK(r.skipped_nonfinite);
+    CHECK_FALSE(r.stepped);
+    CHECK(acc.skipped_steps() == 1);
+    for (size_t i = 0; i < p.size(); ++i) reel::testing::check_close(p[i], before[i], 0, 0);
+  }
 }
 
 // ---- ZeRO-1 ----------------------------------------------------------------------------------
