@@ -126,7 +126,7 @@ class Distributed {
  public:
   explicit Distributed(TrainOptions& o) : wanted_(o.dist), overlap_(o.dist_overlap != 0), zero_(o.zero) {
     if (!o.dist) {
-      REEL_CHECK(o.zero == 0, "--zero ", o.zero, " needs --dist");
+      REEL_CHECK(o.zero == 0 && o.dist_overlap == 1, "--zero and --dist-overlap need --dist");
       return;
     }
 #if REEL_HAS_DIST
