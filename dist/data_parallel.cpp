@@ -5,10 +5,13 @@
 #include <chrono>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <random>
+#include <string>
 
 #include "autograd/tape.h"
 #include "core/allocator.h"
+#include "core/profile.h"
 #include "kernels/optimizer.h"
 
 namespace reel::dist {
@@ -90,6 +93,9 @@ void DataParallel::grad_ready(const AutogradMeta& leaf) {
 }
 
 void DataParallel::launch(size_t b, bool during_backward) {
+  // A span in the profiler's trace where the bucket starts (inside backward when overlapped).
+  std::optional<profile::Scope> span;
+  if (profile::enabled()) span.emplace("dist: start bucket " + std::to_string(b) + " of " + std::to_string(buckets_.size()));
   Bucket& k = buckets_[b];
   for (size_t j = 0; j < k.params.size(); ++j) {
     const Tensor& p = params_[k.params[j]];
@@ -108,7 +114,12 @@ void DataParallel::after_last_backward() {
   disarm();
   const auto start = std::chrono::steady_clock::now();
   while (next_ < buckets_.size()) launch(next_++, false);
-  for (Bucket& k : buckets_) k.work.wait();
+  {
+    // The communication backward did not hide, as a span of the trace.
+    std::optional<profile::Scope> span;
+    if (profile::enabled()) span.emplace("dist: wait for the gradient buckets");
+    for (Bucket& k : buckets_) k.work.wait();
+  }
   exposed_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (Bucket& k : buckets_)
     for (size_t j = 0; j < k.params.size(); ++j) {
