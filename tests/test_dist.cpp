@@ -72,11 +72,11 @@ Batch rows(const Data& d, int64_t begin, int64_t end) {
 }
 int64_t tokens(const Batch& b) { return static_cast<int64_t>(std::llround(sum(b.mask).item())) / 3; }
 
-std::vector<Tensor> make_params(DType dt, uint64_t seed) {
+std::vector<Tensor> make_params(DType dt, uint64_t seed, Device dev = Device::cpu()) {
   Generator gen(seed);
   MemoryCategory category(Category::Parameter);
   const auto p = [&](const Shape& s, double scale) {
-    return (randn(s, DType::f64, Device::cpu(), &gen) * scale).to(dt).set_requires_grad();
+    return (randn(s, DType::f64, Device::cpu(), &gen) * scale).to(dt).to(dev).set_requires_grad();
   };
   return {p({6, 16}, 0.4), p({16}, 0.1), p({16, 3}, 0.25), p({3}, 0.1)};
 }
@@ -359,6 +359,36 @@ TEST_CASE("data parallel: a non-finite gradient on one rank makes every rank ski
     CHECK_FALSE(r.stepped);
     CHECK(acc.skipped_steps() == 1);
     for (size_t i = 0; i < p.size(); ++i) reel::testing::check_close(p[i], before[i], 0, 0);
+  }
+}
+
+TEST_CASE("data parallel on cuda:0: gradient buckets staged through the host, same gradients") {
+  if (!cuda_available()) return;
+  const auto want = one_process_grads(DType::f32);  // on the CPU
+  const Data d = global_batch(DType::f32);
+  for (const int zero : {0, 1}) {
+    CAPTURE(zero);
+    const std::vector<Tensor> p = make_params(DType::f32, 1 + world().rank(), Device::cuda(0));
+    dist::DataParallel dp(p, {256, true, zero});
+    CHECK(dp.bucket_list().front().flat.device() == Device::cuda(0));
+    std::vector<Batch> window = my_window(d, {5, 11}, {16});
+    for (Batch& b : window) b = {b.x.to(Device::cuda(0)), b.y.to(Device::cuda(0)), b.mask.to(Device::cuda(0))};
+    if (zero == 0) {
+      Capture cap(p);
+      optim::Accumulator acc(cap, {0, nullptr, false, &dp});
+      acc.step(window, tokens, [&](const Batch& b) { return loss_of(p, b, false); });
+      check_grads(cap.grads, want, 1e-5);  // CUDA kernels against the CPU's: rounding only
+    } else {
+      // ZeRO-1: one AdamW step, against plain AdamW stepped with the CPU reference gradients.
+      const std::vector<Tensor> ref = make_params(DType::f32, 1);
+      for (size_t i = 0; i < ref.size(); ++i) ref[i].set_grad(from_vector<double>(want[i], ref[i].shape()).to(DType::f32));
+      optim::AdamW plain(ref, 0.01);
+      plain.step();
+      dist::ZeroAdamW zero_adam(dp, 0.01);
+      optim::Accumulator acc(zero_adam, {0, nullptr, false, &dp});
+      acc.step(window, tokens, [&](const Batch& b) { return loss_of(p, b, false); });
+      for (size_t i = 0; i < p.size(); ++i) reel::testing::check_close(p[i], ref[i], 1e-5, 1e-5);
+    }
   }
 }
 
