@@ -495,6 +495,24 @@ void Tape::run_backward(const Node& root, int output_index, const Tensor& seed) 
   NoGrad no_grad;  // backward rules and replays call kernels; nothing may record meanwhile
   const profile::PhaseScope profiled_phase(profile::Phase::Backward);
 
+  // grad_ready_hook_: final_after[i] lists the leaves whose lowest user on the tape is node i, so
+  // their .grad is final once the walk is past it.
+  std::vector<std::vector<const AutogradMeta*>> final_after;
+  if (grad_ready_hook_) {
+    std::map<const AutogradMeta*, size_t> lowest;
+    for (size_t i = root.index + 1; i-- > 0;)
+      for (const Node::Input& in : nodes_[i]->inputs)
+        if (in.meta && in.meta->is_leaf) lowest[in.meta.get()] = i;
+    final_after.resize(root.index + 1);
+    for (size_t i = 0; i <= root.index; ++i)
+      for (const Node::Input& in : nodes_[i]->inputs)
+        if (in.meta && in.meta->is_leaf && lowest.erase(in.meta.get())) final_after[i].push_back(in.meta.get());
+  }
+  const auto leaves_final_after = [&](size_t i) {
+    if (grad_ready_hook_)
+      for (const AutogradMeta* leaf : final_after[i]) grad_ready_hook_(*leaf);
+  };
+
   nodes_[root.index]->outputs[output_index].grad = seed;
   for (size_t i = root.index + 1; i-- > 0;) {
     Node& node = *nodes_[i];
@@ -502,6 +520,7 @@ void Tape::run_backward(const Node& root, int output_index, const Tensor& seed) 
     for (const Node::Output& out : node.outputs) reached = reached || out.grad.defined();
     if (!reached) {
       release(node);
+      leaves_final_after(i);
       continue;
     }
     while (Segment* segment = outermost_collapsed(node)) replay(*segment, i);
@@ -534,6 +553,7 @@ void Tape::run_backward(const Node& root, int output_index, const Tensor& seed) 
         slot = slot.defined() ? kernels::binary(kernels::BinaryOp::Add, slot, g) : g;  // fan-out
       }
     }
+    leaves_final_after(i);
   }
 }
 

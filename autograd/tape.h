@@ -30,6 +30,7 @@
 // gradient would silently use the new values (e.g. x.fill_() or an optimizer step between the
 // forward and its backward). Writes through raw data<T>() pointers are not seen.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -81,6 +82,13 @@ class Tape {
   // recorded with the leaf on another device would get its gradient there, so backward through it
   // raises instead (the move must come before the forward). Only this thread's tape is told.
   void leaf_moved(const std::shared_ptr<AutogradMeta>& leaf, Device device);
+  // Called during backward with each leaf whose .grad this backward adds nothing more to: the walk
+  // is past the last node (lowest on the tape) that uses it, replays included. dist::DataParallel
+  // starts a gradient bucket's all-reduce from it while the rest of backward runs. One per tape
+  // (thread); an empty function (the default) costs nothing. A leaf the loss does not reach is
+  // reported too, with its .grad as it was.
+  using GradReadyHook = std::function<void(const AutogradMeta& leaf)>;
+  void set_grad_ready_hook(GradReadyHook hook) { grad_ready_hook_ = std::move(hook); }
   const std::shared_ptr<Segment>& open_segment() const { return open_segment_; }
   // Sets the segment of a node about to be recorded: the innermost open one or, inside a selective
   // scope, its current piece (begun here if need be); and whether the node is kept there.
@@ -104,6 +112,7 @@ class Tape {
   void forget_activations();      // re-tags what the tape let go of as temporary
 
   std::vector<std::shared_ptr<Node>> nodes_;
+  GradReadyHook grad_ready_hook_;
   std::vector<std::weak_ptr<Storage>> activations_;  // re-tagged by this tape
   std::shared_ptr<Segment> open_segment_;  // innermost open Checkpoint scope
   std::string deferred_error_;  // an out-of-order close found by a destructor; the next backward raises it

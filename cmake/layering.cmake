@@ -4,7 +4,11 @@
 # symbol and this build fails, naming it. The programs are built with `all` and never run.
 set(layer_check_main ${CMAKE_CURRENT_BINARY_DIR}/layer_check_main.cpp)
 file(WRITE ${layer_check_main} "int main() { return 0; }\n")
-foreach(layer reel_core reel_kernels reel_autograd reel_nn reel_optim)
+set(reel_layers reel_core reel_kernels reel_autograd reel_nn reel_optim)
+if(REEL_DIST)
+  list(APPEND reel_layers reel_dist)
+endif()
+foreach(layer ${reel_layers})
   add_executable(layer_check_${layer} ${layer_check_main})
   target_link_libraries(layer_check_${layer} PRIVATE "$<LINK_LIBRARY:WHOLE_ARCHIVE,${layer}>")
 endforeach()

@@ -1,6 +1,6 @@
 # reel_layer(<target> <sources>...): one layer of reel as its own static library, with the
 # project's include root, warnings and code-generation flags. The layers link in order
-#   reel_core <- reel_kernels <- reel_autograd <- reel_nn, reel_optim
+#   reel_core <- reel_kernels <- reel_autograd <- reel_nn, reel_optim <- reel_dist
 # (each links only the ones below it), so a call from a layer up into a higher one cannot link:
 # cmake/layering.cmake checks that at build time.
 function(reel_layer target)

@@ -5,6 +5,7 @@
 //   ./char_gpt --save gpt.safetensors            # keep the weights (and the vocabulary)
 //   ./char_gpt --max-steps 0 --load gpt.safetensors --sample-chars 1000   # sample only
 //   ./char_gpt --device cuda --checkpoint sqrt --batch 64 --accum-steps 4    # on a GPU (nvcc build)
+//   mpirun -np 2 ./char_gpt --dist --threads 1   # data parallel: each rank takes half of each batch
 //
 // Data: every byte value of the corpus is a token. The text is cut into 100 blocks at line ends
 // and every 10th block goes to validation (an interleaved 90/10 split, so both halves hold the
@@ -241,7 +242,7 @@ void check_vocab(const Vocab& stored, const Vocab& corpus, const std::string& pa
             (only_file.empty() && only_corpus.empty()) ? "; same characters in another order" : "");
 }
 
-int run(const Options& o, const CLI::App& app) {
+int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
   const Device device(o.train.device);
   manual_seed(o.train.seed);
   examples::apply_threads(o.train);
@@ -297,20 +298,26 @@ int run(const Options& o, const CLI::App& app) {
   const int64_t steps = o.train.max_steps;
   double val_loss = 0;
   if (steps > 0) {
-    std::unique_ptr<optim::Optimizer> opt = optim::make_optimizer(o.train.optimizer, gpt.parameters(), o.train.lr);
+    // --dist: rank 0's weights everywhere; each rank takes its share of every window's sequences.
+    std::unique_ptr<optim::Optimizer> opt = dist.make_optimizer(o.train.optimizer, gpt.parameters(), o.train.lr);
     const std::unique_ptr<optim::LrSchedule> schedule = examples::make_schedule(o.train, steps);
-    optim::Accumulator acc(*opt, {o.train.clip, schedule.get(), o.train.skip_nonfinite});
+    optim::Accumulator acc(*opt, {o.train.clip, schedule.get(), o.train.skip_nonfinite, dist.sync()});
     std::optional<autograd::DetectAnomaly> detect_anomaly;
     if (o.train.detect_anomaly) detect_anomaly.emplace();
-    const std::vector<int64_t> sizes = examples::micro_batch_sizes(o.train.batch, o.train.accum_steps);
+    const int64_t my_batch = static_cast<int64_t>(dist.share(o.train.batch).size());
+    REEL_CHECK(my_batch > 0, "--batch ", o.train.batch, " is smaller than the ", dist.world(), " ranks");
+    const std::vector<int64_t> sizes = examples::micro_batch_sizes(my_batch, o.train.accum_steps);
     std::printf("training: %lld steps of %lld sequences x %lld characters (%lld micro-batches), %s, lr %g (%s), "
                 "checkpoint %s\n",
                 static_cast<long long>(steps), static_cast<long long>(o.train.batch), static_cast<long long>(T),
                 static_cast<long long>(sizes.size()), o.train.optimizer.c_str(), o.train.lr,
                 o.train.schedule.c_str(), o.train.checkpoint.c_str());
+    if (o.train.dist)
+      std::printf("data parallel: %d ranks, %lld sequences each per step%s\n", dist.world(),
+                  static_cast<long long>(my_batch), o.train.zero ? ", AdamW state sharded (ZeRO-1)" : "");
     std::fflush(stdout);
 
-    std::mt19937_64 rng(o.train.seed);
+    std::mt19937_64 rng(o.train.seed + 1000003 * static_cast<uint64_t>(dist.rank()));  // each rank its own windows
     std::uniform_int_distribution<size_t> pick(0, train_ids.size() - static_cast<size_t>(T) - 1);
     const autograd::CheckpointPlan* budget_plan = examples::plan_checkpoint_budget(gpt, [&] {
       const Batch b = make_batch(train_ids, std::vector<size_t>(static_cast<size_t>(sizes.front()), 0), T, device);
@@ -357,6 +364,7 @@ int run(const Options& o, const CLI::App& app) {
     if (acc.skipped_steps() > 0)
       std::printf("skipped: %lld steps with non-finite gradients\n", static_cast<long long>(acc.skipped_steps()));
     std::printf("tokens/s: %.0f\n", static_cast<double>(tokens) / train_seconds);
+    dist.report(steps);
     examples::report_checkpoint_budget(budget_plan, device);
   }
 
@@ -457,10 +465,9 @@ int main(int argc, char** argv) {
                  "exit 1 unless the final val loss is at least this many nats below the unigram entropy");
   CLI11_PARSE(app, argc, argv);
   try {
-    return run(o, app);
+    examples::Distributed dist(o.train);
+    return run(o, app, dist);
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "char_gpt: error: %s\n", e.what());
-    return 1;
+    return examples::report_error("char_gpt", e);
   }
 }

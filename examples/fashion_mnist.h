@@ -180,6 +180,7 @@ struct FashionMnistModel {
 inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, const FashionMnistOptions& f) {
   using namespace reel;
   try {
+    Distributed dist(o);  // --dist: only rank 0 prints and saves from here
     const Device device(o.device);
     apply_threads(o);
     const HostData train = load_split("train", f.data_dir, f.train_limit);
@@ -197,9 +198,9 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
     const int64_t steps_per_epoch = (train.n + o.batch - 1) / o.batch;
     int64_t total_steps = o.epochs * steps_per_epoch;
     if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
-    auto optimizer = optim::make_optimizer(o.optimizer, model.parameters(), o.lr);
+    auto optimizer = dist.make_optimizer(o.optimizer, model.parameters(), o.lr);
     const std::unique_ptr<optim::LrSchedule> schedule = make_schedule(o, total_steps);
-    optim::Accumulator accumulator(*optimizer, {o.clip, schedule.get(), o.skip_nonfinite});
+    optim::Accumulator accumulator(*optimizer, {o.clip, schedule.get(), o.skip_nonfinite, dist.sync()});
     std::optional<autograd::DetectAnomaly> detect_anomaly;
     if (o.detect_anomaly) detect_anomaly.emplace();
     std::string plan;
@@ -248,7 +249,17 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
       double loss_sum = 0;
       int64_t epoch_samples = 0, epoch_steps = 0;
       for (int64_t w = 0; w < train.n && step < total_steps; w += o.batch) {
-        const std::vector<MicroBatch> window = window_of(w, std::min(o.batch, train.n - w), o.accum_steps);
+        // The distributed sampler: every rank shuffles the same order (the same seed); under --dist
+        // this rank takes its round-robin share of the window, laid out from `w` in `order` (the
+        // window's rows are only permuted), so the ranks' windows together are the one-process window.
+        const int64_t window_n = std::min(o.batch, train.n - w);
+        const std::vector<int64_t> mine = dist.share(window_n);
+        if (dist.world() > 1) {
+          const std::vector<int64_t> rows(order.begin() + w, order.begin() + w + window_n);
+          for (size_t i = 0; i < mine.size(); ++i) order[static_cast<size_t>(w) + i] = rows[static_cast<size_t>(mine[i])];
+        }
+        const int64_t my_n = static_cast<int64_t>(mine.size());
+        const std::vector<MicroBatch> window = my_n > 0 ? window_of(w, my_n, o.accum_steps) : std::vector<MicroBatch>{};
         profiler.before_step(step + 1);
         memory_timeline.before_step(step + 1);
         const optim::WindowResult r = accumulator.step<MicroBatch>(window, count, loss);
@@ -278,6 +289,7 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
     const MemoryStats stats = memory_stats(device);
     std::printf("test accuracy: %.4f\n", test_acc);
     std::printf("train samples/s: %.0f\n", static_cast<double>(samples) / std::max(train_seconds, 1e-9));
+    dist.report(step);
     std::printf("peak activation bytes: %lld (%s)\n",
                 static_cast<long long>(stats[Category::Activation].peak_bytes),
                 format_bytes(stats[Category::Activation].peak_bytes).c_str());
@@ -293,8 +305,7 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
       return 1;
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", spec.program.c_str(), e.what());
-    return 1;
+    return report_error(spec.program.c_str(), e);
   }
   return 0;
 }

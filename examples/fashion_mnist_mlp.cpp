@@ -4,6 +4,7 @@
 //   ./fashion_mnist_mlp                                  # 3 epochs of Adam (cosine lr), batch 128, CPU
 //   ./fashion_mnist_mlp --accum-steps 4                  # same updates, 4 micro-batches of 32 each
 //   ./fashion_mnist_mlp --checkpoint sqrt --device cuda  # recompute activations in backward
+//   mpirun -np 2 ./fashion_mnist_mlp --dist              # data parallel: each rank half of each window
 //
 // Accumulation (optim::Accumulator) gives the big batch's update up to float rounding, and only
 // one micro-batch's activations are alive at a time: that is what it buys. Checkpointing

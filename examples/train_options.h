@@ -2,7 +2,8 @@
 // accumulation, checkpointing, optimizer, learning-rate schedule, clipping, run length, seed,
 // threads, save/load, profiling, the memory timeline), parsed with CLI11, the schedule and thread
 // count they ask for, how a window's samples are cut into micro-batches, the one-line progress
-// display, and the profiler and the memory timeline around a few training steps.
+// display, the profiler and the memory timeline around a few training steps, and --dist (data
+// parallel over the ranks of mpirun, when reel was built with dist/).
 #pragma once
 #include <CLI/CLI.hpp>
 #include <omp.h>
@@ -20,7 +21,12 @@
 
 #include "core/memory_timeline_report.h"
 #include "core/profile_report.h"
+#include "optim/accumulator.h"
 #include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+#if REEL_HAS_DIST
+#include "dist/data_parallel.h"
+#endif
 
 namespace examples {
 
@@ -45,6 +51,9 @@ struct TrainOptions {
   std::string profile;        // trace path; empty: no profiling
   int64_t profile_steps = 3;  // optimizer steps profiled, after kProfileWarmup steps of warm-up
   std::string memory_timeline;  // page path (HTML; the JSON beside it); empty: no timeline
+  bool dist = false;          // data parallel over the ranks mpirun started (see Distributed)
+  int zero = 0;               // with dist: 1 shards the AdamW state across the ranks (ZeRO-1)
+  int dist_overlap = 1;       // with dist: 1 starts gradient all-reduces during backward, 0 after it
 };
 
 // Registers the options on `app`; the values already in `o` are the defaults shown by --help.
@@ -82,7 +91,116 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
       ->check(CLI::PositiveNumber);
   app.add_option("--memory-timeline", o.memory_timeline,
                  "write the memory timeline of optimizer step 2 here (an HTML page; the JSON beside it, .json)");
+  app.add_flag("--dist", o.dist,
+               "data parallel: run under mpirun -np N; each rank trains on 1/N of every window (--batch is the "
+               "global batch), only rank 0 prints and saves");
+  app.add_option("--zero", o.zero, "with --dist and --optimizer adamw: 1 shards the AdamW state across ranks (ZeRO-1)")
+      ->capture_default_str()->check(CLI::IsMember({0, 1}));
+  app.add_option("--dist-overlap", o.dist_overlap,
+                 "with --dist: 1 starts the gradient all-reduces from the tape during backward, 0 after it")
+      ->capture_default_str()->check(CLI::IsMember({0, 1}));
 }
+
+// Set once --dist has started the process group (Distributed's constructor).
+inline bool& dist_started() {
+  static bool started = false;
+  return started;
+}
+
+// The examples' catch-all: the error on stderr and exit status 1. Under --dist the whole job ends
+// (MPI_Abort), so the other ranks do not wait in a collective for this one until their timeout.
+inline int report_error(const char* program, const std::exception& e) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+#if REEL_HAS_DIST
+  if (dist_started()) reel::dist::ProcessGroup::world().abort(std::string(program) + " failed on this rank");
+#endif
+  return 1;
+}
+
+// --dist: this process's place among the ranks, the data-parallel synchronisation and the
+// optimizer (ZeroAdamW under --zero 1). Without --dist: rank 0 of 1, no synchronisation. On ranks
+// other than 0, stdout goes to /dev/null and --save, --profile, --memory-timeline are dropped, so
+// only rank 0 prints and writes files; errors still reach stderr.
+class Distributed {
+ public:
+  explicit Distributed(TrainOptions& o) : wanted_(o.dist), overlap_(o.dist_overlap != 0), zero_(o.zero) {
+    if (!o.dist) {
+      REEL_CHECK(o.zero == 0 && o.dist_overlap == 1, "--zero and --dist-overlap need --dist");
+      return;
+    }
+#if REEL_HAS_DIST
+    reel::dist::ProcessGroup& group = reel::dist::ProcessGroup::world();
+    dist_started() = true;
+    rank_ = group.rank();
+    world_ = group.size();
+    REEL_CHECK(o.zero == 0 || o.optimizer == "adamw", "--zero 1 shards AdamW's state: use --optimizer adamw (got ",
+               o.optimizer, ")");
+    if (rank_ != 0) {
+      REEL_CHECK(std::freopen("/dev/null", "w", stdout) != nullptr, "--dist: cannot silence rank ", rank_);
+      o.quiet = true;
+      o.save.clear();
+      o.profile.clear();
+      o.memory_timeline.clear();
+    }
+#else
+    REEL_FAIL("--dist: this reel was built without dist/ (install MPI, libopenmpi-dev, and configure with -DREEL_DIST=ON)");
+#endif
+  }
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+  // The optimizer over `params` (rank 0's values everywhere from here on, under --dist).
+  std::unique_ptr<reel::optim::Optimizer> make_optimizer(const std::string& name, std::vector<reel::Tensor> params,
+                                                         double lr) {
+#if REEL_HAS_DIST
+    if (wanted_) {
+      dp_ = std::make_unique<reel::dist::DataParallel>(
+          params, reel::dist::DataParallel::Options{int64_t{1} << 20, overlap_, zero_});
+      if (zero_ == 1) return std::make_unique<reel::dist::ZeroAdamW>(*dp_, lr);
+    }
+#else
+    REEL_CHECK(!wanted_ && zero_ == 0 && overlap_, "--dist: this reel was built without dist/");
+#endif
+    return reel::optim::make_optimizer(name, std::move(params), lr);
+  }
+  // What optim::Accumulator::Options::sync takes: null without --dist.
+  reel::optim::WindowSync* sync() const {
+#if REEL_HAS_DIST
+    return dp_.get();
+#else
+    return nullptr;
+#endif
+  }
+  // After training, under --dist: the buckets and the communication backward did not hide.
+  void report(int64_t steps) const {
+#if REEL_HAS_DIST
+    if (!dp_ || steps <= 0) return;
+    std::printf("data parallel: %lld gradient buckets per step, %lld of %lld started during backward; "
+                "%.3f ms per step waited for them after backward (overlap %s)\n",
+                static_cast<long long>(dp_->buckets()), static_cast<long long>(dp_->overlapped_syncs()),
+                static_cast<long long>(dp_->grad_syncs()), 1e3 * dp_->exposed_seconds() / static_cast<double>(steps),
+                overlap_ ? "on" : "off");
+#else
+    (void)steps;
+#endif
+  }
+  // This rank's positions in a window of n samples: r, r + world, ... (round-robin, so the shares
+  // differ by at most one and together are the whole window: the global window is the one a single
+  // process would take, and the trained weights match its within float rounding).
+  std::vector<int64_t> share(int64_t n) const {
+    std::vector<int64_t> mine;
+    for (int64_t i = rank_; i < n; i += world_) mine.push_back(i);
+    return mine;
+  }
+
+ private:
+  bool wanted_, overlap_;
+  int zero_;
+  int rank_ = 0, world_ = 1;
+#if REEL_HAS_DIST
+  std::unique_ptr<reel::dist::DataParallel> dp_;
+#endif
+};
 
 // The learning rate of each of `total_steps` optimizer steps, as --schedule asks.
 inline std::unique_ptr<reel::optim::LrSchedule> make_schedule(const TrainOptions& o, int64_t total_steps) {

@@ -9,18 +9,31 @@ namespace reel::optim {
 
 void Accumulator::finish(WindowResult& r) {
   const profile::PhaseScope profiled(profile::Phase::Optimizer);  // clipping and zeroing too
+  WindowSync* sync = options_.sync;
+  double norm = -1;  // the global norm, once measured (across ranks it costs a collective)
   if (options_.skip_nonfinite) {
-    std::vector<Tensor> grads;
-    for (const Tensor& p : optimizer_.params())
-      if (p.grad().defined()) grads.push_back(p.grad());
-    if (!std::isfinite(kernels::global_grad_norm(grads))) {
+    if (sync) {
+      norm = sync->grad_norm();  // the same on every rank, so every rank skips or none does
+    } else {
+      std::vector<Tensor> grads;
+      for (const Tensor& p : optimizer_.params())
+        if (p.grad().defined()) grads.push_back(p.grad());
+      norm = kernels::global_grad_norm(grads);
+    }
+    if (!std::isfinite(norm)) {
       optimizer_.zero_grad();
       r.skipped_nonfinite = true;
       ++skipped_;
       return;
     }
   }
-  if (options_.clip_norm > 0) r.grad_norm = clip_grad_norm(optimizer_.params(), options_.clip_norm);
+  if (options_.clip_norm > 0 && sync) {  // clip_grad_norm's rule, on the global norm
+    r.grad_norm = norm >= 0 ? norm : sync->grad_norm();
+    const double factor = options_.clip_norm / (r.grad_norm + 1e-6);
+    if (factor < 1.0) sync->scale_grads(factor);
+  } else if (options_.clip_norm > 0) {
+    r.grad_norm = clip_grad_norm(optimizer_.params(), options_.clip_norm);
+  }
   optimizer_.set_lr(r.lr);
   optimizer_.step();
   optimizer_.zero_grad();

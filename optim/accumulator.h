@@ -8,6 +8,11 @@
 // up in the parameters' .grad buffers. Then it clips once, sets the learning rate from the
 // schedule once, steps once and zeroes the gradients. A last, shorter window works the same way.
 //
+// Across processes (Options::sync, set by dist::DataParallel), the window spans every rank: the
+// count is summed over the ranks before any backward, so every rank's loss is normalised by the
+// global count (exact with uneven shards), the gradients are synchronised once per window, during
+// the window's last backward, and clipping and the non-finite check use the global norm.
+//
 // Exact only for layers without batch statistics (no BatchNorm): those see each micro-batch alone.
 #pragma once
 #include <cstdint>
@@ -29,6 +34,22 @@ struct WindowResult {
   bool skipped_nonfinite = false;  // Options::skip_nonfinite: a gradient was NaN or Inf, no step taken
 };
 
+// What a data-parallel wrapper does around a window (dist::DataParallel implements it; optim knows
+// only this interface). Every rank calls each function once per window, in this order.
+class WindowSync {
+ public:
+  virtual ~WindowSync() = default;
+  virtual int64_t global_count(int64_t local) = 0;  // the window's count summed over every rank
+  // Around the window's last backward. A rank without micro-batches in the window calls both with
+  // no backward between (its gradients are zero), so every rank joins the synchronisation.
+  virtual void before_last_backward() = 0;
+  virtual void after_last_backward() = 0;  // the gradients are those of the whole window now
+  virtual double global_sum(double local) = 0;  // the window's loss over every rank
+  // The global L2 norm of the synchronised gradients, and their scaling (clipping).
+  virtual double grad_norm() = 0;
+  virtual void scale_grads(double factor) = 0;
+};
+
 class Accumulator {
  public:
   struct Options {
@@ -37,6 +58,7 @@ class Accumulator {
     // true: a window whose gradients are not all finite (an overflow, a bad batch) zeroes them and
     // takes no step, instead of writing NaN into every parameter; counted in skipped_steps().
     bool skip_nonfinite = false;
+    WindowSync* sync = nullptr;  // dist::DataParallel: the window spans every rank (see above)
   };
   Accumulator(Optimizer& optimizer, Options options) : optimizer_(optimizer), options_(options) {}
   explicit Accumulator(Optimizer& optimizer) : Accumulator(optimizer, Options{}) {}
@@ -54,16 +76,23 @@ class Accumulator {
                  "; the count callback must return the samples or non-ignored tokens in it (>= 0)");
       r.count += n;
     }
+    if (options_.sync) r.count = options_.sync->global_count(r.count);
     r.lr = options_.schedule ? options_.schedule->lr(optimizer_.steps()) : optimizer_.lr();
     if (r.count == 0) return r;
     const double scale = 1.0 / static_cast<double>(r.count);
-    for (const Batch& b : micro_batches) {
+    for (size_t i = 0; i < micro_batches.size(); ++i) {
       const Tensor l = [&] {
         const profile::PhaseScope profiled(profile::Phase::Forward);
-        return loss(b);
+        return loss(micro_batches[i]);
       }();
       r.loss += l.item() * scale;
+      if (options_.sync && i + 1 == micro_batches.size()) options_.sync->before_last_backward();
       autograd::backward(l, scale);
+    }
+    if (options_.sync) {
+      if (micro_batches.empty()) options_.sync->before_last_backward();
+      options_.sync->after_last_backward();
+      r.loss = options_.sync->global_sum(r.loss);
     }
     finish(r);
     return r;

@@ -1,0 +1,398 @@
+// The MPI process group (see process_group.h): staging, non-blocking collectives polled against a
+// timeout, and the abort path that keeps a failed rank from leaving the others waiting.
+#include "dist/process_group.h"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <sstream>
+#include <thread>
+
+#include "kernels/optimizer.h"
+
+namespace reel::dist {
+
+const char* collective_name(Collective c) {
+  switch (c) {
+    case Collective::AllReduce: return "all_reduce";
+    case Collective::ReduceScatter: return "reduce_scatter";
+    case Collective::AllGather: return "all_gather";
+    case Collective::Broadcast: return "broadcast";
+    case Collective::Barrier: return "barrier";
+  }
+  return "?";
+}
+
+// One collective: where its result goes, the host buffers MPI reads and writes, its request.
+struct Work::State {
+  ProcessGroup* group = nullptr;
+  Collective kind = Collective::Barrier;
+  std::string what;  // "all_reduce (sum) of f32 (3, 4) on cpu", for errors
+  MPI_Request request = MPI_REQUEST_NULL;
+  Tensor user;      // the tensor the result belongs in (undefined: none, as for a barrier)
+  Tensor host_out;  // contiguous host buffer MPI writes; user itself when communicated in place
+  Tensor host_in;   // the send buffer, kept alive while MPI reads it
+  double scale = 1;  // ReduceOp::Average: 1 / size, applied when the sum is in
+  bool done = false;
+  std::chrono::steady_clock::time_point started;
+};
+
+namespace {
+
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return -1;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  REEL_CHECK(end && *end == '\0' && x >= 0, "dist: environment variable ", name, "='", v,
+             "' is not a non-negative integer");
+  return static_cast<int>(x);
+}
+
+MPI_Datatype mpi_type(DType t, const std::string& what) {
+  switch (t) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
+    case DType::i32: return MPI_INT32_T;
+    case DType::i64: return MPI_INT64_T;
+  }
+  REEL_FAIL("dist: ", what, ": dtype ", t, " has no MPI type");
+}
+
+std::string describe(Collective c, ReduceOp op, const Tensor& t, bool reduces) {
+  std::ostringstream os;
+  os << collective_name(c);
+  if (reduces) os << (op == ReduceOp::Sum ? " (sum)" : " (average)");
+  os << " of " << t.dtype() << " " << shape_str(t.shape()) << " on " << t.device();
+  return os.str();
+}
+
+// A contiguous host tensor with t's values: t itself when it is one already (communicated in place).
+Tensor host_copy(const Tensor& t) {
+  if (t.device().is_cpu()) return t.contiguous();
+  return t.to(Device::cpu()).contiguous();
+}
+// A contiguous host tensor MPI may write for t: t itself when it is one, else a fresh buffer.
+Tensor host_target(const Tensor& t) {
+  if (t.device().is_cpu() && t.is_contiguous()) return t;
+  return empty(t.shape(), t.dtype(), Device::cpu());
+}
+
+int count_of(const Tensor& t, const std::string& what) {
+  REEL_CHECK(t.numel() <= INT32_MAX, "dist: ", what, ": ", t.numel(),
+             " elements is more than one MPI call takes (2^31 - 1); split the tensor");
+  return static_cast<int>(t.numel());
+}
+
+std::string mpi_error(int rc) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  return std::string(text, static_cast<size_t>(len));
+}
+
+bool g_mpi_initialised_here = false;
+ProcessGroup* g_world = nullptr;  // set once the world is fully built (the terminate handler needs it)
+
+// An exception that no one catches, on any rank: say what it was and end the whole job, instead of
+// dying alone and leaving the other ranks inside a collective until their timeout.
+[[noreturn]] void terminate_handler() {
+  std::string what = "an exception nobody caught";
+  if (std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      what = std::string("uncaught exception: ") + ex.what();
+    } catch (...) {
+      what = "uncaught exception of an unknown type";
+    }
+  }
+  if (g_world) g_world->abort(what);
+  std::fprintf(stderr, "reel dist: %s\n", what.c_str());  // before the group existed
+  std::abort();
+}
+
+}  // namespace
+
+ProcessGroup& ProcessGroup::world() {
+  static ProcessGroup group;
+  return group;
+}
+
+ProcessGroup::ProcessGroup() {
+  const int env_rank = env_int("RANK"), env_size = env_int("WORLD_SIZE");
+  // A launcher says so through its own variables: Open MPI's mpirun, or a PMI/PMIx launcher (srun).
+  const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
+  if (const int t = env_int("REEL_DIST_TIMEOUT_S"); t >= 0) set_timeout_s(t);
+  if (!launched) {
+    REEL_CHECK(env_size <= 1 && env_rank <= 0, "dist: RANK=", env_rank, " WORLD_SIZE=", env_size,
+               " but no MPI launcher started this process; start the ranks with mpirun -np ", env_size,
+               " (reel's CPU backend is MPI)");
+    return;  // a world of one: every collective is local
+  }
+  int initialised = 0;
+  MPI_Initialized(&initialised);
+  if (!initialised) {
+    int provided = 0;
+    // Only the thread that calls the collectives enters MPI (OpenMP workers never do).
+    REEL_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) == MPI_SUCCESS,
+               "dist: MPI_Init_thread failed");
+    g_mpi_initialised_here = true;
+  }
+  mpi_ = true;
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);  // errors become reel::Error, not exits
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  REEL_CHECK(env_size < 0 || env_size == size_, "dist: WORLD_SIZE=", env_size, " but the launcher started ", size_,
+             " processes");
+  REEL_CHECK(env_rank < 0 || env_rank == rank_, "dist: RANK=", env_rank, " but MPI says this is rank ", rank_);
+  g_world = this;
+  std::set_terminate(terminate_handler);
+}
+
+ProcessGroup::~ProcessGroup() {
+  if (!mpi_ || !g_mpi_initialised_here) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  // Operations nobody waited for are finished first; after a failure they never will be, and
+  // Finalize would wait for ranks that can never match them: end the job instead.
+  bool failed = broken_;
+  if (!failed) {
+    try {
+      for (const auto& s : in_flight_) wait_state(*s);
+    } catch (const std::exception&) {
+      failed = true;
+    }
+  }
+  if (failed) {
+    std::fprintf(stderr, "reel dist: rank %d of %d: exiting after a failed collective; ending every rank\n", rank_,
+                 size_);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  g_world = nullptr;
+  MPI_Finalize();
+}
+
+void ProcessGroup::set_timeout_s(double seconds) {
+  REEL_CHECK(seconds > 0, "dist: the collective timeout must be > 0 seconds, got ", seconds);
+  timeout_s_ = seconds;
+}
+
+void ProcessGroup::abort(const std::string& message) {
+  std::fprintf(stderr, "reel dist: rank %d of %d: %s\n", rank_, size_, message.c_str());
+  std::fflush(stderr);
+  if (mpi_) MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);
+}
+
+void ProcessGroup::fail(Work::State& s, const std::string& why) {
+  broken_ = true;
+  REEL_FAIL("dist: ", s.what, " ", why, " on rank ", rank_, " of ", size_);
+}
+
+Work ProcessGroup::start(Collective c, std::shared_ptr<Work::State> state) {
+  ++issued_[static_cast<int>(c)];
+  state->group = this;
+  state->kind = c;
+  state->started = std::chrono::steady_clock::now();
+  if (mpi_) {
+    // Forget what finished; keep what is in flight alive (MPI still reads and writes its buffers,
+    // whether or not the caller keeps its Work) for progress() and the exit.
+    std::vector<std::shared_ptr<Work::State>> live;
+    for (auto& s : in_flight_)
+      if (!s->done) live.push_back(std::move(s));
+    live.push_back(state);
+    in_flight_ = std::move(live);
+  }
+  return Work(std::move(state));
+}
+
+namespace {
+// The result is in host_out: average, then write it back to the user's tensor if staged.
+void complete(Work::State& s) {
+  s.done = true;
+  s.host_in = Tensor();
+  if (!s.user.defined() || !s.host_out.defined()) return;  // a barrier, or local: the result is in place
+  if (s.scale != 1) kernels::scale_({s.host_out}, s.scale);
+  if (s.host_out.same(s.user)) s.user.bump_version();  // MPI wrote it through a raw pointer
+  else s.user.copy_(s.host_out);
+  s.host_out = Tensor();
+}
+}  // namespace
+
+bool Work::test() {
+  REEL_CHECK(state_, "dist: test() on an empty Work");
+  return state_->group->test_state(*state_);
+}
+
+void Work::wait() {
+  REEL_CHECK(state_, "dist: wait() on an empty Work");
+  state_->group->wait_state(*state_);
+}
+
+bool ProcessGroup::test_state(Work::State& s) {
+  if (s.done) return true;
+  if (s.request == MPI_REQUEST_NULL) {  // local: a world of one
+    complete(s);
+    return true;
+  }
+  REEL_CHECK(!broken_, "dist: ", s.what, " cannot complete: an earlier collective failed on rank ", rank_);
+  int flag = 0;
+  if (const int rc = MPI_Test(&s.request, &flag, MPI_STATUS_IGNORE); rc != MPI_SUCCESS)
+    fail(s, "failed (MPI: " + mpi_error(rc) + ")");
+  if (flag) complete(s);
+  return s.done;
+}
+
+void ProcessGroup::wait_state(Work::State& s) {
+  while (!test_state(s)) {
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.started).count();
+    if (waited > timeout_s_) {
+      std::ostringstream why;
+      why << "timed out after " << timeout_s_
+          << " s (REEL_DIST_TIMEOUT_S): another rank never joined it (it failed, stopped, or called a "
+             "different collective)";
+      fail(s, why.str());
+    }
+    // A non-blocking collective advances only while its ranks are inside MPI calls, so poll
+    // without sleeping (a sleeping rank stalls its peers too: on an oversubscribed machine 50 us
+    // sleeps made a 64 KiB all_reduce take 20 ms instead of 0.04), yielding the core to whoever
+    // is runnable. A rank left waiting longer than that (a peer still computing) polls gently.
+    if (waited < 0.25) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+void ProcessGroup::progress() {
+  if (!mpi_ || broken_) return;
+  for (const auto& s : in_flight_) test_state(*s);
+}
+
+// ---- the collectives ------------------------------------------------------------------------
+
+Work ProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op) {
+  REEL_CHECK(t.defined(), "dist: all_reduce of an undefined tensor");
+  auto s = std::make_shared<Work::State>();
+  s->what = describe(Collective::AllReduce, op, t, true);
+  REEL_CHECK(op == ReduceOp::Sum || t.dtype() == DType::f32 || t.dtype() == DType::f64, "dist: ", s->what,
+             ": an average needs a floating-point tensor");
+  s->user = t;
+  if (!mpi_) return start(Collective::AllReduce, std::move(s));  // the sum over one rank
+  const MPI_Datatype type = mpi_type(t.dtype(), s->what);
+  const int n = count_of(t, s->what);
+  s->host_out = host_copy(t);
+  if (op == ReduceOp::Average) s->scale = 1.0 / size_;
+  if (const int rc = MPI_Iallreduce(MPI_IN_PLACE, s->host_out.data_ptr(), n, type, MPI_SUM, MPI_COMM_WORLD,
+                                    &s->request);
+      rc != MPI_SUCCESS)
+    fail(*s, "failed to start (MPI: " + mpi_error(rc) + ")");
+  return start(Collective::AllReduce, std::move(s));
+}
+
+void ProcessGroup::all_reduce(const Tensor& t, ReduceOp op) { all_reduce_async(t, op).wait(); }
+
+Work ProcessGroup::reduce_scatter_async(const Tensor& output, const Tensor& input, ReduceOp op) {
+  REEL_CHECK(output.defined() && input.defined(), "dist: reduce_scatter of an undefined tensor");
+  auto s = std::make_shared<Work::State>();
+  s->what = describe(Collective::ReduceScatter, op, input, true);
+  REEL_CHECK(input.numel() == output.numel() * size_ && input.dtype() == output.dtype(), "dist: ", s->what,
+             ": the output must hold 1/", size_, " of the input's ", input.numel(), " elements in its dtype; got ",
+             output.dtype(), " ", output.shape());
+  REEL_CHECK(op == ReduceOp::Sum || input.dtype() == DType::f32 || input.dtype() == DType::f64, "dist: ", s->what,
+             ": an average needs a floating-point tensor");
+  s->user = output;
+  if (!mpi_) {
+    output.copy_(input.reshape(output.shape()));
+    return start(Collective::ReduceScatter, std::move(s));
+  }
+  const MPI_Datatype type = mpi_type(input.dtype(), s->what);
+  const int n = count_of(output, s->what);
+  count_of(input, s->what);
+  s->host_in = host_copy(input);
+  s->host_out = host_target(output);
+  if (op == ReduceOp::Average) s->scale = 1.0 / size_;
+  if (const int rc = MPI_Ireduce_scatter_block(s->host_in.data_ptr(), s->host_out.data_ptr(), n, type, MPI_SUM,
+                                               MPI_COMM_WORLD, &s->request);
+      rc != MPI_SUCCESS)
+    fail(*s, "failed to start (MPI: " + mpi_error(rc) + ")");
+  return start(Collective::ReduceScatter, std::move(s));
+}
+
+void ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) {
+  reduce_scatter_async(output, input, op).wait();
+}
+
+void ProcessGroup::all_gather(const Tensor& output, const Tensor& input) {
+  REEL_CHECK(output.defined() && input.defined(), "dist: all_gather of an undefined tensor");
+  auto s = std::make_shared<Work::State>();
+  s->what = describe(Collective::AllGather, ReduceOp::Sum, input, false);
+  REEL_CHECK(output.numel() == input.numel() * size_ && input.dtype() == output.dtype(), "dist: ", s->what,
+             ": the output must hold ", size_, " times the input's ", input.numel(), " elements in its dtype; got ",
+             output.dtype(), " ", output.shape());
+  s->user = output;
+  if (!mpi_) {
+    output.copy_(input.reshape(output.shape()));
+    start(Collective::AllGather, std::move(s));
+    return;
+  }
+  const MPI_Datatype type = mpi_type(input.dtype(), s->what);
+  const int n = count_of(input, s->what);
+  count_of(output, s->what);
+  s->host_in = host_copy(input);
+  s->host_out = host_target(output);
+  if (const int rc = MPI_Iallgather(s->host_in.data_ptr(), n, type, s->host_out.data_ptr(), n, type, MPI_COMM_WORLD,
+                                    &s->request);
+      rc != MPI_SUCCESS)
+    fail(*s, "failed to start (MPI: " + mpi_error(rc) + ")");
+  start(Collective::AllGather, s);
+  wait_state(*s);
+}
+
+void ProcessGroup::broadcast(const Tensor& t, int root) {
+  REEL_CHECK(t.defined(), "dist: broadcast of an undefined tensor");
+  auto s = std::make_shared<Work::State>();
+  s->what = describe(Collective::Broadcast, ReduceOp::Sum, t, false) + " from rank " + std::to_string(root);
+  REEL_CHECK(root >= 0 && root < size_, "dist: ", s->what, ": the root must be a rank in [0, ", size_, ")");
+  s->user = t;
+  if (!mpi_) {
+    start(Collective::Broadcast, std::move(s));
+    return;
+  }
+  const MPI_Datatype type = mpi_type(t.dtype(), s->what);
+  const int n = count_of(t, s->what);
+  s->host_out = host_copy(t);
+  if (const int rc = MPI_Ibcast(s->host_out.data_ptr(), n, type, root, MPI_COMM_WORLD, &s->request);
+      rc != MPI_SUCCESS)
+    fail(*s, "failed to start (MPI: " + mpi_error(rc) + ")");
+  start(Collective::Broadcast, s);
+  wait_state(*s);
+}
+
+void ProcessGroup::barrier() {
+  auto s = std::make_shared<Work::State>();
+  s->what = "barrier";
+  if (mpi_) {
+    if (const int rc = MPI_Ibarrier(MPI_COMM_WORLD, &s->request); rc != MPI_SUCCESS)
+      fail(*s, "failed to start (MPI: " + mpi_error(rc) + ")");
+  }
+  start(Collective::Barrier, s);
+  wait_state(*s);
+}
+
+double ProcessGroup::all_reduce(double value, ReduceOp op) {
+  const Tensor t = from_vector<double>({value}, {1});
+  all_reduce(t, op);
+  return t.item();
+}
+
+int64_t ProcessGroup::all_reduce(int64_t value) {
+  const Tensor t = from_vector<int64_t>({value}, {1});
+  all_reduce(t, ReduceOp::Sum);
+  return t.to_vector<int64_t>()[0];
+}
+
+}  // namespace reel::dist

@@ -1,0 +1,458 @@
+// dist/ under `mpirun -np 2` (tests/CMakeLists.txt): the process group's collectives on every
+// device, data-parallel windows against one process over the whole global batch (f64 to 1e-12, f32
+// to 1e-6, uneven token counts and micro-batches per rank), one gradient collective per bucket per
+// window, buckets started from the tape during backward, checkpoint replay, global-norm clipping,
+// ZeRO-1 against plain AdamW, and the dataset sharding. Every rank runs every case in the same
+// order (each collective needs all ranks); a rank is told apart by group.rank().
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <set>
+
+#include "autograd/checkpoint.h"
+#include "autograd/functions.h"
+#include "autograd/tape.h"
+#include "core/allocator.h"
+#include "dist/data_parallel.h"
+#include "dist/process_group.h"
+#include "optim/accumulator.h"
+#include "testing.h"
+
+using namespace reel;
+using dist::ProcessGroup;
+
+namespace {
+
+ProcessGroup& world() { return ProcessGroup::world(); }
+
+// fn throws a reel::Error whose message contains every part.
+void check_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
+  bool threw = false;
+  try {
+    fn();
+  } catch (const Error& e) {
+    threw = true;
+    for (const std::string& part : parts) {
+      CAPTURE(e.what());
+      CHECK(std::string(e.what()).find(part) != std::string::npos);
+    }
+  }
+  CHECK(threw);
+}
+
+// ---- a small model on "tokens": (n, T=4, 6) -> Linear(6, 16) -> GELU -> Linear(16, 3) --------------
+
+struct Data {
+  Tensor x;     // (32, 4, 6)
+  Tensor y;     // (32, 4, 3)
+  Tensor mask;  // (32, 4, 3): 1 where the token counts, 0 where it is ignored (same over the last dim)
+};
+
+// The same global batch on every rank (same seed). Rank 1's half has every token; rank 0's half
+// ignores every third token, so the ranks' token counts differ.
+Data global_batch(DType dt) {
+  Generator gen(7);
+  Data d;
+  d.x = randn({32, 4, 6}, DType::f64, Device::cpu(), &gen).to(dt);
+  d.y = randn({32, 4, 3}, DType::f64, Device::cpu(), &gen).to(dt);
+  std::vector<double> m(32 * 4 * 3);
+  for (int64_t s = 0; s < 32; ++s)
+    for (int64_t t = 0; t < 4; ++t)
+      for (int64_t c = 0; c < 3; ++c) m[(s * 4 + t) * 3 + c] = (s < 16 && (s * 4 + t) % 3 == 0) ? 0.0 : 1.0;
+  d.mask = from_vector<double>(m, {32, 4, 3}).to(dt);
+  return d;
+}
+
+struct Batch {
+  Tensor x, y, mask;
+};
+Batch rows(const Data& d, int64_t begin, int64_t end) {
+  return {d.x.slice(0, begin, end).clone(), d.y.slice(0, begin, end).clone(), d.mask.slice(0, begin, end).clone()};
+}
+int64_t tokens(const Batch& b) { return static_cast<int64_t>(std::llround(sum(b.mask).item())) / 3; }
+
+std::vector<Tensor> make_params(DType dt, uint64_t seed, Device dev = Device::cpu()) {
+  Generator gen(seed);
+  MemoryCategory category(Category::Parameter);
+  const auto p = [&](const Shape& s, double scale) {
+    return (randn(s, DType::f64, Device::cpu(), &gen) * scale).to(dt).to(dev).set_requires_grad();
+  };
+  return {p({6, 16}, 0.4), p({16}, 0.1), p({16, 3}, 0.25), p({3}, 0.1)};
+}
+
+Tensor loss_of(const std::vector<Tensor>& p, const Batch& b, bool checkpointed) {
+  Tensor h;
+  if (checkpointed) {
+    autograd::Checkpoint seg;
+    h = gelu(matmul(b.x, p[0]) + p[1]);
+  } else {
+    h = gelu(matmul(b.x, p[0]) + p[1]);
+  }
+  const Tensor diff = matmul(h, p[2]) + p[3] - b.y;
+  return sum(diff * diff * b.mask) * (1.0 / 3);  // a sum over tokens of the per-token mean square
+}
+
+// An optimizer that takes no step and keeps the window's final gradients (after any clipping).
+class Capture final : public optim::Optimizer {
+ public:
+  explicit Capture(std::vector<Tensor> params) : Optimizer(std::move(params), 0.0) {}
+  std::vector<std::vector<double>> grads;
+
+ private:
+  void update(const std::vector<size_t>&) override {
+    grads.clear();
+    for (const Tensor& p : params_) grads.push_back(reel::testing::values(p.grad()));
+  }
+  std::vector<std::string> state_slots() const override { return {}; }
+};
+
+// The reference: one process, the whole global batch in one micro-batch.
+std::vector<std::vector<double>> one_process_grads(DType dt, double clip = 0) {
+  const Data d = global_batch(dt);
+  const std::vector<Tensor> p = make_params(dt, 1);
+  Capture cap(p);
+  optim::Accumulator acc(cap, {clip, nullptr, false, nullptr});
+  const std::vector<Batch> window{rows(d, 0, 32)};
+  const optim::WindowResult r = acc.step(window, tokens, [&](const Batch& b) { return loss_of(p, b, false); });
+  REQUIRE(r.stepped);
+  return cap.grads;
+}
+
+void check_grads(const std::vector<std::vector<double>>& got, const std::vector<std::vector<double>>& want,
+                 double rel) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(got[i].size() == want[i].size());
+    double scale = 0, err = 0;
+    for (size_t e = 0; e < got[i].size(); ++e) {
+      scale = std::max(scale, std::fabs(want[i][e]));
+      err = std::max(err, std::fabs(got[i][e] - want[i][e]));
+    }
+    CHECK(scale > 0);
+    CHECK(err <= rel * scale);
+  }
+}
+
+// This rank's micro-batches of its half of the global batch: rank 0 takes rows [0, 16) in
+// micro-batches of `split0` rows, rank 1 rows [16, 32) in micro-batches of `split1` rows.
+std::vector<Batch> my_window(const Data& d, const std::vector<int64_t>& split0, const std::vector<int64_t>& split1) {
+  const int rank = world().rank();
+  int64_t begin = rank == 0 ? 0 : 16;
+  std::vector<Batch> out;
+  for (int64_t n : rank == 0 ? split0 : split1) {
+    out.push_back(rows(d, begin, begin + n));
+    begin += n;
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---- the process group ---------------------------------------------------------------------
+
+TEST_CASE("process group: the launcher's world, two ranks") {
+  REQUIRE(world().size() == 2);
+  CHECK(world().uses_mpi());
+  CHECK((world().rank() == 0 || world().rank() == 1));
+}
+
+TEST_CASE("process group: all_reduce sum and average, every dtype, device and layout") {
+  ProcessGroup& g = world();
+  const double r = g.rank();
+  for (const Device dev : reel::testing::devices()) {
+    CAPTURE(dev);
+    for (const DType dt : {DType::f32, DType::f64}) {
+      CAPTURE(dt);
+      // rank r holds r + i: the sum is 2i + 1, the average i + 0.5
+      const Tensor t = (arange(6, DType::f64) + r).to(dt).to(dev).reshape({2, 3});
+      g.all_reduce(t);
+      reel::testing::check_close(t, {1, 3, 5, 7, 9, 11}, 0, 0);
+      const Tensor a = (arange(6, DType::f64) + r).to(dt).to(dev);
+      g.all_reduce(a, dist::ReduceOp::Average);
+      reel::testing::check_close(a, {0.5, 1.5, 2.5, 3.5, 4.5, 5.5}, 0, 0);
+      // A strided view is reduced in place through a contiguous copy: only its elements change.
+      const Tensor base = (arange(6, DType::f64) * (r + 1)).to(dt).to(dev).reshape({2, 3});
+      const Tensor col = base.slice(1, 1, 2);  // (2, 1): elements 1 and 4
+      g.all_reduce(col);
+      reel::testing::check_close(base, {0, 3, 2 * (r + 1), 3 * (r + 1), 12, 5 * (r + 1)}, 0, 0);
+    }
+    const Tensor i = from_vector<int64_t>({int64_t{1} << 40, 3}, {2}).to(dev);
+    g.all_reduce(i);
+    CHECK(i.to(Device::cpu()).to_vector<int64_t>() == std::vector<int64_t>{int64_t{1} << 41, 6});
+  }
+  CHECK(g.all_reduce(int64_t{5} + g.rank()) == 11);
+  CHECK(g.all_reduce(0.25 * (g.rank() + 1), dist::ReduceOp::Average) == doctest::Approx(0.375));
+}
+
+TEST_CASE("process group: reduce_scatter, all_gather, broadcast, barrier") {
+  ProcessGroup& g = world();
+  const int r = g.rank();
+  for (const Device dev : reel::testing::devices()) {
+    CAPTURE(dev);
+    // rank r holds (r + 1) * [0..8): the sum is 3 * [0..8); rank r gets chunk r
+    const Tensor in = (arange(8, DType::f64) * (r + 1.0)).to(dev).reshape({2, 4});
+    const Tensor out = zeros({4}, DType::f64, dev);
+    g.reduce_scatter(out, in);
+    const double b = 4.0 * r;
+    reel::testing::check_close(out, {3 * b, 3 * (b + 1), 3 * (b + 2), 3 * (b + 3)}, 0, 0);
+    g.reduce_scatter(out, in, dist::ReduceOp::Average);
+    reel::testing::check_close(out, {1.5 * b, 1.5 * (b + 1), 1.5 * (b + 2), 1.5 * (b + 3)}, 0, 0);
+
+    const Tensor mine = full({3}, 10.0 * (r + 1), DType::f32, dev);
+    const Tensor all = zeros({2, 3}, DType::f32, dev);
+    g.all_gather(all, mine);
+    reel::testing::check_close(all, {10, 10, 10, 20, 20, 20}, 0, 0);
+
+    const Tensor t = full({2, 2}, r == 1 ? 7.0 : -1.0, DType::f32, dev);
+    g.broadcast(t, 1);
+    reel::testing::check_close(t, {7, 7, 7, 7}, 0, 0);
+  }
+  const int64_t before = g.issued(dist::Collective::Barrier);
+  g.barrier();
+  CHECK(g.issued(dist::Collective::Barrier) == before + 1);
+}
+
+TEST_CASE("process group: bad arguments are refused on the rank, before any communication") {
+  ProcessGroup& g = world();
+  const int64_t before = g.issued(dist::Collective::ReduceScatter);
+  check_error(
+      [&] { g.reduce_scatter(zeros({3}), zeros({8})); },
+      {"reduce_scatter (sum) of f32 (8) on cpu", "1/2 of the input's 8 elements", "(3)"});
+  check_error([&] { g.all_gather(zeros({5}), zeros({3})); },
+                                   {"all_gather of f32 (3) on cpu", "2 times the input's 3 elements"});
+  check_error([&] { g.broadcast(zeros({2}), 2); }, {"broadcast", "from rank 2", "[0, 2)"});
+  check_error([&] { g.all_reduce(zeros({2}, DType::i64), dist::ReduceOp::Average); },
+                                   {"all_reduce (average) of i64 (2)", "floating-point"});
+  CHECK(g.issued(dist::Collective::ReduceScatter) == before);
+  CHECK_FALSE(g.broken());
+}
+
+// ---- data parallel ---------------------------------------------------------------------------
+
+TEST_CASE("data parallel: world 2 x batch 16 gives the gradients of world 1 x batch 32") {
+  for (const DType dt : {DType::f64, DType::f32}) {
+    CAPTURE(dt);
+    const double rel = dt == DType::f64 ? 1e-12 : 1e-6;
+    const auto want = one_process_grads(dt);
+    const Data d = global_batch(dt);
+    // Micro-batches per rank: even, uneven, different numbers on the two ranks, and none at all on
+    // rank 1 (rank 0 then takes the whole batch).
+    struct Split {
+      std::vector<int64_t> r0, r1;
+    };
+    for (const Split& split : {Split{{16}, {16}}, Split{{5, 11}, {16}}, Split{{3, 4, 9}, {8, 8}}}) {
+      CAPTURE(split.r0.size());
+      CAPTURE(split.r1.size());
+      // Rank 1 starts from other parameters: the broadcast from rank 0 must overwrite them.
+      const std::vector<Tensor> p = make_params(dt, 1 + world().rank());
+      dist::DataParallel dp(p, {64 * static_cast<int64_t>(dtype_size(dt)), true, 0});  // 64 elements: 3 buckets
+      Capture cap(p);
+      optim::Accumulator acc(cap, {0, nullptr, false, &dp});
+      const int64_t all_reduces = world().issued(dist::Collective::AllReduce);
+      const optim::WindowResult r =
+          acc.step(my_window(d, split.r0, split.r1), tokens, [&](const Batch& b) { return loss_of(p, b, false); });
+      CHECK(r.stepped);
+      CHECK(r.count == 16 * 4 - 22 + 16 * 4);  // rank 0's half ignores 22 of its 64 tokens
+      check_grads(cap.grads, want, rel);
+      // One collective per bucket in the window, all started from the tape during the last backward;
+      // plus the window's count and loss.
+      CHECK(dp.buckets() >= 3);
+      CHECK(dp.grad_syncs() == dp.buckets());
+      CHECK(dp.overlapped_syncs() == dp.buckets());
+      CHECK(world().issued(dist::Collective::AllReduce) == all_reduces + dp.buckets() + 2);
+    }
+  }
+}
+
+TEST_CASE("data parallel: a rank with no micro-batch in the window still joins the synchronisation") {
+  const auto want = one_process_grads(DType::f64);
+  const Data d = global_batch(DType::f64);
+  const std::vector<Tensor> p = make_params(DType::f64, 1);
+  dist::DataParallel dp(p, {512, true, 0});
+  Capture cap(p);
+  optim::Accumulator acc(cap, {0, nullptr, false, &dp});
+  std::vector<Batch> window;
+  if (world().rank() == 0) window = {rows(d, 0, 20), rows(d, 20, 32)};
+  acc.step(window, tokens, [&](const Batch& b) { return loss_of(p, b, false); });
+  check_grads(cap.grads, want, 1e-12);
+  CHECK(dp.grad_syncs() == dp.buckets());
+}
+
+TEST_CASE("data parallel: several windows, one gradient collective per bucket per window") {
+  const Data d = global_batch(DType::f64);
+  const std::vector<Tensor> p = make_params(DType::f64, 1);
+  dist::DataParallel dp(p, {256, true, 0});
+  optim::SGD sgd(p, 0.1);
+  optim::Accumulator acc(sgd, {0, nullptr, false, &dp});
+  for (int w = 1; w <= 3; ++w) {
+    acc.step(my_window(d, {4, 4, 8}, {2, 14}), tokens, [&](const Batch& b) { return loss_of(p, b, false); });
+    CHECK(dp.grad_syncs() == w * dp.buckets());
+  }
+  // The replicas stay identical: rank 0's parameters, broadcast, equal everyone's.
+  for (const Tensor& t : p) {
+    const Tensor mine = t.detach().clone();
+    const Tensor ref = t.detach().clone();
+    world().broadcast(ref, 0);
+    reel::testing::check_close(mine, ref, 0, 0);
+  }
+}
+
+TEST_CASE("data parallel: buckets started after backward (overlap off) give the same gradients") {
+  const auto want = one_process_grads(DType::f64);
+  const Data d = global_batch(DType::f64);
+  const std::vector<Tensor> p = make_params(DType::f64, 1);
+  dist::DataParallel dp(p, {512, false, 0});
+  Capture cap(p);
+  optim::Accumulator acc(cap, {0, nullptr, false, &dp});
+  acc.step(my_window(d, {5, 11}, {16}), tokens, [&](const Batch& b) { return loss_of(p, b, false); });
+  check_grads(cap.grads, want, 1e-12);
+  CHECK(dp.grad_syncs() == dp.buckets());
+  CHECK(dp.overlapped_syncs() == 0);
+}
+
+TEST_CASE("data parallel: checkpoint replay gives the plain gradients, buckets still overlapped") {
+  const Data d = global_batch(DType::f64);
+  std::vector<std::vector<double>> got[2];
+  for (const bool checkpointed : {false, true}) {
+    const std::vector<Tensor> p = make_params(DType::f64, 1);
+    dist::DataParallel dp(p, {512, true, 0});
+    Capture cap(p);
+    optim::Accumulator acc(cap, {0, nullptr, false, &dp});
+    acc.step(my_window(d, {5, 11}, {16}), tokens, [&](const Batch& b) { return loss_of(p, b, checkpointed); });
+    CHECK(dp.overlapped_syncs() == dp.buckets());
+    got[checkpointed] = cap.grads;
+  }
+  check_grads(got[1], got[0], 0);  // bit-identical
+}
+
+TEST_CASE("data parallel: clipping uses the global norm") {
+  const auto want = one_process_grads(DType::f64, 0.05);
+  const Data d = global_batch(DType::f64);
+  const std::vector<Tensor> p = make_params(DType::f64, 1);
+  dist::DataParallel dp(p, {512, true, 0});
+  Capture cap(p);
+  optim::Accumulator acc(cap, {0.05, nullptr, false, &dp});
+  const optim::WindowResult r =
+      acc.step(my_window(d, {16}, {7, 9}), tokens, [&](const Batch& b) { return loss_of(p, b, false); });
+  CHECK(r.grad_norm > 0.05);  // so it did clip
+  check_grads(cap.grads, want, 1e-12);
+}
+
+TEST_CASE("data parallel: a non-finite gradient on one rank makes every rank skip the step") {
+  for (const int zero : {0, 1}) {
+    CAPTURE(zero);
+    const Data d = global_batch(DType::f64);
+    const std::vector<Tensor> p = make_params(DType::f64, 1);
+    std::vector<std::vector<double>> before;
+    for (const Tensor& t : p) before.push_back(reel::testing::values(t));
+    dist::DataParallel dp(p, {512, true, zero});
+    std::unique_ptr<optim::Optimizer> opt;
+    if (zero == 1) opt = std::make_unique<dist::ZeroAdamW>(dp, 0.01);
+    else opt = std::make_unique<optim::AdamW>(p, 0.01);
+    optim::Accumulator acc(*opt, {1.0, nullptr, true, &dp});
+    std::vector<Batch> window = my_window(d, {16}, {16});
+    if (world().rank() == 1) window[0].x = window[0].x * std::nan("");  // an overflow on rank 1 only
+    const optim::WindowResult r = acc.step(window, tokens, [&](const Batch& b) { return loss_of(p, b, false); });
+    CHECK(r.skipped_nonfinite);
+    CHECK_FALSE(r.stepped);
+    CHECK(acc.skipped_steps() == 1);
+    for (size_t i = 0; i < p.size(); ++i) reel::testing::check_close(p[i], before[i], 0, 0);
+  }
+}
+
+TEST_CASE("data parallel on cuda:0: gradient buckets staged through the host, same gradients") {
+  if (!cuda_available()) return;
+  const auto want = one_process_grads(DType::f32);  // on the CPU
+  const Data d = global_batch(DType::f32);
+  for (const int zero : {0, 1}) {
+    CAPTURE(zero);
+    const std::vector<Tensor> p = make_params(DType::f32, 1 + world().rank(), Device::cuda(0));
+    dist::DataParallel dp(p, {256, true, zero});
+    CHECK(dp.bucket_list().front().flat.device() == Device::cuda(0));
+    std::vector<Batch> window = my_window(d, {5, 11}, {16});
+    for (Batch& b : window) b = {b.x.to(Device::cuda(0)), b.y.to(Device::cuda(0)), b.mask.to(Device::cuda(0))};
+    if (zero == 0) {
+      Capture cap(p);
+      optim::Accumulator acc(cap, {0, nullptr, false, &dp});
+      acc.step(window, tokens, [&](const Batch& b) { return loss_of(p, b, false); });
+      check_grads(cap.grads, want, 1e-5);  // CUDA kernels against the CPU's: rounding only
+    } else {
+      // ZeRO-1: one AdamW step, against plain AdamW stepped with the CPU reference gradients.
+      const std::vector<Tensor> ref = make_params(DType::f32, 1);
+      for (size_t i = 0; i < ref.size(); ++i) ref[i].set_grad(from_vector<double>(want[i], ref[i].shape()).to(DType::f32));
+      optim::AdamW plain(ref, 0.01);
+      plain.step();
+      dist::ZeroAdamW zero_adam(dp, 0.01);
+      optim::Accumulator acc(zero_adam, {0, nullptr, false, &dp});
+      acc.step(window, tokens, [&](const Batch& b) { return loss_of(p, b, false); });
+      for (size_t i = 0; i < p.size(); ++i) reel::testing::check_close(p[i], ref[i], 1e-5, 1e-5);
+    }
+  }
+}
+
+// ---- ZeRO-1 ----------------------------------------------------------------------------------
+
+TEST_CASE("ZeRO-1: sharded AdamW equals plain AdamW after 20 steps, with half the optimizer state") {
+  for (const DType dt : {DType::f64, DType::f32}) {
+    CAPTURE(dt);
+    const Data d = global_batch(dt);
+    const optim::Adam::Options adam{0.9, 0.99, 1e-8, 0.05};
+
+    // One process, the whole batch each step.
+    const std::vector<Tensor> ref = make_params(dt, 1);
+    const int64_t state0 = memory_stats(Device::cpu())[Category::OptimizerState].current_bytes;
+    optim::AdamW plain(ref, 0.01, adam);
+    optim::Accumulator plain_acc(plain, {1.0, nullptr, false, nullptr});
+    for (int s = 0; s < 20; ++s)
+      plain_acc.step(std::vector<Batch>{rows(d, 0, 32)}, tokens, [&](const Batch& b) { return loss_of(ref, b, false); });
+    const int64_t plain_state = memory_stats(Device::cpu())[Category::OptimizerState].current_bytes - state0;
+
+    const std::vector<Tensor> p = make_params(dt, 1 + world().rank());
+    dist::DataParallel dp(p, {512, true, 1});
+    const int64_t state1 = memory_stats(Device::cpu())[Category::OptimizerState].current_bytes;
+    dist::ZeroAdamW zero(dp, 0.01, adam);
+    const int64_t zero_state = memory_stats(Device::cpu())[Category::OptimizerState].current_bytes - state1;
+    optim::Accumulator acc(zero, {1.0, nullptr, false, &dp});
+    const int64_t scatters = world().issued(dist::Collective::ReduceScatter);
+    for (int s = 0; s < 20; ++s)
+      acc.step(my_window(d, {6, 10}, {16}), tokens, [&](const Batch& b) { return loss_of(p, b, false); });
+    CHECK(world().issued(dist::Collective::ReduceScatter) == scatters + 20 * dp.buckets());
+    for (size_t i = 0; i < p.size(); ++i) {
+      CAPTURE(i);
+      reel::testing::check_close(p[i], ref[i], 1e-6, 1e-6);
+    }
+    // Plain AdamW: two moments per parameter (163 elements); ZeRO-1: two moments of one chunk per
+    // bucket, (numel + 1) / 2 elements each.
+    int64_t chunk_elements = 0;
+    for (const auto& k : dp.bucket_list()) chunk_elements += k.padded / 2;
+    CHECK(plain_state == 2 * 163 * static_cast<int64_t>(dtype_size(dt)));
+    CHECK(zero_state == 2 * chunk_elements * static_cast<int64_t>(dtype_size(dt)));
+    CHECK(chunk_elements <= (163 + 2 * dp.buckets()) / 2);
+  }
+}
+
+// ---- the distributed sampler -------------------------------------------------------------------
+
+TEST_CASE("shard_indices: the ranks' shares partition the dataset, the same permutation everywhere") {
+  for (const int world_size : {1, 2, 3}) {
+    std::vector<int64_t> all;
+    for (int r = 0; r < world_size; ++r) {
+      const std::vector<int64_t> mine = dist::shard_indices(10, r, world_size, 5, 2);
+      CHECK(static_cast<int64_t>(mine.size()) >= 10 / world_size);
+      all.insert(all.end(), mine.begin(), mine.end());
+    }
+    CHECK(std::set<int64_t>(all.begin(), all.end()).size() == 10);
+  }
+  CHECK(dist::shard_indices(10, 0, 2, 5, 1) != dist::shard_indices(10, 0, 2, 5, 2));  // a new epoch, a new order
+  CHECK(dist::shard_indices(5, 1, 2, 0, 0, false) == std::vector<int64_t>{1, 3});
+  // Every rank computed the same permutation: rank 0's share, gathered, equals everyone's.
+  const std::vector<int64_t> mine = dist::shard_indices(8, world().rank(), 2, 11, 3);
+  const Tensor gathered = zeros({8}, DType::i64);
+  world().all_gather(gathered, from_vector<int64_t>(mine, {4}));
+  std::vector<int64_t> expect = dist::shard_indices(8, 0, 2, 11, 3);
+  const std::vector<int64_t> other = dist::shard_indices(8, 1, 2, 11, 3);
+  expect.insert(expect.end(), other.begin(), other.end());
+  CHECK(gathered.to_vector<int64_t>() == expect);
+}
