@@ -18,6 +18,7 @@
 
 #include "autograd/functions.h"
 #include "autograd/op.h"
+#include "autograd/ops/channel_affine.h"
 #include "kernels/batchnorm.h"
 
 namespace reel {
@@ -41,14 +42,11 @@ struct BatchNorm final : autograd::Op {
     return std::string("training=") + (training ? "1" : "0") + " momentum=" + std::to_string(momentum) +
            " eps=" + std::to_string(eps);
   }
-  Tensor weight_of(const Tensors& in) const {
-    const Tensor& x = in[0];
-    return has_weight ? in[1] : full({x.dim() >= 2 ? x.size(1) : 0}, 1.0, x.dtype(), x.device());
-  }
   Tensors forward(const Tensors& in, Node& node) const override {
     const Tensor& x = in[0];
-    const Tensor w = weight_of(in);
-    const Tensor b = has_bias ? in[has_weight ? 2 : 1] : zeros(w.shape(), x.dtype(), x.device());
+    const ChannelAffine affine = channel_affine(in, has_weight, has_bias);
+    const Tensor& w = affine.weight;
+    const Tensor& b = affine.bias;
     Tensor y;
     if (!mean.defined()) {  // the first run: the statistics, and in training the running-stat update
       kernels::BatchNormForward r =

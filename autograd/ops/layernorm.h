@@ -13,6 +13,7 @@
 
 #include "autograd/functions.h"
 #include "autograd/op.h"
+#include "autograd/ops/channel_affine.h"
 #include "kernels/layernorm.h"
 
 namespace reel {
@@ -65,14 +66,11 @@ struct GroupNorm final : autograd::Op {
   std::string attributes() const override {
     return "groups=" + std::to_string(groups) + " eps=" + std::to_string(eps);
   }
-  Tensor weight_of(const Tensors& in) const {
-    const Tensor& x = in[0];
-    return has_weight ? in[1] : full({x.dim() >= 2 ? x.size(1) : 0}, 1.0, x.dtype(), x.device());
-  }
   Tensors forward(const Tensors& in, Node& node) const override {
     const Tensor& x = in[0];
-    const Tensor w = weight_of(in);
-    const Tensor b = has_bias ? in[has_weight ? 2 : 1] : zeros(w.shape(), x.dtype(), x.device());
+    const ChannelAffine affine = channel_affine(in, has_weight, has_bias);
+    const Tensor& w = affine.weight;
+    const Tensor& b = affine.bias;
     kernels::GroupNormForward r = kernels::group_norm_forward(x, w, b, groups, eps);
     node.save({x, w, r.mean, r.rstd});
     return {r.y};
