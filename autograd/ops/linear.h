@@ -32,7 +32,8 @@ struct Linear final : autograd::Op {
     const int64_t n_in = w.size(1), n_out = w.size(0);
     // slot 0: W (for dx), slot 1: x (for dW)
     node.save({node.needs_input_grad(0) ? w : Tensor(), node.needs_input_grad(1) ? x : Tensor()});
-    const Tensor y = kernels::matmul(x.reshape({-1, n_in}), w, false, true, in.size() == 3 ? in[2] : Tensor());  // (N, out)
+    const Tensor bias = in.size() == 3 ? in[2] : Tensor();                        // (out) or none
+    const Tensor y = kernels::matmul(x.reshape({-1, n_in}), w, false, true, bias);  // (N, out)
     return {y.view(rows_with(x.shape(), n_out))};
   }
   Tensors backward(const Tensors& grad, const Node& node) const override {
