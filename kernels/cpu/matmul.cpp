@@ -95,7 +95,10 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
     // rows (bias[col0, col0 + cols)) and the product is accumulated onto them; no zero fill.
     auto gemm = [&](auto&& c, const auto& lhs, const auto& rhs, int64_t col0) {
       if (pbias) {
-        c = BiasMap<T>(pbias + col0, c.cols()).replicate(c.rows(), 1);
+        // Row by row: each row of c is contiguous, a vectorised copy (a replicate() expression
+        // computes a modulo per element, and showed up in profiles of the MLP step).
+        const BiasMap<T> bias_row(pbias + col0, c.cols());
+        for (Eigen::Index i = 0; i < c.rows(); ++i) c.row(i) = bias_row;
         c.noalias() += lhs * rhs;
       } else {
         c.noalias() = lhs * rhs;
