@@ -1,5 +1,6 @@
 // Entry point of matmul: numpy.matmul shape rules (1-D operands, broadcast batch dims) and
-// optional transposes of the last two dims, then the device GEMM.
+// optional transposes of the last two dims, an optional (N) bias added to every output row,
+// then the device GEMM.
 #include "kernels/matmul.h"
 
 #include <algorithm>
@@ -9,9 +10,14 @@
 
 namespace reel::kernels {
 
-Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool transpose_a, bool transpose_b) {
-  check_same_device("matmul", {&a_in, &b_in});
-  check_same_floating_dtype("matmul", {&a_in, &b_in});
+Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool transpose_a, bool transpose_b, const Tensor& bias_in) {
+  if (bias_in.defined()) {
+    check_same_device("matmul", {&a_in, &b_in, &bias_in});
+    check_same_floating_dtype("matmul", {&a_in, &b_in, &bias_in});
+  } else {
+    check_same_device("matmul", {&a_in, &b_in});
+    check_same_floating_dtype("matmul", {&a_in, &b_in});
+  }
   REEL_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, "matmul: shapes ", a_in.shape(), " and ", b_in.shape(),
              ": both operands need at least one dim");
   REEL_CHECK(!(transpose_a && a_in.dim() < 2) && !(transpose_b && b_in.dim() < 2), "matmul: shapes ",
@@ -33,14 +39,22 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool transpose_a, bool tra
                b_in.shape(), (transpose_b ? "^T" : ""), ": batch dims ", batch_a, " and ", batch_b,
                " cannot be broadcast");
   }
+  // The bias is one value per output column: (N), N = b's last dim (1 for a 1-D b).
+  REEL_CHECK(!bias_in.defined() || bias_in.shape() == Shape{N}, "matmul: shapes ", a_in.shape(),
+             (transpose_a ? "^T" : ""), " and ", b_in.shape(), (transpose_b ? "^T" : ""), ": bias ", bias_in.shape(),
+             " on ", bias_in.device(), " does not match: (", N, ") expected");
   Shape batch = broadcast_shapes(batch_a, batch_b, "matmul");
   Shape a_shape = batch, b_shape = batch, out_shape = batch;
   a_shape.insert(a_shape.end(), {M, K});
   b_shape.insert(b_shape.end(), {K, N});
   out_shape.insert(out_shape.end(), {M, N});
   Tensor out = empty(out_shape, a.dtype(), a.device());
-  if (out.numel() > 0) REEL_DEVICE_DISPATCH(a.device(), matmul, kernel_cost({&a, &b}, {&out}, 2 * out.numel() * K),
-                                                untracked::expand(a, a_shape), untracked::expand(b, b_shape), out);
+  // The backends read the bias densely; a strided (N) view costs one small copy.
+  const Tensor bias = bias_in.defined() ? untracked::contiguous(bias_in) : Tensor();
+  if (out.numel() > 0)
+    REEL_DEVICE_DISPATCH(a.device(), matmul,
+                         kernel_cost({&a, &b, &bias}, {&out}, 2 * out.numel() * K + (bias.defined() ? out.numel() : 0)),
+                         untracked::expand(a, a_shape), untracked::expand(b, b_shape), out, bias);
   // Drop the dims that 1-D operands added.
   if (a_in.dim() == 1) out = untracked::squeeze(out, -2);
   if (b_in.dim() == 1) out = untracked::squeeze(out, -1);

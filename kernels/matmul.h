@@ -12,7 +12,11 @@ namespace reel::kernels {
 
 // a (..., M, K) @ b (..., K, N) -> (..., M, N); 1-D operands as in numpy.matmul; batch dims
 // broadcast. transpose_a / transpose_b use the transpose of the last two dims of a / b.
-Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
+// bias: undefined (none) or a (N) vector added to every row of the output, inside the GEMM
+// (oneDNN's epilogue on the cpu; on cuda the output starts as the bias rows and cuBLAS adds the
+// product with beta = 1), so no second pass runs over the finished output; same dtype and device.
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false,
+              const Tensor& bias = Tensor());
 
 }  // namespace reel::kernels
 #endif  // REEL_KERNELS_MATMUL_H
@@ -22,7 +26,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool t
 // file again with REEL_BACKEND_KERNELS defined, inside namespace reel::kernels::cpu
 // (kernels/cpu/matmul.cpp) and reel::kernels::cuda (kernels/cuda/matmul.cu).
 // a (B..., M, K), b (B..., K, N) already broadcast to out's batch dims (B..., M, N); any strides
-// (kernels/matmul_layout.h). Eigen on the cpu, cuBLAS on cuda.
+// (kernels/matmul_layout.h); out contiguous. bias: undefined, or (N) contiguous, added to every
+// row of out. oneDNN or Eigen on the cpu, cuBLAS on cuda.
 #ifdef REEL_BACKEND_KERNELS
-void matmul(const Tensor& a, const Tensor& b, const Tensor& out);
+void matmul(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias);
 #endif  // REEL_BACKEND_KERNELS

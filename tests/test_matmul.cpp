@@ -1,6 +1,7 @@
 // matmul edge cases (its values against an f64 reference, 2-D on awkward sizes, batched with broadcast
 // batch dims, transposes and strided operands on every device, are rows of tests/test_ops.cpp): the
-// output shapes of broadcast batches, 1-D operands and empty dims as numpy.matmul, shape errors.
+// output shapes of broadcast batches, 1-D operands and empty dims as numpy.matmul, shape errors,
+// the fused bias (values vs an f64 reference on every device, its errors), thread-count bit identity.
 #include "kernels/ops.h"
 #include "testing.h"
 
@@ -82,6 +83,105 @@ TEST_CASE("CPU matmul is bit-identical across thread counts") {
       std::vector<Tensor> runs;
       for_thread_counts({1, 2, 3, 8}, [&] { runs.push_back(matmul(a, b, c.ta, c.tb)); });
       for (size_t i = 1; i < runs.size(); ++i) CHECK(bit_identical(runs[i], runs[0]));
+      // With a bias (oneDNN's epilogue; Eigen's bias rows + accumulated product, per block).
+      const Tensor bias = uniform_f64({c.b[c.tb ? c.b.size() - 2 : c.b.size() - 1]}, ++seed).to(dtype);
+      std::vector<Tensor> biased;
+      for_thread_counts({1, 2, 3, 8}, [&] { biased.push_back(matmul(a, b, c.ta, c.tb, bias)); });
+      for (size_t i = 1; i < biased.size(); ++i) CHECK(bit_identical(biased[i], biased[0]));
     }
   }
+}
+
+// ---- bias ----------------------------------------------------------------------------------------
+
+namespace {
+// numpy.matmul of 2-D-or-more a and b (flags applied first) plus bias (N) on every row, in f64
+// on the host from the operands' values: the reference the fused bias is checked against.
+std::vector<double> matmul_bias_ref(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb, const Tensor& bias) {
+  const Tensor a = (ta ? a_in.transpose(-2, -1) : a_in).to(Device::cpu()).to(DType::f64);
+  const Tensor b = (tb ? b_in.transpose(-2, -1) : b_in).to(Device::cpu()).to(DType::f64);
+  const Shape batch = broadcast_shapes(Shape(a.shape().begin(), a.shape().end() - 2),
+                                       Shape(b.shape().begin(), b.shape().end() - 2), "matmul_bias_ref");
+  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  Shape sa = batch, sb = batch;
+  sa.insert(sa.end(), {M, K});
+  sb.insert(sb.end(), {K, N});
+  const std::vector<double> av = values(a.expand(sa)), bv = values(b.expand(sb)), cv = values(bias);
+  const int64_t batches = shape_numel(batch);
+  std::vector<double> out(batches * M * N);
+  for (int64_t p = 0; p < batches; ++p)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double acc = cv[j];
+        for (int64_t k = 0; k < K; ++k) acc += av[(p * M + i) * K + k] * bv[(p * K + k) * N + j];
+        out[(p * M + i) * N + j] = acc;
+      }
+  return out;
+}
+}  // namespace
+
+// The shapes: x W^T as linear runs it (oneDNN's brgemm for f32), plain and transposed-a products,
+// a broadcast batch (the bias reaches every row of every product), a row stride larger than the
+// row (oneDNN declines it: Eigen's path for f32 too), a strided bias view, a product large enough
+// that Eigen splits it into column blocks at 3 threads (the bias slice follows each block), and an
+// empty inner dim (the output is the bias rows alone).
+TEST_CASE("matmul with a bias matches an f64 reference on every device") {
+  using reel::testing::devices;
+  using reel::testing::uniform_f64;
+  struct Case {
+    Shape a, b;
+    bool ta, tb;
+    int64_t a_cols;      // a is narrowed to this many columns (0: a whole)
+    bool strided_bias;   // the bias is every second element of a (2N) vector
+  };
+  const std::vector<Case> cases = {
+      {{37, 33}, {20, 33}, false, true, 0, false},       // x W^T
+      {{5, 7}, {7, 9}, false, false, 0, true},           // plain, strided bias
+      {{7, 6}, {7, 4}, true, false, 0, false},           // a^T b
+      {{2, 1, 5, 3}, {4, 3, 6}, false, false, 0, false}, // broadcast batch (2, 4)
+      {{3, 8, 5}, {6, 5}, false, true, 0, true},         // a batch of a against one W^T
+      {{9, 40}, {32, 11}, false, false, 32, false},      // row stride 40 > row 32
+      {{100, 300}, {200, 300}, false, true, 0, false},   // split into column blocks at 3 threads
+      {{3, 0}, {0, 4}, false, false, 0, false},          // K = 0
+  };
+  uint64_t seed = 700;
+  for (const Device device : devices()) {
+    for (DType dtype : {DType::f32, DType::f64}) {
+      for (const Case& c : cases) {
+        const std::string what = shape_str(c.a) + " @ " + shape_str(c.b) + " " + dtype_name(dtype) + " on " +
+                                 (device.is_cuda() ? "cuda" : "cpu");
+        CAPTURE(what);
+        Tensor a = uniform_f64(c.a, ++seed).to(dtype).to(device);
+        if (c.a_cols) a = a.narrow(-1, 0, c.a_cols);
+        const Tensor b = uniform_f64(c.b, ++seed).to(dtype).to(device);
+        const int64_t N = c.tb ? c.b[c.b.size() - 2] : c.b.back();
+        const Tensor bias = c.strided_bias ? uniform_f64({2 * N}, ++seed).to(dtype).to(device).slice(0, 0, 2 * N, 2)
+                                           : uniform_f64({N}, ++seed).to(dtype).to(device);
+        const std::vector<double> ref = matmul_bias_ref(a, b, c.ta, c.tb, bias);
+        const double tol = dtype == DType::f32 ? 2e-5 : 1e-12;
+        reel::testing::for_thread_counts({1, 3}, [&] {
+          const Tensor out = matmul(a, b, c.ta, c.tb, bias);
+          CHECK(out.device() == device);
+          CHECK(out.shape() == matmul(a, b, c.ta, c.tb).shape());
+          check_close(out, ref, tol, tol);
+        });
+      }
+    }
+  }
+}
+
+TEST_CASE("a bad matmul bias raises reel::Error naming the op, shapes and devices") {
+  const Tensor a = zeros({4, 3}), b = zeros({3, 5});
+  CHECK_REEL_ERROR(matmul(a, b, false, false, zeros({4})),
+                   "matmul: shapes (4, 3) and (3, 5): bias (4) on cpu does not match: (5) expected");
+  CHECK_REEL_ERROR(matmul(a, b, false, false, zeros({1, 5})),
+                   "matmul: shapes (4, 3) and (3, 5): bias (1, 5) on cpu does not match: (5) expected");
+  CHECK_REEL_ERROR(matmul(a, zeros({5, 3}), false, true, zeros({3})),
+                   "matmul: shapes (4, 3) and (5, 3)^T: bias (3) on cpu does not match: (5) expected");
+  CHECK_REEL_ERROR(matmul(a, b, false, false, scalar_tensor(1)), "bias () on cpu does not match: (5) expected");
+  CHECK_REEL_ERROR(matmul(a, b, false, false, zeros({5}, DType::f64)), "matmul: dtypes differ: f32 and f64");
+  CHECK_REEL_ERROR(matmul(a, b, false, false, zeros({5}, DType::i64)), "matmul: dtype i64 of the (5) tensor");
+  if (cuda_available())
+    CHECK_REEL_ERROR(matmul(a, b, false, false, zeros({5}).to(Device::cuda(0))),
+                     "matmul: expected all tensors on one device, got (4, 3) on cpu (3, 5) on cpu (5) on cuda:0");
 }

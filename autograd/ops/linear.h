@@ -1,6 +1,7 @@
 // linear: y = x W^T + b, x (..., in), W (out, in), b (out). All rows of x go through one GEMM:
 // x is viewed as X (N, in), N the product of its leading dims (a copy only if x's strides forbid
-// the view), Y = X W^T (N, out), then + b broadcast over the rows.
+// the view), Y = X W^T + b (N, out) in one GEMM: the bias is added inside it (kernels::matmul's
+// bias), not by a second pass over Y.
 //   dX = G W          (N, out) @ (out, in)
 //   dW = G^T X        one GEMM with a transpose flag, summed over all N rows
 //   db = sum_rows(G)  a column reduction (kernels::sum over dim 0)
@@ -31,8 +32,8 @@ struct Linear final : autograd::Op {
     const int64_t n_in = w.size(1), n_out = w.size(0);
     // slot 0: W (for dx), slot 1: x (for dW)
     node.save({node.needs_input_grad(0) ? w : Tensor(), node.needs_input_grad(1) ? x : Tensor()});
-    Tensor y = kernels::matmul(x.reshape({-1, n_in}), w, false, true);  // (N, out)
-    if (in.size() == 3) kernels::binary_(kernels::BinaryOp::Add, y, in[2]);  // y is fresh: add the bias in place
+    const Tensor bias = in.size() == 3 ? in[2] : Tensor();                        // (out) or none
+    const Tensor y = kernels::matmul(x.reshape({-1, n_in}), w, false, true, bias);  // (N, out)
     return {y.view(rows_with(x.shape(), n_out))};
   }
   Tensors backward(const Tensors& grad, const Node& node) const override {

@@ -5,6 +5,11 @@
 // linears, char-GPT's, forward and both backward products) its brgemm kernels ran ~1.5x faster
 // than the Eigen path below at 1 and 2 threads, and GEMM is 3/4 of a CPU training step.
 //
+// Bias: an optional (N) vector added to every output row inside the GEMM, never as a second pass
+// over the finished output. oneDNN adds it in the brgemm epilogue (DNNL_ARG_BIAS); Eigen's path
+// writes the bias rows into C and then accumulates the product onto them (C += A B), as a GEMM
+// with beta = 1 would.
+//
 // Both paths take each operand matrix in place when one of its last two dims has stride 1
 // (row-major, or column-major = a transposed view), so transposes cost no copy; other layouts are
 // made contiguous first.
@@ -44,17 +49,20 @@ template <typename T>
 using RowMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, Eigen::Unaligned,
                           Eigen::OuterStride<>>;
 template <typename T>
+using BiasMap = Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>;
+template <typename T>
 using OutMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, Eigen::Unaligned,
                           Eigen::OuterStride<>>;
 
 template <typename T, bool ColA, bool ColB>
-void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& out) {
+void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& out, const Tensor& bias) {
   const int64_t r = out.dim();
   const int64_t M = out.size(r - 2), N = out.size(r - 1), K = A.t.size(r - 1);
   const int64_t batches = out.numel() / std::max<int64_t>(M * N, 1);
   const T* pa = A.t.template data<T>();
   const T* pb = B.t.template data<T>();
   T* pc = out.template data<T>();
+  const T* pbias = bias.defined() ? bias.template data<T>() : nullptr;  // (N) or none
   const Shape& shape = out.shape();
   // Small products, or at least one per thread: one product per thread; otherwise each product
   // is cut into `parts` blocks, one per thread.
@@ -83,10 +91,23 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
     OutMap<T> C(pc + b * M * N, M, N, Eigen::OuterStride<>(N));
     // This part's block: rows [lo, lo + n) of C and A, or columns [lo, lo + n) of C and B.
     const int64_t lo = edge(part), n = edge(part + 1) - lo;
+    // c: a block of C whose first column is column col0 of C. With a bias, c starts as the bias
+    // rows (bias[col0, col0 + cols)) and the product is accumulated onto them; no zero fill.
+    auto gemm = [&](auto&& c, const auto& lhs, const auto& rhs, int64_t col0) {
+      if (pbias) {
+        // Row by row: each row of c is contiguous, a vectorised copy (a replicate() expression
+        // computes a modulo per element, and showed up in profiles of the MLP step).
+        const BiasMap<T> bias_row(pbias + col0, c.cols());
+        for (Eigen::Index i = 0; i < c.rows(); ++i) c.row(i) = bias_row;
+        c.noalias() += lhs * rhs;
+      } else {
+        c.noalias() = lhs * rhs;
+      }
+    };
     auto product = [&](const auto& lhs, const auto& rhs) {
-      if (parts == 1) C.noalias() = lhs * rhs;
-      else if (split_rows) C.middleRows(lo, n).noalias() = lhs.middleRows(lo, n) * rhs;
-      else C.middleCols(lo, n).noalias() = lhs * rhs.middleCols(lo, n);
+      if (parts == 1) gemm(C, lhs, rhs, 0);
+      else if (split_rows) gemm(C.middleRows(lo, n), lhs.middleRows(lo, n), rhs, 0);
+      else gemm(C.middleCols(lo, n), lhs, rhs.middleCols(lo, n), lo);
     };
     // A column-major (M, K) matrix is the transpose of a row-major (K, M) one.
     if constexpr (ColA && ColB)
@@ -117,7 +138,7 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
 struct OnednnGemm {
   bool usable = false;
   dnnl::matmul prim;
-  dnnl::memory src, wei, dst;
+  dnnl::memory src, wei, dst, bias;  // bias: a zero-size memory when the product has none
 };
 
 struct KeyHash {
@@ -151,11 +172,12 @@ void onednn_layout(const MatmulOperand& X, int64_t r, dnnl::memory::dims& dims, 
 
 // Primitive creation costs far more than a small product (it picks and JIT-compiles a kernel),
 // so primitives are cached by everything they were made for: both operands' dims and strides and
-// the thread count (oneDNN fixes its work split when it creates a primitive). The cache is
+// the thread count (oneDNN fixes its work split when it creates a primitive), and whether a bias
+// is added (a primitive with a bias is a different kernel: its epilogue reads the bias). The cache is
 // thread_local so that no lock is needed when several host threads run kernels, and a oneDNN
 // primitive with its memory objects is never shared between threads. A training run uses a few
 // dozen shapes; the cap only bounds a program that keeps changing them.
-bool onednn_matmul_f32(const MatmulOperand& A, const MatmulOperand& B, const Tensor& out) {
+bool onednn_matmul_f32(const MatmulOperand& A, const MatmulOperand& B, const Tensor& out, const Tensor& bias) {
   thread_local dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   thread_local dnnl::stream stream(engine);
   thread_local std::unordered_map<std::vector<int64_t>, OnednnGemm, KeyHash> cache;
@@ -164,8 +186,9 @@ bool onednn_matmul_f32(const MatmulOperand& A, const MatmulOperand& B, const Ten
   onednn_layout(A, r, a_dims, a_strides);
   onednn_layout(B, r, b_dims, b_strides);
   std::vector<int64_t> key;
-  key.reserve(4 * r + 1);
+  key.reserve(4 * r + 2);
   key.push_back(omp_get_max_threads());
+  key.push_back(bias.defined() ? 1 : 0);
   for (const auto* v : {&a_dims, &a_strides, &b_dims, &b_strides}) key.insert(key.end(), v->begin(), v->end());
   auto it = cache.find(key);
   if (it == cache.end()) {
@@ -177,7 +200,13 @@ bool onednn_matmul_f32(const MatmulOperand& A, const MatmulOperand& B, const Ten
       using dt = dnnl::memory::data_type;
       const dnnl::memory::desc a_md(a_dims, dt::f32, a_strides), b_md(b_dims, dt::f32, b_strides),
           c_md(c_dims, dt::f32, c_strides);
-      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), engine);
+      // The bias as oneDNN broadcasts it: dims (1, ..., 1, N), dense.
+      dnnl::memory::dims bias_dims(r, 1), bias_strides(r, c_dims[r - 1]);
+      bias_dims[r - 1] = c_dims[r - 1];
+      bias_strides[r - 1] = 1;
+      const dnnl::memory::desc bias_md = bias.defined() ? dnnl::memory::desc(bias_dims, dt::f32, bias_strides)
+                                                        : dnnl::memory::desc();
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, bias_md, c_md), engine);
       // Only the brgemm kernels ("brg:avx512_core" etc.): they never split K across threads, so a
       // product is bit-identical at any thread count (tests/test_matmul.cpp). oneDNN's other
       // choices are its reference loops, slower than Eigen, and "gemm:jit" (taken e.g. for a
@@ -188,6 +217,7 @@ bool onednn_matmul_f32(const MatmulOperand& A, const MatmulOperand& B, const Ten
         g.src = dnnl::memory(a_md, engine, DNNL_MEMORY_NONE);
         g.wei = dnnl::memory(b_md, engine, DNNL_MEMORY_NONE);
         g.dst = dnnl::memory(c_md, engine, DNNL_MEMORY_NONE);
+        if (bias.defined()) g.bias = dnnl::memory(bias_md, engine, DNNL_MEMORY_NONE);
         g.usable = true;
       }
     } catch (const dnnl::error&) {
@@ -201,7 +231,12 @@ bool onednn_matmul_f32(const MatmulOperand& A, const MatmulOperand& B, const Ten
     g.src.set_data_handle(const_cast<float*>(A.t.data<float>()));
     g.wei.set_data_handle(const_cast<float*>(B.t.data<float>()));
     g.dst.set_data_handle(out.data<float>());
-    g.prim.execute(stream, {{DNNL_ARG_SRC, g.src}, {DNNL_ARG_WEIGHTS, g.wei}, {DNNL_ARG_DST, g.dst}});
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, g.src}, {DNNL_ARG_WEIGHTS, g.wei}, {DNNL_ARG_DST, g.dst}};
+    if (bias.defined()) {
+      g.bias.set_data_handle(const_cast<float*>(bias.data<float>()));
+      args.emplace(DNNL_ARG_BIAS, g.bias);
+    }
+    g.prim.execute(stream, args);
     stream.wait();
   } catch (const dnnl::error& e) {
     REEL_FAIL("matmul: oneDNN failed on shapes ", A.t.shape(), " and ", B.t.shape(), ": ", e.what());
@@ -212,7 +247,7 @@ bool onednn_matmul_f32(const MatmulOperand& A, const MatmulOperand& B, const Ten
 
 }  // namespace
 
-void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
+void matmul(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias) {
   if (out.numel() == 0) return;
   static const bool eigen_single_threaded = [] {
     Eigen::setNbThreads(1);
@@ -220,19 +255,28 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
   }();
   (void)eigen_single_threaded;
   const int64_t K = a.size(-1);
-  if (K == 0) {  // an empty inner dim: the product of nothing is zero
-    out.fill_(0.0);
+  if (K == 0) {  // an empty inner dim: the product of nothing is zero, plus the bias
+    if (!bias.defined()) {
+      out.fill_(0.0);
+      return;
+    }
+    const int64_t N = out.size(-1), rows = out.numel() / N;
+    REEL_DISPATCH_FLOATING(out.dtype(), "matmul", {
+      const scalar_t* pb = bias.data<scalar_t>();
+      scalar_t* pc = out.data<scalar_t>();
+      for (int64_t i = 0; i < rows; ++i) std::copy(pb, pb + N, pc + i * N);
+    })
     return;
   }
   const MatmulOperand A = matmul_operand(a), B = matmul_operand(b);
 #if defined(REEL_ONEDNN)
-  if (out.dtype() == DType::f32 && out.is_contiguous() && onednn_matmul_f32(A, B, out)) return;
+  if (out.dtype() == DType::f32 && out.is_contiguous() && onednn_matmul_f32(A, B, out, bias)) return;
 #endif
   REEL_DISPATCH_FLOATING(out.dtype(), "matmul", {
-    if (A.col_major && B.col_major) gemm_batches<scalar_t, true, true>(A, B, out);
-    else if (A.col_major) gemm_batches<scalar_t, true, false>(A, B, out);
-    else if (B.col_major) gemm_batches<scalar_t, false, true>(A, B, out);
-    else gemm_batches<scalar_t, false, false>(A, B, out);
+    if (A.col_major && B.col_major) gemm_batches<scalar_t, true, true>(A, B, out, bias);
+    else if (A.col_major) gemm_batches<scalar_t, true, false>(A, B, out, bias);
+    else if (B.col_major) gemm_batches<scalar_t, false, true>(A, B, out, bias);
+    else gemm_batches<scalar_t, false, false>(A, B, out, bias);
   })
 }
 

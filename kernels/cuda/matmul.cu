@@ -5,6 +5,9 @@
 // handles it); other layouts are made contiguous. Batch dims that collapse to one stride per
 // operand (contiguous, or broadcast with stride 0) go to cuBLAS in one call; the rest are
 // looped on the host, one strided-batched call per outer index.
+// Bias (an optional (N) vector added to every output row): a small kernel first fills out's rows
+// with the bias, then cuBLAS accumulates the product onto them with beta = 1 (PyTorch's addmm
+// does the same), so no second pass runs over the finished output.
 // Teaching path: matmul_tiled(), the classic 16x16 shared-memory tiled kernel, checked against
 // cuBLAS and the CPU by the tests.
 #include <climits>
@@ -64,6 +67,14 @@ __global__ void matmul_tiled_kernel(const T* a, const T* b, T* c, TiledArgs args
   if (row < args.M && col < args.N) c[row * args.N + col] = acc;
 }
 
+// out[i] = bias[i % N]: every row of out (rows, N) starts as the bias, which cuBLAS then
+// accumulates the product onto (beta = 1). out: (n) contiguous, n = rows * N; bias: (N).
+template <typename T>
+__global__ void bias_rows_kernel(T* out, const T* bias, int64_t n, int64_t N) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x)
+    out[i] = bias[i % N];
+}
+
 // ---- cuBLAS ----------------------------------------------------------------------------------
 
 void check_cublas(cublasStatus_t status, const char* what) {
@@ -98,36 +109,46 @@ int as_int(int64_t v, const char* what) {
 // C (M, N) = A (M, K) B (K, N) is column-major C^T (N, M) = B^T (N, K) A^T (K, M): pass b first
 // and a second, with m = N and n = M. A row-major operand, read column-major, is already the
 // transpose needed (op N); a column-major one (a transposed view) is not (op T).
-// `count` products: a + i * stride_a, b + i * stride_b -> c + i * M * N.
+// `count` products: a + i * stride_a, b + i * stride_b -> c + i * M * N; with accumulate, the
+// products are added to what c holds (beta = 1: the bias rows), else c is written, never read.
 template <typename T>
 void gemm_batched(const MatmulOperand& A, const MatmulOperand& B, const T* a, int64_t stride_a, const T* b,
-                  int64_t stride_b, T* c, int64_t M, int64_t N, int64_t K, int64_t count) {
+                  int64_t stride_b, T* c, int64_t M, int64_t N, int64_t K, int64_t count, bool accumulate) {
   const cublasOperation_t op_b = B.col_major ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_a = A.col_major ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int m = as_int(N, "N"), n = as_int(M, "M"), k = as_int(K, "K");
   const int lda = as_int(A.ld, "lda"), ldb = as_int(B.ld, "ldb");
-  const T one = 1, zero = 0;  // beta = 0: c is written, never read
+  const T one = 1, beta = accumulate ? 1 : 0;
   for (int64_t done = 0; done < count; done += INT_MAX) {
     const int batch = static_cast<int>(std::min<int64_t>(count - done, INT_MAX));
     if constexpr (std::is_same_v<T, float>)
       check_cublas(cublasSgemmStridedBatched(handle(), op_b, op_a, m, n, k, &one, b + done * stride_b, ldb, stride_b,
-                                             a + done * stride_a, lda, stride_a, &zero, c + done * M * N, m, M * N,
+                                             a + done * stride_a, lda, stride_a, &beta, c + done * M * N, m, M * N,
                                              batch),
                    "cublasSgemmStridedBatched");
     else
       check_cublas(cublasDgemmStridedBatched(handle(), op_b, op_a, m, n, k, &one, b + done * stride_b, ldb, stride_b,
-                                             a + done * stride_a, lda, stride_a, &zero, c + done * M * N, m, M * N,
+                                             a + done * stride_a, lda, stride_a, &beta, c + done * M * N, m, M * N,
                                              batch),
                    "cublasDgemmStridedBatched");
   }
 }
 
+// Every (N) row of out (contiguous) = bias (N).
 template <typename T>
-void matmul_cublas(const Tensor& a, const Tensor& b, const Tensor& out) {
+void fill_bias_rows(const Tensor& out, const Tensor& bias) {
+  const int64_t n = out.numel();
+  launch("bias_rows_kernel", bias_rows_kernel<T>, grid_for(n, kThreads), kThreads, 0, out.data<T>(), bias.data<T>(), n,
+         out.size(-1));
+}
+
+template <typename T>
+void matmul_cublas(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias) {
   const int64_t r = out.dim(), nb = r - 2;
   const int64_t M = out.size(r - 2), N = out.size(r - 1), K = a.size(r - 1);
   const MatmulOperand A = matmul_operand(a), B = matmul_operand(b);
   const Shape& bs = out.shape();
+  if (bias.defined()) fill_bias_rows<T>(out, bias);
   // Batch dims [inner, nb) collapse to one stride per operand: a's offset for flat index i of
   // them is i * stride_a. Size-1 dims fit anywhere.
   int64_t inner = nb, count = 1, stride_a = 0, stride_b = 0;
@@ -155,7 +176,8 @@ void matmul_cublas(const Tensor& a, const Tensor& b, const Tensor& out) {
   for (int64_t o = 0; o < outer; ++o) {  // the dims that do not collapse: one call each
     int64_t oa, ob;
     matmul_batch_offsets(o, static_cast<int>(inner), bs.data(), A.t, B.t, oa, ob);
-    gemm_batched<T>(A, B, pa + oa, stride_a, pb + ob, stride_b, pc + o * count * M * N, M, N, K, count);
+    gemm_batched<T>(A, B, pa + oa, stride_a, pb + ob, stride_b, pc + o * count * M * N, M, N, K, count,
+                    bias.defined());
   }
 }
 
@@ -189,14 +211,18 @@ void matmul_tiled_impl(const Tensor& a, const Tensor& b, const Tensor& out) {
 
 }  // namespace
 
-void matmul(const Tensor& a, const Tensor& b, const Tensor& out) {
+void matmul(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias) {
   if (out.numel() == 0) return;
   set_device(out.device());
-  if (a.size(-1) == 0) {  // an empty inner dim: the product of nothing is zero
-    out.fill_(0.0);
+  if (a.size(-1) == 0) {  // an empty inner dim: the product of nothing is zero, plus the bias
+    if (bias.defined()) {
+      REEL_DISPATCH_FLOATING(out.dtype(), "matmul", fill_bias_rows<scalar_t>(out, bias))
+    } else {
+      out.fill_(0.0);
+    }
     return;
   }
-  REEL_DISPATCH_FLOATING(out.dtype(), "matmul", matmul_cublas<scalar_t>(a, b, out))
+  REEL_DISPATCH_FLOATING(out.dtype(), "matmul", matmul_cublas<scalar_t>(a, b, out, bias))
 }
 
 void matmul_tiled(const Tensor& a, const Tensor& b, const Tensor& out) {
