@@ -1,7 +1,7 @@
 // kernels/simt/cudnn.h: the cuDNN subset the project uses (2-D convolution forward, backward data,
-// backward filter and bias). Under nvcc (or any build without SIMT_EMULATE) this is the real
+// backward filter and bias; each further family in a section of its own below). Under nvcc (or any build without SIMT_EMULATE) this is the real
 // <cudnn.h> (cuDNN 9); in the emulated build it declares the same API with the same names, enum
-// values and status codes, implemented on the host in cudnn_emu.cpp. Same contract as cuDNN:
+// values and status codes, implemented on the host in cudnn_emu*.cpp. Same contract as cuDNN:
 // opaque descriptors set before use (a bad dimension, stride, padding or dilation is
 // CUDNN_STATUS_BAD_PARAM at Set time), the Get*Algorithm_v7 queries return every algorithm with its
 // status, workspace size and determinism, each convolution checks its descriptors against each
@@ -205,5 +205,9 @@ cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t handle, const void* alp
 // C = alpha * A + beta * C, A broadcast over C where a dim of A is 1.
 cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void* alpha, const cudnnTensorDescriptor_t aDesc,
                              const void* A, const void* beta, const cudnnTensorDescriptor_t cDesc, void* C);
+
+// ---- Pooling (kernels/simt/cudnn_emu_pooling.cpp) ------------------------------------------------
+
+// ---- Batch normalization (kernels/simt/cudnn_emu_batchnorm.cpp) ---------------------------------
 
 #endif  // SIMT_EMULATE

@@ -18,31 +18,13 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cudnn.h"
-
-struct cudnnContext {
-  cudaStream_t stream = nullptr;
-};
-struct cudnnTensorStruct {
-  bool set = false;
-  cudnnDataType_t type = CUDNN_DATA_FLOAT;
-  int n = 0, c = 0, h = 0, w = 0;
-};
-struct cudnnFilterStruct {
-  bool set = false;
-  cudnnDataType_t type = CUDNN_DATA_FLOAT;
-  int k = 0, c = 0, h = 0, w = 0;
-};
-struct cudnnConvolutionStruct {
-  bool set = false;
-  int pad[2] = {0, 0}, stride[2] = {1, 1}, dilation[2] = {1, 1};
-  cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-  cudnnDataType_t compute = CUDNN_DATA_FLOAT;
-  int groups = 1;
-  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
-};
+#include "cudnn_emu_internal.h"
 
 namespace {
+
+using cudnn_emu::blend;
+using cudnn_emu::read_scalar;
+using cudnn_emu::supported_type;
 
 // One convolution's sizes, from descriptors checked against each other.
 struct Geom {
@@ -57,8 +39,6 @@ struct Geom {
   int64_t in_w(int64_t ow, int64_t s) const { return ow * stride[1] - pad[1] + (flip ? S - 1 - s : s) * dil[1]; }
   size_t elem() const { return type == CUDNN_DATA_DOUBLE ? sizeof(double) : sizeof(float); }
 };
-
-bool supported_type(cudnnDataType_t t) { return t == CUDNN_DATA_FLOAT || t == CUDNN_DATA_DOUBLE; }
 
 int out_dim(int in, int pad, int filter, int stride, int dil) {
   return (in + 2 * pad - dil * (filter - 1) - 1) / stride + 1;  // may be <= 0: the caller rejects it
@@ -100,17 +80,6 @@ cudnnStatus_t check(const cudnnTensorStruct* x, const cudnnFilterStruct* w, cons
 
 // The forward GEMM algorithm's workspace: one sample and group's im2col matrix (Cg * R * S, OH * OW).
 size_t gemm_workspace(const Geom& g) { return static_cast<size_t>(g.Cg * g.R * g.S * g.OH * g.OW) * g.elem(); }
-
-template <class T>
-T read_scalar(const void* p) {
-  return *static_cast<const T*>(p);
-}
-
-// out = alpha * acc + beta * out; beta == 0: out is not read (NaN there does not propagate).
-template <class T>
-void blend(T& out, T acc, T alpha, T beta) {
-  out = beta == T(0) ? alpha * acc : alpha * acc + beta * out;
-}
 
 // ---- forward ----------------------------------------------------------------------------------
 
