@@ -46,13 +46,13 @@ TEST_CASE("incompatible matmul shapes raise reel::Error naming both shapes") {
 }
 
 // Checkpointed and plain gradients are compared bit for bit, and a run should not change its results
-// with --threads: the CPU GEMM (oneDNN for f32 where reel is built with it, Eigen for f64 and
-// otherwise) must not let the thread count change how a product's sums are ordered, e.g. by
-// splitting K across threads. The shapes: an MLP's forward and both backward products, a long K
-// with a small output (where a library is most tempted to split K), a 1024-wide layer, a batched
-// q k^T, and a row stride larger than the row (a narrowed operand: oneDNN's gemm:jit would take it).
-// Built without oneDNN, the f32 rows check reel's own split of Eigen's GEMM, which failed here
-// before its block edges were aligned (kernels/cpu/matmul.cpp).
+// with --threads: the CPU GEMM (kernels/cpu/gemm.h: oneDNN's sgemm for f32 where reel is built with
+// it, Eigen for f64 and otherwise) must not let the thread count change how a product's sums are
+// ordered, e.g. by splitting K across threads or by cutting a product into blocks per thread (both
+// engines order an element's sum by the block shape they are given). The shapes: an MLP's forward
+// and both backward products, a long K with a small output (where a library is most tempted to
+// split K), a 1024-wide layer (cut into column blocks), a tall product (cut into row blocks), a
+// batched q k^T, and a row stride larger than the row (a narrowed operand).
 TEST_CASE("CPU matmul is bit-identical across thread counts") {
   using reel::testing::bit_identical;
   using reel::testing::for_thread_counts;
@@ -68,6 +68,7 @@ TEST_CASE("CPU matmul is bit-identical across thread counts") {
       {{128, 512}, {512, 784}, false, false, 0},  // dx = g W
       {{16, 8192}, {8192, 16}, false, false, 0},  // long K, 16x16 output
       {{256, 1024}, {1024, 1024}, false, true, 0},
+      {{1024, 96}, {96, 256}, false, false, 0},
       {{8, 64, 32}, {8, 64, 32}, false, true, 0},
       {{16, 8200}, {8192, 16}, false, false, 8192},
   };
@@ -83,7 +84,7 @@ TEST_CASE("CPU matmul is bit-identical across thread counts") {
       std::vector<Tensor> runs;
       for_thread_counts({1, 2, 3, 8}, [&] { runs.push_back(matmul(a, b, c.ta, c.tb)); });
       for (size_t i = 1; i < runs.size(); ++i) CHECK(bit_identical(runs[i], runs[0]));
-      // With a bias (oneDNN's epilogue; Eigen's bias rows + accumulated product, per block).
+      // With a bias (the bias rows, the product accumulated onto them, per block).
       const Tensor bias = uniform_f64({c.b[c.tb ? c.b.size() - 2 : c.b.size() - 1]}, ++seed).to(dtype);
       std::vector<Tensor> biased;
       for_thread_counts({1, 2, 3, 8}, [&] { biased.push_back(matmul(a, b, c.ta, c.tb, bias)); });
@@ -120,11 +121,10 @@ std::vector<double> matmul_bias_ref(const Tensor& a_in, const Tensor& b_in, bool
 }
 }  // namespace
 
-// The shapes: x W^T as linear runs it (oneDNN's brgemm for f32), plain and transposed-a products,
-// a broadcast batch (the bias reaches every row of every product), a row stride larger than the
-// row (oneDNN declines it: Eigen's path for f32 too), a strided bias view, a product large enough
-// that Eigen splits it into column blocks at 3 threads (the bias slice follows each block), and an
-// empty inner dim (the output is the bias rows alone).
+// The shapes: x W^T as linear runs it, plain and transposed-a products, a broadcast batch (the bias
+// reaches every row of every product), a row stride larger than the row, a strided bias view, a
+// product large enough that the CPU cuts it into column blocks (the bias slice follows each
+// block), and an empty inner dim (the output is the bias rows alone).
 TEST_CASE("matmul with a bias matches an f64 reference on every device") {
   using reel::testing::devices;
   using reel::testing::uniform_f64;
@@ -141,7 +141,7 @@ TEST_CASE("matmul with a bias matches an f64 reference on every device") {
       {{2, 1, 5, 3}, {4, 3, 6}, false, false, 0, false}, // broadcast batch (2, 4)
       {{3, 8, 5}, {6, 5}, false, true, 0, true},         // a batch of a against one W^T
       {{9, 40}, {32, 11}, false, false, 32, false},      // row stride 40 > row 32
-      {{100, 300}, {200, 300}, false, true, 0, false},   // split into column blocks at 3 threads
+      {{96, 128}, {600, 128}, false, true, 0, false},    // cut into 2 column blocks (kernels/cpu/matmul.cpp)
       {{3, 0}, {0, 4}, false, false, 0, false},          // K = 0
   };
   uint64_t seed = 700;

@@ -1,10 +1,11 @@
 // CPU kernels of the conv family (kernels/conv.h): conv2d forward and its input, weight and bias
-// backward, by im2col + Eigen's GEMM (the engine of kernels/cpu/matmul.cpp) and col2im.
+// backward, by im2col + the CPU GEMM (kernels/cpu/gemm.h: oneDNN's sgemm for f32 where reel is
+// built with it, else Eigen; the engine of kernels/cpu/matmul.cpp too) and col2im.
 //
 // Per sample n and group g, with K = (C_in / G) * kH * kW rows of taps and L = OH * OW positions:
 //   im2col:   col (G * K, L): row (c, i, j), column (oh, ow) holds the input that tap reads (0 in
 //             the padding); a 1x1 kernel with stride 1 and no padding reads x itself, no copy.
-//   forward:  y[n, g] (O_g, L)   = w[g] (O_g, K) @ col[g] (K, L), then + b
+//   forward:  y[n, g] (O_g, L)   = b (each row starts as its bias) + w[g] (O_g, K) @ col[g] (K, L)
 //   input:    dcol[g] (K, L)     = w[g]^T (K, O_g) @ dy[n, g] (O_g, L), then col2im adds each
 //             column entry back to the input it was read from
 //   weight:   dw[g] (O_g, K)    += dy[n, g] (O_g, L) @ col[g]^T (L, K), summed over n
@@ -14,14 +15,15 @@
 // ((G * K, L), as PyTorch's: the batch's full im2col would be N times that), each sample's GEMMs and
 // col2im run serially on its thread. Weight backward: the batch is cut into a number of chunks fixed
 // by N alone; each chunk sums its samples' products into its own partial dw in sample order, and the
-// partials are added in chunk order: no atomics, and the same bits for any thread count. Eigen's own
-// threading stays off (its split would depend on the thread count).
+// partials are added in chunk order: no atomics, and the same bits for any thread count (each GEMM
+// runs on its one thread).
 #include <algorithm>
 #include <vector>
 
 #include <Eigen/Core>
 
 #include "kernels/backends.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
 
 namespace reel::kernels::cpu {
@@ -32,8 +34,6 @@ template <typename T>
 using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 template <typename T>
 using CMap = Eigen::Map<const Mat<T>>;
-template <typename T>
-using MMap = Eigen::Map<Mat<T>>;
 
 // Every size of one convolution, read from the (contiguous) tensors.
 struct Dims {
@@ -56,14 +56,6 @@ Dims dims_of(const Tensor& x, const Tensor& w, const Tensor& y, const Conv2d& p)
   d.G = p.groups, d.Og = d.O / d.G, d.K = w.size(1) * d.kH * d.kW, d.L = d.OH * d.OW;
   d.p = p;
   return d;
-}
-
-void eigen_single_threaded() {
-  static const bool once = [] {
-    Eigen::setNbThreads(1);
-    return true;
-  }();
-  (void)once;
 }
 
 // Work worth a parallel region: a sample's product is at least this many multiply-adds.
@@ -125,12 +117,12 @@ void forward_impl(const T* x, const T* w, const T* b, T* y, const Dims& d) {
       const T* xn = x + n * d.C * d.H * d.W;
       if (!direct) im2col(xn, d, col.data());
       const T* cn = direct ? xn : col.data();
-      for (int64_t g = 0; g < d.G; ++g) {
-        MMap<T> yg(y + (n * d.O + g * d.Og) * d.L, d.Og, d.L);
-        yg.noalias() = CMap<T>(w + g * d.Og * d.K, d.Og, d.K) * CMap<T>(cn + g * d.K * d.L, d.K, d.L);
-      }
-      if (b)
-        for (int64_t o = 0; o < d.O; ++o) MMap<T>(y + (n * d.O + o) * d.L, 1, d.L).array() += b[o];
+      T* yn = y + n * d.O * d.L;
+      if (b)  // the bias rows, the product accumulated onto them: no second pass
+        for (int64_t o = 0; o < d.O; ++o) std::fill(yn + o * d.L, yn + (o + 1) * d.L, b[o]);
+      for (int64_t g = 0; g < d.G; ++g)
+        gemm_serial<T>(false, false, d.Og, d.L, d.K, w + g * d.Og * d.K, d.K, cn + g * d.K * d.L, d.L, b != nullptr,
+                       yn + g * d.Og * d.L, d.L);
     }
   }
 }
@@ -146,11 +138,9 @@ void backward_input_impl(const T* dy, const T* w, T* dx, const Dims& d) {
     for (int64_t n = 0; n < d.N; ++n) {
       T* dxn = dx + n * d.C * d.H * d.W;
       T* cn = direct ? dxn : col.data();  // direct: dcol is dx itself
-      for (int64_t g = 0; g < d.G; ++g) {
-        MMap<T> cg(cn + g * d.K * d.L, d.K, d.L);
-        cg.noalias() = CMap<T>(w + g * d.Og * d.K, d.Og, d.K).transpose() *
-                       CMap<T>(dy + (n * d.O + g * d.Og) * d.L, d.Og, d.L);
-      }
+      for (int64_t g = 0; g < d.G; ++g)  // w[g] stored (O_g, K): transposed
+        gemm_serial<T>(true, false, d.K, d.L, d.Og, w + g * d.Og * d.K, d.K, dy + (n * d.O + g * d.Og) * d.L, d.L,
+                       false, cn + g * d.K * d.L, d.L);
       if (!direct) col2im(col.data(), d, dxn);
     }
   }
@@ -177,13 +167,9 @@ void backward_weight_impl(const T* dy, const T* x, T* dw, const Dims& d) {
         const T* xn = x + n * d.C * d.H * d.W;
         if (!direct) im2col(xn, d, col.data());
         const T* cn = direct ? xn : col.data();
-        for (int64_t g = 0; g < d.G; ++g) {
-          MMap<T> pg(part + g * d.Og * d.K, d.Og, d.K);
-          const CMap<T> dyg(dy + (n * d.O + g * d.Og) * d.L, d.Og, d.L);
-          const CMap<T> cg(cn + g * d.K * d.L, d.K, d.L);
-          if (n == n0) pg.noalias() = dyg * cg.transpose();
-          else pg.noalias() += dyg * cg.transpose();
-        }
+        for (int64_t g = 0; g < d.G; ++g)  // col[g] stored (K, L): transposed
+          gemm_serial<T>(false, true, d.Og, d.K, d.L, dy + (n * d.O + g * d.Og) * d.L, d.L, cn + g * d.K * d.L, d.L,
+                         n != n0, part + g * d.Og * d.K, d.K);
       }
     }
   }
@@ -210,7 +196,6 @@ void backward_bias_impl(const T* dy, T* db, int64_t N, int64_t O, int64_t L) {
 // ---- launchers ----------------------------------------------------------------------------------
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2d& p, const Tensor& y) {
-  eigen_single_threaded();
   const Dims d = dims_of(x, w, y, p);
   REEL_DISPATCH_FLOATING(x.dtype(), "conv2d_forward",
                          forward_impl<scalar_t>(x.data<scalar_t>(), w.data<scalar_t>(),
@@ -218,7 +203,6 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Con
 }
 
 void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Conv2d& p, const Tensor& dx) {
-  eigen_single_threaded();
   const Dims d = dims_of(dx, w, dy, p);
   REEL_DISPATCH_FLOATING(dy.dtype(), "conv2d_backward_input",
                          backward_input_impl<scalar_t>(dy.data<scalar_t>(), w.data<scalar_t>(), dx.data<scalar_t>(),
@@ -226,7 +210,6 @@ void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Conv2d& p, c
 }
 
 void conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Conv2d& p, const Tensor& dw) {
-  eigen_single_threaded();
   const Dims d = dims_of(x, dw, dy, p);
   REEL_DISPATCH_FLOATING(dy.dtype(), "conv2d_backward_weight",
                          backward_weight_impl<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(), dw.data<scalar_t>(),
