@@ -11,6 +11,9 @@
 #if defined(REEL_ONEDNN)
 #include <oneapi/dnnl/dnnl.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "core/error.h"
 #endif
 
@@ -58,8 +61,28 @@ struct OneThread {
   ~OneThread() { omp_set_num_threads(saved); }
 };
 
+// A leading dimension that is a multiple of 256 floats (1 KiB) puts the rows oneDNN's packing
+// walks down into the same few cache sets: a (256, 1024) @ (1024, 256)^T block ran at half speed
+// with lda = 256 and at full speed with lda = 272. Such an operand is copied into a buffer with
+// 16 floats more per row first (its copy costs one pass over the operand, the GEMM reads it n
+// times); oneDNN's results do not depend on the leading dimension, so the bits stay the same.
+constexpr int64_t kConflictingLd = 256, kLdPad = 16;
+
+// op's storage (rows, cols, ld) copied with a padded ld into `buffer`, or the operand itself.
+const float* unconflicted(const float* x, int64_t rows, int64_t cols, int64_t& ld, std::vector<float>& buffer) {
+  if (ld % kConflictingLd != 0 || rows < 64) return x;
+  const int64_t padded = cols + kLdPad;
+  buffer.resize(static_cast<size_t>(rows * padded));
+  for (int64_t i = 0; i < rows; ++i) std::copy(x + i * ld, x + i * ld + cols, buffer.data() + i * padded);
+  ld = padded;
+  return buffer.data();
+}
+
 void onednn_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                   int64_t ldb, bool accumulate, float* c, int64_t ldc) {
+  thread_local std::vector<float> a_buffer, b_buffer;
+  a = unconflicted(a, ta ? k : m, ta ? m : k, lda, a_buffer);  // stored (rows, cols): op's transpose when ta
+  b = unconflicted(b, tb ? n : k, tb ? k : n, ldb, b_buffer);
   OneThread one;
   const dnnl_status_t status = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb,
                                           accumulate ? 1.0f : 0.0f, c, ldc);
