@@ -1,7 +1,7 @@
 // bench_conv_engines: which CPU convolution should reel's conv2d run? Times, on the layers of the
 // Fashion-MNIST CNN (examples/fashion_mnist_cnn.cpp: conv 1 -> 32 3x3 padding 1 on 28x28, conv
 // 32 -> 64 3x3 padding 1 on 14x14) at batch 128 (the example's) and 32 (the micro-batch of
-// --accum-steps 4), f32 NCHW, at 1 and 2 threads, reel's kernels::conv2d (im2col + Eigen GEMM,
+// --accum-steps 4), f32 NCHW, at 1 and 2 threads, reel's kernels::conv2d (im2col + the CPU GEMM,
 // kernels/cpu/conv.cpp) against oneDNN's convolution primitives, forward (with bias), backward data
 // and backward weights (with the bias gradient; reel's row is conv2d_backward_weight plus
 // conv2d_backward_bias, the two kernels the tape runs for it).
