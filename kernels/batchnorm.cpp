@@ -167,7 +167,8 @@ Tensor batch_norm_replay(const Tensor& x, const Tensor& w, const Tensor& b, cons
     // cpu: the normalisation (3 FLOPs per element); cuda's cuDNN training call also recomputes the
     // statistics it then discards (3 more).
     REEL_DEVICE_DISPATCH(x.device(), batch_norm_replay,
-                         kernel_cost({&x, &w, &b, &mean, &rstd, &var}, {&y}, 3 * x.numel()),
+                         kernel_cost({&x, &w, &b, &mean, &rstd, &var}, {&y},
+                                     (training && !x.device().is_cpu() ? 6 : 3) * x.numel()),
                          contiguous_as(x, {N, C, S}), untracked::contiguous(w), untracked::contiguous(b),
                          untracked::contiguous(mean), untracked::contiguous(rstd),
                          var.defined() ? untracked::contiguous(var) : Tensor(), training, eps,

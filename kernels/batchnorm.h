@@ -1,8 +1,8 @@
 // The batchnorm family: BatchNorm over the batch and the positions of each channel of an (N, C) or
 // (N, C, *spatial) tensor, as torch.nn.functional.batch_norm, forward and backward. Plain kernels,
 // no autograd: the tape (autograd/ops/batchnorm.h) decides what to save, and keeps the statistics
-// of the first forward so that a checkpoint replay neither recomputes them nor updates the running
-// statistics again.
+// of the first forward so that a checkpoint replay normalises with them (the first forward's bits)
+// and does not update the running statistics again.
 //
 // The forward's parts, so that a checkpoint replay can redo the normalisation alone:
 //   batch_norm_stats:   the per-channel statistics (batch ones in training, with the running-stat

@@ -38,9 +38,11 @@
 // whose y has the bits of ForwardTraining's y (ForwardInference rounds 1 / sqrt(var + eps) its
 // own way, and reel's apply kernel is another formula's rounding). So a training replay calls
 // ForwardTraining again on the same x bits with NULL running-stat pointers (no running-stat
-// update) and NULL save pointers: SPATIAL mode is deterministic, so y has the bits of the first
-// forward's, and the op (autograd/ops/batchnorm.h) keeps the first run's mean and rstd for the
-// backward. The replay thus recomputes the statistics inside cuDNN (and discards them): a
+// update; its saved statistics go to scratch buffers): SPATIAL mode is deterministic, so y has
+// the bits of the first forward's (checked on the device by tests/test_nn_kernels_batchnorm.cpp
+// and tests/test_checkpoint.cpp: verified against the emulated cuDNN, to be confirmed on a GPU
+// wherever the real library is present), and the op (autograd/ops/batchnorm.h) keeps the first
+// run's mean and rstd for the backward. The replay thus recomputes the statistics inside cuDNN (and discards them): a
 // replayed training batch norm costs a full forward on cuda, the apply alone on the cpu. An eval
 // replay calls ForwardInference again with the running statistics the first run read (the op
 // keeps copies), the same bits again.
@@ -259,9 +261,16 @@ void replay_launch(const Tensor& x, const Tensor& w, const Tensor& b, const Tens
                    const Tensor& var, bool training, double eps, const Tensor& y) {
 #if REEL_HAS_CUDNN
   if (use_cudnn(eps)) {
-    // The first forward's call again, writing y alone (see the file's header).
-    if (training) cudnn_training<T>(x, w, b, Tensor(), Tensor(), 0.0, eps, y, Tensor(), Tensor());
-    else cudnn_inference<T>(x, w, b, mean, var, eps, y);
+    // The first forward's call again (see the file's header): no running statistics; the saved
+    // statistics go to scratch (C) buffers, discarded, so that the call differs from the first
+    // forward's in the running-stat pointers alone.
+    if (training) {
+      const Tensor scratch_mean = empty(mean.shape(), mean.dtype(), mean.device());
+      const Tensor scratch_rstd = empty(rstd.shape(), rstd.dtype(), rstd.device());
+      cudnn_training<T>(x, w, b, Tensor(), Tensor(), 0.0, eps, y, scratch_mean, scratch_rstd);
+    } else {
+      cudnn_inference<T>(x, w, b, mean, var, eps, y);
+    }
     return;
   }
 #endif
