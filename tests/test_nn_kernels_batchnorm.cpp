@@ -1,12 +1,17 @@
 // BatchNorm kernels and batch_norm, the edge cases: known values with PyTorch's formulas (the
 // running-stat update with the unbiased variance), eval mode, f32 against f64 reference loops on an
 // awkward (N, C, H, W) shape and a channel of mean 1000, strided running statistics, bit-identical
-// results for any thread count, CUDA (emulated) against the CPU, and bad inputs. (The backward
-// against finite differences, on every device, is a row of tests/test_autograd_ops.cpp; the
-// checkpoint replay, tests/test_checkpoint.cpp.)
+// results for any thread count, the cpu's fused forward equal to its two kernels, CUDA (emulated
+// cuDNN) against the CPU in f32 and f64, (N, C) and (N, C, H, W), training and eval, the replay
+// kernel giving the forward's bits on every device, the op under a checkpoint segment in training
+// and eval, and bad inputs. (The backward against finite differences, on every device, is a row of
+// tests/test_autograd_ops.cpp; the checkpoint replay through segments and selective scopes,
+// tests/test_checkpoint.cpp.)
 #include <cmath>
+#include <optional>
 #include <vector>
 
+#include "autograd/checkpoint.h"
 #include "autograd/nn_functions.h"
 #include "autograd/tape.h"
 #include "kernels/ops.h"
@@ -287,6 +292,37 @@ TEST_CASE("batch_norm through the tape: running stats updated once per call, eva
     const std::vector<double> rvv = values(rv), gx = values(x.grad());
     for (size_t i = 0; i < gx.size(); ++i) CHECK(gx[i] == doctest::Approx(1 / std::sqrt(rvv[(i / 2) % 3] + 1e-5)));
   }
+}
+
+TEST_CASE("batch_norm under a checkpoint segment, training and eval: the replay gives the plain run's gradients") {
+  // The op's replay path (autograd/ops/batchnorm.h): training replays with its kept statistics, eval
+  // with its kept copy of the running statistics; on cuda both through cuDNN again.
+  for (Device d : devices())
+    for (bool training : {true, false}) {
+      CAPTURE(d);
+      CAPTURE(training);
+      auto grads = [&](bool checkpointed) {
+        const Tensor x = uniform_f64({4, 3, 2, 3}, 50).to(DType::f32).to(d).set_requires_grad();
+        const Tensor w = uniform_f64({3}, 51, 0.5, 1.5).to(DType::f32).to(d).set_requires_grad();
+        const Tensor b = uniform_f64({3}, 52).to(DType::f32).to(d).set_requires_grad();
+        const Tensor rm = uniform_f64({3}, 53).to(DType::f32).to(d), rv = uniform_f64({3}, 54, 0.5, 2).to(DType::f32).to(d);
+        Tensor h;
+        {
+          std::optional<autograd::Checkpoint> seg;
+          if (checkpointed) seg.emplace();
+          h = reel::relu(batch_norm(x * 2.0, rm, rv, w, b, training, 0.1));
+        }
+        autograd::backward(reel::sum(h * h));
+        std::vector<Tensor> r{x.grad(), w.grad(), b.grad(), rm, rv};
+        return r;
+      };
+      const std::vector<Tensor> plain = grads(false), ckpt = grads(true);
+      for (size_t i = 0; i < plain.size(); ++i) {
+        CAPTURE(i);
+        CHECK(bit_identical(ckpt[i], plain[i]));
+      }
+      CHECK(autograd::Tape::current().empty());
+    }
 }
 
 TEST_CASE("bad batch_norm inputs raise reel::Error naming op and shapes, before any running-stat update") {
