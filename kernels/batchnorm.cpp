@@ -22,13 +22,10 @@ void check_channels(const char* op, const char* what, const Tensor& t, const Ten
              " channels of x ", x.shape(), ": (", x.size(1), ") expected");
 }
 
-}  // namespace
-
-BatchNormStats batch_norm_stats(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
-                                bool training, double momentum, double eps) {
-  const char* op = "batch_norm";
+// The checks of the statistics' arguments (batch_norm_stats, batch_norm_forward).
+void check_stats_args(const char* op, const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                      bool training, double eps) {
   const int64_t S = check_x(op, x);
-  const int64_t N = x.size(0), C = x.size(1);
   REEL_CHECK(running_mean.defined() == running_var.defined(), op,
              ": running_mean and running_var must both be given or both be absent (got ",
              running_mean.defined() ? "running_mean only" : "running_var only", ")");
@@ -48,13 +45,41 @@ BatchNormStats batch_norm_stats(const Tensor& x, const Tensor& running_mean, con
   if (training)
     // PyTorch's words (torch.nn.functional._verify_batch_size): one value has no variance, and its
     // unbiased variance n / (n - 1) would divide by zero.
-    REEL_CHECK(N * S > 1, op, ": Expected more than 1 value per channel when training, got input size ", x.shape());
+    REEL_CHECK(x.size(0) * S > 1, op, ": Expected more than 1 value per channel when training, got input size ",
+               x.shape());
+}
+
+// The running statistics as the kernels take them: contiguous (a strided one through a copy,
+// written back by finish()); undefined where absent.
+struct RunningStats {
+  Tensor rm, rv;
+  RunningStats(const Tensor& running_mean, const Tensor& running_var)
+      : rm(running_mean.defined() ? untracked::contiguous(running_mean) : Tensor()),
+        rv(running_var.defined() ? untracked::contiguous(running_var) : Tensor()) {}
+  // After a training kernel updated them: a strided running statistic was updated through its
+  // contiguous copy, written back (copy_ bumps the version); else the kernel wrote it in place and
+  // its version is bumped here, so a node that saved it sees the write.
+  void finish(const Tensor& running_mean, const Tensor& running_var) const {
+    if (!running_mean.defined()) return;
+    if (rm.storage() != running_mean.storage()) running_mean.copy_(rm);
+    else running_mean.bump_version();
+    if (rv.storage() != running_var.storage()) running_var.copy_(rv);
+    else running_var.bump_version();
+  }
+};
+
+}  // namespace
+
+BatchNormStats batch_norm_stats(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                                bool training, double momentum, double eps) {
+  const char* op = "batch_norm";
+  check_stats_args(op, x, running_mean, running_var, training, eps);
+  const int64_t N = x.size(0), C = x.size(1), S = check_x(op, x);
   BatchNormStats r{empty({C}, x.dtype(), x.device()), empty({C}, x.dtype(), x.device())};
   if (C == 0) return r;
-  // The kernel updates contiguous running statistics in place; a strided one is updated through a
-  // contiguous copy, written back.
-  const Tensor rm = running ? untracked::contiguous(running_mean) : Tensor();
-  const Tensor rv = running ? untracked::contiguous(running_var) : Tensor();
+  const RunningStats run(running_mean, running_var);
+  const Tensor& rm = run.rm;
+  const Tensor& rv = run.rv;
   const Tensor none;  // eval reads no x and writes no running statistic
   // Training: the mean and the centred squares (3 FLOPs per element); eval: a few per channel.
   REEL_DEVICE_DISPATCH(x.device(), batch_norm_stats,
@@ -63,15 +88,7 @@ BatchNormStats batch_norm_stats(const Tensor& x, const Tensor& running_mean, con
                                    training ? 3 * x.numel() : 3 * C),
                        training ? contiguous_as(x, {N, C, S}) : none, rm, rv, training, momentum, eps, r.mean,
                        r.rstd);
-  if (running && training) {
-    // A strided running statistic was updated through its contiguous copy: written back (copy_
-    // bumps the version). Else the kernel wrote it in place: its version is bumped here, so a node
-    // that saved it sees the write.
-    if (rm.storage() != running_mean.storage()) running_mean.copy_(rm);
-    else running_mean.bump_version();
-    if (rv.storage() != running_var.storage()) running_var.copy_(rv);
-    else running_var.bump_version();
-  }
+  if (training) run.finish(running_mean, running_var);
   return r;
 }
 
@@ -99,18 +116,68 @@ BatchNormForward batch_norm_forward(const Tensor& x, const Tensor& w, const Tens
   // The affine parameters are checked first: a bad one must raise before the running statistics
   // are updated.
   const char* op = "batch_norm";
-  check_x(op, x);
+  const int64_t S = check_x(op, x);
   check_same_device(op, {&x, &w, &b});
   check_same_floating_dtype(op, {&x, &w, &b});
   check_channels(op, "weight", w, x);
   check_channels(op, "bias", b, x);
-  BatchNormStats s = batch_norm_stats(x, running_mean, running_var, training, momentum, eps);
-  Tensor y = batch_norm_apply(x, w, b, s.mean, s.rstd);
-  return {std::move(y), std::move(s.mean), std::move(s.rstd)};
+  if (x.numel() == 0) {  // eval of an empty batch, or no channel: nothing for the fused kernel
+    BatchNormStats s = batch_norm_stats(x, running_mean, running_var, training, momentum, eps);
+    Tensor y = batch_norm_apply(x, w, b, s.mean, s.rstd);
+    return {std::move(y), std::move(s.mean), std::move(s.rstd)};
+  }
+  check_stats_args(op, x, running_mean, running_var, training, eps);
+  const int64_t N = x.size(0), C = x.size(1);
+  BatchNormForward r{empty(x.shape(), x.dtype(), x.device()), empty({C}, x.dtype(), x.device()),
+                     empty({C}, x.dtype(), x.device())};
+  const RunningStats run(running_mean, running_var);
+  const Tensor& rm = run.rm;
+  const Tensor& rv = run.rv;
+  const Tensor none;
+  // The statistics (3 FLOPs per element in training) and the normalisation (3).
+  REEL_DEVICE_DISPATCH(x.device(), batch_norm_forward,
+                       kernel_cost({&x, &w, &b, &rm, &rv},
+                                   {&r.y, &r.mean, &r.rstd, training ? &rm : &none, training ? &rv : &none},
+                                   (training ? 6 : 3) * x.numel()),
+                       contiguous_as(x, {N, C, S}), untracked::contiguous(w), untracked::contiguous(b), rm, rv,
+                       training, momentum, eps, untracked::view(r.y, {N, C, S}), r.mean, r.rstd);
+  if (training) run.finish(running_mean, running_var);
+  return r;
+}
+
+Tensor batch_norm_replay(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& mean, const Tensor& rstd,
+                         const Tensor& var, bool training, double eps) {
+  const char* op = "batch_norm_replay";
+  const int64_t S = check_x(op, x);
+  check_same_device(op, {&x, &w, &b, &mean, &rstd});
+  check_same_floating_dtype(op, {&x, &w, &b, &mean, &rstd});
+  check_channels(op, "weight", w, x);
+  check_channels(op, "bias", b, x);
+  check_channels(op, "mean", mean, x);
+  check_channels(op, "rstd", rstd, x);
+  REEL_CHECK(training != var.defined(), op, ": var (the running_var of the forward) is given in eval mode only");
+  if (var.defined()) {
+    check_same_device(op, {&x, &var});
+    check_same_floating_dtype(op, {&x, &var});
+    check_channels(op, "var", var, x);
+  }
+  const int64_t N = x.size(0), C = x.size(1);
+  Tensor y = empty(x.shape(), x.dtype(), x.device());
+  if (x.numel() > 0)
+    // cpu: the normalisation (3 FLOPs per element); cuda's cuDNN training call also recomputes the
+    // statistics it then discards (3 more).
+    REEL_DEVICE_DISPATCH(x.device(), batch_norm_replay,
+                         kernel_cost({&x, &w, &b, &mean, &rstd, &var}, {&y},
+                                     (training && !x.device().is_cpu() ? 6 : 3) * x.numel()),
+                         contiguous_as(x, {N, C, S}), untracked::contiguous(w), untracked::contiguous(b),
+                         untracked::contiguous(mean), untracked::contiguous(rstd),
+                         var.defined() ? untracked::contiguous(var) : Tensor(), training, eps,
+                         untracked::view(y, {N, C, S}));
+  return y;
 }
 
 BatchNormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
-                                      const Tensor& rstd, bool training) {
+                                      const Tensor& rstd, bool training, double eps) {
   const char* op = "batch_norm_backward";
   const int64_t S = check_x(op, x);
   check_same_device(op, {&dy, &x, &w, &mean, &rstd});
@@ -127,7 +194,7 @@ BatchNormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const T
     REEL_DEVICE_DISPATCH(x.device(), batch_norm_backward,
                          kernel_cost({&dy, &x, &w, &mean, &rstd}, {&r.dx, &r.dw, &r.db}, 9 * x.numel()),
                          contiguous_as(dy, {N, C, S}), contiguous_as(x, {N, C, S}), untracked::contiguous(w),
-                         untracked::contiguous(mean), untracked::contiguous(rstd), training,
+                         untracked::contiguous(mean), untracked::contiguous(rstd), training, eps,
                          untracked::view(r.dx, {N, C, S}), r.dw, r.db);
   return r;
 }

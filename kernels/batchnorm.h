@@ -1,13 +1,18 @@
 // The batchnorm family: BatchNorm over the batch and the positions of each channel of an (N, C) or
 // (N, C, *spatial) tensor, as torch.nn.functional.batch_norm, forward and backward. Plain kernels,
 // no autograd: the tape (autograd/ops/batchnorm.h) decides what to save, and keeps the statistics
-// of the first forward so that a checkpoint replay neither recomputes them nor updates the running
-// statistics again.
+// of the first forward so that a checkpoint replay normalises with them (the first forward's bits)
+// and does not update the running statistics again.
 //
-// The forward is two kernels, so that a replay (and eval) can run the second alone:
-//   batch_norm_stats: the per-channel statistics (batch ones in training, with the running-stat
-//                     update; the running ones in eval);
-//   batch_norm_apply: y = (x - mean[c]) * rstd[c] * w[c] + b[c].
+// The forward's parts, so that a checkpoint replay can redo the normalisation alone:
+//   batch_norm_stats:   the per-channel statistics (batch ones in training, with the running-stat
+//                       update; the running ones in eval);
+//   batch_norm_apply:   y = (x - mean[c]) * rstd[c] * w[c] + b[c];
+//   batch_norm_forward: both, as one backend kernel (the cuda backend runs cuDNN's fused training
+//                       or inference call there, so the statistics and y come from one library
+//                       call);
+//   batch_norm_replay:  a replay's y, the bits of the first forward's, without the running-stat
+//                       update (cpu: the apply kernel alone; cuda: see kernels/cuda/batchnorm.cu).
 // Each entry point checks its inputs (shapes, dtypes, devices: reel::Error naming the op and
 // them), makes them contiguous, allocates the outputs on the inputs' device and runs the backend
 // kernel (declared at the end of this file) on cpu or cuda.
@@ -36,17 +41,25 @@ BatchNormStats batch_norm_stats(const Tensor& x, const Tensor& running_mean, con
                                 bool training, double momentum, double eps = 1e-5);
 // x (N, C, *), w and b (C), mean and rstd (C) -> y = (x - mean[c]) * (rstd[c] * w[c]) + b[c].
 Tensor batch_norm_apply(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& mean, const Tensor& rstd);
-// batch_norm_stats then batch_norm_apply.
+// batch_norm_stats then batch_norm_apply, in one backend kernel (the same checks, the same
+// running-stat update; on the cpu the same bits as the two entry points).
 BatchNormForward batch_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& running_mean,
                                     const Tensor& running_var, bool training, double momentum = 0.1,
                                     double eps = 1e-5);
+// A checkpoint replay of batch_norm_forward(x, w, b, ...) whose results were mean and rstd: y with
+// the bits of that forward's y (given x with the bits of its x), running statistics untouched.
+// var (C): in eval, the running_var that forward read (a copy taken then); undefined in training.
+Tensor batch_norm_replay(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& mean, const Tensor& rstd,
+                         const Tensor& var, bool training, double eps);
 // dy, x (N, C, *); w, mean, rstd (C) as the forward used them. With xhat = (x - mean) * rstd:
 //   dw = sum(dy * xhat), db = sum(dy) over each channel's n values;
 //   training (the statistics depend on x):  dx = w * rstd * (dy - db / n - xhat * dw / n)
 //   eval (the statistics are constants):    dx = w * rstd * dy
 // Per channel in a fixed order, in double: bit-identical run to run and for any thread count.
+// eps: the forward's (the cuda backend hands it to cuDNN, which wants the forward's; mean and
+// rstd are what the backward uses).
 BatchNormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
-                                      const Tensor& rstd, bool training);
+                                      const Tensor& rstd, bool training, double eps = 1e-5);
 
 }  // namespace reel::kernels
 #endif  // REEL_KERNELS_BATCHNORM_H
@@ -70,9 +83,24 @@ void batch_norm_apply(const Tensor& x,                                   // (N, 
                       const Tensor& w, const Tensor& b,                  // (C)
                       const Tensor& mean, const Tensor& rstd,            // (C)
                       const Tensor& y);                                  // (N, C, S) out
+// training: the statistics (and, where running_mean is defined, the running-stat update) and y;
+// eval: mean and rstd from running_mean and running_var, and y. N * S > 0 and C > 0.
+void batch_norm_forward(const Tensor& x,                                 // (N, C, S)
+                        const Tensor& w, const Tensor& b,                // (C)
+                        const Tensor& running_mean, const Tensor& running_var,  // (C) in/out, or undefined
+                        bool training, double momentum, double eps,
+                        const Tensor& y,                                 // (N, C, S) out
+                        const Tensor& mean, const Tensor& rstd);         // (C) out
+// y as batch_norm_forward wrote it for these x, w, b (its mean and rstd given; var: the running_var
+// it read in eval, undefined in training); no statistic is written.
+void batch_norm_replay(const Tensor& x,                                  // (N, C, S)
+                       const Tensor& w, const Tensor& b,                 // (C)
+                       const Tensor& mean, const Tensor& rstd, const Tensor& var,  // (C); var: eval only
+                       bool training, double eps,
+                       const Tensor& y);                                 // (N, C, S) out
 void batch_norm_backward(const Tensor& dy, const Tensor& x,              // (N, C, S)
                          const Tensor& w, const Tensor& mean, const Tensor& rstd,  // (C)
-                         bool training,
+                         bool training, double eps,
                          const Tensor& dx,                               // (N, C, S) out
                          const Tensor& dw, const Tensor& db);            // (C) out
 #endif  // REEL_BACKEND_KERNELS

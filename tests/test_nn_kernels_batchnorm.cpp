@@ -1,12 +1,17 @@
 // BatchNorm kernels and batch_norm, the edge cases: known values with PyTorch's formulas (the
 // running-stat update with the unbiased variance), eval mode, f32 against f64 reference loops on an
 // awkward (N, C, H, W) shape and a channel of mean 1000, strided running statistics, bit-identical
-// results for any thread count, CUDA (emulated) against the CPU, and bad inputs. (The backward
-// against finite differences, on every device, is a row of tests/test_autograd_ops.cpp; the
-// checkpoint replay, tests/test_checkpoint.cpp.)
+// results for any thread count, the cpu's fused forward equal to its two kernels, CUDA (emulated
+// cuDNN) against the CPU in f32 and f64, (N, C) and (N, C, H, W), training and eval, the replay
+// kernel giving the forward's bits on every device, the op under a checkpoint segment in training
+// and eval, and bad inputs. (The backward against finite differences, on every device, is a row of
+// tests/test_autograd_ops.cpp; the checkpoint replay through segments and selective scopes,
+// tests/test_checkpoint.cpp.)
 #include <cmath>
+#include <optional>
 #include <vector>
 
+#include "autograd/checkpoint.h"
 #include "autograd/nn_functions.h"
 #include "autograd/tape.h"
 #include "kernels/ops.h"
@@ -200,6 +205,68 @@ TEST_CASE("batch_norm: stats, forward and backward bit-identical for any thread 
   }
 }
 
+TEST_CASE("batch_norm forward, replay and backward: cpu's fused forward is stats then apply; cuda (cuDNN) against cpu") {
+  // (N, C) and (N, C, H, W), f32 and f64, training (with and without running statistics) and eval.
+  for (const Shape& shape : {Shape{16, 5}, Shape{3, 4, 5, 6}})
+    for (DType t : {DType::f32, DType::f64})
+      for (int mode : {0, 1, 2}) {  // 0 training, 1 training without running stats, 2 eval
+        CAPTURE(shape_str(shape));
+        CAPTURE(dtype_name(t));
+        CAPTURE(mode);
+        const bool training = mode != 2, running = mode != 1;
+        const int64_t C = shape[1];
+        const double eps = 1e-3;
+        const Tensor x = uniform_f64(shape, 40, -2, 3).to(t), dy = uniform_f64(shape, 41).to(t);
+        const Tensor w = uniform_f64({C}, 42, 0.5, 1.5).to(t), b = uniform_f64({C}, 43).to(t);
+        const Tensor rm0 = uniform_f64({C}, 44).to(t), rv0 = uniform_f64({C}, 45, 0.5, 2).to(t);
+        struct Run {
+          BatchNormForward f;
+          Tensor replay, rm, rv;
+          BatchNormBackward g;
+        };
+        auto run = [&](Device d) {
+          Run r;
+          r.rm = running ? rm0.to(d).clone() : Tensor();
+          r.rv = running ? rv0.to(d).clone() : Tensor();
+          r.f = batch_norm_forward(x.to(d), w.to(d), b.to(d), r.rm, r.rv, training, 0.2, eps);
+          const std::vector<double> rm1 = running ? values(r.rm) : std::vector<double>();
+          // A replay: the kept statistics (and, in eval, a copy of the running_var read).
+          r.replay = batch_norm_replay(x.to(d), w.to(d), b.to(d), r.f.mean, r.f.rstd,
+                                       training ? Tensor() : rv0.to(d).clone(), training, eps);
+          if (running) CHECK(values(r.rm) == rm1);  // the replay updates nothing
+          r.g = batch_norm_backward(dy.to(d), x.to(d), w.to(d), r.f.mean, r.f.rstd, training, eps);
+          return r;
+        };
+        const Run cpu = run(Device::cpu());
+        // The cpu's fused forward: the bits of the two entry points in turn.
+        {
+          const Tensor rm = running ? rm0.clone() : Tensor(), rv = running ? rv0.clone() : Tensor();
+          const BatchNormStats st = batch_norm_stats(x, rm, rv, training, 0.2, eps);
+          CHECK(bit_identical(batch_norm_apply(x, w, b, st.mean, st.rstd), cpu.f.y));
+          CHECK(bit_identical(st.rstd, cpu.f.rstd));
+          if (running) CHECK(bit_identical(rv, cpu.rv));
+        }
+        CHECK(bit_identical(cpu.replay, cpu.f.y));
+        if (!cuda_available()) continue;
+        const Run cu = run(Device::cuda(0)), cu2 = run(Device::cuda(0));
+        // A replay on cuda gives the first forward's bits, and the device is deterministic.
+        CHECK(bit_identical(cu.replay, cu.f.y));
+        CHECK(bit_identical(cu.f.y, cu2.f.y));
+        CHECK(bit_identical(cu.g.dx, cu2.g.dx));
+        const double tol = t == DType::f32 ? 2e-5 : 1e-12;
+        check_close(cu.f.y, cpu.f.y, tol, tol);
+        check_close(cu.f.mean, cpu.f.mean, tol, tol);
+        check_close(cu.f.rstd, cpu.f.rstd, tol, tol);
+        if (running) {
+          check_close(cu.rm, cpu.rm, tol, tol);
+          check_close(cu.rv, cpu.rv, tol, tol);
+        }
+        check_close(cu.g.dx, cpu.g.dx, 10 * tol, 10 * tol);
+        check_close(cu.g.dw, cpu.g.dw, 10 * tol, 10 * tol);
+        check_close(cu.g.db, cpu.g.db, 10 * tol, 10 * tol);
+      }
+}
+
 TEST_CASE("batch_norm through the tape: running stats updated once per call, eval gradients, no weight") {
   for (Device d : devices()) {
     CAPTURE(d);
@@ -225,6 +292,37 @@ TEST_CASE("batch_norm through the tape: running stats updated once per call, eva
     const std::vector<double> rvv = values(rv), gx = values(x.grad());
     for (size_t i = 0; i < gx.size(); ++i) CHECK(gx[i] == doctest::Approx(1 / std::sqrt(rvv[(i / 2) % 3] + 1e-5)));
   }
+}
+
+TEST_CASE("batch_norm under a checkpoint segment, training and eval: the replay gives the plain run's gradients") {
+  // The op's replay path (autograd/ops/batchnorm.h): training replays with its kept statistics, eval
+  // with its kept copy of the running statistics; on cuda both through cuDNN again.
+  for (Device d : devices())
+    for (bool training : {true, false}) {
+      CAPTURE(d);
+      CAPTURE(training);
+      auto grads = [&](bool checkpointed) {
+        const Tensor x = uniform_f64({4, 3, 2, 3}, 50).to(DType::f32).to(d).set_requires_grad();
+        const Tensor w = uniform_f64({3}, 51, 0.5, 1.5).to(DType::f32).to(d).set_requires_grad();
+        const Tensor b = uniform_f64({3}, 52).to(DType::f32).to(d).set_requires_grad();
+        const Tensor rm = uniform_f64({3}, 53).to(DType::f32).to(d), rv = uniform_f64({3}, 54, 0.5, 2).to(DType::f32).to(d);
+        Tensor h;
+        {
+          std::optional<autograd::Checkpoint> seg;
+          if (checkpointed) seg.emplace();
+          h = reel::relu(batch_norm(x * 2.0, rm, rv, w, b, training, 0.1));
+        }
+        autograd::backward(reel::sum(h * h));
+        std::vector<Tensor> r{x.grad(), w.grad(), b.grad(), rm, rv};
+        return r;
+      };
+      const std::vector<Tensor> plain = grads(false), ckpt = grads(true);
+      for (size_t i = 0; i < plain.size(); ++i) {
+        CAPTURE(i);
+        CHECK(bit_identical(ckpt[i], plain[i]));
+      }
+      CHECK(autograd::Tape::current().empty());
+    }
 }
 
 TEST_CASE("bad batch_norm inputs raise reel::Error naming op and shapes, before any running-stat update") {

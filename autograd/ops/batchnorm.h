@@ -6,13 +6,22 @@
 //
 // Checkpoint replay. The forward has a side effect (in training, the running-stat update) and its
 // statistics depend on the whole batch, so a replay must neither update the running statistics a
-// second time nor compute new statistics. Like dropout, which records its Philox (seed, offset) in
-// the op so that a replay draws the same mask, the op records the statistics of its first run:
-// the first forward computes them (and updates the running statistics), and keeps the (C) mean and
-// rstd in the op; every later run of the same node (a checkpoint replay, a nested segment's second
-// replay) normalises with those, through the apply kernel alone. The replayed output and saves are
-// then the bits of the first forward, and the running statistics were updated once. The two (C)
-// tensors stay with the node while its segment is collapsed: 2C values, as dropout keeps its seed.
+// second time nor normalise with other statistics. Like dropout, which records its Philox (seed,
+// offset) in the op so that a replay draws the same mask, the op records the statistics of its
+// first run: the first forward computes them (and updates the running statistics), and keeps the
+// (C) mean and rstd in the op (in eval also a copy of the running_var it read); every later run of
+// the same node (a checkpoint replay, a nested segment's second replay) goes through
+// kernels::batch_norm_replay, which writes y alone, with the bits of the first forward's y, and
+// saves the kept mean and rstd. The running statistics were then updated once, and the replayed
+// output and saves are the first forward's bits. How the replay gets those bits is the backend's:
+//   cpu: the apply kernel alone with the kept statistics (the first forward was stats then apply);
+//   cuda (cuDNN): cuDNN has no "apply these statistics" call with the bits of its fused training
+//     forward, so a training replay calls that forward again on the same x bits with NULL
+//     running-stat pointers (no update; SPATIAL mode is deterministic, so the same y), recomputing
+//     statistics it discards; an eval replay calls the inference call again with the kept
+//     running-stat copies (kernels/cuda/batchnorm.cu).
+// The kept tensors stay with the node while its segment is collapsed: 2C values (3C in eval), as
+// dropout keeps its seed.
 #pragma once
 #include <string>
 
@@ -31,7 +40,8 @@ struct BatchNorm final : autograd::Op {
   bool has_weight, has_bias;
   Tensor running_mean, running_var;  // read (eval) or updated (training) by the first run only
   // The statistics of the first run, (C) each; undefined until it ran. Every later run uses them.
-  mutable Tensor mean, rstd;
+  // var: in eval, a copy of the running_var the first run read (a cuda replay normalises with it).
+  mutable Tensor mean, rstd, var;
 
   BatchNorm(bool training, double momentum, double eps, bool has_weight, bool has_bias, Tensor running_mean,
             Tensor running_var)
@@ -54,15 +64,16 @@ struct BatchNorm final : autograd::Op {
       y = r.y;
       mean = r.mean;
       rstd = r.rstd;
-    } else {  // a replay: the first run's statistics, the running statistics left alone
-      y = kernels::batch_norm_apply(x, w, b, mean, rstd);
+      if (!training) var = running_var.clone();  // eval's mean is already a copy of running_mean
+    } else {  // a replay: the first run's y bits and statistics, the running statistics left alone
+      y = kernels::batch_norm_replay(x, w, b, mean, rstd, var, training, eps);
     }
     node.save({x, w, mean, rstd});
     return {y};
   }
   Tensors backward(const Tensors& grad, const Node& node) const override {
     kernels::BatchNormBackward r = kernels::batch_norm_backward(grad[0], node.saved_tensor(0), node.saved_tensor(1),
-                                                                node.saved_tensor(2), node.saved_tensor(3), training);
+                                                                node.saved_tensor(2), node.saved_tensor(3), training, eps);
     Tensors grads{r.dx};
     if (has_weight) grads.push_back(r.dw);
     if (has_bias) grads.push_back(r.db);

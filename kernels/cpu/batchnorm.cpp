@@ -218,8 +218,23 @@ void batch_norm_apply(const Tensor& x, const Tensor& w, const Tensor& b, const T
                                                          y.data<scalar_t>(), x.size(0), x.size(1), x.size(2)))
 }
 
+// The fused forward is the two kernels in turn (the same bits as batch_norm_stats then
+// batch_norm_apply); a replay is the apply kernel alone, with the first forward's statistics: the
+// same bits as that forward's y, and no statistic computed again.
+void batch_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& running_mean,
+                        const Tensor& running_var, bool training, double momentum, double eps, const Tensor& y,
+                        const Tensor& mean, const Tensor& rstd) {
+  batch_norm_stats(training ? x : Tensor(), running_mean, running_var, training, momentum, eps, mean, rstd);
+  batch_norm_apply(x, w, b, mean, rstd, y);
+}
+
+void batch_norm_replay(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& mean, const Tensor& rstd,
+                       const Tensor& /*var*/, bool /*training*/, double /*eps*/, const Tensor& y) {
+  batch_norm_apply(x, w, b, mean, rstd, y);
+}
+
 void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
-                         bool training, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+                         bool training, double /*eps*/, const Tensor& dx, const Tensor& dw, const Tensor& db) {
   REEL_DISPATCH_FLOATING(x.dtype(), "batch_norm_backward",
                          batch_norm_backward_impl<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(),
                                                             w.data<scalar_t>(), mean.data<scalar_t>(),

@@ -15,10 +15,44 @@
 //
 // One block per channel leaves a GPU half idle when C is small and N * S large (a CNN's first
 // layers): a split of each channel over several blocks with partials added in order would fill it.
+//
+// ---- cuDNN (where the build has it: REEL_HAS_CUDNN; the emulated one in the host build) --------
+// The fused forward and the training backward go through cuDNN's batch normalization in SPATIAL
+// mode (never SPATIAL_PERSISTENT, which may sum with atomics: not the same bits run to run), x
+// viewed as the NCHW tensor (N, C, S, 1) and the per-channel tensors as (1, C, 1, 1) of x's dtype
+// (cuDNN's "derived" type is double for double data and float for float: reel's dtype in both):
+//   training forward: cudnnBatchNormalizationForwardTraining; its resultSaveMean /
+//     resultSaveInvVariance are reel's mean / rstd, exponentialAverageFactor the momentum, and the
+//     running statistics are updated by cuDNN with the unbiased variance, as PyTorch's (whose cuDNN
+//     path hands its running_var to this call unchanged); undefined ones are passed as NULL, which
+//     cuDNN takes as "do not update".
+//   eval forward: y from cudnnBatchNormalizationForwardInference with the running statistics;
+//     mean and rstd (what the backward needs) from the eval stats kernel above.
+//   training backward: cudnnBatchNormalizationBackward with the saved mean and rstd.
+//   eval backward: cuDNN has no call for constant statistics; the kernel above gives
+//     dx = w * rstd * dy (its mean terms are exact zeros), dw, db.
+// epsilon below CUDNN_BN_MIN_EPSILON (0.0 in cuDNN 9, so only a negative one, which the entry
+// points already refuse) would keep the kernels above, as PyTorch falls back.
+//
+// Checkpoint replay (batch_norm_replay). cuDNN has no "normalise with these statistics" call
+// whose y has the bits of ForwardTraining's y (ForwardInference rounds 1 / sqrt(var + eps) its
+// own way, and reel's apply kernel is another formula's rounding). So a training replay calls
+// ForwardTraining again on the same x bits with NULL running-stat pointers (no running-stat
+// update; its saved statistics go to scratch buffers): SPATIAL mode is deterministic, so y has
+// the bits of the first forward's (checked on the device by tests/test_nn_kernels_batchnorm.cpp
+// and tests/test_checkpoint.cpp: verified against the emulated cuDNN, to be confirmed on a GPU
+// wherever the real library is present), and the op (autograd/ops/batchnorm.h) keeps the first
+// run's mean and rstd for the backward. The replay thus recomputes the statistics inside cuDNN (and discards them): a
+// replayed training batch norm costs a full forward on cuda, the apply alone on the cpu. An eval
+// replay calls ForwardInference again with the running statistics the first run read (the op
+// keeps copies), the same bits again.
 #include <cmath>
+
+#include <string>
 
 #include "kernels/backends.h"
 #include "kernels/cuda/block_reduce.h"
+#include "kernels/cuda/cudnn_common.h"
 #include "kernels/cuda/launch.h"
 
 namespace reel::kernels::cuda {
@@ -134,6 +168,133 @@ void stats_launch(const Tensor& x, const Tensor& running_mean, const Tensor& run
   }
 }
 
+template <typename T>
+void apply_launch(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& mean, const Tensor& rstd,
+                  const Tensor& y) {
+  const int64_t total = x.numel();
+  launch("batch_norm_apply_kernel", batch_norm_apply_kernel<T>, grid_for(total, kThreads), kThreads, 0, x.data<T>(),
+         w.data<T>(), b.data<T>(), mean.data<T>(), rstd.data<T>(), y.data<T>(), total, x.size(1), x.size(2));
+}
+
+template <typename T>
+void backward_launch(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                     bool training, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+  launch("batch_norm_backward_kernel", batch_norm_backward_kernel<T>, channel_grid(x.size(1)), kChannelThreads, 0,
+         dy.data<T>(), x.data<T>(), w.data<T>(), mean.data<T>(), rstd.data<T>(), training, dx.data<T>(), dw.data<T>(),
+         db.data<T>(), x.size(0), x.size(1), x.size(2));
+}
+
+#if REEL_HAS_CUDNN
+
+constexpr const char* kOp = "batch_norm";
+
+// cuDNN takes epsilon >= CUDNN_BN_MIN_EPSILON; below it the kernels above run.
+bool use_cudnn(double eps) { return eps >= CUDNN_BN_MIN_EPSILON; }
+
+// x (N, C, S) as the NCHW tensor (N, C, S, 1), the per-channel tensors as (1, C, 1, 1), and the
+// context every error names.
+struct BnDescs {
+  std::string ctx;
+  CudnnTensorDesc x, channel;
+  BnDescs(const Tensor& xs, double eps)
+      : ctx(describe(xs, eps)),
+        x(Shape{xs.size(0), xs.size(1), xs.size(2), 1}, xs.dtype(), kOp, ctx),
+        channel(Shape{1, xs.size(1), 1, 1}, xs.dtype(), kOp, ctx) {}
+  static std::string describe(const Tensor& xs, double eps) {
+    return "x " + shape_str(Shape{xs.size(0), xs.size(1), xs.size(2), 1}) + " " + dtype_name(xs.dtype()) +
+           " eps " + std::to_string(eps);
+  }
+};
+
+// cuDNN's blend factors: of the data type (double for double data, float otherwise).
+template <typename T>
+struct Blend {
+  T one = T(1), zero = T(0);
+};
+
+template <typename T>
+void cudnn_training(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& running_mean,
+                    const Tensor& running_var, double momentum, double eps, const Tensor& y, const Tensor& mean,
+                    const Tensor& rstd) {
+  const BnDescs d(x, eps);
+  const Blend<T> k;
+  REEL_CUDNN(cudnnBatchNormalizationForwardTraining, d.ctx, cudnn_handle(), CUDNN_BATCHNORM_SPATIAL, &k.one, &k.zero,
+             d.x.d, x.data<T>(), d.x.d, y.data<T>(), d.channel.d, w.data<T>(), b.data<T>(), momentum,
+             running_mean.defined() ? running_mean.data<T>() : nullptr,
+             running_var.defined() ? running_var.data<T>() : nullptr, eps, mean.defined() ? mean.data<T>() : nullptr,
+             rstd.defined() ? rstd.data<T>() : nullptr);
+}
+
+template <typename T>
+void cudnn_inference(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& running_mean,
+                     const Tensor& running_var, double eps, const Tensor& y) {
+  const BnDescs d(x, eps);
+  const Blend<T> k;
+  REEL_CUDNN(cudnnBatchNormalizationForwardInference, d.ctx, cudnn_handle(), CUDNN_BATCHNORM_SPATIAL, &k.one,
+             &k.zero, d.x.d, x.data<T>(), d.x.d, y.data<T>(), d.channel.d, w.data<T>(), b.data<T>(),
+             running_mean.data<T>(), running_var.data<T>(), eps);
+}
+
+#endif  // REEL_HAS_CUDNN
+
+template <typename T>
+void forward_launch(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& running_mean,
+                    const Tensor& running_var, bool training, double momentum, double eps, const Tensor& y,
+                    const Tensor& mean, const Tensor& rstd) {
+#if REEL_HAS_CUDNN
+  if (use_cudnn(eps)) {
+    if (training) {
+      cudnn_training<T>(x, w, b, running_mean, running_var, momentum, eps, y, mean, rstd);
+    } else {
+      stats_launch<T>(x, running_mean, running_var, false, momentum, eps, mean, rstd);
+      cudnn_inference<T>(x, w, b, running_mean, running_var, eps, y);
+    }
+    return;
+  }
+#endif
+  stats_launch<T>(x, running_mean, running_var, training, momentum, eps, mean, rstd);
+  apply_launch<T>(x, w, b, mean, rstd, y);
+}
+
+template <typename T>
+void replay_launch(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& mean, const Tensor& rstd,
+                   const Tensor& var, bool training, double eps, const Tensor& y) {
+#if REEL_HAS_CUDNN
+  if (use_cudnn(eps)) {
+    // The first forward's call again (see the file's header): no running statistics; the saved
+    // statistics go to scratch (C) buffers, discarded, so that the call differs from the first
+    // forward's in the running-stat pointers alone.
+    if (training) {
+      const Tensor scratch_mean = empty(mean.shape(), mean.dtype(), mean.device());
+      const Tensor scratch_rstd = empty(rstd.shape(), rstd.dtype(), rstd.device());
+      cudnn_training<T>(x, w, b, Tensor(), Tensor(), 0.0, eps, y, scratch_mean, scratch_rstd);
+    } else {
+      cudnn_inference<T>(x, w, b, mean, var, eps, y);
+    }
+    return;
+  }
+#endif
+  (void)var, (void)training, (void)eps;
+  apply_launch<T>(x, w, b, mean, rstd, y);
+}
+
+template <typename T>
+void backward_dispatch(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                       bool training, double eps, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+#if REEL_HAS_CUDNN
+  if (training && use_cudnn(eps)) {
+    const BnDescs d(x, eps);
+    const Blend<T> k;
+    REEL_CUDNN(cudnnBatchNormalizationBackward, d.ctx, cudnn_handle(), CUDNN_BATCHNORM_SPATIAL, &k.one, &k.zero,
+               &k.one, &k.zero, d.x.d, x.data<T>(), d.x.d, dy.data<T>(), d.x.d, dx.data<T>(), d.channel.d,
+               w.data<T>(), dw.data<T>(), db.data<T>(), eps, mean.data<T>(), rstd.data<T>());
+    return;
+  }
+#endif
+  (void)eps;
+  backward_launch<T>(dy, x, w, mean, rstd, training, dx, dw, db);
+}
+
 }  // namespace
 
 void batch_norm_stats(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, bool training,
@@ -146,23 +307,30 @@ void batch_norm_stats(const Tensor& x, const Tensor& running_mean, const Tensor&
 void batch_norm_apply(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& mean, const Tensor& rstd,
                       const Tensor& y) {
   set_device(x.device());
-  const int64_t total = x.numel();
-  REEL_DISPATCH_FLOATING(x.dtype(), "batch_norm_apply",
-                         launch("batch_norm_apply_kernel", batch_norm_apply_kernel<scalar_t>,
-                                grid_for(total, kThreads), kThreads, 0, x.data<scalar_t>(), w.data<scalar_t>(),
-                                b.data<scalar_t>(), mean.data<scalar_t>(), rstd.data<scalar_t>(), y.data<scalar_t>(),
-                                total, x.size(1), x.size(2)))
+  REEL_DISPATCH_FLOATING(x.dtype(), "batch_norm_apply", apply_launch<scalar_t>(x, w, b, mean, rstd, y))
+}
+
+void batch_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& running_mean,
+                        const Tensor& running_var, bool training, double momentum, double eps, const Tensor& y,
+                        const Tensor& mean, const Tensor& rstd) {
+  set_device(x.device());
+  REEL_DISPATCH_FLOATING(
+      x.dtype(), "batch_norm_forward",
+      forward_launch<scalar_t>(x, w, b, running_mean, running_var, training, momentum, eps, y, mean, rstd))
+}
+
+void batch_norm_replay(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& mean, const Tensor& rstd,
+                       const Tensor& var, bool training, double eps, const Tensor& y) {
+  set_device(x.device());
+  REEL_DISPATCH_FLOATING(x.dtype(), "batch_norm_replay",
+                         replay_launch<scalar_t>(x, w, b, mean, rstd, var, training, eps, y))
 }
 
 void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
-                         bool training, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+                         bool training, double eps, const Tensor& dx, const Tensor& dw, const Tensor& db) {
   set_device(x.device());
   REEL_DISPATCH_FLOATING(x.dtype(), "batch_norm_backward",
-                         launch("batch_norm_backward_kernel", batch_norm_backward_kernel<scalar_t>,
-                                channel_grid(x.size(1)), kChannelThreads, 0, dy.data<scalar_t>(), x.data<scalar_t>(),
-                                w.data<scalar_t>(), mean.data<scalar_t>(), rstd.data<scalar_t>(), training,
-                                dx.data<scalar_t>(), dw.data<scalar_t>(), db.data<scalar_t>(), x.size(0), x.size(1),
-                                x.size(2)))
+                         backward_dispatch<scalar_t>(dy, x, w, mean, rstd, training, eps, dx, dw, db))
 }
 
 }  // namespace reel::kernels::cuda

@@ -209,5 +209,49 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void* alpha, const cudn
 // ---- Pooling (kernels/simt/cudnn_emu_pooling.cpp) ------------------------------------------------
 
 // ---- Batch normalization (kernels/simt/cudnn_emu_batchnorm.cpp) ---------------------------------
+// cuDNN 9's legacy batch-normalization API (deprecated in cuDNN 9 in favour of the graph API, still
+// shipped). x, y, dx, dy: fully packed NCHW descriptors of one shape; the per-channel tensors
+// (scale, bias, mean, variance and their gradients) share one descriptor (1, C, 1, 1) in SPATIAL
+// mode, of the "derived" type: double for double data, float otherwise. epsilon >= CUDNN_BN_MIN_EPSILON
+// (0.0 in cuDNN 9). A bad shape, type, mode or epsilon is CUDNN_STATUS_BAD_PARAM (or NOT_SUPPORTED
+// for a type the subset lacks) and nothing is written.
+typedef enum {
+  CUDNN_BATCHNORM_PER_ACTIVATION = 0,
+  CUDNN_BATCHNORM_SPATIAL = 1,
+  CUDNN_BATCHNORM_SPATIAL_PERSISTENT = 2,
+} cudnnBatchNormMode_t;
+#define CUDNN_BN_MIN_EPSILON 0.0
+
+// derivedBnDesc = (1, C, 1, 1) (SPATIAL modes) or (1, C, H, W) (PER_ACTIVATION), of the derived type.
+cudnnStatus_t cudnnDeriveBNTensorDescriptor(cudnnTensorDescriptor_t derivedBnDesc,
+                                            const cudnnTensorDescriptor_t xDesc, cudnnBatchNormMode_t mode);
+// Per channel c over its n = N * H * W values: mean, biased variance var;
+//   y = alpha * (bnScale * (x - mean) / sqrt(var + epsilon) + bnBias) + beta * y;
+//   resultRunningMean = (1 - factor) * resultRunningMean + factor * mean,
+//   resultRunningVariance = (1 - factor) * resultRunningVariance + factor * var * n / (n - 1) (unbiased),
+//     both or neither given (null: not updated);
+//   resultSaveMean = mean, resultSaveInvVariance = 1 / sqrt(var + epsilon), both or neither.
+cudnnStatus_t cudnnBatchNormalizationForwardTraining(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
+    const cudnnTensorDescriptor_t xDesc, const void* x, const cudnnTensorDescriptor_t yDesc, void* y,
+    const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const void* bnScale, const void* bnBias,
+    double exponentialAverageFactor, void* resultRunningMean, void* resultRunningVariance, double epsilon,
+    void* resultSaveMean, void* resultSaveInvVariance);
+// y = alpha * (bnScale * (x - estimatedMean) / sqrt(estimatedVariance + epsilon) + bnBias) + beta * y.
+cudnnStatus_t cudnnBatchNormalizationForwardInference(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
+    const cudnnTensorDescriptor_t xDesc, const void* x, const cudnnTensorDescriptor_t yDesc, void* y,
+    const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const void* bnScale, const void* bnBias,
+    const void* estimatedMean, const void* estimatedVariance, double epsilon);
+// The training backward (the statistics depend on x), with xhat = (x - mean) * invVariance, from
+// savedMean / savedInvVariance where both are given, else recomputed from x and epsilon:
+//   dBnBias = sum(dy), dBnScale = sum(dy * xhat) (each blended with alphaParamDiff, betaParamDiff);
+//   dx = bnScale * invVariance * (dy - dBnBias / n - xhat * dBnScale / n) (alphaDataDiff, betaDataDiff).
+cudnnStatus_t cudnnBatchNormalizationBackward(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void* alphaDataDiff, const void* betaDataDiff,
+    const void* alphaParamDiff, const void* betaParamDiff, const cudnnTensorDescriptor_t xDesc, const void* x,
+    const cudnnTensorDescriptor_t dyDesc, const void* dy, const cudnnTensorDescriptor_t dxDesc, void* dx,
+    const cudnnTensorDescriptor_t dBnScaleBiasDesc, const void* bnScale, void* dBnScaleResult, void* dBnBiasResult,
+    double epsilon, const void* savedMean, const void* savedInvVariance);
 
 #endif  // SIMT_EMULATE
