@@ -145,15 +145,22 @@ Dropout::Dropout(double p_) : p(p_) {
 
 Tensor Dropout::forward(const Tensor& x) { return dropout(x, p, training()); }
 
-MaxPool2d::MaxPool2d(Pair2d kernel, std::optional<Pair2d> stride_, Pair2d padding_, Pair2d dilation_)
-    : kernel_size(kernel), stride(stride_ ? *stride_ : kernel), padding(padding_), dilation(dilation_) {}
+MaxPool2d::MaxPool2d(Pair2d kernel, std::optional<Pair2d> stride_, Pair2d padding_, Pair2d dilation_, bool ceil_mode_)
+    : kernel_size(kernel), stride(stride_ ? *stride_ : kernel), padding(padding_), dilation(dilation_),
+      ceil_mode(ceil_mode_) {}
 
-Tensor MaxPool2d::forward(const Tensor& x) { return max_pool2d(x, kernel_size, stride, padding, dilation); }
+Tensor MaxPool2d::forward(const Tensor& x) {
+  return max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode);
+}
 
-AvgPool2d::AvgPool2d(Pair2d kernel, std::optional<Pair2d> stride_, Pair2d padding_)
-    : kernel_size(kernel), stride(stride_ ? *stride_ : kernel), padding(padding_) {}
+AvgPool2d::AvgPool2d(Pair2d kernel, std::optional<Pair2d> stride_, Pair2d padding_, bool ceil_mode_,
+                     bool count_include_pad_)
+    : kernel_size(kernel), stride(stride_ ? *stride_ : kernel), padding(padding_), ceil_mode(ceil_mode_),
+      count_include_pad(count_include_pad_) {}
 
-Tensor AvgPool2d::forward(const Tensor& x) { return avg_pool2d(x, kernel_size, stride, padding); }
+Tensor AvgPool2d::forward(const Tensor& x) {
+  return avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad);
+}
 
 Tensor Flatten::forward(const Tensor& x) { return flatten(x, start_dim, end_dim); }
 

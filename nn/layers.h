@@ -148,24 +148,29 @@ class Dropout : public Module {
   double p;
 };
 
-// torch.nn.MaxPool2d (ceil_mode false, no return_indices): (N, C, H, W) -> (N, C, OH, OW); stride
-// defaults to kernel_size. No parameters.
+// torch.nn.MaxPool2d (no return_indices): (N, C, H, W) -> (N, C, OH, OW), or unbatched (C, H, W)
+// -> (C, OH, OW); stride defaults to kernel_size; ceil_mode as PyTorch's (max_pool2d). No
+// parameters.
 class MaxPool2d : public Module {
  public:
   explicit MaxPool2d(Pair2d kernel_size, std::optional<Pair2d> stride = std::nullopt, Pair2d padding = 0,
-                     Pair2d dilation = 1);
+                     Pair2d dilation = 1, bool ceil_mode = false);
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "MaxPool2d"; }
   Pair2d kernel_size, stride, padding, dilation;
+  bool ceil_mode;
 };
 
-// torch.nn.AvgPool2d (count_include_pad true, ceil_mode false); stride defaults to kernel_size.
+// torch.nn.AvgPool2d (no divisor_override): stride defaults to kernel_size; ceil_mode and
+// count_include_pad as PyTorch's (avg_pool2d); (N, C, H, W) or unbatched (C, H, W).
 class AvgPool2d : public Module {
  public:
-  explicit AvgPool2d(Pair2d kernel_size, std::optional<Pair2d> stride = std::nullopt, Pair2d padding = 0);
+  explicit AvgPool2d(Pair2d kernel_size, std::optional<Pair2d> stride = std::nullopt, Pair2d padding = 0,
+                     bool ceil_mode = false, bool count_include_pad = true);
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "AvgPool2d"; }
   Pair2d kernel_size, stride, padding;
+  bool ceil_mode, count_include_pad;
 };
 
 // torch.nn.Flatten: dims start_dim..end_dim merged (by default all but the batch dim).

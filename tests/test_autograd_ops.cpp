@@ -4,6 +4,7 @@
 // inputs that do not need a gradient, reductions over several axes, dropout with a fixed stream;
 // the shape ops (views, through reel:: functions and through Tensor methods), sigmoid/SiLU, max,
 // linear, LayerNorm/RMSNorm, BatchNorm, softmax, cross-entropy, embedding and attention.
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -88,32 +89,64 @@ Tensor batch_norm_composed(const Tensor& x, const Tensor& w, const Tensor& b, co
   return centred / sqrt(var + 1e-5) * w.reshape(per_channel) + b.reshape(per_channel);
 }
 
-// 2-D pooling from pad (concat), strided slices and max or mean over the stacked window offsets:
-// x (N, C, H, W) padded with -inf (max) or 0 (avg), then for each window offset (ki, kj) the
-// (N, C, OH, OW) slice it reads, stacked on a last dim of kh * kw.
-Tensor pool_composed(const Tensor& x, kernels::Pool2d p, bool is_max) {
+// 2-D pooling from pad (concat), strided slices and max or sum over the stacked window offsets:
+// x (N, C, H, W) or (C, H, W) padded with -inf (max) or 0 (avg) on the left and right, and on the
+// right further for ceil_mode's windows that hang past the padded edge, then for each window
+// offset (ki, kj) the (N, C, OH, OW) slice it reads, stacked on a last dim of kh * kw. avg divides
+// the window sums by those of a constant mask: 1 on the input and (count_include_pad) its padding.
+Tensor pool_composed(const Tensor& x_in, kernels::Pool2d p, bool is_max) {
+  const Tensor x = x_in.dim() == 3 ? reshape(x_in, {1, x_in.size(0), x_in.size(1), x_in.size(2)}) : x_in;
   Tensor xp = x;
   const double fill = is_max ? -std::numeric_limits<double>::infinity() : 0.0;
-  for (int i = 0; i < 2; ++i) {
-    if (p.padding[i] == 0) continue;
-    Shape pad_shape = xp.shape();
-    pad_shape[static_cast<size_t>(2 + i)] = p.padding[i];
-    const Tensor pad = full(pad_shape, fill, x.dtype(), x.device());
-    xp = concat({pad, xp, pad}, 2 + i);
-  }
   int64_t out[2];
-  for (int i = 0; i < 2; ++i)
-    out[i] = (xp.size(2 + i) - p.dilation[i] * (p.kernel[i] - 1) - 1) / p.stride[i] + 1;
-  std::vector<Tensor> taps;  // (N, C, OH, OW, 1) each
-  for (int64_t ki = 0; ki < p.kernel[0]; ++ki)
-    for (int64_t kj = 0; kj < p.kernel[1]; ++kj) {
-      const int64_t h0 = ki * p.dilation[0], w0 = kj * p.dilation[1];
-      const Tensor t = slice(slice(xp, 2, h0, h0 + (out[0] - 1) * p.stride[0] + 1, p.stride[0]), 3, w0,
-                             w0 + (out[1] - 1) * p.stride[1] + 1, p.stride[1]);
-      taps.push_back(reshape(t, {x.size(0), x.size(1), out[0], out[1], 1}));
+  std::vector<double> axis_mask[2];  // along the padded H and W: 1 where the divisor counts
+  for (int i = 0; i < 2; ++i) {
+    // PyTorch's output size (kernels/pool.h), then the right padding that the last window reads.
+    const int64_t in = x.size(2 + i), pad = p.padding[i], span = p.dilation[i] * (p.kernel[i] - 1) + 1;
+    const int64_t room = in + 2 * pad - span;
+    out[i] = (room + (p.ceil_mode ? p.stride[i] - 1 : 0)) / p.stride[i] + 1;
+    if (p.ceil_mode && (out[i] - 1) * p.stride[i] >= in + pad) --out[i];
+    const int64_t right = std::max<int64_t>(pad, (out[i] - 1) * p.stride[i] + span - in - pad);
+    std::vector<Tensor> parts;
+    for (int64_t n : {pad, int64_t{-1}, right}) {
+      if (n == 0) continue;
+      if (n < 0) {
+        parts.push_back(xp);
+        continue;
+      }
+      Shape s = xp.shape();
+      s[static_cast<size_t>(2 + i)] = n;
+      parts.push_back(full(s, fill, x.dtype(), x.device()));
     }
-  const Tensor stacked = concat(taps, 4);
-  return is_max ? max(stacked, 4) : mean(stacked, {4});
+    xp = concat(parts, 2 + i);
+    const double edge = p.count_include_pad ? 1.0 : 0.0;
+    axis_mask[i].assign(static_cast<size_t>(pad), edge);
+    axis_mask[i].resize(static_cast<size_t>(pad + in), 1.0);
+    axis_mask[i].resize(static_cast<size_t>(2 * pad + in), edge);
+    axis_mask[i].resize(static_cast<size_t>(pad + in + right), 0.0);  // past the padded edge
+  }
+  auto stack = [&](const Tensor& t) {
+    std::vector<Tensor> taps;  // (N, C, OH, OW, 1) each
+    for (int64_t ki = 0; ki < p.kernel[0]; ++ki)
+      for (int64_t kj = 0; kj < p.kernel[1]; ++kj) {
+        const int64_t h0 = ki * p.dilation[0], w0 = kj * p.dilation[1];
+        const Tensor tap = slice(slice(t, 2, h0, h0 + (out[0] - 1) * p.stride[0] + 1, p.stride[0]), 3, w0,
+                                 w0 + (out[1] - 1) * p.stride[1] + 1, p.stride[1]);
+        taps.push_back(reshape(tap, {x.size(0), x.size(1), out[0], out[1], 1}));
+      }
+    return concat(taps, 4);
+  };
+  if (is_max) {
+    const Tensor y = max(stack(xp), 4);
+    return x_in.dim() == 3 ? reshape(y, {x_in.size(0), out[0], out[1]}) : y;
+  }
+  // The divisor: the window sums of the constant mask (padded H) x (padded W), broadcast to xp.
+  const int64_t hp = static_cast<int64_t>(axis_mask[0].size()), wp = static_cast<int64_t>(axis_mask[1].size());
+  const Tensor mask = from_vector<double>(axis_mask[0], {1, 1, hp, 1}).to(x.dtype()).to(x.device()) *
+                          from_vector<double>(axis_mask[1], {1, 1, 1, wp}).to(x.dtype()).to(x.device()) +
+                      zeros(xp.shape(), x.dtype(), x.device());
+  const Tensor y = sum(stack(xp), {4}) / sum(stack(mask), {4});
+  return x_in.dim() == 3 ? reshape(y, {x_in.size(0), out[0], out[1]}) : y;
 }
 
 // conv2d from pad (concat), strided slices and matmul: for each kernel tap (i, j), the
@@ -446,6 +479,51 @@ std::vector<OpCase> op_cases() {
                            [](const Tensor& x) { return avg_pool2d(x, Pair2d(3, 2), Pair2d(2, 1), Pair2d(1, 1)); },
                            {1, 3, 7, 5}),
                      [](const Tensors& x) { return pool_composed(x[0], {{3, 2}, {2, 1}, {1, 1}, {1, 1}}, false); }),
+      // ceil_mode: (6, 5) under 3x3 stride 2 padding 1 gives (4, 3), the last row of windows hanging
+      // past the padded edge (floor: (3, 3)); (5, 5) under 2x2 stride 2 padding 1 drops the window
+      // that would start past the padding ((3, 3), as floor). On cuda, avg pooling goes through
+      // cuDNN unless ceil_mode adds windows (kernels/cuda/pool.cu): rows of both kinds.
+      with_reference(unary("max_pool2d 3x3 stride 2 padding 1 ceil_mode",
+                           [](const Tensor& x) { return max_pool2d(x, 3, 2, 1, 1, true); }, {2, 2, 6, 5}),
+                     [](const Tensors& x) {
+                       return pool_composed(x[0], {{3, 3}, {2, 2}, {1, 1}, {1, 1}, true}, true);
+                     }),
+      with_reference(unary("max_pool2d (2, 3) stride (2, 2) dilation (2, 1) ceil_mode",
+                           [](const Tensor& x) { return max_pool2d(x, Pair2d(2, 3), 2, 0, Pair2d(2, 1), true); },
+                           {1, 2, 6, 6}),
+                     [](const Tensors& x) {
+                       return pool_composed(x[0], {{2, 3}, {2, 2}, {0, 0}, {2, 1}, true}, true);
+                     }),
+      with_reference(unary("avg_pool2d 3x3 stride 2 padding 1 ceil_mode (divisor clipped at the padded edge)",
+                           [](const Tensor& x) { return avg_pool2d(x, 3, 2, 1, true); }, {2, 2, 6, 5}),
+                     [](const Tensors& x) {
+                       return pool_composed(x[0], {{3, 3}, {2, 2}, {1, 1}, {1, 1}, true}, false);
+                     }),
+      with_reference(unary("avg_pool2d 2x2 stride 2 padding 1 ceil_mode (last window dropped)",
+                           [](const Tensor& x) { return avg_pool2d(x, 2, 2, 1, true); }, {1, 2, 5, 5}),
+                     [](const Tensors& x) {
+                       return pool_composed(x[0], {{2, 2}, {2, 2}, {1, 1}, {1, 1}, true}, false);
+                     }),
+      with_reference(unary("avg_pool2d 3x3 stride 1 padding 1 count_include_pad=false",
+                           [](const Tensor& x) { return avg_pool2d(x, 3, 1, 1, false, false); }, {2, 2, 5, 4}),
+                     [](const Tensors& x) {
+                       return pool_composed(x[0], {{3, 3}, {1, 1}, {1, 1}, {1, 1}, false, false}, false);
+                     }),
+      with_reference(unary("avg_pool2d (3, 2) stride 2 padding 1 ceil_mode count_include_pad=false",
+                           [](const Tensor& x) { return avg_pool2d(x, Pair2d(3, 2), 2, 1, true, false); },
+                           {1, 3, 6, 5}),
+                     [](const Tensors& x) {
+                       return pool_composed(x[0], {{3, 2}, {2, 2}, {1, 1}, {1, 1}, true, false}, false);
+                     }),
+      // Unbatched (C, H, W).
+      with_reference(unary("max_pool2d 3x3 stride 2 padding 1, unbatched",
+                           [](const Tensor& x) { return max_pool2d(x, 3, 2, 1); }, {3, 5, 6}),
+                     [](const Tensors& x) { return pool_composed(x[0], {{3, 3}, {2, 2}, {1, 1}, {1, 1}}, true); }),
+      with_reference(unary("avg_pool2d 2x2 stride 1 padding 1 ceil_mode, unbatched",
+                           [](const Tensor& x) { return avg_pool2d(x, 2, 1, 1, true); }, {2, 4, 5}),
+                     [](const Tensors& x) {
+                       return pool_composed(x[0], {{2, 2}, {1, 1}, {1, 1}, {1, 1}, true}, false);
+                     }),
       unary("flatten(x, 1) of a pooled strided view",
             [](const Tensor& x) { return flatten(max_pool2d(transpose(x, 2, 3), 2), 1); }, {2, 3, 4, 6}),
 

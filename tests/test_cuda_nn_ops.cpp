@@ -144,6 +144,28 @@ TEST_CASE("max_pool2d and avg_pool2d backward on cuda are bit-identical run to r
   });
 }
 
+TEST_CASE("ceil_mode pooling on cuda (reel's kernels: windows past the padded edge) is bit-identical in every order") {
+  Poisoned poison;
+  // 3x3 stride 2 padding 1 with ceil_mode on (12, 10): (7, 6) outputs, the last row and column of
+  // windows hanging past the padded edge, so avg pooling stays on reel's kernel (not cuDNN).
+  const Shape shape{3, 5, 12, 10}, out{3, 5, 7, 6};
+  for (const bool include_pad : {true, false}) {
+    const Pool2d p{{3, 3}, {2, 2}, {1, 1}, {1, 1}, true, include_pad};
+    const Tensor x = cu(uniform_f64(shape, 12, -2, 2).to(DType::f32)), dy = cu(uniform_f64(out, 13).to(DType::f32));
+    const MaxPool2dForward f = max_pool2d_forward(x, p);
+    REQUIRE(f.y.shape() == out);
+    const Tensor max_ref = max_pool2d_backward(dy, f.indices, shape, p), avg_ref = avg_pool2d_backward(dy, shape, p);
+    const Tensor avg_y = avg_pool2d_forward(x, p);
+    for_each_order([&] {
+      const MaxPool2dForward g = max_pool2d_forward(x, p);
+      CHECK(bit_identical(g.indices, f.indices));
+      CHECK(bit_identical(max_pool2d_backward(dy, g.indices, shape, p), max_ref));
+      CHECK(bit_identical(avg_pool2d_forward(x, p), avg_y));
+      CHECK(bit_identical(avg_pool2d_backward(dy, shape, p), avg_ref));
+    });
+  }
+}
+
 // ---- cross-entropy ----------------------------------------------------------------------------
 
 TEST_CASE("cross-entropy on cuda: all targets ignored give 0, logits of 1e4 stay finite") {

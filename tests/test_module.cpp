@@ -287,6 +287,18 @@ TEST_CASE("layers compute what their ops compute, with torch's initialisation") 
   CHECK(ap.named_parameters().empty());
   check_close(ap(images), avg_pool2d(images, 2, 1), 0, 0);
   CHECK(nn::AvgPool2d(3).stride.v == (std::array<int64_t, 2>{3, 3}));
+  // ceil_mode and count_include_pad, PyTorch's names and defaults; unbatched (C, H, W) input.
+  CHECK((!mp.ceil_mode && !ap.ceil_mode && ap.count_include_pad));
+  nn::MaxPool2d mp_ceil(2, 2, 0, 1, true);
+  CHECK(mp_ceil(images).shape() == (Shape{2, 6, 2, 2}));  // floor: (1, 1)
+  check_close(mp_ceil(images), max_pool2d(images, 2, 2, 0, 1, true), 0, 0);
+  nn::AvgPool2d ap_ceil(2, 2, 1, true, false);
+  CHECK(ap_ceil(images).shape() == (Shape{2, 6, 2, 2}));
+  check_close(ap_ceil(images), avg_pool2d(images, 2, 2, 1, true, false), 0, 0);
+  const Tensor image = randn({6, 3, 3});
+  CHECK(mp(image).shape() == (Shape{6, 2, 2}));
+  CHECK(ap_ceil(image).shape() == (Shape{6, 2, 2}));
+  check_close(ap_ceil(image), reshape(ap_ceil(reshape(image, {1, 6, 3, 3})), {6, 2, 2}), 0, 0);
   CHECK(nn::Flatten()(images).shape() == (Shape{2, 54}));
   CHECK(nn::Flatten(0, 1)(images).shape() == (Shape{12, 3, 3}));
   CHECK(nn::Flatten(-2)(images).shape() == (Shape{2, 6, 9}));

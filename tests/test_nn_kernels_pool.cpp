@@ -1,5 +1,6 @@
 // Pool kernels (max_pool2d, avg_pool2d), the edge cases: known small values and argmax indices,
-// ties and NaN, empty batches, f32 backward against f64 with overlapping windows bit-identical for
+// ceil_mode (PyTorch's output size, dropped last window, clipped divisor), count_include_pad=false,
+// unbatched (C, H, W) input, ties and NaN, empty batches, f32 backward against f64 with overlapping windows bit-identical for
 // any thread count (and the cuda backend's bits equal to the CPU's: both gather in one order), and
 // every bad input's message. (Values and gradients against finite differences and composed
 // references, on every device, are rows of tests/test_autograd_ops.cpp; cuda scheduling orders,
@@ -111,15 +112,18 @@ TEST_CASE("pool backward: f32 agrees with f64, overlapping windows bit-identical
     CHECK(bit_identical(mc.y.to(Device::cpu()), mf.y));
     CHECK(bit_identical(mc.indices.to(Device::cpu()), mf.indices));
     CHECK(bit_identical(max_pool2d_backward(dyf.to(cuda), mc.indices, shape, k3s1p1).to(Device::cpu()), max_runs[0]));
-    CHECK(bit_identical(avg_pool2d_backward(dyf.to(cuda), shape, k3s1p1).to(Device::cpu()), avg_runs[0]));
+    // avg pooling on cuda goes through cuDNN (kernels/cuda/pool.cu), another implementation: close,
+    // not the same bits (its run-to-run determinism is tests/test_cuda_nn_ops.cpp's).
+    check_close(avg_pool2d_backward(dyf.to(cuda), shape, k3s1p1), values(avg_runs[0]), 1e-6, 1e-6);
   }
 }
 
 TEST_CASE("bad pool inputs raise reel::Error naming op, shapes and window") {
   const Tensor x = zeros({2, 3, 5, 5});
-  CHECK_REEL_ERROR(max_pool2d_forward(zeros({3, 5, 5}), k3s1p1),
-                   "max_pool2d_forward: x (3, 5, 5) must be 4-D (N, C, H, W)");
-  CHECK_REEL_ERROR(avg_pool2d_forward(zeros({5}), k3s1p1), "avg_pool2d_forward: x (5) must be 4-D (N, C, H, W)");
+  CHECK_REEL_ERROR(max_pool2d_forward(zeros({1, 2, 3, 5, 5}), k3s1p1),
+                   "max_pool2d_forward: x (1, 2, 3, 5, 5) must be 4-D (N, C, H, W) or 3-D (C, H, W)");
+  CHECK_REEL_ERROR(avg_pool2d_forward(zeros({5, 5}), k3s1p1),
+                   "avg_pool2d_forward: x (5, 5) must be 4-D (N, C, H, W) or 3-D (C, H, W)");
   CHECK_REEL_ERROR(max_pool2d_forward(x, {{0, 2}, {1, 1}, {0, 0}, {1, 1}}),
                    "max_pool2d_forward: kernel_size (0, 2) must be positive");
   CHECK_REEL_ERROR(max_pool2d_forward(x, {{2, 2}, {1, -1}, {0, 0}, {1, 1}}),
@@ -145,8 +149,133 @@ TEST_CASE("bad pool inputs raise reel::Error naming op, shapes and window") {
                    "max_pool2d_backward: indices (2, 3, 5, 5) i32 must be i64 shaped like dy (2, 3, 5, 5)");
   CHECK_REEL_ERROR(avg_pool2d_backward(zeros({2, 3, 5}), x.shape(), k3s1p1),
                    "avg_pool2d_backward: dy (2, 3, 5) does not match the output (2, 3, 5, 5)");
-  CHECK_REEL_ERROR(avg_pool2d_backward(m.y, {2, 3, 5}, k3s1p1), "avg_pool2d_backward: x (2, 3, 5) must be 4-D");
+  CHECK_REEL_ERROR(avg_pool2d_backward(m.y, {3, 5}, k3s1p1), "avg_pool2d_backward: x (3, 5) must be 4-D");
+  CHECK_REEL_ERROR(avg_pool2d_backward(m.y, {3, 5, 5}, k3s1p1),
+                   "avg_pool2d_backward: dy (2, 3, 5, 5) does not match the output (3, 5, 5) of x (3, 5, 5)");
+  // ceil_mode: the kernel still may not exceed what rounding up reaches; the message says so.
+  Pool2d big{{4, 4}, {1, 1}, {1, 1}, {1, 1}, true};
+  CHECK_REEL_ERROR(max_pool2d_forward(zeros({1, 1, 1, 1}), big),
+                   "max_pool2d_forward: kernel_size (4, 4) with dilation (1, 1) is larger than x (1, 1, 1, 1) padded "
+                   "by (1, 1) (ceil_mode)");
+  // ... which a stride as large as the window allows, as PyTorch (one window, one input element).
+  big.stride = {4, 4};
+  const MaxPool2dForward one = max_pool2d_forward(full({1, 1, 1, 1}, 3.0, DType::f64), big);
+  CHECK(values(one.y) == std::vector<double>{3});
+    // The window (rows and columns -1..2) clipped to the padded input (-1..1): 3 over 3 * 3.
+  check_close(avg_pool2d_forward(full({1, 1, 1, 1}, 3.0, DType::f64), big), std::vector<double>{1.0 / 3}, 1e-15,
+              1e-15);
+  // A 3-D x with a 4-D dy, or the reverse.
+  CHECK_REEL_ERROR(max_pool2d_backward(m.y, m.indices, {3, 5, 5}, k3s1p1),
+                   "max_pool2d_backward: dy (2, 3, 5, 5) does not match the output (3, 5, 5)");
   if (cuda_available())
     CHECK_REEL_ERROR(max_pool2d_backward(m.y.to(Device::cuda(0)), m.indices, x.shape(), k3s1p1),
                      "max_pool2d_backward: expected all tensors on one device");
+}
+
+TEST_CASE("ceil_mode: PyTorch's output size, the last window dropped when it starts in the right padding") {
+  // (H, kernel, stride, padding) -> OH without and with ceil_mode.
+  struct Case {
+    int64_t h, k, s, pad, floor_out, ceil_out;
+  };
+  for (const Case c : {Case{3, 2, 2, 0, 1, 2}, Case{5, 2, 2, 0, 2, 3}, Case{6, 3, 2, 1, 3, 4},
+                       Case{5, 2, 2, 1, 3, 3},    // ceil gives 4, whose window would start at 6 >= 5 + 1
+                       Case{4, 2, 3, 1, 2, 2},    // likewise: 3 dropped to 2
+                       Case{7, 3, 3, 1, 3, 3}}) {  // exact: no rounding
+    CAPTURE(c.h);
+    CAPTURE(c.s);
+    CAPTURE(c.pad);
+    Pool2d p{{c.k, 1}, {c.s, 1}, {c.pad, 0}, {1, 1}};
+    CHECK(max_pool2d_forward(zeros({1, 1, c.h, 2}), p).y.size(2) == c.floor_out);
+    p.ceil_mode = true;
+    CHECK(max_pool2d_forward(zeros({1, 1, c.h, 2}), p).y.size(2) == c.ceil_out);
+    CHECK(avg_pool2d_forward(zeros({1, 1, c.h, 2}), p).size(2) == c.ceil_out);
+  }
+}
+
+TEST_CASE("ceil_mode and count_include_pad: known values, divisors clipped at the padded edge") {
+  // One (1, 1, 3, 4) plane: 0 1 2 3 / 4 5 6 7 / 8 9 10 11.
+  std::vector<double> v(12);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i);
+  for (const Device d : devices()) {
+    CAPTURE(d);
+    const Tensor x = from_vector<double>(v, {1, 1, 3, 4}).to(d);
+    // 2x2 stride 2, ceil_mode: (2, 2) windows, the second row of them holds row 2 alone (its
+    // padding-free window ends at H: divisor 2, with or without count_include_pad).
+    const Pool2d p2{{2, 2}, {2, 2}, {0, 0}, {1, 1}, true};
+    const MaxPool2dForward m = max_pool2d_forward(x, p2);
+    CHECK(values(m.y) == std::vector<double>{5, 7, 9, 11});
+    CHECK(values(m.indices) == std::vector<double>{5, 7, 9, 11});
+    check_close(avg_pool2d_forward(x, p2), std::vector<double>{2.5, 4.5, 8.5, 10.5}, 1e-15, 1e-15);
+    check_close(avg_pool2d_backward(ones({1, 1, 2, 2}, DType::f64, d), x.shape(), p2),
+                std::vector<double>{0.25, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25, 0.25, 0.5, 0.5, 0.5, 0.5}, 1e-15,
+                1e-15);
+    // 3x3 stride 2 padding 1, ceil_mode: (2, 3) (floor: (2, 2)); the last column of windows,
+    // columns 3..5, holds column 3, padding column 4 and column 5 past the padded edge: divisor 3 * 2
+    // with the padding counted, 2 * 1 (rows 0..1 or 1..2, column 3) without.
+    Pool2d p3{{3, 3}, {2, 2}, {1, 1}, {1, 1}, true};
+    const MaxPool2dForward m3 = max_pool2d_forward(x, p3);
+    CHECK(values(m3.y) == std::vector<double>{5, 7, 7, 9, 11, 11});
+    CHECK(values(m3.indices) == std::vector<double>{5, 7, 7, 9, 11, 11});
+    // Window sums: 10 24 10 / 26 48 18.
+    check_close(avg_pool2d_forward(x, p3), std::vector<double>{10.0 / 9, 24.0 / 9, 10.0 / 6, 26.0 / 9, 48.0 / 9, 3},
+                1e-15, 1e-15);
+    p3.count_include_pad = false;
+    check_close(avg_pool2d_forward(x, p3), std::vector<double>{2.5, 4, 5, 6.5, 8, 9}, 1e-15, 1e-15);
+    // Backward without count_include_pad: dy = 12 gives each input the sum of 12 / divisor over
+    // the windows covering it (divisors 4 6 2 / 4 6 2; rows: 0 in the first row of windows, 1 in
+    // both, 2 in the second; columns: 0 in window 0, 1 in 0 and 1, 2 in 1, 3 in 1 and 2).
+    check_close(avg_pool2d_backward(full({1, 1, 2, 3}, 12.0, DType::f64, d), x.shape(), p3),
+                std::vector<double>{3, 5, 2, 8, 6, 10, 4, 16, 3, 5, 2, 8}, 1e-14, 1e-14);
+    // Without ceil_mode, count_include_pad=false: 3x3 stride 1 padding 1 corners hold 4 inputs.
+    const Pool2d pe{{3, 3}, {1, 1}, {1, 1}, {1, 1}, false, false};
+    const std::vector<double> a = values(avg_pool2d_forward(x, pe));
+    CHECK(a[0] == doctest::Approx((0 + 1 + 4 + 5) / 4.0));
+    CHECK(a[5] == doctest::Approx((0 + 1 + 2 + 4 + 5 + 6 + 8 + 9 + 10) / 9.0));
+    CHECK(a[1] == doctest::Approx((0 + 1 + 2 + 4 + 5 + 6) / 6.0));
+  }
+}
+
+TEST_CASE("unbatched (C, H, W) input pools like a batch of one, gradients shaped like x") {
+  const Tensor x4 = uniform_f64({1, 3, 7, 6}, 60, -2, 2), x3 = x4.reshape({3, 7, 6});
+  for (const Pool2d& p : {k3s1p1, Pool2d{{3, 2}, {2, 2}, {1, 1}, {1, 1}, true}, Pool2d{{2, 2}, {2, 1}, {1, 0}, {1, 1}, true, false}}) {
+    const MaxPool2dForward m4 = max_pool2d_forward(x4, p), m3 = max_pool2d_forward(x3, p);
+    CHECK(m3.y.shape() == (Shape{3, m4.y.size(2), m4.y.size(3)}));
+    CHECK(values(m3.y) == values(m4.y));
+    CHECK(values(m3.indices) == values(m4.indices));
+    const Tensor dy3 = uniform_f64(m3.y.shape(), 61);
+    const Tensor dx3 = max_pool2d_backward(dy3, m3.indices, x3.shape(), p);
+    CHECK(dx3.shape() == x3.shape());
+    CHECK(values(dx3) == values(max_pool2d_backward(dy3.reshape(m4.y.shape()), m4.indices, x4.shape(), p)));
+    const Tensor a3 = avg_pool2d_forward(x3, p);
+    CHECK(a3.shape() == m3.y.shape());
+    CHECK(values(a3) == values(avg_pool2d_forward(x4, p)));
+    const Tensor da3 = avg_pool2d_backward(dy3, x3.shape(), p);
+    CHECK(da3.shape() == x3.shape());
+    CHECK(values(da3) == values(avg_pool2d_backward(dy3.reshape(m4.y.shape()), x4.shape(), p)));
+  }
+}
+
+TEST_CASE("ceil_mode, count_include_pad=false and unbatched input on cuda agree with the CPU in f32") {
+  if (!cuda_available()) return;
+  const Device cuda = Device::cuda(0);
+  // Windows that hang past the padded edge (reel's kernels on cuda), windows that do not
+  // (cuDNN for avg), either divisor, batched and not.
+  const Pool2d cases[] = {{{3, 3}, {2, 2}, {1, 1}, {1, 1}, true},        {{3, 3}, {2, 2}, {1, 1}, {1, 1}, true, false},
+                          {{3, 2}, {1, 2}, {1, 1}, {1, 1}, false, false}, {{2, 2}, {2, 2}, {1, 1}, {1, 1}, true},
+                          {{2, 3}, {3, 2}, {0, 1}, {1, 1}, true, false}};
+  for (const Shape& shape : {Shape{2, 3, 9, 8}, Shape{3, 8, 7}}) {
+    const Tensor x = uniform_f64(shape, 70, -2, 2).to(DType::f32), xc = x.to(cuda);
+    for (const Pool2d& p : cases) {
+      CAPTURE(p.count_include_pad);
+      CAPTURE(p.kernel[1]);
+      const MaxPool2dForward m = max_pool2d_forward(x, p), mc = max_pool2d_forward(xc, p);
+      CHECK(bit_identical(mc.y.to(Device::cpu()), m.y));  // reel's kernels on both: the same bits
+      CHECK(bit_identical(mc.indices.to(Device::cpu()), m.indices));
+      const Tensor dy = uniform_f64(m.y.shape(), 71).to(DType::f32);
+      CHECK(bit_identical(max_pool2d_backward(dy.to(cuda), mc.indices, shape, p).to(Device::cpu()),
+                          max_pool2d_backward(dy, m.indices, shape, p)));
+      check_close(avg_pool2d_forward(xc, p), values(avg_pool2d_forward(x, p)), 1e-6, 1e-6);
+      check_close(avg_pool2d_backward(dy.to(cuda), shape, p), values(avg_pool2d_backward(dy, shape, p)), 1e-6, 1e-6);
+    }
+  }
 }

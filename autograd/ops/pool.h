@@ -1,7 +1,9 @@
-// max_pool2d and avg_pool2d over (N, C, H, W), on kernels/pool.h's kernels, and flatten(x,
+// max_pool2d and avg_pool2d over (N, C, H, W) or unbatched (C, H, W), on kernels/pool.h's kernels, and flatten(x,
 // start_dim, end_dim), the reshape that follows them in a CNN.
-//   MaxPool2d saves the argmax indices (N, C, OH, OW) i64, not x: backward routes each dy to its
-//   index. AvgPool2d saves nothing: backward needs only the window and x's recorded shape.
+//   MaxPool2d saves the argmax indices (N, C, OH, OW) i64, not x, on every device (cuda's max
+//   pooling runs reel's kernels, not cuDNN: kernels/cuda/pool.cu says why): backward routes each
+//   dy to its index. AvgPool2d saves nothing: backward needs only the window and x's recorded
+//   shape (cuDNN's average backward, where cuda uses it, reads neither x nor y).
 // Both backward kernels gather per dx element in a fixed order (no atomics): bit-identical run to
 // run, for any thread count, so checkpointed and plain backward agree to the bit.
 #pragma once
@@ -16,12 +18,13 @@
 namespace reel {
 namespace autograd::ops {
 
-inline std::string pool_attributes(const kernels::Pool2d& p, bool with_dilation) {
+inline std::string pool_attributes(const kernels::Pool2d& p, bool is_max) {
   auto pr = [](const std::array<int64_t, 2>& a) {
     return "(" + std::to_string(a[0]) + "," + std::to_string(a[1]) + ")";
   };
   return "kernel=" + pr(p.kernel) + " stride=" + pr(p.stride) + " padding=" + pr(p.padding) +
-         (with_dilation ? " dilation=" + pr(p.dilation) : "");
+         (is_max ? " dilation=" + pr(p.dilation) : "") + (p.ceil_mode ? " ceil_mode" : "") +
+         (!is_max && !p.count_include_pad ? " count_include_pad=false" : "");
 }
 
 struct MaxPool2d final : autograd::Op {
@@ -61,20 +64,24 @@ struct Pair2d {
   Pair2d(std::array<int64_t, 2> hw) : v(hw) {}  // NOLINT
 };
 
-// torch.nn.functional.max_pool2d: x (N, C, H, W) -> (N, C, OH, OW), each window's maximum
-// (padding is -inf; OH = floor((H + 2p - d(k-1) - 1) / s) + 1; stride defaults to the kernel).
-// The gradient goes to each window's first maximum.
+// torch.nn.functional.max_pool2d (no return_indices): x (N, C, H, W) or (C, H, W) ->
+// (N, C, OH, OW) or (C, OH, OW), each window's maximum (padding is -inf;
+// OH = floor((H + 2p - d(k-1) - 1) / s) + 1, or ceil with ceil_mode under PyTorch's rule,
+// kernels/pool.h; stride defaults to the kernel). The gradient goes to each window's first maximum.
 inline Tensor max_pool2d(const Tensor& x, Pair2d kernel_size, std::optional<Pair2d> stride = std::nullopt,
-                         Pair2d padding = 0, Pair2d dilation = 1) {
-  const kernels::Pool2d p{kernel_size.v, stride ? stride->v : kernel_size.v, padding.v, dilation.v};
+                         Pair2d padding = 0, Pair2d dilation = 1, bool ceil_mode = false) {
+  const kernels::Pool2d p{kernel_size.v, stride ? stride->v : kernel_size.v, padding.v, dilation.v, ceil_mode};
   return autograd::apply(autograd::ops::MaxPool2d(p), {x});
 }
 
-// torch.nn.functional.avg_pool2d with count_include_pad = true and ceil_mode = false: each
-// window's sum over kernel_size[0] * kernel_size[1], padding counted as zeros.
+// torch.nn.functional.avg_pool2d (no divisor_override): each window's sum, padding counted as
+// zeros, over its divisor: with count_include_pad the window clipped to the padded input
+// (kernel_size[0] * kernel_size[1] without ceil_mode), else its number of input elements.
+// x (N, C, H, W) or (C, H, W), as max_pool2d.
 inline Tensor avg_pool2d(const Tensor& x, Pair2d kernel_size, std::optional<Pair2d> stride = std::nullopt,
-                         Pair2d padding = 0) {
-  const kernels::Pool2d p{kernel_size.v, stride ? stride->v : kernel_size.v, padding.v, {1, 1}};
+                         Pair2d padding = 0, bool ceil_mode = false, bool count_include_pad = true) {
+  const kernels::Pool2d p{kernel_size.v, stride ? stride->v : kernel_size.v, padding.v, {1, 1}, ceil_mode,
+                          count_include_pad};
   return autograd::apply(autograd::ops::AvgPool2d(p), {x});
 }
 

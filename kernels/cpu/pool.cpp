@@ -8,6 +8,7 @@
 // the same element from two threads and need no atomics, and the order of the adds is fixed:
 // bit-identical for any thread count, and the same order as the CUDA kernels
 // (kernels/cuda/pool.cu), which gather the same way.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -29,6 +30,23 @@ void for_covering(int64_t i, int64_t kernel, int64_t s, int64_t pad, int64_t d, 
     const int64_t o = t / s;
     if (o < O) fn(o);
   }
+}
+
+// The divisor of average window (oh, ow) (kernels/pool.h): the window clipped to the padded input,
+// or, without count_include_pad, to the input.
+int64_t avg_divisor(const Pool2d& p, int64_t oh, int64_t ow, int64_t H, int64_t W) {
+  const int64_t o[2] = {oh, ow}, in[2] = {H, W};
+  int64_t n = 1;
+  for (int i = 0; i < 2; ++i) {
+    int64_t start = o[i] * p.stride[i] - p.padding[i];
+    int64_t end = std::min(start + p.kernel[i], in[i] + p.padding[i]);
+    if (!p.count_include_pad) {
+      start = std::max<int64_t>(start, 0);
+      end = std::min(end, in[i]);
+    }
+    n *= end - start;
+  }
+  return n;
 }
 
 // x: (P, H, W); y, idx: (P, OH, OW).
@@ -85,7 +103,6 @@ void max_backward_impl(const T* dy, const int64_t* idx, const Pool2d& p, T* dx, 
 // x: (P, H, W); y: (P, OH, OW). Dilation is (1, 1).
 template <typename T>
 void avg_forward_impl(const T* x, const Pool2d& p, T* y, int64_t P, int64_t H, int64_t W, int64_t OH, int64_t OW) {
-  const T div = static_cast<T>(p.kernel[0] * p.kernel[1]);  // count_include_pad: always the full window
   parallel_for(P, P * OH * OW * p.kernel[0] * p.kernel[1] >= kMinParallelElements, [&](int64_t pl) {
     const T* xp = x + pl * H * W;
     for (int64_t oh = 0; oh < OH; ++oh)
@@ -99,7 +116,7 @@ void avg_forward_impl(const T* x, const Pool2d& p, T* y, int64_t P, int64_t H, i
             if (iw >= 0 && iw < W) acc += xp[ih * W + iw];
           }
         }
-        y[(pl * OH + oh) * OW + ow] = acc / div;
+        y[(pl * OH + oh) * OW + ow] = acc / static_cast<T>(avg_divisor(p, oh, ow, H, W));
       }
   });
 }
@@ -107,7 +124,6 @@ void avg_forward_impl(const T* x, const Pool2d& p, T* y, int64_t P, int64_t H, i
 // dy: (P, OH, OW); dx: (P, H, W). Dilation is (1, 1).
 template <typename T>
 void avg_backward_impl(const T* dy, const Pool2d& p, T* dx, int64_t P, int64_t H, int64_t W, int64_t OH, int64_t OW) {
-  const T div = static_cast<T>(p.kernel[0] * p.kernel[1]);
   parallel_for(P, P * H * W * p.kernel[0] * p.kernel[1] >= kMinParallelElements, [&](int64_t pl) {
     const T* dyp = dy + pl * OH * OW;
     for (int64_t ih = 0; ih < H; ++ih)
@@ -115,7 +131,7 @@ void avg_backward_impl(const T* dy, const Pool2d& p, T* dx, int64_t P, int64_t H
         T acc = 0;
         for_covering(ih, p.kernel[0], p.stride[0], p.padding[0], 1, OH, [&](int64_t oh) {
           for_covering(iw, p.kernel[1], p.stride[1], p.padding[1], 1, OW,
-                       [&](int64_t ow) { acc += dyp[oh * OW + ow] / div; });
+                       [&](int64_t ow) { acc += dyp[oh * OW + ow] / static_cast<T>(avg_divisor(p, oh, ow, H, W)); });
         });
         dx[(pl * H + ih) * W + iw] = acc;
       }

@@ -207,6 +207,43 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void* alpha, const cudn
                              const void* A, const void* beta, const cudnnTensorDescriptor_t cDesc, void* C);
 
 // ---- Pooling (kernels/simt/cudnn_emu_pooling.cpp) ------------------------------------------------
+// 2-D pooling over NCHW tensors, as cuDNN 9 (whose headers mark this API deprecated, warning only
+// under CUDNN_WARN_DEPRECATED). Set: window, stride > 0, padding >= 0 (else BAD_PARAM). Output
+// dims: (n, c, 1 + (h + 2 * pad - window) / stride, likewise w), BAD_PARAM if the window exceeds
+// the padded input. MAX and MAX_DETERMINISTIC take each window's maximum (padding never chosen;
+// NaN wins with CUDNN_PROPAGATE_NAN, is skipped with CUDNN_NOT_PROPAGATE_NAN), their backward
+// routing dy to the window's maximum in x (the first, as the forward picks it); the AVERAGE modes divide by the whole
+// window (INCLUDE_PADDING) or by its elements inside the input (EXCLUDE_PADDING), their backward
+// reading neither x nor y. Forward: y = alpha * pool(x) + beta * y; backward:
+// dx = alpha * pool^T(dy) + beta * dx (beta == 0: the output is not read). Descriptors are checked
+// against each other (BAD_PARAM, nothing written).
+typedef struct cudnnPoolingStruct* cudnnPoolingDescriptor_t;
+typedef enum {
+  CUDNN_POOLING_MAX = 0,
+  CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING = 1,
+  CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING = 2,
+  CUDNN_POOLING_MAX_DETERMINISTIC = 3
+} cudnnPoolingMode_t;
+typedef enum { CUDNN_NOT_PROPAGATE_NAN = 0, CUDNN_PROPAGATE_NAN = 1 } cudnnNanPropagation_t;
+
+cudnnStatus_t cudnnCreatePoolingDescriptor(cudnnPoolingDescriptor_t* poolingDesc);
+cudnnStatus_t cudnnDestroyPoolingDescriptor(cudnnPoolingDescriptor_t poolingDesc);
+cudnnStatus_t cudnnSetPooling2dDescriptor(cudnnPoolingDescriptor_t poolingDesc, cudnnPoolingMode_t mode,
+                                          cudnnNanPropagation_t maxpoolingNanOpt, int windowHeight, int windowWidth,
+                                          int verticalPadding, int horizontalPadding, int verticalStride,
+                                          int horizontalStride);
+cudnnStatus_t cudnnGetPooling2dForwardOutputDim(const cudnnPoolingDescriptor_t poolingDesc,
+                                                const cudnnTensorDescriptor_t inputTensorDesc, int* n, int* c, int* h,
+                                                int* w);
+cudnnStatus_t cudnnPoolingForward(cudnnHandle_t handle, const cudnnPoolingDescriptor_t poolingDesc, const void* alpha,
+                                  const cudnnTensorDescriptor_t xDesc, const void* x, const void* beta,
+                                  const cudnnTensorDescriptor_t yDesc, void* y);
+cudnnStatus_t cudnnPoolingBackward(cudnnHandle_t handle, const cudnnPoolingDescriptor_t poolingDesc,
+                                   const void* alpha, const cudnnTensorDescriptor_t yDesc, const void* y,
+                                   const cudnnTensorDescriptor_t dyDesc, const void* dy,
+                                   const cudnnTensorDescriptor_t xDesc, const void* x, const void* beta,
+                                   const cudnnTensorDescriptor_t dxDesc, void* dx);
+
 
 // ---- Batch normalization (kernels/simt/cudnn_emu_batchnorm.cpp) ---------------------------------
 // cuDNN 9's legacy batch-normalization API (deprecated in cuDNN 9 in favour of the graph API, still
