@@ -1,4 +1,4 @@
-// dist/nccl.h: the NCCL API reel's NCCL backend (dist/nccl_backend.cpp) is written against, so
+// dist/nccl.h: the NCCL API reel's NCCL backend (dist/nccl_backend.cu) is written against, so
 // that the backend is the same code in both build flavours, as kernels/simt/cudnn.h does for cuDNN:
 //   nvcc build (REEL_CUDA_NVCC) with NCCL found (REEL_HAVE_NCCL)  the real <nccl.h> and libnccl;
 //   emulated build (SIMT_EMULATE)  the same names, types, enum values and result codes, declared

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -72,6 +73,22 @@ struct ncclComm {
 };
 
 namespace {
+
+// Aborted and destroyed communicators stay allocated (without their MPI communicator), so that a
+// later call on one answers ncclInvalidUsage instead of reading freed memory, and so that MPI may
+// still write the buffers of a collective an abort left pending (it cannot be cancelled). Freed at
+// exit, after every user (ProcessGroup::world() is constructed later, so destroyed earlier).
+std::vector<std::unique_ptr<ncclComm>> g_retired;
+
+void retire(ncclComm* comm, bool free_mpi) {
+  comm->magic = kDead;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (free_mpi && !finalized && comm->mpi != MPI_COMM_NULL) MPI_Comm_free(&comm->mpi);
+  if (free_mpi) comm->scratch.clear();
+  comm->then = nullptr;
+  g_retired.emplace_back(comm);
+}
 
 ncclResult_t from_mpi(ncclComm* comm, int rc, const char* what) {
   if (rc == MPI_SUCCESS) return ncclSuccess;
@@ -356,27 +373,16 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     std::this_thread::yield();
     advance(comm);
   }
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized && comm->mpi != MPI_COMM_NULL) MPI_Comm_free(&comm->mpi);
-  comm->magic = kDead;
-  delete comm;
+  retire(comm, true);
   return ncclSuccess;
 }
 
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (!comm) return ncclSuccess;  // as the real one: aborting nothing is fine
   if (comm->magic != kLive) return failure(ncclInvalidUsage, "ncclCommAbort : the communicator was aborted or destroyed");
-  comm->magic = kDead;
-  if (comm->state == ncclInProgress) {
-    // A non-blocking MPI collective cannot be cancelled, and MPI may still write its buffers if
-    // the missing ranks ever join: the communicator is left allocated (its process is ending).
-    return ncclSuccess;
-  }
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized && comm->mpi != MPI_COMM_NULL) MPI_Comm_free(&comm->mpi);
-  delete comm;
+  // A non-blocking MPI collective cannot be cancelled, and MPI may still write its buffers if the
+  // missing ranks ever join: then its MPI communicator and buffers are kept too.
+  retire(comm, comm->state != ncclInProgress);
   return ncclSuccess;
 }
 

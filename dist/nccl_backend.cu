@@ -1,5 +1,6 @@
 // dist's NCCL backend (see nccl_backend.h): the only file that calls NCCL, against dist/nccl.h, so
-// that the real library and the emulation run the same lines.
+// that the real library and the emulation run the same lines. Host code only; a .cu file because it
+// includes kernels/cuda/launch.h (reel's stream), which only nvcc compiles in the nvcc build.
 #include "dist/nccl_backend.h"
 
 #include <algorithm>
