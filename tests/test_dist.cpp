@@ -8,9 +8,12 @@
 // as built (NCCL for cuda tensors where the build has it) and with REEL_DIST_BACKEND=mpi. Every rank
 // runs every case in the same order (each collective needs all ranks); a rank is told apart by
 // group.rank().
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <set>
@@ -22,6 +25,7 @@
 #include "core/allocator.h"
 #include "dist/data_parallel.h"
 #include "dist/process_group.h"
+#include "nn/safetensors.h"
 #include "optim/accumulator.h"
 #include "testing.h"
 
@@ -625,6 +629,94 @@ TEST_CASE("ZeRO-1: sharded AdamW equals plain AdamW after 20 steps, with half th
     CHECK(zero_state == 2 * chunk_elements * static_cast<int64_t>(dtype_size(dt)));
     CHECK(chunk_elements <= (163 + 2 * dp.buckets()) / 2);
   }
+}
+
+TEST_CASE("ZeRO-1: a checkpoint of the gathered state resumes exactly as uninterrupted training") {
+  const DType dt = DType::f64;
+  const Data d = global_batch(dt);
+  const optim::Adam::Options adam{0.9, 0.99, 1e-8, 0.05};
+  // One file for both ranks: rank 0's process id names it.
+  const int64_t pid = world().all_reduce(world().rank() == 0 ? static_cast<int64_t>(getpid()) : int64_t{0});
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("reel_zero1_" + std::to_string(pid) + ".safetensors")).string();
+  for (const Device dev : reel::testing::devices()) {
+    CAPTURE(dev);
+    std::vector<Batch> window = my_window(d, {6, 10}, {16});
+    for (Batch& b : window) b = {b.x.to(dev), b.y.to(dev), b.mask.to(dev)};
+    const auto train = [&](dist::ZeroAdamW& opt, dist::DataParallel& dp, const std::vector<Tensor>& p, int steps) {
+      optim::Accumulator acc(opt, {1.0, nullptr, false, &dp});
+      for (int s = 0; s < steps; ++s) acc.step(window, tokens, [&](const Batch& b) { return loss_of(p, b, false); });
+    };
+    // Uninterrupted: 12 steps.
+    const std::vector<Tensor> pa = make_params(dt, 1, dev);
+    dist::DataParallel dpa(pa, {512, true, 1});
+    dist::ZeroAdamW za(dpa, 0.01, adam);
+    train(za, dpa, pa, 12);
+
+    // 6 steps, a checkpoint of the parameters and the gathered state written by rank 0 ...
+    {
+      const std::vector<Tensor> pb = make_params(dt, 1, dev);
+      dist::DataParallel dpb(pb, {512, true, 1});
+      dist::ZeroAdamW zb(dpb, 0.01, adam);
+      train(zb, dpb, pb, 6);
+      const optim::StateDict state = zb.full_state_dict();
+      CHECK(state.size() == 1 + 2 * pb.size());  // as AdamW's: step and both moments of every parameter
+      // ... equal to plain AdamW's state after the same 6 steps on one process.
+      const std::vector<Tensor> ref = make_params(dt, 1);
+      optim::AdamW plain(ref, 0.01, adam);
+      optim::Accumulator plain_acc(plain, {1.0, nullptr, false, nullptr});
+      for (int s = 0; s < 6; ++s)
+        plain_acc.step(std::vector<Batch>{rows(d, 0, 32)}, tokens, [&](const Batch& b) { return loss_of(ref, b, false); });
+      const optim::StateDict want = plain.state_dict();
+      REQUIRE(want.size() == state.size());
+      for (const auto& [key, t] : want) {
+        CAPTURE(key);
+        REQUIRE(state.count(key));
+        reel::testing::check_close(state.at(key), t, 1e-6, 1e-9);
+      }
+      if (world().rank() == 0) {
+        nn::TensorDict file = state;
+        for (size_t i = 0; i < pb.size(); ++i) file["param." + std::to_string(i)] = pb[i].detach();
+        nn::save_safetensors(path, file);
+      }
+      world().barrier();
+    }
+    // ... loaded into a fresh run (other starting values on rank 1, overwritten from rank 0), 6 more.
+    const nn::TensorDict file = nn::load_safetensors(path, dev);
+    const std::vector<Tensor> pc = make_params(dt, 7 + world().rank(), dev);
+    if (world().rank() == 0) {
+      autograd::NoGrad no_grad;
+      for (size_t i = 0; i < pc.size(); ++i) pc[i].copy_(file.at("param." + std::to_string(i)));
+    }
+    dist::DataParallel dpc(pc, {512, true, 1});
+    dist::ZeroAdamW zc(dpc, 0.01, adam);
+    optim::StateDict state;
+    for (const auto& [key, t] : file)
+      if (key.rfind("param.", 0) != 0) state[key] = t;
+    zc.load_full_state_dict(state);
+    CHECK(zc.steps() == 6);
+    train(zc, dpc, pc, 6);
+    for (size_t i = 0; i < pa.size(); ++i) {
+      CAPTURE(i);
+      reel::testing::check_close(pc[i], pa[i], 0, 0);  // bit-identical
+    }
+    world().barrier();  // everyone has read the file
+    if (world().rank() == 0) std::filesystem::remove(path);
+  }
+  // Refused by name: a missing step, an unknown key, a wrong shape, moments of some parameters only.
+  const std::vector<Tensor> p = make_params(dt, 1);
+  dist::DataParallel dp(p, {512, true, 1});
+  dist::ZeroAdamW z(dp, 0.01);
+  const Tensor step = from_vector<int64_t>({3}, {});
+  check_error([&] { z.load_full_state_dict({}); }, {"missing key 'step'"});
+  check_error([&] { z.load_full_state_dict({{"step", step}, {"momentum.0", zeros({6, 16}, dt)}}); },
+              {"unexpected key 'momentum.0'"});
+  check_error([&] { z.load_full_state_dict({{"step", step}, {"exp_avg.0", zeros({3}, dt)}}); },
+              {"'exp_avg.0' has shape (3)", "(6, 16)"});
+  check_error([&] { z.load_full_state_dict({{"step", step}, {"exp_avg.0", zeros({6, 16}, dt)}}); },
+              {"1 moment tensors for 4 parameters"});
+  z.load_full_state_dict({{"step", step}});  // AdamW before its first step: zero moments
+  CHECK(z.steps() == 3);
 }
 
 // ---- the distributed sampler -------------------------------------------------------------------
