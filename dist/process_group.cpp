@@ -295,6 +295,7 @@ bool ProcessGroup::nccl_enqueued(Work::State& s) {
 bool ProcessGroup::test_state(Work::State& s) {
   if (s.done) return true;
   if (s.comm) {  // NCCL: enqueued, then the event after it on the stream
+    REEL_CHECK(!broken_, "dist: ", s.what, " cannot complete: an earlier collective failed on rank ", rank_);
     if (!nccl_enqueued(s)) return false;
     bool done = false;
     try {
