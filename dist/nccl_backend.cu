@@ -113,7 +113,9 @@ bool Comm::ready() {
 void Comm::abort() {
   if (aborted_ || !comm_) return;
   aborted_ = true;
-  check(ncclCommAbort(handle(comm_)), "ncclCommAbort");
+  // On a non-blocking communicator the abort may go on in the background (ncclInProgress): reel
+  // never uses the communicator again either way.
+  check(ncclCommAbort(handle(comm_)), "ncclCommAbort", true);
 }
 
 double Comm::average_scale(int nranks) const { return kHasAvg ? 1.0 : 1.0 / nranks; }
