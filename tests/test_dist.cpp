@@ -669,10 +669,11 @@ TEST_CASE("ZeRO-1: a checkpoint of the gathered state resumes exactly as uninter
         plain_acc.step(std::vector<Batch>{rows(d, 0, 32)}, tokens, [&](const Batch& b) { return loss_of(ref, b, false); });
       const optim::StateDict want = plain.state_dict();
       REQUIRE(want.size() == state.size());
-      for (const auto& [key, t] : want) {
+      for (const auto& entry : want) {  // not a structured binding: CAPTURE is a lambda (clang)
+        const std::string& key = entry.first;
         CAPTURE(key);
         REQUIRE(state.count(key));
-        reel::testing::check_close(state.at(key), t, 1e-6, 1e-9);
+        reel::testing::check_close(state.at(key), entry.second, 1e-6, 1e-9);
       }
       if (world().rank() == 0) {
         nn::TensorDict file = state;
