@@ -24,7 +24,11 @@ namespace {
 // where the call may leave the communicator in progress, ncclInProgress.
 void check(ncclResult_t r, const char* call, bool in_progress_ok = false) {
   if (r == ncclSuccess || (in_progress_ok && r == ncclInProgress)) return;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 13, 0)
   const char* last = ncclGetLastError(nullptr);
+#else
+  const char* last = nullptr;  // ncclGetLastError arrived in NCCL 2.13
+#endif
   REEL_FAIL(call, ": ", ncclGetErrorString(r), (last && *last) ? std::string(" (") + last + ")" : std::string());
 }
 #define REEL_NCCL_CHECK(call) check((call), #call, true)
