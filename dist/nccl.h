@@ -36,7 +36,13 @@
 #if defined(REEL_CUDA_NVCC)
 #if defined(REEL_HAVE_NCCL)
 #include <nccl.h>
+// Non-blocking communicators (ncclCommInitRankConfig, config.blocking) arrived in NCCL 2.14: with an
+// older library cuda tensors are staged through the host.
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
 #define REEL_DIST_NCCL 1
+#else
+#define REEL_DIST_NCCL 0
+#endif
 #else
 #define REEL_DIST_NCCL 0
 #endif
