@@ -8,6 +8,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 
 #include "autograd/tape.h"
 #include "core/allocator.h"
@@ -193,6 +194,70 @@ void ZeroAdamW::update(const std::vector<size_t>&) {
       flat_view(p).copy_(untracked::slice(flat, 0, k.offset[j], k.offset[j] + p.numel()));
     }
   }
+}
+
+optim::StateDict ZeroAdamW::full_state_dict() {
+  ProcessGroup& group = dp_.group();
+  optim::StateDict out;
+  out["step"] = from_vector<int64_t>({steps_}, {});
+  const std::vector<DataParallel::Bucket>& buckets = dp_.bucket_list();
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const DataParallel::Bucket& k = buckets[b];
+    for (const auto& [slot, chunks] : {std::make_pair("exp_avg", &exp_avg_), std::make_pair("exp_avg_sq", &exp_avg_sq_)}) {
+      const Tensor full = empty({k.padded}, k.shard.dtype(), k.shard.device());  // (padded): every rank's chunk
+      group.all_gather(full, (*chunks)[b]);
+      for (size_t j = 0; j < k.params.size(); ++j) {
+        const Tensor& p = params_[k.params[j]];
+        out[std::string(slot) + "." + std::to_string(k.params[j])] =
+            untracked::reshape(untracked::slice(full, 0, k.offset[j], k.offset[j] + p.numel()), p.shape()).clone();
+      }
+    }
+  }
+  return out;
+}
+
+void ZeroAdamW::load_full_state_dict(const optim::StateDict& state) {
+  REEL_CHECK(state.count("step") && state.at("step").numel() == 1, "ZeroAdamW load_full_state_dict: missing key 'step'");
+  // Every key is the step or a moment of a parameter, in its shape.
+  size_t moments = 0;
+  for (const auto& [key, t] : state) {
+    if (key == "step") continue;
+    const size_t dot = key.rfind('.');
+    const std::string slot = dot == std::string::npos ? key : key.substr(0, dot);
+    size_t i = params_.size();
+    if (dot != std::string::npos && (slot == "exp_avg" || slot == "exp_avg_sq")) {
+      try {
+        i = std::stoul(key.substr(dot + 1));
+      } catch (const std::exception&) {
+      }
+    }
+    REEL_CHECK(i < params_.size() && key == slot + "." + std::to_string(i),
+               "ZeroAdamW load_full_state_dict: unexpected key '", key, "'");
+    REEL_CHECK(t.shape() == params_[i].shape(), "ZeroAdamW load_full_state_dict: '", key, "' has shape ", t.shape(),
+               " but parameter ", i, " has shape ", params_[i].shape());
+    ++moments;
+  }
+  // AdamW before its first step has no moments: they are zero.
+  REEL_CHECK(moments == 0 || moments == 2 * params_.size(), "ZeroAdamW load_full_state_dict: ", moments,
+             " moment tensors for ", params_.size(), " parameters (need both moments of every parameter, or none)");
+  const int rank = dp_.group().rank();
+  const std::vector<DataParallel::Bucket>& buckets = dp_.bucket_list();
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const DataParallel::Bucket& k = buckets[b];
+    const int64_t chunk = k.shard.numel(), begin = rank * chunk;
+    for (const auto& [slot, chunks] : {std::make_pair("exp_avg", &exp_avg_), std::make_pair("exp_avg_sq", &exp_avg_sq_)}) {
+      const Tensor full = zeros({k.padded}, k.shard.dtype(), k.shard.device());  // the padding stays zero
+      if (moments != 0)
+        for (size_t j = 0; j < k.params.size(); ++j) {
+          const Tensor& p = params_[k.params[j]];
+          const Tensor& t = state.at(std::string(slot) + "." + std::to_string(k.params[j]));
+          untracked::slice(full, 0, k.offset[j], k.offset[j] + p.numel())
+              .copy_(flat_view(t.to(p.device()).to(p.dtype()).contiguous()));
+        }
+      (*chunks)[b].copy_(untracked::slice(full, 0, begin, begin + chunk));
+    }
+  }
+  steps_ = static_cast<int64_t>(state.at("step").item());
 }
 
 // ---- dataset sharding ------------------------------------------------------------------------

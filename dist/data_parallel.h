@@ -106,11 +106,23 @@ class DataParallel final : public optim::WindowSync {
 
 // AdamW with ZeRO stage 1: each rank keeps and steps the moments of its chunk of every bucket of a
 // DataParallel made with zero_stage = 1, then all-gathers the parameters. Equal to optim::AdamW
-// over the same gradients (the update is elementwise). Its state_dict() holds only "step".
+// over the same gradients (the update is elementwise). Its state_dict() holds only "step" (the
+// Optimizer base's, which knows no shards): checkpoints use full_state_dict().
 class ZeroAdamW final : public optim::Optimizer {
  public:
   ZeroAdamW(DataParallel& dp, double lr,
             optim::Adam::Options options = optim::Adam::Options{0.9, 0.999, 1e-8, 0.01});
+
+  // The state as optim::AdamW's state_dict() holds it ("step", "exp_avg.<i>", "exp_avg_sq.<i>" in
+  // parameter i's shape), gathered from every rank's chunks. A collective: every rank calls it and
+  // gets the whole dict (rank 0 saves it); the full moments exist on every rank meanwhile. Gathered
+  // rather than saved per rank so that a checkpoint does not depend on the world size: it loads
+  // into ZeroAdamW on any number of ranks, or into plain AdamW on one.
+  optim::StateDict full_state_dict();
+  // Loads such a dict (from full_state_dict() or AdamW::state_dict(); every rank passes the same
+  // one): each rank keeps its chunk of the moments, without communicating. reel::Error for a
+  // missing "step", an unexpected key, a wrong shape, or moments of some parameters only.
+  void load_full_state_dict(const optim::StateDict& state);
 
  private:
   void update(const std::vector<size_t>& with_grad) override;

@@ -1,5 +1,6 @@
-// The MPI process group (see process_group.h): staging, non-blocking collectives polled against a
-// timeout, and the abort path that keeps a failed rank from leaving the others waiting.
+// The process group (see process_group.h): MPI and its staging, the NCCL path's communicators,
+// collectives polled against a timeout, and the abort path that keeps a failed rank from leaving
+// the others waiting.
 #include "dist/process_group.h"
 
 #include <mpi.h>
@@ -11,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "dist/nccl_backend.h"
 #include "kernels/optimizer.h"
 
 namespace reel::dist {
@@ -26,16 +28,20 @@ const char* collective_name(Collective c) {
   return "?";
 }
 
-// One collective: where its result goes, the host buffers MPI reads and writes, its request.
+// One collective: where its result goes, the buffers the backend reads and writes, and how to tell
+// that it is done (an MPI request, or an NCCL communicator and a CUDA event).
 struct Work::State {
   ProcessGroup* group = nullptr;
   Collective kind = Collective::Barrier;
   std::string what;  // "all_reduce (sum) of f32 (3, 4) on cpu", for errors
   MPI_Request request = MPI_REQUEST_NULL;
-  Tensor user;      // the tensor the result belongs in (undefined: none, as for a barrier)
-  Tensor host_out;  // contiguous host buffer MPI writes; user itself when communicated in place
-  Tensor host_in;   // the send buffer, kept alive while MPI reads it
-  double scale = 1;  // ReduceOp::Average: 1 / size, applied when the sum is in
+  nccl::Comm* comm = nullptr;          // the NCCL path: the communicator it was enqueued on
+  std::unique_ptr<nccl::Event> event;  // recorded on reel's stream once the enqueue finished
+  Tensor user;     // the tensor the result belongs in (undefined: none, as for a barrier)
+  Tensor buf_out;  // contiguous buffer the backend writes (host for MPI, the device for NCCL);
+                   // user itself when communicated in place
+  Tensor buf_in;   // the send buffer, kept alive while the backend reads it
+  double scale = 1;  // ReduceOp::Average without a native average: 1 / size, applied when the sum is in
   bool done = false;
   std::chrono::steady_clock::time_point started;
 };
@@ -62,11 +68,12 @@ MPI_Datatype mpi_type(DType t, const std::string& what) {
   REEL_FAIL("dist: ", what, ": dtype ", t, " has no MPI type");
 }
 
-std::string describe(Collective c, ReduceOp op, const Tensor& t, bool reduces) {
+std::string describe(Collective c, ReduceOp op, const Tensor& t, bool reduces, bool nccl) {
   std::ostringstream os;
   os << collective_name(c);
   if (reduces) os << (op == ReduceOp::Sum ? " (sum)" : " (average)");
   os << " of " << t.dtype() << " " << shape_str(t.shape()) << " on " << t.device();
+  if (nccl) os << " through NCCL";
   return os.str();
 }
 
@@ -79,6 +86,22 @@ Tensor host_copy(const Tensor& t) {
 Tensor host_target(const Tensor& t) {
   if (t.device().is_cpu() && t.is_contiguous()) return t;
   return empty(t.shape(), t.dtype(), Device::cpu());
+}
+// The same on t's own device, for NCCL.
+Tensor device_copy(const Tensor& t) { return t.contiguous(); }
+Tensor device_target(const Tensor& t) { return t.is_contiguous() ? t : empty(t.shape(), t.dtype(), t.device()); }
+
+// REEL_DIST_BACKEND: "mpi" stages cuda tensors through the host; "nccl" insists on NCCL; unset or
+// empty: NCCL where built.
+CudaPath default_cuda_path() {
+  const char* v = std::getenv("REEL_DIST_BACKEND");
+  const std::string choice = v ? v : "";
+  if (choice.empty()) return ProcessGroup::nccl_built() ? CudaPath::Nccl : CudaPath::Staged;
+  if (choice == "mpi") return CudaPath::Staged;
+  REEL_CHECK(choice == "nccl", "dist: REEL_DIST_BACKEND='", choice, "' is neither 'nccl' nor 'mpi'");
+  REEL_CHECK(ProcessGroup::nccl_built(), "dist: REEL_DIST_BACKEND=nccl, but this build has no NCCL (build with "
+             "-DREEL_CUDA=ON where libnccl is found, or the default emulated build)");
+  return CudaPath::Nccl;
 }
 
 int count_of(const Tensor& t, const std::string& what) {
@@ -127,6 +150,7 @@ ProcessGroup::ProcessGroup() {
   // A launcher says so through its own variables: Open MPI's mpirun, or a PMI/PMIx launcher (srun).
   const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
   if (const int t = env_int("REEL_DIST_TIMEOUT_S"); t >= 0) set_timeout_s(t);
+  cuda_path_ = default_cuda_path();
   if (!launched) {
     REEL_CHECK(env_size <= 1 && env_rank <= 0, "dist: RANK=", env_rank, " WORLD_SIZE=", env_size,
                " but no MPI launcher started this process; start the ranks with mpirun -np ", env_size,
@@ -173,8 +197,17 @@ ProcessGroup::~ProcessGroup() {
                  size_);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  in_flight_.clear();
+  nccl_comms_.clear();  // NCCL (the emulated one is MPI) before MPI goes
   g_world = nullptr;
   MPI_Finalize();
+}
+
+bool ProcessGroup::nccl_built() { return nccl::built(); }
+
+void ProcessGroup::set_cuda_path(CudaPath path) {
+  REEL_CHECK(path == CudaPath::Staged || nccl_built(), "dist: set_cuda_path(Nccl), but this build has no NCCL");
+  cuda_path_ = path;
 }
 
 void ProcessGroup::set_timeout_s(double seconds) {
@@ -191,7 +224,17 @@ void ProcessGroup::abort(const std::string& message) {
 
 void ProcessGroup::fail(Work::State& s, const std::string& why) {
   broken_ = true;
-  REEL_FAIL("dist: ", s.what, " ", why, " on rank ", rank_, " of ", size_);
+  std::string aborted;
+  if (s.comm && !s.comm->aborted()) {
+    // Its NCCL kernels may wait forever for the missing rank: end them (and the communicator).
+    try {
+      s.comm->abort();
+      aborted = "; its NCCL communicator was aborted (ncclCommAbort)";
+    } catch (const std::exception& e) {
+      aborted = std::string("; aborting its NCCL communicator failed too: ") + e.what();
+    }
+  }
+  REEL_FAIL("dist: ", s.what, " ", why, aborted, " on rank ", rank_, " of ", size_);
 }
 
 Work ProcessGroup::start(Collective c, std::shared_ptr<Work::State> state) {
@@ -212,15 +255,16 @@ Work ProcessGroup::start(Collective c, std::shared_ptr<Work::State> state) {
 }
 
 namespace {
-// The result is in host_out: average, then write it back to the user's tensor if staged.
+// The result is in buf_out: average, then write it back to the user's tensor if staged.
 void complete(Work::State& s) {
   s.done = true;
-  s.host_in = Tensor();
-  if (!s.user.defined() || !s.host_out.defined()) return;  // a barrier, or local: the result is in place
-  if (s.scale != 1) kernels::scale_({s.host_out}, s.scale);
-  if (s.host_out.same(s.user)) s.user.bump_version();  // MPI wrote it through a raw pointer
-  else s.user.copy_(s.host_out);
-  s.host_out = Tensor();
+  s.buf_in = Tensor();
+  s.event.reset();
+  if (!s.user.defined() || !s.buf_out.defined()) return;  // a barrier, or local: the result is in place
+  if (s.scale != 1) kernels::scale_({s.buf_out}, s.scale);
+  if (s.buf_out.same(s.user)) s.user.bump_version();  // the backend wrote it through a raw pointer
+  else s.user.copy_(s.buf_out);
+  s.buf_out = Tensor();
 }
 }  // namespace
 
@@ -234,8 +278,34 @@ void Work::wait() {
   state_->group->wait_state(*state_);
 }
 
+bool ProcessGroup::nccl_enqueued(Work::State& s) {
+  if (s.event) return true;
+  REEL_CHECK(!broken_, "dist: ", s.what, " cannot complete: an earlier collective failed on rank ", rank_);
+  try {
+    if (!s.comm->ready()) return false;  // ncclInProgress: the enqueue is still going on
+    s.event = std::make_unique<nccl::Event>();
+    s.event->record(s.comm->device());
+  } catch (const Error& e) {
+    fail(s, std::string("failed (") + e.what() + ")");
+  }
+  return true;
+}
+
 bool ProcessGroup::test_state(Work::State& s) {
   if (s.done) return true;
+  if (s.comm) {  // NCCL: enqueued, then the event after it on the stream
+    REEL_CHECK(!broken_, "dist: ", s.what, " cannot complete: an earlier collective failed on rank ", rank_);
+    if (!nccl_enqueued(s)) return false;
+    bool done = false;
+    try {
+      s.comm->ready();  // raises on an asynchronous error (a failed peer, a network error)
+      done = s.event->done();
+    } catch (const Error& e) {
+      fail(s, std::string("failed (") + e.what() + ")");
+    }
+    if (done) complete(s);
+    return done;
+  }
   if (s.request == MPI_REQUEST_NULL) {  // local: a world of one
     complete(s);
     return true;
@@ -249,7 +319,12 @@ bool ProcessGroup::test_state(Work::State& s) {
 }
 
 void ProcessGroup::wait_state(Work::State& s) {
-  while (!test_state(s)) {
+  poll_until(s, [&] { return test_state(s); });
+}
+
+template <typename Done>
+void ProcessGroup::poll_until(Work::State& s, Done done) {
+  while (!done()) {
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.started).count();
     if (waited > timeout_s_) {
       std::ostringstream why;
@@ -272,21 +347,86 @@ void ProcessGroup::progress() {
   for (const auto& s : in_flight_) test_state(*s);
 }
 
+// ---- the NCCL path ---------------------------------------------------------------------------
+
+bool ProcessGroup::takes_nccl(const Device& device) const {
+  return mpi_ && device.is_cuda() && cuda_path_ == CudaPath::Nccl;
+}
+
+nccl::Comm& ProcessGroup::nccl_comm(const Device& device) {
+  REEL_CHECK(!broken_, "dist: no NCCL communicator for ", device, ": an earlier collective failed on rank ", rank_);
+  const auto index = static_cast<size_t>(device.index);
+  if (nccl_comms_.size() <= index) nccl_comms_.resize(index + 1);
+  if (nccl_comms_[index]) return *nccl_comms_[index];
+  // Rank 0's unique id to every rank over MPI (not a counted collective), then the communicator,
+  // both polled against the timeout like any collective.
+  Work::State s;
+  s.group = this;
+  s.what = "the NCCL unique id's broadcast (for " + device.str() + "'s communicator)";
+  s.started = std::chrono::steady_clock::now();
+  nccl::Id id{};
+  if (rank_ == 0) id = nccl::unique_id();
+  if (const int rc = MPI_Ibcast(id.data(), static_cast<int>(id.size()), MPI_BYTE, 0, MPI_COMM_WORLD, &s.request);
+      rc != MPI_SUCCESS)
+    fail(s, "failed to start (MPI: " + mpi_error(rc) + ")");
+  wait_state(s);
+  s.what = "the NCCL communicator's initialisation on " + device.str() + " (" + nccl::version() + ")";
+  s.started = std::chrono::steady_clock::now();
+  try {
+    nccl_comms_[index] = std::make_unique<nccl::Comm>(id, size_, rank_, device.index);
+  } catch (const Error& e) {
+    fail(s, std::string("failed (") + e.what() + ")");
+  }
+  s.comm = nccl_comms_[index].get();
+  poll_until(s, [&] {
+    try {
+      return s.comm->ready();
+    } catch (const Error& e) {
+      fail(s, std::string("failed (") + e.what() + ")");
+    }
+  });
+  return *nccl_comms_[index];
+}
+
+// After the enqueue call: counted, and waited for until enqueued (the communicator left
+// ncclInProgress), since nothing may be issued to its stream before; then the Work's event.
+Work ProcessGroup::start_nccl(Collective c, std::shared_ptr<Work::State> state) {
+  ++nccl_issued_[static_cast<int>(c)];
+  Work work = start(c, state);
+  poll_until(*state, [&] { return nccl_enqueued(*state); });
+  return work;
+}
+
 // ---- the collectives ------------------------------------------------------------------------
+// Each checks its arguments on this rank before any communication, then takes the NCCL path (cuda
+// tensors, NCCL chosen) or MPI (host buffers: in place, or staged).
 
 Work ProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op) {
   REEL_CHECK(t.defined(), "dist: all_reduce of an undefined tensor");
+  const bool nccl = takes_nccl(t.device());
   auto s = std::make_shared<Work::State>();
-  s->what = describe(Collective::AllReduce, op, t, true);
+  s->what = describe(Collective::AllReduce, op, t, true, nccl);
   REEL_CHECK(op == ReduceOp::Sum || t.dtype() == DType::f32 || t.dtype() == DType::f64, "dist: ", s->what,
              ": an average needs a floating-point tensor");
   s->user = t;
   if (!mpi_) return start(Collective::AllReduce, std::move(s));  // the sum over one rank
+  if (nccl) {
+    nccl::Comm& comm = nccl_comm(t.device());
+    s->comm = &comm;
+    s->buf_out = device_copy(t);
+    if (op == ReduceOp::Average) s->scale = comm.average_scale(size_);
+    try {
+      comm.all_reduce(s->buf_out.data_ptr(), s->buf_out.data_ptr(), static_cast<size_t>(t.numel()), t.dtype(), op);
+    } catch (const Error& e) {
+      fail(*s, std::string("failed to start (") + e.what() + ")");
+    }
+    return start_nccl(Collective::AllReduce, std::move(s));
+  }
   const MPI_Datatype type = mpi_type(t.dtype(), s->what);
   const int n = count_of(t, s->what);
-  s->host_out = host_copy(t);
+  s->buf_out = host_copy(t);
   if (op == ReduceOp::Average) s->scale = 1.0 / size_;
-  if (const int rc = MPI_Iallreduce(MPI_IN_PLACE, s->host_out.data_ptr(), n, type, MPI_SUM, MPI_COMM_WORLD,
+  if (const int rc = MPI_Iallreduce(MPI_IN_PLACE, s->buf_out.data_ptr(), n, type, MPI_SUM, MPI_COMM_WORLD,
                                     &s->request);
       rc != MPI_SUCCESS)
     fail(*s, "failed to start (MPI: " + mpi_error(rc) + ")");
@@ -297,8 +437,9 @@ void ProcessGroup::all_reduce(const Tensor& t, ReduceOp op) { all_reduce_async(t
 
 Work ProcessGroup::reduce_scatter_async(const Tensor& output, const Tensor& input, ReduceOp op) {
   REEL_CHECK(output.defined() && input.defined(), "dist: reduce_scatter of an undefined tensor");
+  const bool nccl = takes_nccl(input.device()) && output.device() == input.device();
   auto s = std::make_shared<Work::State>();
-  s->what = describe(Collective::ReduceScatter, op, input, true);
+  s->what = describe(Collective::ReduceScatter, op, input, true, nccl);
   REEL_CHECK(input.numel() == output.numel() * size_ && input.dtype() == output.dtype(), "dist: ", s->what,
              ": the output must hold 1/", size_, " of the input's ", input.numel(), " elements in its dtype; got ",
              output.dtype(), " ", output.shape());
@@ -309,13 +450,27 @@ Work ProcessGroup::reduce_scatter_async(const Tensor& output, const Tensor& inpu
     output.copy_(input.reshape(output.shape()));
     return start(Collective::ReduceScatter, std::move(s));
   }
+  if (nccl) {
+    nccl::Comm& comm = nccl_comm(input.device());
+    s->comm = &comm;
+    s->buf_in = device_copy(input);
+    s->buf_out = device_target(output);
+    if (op == ReduceOp::Average) s->scale = comm.average_scale(size_);
+    try {
+      comm.reduce_scatter(s->buf_in.data_ptr(), s->buf_out.data_ptr(), static_cast<size_t>(output.numel()),
+                          input.dtype(), op);
+    } catch (const Error& e) {
+      fail(*s, std::string("failed to start (") + e.what() + ")");
+    }
+    return start_nccl(Collective::ReduceScatter, std::move(s));
+  }
   const MPI_Datatype type = mpi_type(input.dtype(), s->what);
   const int n = count_of(output, s->what);
   count_of(input, s->what);
-  s->host_in = host_copy(input);
-  s->host_out = host_target(output);
+  s->buf_in = host_copy(input);
+  s->buf_out = host_target(output);
   if (op == ReduceOp::Average) s->scale = 1.0 / size_;
-  if (const int rc = MPI_Ireduce_scatter_block(s->host_in.data_ptr(), s->host_out.data_ptr(), n, type, MPI_SUM,
+  if (const int rc = MPI_Ireduce_scatter_block(s->buf_in.data_ptr(), s->buf_out.data_ptr(), n, type, MPI_SUM,
                                                MPI_COMM_WORLD, &s->request);
       rc != MPI_SUCCESS)
     fail(*s, "failed to start (MPI: " + mpi_error(rc) + ")");
@@ -328,8 +483,9 @@ void ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, Red
 
 void ProcessGroup::all_gather(const Tensor& output, const Tensor& input) {
   REEL_CHECK(output.defined() && input.defined(), "dist: all_gather of an undefined tensor");
+  const bool nccl = takes_nccl(input.device()) && output.device() == input.device();
   auto s = std::make_shared<Work::State>();
-  s->what = describe(Collective::AllGather, ReduceOp::Sum, input, false);
+  s->what = describe(Collective::AllGather, ReduceOp::Sum, input, false, nccl);
   REEL_CHECK(output.numel() == input.numel() * size_ && input.dtype() == output.dtype(), "dist: ", s->what,
              ": the output must hold ", size_, " times the input's ", input.numel(), " elements in its dtype; got ",
              output.dtype(), " ", output.shape());
@@ -339,12 +495,26 @@ void ProcessGroup::all_gather(const Tensor& output, const Tensor& input) {
     start(Collective::AllGather, std::move(s));
     return;
   }
+  if (nccl) {
+    nccl::Comm& comm = nccl_comm(input.device());
+    s->comm = &comm;
+    s->buf_in = device_copy(input);
+    s->buf_out = device_target(output);
+    try {
+      comm.all_gather(s->buf_in.data_ptr(), s->buf_out.data_ptr(), static_cast<size_t>(input.numel()), input.dtype());
+    } catch (const Error& e) {
+      fail(*s, std::string("failed to start (") + e.what() + ")");
+    }
+    start_nccl(Collective::AllGather, s);
+    wait_state(*s);
+    return;
+  }
   const MPI_Datatype type = mpi_type(input.dtype(), s->what);
   const int n = count_of(input, s->what);
   count_of(output, s->what);
-  s->host_in = host_copy(input);
-  s->host_out = host_target(output);
-  if (const int rc = MPI_Iallgather(s->host_in.data_ptr(), n, type, s->host_out.data_ptr(), n, type, MPI_COMM_WORLD,
+  s->buf_in = host_copy(input);
+  s->buf_out = host_target(output);
+  if (const int rc = MPI_Iallgather(s->buf_in.data_ptr(), n, type, s->buf_out.data_ptr(), n, type, MPI_COMM_WORLD,
                                     &s->request);
       rc != MPI_SUCCESS)
     fail(*s, "failed to start (MPI: " + mpi_error(rc) + ")");
@@ -354,18 +524,32 @@ void ProcessGroup::all_gather(const Tensor& output, const Tensor& input) {
 
 void ProcessGroup::broadcast(const Tensor& t, int root) {
   REEL_CHECK(t.defined(), "dist: broadcast of an undefined tensor");
+  const bool nccl = takes_nccl(t.device());
   auto s = std::make_shared<Work::State>();
-  s->what = describe(Collective::Broadcast, ReduceOp::Sum, t, false) + " from rank " + std::to_string(root);
+  s->what = describe(Collective::Broadcast, ReduceOp::Sum, t, false, nccl) + " from rank " + std::to_string(root);
   REEL_CHECK(root >= 0 && root < size_, "dist: ", s->what, ": the root must be a rank in [0, ", size_, ")");
   s->user = t;
   if (!mpi_) {
     start(Collective::Broadcast, std::move(s));
     return;
   }
+  if (nccl) {
+    nccl::Comm& comm = nccl_comm(t.device());
+    s->comm = &comm;
+    s->buf_out = device_copy(t);
+    try {
+      comm.broadcast(s->buf_out.data_ptr(), static_cast<size_t>(t.numel()), t.dtype(), root);
+    } catch (const Error& e) {
+      fail(*s, std::string("failed to start (") + e.what() + ")");
+    }
+    start_nccl(Collective::Broadcast, s);
+    wait_state(*s);
+    return;
+  }
   const MPI_Datatype type = mpi_type(t.dtype(), s->what);
   const int n = count_of(t, s->what);
-  s->host_out = host_copy(t);
-  if (const int rc = MPI_Ibcast(s->host_out.data_ptr(), n, type, root, MPI_COMM_WORLD, &s->request);
+  s->buf_out = host_copy(t);
+  if (const int rc = MPI_Ibcast(s->buf_out.data_ptr(), n, type, root, MPI_COMM_WORLD, &s->request);
       rc != MPI_SUCCESS)
     fail(*s, "failed to start (MPI: " + mpi_error(rc) + ")");
   start(Collective::Broadcast, s);

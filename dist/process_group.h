@@ -1,21 +1,28 @@
 // dist::ProcessGroup: the collectives data-parallel training needs (all_reduce, reduce_scatter,
-// all_gather, broadcast, barrier) on reel Tensors, over MPI.
+// all_gather, broadcast, barrier) on reel Tensors, over MPI and NCCL.
 //
 // The world comes from the launcher: `mpirun -np N prog` (Open MPI's OMPI_COMM_WORLD_* or a PMI
 // launcher's variables) initialises MPI; RANK / WORLD_SIZE, when set, must agree with it. Without a
 // launcher the world is one process and every collective is local (no MPI is initialised).
 //
-// Backend: MPI on host memory. A cpu tensor that is contiguous is communicated in place; any other
-// tensor (a strided view, a cuda tensor) is staged through a contiguous host copy made and written
-// back with reel's copy API (Tensor::to / copy_), so the emulated build's cuda:0 and a real GPU go
-// the same way. (No NCCL backend yet: see docs/design.md.)
+// Backends, chosen per collective by the tensors' device:
+//   cpu tensors   MPI on host memory. A contiguous tensor is communicated in place, a strided view
+//                 through a contiguous host copy written back with reel's copy API.
+//   cuda tensors  NCCL where the build has it (nccl_built(): the nvcc build with libnccl found, or
+//                 the emulated build, whose NCCL is dist/nccl_emu.cpp over MPI): one communicator per
+//                 device, created at the device's first collective from an ncclUniqueId that rank 0
+//                 broadcasts over MPI; collectives enqueued on reel's CUDA stream, a strided tensor
+//                 through a contiguous device copy. Else, or with REEL_DIST_BACKEND=mpi (or
+//                 set_cuda_path(CudaPath::Staged)), staged through a contiguous host copy over MPI.
 //
-// Failure: every collective is a non-blocking MPI call polled until it completes or until the
-// timeout (REEL_DIST_TIMEOUT_S, default 300 s; set_timeout_s). A timeout or an MPI error raises a
-// reel::Error naming the collective, the tensor's shape, dtype and device, and the rank; the group is
-// then broken (its in-flight operations can never complete), so the process ends with MPI_Abort,
-// which brings down every other rank with the message instead of leaving them waiting. An exception
-// nobody catches on any rank does the same (a terminate handler installed at initialisation).
+// Failure: every collective is polled (MPI_Test; for NCCL the communicator's state and a CUDA event
+// recorded after the collective) until it completes or until the timeout (REEL_DIST_TIMEOUT_S,
+// default 300 s; set_timeout_s). A timeout or a backend error raises a reel::Error naming the
+// collective, the tensor's shape, dtype and device, and the rank (an NCCL communicator is aborted
+// first, ncclCommAbort); the group is then broken (its in-flight operations can never complete),
+// so the process ends with MPI_Abort, which brings down every other rank with the message instead
+// of leaving them waiting. An exception nobody catches on any rank does the same (a terminate
+// handler installed at initialisation).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -33,7 +40,13 @@ enum class Collective { AllReduce, ReduceScatter, AllGather, Broadcast, Barrier 
 constexpr int kNumCollectives = 5;
 const char* collective_name(Collective c);
 
+// How collectives on cuda tensors travel: NCCL, or staged through host copies over MPI.
+enum class CudaPath { Nccl, Staged };
+
 class ProcessGroup;
+namespace nccl {
+class Comm;  // dist/nccl_backend.h
+}
 
 // A collective in flight (the *_async calls). wait() returns once the result is in the tensors
 // given to the call (raising like the blocking collective on timeout); test() advances it and says
@@ -64,6 +77,14 @@ class ProcessGroup {
   double timeout_s() const { return timeout_s_; }
   void set_timeout_s(double seconds);
 
+  // Whether this build has NCCL (the real library, or the emulated one in the emulated build).
+  static bool nccl_built();
+  // How cuda tensors are communicated: Nccl by default where built, Staged otherwise or when
+  // REEL_DIST_BACKEND=mpi ("nccl" insists on NCCL). Every rank must choose the same. A world
+  // without MPI communicates nothing either way.
+  CudaPath cuda_path() const { return cuda_path_; }
+  void set_cuda_path(CudaPath path);
+
   // t = op over ranks of t, in place. Any dtype but bool-like; any device; any layout.
   void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::Sum);
   Work all_reduce_async(const Tensor& t, ReduceOp op = ReduceOp::Sum);
@@ -82,6 +103,8 @@ class ProcessGroup {
 
   // Collectives issued by this process since it started, by kind (tests count them).
   int64_t issued(Collective c) const { return issued_[static_cast<int>(c)]; }
+  // Of those, the ones that went through NCCL.
+  int64_t nccl_issued(Collective c) const { return nccl_issued_[static_cast<int>(c)]; }
   // Drives MPI's progress on every operation in flight (Open MPI advances non-blocking
   // collectives only inside MPI calls): called by DataParallel between backward rules.
   void progress();
@@ -102,13 +125,23 @@ class ProcessGroup {
   Work start(Collective c, std::shared_ptr<Work::State> state);
   bool test_state(Work::State& s);  // advances s; true when its result is in place
   void wait_state(Work::State& s);  // test_state until done or the timeout
+  template <typename Done>
+  void poll_until(Work::State& s, Done done);  // done() until true or the timeout
   [[noreturn]] void fail(Work::State& s, const std::string& why);
+  // The NCCL path: whether tensors on `device` take it, its communicator (created on first use),
+  // and the wait until a call on it has been enqueued (the communicator left ncclInProgress).
+  bool takes_nccl(const Device& device) const;
+  nccl::Comm& nccl_comm(const Device& device);
+  bool nccl_enqueued(Work::State& s);
+  Work start_nccl(Collective c, std::shared_ptr<Work::State> state);
 
   int rank_ = 0, size_ = 1;
   bool mpi_ = false;
   bool broken_ = false;
   double timeout_s_ = 300;
-  std::array<int64_t, kNumCollectives> issued_{};
+  CudaPath cuda_path_ = CudaPath::Staged;
+  std::array<int64_t, kNumCollectives> issued_{}, nccl_issued_{};
+  std::vector<std::unique_ptr<nccl::Comm>> nccl_comms_;  // by cuda device index
   std::vector<std::shared_ptr<Work::State>> in_flight_;  // started, maybe not done (pruned by start())
 };
 

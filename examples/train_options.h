@@ -175,9 +175,16 @@ class Distributed {
   void report(int64_t steps) const {
 #if REEL_HAS_DIST
     if (!dp_ || steps <= 0) return;
-    std::printf("data parallel: %lld gradient buckets per step, %lld of %lld started during backward; "
+    // How the gradient buckets travelled: cuda buckets through NCCL unless REEL_DIST_BACKEND=mpi.
+    const reel::dist::ProcessGroup& group = dp_->group();
+    const bool cuda = !dp_->params().empty() && dp_->params().front().device().is_cuda();
+    const char* backend = !group.uses_mpi() ? "local"
+                          : cuda && group.cuda_path() == reel::dist::CudaPath::Nccl ? "NCCL"
+                          : cuda ? "MPI, staged through the host"
+                                 : "MPI";
+    std::printf("data parallel: %lld gradient buckets per step over %s, %lld of %lld started during backward; "
                 "%.3f ms per step waited for them after backward (overlap %s)\n",
-                static_cast<long long>(dp_->buckets()), static_cast<long long>(dp_->overlapped_syncs()),
+                static_cast<long long>(dp_->buckets()), backend, static_cast<long long>(dp_->overlapped_syncs()),
                 static_cast<long long>(dp_->grad_syncs()), 1e3 * dp_->exposed_seconds() / static_cast<double>(steps),
                 overlap_ ? "on" : "off");
 #else

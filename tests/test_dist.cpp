@@ -2,13 +2,22 @@
 // device, data-parallel windows against one process over the whole global batch (f64 to 1e-12, f32
 // to 1e-6, uneven token counts and micro-batches per rank), one gradient collective per bucket per
 // window, buckets started from the tape during backward, checkpoint replay, global-norm clipping,
-// ZeRO-1 against plain AdamW, and the dataset sharding. Every rank runs every case in the same
-// order (each collective needs all ranks); a rank is told apart by group.rank().
+// ZeRO-1 against plain AdamW, and the dataset sharding. On cuda:0 (emulated, or a GPU): every
+// collective through NCCL equal to the host-staged MPI path, and DataParallel / ZeroAdamW through
+// NCCL against one process, one NCCL collective per bucket per window. CTest runs the suite twice:
+// as built (NCCL for cuda tensors where the build has it) and with REEL_DIST_BACKEND=mpi. Every rank
+// runs every case in the same order (each collective needs all ranks); a rank is told apart by
+// group.rank().
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <set>
+#include <string>
 
 #include "autograd/checkpoint.h"
 #include "autograd/functions.h"
@@ -16,6 +25,7 @@
 #include "core/allocator.h"
 #include "dist/data_parallel.h"
 #include "dist/process_group.h"
+#include "nn/safetensors.h"
 #include "optim/accumulator.h"
 #include "testing.h"
 
@@ -148,6 +158,39 @@ std::vector<Batch> my_window(const Data& d, const std::vector<int64_t>& split0, 
   return out;
 }
 
+// Sets the cuda path for a scope (every rank runs the same cases, so every rank chooses alike).
+class UseCudaPath {
+ public:
+  explicit UseCudaPath(dist::CudaPath path) : before_(world().cuda_path()) { world().set_cuda_path(path); }
+  ~UseCudaPath() { world().set_cuda_path(before_); }
+
+ private:
+  dist::CudaPath before_;
+};
+
+// The paths cuda tensors can take in this build.
+std::vector<dist::CudaPath> cuda_paths() {
+  if (ProcessGroup::nccl_built()) return {dist::CudaPath::Nccl, dist::CudaPath::Staged};
+  return {dist::CudaPath::Staged};
+}
+std::string path_name(dist::CudaPath p) { return p == dist::CudaPath::Nccl ? "nccl" : "staged"; }
+
+// Runs `collective` once through each path and checks that NCCL gave the staged MPI path's values
+// exactly (two ranks: every sum has two terms, and an average halves it), and that it went through
+// NCCL (counted) only when NCCL was chosen.
+void check_paths_agree(dist::Collective kind, const std::function<Tensor()>& collective) {
+  std::vector<double> results[2];
+  for (const dist::CudaPath path : {dist::CudaPath::Staged, dist::CudaPath::Nccl}) {
+    CAPTURE(path_name(path));
+    UseCudaPath use(path);
+    const int64_t nccl = world().nccl_issued(kind), issued = world().issued(kind);
+    results[path == dist::CudaPath::Nccl] = reel::testing::values(collective());
+    CHECK(world().issued(kind) == issued + 1);
+    CHECK(world().nccl_issued(kind) == nccl + (path == dist::CudaPath::Nccl ? 1 : 0));
+  }
+  CHECK(results[1] == results[0]);
+}
+
 }  // namespace
 
 // ---- the process group ---------------------------------------------------------------------
@@ -227,6 +270,91 @@ TEST_CASE("process group: bad arguments are refused on the rank, before any comm
                                    {"all_reduce (average) of i64 (2)", "floating-point"});
   CHECK(g.issued(dist::Collective::ReduceScatter) == before);
   CHECK_FALSE(g.broken());
+}
+
+TEST_CASE("process group: REEL_DIST_BACKEND chooses how cuda tensors travel") {
+  const char* env = std::getenv("REEL_DIST_BACKEND");
+  const std::string choice = env ? env : "";
+  if (choice == "mpi") CHECK(world().cuda_path() == dist::CudaPath::Staged);
+  else if (ProcessGroup::nccl_built()) CHECK(world().cuda_path() == dist::CudaPath::Nccl);
+  else CHECK(world().cuda_path() == dist::CudaPath::Staged);
+#if defined(REEL_CUDA_EMULATED)
+  CHECK(ProcessGroup::nccl_built());  // the emulated build always has the emulated NCCL
+#endif
+}
+
+TEST_CASE("process group on cuda:0: every collective through NCCL equals the staged MPI path") {
+  if (!cuda_available() || !ProcessGroup::nccl_built()) return;
+  const Device cuda = Device::cuda(0);
+  const int r = world().rank();
+  for (const DType dt : {DType::f32, DType::f64}) {
+    CAPTURE(dt);
+    // Different values on each rank, not small integers: rounding would show a difference.
+    const auto data = [&](int64_t n, uint64_t salt) {
+      Generator gen(100 * salt + static_cast<uint64_t>(r));
+      return randn({n}, DType::f64, Device::cpu(), &gen).to(dt).to(cuda);
+    };
+    for (const dist::ReduceOp op : {dist::ReduceOp::Sum, dist::ReduceOp::Average}) {
+      CAPTURE(op == dist::ReduceOp::Sum);
+      check_paths_agree(dist::Collective::AllReduce, [&] {
+        const Tensor t = data(12, 1).reshape({3, 4});
+        world().all_reduce(t, op);
+        return t;
+      });
+      // A strided view: only its elements change, through a contiguous device copy.
+      check_paths_agree(dist::Collective::AllReduce, [&] {
+        const Tensor base = data(12, 2).reshape({3, 4});
+        world().all_reduce(base.slice(1, 1, 3), op);
+        return base;
+      });
+      // Asynchronous, waited for later.
+      check_paths_agree(dist::Collective::AllReduce, [&] {
+        const Tensor t = data(7, 3);
+        dist::Work w = world().all_reduce_async(t, op);
+        w.wait();
+        CHECK(w.test());
+        return t;
+      });
+      check_paths_agree(dist::Collective::ReduceScatter, [&] {
+        const Tensor out = zeros({2, 3}, dt, cuda);
+        world().reduce_scatter(out, data(12, 4).reshape({4, 3}), op);
+        return out;
+      });
+    }
+    check_paths_agree(dist::Collective::AllGather, [&] {
+      const Tensor out = zeros({2, 5}, dt, cuda);
+      world().all_gather(out, data(5, 5));
+      return out;
+    });
+    for (const int root : {0, 1}) {
+      CAPTURE(root);
+      check_paths_agree(dist::Collective::Broadcast, [&] {
+        const Tensor t = data(9, 6).reshape({3, 3});
+        world().broadcast(t.slice(0, 1, 3), root);  // a view: rows 1 and 2 only
+        return t;
+      });
+    }
+  }
+  // Integers, through NCCL: exact.
+  UseCudaPath use(dist::CudaPath::Nccl);
+  const Tensor i = from_vector<int64_t>({int64_t{1} << 40, r}, {2}).to(cuda);
+  world().all_reduce(i);
+  CHECK(i.to(Device::cpu()).to_vector<int64_t>() == std::vector<int64_t>{int64_t{1} << 41, 1});
+  CHECK_FALSE(world().broken());
+}
+
+TEST_CASE("process group on cuda:0 through NCCL: bad arguments are refused before any communication") {
+  if (!cuda_available() || !ProcessGroup::nccl_built()) return;
+  UseCudaPath use(dist::CudaPath::Nccl);
+  const Device cuda = Device::cuda(0);
+  const int64_t before = world().nccl_issued(dist::Collective::ReduceScatter);
+  check_error([&] { world().reduce_scatter(zeros({3}, DType::f32, cuda), zeros({8}, DType::f32, cuda)); },
+              {"reduce_scatter (sum) of f32 (8) on cuda:0 through NCCL", "1/2 of the input's 8 elements"});
+  check_error([&] { world().broadcast(zeros({2}, DType::f32, cuda), 2); }, {"on cuda:0 through NCCL", "from rank 2"});
+  check_error([&] { world().all_reduce(zeros({2}, DType::i32, cuda), dist::ReduceOp::Average); },
+              {"all_reduce (average) of i32 (2) on cuda:0 through NCCL", "floating-point"});
+  CHECK(world().nccl_issued(dist::Collective::ReduceScatter) == before);
+  CHECK_FALSE(world().broken());
 }
 
 // ---- data parallel ---------------------------------------------------------------------------
@@ -362,33 +490,103 @@ TEST_CASE("data parallel: a non-finite gradient on one rank makes every rank ski
   }
 }
 
-TEST_CASE("data parallel on cuda:0: gradient buckets staged through the host, same gradients") {
+TEST_CASE("data parallel on cuda:0, through NCCL and staged: the gradients of one process") {
   if (!cuda_available()) return;
-  const auto want = one_process_grads(DType::f32);  // on the CPU
-  const Data d = global_batch(DType::f32);
-  for (const int zero : {0, 1}) {
-    CAPTURE(zero);
-    const std::vector<Tensor> p = make_params(DType::f32, 1 + world().rank(), Device::cuda(0));
-    dist::DataParallel dp(p, {256, true, zero});
-    CHECK(dp.bucket_list().front().flat.device() == Device::cuda(0));
-    std::vector<Batch> window = my_window(d, {5, 11}, {16});
-    for (Batch& b : window) b = {b.x.to(Device::cuda(0)), b.y.to(Device::cuda(0)), b.mask.to(Device::cuda(0))};
-    if (zero == 0) {
-      Capture cap(p);
-      optim::Accumulator acc(cap, {0, nullptr, false, &dp});
-      acc.step(window, tokens, [&](const Batch& b) { return loss_of(p, b, false); });
-      check_grads(cap.grads, want, 1e-5);  // CUDA kernels against the CPU's: rounding only
-    } else {
-      // ZeRO-1: one AdamW step, against plain AdamW stepped with the CPU reference gradients.
-      const std::vector<Tensor> ref = make_params(DType::f32, 1);
-      for (size_t i = 0; i < ref.size(); ++i) ref[i].set_grad(from_vector<double>(want[i], ref[i].shape()).to(DType::f32));
-      optim::AdamW plain(ref, 0.01);
-      plain.step();
-      dist::ZeroAdamW zero_adam(dp, 0.01);
-      optim::Accumulator acc(zero_adam, {0, nullptr, false, &dp});
-      acc.step(window, tokens, [&](const Batch& b) { return loss_of(p, b, false); });
-      for (size_t i = 0; i < p.size(); ++i) reel::testing::check_close(p[i], ref[i], 1e-5, 1e-5);
+  for (const dist::CudaPath path : cuda_paths()) {
+    CAPTURE(path_name(path));
+    UseCudaPath use(path);
+    for (const DType dt : {DType::f64, DType::f32}) {
+      CAPTURE(dt);
+      const auto want = one_process_grads(dt);  // on the CPU
+      const Data d = global_batch(dt);
+      for (const int zero : {0, 1}) {
+        CAPTURE(zero);
+        const std::vector<Tensor> p = make_params(dt, 1 + world().rank(), Device::cuda(0));
+        dist::DataParallel dp(p, {64 * static_cast<int64_t>(dtype_size(dt)), true, zero});
+        CHECK(dp.bucket_list().front().flat.device() == Device::cuda(0));
+        std::vector<Batch> window = my_window(d, {5, 11}, {16});
+        for (Batch& b : window) b = {b.x.to(Device::cuda(0)), b.y.to(Device::cuda(0)), b.mask.to(Device::cuda(0))};
+        const dist::Collective grad_kind = zero == 0 ? dist::Collective::AllReduce : dist::Collective::ReduceScatter;
+        const int64_t nccl_before = world().nccl_issued(grad_kind), issued_before = world().issued(grad_kind);
+        // CUDA kernels against the CPU's: rounding only.
+        const double rel = dt == DType::f64 ? 1e-10 : 1e-5;
+        if (zero == 0) {
+          Capture cap(p);
+          optim::Accumulator acc(cap, {0, nullptr, false, &dp});
+          acc.step(window, tokens, [&](const Batch& b) { return loss_of(p, b, false); });
+          check_grads(cap.grads, want, rel);
+        } else {
+          // ZeRO-1: one AdamW step, against plain AdamW stepped with the CPU reference gradients.
+          const std::vector<Tensor> ref = make_params(dt, 1);
+          for (size_t i = 0; i < ref.size(); ++i) ref[i].set_grad(from_vector<double>(want[i], ref[i].shape()).to(dt));
+          optim::AdamW plain(ref, 0.01);
+          plain.step();
+          dist::ZeroAdamW zero_adam(dp, 0.01);
+          optim::Accumulator acc(zero_adam, {0, nullptr, false, &dp});
+          acc.step(window, tokens, [&](const Batch& b) { return loss_of(p, b, false); });
+          for (size_t i = 0; i < p.size(); ++i) reel::testing::check_close(p[i], ref[i], rel, rel);
+        }
+        // One gradient collective per bucket, through NCCL exactly when NCCL was chosen (the
+        // window's count and loss are host numbers: two more all-reduces, over MPI).
+        CHECK(dp.buckets() >= 3);
+        CHECK(world().issued(grad_kind) - issued_before == dp.buckets() + (zero == 0 ? 2 : 0));
+        CHECK(world().nccl_issued(grad_kind) - nccl_before == (path == dist::CudaPath::Nccl ? dp.buckets() : 0));
+      }
     }
+  }
+}
+
+TEST_CASE("data parallel on cuda:0 through NCCL: several windows, one NCCL all-reduce per bucket per window") {
+  if (!cuda_available() || !ProcessGroup::nccl_built()) return;
+  UseCudaPath use(dist::CudaPath::Nccl);
+  const Data d = global_batch(DType::f64);
+  const std::vector<Tensor> p = make_params(DType::f64, 1, Device::cuda(0));
+  dist::DataParallel dp(p, {256, true, 0});
+  optim::SGD sgd(p, 0.1);
+  optim::Accumulator acc(sgd, {0, nullptr, false, &dp});
+  const int64_t before = world().nccl_issued(dist::Collective::AllReduce);
+  for (int w = 1; w <= 3; ++w) {
+    std::vector<Batch> window = my_window(d, {4, 4, 8}, {2, 14});
+    for (Batch& b : window) b = {b.x.to(Device::cuda(0)), b.y.to(Device::cuda(0)), b.mask.to(Device::cuda(0))};
+    acc.step(window, tokens, [&](const Batch& b) { return loss_of(p, b, false); });
+    CHECK(dp.grad_syncs() == w * dp.buckets());
+    CHECK(world().nccl_issued(dist::Collective::AllReduce) - before == w * dp.buckets());
+  }
+  // The replicas stay identical (the window counts and losses went over MPI: host numbers).
+  for (const Tensor& t : p) {
+    const Tensor mine = t.detach().clone();
+    const Tensor ref = t.detach().clone();
+    world().broadcast(ref, 0);
+    reel::testing::check_close(mine, ref, 0, 0);
+  }
+}
+
+TEST_CASE("ZeRO-1 on cuda:0 through NCCL equals plain AdamW on one process after 20 steps") {
+  if (!cuda_available() || !ProcessGroup::nccl_built()) return;
+  UseCudaPath use(dist::CudaPath::Nccl);
+  const DType dt = DType::f64;
+  const Data d = global_batch(dt);
+  const optim::Adam::Options adam{0.9, 0.99, 1e-8, 0.05};
+  const std::vector<Tensor> ref = make_params(dt, 1);
+  optim::AdamW plain(ref, 0.01, adam);
+  optim::Accumulator plain_acc(plain, {1.0, nullptr, false, nullptr});
+  for (int s = 0; s < 20; ++s)
+    plain_acc.step(std::vector<Batch>{rows(d, 0, 32)}, tokens, [&](const Batch& b) { return loss_of(ref, b, false); });
+
+  const std::vector<Tensor> p = make_params(dt, 1 + world().rank(), Device::cuda(0));
+  dist::DataParallel dp(p, {512, true, 1});
+  dist::ZeroAdamW zero(dp, 0.01, adam);
+  optim::Accumulator acc(zero, {1.0, nullptr, false, &dp});
+  const int64_t scatters = world().nccl_issued(dist::Collective::ReduceScatter);
+  const int64_t gathers = world().nccl_issued(dist::Collective::AllGather);
+  std::vector<Batch> window = my_window(d, {6, 10}, {16});
+  for (Batch& b : window) b = {b.x.to(Device::cuda(0)), b.y.to(Device::cuda(0)), b.mask.to(Device::cuda(0))};
+  for (int s = 0; s < 20; ++s) acc.step(window, tokens, [&](const Batch& b) { return loss_of(p, b, false); });
+  CHECK(world().nccl_issued(dist::Collective::ReduceScatter) - scatters == 20 * dp.buckets());
+  CHECK(world().nccl_issued(dist::Collective::AllGather) - gathers == 20 * dp.buckets());
+  for (size_t i = 0; i < p.size(); ++i) {
+    CAPTURE(i);
+    reel::testing::check_close(p[i], ref[i], 1e-6, 1e-6);
   }
 }
 
@@ -431,6 +629,95 @@ TEST_CASE("ZeRO-1: sharded AdamW equals plain AdamW after 20 steps, with half th
     CHECK(zero_state == 2 * chunk_elements * static_cast<int64_t>(dtype_size(dt)));
     CHECK(chunk_elements <= (163 + 2 * dp.buckets()) / 2);
   }
+}
+
+TEST_CASE("ZeRO-1: a checkpoint of the gathered state resumes exactly as uninterrupted training") {
+  const DType dt = DType::f64;
+  const Data d = global_batch(dt);
+  const optim::Adam::Options adam{0.9, 0.99, 1e-8, 0.05};
+  // One file for both ranks: rank 0's process id names it.
+  const int64_t pid = world().all_reduce(world().rank() == 0 ? static_cast<int64_t>(getpid()) : int64_t{0});
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("reel_zero1_" + std::to_string(pid) + ".safetensors")).string();
+  for (const Device dev : reel::testing::devices()) {
+    CAPTURE(dev);
+    std::vector<Batch> window = my_window(d, {6, 10}, {16});
+    for (Batch& b : window) b = {b.x.to(dev), b.y.to(dev), b.mask.to(dev)};
+    const auto train = [&](dist::ZeroAdamW& opt, dist::DataParallel& dp, const std::vector<Tensor>& p, int steps) {
+      optim::Accumulator acc(opt, {1.0, nullptr, false, &dp});
+      for (int s = 0; s < steps; ++s) acc.step(window, tokens, [&](const Batch& b) { return loss_of(p, b, false); });
+    };
+    // Uninterrupted: 12 steps.
+    const std::vector<Tensor> pa = make_params(dt, 1, dev);
+    dist::DataParallel dpa(pa, {512, true, 1});
+    dist::ZeroAdamW za(dpa, 0.01, adam);
+    train(za, dpa, pa, 12);
+
+    // 6 steps, a checkpoint of the parameters and the gathered state written by rank 0 ...
+    {
+      const std::vector<Tensor> pb = make_params(dt, 1, dev);
+      dist::DataParallel dpb(pb, {512, true, 1});
+      dist::ZeroAdamW zb(dpb, 0.01, adam);
+      train(zb, dpb, pb, 6);
+      const optim::StateDict state = zb.full_state_dict();
+      CHECK(state.size() == 1 + 2 * pb.size());  // as AdamW's: step and both moments of every parameter
+      // ... equal to plain AdamW's state after the same 6 steps on one process.
+      const std::vector<Tensor> ref = make_params(dt, 1);
+      optim::AdamW plain(ref, 0.01, adam);
+      optim::Accumulator plain_acc(plain, {1.0, nullptr, false, nullptr});
+      for (int s = 0; s < 6; ++s)
+        plain_acc.step(std::vector<Batch>{rows(d, 0, 32)}, tokens, [&](const Batch& b) { return loss_of(ref, b, false); });
+      const optim::StateDict want = plain.state_dict();
+      REQUIRE(want.size() == state.size());
+      for (const auto& entry : want) {  // not a structured binding: CAPTURE is a lambda (clang)
+        const std::string& key = entry.first;
+        CAPTURE(key);
+        REQUIRE(state.count(key));
+        reel::testing::check_close(state.at(key), entry.second, 1e-6, 1e-9);
+      }
+      if (world().rank() == 0) {
+        nn::TensorDict file = state;
+        for (size_t i = 0; i < pb.size(); ++i) file["param." + std::to_string(i)] = pb[i].detach();
+        nn::save_safetensors(path, file);
+      }
+      world().barrier();
+    }
+    // ... loaded into a fresh run (other starting values on rank 1, overwritten from rank 0), 6 more.
+    const nn::TensorDict file = nn::load_safetensors(path, dev);
+    const std::vector<Tensor> pc = make_params(dt, 7 + world().rank(), dev);
+    if (world().rank() == 0) {
+      autograd::NoGrad no_grad;
+      for (size_t i = 0; i < pc.size(); ++i) pc[i].copy_(file.at("param." + std::to_string(i)));
+    }
+    dist::DataParallel dpc(pc, {512, true, 1});
+    dist::ZeroAdamW zc(dpc, 0.01, adam);
+    optim::StateDict state;
+    for (const auto& [key, t] : file)
+      if (key.rfind("param.", 0) != 0) state[key] = t;
+    zc.load_full_state_dict(state);
+    CHECK(zc.steps() == 6);
+    train(zc, dpc, pc, 6);
+    for (size_t i = 0; i < pa.size(); ++i) {
+      CAPTURE(i);
+      reel::testing::check_close(pc[i], pa[i], 0, 0);  // bit-identical
+    }
+    world().barrier();  // everyone has read the file
+    if (world().rank() == 0) std::filesystem::remove(path);
+  }
+  // Refused by name: a missing step, an unknown key, a wrong shape, moments of some parameters only.
+  const std::vector<Tensor> p = make_params(dt, 1);
+  dist::DataParallel dp(p, {512, true, 1});
+  dist::ZeroAdamW z(dp, 0.01);
+  const Tensor step = from_vector<int64_t>({3}, {});
+  check_error([&] { z.load_full_state_dict({}); }, {"missing key 'step'"});
+  check_error([&] { z.load_full_state_dict({{"step", step}, {"momentum.0", zeros({6, 16}, dt)}}); },
+              {"unexpected key 'momentum.0'"});
+  check_error([&] { z.load_full_state_dict({{"step", step}, {"exp_avg.0", zeros({3}, dt)}}); },
+              {"'exp_avg.0' has shape (3)", "(6, 16)"});
+  check_error([&] { z.load_full_state_dict({{"step", step}, {"exp_avg.0", zeros({6, 16}, dt)}}); },
+              {"1 moment tensors for 4 parameters"});
+  z.load_full_state_dict({{"step", step}});  // AdamW before its first step: zero moments
+  CHECK(z.steps() == 3);
 }
 
 // ---- the distributed sampler -------------------------------------------------------------------
