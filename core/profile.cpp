@@ -53,6 +53,8 @@ struct Session {
   std::map<DeviceClock*, DeviceOrigin> device_origins;
   std::atomic<int> next_track{0};
   bool open = false;  // a Profiler exists
+  uint64_t generation = 0;            // counts Profilers: an AsyncSpan ends on its own one's clock
+  std::vector<int64_t> lane_end_ns;   // AsyncSpan lanes: when each one's last span ended
 };
 Session& session() {
   static Session s;
@@ -192,6 +194,40 @@ void ContextScope::record_span(SpanRecord::Kind kind, std::string name) const {
 
 }  // namespace detail
 
+AsyncSpan AsyncSpan::begin(std::string name) {
+  AsyncSpan span;
+  if (!enabled()) return span;
+  Session& ses = session();
+  std::lock_guard<std::mutex> lock(ses.mutex);
+  if (!ses.open) return span;
+  span.name_ = std::move(name);
+  span.start_ns_ = now_ns();
+  span.session_ = ses.generation;
+  span.open_ = true;
+  return span;
+}
+
+void AsyncSpan::end() {
+  if (!open_) return;
+  open_ = false;
+  if (!enabled()) return;
+  const int64_t end_ns = now_ns();
+  Session& ses = session();
+  std::lock_guard<std::mutex> lock(ses.mutex);
+  if (!ses.open || ses.generation != session_) return;  // another Profiler's clock, or none
+  size_t lane = 0;
+  while (lane < ses.lane_end_ns.size() && ses.lane_end_ns[lane] > start_ns_) ++lane;
+  if (lane == ses.lane_end_ns.size()) ses.lane_end_ns.push_back(0);
+  ses.lane_end_ns[lane] = end_ns;
+  SpanRecord s;
+  s.kind = SpanRecord::Kind::Phase;
+  s.name = std::move(name_);
+  s.start_ns = start_ns_;
+  s.dur_ns = end_ns - start_ns_;
+  s.track = kInFlightTrack + static_cast<int>(lane);
+  ses.spans.push_back(std::move(s));
+}
+
 PhaseScope::PhaseScope(Phase phase, int segment) : ContextScope(phase_name(phase)) {
   if (!active()) return;
   t_context.phase = phase;
@@ -243,6 +279,8 @@ Profiler::Profiler() {
   ses.spans.clear();
   ses.pending.clear();
   ses.device_origins.clear();
+  ses.lane_end_ns.clear();
+  ++ses.generation;
   ses.origin = profile::SteadyClock::now();
   running_ = true;
   profile::detail::g_tracking.fetch_add(1, std::memory_order_relaxed);
@@ -283,6 +321,7 @@ void Profiler::stop() {
 
 std::string Profiler::track_name(int track) const {
   if (track < profile::kDeviceTrack) return track == 0 ? "host thread 0 (main)" : "host thread " + std::to_string(track);
+  if (track >= profile::kInFlightTrack) return "in flight, lane " + std::to_string(track - profile::kInFlightTrack);
   const int index = track - profile::kDeviceTrack;
   for (const profile::KernelRecord& r : kernels_)
     if (r.track == track && r.emulated) return "cuda:" + std::to_string(index) + " (emulated on the host)";

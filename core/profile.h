@@ -82,6 +82,7 @@ struct Roof {
   std::string source;  // how it was found, printed with the table
 };
 constexpr int kDeviceTrack = 1000;  // track of CUDA device i: kDeviceTrack + i
+constexpr int kInFlightTrack = 2000;  // lane i of the work in flight (AsyncSpan): kInFlightTrack + i
 
 // Timestamps taken on a device's own stream, for devices whose kernels run asynchronously.
 // Registered by the device's backend (DeviceBackend::clock(), core/device_backend.h).
@@ -185,6 +186,26 @@ class Scope : detail::ContextScope {
 
  private:
   std::string name_;
+};
+
+// A span that does not nest in the thread's scopes: work in flight, such as a collective launched
+// in the middle of backward and seen complete later. begin() takes the time, end() records the
+// span (once) on a track of its own, lane kInFlightTrack + i: the first lane whose last span ended
+// before this one began, so overlapping spans sit on separate lanes and a trace shows them beside
+// the host thread's phases and ops. Recorded only when the same Profiler collected at begin() and
+// at end(); otherwise begin() and end() cost a branch.
+class AsyncSpan {
+ public:
+  AsyncSpan() = default;
+  static AsyncSpan begin(std::string name);
+  void end();
+  bool open() const { return open_; }  // begun under a Profiler and not yet ended
+
+ private:
+  std::string name_;
+  int64_t start_ns_ = 0;
+  uint64_t session_ = 0;  // which Profiler's clock start_ns_ is on
+  bool open_ = false;
 };
 
 }  // namespace reel::profile

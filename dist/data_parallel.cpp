@@ -91,6 +91,10 @@ void DataParallel::grad_ready(const AutogradMeta& leaf) {
   ++buckets_[bucket_of_[it->second]].ready;
   while (next_ < buckets_.size() && buckets_[next_].ready == buckets_[next_].params.size()) launch(next_++, true);
   group_.progress();  // Open MPI advances the buckets in flight only inside MPI calls
+  // Under a Profiler, a bucket's in-flight span ends when a backward rule's end first finds it done.
+  if (profile::enabled())
+    for (size_t b = 0; b < next_; ++b)
+      if (buckets_[b].in_flight.open() && buckets_[b].work.test()) buckets_[b].in_flight.end();
 }
 
 void DataParallel::launch(size_t b, bool during_backward) {
@@ -106,6 +110,10 @@ void DataParallel::launch(size_t b, bool during_backward) {
     else dst.fill_(0.0);  // no gradient on this rank (the parameter was not used): it adds nothing
   }
   k.work = options_.zero_stage == 1 ? group_.reduce_scatter_async(k.shard, k.flat) : group_.all_reduce_async(k.flat);
+  if (profile::enabled())  // the collective in flight, as a span of its own in the trace
+    k.in_flight = profile::AsyncSpan::begin(std::string(options_.zero_stage == 1 ? "reduce_scatter" : "all_reduce") +
+                                            " bucket " + std::to_string(b) + " (" + std::to_string(k.numel) +
+                                            " elements)");
   ++grad_syncs_;
   if (during_backward) ++overlapped_syncs_;
 }
@@ -119,7 +127,10 @@ void DataParallel::after_last_backward() {
     // The communication backward did not hide, as a span of the trace.
     std::optional<profile::Scope> span;
     if (profile::enabled()) span.emplace("dist: wait for the gradient buckets");
-    for (Bucket& k : buckets_) k.work.wait();
+    for (Bucket& k : buckets_) {
+      k.work.wait();
+      k.in_flight.end();
+    }
   }
   exposed_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (Bucket& k : buckets_)

@@ -32,6 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/profile.h"
 #include "dist/process_group.h"
 #include "optim/accumulator.h"
 #include "optim/optimizer.h"
@@ -84,6 +85,7 @@ class DataParallel final : public optim::WindowSync {
     Tensor shard;  // ZeRO-1: (padded / world), this rank's chunk of the summed gradients
     size_t ready = 0;  // parameters whose gradient is final in this backward
     Work work;
+    profile::AsyncSpan in_flight;  // under a Profiler: from the launch to the moment it was seen done
   };
   const std::vector<Bucket>& bucket_list() const { return buckets_; }
 

@@ -23,6 +23,7 @@
 #include "autograd/functions.h"
 #include "autograd/tape.h"
 #include "core/allocator.h"
+#include "core/profile.h"
 #include "dist/data_parallel.h"
 #include "dist/process_group.h"
 #include "nn/safetensors.h"
@@ -425,6 +426,40 @@ TEST_CASE("data parallel: several windows, one gradient collective per bucket pe
     world().broadcast(ref, 0);
     reel::testing::check_close(mine, ref, 0, 0);
   }
+}
+
+TEST_CASE("data parallel: under a Profiler each bucket's collective is a span in flight, begun inside backward") {
+  const Data d = global_batch(DType::f64);
+  const std::vector<Tensor> p = make_params(DType::f64, 1);
+  dist::DataParallel dp(p, {256, true, 0});
+  optim::SGD sgd(p, 0.1);
+  optim::Accumulator acc(sgd, {0, nullptr, false, &dp});
+  Profiler prof;
+  acc.step(my_window(d, {4, 4, 8}, {2, 14}), tokens, [&](const Batch& b) { return loss_of(p, b, false); });
+  prof.stop();
+  int64_t backward_start = -1, backward_end = -1;  // the window's last backward
+  std::vector<const profile::SpanRecord*> in_flight;
+  for (const profile::SpanRecord& s : prof.spans()) {
+    if (s.name == "backward") backward_start = s.start_ns, backward_end = s.start_ns + s.dur_ns;
+    if (s.track >= profile::kInFlightTrack) in_flight.push_back(&s);
+  }
+  REQUIRE(backward_end > 0);
+  REQUIRE(in_flight.size() == dp.buckets());
+  std::set<std::string> names;
+  for (const profile::SpanRecord* s : in_flight) {
+    names.insert(s->name);
+    CHECK(s->name.rfind("all_reduce bucket ", 0) == 0);
+    CHECK(s->start_ns >= backward_start);
+    CHECK(s->start_ns < backward_end);  // launched from the tape, during backward
+    CHECK(s->dur_ns >= 0);
+    CHECK(prof.track_name(s->track).rfind("in flight, lane ", 0) == 0);
+  }
+  CHECK(names.size() == dp.buckets());
+  // Spans on one lane never overlap.
+  for (const profile::SpanRecord* a : in_flight)
+    for (const profile::SpanRecord* b : in_flight)
+      if (a != b && a->track == b->track)
+        CHECK((a->start_ns + a->dur_ns <= b->start_ns || b->start_ns + b->dur_ns <= a->start_ns));
 }
 
 TEST_CASE("data parallel: buckets started after backward (overlap off) give the same gradients") {

@@ -268,3 +268,32 @@ TEST_CASE("emulated CUDA kernels are marked; nothing is recorded with no Profile
   Profiler again;  // after stop() a new one may start
   CHECK(again.running());
 }
+
+TEST_CASE("async spans: recorded at end() on in-flight lanes, overlapping ones apart, only under their own Profiler") {
+  profile::AsyncSpan before = profile::AsyncSpan::begin("no profiler");
+  CHECK(!before.open());
+  profile::AsyncSpan stale;
+  {
+    Profiler first;
+    stale = profile::AsyncSpan::begin("begun under the first profiler");
+    CHECK(stale.open());
+  }
+  Profiler prof;
+  stale.end();  // the first Profiler's clock: dropped
+  profile::AsyncSpan a = profile::AsyncSpan::begin("a");
+  profile::AsyncSpan b = profile::AsyncSpan::begin("b");  // overlaps a
+  a.end();
+  b.end();
+  b.end();  // a second end records nothing
+  profile::AsyncSpan c = profile::AsyncSpan::begin("c");  // after both: back on lane 0
+  c.end();
+  prof.stop();
+  std::map<std::string, const profile::SpanRecord*> by_name;
+  for (const profile::SpanRecord& s : prof.spans()) by_name[s.name] = &s;
+  REQUIRE(by_name.size() == 3);
+  CHECK(by_name["a"]->track == profile::kInFlightTrack);
+  CHECK(by_name["b"]->track == profile::kInFlightTrack + 1);
+  CHECK(by_name["c"]->track == profile::kInFlightTrack);
+  CHECK(by_name["b"]->start_ns >= by_name["a"]->start_ns);
+  CHECK(prof.track_name(profile::kInFlightTrack + 1) == "in flight, lane 1");
+}
