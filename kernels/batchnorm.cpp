@@ -68,6 +68,20 @@ struct RunningStats {
   }
 };
 
+// The checks of a normalisation with given statistics: x (N, C, *); w, b, mean, rstd (C), all on
+// x's device and of its dtype. Returns S, the product of the spatial dims.
+int64_t check_apply(const char* op, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& mean,
+                    const Tensor& rstd) {
+  const int64_t S = check_x(op, x);
+  check_same_device(op, {&x, &w, &b, &mean, &rstd});
+  check_same_floating_dtype(op, {&x, &w, &b, &mean, &rstd});
+  check_channels(op, "weight", w, x);
+  check_channels(op, "bias", b, x);
+  check_channels(op, "mean", mean, x);
+  check_channels(op, "rstd", rstd, x);
+  return S;
+}
+
 }  // namespace
 
 BatchNormStats batch_norm_stats(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
@@ -94,13 +108,7 @@ BatchNormStats batch_norm_stats(const Tensor& x, const Tensor& running_mean, con
 
 Tensor batch_norm_apply(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& mean, const Tensor& rstd) {
   const char* op = "batch_norm_apply";
-  const int64_t S = check_x(op, x);
-  check_same_device(op, {&x, &w, &b, &mean, &rstd});
-  check_same_floating_dtype(op, {&x, &w, &b, &mean, &rstd});
-  check_channels(op, "weight", w, x);
-  check_channels(op, "bias", b, x);
-  check_channels(op, "mean", mean, x);
-  check_channels(op, "rstd", rstd, x);
+  const int64_t S = check_apply(op, x, w, b, mean, rstd);
   const int64_t N = x.size(0), C = x.size(1);
   Tensor y = empty(x.shape(), x.dtype(), x.device());
   if (x.numel() > 0)
@@ -148,13 +156,7 @@ BatchNormForward batch_norm_forward(const Tensor& x, const Tensor& w, const Tens
 Tensor batch_norm_replay(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& mean, const Tensor& rstd,
                          const Tensor& var, bool training, double eps) {
   const char* op = "batch_norm_replay";
-  const int64_t S = check_x(op, x);
-  check_same_device(op, {&x, &w, &b, &mean, &rstd});
-  check_same_floating_dtype(op, {&x, &w, &b, &mean, &rstd});
-  check_channels(op, "weight", w, x);
-  check_channels(op, "bias", b, x);
-  check_channels(op, "mean", mean, x);
-  check_channels(op, "rstd", rstd, x);
+  const int64_t S = check_apply(op, x, w, b, mean, rstd);
   REEL_CHECK(training != var.defined(), op, ": var (the running_var of the forward) is given in eval mode only");
   if (var.defined()) {
     check_same_device(op, {&x, &var});

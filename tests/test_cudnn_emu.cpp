@@ -14,7 +14,7 @@
 #include "testing.h"
 
 #if defined(SIMT_EMULATE) || defined(REEL_HAVE_CUDNN)
-#include "kernels/simt/cudnn.h"
+#include "cudnn_testing.h"
 
 using namespace reel;
 using namespace reel::testing;
@@ -22,12 +22,6 @@ using namespace reel::testing;
 REEL_TEST_REQUIRES_CUDA();
 
 namespace {
-
-struct Handle {
-  cudnnHandle_t h = nullptr;
-  Handle() { REQUIRE(cudnnCreate(&h) == CUDNN_STATUS_SUCCESS); }
-  ~Handle() { cudnnDestroy(h); }
-};
 
 // x (N, C, H, W), w (K, C / groups, R, S) and y descriptors, f32, for one convolution.
 struct Descs {
@@ -112,7 +106,7 @@ TEST_CASE("cudnn descriptors reject bad values with CUDNN_STATUS_BAD_PARAM; erro
 }
 
 TEST_CASE("cudnn algorithm enumeration: statuses, workspace sizes, the emulator's list") {
-  Handle handle;
+  CudnnHandle handle;
   const Descs d(kX, kW, kY, kP);
   int fwd_max = 0, data_max = 0, filter_max = 0;
   REQUIRE(cudnnGetConvolutionForwardAlgorithmMaxCount(handle.h, &fwd_max) == CUDNN_STATUS_SUCCESS);
@@ -188,7 +182,7 @@ TEST_CASE("cudnn algorithm enumeration: statuses, workspace sizes, the emulator'
 }
 
 TEST_CASE("every cudnn algorithm that runs computes the convolution, honouring alpha and beta") {
-  Handle handle;
+  CudnnHandle handle;
   const Descs d(kX, kW, kY, kP);
   const Device cuda = Device::cuda(0);
   const Tensor x = uniform_f64(kX, 80), w = uniform_f64(kW, 81), dy = uniform_f64(kY, 82);
@@ -280,7 +274,7 @@ TEST_CASE("every cudnn algorithm that runs computes the convolution, honouring a
 }
 
 TEST_CASE("cudnn CONVOLUTION mode applies the filter flipped; bias add and bias gradient") {
-  Handle handle;
+  CudnnHandle handle;
   const Device cuda = Device::cuda(0);
   const kernels::Conv2d p{{1, 1}, {1, 1}, {1, 1}, 1};
   const Shape xs{1, 2, 4, 5}, ws{3, 2, 2, 3}, ys{1, 3, 5, 5};

@@ -16,7 +16,7 @@
 #include "testing.h"
 
 #if defined(SIMT_EMULATE) || defined(REEL_HAVE_CUDNN)
-#include "kernels/simt/cudnn.h"
+#include "cudnn_testing.h"
 
 using namespace reel;
 using namespace reel::testing;
@@ -24,24 +24,6 @@ using namespace reel::testing;
 REEL_TEST_REQUIRES_CUDA();
 
 namespace {
-
-struct Handle {
-  cudnnHandle_t h = nullptr;
-  Handle() { REQUIRE(cudnnCreate(&h) == CUDNN_STATUS_SUCCESS); }
-  ~Handle() { cudnnDestroy(h); }
-};
-
-struct Desc {
-  cudnnTensorDescriptor_t d = nullptr;
-  Desc(int n, int c, int h, int w, cudnnDataType_t t = CUDNN_DATA_FLOAT) {
-    REQUIRE(cudnnCreateTensorDescriptor(&d) == CUDNN_STATUS_SUCCESS);
-    REQUIRE(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, t, n, c, h, w) == CUDNN_STATUS_SUCCESS);
-  }
-  ~Desc() { cudnnDestroyTensorDescriptor(d); }
-};
-
-// Any status of the BAD_PARAM family (cuDNN 9 returns sub-codes such as BAD_PARAM_NULL_POINTER).
-bool bad_param(cudnnStatus_t s) { return s >= CUDNN_STATUS_BAD_PARAM && s < CUDNN_STATUS_NOT_SUPPORTED; }
 
 Tensor on_cuda(const std::vector<double>& v, const Shape& s, DType t = DType::f32) {
   return from_vector(v, s).to(t).to(Device::cuda(0));
@@ -61,8 +43,8 @@ const std::vector<double> kX{1, 2, 0, 4, 3, 6, 0, 4};
 TEST_CASE("cudnnDeriveBNTensorDescriptor: (1, C, 1, 1) in spatial mode, of the derived type") {
   // Checked by use: the derived descriptor is accepted as the per-channel one of its x, and one
   // derived from a double x is refused for a float x (not the derived type).
-  Handle handle;
-  Desc xd(2, 2, 1, 2), xd64(2, 2, 1, 2, CUDNN_DATA_DOUBLE), xd3(2, 3, 1, 2);
+  CudnnHandle handle;
+  CudnnDesc xd(2, 2, 1, 2), xd64(2, 2, 1, 2, CUDNN_DATA_DOUBLE), xd3(2, 3, 1, 2);
   cudnnTensorDescriptor_t bn = nullptr, bn64 = nullptr, bn3 = nullptr;
   REQUIRE(cudnnCreateTensorDescriptor(&bn) == CUDNN_STATUS_SUCCESS);
   REQUIRE(cudnnCreateTensorDescriptor(&bn64) == CUDNN_STATUS_SUCCESS);
@@ -87,8 +69,8 @@ TEST_CASE("cudnnDeriveBNTensorDescriptor: (1, C, 1, 1) in spatial mode, of the d
 }
 
 TEST_CASE("cudnnBatchNormalizationForwardTraining: known values, running-stat update (unbiased), alpha and beta") {
-  Handle handle;
-  Desc xd(2, 2, 1, 2), bn(1, 2, 1, 1);
+  CudnnHandle handle;
+  CudnnDesc xd(2, 2, 1, 2), bn(1, 2, 1, 1);
   const Tensor x = on_cuda(kX, {2, 2, 1, 2});
   const Tensor scale = on_cuda({2, 0.5}, {2}), bias = on_cuda({1, -1}, {2});
   const Tensor rm = on_cuda({1, 0}, {2}), rv = on_cuda({2, 1}, {2});
@@ -136,8 +118,8 @@ TEST_CASE("cudnnBatchNormalizationForwardTraining: known values, running-stat up
 }
 
 TEST_CASE("cudnnBatchNormalizationForwardInference and Backward: known values, alpha and beta, f64") {
-  Handle handle;
-  Desc xd(2, 2, 1, 2, CUDNN_DATA_DOUBLE), bn(1, 2, 1, 1, CUDNN_DATA_DOUBLE);
+  CudnnHandle handle;
+  CudnnDesc xd(2, 2, 1, 2, CUDNN_DATA_DOUBLE), bn(1, 2, 1, 1, CUDNN_DATA_DOUBLE);
   const Tensor x = on_cuda(kX, {2, 2, 1, 2}, DType::f64);
   const Tensor scale = on_cuda({2, 0.5}, {2}, DType::f64), bias = on_cuda({1, -1}, {2}, DType::f64);
   const Tensor em = on_cuda({1, -1}, {2}, DType::f64), ev = on_cuda({3, 0.25}, {2}, DType::f64);
@@ -199,8 +181,8 @@ TEST_CASE("cudnnBatchNormalizationForwardInference and Backward: known values, a
 }
 
 TEST_CASE("cuDNN batch normalization refuses bad shapes, types, pointer pairs and epsilon, writing nothing") {
-  Handle handle;
-  Desc xd(2, 2, 1, 2), bn(1, 2, 1, 1), y3(2, 3, 1, 2), bn3(1, 3, 1, 1), bn_hw(1, 2, 1, 2),
+  CudnnHandle handle;
+  CudnnDesc xd(2, 2, 1, 2), bn(1, 2, 1, 1), y3(2, 3, 1, 2), bn3(1, 3, 1, 1), bn_hw(1, 2, 1, 2),
       bn_f64(1, 2, 1, 1, CUDNN_DATA_DOUBLE), xd_f64(2, 2, 1, 2, CUDNN_DATA_DOUBLE);
   const Tensor x = on_cuda(kX, {2, 2, 1, 2});
   const Tensor scale = on_cuda({2, 0.5}, {2}), bias = on_cuda({1, -1}, {2});
@@ -214,12 +196,12 @@ TEST_CASE("cuDNN batch normalization refuses bad shapes, types, pointer pairs an
     return cudnnBatchNormalizationForwardTraining(handle.h, mode, &one, &zero, xd.d, fp(x), yd, fp(y), bd, fp(scale),
                                                   fp(bias), 0.1, run_mean, run_var, eps, save_mean, save_inv);
   };
-  CHECK(bad_param(train(y3.d, bn.d, fp(rm), fp(rv), 1e-5, fp(mean), fp(inv))));  // y of 3 channels
-  CHECK(bad_param(train(xd.d, bn3.d, fp(rm), fp(rv), 1e-5, fp(mean), fp(inv))));  // (1, 3, 1, 1)
-  CHECK(bad_param(train(xd.d, bn_hw.d, fp(rm), fp(rv), 1e-5, fp(mean), fp(inv))));  // not (1, C, 1, 1)
-  CHECK(bad_param(train(xd.d, bn.d, fp(rm), nullptr, 1e-5, fp(mean), fp(inv))));  // one running pointer
-  CHECK(bad_param(train(xd.d, bn.d, fp(rm), fp(rv), 1e-5, nullptr, fp(inv))));  // one saved pointer
-  CHECK(bad_param(train(xd.d, bn.d, fp(rm), fp(rv), -1e-3, fp(mean), fp(inv))));  // eps < CUDNN_BN_MIN_EPSILON
+  CHECK(cudnn_bad_param(train(y3.d, bn.d, fp(rm), fp(rv), 1e-5, fp(mean), fp(inv))));  // y of 3 channels
+  CHECK(cudnn_bad_param(train(xd.d, bn3.d, fp(rm), fp(rv), 1e-5, fp(mean), fp(inv))));  // (1, 3, 1, 1)
+  CHECK(cudnn_bad_param(train(xd.d, bn_hw.d, fp(rm), fp(rv), 1e-5, fp(mean), fp(inv))));  // not (1, C, 1, 1)
+  CHECK(cudnn_bad_param(train(xd.d, bn.d, fp(rm), nullptr, 1e-5, fp(mean), fp(inv))));  // one running pointer
+  CHECK(cudnn_bad_param(train(xd.d, bn.d, fp(rm), fp(rv), 1e-5, nullptr, fp(inv))));  // one saved pointer
+  CHECK(cudnn_bad_param(train(xd.d, bn.d, fp(rm), fp(rv), -1e-3, fp(mean), fp(inv))));  // eps < CUDNN_BN_MIN_EPSILON
   CHECK(train(xd.d, bn_f64.d, fp(rm), fp(rv), 1e-5, fp(mean), fp(inv)) != CUDNN_STATUS_SUCCESS);  // not derived
   CHECK(train(xd_f64.d, bn.d, fp(rm), fp(rv), 1e-5, fp(mean), fp(inv)) != CUDNN_STATUS_SUCCESS);  // y f64, x f32
   CHECK(cudnnBatchNormalizationForwardTraining(handle.h, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd.d, fp(x), xd.d,
@@ -238,10 +220,10 @@ TEST_CASE("cuDNN batch normalization refuses bad shapes, types, pointer pairs an
   CHECK(values(mean) == std::vector<double>{9, 9});
   CHECK(values(inv) == std::vector<double>{9, 9});
 
-  CHECK(bad_param(cudnnBatchNormalizationForwardInference(handle.h, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd.d, fp(x),
+  CHECK(cudnn_bad_param(cudnnBatchNormalizationForwardInference(handle.h, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd.d, fp(x),
                                                           y3.d, fp(y), bn.d, fp(scale), fp(bias), fp(rm), fp(rv),
                                                           1e-5)));
-  CHECK(bad_param(cudnnBatchNormalizationForwardInference(handle.h, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd.d, fp(x),
+  CHECK(cudnn_bad_param(cudnnBatchNormalizationForwardInference(handle.h, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd.d, fp(x),
                                                           xd.d, fp(y), bn.d, fp(scale), fp(bias), fp(rm), fp(rv),
                                                           -1.0)));
   const Tensor dx = on_cuda(std::vector<double>(8, 7), {2, 2, 1, 2});
@@ -250,9 +232,9 @@ TEST_CASE("cuDNN batch normalization refuses bad shapes, types, pointer pairs an
     return cudnnBatchNormalizationBackward(handle.h, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, xd.d, fp(x),
                                            dyd, fp(x), xd.d, fp(dx), bd, fp(scale), fp(ds), fp(db), 1e-5, sm, si);
   };
-  CHECK(bad_param(back(y3.d, bn.d, fp(mean), fp(inv))));  // dy of another shape
-  CHECK(bad_param(back(xd.d, bn3.d, fp(mean), fp(inv))));
-  CHECK(bad_param(back(xd.d, bn.d, fp(mean), nullptr)));
+  CHECK(cudnn_bad_param(back(y3.d, bn.d, fp(mean), fp(inv))));  // dy of another shape
+  CHECK(cudnn_bad_param(back(xd.d, bn3.d, fp(mean), fp(inv))));
+  CHECK(cudnn_bad_param(back(xd.d, bn.d, fp(mean), nullptr)));
   CHECK(values(y) == std::vector<double>(12, 7));
   CHECK(values(dx) == std::vector<double>(8, 7));
   CHECK(values(ds) == std::vector<double>{7, 7});

@@ -15,7 +15,7 @@
 #include "testing.h"
 
 #if defined(SIMT_EMULATE) || defined(REEL_HAVE_CUDNN)
-#include "kernels/simt/cudnn.h"
+#include "cudnn_testing.h"
 
 using namespace reel;
 using namespace reel::testing;
@@ -23,26 +23,6 @@ using namespace reel::testing;
 REEL_TEST_REQUIRES_CUDA();
 
 namespace {
-
-struct Handle {
-  cudnnHandle_t h = nullptr;
-  Handle() { REQUIRE(cudnnCreate(&h) == CUDNN_STATUS_SUCCESS); }
-  ~Handle() { cudnnDestroy(h); }
-};
-
-cudnnDataType_t type_of(DType t) { return t == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT; }
-
-// A tensor descriptor of `s` (N, C, H, W), NCHW.
-struct TensorDesc {
-  cudnnTensorDescriptor_t d = nullptr;
-  TensorDesc(const Shape& s, DType t) {
-    REQUIRE(cudnnCreateTensorDescriptor(&d) == CUDNN_STATUS_SUCCESS);
-    REQUIRE(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, type_of(t), static_cast<int>(s[0]),
-                                       static_cast<int>(s[1]), static_cast<int>(s[2]),
-                                       static_cast<int>(s[3])) == CUDNN_STATUS_SUCCESS);
-  }
-  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
-};
 
 // A pooling descriptor: window, padding, stride as (along H, along W).
 struct PoolDesc {
@@ -69,8 +49,8 @@ Tensor plane() {
 }
 
 // y = pool(x) with alpha 1, beta 0 (y pre-filled with NaN: not read).
-Tensor forward(const Handle& h, const PoolDesc& p, const Tensor& x, const Shape& ys) {
-  const TensorDesc xd(x.shape(), x.dtype()), yd(ys, x.dtype());
+Tensor forward(const CudnnHandle& h, const PoolDesc& p, const Tensor& x, const Shape& ys) {
+  const CudnnDesc xd(x.shape(), x.dtype()), yd(ys, x.dtype());
   const Tensor y = full(ys, std::nan(""), x.dtype(), x.device());
   const double one = 1, zero = 0;
   const float onef = 1, zerof = 0;
@@ -80,8 +60,8 @@ Tensor forward(const Handle& h, const PoolDesc& p, const Tensor& x, const Shape&
   return y;
 }
 // dx = pool^T(dy) with alpha 1, beta 0 (dx pre-filled with NaN: not read).
-Tensor backward(const Handle& h, const PoolDesc& p, const Tensor& x, const Tensor& y, const Tensor& dy) {
-  const TensorDesc xd(x.shape(), x.dtype()), yd(y.shape(), x.dtype());
+Tensor backward(const CudnnHandle& h, const PoolDesc& p, const Tensor& x, const Tensor& y, const Tensor& dy) {
+  const CudnnDesc xd(x.shape(), x.dtype()), yd(y.shape(), x.dtype());
   const Tensor dx = full(x.shape(), std::nan(""), x.dtype(), x.device());
   const double one = 1, zero = 0;
   const float onef = 1, zerof = 0;
@@ -114,7 +94,7 @@ TEST_CASE("cudnn pooling descriptors reject bad values with CUDNN_STATUS_BAD_PAR
   // OW = 1 + (7 - 2) / 2 = 3 (the floor formula: cuDNN has no ceil mode).
   REQUIRE(cudnnSetPooling2dDescriptor(p, CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING, CUDNN_PROPAGATE_NAN, 3, 2, 1, 0,
                                       2, 2) == CUDNN_STATUS_SUCCESS);
-  const TensorDesc x({2, 3, 5, 7}, DType::f32), small({1, 1, 1, 1}, DType::f32);
+  const CudnnDesc x({2, 3, 5, 7}, DType::f32), small({1, 1, 1, 1}, DType::f32);
   int n = 0, c = 0, h = 0, w = 0;
   REQUIRE(cudnnGetPooling2dForwardOutputDim(p, x.d, &n, &c, &h, &w) == CUDNN_STATUS_SUCCESS);
   CHECK((n == 2 && c == 3 && h == 3 && w == 3));
@@ -131,7 +111,7 @@ TEST_CASE("cudnn pooling descriptors reject bad values with CUDNN_STATUS_BAD_PAR
 }
 
 TEST_CASE("cudnn pooling: known values of every mode, forward and backward") {
-  Handle h;
+  CudnnHandle h;
   const Tensor x = plane();
   const PoolDesc mx(CUDNN_POOLING_MAX_DETERMINISTIC, {2, 2}, {1, 1}, {2, 2});
   const PoolDesc incl(CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, {2, 2}, {1, 1}, {2, 2});
@@ -155,11 +135,11 @@ TEST_CASE("cudnn pooling: known values of every mode, forward and backward") {
 }
 
 TEST_CASE("cudnn pooling honours alpha and beta; beta == 0 does not read the output") {
-  Handle h;
+  CudnnHandle h;
   const Device cuda = Device::cuda(0);
   const Tensor x = plane();
   const PoolDesc excl(CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING, {2, 2}, {1, 1}, {2, 2});
-  const TensorDesc xd(kX, DType::f64), yd(kY, DType::f64);
+  const CudnnDesc xd(kX, DType::f64), yd(kY, DType::f64);
   const double alpha = 2, beta = 0.5, zero = 0;
   const Tensor y = full(kY, 10.0, DType::f64, cuda);
   REQUIRE(cudnnPoolingForward(h.h, excl.d, &alpha, xd.d, ptr(x), &beta, yd.d, ptr(y)) == CUDNN_STATUS_SUCCESS);
@@ -175,11 +155,11 @@ TEST_CASE("cudnn pooling honours alpha and beta; beta == 0 does not read the out
 }
 
 TEST_CASE("cudnn pooling refuses mismatched descriptors with CUDNN_STATUS_BAD_PARAM, writing nothing") {
-  Handle h;
+  CudnnHandle h;
   const Device cuda = Device::cuda(0);
   const Tensor x = plane();
   const PoolDesc mx(CUDNN_POOLING_MAX_DETERMINISTIC, {2, 2}, {1, 1}, {2, 2});
-  const TensorDesc xd(kX, DType::f64), yd(kY, DType::f64), wrong({1, 1, 2, 4}, DType::f64), yf(kY, DType::f32);
+  const CudnnDesc xd(kX, DType::f64), yd(kY, DType::f64), wrong({1, 1, 2, 4}, DType::f64), yf(kY, DType::f32);
   const double one = 1, zero = 0;
   const Tensor y = full({1, 1, 2, 4}, 7.0, DType::f64, cuda);
   CHECK(cudnnPoolingForward(h.h, mx.d, &one, xd.d, ptr(x), &zero, wrong.d, ptr(y)) == CUDNN_STATUS_BAD_PARAM);
@@ -190,7 +170,7 @@ TEST_CASE("cudnn pooling refuses mismatched descriptors with CUDNN_STATUS_BAD_PA
         CUDNN_STATUS_BAD_PARAM_NULL_POINTER);
   // Backward: dy not shaped like y, or dx not like x.
   const Tensor ys = forward(h, mx, x, kY), dx = full(kX, 7.0, DType::f64, cuda);
-  const TensorDesc dx_wrong({1, 1, 3, 5}, DType::f64);
+  const CudnnDesc dx_wrong({1, 1, 3, 5}, DType::f64);
   CHECK(cudnnPoolingBackward(h.h, mx.d, &one, yd.d, ptr(ys), wrong.d, ptr(y), xd.d, ptr(x), &zero, xd.d, ptr(dx)) ==
         CUDNN_STATUS_BAD_PARAM);
   CHECK(cudnnPoolingBackward(h.h, mx.d, &one, yd.d, ptr(ys), yd.d, ptr(ys), xd.d, ptr(x), &zero, dx_wrong.d,
@@ -199,7 +179,7 @@ TEST_CASE("cudnn pooling refuses mismatched descriptors with CUDNN_STATUS_BAD_PA
 }
 
 TEST_CASE("cudnn max pooling: NaN propagates or is skipped as the descriptor says") {
-  Handle h;
+  CudnnHandle h;
   const double nan = std::nan("");
   // (1, 1, 2, 2), one 2x2 window: 1 NaN / 3 2.
   const Tensor x = from_vector<double>({1, nan, 3, 2}, {1, 1, 2, 2}).to(Device::cuda(0));
@@ -218,7 +198,7 @@ TEST_CASE("cudnn max pooling: NaN propagates or is skipped as the descriptor say
 }
 
 TEST_CASE("cudnn pooling with overlapping windows agrees with reel's CPU kernels in f64") {
-  Handle h;
+  CudnnHandle h;
   const Shape xs{2, 3, 7, 6}, ys{2, 3, 7, 6};  // 3x3, padding 1, stride 1: the same size
   const Tensor x = uniform_f64(xs, 90, -2, 2), dy = uniform_f64(ys, 91);
   const Tensor xc = x.to(Device::cuda(0)), dyc = dy.to(Device::cuda(0));
