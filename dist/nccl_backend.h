@@ -52,7 +52,8 @@ class Comm {
   double average_scale(int nranks) const;
 
  private:
-  void* comm_ = nullptr;  // ncclComm_t
+  // ncclComm_t. [[maybe_unused]]: a build without NCCL compiles the stubs, which never touch it.
+  [[maybe_unused]] void* comm_ = nullptr;
   int device_ = 0;
   bool aborted_ = false;
 };
@@ -68,7 +69,7 @@ class Event {
   bool done();              // cudaEventQuery: true once everything before the record has run
 
  private:
-  void* event_ = nullptr;  // cudaEvent_t
+  [[maybe_unused]] void* event_ = nullptr;  // cudaEvent_t (unused by a build without NCCL, as comm_)
 };
 
 }  // namespace reel::dist::nccl
