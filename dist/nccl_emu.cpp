@@ -233,6 +233,19 @@ void average(void* data, size_t count, ncclDataType_t t, int nranks) {
   }
 }
 
+// begin() for a reduction whose result is `count` elements at recvbuff: ncclAvg divides them by
+// the rank count once MPI's sum is in.
+ncclResult_t begin_reduction(ncclComm* comm, MPI_Request request, ncclRedOp_t op, void* recvbuff, size_t count,
+                             ncclDataType_t datatype) {
+  std::function<ncclResult_t()> then;
+  if (op == ncclAvg)
+    then = [=] {
+      average(recvbuff, count, datatype, comm->nranks);
+      return ncclSuccess;
+    };
+  return begin(comm, request, std::move(then));
+}
+
 bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
   return x < y + b_bytes && y < x + a_bytes;
@@ -472,13 +485,7 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
                                       name);
       r != ncclSuccess)
     return r;
-  std::function<ncclResult_t()> then;
-  if (op == ncclAvg)
-    then = [=] {
-      average(recvbuff, count, datatype, comm->nranks);
-      return ncclSuccess;
-    };
-  return begin(comm, request, std::move(then));
+  return begin_reduction(comm, request, op, recvbuff, count, datatype);
 }
 
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
@@ -505,13 +512,7 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
                                       name);
       r != ncclSuccess)
     return r;
-  std::function<ncclResult_t()> then;
-  if (op == ncclAvg)
-    then = [=] {
-      average(recvbuff, recvcount, datatype, comm->nranks);
-      return ncclSuccess;
-    };
-  return begin(comm, request, std::move(then));
+  return begin_reduction(comm, request, op, recvbuff, recvcount, datatype);
 }
 
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
