@@ -2,7 +2,10 @@
 // torch_steps.py does in PyTorch) on synthetic data of the right shapes, times each step and
 // prints one machine-readable line for run.sh.
 //
-//   reel_steps WORKLOAD STEPS [--warmup N] [--threads N]
+//   reel_steps WORKLOAD STEPS [--warmup N] [--threads N] [--profile 1]
+//
+// --profile 1 times nothing: it runs the warm-up, then the steps under a reel::Profiler, and prints
+// its kernel, op and phase tables (where a step's time goes) instead of the line.
 //
 // Workloads (f32, CPU):
 //   mlp128, mlp512   nn::MLP 784-512-512-10 (ReLU) as examples/fashion_mnist_mlp builds it,
@@ -24,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <random>
 #include <string>
@@ -161,16 +165,17 @@ Workload make(const std::string& name) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: reel_steps WORKLOAD STEPS [--warmup N] [--threads N]\n");
+    std::fprintf(stderr, "usage: reel_steps WORKLOAD STEPS [--warmup N] [--threads N] [--profile 1]\n");
     return 2;
   }
   const std::string name = argv[1];
   const int steps = std::atoi(argv[2]);
-  int warmup = 3, threads = 2;
+  int warmup = 3, threads = 2, profile = 0;
   for (int i = 3; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--warmup") warmup = std::atoi(argv[i + 1]);
     else if (flag == "--threads") threads = std::atoi(argv[i + 1]);
+    else if (flag == "--profile") profile = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "reel_steps: unknown option '%s'\n", flag.c_str());
       return 2;
@@ -186,6 +191,13 @@ int main(int argc, char** argv) {
     // Warm-up: the allocator's cache, the optimizer's state and first-touch page faults are paid
     // here, not in the timed steps (torch_steps.py warms up the same way).
     for (int i = 0; i < warmup; ++i) w.step();
+    if (profile) {
+      Profiler prof;
+      for (int i = 0; i < steps; ++i) w.step();
+      prof.stop();
+      profile::print_table(std::cout, prof, 30);
+      return 0;
+    }
     std::vector<double> ms;
     double loss = 0;
     for (int i = 0; i < steps; ++i) ms.push_back(bench::timed_ms(Device::cpu(), [&] { loss = w.step(); }));
