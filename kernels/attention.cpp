@@ -1,5 +1,5 @@
-// Entry points of the attention family (kernels/attention.h): checks, contiguous (BH, T, D)
-// operands, outputs, then the backend kernel.
+// Entry points of the attention family (kernels/attention.h): checks, (B, H, T, X) operands read
+// in place where their layout allows, outputs laid out like the inputs, then the backend kernel.
 #include "kernels/attention.h"
 
 #include <cmath>
@@ -39,6 +39,29 @@ int64_t attention_pairs(const AttnDims& d, bool causal) {
   return causal ? d.BH * d.Tq * (d.Tq + 1) / 2 : d.BH * d.Tq * d.Tk;
 }
 
+// A (..., T, X) operand as the backend kernels take it: rank 4 (B, H, T, X), unit stride along X.
+// A rank-4 tensor with that stride is passed as it is, whatever its other strides (the head views
+// of a (B, T, 3C) projection are read in place), another rank-4 one is copied contiguous in its
+// shape, and other ranks become (1, BH, T, X): every operand of a call splits its heads alike.
+Tensor as_heads(const Tensor& t, int64_t BH, int64_t T, int64_t X) {
+  if (t.dim() == 4) return t.stride(3) == 1 || X == 1 ? t : untracked::contiguous(t);
+  return contiguous_as(t, {1, BH, T, X});
+}
+
+// An output of `shape` laid out like the operand `like`: when like is a rank-4 (B, H, T, X) view of
+// (B, T, H, X) memory (heads split from a (B, T, C) tensor), the output is too, so merging its
+// heads back to (B, T, C) is a view and no copy. Otherwise contiguous.
+Tensor empty_laid_out_like(const Tensor& like, const Shape& shape) {
+  if (like.dim() == 4 && like.stride(1) < like.stride(2))
+    return untracked::transpose(empty({shape[0], shape[2], shape[1], shape[3]}, like.dtype(), like.device()), 1, 2);
+  return empty(shape, like.dtype(), like.device());
+}
+
+// `out` (an output made by empty_laid_out_like) as the backend kernels take it.
+Tensor out_heads(const Tensor& out, int64_t BH, int64_t T, int64_t X) {
+  return out.dim() == 4 ? out : untracked::view(out, {1, BH, T, X});
+}
+
 double attention_scale(const std::optional<double>& scale, int64_t D) {
   return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(D));
 }
@@ -48,16 +71,15 @@ AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tenso
                                    bool causal) {
   const char* op = "attention_forward";
   const AttnDims d = check_attention(op, q, k, v, causal);
-  AttentionForward r{empty(with_last(rows_of(q.shape()), d.Dv), q.dtype(), q.device()),
+  AttentionForward r{empty_laid_out_like(q, with_last(rows_of(q.shape()), d.Dv)),
                      empty(rows_of(q.shape()), q.dtype(), q.device())};
   if (d.BH * d.Tq > 0)
     // S = Q K^T and O = P V over the visible (query, key) pairs: 2 (D + Dv) FLOPs per pair.
     REEL_DEVICE_DISPATCH(q.device(), attention_forward,
                          kernel_cost({&q, &k, &v}, {&r.out, &r.lse}, 2 * attention_pairs(d, causal) * (d.D + d.Dv)),
-                         contiguous_as(q, {d.BH, d.Tq, d.D}),
-                         contiguous_as(k, {d.BH, d.Tk, d.D}), contiguous_as(v, {d.BH, d.Tk, d.Dv}),
-                         attention_scale(scale, d.D), causal, untracked::view(r.out, {d.BH, d.Tq, d.Dv}),
-                         untracked::view(r.lse, {d.BH, d.Tq}));
+                         as_heads(q, d.BH, d.Tq, d.D), as_heads(k, d.BH, d.Tk, d.D),
+                         as_heads(v, d.BH, d.Tk, d.Dv), attention_scale(scale, d.D), causal,
+                         out_heads(r.out, d.BH, d.Tq, d.Dv), untracked::view(r.lse, {d.BH, d.Tq}));
   return r;
 }
 
@@ -72,8 +94,8 @@ AttentionBackward attention_backward(const Tensor& dout, const Tensor& q, const 
   REEL_CHECK(dout.shape() == out_shape && out.shape() == out_shape && lse.shape() == rows_of(q.shape()), op,
              ": dout ", dout.shape(), ", out ", out.shape(), " and lse ", lse.shape(), " do not match q ", q.shape(),
              " and v ", v.shape(), ": ", out_shape, ", ", out_shape, " and ", rows_of(q.shape()), " expected");
-  AttentionBackward r{empty(q.shape(), q.dtype(), q.device()), empty(k.shape(), k.dtype(), k.device()),
-                      empty(v.shape(), v.dtype(), v.device())};
+  AttentionBackward r{empty_laid_out_like(q, q.shape()), empty_laid_out_like(k, k.shape()),
+                      empty_laid_out_like(v, v.shape())};
   if (d.BH == 0 || d.Tk == 0) return r;
   if (d.Tq == 0) {  // no query reads any key: zero gradients
     r.dk.fill_(0.0);
@@ -85,10 +107,10 @@ AttentionBackward attention_backward(const Tensor& dout, const Tensor& q, const 
   REEL_DEVICE_DISPATCH(
       q.device(), attention_backward,
       kernel_cost({&dout, &q, &k, &v, &out, &lse}, {&r.dq, &r.dk, &r.dv}, attention_pairs(d, causal) * (6 * d.D + 4 * d.Dv)),
-      contiguous_as(dout, {d.BH, d.Tq, d.Dv}), contiguous_as(q, {d.BH, d.Tq, d.D}),
-      contiguous_as(k, {d.BH, d.Tk, d.D}), contiguous_as(v, {d.BH, d.Tk, d.Dv}), contiguous_as(out, {d.BH, d.Tq, d.Dv}),
-      contiguous_as(lse, {d.BH, d.Tq}), attention_scale(scale, d.D), causal, untracked::view(r.dq, {d.BH, d.Tq, d.D}),
-      untracked::view(r.dk, {d.BH, d.Tk, d.D}), untracked::view(r.dv, {d.BH, d.Tk, d.Dv}));
+      as_heads(dout, d.BH, d.Tq, d.Dv), as_heads(q, d.BH, d.Tq, d.D), as_heads(k, d.BH, d.Tk, d.D),
+      as_heads(v, d.BH, d.Tk, d.Dv), as_heads(out, d.BH, d.Tq, d.Dv), contiguous_as(lse, {d.BH, d.Tq}),
+      attention_scale(scale, d.D), causal, out_heads(r.dq, d.BH, d.Tq, d.D), out_heads(r.dk, d.BH, d.Tk, d.D),
+      out_heads(r.dv, d.BH, d.Tk, d.Dv));
   return r;
 }
 

@@ -3,8 +3,10 @@
 // autograd.
 //
 // Each entry point checks its inputs (shapes, dtypes, devices: reel::Error naming the op and
-// them), makes them contiguous where the kernel needs it, allocates the outputs on the inputs'
-// device and runs the backend kernel (declared at the end of this file) on cpu or cuda.
+// them), reads them in place when they are (B, H, T, X) with unit stride along X (else copies them
+// contiguous), allocates the outputs on the inputs' device, laid out like the inputs (heads split
+// from a (B, T, C) tensor give outputs whose heads merge back without a copy), and runs the backend
+// kernel (declared at the end of this file) on cpu or cuda.
 #ifndef REEL_KERNELS_ATTENTION_H
 #define REEL_KERNELS_ATTENTION_H
 #include <optional>
@@ -34,16 +36,20 @@ AttentionBackward attention_backward(const Tensor& dout, const Tensor& q, const 
 // Declared once for both backends, outside the include guard: kernels/backends.h includes this
 // file again with REEL_BACKEND_KERNELS defined, inside namespace reel::kernels::cpu
 // (kernels/cpu/attention.cpp) and reel::kernels::cuda (kernels/cuda/attention.cu).
-// Inputs arrive validated by the entry points (kernels/attention.cpp), CONTIGUOUS and viewed as the
-// flat shapes written next to each argument; see kernels/backends.h for the common contract.
+// Inputs arrive validated by the entry points (kernels/attention.cpp); see kernels/backends.h for
+// the common contract. Layout: q, k, v, out, dout, dq, dk and dv are rank 4, (B, H, T, X), with
+// unit stride along X and any strides on B, H and T (element (b, h, t, x) at
+// data + b*stride(0) + h*stride(1) + t*stride(2) + x): the head views of one (B, T, 3C) projection
+// are read in place, and outputs come as (B, T, H, X) memory seen as (B, H, T, X) when the inputs
+// were such views. lse is contiguous (B*H, Tq). Outputs overlap neither each other nor the inputs.
 // The CUDA kernels take D and Dv at most 128.
 #ifdef REEL_BACKEND_KERNELS
-void attention_forward(const Tensor& q,   // (BH, Tq, D)
-                       const Tensor& k,   // (BH, Tk, D)
-                       const Tensor& v,   // (BH, Tk, Dv)
+void attention_forward(const Tensor& q,   // (B, H, Tq, D)
+                       const Tensor& k,   // (B, H, Tk, D)
+                       const Tensor& v,   // (B, H, Tk, Dv)
                        double scale, bool causal,
-                       const Tensor& out, // (BH, Tq, Dv) out
-                       const Tensor& lse);// (BH, Tq) out
+                       const Tensor& out, // (B, H, Tq, Dv) out
+                       const Tensor& lse);// (B*H, Tq) out
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& out, const Tensor& lse, double scale, bool causal,
                         const Tensor& dq, const Tensor& dk, const Tensor& dv);  // outs like q, k, v

@@ -7,7 +7,8 @@
 // The contract common to both backends: inputs arrive validated by the entry point (one device,
 // the backend's; the dtype it checked; index tensors i32/i64; shapes consistent), and where a
 // family's list says so CONTIGUOUS and viewed as the flat shapes written next to each argument.
-// Outputs are preallocated and contiguous, and the kernels write every element of them (no output
+// Outputs are preallocated and contiguous (unless the family's list says otherwise: attention's
+// outputs follow its inputs' strides), and the kernels write every element of them (no output
 // needs zeroing first: the tests poison allocations). CPU kernels never throw from inside a
 // parallel region: every check happens before. The CPU entry points range-check index tensors on
 // the host; CUDA kernels check every index they read instead (kernels/cuda/cuda_only.h).

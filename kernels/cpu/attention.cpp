@@ -1,81 +1,121 @@
 // Scaled-dot-product attention, flash-style, forward and backward, on the CPU.
 //
+// Operands (kernels/attention.h): (B, H, T, X) with unit stride along X and any strides on B, H
+// and T, so the head views of one (B, T, 3C) projection are read in place and the outputs are
+// written straight into the (B, T, H, X) memory the caller merges heads from: no split or merge
+// copies. Every product below is one kernels/cpu/gemm.h call on a (b, h)'s rows through their row
+// stride, on the calling thread (oneDNN's sgemm for f32, Eigen otherwise).
+//
 // Forward (FlashAttention-2 order): a task is one (b, h, tile of kBr queries). It walks the key
-// tiles of kBc keys, stopping at the causal diagonal (the last tile is cut at key i0 + kBr, so
-// causal attention computes half the scores); per tile, S = (scale Q) K^T is one Eigen GEMM into
-// a (kBr, kBc) tile (64 KB, in L2), and the running row max m and row sum l are updated online
+// tiles of up to kBc keys, stopping at the causal diagonal (the last tile is cut at key i0 + br,
+// so causal attention computes about half the scores: with kBr = 32, T = 64 takes 3/4 of them and
+// T = 256 9/16); per tile S = (Q K^T) * scale goes into a (kBr, kBc) buffer, and the running row
+// max m and row sum l are updated online
 //   m' = max(m, rowmax(S)),  P = exp(S - m'),  l = l exp(m - m') + rowsum(P),  O = O exp(m - m') + P V
 // and at the end out = O / l, lse = m + log l. Extra memory: one score tile and the (kBr, Dv)
 // accumulator per thread, plus lse (T) per (b, h) saved for backward; never T x T.
-// Tile sizes: the GEMMs are the cost, and Eigen's small GEMMs run at ~2/3 of its large-GEMM
-// rate at 64 x 64 x 64 and better at 64 x 256 x 64, hence wide key tiles (one tile up to T = 256).
 //
-// Backward (FlashAttention-2): P is recomputed from the saved lse, P = exp(S - lse), with S scaled
-// as in the forward; with Di = rowsum(dout * out),
-//   dV += P^T dO,  dP = dO V^T,  dS = P * (dP - Di),  dK += scale dS^T Q,  dQ += scale dS K.
-// A task is one (b, h): key tiles outer (dK, dV of the tile accumulate in a per-thread tile and
-// are written once), query tiles inner, each cut at the diagonal (dQ rows accumulate in the
-// output). On a GPU, FA-2 splits one (b, h) over key tiles and adds dQ with atomics; here one
-// thread owns the whole (b, h), so dQ is added in a fixed order and the gradients are
-// bit-identical for any thread count. B * H (96 for GPT-2 small at B = 8) is plenty of
-// parallelism for a CPU; with fewer (b, h) than threads the backward leaves threads idle.
+// Backward (FlashAttention-2's recomputation, in the forward's order): P is recomputed from the
+// saved lse, P = exp(S - lse) with S as in the forward; with Di = rowsum(dout * out),
+//   dV += P^T dO,  dP = dO V^T,  dS = scale P * (dP - Di),  dQ = dS K,  dK += dS^T Q.
+// A task is one (b, h): query tiles outer, each walking its key tiles up to the diagonal; dK and
+// dV (zeroed first) accumulate in the outputs, dQ rows are written by their tile. On a GPU,
+// FA-2 splits one (b, h) over key tiles and adds dQ with atomics; here one thread owns the whole
+// (b, h), so every sum runs in a fixed order and the gradients are bit-identical for any thread
+// count. B * H (96 for GPT-2 small at B = 8) is plenty of parallelism for a CPU; with fewer (b, h)
+// than threads the backward leaves threads idle.
+//
+// Tile sizes: kBr = 32 queries keeps the causal waste (the scores above the diagonal inside a
+// diagonal tile) at a quarter of a tile, while a (32, T) score GEMM still runs near oneDNN's
+// large-GEMM rate; kBc = 512 keys puts the whole key range of T <= 512 in one tile.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <new>
+#include <type_traits>
 #include <vector>
 
 #include <Eigen/Core>
 
 #include "kernels/backends.h"
 #include "kernels/cpu/exp_ftz.h"
+#include "kernels/cpu/gemm.h"
 
 namespace reel::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kBr = 64;   // queries per tile
-constexpr int64_t kBc = 256;  // keys per tile
+constexpr int64_t kBr = 32;   // queries per tile
+constexpr int64_t kBc = 512;  // keys per tile
 constexpr int64_t kMinParallelFlops = 1 << 18;
 
+// A per-thread tile, 64-byte aligned. Eigen's vectorised row reductions (the online softmax's
+// row max and row sum) start with scalar steps up to the first aligned packet, so their order of
+// summation depends on a row's address: with tiles from plain malloc (16-byte aligned) the bits
+// depended on which thread's tile ran a task (a test offsetting each thread's tile by 16 bytes
+// changed them; by 32 it did not). Tensors come from reel's allocator aligned, and a head view's
+// offset depends on the shape alone.
 template <typename T>
-using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <typename T>
-using CMap = Eigen::Map<const Mat<T>>;  // a contiguous row-major (rows, cols) block of a tensor
-template <typename T>
-using MMap = Eigen::Map<Mat<T>>;
+class Tile {
+ public:
+  explicit Tile(int64_t n)
+      : data_(static_cast<T*>(std::aligned_alloc(kAlign, (static_cast<size_t>(n) * sizeof(T) + kAlign - 1) / kAlign * kAlign))) {
+    if (!data_) throw std::bad_alloc();
+  }
+  ~Tile() { std::free(data_); }
+  Tile(const Tile&) = delete;
+  Tile& operator=(const Tile&) = delete;
+  T* data() const { return data_; }
+
+ private:
+  static constexpr size_t kAlign = 64;
+  T* data_;
+};
 
 template <typename T>
-void forward_impl(const T* q,  // (BH, Tq, D)
-                  const T* k,  // (BH, Tk, D)
-                  const T* v,  // (BH, Tk, Dv)
-                  T* out,      // (BH, Tq, Dv)
-                  T* lse,      // (BH, Tq)
+using Row = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;  // one contiguous row of a buffer
+template <typename T>
+using ConstRow = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
+
+// A (B, H, T, X) operand: the first element of head bh's (T, X) matrix, whose rows are `ld` apart.
+template <typename T>
+struct Heads {
+  T* data;
+  int64_t H, stride_b, stride_h, ld;
+  explicit Heads(const Tensor& t)
+      : data(t.data<std::remove_const_t<T>>()), H(t.size(1)), stride_b(t.stride(0)), stride_h(t.stride(1)),
+        ld(t.stride(2)) {}
+  T* head(int64_t bh) const { return data + (bh / H) * stride_b + (bh % H) * stride_h; }
+};
+
+template <typename T>
+void forward_impl(Heads<const T> q, Heads<const T> k, Heads<const T> v, Heads<T> out,
+                  T* lse,  // (BH, Tq)
                   int64_t BH, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, T scale, bool causal) {
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const int64_t q_tiles = (Tq + kBr - 1) / kBr;
   const int64_t tasks = BH * q_tiles;
 #pragma omp parallel if (tasks > 1 && BH * Tq * Tk * (D + Dv) >= kMinParallelFlops)
   {
-    Mat<T> Qs(kBr, D), S(kBr, kBc), O(kBr, Dv);  // per-thread tiles
-    std::vector<T> m(kBr), l(kBr);                // running row max and row sum
+    Tile<T> S(kBr * kBc), O(kBr * Dv);  // per-thread tiles: scores (kBr, kBc), output (kBr, Dv)
+    std::vector<T> m(kBr), l(kBr);             // running row max and row sum
 #pragma omp for schedule(dynamic)
     for (int64_t task = 0; task < tasks; ++task) {
       // Under a causal mask the last query tiles see the most keys: hand those out first.
       const int64_t bh = task / q_tiles, qt = q_tiles - 1 - task % q_tiles;
       const int64_t i0 = qt * kBr, br = std::min(kBr, Tq - i0);
-      auto Q = Qs.topRows(br);
-      Q = CMap<T>(q + (bh * Tq + i0) * D, br, D) * scale;
-      auto Ot = O.topRows(br);
+      const T* Q = q.head(bh) + i0 * q.ld;
       std::fill(m.begin(), m.end(), neg_inf);
       std::fill(l.begin(), l.end(), T(0));
       const int64_t kv_end = causal ? i0 + br : Tk;  // causal implies Tq == Tk
       for (int64_t j0 = 0; j0 < kv_end; j0 += kBc) {
         const int64_t bc = std::min(kBc, kv_end - j0);
-        CMap<T> Kj(k + (bh * Tk + j0) * D, bc, D), Vj(v + (bh * Tk + j0) * Dv, bc, Dv);
-        auto St = S.topLeftCorner(br, bc);
-        St.noalias() = Q * Kj.transpose();
+        const T* K = k.head(bh) + j0 * k.ld;
+        gemm_serial<T>(false, true, br, bc, D, Q, q.ld, K, k.ld, false, S.data(), kBc);  // Q K^T (br, bc)
         for (int64_t r = 0; r < br; ++r) {
-          auto srow = St.row(r).array();
+          Row<T> srow(S.data() + r * kBc, bc);
+          srow *= scale;
           // Causal: key j0 + c is hidden from query i0 + r when j0 + c > i0 + r.
           if (causal)
             for (int64_t c = std::max<int64_t>(0, i0 + r - j0 + 1); c < bc; ++c) srow(c) = neg_inf;
@@ -85,17 +125,17 @@ void forward_impl(const T* q,  // (BH, Tq, D)
             continue;
           }
           const T alpha = std::exp(m[r] - m_new);  // 0 on the first visible tile
-          srow = exp_ftz(srow - m_new);  // hidden keys (-inf) exactly 0
+          srow = exp_ftz(srow - m_new);            // hidden keys (-inf) exactly 0
           l[r] = l[r] * alpha + srow.sum();
-          if (j0 > 0) Ot.row(r) *= alpha;  // the first tile writes O below instead of adding
+          if (j0 > 0) Row<T>(O.data() + r * Dv, Dv) *= alpha;  // the first tile writes O below
           m[r] = m_new;
         }
-        if (j0 == 0) Ot.noalias() = St * Vj;
-        else Ot.noalias() += St * Vj;
+        // O (=, then +=) P V: (br, bc) @ (bc, Dv)
+        gemm_serial<T>(false, false, br, Dv, bc, S.data(), kBc, v.head(bh) + j0 * v.ld, v.ld, j0 > 0, O.data(), Dv);
       }
-      MMap<T> Out(out + (bh * Tq + i0) * Dv, br, Dv);
+      T* orows = out.head(bh) + i0 * out.ld;
       for (int64_t r = 0; r < br; ++r) {
-        Out.row(r) = Ot.row(r) * (T(1) / l[r]);
+        Row<T>(orows + r * out.ld, Dv) = ConstRow<T>(O.data() + r * Dv, Dv) * (T(1) / l[r]);
         lse[bh * Tq + i0 + r] = m[r] + std::log(l[r]);
       }
     }
@@ -103,57 +143,53 @@ void forward_impl(const T* q,  // (BH, Tq, D)
 }
 
 template <typename T>
-void backward_impl(const T* dout, const T* q, const T* k, const T* v, const T* out, const T* lse, T* dq, T* dk,
-                   T* dv, int64_t BH, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, T scale, bool causal) {
+void backward_impl(Heads<const T> dout, Heads<const T> q, Heads<const T> k, Heads<const T> v, Heads<const T> out,
+                   const T* lse,  // (BH, Tq)
+                   Heads<T> dq, Heads<T> dk, Heads<T> dv, int64_t BH, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv,
+                   T scale, bool causal) {
 #pragma omp parallel if (BH > 1 && BH * Tq * Tk * (D + Dv) >= kMinParallelFlops)
   {
-    Mat<T> Qs(kBr, D), S(kBr, kBc), dP(kBr, kBc), dK(kBc, D), dV(kBc, Dv);  // per-thread tiles
-    std::vector<T> Di(static_cast<size_t>(Tq));                            // O(T) per (b, h)
+    Tile<T> S(kBr * kBc), dP(kBr * kBc);  // per-thread tiles (kBr, kBc): P then dS, and dP
+    std::vector<T> Di(static_cast<size_t>(Tq));  // O(T) per (b, h)
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < BH; ++bh) {
-      const T* qb = q + bh * Tq * D;
-      const T* kb = k + bh * Tk * D;
-      const T* vb = v + bh * Tk * Dv;
-      const T* dob = dout + bh * Tq * Dv;
-      const T* lb = lse + bh * Tq;
-      CMap<T> dO(dob, Tq, Dv), Ob(out + bh * Tq * Dv, Tq, Dv);
-      for (int64_t i = 0; i < Tq; ++i) Di[static_cast<size_t>(i)] = dO.row(i).dot(Ob.row(i));
-      MMap<T> dQ(dq + bh * Tq * D, Tq, D);
-      dQ.setZero();
-      for (int64_t j0 = 0; j0 < Tk; j0 += kBc) {
-        const int64_t bc = std::min(kBc, Tk - j0);
-        CMap<T> Kj(kb + j0 * D, bc, D), Vj(vb + j0 * Dv, bc, Dv);
-        auto dKt = dK.topRows(bc);
-        auto dVt = dV.topRows(bc);
-        dKt.setZero();
-        dVt.setZero();
-        // Causal: only query tiles holding a row i >= j0 see this key tile, and query tile i0 sees
-        // only its first bce = i0 + br - j0 keys: the GEMMs stop at the diagonal.
-        for (int64_t i0 = causal ? (j0 / kBr) * kBr : 0; i0 < Tq; i0 += kBr) {
-          const int64_t br = std::min(kBr, Tq - i0);
-          const int64_t bce = causal ? std::min(bc, i0 + br - j0) : bc;
-          auto Q = Qs.topRows(br);
-          Q = CMap<T>(qb + i0 * D, br, D) * scale;  // scaled as in the forward
-          auto dOi = dO.middleRows(i0, br);
-          auto Kje = Kj.topRows(bce);
-          auto St = S.topLeftCorner(br, bce);
-          St.noalias() = Q * Kje.transpose();
-          for (int64_t r = 0; r < br; ++r) {  // P = exp(S - lse), hidden keys 0
-            auto srow = St.row(r).array();
-            srow = exp_ftz(srow - lb[i0 + r]);
+      const T* dOb = dout.head(bh);
+      const T* Ob = out.head(bh);
+      for (int64_t i = 0; i < Tq; ++i)
+        Di[static_cast<size_t>(i)] = (ConstRow<T>(dOb + i * dout.ld, Dv) * ConstRow<T>(Ob + i * out.ld, Dv)).sum();
+      T* dKb = dk.head(bh);
+      T* dVb = dv.head(bh);
+      for (int64_t j = 0; j < Tk; ++j) {  // dK and dV accumulate over the query tiles
+        std::fill_n(dKb + j * dk.ld, D, T(0));
+        std::fill_n(dVb + j * dv.ld, Dv, T(0));
+      }
+      for (int64_t i0 = 0; i0 < Tq; i0 += kBr) {
+        const int64_t br = std::min(kBr, Tq - i0);
+        const T* Q = q.head(bh) + i0 * q.ld;
+        const T* dO = dOb + i0 * dout.ld;
+        T* dQ = dq.head(bh) + i0 * dq.ld;
+        const int64_t kv_end = causal ? i0 + br : Tk;
+        for (int64_t j0 = 0; j0 < kv_end; j0 += kBc) {
+          const int64_t bc = std::min(kBc, kv_end - j0);
+          const T* K = k.head(bh) + j0 * k.ld;
+          const T* V = v.head(bh) + j0 * v.ld;
+          gemm_serial<T>(false, true, br, bc, D, Q, q.ld, K, k.ld, false, S.data(), kBc);  // Q K^T
+          for (int64_t r = 0; r < br; ++r) {  // P = exp(S scale - lse), hidden keys 0
+            Row<T> srow(S.data() + r * kBc, bc);
+            srow = exp_ftz(srow * scale - lse[bh * Tq + i0 + r]);
             if (causal)
-              for (int64_t c = std::max<int64_t>(0, i0 + r - j0 + 1); c < bce; ++c) srow(c) = T(0);
+              for (int64_t c = std::max<int64_t>(0, i0 + r - j0 + 1); c < bc; ++c) srow(c) = T(0);
           }
-          dVt.topRows(bce).noalias() += St.transpose() * dOi;
-          auto dPt = dP.topLeftCorner(br, bce);
-          dPt.noalias() = dOi * Vj.topRows(bce).transpose();
-          for (int64_t r = 0; r < br; ++r)  // dS = P * (dP - Di), in place of P
-            St.row(r).array() *= dPt.row(r).array() - Di[static_cast<size_t>(i0 + r)];
-          dKt.topRows(bce).noalias() += St.transpose() * Q;  // Q is already scaled: scale dS^T Q
-          dQ.middleRows(i0, br).noalias() += scale * (St * Kje);
+          // dV (bc, Dv) += P^T dO
+          gemm_serial<T>(true, false, bc, Dv, br, S.data(), kBc, dO, dout.ld, true, dVb + j0 * dv.ld, dv.ld);
+          gemm_serial<T>(false, true, br, bc, Dv, dO, dout.ld, V, v.ld, false, dP.data(), kBc);  // dP = dO V^T
+          for (int64_t r = 0; r < br; ++r)  // dS = scale P * (dP - Di), in place of P
+            Row<T>(S.data() + r * kBc, bc) *=
+                (ConstRow<T>(dP.data() + r * kBc, bc) - Di[static_cast<size_t>(i0 + r)]) * scale;
+          gemm_serial<T>(false, false, br, D, bc, S.data(), kBc, K, k.ld, j0 > 0, dQ, dq.ld);  // dQ (=, +=) dS K
+          // dK (bc, D) += dS^T Q
+          gemm_serial<T>(true, false, bc, D, br, S.data(), kBc, Q, q.ld, true, dKb + j0 * dk.ld, dk.ld);
         }
-        MMap<T>(dk + (bh * Tk + j0) * D, bc, D) = dKt;
-        MMap<T>(dv + (bh * Tk + j0) * Dv, bc, Dv) = dVt;
       }
     }
   }
@@ -165,22 +201,23 @@ void backward_impl(const T* dout, const T* q, const T* k, const T* v, const T* o
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
                        const Tensor& out, const Tensor& lse) {
-  const int64_t BH = q.size(0), Tq = q.size(1), D = q.size(2), Tk = k.size(1), Dv = v.size(2);
+  const int64_t BH = q.size(0) * q.size(1), Tq = q.size(2), D = q.size(3), Tk = k.size(2), Dv = v.size(3);
   REEL_DISPATCH_FLOATING(q.dtype(), "attention_forward",
-                         forward_impl<scalar_t>(q.data<scalar_t>(), k.data<scalar_t>(), v.data<scalar_t>(),
-                                                out.data<scalar_t>(), lse.data<scalar_t>(), BH, Tq, Tk, D, Dv,
+                         forward_impl<scalar_t>(Heads<const scalar_t>(q), Heads<const scalar_t>(k),
+                                                Heads<const scalar_t>(v), Heads<scalar_t>(out), lse.data<scalar_t>(), BH, Tq, Tk, D, Dv,
                                                 static_cast<scalar_t>(scale), causal))
 }
 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& lse, double scale, bool causal, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv) {
-  const int64_t BH = q.size(0), Tq = q.size(1), D = q.size(2), Tk = k.size(1), Dv = v.size(2);
+  const int64_t BH = q.size(0) * q.size(1), Tq = q.size(2), D = q.size(3), Tk = k.size(2), Dv = v.size(3);
   REEL_DISPATCH_FLOATING(q.dtype(), "attention_backward",
-                         backward_impl<scalar_t>(dout.data<scalar_t>(), q.data<scalar_t>(), k.data<scalar_t>(),
-                                                 v.data<scalar_t>(), out.data<scalar_t>(), lse.data<scalar_t>(),
-                                                 dq.data<scalar_t>(), dk.data<scalar_t>(), dv.data<scalar_t>(), BH,
-                                                 Tq, Tk, D, Dv, static_cast<scalar_t>(scale), causal))
+                         backward_impl<scalar_t>(Heads<const scalar_t>(dout), Heads<const scalar_t>(q),
+                                                 Heads<const scalar_t>(k), Heads<const scalar_t>(v),
+                                                 Heads<const scalar_t>(out), lse.data<scalar_t>(), Heads<scalar_t>(dq),
+                                                 Heads<scalar_t>(dk), Heads<scalar_t>(dv), BH, Tq, Tk, D, Dv,
+                                                 static_cast<scalar_t>(scale), causal))
 }
 
 }  // namespace reel::kernels::cpu
