@@ -1,5 +1,11 @@
 // kernels/cuda/attention.cu: scaled-dot-product attention, flash-style, forward and backward,
-// for q (BH, Tq, D), k (BH, Tk, D), v (BH, Tk, Dv), D and Dv up to 128, causal or not.
+// for q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv), D and Dv up to 128, causal or not.
+//
+// Layout: q, k, v, out, dout, dq, dk and dv are rank-4 with stride 1 along the last dim and any
+// strides on (B, H, T), read from the tensors (Heads below): q, k, v are usually head views of
+// one (B, T, 3C) projection, strides (T 3C, D, 3C, 1), and the outputs (B, T, H, D) memory seen
+// as (B, H, T, D), so the model splits and merges heads with no copies. The kernels index heads
+// by bh = b H + h; lse (and the backward's Di) are contiguous (B H, Tq).
 //
 // Forward (one kernel): a block is one (b, h) and a tile of kWarps queries, one warp per query.
 // It walks the key tiles of kBc keys, stopping at the causal diagonal; each tile of K and V is
@@ -35,6 +41,7 @@
 // is the readable version, checked against the CPU.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/backends.h"
 #include "kernels/cuda/block_reduce.h"
@@ -61,14 +68,34 @@ struct AttnTiles<double> {
   static constexpr int kBc = 16, kWarps = 4, kBr = 16, kKeyWarps = 4;
 };
 
-// Stages rows [r0, r0 + n) of a (rows, cols) matrix into shared memory with row pitch `ld`,
+// The rows of one head of an operand: row t at p + t ld, its cols elements contiguous.
+template <typename T>
+struct Rows {
+  T* p;
+  int64_t ld;
+  __device__ __forceinline__ T* operator[](int64_t t) const { return p + t * ld; }
+};
+
+// A rank-4 operand (B, H, T, cols) with stride 1 along cols and any strides sb, sh, st on the
+// rest: element (b, h, t, c) is data[b sb + h sh + t st + c]. Passed to the kernels by value.
+template <typename T>
+struct Heads {
+  T* data;
+  int64_t sb, sh, st;
+  // The rows of head bh = b H + h.
+  __device__ __forceinline__ Rows<T> head(int64_t bh, int64_t H) const {
+    return {data + (bh / H) * sb + (bh % H) * sh, st};
+  }
+};
+
+// Stages rows [r0, r0 + n) of src, cols elements each, into shared memory with row pitch `ld`,
 // scaled by `scale`; rows past n are not touched. The whole block cooperates.
 template <typename T>
-__device__ __forceinline__ void stage_rows(T* dst, int ld, const T* src, int64_t r0, int n, int cols, T scale) {
+__device__ __forceinline__ void stage_rows(T* dst, int ld, Rows<const T> src, int64_t r0, int n, int cols, T scale) {
   const int threads = blockDim.x;
   for (int e = threadIdx.x; e < n * cols; e += threads) {
     const int r = e / cols, c = e - r * cols;
-    dst[r * ld + c] = src[(r0 + r) * cols + c] * scale;
+    dst[r * ld + c] = src[r0 + r][c] * scale;
   }
 }
 
@@ -97,15 +124,6 @@ __device__ __forceinline__ void add_weighted_rows(T (&acc)[kDimsPerLane], T alph
   }
 }
 
-// Moves q (BH, Tq, D), k (BH, Tk, D) and v (BH, Tk, Dv) to the rows of head bh.
-template <typename T>
-__device__ __forceinline__ void to_head(int64_t bh, int64_t Tq, int64_t Tk, int D, int Dv, const T*& q, const T*& k,
-                                        const T*& v) {
-  q += bh * Tq * D;
-  k += bh * Tk * D;
-  v += bh * Tk * Dv;
-}
-
 // The queries of a forward or dq block: kWarps consecutive queries of head bh, blockIdx.x =
 // bh * q_tiles + query tile. Warp w owns query i = q0 + w; in each K/V tile, lane l owns key j0 + l.
 template <typename T>
@@ -115,11 +133,12 @@ struct QueryTile {
   bool active;     // i < Tq, uniform over the warp; an inactive warp still stages tiles and syncs
   int64_t kv_end;  // the block's queries see keys [0, kv_end): causal stops at the diagonal (Tq == Tk)
 
-  // Copies row i of src (Tq, cols), times scale, into the warp's row of S (kWarps, cols) (zeros
-  // for an inactive warp) and returns that row. The warp's lanes read it after the next barrier.
-  __device__ __forceinline__ T* stage_row(T* S, const T* src, int cols, T scale) const {
+  // Copies row i of src (Tq rows of cols), times scale, into the warp's row of S (kWarps, cols)
+  // (zeros for an inactive warp) and returns that row. The warp's lanes read it after the next
+  // barrier.
+  __device__ __forceinline__ T* stage_row(T* S, Rows<const T> src, int cols, T scale) const {
     T* row = S + warp * cols;
-    for (int d = lane; d < cols; d += 32) row[d] = active ? src[i * cols + d] * scale : T(0);
+    for (int d = lane; d < cols; d += 32) row[d] = active ? src[i][d] * scale : T(0);
     return row;
   }
   // Whether query i sees the lane's key j = j0 + lane of a tile of bc keys (the causal mask).
@@ -149,8 +168,10 @@ struct KvTile {
   __device__ __forceinline__ T* end() const { return Vs + AttnTiles<T>::kBc * ldv; }
   // One step of the key-tile loop, by the whole block with the same j0: waits until nobody reads
   // the previous tile (the first time: until the warps' staged rows are written), stages keys
-  // [j0, j0 + bc) of k (Tk, D) and v (Tk, Dv), and waits until they are written. Returns bc.
-  __device__ __forceinline__ int stage(const T* k, const T* v, int64_t j0, int64_t kv_end, int D, int Dv) const {
+  // [j0, j0 + bc) of k (Tk rows of D) and v (Tk rows of Dv), and waits until they are written.
+  // Returns bc.
+  __device__ __forceinline__ int stage(Rows<const T> k, Rows<const T> v, int64_t j0, int64_t kv_end, int D,
+                                       int Dv) const {
     const int bc = static_cast<int>(min_i64(AttnTiles<T>::kBc, kv_end - j0));
     __syncthreads();
     stage_rows(Ks, ldk, k, j0, bc, D, T(1));
@@ -167,12 +188,13 @@ __device__ __forceinline__ KvTile<T> kv_tile(T* smem, int D, int ldv) {
 
 // ---- kernels ---------------------------------------------------------------------------------
 
-// q: (BH, Tq, D), k: (BH, Tk, D), v: (BH, Tk, Dv) -> out: (BH, Tq, Dv), lse: (BH, Tq).
-// Block: kWarps warps; blockIdx.x = bh * q_tiles + query tile. Dynamic shared memory:
+// q: (B, H, Tq, D), k: (B, H, Tk, D), v: (B, H, Tk, Dv) -> out: (B, H, Tq, Dv), lse: (B H, Tq)
+// contiguous. Block: kWarps warps; blockIdx.x = bh * q_tiles + query tile. Dynamic shared memory:
 //   Ks (kBc, D + 1), Vs (kBc, Dv), Qs (kWarps, D) scaled, Ps (kWarps, kBc).
 template <typename T>
-__global__ void attention_forward_kernel(const T* q, const T* k, const T* v, T* out, T* lse, int64_t Tq, int64_t Tk,
-                                         int D, int Dv, T scale, bool causal, int64_t q_tiles) {
+__global__ void attention_forward_kernel(Heads<const T> q, Heads<const T> k, Heads<const T> v, Heads<T> out, T* lse,
+                                         int64_t H, int64_t Tq, int64_t Tk, int D, int Dv, T scale, bool causal,
+                                         int64_t q_tiles) {
   using std::exp;
   using std::log;
   using std::fmax;
@@ -183,13 +205,13 @@ __global__ void attention_forward_kernel(const T* q, const T* k, const T* v, T* 
   T* Ps = Qs + kWarps * D;
   const QueryTile<T> qt = query_tile<T>(Tq, Tk, causal, q_tiles);
   const int lane = qt.lane;
-  to_head(qt.bh, Tq, Tk, D, Dv, q, k, v);
-  const T* qrow = qt.stage_row(Qs, q, D, scale);
+  const Rows<const T> qh = q.head(qt.bh, H), kh = k.head(qt.bh, H), vh = v.head(qt.bh, H);
+  const T* qrow = qt.stage_row(Qs, qh, D, scale);
   T* prow = Ps + qt.warp * kBc;
   T m = static_cast<T>(-INFINITY), l = 0;
   T o[kDimsPerLane] = {};
   for (int64_t j0 = 0; j0 < qt.kv_end; j0 += kBc) {  // uniform over the block
-    const int bc = kv.stage(k, v, j0, qt.kv_end, D, Dv);
+    const int bc = kv.stage(kh, vh, j0, qt.kv_end, D, Dv);
     const T s = qt.sees(j0, bc, causal) ? dot(qrow, kv.Ks + lane * kv.ldk, D) : static_cast<T>(-INFINITY);
     const T m_new = fmax(m, warp_max(s));
     const T p = s == -INFINITY ? T(0) : exp(s - m_new);
@@ -201,34 +223,40 @@ __global__ void attention_forward_kernel(const T* q, const T* k, const T* v, T* 
     add_weighted_rows(o, alpha, prow, kv.Vs, kv.ldv, bc, Dv, lane);
   }
   if (qt.active) {
-    T* orow = out + (qt.bh * Tq + qt.i) * Dv;
+    T* orow = out.head(qt.bh, H)[qt.i];
     for (int kk = 0; kk < kDimsPerLane; ++kk)
       if (lane + 32 * kk < Dv) orow[lane + 32 * kk] = o[kk] / l;
     if (lane == 0) lse[qt.bh * Tq + qt.i] = m + log(l);
   }
 }
 
-// Di = rowsum(dout * out). dout, out: (rows, Dv); di: (rows). Warp per row, 8 per block.
+// Di = rowsum(dout * out). dout, out: (B, H, Tq, Dv); di: (B H, Tq) contiguous, row r = bh Tq + t.
+// Warp per row, 8 per block.
 template <typename T>
-__global__ void attention_backward_di_kernel(const T* dout, const T* out, T* di, int64_t rows, int Dv) {
+__global__ void attention_backward_di_kernel(Heads<const T> dout, Heads<const T> out, T* di, int64_t H, int64_t Tq,
+                                             int64_t rows, int Dv) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t{gridDim.x} * (blockDim.x >> 5);
   for (int64_t r = blockIdx.x * int64_t{blockDim.x >> 5} + (threadIdx.x >> 5); r < rows; r += warps) {
+    const int64_t bh = r / Tq, t = r - bh * Tq;
+    const T* dorow = dout.head(bh, H)[t];
+    const T* orow = out.head(bh, H)[t];
     T s = 0;
-    for (int d = lane; d < Dv; d += 32) s += dout[r * Dv + d] * out[r * Dv + d];
+    for (int d = lane; d < Dv; d += 32) s += dorow[d] * orow[d];
     s = warp_sum(s);
     if (lane == 0) di[r] = s;
   }
 }
 
 // dK, dV for kKeyWarps keys of one (b, h); blockIdx.x = bh * k_tiles + key tile. q, k, v as in
-// the forward; dout (BH, Tq, Dv), lse, di (BH, Tq); dk (BH, Tk, D), dv (BH, Tk, Dv).
+// the forward; dout (B, H, Tq, Dv); lse, di (B H, Tq) contiguous; dk (B, H, Tk, D), dv (B, H, Tk, Dv).
 // Dynamic shared memory: Qs (kBr, D + 1) scaled, dOs (kBr, Dv + 1), Kr (kKeyWarps, D),
 // Vr (kKeyWarps, Dv), Ps (kKeyWarps, kBr), dSs (kKeyWarps, kBr), Ls (kBr), Ds (kBr).
 template <typename T>
-__global__ void attention_backward_dkdv_kernel(const T* dout, const T* q, const T* k, const T* v, const T* lse,
-                                               const T* di, T* dk, T* dv, int64_t Tq, int64_t Tk, int D, int Dv,
-                                               T scale, bool causal, int64_t k_tiles) {
+__global__ void attention_backward_dkdv_kernel(Heads<const T> dout, Heads<const T> q, Heads<const T> k,
+                                               Heads<const T> v, const T* lse, const T* di, Heads<T> dk, Heads<T> dv,
+                                               int64_t H, int64_t Tq, int64_t Tk, int D, int Dv, T scale,
+                                               bool causal, int64_t k_tiles) {
   using std::exp;
   constexpr int kBr = AttnTiles<T>::kBr, kKeyWarps = AttnTiles<T>::kKeyWarps;
   SIMT_DYNAMIC_SHARED(T, smem);
@@ -244,19 +272,25 @@ __global__ void attention_backward_dkdv_kernel(const T* dout, const T* q, const 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t bh = blockIdx.x / k_tiles, k0 = (blockIdx.x % k_tiles) * kKeyWarps, j = k0 + warp;
   const bool active = j < Tk;  // uniform over the warp
-  to_head(bh, Tq, Tk, D, Dv, q, k, v);
-  dout += bh * Tq * Dv;
+  const Rows<const T> qh = q.head(bh, H), doh = dout.head(bh, H);
   lse += bh * Tq;
   di += bh * Tq;
-  for (int d = lane; d < D; d += 32) Kr[warp * D + d] = active ? k[j * D + d] : T(0);
-  for (int d = lane; d < Dv; d += 32) Vr[warp * Dv + d] = active ? v[j * Dv + d] : T(0);
+  if (active) {
+    const T* krow = k.head(bh, H)[j];
+    const T* vrow = v.head(bh, H)[j];
+    for (int d = lane; d < D; d += 32) Kr[warp * D + d] = krow[d];
+    for (int d = lane; d < Dv; d += 32) Vr[warp * Dv + d] = vrow[d];
+  } else {
+    for (int d = lane; d < D; d += 32) Kr[warp * D + d] = T(0);
+    for (int d = lane; d < Dv; d += 32) Vr[warp * Dv + d] = T(0);
+  }
   T acc_dk[kDimsPerLane] = {}, acc_dv[kDimsPerLane] = {};
   // Causal: only queries i >= k0 see these keys; start at the query tile that holds k0.
   for (int64_t i0 = causal ? (k0 / kBr) * kBr : 0; i0 < Tq; i0 += kBr) {  // uniform over the block
     const int br = static_cast<int>(min_i64(kBr, Tq - i0));
     __syncthreads();  // the previous tile is no longer read (and Kr, Vr are written)
-    stage_rows(Qs, ldq, q, i0, br, D, scale);
-    stage_rows(dOs, ldo, dout, i0, br, Dv, T(1));
+    stage_rows(Qs, ldq, qh, i0, br, D, scale);
+    stage_rows(dOs, ldo, doh, i0, br, Dv, T(1));
     for (int r = threadIdx.x; r < br; r += blockDim.x) {
       Ls[r] = lse[i0 + r];
       Ds[r] = di[i0 + r];
@@ -278,21 +312,24 @@ __global__ void attention_backward_dkdv_kernel(const T* dout, const T* q, const 
     add_weighted_rows(acc_dk, T(1), dSs + warp * kBr, Qs, ldq, br, D, lane);  // Qs is scaled: scale sum_i dS_ij Q_i
   }
   if (active) {
+    T* dkrow = dk.head(bh, H)[j];
+    T* dvrow = dv.head(bh, H)[j];
     for (int kk = 0; kk < kDimsPerLane; ++kk) {
       const int d = lane + 32 * kk;
-      if (d < D) dk[(bh * Tk + j) * D + d] = acc_dk[kk];
-      if (d < Dv) dv[(bh * Tk + j) * Dv + d] = acc_dv[kk];
+      if (d < D) dkrow[d] = acc_dk[kk];
+      if (d < Dv) dvrow[d] = acc_dv[kk];
     }
   }
 }
 
 // dQ for kWarps queries of one (b, h); blockIdx.x = bh * q_tiles + query tile. q, k, v, dout,
-// lse, di as in the dkdv kernel; dq (BH, Tq, D). Dynamic shared memory:
+// lse, di as in the dkdv kernel; dq (B, H, Tq, D). Dynamic shared memory:
 //   Ks (kBc, D + 1), Vs (kBc, Dv + 1), Qs (kWarps, D) scaled, dOs (kWarps, Dv), dSs (kWarps, kBc).
 template <typename T>
-__global__ void attention_backward_dq_kernel(const T* dout, const T* q, const T* k, const T* v, const T* lse,
-                                             const T* di, T* dq, int64_t Tq, int64_t Tk, int D, int Dv, T scale,
-                                             bool causal, int64_t q_tiles) {
+__global__ void attention_backward_dq_kernel(Heads<const T> dout, Heads<const T> q, Heads<const T> k,
+                                             Heads<const T> v, const T* lse, const T* di, Heads<T> dq, int64_t H,
+                                             int64_t Tq, int64_t Tk, int D, int Dv, T scale, bool causal,
+                                             int64_t q_tiles) {
   using std::exp;
   constexpr int kBc = AttnTiles<T>::kBc, kWarps = AttnTiles<T>::kWarps;
   SIMT_DYNAMIC_SHARED(T, smem);
@@ -302,15 +339,14 @@ __global__ void attention_backward_dq_kernel(const T* dout, const T* q, const T*
   T* dSs = dOs + kWarps * Dv;
   const QueryTile<T> qt = query_tile<T>(Tq, Tk, causal, q_tiles);
   const int lane = qt.lane;
-  to_head(qt.bh, Tq, Tk, D, Dv, q, k, v);
-  dout += qt.bh * Tq * Dv;
-  const T* qrow = qt.stage_row(Qs, q, D, scale);
-  const T* dorow = qt.stage_row(dOs, dout, Dv, T(1));
+  const Rows<const T> kh = k.head(qt.bh, H), vh = v.head(qt.bh, H);
+  const T* qrow = qt.stage_row(Qs, q.head(qt.bh, H), D, scale);
+  const T* dorow = qt.stage_row(dOs, dout.head(qt.bh, H), Dv, T(1));
   const T lse_i = qt.active ? lse[qt.bh * Tq + qt.i] : T(0), di_i = qt.active ? di[qt.bh * Tq + qt.i] : T(0);
   T* dsrow = dSs + qt.warp * kBc;
   T acc[kDimsPerLane] = {};
   for (int64_t j0 = 0; j0 < qt.kv_end; j0 += kBc) {  // uniform over the block
-    const int bc = kv.stage(k, v, j0, qt.kv_end, D, Dv);
+    const int bc = kv.stage(kh, vh, j0, qt.kv_end, D, Dv);
     T ds = 0;
     if (qt.sees(j0, bc, causal)) {
       const T s = dot(qrow, kv.Ks + lane * kv.ldk, D), dp = dot(dorow, kv.Vs + lane * kv.ldv, Dv);
@@ -320,9 +356,11 @@ __global__ void attention_backward_dq_kernel(const T* dout, const T* q, const T*
     __syncwarp();
     add_weighted_rows(acc, T(1), dsrow, kv.Ks, kv.ldk, bc, D, lane);
   }
-  if (qt.active)
+  if (qt.active) {
+    T* dqrow = dq.head(qt.bh, H)[qt.i];
     for (int kk = 0; kk < kDimsPerLane; ++kk)
-      if (lane + 32 * kk < D) dq[(qt.bh * Tq + qt.i) * D + lane + 32 * kk] = scale * acc[kk];
+      if (lane + 32 * kk < D) dqrow[lane + 32 * kk] = scale * acc[kk];
+  }
 }
 
 // ---- launchers -------------------------------------------------------------------------------
@@ -330,6 +368,15 @@ __global__ void attention_backward_dq_kernel(const T* dout, const T* q, const T*
 void check_heads(const char* op, int64_t D, int64_t Dv) {
   REEL_CHECK(D <= kMaxHead && Dv <= kMaxHead, op, ": head dims D = ", D, " and Dv = ", Dv,
              " exceed the cuda kernels' limit of ", kMaxHead);
+}
+
+// The kernels' view of a rank-4 operand (B, H, T, cols); the entry points guarantee stride 1 along
+// cols, checked here too because a wrong layout would read the wrong elements silently.
+template <typename T>
+Heads<T> heads_of(const char* op, const Tensor& t) {
+  REEL_CHECK(t.dim() == 4 && t.stride(3) == 1, op, ": the cuda kernels take rank-4 operands with stride 1 along the "
+             "last dim, got ", t.shape(), " with strides ", t.strides());
+  return {t.data<std::remove_const_t<T>>(), t.stride(0), t.stride(1), t.stride(2)};
 }
 
 template <typename T>
@@ -360,43 +407,47 @@ unsigned grid_of(int64_t BH, int64_t per_bh) {
 template <typename T>
 void forward_launch(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal, const Tensor& out,
                     const Tensor& lse) {
-  const int64_t BH = q.size(0), Tq = q.size(1), Tk = k.size(1);
-  const int D = static_cast<int>(q.size(2)), Dv = static_cast<int>(v.size(2));
+  const char* op = "attention_forward";
+  const int64_t H = q.size(1), BH = q.size(0) * H, Tq = q.size(2), Tk = k.size(2);
+  const int D = static_cast<int>(q.size(3)), Dv = static_cast<int>(v.size(3));
   const size_t smem = forward_smem<T>(D, Dv);
   REEL_CHECK(smem <= kSmemLimit, "attention_forward: ", smem, " bytes of shared memory");
   const int64_t q_tiles = tiles(Tq, AttnTiles<T>::kWarps);
   launch("attention_forward_kernel", attention_forward_kernel<T>, grid_of(BH, q_tiles), AttnTiles<T>::kWarps * 32,
-         smem, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), lse.data<T>(), Tq, Tk, D, Dv,
-         static_cast<T>(scale), causal, q_tiles);
+         smem, heads_of<const T>(op, q), heads_of<const T>(op, k), heads_of<const T>(op, v), heads_of<T>(op, out),
+         lse.data<T>(), H, Tq, Tk, D, Dv, static_cast<T>(scale), causal, q_tiles);
 }
 
 template <typename T>
 void backward_launch(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                      const Tensor& lse, double scale, bool causal, const Tensor& dq, const Tensor& dk,
                      const Tensor& dv) {
-  const int64_t BH = q.size(0), Tq = q.size(1), Tk = k.size(1);
-  const int D = static_cast<int>(q.size(2)), Dv = static_cast<int>(v.size(2));
+  const char* op = "attention_backward";
+  const int64_t H = q.size(1), BH = q.size(0) * H, Tq = q.size(2), Tk = k.size(2);
+  const int D = static_cast<int>(q.size(3)), Dv = static_cast<int>(v.size(3));
   const T s = static_cast<T>(scale);
-  const Tensor di = empty({BH, Tq}, q.dtype(), q.device());  // (BH, Tq): O(T) per (b, h)
-  launch("attention_backward_di_kernel", attention_backward_di_kernel<T>, grid_for(BH * Tq, 8), 256, 0,
-         dout.data<T>(), out.data<T>(), di.data<T>(), BH * Tq, Dv);
+  const Heads<const T> dout_h = heads_of<const T>(op, dout), q_h = heads_of<const T>(op, q),
+                       k_h = heads_of<const T>(op, k), v_h = heads_of<const T>(op, v);
+  const Tensor di = empty({BH, Tq}, q.dtype(), q.device());  // (B H, Tq): O(T) per (b, h)
+  launch("attention_backward_di_kernel", attention_backward_di_kernel<T>, grid_for(BH * Tq, 8), 256, 0, dout_h,
+         heads_of<const T>(op, out), di.data<T>(), H, Tq, BH * Tq, Dv);
   const size_t smem_kv = dkdv_smem<T>(D, Dv), smem_q = dq_smem<T>(D, Dv);
   REEL_CHECK(smem_kv <= kSmemLimit && smem_q <= kSmemLimit, "attention_backward: ", smem_kv, " and ", smem_q,
              " bytes of shared memory");
   const int64_t k_tiles = tiles(Tk, AttnTiles<T>::kKeyWarps), q_tiles = tiles(Tq, AttnTiles<T>::kWarps);
   launch("attention_backward_dkdv_kernel", attention_backward_dkdv_kernel<T>, grid_of(BH, k_tiles),
-         AttnTiles<T>::kKeyWarps * 32, smem_kv, dout.data<T>(), q.data<T>(), k.data<T>(), v.data<T>(),
-         lse.data<T>(), di.data<T>(), dk.data<T>(), dv.data<T>(), Tq, Tk, D, Dv, s, causal, k_tiles);
+         AttnTiles<T>::kKeyWarps * 32, smem_kv, dout_h, q_h, k_h, v_h, lse.data<T>(), di.data<T>(),
+         heads_of<T>(op, dk), heads_of<T>(op, dv), H, Tq, Tk, D, Dv, s, causal, k_tiles);
   launch("attention_backward_dq_kernel", attention_backward_dq_kernel<T>, grid_of(BH, q_tiles),
-         AttnTiles<T>::kWarps * 32, smem_q, dout.data<T>(), q.data<T>(), k.data<T>(), v.data<T>(), lse.data<T>(),
-         di.data<T>(), dq.data<T>(), Tq, Tk, D, Dv, s, causal, q_tiles);
+         AttnTiles<T>::kWarps * 32, smem_q, dout_h, q_h, k_h, v_h, lse.data<T>(), di.data<T>(), heads_of<T>(op, dq),
+         H, Tq, Tk, D, Dv, s, causal, q_tiles);
 }
 
 }  // namespace
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
                        const Tensor& out, const Tensor& lse) {
-  check_heads("attention_forward", q.size(2), v.size(2));
+  check_heads("attention_forward", q.size(-1), v.size(-1));
   set_device(q.device());
   REEL_DISPATCH_FLOATING(q.dtype(), "attention_forward", forward_launch<scalar_t>(q, k, v, scale, causal, out, lse))
 }
@@ -404,7 +455,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& lse, double scale, bool causal, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv) {
-  check_heads("attention_backward", q.size(2), v.size(2));
+  check_heads("attention_backward", q.size(-1), v.size(-1));
   set_device(q.device());
   REEL_DISPATCH_FLOATING(q.dtype(), "attention_backward",
                          backward_launch<scalar_t>(dout, q, k, v, out, lse, scale, causal, dq, dk, dv))
