@@ -18,16 +18,19 @@
 // Backward (FlashAttention-2's recomputation, in the forward's order): P is recomputed from the
 // saved lse, P = exp(S - lse) with S as in the forward; with Di = rowsum(dout * out),
 //   dV += P^T dO,  dP = dO V^T,  dS = scale P * (dP - Di),  dQ = dS K,  dK += dS^T Q.
-// A task is one (b, h): query tiles outer, each walking its key tiles up to the diagonal; dK and
-// dV (zeroed first) accumulate in the outputs, dQ rows are written by their tile. On a GPU,
-// FA-2 splits one (b, h) over key tiles and adds dQ with atomics; here one thread owns the whole
+// A task is one (b, h): query tiles of kBrBackward outer, each walking its key tiles up to the
+// diagonal; dK and dV (zeroed first) accumulate in the outputs, dQ rows are written by their
+// tile. On a GPU, FA-2 splits one (b, h) over key tiles and adds dQ with atomics; here one thread owns the whole
 // (b, h), so every sum runs in a fixed order and the gradients are bit-identical for any thread
 // count. B * H (96 for GPT-2 small at B = 8) is plenty of parallelism for a CPU; with fewer (b, h)
 // than threads the backward leaves threads idle.
 //
-// Tile sizes: kBr = 32 queries keeps the causal waste (the scores above the diagonal inside a
-// diagonal tile) at a quarter of a tile, while a (32, T) score GEMM still runs near oneDNN's
-// large-GEMM rate; kBc = 512 keys puts the whole key range of T <= 512 in one tile.
+// Tile sizes, measured with bench/bench_attention at 1 thread: the forward runs best with kBr = 32
+// queries, which keeps the causal waste (the scores above the diagonal inside a diagonal tile) at
+// a quarter of a tile while a (32, T) score product still runs near oneDNN's large-GEMM rate. The
+// backward's dK and dV products sum over the tile's queries, so they want more of them: 64 ran
+// its GPT-2-small shape (T = 256) 1.4x faster than 32 or 128. kBc = 512 keys puts the whole key
+// range of T <= 512 in one tile.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -46,7 +49,8 @@ namespace reel::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kBr = 32;   // queries per tile
+constexpr int64_t kBr = 32;          // queries per forward tile
+constexpr int64_t kBrBackward = 64;  // queries per backward tile
 constexpr int64_t kBc = 512;  // keys per tile
 constexpr int64_t kMinParallelFlops = 1 << 18;
 
@@ -149,7 +153,8 @@ void backward_impl(Heads<const T> dout, Heads<const T> q, Heads<const T> k, Head
                    T scale, bool causal) {
 #pragma omp parallel if (BH > 1 && BH * Tq * Tk * (D + Dv) >= kMinParallelFlops)
   {
-    Tile<T> S(kBr * kBc), dP(kBr * kBc);  // per-thread tiles (kBr, kBc): P then dS, and dP
+    // Per-thread tiles (kBrBackward, kBc): P, then dS in its place; and dP.
+    Tile<T> S(kBrBackward * kBc), dP(kBrBackward * kBc);
     std::vector<T> Di(static_cast<size_t>(Tq));  // O(T) per (b, h)
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < BH; ++bh) {
@@ -163,8 +168,8 @@ void backward_impl(Heads<const T> dout, Heads<const T> q, Heads<const T> k, Head
         std::fill_n(dKb + j * dk.ld, D, T(0));
         std::fill_n(dVb + j * dv.ld, Dv, T(0));
       }
-      for (int64_t i0 = 0; i0 < Tq; i0 += kBr) {
-        const int64_t br = std::min(kBr, Tq - i0);
+      for (int64_t i0 = 0; i0 < Tq; i0 += kBrBackward) {
+        const int64_t br = std::min(kBrBackward, Tq - i0);
         const T* Q = q.head(bh) + i0 * q.ld;
         const T* dO = dOb + i0 * dout.ld;
         T* dQ = dq.head(bh) + i0 * dq.ld;
