@@ -82,6 +82,10 @@ struct Node {
   // No live tensor depends on this node any more: the tape dropped what it held (saves, held
   // inputs, the links to its inputs) and keeps only the op's name until the node can be popped.
   bool released = false;
+  // Set by the tape only while this node's backward runs: per input, the persistent .grad buffer
+  // of a leaf (contiguous, of the input's shape, dtype and device) that the op may add its
+  // gradient into itself, or undefined. See grad_sink.
+  Tensors grad_sinks;
 
   // ---- for op authors ----
   bool needs_input_grad(size_t i) const { return inputs[i].meta != nullptr; }
@@ -94,6 +98,11 @@ struct Node {
   const Tensor& saved_tensor(size_t slot) const;
   const Shape& input_shape(size_t i) const { return inputs[i].shape; }
   int64_t saved_bytes() const;  // bytes of the distinct storages the saved tensors keep alive
+  // Where input i's gradient may be added directly, or undefined: a parameter's .grad buffer that
+  // already exists (from an earlier backward, kept by zero_grad). A backward rule that adds its
+  // gradient into it (kernels::matmul_add_: no temporary, no second pass over .grad) returns the
+  // sink itself as input i's gradient; the tape then adds nothing more. Undefined outside backward.
+  const Tensor& grad_sink(size_t i) const;
 };
 
 // Runs `op` on `inputs`: records a Node on the current tape when grad mode is on and an input

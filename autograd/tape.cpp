@@ -34,6 +34,7 @@ thread_local bool t_tape_alive = false;
 
 // Frees what a node holds once the walk is past it.
 void release(Node& node) {
+  node.grad_sinks.clear();
   node.saved.clear();
   node.saved_versions.clear();
   for (Node::Output& out : node.outputs) out.grad = Tensor();
@@ -50,6 +51,17 @@ void accumulate_into_leaf(AutogradMeta& leaf, const Tensor& g) {
   }
   if (leaf.grad.is_contiguous()) kernels::binary_(kernels::BinaryOp::Add, leaf.grad, g);  // one pass, no allocation
   else leaf.grad.copy_(kernels::binary(kernels::BinaryOp::Add, leaf.grad, g));  // a strided .grad set by the user
+}
+
+// The .grad buffer a backward rule may add input `in`'s gradient into itself (Node::grad_sink):
+// a leaf's existing buffer, contiguous and of the input's shape, dtype and device (a buffer the
+// user replaced with another layout goes through accumulate_into_leaf instead). Else undefined.
+Tensor leaf_grad_sink(const Node::Input& in) {
+  if (!in.meta || !in.meta->is_leaf) return Tensor();
+  const Tensor& g = in.meta->grad;
+  if (!g.defined() || !g.is_contiguous() || g.shape() != in.shape || g.dtype() != in.dtype || g.device() != in.device)
+    return Tensor();
+  return g;
 }
 
 // A parameter moved to another device after the forward (`now`: where it is, null if not moved)
@@ -153,6 +165,11 @@ void Node::save(const Tensors& tensors) {
     saved_versions.push_back(t.defined() ? t.version() : 0);
     mark_activation(t);
   }
+}
+
+const Tensor& Node::grad_sink(size_t i) const {
+  static const Tensor none;
+  return i < grad_sinks.size() ? grad_sinks[i] : none;
 }
 
 const Tensor& Node::saved_tensor(size_t slot) const {
@@ -534,16 +551,23 @@ void Tape::run_backward(const Node& root, int output_index, const Tensor& seed) 
     Tensors grad_in;
     {
       const profile::OpScope profiled(node.op->name(), static_cast<int64_t>(i), true);
+      node.grad_sinks.resize(node.inputs.size());
+      for (size_t j = 0; j < node.inputs.size(); ++j) node.grad_sinks[j] = leaf_grad_sink(node.inputs[j]);
       grad_in = node.op->backward(grad_out, node);
       check_anomaly(grad_in, node.op->name(), "input gradient", "backward", static_cast<int64_t>(i));
     }
+    // Which inputs' gradients the rule already added into their sinks (it returned the sink).
+    std::vector<bool> sunk(node.inputs.size(), false);
+    for (size_t j = 0; j < node.inputs.size() && j < grad_in.size(); ++j)
+      sunk[j] = grad_in[j].defined() && node.grad_sinks[j].defined() && grad_in[j].same(node.grad_sinks[j]);
+    node.grad_sinks.clear();
     release(node);
     grad_out.clear();
 
     for (size_t j = 0; j < node.inputs.size() && j < grad_in.size(); ++j) {
       const Node::Input& in = node.inputs[j];
       const Tensor& g = grad_in[j];
-      if (!in.meta || !g.defined()) continue;
+      if (!in.meta || !g.defined() || sunk[j]) continue;
       REEL_CHECK(g.shape() == in.shape, node.op->name(), ": backward gave input ", j, " a gradient of shape ",
                  g.shape(), ", expected ", in.shape, " (a bug in the op)");
       if (in.meta->is_leaf) {

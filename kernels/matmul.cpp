@@ -10,7 +10,18 @@
 
 namespace reel::kernels {
 
-Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool transpose_a, bool transpose_b, const Tensor& bias_in) {
+namespace {
+
+// A product's operands, as the backends take them: the transposes applied (views), 1-D operands
+// made matrices, the batch dims broadcast.
+struct MatmulPlan {
+  Tensor a, b;                   // (..., M, K) and (..., K, N) before broadcasting
+  Shape a_shape, b_shape, shape;  // broadcast: (B..., M, K), (B..., K, N), the product (B..., M, N)
+  int64_t K = 0;
+};
+
+MatmulPlan plan_matmul(const Tensor& a_in, const Tensor& b_in, bool transpose_a, bool transpose_b,
+                       const Tensor& bias_in) {
   if (bias_in.defined()) {
     check_same_device("matmul", {&a_in, &b_in, &bias_in});
     check_same_floating_dtype("matmul", {&a_in, &b_in, &bias_in});
@@ -22,16 +33,17 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool transpose_a, bool tra
              ": both operands need at least one dim");
   REEL_CHECK(!(transpose_a && a_in.dim() < 2) && !(transpose_b && b_in.dim() < 2), "matmul: shapes ",
              a_in.shape(), " and ", b_in.shape(), ": a transpose needs a 2-D or higher operand");
+  MatmulPlan p;
   // 1-D operands: a vector (K) is a (1, K) row on the left, a (K, 1) column on the right.
-  Tensor a = a_in.dim() == 1 ? untracked::unsqueeze(a_in, 0) : a_in;
-  Tensor b = b_in.dim() == 1 ? untracked::unsqueeze(b_in, 1) : b_in;
-  if (transpose_a) a = untracked::transpose(a, -2, -1);
-  if (transpose_b) b = untracked::transpose(b, -2, -1);
-  const int64_t M = a.size(-2), K = a.size(-1), K2 = b.size(-2), N = b.size(-1);
+  p.a = a_in.dim() == 1 ? untracked::unsqueeze(a_in, 0) : a_in;
+  p.b = b_in.dim() == 1 ? untracked::unsqueeze(b_in, 1) : b_in;
+  if (transpose_a) p.a = untracked::transpose(p.a, -2, -1);
+  if (transpose_b) p.b = untracked::transpose(p.b, -2, -1);
+  const int64_t M = p.a.size(-2), K = p.a.size(-1), K2 = p.b.size(-2), N = p.b.size(-1);
   REEL_CHECK(K == K2, "matmul: shapes ", a_in.shape(), (transpose_a ? "^T" : ""), " and ", b_in.shape(),
              (transpose_b ? "^T" : ""), " are not compatible: inner dims ", K, " != ", K2);
-  const Shape batch_a(a.shape().begin(), a.shape().end() - 2);
-  const Shape batch_b(b.shape().begin(), b.shape().end() - 2);
+  const Shape batch_a(p.a.shape().begin(), p.a.shape().end() - 2);
+  const Shape batch_b(p.b.shape().begin(), p.b.shape().end() - 2);
   // broadcast_shapes would name the batch dims alone; the full shapes say which operand is which.
   for (size_t i = 1; i <= std::min(batch_a.size(), batch_b.size()); ++i) {
     const int64_t da = batch_a[batch_a.size() - i], db = batch_b[batch_b.size() - i];
@@ -43,22 +55,48 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool transpose_a, bool tra
   REEL_CHECK(!bias_in.defined() || bias_in.shape() == Shape{N}, "matmul: shapes ", a_in.shape(),
              (transpose_a ? "^T" : ""), " and ", b_in.shape(), (transpose_b ? "^T" : ""), ": bias ", bias_in.shape(),
              " on ", bias_in.device(), " does not match: (", N, ") expected");
-  Shape batch = broadcast_shapes(batch_a, batch_b, "matmul");
-  Shape a_shape = batch, b_shape = batch, out_shape = batch;
-  a_shape.insert(a_shape.end(), {M, K});
-  b_shape.insert(b_shape.end(), {K, N});
-  out_shape.insert(out_shape.end(), {M, N});
-  Tensor out = empty(out_shape, a.dtype(), a.device());
-  // The backends read the bias densely; a strided (N) view costs one small copy.
-  const Tensor bias = bias_in.defined() ? untracked::contiguous(bias_in) : Tensor();
+  const Shape batch = broadcast_shapes(batch_a, batch_b, "matmul");
+  p.a_shape = p.b_shape = p.shape = batch;
+  p.a_shape.insert(p.a_shape.end(), {M, K});
+  p.b_shape.insert(p.b_shape.end(), {K, N});
+  p.shape.insert(p.shape.end(), {M, N});
+  p.K = K;
+  return p;
+}
+
+// Runs the plan's product into out (contiguous, p.shape), onto what it holds when accumulating.
+void run_matmul(const MatmulPlan& p, const Tensor& out, const Tensor& bias, bool accumulate) {
   if (out.numel() > 0)
-    REEL_DEVICE_DISPATCH(a.device(), matmul,
-                         kernel_cost({&a, &b, &bias}, {&out}, 2 * out.numel() * K + (bias.defined() ? out.numel() : 0)),
-                         untracked::expand(a, a_shape), untracked::expand(b, b_shape), out, bias);
+    REEL_DEVICE_DISPATCH(p.a.device(), matmul,
+                         kernel_cost({&p.a, &p.b, &bias}, {&out},
+                                     2 * out.numel() * p.K + (bias.defined() || accumulate ? out.numel() : 0)),
+                         untracked::expand(p.a, p.a_shape), untracked::expand(p.b, p.b_shape), out, bias, accumulate);
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool transpose_a, bool transpose_b, const Tensor& bias_in) {
+  const MatmulPlan p = plan_matmul(a_in, b_in, transpose_a, transpose_b, bias_in);
+  Tensor out = empty(p.shape, p.a.dtype(), p.a.device());
+  // The backends read the bias densely; a strided (N) view costs one small copy.
+  run_matmul(p, out, bias_in.defined() ? untracked::contiguous(bias_in) : Tensor(), false);
   // Drop the dims that 1-D operands added.
   if (a_in.dim() == 1) out = untracked::squeeze(out, -2);
   if (b_in.dim() == 1) out = untracked::squeeze(out, -1);
   return out;
+}
+
+void matmul_add_(const Tensor& out, const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
+  REEL_CHECK(out.defined() && a.defined() && b.defined() && a.dim() >= 2 && b.dim() >= 2, "matmul_add_: shapes ",
+             a.shape(), " and ", b.shape(), ": two operands of at least 2 dims expected");
+  const MatmulPlan p = plan_matmul(a, b, transpose_a, transpose_b, Tensor());
+  REEL_CHECK(out.shape() == p.shape && out.is_contiguous() && out.dtype() == a.dtype() && out.device() == a.device(),
+             "matmul_add_: out ", out.shape(), " ", out.dtype(), " on ", out.device(),
+             out.is_contiguous() ? "" : " (not contiguous)", " cannot take the product of ", a.shape(),
+             (transpose_a ? "^T" : ""), " and ", b.shape(), (transpose_b ? "^T" : ""), ": a contiguous ", p.shape,
+             " ", a.dtype(), " on ", a.device(), " expected");
+  run_matmul(p, out, Tensor(), true);
+  out.bump_version();
 }
 
 }  // namespace reel::kernels

@@ -18,6 +18,14 @@ namespace reel::kernels {
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false,
               const Tensor& bias = Tensor());
 
+// out += op(a) @ op(b), in place, for 2-D or batched operands (no 1-D ones): out must be
+// contiguous and have the product's broadcast shape, dtype and device. The GEMM accumulates onto
+// out (beta = 1), so there is no temporary and no second pass: autograd's gradient sinks add a
+// weight's gradient straight into the parameter's .grad this way (autograd/op.h). Bumps out's
+// version.
+void matmul_add_(const Tensor& out, const Tensor& a, const Tensor& b, bool transpose_a = false,
+                 bool transpose_b = false);
+
 }  // namespace reel::kernels
 #endif  // REEL_KERNELS_MATMUL_H
 
@@ -27,7 +35,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool t
 // (kernels/cpu/matmul.cpp) and reel::kernels::cuda (kernels/cuda/matmul.cu).
 // a (B..., M, K), b (B..., K, N) already broadcast to out's batch dims (B..., M, N); any strides
 // (kernels/matmul_layout.h); out contiguous. bias: undefined, or (N) contiguous, added to every
-// row of out. oneDNN or Eigen on the cpu, cuBLAS on cuda.
+// row of out. accumulate (never with a bias): out += a @ b, out's values read, else out written.
+// oneDNN or Eigen on the cpu, cuBLAS on cuda.
 #ifdef REEL_BACKEND_KERNELS
-void matmul(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias);
+void matmul(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias, bool accumulate);
 #endif  // REEL_BACKEND_KERNELS

@@ -11,6 +11,7 @@
 #include "autograd/nn_functions.h"
 #include "autograd/tape.h"
 #include "core/allocator.h"
+#include "core/profile.h"
 #include "testing.h"
 
 using namespace reel;
@@ -199,4 +200,45 @@ TEST_CASE("BatchNorm breaks accumulation (per-micro-batch statistics); GroupNorm
   // Per-sample normalisations: the sum of the micro-batches' gradients is the big batch's.
   CHECK(gn < 1e-12);
   CHECK(ln < 1e-12);
+}
+
+TEST_CASE("a Linear weight's gradient is added into its existing .grad inside the GEMM (gradient sink)") {
+  using testing::check_close;
+  using testing::devices;
+  using testing::uniform_f64;
+  for (Device device : devices()) {
+    for (DType dtype : {DType::f64, DType::f32}) {
+      CAPTURE(device);
+      const std::string dtype_label = dtype_name(dtype);
+      CAPTURE(dtype_label);
+      const Tensor w = uniform_f64({5, 7}, 41).to(dtype).to(device);
+      const Tensor x = uniform_f64({6, 7}, 42).to(dtype).to(device);
+      w.set_requires_grad();
+      const Tensor g_out = uniform_f64({6, 5}, 43).to(dtype).to(device);
+      autograd::backward(linear(x, w), g_out);  // first backward: no buffer yet, the gradient is cloned
+      const Tensor first = w.grad().clone();
+      const void* buffer = w.grad().data_ptr();
+      const uint64_t version = w.grad().version();
+      Profiler prof;
+      autograd::backward(linear(x, w), g_out);  // second: added into the buffer by the GEMM itself
+      prof.stop();
+      int adds = 0, matmuls = 0;
+      for (const profile::KernelRecord& k : prof.kernels()) {
+        adds += k.kernel.rfind("binary", 0) == 0;
+        matmuls += k.kernel == "matmul" && k.op_backward;
+      }
+      CHECK(adds == 0);     // no separate pass adding a temporary into .grad
+      CHECK(matmuls == 1);  // the backward's dW only (x needs no gradient)
+      CHECK(w.grad().data_ptr() == buffer);
+      CHECK(w.grad().version() > version);  // an in-place write, seen by saved-tensor checks
+      check_close(w.grad(), first * 2.0, 0.0, dtype == DType::f64 ? 1e-12 : 1e-5);
+      // A .grad the user replaced with a strided layout is not a sink: the tape adds into it.
+      w.grad().copy_(first);
+      const Tensor strided = zeros({7, 5}, dtype, device).transpose(0, 1);
+      strided.copy_(first);
+      w.autograd_meta()->grad = strided;
+      autograd::backward(linear(x, w), g_out);
+      check_close(w.grad(), first * 2.0, 0.0, dtype == DType::f64 ? 1e-12 : 1e-5);
+    }
+  }
 }

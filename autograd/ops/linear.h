@@ -42,8 +42,16 @@ struct Linear final : autograd::Op {
     const Tensor g = grad[0].reshape({-1, n_out});  // G (N, out)
     Tensors grads(node.inputs.size());
     if (node.needs_input_grad(0)) grads[0] = kernels::matmul(g, node.saved_tensor(0)).view(x_shape);
-    if (node.needs_input_grad(1))
-      grads[1] = kernels::matmul(g, node.saved_tensor(1).reshape({-1, n_in}), true, false);
+    if (node.needs_input_grad(1)) {  // dW (out, in) = G^T X
+      const Tensor x = node.saved_tensor(1).reshape({-1, n_in});
+      const Tensor& sink = node.grad_sink(1);  // W's .grad, when it already has one
+      if (sink.defined()) {
+        kernels::matmul_add_(sink, g, x, true, false);  // added in the GEMM: no temporary, no extra pass
+        grads[1] = sink;
+      } else {
+        grads[1] = kernels::matmul(g, x, true, false);
+      }
+    }
     if (grads.size() == 3 && node.needs_input_grad(2)) grads[2] = kernels::sum(g, {0});
     return grads;
   }

@@ -14,7 +14,8 @@
 //
 // Bias: an optional (N) vector added to every output row inside the GEMM, never as a second pass
 // over the finished output: each block's rows of C start as the bias and the product is
-// accumulated onto them (a GEMM with beta = 1), so there is no zero fill either.
+// accumulated onto them (a GEMM with beta = 1), so there is no zero fill either. accumulate: the
+// same beta = 1 onto what out holds (kernels::matmul_add_).
 //
 // Operands are taken in place when one of their last two dims has stride 1 (row-major, or
 // column-major = a transposed view: kernels/matmul_layout.h), so transposes cost no copy; other
@@ -32,7 +33,8 @@ namespace {
 constexpr int64_t kMinBlock = 256, kMaxParts = 16, kAlign = 48;
 
 template <typename T>
-void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& out, const Tensor& bias) {
+void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& out, const Tensor& bias,
+                  bool accumulate) {
   const int64_t r = out.dim();
   const int64_t M = out.size(r - 2), N = out.size(r - 1), K = A.t.size(r - 1);
   const int64_t batches = out.numel() / std::max<int64_t>(M * N, 1);
@@ -61,7 +63,7 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
     T* c = pc + b * M * N + row0 * N + col0;
     if (pbias)
       for (int64_t i = 0; i < rows; ++i) std::copy(pbias + col0, pbias + col0 + cols, c + i * N);
-    gemm_serial<T>(A.col_major, B.col_major, rows, cols, K, a, A.ld, bb, B.ld, pbias != nullptr, c, N);
+    gemm_serial<T>(A.col_major, B.col_major, rows, cols, K, a, A.ld, bb, B.ld, accumulate || pbias != nullptr, c, N);
   };
   const int64_t tasks = batches * parts;
   if (tasks > 1 && batches * M * N * K >= (int64_t{1} << 16)) {
@@ -74,11 +76,12 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
 
 }  // namespace
 
-void matmul(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias) {
+void matmul(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias, bool accumulate) {
   if (out.numel() == 0) return;
   const MatmulOperand A = matmul_operand(a), B = matmul_operand(b);
-  // K == 0 needs nothing special: the empty sum is zero, plus the bias (gemm_serial writes the zeros).
-  REEL_DISPATCH_FLOATING(out.dtype(), "matmul", gemm_batches<scalar_t>(A, B, out, bias))
+  // K == 0 needs nothing special: the empty sum is zero, plus the bias (gemm_serial writes the
+  // zeros, or leaves out as it is when accumulating).
+  REEL_DISPATCH_FLOATING(out.dtype(), "matmul", gemm_batches<scalar_t>(A, B, out, bias, accumulate))
 }
 
 }  // namespace reel::kernels::cpu

@@ -43,7 +43,7 @@ profile::Roof measure_cpu_roof() {
   const Tensor a = full({m, m}, 0.5, DType::f32, Device::cpu());
   const Tensor b = full({m, m}, 0.25, DType::f32, Device::cpu());
   const Tensor c = empty({m, m}, DType::f32, Device::cpu());
-  const double gemm_s = best_seconds(4, [&] { cpu::matmul(a, b, c, Tensor()); });
+  const double gemm_s = best_seconds(4, [&] { cpu::matmul(a, b, c, Tensor(), false); });
 
   profile::Roof roof;
   roof.bytes_per_s = 2.0 * static_cast<double>(n) * sizeof(float) / copy_s;

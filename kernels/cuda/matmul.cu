@@ -143,7 +143,7 @@ void fill_bias_rows(const Tensor& out, const Tensor& bias) {
 }
 
 template <typename T>
-void matmul_cublas(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias) {
+void matmul_cublas(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias, bool accumulate) {
   const int64_t r = out.dim(), nb = r - 2;
   const int64_t M = out.size(r - 2), N = out.size(r - 1), K = a.size(r - 1);
   const MatmulOperand A = matmul_operand(a), B = matmul_operand(b);
@@ -177,7 +177,7 @@ void matmul_cublas(const Tensor& a, const Tensor& b, const Tensor& out, const Te
     int64_t oa, ob;
     matmul_batch_offsets(o, static_cast<int>(inner), bs.data(), A.t, B.t, oa, ob);
     gemm_batched<T>(A, B, pa + oa, stride_a, pb + ob, stride_b, pc + o * count * M * N, M, N, K, count,
-                    bias.defined());
+                    accumulate || bias.defined());
   }
 }
 
@@ -211,10 +211,11 @@ void matmul_tiled_impl(const Tensor& a, const Tensor& b, const Tensor& out) {
 
 }  // namespace
 
-void matmul(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias) {
+void matmul(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias, bool accumulate) {
   if (out.numel() == 0) return;
   set_device(out.device());
   if (a.size(-1) == 0) {  // an empty inner dim: the product of nothing is zero, plus the bias
+    if (accumulate) return;  // out += 0
     if (bias.defined()) {
       REEL_DISPATCH_FLOATING(out.dtype(), "matmul", fill_bias_rows<scalar_t>(out, bias))
     } else {
@@ -222,7 +223,7 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& b
     }
     return;
   }
-  REEL_DISPATCH_FLOATING(out.dtype(), "matmul", matmul_cublas<scalar_t>(a, b, out, bias))
+  REEL_DISPATCH_FLOATING(out.dtype(), "matmul", matmul_cublas<scalar_t>(a, b, out, bias, accumulate))
 }
 
 void matmul_tiled(const Tensor& a, const Tensor& b, const Tensor& out) {
