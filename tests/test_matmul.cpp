@@ -1,7 +1,8 @@
 // matmul edge cases (its values against an f64 reference, 2-D on awkward sizes, batched with broadcast
 // batch dims, transposes and strided operands on every device, are rows of tests/test_ops.cpp): the
 // output shapes of broadcast batches, 1-D operands and empty dims as numpy.matmul, shape errors,
-// the fused bias (values vs an f64 reference on every device, its errors), thread-count bit identity.
+// the fused bias (values vs an f64 reference on every device, its errors), matmul_add_ (the product
+// added into an existing output), thread-count bit identity.
 #include "kernels/ops.h"
 #include "testing.h"
 
@@ -71,6 +72,8 @@ TEST_CASE("CPU matmul is bit-identical across thread counts") {
       {{1024, 96}, {96, 256}, false, false, 0},
       {{8, 64, 32}, {8, 64, 32}, false, true, 0},
       {{16, 8200}, {8192, 16}, false, false, 8192},
+      {{2048, 288}, {2048, 96}, true, false, 0},  // dW with a long K: cut into K slices
+      {{2000, 300}, {2000, 96}, true, false, 0},  // the same, K = 2000 not a multiple of the slices
   };
   uint64_t seed = 40;
   for (DType dtype : {DType::f32, DType::f64}) {
@@ -142,6 +145,7 @@ TEST_CASE("matmul with a bias matches an f64 reference on every device") {
       {{3, 8, 5}, {6, 5}, false, true, 0, true},         // a batch of a against one W^T
       {{9, 40}, {32, 11}, false, false, 32, false},      // row stride 40 > row 32
       {{96, 128}, {600, 128}, false, true, 0, false},    // cut into 2 column blocks (kernels/cpu/matmul.cpp)
+      {{1100, 40}, {1100, 120}, true, false, 0, false},  // cut into 2 K slices (a weight gradient's shape)
       {{3, 0}, {0, 4}, false, false, 0, false},          // K = 0
   };
   uint64_t seed = 700;
@@ -168,6 +172,51 @@ TEST_CASE("matmul with a bias matches an f64 reference on every device") {
       }
     }
   }
+}
+
+// matmul_add_: out += op(a) @ op(b) in place, against out's old values plus the f64 product, for a
+// single block, column blocks and K slices (the first slice accumulates onto out).
+TEST_CASE("matmul_add_ adds the product into out on every device") {
+  using reel::testing::devices;
+  using reel::testing::uniform_f64;
+  struct Case {
+    Shape a, b;
+    bool ta, tb;
+  };
+  const std::vector<Case> cases = {
+      {{7, 6}, {7, 4}, true, false},         // dW = G^T X, one block
+      {{96, 128}, {600, 128}, false, true},  // column blocks
+      {{1100, 40}, {1100, 120}, true, false},  // K slices
+      {{2, 5, 3}, {2, 3, 4}, false, false},  // a batch
+  };
+  uint64_t seed = 900;
+  for (const Device device : devices()) {
+    for (DType dtype : {DType::f32, DType::f64}) {
+      for (const Case& c : cases) {
+        const std::string what = shape_str(c.a) + " @ " + shape_str(c.b) + " " + dtype_name(dtype) + " on " +
+                                 (device.is_cuda() ? "cuda" : "cpu");
+        CAPTURE(what);
+        const Tensor a = uniform_f64(c.a, ++seed).to(dtype).to(device);
+        const Tensor b = uniform_f64(c.b, ++seed).to(dtype).to(device);
+        const Tensor out = uniform_f64(matmul(a, b, c.ta, c.tb).shape(), ++seed).to(dtype).to(device);
+        const Tensor zero_bias = zeros({out.size(-1)}, DType::f64);
+        std::vector<double> ref = matmul_bias_ref(a, b, c.ta, c.tb, zero_bias);
+        const std::vector<double> before = values(out);
+        for (size_t i = 0; i < ref.size(); ++i) ref[i] += before[i];
+        const uint64_t version = out.version();
+        matmul_add_(out, a, b, c.ta, c.tb);
+        CHECK(out.version() > version);
+        const double tol = dtype == DType::f32 ? 2e-5 : 1e-12;
+        check_close(out, ref, tol, tol);
+      }
+    }
+  }
+  CHECK_REEL_ERROR(matmul_add_(zeros({3, 5}), zeros({3, 4}), zeros({4, 4})),
+                   "matmul_add_: out (3, 5) f32 on cpu cannot take the product of (3, 4) and (4, 4): a contiguous "
+                   "(3, 4) f32 on cpu expected");
+  CHECK_REEL_ERROR(matmul_add_(zeros({4, 3}).transpose(0, 1), zeros({3, 4}), zeros({4, 4})),
+                   "(not contiguous)");
+  CHECK_REEL_ERROR(matmul_add_(zeros({3}), zeros({3, 4}), zeros({4})), "two operands of at least 2 dims");
 }
 
 TEST_CASE("a bad matmul bias raises reel::Error naming the op, shapes and devices") {

@@ -4,13 +4,16 @@
 //
 // Work split. Batches of small products: one product per task. One large product (>= 2^22
 // multiply-adds, ~8 MFLOP, where a parallel region's start-up is noise): cut along its longer
-// output dim into parts of at least kMinBlock rows (or columns), at most kMaxParts of them, edges
-// on multiples of kAlign. The parts come from the shape alone, never from the thread count: a
+// output dim into an even number of parts of at least kMinBlock rows (or columns), at most
+// kMaxParts of them, edges on multiples of kAlign; one whose output is too small for two such
+// parts but whose K is long is cut along K into up to kMaxKParts slices of at least kMinKBlock,
+// summed into the output in slice order. The parts come from the shape alone, never from the thread count: a
 // GEMM's bits depend on the shape it is given (oneDNN's blocking, Eigen's register panels of up
 // to 48 f32 put an element's K sum in a different order for another block shape: an f32
 // (128, 784) @ (784, 512) differed in its last bits when cut at the thread count), so with the
-// same blocks on 1, 2 or 16 threads the result is bit-identical (tests/test_matmul.cpp). A block
-// narrower than kMinBlock would spend its time re-packing the shared operand.
+// same blocks (and slices, added in the same order) on 1, 2 or 16 threads the result is
+// bit-identical (tests/test_matmul.cpp). A block narrower than kMinBlock would spend its time
+// re-packing the shared operand.
 //
 // Bias: an optional (N) vector added to every output row inside the GEMM, never as a second pass
 // over the finished output: each block's rows of C start as the bias and the product is
@@ -21,6 +24,7 @@
 // column-major = a transposed view: kernels/matmul_layout.h), so transposes cost no copy; other
 // layouts are made contiguous first.
 #include <algorithm>
+#include <vector>
 
 #include "kernels/backends.h"
 #include "kernels/cpu/gemm.h"
@@ -31,6 +35,36 @@ namespace reel::kernels::cpu {
 namespace {
 
 constexpr int64_t kMinBlock = 256, kMaxParts = 16, kAlign = 48;
+constexpr int64_t kMinKBlock = 512, kMaxKParts = 8;
+
+// How a product of (M, N, K) is cut, from its shape alone (see the top of the file).
+struct Split {
+  bool rows;           // the output blocks are row blocks (else column blocks)
+  int64_t dim = 1;     // the dim they cut: M or N
+  int64_t parts = 1;   // output blocks
+  int64_t kparts = 1;  // K slices of a product too narrow to cut into output blocks
+};
+
+Split split_of(int64_t M, int64_t N, int64_t K, int64_t batches) {
+  Split s;
+  s.rows = M >= N;
+  s.dim = s.rows ? M : N;
+  if (M * N * K < (int64_t{1} << 22)) return s;  // ~8 MFLOP: a parallel region's start-up is not noise
+  s.parts = std::clamp<int64_t>(s.dim / kMinBlock, 1, kMaxParts);
+  // An even count: 3 blocks on 2 threads leave one thread idle for a third of the product (the
+  // MLP's (512, 784) weight gradient ran at 0.8x BLIS's rate).
+  if (s.parts > 1 && s.parts % 2 == 1) --s.parts;
+  // One product with no output block to share out but a long K (a weight gradient G^T X over many
+  // rows, e.g. the char GPT's (288, 96) sums over 2048 tokens), cut along K instead: each slice
+  // is a product of its own (the first onto out, the others into buffers), summed into out in
+  // slice order after. Without it the product ran on one thread.
+  if (s.parts == 1 && batches == 1 && K >= 2 * kMinKBlock) s.kparts = std::min(K / kMinKBlock, kMaxKParts);
+  return s;
+}
+
+// Where piece `i` of `n` of a dim of `size` starts: an even share, rounded down to a multiple of
+// kAlign (the register panels of the GEMMs).
+int64_t edge(int64_t size, int64_t i, int64_t n) { return i == n ? size : size * i / n / kAlign * kAlign; }
 
 template <typename T>
 void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& out, const Tensor& bias,
@@ -43,34 +77,52 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
   T* pc = out.template data<T>();
   const T* pbias = bias.defined() ? bias.template data<T>() : nullptr;  // (N) or none
   const Shape& shape = out.shape();
-  const bool split_rows = M >= N;
-  const int64_t split_dim = split_rows ? M : N;
-  const int64_t parts =
-      M * N * K < (int64_t{1} << 22) ? 1 : std::clamp<int64_t>(split_dim / kMinBlock, 1, kMaxParts);
-  // Where part `part` starts: an even share, rounded down to a multiple of kAlign.
-  auto edge = [&](int64_t part) { return part == parts ? split_dim : split_dim * part / parts / kAlign * kAlign; };
-  // Rows [lo, hi) (split_rows) or columns [lo, hi) of product b.
-  auto block = [&](int64_t b, int64_t part) {
+  const Split split = split_of(M, N, K, batches);
+  // K slice `kp`'s partial product, for kp >= 1: written here, added into out afterwards.
+  std::vector<T> partials(static_cast<size_t>(split.kparts - 1) * static_cast<size_t>(M * N));
+  // Rows [lo, hi) (split.rows) or columns [lo, hi) of product b, or K slice kp of the only product.
+  auto block = [&](int64_t b, int64_t part, int64_t kp) {
     int64_t oa, ob;
     matmul_batch_offsets(b, static_cast<int>(r - 2), shape.data(), A.t, B.t, oa, ob);
-    const int64_t lo = edge(part), hi = edge(part + 1);
-    const int64_t row0 = split_rows ? lo : 0, rows = split_rows ? hi - lo : M;
-    const int64_t col0 = split_rows ? 0 : lo, cols = split_rows ? N : hi - lo;
-    // Row i of op(A) starts at a + i * lda (row-major) or a + i (column-major); column j of op(B)
-    // at b + j (row-major) or b + j * ldb (column-major).
-    const T* a = pa + oa + row0 * (A.col_major ? 1 : A.ld);
-    const T* bb = pb + ob + col0 * (B.col_major ? B.ld : 1);
+    const int64_t lo = edge(split.dim, part, split.parts), hi = edge(split.dim, part + 1, split.parts);
+    const int64_t row0 = split.rows ? lo : 0, rows = split.rows ? hi - lo : M;
+    const int64_t col0 = split.rows ? 0 : lo, cols = split.rows ? N : hi - lo;
+    const int64_t k0 = edge(K, kp, split.kparts), k1 = edge(K, kp + 1, split.kparts);
+    // Element (i, k) of op(A) is at a + i * lda + k (row-major) or a + i + k * lda (column-major);
+    // element (k, j) of op(B) at b + k * ldb + j (row-major) or b + k + j * ldb (column-major).
+    const T* a = pa + oa + row0 * (A.col_major ? 1 : A.ld) + k0 * (A.col_major ? A.ld : 1);
+    const T* bb = pb + ob + col0 * (B.col_major ? B.ld : 1) + k0 * (B.col_major ? 1 : B.ld);
+    if (kp > 0) {  // a later K slice: its own buffer, written
+      gemm_serial<T>(A.col_major, B.col_major, M, N, k1 - k0, a, A.ld, bb, B.ld, false,
+                     partials.data() + (kp - 1) * M * N, N);
+      return;
+    }
     T* c = pc + b * M * N + row0 * N + col0;
     if (pbias)
       for (int64_t i = 0; i < rows; ++i) std::copy(pbias + col0, pbias + col0 + cols, c + i * N);
-    gemm_serial<T>(A.col_major, B.col_major, rows, cols, K, a, A.ld, bb, B.ld, accumulate || pbias != nullptr, c, N);
+    gemm_serial<T>(A.col_major, B.col_major, rows, cols, k1 - k0, a, A.ld, bb, B.ld, accumulate || pbias != nullptr,
+                   c, N);
   };
-  const int64_t tasks = batches * parts;
+  const int64_t tasks = batches * split.parts * split.kparts;
   if (tasks > 1 && batches * M * N * K >= (int64_t{1} << 16)) {
 #pragma omp parallel for schedule(dynamic)
-    for (int64_t t = 0; t < tasks; ++t) block(t / parts, t % parts);
+    for (int64_t t = 0; t < tasks; ++t)
+      block(t / (split.parts * split.kparts), t / split.kparts % split.parts, t % split.kparts);
   } else {  // without entering OpenMP (an `omp parallel if (false)` still costs a team set-up)
-    for (int64_t t = 0; t < tasks; ++t) block(t / parts, t % parts);
+    for (int64_t t = 0; t < tasks; ++t)
+      block(t / (split.parts * split.kparts), t / split.kparts % split.parts, t % split.kparts);
+  }
+  if (split.kparts > 1) {
+    // out += slice 1, then slice 2, ...: each element sums in slice order whatever thread runs it.
+    const int64_t n = M * N, chunk = 4096, chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static)
+    for (int64_t ch = 0; ch < chunks; ++ch) {
+      const int64_t i0 = ch * chunk, i1 = std::min(n, i0 + chunk);
+      for (int64_t kp = 1; kp < split.kparts; ++kp) {
+        const T* partial = partials.data() + (kp - 1) * n;
+        for (int64_t i = i0; i < i1; ++i) pc[i] += partial[i];
+      }
+    }
   }
 }
 
