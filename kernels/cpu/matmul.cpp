@@ -2,8 +2,9 @@
 // is one kernels/cpu/gemm.h call (oneDNN's sgemm for f32 when built with it, else Eigen) on one of
 // reel's threads.
 //
-// Work split. Batches of small products: one product per task. One large product (>= 2^22
-// multiply-adds, ~8 MFLOP, where a parallel region's start-up is noise): cut along its longer
+// Work split. Batches of small products: one product per task. One large product (>= 2^21
+// multiply-adds, ~4 MFLOP, 40-100 us on one core, where a parallel region's start-up is noise:
+// the MLP's (512, 512) @ (512, 10) ran 1.7x faster cut in two than whole): cut along its longer
 // output dim into an even number of parts of at least kMinBlock rows (or columns), at most
 // kMaxParts of them, edges on multiples of kAlign; one whose output is too small for two such
 // parts but whose K is long is cut along K into up to kMaxKParts slices of at least kMinKBlock,
@@ -49,7 +50,7 @@ Split split_of(int64_t M, int64_t N, int64_t K, int64_t batches) {
   Split s;
   s.rows = M >= N;
   s.dim = s.rows ? M : N;
-  if (M * N * K < (int64_t{1} << 22)) return s;  // ~8 MFLOP: a parallel region's start-up is not noise
+  if (M * N * K < (int64_t{1} << 21)) return s;  // ~4 MFLOP: a parallel region's start-up is noise above
   s.parts = std::clamp<int64_t>(s.dim / kMinBlock, 1, kMaxParts);
   // An even count: 3 blocks on 2 threads leave one thread idle for a third of the product (the
   // MLP's (512, 784) weight gradient ran at 0.8x BLIS's rate).
