@@ -122,6 +122,11 @@ std::vector<double> matmul_bias_ref(const Tensor& a_in, const Tensor& b_in, bool
       }
   return out;
 }
+
+// "(7, 6) @ (7, 4) f32 on cpu": what a case of the tests below runs, for CAPTURE.
+std::string case_label(const Shape& a, const Shape& b, DType dtype, Device device) {
+  return shape_str(a) + " @ " + shape_str(b) + " " + dtype_name(dtype) + " on " + (device.is_cuda() ? "cuda" : "cpu");
+}
 }  // namespace
 
 // The shapes: x W^T as linear runs it, plain and transposed-a products, a broadcast batch (the bias
@@ -152,8 +157,7 @@ TEST_CASE("matmul with a bias matches an f64 reference on every device") {
   for (const Device device : devices()) {
     for (DType dtype : {DType::f32, DType::f64}) {
       for (const Case& c : cases) {
-        const std::string what = shape_str(c.a) + " @ " + shape_str(c.b) + " " + dtype_name(dtype) + " on " +
-                                 (device.is_cuda() ? "cuda" : "cpu");
+        const std::string what = case_label(c.a, c.b, dtype, device);
         CAPTURE(what);
         Tensor a = uniform_f64(c.a, ++seed).to(dtype).to(device);
         if (c.a_cols) a = a.narrow(-1, 0, c.a_cols);
@@ -193,8 +197,7 @@ TEST_CASE("matmul_add_ adds the product into out on every device") {
   for (const Device device : devices()) {
     for (DType dtype : {DType::f32, DType::f64}) {
       for (const Case& c : cases) {
-        const std::string what = shape_str(c.a) + " @ " + shape_str(c.b) + " " + dtype_name(dtype) + " on " +
-                                 (device.is_cuda() ? "cuda" : "cpu");
+        const std::string what = case_label(c.a, c.b, dtype, device);
         CAPTURE(what);
         const Tensor a = uniform_f64(c.a, ++seed).to(dtype).to(device);
         const Tensor b = uniform_f64(c.b, ++seed).to(dtype).to(device);
