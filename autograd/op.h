@@ -86,6 +86,7 @@ struct Node {
   // of a leaf (contiguous, of the input's shape, dtype and device) that the op may add its
   // gradient into itself, or undefined. See grad_sink.
   Tensors grad_sinks;
+  std::vector<bool> grad_sinks_zero;  // per input: its sink counts as zeros (zero_grad deferred the fill)
 
   // ---- for op authors ----
   bool needs_input_grad(size_t i) const { return inputs[i].meta != nullptr; }
@@ -100,9 +101,12 @@ struct Node {
   int64_t saved_bytes() const;  // bytes of the distinct storages the saved tensors keep alive
   // Where input i's gradient may be added directly, or undefined: a parameter's .grad buffer that
   // already exists (from an earlier backward, kept by zero_grad). A backward rule that adds its
-  // gradient into it (kernels::matmul_add_: no temporary, no second pass over .grad) returns the
+  // gradient into it (kernels::matmul_into_: no temporary, no second pass over .grad) returns the
   // sink itself as input i's gradient; the tape then adds nothing more. Undefined outside backward.
+  // When grad_sink_is_zero(i), the buffer's values are stale and count as zeros (zero_grad left
+  // them): the rule must write the whole gradient into it (a GEMM with beta = 0), not add.
   const Tensor& grad_sink(size_t i) const;
+  bool grad_sink_is_zero(size_t i) const;
 };
 
 // Runs `op` on `inputs`: records a Node on the current tape when grad mode is on and an input

@@ -35,6 +35,7 @@ thread_local bool t_tape_alive = false;
 // Frees what a node holds once the walk is past it.
 void release(Node& node) {
   node.grad_sinks.clear();
+  node.grad_sinks_zero.clear();
   node.saved.clear();
   node.saved_versions.clear();
   for (Node::Output& out : node.outputs) out.grad = Tensor();
@@ -42,11 +43,17 @@ void release(Node& node) {
 }
 
 // param.grad += g. The buffer is allocated on first use (category gradient) and then kept, so
-// micro-batches of one accumulation window sum into it and optimizers may hold on to it.
+// micro-batches of one accumulation window sum into it and optimizers may hold on to it. A buffer
+// zero_grad left to count as zeros (AutogradMeta::grad_is_zero) is written, not added to.
 void accumulate_into_leaf(AutogradMeta& leaf, const Tensor& g) {
   if (!leaf.grad.defined()) {
     MemoryCategory scope(Category::Gradient);
     leaf.grad = g.clone();
+    return;
+  }
+  if (leaf.grad_is_zero) {
+    leaf.grad_is_zero = false;
+    leaf.grad.copy_(g);  // one pass, any layout
     return;
   }
   if (leaf.grad.is_contiguous()) kernels::binary_(kernels::BinaryOp::Add, leaf.grad, g);  // one pass, no allocation
@@ -171,6 +178,8 @@ const Tensor& Node::grad_sink(size_t i) const {
   static const Tensor none;
   return i < grad_sinks.size() ? grad_sinks[i] : none;
 }
+
+bool Node::grad_sink_is_zero(size_t i) const { return i < grad_sinks_zero.size() && grad_sinks_zero[i]; }
 
 const Tensor& Node::saved_tensor(size_t slot) const {
   REEL_CHECK(slot < saved.size() && saved[slot].defined(), op->name(), ": backward needs saved tensor ", slot,
@@ -552,15 +561,22 @@ void Tape::run_backward(const Node& root, int output_index, const Tensor& seed) 
     {
       const profile::OpScope profiled(node.op->name(), static_cast<int64_t>(i), true);
       node.grad_sinks.resize(node.inputs.size());
-      for (size_t j = 0; j < node.inputs.size(); ++j) node.grad_sinks[j] = leaf_grad_sink(node.inputs[j]);
+      node.grad_sinks_zero.assign(node.inputs.size(), false);
+      for (size_t j = 0; j < node.inputs.size(); ++j) {
+        node.grad_sinks[j] = leaf_grad_sink(node.inputs[j]);
+        node.grad_sinks_zero[j] = node.grad_sinks[j].defined() && node.inputs[j].meta->grad_is_zero;
+      }
       grad_in = node.op->backward(grad_out, node);
       check_anomaly(grad_in, node.op->name(), "input gradient", "backward", static_cast<int64_t>(i));
     }
     // Which inputs' gradients the rule already added into their sinks (it returned the sink).
     std::vector<bool> sunk(node.inputs.size(), false);
-    for (size_t j = 0; j < node.inputs.size() && j < grad_in.size(); ++j)
+    for (size_t j = 0; j < node.inputs.size() && j < grad_in.size(); ++j) {
       sunk[j] = grad_in[j].defined() && node.grad_sinks[j].defined() && grad_in[j].same(node.grad_sinks[j]);
+      if (sunk[j]) node.inputs[j].meta->grad_is_zero = false;  // the rule wrote the whole buffer
+    }
     node.grad_sinks.clear();
+    node.grad_sinks_zero.clear();
     release(node);
     grad_out.clear();
 
@@ -591,7 +607,7 @@ NoGrad::~NoGrad() { GradMode::set_enabled(previous_); }
 void zero_grad(const std::vector<Tensor>& params) {
   for (const Tensor& p : params) {
     const auto& meta = p.autograd_meta();
-    if (meta && meta->grad.defined()) meta->grad.fill_(0.0);
+    if (meta && meta->grad.defined()) meta->grad_is_zero = true;  // the fill is deferred (autograd_meta.h)
   }
 }
 

@@ -26,6 +26,10 @@ struct AutogradMeta {
   bool requires_grad = false;
   bool is_leaf = true;
   Tensor grad;                              // leaves: summed over every backward, category gradient
+  // zero_grad deferred its fill: grad's values are stale and count as zeros. The next backward
+  // writes the buffer instead of adding to it (the tape), and Tensor::grad() fills it first if
+  // anything reads it before then, so a step pays no pass zeroing its gradients.
+  bool grad_is_zero = false;
   std::weak_ptr<autograd::Node> producer;   // non-leaves: expires when the tape is cleared
   int output_index = 0;                     // which output of `producer` this tensor is
   // A view (made by recorded ops, e.g. w.t(), or by their replay) sharing the storage of a leaf

@@ -54,7 +54,12 @@ bool Tensor::is_leaf() const {
 
 Tensor Tensor::grad() const {
   const auto& meta = autograd_meta();
-  return meta ? meta->grad : Tensor();
+  if (!meta) return Tensor();
+  if (meta->grad_is_zero) {  // zero_grad's deferred fill, due now that someone reads the values
+    meta->grad.fill_(0.0);
+    meta->grad_is_zero = false;
+  }
+  return meta->grad;
 }
 
 void Tensor::set_grad(const Tensor& grad) const {
@@ -62,6 +67,7 @@ void Tensor::set_grad(const Tensor& grad) const {
   REEL_CHECK(!meta || meta->is_leaf, "set_grad: the ", shape(), " tensor is not a leaf; only leaves keep a .grad");
   if (!meta) meta = std::make_shared<AutogradMeta>();
   meta->grad = grad;
+  meta->grad_is_zero = false;
 }
 
 Tensor Tensor::detach() const {

@@ -86,16 +86,17 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool transpose_a, bool tra
   return out;
 }
 
-void matmul_add_(const Tensor& out, const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
-  REEL_CHECK(out.defined() && a.defined() && b.defined() && a.dim() >= 2 && b.dim() >= 2, "matmul_add_: shapes ",
+void matmul_into_(const Tensor& out, const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b,
+                  bool accumulate) {
+  REEL_CHECK(out.defined() && a.defined() && b.defined() && a.dim() >= 2 && b.dim() >= 2, "matmul_into_: shapes ",
              a.shape(), " and ", b.shape(), ": two operands of at least 2 dims expected");
   const MatmulPlan p = plan_matmul(a, b, transpose_a, transpose_b, Tensor());
   REEL_CHECK(out.shape() == p.shape && out.is_contiguous() && out.dtype() == a.dtype() && out.device() == a.device(),
-             "matmul_add_: out ", out.shape(), " ", out.dtype(), " on ", out.device(),
+             "matmul_into_: out ", out.shape(), " ", out.dtype(), " on ", out.device(),
              out.is_contiguous() ? "" : " (not contiguous)", " cannot take the product of ", a.shape(),
              (transpose_a ? "^T" : ""), " and ", b.shape(), (transpose_b ? "^T" : ""), ": a contiguous ", p.shape,
              " ", a.dtype(), " on ", a.device(), " expected");
-  run_matmul(p, out, Tensor(), true);
+  run_matmul(p, out, Tensor(), accumulate);
   out.bump_version();
 }
 

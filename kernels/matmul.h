@@ -18,13 +18,13 @@ namespace reel::kernels {
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false,
               const Tensor& bias = Tensor());
 
-// out += op(a) @ op(b), in place, for 2-D or batched operands (no 1-D ones): out must be
-// contiguous and have the product's broadcast shape, dtype and device. The GEMM accumulates onto
-// out (beta = 1), so there is no temporary and no second pass: autograd's gradient sinks add a
-// weight's gradient straight into the parameter's .grad this way (autograd/op.h). Bumps out's
-// version.
-void matmul_add_(const Tensor& out, const Tensor& a, const Tensor& b, bool transpose_a = false,
-                 bool transpose_b = false);
+// out = op(a) @ op(b), or out += that when accumulate, in place, for 2-D or batched operands (no
+// 1-D ones): out must be contiguous and have the product's broadcast shape, dtype and device. The
+// GEMM writes out (beta = 0) or accumulates onto it (beta = 1), so there is no temporary and no
+// second pass: autograd's gradient sinks put a weight's gradient straight into the parameter's
+// .grad this way (autograd/op.h). Bumps out's version.
+void matmul_into_(const Tensor& out, const Tensor& a, const Tensor& b, bool transpose_a = false,
+                  bool transpose_b = false, bool accumulate = true);
 
 }  // namespace reel::kernels
 #endif  // REEL_KERNELS_MATMUL_H

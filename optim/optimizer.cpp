@@ -6,6 +6,7 @@
 #include <map>
 #include <utility>
 
+#include "autograd/tape.h"
 #include "core/allocator.h"
 #include "core/profile.h"
 #include "kernels/optimizer.h"
@@ -56,10 +57,7 @@ void Optimizer::step() {
   if (!with_grad.empty()) update(with_grad);
 }
 
-void Optimizer::zero_grad() {
-  for (const Tensor& p : params_)
-    if (p.grad().defined()) p.grad().fill_(0.0);
-}
+void Optimizer::zero_grad() { autograd::zero_grad(params_); }
 
 const Tensor& Optimizer::state(const std::string& slot, size_t i) {
   std::vector<Tensor>& tensors = state_[slot];

@@ -12,6 +12,7 @@
 #include "autograd/tape.h"
 #include "core/allocator.h"
 #include "core/profile.h"
+#include "optim/optimizer.h"
 #include "testing.h"
 
 using namespace reel;
@@ -240,5 +241,47 @@ TEST_CASE("a Linear weight's gradient is added into its existing .grad inside th
       autograd::backward(linear(x, w), g_out);
       check_close(w.grad(), first * 2.0, 0.0, dtype == DType::f64 ? 1e-12 : 1e-5);
     }
+  }
+}
+
+TEST_CASE("zero_grad defers its fill: the next backward writes .grad, a read before it sees zeros") {
+  using testing::check_close;
+  using testing::devices;
+  using testing::uniform_f64;
+  for (Device device : devices()) {
+    CAPTURE(device);
+    const Tensor w = uniform_f64({5, 7}, 51).to(device), b = uniform_f64({5}, 52).to(device);
+    const Tensor x = uniform_f64({6, 7}, 53).to(device), g_out = uniform_f64({6, 5}, 54).to(device);
+    w.set_requires_grad();
+    b.set_requires_grad();
+    const auto step = [&] { autograd::backward(linear(x, w, b), g_out); };
+    step();
+    const Tensor w_grad = w.grad().clone(), b_grad = b.grad().clone();
+    step();  // .grad now holds twice the gradient
+    autograd::zero_grad({w, b});
+    Profiler prof;
+    step();  // written, not added: w's by its GEMM (a sink with beta = 0), b's by a copy
+    prof.stop();
+    int fills = 0, adds = 0;
+    for (const profile::KernelRecord& k : prof.kernels()) {
+      fills += k.kernel == "fill" && k.phase == profile::Phase::Backward && k.op.empty();
+      adds += k.kernel.rfind("binary", 0) == 0;
+    }
+    CHECK(adds == 0);
+    CHECK(fills == 0);
+    check_close(w.grad(), w_grad, 0.0, 1e-6);
+    check_close(b.grad(), b_grad, 0.0, 1e-6);
+    // Read before any backward: Tensor::grad() fills the deferred zeros.
+    autograd::zero_grad({w, b});
+    check_close(w.grad(), zeros({5, 7}), 0.0, 0.0);
+    step();  // now added onto those zeros
+    check_close(w.grad(), w_grad, 0.0, 1e-6);
+    check_close(b.grad(), b_grad, 0.0, 1e-6);
+    // An optimizer's zero_grad too, and its step reads the gradient through grad().
+    optim::SGD sgd({w, b}, 0.1);
+    sgd.zero_grad();
+    const Tensor w_before = w.detach().clone();
+    sgd.step();  // gradients read as zeros: nothing moves
+    check_close(w, w_before, 0.0, 0.0);
   }
 }

@@ -1,8 +1,8 @@
 // matmul edge cases (its values against an f64 reference, 2-D on awkward sizes, batched with broadcast
 // batch dims, transposes and strided operands on every device, are rows of tests/test_ops.cpp): the
 // output shapes of broadcast batches, 1-D operands and empty dims as numpy.matmul, shape errors,
-// the fused bias (values vs an f64 reference on every device, its errors), matmul_add_ (the product
-// added into an existing output), thread-count bit identity.
+// the fused bias (values vs an f64 reference on every device, its errors), matmul_into_ (the
+// product written or added into an existing output), thread-count bit identity.
 #include "kernels/ops.h"
 #include "testing.h"
 
@@ -178,9 +178,10 @@ TEST_CASE("matmul with a bias matches an f64 reference on every device") {
   }
 }
 
-// matmul_add_: out += op(a) @ op(b) in place, against out's old values plus the f64 product, for a
-// single block, column blocks and K slices (the first slice accumulates onto out).
-TEST_CASE("matmul_add_ adds the product into out on every device") {
+// matmul_into_: out += op(a) @ op(b) in place, against out's old values plus the f64 product (and
+// out = the product without accumulate), for a single block, column blocks and K slices (the
+// first slice accumulates onto out).
+TEST_CASE("matmul_into_ adds or writes the product into out on every device") {
   using reel::testing::devices;
   using reel::testing::uniform_f64;
   struct Case {
@@ -207,19 +208,22 @@ TEST_CASE("matmul_add_ adds the product into out on every device") {
         const std::vector<double> before = values(out);
         for (size_t i = 0; i < ref.size(); ++i) ref[i] += before[i];
         const uint64_t version = out.version();
-        matmul_add_(out, a, b, c.ta, c.tb);
+        matmul_into_(out, a, b, c.ta, c.tb);
         CHECK(out.version() > version);
         const double tol = dtype == DType::f32 ? 2e-5 : 1e-12;
+        check_close(out, ref, tol, tol);
+        for (size_t i = 0; i < ref.size(); ++i) ref[i] -= before[i];
+        matmul_into_(out, a, b, c.ta, c.tb, false);  // written: the old values are not read
         check_close(out, ref, tol, tol);
       }
     }
   }
-  CHECK_REEL_ERROR(matmul_add_(zeros({3, 5}), zeros({3, 4}), zeros({4, 4})),
-                   "matmul_add_: out (3, 5) f32 on cpu cannot take the product of (3, 4) and (4, 4): a contiguous "
+  CHECK_REEL_ERROR(matmul_into_(zeros({3, 5}), zeros({3, 4}), zeros({4, 4})),
+                   "matmul_into_: out (3, 5) f32 on cpu cannot take the product of (3, 4) and (4, 4): a contiguous "
                    "(3, 4) f32 on cpu expected");
-  CHECK_REEL_ERROR(matmul_add_(zeros({4, 3}).transpose(0, 1), zeros({3, 4}), zeros({4, 4})),
+  CHECK_REEL_ERROR(matmul_into_(zeros({4, 3}).transpose(0, 1), zeros({3, 4}), zeros({4, 4})),
                    "(not contiguous)");
-  CHECK_REEL_ERROR(matmul_add_(zeros({3}), zeros({3, 4}), zeros({4})), "two operands of at least 2 dims");
+  CHECK_REEL_ERROR(matmul_into_(zeros({3}), zeros({3, 4}), zeros({4})), "two operands of at least 2 dims");
 }
 
 TEST_CASE("a bad matmul bias raises reel::Error naming the op, shapes and devices") {

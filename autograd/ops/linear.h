@@ -45,8 +45,8 @@ struct Linear final : autograd::Op {
     if (node.needs_input_grad(1)) {  // dW (out, in) = G^T X
       const Tensor x = node.saved_tensor(1).reshape({-1, n_in});
       const Tensor& sink = node.grad_sink(1);  // W's .grad, when it already has one
-      if (sink.defined()) {
-        kernels::matmul_add_(sink, g, x, true, false);  // added in the GEMM: no temporary, no extra pass
+      if (sink.defined()) {  // added (or, after zero_grad, written) by the GEMM: no temporary, no extra pass
+        kernels::matmul_into_(sink, g, x, true, false, !node.grad_sink_is_zero(1));
         grads[1] = sink;
       } else {
         grads[1] = kernels::matmul(g, x, true, false);

@@ -19,7 +19,7 @@
 // Bias: an optional (N) vector added to every output row inside the GEMM, never as a second pass
 // over the finished output: each block's rows of C start as the bias and the product is
 // accumulated onto them (a GEMM with beta = 1), so there is no zero fill either. accumulate: the
-// same beta = 1 onto what out holds (kernels::matmul_add_).
+// same beta = 1 onto what out holds (kernels::matmul_into_).
 //
 // Operands are taken in place when one of their last two dims has stride 1 (row-major, or
 // column-major = a transposed view: kernels/matmul_layout.h), so transposes cost no copy; other
