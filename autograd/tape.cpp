@@ -575,9 +575,7 @@ void Tape::run_backward(const Node& root, int output_index, const Tensor& seed) 
       sunk[j] = grad_in[j].defined() && node.grad_sinks[j].defined() && grad_in[j].same(node.grad_sinks[j]);
       if (sunk[j]) node.inputs[j].meta->grad_is_zero = false;  // the rule wrote the whole buffer
     }
-    node.grad_sinks.clear();
-    node.grad_sinks_zero.clear();
-    release(node);
+    release(node);  // the sinks too
     grad_out.clear();
 
     for (size_t j = 0; j < node.inputs.size() && j < grad_in.size(); ++j) {
