@@ -370,6 +370,25 @@ Tensor contiguous(const Tensor& x) {
   return x.clone();
 }
 
+Tensor joined(const std::vector<Tensor>& pieces, int64_t dim) {
+  if (pieces.empty() || !pieces[0].defined() || pieces[0].dim() == 0) return Tensor();
+  const Tensor& first = pieces[0];
+  const int64_t d = normalize_dim(dim, first.dim(), "joined");
+  if (first.strides()[d] <= 0) return Tensor();  // a broadcast dim: the pieces overlap
+  Shape shape = first.shape();
+  shape[d] = 0;
+  for (const Tensor& p : pieces) {
+    if (!p.defined() || p.numel() == 0 || p.storage() != first.storage() || p.dtype() != first.dtype() ||
+        p.device() != first.device() || p.strides() != first.strides() || p.dim() != first.dim())
+      return Tensor();
+    for (int64_t k = 0; k < first.dim(); ++k)
+      if (k != d && p.shape()[k] != first.shape()[k]) return Tensor();
+    if (p.offset() != first.offset() + shape[d] * first.strides()[d]) return Tensor();
+    shape[d] += p.shape()[d];
+  }
+  return make_view(first, shape, first.strides(), first.offset());
+}
+
 }  // namespace untracked
 
 // ---- copies --------------------------------------------------------------------

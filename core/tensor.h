@@ -137,6 +137,12 @@ Tensor squeeze(const Tensor& x, int64_t dim);
 Tensor unsqueeze(const Tensor& x, int64_t dim);
 Tensor expand(const Tensor& x, Shape shape);
 Tensor contiguous(const Tensor& x);  // x itself when already contiguous, else a copy
+// The inverse of narrowing: the view whose consecutive narrows along `dim` are `pieces`, when they
+// lie so in one storage (same dtype, device and strides, each piece's offset where the previous
+// one ends along dim, none empty); undefined otherwise. split's backward hands back the gradient
+// its consumers wrote into one buffer (kernels::attention_backward's packed q, k, v gradients)
+// without concatenating it.
+Tensor joined(const std::vector<Tensor>& pieces, int64_t dim);
 }  // namespace untracked
 
 // ---- factories ----

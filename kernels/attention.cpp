@@ -3,6 +3,7 @@
 #include "kernels/attention.h"
 
 #include <cmath>
+#include <optional>
 
 #include "kernels/entry_point.h"
 
@@ -57,6 +58,25 @@ Tensor empty_laid_out_like(const Tensor& like, const Shape& shape) {
   return empty(shape, like.dtype(), like.device());
 }
 
+// When q, k and v are the heads of the three thirds of one (B, T, 3C) projection (a split into
+// q, k, v: one storage, strides (T 3C, D, 3C, 1), offsets 0, C and 2C from the projection's start),
+// their gradients are made the same views of one fresh (B, T, 3C) buffer: the projection's
+// gradient is then that buffer (split's backward joins views lying end to end, untracked::joined)
+// and no concatenation runs. nullopt for any other layout.
+std::optional<AttentionBackward> packed_qkv_gradients(const Tensor& q, const Tensor& k, const Tensor& v) {
+  if (q.dim() != 4 || k.shape() != q.shape() || v.shape() != q.shape() || q.numel() == 0 ||
+      k.storage() != q.storage() || v.storage() != q.storage() || k.strides() != q.strides() ||
+      v.strides() != q.strides())
+    return std::nullopt;
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), C = H * D;
+  const Shape packed_strides{T * 3 * C, D, 3 * C, 1};
+  if (q.strides() != packed_strides || k.offset() != q.offset() + C || v.offset() != q.offset() + 2 * C)
+    return std::nullopt;
+  const Tensor qkv = empty({B, T, 3, H, D}, q.dtype(), q.device());
+  auto grad = [&](int64_t i) { return untracked::transpose(untracked::select(qkv, 2, i), 1, 2); };  // (B, H, T, D)
+  return AttentionBackward{grad(0), grad(1), grad(2)};
+}
+
 // `out` (an output made by empty_laid_out_like) as the backend kernels take it.
 Tensor out_heads(const Tensor& out, int64_t BH, int64_t T, int64_t X) {
   return out.dim() == 4 ? out : untracked::view(out, {1, BH, T, X});
@@ -94,8 +114,10 @@ AttentionBackward attention_backward(const Tensor& dout, const Tensor& q, const 
   REEL_CHECK(dout.shape() == out_shape && out.shape() == out_shape && lse.shape() == rows_of(q.shape()), op,
              ": dout ", dout.shape(), ", out ", out.shape(), " and lse ", lse.shape(), " do not match q ", q.shape(),
              " and v ", v.shape(), ": ", out_shape, ", ", out_shape, " and ", rows_of(q.shape()), " expected");
-  AttentionBackward r{empty_laid_out_like(q, q.shape()), empty_laid_out_like(k, k.shape()),
-                      empty_laid_out_like(v, v.shape())};
+  const std::optional<AttentionBackward> packed = packed_qkv_gradients(q, k, v);
+  AttentionBackward r = packed ? *packed
+                               : AttentionBackward{empty_laid_out_like(q, q.shape()), empty_laid_out_like(k, k.shape()),
+                                                   empty_laid_out_like(v, v.shape())};
   if (d.BH == 0 || d.Tk == 0) return r;
   if (d.Tq == 0) {  // no query reads any key: zero gradients
     r.dk.fill_(0.0);

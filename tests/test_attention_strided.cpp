@@ -4,12 +4,15 @@
 // so the model merges heads with a view. Values and gradients against the cpu on contiguous copies,
 // f32 and f64, causal and not, Dv != D, Tq != Tk, operands of other layouts and ranks; then the
 // autograd op in a GPT-style block, the gradient of the (B, T, 3C) projection on cuda against the cpu.
+// The gradients of such q, k and v are the thirds of one (B, T, 3C) buffer, which split's backward
+// hands on without concatenating.
 #include <optional>
 #include <vector>
 
 #include "autograd/functions.h"
 #include "autograd/nn_functions.h"
 #include "autograd/tape.h"
+#include "core/profile.h"
 #include "kernels/attention.h"
 #include "testing.h"
 
@@ -85,11 +88,40 @@ TEST_CASE("attention reads head views of a qkv projection and writes merged-head
       const Results r = check_against_cpu(a.q, a.k, a.v, causal, 2);
       CHECK(r.f.out.strides() == merged_strides(T, D));
       CHECK(r.f.lse.is_contiguous());
-      CHECK(r.g.dq.strides() == merged_strides(T, D));
-      CHECK(r.g.dk.strides() == merged_strides(T, D));
-      CHECK(r.g.dv.strides() == merged_strides(T, D));
+      // The gradients are packed like q, k and v: the thirds of one (B, T, 3C) buffer.
+      for (const Tensor* g : {&r.g.dq, &r.g.dk, &r.g.dv}) {
+        CHECK(g->strides() == a.q.strides());
+        CHECK(g->storage() == r.g.dq.storage());
+      }
+      CHECK(r.g.dk.offset() == r.g.dq.offset() + C);
+      CHECK(r.g.dv.offset() == r.g.dq.offset() + 2 * C);
     }
   }
+  }
+}
+
+TEST_CASE("attention's q, k, v gradients reach the qkv projection with no concatenation") {
+  for (Device device : testing::devices()) {
+    CAPTURE(device);
+    const Tensor w = on(uniform_f64({3 * C, C}, 31), DType::f64, device);
+    const Tensor x = on(uniform_f64({B, T, C}, 32), DType::f64, device), g = on(uniform_f64({B, T, C}, 33), DType::f64, device);
+    w.set_requires_grad();
+    auto block = [&](const Tensor& weight, bool fused) {  // CausalSelfAttention's heads, without c_proj
+      const Qkv a = qkv_views(linear(x, weight));
+      const Tensor y = fused ? attention(a.q, a.k, a.v, true) : attention_composed(a.q, a.k, a.v, true);
+      return reshape(transpose(y, 1, 2), {B, T, C});
+    };
+    Profiler prof;
+    autograd::backward(block(w, true), g);
+    prof.stop();
+    int split_kernels = 0;
+    for (const profile::KernelRecord& k : prof.kernels()) split_kernels += k.op == "split" && k.op_backward;
+    CHECK(split_kernels == 0);  // the packed gradient is handed on as it is
+    const Tensor fused_grad = w.grad().clone();
+    const Tensor w2 = w.detach().clone();
+    w2.set_requires_grad();
+    autograd::backward(block(w2, false), g);  // the composed reference, whose split concatenates
+    check_close(fused_grad, w2.grad(), 0.0, tol(DType::f64));
   }
 }
 

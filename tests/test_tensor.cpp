@@ -181,3 +181,26 @@ TEST_CASE("arange refuses non-finite bounds, a zero step and counts that do not 
   CHECK_REEL_ERROR(arange(-1e308, 1e308), "too many elements");
   CHECK(arange(3, 0).numel() == 0);
 }
+
+TEST_CASE("untracked::joined undoes consecutive narrows and refuses anything else") {
+  const Tensor a = arange(24).view({2, 3, 4});
+  const Tensor p0 = a.narrow(2, 0, 1), p1 = a.narrow(2, 1, 2), p2 = a.narrow(2, 3, 1);
+  const Tensor whole = untracked::joined({p0, p1, p2}, -1);
+  REQUIRE(whole.defined());
+  CHECK(whole.shape() == a.shape());
+  CHECK(whole.strides() == a.strides());
+  CHECK(whole.data_ptr() == a.data_ptr());  // a view, no copy
+  check_close(whole, a);
+  const Tensor rows = untracked::joined({a.narrow(1, 1, 1), a.narrow(1, 2, 1)}, 1);  // part of a dim
+  REQUIRE(rows.defined());
+  check_close(rows, a.narrow(1, 1, 2));
+  CHECK_FALSE(untracked::joined({p1, p0, p2}, 2).defined());                     // out of order
+  CHECK_FALSE(untracked::joined({p0, p2}, 2).defined());                         // a gap
+  CHECK_FALSE(untracked::joined({p0, a.clone().narrow(2, 1, 3)}, 2).defined());  // another storage
+  CHECK_FALSE(untracked::joined({p0, p1.contiguous()}, 2).defined());            // a copy
+  CHECK_FALSE(untracked::joined({p0, a.narrow(2, 1, 0), p1}, 2).defined());      // an empty piece
+  CHECK_FALSE(untracked::joined({p0, Tensor()}, 2).defined());
+  CHECK_FALSE(untracked::joined({}, 0).defined());
+  const Tensor b = tensor({1, 2}).view({2, 1}).expand({2, 4});  // stride 0 along dim 1: pieces overlap
+  CHECK_FALSE(untracked::joined({b.narrow(1, 0, 2), b.narrow(1, 2, 2)}, 1).defined());
+}

@@ -1,6 +1,7 @@
 // concat, split and chunk: pieces laid end to end along one dim, and the reverse.
 //   concat: out = [x0 | x1 | ...] (a copy);   dx_i = the part of g where x_i went (a view of g).
-//   split:  outputs are views of the parts;    dx = [g0 | g1 | ...] (unused outputs give zeros).
+//   split:  outputs are views of the parts;    dx = [g0 | g1 | ...] (unused outputs give zeros);
+//           no copy when the g_i already lie end to end in one buffer (untracked::joined).
 // Split is one op with several outputs, so a block that splits qkv into q, k and v records one
 // node, not three. Nothing is saved: the piece sizes are attributes.
 #include <algorithm>
@@ -64,6 +65,8 @@ struct Split final : autograd::Op {
     return out;
   }
   Tensors backward(const Tensors& grad, const Node& node) const override {
+    // Gradients written end to end into one buffer (attention's q, k and v) are that buffer.
+    if (Tensor whole = untracked::joined(grad, dim); whole.defined()) return {whole};
     Tensor dx = empty(node.input_shape(0), grad[0].dtype(), grad[0].device());
     int64_t offset = 0;
     for (size_t k = 0; k < sizes.size(); ++k) {
