@@ -25,6 +25,13 @@ inline Tensor max(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim 
   return reduce(ReduceOp::Max, x, std::move(axes), keepdim);
 }
 
+// out = the sum of x over `axes` (as sum, keepdim false), or out += it when accumulate, in place:
+// out contiguous of the summed shape, x's dtype and device. No temporary and no second pass:
+// Linear's bias gradient goes straight into the bias's .grad this way (its gradient sink,
+// autograd/op.h). The sum is formed first and then added, so the bits equal out + sum(x). Bumps
+// out's version.
+void sum_into_(const Tensor& out, const Tensor& x, std::vector<int64_t> axes, bool accumulate);
+
 }  // namespace reel::kernels
 #endif  // REEL_KERNELS_REDUCE_H
 
@@ -33,8 +40,8 @@ inline Tensor max(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim 
 // file again with REEL_BACKEND_KERNELS defined, inside namespace reel::kernels::cpu
 // (kernels/cpu/reduce.cpp) and reel::kernels::cuda (kernels/cuda/reduce.cu).
 // x permuted so that kept dims come first and `reduced_dims` trailing dims are reduced; out
-// contiguous with the kept dims' shape. Deterministic on both backends: a fixed reduction order,
-// no atomics.
+// contiguous with the kept dims' shape. accumulate (sums only): out += the result, out's values
+// read, else written. Deterministic on both backends: a fixed reduction order, no atomics.
 #ifdef REEL_BACKEND_KERNELS
-void reduce(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tensor& out);
+void reduce(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tensor& out, bool accumulate);
 #endif  // REEL_BACKEND_KERNELS

@@ -203,7 +203,7 @@ TEST_CASE("BatchNorm breaks accumulation (per-micro-batch statistics); GroupNorm
   CHECK(ln < 1e-12);
 }
 
-TEST_CASE("a Linear weight's gradient is added into its existing .grad inside the GEMM (gradient sink)") {
+TEST_CASE("a Linear's weight and bias gradients are added into their existing .grad by the GEMM and the column sum (gradient sinks)") {
   using testing::check_close;
   using testing::devices;
   using testing::uniform_f64;
@@ -213,26 +213,34 @@ TEST_CASE("a Linear weight's gradient is added into its existing .grad inside th
       const std::string dtype_label = dtype_name(dtype);
       CAPTURE(dtype_label);
       const Tensor w = uniform_f64({5, 7}, 41).to(dtype).to(device);
-      const Tensor x = uniform_f64({6, 7}, 42).to(dtype).to(device);
+      const Tensor b = uniform_f64({5}, 44).to(dtype).to(device);
+      const Tensor x = uniform_f64({2, 3, 7}, 42).to(dtype).to(device);  // (B, T, in): db sums B and T
       w.set_requires_grad();
-      const Tensor g_out = uniform_f64({6, 5}, 43).to(dtype).to(device);
-      autograd::backward(linear(x, w), g_out);  // first backward: no buffer yet, the gradient is cloned
-      const Tensor first = w.grad().clone();
+      b.set_requires_grad();
+      const Tensor g_out = uniform_f64({2, 3, 5}, 43).to(dtype).to(device);
+      autograd::backward(linear(x, w, b), g_out);  // first backward: no buffers yet, the gradients are cloned
+      const Tensor first = w.grad().clone(), first_b = b.grad().clone();
       const void* buffer = w.grad().data_ptr();
-      const uint64_t version = w.grad().version();
+      const void* buffer_b = b.grad().data_ptr();
+      const uint64_t version = w.grad().version(), version_b = b.grad().version();
       Profiler prof;
-      autograd::backward(linear(x, w), g_out);  // second: added into the buffer by the GEMM itself
+      autograd::backward(linear(x, w, b), g_out);  // second: added into the buffers by the GEMM and the sum
       prof.stop();
-      int adds = 0, matmuls = 0;
+      int adds = 0, matmuls = 0, sums = 0;
       for (const profile::KernelRecord& k : prof.kernels()) {
         adds += k.kernel.rfind("binary", 0) == 0;
         matmuls += k.kernel == "matmul" && k.op_backward;
+        sums += k.kernel == "reduce.sum" && k.op_backward;
       }
       CHECK(adds == 0);     // no separate pass adding a temporary into .grad
       CHECK(matmuls == 1);  // the backward's dW only (x needs no gradient)
+      CHECK(sums == 1);     // db
       CHECK(w.grad().data_ptr() == buffer);
+      CHECK(b.grad().data_ptr() == buffer_b);
       CHECK(w.grad().version() > version);  // an in-place write, seen by saved-tensor checks
+      CHECK(b.grad().version() > version_b);
       check_close(w.grad(), first * 2.0, 0.0, dtype == DType::f64 ? 1e-12 : 1e-5);
+      check_close(b.grad(), first_b * 2.0, 0.0, dtype == DType::f64 ? 1e-12 : 1e-5);
       // A .grad the user replaced with a strided layout is not a sink: the tape adds into it.
       w.grad().copy_(first);
       const Tensor strided = zeros({7, 5}, dtype, device).transpose(0, 1);
@@ -260,7 +268,7 @@ TEST_CASE("zero_grad defers its fill: the next backward writes .grad, a read bef
     step();  // .grad now holds twice the gradient
     autograd::zero_grad({w, b});
     Profiler prof;
-    step();  // written, not added: w's by its GEMM (a sink with beta = 0), b's by a copy
+    step();  // written, not added: w's by its GEMM (a sink with beta = 0), b's by its column sum
     prof.stop();
     int fills = 0, adds = 0;
     for (const profile::KernelRecord& k : prof.kernels()) {

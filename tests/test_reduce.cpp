@@ -46,3 +46,64 @@ TEST_CASE("bad reductions raise reel::Error") {
   CHECK_REEL_ERROR(max(zeros({0, 3}), {0}), "max: cannot reduce over an empty dimension of shape (0, 3)");
   CHECK_REEL_ERROR(mean(zeros({2}, DType::i32)), "mean: dtype i32");
 }
+
+// sum_into_: out (=, or += when accumulating) a sum over axes, in place; the bits equal those of
+// out + sum(x), on every device; column sums (a bias gradient), long columns (split in two passes
+// on cuda), rows, all dims.
+TEST_CASE("sum_into_ writes or adds a sum into out in place on every device") {
+  struct Case {
+    Shape x;
+    std::vector<int64_t> axes;
+  };
+  const std::vector<Case> cases = {
+      {{6, 5}, {0}}, {{2, 3, 7}, {0, 1}}, {{5000, 3}, {0}}, {{4, 9}, {1}}, {{3, 4}, {}}, {{0, 3}, {0}}};
+  uint64_t seed = 70;
+  for (Device device : testing::devices()) {
+    for (DType dtype : {DType::f32, DType::f64}) {
+      for (const Case& c : cases) {
+        CAPTURE(device);
+        CAPTURE(dtype_name(dtype));
+        CAPTURE(c.x);
+        const Tensor x = testing::uniform_f64(c.x, ++seed).to(dtype).to(device);
+        const Tensor expected_sum = sum(x, c.axes);
+        const Tensor out = testing::uniform_f64(expected_sum.shape(), ++seed).to(dtype).to(device);
+        const Tensor before = out.clone();
+        const uint64_t version = out.version();
+        sum_into_(out, x, c.axes, true);
+        CHECK(out.version() > version);
+        check_close(out, binary(BinaryOp::Add, before, expected_sum), 0.0, 0.0);
+        sum_into_(out, x, c.axes, false);  // written: the old values are not read
+        check_close(out, expected_sum, 0.0, 0.0);
+      }
+    }
+  }
+  CHECK_REEL_ERROR(sum_into_(zeros({4}), zeros({3, 5}), {0}, true),
+                   "sum_into_: out (4) must be a contiguous tensor of shape (5) (x (3, 5) summed over the axes)");
+  CHECK_REEL_ERROR(sum_into_(zeros({5, 2}).transpose(0, 1), zeros({3, 2, 5}), {0}, true), "must be a contiguous");
+  CHECK_REEL_ERROR(sum_into_(zeros({5}, DType::f64), zeros({3, 5}), {0}, true),
+                   "sum_into_: out (5) is f64, x (3, 5) is f32: one dtype expected");
+  CHECK_REEL_ERROR(sum_into_(zeros({5}), zeros({3, 5}), {2}, true), "sum_into_: dim 2 is out of range");
+  CHECK_REEL_ERROR(sum_into_(Tensor(), zeros({3, 5}), {0}, true), "sum_into_: out and x must be defined");
+  if (cuda_available())
+    CHECK_REEL_ERROR(sum_into_(zeros({5}), zeros({3, 5}, DType::f32, Device::cuda(0)), {0}, true),
+                     "sum_into_: expected all tensors on one device, got (5) on cpu (3, 5) on cuda:0");
+}
+
+// Column sums are cut into column blocks and row chunks fixed by the shape: the result is within
+// rounding of an f64 reference and bit-identical on 1, 2 and 3 threads.
+TEST_CASE("column sums of many rows: against f64 and bit-identical at any thread count") {
+  for (const Shape& shape : {Shape{5000, 3}, Shape{2048, 300}, Shape{1030, 700}}) {
+    CAPTURE(shape);
+    const Tensor x64 = testing::uniform_f64(shape, 81);
+    const std::vector<double> v = x64.to_vector<double>();
+    std::vector<double> ref(static_cast<size_t>(shape[1]), 0.0);
+    for (int64_t r = 0; r < shape[0]; ++r)
+      for (int64_t c = 0; c < shape[1]; ++c) ref[static_cast<size_t>(c)] += v[static_cast<size_t>(r * shape[1] + c)];
+    const Tensor x = x64.to(DType::f32);
+    std::vector<Tensor> sums;
+    testing::for_thread_counts({1, 2, 3}, [&] { sums.push_back(sum(x, {0})); });
+    check_close(sums[0], ref, 1e-6, 1e-5);
+    CHECK(testing::bit_identical(sums[0], sums[1]));
+    CHECK(testing::bit_identical(sums[0], sums[2]));
+  }
+}

@@ -5,6 +5,8 @@
 //   dX = G W          (N, out) @ (out, in)
 //   dW = G^T X        one GEMM with a transpose flag, summed over all N rows
 //   db = sum_rows(G)  a column reduction (kernels::sum over dim 0)
+// dW and db go straight into W's and b's .grad when those exist (their gradient sinks): the GEMM
+// and the column sum add into them (or, after zero_grad, write them), no temporary, no add pass.
 // Saves x only when W needs its gradient and W only when x does: the saved x is the input itself
 // (often a view of a tensor another node saves anyway, e.g. attention's output), not its (N, in)
 // copy, which backward re-makes when needed.
@@ -52,7 +54,15 @@ struct Linear final : autograd::Op {
         grads[1] = kernels::matmul(g, x, true, false);
       }
     }
-    if (grads.size() == 3 && node.needs_input_grad(2)) grads[2] = kernels::sum(g, {0});
+    if (grads.size() == 3 && node.needs_input_grad(2)) {  // db (out) = the column sums of G
+      const Tensor& sink = node.grad_sink(2);  // b's .grad: summed into, or after zero_grad written
+      if (sink.defined()) {
+        kernels::sum_into_(sink, g, {0}, !node.grad_sink_is_zero(2));
+        grads[2] = sink;
+      } else {
+        grads[2] = kernels::sum(g, {0});
+      }
+    }
     return grads;
   }
 };

@@ -4,6 +4,7 @@
 // beats strided access per output. f32 sums accumulate in double.
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 #include <Eigen/Core>
 
@@ -20,7 +21,7 @@ template <typename T>
 using Acc = double;  // accumulator for both f32 and f64
 
 template <typename T>
-void reduce_impl(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tensor& out) {
+void reduce_impl(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tensor& out, bool accumulate) {
   const int kept = static_cast<int>(x.dim() - reduced_dims);
   const ReducedSplit split = split_reduced(x, reduced_dims);
   const int64_t R = shape_numel(split.reduced_shape);
@@ -65,58 +66,93 @@ void reduce_impl(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tenso
           for (int64_t i = 0; i < inner.inner(); ++i) acc += q[i * s];
         }
       }
-      dst[o] = static_cast<T>(op == ReduceOp::Mean ? acc / static_cast<Acc<T>>(R) : acc);
+      const T v = static_cast<T>(op == ReduceOp::Mean ? acc / static_cast<Acc<T>>(R) : acc);
+      dst[o] = accumulate ? dst[o] + v : v;
     }
   });
 }
 
 // Column reductions (kept dims contiguous and innermost in memory, reduced dims outer, e.g. the
-// bias gradient: sum over rows of (N, C)): each thread owns a block of output columns and streams
-// over the rows, adding whole row segments, so every input byte is read once, in order.
+// bias gradient: sum over rows of (N, C)): a task owns a block of kBlock output columns and
+// streams over the rows, adding whole row segments (four rows per pass over its accumulators), so
+// every input byte is read once, in order. Sums of many rows also split the rows into chunks of
+// kRowChunk, each summed on its own and the chunks' sums added in chunk order after: the char
+// GPT's (2048, 96) bias gradients were one task on one thread. The tasks come from the shape, not
+// the thread count, so the bits do not depend on it.
 template <typename T>
-bool reduce_columns(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tensor& out) {
+bool reduce_columns(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tensor& out, bool accumulate) {
   const ReducedSplit split = split_reduced(x, reduced_dims);
   StridedLoop<1> cols(split.kept_shape, {&split.kept_strides}), rows(split.reduced_shape, {&split.reduced_strides});
   if (cols.runs() != 1 || cols.strides[0].back() != 1 || rows.runs() != 1) return false;
   const int64_t C = cols.inner(), R = rows.inner(), row_stride = rows.strides[0].back();
   const T* src = x.data<T>();
   T* dst = out.data<T>();
-  constexpr int64_t kBlock = 256;
+  constexpr int64_t kBlock = 256, kRowChunk = 512;
+  const bool is_max = op == ReduceOp::Max;
   const int64_t blocks = (C + kBlock - 1) / kBlock;
-  parallel_for(blocks, blocks > 1 && R * C >= kMinParallelStreamElements, [&](int64_t block) {
+  const int64_t chunks = is_max ? 1 : (R + kRowChunk - 1) / kRowChunk;  // a max needs no order
+  std::vector<double> partial(static_cast<size_t>(chunks > 1 ? chunks * C : 0));  // (chunks, C)
+  const bool parallel = blocks * chunks > 1 && R * C >= kMinParallelStreamElements;
+  parallel_for(blocks * chunks, parallel, [&](int64_t task) {
+    const int64_t block = task / chunks, chunk = task % chunks;
     const int64_t c0 = block * kBlock, n = std::min(kBlock, C - c0);
+    const int64_t r0 = chunks > 1 ? chunk * kRowChunk : 0, r1 = chunks > 1 ? std::min(R, r0 + kRowChunk) : R;
     double acc[kBlock];
-    bool nan[kBlock];
-    for (int64_t j = 0; j < n; ++j) {
-      acc[j] = op == ReduceOp::Max ? -std::numeric_limits<double>::infinity() : 0.0;
-      nan[j] = false;
-    }
-    for (int64_t r = 0; r < R; ++r) {
-      const T* p = src + r * row_stride + c0;
-      if (op == ReduceOp::Max) {
+    if (is_max) {
+      bool nan[kBlock];
+      for (int64_t j = 0; j < n; ++j) {
+        acc[j] = -std::numeric_limits<double>::infinity();
+        nan[j] = false;
+      }
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* p = src + r * row_stride + c0;
         for (int64_t j = 0; j < n; ++j) {
           nan[j] |= p[j] != p[j];
           acc[j] = p[j] > acc[j] ? p[j] : acc[j];
         }
-      } else {
-        for (int64_t j = 0; j < n; ++j) acc[j] += p[j];
       }
+      for (int64_t j = 0; j < n; ++j) dst[c0 + j] = nan[j] ? std::numeric_limits<T>::quiet_NaN() : static_cast<T>(acc[j]);
+      return;
+    }
+    std::fill_n(acc, n, 0.0);
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) {  // the same additions, in the same order, as one row at a time
+      const T* p = src + r * row_stride + c0;
+      for (int64_t j = 0; j < n; ++j)
+        acc[j] = acc[j] + static_cast<double>(p[j]) + static_cast<double>(p[j + row_stride]) +
+                 static_cast<double>(p[j + 2 * row_stride]) + static_cast<double>(p[j + 3 * row_stride]);
+    }
+    for (; r < r1; ++r) {
+      const T* p = src + r * row_stride + c0;
+      for (int64_t j = 0; j < n; ++j) acc[j] += static_cast<double>(p[j]);
+    }
+    if (chunks > 1) {
+      std::copy(acc, acc + n, partial.data() + chunk * C + c0);
+      return;
     }
     for (int64_t j = 0; j < n; ++j) {
-      const double v = op == ReduceOp::Mean ? acc[j] / static_cast<double>(R) : acc[j];
-      dst[c0 + j] = nan[j] ? std::numeric_limits<T>::quiet_NaN() : static_cast<T>(v);
+      const T v = static_cast<T>(op == ReduceOp::Mean ? acc[j] / static_cast<double>(R) : acc[j]);
+      dst[c0 + j] = accumulate ? dst[c0 + j] + v : v;
     }
   });
+  if (chunks > 1) {  // the chunks' sums, in chunk order
+    for (int64_t j = 0; j < C; ++j) {
+      double total = partial[static_cast<size_t>(j)];
+      for (int64_t k = 1; k < chunks; ++k) total += partial[static_cast<size_t>(k * C + j)];
+      const T v = static_cast<T>(op == ReduceOp::Mean ? total / static_cast<double>(R) : total);
+      dst[j] = accumulate ? dst[j] + v : v;
+    }
+  }
   return true;
 }
 
 }  // namespace
 
-void reduce(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tensor& out) {
+void reduce(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tensor& out, bool accumulate) {
   if (out.numel() == 0) return;
   bool done = false;
   if (x.numel() > 0 && reduced_dims > 0 && reduced_dims < x.dim())
-    REEL_DISPATCH_FLOATING(x.dtype(), op_name(op), done = reduce_columns<scalar_t>(op, x, reduced_dims, out))
+    REEL_DISPATCH_FLOATING(x.dtype(), op_name(op), done = reduce_columns<scalar_t>(op, x, reduced_dims, out, accumulate))
   if (done) return;
   Tensor in = x;
   if (x.numel() > 0 && reduced_dims > 0) {
@@ -124,7 +160,7 @@ void reduce(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tensor& ou
     StridedLoop<1> inner(split.reduced_shape, {&split.reduced_strides});
     if (inner.strides[0].back() != 1 && inner.inner() > 1) in = untracked::contiguous(x);
   }
-  REEL_DISPATCH_FLOATING(x.dtype(), op_name(op), reduce_impl<scalar_t>(op, in, reduced_dims, out))
+  REEL_DISPATCH_FLOATING(x.dtype(), op_name(op), reduce_impl<scalar_t>(op, in, reduced_dims, out, accumulate))
 }
 
 }  // namespace reel::kernels::cpu

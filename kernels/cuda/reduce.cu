@@ -30,6 +30,7 @@ struct ReduceArgs {
   int64_t chunk = 0;     // elements per split; splits = gridDim.y
   OffsetCalc<1> kept;    // o -> offset of output o's first element in x
   OffsetCalc<1> reduced; // r -> offset of its r-th element relative to that
+  bool accumulate = false;  // the final pass adds into out instead of writing it (sums only)
 };
 
 constexpr int kRowsWarpMax = 512;  // rows this short take one warp each
@@ -74,6 +75,13 @@ __device__ __forceinline__ T accumulate(const T* x, const ReduceArgs& args, int6
   return acc;
 }
 
+// out[i] = acc (divided by divisor: a mean), or out[i] += acc when the pass accumulates.
+template <bool IsMax, typename T>
+__device__ __forceinline__ void store(T* out, int64_t i, T acc, T divisor, bool accumulate) {
+  const T r = IsMax ? acc : acc / divisor;
+  out[i] = accumulate ? out[i] + r : r;
+}
+
 // Block (32, 8): warp y reduces output blockIdx.x * 8 + y, split blockIdx.y.
 // x: as described by args; out: (O, splits) contiguous; divisor: R for a final mean, else 1.
 template <bool IsMax, typename T>
@@ -82,7 +90,7 @@ __global__ void reduce_rows_warp_kernel(const T* x, T* out, ReduceArgs args, T d
   const bool active = o < args.outputs;  // uniform over the warp: all 32 lanes reach the shuffles
   T acc = active ? accumulate<IsMax>(x, args, o, s, threadIdx.x, 32) : identity<IsMax, T>();
   acc = warp_reduce<IsMax>(acc);
-  if (active && threadIdx.x == 0) out[o * gridDim.y + s] = IsMax ? acc : acc / divisor;
+  if (active && threadIdx.x == 0) store<IsMax>(out, o * gridDim.y + s, acc, divisor, args.accumulate);
 }
 
 // Block (256): reduces output blockIdx.x, split blockIdx.y. out, divisor: as above.
@@ -99,7 +107,7 @@ __global__ void reduce_rows_block_kernel(const T* x, T* out, ReduceArgs args, T 
     const int warps = blockDim.x >> 5;
     acc = lane < warps ? warp_results[lane] : identity<IsMax, T>();
     acc = warp_reduce<IsMax>(acc);
-    if (lane == 0) out[o * gridDim.y + s] = IsMax ? acc : acc / divisor;
+    if (lane == 0) store<IsMax>(out, o * gridDim.y + s, acc, divisor, args.accumulate);
   }
 }
 
@@ -116,7 +124,7 @@ __global__ void reduce_cols_kernel(const T* x, T* out, ReduceArgs args, T diviso
   if (active && threadIdx.y == 0) {
     T acc = partial[0][threadIdx.x];
     for (int k = 1; k < kColsThreadsY; ++k) acc = combine<IsMax>(acc, partial[k][threadIdx.x]);
-    out[o * gridDim.y + s] = IsMax ? acc : acc / divisor;
+    store<IsMax>(out, o * gridDim.y + s, acc, divisor, args.accumulate);
   }
 }
 
@@ -157,7 +165,7 @@ bool make_args(const Tensor& x, int64_t reduced_dims, ReduceArgs& args) {
 }
 
 template <bool IsMax, typename T>
-void reduce_impl(bool mean, const Tensor& x_in, int64_t reduced_dims, const Tensor& out) {
+void reduce_impl(bool mean, const Tensor& x_in, int64_t reduced_dims, const Tensor& out, bool accumulate) {
   Tensor x = x_in;
   ReduceArgs args;
   if (!make_args(x, reduced_dims, args)) {
@@ -186,6 +194,7 @@ void reduce_impl(bool mean, const Tensor& x_in, int64_t reduced_dims, const Tens
   const T divisor = mean ? static_cast<T>(R) : T(1);
   const T* px = x.data<T>();
   if (splits == 1) {
+    args.accumulate = accumulate;
     launch_pass<IsMax, T>(layout, px, out.data<T>(), args, 1, divisor);
     return;
   }
@@ -196,6 +205,7 @@ void reduce_impl(bool mean, const Tensor& x_in, int64_t reduced_dims, const Tens
   rows.outputs = O;
   rows.length = splits;
   rows.chunk = splits;
+  rows.accumulate = accumulate;
   const Shape kshape{O}, kstride{splits}, rshape{splits}, rstride{1};
   make_offset_calc<1>(kshape, {&kstride}, rows.kept);
   make_offset_calc<1>(rshape, {&rstride}, rows.reduced);
@@ -205,12 +215,12 @@ void reduce_impl(bool mean, const Tensor& x_in, int64_t reduced_dims, const Tens
 
 }  // namespace
 
-void reduce(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tensor& out) {
+void reduce(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tensor& out, bool accumulate) {
   if (out.numel() == 0) return;
   set_device(out.device());
   REEL_DISPATCH_FLOATING(x.dtype(), op_name(op), {
-    if (op == ReduceOp::Max) reduce_impl<true, scalar_t>(false, x, reduced_dims, out);
-    else reduce_impl<false, scalar_t>(op == ReduceOp::Mean, x, reduced_dims, out);
+    if (op == ReduceOp::Max) reduce_impl<true, scalar_t>(false, x, reduced_dims, out, false);
+    else reduce_impl<false, scalar_t>(op == ReduceOp::Mean, x, reduced_dims, out, accumulate);
   })
 }
 
