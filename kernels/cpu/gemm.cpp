@@ -66,11 +66,17 @@ struct OneThread {
 // with lda = 256 and at full speed with lda = 272. Such an operand is copied into a buffer with
 // 16 floats more per row first (its copy costs one pass over the operand, the GEMM reads it n
 // times); oneDNN's results do not depend on the leading dimension, so the bits stay the same.
-constexpr int64_t kConflictingLd = 256, kLdPad = 16;
+// Not when the GEMM reads the operand fewer than kMinReuse times (the other operand's outer dim:
+// a batch of 16 rows, a layer of 10 outputs): then the copy is most of the work. Without it the
+// MLP's (16, 512) @ (512, 512)^T ran 1.25x and its (512, 512) @ (512, 10) 1.2-1.4x faster
+// (bench/bench_gemm_engines, fastest of 7 rounds, two runs).
+constexpr int64_t kConflictingLd = 256, kLdPad = 16, kMinReuse = 64;
 
-// op's storage (rows, cols, ld) copied with a padded ld into `buffer`, or the operand itself.
-const float* unconflicted(const float* x, int64_t rows, int64_t cols, int64_t& ld, std::vector<float>& buffer) {
-  if (ld % kConflictingLd != 0 || rows < 64) return x;
+// op's storage (rows, cols, ld) copied with a padded ld into `buffer`, or the operand itself. reuse:
+// how many times the GEMM reads it.
+const float* unconflicted(const float* x, int64_t rows, int64_t cols, int64_t& ld, std::vector<float>& buffer,
+                          int64_t reuse) {
+  if (ld % kConflictingLd != 0 || rows < 64 || reuse < kMinReuse) return x;
   const int64_t padded = cols + kLdPad;
   buffer.resize(static_cast<size_t>(rows * padded));
   for (int64_t i = 0; i < rows; ++i) std::copy(x + i * ld, x + i * ld + cols, buffer.data() + i * padded);
@@ -81,8 +87,8 @@ const float* unconflicted(const float* x, int64_t rows, int64_t cols, int64_t& l
 void onednn_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                   int64_t ldb, bool accumulate, float* c, int64_t ldc) {
   thread_local std::vector<float> a_buffer, b_buffer;
-  a = unconflicted(a, ta ? k : m, ta ? m : k, lda, a_buffer);  // stored (rows, cols): op's transpose when ta
-  b = unconflicted(b, tb ? n : k, tb ? k : n, ldb, b_buffer);
+  a = unconflicted(a, ta ? k : m, ta ? m : k, lda, a_buffer, n);  // stored (rows, cols): op's transpose when ta
+  b = unconflicted(b, tb ? n : k, tb ? k : n, ldb, b_buffer, m);
   OneThread one;
   const dnnl_status_t status = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, lda, b, ldb,
                                           accumulate ? 1.0f : 0.0f, c, ldc);
