@@ -74,6 +74,7 @@ TEST_CASE("CPU matmul is bit-identical across thread counts") {
       {{16, 8200}, {8192, 16}, false, false, 8192},
       {{2048, 288}, {2048, 96}, true, false, 0},  // dW with a long K: cut into K slices
       {{2000, 300}, {2000, 96}, true, false, 0},  // the same, K = 2000 not a multiple of the slices
+      {{200, 1100}, {200, 64}, true, false, 0},   // dW of a wide layer over a short batch: blocks of 512+
   };
   uint64_t seed = 40;
   for (DType dtype : {DType::f32, DType::f64}) {

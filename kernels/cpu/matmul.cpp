@@ -5,7 +5,8 @@
 // Work split. Batches of small products: one product per task. One large product (>= 2^21
 // multiply-adds, ~4 MFLOP, 40-100 us on one core, where a parallel region's start-up is noise:
 // the MLP's (512, 512) @ (512, 10) ran 1.7x faster cut in two than whole): cut along its longer
-// output dim into an even number of parts of at least kMinBlock rows (or columns), at most
+// output dim into an even number of parts of at least kMinBlock rows (or columns; twice that for
+// a wide layer's weight gradient over a short batch, see split_of), at most
 // kMaxParts of them, edges on multiples of kAlign; one whose output is too small for two such
 // parts but whose K is long is cut along K into up to kMaxKParts slices of at least kMinKBlock,
 // summed into the output in slice order. The parts come from the shape alone, never from the thread count: a
@@ -37,6 +38,7 @@ namespace {
 
 constexpr int64_t kMinBlock = 256, kMaxParts = 16, kAlign = 48;
 constexpr int64_t kMinKBlock = 512, kMaxKParts = 8;
+constexpr int64_t kShortK = 256;
 
 // How a product of (M, N, K) is cut, from its shape alone (see the top of the file).
 struct Split {
@@ -46,12 +48,17 @@ struct Split {
   int64_t kparts = 1;  // K slices of a product too narrow to cut into output blocks
 };
 
-Split split_of(int64_t M, int64_t N, int64_t K, int64_t batches) {
+Split split_of(int64_t M, int64_t N, int64_t K, int64_t batches, bool a_transposed) {
   Split s;
   s.rows = M >= N;
   s.dim = s.rows ? M : N;
   if (M * N * K < (int64_t{1} << 21)) return s;  // ~4 MFLOP: a parallel region's start-up is noise above
-  s.parts = std::clamp<int64_t>(s.dim / kMinBlock, 1, kMaxParts);
+  // A weight gradient G^T X of a wide layer over a short batch (transposed A, K <= kShortK) takes
+  // blocks of at least 2 kMinBlock: oneDNN ran the chain's (1024, 1024) gradient over 256 rows at
+  // 92-120 GFLOP/s in 4 blocks of 256 rows and at 124-138 in 2 blocks of 512 (three alternating
+  // runs), while its forward and dX products, K = 1024, ran best in blocks of 256.
+  const int64_t min_block = a_transposed && K <= kShortK && s.dim >= 4 * kMinBlock ? 2 * kMinBlock : kMinBlock;
+  s.parts = std::clamp<int64_t>(s.dim / min_block, 1, kMaxParts);
   // An even count: 3 blocks on 2 threads leave one thread idle for a third of the product (the
   // MLP's (512, 784) weight gradient ran at 0.8x BLIS's rate).
   if (s.parts > 1 && s.parts % 2 == 1) --s.parts;
@@ -78,7 +85,7 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
   T* pc = out.template data<T>();
   const T* pbias = bias.defined() ? bias.template data<T>() : nullptr;  // (N) or none
   const Shape& shape = out.shape();
-  const Split split = split_of(M, N, K, batches);
+  const Split split = split_of(M, N, K, batches, A.col_major);
   // K slice `kp`'s partial product, for kp >= 1: written here, added into out afterwards.
   std::vector<T> partials(static_cast<size_t>(split.kparts - 1) * static_cast<size_t>(M * N));
   // Rows [lo, hi) (split.rows) or columns [lo, hi) of product b, or K slice kp of the only product.
