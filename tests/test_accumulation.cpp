@@ -203,7 +203,7 @@ TEST_CASE("BatchNorm breaks accumulation (per-micro-batch statistics); GroupNorm
   CHECK(ln < 1e-12);
 }
 
-TEST_CASE("a Linear's weight and bias gradients are added into their existing .grad by the GEMM and the column sum (gradient sinks)") {
+TEST_CASE("a Linear's weight and bias gradients are added into .grad by the GEMM and the column sum (sinks)") {
   using testing::check_close;
   using testing::devices;
   using testing::uniform_f64;

@@ -104,7 +104,8 @@ TEST_CASE("attention's q, k, v gradients reach the qkv projection with no concat
   for (Device device : testing::devices()) {
     CAPTURE(device);
     const Tensor w = on(uniform_f64({3 * C, C}, 31), DType::f64, device);
-    const Tensor x = on(uniform_f64({B, T, C}, 32), DType::f64, device), g = on(uniform_f64({B, T, C}, 33), DType::f64, device);
+    const Tensor x = on(uniform_f64({B, T, C}, 32), DType::f64, device);
+    const Tensor g = on(uniform_f64({B, T, C}, 33), DType::f64, device);
     w.set_requires_grad();
     auto block = [&](const Tensor& weight, bool fused) {  // CausalSelfAttention's heads, without c_proj
       const Qkv a = qkv_views(linear(x, weight));

@@ -111,7 +111,8 @@ bool reduce_columns(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Te
           acc[j] = p[j] > acc[j] ? p[j] : acc[j];
         }
       }
-      for (int64_t j = 0; j < n; ++j) dst[c0 + j] = nan[j] ? std::numeric_limits<T>::quiet_NaN() : static_cast<T>(acc[j]);
+      for (int64_t j = 0; j < n; ++j)
+        dst[c0 + j] = nan[j] ? std::numeric_limits<T>::quiet_NaN() : static_cast<T>(acc[j]);
       return;
     }
     std::fill_n(acc, n, 0.0);
@@ -152,7 +153,8 @@ void reduce(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tensor& ou
   if (out.numel() == 0) return;
   bool done = false;
   if (x.numel() > 0 && reduced_dims > 0 && reduced_dims < x.dim())
-    REEL_DISPATCH_FLOATING(x.dtype(), op_name(op), done = reduce_columns<scalar_t>(op, x, reduced_dims, out, accumulate))
+    REEL_DISPATCH_FLOATING(x.dtype(), op_name(op),
+                           done = reduce_columns<scalar_t>(op, x, reduced_dims, out, accumulate))
   if (done) return;
   Tensor in = x;
   if (x.numel() > 0 && reduced_dims > 0) {
