@@ -44,25 +44,24 @@ struct Linear final : autograd::Op {
     const Tensor g = grad[0].reshape({-1, n_out});  // G (N, out)
     Tensors grads(node.inputs.size());
     if (node.needs_input_grad(0)) grads[0] = kernels::matmul(g, node.saved_tensor(0)).view(x_shape);
+    // Input i's gradient: written, or added, by `into(sink, accumulate)` straight into its sink
+    // (its .grad, when it already has one: no temporary, no extra pass), else made by `fresh()`.
+    auto sunk_or = [&node](size_t i, auto into, auto fresh) {
+      const Tensor& sink = node.grad_sink(i);
+      if (!sink.defined()) return fresh();
+      into(sink, !node.grad_sink_is_zero(i));  // after zero_grad: written
+      return sink;
+    };
     if (node.needs_input_grad(1)) {  // dW (out, in) = G^T X
       const Tensor x = node.saved_tensor(1).reshape({-1, n_in});
-      const Tensor& sink = node.grad_sink(1);  // W's .grad, when it already has one
-      if (sink.defined()) {  // added (or, after zero_grad, written) by the GEMM: no temporary, no extra pass
-        kernels::matmul_into_(sink, g, x, true, false, !node.grad_sink_is_zero(1));
-        grads[1] = sink;
-      } else {
-        grads[1] = kernels::matmul(g, x, true, false);
-      }
+      grads[1] = sunk_or(
+          1, [&](const Tensor& sink, bool add) { kernels::matmul_into_(sink, g, x, true, false, add); },
+          [&] { return kernels::matmul(g, x, true, false); });
     }
-    if (grads.size() == 3 && node.needs_input_grad(2)) {  // db (out) = the column sums of G
-      const Tensor& sink = node.grad_sink(2);  // b's .grad: summed into, or after zero_grad written
-      if (sink.defined()) {
-        kernels::sum_into_(sink, g, {0}, !node.grad_sink_is_zero(2));
-        grads[2] = sink;
-      } else {
-        grads[2] = kernels::sum(g, {0});
-      }
-    }
+    if (grads.size() == 3 && node.needs_input_grad(2))  // db (out) = the column sums of G
+      grads[2] = sunk_or(
+          2, [&](const Tensor& sink, bool add) { kernels::sum_into_(sink, g, {0}, add); },
+          [&] { return kernels::sum(g, {0}); });
     return grads;
   }
 };

@@ -93,6 +93,10 @@ bool reduce_columns(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Te
   const int64_t chunks = is_max ? 1 : (R + kRowChunk - 1) / kRowChunk;  // a max needs no order
   std::vector<double> partial(static_cast<size_t>(chunks > 1 ? chunks * C : 0));  // (chunks, C)
   const bool parallel = blocks * chunks > 1 && R * C >= kMinParallelStreamElements;
+  auto finish = [&](int64_t j, double total) {  // output j from its whole sum
+    const T v = static_cast<T>(op == ReduceOp::Mean ? total / static_cast<double>(R) : total);
+    dst[j] = accumulate ? dst[j] + v : v;
+  };
   parallel_for(blocks * chunks, parallel, [&](int64_t task) {
     const int64_t block = task / chunks, chunk = task % chunks;
     const int64_t c0 = block * kBlock, n = std::min(kBlock, C - c0);
@@ -131,17 +135,13 @@ bool reduce_columns(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Te
       std::copy(acc, acc + n, partial.data() + chunk * C + c0);
       return;
     }
-    for (int64_t j = 0; j < n; ++j) {
-      const T v = static_cast<T>(op == ReduceOp::Mean ? acc[j] / static_cast<double>(R) : acc[j]);
-      dst[c0 + j] = accumulate ? dst[c0 + j] + v : v;
-    }
+    for (int64_t j = 0; j < n; ++j) finish(c0 + j, acc[j]);
   });
   if (chunks > 1) {  // the chunks' sums, in chunk order
     for (int64_t j = 0; j < C; ++j) {
       double total = partial[static_cast<size_t>(j)];
       for (int64_t k = 1; k < chunks; ++k) total += partial[static_cast<size_t>(k * C + j)];
-      const T v = static_cast<T>(op == ReduceOp::Mean ? total / static_cast<double>(R) : total);
-      dst[j] = accumulate ? dst[j] + v : v;
+      finish(j, total);
     }
   }
   return true;
