@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "autograd/hooks.h"
 #include "kernels/ops.h"
 
 namespace reel::autograd {
@@ -40,5 +41,18 @@ void check_anomaly(const Tensors& tensors, const char* op, const char* what, con
               " has non-finite values (NaN or Inf) in ", phase, " (autograd::DetectAnomaly)");
   }
 }
+
+namespace {
+// In backward: each rule's input gradients, and each replayed forward's outputs.
+class AnomalyObserver final : public BackwardObserver {
+  void after_node(const NodeEvent& e, const Tensors* produced) override {
+    if (!produced) return;
+    const bool rule = e.pass == Pass::Backward;
+    check_anomaly(*produced, e.op, rule ? "input gradient" : "output", rule ? "backward" : "replay", e.index);
+  }
+};
+}  // namespace
+
+std::shared_ptr<BackwardObserver> anomaly_observer() { return std::make_shared<AnomalyObserver>(); }
 
 }  // namespace reel::autograd

@@ -8,6 +8,7 @@
 //   autograd::backward(loss);   // "log: output 0 (4, 3) of node #2 has non-finite values in forward"
 #pragma once
 #include <cstdint>
+#include <memory>
 
 #include "autograd/op.h"
 
@@ -31,5 +32,10 @@ bool all_finite(const Tensors& tensors);
 // Under DetectAnomaly: reel::Error unless `tensors` are all finite. `what` is "output" or
 // "gradient", `phase` "forward", "replay" or "backward"; node -1 when the op was not recorded.
 void check_anomaly(const Tensors& tensors, const char* op, const char* what, const char* phase, int64_t node);
+
+// The backward observer (autograd/hooks.h) that checks every rule's gradients and every replayed
+// output: one of each thread's built-in observers. Forward outputs are checked by record().
+class BackwardObserver;
+std::shared_ptr<BackwardObserver> anomaly_observer();
 
 }  // namespace reel::autograd

@@ -10,7 +10,7 @@
 #include <set>
 #include <sstream>
 
-#include "autograd/anomaly.h"
+#include "autograd/hooks.h"
 #include "autograd/tape.h"
 #include "core/allocator.h"
 #include "core/profile.h"
@@ -73,10 +73,7 @@ Segment* outermost_collapsed(const Node& node) {
   return found;
 }
 
-bool keep_matmul_outputs(const Op& op) {
-  const std::string name = op.name();
-  return name == "linear" || name == "matmul" || name == "attention";
-}
+bool keep_costly_outputs(const Op& op) { return op.kept_by_selective(); }
 
 // Decides whether `node` keeps its saves: not while it sits in a collapsed segment. There it
 // holds instead the inputs `in` that come from outside that segment: the data a replay starts
@@ -84,37 +81,35 @@ bool keep_matmul_outputs(const Op& op) {
 void prepare_saves(Node& node, const Tensors& in) {
   const Segment* collapsed = outermost_collapsed(node);
   node.keep_saved = collapsed == nullptr || node.kept;
-  node.saved_input.clear();
   if (!collapsed) return;
   for (size_t i = 0; i < in.size(); ++i) {
     if (inside(node.inputs[i].producer(), collapsed)) continue;
-    node.inputs[i].held = in[i];
-    node.inputs[i].held_version = in[i].version();
-    mark_activation(in[i], {nullptr, static_cast<int64_t>(node.index), collapsed->id});
+    node.inputs[i].held = SavedTensor(in[i]);  // its version: the replay refuses a later write
+    node.inputs[i].held.pack({nullptr, static_cast<int64_t>(node.index), collapsed->id});
   }
 }
 
+// The saves are final once the forward returned: an output the op saved (exp saves y) keeps its
+// data alone (the same handle as y would carry y's autograd state, and the node would keep itself
+// alive); a kept node's saves that are its inputs are dropped (its piece's replay re-makes them);
+// the rest are packed (autograd/saved_tensor.h).
 Tensors run_forward(Node& node, const Tensors& in) {
-  struct Inputs {  // seen by Node::save only while the forward runs, even if it throws
-    Node& node;
-    ~Inputs() { node.forward_inputs = nullptr; }
-  } inputs{node};
-  if (node.kept && node.keep_saved) node.forward_inputs = &in;
-  return node.op->forward(in, node);
-}
-
-// The replay re-runs the forward from what the segment holds: written in place meanwhile, it would
-// recompute different activations and give the gradient of a forward that never ran.
-void check_held_version(const Node& node, size_t j) {
-  const Node::Input& in = node.inputs[j];
-  if (!in.held.defined()) return;
-  const uint64_t now = in.held.version(), then = in.held_version;
-  REEL_CHECK(now == then, node.op->name(), ": a tensor of shape ", in.held.shape(),
-             " that a checkpoint segment holds for the replay (input ", j, " of ", node.op->name(),
-             ") was modified in place (version ", then, " when held, ", now,
-             " now); the replay would recompute the forward from the new values. Write into a clone() "
-             "instead, or make the in-place change (fill_, copy_, an optimizer step) before the forward or "
-             "after the backward");
+  ForwardCtx ctx(node);
+  Tensors out = node.op->forward(in, ctx);
+  const bool drop_inputs = node.kept && node.keep_saved;
+  for (SavedTensor& slot : node.saved) {
+    const Tensor* t = slot.kept_tensor();
+    if (!t) continue;
+    const auto same = [t](const Tensor& x) { return x.same(*t); };
+    if (drop_inputs)
+      if (const auto it = std::find_if(in.begin(), in.end(), same); it != in.end()) {
+        slot.drop_keep_input(static_cast<int>(it - in.begin()));
+        continue;
+      }
+    if (std::any_of(out.begin(), out.end(), same)) slot.mark_output();
+    slot.pack({node.op->name(), static_cast<int64_t>(node.index), -1});
+  }
+  return out;
 }
 
 void end_piece(Segment& scope, size_t end) {
@@ -142,13 +137,9 @@ void Tape::place(Node& node) {
 namespace {
 // A kept node's saves that are its inputs, from the inputs its piece's replay re-made.
 void refill_kept_saves(Node& node, const Tensors& in) {
-  for (size_t slot = 0; slot < node.saved_input.size(); ++slot) {
-    const int j = node.saved_input[slot];
-    if (j < 0) continue;
-    node.saved[slot] = in[static_cast<size_t>(j)];
-    node.saved_versions[slot] = in[static_cast<size_t>(j)].version();
-    mark_activation(in[static_cast<size_t>(j)], {node.op->name(), static_cast<int64_t>(node.index), -1});
-  }
+  for (SavedTensor& slot : node.saved)
+    if (!slot.defined() && slot.input() >= 0)
+      slot.refill(in[static_cast<size_t>(slot.input())], {node.op->name(), static_cast<int64_t>(node.index), -1});
 }
 }  // namespace
 
@@ -193,7 +184,7 @@ void Tape::close(const std::shared_ptr<Segment>& segment, OnMisuse on_misuse) {
 // range has run, unless a node saved it.
 void Tape::replay(Segment& segment, size_t last) {
   segment.replayed = true;
-  const profile::PhaseScope profiled_phase(profile::Phase::Replay, segment.id);
+  ObservedReplay observed_replay({segment.id, segment.begin, last});
   using Key = std::pair<size_t, int>;  // (node index, output index)
   std::map<Key, int> uses_left;
   for (size_t i = segment.begin; i <= last; ++i)
@@ -204,34 +195,31 @@ void Tape::replay(Segment& segment, size_t last) {
   for (size_t i = segment.begin; i <= last; ++i) {
     Node& node = *nodes_[i];
     if (node.released) continue;  // no live tensor depends on it: nothing to recompute
-    // A kept node ends its piece, so nothing in this replay consumes its outputs: it runs nothing
-    // and gets back the saves that are its inputs (its other saves were kept).
-    const bool rerun = !(node.kept && node.segment.get() == &segment);
     Tensors in(node.inputs.size());
     for (size_t j = 0; j < in.size(); ++j) {
       Node::Input& input = node.inputs[j];
       if (input.held.defined()) {
-        check_held_version(node, j);
-        in[j] = input.held;
-        input.held = Tensor();
+        in[j] = input.held.unpack(node.op->name(), static_cast<int>(j));
+        input.held.clear();
         continue;
       }
       const Key key{input.producer()->index, input.meta->output_index};
       in[j] = live.at(key);
       if (--uses_left[key] == 0) live.erase(key);
     }
-    if (!rerun) {
+    // A kept node ends its piece, so nothing in this replay consumes its outputs: it runs nothing
+    // and gets back the saves that are its inputs (its other saves were kept).
+    if (node.kept && node.segment.get() == &segment) {
       refill_kept_saves(node, in);
       continue;
     }
     node.saved.clear();
-    node.saved_versions.clear();
     prepare_saves(node, in);
     Tensors out;
     {
-      const profile::OpScope profiled(node.op->name(), static_cast<int64_t>(i), false);
+      ObservedNode observed({node.op->name(), static_cast<int64_t>(i), Pass::Replay});
       out = run_forward(node, in);
-      check_anomaly(out, node.op->name(), "output", "replay", static_cast<int64_t>(i));
+      observed.finish(out);
     }
     for (size_t k = 0; k < out.size(); ++k) {
       REEL_CHECK(out[k].shape() == node.outputs[k].shape, node.op->name(), ": replay made an output of shape ",
@@ -245,6 +233,7 @@ void Tape::replay(Segment& segment, size_t last) {
       if (it != uses_left.end() && it->second > 0) live[key] = out[k];
     }
   }
+  observed_replay.finish();
 }
 
 // ---- the scope ----------------------------------------------------------------------
@@ -256,7 +245,7 @@ Checkpoint::Checkpoint() : uncaught_at_open_(std::uncaught_exceptions()) {
 }
 
 Checkpoint::Checkpoint(KeepRule keep) : uncaught_at_open_(std::uncaught_exceptions()) {
-  REEL_CHECK(keep, "Checkpoint: a selective scope needs a keep rule (e.g. autograd::keep_matmul_outputs)");
+  REEL_CHECK(keep, "Checkpoint: a selective scope needs a keep rule (e.g. autograd::keep_costly_outputs)");
   if (!grad_enabled()) return;
   segment_ = std::make_shared<Segment>();
   segment_->keep = std::move(keep);
@@ -300,6 +289,7 @@ CheckpointPolicy CheckpointPolicy::parse(const std::string& text) {
   if (text.rfind("list:", 0) == 0) {
     p.kind = Kind::List;
     std::string rest = text.substr(5);
+    if (rest.empty()) return p;  // no unit checkpointed (what an empty list prints as)
     size_t start = 0;
     while (start <= rest.size()) {
       const size_t comma = std::min(rest.find(',', start), rest.size());
@@ -331,14 +321,23 @@ CheckpointPolicy CheckpointPolicy::budget(int64_t bytes) {
   return p;
 }
 
-KeepRule CheckpointPolicy::keep_rule() const { return keep ? keep : KeepRule(keep_matmul_outputs); }
+KeepRule CheckpointPolicy::keep_rule() const { return keep ? keep : KeepRule(keep_costly_outputs); }
+
+namespace {
+// Bytes as parse_size reads them back exactly: the largest binary unit that divides them.
+std::string exact_size(int64_t bytes) {
+  for (const auto& [unit, size] : {std::pair<const char*, int64_t>{"GiB", int64_t{1} << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}})
+    if (bytes % size == 0) return std::to_string(bytes / size) + unit;
+  return std::to_string(bytes);
+}
+}  // namespace
 
 std::string CheckpointPolicy::str() const {
   switch (kind) {
     case Kind::None: return "none";
     case Kind::Sqrt: return "sqrt";
-    case Kind::Selective: return keep ? "selective (own rule)" : "selective";
-    case Kind::Budget: return "budget:" + format_bytes(budget_bytes);
+    case Kind::Selective: return "selective";
+    case Kind::Budget: return "budget:" + exact_size(budget_bytes);
     case Kind::Every: return "every:" + std::to_string(every);
     case Kind::List: {
       std::string s = "list:";
@@ -347,6 +346,11 @@ std::string CheckpointPolicy::str() const {
     }
   }
   return "?";
+}
+
+bool CheckpointPolicy::operator==(const CheckpointPolicy& o) const {
+  return kind == o.kind && every == o.every && list == o.list && budget_bytes == o.budget_bytes &&
+         static_cast<bool>(keep) == static_cast<bool>(o.keep);
 }
 
 std::vector<CheckpointPolicy::Run> CheckpointPolicy::plan(int64_t n) const {

@@ -5,8 +5,8 @@
 // stream). Policies choose the segments over a chain of modules.
 //
 // Selective checkpointing chooses per op instead: inside a Checkpoint built with a KeepRule the
-// outputs of the ops the rule selects (by default linear, matmul and attention: the expensive ones)
-// are kept, and only the ops between them (elementwise, norms, views) are recomputed. The scope is
+// outputs of the ops the rule selects (by default those whose Op::kept_by_selective() says so:
+// linear, matmul, attention and conv2d, the ones that cost a GEMM to remake) are kept, and only the ops between them (elementwise, norms, views) are recomputed. The scope is
 // cut into pieces, each ending just after a kept op; a piece is a segment of its own, replayed when
 // backward reaches it, from the kept outputs before it. The kept op itself never runs again: its
 // saves that are its inputs are refilled from the piece's replay. On a chain of Linear+GELU blocks
@@ -14,7 +14,7 @@
 // pass per block.
 //
 //   { autograd::Checkpoint seg; y = block(x); }   // block's nodes keep no saves; x is held
-//   { autograd::Checkpoint seg(autograd::keep_matmul_outputs); y = block(x); }   // selective
+//   { autograd::Checkpoint seg(autograd::keep_costly_outputs); y = block(x); }   // selective
 //   model.set_checkpoint(autograd::CheckpointPolicy::parse("sqrt"));   // nn::Sequential, GPT
 #pragma once
 #include <cstdint>
@@ -23,17 +23,18 @@
 #include <string>
 #include <vector>
 
+#include "autograd/node.h"
 #include "autograd/op.h"
 
 namespace reel::autograd {
 
-// A checkpointed region of the tape: its nodes are tape[begin, end). Collapsed (the state after
-// forward) its nodes keep no saved tensors; replayed, they have them again.
 // Which ops a selective checkpoint keeps the outputs of.
 using KeepRule = std::function<bool(const Op& op)>;
-// The default rule: linear, matmul and attention (their outputs cost a GEMM to remake).
-bool keep_matmul_outputs(const Op& op);
+// The default rule: the ops whose kept_by_selective() is true (their outputs cost a GEMM to remake).
+bool keep_costly_outputs(const Op& op);
 
+// A checkpointed region of the tape: its nodes are tape[begin, end). Collapsed (the state after
+// forward) its nodes keep no saved tensors; replayed, they have them again.
 struct Segment {
   std::shared_ptr<Segment> parent;  // the enclosing segment, for nested checkpoints
   size_t begin = 0, end = 0;  // end is set when the Checkpoint scope closes
@@ -78,7 +79,7 @@ class Checkpoint {
 // Sequential of N Linear/GELU pairs sees 2N children and makes about sqrt(2N) segments, not
 // sqrt(N); wrap each pair in its own Sequential to count layers.
 //
-// Selective runs the whole chain in one selective scope (keep_matmul_outputs, or the rule given to
+// Selective runs the whole chain in one selective scope (keep_costly_outputs, or the rule given to
 // selective()). Budget leaves the choice to the planner (autograd/checkpoint_planner.h): the
 // chain's owner measures it once (nn::Sequential::plan_checkpoint) and runs the plan it gets.
 struct CheckpointPolicy {
@@ -86,7 +87,7 @@ struct CheckpointPolicy {
   Kind kind = Kind::None;
   int64_t every = 0;           // Every: units per segment
   std::vector<int64_t> list;   // List: the units that each get their own segment
-  KeepRule keep;               // Selective: the ops kept (null: keep_matmul_outputs)
+  KeepRule keep;               // Selective: the ops kept (null: keep_costly_outputs)
   int64_t budget_bytes = 0;    // Budget: the step's activation peak may not exceed it
 
   // "none" | "every:K" (K >= 1) | "sqrt" | "list:i,j,..." | "selective" | "budget:SIZE" (SIZE in
@@ -94,7 +95,12 @@ struct CheckpointPolicy {
   static CheckpointPolicy parse(const std::string& text);
   static CheckpointPolicy selective(KeepRule keep);
   static CheckpointPolicy budget(int64_t bytes);
+  // The text parse() reads back as this same policy ("budget:1536KiB", "list:0,3"): a printed plan
+  // can be copied onto a command line. A selective policy with a rule of its own prints as
+  // "selective": a rule is code, not text, and parses back as the default rule.
   std::string str() const;
+  bool operator==(const CheckpointPolicy& o) const;  // the same kind and settings (a keep rule: whether set)
+  bool operator!=(const CheckpointPolicy& o) const { return !(*this == o); }
 
   struct Run {
     int64_t begin = 0, end = 0;  // units [begin, end)
@@ -121,9 +127,8 @@ Segment* outermost_collapsed(const Node& node);
 void prepare_saves(Node& node, const Tensors& in);
 // Ends the piece a selective scope is recording at tape position `end`: the next node begins a new one.
 void end_piece(Segment& scope, size_t end);
-// Runs `node`'s op forward on `in` after prepare_saves, as record() and a replay do.
+// Runs `node`'s op forward on `in` after prepare_saves, as record() and a replay do, and makes its
+// saved slots final (packed through the saved-tensor hooks).
 Tensors run_forward(Node& node, const Tensors& in);
-// reel::Error if input `j` of `node`, held for a replay, was written in place since it was held.
-void check_held_version(const Node& node, size_t j);
 
 }  // namespace reel::autograd

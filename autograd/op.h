@@ -1,26 +1,80 @@
-// What a differentiable op is, and what the tape records when one runs.
+// What a differentiable op is, and the narrow contexts it sees when the tape runs it.
 //
 // An op is a small struct (see autograd/ops/): its members are its attributes, forward()
-// computes outputs from inputs with kernels:: calls and saves what backward needs, backward()
-// turns output gradients into input gradients. Because forward depends on nothing but its inputs
-// and the struct, the tape can re-run it from the Node alone: that is how a checkpointed segment
-// is replayed. A Node keeps no input data, only what the op saved (and, inside a checkpoint
-// segment, the segment's boundary inputs).
+// computes outputs from inputs with kernels:: calls and saves what backward needs through its
+// ForwardCtx, backward() turns output gradients into input gradients, reading those saves through
+// its BackwardCtx. Because forward depends on nothing but its inputs and the struct, the tape can
+// re-run it from its record alone: that is how a checkpointed segment is replayed. An op never
+// sees the tape's record (autograd/node.h): the contexts are all it may touch.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "core/autograd_meta.h"
 #include "core/tensor.h"
 
 namespace reel {
 
 namespace autograd {
 
-struct Segment;  // autograd/tape.h
+struct Node;  // autograd/node.h: the tape's record of one op run
 using Tensors = std::vector<Tensor>;
+
+// What forward may ask of the tape: which input gradients will be wanted, and keeping tensors for
+// backward.
+class ForwardCtx {
+ public:
+  explicit ForwardCtx(Node& node) : node_(node) {}
+  bool needs_input_grad(size_t i) const;
+  bool any_input_needs_grad() const;
+  // False where the tape drops this op's saves (inside a collapsed checkpoint segment, and when no
+  // input needs a gradient): work whose only use is a save may be skipped (cross_entropy's fused
+  // gradient).
+  bool keeps_saves() const;
+  // Keeps `tensors` for backward, in slots numbered in the order saved (undefined entries are
+  // placeholders and cost nothing). Save only what the rule reads: the tape packs each slot when
+  // the forward returns (autograd/saved_tensor.h), counts it as an activation, and checks at
+  // backward that no in-place write changed it meanwhile. A saved view keeps its whole storage alive.
+  void save(const Tensors& tensors);
+
+ private:
+  Node& node_;
+};
+
+// What backward may ask of the tape: the saves, the inputs' shapes, and where an input's gradient
+// may be written straight into a parameter's existing .grad buffer.
+class BackwardCtx {
+ public:
+  // Made by the tape: `sinks[i]` is input i's gradient sink or undefined, `sink_is_zero[i]` says
+  // that its values are stale and count as zeros (zero_grad deferred the fill).
+  BackwardCtx(Node& node, Tensors sinks, std::vector<bool> sink_is_zero);
+  size_t num_inputs() const;
+  bool needs_input_grad(size_t i) const;
+  const Shape& input_shape(size_t i) const;
+  // Saved slot `slot`, unpacked (its hook's unpack runs once) and version-checked; reel::Error if
+  // forward did not save it.
+  const Tensor& saved(size_t slot);
+  // Input i's gradient, either made by `fresh()` and returned (the tape adds it where it goes), or,
+  // when the input is a parameter whose .grad buffer already exists, computed straight into that
+  // buffer by `write(sink, accumulate)`: accumulate says add (a GEMM with beta = 1), else write the
+  // whole gradient (beta = 0, the buffer counted as zeros). No temporary, no second pass over .grad.
+  template <typename Write, typename Fresh>
+  Tensor grad_write_or_add(size_t i, Write write, Fresh fresh) {
+    if (i >= sinks_.size() || !sinks_[i].defined()) return fresh();
+    write(sinks_[i], !sink_is_zero_[i]);
+    sunk_[i] = true;
+    return sinks_[i];
+  }
+  // For the tape: input i's gradient is already in its .grad buffer.
+  bool sunk(size_t i) const { return i < sunk_.size() && sunk_[i]; }
+
+ private:
+  Node& node_;
+  Tensors sinks_;
+  std::vector<bool> sink_is_zero_;
+  std::vector<bool> sunk_;
+};
 
 class Op {
  public:
@@ -29,84 +83,17 @@ class Op {
   // Outputs from inputs (fresh tensors, never an input itself; they may be views sharing an
   // input's storage). Runs in forward and again when a checkpoint segment is replayed, so it may
   // depend only on `in` and the op's members; it runs under NoGrad, so nothing it calls records.
-  // It calls node.save(...) with what backward needs, and only that (node.needs_input_grad tells
-  // which input gradients will be asked for); the tape drops the saves where it must not keep
-  // them.
-  virtual Tensors forward(const Tensors& in, Node& node) const = 0;
+  virtual Tensors forward(const Tensors& in, ForwardCtx& ctx) const = 0;
   // Input gradients from output gradients (each defined, shaped like its output). An entry may be
-  // left undefined where !node.needs_input_grad(i). Broadcast inputs get gradients of their own
+  // left undefined where !ctx.needs_input_grad(i). Broadcast inputs get gradients of their own
   // shape (see sum_to).
-  virtual Tensors backward(const Tensors& grad_out, const Node& node) const = 0;
+  virtual Tensors backward(const Tensors& grad_out, BackwardCtx& ctx) const = 0;
   // Attributes for the tape dump, e.g. "p=0.1 seed=5 offset=3".
   virtual std::string attributes() const { return ""; }
-};
-
-struct Node {
-  struct Input {
-    std::shared_ptr<AutogradMeta> meta;  // null when this input does not require grad
-    Shape shape;
-    DType dtype = DType::f32;
-    Device device;
-    Tensor held;  // the data itself: only at the boundary of a checkpoint segment awaiting replay
-    uint64_t held_version = 0;  // held's storage version when held: the replay refuses a later write
-    // The node that made this input, if it is a non-leaf still on the tape.
-    Node* producer() const { return meta && !meta->is_leaf ? meta->producer.lock().get() : nullptr; }
-  };
-  struct Output {
-    Shape shape;
-    DType dtype = DType::f32;
-    Device device;
-    Tensor grad;  // summed over consumers during backward, freed once this node has run
-    bool views_leaf = false;  // a view of a parameter's storage (AutogradMeta::views_leaf), for replays
-    // The output tensor's autograd state, weakly: expired once no live tensor is this output and
-    // no node on the tape consumes it (a consumer's Input::meta holds it), i.e. no live tensor
-    // depends on it. The tape releases a node whose outputs all expired (autograd/tape.h).
-    std::weak_ptr<AutogradMeta> meta;
-  };
-
-  std::unique_ptr<Op> op;
-  std::vector<Input> inputs;
-  std::vector<Output> outputs;
-  Tensors saved;                     // what op->backward needs; empty while in a collapsed segment
-  std::vector<uint64_t> saved_versions;  // each saved tensor's storage version when saved
-  bool keep_saved = true;            // false while the node's checkpoint segment is collapsed
-  // Selective checkpointing (autograd/checkpoint.h): an op whose output the segment keeps instead
-  // of recomputing. Its replay runs nothing; the saves that are its own inputs are dropped after
-  // forward (saved_input names the input, the slot stays empty) and refilled from the replay's
-  // recomputed inputs; its other saves (e.g. attention's log-sum-exp) stay.
-  bool kept = false;
-  std::vector<int> saved_input;      // per saved slot of a kept node: the input it is, or -1
-  const Tensors* forward_inputs = nullptr;  // while a kept node's forward runs: its inputs
-  std::shared_ptr<Segment> segment;  // innermost checkpoint segment, null if none
-  size_t index = 0;                  // position on the tape
-  // No live tensor depends on this node any more: the tape dropped what it held (saves, held
-  // inputs, the links to its inputs) and keeps only the op's name until the node can be popped.
-  bool released = false;
-  // Set by the tape only while this node's backward runs: per input, the persistent .grad buffer
-  // of a leaf (contiguous, of the input's shape, dtype and device) that the op may add its
-  // gradient into itself, or undefined. See grad_sink.
-  Tensors grad_sinks;
-  std::vector<bool> grad_sinks_zero;  // per input: its sink counts as zeros (zero_grad deferred the fill)
-
-  // ---- for op authors ----
-  bool needs_input_grad(size_t i) const { return inputs[i].meta != nullptr; }
-  bool any_input_needs_grad() const;
-  // Keeps `tensors` for backward (undefined entries are placeholders and cost nothing). Slots are
-  // numbered in the order saved; re-tags their memory as activations. A saved view keeps its
-  // whole storage alive, and is counted so. Records each storage's version: backward raises if an
-  // in-place write changed one before the rule reads it.
-  void save(const Tensors& tensors);
-  const Tensor& saved_tensor(size_t slot) const;
-  const Shape& input_shape(size_t i) const { return inputs[i].shape; }
-  int64_t saved_bytes() const;  // bytes of the distinct storages the saved tensors keep alive
-  // Where input i's gradient may be added directly, or undefined: a parameter's .grad buffer that
-  // already exists (from an earlier backward, kept by zero_grad). A backward rule that adds its
-  // gradient into it (kernels::matmul_into_: no temporary, no second pass over .grad) returns the
-  // sink itself as input i's gradient; the tape then adds nothing more. Undefined outside backward.
-  // When grad_sink_is_zero(i), the buffer's values are stale and count as zeros (zero_grad left
-  // them): the rule must write the whole gradient into it (a GEMM with beta = 0), not add.
-  const Tensor& grad_sink(size_t i) const;
-  bool grad_sink_is_zero(size_t i) const;
+  // Selective checkpointing keeps this op's output instead of recomputing it: true for the ops
+  // whose output costs a GEMM to remake (linear, matmul, attention, conv2d). A user's KeepRule
+  // may decide otherwise (autograd/checkpoint.h).
+  virtual bool kept_by_selective() const { return false; }
 };
 
 // Runs `op` on `inputs`: records a Node on the current tape when grad mode is on and an input

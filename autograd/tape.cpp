@@ -1,4 +1,5 @@
-// The tape: recording ops, checkpoint segments, segment replay and the reverse walk.
+// The tape: recording ops, the lifetime rule, and the reverse walk (a segment's replay, which the
+// walk triggers, is in autograd/checkpoint.cpp).
 //
 // Memory story of one step, in the order it happens:
 //   forward   each node saves what its backward needs (counted as activations); inside a
@@ -18,6 +19,7 @@
 #include <unordered_set>
 
 #include "autograd/anomaly.h"
+#include "autograd/hooks.h"
 #include "core/allocator.h"
 #include "core/memory_timeline.h"
 #include "core/profile.h"
@@ -34,12 +36,9 @@ thread_local bool t_tape_alive = false;
 
 // Frees what a node holds once the walk is past it.
 void release(Node& node) {
-  node.grad_sinks.clear();
-  node.grad_sinks_zero.clear();
   node.saved.clear();
-  node.saved_versions.clear();
   for (Node::Output& out : node.outputs) out.grad = Tensor();
-  for (Node::Input& in : node.inputs) in.held = Tensor();
+  for (Node::Input& in : node.inputs) in.held.clear();
 }
 
 // param.grad += g. The buffer is allocated on first use (category gradient) and then kept, so
@@ -60,9 +59,10 @@ void accumulate_into_leaf(AutogradMeta& leaf, const Tensor& g) {
   else leaf.grad.copy_(kernels::binary(kernels::BinaryOp::Add, leaf.grad, g));  // a strided .grad set by the user
 }
 
-// The .grad buffer a backward rule may add input `in`'s gradient into itself (Node::grad_sink):
-// a leaf's existing buffer, contiguous and of the input's shape, dtype and device (a buffer the
-// user replaced with another layout goes through accumulate_into_leaf instead). Else undefined.
+// The .grad buffer a backward rule may write input `in`'s gradient into itself
+// (BackwardCtx::grad_write_or_add): a leaf's existing buffer, contiguous and of the input's shape,
+// dtype and device (a buffer the user replaced with another layout goes through
+// accumulate_into_leaf instead). Else undefined.
 Tensor leaf_grad_sink(const Node::Input& in) {
   if (!in.meta || !in.meta->is_leaf) return Tensor();
   const Tensor& g = in.meta->grad;
@@ -88,121 +88,49 @@ void check_leaf_grad(const Node& node, const Node::Input& in, const Device* now)
              "; reset it with set_grad(Tensor()) after moving or reshaping the parameter");
 }
 
-// Before `node`'s backward rule reads what it saved: a tensor written in place since (its storage's
-// version moved) would silently give the gradient of values the forward never saw.
-void check_saved_versions(const Node& node) {
-  for (size_t s = 0; s < node.saved.size(); ++s) {
-    const Tensor& t = node.saved[s];
-    if (!t.defined()) continue;
-    const uint64_t now = t.version(), then = node.saved_versions[s];
-    REEL_CHECK(now == then, node.op->name(), ": a tensor of shape ", t.shape(), " that ", node.op->name(),
-               " saved for backward was modified in place (version ", then, " when saved, ", now,
-               " now); its gradient would use the new values. Write into a clone() instead, or make the "
-               "in-place change (fill_, copy_, an optimizer step) before the forward or after the backward");
-  }
-}
-
 // Every check a backward makes of `node` before running anything: a parameter moved, a stale .grad
-// buffer, an in-place write to what it saved or what its segment holds for the replay.
+// buffer, an in-place write to what it saved or what its segment holds for the replay (each slot
+// checks its version again when backward unpacks it, after a replay re-saved).
 void check_node(const Node& node, const std::function<const Device*(const AutogradMeta*)>& moved_to) {
-  check_saved_versions(node);
+  for (const SavedTensor& s : node.saved) s.check_version(node.op->name());
   for (size_t j = 0; j < node.inputs.size(); ++j) {
     const Node::Input& in = node.inputs[j];
     check_leaf_grad(node, in, moved_to(in.meta.get()));
-    check_held_version(node, j);
+    in.held.check_version(node.op->name(), static_cast<int>(j));
   }
 }
 
 }  // namespace
 
-// What the tape keeps for backward is an activation in the memory statistics, until the tape is
-// cleared. Storage already attributed to something else (parameters, gradients) keeps its
-// category, and so do leaves that require grad and views of them (w.t()): those are parameters
-// even when created outside a MemoryCategory scope.
-//
-// A running MemoryTimeline learns the tensor's shape and why it is kept. Node::save runs inside
-// its op's forward (an op in the thread's profile context); prepare_saves holds a collapsed
-// segment's boundary inputs before the op runs (no op yet), for the node about to be pushed.
-void mark_activation(const Tensor& t, const KeptBy& by) {
-  if (!t.defined() || !t.storage() || t.storage()->category() != Category::Temporary) return;
-  const auto& meta = t.autograd_meta();
-  if (meta && ((meta->is_leaf && meta->requires_grad) || meta->views_leaf)) return;
-  t.storage()->set_category(Category::Activation);
-  Tape& tape = Tape::current();
-  tape.remember_activation(t.storage());
-  if (memory_timeline_collecting()) {
-    const profile::Context context = profile::current_context();
-    ActivationNote note;
-    note.shape = shape_str(t.shape());
-    if (by.segment >= 0) {
-      note.held = true;
-      note.segment = by.segment;
-      note.node = by.node;
-    } else if (by.op || context.op) {
-      note.op = by.op ? by.op : context.op;
-      note.node = by.op ? by.node : context.node;
-    }
-    memory_timeline_note(t.storage()->data(), std::move(note));
-  }
-}
-
 // ---- Node ------------------------------------------------------------------------
-
-bool Node::any_input_needs_grad() const {
-  for (const Input& in : inputs)
-    if (in.meta) return true;
-  return false;
-}
-
-void Node::save(const Tensors& tensors) {
-  if (!keep_saved) return;
-  for (const Tensor& t : tensors) {
-    if (forward_inputs && t.defined()) {  // a kept node: an input is re-made by the replay, not kept
-      const auto it = std::find_if(forward_inputs->begin(), forward_inputs->end(),
-                                   [&](const Tensor& in) { return in.same(t); });
-      if (it != forward_inputs->end()) {
-        saved_input.resize(saved.size(), -1);
-        saved_input.push_back(static_cast<int>(it - forward_inputs->begin()));
-        saved.emplace_back();
-        saved_versions.push_back(0);
-        continue;
-      }
-    }
-    saved.push_back(t);
-    saved_versions.push_back(t.defined() ? t.version() : 0);
-    mark_activation(t);
-  }
-}
-
-const Tensor& Node::grad_sink(size_t i) const {
-  static const Tensor none;
-  return i < grad_sinks.size() ? grad_sinks[i] : none;
-}
-
-bool Node::grad_sink_is_zero(size_t i) const { return i < grad_sinks_zero.size() && grad_sinks_zero[i]; }
-
-const Tensor& Node::saved_tensor(size_t slot) const {
-  REEL_CHECK(slot < saved.size() && saved[slot].defined(), op->name(), ": backward needs saved tensor ", slot,
-             ", which forward did not save (a bug in the op)");
-  return saved[slot];
-}
 
 namespace {
 // Bytes of the storages behind `tensors` not yet in `seen`: a view counts its whole storage (which
 // it keeps alive), once, however many views of it there are; an expanded view is not counted at
 // its broadcast size.
-int64_t distinct_storage_bytes(const Tensors& tensors, std::unordered_set<const Storage*>& seen) {
+int64_t distinct_storage_bytes(const Tensor* t, std::unordered_set<const Storage*>& seen) {
+  if (!t || !t->defined() || !t->storage() || !seen.insert(t->storage().get()).second) return 0;
+  return static_cast<int64_t>(t->storage()->bytes());
+}
+
+// ... of what `node` saved (each slot's tensor, or the Tensor its pack hook made).
+int64_t saved_storage_bytes(const Node& node, std::unordered_set<const Storage*>& seen) {
   int64_t bytes = 0;
-  for (const Tensor& t : tensors)
-    if (t.defined() && t.storage() && seen.insert(t.storage().get()).second)
-      bytes += static_cast<int64_t>(t.storage()->bytes());
+  for (const SavedTensor& s : node.saved) bytes += distinct_storage_bytes(s.kept_tensor(), seen);
+  return bytes;
+}
+
+// ... of the boundary inputs `node` holds for a replay.
+int64_t held_storage_bytes(const Node& node, std::unordered_set<const Storage*>& seen) {
+  int64_t bytes = 0;
+  for (const Node::Input& in : node.inputs) bytes += distinct_storage_bytes(in.held.kept_tensor(), seen);
   return bytes;
 }
 }  // namespace
 
 int64_t Node::saved_bytes() const {
   std::unordered_set<const Storage*> seen;
-  return distinct_storage_bytes(saved, seen);
+  return saved_storage_bytes(*this, seen);
 }
 
 // ---- recording -----------------------------------------------------------------------
@@ -228,7 +156,8 @@ Tensors record(std::unique_ptr<Op> op, const Tensors& inputs) {
   if (!node->any_input_needs_grad()) {  // nothing to differentiate: compute, record nothing
     node->keep_saved = false;
     const profile::OpScope profiled(node->op->name(), -1, false);
-    Tensors outputs = node->op->forward(inputs, *node);
+    ForwardCtx ctx(*node);
+    Tensors outputs = node->op->forward(inputs, ctx);
     check_anomaly(outputs, node->op->name(), "output", "forward", -1);
     return outputs;
   }
@@ -274,11 +203,6 @@ Tensors record(std::unique_ptr<Op> op, const Tensors& inputs) {
     node->outputs[k].views_leaf = meta->views_leaf;
     y.autograd_meta() = std::move(meta);
   }
-  // An output the op saved (exp saves y) is the same handle as y, so it now carries y's autograd
-  // state: the node would keep its own output alive and never be released. Keep the data alone.
-  for (Tensor& t : node->saved)
-    for (const Tensor& y : outputs)
-      if (t.defined() && t.same(y)) t = t.detach();
   tape.push(std::move(node));
   return outputs;
 }
@@ -417,10 +341,7 @@ const Device* Tape::moved_to(const AutogradMeta* leaf) const {
 int64_t Tape::saved_bytes() const {
   std::unordered_set<const Storage*> seen;  // views of one storage, saved by several nodes: once
   int64_t bytes = 0;
-  for (const auto& node : nodes_) {
-    bytes += distinct_storage_bytes(node->saved, seen);
-    for (const Node::Input& in : node->inputs) bytes += distinct_storage_bytes({in.held}, seen);
-  }
+  for (const auto& node : nodes_) bytes += saved_storage_bytes(*node, seen) + held_storage_bytes(*node, seen);
   return bytes;
 }
 
@@ -441,8 +362,7 @@ std::string Tape::dump() const {
     for (size_t k = 0; k < node->outputs.size(); ++k) os << (k ? ", " : "") << shape_str(node->outputs[k].shape);
     os << ")  saved " << format_bytes(node->saved_bytes());
     std::unordered_set<const Storage*> seen;
-    int64_t held = 0;
-    for (const Node::Input& in : node->inputs) held += distinct_storage_bytes({in.held}, seen);
+    const int64_t held = held_storage_bytes(*node, seen);
     if (held) os << ", holds " << format_bytes(held);
     if (node->segment)
       os << "  segment " << node->segment->id << (outermost_collapsed(*node) ? " (collapsed)" : "")
@@ -502,9 +422,35 @@ void Tape::backward(const Tensor& loss, const Tensor& grad) {
       if (producer && producer->index < i) needed[producer->index] = true;
     }
   }
+  const profile::PhaseScope profiled_phase(profile::Phase::Backward);
   run_backward(*root, meta->output_index, grad);
 }
 
+namespace {
+// For leaf_grad_ready observers: ready[i] lists the leaves whose lowest user on the tape is node i,
+// so their .grad is final once the walk is past it. Empty when no observer asks.
+std::vector<std::vector<const AutogradMeta*>> leaves_final_after(
+    const std::vector<std::shared_ptr<Node>>& nodes, size_t root) {
+  std::vector<std::vector<const AutogradMeta*>> ready;
+  if (!any_observer_wants_leaf_grad_ready()) return ready;
+  std::unordered_set<const AutogradMeta*> seen;
+  ready.resize(root + 1);
+  for (size_t i = 0; i <= root; ++i)
+    for (const Node::Input& in : nodes[i]->inputs)
+      if (in.meta && in.meta->is_leaf && seen.insert(in.meta.get()).second) ready[i].push_back(in.meta.get());
+  return ready;
+}
+
+bool reached(const Node& node) {  // does any gradient flow into this node?
+  for (const Node::Output& out : node.outputs)
+    if (out.grad.defined()) return true;
+  return false;
+}
+}  // namespace
+
+// The reverse walk. Observers (autograd/hooks.h) see each rule, each replay and each leaf whose
+// gradient is final; what they do (anomaly checks, profiler scopes, data parallel's buckets) is
+// not written here.
 void Tape::run_backward(const Node& root, int output_index, const Tensor& seed) {
   // Whatever happens (an error in a kernel included), the tape is spent afterwards.
   struct ClearAtExit {
@@ -519,79 +465,60 @@ void Tape::run_backward(const Node& root, int output_index, const Tensor& seed) 
     ~Walking() { flag = was; }
   } walking{walking_};
   NoGrad no_grad;  // backward rules and replays call kernels; nothing may record meanwhile
-  const profile::PhaseScope profiled_phase(profile::Phase::Backward);
 
-  // grad_ready_hook_: final_after[i] lists the leaves whose lowest user on the tape is node i, so
-  // their .grad is final once the walk is past it.
-  std::vector<std::vector<const AutogradMeta*>> final_after;
-  if (grad_ready_hook_) {
-    std::map<const AutogradMeta*, size_t> lowest;
-    for (size_t i = root.index + 1; i-- > 0;)
-      for (const Node::Input& in : nodes_[i]->inputs)
-        if (in.meta && in.meta->is_leaf) lowest[in.meta.get()] = i;
-    final_after.resize(root.index + 1);
-    for (size_t i = 0; i <= root.index; ++i)
-      for (const Node::Input& in : nodes_[i]->inputs)
-        if (in.meta && in.meta->is_leaf && lowest.erase(in.meta.get())) final_after[i].push_back(in.meta.get());
-  }
-  const auto leaves_final_after = [&](size_t i) {
-    if (grad_ready_hook_)
-      for (const AutogradMeta* leaf : final_after[i]) grad_ready_hook_(*leaf);
-  };
-
+  const auto ready = leaves_final_after(nodes_, root.index);
   nodes_[root.index]->outputs[output_index].grad = seed;
   for (size_t i = root.index + 1; i-- > 0;) {
     Node& node = *nodes_[i];
-    bool reached = false;  // does any gradient flow into this node?
-    for (const Node::Output& out : node.outputs) reached = reached || out.grad.defined();
-    if (!reached) {
-      release(node);
-      leaves_final_after(i);
+    if (reached(node)) {
+      while (Segment* segment = outermost_collapsed(node)) replay(*segment, i);
+      run_rule(node);
+    }
+    release(node);
+    if (!ready.empty())
+      for (const AutogradMeta* leaf : ready[i]) notify_leaf_grad_ready(*leaf);
+  }
+}
+
+// One node's backward rule: its output gradients in, its input gradients summed where they go (a
+// producer's output slot, or a leaf's .grad unless the rule wrote it there itself).
+void Tape::run_rule(Node& node) {
+  Tensors grad_out(node.outputs.size());
+  for (size_t k = 0; k < grad_out.size(); ++k) {
+    const Node::Output& out = node.outputs[k];
+    grad_out[k] = out.grad.defined() ? out.grad : zeros(out.shape, out.dtype, out.device);
+  }
+  Tensors sinks(node.inputs.size());
+  std::vector<bool> sink_is_zero(node.inputs.size(), false);
+  for (size_t j = 0; j < node.inputs.size(); ++j) {
+    sinks[j] = leaf_grad_sink(node.inputs[j]);
+    sink_is_zero[j] = sinks[j].defined() && node.inputs[j].meta->grad_is_zero;
+  }
+  BackwardCtx ctx(node, std::move(sinks), std::move(sink_is_zero));
+  Tensors grad_in;
+  {
+    ObservedNode observed({node.op->name(), static_cast<int64_t>(node.index), Pass::Backward});
+    grad_in = node.op->backward(grad_out, ctx);
+    observed.finish(grad_in);
+  }
+  release(node);  // its saves and output gradients go before the input gradients are summed
+  grad_out.clear();
+  for (size_t j = 0; j < node.inputs.size() && j < grad_in.size(); ++j) {
+    const Node::Input& in = node.inputs[j];
+    const Tensor& g = grad_in[j];
+    if (!in.meta || !g.defined()) continue;
+    if (ctx.sunk(j)) {
+      in.meta->grad_is_zero = false;  // the rule wrote the whole buffer
       continue;
     }
-    while (Segment* segment = outermost_collapsed(node)) replay(*segment, i);
-
-    Tensors grad_out(node.outputs.size());
-    for (size_t k = 0; k < grad_out.size(); ++k) {
-      const Node::Output& out = node.outputs[k];
-      grad_out[k] = out.grad.defined() ? out.grad : zeros(out.shape, out.dtype, out.device);
+    REEL_CHECK(g.shape() == in.shape, node.op->name(), ": backward gave input ", j, " a gradient of shape ",
+               g.shape(), ", expected ", in.shape, " (a bug in the op)");
+    if (in.meta->is_leaf) {
+      accumulate_into_leaf(*in.meta, g);
+    } else {
+      Tensor& slot = in.producer()->outputs[in.meta->output_index].grad;
+      slot = slot.defined() ? kernels::binary(kernels::BinaryOp::Add, slot, g) : g;  // fan-out
     }
-    check_saved_versions(node);  // checked before the walk; again here, after a replay re-saved
-    Tensors grad_in;
-    {
-      const profile::OpScope profiled(node.op->name(), static_cast<int64_t>(i), true);
-      node.grad_sinks.resize(node.inputs.size());
-      node.grad_sinks_zero.assign(node.inputs.size(), false);
-      for (size_t j = 0; j < node.inputs.size(); ++j) {
-        node.grad_sinks[j] = leaf_grad_sink(node.inputs[j]);
-        node.grad_sinks_zero[j] = node.grad_sinks[j].defined() && node.inputs[j].meta->grad_is_zero;
-      }
-      grad_in = node.op->backward(grad_out, node);
-      check_anomaly(grad_in, node.op->name(), "input gradient", "backward", static_cast<int64_t>(i));
-    }
-    // Which inputs' gradients the rule already added into their sinks (it returned the sink).
-    std::vector<bool> sunk(node.inputs.size(), false);
-    for (size_t j = 0; j < node.inputs.size() && j < grad_in.size(); ++j) {
-      sunk[j] = grad_in[j].defined() && node.grad_sinks[j].defined() && grad_in[j].same(node.grad_sinks[j]);
-      if (sunk[j]) node.inputs[j].meta->grad_is_zero = false;  // the rule wrote the whole buffer
-    }
-    release(node);  // the sinks too
-    grad_out.clear();
-
-    for (size_t j = 0; j < node.inputs.size() && j < grad_in.size(); ++j) {
-      const Node::Input& in = node.inputs[j];
-      const Tensor& g = grad_in[j];
-      if (!in.meta || !g.defined() || sunk[j]) continue;
-      REEL_CHECK(g.shape() == in.shape, node.op->name(), ": backward gave input ", j, " a gradient of shape ",
-                 g.shape(), ", expected ", in.shape, " (a bug in the op)");
-      if (in.meta->is_leaf) {
-        accumulate_into_leaf(*in.meta, g);
-      } else {
-        Tensor& slot = in.producer()->outputs[in.meta->output_index].grad;
-        slot = slot.defined() ? kernels::binary(kernels::BinaryOp::Add, slot, g) : g;  // fan-out
-      }
-    }
-    leaves_final_after(i);
   }
 }
 

@@ -8,7 +8,9 @@
 //                                                // replays them from the boundary inputs
 //
 // One tape per thread. Memory: what nodes save is counted as Category::Activation by the
-// allocator (reel::memory_stats()); leaf gradients as Category::Gradient.
+// allocator (reel::memory_stats()); leaf gradients as Category::Gradient. What the tape keeps is
+// one slot type (autograd/saved_tensor.h), which SavedTensorHooks may move elsewhere; backward
+// observers (autograd/hooks.h) watch the walk.
 //
 // Lifetime rule: a node stays on the tape while a live tensor depends on it, and no longer. A
 // node is needed while one of its outputs is alive: held by a live Tensor, or consumed by a node
@@ -24,8 +26,8 @@
 // thread's next recorded op removes what is dead at the end of its tape.)
 //
 // In-place writes: every storage has a version counter that in-place writes bump (core/storage.h).
-// A node records the versions of what it saves, a checkpoint segment of the inputs it holds;
-// backward (before any gradient is accumulated, and again before each rule and each replay)
+// Each saved slot records the version of what it keeps (an op's save, a segment's held input);
+// backward (before any gradient is accumulated, and again as a rule or a replay unpacks the slot)
 // raises a reel::Error naming the op, the tensor's shape and both versions when one changed: the
 // gradient would silently use the new values (e.g. x.fill_() or an optimizer step between the
 // forward and its backward). Writes through raw data<T>() pointers are not seen.
@@ -37,6 +39,7 @@
 #include <vector>
 
 #include "autograd/checkpoint.h"
+#include "autograd/node.h"
 #include "autograd/op.h"
 
 namespace reel::autograd {
@@ -82,13 +85,6 @@ class Tape {
   // recorded with the leaf on another device would get its gradient there, so backward through it
   // raises instead (the move must come before the forward). Only this thread's tape is told.
   void leaf_moved(const std::shared_ptr<AutogradMeta>& leaf, Device device);
-  // Called during backward with each leaf whose .grad this backward adds nothing more to: the walk
-  // is past the last node (lowest on the tape) that uses it, replays included. dist::DataParallel
-  // starts a gradient bucket's all-reduce from it while the rest of backward runs. One per tape
-  // (thread); an empty function (the default) costs nothing. A leaf the loss does not reach is
-  // reported too, with its .grad as it was.
-  using GradReadyHook = std::function<void(const AutogradMeta& leaf)>;
-  void set_grad_ready_hook(GradReadyHook hook) { grad_ready_hook_ = std::move(hook); }
   const std::shared_ptr<Segment>& open_segment() const { return open_segment_; }
   // Sets the segment of a node about to be recorded: the innermost open one or, inside a selective
   // scope, its current piece (begun here if need be); and whether the node is kept there.
@@ -104,6 +100,7 @@ class Tape {
 
  private:
   void run_backward(const Node& root, int output_index, const Tensor& seed);
+  void run_rule(Node& node);                   // one node's backward rule, its gradients summed
   void replay(Segment& segment, size_t last);  // autograd/checkpoint.cpp
   const Device* moved_to(const AutogradMeta* leaf) const;  // where leaf_moved() last put it, or null
   // The lifetime rule: releases the nodes queued in dead_, then pops dead nodes off the end.
@@ -112,7 +109,6 @@ class Tape {
   void forget_activations();      // re-tags what the tape let go of as temporary
 
   std::vector<std::shared_ptr<Node>> nodes_;
-  GradReadyHook grad_ready_hook_;
   std::vector<std::weak_ptr<Storage>> activations_;  // re-tagged by this tape
   std::shared_ptr<Segment> open_segment_;  // innermost open Checkpoint scope
   std::string deferred_error_;  // an out-of-order close found by a destructor; the next backward raises it
@@ -143,21 +139,11 @@ class NoGrad {
 
 inline void backward(const Tensor& loss, double scale = 1.0) { Tape::current().backward(loss, scale); }
 inline void backward(const Tensor& loss, const Tensor& grad) { Tape::current().backward(loss, grad); }
-// Fills each tensor's .grad with zeros (the buffers stay allocated for the next window).
+// Makes each tensor's .grad count as zeros: the buffers stay allocated for the next window, and the
+// fill is deferred (AutogradMeta::grad_is_zero): the next backward writes them instead of adding,
+// and Tensor::grad() fills them first if anything reads them before that.
 void zero_grad(const std::vector<Tensor>& params);
 inline std::string tape_dump() { return Tape::current().dump(); }
-
-// Tags a tensor the tape keeps (a node's save, a segment's held boundary) as an activation in the
-// memory statistics, unless it is a parameter's or gradient's memory (used by Node::save and
-// checkpoint segments; Tape::clear tags it back).
-// `by` says who keeps it, for a running memory timeline's notes: the op that saved it (default: the
-// op whose forward is running, from the profiling context) or the segment holding it for a replay.
-struct KeptBy {
-  const char* op = nullptr;  // saved by this op...
-  int64_t node = -1;         // ...at this tape position (or: the node whose input is held)
-  int segment = -1;          // held by this collapsed checkpoint segment
-};
-void mark_activation(const Tensor& t, const KeptBy& by = {});
 
 // Registers autograd's differentiable views with core (autograd/register.cpp), so that x.view(...)
 // of a tensor that requires grad is recorded. Programs linking reel::reel get this call before

@@ -9,7 +9,7 @@
 namespace reel {
 
 namespace autograd {
-struct Node;  // autograd/op.h
+struct Node;  // autograd/node.h
 }
 
 // Leaves (tensors no recorded op made, e.g. parameters) own a persistent gradient buffer;

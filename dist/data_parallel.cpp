@@ -3,6 +3,7 @@
 #include "dist/data_parallel.h"
 
 #include <chrono>
+#include <functional>
 #include <cmath>
 #include <numeric>
 #include <optional>
@@ -10,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "autograd/hooks.h"
 #include "autograd/tape.h"
 #include "core/allocator.h"
 #include "core/profile.h"
@@ -66,8 +68,23 @@ DataParallel::DataParallel(std::vector<Tensor> params, Options options, ProcessG
 
 DataParallel::~DataParallel() { disarm(); }
 
+namespace {
+// The backward observer (autograd/hooks.h) that tells DataParallel each parameter whose gradient
+// is final, so that full buckets start their all-reduce while backward goes on.
+class BucketTrigger final : public autograd::BackwardObserver {
+ public:
+  explicit BucketTrigger(std::function<void(const AutogradMeta&)> ready) : ready_(std::move(ready)) {}
+  void leaf_grad_ready(const AutogradMeta& leaf) override { ready_(leaf); }
+  bool wants_leaf_grad_ready() const override { return true; }
+
+ private:
+  std::function<void(const AutogradMeta&)> ready_;
+};
+}  // namespace
+
 void DataParallel::disarm() {
-  if (armed_ && options_.overlap) autograd::Tape::current().set_grad_ready_hook(nullptr);
+  if (trigger_) autograd::remove_backward_observer(trigger_.get());
+  trigger_.reset();
   armed_ = false;
 }
 
@@ -80,8 +97,10 @@ void DataParallel::before_last_backward() {
   for (Bucket& k : buckets_) k.ready = 0;
   next_ = 0;
   armed_ = true;
-  if (options_.overlap)
-    autograd::Tape::current().set_grad_ready_hook([this](const AutogradMeta& leaf) { grad_ready(leaf); });
+  if (options_.overlap) {
+    trigger_ = std::make_shared<BucketTrigger>([this](const AutogradMeta& leaf) { grad_ready(leaf); });
+    autograd::add_backward_observer(trigger_);
+  }
 }
 
 void DataParallel::grad_ready(const AutogradMeta& leaf) {

@@ -13,10 +13,10 @@
 //   2. the micro-batches before the last accumulate locally (no communication: PyTorch's no_sync);
 //   3. during the last backward the parameters' gradients are summed over ranks in BUCKETS (about
 //      Options::bucket_bytes each, parameters taken in reverse order, the order backward usually
-//      finishes them). The tape reports each parameter whose gradient is final
-//      (Tape::set_grad_ready_hook); a bucket whose parameters are all final is copied into its flat
-//      buffer and its MPI_Iallreduce started while backward goes on; MPI is driven between backward
-//      rules. Buckets start strictly in order, so every rank issues the same collectives in the
+//      finishes them). The tape reports each parameter whose gradient is final (a backward
+//      observer's leaf_grad_ready, autograd/hooks.h); a bucket whose parameters are all final is
+//      copied into its flat buffer and its MPI_Iallreduce started while backward goes on; MPI is
+//      driven between backward rules. Buckets start strictly in order, so every rank issues the same collectives in the
 //      same order. After backward the remaining buckets start, all are waited for and copied back;
 //      exactly one all-reduce per bucket per window;
 //   4. clipping uses the global norm (the gradients are the same on every rank).
@@ -32,6 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "autograd/hooks.h"
 #include "core/profile.h"
 #include "dist/process_group.h"
 #include "optim/accumulator.h"
@@ -102,6 +103,7 @@ class DataParallel final : public optim::WindowSync {
   std::unordered_map<const AutogradMeta*, size_t> index_of_;  // a parameter's autograd state -> index
   size_t next_ = 0;     // the next bucket to start (they start in order)
   bool armed_ = false;  // inside the window's last backward
+  std::shared_ptr<autograd::BackwardObserver> trigger_;  // while armed with overlap: calls grad_ready
   int64_t grad_syncs_ = 0, overlapped_syncs_ = 0;
   double exposed_seconds_ = 0;
 };

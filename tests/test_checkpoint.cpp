@@ -23,7 +23,7 @@ using namespace reel;
 
 namespace {
 
-// Layers [begin, end) form one checkpoint segment, or one selective scope (keep_matmul_outputs);
+// Layers [begin, end) form one checkpoint segment, or one selective scope (keep_costly_outputs);
 // spans nest or are disjoint.
 struct Span {
   int begin, end;
@@ -57,7 +57,7 @@ Tensor forward(const Net& net, const Tensor& x, const std::vector<Span>& spans, 
   for (int i = 0; i < layers; ++i) {
     for (const Span& s : spans)  // spans are listed outer before inner
       if (s.begin == i)
-        open.emplace_back(s, s.selective ? std::make_unique<autograd::Checkpoint>(autograd::keep_matmul_outputs)
+        open.emplace_back(s, s.selective ? std::make_unique<autograd::Checkpoint>(autograd::keep_costly_outputs)
                                          : std::make_unique<autograd::Checkpoint>());
     const Tensor scale = exp(net.scale_data);  // computed inside the segment, needs no grad
     h = dropout(gelu(matmul(h, net.params[2 * i]) + net.params[2 * i + 1]) * scale, 0.1, true, &gen);
@@ -365,7 +365,7 @@ TEST_CASE("activation peak: O(N) without checkpointing, O(sqrt N) with sqrt N se
         Tensor h = x;
         {
           std::optional<autograd::Checkpoint> selective;  // pieces [matmul] [add, gelu, matmul] ... [add, gelu]
-          if (mode == Mode::Selective) selective.emplace(autograd::keep_matmul_outputs);
+          if (mode == Mode::Selective) selective.emplace(autograd::keep_costly_outputs);
           std::unique_ptr<autograd::Checkpoint> segment;
           for (int i = 0; i < N; ++i) {
             if (mode == Mode::Segments && i % k == 0) segment = std::make_unique<autograd::Checkpoint>();
@@ -571,7 +571,7 @@ TEST_CASE("selective: the kept op is not run again in backward; a user rule choo
     };
     const auto plain = step(nullptr);
     CHECK(plain.first.empty());
-    const auto selective = step(autograd::keep_matmul_outputs);
+    const auto selective = step(autograd::keep_costly_outputs);
     CHECK(selective.first.count("matmul") == 0);  // kept: never recomputed
     CHECK(selective.first.at("add") > 0);
     CHECK(selective.first.at("tanh") > 0);
@@ -585,6 +585,29 @@ TEST_CASE("selective: the kept op is not run again in backward; a user rule choo
   }
 }
 
+TEST_CASE("checkpoint policies: every kind prints as text that parses back to the same policy") {
+  using P = autograd::CheckpointPolicy;
+  std::vector<P> policies = {P::parse("none"), P::parse("sqrt"), P::parse("selective"), P::parse("every:1"),
+                             P::parse("every:7"), P::parse("list:3,0,5"), P::parse("list:"), P::budget(1),
+                             P::budget(4096), P::budget(1000), P::budget(1536 * 1024), P::budget(int64_t{3} << 29),
+                             P::budget((int64_t{5} << 30) + 1), P::parse("budget:48MiB"), P::parse("budget:0.5KiB")};
+  P empty_list;
+  empty_list.kind = P::Kind::List;
+  policies.push_back(empty_list);
+  for (const P& p : policies) {
+    CAPTURE(p.str());
+    CHECK(P::parse(p.str()) == p);
+    CHECK(P::parse(p.str()).str() == p.str());
+  }
+  CHECK(P::parse("list:3,0,5").str() == "list:0,3,5");
+  CHECK(P::budget(1000).str() == "budget:1000");
+  // A rule of its own prints as selective (code is not text), and parses back with the default rule.
+  const P own = P::selective([](const autograd::Op&) { return true; });
+  CHECK(own.str() == "selective");
+  CHECK(P::parse(own.str()) != own);
+  CHECK(P::parse(own.str()).kind == P::Kind::Selective);
+}
+
 TEST_CASE("checkpoint policies: selective and budget parse, print and refuse bad sizes") {
   using P = autograd::CheckpointPolicy;
   CHECK(P::parse("selective").kind == P::Kind::Selective);
@@ -595,7 +618,8 @@ TEST_CASE("checkpoint policies: selective and budget parse, print and refuse bad
   CHECK(P::parse("budget:48MiB").budget_bytes == 48 << 20);
   CHECK(P::parse("budget:1.5GiB").budget_bytes == int64_t{3} << 29);
   CHECK(P::parse("budget:4096").budget_bytes == 4096);
-  CHECK(P::parse("budget:512KiB").str() == "budget:512.00 KiB");
+  CHECK(P::parse("budget:512KiB").str() == "budget:512KiB");
+  CHECK(P::parse("budget:1.5GiB").str() == "budget:1536MiB");
   for (const char* bad : {"budget:", "budget:-3MiB", "budget:12XB", "budget:0", "budget:nan"})
     CHECK_REEL_ERROR(P::parse(bad), "is not a positive size");
   CHECK_REEL_ERROR(P::parse("budget:1MiB").plan(4), "a budget has no plan before the chain is measured");
@@ -640,7 +664,7 @@ BnRun train_bn(Device d, bool spatial, BnCheckpoint mode) {
       std::optional<autograd::Checkpoint> outer, inner;
       if (mode == BnCheckpoint::Segment || mode == BnCheckpoint::SegmentAroundSelective) outer.emplace();
       if (mode == BnCheckpoint::Selective || mode == BnCheckpoint::SegmentAroundSelective)
-        inner.emplace(autograd::keep_matmul_outputs);
+        inner.emplace(autograd::keep_costly_outputs);
       h = linear(x, leaves[0], leaves[1]);
       h = relu(batch_norm(h, rm, rv, leaves[2], leaves[3], true, 0.1));
       h = linear(h, leaves[4]);

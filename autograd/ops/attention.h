@@ -30,18 +30,19 @@ struct Attention final : autograd::Op {
   std::optional<double> scale;  // none: 1/sqrt(D)
   Attention(bool causal, std::optional<double> scale) : causal(causal), scale(scale) {}
   const char* name() const override { return "attention"; }
+  bool kept_by_selective() const override { return true; }  // remade only at a GEMM's cost
   std::string attributes() const override {
     return std::string(causal ? "causal" : "full") + (scale ? " scale=" + std::to_string(*scale) : "");
   }
-  Tensors forward(const Tensors& in, Node& node) const override {
+  Tensors forward(const Tensors& in, ForwardCtx& ctx) const override {
     kernels::AttentionForward r = kernels::attention_forward(in[0], in[1], in[2], scale, causal);
-    node.save({in[0], in[1], in[2], r.out, r.lse});
+    ctx.save({in[0], in[1], in[2], r.out, r.lse});
     return {r.out};
   }
-  Tensors backward(const Tensors& grad, const Node& node) const override {
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
     kernels::AttentionBackward r =
-        kernels::attention_backward(grad[0], node.saved_tensor(0), node.saved_tensor(1), node.saved_tensor(2),
-                                    node.saved_tensor(3), node.saved_tensor(4), scale, causal);
+        kernels::attention_backward(grad[0], ctx.saved(0), ctx.saved(1), ctx.saved(2),
+                                    ctx.saved(3), ctx.saved(4), scale, causal);
     return {r.dq, r.dk, r.dv};
   }
 };

@@ -52,7 +52,7 @@ struct BatchNorm final : autograd::Op {
     return std::string("training=") + (training ? "1" : "0") + " momentum=" + std::to_string(momentum) +
            " eps=" + std::to_string(eps);
   }
-  Tensors forward(const Tensors& in, Node& node) const override {
+  Tensors forward(const Tensors& in, ForwardCtx& ctx) const override {
     const Tensor& x = in[0];
     const ChannelAffine affine = channel_affine(in, has_weight, has_bias);
     const Tensor& w = affine.weight;
@@ -68,12 +68,12 @@ struct BatchNorm final : autograd::Op {
     } else {  // a replay: the first run's y bits and statistics, the running statistics left alone
       y = kernels::batch_norm_replay(x, w, b, mean, rstd, var, training, eps);
     }
-    node.save({x, w, mean, rstd});
+    ctx.save({x, w, mean, rstd});
     return {y};
   }
-  Tensors backward(const Tensors& grad, const Node& node) const override {
-    kernels::BatchNormBackward r = kernels::batch_norm_backward(grad[0], node.saved_tensor(0), node.saved_tensor(1),
-                                                                node.saved_tensor(2), node.saved_tensor(3), training, eps);
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
+    kernels::BatchNormBackward r = kernels::batch_norm_backward(grad[0], ctx.saved(0), ctx.saved(1),
+                                                                ctx.saved(2), ctx.saved(3), training, eps);
     Tensors grads{r.dx};
     if (has_weight) grads.push_back(r.dw);
     if (has_bias) grads.push_back(r.db);

@@ -13,7 +13,8 @@
 namespace reel {
 namespace {
 
-using autograd::Node;
+using autograd::BackwardCtx;
+using autograd::ForwardCtx;
 using autograd::Tensors;
 
 std::string sizes_str(const std::vector<int64_t>& sizes, int64_t dim) {
@@ -25,7 +26,7 @@ struct Concat final : autograd::Op {
   explicit Concat(int64_t dim) : dim(dim) {}
   const char* name() const override { return "concat"; }
   std::string attributes() const override { return "dim=" + std::to_string(dim); }
-  Tensors forward(const Tensors& in, Node&) const override {
+  Tensors forward(const Tensors& in, ForwardCtx&) const override {
     Shape shape = in[0].shape();
     shape[dim] = 0;
     for (const Tensor& t : in) shape[dim] += t.size(dim);
@@ -37,12 +38,12 @@ struct Concat final : autograd::Op {
     }
     return {out};
   }
-  Tensors backward(const Tensors& grad, const Node& node) const override {
-    Tensors g(node.inputs.size());
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
+    Tensors g(ctx.num_inputs());
     int64_t offset = 0;
     for (size_t i = 0; i < g.size(); ++i) {
-      const int64_t n = node.input_shape(i)[dim];
-      if (node.needs_input_grad(i)) g[i] = grad[0].narrow(dim, offset, n);
+      const int64_t n = ctx.input_shape(i)[dim];
+      if (ctx.needs_input_grad(i)) g[i] = grad[0].narrow(dim, offset, n);
       offset += n;
     }
     return g;
@@ -55,7 +56,7 @@ struct Split final : autograd::Op {
   Split(std::vector<int64_t> sizes, int64_t dim) : sizes(std::move(sizes)), dim(dim) {}
   const char* name() const override { return "split"; }
   std::string attributes() const override { return sizes_str(sizes, dim); }
-  Tensors forward(const Tensors& in, Node&) const override {
+  Tensors forward(const Tensors& in, ForwardCtx&) const override {
     Tensors out;
     int64_t offset = 0;
     for (int64_t n : sizes) {
@@ -64,10 +65,10 @@ struct Split final : autograd::Op {
     }
     return out;
   }
-  Tensors backward(const Tensors& grad, const Node& node) const override {
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
     // Gradients written end to end into one buffer (attention's q, k and v) are that buffer.
     if (Tensor whole = untracked::joined(grad, dim); whole.defined()) return {whole};
-    Tensor dx = empty(node.input_shape(0), grad[0].dtype(), grad[0].device());
+    Tensor dx = empty(ctx.input_shape(0), grad[0].dtype(), grad[0].device());
     int64_t offset = 0;
     for (size_t k = 0; k < sizes.size(); ++k) {
       dx.narrow(dim, offset, sizes[k]).copy_(grad[k]);

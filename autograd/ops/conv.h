@@ -22,6 +22,7 @@ struct Conv2d final : autograd::Op {
   kernels::Conv2d p;
   explicit Conv2d(kernels::Conv2d p) : p(p) {}
   const char* name() const override { return "conv2d"; }
+  bool kept_by_selective() const override { return true; }  // remade only at a GEMM's cost
   std::string attributes() const override {
     auto pr = [](const std::array<int64_t, 2>& a) {
       return "(" + std::to_string(a[0]) + "," + std::to_string(a[1]) + ")";
@@ -29,18 +30,18 @@ struct Conv2d final : autograd::Op {
     return "stride=" + pr(p.stride) + " padding=" + pr(p.padding) + " dilation=" + pr(p.dilation) +
            " groups=" + std::to_string(p.groups);
   }
-  Tensors forward(const Tensors& in, Node& node) const override {
+  Tensors forward(const Tensors& in, ForwardCtx& ctx) const override {
     // slot 0: w (for dx), slot 1: x (for dw)
-    node.save({node.needs_input_grad(0) ? in[1] : Tensor(), node.needs_input_grad(1) ? in[0] : Tensor()});
+    ctx.save({ctx.needs_input_grad(0) ? in[1] : Tensor(), ctx.needs_input_grad(1) ? in[0] : Tensor()});
     return {kernels::conv2d_forward(in[0], in[1], in.size() == 3 ? in[2] : Tensor(), p)};
   }
-  Tensors backward(const Tensors& grad, const Node& node) const override {
-    Tensors grads(node.inputs.size());
-    if (node.needs_input_grad(0))
-      grads[0] = kernels::conv2d_backward_input(grad[0], node.saved_tensor(0), node.input_shape(0), p);
-    if (node.needs_input_grad(1))
-      grads[1] = kernels::conv2d_backward_weight(grad[0], node.saved_tensor(1), node.input_shape(1), p);
-    if (grads.size() == 3 && node.needs_input_grad(2)) grads[2] = kernels::conv2d_backward_bias(grad[0]);
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
+    Tensors grads(ctx.num_inputs());
+    if (ctx.needs_input_grad(0))
+      grads[0] = kernels::conv2d_backward_input(grad[0], ctx.saved(0), ctx.input_shape(0), p);
+    if (ctx.needs_input_grad(1))
+      grads[1] = kernels::conv2d_backward_weight(grad[0], ctx.saved(1), ctx.input_shape(1), p);
+    if (grads.size() == 3 && ctx.needs_input_grad(2)) grads[2] = kernels::conv2d_backward_bias(grad[0]);
     return grads;
   }
 };

@@ -34,17 +34,17 @@ struct CrossEntropy final : autograd::Op {
     return std::string("reduction=") + kernels::reduction_name(reduction) +
            " ignore_index=" + std::to_string(ignore_index);
   }
-  Tensors forward(const Tensors& in, Node& node) const override {
-    const bool fused = node.keep_saved && node.needs_input_grad(0);
+  Tensors forward(const Tensors& in, ForwardCtx& ctx) const override {
+    const bool fused = ctx.keeps_saves() && ctx.needs_input_grad(0);
     kernels::CrossEntropyForward r = kernels::cross_entropy_forward(
         in[0], in[1], reduction, ignore_index, fused ? std::optional<double>(1.0) : std::nullopt);
-    if (fused) node.save({r.dlogits});  // (N..., V): d(loss)/d(logits) for d(loss) = 1
+    if (fused) ctx.save({r.dlogits});  // (N..., V): d(loss)/d(logits) for d(loss) = 1
     return {r.loss};
   }
-  Tensors backward(const Tensors& grad, const Node& node) const override {
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
     // "none": the gradient of each row's loss scales that row; otherwise one scalar scales all.
     const Tensor g = reduction == Reduction::None ? grad[0].unsqueeze(-1) : grad[0];
-    return {kernels::binary(kernels::BinaryOp::Mul, node.saved_tensor(0), g), Tensor()};
+    return {kernels::binary(kernels::BinaryOp::Mul, ctx.saved(0), g), Tensor()};
   }
 };
 

@@ -9,7 +9,8 @@
 namespace reel {
 namespace {
 
-using autograd::Node;
+using autograd::BackwardCtx;
+using autograd::ForwardCtx;
 using autograd::Tensors;
 using kernels::BinaryOp;
 
@@ -22,10 +23,10 @@ struct Dropout final : autograd::Op {
     return "p=" + std::to_string(p) + " seed=" + std::to_string(seed) + " offset=" + std::to_string(offset);
   }
   Tensor mask_like(const Tensor& t) const { return kernels::dropout_mask(t.shape(), t.dtype(), t.device(), p, seed, offset); }
-  Tensors forward(const Tensors& in, Node&) const override {
+  Tensors forward(const Tensors& in, ForwardCtx&) const override {
     return {kernels::binary(BinaryOp::Mul, in[0], mask_like(in[0]))};
   }
-  Tensors backward(const Tensors& grad, const Node&) const override {
+  Tensors backward(const Tensors& grad, BackwardCtx&) const override {
     return {kernels::binary(BinaryOp::Mul, grad[0], mask_like(grad[0]))};
   }
 };

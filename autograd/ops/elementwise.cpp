@@ -17,7 +17,8 @@
 namespace reel {
 namespace {
 
-using autograd::Node;
+using autograd::BackwardCtx;
+using autograd::ForwardCtx;
 using autograd::Tensors;
 using kernels::BinaryOp;
 using kernels::CompareOp;
@@ -28,18 +29,18 @@ struct Unary final : autograd::Op {
   UnaryOp op;
   explicit Unary(UnaryOp op) : op(op) {}
   const char* name() const override { return kernels::op_name(op); }
-  Tensors forward(const Tensors& in, Node& node) const override {
+  Tensors forward(const Tensors& in, ForwardCtx& ctx) const override {
     Tensor y = kernels::unary(op, in[0]);
     switch (kernels::unary_saves(op)) {
-      case UnarySaves::Input: node.save({in[0]}); break;
-      case UnarySaves::Output: node.save({y}); break;
+      case UnarySaves::Input: ctx.save({in[0]}); break;
+      case UnarySaves::Output: ctx.save({y}); break;
       case UnarySaves::Nothing: break;
     }
     return {y};
   }
-  Tensors backward(const Tensors& grad, const Node& node) const override {
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
     const bool saved = kernels::unary_saves(op) != UnarySaves::Nothing;
-    return {kernels::unary_backward(op, grad[0], saved ? node.saved_tensor(0) : Tensor())};
+    return {kernels::unary_backward(op, grad[0], saved ? ctx.saved(0) : Tensor())};
   }
 };
 
@@ -48,35 +49,35 @@ struct Binary final : autograd::Op {
   BinaryOp op;
   explicit Binary(BinaryOp op) : op(op) {}
   const char* name() const override { return kernels::op_name(op); }
-  Tensors forward(const Tensors& in, Node& node) const override {
+  Tensors forward(const Tensors& in, ForwardCtx& ctx) const override {
     Tensor y = kernels::binary(op, in[0], in[1]);
     if (op == BinaryOp::Mul)  // d(a*b)/da = b, d(a*b)/db = a: slot 0: b (for da), slot 1: a (for db)
-      node.save({node.needs_input_grad(0) ? in[1] : Tensor(), node.needs_input_grad(1) ? in[0] : Tensor()});
+      ctx.save({ctx.needs_input_grad(0) ? in[1] : Tensor(), ctx.needs_input_grad(1) ? in[0] : Tensor()});
     if (op == BinaryOp::Div)  // da = g / b, db = -g * y / b: slot 0: b, slot 1: y (only for db)
-      node.save({node.any_input_needs_grad() ? in[1] : Tensor(), node.needs_input_grad(1) ? y : Tensor()});
+      ctx.save({ctx.any_input_needs_grad() ? in[1] : Tensor(), ctx.needs_input_grad(1) ? y : Tensor()});
     return {y};
   }
-  Tensors backward(const Tensors& grad, const Node& node) const override {
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
     const Tensor& g = grad[0];
     Tensors dx(2);
     for (size_t i = 0; i < 2; ++i) {
-      if (!node.needs_input_grad(i)) continue;
+      if (!ctx.needs_input_grad(i)) continue;
       switch (op) {
-        case BinaryOp::Add: dx[i] = autograd::sum_to(g, node.input_shape(i)); break;
+        case BinaryOp::Add: dx[i] = autograd::sum_to(g, ctx.input_shape(i)); break;
         case BinaryOp::Sub:
-          dx[i] = autograd::sum_to(g, node.input_shape(i));
+          dx[i] = autograd::sum_to(g, ctx.input_shape(i));
           if (i == 1) dx[i] = kernels::unary(UnaryOp::Neg, dx[i]);
           break;
         case BinaryOp::Mul:
-          dx[i] = autograd::sum_to(kernels::binary(BinaryOp::Mul, g, node.saved_tensor(i)), node.input_shape(i));
+          dx[i] = autograd::sum_to(kernels::binary(BinaryOp::Mul, g, ctx.saved(i)), ctx.input_shape(i));
           break;
         case BinaryOp::Div: {
-          const Tensor& b = node.saved_tensor(0);
+          const Tensor& b = ctx.saved(0);
           if (i == 0) {
-            dx[i] = autograd::sum_to(kernels::binary(BinaryOp::Div, g, b), node.input_shape(0));
+            dx[i] = autograd::sum_to(kernels::binary(BinaryOp::Div, g, b), ctx.input_shape(0));
           } else {
-            const Tensor gy_over_b = kernels::binary(BinaryOp::Div, kernels::binary(BinaryOp::Mul, g, node.saved_tensor(1)), b);
-            dx[i] = kernels::unary(UnaryOp::Neg, autograd::sum_to(gy_over_b, node.input_shape(1)));
+            const Tensor gy_over_b = kernels::binary(BinaryOp::Div, kernels::binary(BinaryOp::Mul, g, ctx.saved(1)), b);
+            dx[i] = kernels::unary(UnaryOp::Neg, autograd::sum_to(gy_over_b, ctx.input_shape(1)));
           }
           break;
         }
@@ -103,11 +104,11 @@ struct BinaryScalar final : autograd::Op {
     }
   }
   std::string attributes() const override { return "s=" + std::to_string(s); }
-  Tensors forward(const Tensors& in, Node& node) const override {
-    if (op == BinaryOp::Div && scalar_left) node.save({in[0]});  // s / x: dx = -g * s / x^2
+  Tensors forward(const Tensors& in, ForwardCtx& ctx) const override {
+    if (op == BinaryOp::Div && scalar_left) ctx.save({in[0]});  // s / x: dx = -g * s / x^2
     return {scalar_left ? kernels::binary(op, s, in[0]) : kernels::binary(op, in[0], s)};
   }
-  Tensors backward(const Tensors& grad, const Node& node) const override {
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
     const Tensor& g = grad[0];
     switch (op) {
       case BinaryOp::Add: return {g};
@@ -116,7 +117,7 @@ struct BinaryScalar final : autograd::Op {
       case BinaryOp::Div:
         if (!scalar_left) return {kernels::binary(BinaryOp::Div, g, s)};
         return {kernels::binary(BinaryOp::Div, kernels::binary(BinaryOp::Mul, g, -s),
-                                kernels::unary(UnaryOp::Square, node.saved_tensor(0)))};
+                                kernels::unary(UnaryOp::Square, ctx.saved(0)))};
       default: REEL_FAIL(kernels::op_name(op), ": no gradient rule");
     }
   }
@@ -125,16 +126,16 @@ struct BinaryScalar final : autograd::Op {
 // cond ? a : b. Inputs {cond, a, b}, cond detached (it gets no gradient); saves cond.
 struct Where final : autograd::Op {
   const char* name() const override { return "where"; }
-  Tensors forward(const Tensors& in, Node& node) const override {
-    node.save({in[0]});
+  Tensors forward(const Tensors& in, ForwardCtx& ctx) const override {
+    ctx.save({in[0]});
     return {kernels::where(in[0], in[1], in[2])};
   }
-  Tensors backward(const Tensors& grad, const Node& node) const override {
-    const Tensor& cond = node.saved_tensor(0);
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
+    const Tensor& cond = ctx.saved(0);
     const Tensor zero = zeros({}, grad[0].dtype(), grad[0].device());
     Tensors g(3);
-    if (node.needs_input_grad(1)) g[1] = autograd::sum_to(kernels::where(cond, grad[0], zero), node.input_shape(1));
-    if (node.needs_input_grad(2)) g[2] = autograd::sum_to(kernels::where(cond, zero, grad[0]), node.input_shape(2));
+    if (ctx.needs_input_grad(1)) g[1] = autograd::sum_to(kernels::where(cond, grad[0], zero), ctx.input_shape(1));
+    if (ctx.needs_input_grad(2)) g[2] = autograd::sum_to(kernels::where(cond, zero, grad[0]), ctx.input_shape(2));
     return g;
   }
 };

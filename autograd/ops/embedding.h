@@ -15,12 +15,12 @@ namespace reel {
 namespace autograd::ops {
 struct Embedding final : autograd::Op {
   const char* name() const override { return "embedding"; }
-  Tensors forward(const Tensors& in, Node& node) const override {
-    node.save({in[0]});
+  Tensors forward(const Tensors& in, ForwardCtx& ctx) const override {
+    ctx.save({in[0]});
     return {kernels::embedding_forward(in[0], in[1])};
   }
-  Tensors backward(const Tensors& grad, const Node& node) const override {
-    return {Tensor(), kernels::embedding_backward(grad[0], node.saved_tensor(0), node.input_shape(1)[0])};
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
+    return {Tensor(), kernels::embedding_backward(grad[0], ctx.saved(0), ctx.input_shape(1)[0])};
   }
 };
 

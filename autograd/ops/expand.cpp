@@ -8,7 +8,8 @@
 namespace reel {
 namespace {
 
-using autograd::Node;
+using autograd::BackwardCtx;
+using autograd::ForwardCtx;
 using autograd::Tensors;
 
 struct Expand final : autograd::Op {
@@ -16,9 +17,9 @@ struct Expand final : autograd::Op {
   explicit Expand(Shape shape) : shape(std::move(shape)) {}
   const char* name() const override { return "expand"; }
   std::string attributes() const override { return "shape=" + shape_str(shape); }
-  Tensors forward(const Tensors& in, Node&) const override { return {in[0].expand(shape)}; }
-  Tensors backward(const Tensors& grad, const Node& node) const override {
-    return {autograd::sum_to(grad[0], node.input_shape(0))};
+  Tensors forward(const Tensors& in, ForwardCtx&) const override { return {in[0].expand(shape)}; }
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
+    return {autograd::sum_to(grad[0], ctx.input_shape(0))};
   }
 };
 

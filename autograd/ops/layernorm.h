@@ -23,17 +23,17 @@ struct LayerNorm final : autograd::Op {
   explicit LayerNorm(double eps) : eps(eps) {}
   const char* name() const override { return "layer_norm"; }
   std::string attributes() const override { return "eps=" + std::to_string(eps); }
-  Tensors forward(const Tensors& in, Node& node) const override {
+  Tensors forward(const Tensors& in, ForwardCtx& ctx) const override {
     // Without a bias (inputs x, w) the kernel adds zeros: C values, nothing next to x.
     const Tensor b = in.size() == 3 ? in[2] : zeros({in[1].numel()}, in[1].dtype(), in[1].device());
     kernels::LayerNormForward r = kernels::layernorm_forward(in[0], in[1], b, eps);
-    node.save({in[0], in[1], r.mean, r.rstd});
+    ctx.save({in[0], in[1], r.mean, r.rstd});
     return {r.y};
   }
-  Tensors backward(const Tensors& grad, const Node& node) const override {
-    kernels::LayerNormBackward r = kernels::layernorm_backward(grad[0], node.saved_tensor(0), node.saved_tensor(1),
-                                                               node.saved_tensor(2), node.saved_tensor(3));
-    if (node.inputs.size() == 3) return {r.dx, r.dw, r.db};
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
+    kernels::LayerNormBackward r = kernels::layernorm_backward(grad[0], ctx.saved(0), ctx.saved(1),
+                                                               ctx.saved(2), ctx.saved(3));
+    if (ctx.num_inputs() == 3) return {r.dx, r.dw, r.db};
     return {r.dx, r.dw};
   }
 };
@@ -43,14 +43,14 @@ struct RMSNorm final : autograd::Op {
   explicit RMSNorm(double eps) : eps(eps) {}
   const char* name() const override { return "rms_norm"; }
   std::string attributes() const override { return "eps=" + std::to_string(eps); }
-  Tensors forward(const Tensors& in, Node& node) const override {
+  Tensors forward(const Tensors& in, ForwardCtx& ctx) const override {
     kernels::RMSNormForward r = kernels::rmsnorm_forward(in[0], in[1], eps);
-    node.save({in[0], in[1], r.rstd});
+    ctx.save({in[0], in[1], r.rstd});
     return {r.y};
   }
-  Tensors backward(const Tensors& grad, const Node& node) const override {
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
     kernels::RMSNormBackward r =
-        kernels::rmsnorm_backward(grad[0], node.saved_tensor(0), node.saved_tensor(1), node.saved_tensor(2));
+        kernels::rmsnorm_backward(grad[0], ctx.saved(0), ctx.saved(1), ctx.saved(2));
     return {r.dx, r.dw};
   }
 };
@@ -66,18 +66,18 @@ struct GroupNorm final : autograd::Op {
   std::string attributes() const override {
     return "groups=" + std::to_string(groups) + " eps=" + std::to_string(eps);
   }
-  Tensors forward(const Tensors& in, Node& node) const override {
+  Tensors forward(const Tensors& in, ForwardCtx& ctx) const override {
     const Tensor& x = in[0];
     const ChannelAffine affine = channel_affine(in, has_weight, has_bias);
     const Tensor& w = affine.weight;
     const Tensor& b = affine.bias;
     kernels::GroupNormForward r = kernels::group_norm_forward(x, w, b, groups, eps);
-    node.save({x, w, r.mean, r.rstd});
+    ctx.save({x, w, r.mean, r.rstd});
     return {r.y};
   }
-  Tensors backward(const Tensors& grad, const Node& node) const override {
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
     kernels::GroupNormBackward r = kernels::group_norm_backward(
-        grad[0], node.saved_tensor(0), node.saved_tensor(1), node.saved_tensor(2), node.saved_tensor(3), groups);
+        grad[0], ctx.saved(0), ctx.saved(1), ctx.saved(2), ctx.saved(3), groups);
     Tensors grads{r.dx};
     if (has_weight) grads.push_back(r.dw);
     if (has_bias) grads.push_back(r.db);

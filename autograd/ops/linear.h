@@ -28,38 +28,31 @@ inline Shape rows_with(const Shape& x, int64_t last) {
 
 struct Linear final : autograd::Op {
   const char* name() const override { return "linear"; }
-  Tensors forward(const Tensors& in, Node& node) const override {
+  bool kept_by_selective() const override { return true; }  // remade only at a GEMM's cost
+  Tensors forward(const Tensors& in, ForwardCtx& ctx) const override {
     const Tensor& x = in[0];
     const Tensor& w = in[1];
     const int64_t n_in = w.size(1), n_out = w.size(0);
     // slot 0: W (for dx), slot 1: x (for dW)
-    node.save({node.needs_input_grad(0) ? w : Tensor(), node.needs_input_grad(1) ? x : Tensor()});
+    ctx.save({ctx.needs_input_grad(0) ? w : Tensor(), ctx.needs_input_grad(1) ? x : Tensor()});
     const Tensor bias = in.size() == 3 ? in[2] : Tensor();                        // (out) or none
     const Tensor y = kernels::matmul(x.reshape({-1, n_in}), w, false, true, bias);  // (N, out)
     return {y.view(rows_with(x.shape(), n_out))};
   }
-  Tensors backward(const Tensors& grad, const Node& node) const override {
-    const Shape& x_shape = node.input_shape(0);
-    const int64_t n_in = x_shape.back(), n_out = node.input_shape(1)[0];
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
+    const Shape& x_shape = ctx.input_shape(0);
+    const int64_t n_in = x_shape.back(), n_out = ctx.input_shape(1)[0];
     const Tensor g = grad[0].reshape({-1, n_out});  // G (N, out)
-    Tensors grads(node.inputs.size());
-    if (node.needs_input_grad(0)) grads[0] = kernels::matmul(g, node.saved_tensor(0)).view(x_shape);
-    // Input i's gradient: written, or added, by `into(sink, accumulate)` straight into its sink
-    // (its .grad, when it already has one: no temporary, no extra pass), else made by `fresh()`.
-    auto sunk_or = [&node](size_t i, auto into, auto fresh) {
-      const Tensor& sink = node.grad_sink(i);
-      if (!sink.defined()) return fresh();
-      into(sink, !node.grad_sink_is_zero(i));  // after zero_grad: written
-      return sink;
-    };
-    if (node.needs_input_grad(1)) {  // dW (out, in) = G^T X
-      const Tensor x = node.saved_tensor(1).reshape({-1, n_in});
-      grads[1] = sunk_or(
+    Tensors grads(ctx.num_inputs());
+    if (ctx.needs_input_grad(0)) grads[0] = kernels::matmul(g, ctx.saved(0)).view(x_shape);
+    if (ctx.needs_input_grad(1)) {  // dW (out, in) = G^T X
+      const Tensor x = ctx.saved(1).reshape({-1, n_in});
+      grads[1] = ctx.grad_write_or_add(
           1, [&](const Tensor& sink, bool add) { kernels::matmul_into_(sink, g, x, true, false, add); },
           [&] { return kernels::matmul(g, x, true, false); });
     }
-    if (grads.size() == 3 && node.needs_input_grad(2))  // db (out) = the column sums of G
-      grads[2] = sunk_or(
+    if (grads.size() == 3 && ctx.needs_input_grad(2))  // db (out) = the column sums of G
+      grads[2] = ctx.grad_write_or_add(
           2, [&](const Tensor& sink, bool add) { kernels::sum_into_(sink, g, {0}, add); },
           [&] { return kernels::sum(g, {0}); });
     return grads;

@@ -9,7 +9,8 @@
 namespace reel {
 namespace {
 
-using autograd::Node;
+using autograd::BackwardCtx;
+using autograd::ForwardCtx;
 using autograd::Tensors;
 
 struct Max final : autograd::Op {
@@ -18,13 +19,13 @@ struct Max final : autograd::Op {
   Max(int64_t axis, bool keepdim) : axis(axis), keepdim(keepdim) {}
   const char* name() const override { return "max"; }
   std::string attributes() const override { return "axis=" + std::to_string(axis) + (keepdim ? " keepdim" : ""); }
-  Tensors forward(const Tensors& in, Node& node) const override {
+  Tensors forward(const Tensors& in, ForwardCtx& ctx) const override {
     kernels::MaxWithIndices r = kernels::max_with_indices(in[0], axis, keepdim);
-    node.save({r.indices});
+    ctx.save({r.indices});
     return {r.values};
   }
-  Tensors backward(const Tensors& grad, const Node& node) const override {
-    return {kernels::max_backward(grad[0], node.saved_tensor(0), node.input_shape(0), axis)};
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
+    return {kernels::max_backward(grad[0], ctx.saved(0), ctx.input_shape(0), axis)};
   }
 };
 

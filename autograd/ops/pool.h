@@ -32,13 +32,13 @@ struct MaxPool2d final : autograd::Op {
   explicit MaxPool2d(kernels::Pool2d p) : p(p) {}
   const char* name() const override { return "max_pool2d"; }
   std::string attributes() const override { return pool_attributes(p, true); }
-  Tensors forward(const Tensors& in, Node& node) const override {
+  Tensors forward(const Tensors& in, ForwardCtx& ctx) const override {
     kernels::MaxPool2dForward r = kernels::max_pool2d_forward(in[0], p);
-    node.save({r.indices});
+    ctx.save({r.indices});
     return {r.y};
   }
-  Tensors backward(const Tensors& grad, const Node& node) const override {
-    return {kernels::max_pool2d_backward(grad[0], node.saved_tensor(0), node.input_shape(0), p)};
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
+    return {kernels::max_pool2d_backward(grad[0], ctx.saved(0), ctx.input_shape(0), p)};
   }
 };
 
@@ -47,9 +47,9 @@ struct AvgPool2d final : autograd::Op {
   explicit AvgPool2d(kernels::Pool2d p) : p(p) {}
   const char* name() const override { return "avg_pool2d"; }
   std::string attributes() const override { return pool_attributes(p, false); }
-  Tensors forward(const Tensors& in, Node&) const override { return {kernels::avg_pool2d_forward(in[0], p)}; }
-  Tensors backward(const Tensors& grad, const Node& node) const override {
-    return {kernels::avg_pool2d_backward(grad[0], node.input_shape(0), p)};
+  Tensors forward(const Tensors& in, ForwardCtx&) const override { return {kernels::avg_pool2d_forward(in[0], p)}; }
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
+    return {kernels::avg_pool2d_backward(grad[0], ctx.input_shape(0), p)};
   }
 };
 

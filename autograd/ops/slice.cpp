@@ -7,7 +7,8 @@
 namespace reel {
 namespace {
 
-using autograd::Node;
+using autograd::BackwardCtx;
+using autograd::ForwardCtx;
 using autograd::Tensors;
 
 struct Slice final : autograd::Op {
@@ -18,9 +19,9 @@ struct Slice final : autograd::Op {
     return "dim=" + std::to_string(dim) + " " + std::to_string(start) + ":" + std::to_string(end) + ":" +
            std::to_string(step);
   }
-  Tensors forward(const Tensors& in, Node&) const override { return {in[0].slice(dim, start, end, step)}; }
-  Tensors backward(const Tensors& grad, const Node& node) const override {
-    Tensor dx = zeros(node.input_shape(0), grad[0].dtype(), grad[0].device());
+  Tensors forward(const Tensors& in, ForwardCtx&) const override { return {in[0].slice(dim, start, end, step)}; }
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
+    Tensor dx = zeros(ctx.input_shape(0), grad[0].dtype(), grad[0].device());
     dx.slice(dim, start, end, step).copy_(grad[0]);
     return {dx};
   }
@@ -31,9 +32,9 @@ struct Select final : autograd::Op {
   Select(int64_t dim, int64_t index) : dim(dim), index(index) {}
   const char* name() const override { return "select"; }
   std::string attributes() const override { return "dim=" + std::to_string(dim) + " index=" + std::to_string(index); }
-  Tensors forward(const Tensors& in, Node&) const override { return {in[0].select(dim, index)}; }
-  Tensors backward(const Tensors& grad, const Node& node) const override {
-    Tensor dx = zeros(node.input_shape(0), grad[0].dtype(), grad[0].device());
+  Tensors forward(const Tensors& in, ForwardCtx&) const override { return {in[0].select(dim, index)}; }
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
+    Tensor dx = zeros(ctx.input_shape(0), grad[0].dtype(), grad[0].device());
     dx.select(dim, index).copy_(grad[0]);
     return {dx};
   }

@@ -18,13 +18,13 @@ struct Softmax final : autograd::Op {
   bool log;
   explicit Softmax(bool log) : log(log) {}
   const char* name() const override { return log ? "log_softmax" : "softmax"; }
-  Tensors forward(const Tensors& in, Node& node) const override {
+  Tensors forward(const Tensors& in, ForwardCtx& ctx) const override {
     Tensor y = log ? kernels::log_softmax_forward(in[0]) : kernels::softmax_forward(in[0]);
-    node.save({y});
+    ctx.save({y});
     return {y};
   }
-  Tensors backward(const Tensors& grad, const Node& node) const override {
-    const Tensor& y = node.saved_tensor(0);
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
+    const Tensor& y = ctx.saved(0);
     return {log ? kernels::log_softmax_backward(grad[0], y) : kernels::softmax_backward(grad[0], y)};
   }
 };

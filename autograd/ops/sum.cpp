@@ -8,7 +8,8 @@
 namespace reel {
 namespace {
 
-using autograd::Node;
+using autograd::BackwardCtx;
+using autograd::ForwardCtx;
 using autograd::Tensors;
 using kernels::ReduceOp;
 
@@ -22,9 +23,9 @@ struct Reduce final : autograd::Op {
     std::string s = "axes=" + (axes.empty() ? std::string("all") : shape_str(axes));
     return keepdim ? s + " keepdim" : s;
   }
-  Tensors forward(const Tensors& in, Node&) const override { return {kernels::reduce(op, in[0], axes, keepdim)}; }
-  Tensors backward(const Tensors& grad, const Node& node) const override {
-    const Shape& in_shape = node.input_shape(0);
+  Tensors forward(const Tensors& in, ForwardCtx&) const override { return {kernels::reduce(op, in[0], axes, keepdim)}; }
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
+    const Shape& in_shape = ctx.input_shape(0);
     Shape kept = in_shape;  // the input's shape with reduced dims set to 1
     int64_t count = 1;      // elements summed into each output element
     for (size_t d = 0; d < kept.size(); ++d) {

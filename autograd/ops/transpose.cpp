@@ -6,7 +6,8 @@
 namespace reel {
 namespace {
 
-using autograd::Node;
+using autograd::BackwardCtx;
+using autograd::ForwardCtx;
 using autograd::Tensors;
 
 struct Transpose final : autograd::Op {
@@ -14,8 +15,8 @@ struct Transpose final : autograd::Op {
   Transpose(int64_t d0, int64_t d1) : d0(d0), d1(d1) {}
   const char* name() const override { return "transpose"; }
   std::string attributes() const override { return "dims=" + std::to_string(d0) + "," + std::to_string(d1); }
-  Tensors forward(const Tensors& in, Node&) const override { return {in[0].transpose(d0, d1)}; }
-  Tensors backward(const Tensors& grad, const Node&) const override { return {grad[0].transpose(d0, d1)}; }
+  Tensors forward(const Tensors& in, ForwardCtx&) const override { return {in[0].transpose(d0, d1)}; }
+  Tensors backward(const Tensors& grad, BackwardCtx&) const override { return {grad[0].transpose(d0, d1)}; }
 };
 
 struct Permute final : autograd::Op {
@@ -23,8 +24,8 @@ struct Permute final : autograd::Op {
   explicit Permute(std::vector<int64_t> dims) : dims(std::move(dims)) {}
   const char* name() const override { return "permute"; }
   std::string attributes() const override { return "dims=" + shape_str(dims); }
-  Tensors forward(const Tensors& in, Node&) const override { return {in[0].permute(dims)}; }
-  Tensors backward(const Tensors& grad, const Node&) const override {
+  Tensors forward(const Tensors& in, ForwardCtx&) const override { return {in[0].permute(dims)}; }
+  Tensors backward(const Tensors& grad, BackwardCtx&) const override {
     std::vector<int64_t> inverse(dims.size());
     for (size_t i = 0; i < dims.size(); ++i) inverse[static_cast<size_t>(dims[i])] = static_cast<int64_t>(i);
     return {grad[0].permute(inverse)};

@@ -12,7 +12,8 @@
 namespace reel {
 namespace {
 
-using autograd::Node;
+using autograd::BackwardCtx;
+using autograd::ForwardCtx;
 using autograd::Tensors;
 
 // A view op may find nothing to do (squeeze of a dim that is not 1, contiguous of a contiguous
@@ -21,8 +22,8 @@ Tensor fresh(const Tensor& out, const Tensor& in) { return out.same(in) ? in.det
 
 // Every op of this file has this backward: the gradient takes the input's shape back.
 struct ReshapeBack : autograd::Op {
-  Tensors backward(const Tensors& grad, const Node& node) const override {
-    return {grad[0].reshape(node.input_shape(0))};
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
+    return {grad[0].reshape(ctx.input_shape(0))};
   }
 };
 
@@ -32,7 +33,7 @@ struct View final : ReshapeBack {
   View(Shape shape, bool may_copy) : shape(std::move(shape)), may_copy(may_copy) {}
   const char* name() const override { return may_copy ? "reshape" : "view"; }
   std::string attributes() const override { return "shape=" + shape_str(shape); }
-  Tensors forward(const Tensors& in, Node&) const override {
+  Tensors forward(const Tensors& in, ForwardCtx&) const override {
     return {fresh(may_copy ? in[0].reshape(shape) : in[0].view(shape), in[0])};
   }
 };
@@ -42,7 +43,7 @@ struct Squeeze final : ReshapeBack {
   explicit Squeeze(int64_t dim) : dim(dim) {}
   const char* name() const override { return "squeeze"; }
   std::string attributes() const override { return "dim=" + std::to_string(dim); }
-  Tensors forward(const Tensors& in, Node&) const override { return {fresh(in[0].squeeze(dim), in[0])}; }
+  Tensors forward(const Tensors& in, ForwardCtx&) const override { return {fresh(in[0].squeeze(dim), in[0])}; }
 };
 
 struct Unsqueeze final : ReshapeBack {
@@ -50,12 +51,12 @@ struct Unsqueeze final : ReshapeBack {
   explicit Unsqueeze(int64_t dim) : dim(dim) {}
   const char* name() const override { return "unsqueeze"; }
   std::string attributes() const override { return "dim=" + std::to_string(dim); }
-  Tensors forward(const Tensors& in, Node&) const override { return {fresh(in[0].unsqueeze(dim), in[0])}; }
+  Tensors forward(const Tensors& in, ForwardCtx&) const override { return {fresh(in[0].unsqueeze(dim), in[0])}; }
 };
 
 struct Contiguous final : ReshapeBack {
   const char* name() const override { return "contiguous"; }
-  Tensors forward(const Tensors& in, Node&) const override { return {fresh(in[0].contiguous(), in[0])}; }
+  Tensors forward(const Tensors& in, ForwardCtx&) const override { return {fresh(in[0].contiguous(), in[0])}; }
 };
 
 }  // namespace

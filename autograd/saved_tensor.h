@@ -1,0 +1,103 @@
+// What the tape keeps for backward, in one slot type: an op's saves (ForwardCtx::save) and a
+// checkpoint segment's boundary inputs (held for its replay) alike.
+//
+// A slot holds the tensor itself or, when a pack hook was active at save time, whatever the hook
+// returned (a copy on the host, a compressed form, ...), with the unpack hook that brings it back.
+// It records the storage version at save time: unpack() raises a reel::Error naming the op when an
+// in-place write changed the tensor since, because the gradient (or the replay) would then use
+// values the forward never saw.
+//
+// Hooks, as PyTorch's torch.autograd.graph.saved_tensors_hooks: while a SavedTensorHooks scope
+// lives on a thread, every tensor the tape keeps there (op saves, segment boundaries, the saves a
+// replay re-makes in backward) goes through its pack function, and backward reads it back through
+// its unpack function. Scopes nest; the innermost pair applies. Memory stays attributed: a packed
+// value that is a Tensor is counted as an activation where the hook put it (its device), and the
+// original's bytes are freed once nothing else holds them.
+//
+//   autograd::SavedTensorHooks offload(
+//       [](const Tensor& t) -> std::any { return t.to(Device("cpu")); },
+//       [dev](const std::any& p) { return std::any_cast<const Tensor&>(p).to(dev); });
+//   Tensor loss = model(x);        // every save now lives on the host
+//   autograd::backward(loss);      // ...and comes back to `dev` as each rule reads it
+#pragma once
+#include <any>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "core/tensor.h"
+
+namespace reel::autograd {
+
+using PackHook = std::function<std::any(const Tensor& t)>;
+using UnpackHook = std::function<Tensor(const std::any& packed)>;
+
+// RAII: saves made on this thread while it lives are packed with `pack` and unpacked with
+// `unpack`. Both must be set. Scopes must close innermost first (std::optional / unique_ptr scopes
+// destroyed in reverse order).
+class SavedTensorHooks {
+ public:
+  SavedTensorHooks(PackHook pack, UnpackHook unpack);
+  ~SavedTensorHooks();
+  SavedTensorHooks(const SavedTensorHooks&) = delete;
+  SavedTensorHooks& operator=(const SavedTensorHooks&) = delete;
+};
+
+// Who keeps a slot, for the memory timeline's notes (autograd::mark_activation).
+struct KeptBy {
+  const char* op = nullptr;  // saved by this op...
+  int64_t node = -1;         // ...at this tape position (or: the node whose input is held)
+  int segment = -1;          // held by this collapsed checkpoint segment
+};
+
+class SavedTensor {
+ public:
+  SavedTensor() = default;  // empty: a placeholder slot (an undefined save costs nothing)
+  explicit SavedTensor(const Tensor& t);
+
+  bool defined() const { return data_.defined() || packed_ != nullptr; }
+  bool packed() const { return packed_ != nullptr; }
+  // Where the value came from: input `input()` of its node (-1: not an input), or its own output.
+  int input() const { return input_; }
+  bool is_output() const { return is_output_; }
+  void set_input(int j) { input_ = j; }
+  // An op's own output: kept as its data alone, so the node does not keep its output's autograd
+  // state (and so itself) alive.
+  void mark_output();
+  // Drops the value but remembers which input it was: a kept node of a selective piece gets it
+  // back from its piece's replay (refill).
+  void drop_keep_input(int j);
+  void refill(const Tensor& t, const KeptBy& by);
+
+  // Applies the innermost SavedTensorHooks pair, if any, and tags what the slot keeps as an
+  // activation (`by`: for the memory timeline). Call once, when the slot is final.
+  void pack(const KeptBy& by);
+  // The tensor, unpacked (once: later calls return it again) and version-checked. Errors name
+  // `op`, and the slot as op's save or, with held_input >= 0, as that input held for a replay.
+  const Tensor& unpack(const char* op, int held_input = -1);
+  // reel::Error when the tensor was written in place since it was saved (while the original's
+  // storage is alive: a packed slot remembers it weakly; no one can write what no one holds).
+  void check_version(const char* op, int held_input = -1) const;
+  // Bytes this slot keeps alive: the storage of its tensor or of a packed Tensor (0 for other
+  // packed values, which the hook accounts for itself).
+  const Tensor* kept_tensor() const;
+  void clear() { *this = SavedTensor(); }
+
+ private:
+  Tensor data_;                          // the value (unpacked, or never packed)
+  std::shared_ptr<std::any> packed_;     // what the pack hook returned, until unpacked
+  UnpackHook unpack_;                    // the pair's unpack, taken at pack time
+  std::weak_ptr<Storage> origin_;        // the saved tensor's storage, for the version check
+  Shape shape_;                          // the saved tensor's shape, dtype, device: unpack checks them
+  DType dtype_ = DType::f32;
+  Device device_;
+  uint64_t version_ = 0;
+  int input_ = -1;
+  bool is_output_ = false;
+};
+
+// Tags a tensor the tape keeps as an activation in the memory statistics, unless it is a
+// parameter's or gradient's memory (core/allocator.h; Tape::clear tags it back).
+void mark_activation(const Tensor& t, const KeptBy& by = {});
+
+}  // namespace reel::autograd
