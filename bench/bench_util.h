@@ -14,8 +14,8 @@
 
 #include "core/device_backend.h"
 #include "core/profile.h"
-#include "core/profile_report.h"
 #include "core/tensor.h"
+#include "report/profile.h"
 
 namespace reel::bench {
 

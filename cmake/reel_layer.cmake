@@ -1,9 +1,26 @@
 # reel_layer(<target> <sources>...): one layer of reel as its own static library, with the
-# project's include root, warnings and code-generation flags. The layers link in order
-#   reel_core <- reel_kernels <- reel_autograd <- reel_nn, reel_optim <- reel_dist
-# (each links only the ones below it), so a call from a layer up into a higher one cannot link:
-# cmake/layering.cmake checks that at build time.
+# project's include root, warnings and code-generation flags. Which layer may include and link which
+# is one list, cmake/layers.txt, read here into
+#   REEL_LAYERS                 the layers' folders, bottom to top (core kernels autograd ...)
+#   REEL_LAYER_ALLOWED_<folder> the layers that one may include and link, besides itself
+# reel_layer() refuses a library that is not reel_<a folder listed there>; cmake/layering.cmake
+# checks each layer's links against its line and, at build time, that no layer calls upward.
+set(REEL_LAYERS_FILE ${CMAKE_CURRENT_LIST_DIR}/layers.txt)
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${REEL_LAYERS_FILE})
+file(STRINGS ${REEL_LAYERS_FILE} reel_layer_lines REGEX "^[a-z]")
+set(REEL_LAYERS "")
+foreach(line ${reel_layer_lines})
+  string(REGEX REPLACE "[ \t]+" ";" fields "${line}")
+  list(POP_FRONT fields folder)
+  list(APPEND REEL_LAYERS ${folder})
+  set(REEL_LAYER_ALLOWED_${folder} ${fields})
+endforeach()
+
 function(reel_layer target)
+  string(REGEX REPLACE "^reel_" "" folder ${target})
+  if(NOT folder IN_LIST REEL_LAYERS)
+    message(FATAL_ERROR "reel_layer(${target}): '${folder}' is not a layer of cmake/layers.txt; add its line there")
+  endif()
   add_library(${target} STATIC ${ARGN})
   add_library(reel::${target} ALIAS ${target})
   target_include_directories(${target} PUBLIC

@@ -2,8 +2,8 @@
 // device's caching allocator makes, tagged with where the step was (phase, checkpoint segment,
 // tape op and node), and reel::MemoryTimeline, the scope that collects them and analyses them:
 // bytes by category after each event, the peak, and which blocks were live then (with the shapes
-// the tape reported for the tensors it saved). The reports (an HTML page with inline SVG, JSON) are
-// in core/memory_timeline_report.h.
+// the tape reported for the tensors it saved). Core only records: the reports (an HTML page with
+// inline SVG, JSON) are in report/memory_timeline.h, a layer above.
 //
 // Off (no MemoryTimeline alive) the allocator reads one flag it already holds the lock for, and
 // the tape's hook (memory_timeline_collecting) is one relaxed atomic load.
@@ -101,7 +101,7 @@ struct MemoryPeak {
 //   train_step();
 //   timeline.stop();
 //   timeline.peak().bytes == reel::memory_stats(device).peak_bytes
-//   reel::write_memory_timeline_html("step.html", timeline, "one step");
+//   reel::write_memory_timeline_html("step.html", timeline, "one step");  // report/memory_timeline.h
 class MemoryTimeline {
  public:
   explicit MemoryTimeline(Device device = Device::cpu());

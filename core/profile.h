@@ -8,8 +8,8 @@
 // The hooks are placed once: kernel entry points time their backend call through
 // REEL_DEVICE_DISPATCH (kernels/dispatch.h) with the cost written next to them; the tape opens
 // op spans (autograd/tape.cpp) and the replay, backward and optimizer phases; core times its own
-// copies and fills. The reports (a table against the device's roof, a Chrome trace) are in
-// core/profile_report.h.
+// copies and fills. Core only records: the reports (a table against the device's roof, a Chrome
+// trace) are in report/profile.h, a layer above.
 //
 // Times: CPU kernels by a steady host clock around the call. CUDA kernels by markers the device
 // records on its stream (cudaEvent pairs), resolved when the profiler stops; on a GPU these are
@@ -219,7 +219,7 @@ namespace reel {
 //   train_step();
 //   prof.stop();
 //   reel::profile::print_table(std::cout, prof);
-//   reel::profile::write_trace("trace.json", prof);
+//   reel::profile::write_trace("trace.json", prof);  // both in report/profile.h
 class Profiler {
  public:
   Profiler();

@@ -33,9 +33,9 @@
 #include <vector>
 
 #include "examples/policy_sweep.h"
-#include "examples/svg_chart.h"
 #include "examples/train_options.h"
 #include "reel.h"
+#include "report/svg_chart.h"
 
 using namespace reel;
 
@@ -53,8 +53,8 @@ struct Lab {
     if (!ok) failures.push_back(what);
   }
   std::string path(const std::string& name) const { return (std::filesystem::path(out) / name).string(); }
-  void picture(const std::string& name, const examples::Chart& chart) const {
-    examples::write_svg(path(name), chart);
+  void picture(const std::string& name, const report::Chart& chart) const {
+    report::write_svg(path(name), chart);
     std::printf("  picture: %s\n", path(name).c_str());
   }
 };
@@ -106,7 +106,7 @@ void accumulation(Lab& lab, const nn::ImageDataset& data) {
   nn::MLP model({784, 256, 256, 10});
   model.to(lab.device);
   std::vector<double> big;
-  examples::Series peaks("activation peak"), one_over_n("peak of the big batch / N");
+  report::Series peaks("activation peak"), one_over_n("peak of the big batch / N");
   int64_t big_peak = 0;
   std::printf("  %12s %12s %18s %16s\n", "micro-batches", "of size", "activation peak", "max |grad diff|");
   for (int64_t parts : {1, 2, 4, 8, 16}) {
@@ -161,7 +161,7 @@ void depth(Lab& lab) {
               static_cast<long long>(width), static_cast<long long>(batch));
   std::vector<int> depths = {4, 8, 16, 32, 64};
   if (!lab.quick) depths.push_back(128);
-  examples::Series plain("none"), sqrt_n("sqrt");
+  report::Series plain("none"), sqrt_n("sqrt");
   std::printf("  %6s %14s %14s %8s\n", "N", "none MiB", "sqrt MiB", "ratio");
   manual_seed(4);
   const Tensor x = randn({batch, width}, DType::f32, lab.device);
@@ -191,7 +191,7 @@ void recompute(Lab& lab) {
               static_cast<long long>(width), static_cast<long long>(batch), lab.steps);
   std::printf("  %6s %12s %12s %12s %10s %14s %8s\n", "N", "forward ms", "none ms", "every:1 ms", "measured",
               "(F+step)/step", "theory");
-  examples::Series measured("every:1 step / plain step"), predicted("(F + step) / step, F measured"),
+  report::Series measured("every:1 step / plain step"), predicted("(F + step) / step, F measured"),
       theory("4/3 (backward = 2 forwards)");
   manual_seed(5);
   const Tensor x = randn({batch, width}, DType::f32, lab.device);
@@ -235,7 +235,7 @@ void policies(Lab& lab) {
       *chain, lab.device, lab.steps, [&] { return sum((*chain)(x)); }, {1, 2, 4}, {0.2, 0.3, 0.4, 0.55, 0.75});
   examples::print_policy_table("  step time against activation peak", rows);
   const double plain_ms = rows.front().ms;
-  examples::Series every("every:K"), fixed("none, sqrt, selective", false),
+  report::Series every("every:K"), fixed("none, sqrt, selective", false),
       planned("planner at a budget");
   std::vector<std::tuple<double, double, std::string>> plan_points, every_points;
   for (const examples::PolicyRow& r : rows) {
@@ -267,7 +267,7 @@ void normalisation(Lab& lab, const nn::ImageDataset& data) {
   manual_seed(7);
   nn::MLP model({784, 64, 10});
   model.to(lab.device);
-  examples::Series right("sum / window count"), naive("mean of micro-batch means");
+  report::Series right("sum / window count"), naive("mean of micro-batch means");
   std::printf("  %8s %8s %22s %22s\n", "parts", "samples", "max |diff| sum/count", "max |diff| mean of means");
   for (int k : {1, 2, 3, 5, 7}) {
     std::vector<int64_t> sizes(static_cast<size_t>(k), 32);

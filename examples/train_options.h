@@ -19,11 +19,11 @@
 #include <string>
 #include <vector>
 
-#include "core/memory_timeline_report.h"
-#include "core/profile_report.h"
 #include "optim/accumulator.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "report/memory_timeline.h"
+#include "report/profile.h"
 #if REEL_HAS_DIST
 #include "dist/data_parallel.h"
 #endif

@@ -1,4 +1,4 @@
-// The memory timeline (core/memory_timeline.h, core/memory_timeline_report.h): its peaks equal the
+// The memory timeline (core/memory_timeline.h, report/memory_timeline.h): its peaks equal the
 // allocator's statistics for a whole training step (total and per category, on every device), the
 // live list at a peak adds up to it, events carry the phase and the replayed segment, the tape's
 // notes carry the saved tensors' shapes, the JSON round-trips, the page stays small for many
@@ -14,8 +14,8 @@
 #include "autograd/nn_functions.h"
 #include "autograd/tape.h"
 #include "core/memory_timeline.h"
-#include "core/memory_timeline_report.h"
 #include "optim/optimizer.h"
+#include "report/memory_timeline.h"
 #include "testing.h"
 
 using namespace reel;

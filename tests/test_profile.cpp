@@ -1,4 +1,4 @@
-// The kernel profiler (core/profile.h, core/profile_report.h): records carry the right op, node,
+// The kernel profiler (core/profile.h, report/profile.h): records carry the right op, node,
 // phase and closed-form costs; checkpoint replays are counted; the trace is valid, nested
 // trace-event JSON; the table's shares add up; emulated CUDA is marked; nothing is recorded off.
 #include <algorithm>
@@ -12,10 +12,10 @@
 
 #include "autograd/nn_functions.h"
 #include "autograd/tape.h"
-#include "core/profile_report.h"
 #include "kernels/ops.h"
 #include "nn/gpt.h"
 #include "optim/optimizer.h"
+#include "report/profile.h"
 #include "testing.h"
 
 using namespace reel;

@@ -1,6 +1,6 @@
-// The memory timeline's reports (core/memory_timeline_report.h): the HTML page with inline SVG and
-// the JSON file.
-#include "core/memory_timeline_report.h"
+// The memory timeline's reports (report/memory_timeline.h): the HTML page with inline SVG and the
+// JSON file.
+#include "report/memory_timeline.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,12 +10,15 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "report/escape.h"
+#include "report/ticks.h"
 
 namespace reel {
 
 namespace {
 
 using json = nlohmann::json;
+using report::escape_xml;
 
 // ---- shared: how a block and a phase are described ---------------------------------------------
 
@@ -100,21 +103,6 @@ json peak_json(const MemoryPeak& p) {
 
 // ---- HTML ---------------------------------------------------------------------------------------
 
-std::string escape(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char ch : s) {
-    switch (ch) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += ch;
-    }
-  }
-  return out;
-}
-
 std::string fixed(double v, int decimals) {
   char buf[48];
   std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
@@ -133,18 +121,6 @@ const char* phase_color(profile::Phase phase) {
     default: return "#eeeeee";
   }
 }
-
-// A tick step of 1, 2 or 5 times a power of ten giving at most `max_ticks` ticks up to `range`.
-double tick_step(double range, int max_ticks) {
-  if (range <= 0) return 1;
-  const double raw = range / max_ticks;
-  const double power = std::pow(10.0, std::floor(std::log10(raw)));
-  for (double m : {1.0, 2.0, 5.0, 10.0})
-    if (m * power >= raw) return m * power;
-  return 10 * power;
-}
-// Enough decimals to tell ticks `step` apart.
-int tick_decimals(double step) { return std::max(0, static_cast<int>(std::ceil(-std::log10(step) - 1e-9))); }
 
 // The plot's geometry: time (ns) to x, bytes to y.
 struct Plot {
@@ -271,41 +247,37 @@ void write_phase_bands(std::ostream& os, const MemoryTimeline& tl, const Plot& p
     const double x0 = plot.x(band.t0), x1 = plot.x(band.t1);
     if (x1 - x0 < 0.25) continue;
     const std::string label = phase_label(band.phase, band.segment);
-    os << "<rect class=\"phase\" data-phase=\"" << escape(label) << "\" x=\"" << fixed(x0, 2) << "\" y=\""
+    os << "<rect class=\"phase\" data-phase=\"" << escape_xml(label) << "\" x=\"" << fixed(x0, 2) << "\" y=\""
        << fixed(plot.top, 1) << "\" width=\"" << fixed(x1 - x0, 2) << "\" height=\"" << fixed(plot.height, 1)
-       << "\" fill=\"" << phase_color(band.phase) << "\"><title>" << escape(label) << ": " << fixed(band.t0 / 1e6, 3)
-       << " to " << fixed(band.t1 / 1e6, 3) << " ms";
+       << "\" fill=\"" << phase_color(band.phase) << "\"><title>" << escape_xml(label) << ": "
+       << fixed(band.t0 / 1e6, 3) << " to " << fixed(band.t1 / 1e6, 3) << " ms";
     if (band.events >= 0) os << ", " << band.events << " events";
     os << "</title></rect>\n";
     // A replay sits inside the backward, whose label is above the plot: its own goes just inside.
     const double label_y = band.phase == profile::Phase::Replay ? plot.top + 14 : plot.top - 6;
     if (x1 - x0 >= 6.5 * static_cast<double>(label.size()))
       os << "<text x=\"" << fixed((x0 + x1) / 2, 1) << "\" y=\"" << fixed(label_y, 1)
-         << "\" text-anchor=\"middle\" font-size=\"12\" fill=\"#555\">" << escape(label) << "</text>\n";
+         << "\" text-anchor=\"middle\" font-size=\"12\" fill=\"#555\">" << escape_xml(label) << "</text>\n";
   }
 }
 
 void write_axes(std::ostream& os, const Plot& plot) {
-  const double mib_max = plot.bytes_max / kMiB;
-  const double mib_step = tick_step(mib_max, 8);
-  const int mib_decimals = tick_decimals(mib_step);
-  for (double v = 0; v <= mib_max + 1e-12; v += mib_step) {
+  const report::AxisTicks mib = report::nice_ticks(0, plot.bytes_max / kMiB, 9);
+  for (const double v : mib.values) {
     const double y = plot.y(v * kMiB);
     os << "<line x1=\"" << fixed(plot.left, 1) << "\" x2=\"" << fixed(plot.left + plot.width, 1) << "\" y1=\""
        << fixed(y, 1) << "\" y2=\"" << fixed(y, 1) << "\" stroke=\"#000\" stroke-opacity=\"0.12\"/>\n"
        << "<text x=\"" << fixed(plot.left - 8, 1) << "\" y=\"" << fixed(y + 4, 1)
-       << "\" text-anchor=\"end\" font-size=\"12\">" << fixed(v, mib_decimals) << "</text>\n";
+       << "\" text-anchor=\"end\" font-size=\"12\">" << mib.label(v) << "</text>\n";
   }
-  const double ms_max = plot.t_max / 1e6;
-  const double ms_step = tick_step(ms_max, 10);
-  const int ms_decimals = tick_decimals(ms_step);
+  const report::AxisTicks ms = report::nice_ticks(0, plot.t_max / 1e6, 11);
   const double base = plot.top + plot.height;
-  for (double v = 0; v <= ms_max + 1e-12; v += ms_step) {
+  for (const double v : ms.values) {
     const double x = plot.x(v * 1e6);
     os << "<line x1=\"" << fixed(x, 1) << "\" x2=\"" << fixed(x, 1) << "\" y1=\"" << fixed(base, 1) << "\" y2=\""
        << fixed(base + 5, 1) << "\" stroke=\"#000\"/>\n"
        << "<text x=\"" << fixed(x, 1) << "\" y=\"" << fixed(base + 20, 1)
-       << "\" text-anchor=\"middle\" font-size=\"12\">" << fixed(v, ms_decimals) << "</text>\n";
+       << "\" text-anchor=\"middle\" font-size=\"12\">" << ms.label(v) << "</text>\n";
   }
   os << "<rect x=\"" << fixed(plot.left, 1) << "\" y=\"" << fixed(plot.top, 1) << "\" width=\""
      << fixed(plot.width, 1) << "\" height=\"" << fixed(plot.height, 1)
@@ -361,8 +333,9 @@ void write_live_table(std::ostream& os, const MemoryPeak& peak, const char* id) 
     const LiveBlock& b = peak.live[i];
     os << "<tr><td>" << i + 1 << "</td><td class=\"num\" title=\"" << b.bytes << " B\">" << format_bytes(b.bytes)
        << "</td><td><span class=\"swatch\" style=\"background:" << kCategoryColors[static_cast<int>(b.category)]
-       << "\"></span>" << category_name(b.category) << "</td><td>" << escape(b.has_note ? b.note.shape : "")
-       << "</td><td>" << escape(kept_by(b)) << "</td><td>" << escape(allocated_by(b)) << "</td><td class=\"addr\">"
+       << "\"></span>" << category_name(b.category) << "</td><td>" << escape_xml(b.has_note ? b.note.shape : "")
+       << "</td><td>" << escape_xml(kept_by(b)) << "</td><td>" << escape_xml(allocated_by(b))
+       << "</td><td class=\"addr\">"
        << (b.before_timeline() ? "" : block_address(b.block)) << "</td></tr>\n";
   }
   if (peak.live.size() > kMaxTableRows) {
@@ -444,13 +417,13 @@ void write_memory_timeline_html(const std::string& path, const MemoryTimeline& t
 
   std::ostringstream os;
   os << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-     << "<link rel=\"icon\" href=\"data:,\">\n<title>" << escape(title) << "</title>\n<style>\n"
+     << "<link rel=\"icon\" href=\"data:,\">\n<title>" << escape_xml(title) << "</title>\n<style>\n"
      << "body{font-family:sans-serif;margin:20px;color:#222}\n"
      << "table{border-collapse:collapse;font-size:13px}\n"
      << "th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}\n"
      << "td.num{text-align:right;white-space:nowrap}\ntd.addr{font-family:monospace;color:#777}\n"
      << ".swatch{display:inline-block;width:10px;height:10px;margin-right:5px}\n"
-     << "</style>\n</head>\n<body>\n<h1>" << escape(title) << "</h1>\n";
+     << "</style>\n</head>\n<body>\n<h1>" << escape_xml(title) << "</h1>\n";
 
   const CategoryBytes& at_peak = peak.by_category;
   os << "<p>Memory on " << timeline.device() << ": " << events.size() << " allocator events in "

@@ -1,5 +1,5 @@
-// The profiler's reports (core/profile_report.h): summaries, the terminal table, the trace file.
-#include "core/profile_report.h"
+// The profiler's reports (report/profile.h): summaries, the terminal table, the trace file.
+#include "report/profile.h"
 
 #include <algorithm>
 #include <cstdio>

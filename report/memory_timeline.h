@@ -1,5 +1,6 @@
-// What a stopped reel::MemoryTimeline (core/memory_timeline.h) becomes: a self-contained HTML page
-// (inline SVG, no script, no network) and a JSON file with the same data.
+// What a stopped reel::MemoryTimeline (core/memory_timeline.h, which records) becomes: a
+// self-contained HTML page (inline SVG, no script, no network) and a JSON file with the same data.
+// Part of report/ (reel_report), the renderers' layer above autograd; the names stay in `reel`.
 #pragma once
 #include <string>
 

@@ -1,5 +1,7 @@
-// What a Profiler's records become: a table in the terminal that places every kernel against its
-// device's roof, and a Chrome trace-event file (Perfetto UI, chrome://tracing).
+// What a Profiler's records (core/profile.h, which records) become: a table in the terminal that
+// places every kernel against its device's roof, and a Chrome trace-event file (Perfetto UI,
+// chrome://tracing). Part of report/ (reel_report), the renderers' layer above autograd; the names
+// stay in `reel::profile`.
 #pragma once
 #include <ostream>
 #include <string>
