@@ -22,14 +22,15 @@
 // input (for the later pre-hooks and forward) or nothing (std::nullopt, or a void callable) to keep
 // it. Forward hooks then run in registration order with forward's input and the output so far; each
 // may replace the output the same way. A hook registered or removed while the module's hooks run
-// takes effect at its next call. Hooks are not copied with the module's parameters, nor saved.
+// takes effect at its next call. Hooks are not module state: state_dict and save leave them out.
 // The returned HookHandle unregisters its hook on remove() (idempotent, and harmless once the
 // module is gone); dropping the handle does NOT remove the hook (PyTorch's RemovableHandle): a hook
 // lives as long as its module unless removed.
 // Checkpoint segments: a segment's backward replays the ops its forward recorded on the tape, not
-// module code, so hooks do NOT run again at replay; what a hook computed at forward (a replaced
-// input or output) is replayed as recorded when it was done with ops. A hook that must act before a
-// replay (FSDP's re-gather of parameters) belongs on the tape's backward observers.
+// module code, so hooks do NOT run at replay. A replacement a hook made with ops (x * 2) was
+// recorded in the segment and is replayed with it; anything else it did (a log line, a counter,
+// parameters gathered) is not repeated. What must happen before a segment's replay (FSDP's
+// re-gather of parameters) belongs to a backward observer (before_replay), not to a module hook.
 //
 // Parameters are leaf tensors that require grad, allocated under Category::Parameter. to(device)
 // moves them in place: every handle to a parameter (an optimizer's, a tied layer's) sees the move.
