@@ -188,7 +188,7 @@ double evaluate(nn::GPT& gpt, const std::vector<int32_t>& ids, int64_t T, int64_
     const std::vector<size_t> chunk(starts.begin() + static_cast<std::ptrdiff_t>(i),
                                     starts.begin() + static_cast<std::ptrdiff_t>(std::min(starts.size(), i + 16)));
     const Batch b = make_batch(ids, chunk, T, device);
-    total += cross_entropy(gpt.forward(b.x), b.y, -100, "sum").item();
+    total += cross_entropy(gpt(b.x), b.y, -100, "sum").item();
   }
   gpt.train(was_training);
   return total / static_cast<double>(windows * T);
@@ -321,7 +321,7 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
     std::uniform_int_distribution<size_t> pick(0, train_ids.size() - static_cast<size_t>(T) - 1);
     const autograd::CheckpointPlan* budget_plan = examples::plan_checkpoint_budget(gpt, [&] {
       const Batch b = make_batch(train_ids, std::vector<size_t>(static_cast<size_t>(sizes.front()), 0), T, device);
-      return cross_entropy(gpt.forward(b.x), b.y, -100, "sum");  // one micro-batch: only its shapes matter
+      return cross_entropy(gpt(b.x), b.y, -100, "sum");  // one micro-batch: only its shapes matter
     });
     reset_peak_memory(device);
     examples::Progress progress(steps, "tokens", o.train.quiet);
@@ -341,7 +341,7 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
       }
       const optim::WindowResult r = acc.step<Batch>(
           micro, [](const Batch& b) { return b.y.numel(); },
-          [&](const Batch& b) { return cross_entropy(gpt.forward(b.x), b.y, -100, "sum"); });
+          [&](const Batch& b) { return cross_entropy(gpt(b.x), b.y, -100, "sum"); });
       train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       tokens += r.count;
       progress.update(step, r.loss, tokens);

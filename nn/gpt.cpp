@@ -30,12 +30,12 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& c) : n_head_(c.n_head)
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   REEL_CHECK(x.dim() == 3, name(), ": expects x of shape (B, T, C), got ", x.shape());
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / n_head_;
-  const std::vector<Tensor> qkv = split(c_attn->forward(x), {C, C, C}, -1);  // 3 x (B, T, C) views
+  const std::vector<Tensor> qkv = split((*c_attn)(x), {C, C, C}, -1);  // 3 x (B, T, C) views
   auto heads = [&](const Tensor& t) { return transpose(view(t, {B, T, n_head_, D}), 1, 2); };  // (B, H, T, D)
   const Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
   const Tensor y = fused_ ? attention(q, k, v, true) : attention_composed(q, k, v, true);  // (B, H, T, D)
   const Tensor merged = reshape(transpose(y, 1, 2), {B, T, C});
-  return resid_dropout->forward(c_proj->forward(merged));
+  return (*resid_dropout)((*c_proj)(merged));
 }
 
 FeedForward::FeedForward(const GPTConfig& c) {
@@ -44,7 +44,7 @@ FeedForward::FeedForward(const GPTConfig& c) {
   dropout = register_module("dropout", std::make_shared<Dropout>(c.dropout));
 }
 
-Tensor FeedForward::forward(const Tensor& x) { return dropout->forward(c_proj->forward(gelu(c_fc->forward(x)))); }
+Tensor FeedForward::forward(const Tensor& x) { return (*dropout)((*c_proj)(gelu((*c_fc)(x)))); }
 
 TransformerBlock::TransformerBlock(const GPTConfig& c) {
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd, 1e-5, c.bias));
@@ -54,8 +54,8 @@ TransformerBlock::TransformerBlock(const GPTConfig& c) {
 }
 
 Tensor TransformerBlock::forward(const Tensor& x) {
-  const Tensor h = x + attn->forward(ln_1->forward(x));
-  return h + mlp->forward(ln_2->forward(h));
+  const Tensor h = x + (*attn)((*ln_1)(x));
+  return h + (*mlp)((*ln_2)(h));
 }
 
 GPT::GPT(const GPTConfig& c) : config_(c) {
@@ -89,10 +89,10 @@ Tensor GPT::forward(const Tensor& ids) {
   const int64_t T = ids.size(1);
   REEL_CHECK(T >= 1 && T <= config_.block_size, "GPT: sequence length ", T, " is outside [1, block_size = ",
              config_.block_size, "]");
-  const Tensor pos = arange(T, DType::i64, wpe->weight.device());             // (T)
-  Tensor x = drop->forward(wte->forward(ids) + wpe->forward(pos));             // (B, T, C) + (T, C)
-  x = ln_f->forward(h->forward(x));
-  return lm_head ? lm_head->forward(x) : linear(x, wte->weight);               // (B, T, V)
+  const Tensor pos = arange(T, DType::i64, wpe->weight.device());  // (T)
+  Tensor x = (*drop)((*wte)(ids) + (*wpe)(pos));                     // (B, T, C) + (T, C)
+  x = (*ln_f)((*h)(x));  // the blocks, each through its operator() (its hooks), checkpointed as h's policy says
+  return lm_head ? (*lm_head)(x) : linear(x, wte->weight);           // (B, T, V)
 }
 
 std::vector<int64_t> GPT::generate(std::vector<int64_t> tokens, int64_t n, double temperature, int64_t top_k,
@@ -106,7 +106,7 @@ std::vector<int64_t> GPT::generate(std::vector<int64_t> tokens, int64_t n, doubl
   for (int64_t step = 0; step < n; ++step) {
     const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), config_.block_size);
     const std::vector<int64_t> window(tokens.end() - T, tokens.end());
-    const Tensor logits = forward(from_vector(window, {1, T}, device));  // (1, T, V)
+    const Tensor logits = (*this)(from_vector(window, {1, T}, device));  // (1, T, V)
     std::vector<double> p = select(select(logits, 1, T - 1), 0, 0).to(DType::f64).to_vector<double>();  // (V)
     std::vector<size_t> order(p.size());
     std::iota(order.begin(), order.end(), 0);

@@ -9,6 +9,11 @@
 //   nn::GPT gpt(config);
 //   gpt.set_checkpoint(nn::CheckpointPolicy::parse("sqrt"));  // blocks in checkpoint segments
 //   Tensor logits = gpt(ids);                                 // ids (B, T) -> (B, T, V)
+//
+// Every submodule is called through its operator(), so a hook on any of them runs: a pre-hook on
+// (*gpt.h)[i] sees block i's input, one on "h.0.attn.c_attn" (found by named_modules()) that
+// Linear's. Under a checkpoint policy the hooks of a checkpointed block run at its forward,
+// not again when backward replays its segment (nn/module.h).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -33,10 +38,12 @@ struct GPTConfig {
 class CausalSelfAttention : public Module {
  public:
   explicit CausalSelfAttention(const GPTConfig& config);
-  Tensor forward(const Tensor& x) override;  // (B, T, C) -> (B, T, C)
   std::string name() const override { return "CausalSelfAttention"; }
   std::shared_ptr<Linear> c_attn, c_proj;
   std::shared_ptr<Dropout> resid_dropout;
+
+ protected:
+  Tensor forward(const Tensor& x) override;  // (B, T, C) -> (B, T, C)
 
  private:
   int64_t n_head_;
@@ -47,21 +54,25 @@ class CausalSelfAttention : public Module {
 class FeedForward : public Module {
  public:
   explicit FeedForward(const GPTConfig& config);
-  Tensor forward(const Tensor& x) override;
   std::string name() const override { return "FeedForward"; }
   std::shared_ptr<Linear> c_fc, c_proj;
   std::shared_ptr<Dropout> dropout;
+
+ protected:
+  Tensor forward(const Tensor& x) override;
 };
 
 // Pre-LN: x + attn(ln_1(x)), then + mlp(ln_2(.)).
 class TransformerBlock : public Module {
  public:
   explicit TransformerBlock(const GPTConfig& config);
-  Tensor forward(const Tensor& x) override;
   std::string name() const override { return "TransformerBlock"; }
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<CausalSelfAttention> attn;
   std::shared_ptr<FeedForward> mlp;
+
+ protected:
+  Tensor forward(const Tensor& x) override;
 };
 
 class GPT : public Module {
@@ -69,7 +80,6 @@ class GPT : public Module {
   // GPT-2's initialisation: Linear and Embedding weights N(0, 0.02), the residual projections
   // (c_proj) N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm weights 1.
   explicit GPT(const GPTConfig& config);
-  Tensor forward(const Tensor& ids) override;  // (B, T) i32/i64, T <= block_size -> logits (B, T, V)
   std::string name() const override { return "GPT"; }
 
   // The blocks run under `policy` (every:K, sqrt over n_layer blocks, a list of block indices).
@@ -92,6 +102,9 @@ class GPT : public Module {
   std::shared_ptr<Sequential> h;  // the blocks
   std::shared_ptr<LayerNorm> ln_f;
   std::shared_ptr<Linear> lm_head;  // null when tied to wte
+
+ protected:
+  Tensor forward(const Tensor& ids) override;  // (B, T) i32/i64, T <= block_size -> logits (B, T, V)
 
  private:
   GPTConfig config_;

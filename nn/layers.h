@@ -17,18 +17,22 @@ namespace reel::nn {
 class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
-  Tensor forward(const Tensor& x) override;  // (..., in) -> (..., out)
   std::string name() const override { return "Linear"; }
   Tensor weight, bias;  // bias undefined without one
+
+ protected:
+  Tensor forward(const Tensor& x) override;  // (..., in) -> (..., out)
 };
 
 // table[ids]; weight (V, C). Init N(0, 1) as torch.nn.Embedding.
 class Embedding : public Module {
  public:
   Embedding(int64_t num_embeddings, int64_t embedding_dim);
-  Tensor forward(const Tensor& ids) override;  // (N...) i32/i64 -> (N..., C)
   std::string name() const override { return "Embedding"; }
   Tensor weight;
+
+ protected:
+  Tensor forward(const Tensor& ids) override;  // (N...) i32/i64 -> (N..., C)
 };
 
 // torch.nn.Conv2d (zero padding): x (N, in_channels, H, W) -> (N, out_channels, OH, OW);
@@ -39,21 +43,25 @@ class Conv2d : public Module {
  public:
   Conv2d(int64_t in_channels, int64_t out_channels, Pair2d kernel_size, Pair2d stride = 1, Pair2d padding = 0,
          Pair2d dilation = 1, int64_t groups = 1, bool bias = true);
-  Tensor forward(const Tensor& x) override;
   std::string name() const override { return "Conv2d"; }
   Tensor weight, bias;  // bias undefined without one
   int64_t in_channels, out_channels, groups;
   Pair2d kernel_size, stride, padding, dilation;
+
+ protected:
+  Tensor forward(const Tensor& x) override;
 };
 
 // Over the last dim; weight ones, bias zeros.
 class LayerNorm : public Module {
  public:
   explicit LayerNorm(int64_t dim, double eps = 1e-5, bool bias = true);
-  Tensor forward(const Tensor& x) override;
   std::string name() const override { return "LayerNorm"; }
   Tensor weight, bias;
   double eps;
+
+ protected:
+  Tensor forward(const Tensor& x) override;
 };
 
 // torch.nn.GroupNorm: x (N, C, *) in num_groups groups of consecutive channels; weight (ones) and
@@ -61,11 +69,13 @@ class LayerNorm : public Module {
 class GroupNorm : public Module {
  public:
   GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true);
-  Tensor forward(const Tensor& x) override;
   std::string name() const override { return "GroupNorm"; }
   Tensor weight, bias;
   int64_t num_groups;
   double eps;
+
+ protected:
+  Tensor forward(const Tensor& x) override;
 };
 
 // torch.nn.BatchNorm1d / BatchNorm2d (their common part, PyTorch's _BatchNorm): per channel c of
@@ -83,7 +93,6 @@ class GroupNorm : public Module {
 // samples (docs/design.md, "Optimizers and the accumulation window"); GroupNorm/LayerNorm are.
 class BatchNorm : public Module {
  public:
-  Tensor forward(const Tensor& x) override;
   Tensor weight, bias;                                    // (C), undefined without affine
   Tensor running_mean, running_var, num_batches_tracked;  // (C), (C), () i64; undefined without tracking
   int64_t num_features;
@@ -92,6 +101,7 @@ class BatchNorm : public Module {
   bool affine, track_running_stats;
 
  protected:
+  Tensor forward(const Tensor& x) override;
   BatchNorm(int64_t num_features, double eps, std::optional<double> momentum, bool affine, bool track_running_stats);
   virtual void check_input(const Tensor& x) const = 0;  // the dims the subclass accepts
 
@@ -132,10 +142,12 @@ class BatchNorm2d : public BatchNorm {
 class RMSNorm : public Module {
  public:
   explicit RMSNorm(int64_t dim, double eps = 1e-6);
-  Tensor forward(const Tensor& x) override;
   std::string name() const override { return "RMSNorm"; }
   Tensor weight;
   double eps;
+
+ protected:
+  Tensor forward(const Tensor& x) override;
 };
 
 // Active in train(), the identity in eval(). Masks come from the default generator, recorded on
@@ -143,9 +155,11 @@ class RMSNorm : public Module {
 class Dropout : public Module {
  public:
   explicit Dropout(double p = 0.5);
-  Tensor forward(const Tensor& x) override;
   std::string name() const override { return "Dropout"; }
   double p;
+
+ protected:
+  Tensor forward(const Tensor& x) override;
 };
 
 // torch.nn.MaxPool2d (no return_indices): (N, C, H, W) -> (N, C, OH, OW), or unbatched (C, H, W)
@@ -155,10 +169,12 @@ class MaxPool2d : public Module {
  public:
   explicit MaxPool2d(Pair2d kernel_size, std::optional<Pair2d> stride = std::nullopt, Pair2d padding = 0,
                      Pair2d dilation = 1, bool ceil_mode = false);
-  Tensor forward(const Tensor& x) override;
   std::string name() const override { return "MaxPool2d"; }
   Pair2d kernel_size, stride, padding, dilation;
   bool ceil_mode;
+
+ protected:
+  Tensor forward(const Tensor& x) override;
 };
 
 // torch.nn.AvgPool2d (no divisor_override): stride defaults to kernel_size; ceil_mode and
@@ -167,37 +183,47 @@ class AvgPool2d : public Module {
  public:
   explicit AvgPool2d(Pair2d kernel_size, std::optional<Pair2d> stride = std::nullopt, Pair2d padding = 0,
                      bool ceil_mode = false, bool count_include_pad = true);
-  Tensor forward(const Tensor& x) override;
   std::string name() const override { return "AvgPool2d"; }
   Pair2d kernel_size, stride, padding;
   bool ceil_mode, count_include_pad;
+
+ protected:
+  Tensor forward(const Tensor& x) override;
 };
 
 // torch.nn.Flatten: dims start_dim..end_dim merged (by default all but the batch dim).
 class Flatten : public Module {
  public:
   explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1) : start_dim(start_dim), end_dim(end_dim) {}
-  Tensor forward(const Tensor& x) override;
   std::string name() const override { return "Flatten"; }
   int64_t start_dim, end_dim;
+
+ protected:
+  Tensor forward(const Tensor& x) override;
 };
 
 class ReLU : public Module {
  public:
-  Tensor forward(const Tensor& x) override;
   std::string name() const override { return "ReLU"; }
+
+ protected:
+  Tensor forward(const Tensor& x) override;
 };
 
 class GELU : public Module {  // tanh approximation, as GPT-2
  public:
-  Tensor forward(const Tensor& x) override;
   std::string name() const override { return "GELU"; }
+
+ protected:
+  Tensor forward(const Tensor& x) override;
 };
 
 class Tanh : public Module {
  public:
-  Tensor forward(const Tensor& x) override;
   std::string name() const override { return "Tanh"; }
+
+ protected:
+  Tensor forward(const Tensor& x) override;
 };
 
 // "relu" | "gelu" | "tanh" -> a new activation module; reel::Error naming the choices otherwise.

@@ -1,8 +1,12 @@
-// nn::Module: parameter registration, the module tree, train/eval, to(device), state dicts.
+// nn::Module: the call through the forward hooks, parameter registration, the module tree,
+// train/eval, to(device), state dicts.
 #include "nn/module.h"
 
+#include <algorithm>
+#include <functional>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "autograd/functions.h"
 #include "autograd/op.h"
@@ -19,6 +23,76 @@ bool valid_name(const std::string& name) {
 }
 
 }  // namespace
+
+// A module's hooks, shared with the handles (weakly) so that remove() works from a handle alone.
+struct HookHandle::Registry {
+  uint64_t next_id = 1;
+  std::vector<std::pair<uint64_t, Module::ForwardPreHook>> pre;
+  std::vector<std::pair<uint64_t, Module::ForwardHook>> post;
+};
+
+void HookHandle::remove() {
+  const std::shared_ptr<Registry> registry = registry_.lock();
+  if (!registry) return;
+  auto drop = [this](auto& hooks) {
+    hooks.erase(std::remove_if(hooks.begin(), hooks.end(), [this](const auto& h) { return h.first == id_; }),
+                hooks.end());
+  };
+  drop(registry->pre);
+  drop(registry->post);
+  registry_.reset();
+}
+
+HookHandle Module::add_pre_hook(ForwardPreHook hook) {
+  REEL_CHECK(hook != nullptr, name(), ".register_forward_pre_hook: the hook is empty");
+  if (!hooks_) hooks_ = std::make_shared<HookHandle::Registry>();
+  const uint64_t id = hooks_->next_id++;
+  hooks_->pre.emplace_back(id, std::move(hook));
+  return HookHandle(hooks_, id);
+}
+
+HookHandle Module::add_post_hook(ForwardHook hook) {
+  REEL_CHECK(hook != nullptr, name(), ".register_forward_hook: the hook is empty");
+  if (!hooks_) hooks_ = std::make_shared<HookHandle::Registry>();
+  const uint64_t id = hooks_->next_id++;
+  hooks_->post.emplace_back(id, std::move(hook));
+  return HookHandle(hooks_, id);
+}
+
+Tensor Module::operator()(const Tensor& x) {
+  if (!hooks_ || (hooks_->pre.empty() && hooks_->post.empty())) return forward(x);
+  // Copies, so that a hook may register or remove hooks (its own included) while they run: the
+  // change takes effect at the next call, and a hook that removes itself stays alive until it returns.
+  const auto pre = hooks_->pre;
+  const auto post = hooks_->post;
+  Tensor input = x;
+  for (const auto& [id, hook] : pre)
+    if (std::optional<Tensor> replaced = hook(*this, input)) input = std::move(*replaced);
+  Tensor output = forward(input);
+  for (const auto& [id, hook] : post)
+    if (std::optional<Tensor> replaced = hook(*this, input, output)) output = std::move(*replaced);
+  return output;
+}
+
+std::vector<std::pair<std::string, const Module*>> Module::named_modules() const {
+  std::vector<std::pair<std::string, const Module*>> out;
+  std::set<const Module*> seen;
+  // Depth first, a parent before its children; a module met again (shared) keeps its first name.
+  std::function<void(const std::string&, const Module&)> walk = [&](const std::string& prefix, const Module& m) {
+    if (!seen.insert(&m).second) return;
+    out.emplace_back(prefix, &m);
+    for (const auto& [child_name, child] : m.children_) walk(prefix.empty() ? child_name : prefix + "." + child_name, *child);
+  };
+  walk("", *this);
+  return out;
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out;
+  // Every module of the walk is this one or a descendant it holds non-const.
+  for (const auto& [path, m] : std::as_const(*this).named_modules()) out.emplace_back(path, const_cast<Module*>(m));
+  return out;
+}
 
 Tensor Module::register_parameter(const std::string& param_name, const Tensor& value) {
   REEL_CHECK(valid_name(param_name), name(), ": parameter name '", param_name, "' must be non-empty and without '.'");

@@ -7,6 +7,10 @@
 //                                                            // "selective", "budget:48MiB"
 // Inside a segment only the segment's input is kept in forward; backward replays the segment. A
 // budget is planned once from measurements: model.plan_checkpoint([&] { return loss_of(batch); }).
+//
+// Each child is called through its operator(), so its hooks (nn/module.h) run at forward, inside
+// the segment when it is checkpointed; backward's replay re-runs the ops recorded on the tape, not
+// the children, so their hooks do not run again there.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -30,9 +34,8 @@ class Sequential : public Module {
   explicit Sequential(const std::vector<std::shared_ptr<Module>>& modules);
   void push_back(std::shared_ptr<Module> module);  // registered as the next index
   int64_t size() const { return static_cast<int64_t>(children().size()); }
-  Module& operator[](int64_t i) const;
+  Module& operator[](int64_t i) const;  // call it as seq[i](x), through its hooks
 
-  Tensor forward(const Tensor& x) override;
   std::string name() const override { return "Sequential"; }
 
   // reel::Error when a List entry is out of range for this Sequential. Drops a previous plan.
@@ -54,6 +57,11 @@ class Sequential : public Module {
   // Runs a plan made earlier for this chain (by plan_checkpoint): the policy becomes its budget.
   // reel::Error when its runs do not cover this Sequential's children in order.
   void use_checkpoint_plan(const autograd::CheckpointPlan& plan);
+
+ protected:
+  // Runs the children in order through their operator() (their hooks), in checkpoint segments as
+  // the policy says.
+  Tensor forward(const Tensor& x) override;
 
  private:
   struct Measuring;  // what plan_checkpoint's forwards record, child by child

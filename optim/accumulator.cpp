@@ -8,7 +8,8 @@
 namespace reel::optim {
 
 void Accumulator::finish(WindowResult& r) {
-  const profile::PhaseScope profiled(profile::Phase::Optimizer);  // clipping and zeroing too
+  const profile::PhaseScope profiled(profile::Phase::Optimizer);  // the hook, clipping and zeroing too
+  if (grad_hook_) grad_hook_(optimizer_.params(), r);
   WindowSync* sync = options_.sync;
   double norm = -1;  // the global norm, once measured (across ranks it costs a collective)
   if (options_.skip_nonfinite) {

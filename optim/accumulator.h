@@ -5,17 +5,33 @@
 // per-micro-batch mean weights a token of a short batch more than one of a long batch (the bug
 // Hugging Face's Trainer had until 2024). So the window counts first, then runs each
 // micro-batch's forward with a SUM-reduced loss and backward with scale 1/total; the gradients add
-// up in the parameters' .grad buffers. Then it clips once, sets the learning rate from the
-// schedule once, steps once and zeroes the gradients. A last, shorter window works the same way.
+// up in the parameters' .grad buffers. Then it calls the gradient hook (set_grad_hook), checks
+// for non-finite gradients, clips once, sets the learning rate from the schedule once, steps once
+// and zeroes the gradients. A last, shorter window works the same way.
+//
+// The gradient hook sees the window's gradients where the optimizer will read them, in each
+// parameter's .grad: the sum over the window's micro-batches, already normalised by the window's
+// total count (so, the gradient of the window's mean loss, as one big batch would give), and
+// across processes already synchronised. It may inspect or log them, or change them in place or
+// with set_grad (scale them, zero one): the non-finite check, clipping and the step see what it
+// leaves. A parameter no micro-batch reached may have no .grad (undefined). Not called for a window
+// of count 0 (no step).
+//   acc.set_grad_hook([](const std::vector<Tensor>& params, const WindowResult& w) { log(params, w.count); });
 //
 // Across processes (Options::sync, set by dist::DataParallel), the window spans every rank: the
 // count is summed over the ranks before any backward, so every rank's loss is normalised by the
 // global count (exact with uneven shards), the gradients are synchronised once per window, during
 // the window's last backward, and clipping and the non-finite check use the global norm.
+// Across processes the hook runs on every rank with the same gradients; it must change them the same
+// way on every rank, or the replicas drift apart. Under ZeRO-1 (dist::ZeroAdamW) the summed
+// gradients live in DataParallel's shards, not in .grad: there the hook sees only this rank's own,
+// unsynchronised part of the window, and what it changes is not what the optimizer steps.
 //
 // Exact only for layers without batch statistics (no BatchNorm): those see each micro-batch alone.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "autograd/tape.h"
@@ -98,14 +114,21 @@ class Accumulator {
     return r;
   }
 
+  // Called once per window with the optimizer's parameters (their .grad the window's gradients,
+  // see above) and the window so far (loss, count and lr set; grad_norm and stepped not yet). One
+  // hook: a new one replaces the last; an empty one removes it.
+  using GradHook = std::function<void(const std::vector<Tensor>& params, const WindowResult& window)>;
+  void set_grad_hook(GradHook hook) { grad_hook_ = std::move(hook); }
+
   int64_t steps() const { return optimizer_.steps(); }
   int64_t skipped_steps() const { return skipped_; }
 
  private:
-  void finish(WindowResult& r);  // clip, set lr, step, zero_grad
+  void finish(WindowResult& r);  // the gradient hook, clip, set lr, step, zero_grad
 
   Optimizer& optimizer_;
   Options options_;
+  GradHook grad_hook_;
   int64_t skipped_ = 0;
 };
 

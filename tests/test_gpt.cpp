@@ -1,7 +1,9 @@
 // nn::GPT: parameter names and counts as GPT-2's, GPT-2's initialisation, weight tying, fused
 // against composed attention, checkpointed blocks with bit-identical gradients on every device,
-// causality, sampling, and bad inputs.
+// forward hooks on the blocks (checkpointed or not) and named_modules(), causality, sampling, and
+// bad inputs.
 #include <cmath>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -167,6 +169,71 @@ TEST_CASE("checkpointed GPT blocks (segments, selective, planned): bit-identical
     for (size_t i = 1; i < saved.size(); ++i) CHECK(saved[i] < saved[0]);
     gpt.set_checkpoint(nn::CheckpointPolicy::parse("none"));
   }
+}
+
+TEST_CASE("forward hooks on GPT blocks replace a block's input and output, at forward only, under every policy") {
+  manual_seed(15);
+  nn::GPTConfig c = tiny_config();
+  nn::GPT gpt(c);
+  const Tensor ids = random_ids(2, 8, 11, 16), targets = random_ids(2, 8, 11, 17);
+  // The reference: the model's forward by hand, with block 1's input halved and block 2's output
+  // doubled, which the hooks below must do.
+  Tensor x = (*gpt.drop)((*gpt.wte)(ids) + (*gpt.wpe)(arange(8, DType::i64)));
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    if (i == 1) x = x * 0.5;
+    x = (*gpt.h)[i](x);
+    if (i == 2) x = x * 2.0;
+  }
+  const Tensor expected = linear((*gpt.ln_f)(x), gpt.wte->weight);  // (B, T, V)
+  const Tensor unhooked = gpt(ids);
+  CHECK(values(unhooked) != values(expected));
+  autograd::backward(cross_entropy(expected, targets));
+  const std::vector<double> expected_grads = all_grads(gpt);
+  clear_grads(gpt);
+
+  int pre_calls = 0, post_calls = 0;
+  nn::HookHandle pre = (*gpt.h)[1].register_forward_pre_hook([&](nn::Module&, const Tensor& in) {
+    ++pre_calls;
+    return in * 0.5;
+  });
+  nn::HookHandle post = (*gpt.h)[2].register_forward_hook([&](nn::Module&, const Tensor&, const Tensor& out) {
+    ++post_calls;
+    return out * 2.0;
+  });
+  for (const std::string policy : {"none", "every:1", "sqrt", "list:1,2", "selective"}) {
+    CAPTURE(policy);
+    gpt.set_checkpoint(nn::CheckpointPolicy::parse(policy));
+    pre_calls = post_calls = 0;
+    const Tensor logits = gpt(ids);
+    check_close(logits, expected, 0, 0);
+    autograd::backward(cross_entropy(logits, targets));
+    CHECK(pre_calls == 1);  // once each, at forward: backward's replay does not run them again
+    CHECK(post_calls == 1);
+    CHECK(all_grads(gpt) == expected_grads);
+    clear_grads(gpt);
+  }
+  pre.remove();
+  post.remove();
+  check_close(gpt(ids), unhooked, 0, 0);
+  gpt.set_checkpoint(nn::CheckpointPolicy::parse("none"));
+}
+
+TEST_CASE("GPT's named_modules: Hugging Face's dotted names, the root first, depth first") {
+  nn::GPTConfig c = tiny_config();
+  c.tie_weights = false;
+  nn::GPT gpt(c);
+  std::vector<std::string> names;
+  for (const auto& [name, m] : gpt.named_modules()) names.push_back(name);
+  const std::vector<std::string> head(names.begin(), names.begin() + 17);
+  CHECK(head == std::vector<std::string>{"", "wte", "wpe", "drop", "h", "h.0", "h.0.ln_1", "h.0.attn",
+                                         "h.0.attn.c_attn", "h.0.attn.c_proj", "h.0.attn.resid_dropout", "h.0.ln_2",
+                                         "h.0.mlp", "h.0.mlp.c_fc", "h.0.mlp.c_proj", "h.0.mlp.dropout", "h.1"});
+  CHECK(names.size() == 1 + 4 + 4 * 11 + 2);  // root, wte wpe drop h, 4 blocks of 11, ln_f, lm_head
+  CHECK(names[names.size() - 2] == "ln_f");
+  CHECK(names.back() == "lm_head");
+  // Every parameter's name is a module's name and the parameter's.
+  std::set<std::string> modules(names.begin(), names.end());
+  for (const auto& [name, p] : gpt.named_parameters()) CHECK(modules.count(name.substr(0, name.rfind('.'))) == 1);
 }
 
 TEST_CASE("generate: greedy with top_k 1, reproducible from a seed, and no tape left behind") {

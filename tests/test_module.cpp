@@ -1,6 +1,7 @@
 // nn::Module and the basic layers: parameter registration and names, train/eval, to(device),
-// state_dict round trips and their errors, safetensors save/load, checkpoint policies, and the
-// layers against the ops they wrap.
+// state_dict round trips and their errors, safetensors save/load, checkpoint policies, the layers
+// against the ops they wrap, forward hooks (on Sequential children, checkpointed or not; their
+// order; remove()) and named_modules().
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -20,16 +21,20 @@ struct Net : nn::Module {
   std::shared_ptr<nn::ReLU> act = register_module("act", std::make_shared<nn::ReLU>());
   std::shared_ptr<nn::Linear> fc2 = register_module("fc2", std::make_shared<nn::Linear>(3, 2));
   Tensor scale = register_parameter("scale", ones({2}));
-  Tensor forward(const Tensor& x) override { return fc2->forward(act->forward(fc1->forward(x))) * scale; }
   std::string name() const override { return "Net"; }
+
+ protected:
+  Tensor forward(const Tensor& x) override { return (*fc2)((*act)((*fc1)(x))) * scale; }
 };
 
 // Two modules holding one tensor (as a tied LM head holds the embedding).
 struct Tied : nn::Module {
   std::shared_ptr<nn::Embedding> emb = register_module("emb", std::make_shared<nn::Embedding>(5, 3));
   Tensor head = register_parameter("head", emb->weight);
-  Tensor forward(const Tensor& ids) override { return linear(emb->forward(ids), head); }
   std::string name() const override { return "Tied"; }
+
+ protected:
+  Tensor forward(const Tensor& ids) override { return linear((*emb)(ids), head); }
 };
 
 std::vector<std::string> names_of(const nn::Module& m) {
@@ -69,10 +74,12 @@ TEST_CASE("parameters register under dotted names, depth first, once each") {
 
 TEST_CASE("registration errors name the module and the key") {
   struct Bad : nn::Module {
-    Tensor forward(const Tensor& x) override { return x; }
     std::string name() const override { return "Bad"; }
     void add(const std::string& n) { register_parameter(n, zeros({2})); }
     void add_child(const std::string& n) { register_module(n, std::make_shared<nn::ReLU>()); }
+
+   protected:
+    Tensor forward(const Tensor& x) override { return x; }
   };
   Bad bad;
   bad.add("w");
@@ -666,4 +673,159 @@ TEST_CASE("plan_checkpoint's measuring forwards leave BatchNorm's running statis
   }
   check_close(bn->running_mean, rm, 0, 0);
   check_close(bn->running_var, rv, 0, 0);
+}
+
+TEST_CASE("forward hooks on a Sequential child: a pre-hook replaces the input, a forward hook the output") {
+  manual_seed(20);
+  nn::MLP mlp({4, 6, 3});  // Linear, ReLU, Linear
+  const Tensor x = randn({5, 4});
+  auto& fc0 = static_cast<nn::Linear&>(mlp[0]);
+  auto& fc2 = static_cast<nn::Linear&>(mlp[2]);
+  // What the hooks below must make of the chain: fc2(relu(fc0(2 x))) - 1.
+  const Tensor expected = linear(relu(linear(x * 2.0, fc0.weight, fc0.bias)), fc2.weight, fc2.bias) - 1.0;
+  const Tensor plain = mlp(x);
+
+  int pre_calls = 0, post_calls = 0;
+  nn::HookHandle pre = mlp[0].register_forward_pre_hook([&](nn::Module& m, const Tensor& in) {
+    ++pre_calls;
+    CHECK(&m == &fc0);
+    return in * 2.0;
+  });
+  nn::HookHandle post = mlp[2].register_forward_hook([&](nn::Module& m, const Tensor& in, const Tensor& out) {
+    ++post_calls;
+    CHECK(&m == &fc2);
+    CHECK(in.shape() == (Shape{5, 6}));  // fc2's input: the ReLU's output
+    return out - 1.0;
+  });
+  check_close(mlp(x), expected, 0, 0);
+  CHECK(pre_calls == 1);
+  CHECK(post_calls == 1);
+  // The replacements are recorded ops: the gradient flows through them as through the expression.
+  const Tensor xg = x.detach().clone().set_requires_grad();
+  autograd::backward(sum(mlp(xg)));
+  const Tensor hooked_grad = xg.grad().clone();
+  pre.remove();
+  post.remove();
+  check_close(mlp(x), plain, 0, 0);  // removed: the plain chain again
+  CHECK(pre_calls == 2);
+  const Tensor xr = x.detach().clone().set_requires_grad();
+  autograd::backward(sum(linear(relu(linear(xr * 2.0, fc0.weight, fc0.bias)), fc2.weight, fc2.bias)));
+  check_close(hooked_grad, xr.grad(), 0, 0);
+}
+
+TEST_CASE("forward hooks run in registration order, each seeing what the one before left") {
+  nn::ReLU relu_module;
+  std::vector<std::string> order;
+  relu_module.register_forward_pre_hook([&](nn::Module&, const Tensor& in) {
+    order.push_back("pre1");
+    return in + 1.0;
+  });
+  relu_module.register_forward_hook([&](nn::Module&, const Tensor& in, const Tensor& out) {
+    order.push_back("post1");
+    check_close(in, std::vector<double>{(-3 + 1) * 3, (2 + 1) * 3}, 0, 0);  // the input forward got
+    check_close(out, std::vector<double>{0, 9}, 0, 0);
+    return out * 10.0;
+  });
+  relu_module.register_forward_pre_hook([&](nn::Module&, const Tensor& in) {
+    order.push_back("pre2");
+    check_close(in, std::vector<double>{-2, 3}, 0, 0);  // pre1's replacement
+    return in * 3.0;
+  });
+  relu_module.register_forward_hook([&](nn::Module&, const Tensor&, const Tensor& out) {
+    order.push_back("post2");
+    check_close(out, std::vector<double>{0, 90}, 0, 0);  // post1's replacement
+    // returns nothing: an observer keeps the output
+  });
+  relu_module.register_forward_hook([&](nn::Module&, const Tensor&, const Tensor&) -> std::optional<Tensor> {
+    order.push_back("post3");
+    return std::nullopt;
+  });
+  const Tensor y = relu_module(from_vector<double>({-3, 2}, {2}));
+  check_close(y, std::vector<double>{0, 90}, 0, 0);
+  CHECK(order == std::vector<std::string>{"pre1", "pre2", "post1", "post2", "post3"});
+}
+
+TEST_CASE("remove() unregisters a hook: once, from inside a hook, and after the module is gone") {
+  nn::Tanh tanh_module;
+  int a = 0, b = 0;
+  nn::HookHandle ha = tanh_module.register_forward_pre_hook([&](nn::Module&, const Tensor&) { ++a; });
+  nn::HookHandle hb;
+  hb = tanh_module.register_forward_hook([&](nn::Module&, const Tensor&, const Tensor&) {
+    ++b;
+    hb.remove();  // a one-shot hook: gone from the next call on
+  });
+  const Tensor x = zeros({3});
+  tanh_module(x);
+  tanh_module(x);
+  CHECK(a == 2);
+  CHECK(b == 1);
+  ha.remove();
+  ha.remove();  // idempotent
+  tanh_module(x);
+  CHECK(a == 2);
+  { nn::HookHandle dropped = tanh_module.register_forward_pre_hook([&](nn::Module&, const Tensor&) { ++a; }); }
+  tanh_module(x);
+  CHECK(a == 3);  // dropping the handle does not remove the hook
+  nn::HookHandle outlives;
+  {
+    nn::ReLU gone;
+    outlives = gone.register_forward_pre_hook([&](nn::Module&, const Tensor&) { ++a; });
+  }
+  outlives.remove();  // the module is destroyed: nothing to do
+  nn::HookHandle().remove();  // a default handle: nothing either
+  const std::function<std::optional<Tensor>(nn::Module&, const Tensor&)> empty;
+  CHECK_REEL_ERROR(tanh_module.register_forward_pre_hook(empty), "Tanh.register_forward_pre_hook: the hook is empty");
+}
+
+TEST_CASE("hooks in a checkpointed Sequential run at forward only; gradients match the plain run bit for bit") {
+  auto run = [](const nn::CheckpointPolicy& policy, int& calls) {
+    manual_seed(21);
+    nn::MLP mlp({4, 8, 8, 3});  // children 0..4
+    mlp.set_checkpoint(policy);
+    mlp[2].register_forward_pre_hook([&](nn::Module&, const Tensor& in) {
+      ++calls;
+      return in * 0.5;
+    });
+    mlp[3].register_forward_hook([&](nn::Module&, const Tensor&, const Tensor& out) {
+      ++calls;
+      return tanh(out);
+    });
+    const Tensor x = randn({6, 4});
+    autograd::backward(sum(mlp(x)));
+    std::vector<double> grads;
+    for (const Tensor& p : mlp.parameters())
+      for (double g : values(p.grad())) grads.push_back(g);
+    return grads;
+  };
+  int plain_calls = 0, segment_calls = 0;
+  const std::vector<double> plain = run(nn::CheckpointPolicy::parse("none"), plain_calls);
+  const std::vector<double> segmented = run(nn::CheckpointPolicy::parse("every:1"), segment_calls);
+  CHECK(plain_calls == 2);
+  CHECK(segment_calls == 2);  // the replay in backward re-runs recorded ops, not the hooks
+  CHECK(plain == segmented);
+}
+
+TEST_CASE("named_modules: the root as \"\", then every descendant depth first under its dotted name, once") {
+  manual_seed(22);
+  auto shared = std::make_shared<nn::ReLU>();
+  auto inner = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Linear>(4, 4), shared});
+  nn::Sequential outer({std::make_shared<nn::Linear>(4, 4), inner, std::make_shared<Net>(), shared});
+  std::vector<std::string> names, kinds;
+  for (const auto& [name, m] : outer.named_modules()) {
+    names.push_back(name);
+    kinds.push_back(m->name());
+  }
+  CHECK(names == std::vector<std::string>{"", "0", "1", "1.0", "1.1", "2", "2.fc1", "2.act", "2.fc2"});
+  CHECK(kinds == std::vector<std::string>{"Sequential", "Linear", "Sequential", "Linear", "ReLU", "Net", "Linear",
+                                          "ReLU", "Linear"});
+  CHECK(outer.named_modules().front().second == &outer);
+  // The const walk names the same modules; a hook through a found module runs when the model runs.
+  const nn::Sequential& const_outer = outer;
+  CHECK(const_outer.named_modules().size() == names.size());
+  int calls = 0;
+  for (const auto& [name, m] : outer.named_modules())
+    if (name == "2.fc1") m->register_forward_pre_hook([&](nn::Module&, const Tensor&) { ++calls; });
+  outer(randn({2, 4}));
+  CHECK(calls == 1);
 }

@@ -1,5 +1,6 @@
 // Optimizers against hand-computed steps, optimizer state memory and state_dict, gradient
-// clipping, and the accumulation window (equal to one big batch; a per-micro-batch mean differs).
+// clipping, and the accumulation window (equal to one big batch; a per-micro-batch mean differs;
+// its gradient hook sees the window's gradients and what it changes is stepped).
 #include <cmath>
 
 #include "autograd/functions.h"
@@ -164,6 +165,60 @@ TEST_CASE("the accumulation window equals one big batch; a per-micro-batch mean 
   double diff = 0;
   for (size_t i = 0; i < naive.size(); ++i) diff = std::max(diff, std::fabs(naive[i] - exact[i]));
   CHECK(diff > 1e-3);
+}
+
+TEST_CASE("the accumulation window's gradient hook sees the summed, normalised gradients; its changes are stepped") {
+  Generator g(12);
+  const Tensor x = randn({12, 3}, DType::f64, Device::cpu(), &g), y = randn({12, 1}, DType::f64, Device::cpu(), &g);
+  const Tensor w0 = randn({3, 1}, DType::f64, Device::cpu(), &g), b0 = randn({1}, DType::f64, Device::cpu(), &g);
+  auto sq_loss = [](const Tensor& w, const Tensor& b, const Batch& batch) {  // SUM of squared errors
+    const Tensor d = sub(add(matmul(batch.x, w), b), batch.y);
+    return sum(mul(d, d));
+  };
+  // Reference: one backward over the whole batch of 12, mean loss.
+  const Tensor w_ref = w0.clone().set_requires_grad(), b_ref = b0.clone().set_requires_grad();
+  autograd::backward(sq_loss(w_ref, b_ref, {x, y}), 1.0 / 12);
+  std::vector<Batch> micro;
+  int64_t start = 0;
+  for (int64_t n : {3, 1, 6, 2}) {
+    micro.push_back({x.narrow(0, start, n), y.narrow(0, start, n)});
+    start += n;
+  }
+  const Tensor w = w0.clone().set_requires_grad(), b = b0.clone().set_requires_grad();
+  SGD opt({w, b}, 0.1);
+  int calls = 0;
+  Tensor seen_w, seen_b;
+  Accumulator::Options options;
+  options.clip_norm = 1e9;  // never scales, but reports the norm it measured: that of the hook's gradients
+  Accumulator acc(opt, options);
+  acc.set_grad_hook([&](const std::vector<Tensor>& params, const WindowResult& window) {
+    ++calls;
+    CHECK(window.count == 12);
+    CHECK(window.lr == 0.1);
+    REQUIRE(params.size() == 2);
+    CHECK(params[0].impl_ptr() == w.impl_ptr());
+    seen_w = params[0].grad().clone();
+    seen_b = params[1].grad().clone();
+    params[0].set_grad(mul(params[0].grad(), 0.5));  // halve w's gradient
+    params[1].grad().fill_(0.0);                      // and zero b's
+  });
+  const WindowResult r = acc.step(micro, [](const Batch& batch) { return batch.x.size(0); },
+                                  [&](const Batch& batch) { return sq_loss(w, b, batch); });
+  CHECK(calls == 1);
+  CHECK(r.stepped);
+  reel::testing::check_close(seen_w, w_ref.grad(), 1e-12, 1e-14);
+  reel::testing::check_close(seen_b, b_ref.grad(), 1e-12, 1e-14);
+  // The step used what the hook left: w moved by half its gradient, b not at all; clipping saw it too.
+  reel::testing::check_close(w, sub(w0, mul(w_ref.grad(), 0.05)), 1e-12, 1e-14);
+  reel::testing::check_close(b, b0, 0, 0);
+  double sq = 0;
+  for (double v : reel::testing::values(w_ref.grad())) sq += 0.25 * v * v;
+  CHECK(r.grad_norm == doctest::Approx(std::sqrt(sq)).epsilon(1e-12));
+  // A window of count 0 steps nothing and calls no hook.
+  const std::vector<Batch> empty_window{{x.narrow(0, 0, 0), y.narrow(0, 0, 0)}};
+  acc.step(empty_window, [](const Batch& batch) { return batch.x.size(0); },
+           [&](const Batch& batch) { return sq_loss(w, b, batch); });
+  CHECK(calls == 1);
 }
 
 TEST_CASE("set_lr refuses what the constructors refuse: a NaN, negative or infinite lr") {

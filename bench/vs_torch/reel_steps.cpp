@@ -124,7 +124,7 @@ Workload gpt(bool tied) {
     return acc
         .step<Batch>(
             batches, [](const Batch& b) { return b.y.numel(); },
-            [&](const Batch& b) { return cross_entropy(model->forward(b.x), b.y, -100, "sum"); })
+            [&](const Batch& b) { return cross_entropy((*model)(b.x), b.y, -100, "sum"); })
         .loss;
   };
   return w;
