@@ -236,7 +236,7 @@ std::vector<OpCase> scalar_cases() {
   return cases;
 }
 
-// Where the autograd table draws a list op's inputs (its Domain in kernels/op_kinds.h).
+// Where a tape row draws a list op's inputs (its Domain in kernels/op_kinds.h).
 Domain domain_of(kernels::UnaryOp op) {
   switch (kernels::unary_domain(op)) {
     case kernels::UnaryDomain::Positive: return Domain::Positive;

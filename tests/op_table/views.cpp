@@ -14,7 +14,6 @@ using namespace reel::testing;
 // The dtypes every row of this family runs in (rows that name their own keep them): one entry to add.
 const std::vector<DType> kDTypes = {DType::f32, DType::f64};
 
-
 std::vector<OpCase> view_tape_cases() {
   return {
       tape_unary("reshape -1", [](const Tensor& x) { return reshape(x, {4, -1}); }, {2, 3, 4}),
