@@ -13,8 +13,8 @@
 //      Every backend, kernels::unary and kernels::unary_backward, and the autograd op pick it up.
 //   2. autograd/functions.h: the declaration `Tensor softplus(const Tensor& x);` (the definition
 //      is generated from the list; the build fails until the declaration exists).
-//   3. tests/test_ops.cpp: its f64 reference in unary_refs() (a test fails until it is there).
-//      The op table's device rows (forward and fused backward), the autograd table (finite
+//   3. tests/op_table/elementwise.cpp: its f64 reference in unary_refs() (a test fails until it
+//      is there). The op table's kernel rows (forward and fused backward), its tape rows (finite
 //      differences) and the unary_backward value test iterate the list by themselves.
 #pragma once
 #include <array>

@@ -1,4 +1,4 @@
-// The tape ops of MLPs and transformers beyond the op table (test_autograd_ops.cpp): views as tape
+// The tape ops of MLPs and transformers beyond the op table (tests/op_table/): views as tape
 // ops (Tensor methods of a parameter carry gradients; saved views in the memory accounting; host
 // access and kernel-internal views record nothing), cross-entropy edge cases (ignored targets, all
 // ignored, large logits), fused against composed causal attention on T = 1, 7, 64, 129 with the

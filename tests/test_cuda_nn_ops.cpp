@@ -1,6 +1,6 @@
 // tests/test_cuda_nn_ops.cpp: the CUDA edge cases of the neural-network kernel families
 // (kernels/ops.h); every entry point's values on cuda against the CPU are rows of the op table
-// (tests/test_ops.cpp). Here: the deterministic backward kernels (LayerNorm/RMSNorm weights,
+// (tests/op_table/). Here: the deterministic backward kernels (LayerNorm/RMSNorm weights,
 // embedding, attention, the gradient norm, pooling, BatchNorm) must give the same bits on every run, and in
 // the emulated build under every scheduling order of the emulator; cross-entropy with every row ignored
 // and with logits of 1e4; bad indices (a token id, a target, an argmax index out of range) must

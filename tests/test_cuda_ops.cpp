@@ -1,5 +1,5 @@
 // tests/test_cuda_ops.cpp: the CUDA backend's own edge cases. Every op's values on cuda against the
-// CPU are rows of the op table (tests/test_ops.cpp); here: poisoned allocations read NaN or -1,
+// CPU are rows of the op table (tests/op_table/); here: poisoned allocations read NaN or -1,
 // transfers are exact and cuda memory is counted by category, mixed devices and absent devices are
 // refused, a failed launch or runtime call is reported (tests/cuda_test_kernels.cu), and the tiled
 // teaching SGEMM agrees with cuBLAS on the device itself. Runs on the emulated device

@@ -1,5 +1,5 @@
 // Elementwise kernels: the edge cases (every op's values against f64 references, broadcasting,
-// strided and scalar operands on every device are rows of tests/test_ops.cpp): exp(-inf) on every
+// strided and scalar operands on every device are rows of tests/op_table/elementwise.cpp): exp(-inf) on every
 // path, exact scalar ops over large tensors and strided operands, NaN through maximum/minimum,
 // bad inputs; the fused unary backward against finite differences, compare masks and where.
 #include <algorithm>

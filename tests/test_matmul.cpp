@@ -1,5 +1,5 @@
 // matmul edge cases (its values against an f64 reference, 2-D on awkward sizes, batched with broadcast
-// batch dims, transposes and strided operands on every device, are rows of tests/test_ops.cpp): the
+// batch dims, transposes and strided operands on every device, are rows of tests/op_table/matmul.cpp): the
 // output shapes of broadcast batches, 1-D operands and empty dims as numpy.matmul, shape errors,
 // the fused bias (values vs an f64 reference on every device, its errors), matmul_into_ (the
 // product written or added into an existing output), thread-count bit identity.

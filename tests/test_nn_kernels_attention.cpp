@@ -2,7 +2,7 @@
 // outputs), determinism across thread counts, bad shapes. (The fused kernels against a naive
 // composed f64 reference, softmax(Q K^T scale + causal mask) V and its textbook backward, for
 // T = 1, 7, 64, 129 and D = 1, 16, causal and not (Tq != Tk, Dv != D), and the backward against
-// finite differences, on every device, are rows of tests/test_ops.cpp.)
+// finite differences, on every device, are rows of tests/op_table/attention.cpp.)
 #include "kernels/ops.h"
 #include "testing.h"
 

@@ -5,7 +5,7 @@
 // cuDNN) against the CPU in f32 and f64, (N, C) and (N, C, H, W), training and eval, the replay
 // kernel giving the forward's bits on every device, the op under a checkpoint segment in training
 // and eval, and bad inputs. (The backward against finite differences, on every device, is a row of
-// tests/test_autograd_ops.cpp; the checkpoint replay through segments and selective scopes,
+// tests/op_table/norm.cpp; the checkpoint replay through segments and selective scopes,
 // tests/test_checkpoint.cpp.)
 #include <cmath>
 #include <optional>

@@ -3,7 +3,7 @@
 // case, bit-identical results for any thread count (and run to run on cuda: deterministic cuDNN
 // algorithms), cuda against cpu, and every bad input's message. (Values and gradients against
 // finite differences and a composed reference, on every device, are rows of
-// tests/test_autograd_ops.cpp; the emulated cuDNN's API contract is tests/test_cudnn_emu.cpp.)
+// tests/op_table/conv.cpp; the emulated cuDNN's API contract is tests/test_cudnn_emu.cpp.)
 #include "autograd/functions.h"  // slice
 #include "kernels/ops.h"
 #include "testing.h"

@@ -3,7 +3,7 @@
 // backward, bad targets and shapes. (Losses and lse against an f64 reference, for i32 and i64
 // targets, ignored rows, each reduction, rows wider than the online-softmax block, huge and masked
 // logits, and the backward against finite differences, on every device, are rows of
-// tests/test_ops.cpp.)
+// tests/op_table/softmax.cpp.)
 #include <cmath>
 
 #include "kernels/ops.h"

@@ -2,7 +2,7 @@
 // repeated ids bit-identical across runs and OpenMP thread counts (and equal to a serial sum in
 // position order), out-of-range ids and bad shapes. (The gather and the scatter-add against an f64
 // reference and finite differences, for i32 and i64 ids, on every device, are rows of
-// tests/test_ops.cpp.)
+// tests/op_table/embedding.cpp.)
 #include "kernels/ops.h"
 #include "testing.h"
 

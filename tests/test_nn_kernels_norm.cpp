@@ -1,7 +1,7 @@
 // LayerNorm, RMSNorm and GroupNorm kernels, the edge cases: f32 backward against f64 with dw/db bit-identical
 // for any thread count, empty rows, bad inputs. (The forward against f64 reference loops on awkward
 // shapes, strided inputs and rows of mean 1000, and the backward against finite differences, on
-// every device, are rows of tests/test_ops.cpp; GroupNorm's, of tests/test_autograd_ops.cpp.)
+// every device, are rows of tests/op_table/norm.cpp, GroupNorm's too.)
 #include "kernels/ops.h"
 #include "testing.h"
 

@@ -3,7 +3,7 @@
 // hand; the global gradient norm (determinism across thread counts, strided, empty and infinite
 // gradients) and scale_ for clipping; bad lists. (Updates of lists that span several chunks and mix
 // f32 and f64 against per-element f64 formulas, the norm's value and scale_, on every device, are
-// rows of tests/test_ops.cpp.)
+// rows of tests/op_table/optimizer.cpp.)
 #include <cmath>
 
 #include "kernels/ops.h"

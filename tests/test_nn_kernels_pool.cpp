@@ -3,7 +3,7 @@
 // unbatched (C, H, W) input, ties and NaN, empty batches, f32 backward against f64 with overlapping windows bit-identical for
 // any thread count (and the cuda backend's bits equal to the CPU's: both gather in one order), and
 // every bad input's message. (Values and gradients against finite differences and composed
-// references, on every device, are rows of tests/test_autograd_ops.cpp; cuda scheduling orders,
+// references, on every device, are rows of tests/op_table/pool.cpp; cuda scheduling orders,
 // of tests/test_cuda_nn_ops.cpp.)
 #include <cmath>
 #include <limits>

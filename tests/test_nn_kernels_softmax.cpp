@@ -1,7 +1,7 @@
 // Softmax / log-softmax along the last dim and max-with-argmax along any axis, the edge cases:
 // masked (-inf) entries give exact zeros, NaN and tie rules of the argmax on short and long rows,
 // bad inputs. (Values against f64 reference loops, huge and masked logits included, and every
-// backward against finite differences, on every device, are rows of tests/test_ops.cpp.)
+// backward against finite differences, on every device, are rows of tests/op_table/softmax.cpp.)
 #include <cmath>
 #include <limits>
 

@@ -1,6 +1,6 @@
 // Reductions: sum/mean/max of known values along axes and in total, keepdim, a strided input,
 // an exact large f32 sum, empty tensors, NaN, errors (random inputs on every device against the
-// f64 run are rows of tests/test_ops.cpp).
+// f64 run are rows of tests/op_table/reduce.cpp).
 #include <cmath>
 
 #include "kernels/ops.h"

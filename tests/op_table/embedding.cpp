@@ -1,0 +1,88 @@
+// tests/op_table/embedding.cpp: the op table's embedding family. Kernel rows: the gather and the
+// scatter-add of repeated ids (i32 and i64 ids, more rows than owner blocks, unused rows). Tape
+// rows: embedding, whose repeated ids' gradients add up.
+#include <string>
+#include <vector>
+
+#include "autograd/nn_functions.h"
+#include "kernels/ops.h"
+#include "op_table.h"
+
+namespace reel::op_table {
+namespace {
+
+using namespace reel::testing;
+
+// The dtypes every row of this family runs in (rows that name their own keep them): one entry to add.
+const std::vector<DType> kDTypes = {DType::f32, DType::f64};
+
+// ==== embedding ====================================================================================
+
+std::vector<OpCase> embedding_cases() {
+  using namespace kernels;
+  struct Config {
+    Shape ids;
+    int64_t V, C;
+    std::vector<int64_t> fixed;  // the ids, else a hot id V / 2 at every 4th position and a spread
+  };
+  // 300 positions: two scan tiles; V = 1100: more rows than owner blocks (several rows a block).
+  const std::vector<Config> configs = {{{1}, 1, 1, {}},       {{2, 7}, 13, 31, {}},  {{300}, 257, 1, {}},
+                                       {{3, 100}, 1100, 5, {}}, {{64}, 5, 257, {}},
+                                       {{2, 3}, 7, 5, {3, 0, 6, 3, 1, 3}},
+                                       {{7}, 6, 4, {1, 4, 1, 1, 0, 4, 2}}};  // ids 3 and 5 unused: zero rows
+  std::vector<OpCase> cases;
+  for (const Config& c : configs)
+    for (DType it : {DType::i32, DType::i64}) {
+      const int64_t N = shape_numel(c.ids);
+      std::vector<int64_t> ids = c.fixed;
+      for (int64_t n = 0; ids.size() < static_cast<size_t>(N); ++n)
+        ids.push_back(n % 4 == 0 ? c.V / 2 : (n * 7919) % c.V);
+      Shape out = c.ids;
+      out.push_back(c.C);
+      // The backward adds in position order in the data type on every device: exact.
+      OpCase row("embedding " + shape_str(c.ids) + " " + dtype_name(it) + " ids, table (" + std::to_string(c.V) +
+                     ", " + std::to_string(c.C) + ")",
+                 [c, ids, it, out](Generator& g) {
+                   return Tensors{indices(ids, c.ids, it), uniform_f64(g, {c.V, c.C}), uniform_f64(g, out)};
+                 },
+                 [V = c.V, out](const Tensors& in, Device) {
+                   const Tensor y = embedding_forward(in[0], in[1]), dtable = embedding_backward(in[2], in[0], V);
+                   CHECK(y.shape() == out);
+                   CHECK(dtable.shape() == Shape{V, in[1].size(1)});
+                   return Tensors{y, dtable};
+                 },
+                 {kExact});
+      row.with_reference(
+          [c, ids](const Tensors& in) {
+            const std::vector<double> table = values(in[1]), dout = values(in[2]);
+            Values r(2);
+            r[1].assign(static_cast<size_t>(c.V * c.C), 0.0);
+            for (size_t n = 0; n < ids.size(); ++n)
+              for (int64_t k = 0; k < c.C; ++k) {
+                r[0].push_back(table[static_cast<size_t>(ids[n] * c.C + k)]);
+                r[1][static_cast<size_t>(ids[n] * c.C + k)] += dout[n * c.C + k];
+              }
+            return r;
+          },
+          {tols(1e-7, 1e-15), tols(1e-5, 1e-12)});
+      if (!c.fixed.empty() && c.ids.size() == 1) row.with_finite_diff({0, 2, {{1, 1}}});
+      cases.push_back(row);
+    }
+  return cases;
+}
+
+std::vector<OpCase> embedding_tape_cases() {
+  // Integer inputs (targets, token ids) are constants captured by f, moved to its inputs' device.
+  auto on = [](const Tensor& constant, const Tensor& like) { return constant.to(like.device()); };
+  const Tensor ids24 = from_vector<int64_t>({3, 0, 6, 3, 3, 1, 6, 2}, {2, 4});
+  const Tensor ids5 = from_vector<int32_t>({4, 4, 0, 1, 4}, {5});
+  return {
+      tape_unary("embedding", [=](const Tensor& t) { return embedding(on(ids24, t), t); }, {7, 3}),
+      tape_unary("embedding i32 ids", [=](const Tensor& t) { return embedding(on(ids5, t), t); }, {5, 2}),
+  };
+}
+
+TEST_CASE("embedding: gather and the scatter-add of repeated ids") { run_cases(embedding_cases(), kDTypes); }
+TEST_CASE("embedding tape op: repeated ids") { run_cases(embedding_tape_cases(), kDTypes); }
+}  // namespace
+}  // namespace reel::op_table

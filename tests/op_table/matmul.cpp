@@ -1,0 +1,224 @@
+// tests/op_table/matmul.cpp: the op table's matmul and linear family. Kernel rows: matmul with
+// transposes (flags and views), 1-D operands, batched and broadcast batches, strided operands and
+// sizes the CPU cuts into uneven blocks, against an f64 loop; the tiled teaching SGEMM on cuda.
+// Tape rows: matmul in every layout, linear with and without bias and with frozen inputs.
+#include <algorithm>
+#include <array>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "autograd/functions.h"
+#include "autograd/nn_functions.h"
+#include "kernels/ops.h"
+#if defined(REEL_HAS_CUDA_BACKEND)
+#include "kernels/cuda/cuda_only.h"  // matmul_tiled
+#endif
+#include "op_table.h"
+
+namespace reel::op_table {
+namespace {
+
+using namespace reel::testing;
+
+// The dtypes every row of this family runs in (rows that name their own keep them): one entry to add.
+const std::vector<DType> kDTypes = {DType::f32, DType::f64};
+
+// ==== matmul =======================================================================================
+
+// 2-D a (M, K) @ b (K, N), given as contiguous values.
+std::vector<double> matmul_ref(const std::vector<double>& a, const std::vector<double>& b, int64_t M, int64_t K,
+                               int64_t N) {
+  std::vector<double> c(static_cast<size_t>(M * N), 0.0);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < N; ++j) c[i * N + j] += a[i * K + k] * b[k * N + j];
+  return c;
+}
+
+// numpy.matmul of a and b (transposed by the flags first): batch dims broadcast, 1-D operands as
+// a row / a column; each (M, K) @ (K, N) of the broadcast batch by matmul_ref.
+std::vector<double> batched_matmul_ref(Tensor a, Tensor b, bool ta, bool tb) {
+  if (a.dim() == 1) a = a.unsqueeze(0);
+  if (b.dim() == 1) b = b.unsqueeze(1);
+  if (ta) a = a.transpose(-2, -1);
+  if (tb) b = b.transpose(-2, -1);
+  const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+  Shape batch = kernels::broadcast_shapes(Shape(a.shape().begin(), a.shape().end() - 2),
+                                 Shape(b.shape().begin(), b.shape().end() - 2), "reference");
+  Shape sa = batch, sb = batch;
+  sa.insert(sa.end(), {M, K});
+  sb.insert(sb.end(), {K, N});
+  const std::vector<double> av = values(a.expand(sa)), bv = values(b.expand(sb));  // row-major copies
+  std::vector<double> out;
+  for (int64_t i = 0; i < shape_numel(batch); ++i) {
+    const std::vector<double> c = matmul_ref(std::vector<double>(av.begin() + i * M * K, av.begin() + (i + 1) * M * K),
+                                             std::vector<double>(bv.begin() + i * K * N, bv.begin() + (i + 1) * K * N),
+                                             M, K, N);
+    out.insert(out.end(), c.begin(), c.end());
+  }
+  return out;
+}
+
+// The entry point's shape logic (kernels/matmul.cpp) in front of the tiled kernel, on cuda; the
+// plain matmul elsewhere (the cpu run the tiled kernel is compared with).
+Tensor tiled_matmul(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb) {
+#if defined(REEL_HAS_CUDA_BACKEND)
+  if (a_in.device().is_cuda()) {
+    Tensor a = a_in.dim() == 1 ? a_in.unsqueeze(0) : a_in;
+    Tensor b = b_in.dim() == 1 ? b_in.unsqueeze(1) : b_in;
+    if (ta) a = a.transpose(-2, -1);
+    if (tb) b = b.transpose(-2, -1);
+    const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
+    Shape batch = kernels::broadcast_shapes(Shape(a.shape().begin(), a.shape().end() - 2),
+                                   Shape(b.shape().begin(), b.shape().end() - 2), "tiled_matmul");
+    Shape sa = batch, sb = batch, so = batch;
+    sa.insert(sa.end(), {M, K});
+    sb.insert(sb.end(), {K, N});
+    so.insert(so.end(), {M, N});
+    Tensor out = empty(so, a.dtype(), a.device());
+    kernels::cuda::matmul_tiled(a.expand(sa), b.expand(sb), out);
+    if (a_in.dim() == 1) out = out.squeeze(-2);
+    if (b_in.dim() == 1) out = out.squeeze(-1);
+    return out;
+  }
+#endif
+  return kernels::matmul(a_in, b_in, ta, tb);
+}
+
+std::vector<OpCase> matmul_cases() {
+  using namespace kernels;
+  struct Config {
+    const char* name;
+    Shape a, b;
+    std::function<Tensor(const Tensor&)> view_a, view_b;
+    bool ta, tb;  // the transpose flags of matmul
+  };
+  const auto t = [](const Tensor& x) { return x.transpose(-2, -1); };
+  const std::vector<Config> configs = {
+      {"(37, 53) @ (53, 41)", {37, 53}, {53, 41}, same, same, false, false},
+      {"(53, 37).t() @ (53, 41)", {53, 37}, {53, 41}, t, same, false, false},
+      {"(37, 53) @ (41, 53).t()", {37, 53}, {41, 53}, same, t, false, false},
+      {"flags: (53, 37)^T @ (41, 53)^T", {53, 37}, {41, 53}, same, same, true, true},
+      {"(53) @ (53, 41)", {53}, {53, 41}, same, same, false, false},
+      {"(37, 53) @ (53)", {37, 53}, {53}, same, same, false, false},
+      {"(53) @ (53)", {53}, {53}, same, same, false, false},
+      {"(1, 64) @ (64, 1)", {1, 64}, {64, 1}, same, same, false, false},
+      {"(31, 1) @ (1, 29)", {31, 1}, {1, 29}, same, same, false, false},
+      {"(3, 0) @ (0, 4)", {3, 0}, {0, 4}, same, same, false, false},
+      {"batched (3, 17, 19) @ (3, 19, 23)", {3, 17, 19}, {3, 19, 23}, same, same, false, false},
+      {"batched, b^T flag (3, 17, 19) @ (3, 23, 19)^T", {3, 17, 19}, {3, 23, 19}, same, same, false, true},
+      {"broadcast batch (2, 1, 5, 7) @ (3, 7, 4)", {2, 1, 5, 7}, {3, 7, 4}, same, same, false, false},
+      {"shared weight (17, 19) @ (3, 19, 23)", {17, 19}, {3, 19, 23}, same, same, false, false},
+      {"uncollapsible batch (2, 1, 5, 7) @ (2, 3, 7, 4)", {2, 1, 5, 7}, {2, 3, 7, 4}, same, same, false, false},
+      {"permuted batch (5, 3, 7).permute(1, 0, 2) @ (3, 7, 6)", {5, 3, 7}, {3, 7, 6},
+       [](const Tensor& x) { return x.permute({1, 0, 2}); }, same, false, false},
+      {"strided operand (37, 106)[:, ::2] @ (53, 41)", {37, 106}, {53, 41},
+       [](const Tensor& x) { return x.slice(1, 0, 106, 2); }, same, false, false},
+      {"(129, 257) @ (257, 65)", {129, 257}, {257, 65}, same, same, false, false},
+      {"broadcast batch (2, 1, 5, 3) @ (4, 3, 6)", {2, 1, 5, 3}, {4, 3, 6}, same, same, false, false},
+      {"attention-shaped q k^T (2, 3, 7, 4) @ (2, 3, 7, 4)^T", {2, 3, 7, 4}, {2, 3, 7, 4}, same, same, false, true},
+  };
+  const Tols tol = tols(1e-4, 1e-11);
+  std::vector<OpCase> cases;
+  for (bool tiled : {false, true})
+    for (const Config& m : configs)
+      cases.push_back(OpCase(std::string(tiled ? "tiled SGEMM on cuda: " : "matmul ") + m.name,
+                             [m](Generator& g) { return Tensors{normal_f64(g, m.a), normal_f64(g, m.b)}; },
+                             [m, tiled](const Tensors& in, Device) {
+                               const Tensor a = m.view_a(in[0]), b = m.view_b(in[1]);
+                               return Tensors{tiled ? tiled_matmul(a, b, m.ta, m.tb) : kernels::matmul(a, b, m.ta, m.tb)};
+                             },
+                             {tol})
+                          .with_reference(
+                              [m](const Tensors& in) {
+                                return Values{batched_matmul_ref(m.view_a(in[0]), m.view_b(in[1]), m.ta, m.tb)};
+                              },
+                              {tols(1e-4, 1e-12)}));
+  // 2-D products against the f64 loop, on sizes that the CPU cuts into blocks of rows (M >= N) or
+  // of columns per thread (kernels/cpu/matmul.cpp), odd so the blocks are uneven; each through
+  // transposed storage (flags and views) and a sliced (non-unit outer stride) operand.
+  struct Layout {
+    const char* name;
+    std::function<Tensor(const Tensor&, const Tensor&)> f;
+  };
+  const std::vector<Layout> layouts = {
+      {"", [](const Tensor& a, const Tensor& b) { return kernels::matmul(a, b); }},
+      {"a^T flag ", [](const Tensor& a, const Tensor& b) { return kernels::matmul(a.t().contiguous(), b, true, false); }},
+      {"b^T flag ", [](const Tensor& a, const Tensor& b) { return kernels::matmul(a, b.t().contiguous(), false, true); }},
+      {"transposed views ", [](const Tensor& a, const Tensor& b) {
+         return kernels::matmul(a.t().contiguous().t(), b.t().contiguous().t());
+       }},
+      {"sliced a ", [](const Tensor& a, const Tensor& b) {
+         Tensor wide = zeros({a.size(0), a.size(1) + 3}, a.dtype(), a.device());
+         wide.narrow(1, 1, a.size(1)).copy_(a);
+         return kernels::matmul(wide.narrow(1, 1, a.size(1)), b);
+       }},
+  };
+  for (auto [M, K, N] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {4, 3, 2}, {31, 17, 33}, {64, 257, 5},
+                                                           {128, 128, 128}, {201, 161, 151}, {97, 131, 333},
+                                                           {3, 2001, 701}})
+    for (const Layout& l : layouts) {
+      // An f32 dot product of K N(0, 1) pairs rounds each addition by eps of a partial sum that
+      // grows like sqrt(k): an absolute error of about eps K / sqrt(2), 8e-5 at K = 2001, which
+      // a relative tolerance cannot absorb where the sum cancels to near 0. Summed in one chain
+      // per output (oneDNN's brgemm), one element of (3, 2001) @ (2001, 701) was 1.35e-4 off.
+      const double f32_atol = std::max(1e-4, 4 * 6e-8 * static_cast<double>(K));
+      cases.push_back(
+          OpCase("matmul " + std::string(l.name) + shape_str({M, K}) + " @ " + shape_str({K, N}),
+                 [M = M, K = K, N = N](Generator& g) { return Tensors{normal_f64(g, {M, K}), normal_f64(g, {K, N})}; },
+                 [f = l.f](const Tensors& in, Device) { return Tensors{f(in[0], in[1])}; },
+                 {tols(Tol{1e-4, f32_atol}, tol.of(DType::f64))})
+              .with_reference(
+                  [M = M, K = K, N = N](const Tensors& in) {
+                    return Values{matmul_ref(values(in[0]), values(in[1]), M, K, N)};
+                  },
+                  {tols(Tol{1e-4, f32_atol}, Tol{1e-12, 1e-12})}));
+    }
+  return cases;
+}
+
+std::vector<OpCase> matmul_tape_cases() {
+  auto mm = [](bool ta, bool tb) {
+    return [ta, tb](const Tensor& a, const Tensor& b) { return matmul(a, b, ta, tb); };
+  };
+  return {
+      tape_binary("matmul", mm(false, false), {3, 4}, {4, 5}),
+      tape_binary("matmul", mm(false, false), {2, 3, 4}, {4, 5}),
+      tape_binary("matmul", mm(false, false), {2, 3, 4}, {2, 4, 5}),
+      tape_binary("matmul", mm(false, false), {2, 1, 3, 4}, {5, 4, 2}),
+      tape_binary("matmul", mm(false, false), {4}, {4, 5}),
+      tape_binary("matmul", mm(false, false), {3, 4}, {4}),
+      tape_binary("matmul", mm(false, false), {4}, {4}),
+      tape_binary("matmul", mm(false, false), {2, 3, 4}, {4}),
+      tape_binary("matmul", mm(false, false), {3, 4}, {4, 5}, Domain::Any, {false, true}),
+      tape_binary("matmul a^T", mm(true, false), {4, 3}, {4, 5}),
+      tape_binary("matmul b^T", mm(false, true), {3, 4}, {5, 4}),
+      tape_binary("matmul a^T b^T", mm(true, true), {4, 3}, {5, 4}),
+      tape_binary("matmul q k^T", mm(false, true), {2, 3, 4}, {2, 5, 4}),
+      tape_binary("matmul a^T batched", mm(true, false), {2, 4, 3}, {4, 5}),
+      tape_ternary("linear", [](const Tensor& x, const Tensor& w, const Tensor& b) { return linear(x, w, b); }, {5, 4},
+                   {3, 4}, {3}),
+      tape_ternary("linear batched", [](const Tensor& x, const Tensor& w, const Tensor& b) { return linear(x, w, b); },
+                   {2, 3, 4}, {6, 4}, {6}),
+      tape_binary("linear without bias", [](const Tensor& x, const Tensor& w) { return linear(x, w); }, {2, 3, 4}, {5, 4}),
+      tape_binary("linear of a vector", [](const Tensor& x, const Tensor& w) { return linear(x, w); }, {4}, {2, 4}),
+      tape_ternary("linear of a transposed x",
+                   [](const Tensor& x, const Tensor& w, const Tensor& b) { return linear(transpose(x, 0, 1), w, b); },
+                   {4, 5}, {3, 4}, {3}),
+      tape_ternary("linear, only W and b need grad",
+                   [](const Tensor& x, const Tensor& w, const Tensor& b) { return linear(x, w, b); }, {5, 4}, {3, 4}, {3},
+                   {false, true, true}),
+      tape_ternary("linear, only x needs grad",
+                   [](const Tensor& x, const Tensor& w, const Tensor& b) { return linear(x, w, b); }, {5, 4}, {3, 4}, {3},
+                   {true, false, false}),
+  };
+}
+
+TEST_CASE("matmul: transposes, 1-D, batched, broadcast batch, strided; the tiled SGEMM on cuda") {
+  run_cases(matmul_cases(), kDTypes);
+}TEST_CASE("matmul and linear tape ops: layouts, batches, bias, frozen inputs") {
+  run_cases(matmul_tape_cases(), kDTypes);
+}
+}  // namespace
+}  // namespace reel::op_table

@@ -1,0 +1,207 @@
+// tests/op_table/norm.cpp: the op table's normalisation family. Kernel rows: layernorm and rmsnorm
+// forward (with their row statistics) and backward against f64 loops, strided inputs, a row mean of
+// 1000. Tape rows: layer_norm, rms_norm, group_norm and batch_norm (training, with running
+// statistics, eval, without affine parameters, frozen inputs), GroupNorm and BatchNorm against the
+// same function composed from mean, sqrt and broadcasting.
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autograd/functions.h"
+#include "autograd/nn_functions.h"
+#include "kernels/ops.h"
+#include "op_table.h"
+
+namespace reel::op_table {
+namespace {
+
+using namespace reel::testing;
+
+// The dtypes every row of this family runs in (rows that name their own keep them): one entry to add.
+const std::vector<DType> kDTypes = {DType::f32, DType::f64};
+
+// ==== LayerNorm / RMSNorm ==========================================================================
+
+// outputs y, mean, rstd (rms: mean 0) of rows of C, in f64.
+Values norm_ref(const Tensor& xt, const Tensor& wt, const Tensor* bt, double eps) {
+  const std::vector<double> x = values(xt), w = values(wt), b = bt ? values(*bt) : std::vector<double>{};
+  const int64_t C = xt.size(-1), R = xt.numel() / C;
+  Values r{std::vector<double>(x.size()), {}, {}};
+  for (int64_t i = 0; i < R; ++i) {
+    double m = 0, v = 0;
+    for (int64_t c = 0; c < C; ++c) m += x[i * C + c];
+    m = bt ? m / C : 0;
+    for (int64_t c = 0; c < C; ++c) v += (x[i * C + c] - m) * (x[i * C + c] - m);
+    const double rs = 1 / std::sqrt(v / C + eps);
+    for (int64_t c = 0; c < C; ++c) r[0][i * C + c] = (x[i * C + c] - m) * rs * w[c] + (bt ? b[c] : 0);
+    r[1].push_back(m);
+    r[2].push_back(rs);
+  }
+  if (!bt) r.erase(r.begin() + 1);  // rms: y, rstd
+  return r;
+}
+
+std::vector<OpCase> norm_cases() {
+  using namespace kernels;
+  struct Config {
+    Shape shape;
+    bool transpose;  // the op sees x.t() (a strided input, made contiguous by the entry point)
+    bool fd;         // small enough for finite differences (RMSNorm: not of C = 1, whose gradient is ~eps)
+    double offset = 0;  // added to x: a row mean far from 0
+  };
+  const std::vector<Config> configs = {
+      {{1, 1}, false, true},      {{1, 257}, false, false}, {{5, 1}, false, false},  {{3, 31}, false, false},
+      {{2, 3, 33}, false, false}, {{7, 257}, false, false}, {{257}, false, false},   {{1100, 7}, false, false},
+      {{3, 4, 257}, false, false}, {{7, 33}, false, false}, {{64, 768}, false, false}, {{3, 5}, false, true},
+      {{4, 1}, false, true},      {{2, 257}, false, true},  {{2, 3, 7}, false, true}, {{5, 33}, true, false},
+      {{6, 5}, true, false},
+      // Mean 1000, std 0.58: E[x^2] - E[x]^2 would lose every digit in f32 (the two-pass variance).
+      {{16, 768}, false, false, 1000},
+  };
+  std::vector<OpCase> cases;
+  for (const Config& c : configs) {
+    const Shape s = c.transpose ? Shape{c.shape[1], c.shape[0]} : c.shape;  // what the op sees
+    const int64_t C = s.back(), R = shape_numel(s) / C;
+    // dw, db: sums over R rows.
+    const Tols tr = tols(1e-5 * std::sqrt(static_cast<double>(R)) + 1e-5), t = tols(2e-5), tdx = tols(1e-4);
+    auto make = [c, C](bool bias) {
+      return [c, C, bias](Generator& g) {
+        Tensors in{uniform_f64(g, c.shape, c.offset - 2, c.offset + 3), uniform_f64(g, {C}, 0.5, 1.5)};  // mean not 0
+        if (bias) in.push_back(uniform_f64(g, {C}));
+        Shape seen = c.shape;
+        if (c.transpose) std::swap(seen[0], seen[1]);
+        in.push_back(uniform_f64(g, seen));  // dy
+        return in;
+      };
+    };
+    auto x_of = [tr = c.transpose](const Tensor& x) { return tr ? x.t() : x; };
+    const std::string name = shape_str(c.shape) + (c.transpose ? ".t()" : "") + (c.offset ? " + " + str(c.offset) : "");
+    const Tols pt = tols(c.offset ? 1e-4 : 2e-5, 1e-12);  // f32 x near 1000: its ulps
+    OpCase ln("layernorm " + name, make(true),
+              [x_of](const Tensors& in, Device) {
+                const Tensor x = x_of(in[0]);
+                const LayerNormForward f = layernorm_forward(x, in[1], in[2]);
+                CHECK(f.y.shape() == x.shape());
+                CHECK(f.mean.shape() == without_last(x.shape()));
+                const LayerNormBackward b = layernorm_backward(in[3], x, in[1], f.mean, f.rstd);
+                return Tensors{f.y, f.mean, f.rstd, b.dx, b.dw, b.db};
+              },
+              {t, t, t, tdx, tr, tr});
+    ln.with_reference([x_of](const Tensors& in) { return norm_ref(x_of(in[0]), in[1], &in[2], 1e-5); }, {pt});
+    OpCase rms("rmsnorm " + name, make(false),
+               [x_of](const Tensors& in, Device) {
+                 const Tensor x = x_of(in[0]);
+                 const RMSNormForward f = rmsnorm_forward(x, in[1]);
+                 const RMSNormBackward b = rmsnorm_backward(in[2], x, in[1], f.rstd);
+                 return Tensors{f.y, f.rstd, b.dx, b.dw};
+               },
+               {t, t, tdx, tr});
+    rms.with_reference([x_of](const Tensors& in) { return norm_ref(x_of(in[0]), in[1], nullptr, 1e-6); }, {pt});
+    if (c.fd) {
+      ln.with_finite_diff({0, 3, {{0, 3}, {1, 4}, {2, 5}}});
+      if (C > 1 || R == 1) rms.with_finite_diff({0, 2, {{0, 2}, {1, 3}}});
+    }
+    cases.push_back(ln);
+    cases.push_back(rms);
+  }
+  return cases;
+}
+
+// GroupNorm from reshape, mean, sqrt and broadcasting: x (N, C, *), w and b (C).
+Tensor group_norm_composed(const Tensor& x, int64_t groups, const Tensor& w, const Tensor& b) {
+  const Tensor g = x.reshape({x.size(0), groups, -1});  // (N, G, M)
+  const Tensor centred = g - mean(g, {2}, true);
+  const Tensor var = mean(centred * centred, {2}, true);
+  Shape per_channel(static_cast<size_t>(x.dim()), 1);
+  per_channel[1] = x.size(1);
+  return (centred / sqrt(var + 1e-5)).reshape(x.shape()) * w.reshape(per_channel) + b.reshape(per_channel);
+}
+
+// BatchNorm from mean, sqrt and broadcasting: x (N, C, *), w and b (C); training: the batch's
+// statistics over every dim but 1; eval: running mean rm and variance rv (C).
+Tensor batch_norm_composed(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& rm = Tensor(),
+                           const Tensor& rv = Tensor()) {
+  Shape per_channel(static_cast<size_t>(x.dim()), 1);
+  per_channel[1] = x.size(1);
+  if (rm.defined()) return (x - rm.reshape(per_channel)) / sqrt(rv.reshape(per_channel) + 1e-5) *
+                           w.reshape(per_channel) + b.reshape(per_channel);
+  std::vector<int64_t> axes{0};
+  for (int64_t i = 2; i < x.dim(); ++i) axes.push_back(i);
+  const Tensor centred = x - mean(x, axes, true);
+  const Tensor var = mean(centred * centred, axes, true);
+  return centred / sqrt(var + 1e-5) * w.reshape(per_channel) + b.reshape(per_channel);
+}
+
+std::vector<OpCase> norm_tape_cases() {
+  // Integer inputs (targets, token ids) are constants captured by f, moved to its inputs' device.
+  auto on = [](const Tensor& constant, const Tensor& like) { return constant.to(like.device()); };
+  const Tensor bn_rm = from_vector<double>({0.5, -1, 2}, {3}), bn_rv = from_vector<double>({0.25, 2, 1}, {3});
+  return {
+      tape_ternary("layer_norm", [](const Tensor& x, const Tensor& w, const Tensor& b) { return layer_norm(x, w, b); },
+                   {4, 7}, {7}, {7}),
+      tape_ternary("layer_norm batched, eps 1e-3",
+                   [](const Tensor& x, const Tensor& w, const Tensor& b) { return layer_norm(x, w, b, 1e-3); },
+                   {2, 3, 5}, {5}, {5}),
+      tape_binary("layer_norm without bias", [](const Tensor& x, const Tensor& w) { return layer_norm(x, w); }, {3, 6},
+                  {6}),
+      tape_ternary("layer_norm of a transposed x",
+                   [](const Tensor& x, const Tensor& w, const Tensor& b) { return layer_norm(transpose(x, 0, 1), w, b); },
+                   {3, 5}, {3}, {3}, {true, false, false}),
+      tape_binary("rms_norm", [](const Tensor& x, const Tensor& w) { return rms_norm(x, w); }, {3, 6}, {6}),
+      tape_binary("rms_norm batched", [](const Tensor& x, const Tensor& w) { return rms_norm(x, w, 1e-4); },
+                  {2, 2, 5}, {5}),
+      with_composed(tape_ternary("group_norm, 2 groups of 3 channels",
+                                 [](const Tensor& x, const Tensor& w, const Tensor& b) { return group_norm(x, 2, w, b); },
+                                 {2, 6, 2, 3}, {6}, {6}),
+                    [](const Tensors& x) { return group_norm_composed(x[0], 2, x[1], x[2]); }),
+      with_composed(tape_ternary("group_norm, one channel per group, (N, C)",
+                                 [](const Tensor& x, const Tensor& w, const Tensor& b) { return group_norm(x, 4, w, b); },
+                                 {3, 4}, {4}, {4}),
+                    [](const Tensors& x) { return group_norm_composed(x[0], 4, x[1], x[2]); }),
+      with_composed(tape_unary("group_norm, one group, no weight or bias",
+                               [](const Tensor& x) { return group_norm(x, 1); }, {2, 3, 5}),
+                    [](const Tensors& x) {
+                      const Tensor one = ones({3}, x[0].dtype(), x[0].device());
+                      return group_norm_composed(x[0], 1, one, one * 0.0);
+                    }),
+
+      // ---- batch_norm (training: batch statistics; eval: constant running ones) ----
+      with_composed(tape_ternary("batch_norm training, (N, C)",
+                                 [](const Tensor& x, const Tensor& w, const Tensor& b) {
+                                   return batch_norm(x, Tensor(), Tensor(), w, b, true);
+                                 },
+                                 {5, 3}, {3}, {3}),
+                    [](const Tensors& x) { return batch_norm_composed(x[0], x[1], x[2]); }),
+      with_composed(tape_ternary("batch_norm training, (N, C, H, W), running stats updated",
+                                 [](const Tensor& x, const Tensor& w, const Tensor& b) {
+                                   const Tensor rm = zeros({3}, x.dtype(), x.device()), rv = ones({3}, x.dtype(), x.device());
+                                   return batch_norm(x, rm, rv, w, b, true, 0.1);
+                                 },
+                                 {2, 3, 2, 3}, {3}, {3}),
+                    [](const Tensors& x) { return batch_norm_composed(x[0], x[1], x[2]); }),
+      with_composed(tape_unary("batch_norm training, no weight or bias, (N, C, L)",
+                               [](const Tensor& x) { return batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true); },
+                               {3, 2, 4}),
+                    [](const Tensors& x) {
+                      const Tensor one = ones({2}, x[0].dtype(), x[0].device());
+                      return batch_norm_composed(x[0], one, one * 0.0);
+                    }),
+      with_composed(tape_ternary("batch_norm eval, running stats",
+                                 [=](const Tensor& x, const Tensor& w, const Tensor& b) {
+                                   return batch_norm(x, on(bn_rm.to(x.dtype()), x), on(bn_rv.to(x.dtype()), x), w, b);
+                                 },
+                                 {4, 3, 2}, {3}, {3}),
+                    [=](const Tensors& x) { return batch_norm_composed(x[0], x[1], x[2], bn_rm, bn_rv); }),
+      tape_ternary("batch_norm training, only w and b need grad",
+                   [](const Tensor& x, const Tensor& w, const Tensor& b) {
+                     return batch_norm(x, Tensor(), Tensor(), w, b, true);
+                   },
+                   {4, 3}, {3}, {3}, {false, true, true}),
+  };
+}
+
+TEST_CASE("layernorm and rmsnorm: forward and backward") { run_cases(norm_cases(), kDTypes); }
+TEST_CASE("norm tape ops: layer_norm, rms_norm, group_norm, batch_norm") { run_cases(norm_tape_cases(), kDTypes); }
+}  // namespace
+}  // namespace reel::op_table

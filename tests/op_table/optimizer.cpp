@@ -1,0 +1,226 @@
+// tests/op_table/optimizer.cpp: the op table's optimizer kernels: sgd_update (momentum, dampening,
+// weight decay, Nesterov) and adamw_update (decoupled and Adam's L2 form) over several steps, the
+// global gradient norm and scale_, over long mixed-dtype lists (more tensors than one launch
+// takes, chunks past one launch), against the torch formulas in f64. Their rows run in the dtypes
+// their lists mix.
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "op_table.h"
+
+namespace reel::op_table {
+namespace {
+
+using namespace reel::testing;
+
+// The dtypes every row of this family runs in (rows that name their own keep them): one entry to add.
+const std::vector<DType> kDTypes = {DType::f32, DType::f64};
+
+// ==== optimizer updates, the gradient norm, scale_ =================================================
+
+// A parameter list with what one launch does not hold: 20 tensors (a launch has 16 slots), a
+// tensor of 2 chunks of 16384 and, when `big`, one past the 320 chunks of a launch (5.3M elements);
+// sizes 1, 31 x 33, 257, and one f64 tensor among the f32 ones. The "chunked" list: 40000 elements
+// over three chunks, an empty tensor and a scalar, f64 and f32 alternating.
+std::vector<std::pair<Shape, DType>> param_list(const std::string& kind) {
+  std::vector<std::pair<Shape, DType>> l;
+  if (kind == "chunked") {
+    const std::vector<Shape> shapes = {{200, 200}, {7}, {0}, {}, {3, 5}};
+    for (size_t i = 0; i < shapes.size(); ++i) l.push_back({shapes[i], i % 2 ? DType::f32 : DType::f64});
+    return l;
+  }
+  l = {{{1}, DType::f32}, {{31, 33}, DType::f32}, {{257}, DType::f64}, {{20000}, DType::f32},
+       {{kind == "big" ? 321 * 16384 + 5 : 5}, DType::f32}};
+  for (int i = 0; i < 15; ++i) l.push_back({{3 + i}, DType::f32});
+  return l;
+}
+Tensors make_list(Generator& g, const std::string& kind, double lo, double hi) {
+  Tensors l;
+  for (const auto& [shape, dt] : param_list(kind))
+    l.push_back(shape_numel(shape) > 1000000 ? rand(shape, DType::f32, Device::cpu(), &g)  // f64 would cost seconds
+                                             : uniform_f64(g, shape, lo, hi).to(dt));
+  return l;
+}
+// Several lists of `kind` one after the other, the i-th with values in ranges[i]: params, grads, state.
+Tensors make_lists(Generator& g, const std::string& kind, const std::vector<std::pair<double, double>>& ranges) {
+  Tensors all;
+  for (const auto& [lo, hi] : ranges)
+    for (const Tensor& t : make_list(g, kind, lo, hi)) all.push_back(t);
+  return all;
+}
+// The list-th of the lists of n tensors in l.
+Tensors slice_of(const Tensors& l, size_t list, size_t n) {
+  return Tensors(l.begin() + static_cast<int64_t>(list * n), l.begin() + static_cast<int64_t>((list + 1) * n));
+}
+Tensors clones(const Tensors& l) {
+  Tensors r;
+  for (const Tensor& t : l) r.push_back(t.clone());
+  return r;
+}
+
+struct Sgd {
+  double lr, momentum, dampening, wd;
+  bool nesterov;
+};
+struct Adam {
+  double lr, b1, b2, eps, wd;
+  bool decoupled;
+};
+
+// The torch formulas, element by element in f64, over the given steps (the grads fixed).
+Values sgd_ref(const Tensors& p, const Tensors& g, const Tensors& buf, const Sgd& s, const std::vector<int64_t>& steps) {
+  Values rp, rb;
+  for (size_t i = 0; i < p.size(); ++i) {
+    std::vector<double> pv = values(p[i]), gv = values(g[i]), bv = values(buf[i]);
+    for (size_t j = 0; j < pv.size(); ++j)
+      for (int64_t step : steps) {
+        double d = gv[j] + s.wd * pv[j];
+        if (s.momentum != 0) {
+          bv[j] = step == 1 ? d : s.momentum * bv[j] + (1 - s.dampening) * d;
+          d = s.nesterov ? d + s.momentum * bv[j] : bv[j];
+        }
+        pv[j] -= s.lr * d;
+      }
+    rp.push_back(pv);
+    rb.push_back(bv);
+  }
+  if (s.momentum != 0) rp.insert(rp.end(), rb.begin(), rb.end());
+  return rp;
+}
+Values adam_ref(const Tensors& p, const Tensors& g, const Tensors& m, const Tensors& v, const Adam& a,
+                const std::vector<int64_t>& steps) {
+  Values rp, rm, rv;
+  for (size_t i = 0; i < p.size(); ++i) {
+    std::vector<double> pv = values(p[i]), gv = values(g[i]), mv = values(m[i]), vv = values(v[i]);
+    for (size_t j = 0; j < pv.size(); ++j)
+      for (int64_t step : steps) {
+        double gj = gv[j];
+        if (a.decoupled) pv[j] *= 1 - a.lr * a.wd;
+        else gj += a.wd * pv[j];
+        mv[j] = a.b1 * mv[j] + (1 - a.b1) * gj;
+        vv[j] = a.b2 * vv[j] + (1 - a.b2) * gj * gj;
+        const double bc1 = 1 - std::pow(a.b1, step), bc2 = 1 - std::pow(a.b2, step);
+        pv[j] -= a.lr / bc1 * mv[j] / (std::sqrt(vv[j]) / std::sqrt(bc2) + a.eps);
+      }
+    rp.push_back(pv);
+    rm.push_back(mv);
+    rv.push_back(vv);
+  }
+  rp.insert(rp.end(), rm.begin(), rm.end());
+  rp.insert(rp.end(), rv.begin(), rv.end());
+  return rp;
+}
+
+std::vector<OpCase> optimizer_cases() {
+  using namespace kernels;
+  std::vector<OpCase> cases;
+  struct SgdRow {
+    Sgd s;
+    std::string list;
+    std::vector<int64_t> steps;  // step 1 starts the buffer at the gradient
+  };
+  const std::vector<SgdRow> sgds = {
+      {{0.1, 0, 0, 0, false}, "long", {1, 2}},     {{0.1, 0, 0, 0.01, false}, "long", {1, 2}},
+      {{0.1, 0.9, 0, 0.01, false}, "long", {1, 2}}, {{0.1, 0.9, 0.1, 0, false}, "long", {1, 2}},
+      {{0.1, 0.9, 0, 0.001, true}, "long", {1, 2}}, {{1e-2, 0.9, 0, 0.1, true}, "chunked", {5}},
+  };
+  // f32 elements against the f64 formula; f64 elements to a few ulps of the same formula.
+  const Tols upd = tols({1e-6, 1e-7}, {1e-12, 1e-12}), ref = tols(1e-6, 1e-14);
+  for (const SgdRow& r : sgds) {
+    const size_t n = param_list(r.list).size();
+    OpCase row("sgd_update lr " + str(r.s.lr) + " momentum " + str(r.s.momentum) + " dampening " + str(r.s.dampening) +
+                   " wd " + str(r.s.wd) + (r.s.nesterov ? " nesterov" : "") + ", " + r.list + " list",
+               [r](Generator& g) { return make_lists(g, r.list, {{-1, 1}, {-1, 1}, {-1, 1}}); },  // p, grads, buffers
+               [r, n](const Tensors& in, Device) {
+                 const Tensors p = clones(slice_of(in, 0, n)), buf = clones(slice_of(in, 2, n));
+                 for (int64_t step : r.steps)
+                   sgd_update(p, slice_of(in, 1, n), r.s.momentum != 0 ? buf : Tensors{}, r.s.lr, r.s.momentum,
+                              r.s.dampening, r.s.wd, r.s.nesterov, step);
+                 Tensors out = p;
+                 if (r.s.momentum != 0) out.insert(out.end(), buf.begin(), buf.end());
+                 return out;
+               },
+               {upd});
+    row.with_dtypes({}).with_reference(
+        [r, n](const Tensors& in) { return sgd_ref(slice_of(in, 0, n), slice_of(in, 1, n), slice_of(in, 2, n), r.s, r.steps); },
+        {ref});
+    cases.push_back(row);
+  }
+  struct AdamRow {
+    Adam a;
+    std::string list;
+    std::vector<int64_t> steps;
+  };
+  const std::vector<AdamRow> adams = {{{1e-3, 0.9, 0.95, 1e-8, 0.1, true}, "long", {1, 2, 3}},
+                                      {{1e-3, 0.9, 0.95, 1e-8, 0.1, false}, "long", {1, 2, 3}},
+                                      {{1e-2, 0.9, 0.95, 1e-8, 0.1, true}, "chunked", {3}}};
+  for (const AdamRow& r : adams) {
+    const size_t n = param_list(r.list).size();
+    OpCase row(std::string(r.a.decoupled ? "adamw_update" : "adamw_update (Adam's L2 form)") + " lr " + str(r.a.lr) +
+                   " steps " + std::to_string(r.steps.front()) + ".." + std::to_string(r.steps.back()) + ", " +
+                   r.list + " list",
+               [r](Generator& g) {  // p, grads, exp_avg, exp_avg_sq
+                 return make_lists(g, r.list, {{-1, 1}, {-1, 1}, {-0.1, 0.1}, {0, 0.01}});
+               },
+               [r, n](const Tensors& in, Device) {
+                 const Tensors p = clones(slice_of(in, 0, n)), m = clones(slice_of(in, 2, n)),
+                               v = clones(slice_of(in, 3, n));
+                 for (int64_t step : r.steps)
+                   adamw_update(p, slice_of(in, 1, n), m, v, r.a.lr, r.a.b1, r.a.b2, r.a.eps, r.a.wd, step,
+                                r.a.decoupled);
+                 Tensors out = p;
+                 out.insert(out.end(), m.begin(), m.end());
+                 out.insert(out.end(), v.begin(), v.end());
+                 return out;
+               },
+               {upd});
+    // v's elements are ~1e-3: their own absolute tolerance.
+    row.device.assign(2 * n, upd);
+    row.device.push_back(tols({1e-6, 1e-9}, {1e-12, 1e-12}));
+    row.with_dtypes({}).with_reference(
+        [r, n](const Tensors& in) {
+          return adam_ref(slice_of(in, 0, n), slice_of(in, 1, n), slice_of(in, 2, n), slice_of(in, 3, n), r.a, r.steps);
+        },
+        {ref});
+    cases.push_back(row);
+  }
+  // The global norm (accumulated in double: the cpu's value to 1e-12 on every device) and scale_.
+  for (const std::string kind : {"long", "big", "chunked", "strided"}) {
+    OpCase row("global_grad_norm and scale_ by 0.37, " + kind + " list",
+               [kind](Generator& g) {
+                 return kind == "strided" ? Tensors{uniform_f64(g, {31, 33}).to(DType::f32)} : make_list(g, kind, -1, 1);
+               },
+               [kind](const Tensors& in, Device d) {
+                 Tensors views;
+                 for (const Tensor& t : in) views.push_back(kind == "strided" ? t.t() : t);  // made contiguous
+                 Tensors out{scalar_tensor(global_grad_norm(views), DType::f64, d)};
+                 const Tensors scaled = clones(in);
+                 scale_(scaled, 0.37);
+                 out.insert(out.end(), scaled.begin(), scaled.end());
+                 return out;
+               },
+               {tols(1e-12, 1e-12), kExact});
+    row.with_dtypes({}).with_reference(
+        [](const Tensors& in) {
+          double ss = 0;
+          Values r(1);
+          for (const Tensor& t : in) {
+            r.push_back(map(t, [](double x) { return 0.37 * x; }));
+            for (double x : values(t)) ss += x * x;
+          }
+          r[0] = {std::sqrt(ss)};
+          return r;
+        },
+        {tols(1e-12, 1e-12), tols(1e-6, 1e-15)});
+    cases.push_back(row);
+  }
+  return cases;
+}
+TEST_CASE("optimizer updates, the global grad norm and scale_ over long mixed-dtype lists") {
+  run_cases(optimizer_cases(), kDTypes);
+}
+}  // namespace
+}  // namespace reel::op_table
