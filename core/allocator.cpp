@@ -61,7 +61,10 @@ std::string format_bytes(int64_t bytes) {
 
 // ---- CachingAllocator -------------------------------------------------------
 
-CachingAllocator::CachingAllocator(Device device, RawMemory* raw) : device_(device), raw_(raw) {}
+CachingAllocator::CachingAllocator(Device device, RawMemory* raw, std::string name)
+    : device_(device), raw_(raw), name_(std::move(name)) {}
+
+std::string CachingAllocator::name() const { return name_.empty() ? device_.str() : name_; }
 
 CachingAllocator::~CachingAllocator() { empty_cache(); }
 
@@ -108,7 +111,7 @@ void* CachingAllocator::allocate_locked(size_t bytes, Category category) {
   REEL_CHECK(limit_ <= 0 || (stats_.current_bytes <= limit_ &&
                              bytes <= static_cast<uint64_t>(limit_ - stats_.current_bytes)),
              "allocator: cannot allocate ", format_bytes(static_cast<int64_t>(bytes)), " of ",
-             category_name(category), " on ", device_, ": the limit is ", format_bytes(limit_),
+             category_name(category), " on ", name(), ": the limit is ", format_bytes(limit_),
              " and ", usage_locked());
   const size_t cls = size_class(bytes);
   void* ptr = nullptr;
@@ -127,7 +130,7 @@ void* CachingAllocator::allocate_locked(size_t bytes, Category category) {
       stats_.cached_bytes = 0;
       ptr = raw_->allocate(cls);
     }
-    REEL_CHECK(ptr != nullptr, "allocator: ", device_, " is out of memory allocating ",
+    REEL_CHECK(ptr != nullptr, "allocator: ", name(), " is out of memory allocating ",
                format_bytes(static_cast<int64_t>(bytes)), " of ", category_name(category), "; ",
                usage_locked());
     stats_.reserved_bytes += static_cast<int64_t>(cls);
@@ -212,6 +215,7 @@ namespace {
 struct Registry {
   std::mutex mutex;
   std::map<std::pair<int, int>, CachingAllocator*> allocators;  // never destroyed (see above)
+  CachingAllocator* pinned = nullptr;                             // the pinned pool, once used
 };
 Registry& registry() {
   static Registry* r = new Registry;
@@ -235,18 +239,32 @@ MemoryStats memory_stats(Device device) { return allocator_for(device).stats(); 
 void reset_peak_memory(Device device) { allocator_for(device).reset_peak(); }
 void set_memory_limit(Device device, int64_t bytes) { allocator_for(device).set_limit(bytes); }
 
+CachingAllocator& pinned_allocator() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (!r.pinned) {
+    // Page-locked memory is the CUDA runtime's to give; without a CUDA device, plain host memory
+    // stands in (every copy is synchronous then anyway). Host memory either way: poisoned as cpu's.
+    DeviceBackend& backend = cuda_device_count() > 0 ? backend_for(Device::cuda(0)) : backend_for(Device::cpu());
+    r.pinned = new CachingAllocator(Device::cpu(), &backend.pinned_memory(), "pinned host memory");
+  }
+  return *r.pinned;
+}
+
+MemoryStats pinned_memory_stats() { return pinned_allocator().stats(); }
+
 std::string memory_report() {
-  std::vector<std::pair<Device, MemoryStats>> rows;
+  std::vector<std::pair<std::string, MemoryStats>> rows;
   {
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
-    for (auto& [key, a] : r.allocators)
-      rows.emplace_back(Device(static_cast<Device::Type>(key.first), key.second), a->stats());
+    for (auto& [key, a] : r.allocators) rows.emplace_back("on " + a->name(), a->stats());
+    if (r.pinned) rows.emplace_back("in " + r.pinned->name(), r.pinned->stats());
   }
   std::ostringstream os;
   char line[160];
-  for (auto& [device, s] : rows) {
-    os << "memory on " << device << "\n";
+  for (auto& [where, s] : rows) {
+    os << "memory " << where << "\n";
     std::snprintf(line, sizeof line, "  %-16s %14s %14s %10s\n", "category", "current", "peak", "allocs");
     os << line;
     for (int c = 0; c < kNumCategories; ++c) {

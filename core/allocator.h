@@ -5,6 +5,10 @@
 // synchronising call on a GPU). Why categories: reel exists to show where backprop memory goes,
 // so every byte in use is attributed to parameters, gradients, optimizer state, activations
 // (saved for backward) or temporaries, with current and peak bytes for each.
+//
+// Beside the device pools, one pinned pool (pinned_allocator()) holds page-locked host memory for
+// asynchronous copies (core/stream.h: PinnedBuffer); its blocks carry categories too, so an
+// activation offloaded there is still counted as an activation, in the pinned pool.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -65,7 +69,8 @@ class CachingAllocator {
  public:
   static constexpr size_t kAlignment = 64;
 
-  CachingAllocator(Device device, RawMemory* raw);
+  // `name` is what messages and the report call it ("pinned host memory"); empty: the device.
+  CachingAllocator(Device device, RawMemory* raw, std::string name = "");
   ~CachingAllocator();
 
   // A block of at least `bytes`, 64-byte aligned, tagged with MemoryCategory::current().
@@ -88,6 +93,7 @@ class CachingAllocator {
   void empty_cache();                  // returns every cached block to the system
   void set_limit(int64_t bytes);       // limit on requested bytes in use; <= 0: none
   int64_t limit() const;
+  std::string name() const;  // the device ("cuda:0") or the pool's name
 
   // The size class a request is served from: multiples of 64 B up to 4 KiB, then four classes
   // per power of two (at most 25 % rounding).
@@ -100,6 +106,7 @@ class CachingAllocator {
 
   Device device_;
   RawMemory* raw_;
+  std::string name_;
   mutable std::mutex mutex_;
   MemoryStats stats_;
   int64_t limit_ = 0;
@@ -114,7 +121,15 @@ CachingAllocator& allocator_for(Device device);
 MemoryStats memory_stats(Device device = Device::cpu());
 void reset_peak_memory(Device device = Device::cpu());
 void set_memory_limit(Device device, int64_t bytes);
-// A table of current and peak bytes by category for every device used so far.
+
+// The pinned pool: page-locked host memory, one pool for the process (created on first use). Its
+// raw memory comes from the CUDA backend (cudaHostAlloc, usable by every device) when a CUDA device
+// answers, else from the CPU's backend (ordinary host memory). Blocks are 64-byte aligned.
+CachingAllocator& pinned_allocator();
+MemoryStats pinned_memory_stats();
+
+// A table of current and peak bytes by category for every device used so far, then for the
+// pinned pool ("pinned host memory") once used.
 std::string memory_report();
 
 // Testing aid, off by default: every block any allocator hands out is first filled with 0xFF

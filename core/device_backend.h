@@ -1,7 +1,8 @@
 // The services core needs from a device, implemented above it by kernels/cpu and kernels/cuda
 // (dependency inversion: core declares the interface, kernels implement it and register the
 // backends at start-up, kernels/device_backends.h; core never calls up into kernels).
-// Factories, contiguous(), to(device) and to(dtype) are built on these.
+// Factories, contiguous(), to(device) and to(dtype) are built on these; so are the streams, events
+// and asynchronous copies of core/stream.h, the user's side of the stream services below.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/profile.h"
+#include "core/stream.h"
 
 namespace reel {
 
@@ -29,7 +31,31 @@ class DeviceBackend {
   // out (contiguous, floating) = Philox4x32-10 numbers for (seed, offset): element i is a pure
   // function of (seed, offset, i), identical on every device (see core/philox.h).
   virtual void random(const Tensor& out, RandomKind kind, uint64_t seed, uint64_t offset) = 0;
+  // The host waits for everything enqueued on this device, on every stream.
   virtual void synchronize() {}
+
+  // ---- streams and events (core/stream.h). Every kernel and every call above runs on the compute
+  // stream, in the order called; work on the copy stream is ordered against it only by events.
+  // Events are opaque handles of this backend (never null once created).
+  virtual void* create_event() = 0;
+  virtual void destroy_event(void* event) = 0;
+  virtual void record_event(void* event, StreamKind stream) = 0;
+  virtual void wait_event(StreamKind stream, void* event) = 0;  // later work on stream waits; the host does not
+  virtual bool query_event(void* event) = 0;                    // never blocks
+  virtual void synchronize_event(void* event) = 0;
+  virtual void synchronize_stream(StreamKind stream) = 0;
+  virtual bool query_stream(StreamKind stream) = 0;
+  // Asynchronous copies between this device's memory and pinned host memory, enqueued on `stream`.
+  virtual void copy_to_host_async(void* host_dst, const void* device_src, size_t bytes, StreamKind stream) = 0;
+  virtual void copy_from_host_async(void* device_dst, const void* host_src, size_t bytes, StreamKind stream) = 0;
+  // The stream's native handle (cudaStream_t) for a library that enqueues on it; nullptr on cpu.
+  virtual void* native_stream(StreamKind stream) = 0;
+  // Makes this device current on the calling thread (CUDA: cudaSetDevice).
+  virtual void make_current() {}
+  // Pinned host memory this backend copies asynchronously (CUDA: cudaHostAlloc); the pinned pool
+  // (core/allocator.h) caches on top of it. The CPU's is ordinary host memory.
+  virtual RawMemory& pinned_memory() = 0;
+
   // Profiling (core/profile.h): the clock that times this device's kernels on its own stream
   // (null: they run synchronously and the host clock times them), and its peaks, measured or
   // read from the device's properties once.

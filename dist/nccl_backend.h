@@ -1,7 +1,7 @@
 // dist's NCCL backend, as plain C++ for dist/process_group.cpp (no CUDA or NCCL header here): one
-// NCCL communicator per cuda device, its collectives enqueued on reel's CUDA stream
-// (kernels::cuda::stream()), and a CUDA event recorded after each so that a Work can tell when it
-// is done without blocking. The same code runs on the real NCCL (nvcc build) and on the emulated
+// NCCL communicator per cuda device, its collectives enqueued on the device's compute stream
+// (core/stream.h, where the kernels run too), and an event recorded there after each so that a
+// Work can tell when it is done without blocking. The same code runs on the real NCCL (nvcc build) and on the emulated
 // one (dist/nccl.h); in a build with neither, built() is false and nothing else may be called.
 //
 // Every NCCL or CUDA call is checked: a failure raises reel::Error "<call>: <ncclGetErrorString>
@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <memory>
 
+#include "core/stream.h"
 #include "core/tensor.h"
 #include "dist/process_group.h"
 
@@ -58,18 +59,15 @@ class Comm {
   bool aborted_ = false;
 };
 
-// A CUDA event on reel's stream, recorded after a collective's enqueue.
+// An event on the compute stream, recorded after a collective's enqueue (a reel::Event, bound to
+// the device at its record).
 class Event {
  public:
-  Event();  // cudaEventCreateWithFlags(cudaEventDisableTiming)
-  ~Event();
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  void record(int device);  // cudaEventRecord on reel's stream of that device
-  bool done();              // cudaEventQuery: true once everything before the record has run
+  void record(int device);  // on the compute stream of cuda:device
+  bool done();              // true once everything before the record has run (never blocks)
 
  private:
-  [[maybe_unused]] void* event_ = nullptr;  // cudaEvent_t (unused by a build without NCCL, as comm_)
+  reel::Event event_;
 };
 
 }  // namespace reel::dist::nccl

@@ -1,5 +1,7 @@
 // The CPU's DeviceBackend (core/device_backend.h): 64-byte aligned host memory, fill, strided
-// copy with dtype conversion, and Philox random numbers.
+// copy with dtype conversion, and Philox random numbers. Its streams exist but run every piece of
+// work when it is enqueued, so events are done once recorded; its "pinned" memory (for the pinned
+// pool when no CUDA device answers) is ordinary host memory.
 #include <cstdlib>
 #include <cstring>
 
@@ -76,10 +78,28 @@ class CpuBackend final : public DeviceBackend {
     REEL_DISPATCH_FLOATING(out.dtype(), "random", random_fill<scalar_t>(out, kind, seed, offset))
   }
 
+  // Streams and events: everything has run by the time it is enqueued. An event is a token.
+  void* create_event() override { return &event_token_; }
+  void destroy_event(void*) override {}
+  void record_event(void*, StreamKind) override {}
+  void wait_event(StreamKind, void*) override {}
+  bool query_event(void*) override { return true; }
+  void synchronize_event(void*) override {}
+  void synchronize_stream(StreamKind) override {}
+  bool query_stream(StreamKind) override { return true; }
+  void copy_to_host_async(void* dst, const void* src, size_t bytes, StreamKind) override { std::memcpy(dst, src, bytes); }
+  void copy_from_host_async(void* dst, const void* src, size_t bytes, StreamKind) override {
+    std::memcpy(dst, src, bytes);
+  }
+  void* native_stream(StreamKind) override { return nullptr; }
+  RawMemory& pinned_memory() override { return pinned_; }
+
   profile::Roof roof() override { return kernels::measure_cpu_roof(); }
 
  private:
   HostMemory memory_;
+  HostMemory pinned_;  // the pinned pool's raw memory when no CUDA device answers
+  char event_token_ = 0;
 };
 
 }  // namespace

@@ -1,7 +1,13 @@
 // kernels/cuda/backend.cu: the CUDA device in core's sense (core/device_backend.h) for cuda:N.
 // Raw memory is cudaMalloc/cudaFree (core's caching allocator caches on top and keeps the
 // statistics); host<->device copies are cudaMemcpy on the legacy default stream; fill, strided
-// copy with dtype conversion and Philox random numbers are kernels. Uniform numbers are bit-
+// copy with dtype conversion and Philox random numbers are kernels.
+// Streams (core/stream.h): the compute stream is the legacy default stream (launch.h's stream()),
+// where every kernel runs as before; the copy stream is created on first use with
+// cudaStreamNonBlocking, so that it neither waits for the compute stream nor makes it wait (a
+// blocking stream would be ordered with the legacy stream implicitly: no overlap, and a missing
+// event wait would go unnoticed). Events are cudaEvent_t without timing; asynchronous copies are
+// cudaMemcpyAsync; pinned memory is cudaHostAlloc(cudaHostAllocPortable), usable by every device. Uniform numbers are bit-
 // identical to the CPU's: both evaluate core/philox.h's host/device functions. Also here: the
 // checked-call and device helpers of launch.h.
 #include <cstdio>
@@ -108,10 +114,78 @@ class DeviceMemory final : public RawMemory {
   int index_;
 };
 
+// Page-locked host memory, portable: every device copies it asynchronously.
+class PinnedHostMemory final : public RawMemory {
+ public:
+  void* allocate(size_t bytes) override {
+    void* ptr = nullptr;
+    const cudaError_t err = cudaHostAlloc(&ptr, bytes, cudaHostAllocPortable);
+    if (err == cudaErrorMemoryAllocation) {  // the caching allocator reports it, with its statistics
+      cudaGetLastError();
+      return nullptr;
+    }
+    check_cuda(err, "cudaHostAlloc");
+    return ptr;
+  }
+  void release(void* ptr) override { REEL_CUDA_CHECK(cudaFreeHost(ptr)); }
+};
+
 class CudaBackend final : public DeviceBackend {
  public:
   explicit CudaBackend(int index) : index_(index), memory_(index) {}
   RawMemory& raw_memory() override { return memory_; }
+
+  // ---- streams and events ----
+  void* create_event() override {
+    set_device(index_);
+    cudaEvent_t e = nullptr;
+    REEL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return e;
+  }
+  void destroy_event(void* event) override {
+    set_device(index_);
+    REEL_CUDA_CHECK(cudaEventDestroy(static_cast<cudaEvent_t>(event)));
+  }
+  void record_event(void* event, StreamKind kind) override {
+    set_device(index_);
+    REEL_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), stream_of(kind)));
+  }
+  void wait_event(StreamKind kind, void* event) override {
+    set_device(index_);
+    REEL_CUDA_CHECK(cudaStreamWaitEvent(stream_of(kind), static_cast<cudaEvent_t>(event), 0));
+  }
+  bool query_event(void* event) override {
+    set_device(index_);
+    return ready(cudaEventQuery(static_cast<cudaEvent_t>(event)), "cudaEventQuery");
+  }
+  void synchronize_event(void* event) override {
+    set_device(index_);
+    REEL_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+  }
+  void synchronize_stream(StreamKind kind) override {
+    set_device(index_);
+    REEL_CUDA_CHECK(cudaStreamSynchronize(stream_of(kind)));
+  }
+  bool query_stream(StreamKind kind) override {
+    set_device(index_);
+    return ready(cudaStreamQuery(stream_of(kind)), "cudaStreamQuery");
+  }
+  void copy_to_host_async(void* host_dst, const void* device_src, size_t bytes, StreamKind kind) override {
+    if (bytes == 0) return;
+    set_device(index_);
+    REEL_CUDA_CHECK(cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, stream_of(kind)));
+  }
+  void copy_from_host_async(void* device_dst, const void* host_src, size_t bytes, StreamKind kind) override {
+    if (bytes == 0) return;
+    set_device(index_);
+    REEL_CUDA_CHECK(cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, stream_of(kind)));
+  }
+  void* native_stream(StreamKind kind) override { return stream_of(kind); }
+  void make_current() override { set_device(index_); }
+  RawMemory& pinned_memory() override {
+    static PinnedHostMemory* pinned = new PinnedHostMemory;  // one for every device, never destroyed
+    return *pinned;
+  }
 
   void copy_to_host(void* host_dst, const void* device_src, size_t bytes) override {
     if (bytes == 0) return;
@@ -254,9 +328,31 @@ class CudaBackend final : public DeviceBackend {
     size_t used_ = 0;
   };
 
+  // The compute stream is launch.h's stream() (the legacy default stream); the copy stream is made
+  // on first use, on this device.
+  cudaStream_t stream_of(StreamKind kind) {
+    if (kind == StreamKind::Compute) return stream();
+    std::call_once(copy_stream_once_, [this] {
+      set_device(index_);
+      REEL_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+    });
+    return copy_stream_;
+  }
+  // cudaEventQuery / cudaStreamQuery: cudaErrorNotReady is an answer, not an error.
+  static bool ready(cudaError_t err, const char* what) {
+    if (err == cudaErrorNotReady) {
+      cudaGetLastError();  // clear it, so that no later check reports it
+      return false;
+    }
+    check_cuda(err, what);
+    return true;
+  }
+
   int index_;
   DeviceMemory memory_;
   EventClock clock_{index_};
+  std::once_flag copy_stream_once_;
+  cudaStream_t copy_stream_ = nullptr;  // never destroyed, like the backend
 };
 
 }  // namespace

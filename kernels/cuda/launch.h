@@ -27,8 +27,10 @@ void check_cuda(cudaError_t err, const char* what);
 // Makes CUDA device `index` current on this thread (a no-op when it already is).
 void set_device(int index);
 inline void set_device(Device device) { set_device(device.index); }
-// The stream every reel kernel, copy and cuBLAS call runs on: the legacy default stream, so
-// work is ordered and a block the caching allocator hands out again is never in use.
+// The compute stream (core/stream.h), which every reel kernel, copy and cuBLAS call runs on: the
+// legacy default stream, so work is ordered and a block the caching allocator hands out again is
+// never in use. The device's copy stream is backend.cu's; code outside kernels/cuda reaches both
+// through reel::Stream, never through this header.
 inline cudaStream_t stream() { return nullptr; }
 // Streaming multiprocessors of the current device (the emulator reports its worker threads).
 int sm_count();

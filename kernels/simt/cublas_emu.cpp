@@ -1,6 +1,7 @@
 // kernels/simt/cublas_emu.cpp: host implementations of the cuBLAS subset in cublas.h for the
 // emulated build. Matrices are Eigen::Maps over the caller's column-major storage, so leading
-// dimensions and batch strides cost no copies; Eigen does the GEMM.
+// dimensions and batch strides cost no copies; Eigen does the GEMM, at the call, after the work
+// queued on the handle's stream.
 #include <Eigen/Dense>
 
 #include <algorithm>
@@ -11,6 +12,10 @@ struct cublasContext {
   cudaStream_t stream = nullptr;
   cublasPointerMode_t pointer_mode = CUBLAS_POINTER_MODE_HOST;
 };
+
+namespace simt::detail {
+void before_host_work(cudaStream_t stream);  // simt.h (which cublas.h does not include)
+}
 
 namespace {
 
@@ -76,6 +81,9 @@ cublasStatus_t gemm_strided_batched(cublasHandle_t handle, cublasOperation_t tra
                                     int batch_count) {
   const cublasStatus_t status = check_gemm(handle, transa, transb, m, n, k, lda, ldb, ldc, batch_count);
   if (status != CUBLAS_STATUS_SUCCESS) return status;
+  // The GEMM runs at once: after the work queued on its stream (or, on the legacy stream, after
+  // what blocking streams have queued), a schedule a GPU could take.
+  simt::detail::before_host_work(handle->stream);
   if (m == 0 || n == 0 || batch_count == 0) return CUBLAS_STATUS_SUCCESS;
   if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
   for (int i = 0; i < batch_count; ++i)

@@ -486,6 +486,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha, c
                                       const cudnnConvolutionDescriptor_t convDesc, cudnnConvolutionFwdAlgo_t algo,
                                       void* workSpace, size_t workSpaceSizeInBytes, const void* beta,
                                       const cudnnTensorDescriptor_t yDesc, void* y) {
+  cudnn_emu::run_queued(handle);
   if (!handle || !alpha || !beta || !x || !w || !y) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
   Geom g{};
   const cudnnStatus_t s = check(xDesc, wDesc, convDesc, yDesc, g);
@@ -515,6 +516,7 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alp
                                            cudnnConvolutionBwdDataAlgo_t algo, void* workSpace,
                                            size_t workSpaceSizeInBytes, const void* beta,
                                            const cudnnTensorDescriptor_t dxDesc, void* dx) {
+  cudnn_emu::run_queued(handle);
   if (!handle || !alpha || !beta || !w || !dy || !dx) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
   Geom g{};
   const cudnnStatus_t s = check(dxDesc, wDesc, convDesc, dyDesc, g);
@@ -539,6 +541,7 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* a
                                              cudnnConvolutionBwdFilterAlgo_t algo, void* workSpace,
                                              size_t workSpaceSizeInBytes, const void* beta,
                                              const cudnnFilterDescriptor_t dwDesc, void* dw) {
+  cudnn_emu::run_queued(handle);
   if (!handle || !alpha || !beta || !x || !dy || !dw) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
   Geom g{};
   const cudnnStatus_t s = check(xDesc, dwDesc, convDesc, dyDesc, g);
@@ -559,6 +562,7 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* a
 cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t handle, const void* alpha,
                                            const cudnnTensorDescriptor_t dyDesc, const void* dy, const void* beta,
                                            const cudnnTensorDescriptor_t dbDesc, void* db) {
+  cudnn_emu::run_queued(handle);
   if (!handle || !alpha || !beta || !dy || !db || !dyDesc || !dbDesc) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
   if (!dyDesc->set || !dbDesc->set || dyDesc->type != dbDesc->type) return CUDNN_STATUS_BAD_PARAM;
   if (dbDesc->n != 1 || dbDesc->c != dyDesc->c || dbDesc->h != 1 || dbDesc->w != 1) return CUDNN_STATUS_BAD_PARAM;
@@ -581,6 +585,7 @@ cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t handle, const void* alp
 
 cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void* alpha, const cudnnTensorDescriptor_t aDesc,
                              const void* A, const void* beta, const cudnnTensorDescriptor_t cDesc, void* C) {
+  cudnn_emu::run_queued(handle);
   if (!handle || !alpha || !beta || !A || !C || !aDesc || !cDesc) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
   if (!aDesc->set || !cDesc->set || aDesc->type != cDesc->type) return CUDNN_STATUS_BAD_PARAM;
   const int a[4] = {aDesc->n, aDesc->c, aDesc->h, aDesc->w}, c[4] = {cDesc->n, cDesc->c, cDesc->h, cDesc->w};

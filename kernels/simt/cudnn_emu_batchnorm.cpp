@@ -181,6 +181,7 @@ cudnnStatus_t cudnnBatchNormalizationForwardTraining(
     const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const void* bnScale, const void* bnBias,
     double exponentialAverageFactor, void* resultRunningMean, void* resultRunningVariance, double epsilon,
     void* resultSaveMean, void* resultSaveInvVariance) {
+  cudnn_emu::run_queued(handle);
   if (!handle || !alpha || !beta || !xDesc || !x || !yDesc || !y || !bnScaleBiasMeanVarDesc || !bnScale || !bnBias)
     return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
   if ((resultRunningMean == nullptr) != (resultRunningVariance == nullptr)) return CUDNN_STATUS_BAD_PARAM;
@@ -206,6 +207,7 @@ cudnnStatus_t cudnnBatchNormalizationForwardInference(
     const cudnnTensorDescriptor_t xDesc, const void* x, const cudnnTensorDescriptor_t yDesc, void* y,
     const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const void* bnScale, const void* bnBias,
     const void* estimatedMean, const void* estimatedVariance, double epsilon) {
+  cudnn_emu::run_queued(handle);
   if (!handle || !alpha || !beta || !xDesc || !x || !yDesc || !y || !bnScaleBiasMeanVarDesc || !bnScale ||
       !bnBias || !estimatedMean || !estimatedVariance)
     return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
@@ -231,6 +233,7 @@ cudnnStatus_t cudnnBatchNormalizationBackward(
     const cudnnTensorDescriptor_t dyDesc, const void* dy, const cudnnTensorDescriptor_t dxDesc, void* dx,
     const cudnnTensorDescriptor_t dBnScaleBiasDesc, const void* bnScale, void* dBnScaleResult, void* dBnBiasResult,
     double epsilon, const void* savedMean, const void* savedInvVariance) {
+  cudnn_emu::run_queued(handle);
   if (!handle || !alphaDataDiff || !betaDataDiff || !alphaParamDiff || !betaParamDiff || !xDesc || !x || !dyDesc ||
       !dy || !dxDesc || !dx || !dBnScaleBiasDesc || !bnScale || !dBnScaleResult || !dBnBiasResult)
     return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;

@@ -10,6 +10,10 @@
 struct cudnnContext {
   cudaStream_t stream = nullptr;
 };
+
+namespace simt::detail {
+void before_host_work(cudaStream_t stream);  // simt.h (which cudnn.h does not include)
+}
 struct cudnnTensorStruct {
   bool set = false;
   cudnnDataType_t type = CUDNN_DATA_FLOAT;
@@ -30,6 +34,12 @@ struct cudnnConvolutionStruct {
 };
 
 namespace cudnn_emu {
+
+// Before a call computes (at once): the work queued on its stream runs first, or, on the legacy
+// stream, what blocking streams have queued (kernels/simt/README.md, "Streams and events").
+inline void run_queued(cudnnHandle_t handle) {
+  if (handle) simt::detail::before_host_work(handle->stream);
+}
 
 inline bool supported_type(cudnnDataType_t t) { return t == CUDNN_DATA_FLOAT || t == CUDNN_DATA_DOUBLE; }
 

@@ -232,6 +232,7 @@ cudnnStatus_t cudnnGetPooling2dForwardOutputDim(const cudnnPoolingDescriptor_t p
 cudnnStatus_t cudnnPoolingForward(cudnnHandle_t handle, const cudnnPoolingDescriptor_t poolingDesc, const void* alpha,
                                   const cudnnTensorDescriptor_t xDesc, const void* x, const void* beta,
                                   const cudnnTensorDescriptor_t yDesc, void* y) {
+  cudnn_emu::run_queued(handle);
   if (!handle || !alpha || !beta || !x || !y) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
   Geom g{};
   const cudnnStatus_t s = check(poolingDesc, xDesc, yDesc, g);
@@ -250,6 +251,7 @@ cudnnStatus_t cudnnPoolingBackward(cudnnHandle_t handle, const cudnnPoolingDescr
                                    const cudnnTensorDescriptor_t dyDesc, const void* dy,
                                    const cudnnTensorDescriptor_t xDesc, const void* x, const void* beta,
                                    const cudnnTensorDescriptor_t dxDesc, void* dx) {
+  cudnn_emu::run_queued(handle);
   if (!handle || !alpha || !beta || !y || !dy || !x || !dx) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
   Geom g{};
   const cudnnStatus_t s = check(poolingDesc, xDesc, yDesc, g, dyDesc, dxDesc, true);

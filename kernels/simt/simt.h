@@ -2,8 +2,10 @@
 // source builds both ways:
 //   nvcc                 real CUDA: <cuda_runtime.h>, simt::launch(...) is kernel<<<...>>>(...).
 //   g++ -DSIMT_EMULATE   CPU emulation: every CUDA thread is a fiber, __syncthreads() and the
-//                        *_sync intrinsics switch fibers, the runtime API works on host memory.
-//                        Needs no CUDA toolkit header. Engine: simt_runtime.cpp, simt_api.cpp.
+//                        *_sync intrinsics switch fibers, the runtime API works on host memory,
+//                        and work on a created stream is queued until an event wait, a
+//                        synchronisation or a query runs it. Needs no CUDA toolkit header.
+//                        Engine: simt_runtime.cpp, simt_api.cpp, simt_streams.cpp.
 // Rules for kernel authors and what cannot be emulated: kernels/simt/README.md.
 #pragma once
 
@@ -42,7 +44,9 @@ inline cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <math.h>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -173,6 +177,10 @@ typedef struct CUevent_st* cudaEvent_t;
 #define cudaEventDefault 0x00
 #define cudaEventBlockingSync 0x01
 #define cudaEventDisableTiming 0x02
+#define cudaHostAllocDefault 0x00
+#define cudaHostAllocPortable 0x01
+#define cudaHostAllocMapped 0x02
+#define cudaHostAllocWriteCombined 0x04
 
 namespace simt {
 namespace detail {
@@ -192,6 +200,11 @@ cudaError_t cudaFree(void* ptr);
 cudaError_t cudaMallocHost(void** ptr, size_t bytes);
 template <class T>
 inline cudaError_t cudaMallocHost(T** ptr, size_t bytes) { return cudaMallocHost(reinterpret_cast<void**>(ptr), bytes); }
+cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned flags);  // host memory: "pinned" in name only
+template <class T>
+inline cudaError_t cudaHostAlloc(T** ptr, size_t bytes, unsigned flags) {
+  return cudaHostAlloc(reinterpret_cast<void**>(ptr), bytes, flags);
+}
 cudaError_t cudaFreeHost(void* ptr);
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
@@ -213,7 +226,7 @@ inline cudaError_t cudaMemcpyFromSymbol(void* dst, const T& symbol, size_t bytes
   return cudaMemcpy(dst, reinterpret_cast<const char*>(&symbol) + offset, bytes, kind);
 }
 
-cudaError_t cudaDeviceSynchronize();  // launches are synchronous: nothing to wait for
+cudaError_t cudaDeviceSynchronize();  // runs every stream's queued work
 cudaError_t cudaDeviceReset();
 cudaError_t cudaGetDeviceCount(int* count);  // 1
 cudaError_t cudaSetDevice(int device);       // only device 0
@@ -221,6 +234,9 @@ cudaError_t cudaGetDevice(int* device);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
 
+// Streams and events (simt_streams.cpp; the model is in kernels/simt/README.md): work on a
+// created stream is queued, and runs only when an event wait, a synchronisation or a query needs
+// it; the legacy default stream (null) runs its work at once.
 cudaError_t cudaStreamCreate(cudaStream_t* stream);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
@@ -231,7 +247,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 cudaError_t cudaEventCreate(cudaEvent_t* event);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);  // host clock
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);  // host clock when it runs
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
@@ -273,8 +289,20 @@ void* dynamic_shared();
 [[noreturn]] void trap(const char* what, const char* file, int line);
 
 using Thunk = void (*)(const void* closure);
+// cudaSuccess, or the error an impossible launch gets (checked when it is enqueued).
+cudaError_t check_grid(const void* kernel, dim3 grid, dim3 block, size_t shmem);
+// Checks, then runs the grid now.
 cudaError_t run_grid(const void* kernel, dim3 grid, dim3 block, size_t shmem, Thunk thunk,
                      const void* closure);
+
+// Streams (simt_streams.cpp). A deferred stream is one made by cudaStreamCreate*: its work waits
+// in a queue. enqueue() appends work to one. before_host_work(stream) comes before work that runs
+// at once: on the legacy stream it runs what blocking streams have queued (CUDA orders them with
+// the legacy stream); on a created stream (a cuBLAS or cuDNN call there) it runs that stream's
+// queue, after which running the call at once is a schedule a GPU could take.
+bool is_deferred(cudaStream_t stream);
+cudaError_t enqueue(cudaStream_t stream, std::function<void()> work);
+void before_host_work(cudaStream_t stream);
 
 inline unsigned lane_id() {
   const unsigned linear = t_threadIdx.x + t_blockDim.x * (t_threadIdx.y + t_blockDim.y * t_threadIdx.z);
@@ -310,11 +338,12 @@ inline T atomic_cas(T* address, T compare, T val) {
 }
 }  // namespace detail
 
-// Runs kernel over the grid on the CPU and returns when it has finished (the stream is ignored:
-// every launch is synchronous). Errors come back as the return value, as from the nvcc version.
+// Runs kernel over the grid on the CPU: now on the legacy stream (null), or, on a created stream,
+// when that stream's queue reaches it (the parameters are copied at the call, as on a GPU). Errors
+// of the launch itself come back as the return value, as from the nvcc version.
 template <typename... KArgs, typename... Args>
 inline cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shmem,
-                          cudaStream_t /*stream*/, Args&&... args) {
+                          cudaStream_t stream, Args&&... args) {
   static_assert(sizeof...(KArgs) == sizeof...(Args), "simt::launch: wrong number of kernel arguments");
   static_assert((std::is_trivially_copyable<std::decay_t<KArgs>>::value && ...),
                 "simt::launch: kernel parameters must be trivially copyable");
@@ -329,7 +358,16 @@ inline cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_
     const Closure& c = *static_cast<const Closure*>(p);
     std::apply(c.kernel, c.params);
   };
-  return detail::run_grid(reinterpret_cast<const void*>(kernel), grid, block, shmem, thunk, &closure);
+  const void* const id = reinterpret_cast<const void*>(kernel);
+  if (detail::is_deferred(stream)) {
+    if (const cudaError_t err = detail::check_grid(id, grid, block, shmem)) return err;
+    auto held = std::make_shared<const Closure>(closure);
+    return detail::enqueue(stream, [held, id, grid, block, shmem, thunk] {
+      detail::run_grid(id, grid, block, shmem, thunk, held.get());
+    });
+  }
+  detail::before_host_work(stream);
+  return detail::run_grid(id, grid, block, shmem, thunk, &closure);
 }
 }  // namespace simt
 

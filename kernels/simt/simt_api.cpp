@@ -1,23 +1,14 @@
-// kernels/simt/simt_api.cpp: the CUDA runtime API subset of simt.h's emulation branch.
-// "Device" memory is host memory, every call is synchronous (launches finish before they
-// return), and the device reports sm_90-like limits with one multiprocessor per worker thread.
+// kernels/simt/simt_api.cpp: the CUDA runtime API subset of simt.h's emulation branch, but for
+// streams and events (simt_streams.cpp). "Device" memory is host memory, every call here is
+// synchronous (legacy-stream work: it first runs what blocking streams have queued), and the
+// device reports sm_90-like limits with one multiprocessor per worker thread.
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "simt.h"
-
-struct CUstream_st {
-  unsigned flags;
-};
-struct CUevent_st {
-  unsigned flags;
-  bool recorded;
-  std::chrono::steady_clock::time_point when;
-};
 
 namespace simt {
 namespace detail {
@@ -101,31 +92,34 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   }
   return cudaSuccess;
 }
+// cudaFree and cudaFreeHost synchronise the device in CUDA: queued work never outlives its memory.
 cudaError_t cudaFree(void* ptr) {
+  if (ptr) cudaDeviceSynchronize();
   std::free(ptr);
   return cudaSuccess;
 }
 cudaError_t cudaMallocHost(void** ptr, size_t bytes) { return cudaMalloc(ptr, bytes); }
+cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned flags) {
+  if (flags & ~unsigned(cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined))
+    return record_error(cudaErrorInvalidValue);
+  return cudaMalloc(ptr, bytes);
+}
 cudaError_t cudaFreeHost(void* ptr) { return cudaFree(ptr); }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   if (bytes == 0) return cudaSuccess;  // before any other check, as in CUDA
   if (!simt::detail::valid_kind(kind)) return record_error(cudaErrorInvalidMemcpyDirection);
   if (!dst || !src) return record_error(cudaErrorInvalidValue);
+  simt::detail::before_host_work(nullptr);
   std::memcpy(dst, src, bytes);  // memcpy, not memmove: ASan reports overlapping copies
   return cudaSuccess;
-}
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);
 }
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
   if (bytes == 0) return cudaSuccess;
   if (!ptr) return record_error(cudaErrorInvalidValue);
+  simt::detail::before_host_work(nullptr);
   std::memset(ptr, value, bytes);
   return cudaSuccess;
-}
-cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) {
-  return cudaMemset(ptr, value, bytes);
 }
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   if (!free_bytes || !total_bytes) return record_error(cudaErrorInvalidValue);
@@ -135,7 +129,6 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 }
 
 // ---- device -------------------------------------------------------------------------------------------
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 cudaError_t cudaDeviceReset() { return cudaSuccess; }
 cudaError_t cudaGetDeviceCount(int* count) {
   if (!count) return record_error(cudaErrorInvalidValue);
@@ -203,57 +196,5 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = int(p.sharedMemPerBlockOptin); break;
     default: return record_error(cudaErrorInvalidValue);
   }
-  return cudaSuccess;
-}
-
-// ---- streams: handles only, since every call completes before it returns -----------------------------
-cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, cudaStreamDefault); }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
-  if (!stream || flags > cudaStreamNonBlocking) return record_error(cudaErrorInvalidValue);
-  *stream = new CUstream_st{flags};
-  return cudaSuccess;
-}
-cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  if (!stream || stream == cudaStreamLegacy || stream == cudaStreamPerThread)
-    return record_error(cudaErrorInvalidResourceHandle);
-  delete stream;
-  return cudaSuccess;
-}
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned) {
-  return event ? cudaSuccess : record_error(cudaErrorInvalidResourceHandle);
-}
-
-// ---- events: host clock --------------------------------------------------------------------------------
-cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
-  if (!event || flags > (cudaEventBlockingSync | cudaEventDisableTiming)) return record_error(cudaErrorInvalidValue);
-  *event = new CUevent_st{flags, false, {}};
-  return cudaSuccess;
-}
-cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  if (!event) return record_error(cudaErrorInvalidResourceHandle);
-  delete event;
-  return cudaSuccess;
-}
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
-  if (!event) return record_error(cudaErrorInvalidResourceHandle);
-  event->recorded = true;
-  event->when = std::chrono::steady_clock::now();
-  return cudaSuccess;
-}
-cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  return event ? cudaSuccess : record_error(cudaErrorInvalidResourceHandle);
-}
-cudaError_t cudaEventQuery(cudaEvent_t event) {
-  return event ? cudaSuccess : record_error(cudaErrorInvalidResourceHandle);
-}
-cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
-  if (!ms) return record_error(cudaErrorInvalidValue);
-  if (!start || !end || !start->recorded || !end->recorded || (start->flags & cudaEventDisableTiming) ||
-      (end->flags & cudaEventDisableTiming))
-    return record_error(cudaErrorInvalidResourceHandle);
-  *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
   return cudaSuccess;
 }

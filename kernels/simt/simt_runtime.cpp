@@ -580,7 +580,7 @@ void trap(const char* what, const char* file, int line) {
   die(w ? w->current : nullptr, "trap", "%s at %s:%d", what, file, line);
 }
 
-cudaError_t run_grid(const void* kernel, dim3 grid, dim3 block, size_t shmem, Thunk thunk, const void* closure) {
+cudaError_t check_grid(const void* kernel, dim3 grid, dim3 block, size_t shmem) {
   if (t_worker && t_worker->current) return cudaErrorNotSupported;  // no dynamic parallelism
   // CUDA 13 answers an impossible block or grid with cudaErrorInvalidValue (seen on an H200;
   // older runtimes said cudaErrorInvalidConfiguration).
@@ -594,6 +594,11 @@ cudaError_t run_grid(const void* kernel, dim3 grid, dim3 block, size_t shmem, Th
     const auto it = max_dynamic_shared().find(kernel);
     if (it == max_dynamic_shared().end() || shmem > it->second) return cudaErrorInvalidValue;
   }
+  return cudaSuccess;
+}
+
+cudaError_t run_grid(const void* kernel, dim3 grid, dim3 block, size_t shmem, Thunk thunk, const void* closure) {
+  if (const cudaError_t err = check_grid(kernel, grid, block, shmem)) return err;
   static std::once_flag hooked;
   std::call_once(hooked, install_sanitizer_hook);
 

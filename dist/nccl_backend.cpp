@@ -1,6 +1,6 @@
 // dist's NCCL backend (see nccl_backend.h): the only file that calls NCCL, against dist/nccl.h, so
-// that the real library and the emulation run the same lines. Host code only; a .cu file because it
-// includes kernels/cuda/launch.h (reel's stream), which only nvcc compiles in the nvcc build.
+// that the real library and the emulation run the same lines. Plain host C++: the device, its
+// stream and the events come from core's stream API (core/stream.h), not from kernels/cuda.
 #include "dist/nccl_backend.h"
 
 #include <algorithm>
@@ -9,10 +9,6 @@
 #include <thread>
 
 #include "dist/nccl.h"
-
-#if REEL_DIST_NCCL
-#include "kernels/cuda/launch.h"  // reel's stream, set_device and CUDA error check
-#endif
 
 namespace reel::dist::nccl {
 
@@ -54,6 +50,14 @@ ncclRedOp_t nccl_op(ReduceOp) { return ncclSum; }
 
 ncclComm_t handle(void* comm) { return static_cast<ncclComm_t>(comm); }
 
+// reel's compute stream of cuda:`device`, made current: where every collective is enqueued, in
+// order with the kernels that produce and consume its buffers.
+cudaStream_t compute_stream(int device) {
+  const Stream stream = Stream::compute(Device::cuda(device));
+  make_device_current(stream.device());
+  return static_cast<cudaStream_t>(stream.native());
+}
+
 }  // namespace
 
 bool built() { return true; }
@@ -80,7 +84,7 @@ Id unique_id() {
 }
 
 Comm::Comm(const Id& id, int nranks, int rank, int device) : device_(device) {
-  kernels::cuda::set_device(device);
+  make_device_current(Device::cuda(device));
   ncclUniqueId nid;
   std::copy(id.begin(), id.end(), nid.internal);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -125,50 +129,25 @@ void Comm::abort() {
 double Comm::average_scale(int nranks) const { return kHasAvg ? 1.0 : 1.0 / nranks; }
 
 void Comm::all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
-  kernels::cuda::set_device(device_);
-  REEL_NCCL_CHECK(ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), handle(comm_), kernels::cuda::stream()));
+  REEL_NCCL_CHECK(ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), handle(comm_), compute_stream(device_)));
 }
 
 void Comm::reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op) {
-  kernels::cuda::set_device(device_);
   REEL_NCCL_CHECK(ncclReduceScatter(send, recv, recv_count, nccl_type(dtype), nccl_op(op), handle(comm_),
-                                    kernels::cuda::stream()));
+                                    compute_stream(device_)));
 }
 
 void Comm::all_gather(const void* send, void* recv, size_t send_count, DType dtype) {
-  kernels::cuda::set_device(device_);
-  REEL_NCCL_CHECK(ncclAllGather(send, recv, send_count, nccl_type(dtype), handle(comm_), kernels::cuda::stream()));
+  REEL_NCCL_CHECK(ncclAllGather(send, recv, send_count, nccl_type(dtype), handle(comm_), compute_stream(device_)));
 }
 
 void Comm::broadcast(void* buffer, size_t count, DType dtype, int root) {
-  kernels::cuda::set_device(device_);
-  REEL_NCCL_CHECK(ncclBroadcast(buffer, buffer, count, nccl_type(dtype), root, handle(comm_), kernels::cuda::stream()));
+  REEL_NCCL_CHECK(ncclBroadcast(buffer, buffer, count, nccl_type(dtype), root, handle(comm_), compute_stream(device_)));
 }
 
-Event::Event() {
-  cudaEvent_t e = nullptr;
-  REEL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  event_ = e;
-}
+void Event::record(int device) { event_.record(Stream::compute(Device::cuda(device))); }
 
-Event::~Event() {
-  if (event_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
-}
-
-void Event::record(int device) {
-  kernels::cuda::set_device(device);
-  REEL_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event_), kernels::cuda::stream()));
-}
-
-bool Event::done() {
-  const cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event_));
-  if (err == cudaErrorNotReady) {
-    (void)cudaGetLastError();  // not an error: clear it so that no later check reports it
-    return false;
-  }
-  REEL_CUDA_CHECK(err);
-  return true;
-}
+bool Event::done() { return event_.query(); }
 
 #else  // no NCCL in this build: ProcessGroup never creates a communicator
 
@@ -184,9 +163,7 @@ void Comm::all_reduce(const void*, void*, size_t, DType, ReduceOp) { REEL_FAIL("
 void Comm::reduce_scatter(const void*, void*, size_t, DType, ReduceOp) { REEL_FAIL("dist: this build has no NCCL"); }
 void Comm::all_gather(const void*, void*, size_t, DType) { REEL_FAIL("dist: this build has no NCCL"); }
 void Comm::broadcast(void*, size_t, DType, int) { REEL_FAIL("dist: this build has no NCCL"); }
-Event::Event() { REEL_FAIL("dist: this build has no NCCL"); }
-Event::~Event() = default;
-void Event::record(int) {}
+void Event::record(int) { REEL_FAIL("dist: this build has no NCCL"); }
 bool Event::done() { return true; }
 
 #endif
