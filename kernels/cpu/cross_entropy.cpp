@@ -51,7 +51,8 @@ RowLse row_lse(const T* x, int64_t V, T* e, acc_t* block_max) {
   double s = 0;
   for (int64_t c0 = 0, k = 0; c0 < V; c0 += kBlock, ++k) {
     const int64_t n = std::min(kBlock, V - c0);
-    const auto blk = ConstRow<T>(x + c0, n).template cast<acc_t>();
+    const ConstRow<T> bt(x + c0, n);
+    const auto& blk = bt.template cast<acc_t>();  // bt itself when acc_t is T
     const acc_t bm = blk.maxCoeff();
     if (bm > m) {  // rescale what was summed against the old max (s is 0 while m is -inf)
       s = s == 0 ? 0 : s * std::exp(static_cast<double>(m) - static_cast<double>(bm));
@@ -92,7 +93,8 @@ void fused_grad(int64_t V, const RowLse& r, const acc_t* block_max, int64_t targ
 // d (V) = (softmax(x) - onehot(target)) * g with softmax = exp(x - lse) (the separate backward).
 template <typename T, typename acc_t>
 void row_grad(const T* x, int64_t V, acc_t lse, int64_t target, acc_t g, T* d) {
-  const auto xr = ConstRow<T>(x, V).template cast<acc_t>();
+  const ConstRow<T> xt(x, V);
+  const auto& xr = xt.template cast<acc_t>();  // xt itself when acc_t is T
   Row<T> dr(d, V);
   dr = (exp_ftz(xr - lse) * g).template cast<T>();
   dr[target] = static_cast<T>(static_cast<acc_t>(dr[target]) - g);

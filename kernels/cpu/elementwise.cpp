@@ -22,7 +22,8 @@ template <UnaryOp op, typename T, typename acc_t>
 void unary_contiguous(const T* a, T* o, int64_t n) {
   using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
   using A = acc_t;
-  const auto x = Eigen::Map<const Arr>(a, n).template cast<A>();  // a no-op when A is T
+  const Eigen::Map<const Arr> xt(a, n);
+  const auto& x = xt.template cast<A>();  // xt itself when A is T
   Eigen::Map<Arr> y(o, n);
   if constexpr (op == UnaryOp::Exp) y = exp_ftz(x).template cast<T>();  // exp(-inf) exactly 0 (see exp_ftz.h)
   else if constexpr (op == UnaryOp::Log) y = x.log().template cast<T>();
@@ -126,8 +127,9 @@ void unary_backward_contiguous(const T* dy, const T* s, T* dx, int64_t n) {
     alignas(64) A buf[kChunk];
     for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
       const int64_t m = std::min(kChunk, n - i0);
-      const auto g = Eigen::Map<const Arr>(dy + i0, m).template cast<A>();
-      const auto x = Eigen::Map<const Arr>(s + i0, m).template cast<A>();
+      const Eigen::Map<const Arr> gt(dy + i0, m), xt(s + i0, m);
+      const auto& g = gt.template cast<A>();  // the maps themselves when A is T
+      const auto& x = xt.template cast<A>();
       Eigen::Map<Eigen::Array<A, Eigen::Dynamic, 1>> t(buf, m);
       Eigen::Map<Arr> o(dx + i0, m);
       if constexpr (op == UnaryOp::Gelu) {  // t = tanh(k (x + c x^3))

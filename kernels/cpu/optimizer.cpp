@@ -88,9 +88,12 @@ void adam_chunk(T* p, const T* g, T* m, T* v, int64_t n, const AdamScalars& sc) 
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t nb = std::min(kBlock, n - b);
     Arr<T> P(p + b, nb), M(m + b, nb), V(v + b, nb);
-    // acc_t views of the same memory (the maps themselves when acc_t is T).
-    const auto Pa = P.template cast<A>(), Ma = M.template cast<A>(), Va = V.template cast<A>();
-    const auto G = CArr<T>(g + b, nb).template cast<A>();
+    const CArr<T> Gt(g + b, nb);
+    // acc_t views of the same memory (references to the maps themselves when acc_t is T).
+    const auto& Pa = P.template cast<A>();
+    const auto& Ma = M.template cast<A>();
+    const auto& Va = V.template cast<A>();
+    const auto& G = Gt.template cast<A>();
     if (sc.decoupled || sc.wd == 0) {
       M = (Ma + one_minus_b1 * (G - Ma)).template cast<T>();  // torch's lerp form of b1 m + (1 - b1) g
       V = (Va * b2 + one_minus_b2 * G.square()).template cast<T>();

@@ -32,8 +32,9 @@ using ConstRow = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <typename T, typename acc_t, bool kLog>
 void softmax_forward_impl(const T* x, T* y, int64_t R, int64_t C) {
   parallel_for(R, R > 1 && R * C >= kMinParallelElements, [&](int64_t r) {
-    const auto xr = ConstRow<T>(x + r * C, C).template cast<acc_t>();  // (C)
-    Row<T> yr(y + r * C, C);                                             // (C)
+    const ConstRow<T> xt(x + r * C, C);               // (C)
+    const auto& xr = xt.template cast<acc_t>();       // xt itself when acc_t is T
+    Row<T> yr(y + r * C, C);                          // (C)
     const acc_t m = xr.maxCoeff();
     if constexpr (kLog) {
       const acc_t lse = m + std::log(exp_ftz(xr - m).sum());
@@ -54,8 +55,9 @@ void softmax_forward_impl(const T* x, T* y, int64_t R, int64_t C) {
 template <typename T, typename acc_t, bool kLog>
 void softmax_backward_impl(const T* dy, const T* y, T* dx, int64_t R, int64_t C) {
   parallel_for(R, R > 1 && R * C >= kMinParallelElements, [&](int64_t r) {
-    const auto dyr = ConstRow<T>(dy + r * C, C).template cast<acc_t>();
-    const auto yr = ConstRow<T>(y + r * C, C).template cast<acc_t>();
+    const ConstRow<T> dyt(dy + r * C, C), yt(y + r * C, C);
+    const auto& dyr = dyt.template cast<acc_t>();  // the maps themselves when acc_t is T
+    const auto& yr = yt.template cast<acc_t>();
     Row<T> dxr(dx + r * C, C);
     if constexpr (kLog) {
       const acc_t s = dyr.sum();
