@@ -1,9 +1,13 @@
 // Element types a tensor can hold. f32 everywhere; f64 for gradient checks and references;
-// i32/i64 for indices (token ids, targets, argmax).
+// i32/i64 for indices (token ids, targets, argmax). Also the floating dispatch every kernel runs
+// through, which binds the element type and the type the kernel accumulates in (AccType).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <ostream>
+#include <type_traits>
+
+#include "core/error.h"  // REEL_FAIL in REEL_DISPATCH_FLOATING
 
 namespace reel {
 
@@ -40,13 +44,56 @@ void dispatch_any(DType t, Fn fn) {
   }
 }
 
+// The type a kernel accumulates a T in: sums, means, variances, dot products, softmax
+// denominators, norms, reduction partials. Loads convert T -> acc_t, stores acc_t -> T. f32 and
+// f64 accumulate in themselves (so their arithmetic is that of T); the 16-bit types accumulate in
+// f32, where a sum of many terms keeps its low bits. A new floating dtype adds its line here, e.g.
+//   template <> struct AccType<bf16> { using type = float; };
+//   template <> struct AccType<half> { using type = float; };
+// (and its case in REEL_DISPATCH_FLOATING below). A T with no line fails to compile.
+template <typename T> struct AccType;
+template <> struct AccType<float> { using type = float; };
+template <> struct AccType<double> { using type = double; };
+template <typename T> using acc_type_t = typename AccType<T>::type;
+
+static_assert(std::is_same_v<acc_type_t<float>, float>, "f32 accumulates in f32");
+static_assert(std::is_same_v<acc_type_t<double>, double>, "f64 accumulates in f64");
+
+// False for every T, but only once T is known: the last branch of an `if constexpr` chain over
+// op kinds is `else static_assert(dependent_false<T>, "...")`, so an op with no math of its own
+// fails to compile instead of silently taking the last op's math.
+template <typename... T> inline constexpr bool dependent_false = false;
+template <auto... V> inline constexpr bool dependent_false_v = false;
+
 }  // namespace reel
 
-// Runs the statements with `scalar_t` bound to the C++ type of a floating dtype; other dtypes
-// raise reel::Error naming `op`. Used by every kernel family on every device.
-#define REEL_DISPATCH_FLOATING(dtype, op, ...)                                     \
-  switch (dtype) {                                                                 \
-    case ::reel::DType::f32: { using scalar_t = float; __VA_ARGS__; break; }       \
-    case ::reel::DType::f64: { using scalar_t = double; __VA_ARGS__; break; }      \
-    default: REEL_FAIL(op, ": dtype ", dtype, " is not supported (f32 or f64 expected)"); \
+// Runs the statements with `scalar_t` bound to the C++ type of a floating dtype and `acc_t` to
+// the type its kernels accumulate in (reel::AccType); other dtypes raise reel::Error naming `op`.
+// Used by every kernel family on every device:
+//   REEL_DISPATCH_FLOATING(x.dtype(), "sum", sum_rows<scalar_t, acc_t>(...));
+#define REEL_DISPATCH_FLOATING(dtype, op, ...)                                                       \
+  switch (dtype) {                                                                                   \
+    case ::reel::DType::f32: {                                                                       \
+      using scalar_t = float;                                                                        \
+      using acc_t [[maybe_unused]] = ::reel::acc_type_t<scalar_t>;                                   \
+      __VA_ARGS__;                                                                                   \
+      break;                                                                                         \
+    }                                                                                                \
+    case ::reel::DType::f64: {                                                                       \
+      using scalar_t = double;                                                                       \
+      using acc_t [[maybe_unused]] = ::reel::acc_type_t<scalar_t>;                                   \
+      __VA_ARGS__;                                                                                   \
+      break;                                                                                         \
+    }                                                                                                \
+    default: REEL_FAIL(op, ": dtype ", dtype, " is not supported (f32 or f64 expected)");            \
   }
+
+namespace reel {
+// The dtype of the acc_t that REEL_DISPATCH_FLOATING binds for t: what every kernel accumulates
+// a t in (f32 -> f32, f64 -> f64; 16-bit -> f32). reel::Error for a dtype that is not floating.
+inline DType acc_dtype(DType t) {
+  DType acc = t;
+  REEL_DISPATCH_FLOATING(t, "acc_dtype", acc = dtype_of<acc_t>::value)
+  return acc;
+}
+}  // namespace reel

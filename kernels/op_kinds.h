@@ -9,7 +9,10 @@
 //   1. here: one line in REEL_UNARY_OPS below: X(Softplus, softplus, Input, Real) (what backward
 //      needs: the input x or the output y, or Nothing when f' is constant; where its tests draw
 //      inputs: Real, Positive (x > 0: log, sqrt, 1/x) or Kink (kept away from a kink at 0));
-//      then its forward in unary_fn and its backward dx = dy * f'(saved) in unary_backward_fn.
+//      then its forward in unary_fn and its backward dx = dy * f'(saved) in unary_backward_fn
+//      (each chain of `if constexpr` ends in a static_assert: an op without its math does not
+//      compile). Backends call them with T = the dispatch's acc_t (loads converted from the
+//      element type, results stored back), so the math is written once for every dtype.
 //      Every backend, kernels::unary and kernels::unary_backward, and the autograd op pick it up.
 //   2. autograd/functions.h: the declaration `Tensor softplus(const Tensor& x);` (the definition
 //      is generated from the list; the build fails until the declaration exists).
@@ -24,6 +27,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "core/dtype.h"   // dependent_false_v
 #include "core/philox.h"  // REEL_HOST_DEVICE
 
 namespace reel::kernels {
@@ -152,10 +156,11 @@ REEL_HOST_DEVICE inline T unary_fn(T x) {
   else if constexpr (op == UnaryOp::Abs) return fabs(x);
   else if constexpr (op == UnaryOp::Square) return x * x;
   else if constexpr (op == UnaryOp::Reciprocal) return T(1) / x;
-  else {  // Softplus: log(1 + e^x) as max(x, 0) + log1p(e^-|x|), which neither overflows nor loses small x
+  else if constexpr (op == UnaryOp::Softplus) {
+    // log(1 + e^x) as max(x, 0) + log1p(e^-|x|), which neither overflows nor loses small x
     using std::log1p;
     return (x > T(0) ? x : T(0)) + log1p(exp(-fabs(x)));
-  }
+  } else static_assert(dependent_false_v<op>, "unary_fn: a unary op without its forward math");
 }
 
 template <CompareOp op, typename T>
@@ -165,7 +170,8 @@ REEL_HOST_DEVICE inline bool compare_fn(T a, T b) {  // IEEE: NaN compares false
   else if constexpr (op == CompareOp::Lt) return a < b;
   else if constexpr (op == CompareOp::Le) return a <= b;
   else if constexpr (op == CompareOp::Gt) return a > b;
-  else return a >= b;  // Ge
+  else if constexpr (op == CompareOp::Ge) return a >= b;
+  else static_assert(dependent_false_v<op>, "compare_fn: a comparison without its math");
 }
 
 // where: cond nonzero (NaN included) picks a.
@@ -202,7 +208,8 @@ REEL_HOST_DEVICE inline T unary_backward_fn(T dy, T s) {
     return dy * (s > T(0) ? T(1) : s < T(0) ? T(-1) : s * T(0));
   } else if constexpr (op == UnaryOp::Square) return dy * (T(2) * s);       // s = x
   else if constexpr (op == UnaryOp::Reciprocal) return -(dy * (s * s));     // s = y
-  else return dy * (T(1) / (T(1) + exp(-s)));                                // Softplus, s = x: sigmoid(x)
+  else if constexpr (op == UnaryOp::Softplus) return dy * (T(1) / (T(1) + exp(-s)));  // s = x: sigmoid(x)
+  else static_assert(dependent_false_v<op>, "unary_backward_fn: a unary op without its backward math");
 }
 
 template <BinaryOp op, typename T>
@@ -213,7 +220,8 @@ REEL_HOST_DEVICE inline T binary_fn(T a, T b) {
   else if constexpr (op == BinaryOp::Div) return a / b;
   // NaN propagates, as in torch.maximum / torch.minimum.
   else if constexpr (op == BinaryOp::Maximum) return (a != a || a > b) ? a : b;
-  else return (a != a || a < b) ? a : b;  // Minimum
+  else if constexpr (op == BinaryOp::Minimum) return (a != a || a < b) ? a : b;
+  else static_assert(dependent_false_v<op>, "binary_fn: a binary op without its math");
 }
 
 // ---- runtime op -> template argument -------------------------------------------------------------
@@ -229,12 +237,15 @@ void visit_op(Kind op, F&& f) {
   visit_op(op, f, std::make_index_sequence<op_count(Kind{})>{});
 }
 
-// FN<op, scalar_t>(args...) for a runtime op, in a backend's entry points (inside
-// REEL_DISPATCH_FLOATING, which defines scalar_t): one list of cases for every backend.
+// FN<op, scalar_t, acc_t>(args...) for a runtime op, in a backend's entry points (inside
+// REEL_DISPATCH_FLOATING, which defines scalar_t and acc_t): one list of cases for every backend.
+// Unary and binary math runs in acc_t; a comparison is exact in T and gets FN<op, scalar_t>.
+#define REEL_OP_SWITCH_ACC(op, FN, ...) \
+  ::reel::kernels::visit_op(op, [&](auto op_k_) { FN<decltype(op_k_)::value, scalar_t, acc_t>(__VA_ARGS__); })
 #define REEL_OP_SWITCH(op, FN, ...) \
   ::reel::kernels::visit_op(op, [&](auto op_k_) { FN<decltype(op_k_)::value, scalar_t>(__VA_ARGS__); })
-#define REEL_UNARY_SWITCH(op, FN, ...) REEL_OP_SWITCH(op, FN, __VA_ARGS__)
-#define REEL_BINARY_SWITCH(op, FN, ...) REEL_OP_SWITCH(op, FN, __VA_ARGS__)
+#define REEL_UNARY_SWITCH(op, FN, ...) REEL_OP_SWITCH_ACC(op, FN, __VA_ARGS__)
+#define REEL_BINARY_SWITCH(op, FN, ...) REEL_OP_SWITCH_ACC(op, FN, __VA_ARGS__)
 #define REEL_COMPARE_SWITCH(op, FN, ...) REEL_OP_SWITCH(op, FN, __VA_ARGS__)
 
 }  // namespace reel::kernels

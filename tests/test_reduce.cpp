@@ -1,7 +1,8 @@
 // Reductions: sum/mean/max of known values along axes and in total, keepdim, a strided input,
-// an exact large f32 sum, empty tensors, NaN, errors (random inputs on every device against the
-// f64 run are rows of tests/op_table/reduce.cpp).
+// an exact large f32 sum, empty tensors, NaN, errors, the accumulation type the kernels' dispatch
+// binds (random inputs on every device against the f64 run are rows of tests/op_table/reduce.cpp).
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/ops.h"
 #include "testing.h"
@@ -106,4 +107,16 @@ TEST_CASE("column sums of many rows: against f64 and bit-identical at any thread
     CHECK(testing::bit_identical(sums[0], sums[1]));
     CHECK(testing::bit_identical(sums[0], sums[2]));
   }
+}
+
+// The dispatch's accumulation type (core/dtype.h): f32 for f32, f64 for f64, fixed at compile time
+// and bound beside scalar_t in every REEL_DISPATCH_FLOATING.
+static_assert(std::is_same_v<acc_type_t<float>, float>);
+static_assert(std::is_same_v<acc_type_t<double>, double>);
+
+TEST_CASE("the kernels' dispatch accumulates f32 in f32 and f64 in f64, and refuses other dtypes") {
+  CHECK(acc_dtype(DType::f32) == DType::f32);
+  CHECK(acc_dtype(DType::f64) == DType::f64);
+  CHECK_THROWS_AS(acc_dtype(DType::i32), reel::Error);
+  CHECK_THROWS_AS(acc_dtype(DType::i64), reel::Error);
 }

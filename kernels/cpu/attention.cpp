@@ -22,7 +22,9 @@
 // diagonal; dK and dV (zeroed first) accumulate in the outputs, dQ rows are written by their
 // tile. On a GPU, FA-2 splits one (b, h) over key tiles and adds dQ with atomics; here one thread owns the whole
 // (b, h), so every sum runs in a fixed order and the gradients are bit-identical for any thread
-// count. B * H (96 for GPT-2 small at B = 8) is plenty of parallelism for a CPU; with fewer (b, h)
+// count. The score and output tiles, the running max and sum, Di and the scale are the dispatch's
+// acc_t (T itself for f32 and f64, whose products are gemm_serial<T>; a 16-bit T needs a GEMM
+// with T operands and an acc_t result there). B * H (96 for GPT-2 small at B = 8) is plenty of parallelism for a CPU; with fewer (b, h)
 // than threads the backward leaves threads idle.
 //
 // Tile sizes, measured with bench/bench_attention at 1 thread: the forward runs best with kBr = 32
@@ -93,17 +95,18 @@ struct Heads {
   T* head(int64_t bh) const { return data + (bh / H) * stride_b + (bh % H) * stride_h; }
 };
 
-template <typename T>
+template <typename T, typename acc_t>
 void forward_impl(Heads<const T> q, Heads<const T> k, Heads<const T> v, Heads<T> out,
                   T* lse,  // (BH, Tq)
-                  int64_t BH, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, T scale, bool causal) {
-  const T neg_inf = -std::numeric_limits<T>::infinity();
+                  int64_t BH, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, acc_t scale, bool causal) {
+  const acc_t neg_inf = -std::numeric_limits<acc_t>::infinity();
   const int64_t q_tiles = (Tq + kBr - 1) / kBr;
   const int64_t tasks = BH * q_tiles;
 #pragma omp parallel if (tasks > 1 && BH * Tq * Tk * (D + Dv) >= kMinParallelFlops)
   {
-    Tile<T> S(kBr * kBc), O(kBr * Dv);  // per-thread tiles: scores (kBr, kBc), output (kBr, Dv)
-    std::vector<T> m(kBr), l(kBr);             // running row max and row sum
+    // Per-thread tiles in acc_t: scores (kBr, kBc), output (kBr, Dv); running row max and row sum.
+    Tile<acc_t> S(kBr * kBc), O(kBr * Dv);
+    std::vector<acc_t> m(kBr), l(kBr);
 #pragma omp for schedule(dynamic)
     for (int64_t task = 0; task < tasks; ++task) {
       // Under a causal mask the last query tiles see the most keys: hand those out first.
@@ -111,27 +114,27 @@ void forward_impl(Heads<const T> q, Heads<const T> k, Heads<const T> v, Heads<T>
       const int64_t i0 = qt * kBr, br = std::min(kBr, Tq - i0);
       const T* Q = q.head(bh) + i0 * q.ld;
       std::fill(m.begin(), m.end(), neg_inf);
-      std::fill(l.begin(), l.end(), T(0));
+      std::fill(l.begin(), l.end(), acc_t(0));
       const int64_t kv_end = causal ? i0 + br : Tk;  // causal implies Tq == Tk
       for (int64_t j0 = 0; j0 < kv_end; j0 += kBc) {
         const int64_t bc = std::min(kBc, kv_end - j0);
         const T* K = k.head(bh) + j0 * k.ld;
         gemm_serial<T>(false, true, br, bc, D, Q, q.ld, K, k.ld, false, S.data(), kBc);  // Q K^T (br, bc)
         for (int64_t r = 0; r < br; ++r) {
-          Row<T> srow(S.data() + r * kBc, bc);
+          Row<acc_t> srow(S.data() + r * kBc, bc);
           srow *= scale;
           // Causal: key j0 + c is hidden from query i0 + r when j0 + c > i0 + r.
           if (causal)
             for (int64_t c = std::max<int64_t>(0, i0 + r - j0 + 1); c < bc; ++c) srow(c) = neg_inf;
-          const T m_new = std::max(m[r], srow.maxCoeff());
+          const acc_t m_new = std::max(m[r], srow.maxCoeff());
           if (m_new == neg_inf) {  // every key so far hidden: nothing to add yet
             srow.setZero();
             continue;
           }
-          const T alpha = std::exp(m[r] - m_new);  // 0 on the first visible tile
+          const acc_t alpha = std::exp(m[r] - m_new);  // 0 on the first visible tile
           srow = exp_ftz(srow - m_new);            // hidden keys (-inf) exactly 0
           l[r] = l[r] * alpha + srow.sum();
-          if (j0 > 0) Row<T>(O.data() + r * Dv, Dv) *= alpha;  // the first tile writes O below
+          if (j0 > 0) Row<acc_t>(O.data() + r * Dv, Dv) *= alpha;  // the first tile writes O below
           m[r] = m_new;
         }
         // O (=, then +=) P V: (br, bc) @ (bc, Dv)
@@ -139,29 +142,31 @@ void forward_impl(Heads<const T> q, Heads<const T> k, Heads<const T> v, Heads<T>
       }
       T* orows = out.head(bh) + i0 * out.ld;
       for (int64_t r = 0; r < br; ++r) {
-        Row<T>(orows + r * out.ld, Dv) = ConstRow<T>(O.data() + r * Dv, Dv) * (T(1) / l[r]);
-        lse[bh * Tq + i0 + r] = m[r] + std::log(l[r]);
+        Row<T>(orows + r * out.ld, Dv) = (ConstRow<acc_t>(O.data() + r * Dv, Dv) * (acc_t(1) / l[r])).template cast<T>();
+        lse[bh * Tq + i0 + r] = static_cast<T>(m[r] + std::log(l[r]));
       }
     }
   }
 }
 
-template <typename T>
+template <typename T, typename acc_t>
 void backward_impl(Heads<const T> dout, Heads<const T> q, Heads<const T> k, Heads<const T> v, Heads<const T> out,
                    const T* lse,  // (BH, Tq)
                    Heads<T> dq, Heads<T> dk, Heads<T> dv, int64_t BH, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv,
-                   T scale, bool causal) {
+                   acc_t scale, bool causal) {
 #pragma omp parallel if (BH > 1 && BH * Tq * Tk * (D + Dv) >= kMinParallelFlops)
   {
-    // Per-thread tiles (kBrBackward, kBc): P, then dS in its place; and dP.
-    Tile<T> S(kBrBackward * kBc), dP(kBrBackward * kBc);
-    std::vector<T> Di(static_cast<size_t>(Tq));  // O(T) per (b, h)
+    // Per-thread tiles (kBrBackward, kBc) in acc_t: P, then dS in its place; and dP.
+    Tile<acc_t> S(kBrBackward * kBc), dP(kBrBackward * kBc);
+    std::vector<acc_t> Di(static_cast<size_t>(Tq));  // O(T) per (b, h)
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < BH; ++bh) {
       const T* dOb = dout.head(bh);
       const T* Ob = out.head(bh);
       for (int64_t i = 0; i < Tq; ++i)
-        Di[static_cast<size_t>(i)] = (ConstRow<T>(dOb + i * dout.ld, Dv) * ConstRow<T>(Ob + i * out.ld, Dv)).sum();
+        Di[static_cast<size_t>(i)] = (ConstRow<T>(dOb + i * dout.ld, Dv).template cast<acc_t>() *
+                                      ConstRow<T>(Ob + i * out.ld, Dv).template cast<acc_t>())
+                                         .sum();
       T* dKb = dk.head(bh);
       T* dVb = dv.head(bh);
       for (int64_t j = 0; j < Tk; ++j) {  // dK and dV accumulate over the query tiles
@@ -180,17 +185,17 @@ void backward_impl(Heads<const T> dout, Heads<const T> q, Heads<const T> k, Head
           const T* V = v.head(bh) + j0 * v.ld;
           gemm_serial<T>(false, true, br, bc, D, Q, q.ld, K, k.ld, false, S.data(), kBc);  // Q K^T
           for (int64_t r = 0; r < br; ++r) {  // P = exp(S scale - lse), hidden keys 0
-            Row<T> srow(S.data() + r * kBc, bc);
-            srow = exp_ftz(srow * scale - lse[bh * Tq + i0 + r]);
+            Row<acc_t> srow(S.data() + r * kBc, bc);
+            srow = exp_ftz(srow * scale - static_cast<acc_t>(lse[bh * Tq + i0 + r]));
             if (causal)
-              for (int64_t c = std::max<int64_t>(0, i0 + r - j0 + 1); c < bc; ++c) srow(c) = T(0);
+              for (int64_t c = std::max<int64_t>(0, i0 + r - j0 + 1); c < bc; ++c) srow(c) = acc_t(0);
           }
           // dV (bc, Dv) += P^T dO
           gemm_serial<T>(true, false, bc, Dv, br, S.data(), kBc, dO, dout.ld, true, dVb + j0 * dv.ld, dv.ld);
           gemm_serial<T>(false, true, br, bc, Dv, dO, dout.ld, V, v.ld, false, dP.data(), kBc);  // dP = dO V^T
           for (int64_t r = 0; r < br; ++r)  // dS = scale P * (dP - Di), in place of P
-            Row<T>(S.data() + r * kBc, bc) *=
-                (ConstRow<T>(dP.data() + r * kBc, bc) - Di[static_cast<size_t>(i0 + r)]) * scale;
+            Row<acc_t>(S.data() + r * kBc, bc) *=
+                (ConstRow<acc_t>(dP.data() + r * kBc, bc) - Di[static_cast<size_t>(i0 + r)]) * scale;
           gemm_serial<T>(false, false, br, D, bc, S.data(), kBc, K, k.ld, j0 > 0, dQ, dq.ld);  // dQ (=, +=) dS K
           // dK (bc, D) += dS^T Q
           gemm_serial<T>(true, false, bc, D, br, S.data(), kBc, Q, q.ld, true, dKb + j0 * dk.ld, dk.ld);
@@ -208,9 +213,9 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double
                        const Tensor& out, const Tensor& lse) {
   const int64_t BH = q.size(0) * q.size(1), Tq = q.size(2), D = q.size(3), Tk = k.size(2), Dv = v.size(3);
   REEL_DISPATCH_FLOATING(q.dtype(), "attention_forward",
-                         forward_impl<scalar_t>(Heads<const scalar_t>(q), Heads<const scalar_t>(k),
+                         forward_impl<scalar_t, acc_t>(Heads<const scalar_t>(q), Heads<const scalar_t>(k),
                                                 Heads<const scalar_t>(v), Heads<scalar_t>(out), lse.data<scalar_t>(), BH, Tq, Tk, D, Dv,
-                                                static_cast<scalar_t>(scale), causal))
+                                                static_cast<acc_t>(scale), causal))
 }
 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -218,11 +223,11 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
                         const Tensor& dv) {
   const int64_t BH = q.size(0) * q.size(1), Tq = q.size(2), D = q.size(3), Tk = k.size(2), Dv = v.size(3);
   REEL_DISPATCH_FLOATING(q.dtype(), "attention_backward",
-                         backward_impl<scalar_t>(Heads<const scalar_t>(dout), Heads<const scalar_t>(q),
+                         backward_impl<scalar_t, acc_t>(Heads<const scalar_t>(dout), Heads<const scalar_t>(q),
                                                  Heads<const scalar_t>(k), Heads<const scalar_t>(v),
                                                  Heads<const scalar_t>(out), lse.data<scalar_t>(), Heads<scalar_t>(dq),
                                                  Heads<scalar_t>(dk), Heads<scalar_t>(dv), BH, Tq, Tk, D, Dv,
-                                                 static_cast<scalar_t>(scale), causal))
+                                                 static_cast<acc_t>(scale), causal))
 }
 
 }  // namespace reel::kernels::cpu

@@ -16,6 +16,9 @@
 //
 // Backward: per channel block, one sweep for db = sum(dy) and dw = sum(dy * xhat) (double), then
 // one sweep writing dx.
+//
+// The sums are double, wider than the dispatch's acc_t; the elementwise math (xhat, y, dx) runs
+// in acc_t: loads convert T -> acc_t, stores acc_t -> T (no-ops for f32 and f64, where acc_t is T).
 #include <algorithm>
 #include <cmath>
 
@@ -105,7 +108,7 @@ void batch_norm_stats_eval(const T* running_mean, const T* running_var, double e
 }
 
 // x, y: (N, C, S); w, b, mean, rstd: (C). A task per sample (C * S contiguous values).
-template <typename T>
+template <typename T, typename acc_t>
 void batch_norm_apply_impl(const T* x, const T* w, const T* b, const T* mean, const T* rstd, T* y, int64_t N,
                            int64_t C, int64_t S) {
   parallel_for(N, N > 1 && N * C * S >= kMinParallelStreamElements, [&](int64_t n) {
@@ -113,21 +116,22 @@ void batch_norm_apply_impl(const T* x, const T* w, const T* b, const T* mean, co
       const T* xr = x + n * C;
       T* yr = y + n * C;
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - mean[c]) * (rstd[c] * w[c]) + b[c];
+      for (int64_t c = 0; c < C; ++c)
+        yr[c] = static_cast<T>((acc_t(xr[c]) - acc_t(mean[c])) * (acc_t(rstd[c]) * acc_t(w[c])) + acc_t(b[c]));
       return;
     }
     for (int64_t c = 0; c < C; ++c) {
-      const T m = mean[c], scale = rstd[c] * w[c], shift = b[c];
+      const acc_t m = mean[c], scale = acc_t(rstd[c]) * acc_t(w[c]), shift = b[c];
       const T* xr = x + (n * C + c) * S;
       T* yr = y + (n * C + c) * S;
 #pragma omp simd
-      for (int64_t k = 0; k < S; ++k) yr[k] = (xr[k] - m) * scale + shift;
+      for (int64_t k = 0; k < S; ++k) yr[k] = static_cast<T>((acc_t(xr[k]) - m) * scale + shift);
     }
   });
 }
 
 // dy, x, dx: (N, C, S); w, mean, rstd, dw, db: (C).
-template <typename T>
+template <typename T, typename acc_t>
 void batch_norm_backward_impl(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, bool training,
                               T* dx, T* dw, T* db, int64_t N, int64_t C, int64_t S) {
   const double n = static_cast<double>(N * S);
@@ -142,32 +146,33 @@ void batch_norm_backward_impl(const T* dy, const T* x, const T* w, const T* mean
 #pragma omp simd
         for (int64_t c = c0; c < c1; ++c) {
           sum_dy[c - c0] += static_cast<double>(dyr[c]);
-          sum_dy_xhat[c - c0] += static_cast<double>(dyr[c]) * static_cast<double>((xr[c] - mean[c]) * rstd[c]);
+          sum_dy_xhat[c - c0] +=
+              static_cast<double>(dyr[c]) * static_cast<double>((acc_t(xr[c]) - acc_t(mean[c])) * acc_t(rstd[c]));
         }
         continue;
       }
       for (int64_t c = c0; c < c1; ++c) {
-        const T m = mean[c], rs = rstd[c];
+        const acc_t m = mean[c], rs = rstd[c];
         const T* dyr = dy + (i * C + c) * S;  // (S)
         const T* xr = x + (i * C + c) * S;
         double a = 0, r = 0;
 #pragma omp simd reduction(+ : a, r)
         for (int64_t k = 0; k < S; ++k) {
           a += static_cast<double>(dyr[k]);
-          r += static_cast<double>(dyr[k]) * static_cast<double>((xr[k] - m) * rs);
+          r += static_cast<double>(dyr[k]) * static_cast<double>((acc_t(xr[k]) - m) * rs);
         }
         sum_dy[c - c0] += a;
         sum_dy_xhat[c - c0] += r;
       }
     }
-    T scale[kBlock], mean_dy[kBlock], mean_dy_xhat[kBlock];
+    acc_t scale[kBlock], mean_dy[kBlock], mean_dy_xhat[kBlock];
     for (int64_t c = c0; c < c1; ++c) {
       db[c] = static_cast<T>(sum_dy[c - c0]);
       dw[c] = static_cast<T>(sum_dy_xhat[c - c0]);
-      scale[c - c0] = w[c] * rstd[c];
+      scale[c - c0] = acc_t(w[c]) * acc_t(rstd[c]);
       // Eval: the statistics are constants, so neither mean term appears.
-      mean_dy[c - c0] = training ? static_cast<T>(sum_dy[c - c0] / n) : T(0);
-      mean_dy_xhat[c - c0] = training ? static_cast<T>(sum_dy_xhat[c - c0] / n) : T(0);
+      mean_dy[c - c0] = training ? static_cast<acc_t>(sum_dy[c - c0] / n) : acc_t(0);
+      mean_dy_xhat[c - c0] = training ? static_cast<acc_t>(sum_dy_xhat[c - c0] / n) : acc_t(0);
     }
     for (int64_t i = 0; i < N; ++i) {
       if (S == 1) {
@@ -176,16 +181,17 @@ void batch_norm_backward_impl(const T* dy, const T* x, const T* w, const T* mean
         T* dxr = dx + i * C;
 #pragma omp simd
         for (int64_t c = c0; c < c1; ++c)
-          dxr[c] = scale[c - c0] * (dyr[c] - mean_dy[c - c0] - (xr[c] - mean[c]) * rstd[c] * mean_dy_xhat[c - c0]);
+          dxr[c] = static_cast<T>(scale[c - c0] * (acc_t(dyr[c]) - mean_dy[c - c0] -
+                                                   (acc_t(xr[c]) - acc_t(mean[c])) * acc_t(rstd[c]) * mean_dy_xhat[c - c0]));
         continue;
       }
       for (int64_t c = c0; c < c1; ++c) {
-        const T m = mean[c], rs = rstd[c], sc = scale[c - c0], a = mean_dy[c - c0], cc = mean_dy_xhat[c - c0];
+        const acc_t m = mean[c], rs = rstd[c], sc = scale[c - c0], a = mean_dy[c - c0], cc = mean_dy_xhat[c - c0];
         const T* dyr = dy + (i * C + c) * S;
         const T* xr = x + (i * C + c) * S;
         T* dxr = dx + (i * C + c) * S;
 #pragma omp simd
-        for (int64_t k = 0; k < S; ++k) dxr[k] = sc * (dyr[k] - a - (xr[k] - m) * rs * cc);
+        for (int64_t k = 0; k < S; ++k) dxr[k] = static_cast<T>(sc * (acc_t(dyr[k]) - a - (acc_t(xr[k]) - m) * rs * cc));
       }
     }
   });
@@ -213,7 +219,7 @@ void batch_norm_stats(const Tensor& x, const Tensor& running_mean, const Tensor&
 void batch_norm_apply(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& mean, const Tensor& rstd,
                       const Tensor& y) {
   REEL_DISPATCH_FLOATING(x.dtype(), "batch_norm_apply",
-                         batch_norm_apply_impl<scalar_t>(x.data<scalar_t>(), w.data<scalar_t>(), b.data<scalar_t>(),
+                         batch_norm_apply_impl<scalar_t, acc_t>(x.data<scalar_t>(), w.data<scalar_t>(), b.data<scalar_t>(),
                                                          mean.data<scalar_t>(), rstd.data<scalar_t>(),
                                                          y.data<scalar_t>(), x.size(0), x.size(1), x.size(2)))
 }
@@ -236,7 +242,7 @@ void batch_norm_replay(const Tensor& x, const Tensor& w, const Tensor& b, const 
 void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                          bool training, double /*eps*/, const Tensor& dx, const Tensor& dw, const Tensor& db) {
   REEL_DISPATCH_FLOATING(x.dtype(), "batch_norm_backward",
-                         batch_norm_backward_impl<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(),
+                         batch_norm_backward_impl<scalar_t, acc_t>(dy.data<scalar_t>(), x.data<scalar_t>(),
                                                             w.data<scalar_t>(), mean.data<scalar_t>(),
                                                             rstd.data<scalar_t>(), training, dx.data<scalar_t>(),
                                                             dw.data<scalar_t>(), db.data<scalar_t>(), x.size(0),

@@ -17,6 +17,10 @@
 // by N alone; each chunk sums its samples' products into its own partial dw in sample order, and the
 // partials are added in chunk order: no atomics, and the same bits for any thread count (each GEMM
 // runs on its one thread).
+//
+// The products accumulate inside gemm_serial (in T, which is acc_t for f32 and f64); the weight
+// partials and the bias sums are the dispatch's acc_t. col2im adds in place in T: exact as acc_t
+// for f32 and f64 (a 16-bit T needs an acc_t buffer there, and a GEMM with an acc_t result).
 #include <algorithm>
 #include <vector>
 
@@ -151,17 +155,17 @@ void backward_input_impl(const T* dy, const T* w, T* dx, const Dims& d) {
 int64_t weight_chunks(int64_t N) { return std::min<int64_t>(N, 16); }
 
 // dy (N, O, L), x (N, C, H, W) -> dw (O, K * G).
-template <typename T>
+template <typename T, typename acc_t>
 void backward_weight_impl(const T* dy, const T* x, T* dw, const Dims& d) {
   const bool direct = d.direct();
   const int64_t chunks = weight_chunks(d.N), wsize = d.O * d.K;
-  std::vector<T> partial(static_cast<size_t>(chunks * wsize));  // (chunks, O, K)
+  std::vector<acc_t> partial(static_cast<size_t>(chunks * wsize));  // (chunks, O, K)
 #pragma omp parallel if (worth_threads(d) && chunks > 1)
   {
     std::vector<T> col(direct ? 0 : static_cast<size_t>(d.G * d.K * d.L));
 #pragma omp for schedule(static)
     for (int64_t ch = 0; ch < chunks; ++ch) {
-      T* part = partial.data() + ch * wsize;
+      acc_t* part = partial.data() + ch * wsize;
       const int64_t n0 = d.N * ch / chunks, n1 = d.N * (ch + 1) / chunks;
       for (int64_t n = n0; n < n1; ++n) {
         const T* xn = x + n * d.C * d.H * d.W;
@@ -175,19 +179,19 @@ void backward_weight_impl(const T* dy, const T* x, T* dw, const Dims& d) {
   }
   // The partials in chunk order, element by element.
   parallel_for(wsize, wsize * chunks >= kMinParallelStreamElements, [&](int64_t e) {
-    T acc = partial[static_cast<size_t>(e)];
+    acc_t acc = partial[static_cast<size_t>(e)];
     for (int64_t ch = 1; ch < chunks; ++ch) acc += partial[static_cast<size_t>(ch * wsize + e)];
-    dw[e] = acc;
+    dw[e] = static_cast<T>(acc);
   });
 }
 
 // dy (N, O, L) -> db (O): per channel, each sample's row summed by Eigen, the samples in order.
-template <typename T>
+template <typename T, typename acc_t>
 void backward_bias_impl(const T* dy, T* db, int64_t N, int64_t O, int64_t L) {
   parallel_for(O, N * O * L >= kMinParallelStreamElements, [&](int64_t o) {
-    T acc = 0;
-    for (int64_t n = 0; n < N; ++n) acc += CMap<T>(dy + (n * O + o) * L, 1, L).sum();
-    db[o] = acc;
+    acc_t acc = 0;
+    for (int64_t n = 0; n < N; ++n) acc += CMap<T>(dy + (n * O + o) * L, 1, L).template cast<acc_t>().sum();
+    db[o] = static_cast<T>(acc);
   });
 }
 
@@ -212,14 +216,14 @@ void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Conv2d& p, c
 void conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Conv2d& p, const Tensor& dw) {
   const Dims d = dims_of(x, dw, dy, p);
   REEL_DISPATCH_FLOATING(dy.dtype(), "conv2d_backward_weight",
-                         backward_weight_impl<scalar_t>(dy.data<scalar_t>(), x.data<scalar_t>(), dw.data<scalar_t>(),
+                         backward_weight_impl<scalar_t, acc_t>(dy.data<scalar_t>(), x.data<scalar_t>(), dw.data<scalar_t>(),
                                                         d))
 }
 
 void conv2d_backward_bias(const Tensor& dy, const Tensor& db) {
   const int64_t N = dy.size(0), O = dy.size(1), L = dy.size(2) * dy.size(3);
   REEL_DISPATCH_FLOATING(dy.dtype(), "conv2d_backward_bias",
-                         backward_bias_impl<scalar_t>(dy.data<scalar_t>(), db.data<scalar_t>(), N, O, L))
+                         backward_bias_impl<scalar_t, acc_t>(dy.data<scalar_t>(), db.data<scalar_t>(), N, O, L))
 }
 
 }  // namespace reel::kernels::cpu

@@ -13,6 +13,8 @@
 // Numerics: the fused path computes p = exp(x - m_k) * exp(m_k - max - log s) from exact maxima,
 // which is more precise than exp(x - lse) with lse rounded to the logits' dtype; the two agree to
 // a few ulps of the dtype times |lse| (they differ visibly in f32 only for logits of order 1e4).
+// The sum of exps is double (wider than the dispatch's acc_t); the max, the exps and the gradient
+// arithmetic run in acc_t (loads T -> acc_t, stores acc_t -> T: no-ops for f32 and f64).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -43,19 +45,20 @@ struct RowLse {
 // One sweep, blockwise-online max and sum of exp. With `e` set, also keeps e = exp(x - m_k) in it
 // (m_k: the running max when block k was summed, stored in block_max[k]), so that the fused
 // gradient needs one multiply per logit instead of a second exp.
-template <typename T>
-RowLse row_lse(const T* x, int64_t V, T* e, T* block_max) {
-  T m = -std::numeric_limits<T>::infinity();
+template <typename T, typename acc_t>
+RowLse row_lse(const T* x, int64_t V, T* e, acc_t* block_max) {
+  acc_t m = -std::numeric_limits<acc_t>::infinity();
   double s = 0;
   for (int64_t c0 = 0, k = 0; c0 < V; c0 += kBlock, ++k) {
     const int64_t n = std::min(kBlock, V - c0);
-    ConstRow<T> blk(x + c0, n);
-    const T bm = blk.maxCoeff();
+    const ConstRow<T> bt(x + c0, n);
+    const auto& blk = bt.template cast<acc_t>();  // bt itself when acc_t is T
+    const acc_t bm = blk.maxCoeff();
     if (bm > m) {  // rescale what was summed against the old max (s is 0 while m is -inf)
       s = s == 0 ? 0 : s * std::exp(static_cast<double>(m) - static_cast<double>(bm));
       m = bm;
     }
-    if (m == -std::numeric_limits<T>::infinity()) {  // all -inf so far (masked classes): adds 0
+    if (m == -std::numeric_limits<acc_t>::infinity()) {  // all -inf so far (masked classes): adds 0
       if (e != nullptr) {
         std::fill(e + c0, e + c0 + n, T(0));
         block_max[k] = m;
@@ -67,8 +70,8 @@ RowLse row_lse(const T* x, int64_t V, T* e, T* block_max) {
       s += static_cast<double>(exp_ftz(blk - m).sum());
     } else {
       Row<T> eb(e + c0, n);
-      eb = exp_ftz(blk - m);  // masked (-inf) classes exactly 0
-      s += static_cast<double>(eb.sum());
+      eb = exp_ftz(blk - m).template cast<T>();  // masked (-inf) classes exactly 0
+      s += static_cast<double>(eb.template cast<acc_t>().sum());
       block_max[k] = m;
     }
   }
@@ -77,31 +80,33 @@ RowLse row_lse(const T* x, int64_t V, T* e, T* block_max) {
 
 // The fused gradient from row_lse's e: d = e * exp(m_k - max - log_sum) * g per block, minus g at
 // the target: (softmax - onehot) * g.
-template <typename T>
-void fused_grad(int64_t V, const RowLse& r, const T* block_max, int64_t target, double g, T* d) {
+template <typename T, typename acc_t>
+void fused_grad(int64_t V, const RowLse& r, const acc_t* block_max, int64_t target, double g, T* d) {
   for (int64_t c0 = 0, k = 0; c0 < V; c0 += kBlock, ++k) {
-    const T f = static_cast<T>(std::exp(static_cast<double>(block_max[k]) - r.max - r.log_sum) * g);
-    Row<T>(d + c0, std::min(kBlock, V - c0)) *= f;
+    const acc_t f = static_cast<acc_t>(std::exp(static_cast<double>(block_max[k]) - r.max - r.log_sum) * g);
+    Row<T> db(d + c0, std::min(kBlock, V - c0));
+    db = (db.template cast<acc_t>() * f).template cast<T>();
   }
-  d[target] -= static_cast<T>(g);
+  d[target] = static_cast<T>(static_cast<acc_t>(d[target]) - static_cast<acc_t>(g));
 }
 
 // d (V) = (softmax(x) - onehot(target)) * g with softmax = exp(x - lse) (the separate backward).
-template <typename T>
-void row_grad(const T* x, int64_t V, T lse, int64_t target, T g, T* d) {
-  ConstRow<T> xr(x, V);
+template <typename T, typename acc_t>
+void row_grad(const T* x, int64_t V, acc_t lse, int64_t target, acc_t g, T* d) {
+  const ConstRow<T> xt(x, V);
+  const auto& xr = xt.template cast<acc_t>();  // xt itself when acc_t is T
   Row<T> dr(d, V);
-  dr = exp_ftz(xr - lse) * g;
-  dr[target] -= g;
+  dr = (exp_ftz(xr - lse) * g).template cast<T>();
+  dr[target] = static_cast<T>(static_cast<acc_t>(dr[target]) - g);
 }
 
-template <typename T, typename I>
+template <typename T, typename acc_t, typename I>
 void forward_impl(const T* logits, const I* targets, int64_t ignore_index, T* losses, T* lse, T* dlogits,
                   double grad_scale, int64_t N, int64_t V) {
   const int64_t blocks = (V + kBlock - 1) / kBlock;
 #pragma omp parallel if (N > 1 && N * V >= kMinParallelElements)
   {
-    std::vector<T> block_max(static_cast<size_t>(blocks));  // per thread
+    std::vector<acc_t> block_max(static_cast<size_t>(blocks));  // per thread
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; ++n) {
       const T* row = logits + n * V;  // (V)
@@ -118,7 +123,7 @@ void forward_impl(const T* logits, const I* targets, int64_t ignore_index, T* lo
   }
 }
 
-template <typename T, typename I>
+template <typename T, typename acc_t, typename I>
 void backward_impl(const T* dloss, bool per_row, double scale, const T* logits, const I* targets, const T* lse,
                    int64_t ignore_index, T* dlogits, int64_t N, int64_t V) {
   parallel_for(N, N > 1 && N * V >= kMinParallelElements, [&](int64_t n) {
@@ -128,8 +133,9 @@ void backward_impl(const T* dloss, bool per_row, double scale, const T* logits, 
       std::fill(d, d + V, T(0));
       return;
     }
-    const T g = static_cast<T>(static_cast<double>(dloss[per_row ? n : 0]) * scale);
-    row_grad(logits + n * V, V, lse[n], t, g, d);
+    // g rounded to T first, as the gradient tensor it stands for would be.
+    const acc_t g = static_cast<T>(static_cast<double>(dloss[per_row ? n : 0]) * scale);
+    row_grad(logits + n * V, V, static_cast<acc_t>(lse[n]), t, g, d);
   });
 }
 
@@ -143,10 +149,10 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t 
   REEL_DISPATCH_FLOATING(logits.dtype(), "cross_entropy_forward", {
     scalar_t* d = dlogits.defined() ? dlogits.data<scalar_t>() : nullptr;
     if (targets.dtype() == DType::i32)
-      forward_impl<scalar_t>(logits.data<scalar_t>(), targets.data<int32_t>(), ignore_index, losses.data<scalar_t>(),
+      forward_impl<scalar_t, acc_t>(logits.data<scalar_t>(), targets.data<int32_t>(), ignore_index, losses.data<scalar_t>(),
                              lse.data<scalar_t>(), d, grad_scale, N, V);
     else
-      forward_impl<scalar_t>(logits.data<scalar_t>(), targets.data<int64_t>(), ignore_index, losses.data<scalar_t>(),
+      forward_impl<scalar_t, acc_t>(logits.data<scalar_t>(), targets.data<int64_t>(), ignore_index, losses.data<scalar_t>(),
                              lse.data<scalar_t>(), d, grad_scale, N, V);
   })
 }
@@ -157,11 +163,11 @@ void cross_entropy_backward(const Tensor& dloss, double scale, const Tensor& log
   const bool per_row = dloss.numel() > 1;  // else one gradient for every row
   REEL_DISPATCH_FLOATING(logits.dtype(), "cross_entropy_backward", {
     if (targets.dtype() == DType::i32)
-      backward_impl<scalar_t>(dloss.data<scalar_t>(), per_row, scale, logits.data<scalar_t>(),
+      backward_impl<scalar_t, acc_t>(dloss.data<scalar_t>(), per_row, scale, logits.data<scalar_t>(),
                               targets.data<int32_t>(), lse.data<scalar_t>(), ignore_index,
                               dlogits.data<scalar_t>(), N, V);
     else
-      backward_impl<scalar_t>(dloss.data<scalar_t>(), per_row, scale, logits.data<scalar_t>(),
+      backward_impl<scalar_t, acc_t>(dloss.data<scalar_t>(), per_row, scale, logits.data<scalar_t>(),
                               targets.data<int64_t>(), lse.data<scalar_t>(), ignore_index,
                               dlogits.data<scalar_t>(), N, V);
   })

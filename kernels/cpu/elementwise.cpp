@@ -1,6 +1,7 @@
 // CPU elementwise kernels: unary and its fused backward, binary and compare (inputs pre-expanded
 // to the output shape), tensor-scalar, where. One StridedLoop; the innermost run is a plain loop
-// the compiler vectorises when the strides are 1.
+// the compiler vectorises when the strides are 1. The op math runs in the dispatch's acc_t (loads
+// convert T -> acc_t, stores acc_t -> T); for f32 and f64 acc_t is T and the conversions vanish.
 #include <algorithm>
 #include <type_traits>
 
@@ -16,20 +17,23 @@ namespace {
 
 // A contiguous run through Eigen's array expressions, which vectorise exp/log/tanh (glibc's
 // scalar tanhf made GELU 10x slower than its memory traffic); the rest is a plain loop.
-template <UnaryOp op, typename T>
+// The ops without an Eigen formula here take the plain loop of unary_fn.
+template <UnaryOp op, typename T, typename acc_t>
 void unary_contiguous(const T* a, T* o, int64_t n) {
   using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
-  Eigen::Map<const Arr> x(a, n);
+  using A = acc_t;
+  const Eigen::Map<const Arr> xt(a, n);
+  const auto& x = xt.template cast<A>();  // xt itself when A is T
   Eigen::Map<Arr> y(o, n);
-  if constexpr (op == UnaryOp::Exp) y = exp_ftz(x);  // exp(-inf) exactly 0 (see exp_ftz.h)
-  else if constexpr (op == UnaryOp::Log) y = x.log();
-  else if constexpr (op == UnaryOp::Tanh) y = x.tanh();
+  if constexpr (op == UnaryOp::Exp) y = exp_ftz(x).template cast<T>();  // exp(-inf) exactly 0 (see exp_ftz.h)
+  else if constexpr (op == UnaryOp::Log) y = x.log().template cast<T>();
+  else if constexpr (op == UnaryOp::Tanh) y = x.tanh().template cast<T>();
   else if constexpr (op == UnaryOp::Gelu)
-    y = T(0.5) * x * (T(1) + (T(0.7978845608028654) * (x + T(0.044715) * x * x * x)).tanh());
-  else if constexpr (op == UnaryOp::Sigmoid) y = T(1) / (T(1) + (-x).exp());
-  else if constexpr (op == UnaryOp::Silu) y = x / (T(1) + (-x).exp());
+    y = (A(0.5) * x * (A(1) + (A(0.7978845608028654) * (x + A(0.044715) * x * x * x)).tanh())).template cast<T>();
+  else if constexpr (op == UnaryOp::Sigmoid) y = (A(1) / (A(1) + (-x).exp())).template cast<T>();
+  else if constexpr (op == UnaryOp::Silu) y = (x / (A(1) + (-x).exp())).template cast<T>();
   else
-    for (int64_t i = 0; i < n; ++i) o[i] = unary_fn<op>(a[i]);
+    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(unary_fn<op>(static_cast<A>(a[i])));
 }
 
 // No special contiguous loop: the plain one (the compiler vectorises it).
@@ -88,58 +92,73 @@ void map2(const Tensor& a, const Tensor& b, const Tensor& out, F f, C contiguous
   });
 }
 
-template <UnaryOp op, typename T>
+template <UnaryOp op, typename T, typename acc_t>
 void unary_loop(const Tensor& x, const Tensor& out) {
-  map1<T>(x, out, [](T v) { return unary_fn<op>(v); }, [](const T* a, T* o, int64_t n) { unary_contiguous<op>(a, o, n); });
+  map1<T>(
+      x, out, [](T v) { return static_cast<T>(unary_fn<op>(static_cast<acc_t>(v))); },
+      [](const T* a, T* o, int64_t n) { unary_contiguous<op, T, acc_t>(a, o, n); });
 }
 
-template <BinaryOp op, typename T>
+template <BinaryOp op, typename T, typename acc_t>
 void binary_loop(const Tensor& a, const Tensor& b, const Tensor& out) {
-  map2<T>(a, b, out, [](T x, T y) { return binary_fn<op>(x, y); });
+  map2<T>(a, b, out, [](T x, T y) { return static_cast<T>(binary_fn<op>(static_cast<acc_t>(x), static_cast<acc_t>(y))); });
 }
 
-template <BinaryOp op, typename T>
+// The scalar is rounded to T first, as a tensor operand would be, then computed with in acc_t.
+template <BinaryOp op, typename T, typename acc_t>
 void scalar_loop(const Tensor& a, double s, bool scalar_left, const Tensor& out) {
-  const T sv = static_cast<T>(s);
-  if (scalar_left) map1<T>(a, out, [sv](T x) { return binary_fn<op>(sv, x); });
-  else map1<T>(a, out, [sv](T x) { return binary_fn<op>(x, sv); });
+  const acc_t sv = static_cast<acc_t>(static_cast<T>(s));
+  if (scalar_left) map1<T>(a, out, [sv](T x) { return static_cast<T>(binary_fn<op>(sv, static_cast<acc_t>(x))); });
+  else map1<T>(a, out, [sv](T x) { return static_cast<T>(binary_fn<op>(static_cast<acc_t>(x), sv)); });
 }
 
 // dx = unary_backward_fn(dy, s) over a contiguous run. GELU and SiLU recompute tanh / a sigmoid:
 // those go through Eigen's vectorised tanh/exp a chunk at a time (t kept in a stack buffer, since
 // it is used twice), the rest of the formula as in unary_backward_fn; the other ops are a plain
 // loop of arithmetic the compiler vectorises.
-template <UnaryOp op, typename T>
+// The formula runs in acc_t (t's buffer too); the other ops are the plain loop of
+// unary_backward_fn.
+template <UnaryOp op, typename T, typename acc_t>
 void unary_backward_contiguous(const T* dy, const T* s, T* dx, int64_t n) {
   using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
+  using A = acc_t;
   if constexpr (op == UnaryOp::Gelu || op == UnaryOp::Silu) {
     constexpr int64_t kChunk = 256;
-    alignas(64) T buf[kChunk];
+    alignas(64) A buf[kChunk];
     for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
       const int64_t m = std::min(kChunk, n - i0);
-      Eigen::Map<const Arr> g(dy + i0, m), x(s + i0, m);
-      Eigen::Map<Arr> t(buf, m), o(dx + i0, m);
+      const Eigen::Map<const Arr> gt(dy + i0, m), xt(s + i0, m);
+      const auto& g = gt.template cast<A>();  // the maps themselves when A is T
+      const auto& x = xt.template cast<A>();
+      Eigen::Map<Eigen::Array<A, Eigen::Dynamic, 1>> t(buf, m);
+      Eigen::Map<Arr> o(dx + i0, m);
       if constexpr (op == UnaryOp::Gelu) {  // t = tanh(k (x + c x^3))
-        const T k = T(gelu_constants::kSqrt2OverPi);
-        t = ((x + x * x * x * T(gelu_constants::kCubic)) * k).tanh();
-        const T k3c = T(3 * gelu_constants::kCubic * gelu_constants::kSqrt2OverPi);
-        o = g * ((t + T(1)) * T(0.5) + x * (T(1) - t * t) * (x * x * k3c + k) * T(0.5));
-      } else {  // t = sigmoid(x)
-        t = T(1) / (T(1) + (-x).exp());
-        o = g * (t * (x * (T(1) - t) + T(1)));
+        const A k = A(gelu_constants::kSqrt2OverPi);
+        t = ((x + x * x * x * A(gelu_constants::kCubic)) * k).tanh();
+        const A k3c = A(3 * gelu_constants::kCubic * gelu_constants::kSqrt2OverPi);
+        o = (g * ((t + A(1)) * A(0.5) + x * (A(1) - t * t) * (x * x * k3c + k) * A(0.5))).template cast<T>();
+      } else if constexpr (op == UnaryOp::Silu) {  // t = sigmoid(x)
+        t = A(1) / (A(1) + (-x).exp());
+        o = (g * (t * (x * (A(1) - t) + A(1)))).template cast<T>();
+      } else {
+        static_assert(dependent_false_v<op>, "unary_backward_contiguous: an op in the outer test without its formula");
       }
     }
   } else {
-    for (int64_t i = 0; i < n; ++i) dx[i] = unary_backward_fn<op>(dy[i], s[i]);
+    for (int64_t i = 0; i < n; ++i)
+      dx[i] = static_cast<T>(unary_backward_fn<op>(static_cast<A>(dy[i]), static_cast<A>(s[i])));
   }
 }
 
-template <UnaryOp op, typename T>
+template <UnaryOp op, typename T, typename acc_t>
 void unary_backward_loop(const Tensor& dy, const Tensor& saved, const Tensor& out) {
-  map2<T>(dy, saved, out, [](T g, T x) { return unary_backward_fn<op>(g, x); },
-          [](const T* g, const T* x, T* o, int64_t n) { unary_backward_contiguous<op>(g, x, o, n); });
+  map2<T>(
+      dy, saved, out,
+      [](T g, T x) { return static_cast<T>(unary_backward_fn<op>(static_cast<acc_t>(g), static_cast<acc_t>(x))); },
+      [](const T* g, const T* x, T* o, int64_t n) { unary_backward_contiguous<op, T, acc_t>(g, x, o, n); });
 }
 
+// Comparisons and where are exact in T: no acc_t.
 template <CompareOp op, typename T>
 void compare_loop(const Tensor& a, const Tensor& b, const Tensor& out) {
   map2<T>(a, b, out, [](T x, T y) { return T(compare_fn<op>(x, y)); });

@@ -12,9 +12,12 @@
 //      not hold up a static block of rows); the owner of row v writes it once: the first
 //      position's row, plus the others in increasing position order; rows no id hits are zeroed.
 // Every row is written by one thread in an order fixed by the ids alone: bit-identical for any
-// thread count, without atomics and without per-thread (V, C) copies of the table.
+// thread count, without atomics and without per-thread (V, C) copies of the table. A row sums in
+// the dispatch's acc_t: in place when acc_t is T (f32, f64), else in a row of acc_t stored once.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include "kernels/backends.h"
 #include "kernels/cpu/parallel.h"
@@ -30,7 +33,7 @@ void forward_impl(const I* ids, const T* table, T* out, int64_t N, int64_t C) {
   });
 }
 
-template <typename T, typename I>
+template <typename T, typename acc_t, typename I>
 void backward_impl(const T* dout, const I* ids, T* dtable, int64_t N, int64_t V, int64_t C) {
   // 1. counting sort: start (V + 1) offsets, order (N) positions grouped by id, stable; next (V)
   // is the fill cursor. Scratch from the caching allocator: at GPT-2 sizes it is above malloc's
@@ -54,11 +57,20 @@ void backward_impl(const T* dout, const I* ids, T* dtable, int64_t N, int64_t V,
       std::fill(d, d + C, T(0));
       continue;
     }
-    std::memcpy(d, dout + order[b] * C, static_cast<size_t>(C) * sizeof(T));
-    for (int64_t p = b + 1; p < e; ++p) {
-      const T* src = dout + order[p] * C;
+    if constexpr (std::is_same_v<T, acc_t>) {
+      std::memcpy(d, dout + order[b] * C, static_cast<size_t>(C) * sizeof(T));
+      for (int64_t p = b + 1; p < e; ++p) {
+        const T* src = dout + order[p] * C;
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) d[c] += src[c];
+        for (int64_t c = 0; c < C; ++c) d[c] += src[c];
+      }
+    } else {
+      std::vector<acc_t> acc(dout + order[b] * C, dout + order[b] * C + C);  // (C)
+      for (int64_t p = b + 1; p < e; ++p) {
+        const T* src = dout + order[p] * C;
+        for (int64_t c = 0; c < C; ++c) acc[static_cast<size_t>(c)] += static_cast<acc_t>(src[c]);
+      }
+      for (int64_t c = 0; c < C; ++c) d[c] = static_cast<T>(acc[static_cast<size_t>(c)]);
     }
   }
 }
@@ -81,9 +93,9 @@ void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dta
   const int64_t N = ids.numel(), V = dtable.size(0), C = dtable.size(1);
   REEL_DISPATCH_FLOATING(dtable.dtype(), "embedding_backward", {
     if (ids.dtype() == DType::i32)
-      backward_impl<scalar_t>(dout.data<scalar_t>(), ids.data<int32_t>(), dtable.data<scalar_t>(), N, V, C);
+      backward_impl<scalar_t, acc_t>(dout.data<scalar_t>(), ids.data<int32_t>(), dtable.data<scalar_t>(), N, V, C);
     else
-      backward_impl<scalar_t>(dout.data<scalar_t>(), ids.data<int64_t>(), dtable.data<scalar_t>(), N, V, C);
+      backward_impl<scalar_t, acc_t>(dout.data<scalar_t>(), ids.data<int64_t>(), dtable.data<scalar_t>(), N, V, C);
   })
 }
 

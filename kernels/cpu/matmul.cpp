@@ -74,7 +74,7 @@ Split split_of(int64_t M, int64_t N, int64_t K, int64_t batches, bool a_transpos
 // kAlign (the register panels of the GEMMs).
 int64_t edge(int64_t size, int64_t i, int64_t n) { return i == n ? size : size * i / n / kAlign * kAlign; }
 
-template <typename T>
+template <typename T, typename acc_t>
 void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& out, const Tensor& bias,
                   bool accumulate) {
   const int64_t r = out.dim();
@@ -86,8 +86,8 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
   const T* pbias = bias.defined() ? bias.template data<T>() : nullptr;  // (N) or none
   const Shape& shape = out.shape();
   const Split split = split_of(M, N, K, batches, A.col_major);
-  // K slice `kp`'s partial product, for kp >= 1: written here, added into out afterwards.
-  std::vector<T> partials(static_cast<size_t>(split.kparts - 1) * static_cast<size_t>(M * N));
+  // K slice `kp`'s partial product, for kp >= 1: written here (acc_t), added into out afterwards.
+  std::vector<acc_t> partials(static_cast<size_t>(split.kparts - 1) * static_cast<size_t>(M * N));
   // Rows [lo, hi) (split.rows) or columns [lo, hi) of product b, or K slice kp of the only product.
   auto block = [&](int64_t b, int64_t part, int64_t kp) {
     int64_t oa, ob;
@@ -127,8 +127,8 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
     for (int64_t ch = 0; ch < chunks; ++ch) {
       const int64_t i0 = ch * chunk, i1 = std::min(n, i0 + chunk);
       for (int64_t kp = 1; kp < split.kparts; ++kp) {
-        const T* partial = partials.data() + (kp - 1) * n;
-        for (int64_t i = i0; i < i1; ++i) pc[i] += partial[i];
+        const acc_t* partial = partials.data() + (kp - 1) * n;
+        for (int64_t i = i0; i < i1; ++i) pc[i] = static_cast<T>(static_cast<acc_t>(pc[i]) + partial[i]);
       }
     }
   }
@@ -141,7 +141,7 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& b
   const MatmulOperand A = matmul_operand(a), B = matmul_operand(b);
   // K == 0 needs nothing special: the empty sum is zero, plus the bias (gemm_serial writes the
   // zeros, or leaves out as it is when accumulating).
-  REEL_DISPATCH_FLOATING(out.dtype(), "matmul", gemm_batches<scalar_t>(A, B, out, bias, accumulate))
+  REEL_DISPATCH_FLOATING(out.dtype(), "matmul", gemm_batches<scalar_t, acc_t>(A, B, out, bias, accumulate))
 }
 
 }  // namespace reel::kernels::cpu

@@ -6,7 +6,9 @@
 // vectors parallelise as well as one big embedding. Each update is one fused sweep per chunk
 // (param, grad and state read once, param and state written once): these kernels are bound by
 // memory bandwidth. The norm adds per-chunk double partials in chunk order, so it is bit-identical
-// for any number of threads.
+// for any number of threads. The update arithmetic (Adam's moments' temporaries, SGD's buffer
+// math) runs in acc_t = reel::acc_type_t<T>: loads T -> acc_t, stores acc_t -> T (no-ops for f32
+// and f64, where acc_t is T); the norm's partials are double, wider than acc_t.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -54,30 +56,31 @@ struct SgdArgs {
   bool nesterov, first_step;
 };
 
-template <typename T>
+template <typename T, typename acc_t = acc_type_t<T>>
 void sgd_chunk(T* p, const T* g, T* buf, int64_t n, const SgdArgs& a) {
-  const T lr = static_cast<T>(a.lr), mu = static_cast<T>(a.momentum), wd = static_cast<T>(a.weight_decay);
-  const T keep = static_cast<T>(1 - a.dampening);
+  const acc_t lr = static_cast<acc_t>(a.lr), mu = static_cast<acc_t>(a.momentum);
+  const acc_t wd = static_cast<acc_t>(a.weight_decay), keep = static_cast<acc_t>(1 - a.dampening);
   if (buf == nullptr) {  // plain SGD
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(acc_t(p[i]) - lr * (acc_t(g[i]) + wd * acc_t(p[i])));
     return;
   }
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    const T d = g[i] + wd * p[i];
-    const T b = a.first_step ? d : mu * buf[i] + keep * d;  // torch: the buffer starts as the gradient
-    buf[i] = b;
-    p[i] -= lr * (a.nesterov ? d + mu * b : b);
+    const acc_t d = acc_t(g[i]) + wd * acc_t(p[i]);
+    const acc_t b = a.first_step ? d : mu * acc_t(buf[i]) + keep * d;  // torch: the buffer starts as the gradient
+    buf[i] = static_cast<T>(b);
+    p[i] = static_cast<T>(acc_t(p[i]) - lr * (a.nesterov ? d + mu * b : b));
   }
 }
 
-template <typename T>
+template <typename T, typename acc_t = acc_type_t<T>>
 void adam_chunk(T* p, const T* g, T* m, T* v, int64_t n, const AdamScalars& sc) {
-  const T step_size = static_cast<T>(sc.step_size), inv_bc2_sqrt = static_cast<T>(sc.inv_bc2_sqrt);
-  const T one_minus_b1 = static_cast<T>(sc.one_minus_b1), b2 = static_cast<T>(sc.b2);
-  const T one_minus_b2 = static_cast<T>(sc.one_minus_b2), eps = static_cast<T>(sc.eps);
-  const T wd = static_cast<T>(sc.wd), decay = static_cast<T>(sc.decay);
+  using A = acc_t;
+  const A step_size = static_cast<A>(sc.step_size), inv_bc2_sqrt = static_cast<A>(sc.inv_bc2_sqrt);
+  const A one_minus_b1 = static_cast<A>(sc.one_minus_b1), b2 = static_cast<A>(sc.b2);
+  const A one_minus_b2 = static_cast<A>(sc.one_minus_b2), eps = static_cast<A>(sc.eps);
+  const A wd = static_cast<A>(sc.wd), decay = static_cast<A>(sc.decay);
   // Three Eigen sweeps (Eigen vectorises sqrt and division; a plain loop calls glibc's sqrtf per
   // element, as -fmath-errno forbids vectorising it) over blocks of 512 elements, 2 KB per
   // operand: the second and third sweeps hit L1, so memory still sees each operand once.
@@ -85,17 +88,22 @@ void adam_chunk(T* p, const T* g, T* m, T* v, int64_t n, const AdamScalars& sc) 
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t nb = std::min(kBlock, n - b);
     Arr<T> P(p + b, nb), M(m + b, nb), V(v + b, nb);
-    CArr<T> G(g + b, nb);
+    const CArr<T> Gt(g + b, nb);
+    // acc_t views of the same memory (references to the maps themselves when acc_t is T).
+    const auto& Pa = P.template cast<A>();
+    const auto& Ma = M.template cast<A>();
+    const auto& Va = V.template cast<A>();
+    const auto& G = Gt.template cast<A>();
     if (sc.decoupled || sc.wd == 0) {
-      M += one_minus_b1 * (G - M);  // torch's lerp form of b1 m + (1 - b1) g
-      V = V * b2 + one_minus_b2 * G.square();
+      M = (Ma + one_minus_b1 * (G - Ma)).template cast<T>();  // torch's lerp form of b1 m + (1 - b1) g
+      V = (Va * b2 + one_minus_b2 * G.square()).template cast<T>();
     } else {  // Adam's L2 weight decay: the gradient itself gets + wd * p
-      M += one_minus_b1 * (G + wd * P - M);
-      V = V * b2 + one_minus_b2 * (G + wd * P).square();
+      M = (Ma + one_minus_b1 * (G + wd * Pa - Ma)).template cast<T>();
+      V = (Va * b2 + one_minus_b2 * (G + wd * Pa).square()).template cast<T>();
     }
     // sqrt(v) * (1 / sqrt(bc2)) where torch divides by sqrt(bc2): see kernels/adam_scalars.h.
-    if (sc.decoupled && sc.wd != 0) P = P * decay - step_size * M / (V.sqrt() * inv_bc2_sqrt + eps);
-    else P -= step_size * M / (V.sqrt() * inv_bc2_sqrt + eps);
+    if (sc.decoupled && sc.wd != 0) P = (Pa * decay - step_size * Ma / (Va.sqrt() * inv_bc2_sqrt + eps)).template cast<T>();
+    else P = (Pa - step_size * Ma / (Va.sqrt() * inv_bc2_sqrt + eps)).template cast<T>();
   }
 }
 
@@ -107,11 +115,11 @@ double sum_squares_chunk(const T* x, int64_t n) {
   return s;
 }
 
-template <typename T>
+template <typename T, typename acc_t = acc_type_t<T>>
 void scale_chunk(T* x, int64_t n, double factor) {
-  const T f = static_cast<T>(factor);
+  const acc_t f = static_cast<acc_t>(factor);
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) x[i] *= f;
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<T>(acc_t(x[i]) * f);
 }
 
 std::vector<bool> f32_flags(const std::vector<Tensor>& tensors) {

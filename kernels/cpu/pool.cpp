@@ -7,7 +7,8 @@
 // covers it, in row-major output order. Overlapping windows (stride < kernel) then never write
 // the same element from two threads and need no atomics, and the order of the adds is fixed:
 // bit-identical for any thread count, and the same order as the CUDA kernels
-// (kernels/cuda/pool.cu), which gather the same way.
+// (kernels/cuda/pool.cu), which gather the same way. Sums (avg windows, gathered gradients) run in
+// the dispatch's acc_t and are stored as T once (no conversion for f32 and f64, where acc_t is T).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -81,7 +82,7 @@ void max_forward_impl(const T* x, const Pool2d& p, T* y, int64_t* idx, int64_t P
 }
 
 // dy, idx: (P, OH, OW); dx: (P, H, W).
-template <typename T>
+template <typename T, typename acc_t>
 void max_backward_impl(const T* dy, const int64_t* idx, const Pool2d& p, T* dx, int64_t P, int64_t H, int64_t W,
                        int64_t OH, int64_t OW) {
   parallel_for(P, P * H * W * p.kernel[0] * p.kernel[1] >= kMinParallelElements, [&](int64_t pl) {
@@ -89,51 +90,52 @@ void max_backward_impl(const T* dy, const int64_t* idx, const Pool2d& p, T* dx, 
     const int64_t* ip = idx + pl * OH * OW;
     for (int64_t ih = 0; ih < H; ++ih)
       for (int64_t iw = 0; iw < W; ++iw) {
-        T acc = 0;
+        acc_t acc = 0;
         for_covering(ih, p.kernel[0], p.stride[0], p.padding[0], p.dilation[0], OH, [&](int64_t oh) {
           for_covering(iw, p.kernel[1], p.stride[1], p.padding[1], p.dilation[1], OW, [&](int64_t ow) {
-            if (ip[oh * OW + ow] == ih * W + iw) acc += dyp[oh * OW + ow];
+            if (ip[oh * OW + ow] == ih * W + iw) acc += static_cast<acc_t>(dyp[oh * OW + ow]);
           });
         });
-        dx[(pl * H + ih) * W + iw] = acc;
+        dx[(pl * H + ih) * W + iw] = static_cast<T>(acc);
       }
   });
 }
 
 // x: (P, H, W); y: (P, OH, OW). Dilation is (1, 1).
-template <typename T>
+template <typename T, typename acc_t>
 void avg_forward_impl(const T* x, const Pool2d& p, T* y, int64_t P, int64_t H, int64_t W, int64_t OH, int64_t OW) {
   parallel_for(P, P * OH * OW * p.kernel[0] * p.kernel[1] >= kMinParallelElements, [&](int64_t pl) {
     const T* xp = x + pl * H * W;
     for (int64_t oh = 0; oh < OH; ++oh)
       for (int64_t ow = 0; ow < OW; ++ow) {
-        T acc = 0;
+        acc_t acc = 0;
         for (int64_t ki = 0; ki < p.kernel[0]; ++ki) {
           const int64_t ih = oh * p.stride[0] - p.padding[0] + ki;
           if (ih < 0 || ih >= H) continue;
           for (int64_t kj = 0; kj < p.kernel[1]; ++kj) {
             const int64_t iw = ow * p.stride[1] - p.padding[1] + kj;
-            if (iw >= 0 && iw < W) acc += xp[ih * W + iw];
+            if (iw >= 0 && iw < W) acc += static_cast<acc_t>(xp[ih * W + iw]);
           }
         }
-        y[(pl * OH + oh) * OW + ow] = acc / static_cast<T>(avg_divisor(p, oh, ow, H, W));
+        y[(pl * OH + oh) * OW + ow] = static_cast<T>(acc / static_cast<acc_t>(avg_divisor(p, oh, ow, H, W)));
       }
   });
 }
 
 // dy: (P, OH, OW); dx: (P, H, W). Dilation is (1, 1).
-template <typename T>
+template <typename T, typename acc_t>
 void avg_backward_impl(const T* dy, const Pool2d& p, T* dx, int64_t P, int64_t H, int64_t W, int64_t OH, int64_t OW) {
   parallel_for(P, P * H * W * p.kernel[0] * p.kernel[1] >= kMinParallelElements, [&](int64_t pl) {
     const T* dyp = dy + pl * OH * OW;
     for (int64_t ih = 0; ih < H; ++ih)
       for (int64_t iw = 0; iw < W; ++iw) {
-        T acc = 0;
+        acc_t acc = 0;
         for_covering(ih, p.kernel[0], p.stride[0], p.padding[0], 1, OH, [&](int64_t oh) {
-          for_covering(iw, p.kernel[1], p.stride[1], p.padding[1], 1, OW,
-                       [&](int64_t ow) { acc += dyp[oh * OW + ow] / static_cast<T>(avg_divisor(p, oh, ow, H, W)); });
+          for_covering(iw, p.kernel[1], p.stride[1], p.padding[1], 1, OW, [&](int64_t ow) {
+            acc += static_cast<acc_t>(dyp[oh * OW + ow]) / static_cast<acc_t>(avg_divisor(p, oh, ow, H, W));
+          });
         });
-        dx[(pl * H + ih) * W + iw] = acc;
+        dx[(pl * H + ih) * W + iw] = static_cast<T>(acc);
       }
   });
 }
@@ -151,20 +153,20 @@ void max_pool2d_forward(const Tensor& x, const Pool2d& p, const Tensor& y, const
 
 void max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Pool2d& p, const Tensor& dx) {
   REEL_DISPATCH_FLOATING(dy.dtype(), "max_pool2d_backward",
-                         max_backward_impl<scalar_t>(dy.data<scalar_t>(), indices.data<int64_t>(), p,
+                         max_backward_impl<scalar_t, acc_t>(dy.data<scalar_t>(), indices.data<int64_t>(), p,
                                                      dx.data<scalar_t>(), dx.size(0), dx.size(1), dx.size(2),
                                                      dy.size(1), dy.size(2)))
 }
 
 void avg_pool2d_forward(const Tensor& x, const Pool2d& p, const Tensor& y) {
   REEL_DISPATCH_FLOATING(x.dtype(), "avg_pool2d_forward",
-                         avg_forward_impl<scalar_t>(x.data<scalar_t>(), p, y.data<scalar_t>(), x.size(0), x.size(1),
+                         avg_forward_impl<scalar_t, acc_t>(x.data<scalar_t>(), p, y.data<scalar_t>(), x.size(0), x.size(1),
                                                     x.size(2), y.size(1), y.size(2)))
 }
 
 void avg_pool2d_backward(const Tensor& dy, const Pool2d& p, const Tensor& dx) {
   REEL_DISPATCH_FLOATING(dy.dtype(), "avg_pool2d_backward",
-                         avg_backward_impl<scalar_t>(dy.data<scalar_t>(), p, dx.data<scalar_t>(), dx.size(0),
+                         avg_backward_impl<scalar_t, acc_t>(dy.data<scalar_t>(), p, dx.data<scalar_t>(), dx.size(0),
                                                      dx.size(1), dx.size(2), dy.size(1), dy.size(2)))
 }
 

@@ -1,7 +1,8 @@
 // CPU reductions. The caller permutes the input so that reduced dims trail; each output element
 // then reduces one sub-tensor. When those sub-tensors are not contiguous runs (e.g. a column sum,
 // the bias gradient of a linear layer), the input is copied contiguous first: one streaming pass
-// beats strided access per output. f32 sums accumulate in double.
+// beats strided access per output. Sums and means accumulate in double for every dtype: wider than
+// the dispatch's acc_t (kept so, for f32 too, since a sum of many terms keeps its low bits).
 #include <algorithm>
 #include <limits>
 #include <vector>
@@ -18,7 +19,8 @@ namespace reel::kernels::cpu {
 namespace {
 
 template <typename T>
-using Acc = double;  // accumulator for both f32 and f64
+using Acc = double;  // accumulator for every dtype: at least as wide as acc_t
+static_assert(sizeof(Acc<float>) >= sizeof(acc_type_t<float>) && sizeof(Acc<double>) >= sizeof(acc_type_t<double>));
 
 template <typename T>
 void reduce_impl(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tensor& out, bool accumulate) {

@@ -10,6 +10,7 @@
 //   softmax:     dx = y * (dy - sum(dy * y))
 //   log_softmax: dx = dy - exp(y) * sum(dy)
 #include <cmath>
+#include <type_traits>
 
 #include <Eigen/Core>
 
@@ -21,39 +22,49 @@ namespace reel::kernels::cpu {
 
 namespace {
 
-
 template <typename T>
 using Row = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 template <typename T>
 using ConstRow = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
-template <typename T, bool kLog>
+// Rows load as acc_t (the dispatch's accumulation type), the max, exp-sum and log-sum-exp are
+// acc_t, and the output is stored back as T. For f32 and f64 acc_t is T and the casts vanish.
+template <typename T, typename acc_t, bool kLog>
 void softmax_forward_impl(const T* x, T* y, int64_t R, int64_t C) {
   parallel_for(R, R > 1 && R * C >= kMinParallelElements, [&](int64_t r) {
-    ConstRow<T> xr(x + r * C, C);  // (C)
-    Row<T> yr(y + r * C, C);       // (C)
-    const T m = xr.maxCoeff();
+    const ConstRow<T> xt(x + r * C, C);               // (C)
+    const auto& xr = xt.template cast<acc_t>();       // xt itself when acc_t is T
+    Row<T> yr(y + r * C, C);                          // (C)
+    const acc_t m = xr.maxCoeff();
     if constexpr (kLog) {
-      const T lse = m + std::log(exp_ftz(xr - m).sum());
-      yr = xr - lse;
+      const acc_t lse = m + std::log(exp_ftz(xr - m).sum());
+      yr = (xr - lse).template cast<T>();
     } else {
-      yr = exp_ftz(xr - m);
-      yr *= T(1) / yr.sum();
+      const auto e = exp_ftz(xr - m);
+      if constexpr (std::is_same_v<T, acc_t>) {  // exp written once into y, then scaled in place
+        yr = e;
+        yr *= acc_t(1) / yr.sum();
+      } else {  // a narrower T: the sum of the acc_t exps, not of their rounded copies
+        const acc_t inv = acc_t(1) / e.sum();
+        yr = (e * inv).template cast<T>();
+      }
     }
   });
 }
 
-template <typename T, bool kLog>
+template <typename T, typename acc_t, bool kLog>
 void softmax_backward_impl(const T* dy, const T* y, T* dx, int64_t R, int64_t C) {
   parallel_for(R, R > 1 && R * C >= kMinParallelElements, [&](int64_t r) {
-    ConstRow<T> dyr(dy + r * C, C), yr(y + r * C, C);
+    const ConstRow<T> dyt(dy + r * C, C), yt(y + r * C, C);
+    const auto& dyr = dyt.template cast<acc_t>();  // the maps themselves when acc_t is T
+    const auto& yr = yt.template cast<acc_t>();
     Row<T> dxr(dx + r * C, C);
     if constexpr (kLog) {
-      const T s = dyr.sum();
-      dxr = dyr - exp_ftz(yr) * s;
+      const acc_t s = dyr.sum();
+      dxr = (dyr - exp_ftz(yr) * s).template cast<T>();
     } else {
-      const T s = (dyr * yr).sum();
-      dxr = yr * (dyr - s);
+      const acc_t s = (dyr * yr).sum();
+      dxr = (yr * (dyr - s)).template cast<T>();
     }
   });
 }
@@ -65,16 +76,16 @@ void softmax_backward_impl(const T* dy, const T* y, T* dx, int64_t R, int64_t C)
 void softmax_forward(const Tensor& x, bool log, const Tensor& y) {
   const int64_t R = x.size(0), C = x.size(1);
   REEL_DISPATCH_FLOATING(x.dtype(), log ? "log_softmax_forward" : "softmax_forward", {
-    if (log) softmax_forward_impl<scalar_t, true>(x.data<scalar_t>(), y.data<scalar_t>(), R, C);
-    else softmax_forward_impl<scalar_t, false>(x.data<scalar_t>(), y.data<scalar_t>(), R, C);
+    if (log) softmax_forward_impl<scalar_t, acc_t, true>(x.data<scalar_t>(), y.data<scalar_t>(), R, C);
+    else softmax_forward_impl<scalar_t, acc_t, false>(x.data<scalar_t>(), y.data<scalar_t>(), R, C);
   })
 }
 
 void softmax_backward(const Tensor& dy, const Tensor& y, bool log, const Tensor& dx) {
   const int64_t R = y.size(0), C = y.size(1);
   REEL_DISPATCH_FLOATING(y.dtype(), log ? "log_softmax_backward" : "softmax_backward", {
-    if (log) softmax_backward_impl<scalar_t, true>(dy.data<scalar_t>(), y.data<scalar_t>(), dx.data<scalar_t>(), R, C);
-    else softmax_backward_impl<scalar_t, false>(dy.data<scalar_t>(), y.data<scalar_t>(), dx.data<scalar_t>(), R, C);
+    if (log) softmax_backward_impl<scalar_t, acc_t, true>(dy.data<scalar_t>(), y.data<scalar_t>(), dx.data<scalar_t>(), R, C);
+    else softmax_backward_impl<scalar_t, acc_t, false>(dy.data<scalar_t>(), y.data<scalar_t>(), dx.data<scalar_t>(), R, C);
   })
 }
 

@@ -39,6 +39,11 @@
 // 8 queries per block, f64 16 and 4 (twice the bytes per value). The reuse of a staged tile is
 // only kWarps queries (a production kernel would give each warp several rows and use mma); this
 // is the readable version, checked against the CPU.
+//
+// Precision: everything past the loads is the dispatch's acc_t (the staged tiles in shared memory,
+// scores, the running max and sum, the output and gradient registers, Di); global loads convert
+// T -> acc_t and stores acc_t -> T, so f32 and f64 (where acc_t is T) compute exactly as before.
+// The tile sizes follow acc_t, the type shared memory holds.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -56,8 +61,9 @@ constexpr int kDimsPerLane = kMaxHead / 32;  // output dims a lane owns
 constexpr size_t kSmemLimit = 48 * 1024;
 
 // kBc: keys per K/V tile (lane per key); kWarps: queries per forward/dq block (warp per query);
-// kBr: queries per dkdv query tile (lane per query); kKeyWarps: keys per dkdv block.
-template <typename T>
+// kBr: queries per dkdv query tile (lane per query); kKeyWarps: keys per dkdv block. Keyed by
+// acc_t, the type of the staged tiles.
+template <typename acc_t>
 struct AttnTiles;
 template <>
 struct AttnTiles<float> {
@@ -88,14 +94,15 @@ struct Heads {
   }
 };
 
-// Stages rows [r0, r0 + n) of src, cols elements each, into shared memory with row pitch `ld`,
-// scaled by `scale`; rows past n are not touched. The whole block cooperates.
-template <typename T>
-__device__ __forceinline__ void stage_rows(T* dst, int ld, Rows<const T> src, int64_t r0, int n, int cols, T scale) {
+// Stages rows [r0, r0 + n) of src, cols elements each, into shared memory (acc_t) with row pitch
+// `ld`, scaled by `scale`; rows past n are not touched. The whole block cooperates.
+template <typename acc_t, typename T>
+__device__ __forceinline__ void stage_rows(acc_t* dst, int ld, Rows<const T> src, int64_t r0, int n, int cols,
+                                           acc_t scale) {
   const int threads = blockDim.x;
   for (int e = threadIdx.x; e < n * cols; e += threads) {
     const int r = e / cols, c = e - r * cols;
-    dst[r * ld + c] = src[r0 + r][c] * scale;
+    dst[r * ld + c] = static_cast<acc_t>(src[r0 + r][c]) * scale;
   }
 }
 
@@ -126,6 +133,7 @@ __device__ __forceinline__ void add_weighted_rows(T (&acc)[kDimsPerLane], T alph
 
 // The queries of a forward or dq block: kWarps consecutive queries of head bh, blockIdx.x =
 // bh * q_tiles + query tile. Warp w owns query i = q0 + w; in each K/V tile, lane l owns key j0 + l.
+// T: the staged rows' type (acc_t).
 template <typename T>
 struct QueryTile {
   int lane, warp;
@@ -136,9 +144,10 @@ struct QueryTile {
   // Copies row i of src (Tq rows of cols), times scale, into the warp's row of S (kWarps, cols)
   // (zeros for an inactive warp) and returns that row. The warp's lanes read it after the next
   // barrier.
-  __device__ __forceinline__ T* stage_row(T* S, Rows<const T> src, int cols, T scale) const {
+  template <typename In>
+  __device__ __forceinline__ T* stage_row(T* S, Rows<const In> src, int cols, T scale) const {
     T* row = S + warp * cols;
-    for (int d = lane; d < cols; d += 32) row[d] = active ? src[i][d] * scale : T(0);
+    for (int d = lane; d < cols; d += 32) row[d] = active ? static_cast<T>(src[i][d]) * scale : T(0);
     return row;
   }
   // Whether query i sees the lane's key j = j0 + lane of a tile of bc keys (the causal mask).
@@ -157,7 +166,8 @@ __device__ __forceinline__ QueryTile<T> query_tile(int64_t Tq, int64_t Tk, bool 
 }
 
 // The K/V tile of a forward or dq block, at the start of its dynamic shared memory: Ks (kBc, D + 1)
-// (lane j reads row j: padded), then Vs (kBc, ldv); the kernel's own buffers start at end().
+// (lane j reads row j: padded), then Vs (kBc, ldv); the kernel's own buffers start at end(). T: the
+// staged type (acc_t).
 template <typename T>
 struct KvTile {
   T* Ks;
@@ -170,7 +180,8 @@ struct KvTile {
   // the previous tile (the first time: until the warps' staged rows are written), stages keys
   // [j0, j0 + bc) of k (Tk rows of D) and v (Tk rows of Dv), and waits until they are written.
   // Returns bc.
-  __device__ __forceinline__ int stage(Rows<const T> k, Rows<const T> v, int64_t j0, int64_t kv_end, int D,
+  template <typename In>
+  __device__ __forceinline__ int stage(Rows<const In> k, Rows<const In> v, int64_t j0, int64_t kv_end, int D,
                                        int Dv) const {
     const int bc = static_cast<int>(min_i64(AttnTiles<T>::kBc, kv_end - j0));
     __syncthreads();
@@ -191,31 +202,32 @@ __device__ __forceinline__ KvTile<T> kv_tile(T* smem, int D, int ldv) {
 // q: (B, H, Tq, D), k: (B, H, Tk, D), v: (B, H, Tk, Dv) -> out: (B, H, Tq, Dv), lse: (B H, Tq)
 // contiguous. Block: kWarps warps; blockIdx.x = bh * q_tiles + query tile. Dynamic shared memory:
 //   Ks (kBc, D + 1), Vs (kBc, Dv), Qs (kWarps, D) scaled, Ps (kWarps, kBc).
-template <typename T>
+template <typename T, typename acc_t>
 __global__ void attention_forward_kernel(Heads<const T> q, Heads<const T> k, Heads<const T> v, Heads<T> out, T* lse,
-                                         int64_t H, int64_t Tq, int64_t Tk, int D, int Dv, T scale, bool causal,
+                                         int64_t H, int64_t Tq, int64_t Tk, int D, int Dv, acc_t scale, bool causal,
                                          int64_t q_tiles) {
   using std::exp;
   using std::log;
   using std::fmax;
-  constexpr int kBc = AttnTiles<T>::kBc, kWarps = AttnTiles<T>::kWarps;
-  SIMT_DYNAMIC_SHARED(T, smem);
-  const KvTile<T> kv = kv_tile(smem, D, Dv);  // lanes read V by columns: no padding
-  T* Qs = kv.end();
-  T* Ps = Qs + kWarps * D;
-  const QueryTile<T> qt = query_tile<T>(Tq, Tk, causal, q_tiles);
+  using A = acc_t;
+  constexpr int kBc = AttnTiles<A>::kBc, kWarps = AttnTiles<A>::kWarps;
+  SIMT_DYNAMIC_SHARED(A, smem);
+  const KvTile<A> kv = kv_tile(smem, D, Dv);  // lanes read V by columns: no padding
+  A* Qs = kv.end();
+  A* Ps = Qs + kWarps * D;
+  const QueryTile<A> qt = query_tile<A>(Tq, Tk, causal, q_tiles);
   const int lane = qt.lane;
   const Rows<const T> qh = q.head(qt.bh, H), kh = k.head(qt.bh, H), vh = v.head(qt.bh, H);
-  const T* qrow = qt.stage_row(Qs, qh, D, scale);
-  T* prow = Ps + qt.warp * kBc;
-  T m = static_cast<T>(-INFINITY), l = 0;
-  T o[kDimsPerLane] = {};
+  const A* qrow = qt.stage_row(Qs, qh, D, scale);
+  A* prow = Ps + qt.warp * kBc;
+  A m = static_cast<A>(-INFINITY), l = 0;
+  A o[kDimsPerLane] = {};
   for (int64_t j0 = 0; j0 < qt.kv_end; j0 += kBc) {  // uniform over the block
     const int bc = kv.stage(kh, vh, j0, qt.kv_end, D, Dv);
-    const T s = qt.sees(j0, bc, causal) ? dot(qrow, kv.Ks + lane * kv.ldk, D) : static_cast<T>(-INFINITY);
-    const T m_new = fmax(m, warp_max(s));
-    const T p = s == -INFINITY ? T(0) : exp(s - m_new);
-    const T alpha = m == -INFINITY ? T(0) : exp(m - m_new);  // 0 before the first visible key
+    const A s = qt.sees(j0, bc, causal) ? dot(qrow, kv.Ks + lane * kv.ldk, D) : static_cast<A>(-INFINITY);
+    const A m_new = fmax(m, warp_max(s));
+    const A p = s == -INFINITY ? A(0) : exp(s - m_new);
+    const A alpha = m == -INFINITY ? A(0) : exp(m - m_new);  // 0 before the first visible key
     l = l * alpha + warp_sum(p);
     m = m_new;
     if (lane < kBc) prow[lane] = p;
@@ -225,24 +237,24 @@ __global__ void attention_forward_kernel(Heads<const T> q, Heads<const T> k, Hea
   if (qt.active) {
     T* orow = out.head(qt.bh, H)[qt.i];
     for (int kk = 0; kk < kDimsPerLane; ++kk)
-      if (lane + 32 * kk < Dv) orow[lane + 32 * kk] = o[kk] / l;
-    if (lane == 0) lse[qt.bh * Tq + qt.i] = m + log(l);
+      if (lane + 32 * kk < Dv) orow[lane + 32 * kk] = static_cast<T>(o[kk] / l);
+    if (lane == 0) lse[qt.bh * Tq + qt.i] = static_cast<T>(m + log(l));
   }
 }
 
 // Di = rowsum(dout * out). dout, out: (B, H, Tq, Dv); di: (B H, Tq) contiguous, row r = bh Tq + t.
-// Warp per row, 8 per block.
-template <typename T>
-__global__ void attention_backward_di_kernel(Heads<const T> dout, Heads<const T> out, T* di, int64_t H, int64_t Tq,
-                                             int64_t rows, int Dv) {
+// Warp per row, 8 per block. Di is acc_t, a buffer of the kernels' own.
+template <typename T, typename acc_t>
+__global__ void attention_backward_di_kernel(Heads<const T> dout, Heads<const T> out, acc_t* di, int64_t H,
+                                             int64_t Tq, int64_t rows, int Dv) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t{gridDim.x} * (blockDim.x >> 5);
   for (int64_t r = blockIdx.x * int64_t{blockDim.x >> 5} + (threadIdx.x >> 5); r < rows; r += warps) {
     const int64_t bh = r / Tq, t = r - bh * Tq;
     const T* dorow = dout.head(bh, H)[t];
     const T* orow = out.head(bh, H)[t];
-    T s = 0;
-    for (int d = lane; d < Dv; d += 32) s += dorow[d] * orow[d];
+    acc_t s = 0;
+    for (int d = lane; d < Dv; d += 32) s += static_cast<acc_t>(dorow[d]) * static_cast<acc_t>(orow[d]);
     s = warp_sum(s);
     if (lane == 0) di[r] = s;
   }
@@ -252,23 +264,24 @@ __global__ void attention_backward_di_kernel(Heads<const T> dout, Heads<const T>
 // the forward; dout (B, H, Tq, Dv); lse, di (B H, Tq) contiguous; dk (B, H, Tk, D), dv (B, H, Tk, Dv).
 // Dynamic shared memory: Qs (kBr, D + 1) scaled, dOs (kBr, Dv + 1), Kr (kKeyWarps, D),
 // Vr (kKeyWarps, Dv), Ps (kKeyWarps, kBr), dSs (kKeyWarps, kBr), Ls (kBr), Ds (kBr).
-template <typename T>
+template <typename T, typename acc_t>
 __global__ void attention_backward_dkdv_kernel(Heads<const T> dout, Heads<const T> q, Heads<const T> k,
-                                               Heads<const T> v, const T* lse, const T* di, Heads<T> dk, Heads<T> dv,
-                                               int64_t H, int64_t Tq, int64_t Tk, int D, int Dv, T scale,
-                                               bool causal, int64_t k_tiles) {
+                                               Heads<const T> v, const T* lse, const acc_t* di, Heads<T> dk,
+                                               Heads<T> dv, int64_t H, int64_t Tq, int64_t Tk, int D, int Dv,
+                                               acc_t scale, bool causal, int64_t k_tiles) {
   using std::exp;
-  constexpr int kBr = AttnTiles<T>::kBr, kKeyWarps = AttnTiles<T>::kKeyWarps;
-  SIMT_DYNAMIC_SHARED(T, smem);
+  using A = acc_t;
+  constexpr int kBr = AttnTiles<A>::kBr, kKeyWarps = AttnTiles<A>::kKeyWarps;
+  SIMT_DYNAMIC_SHARED(A, smem);
   const int ldq = D + 1, ldo = Dv + 1;
-  T* Qs = smem;
-  T* dOs = Qs + kBr * ldq;
-  T* Kr = dOs + kBr * ldo;
-  T* Vr = Kr + kKeyWarps * D;
-  T* Ps = Vr + kKeyWarps * Dv;
-  T* dSs = Ps + kKeyWarps * kBr;
-  T* Ls = dSs + kKeyWarps * kBr;
-  T* Ds = Ls + kBr;
+  A* Qs = smem;
+  A* dOs = Qs + kBr * ldq;
+  A* Kr = dOs + kBr * ldo;
+  A* Vr = Kr + kKeyWarps * D;
+  A* Ps = Vr + kKeyWarps * Dv;
+  A* dSs = Ps + kKeyWarps * kBr;
+  A* Ls = dSs + kKeyWarps * kBr;
+  A* Ds = Ls + kBr;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t bh = blockIdx.x / k_tiles, k0 = (blockIdx.x % k_tiles) * kKeyWarps, j = k0 + warp;
   const bool active = j < Tk;  // uniform over the warp
@@ -278,28 +291,28 @@ __global__ void attention_backward_dkdv_kernel(Heads<const T> dout, Heads<const 
   if (active) {
     const T* krow = k.head(bh, H)[j];
     const T* vrow = v.head(bh, H)[j];
-    for (int d = lane; d < D; d += 32) Kr[warp * D + d] = krow[d];
-    for (int d = lane; d < Dv; d += 32) Vr[warp * Dv + d] = vrow[d];
+    for (int d = lane; d < D; d += 32) Kr[warp * D + d] = static_cast<A>(krow[d]);
+    for (int d = lane; d < Dv; d += 32) Vr[warp * Dv + d] = static_cast<A>(vrow[d]);
   } else {
-    for (int d = lane; d < D; d += 32) Kr[warp * D + d] = T(0);
-    for (int d = lane; d < Dv; d += 32) Vr[warp * Dv + d] = T(0);
+    for (int d = lane; d < D; d += 32) Kr[warp * D + d] = A(0);
+    for (int d = lane; d < Dv; d += 32) Vr[warp * Dv + d] = A(0);
   }
-  T acc_dk[kDimsPerLane] = {}, acc_dv[kDimsPerLane] = {};
+  A acc_dk[kDimsPerLane] = {}, acc_dv[kDimsPerLane] = {};
   // Causal: only queries i >= k0 see these keys; start at the query tile that holds k0.
   for (int64_t i0 = causal ? (k0 / kBr) * kBr : 0; i0 < Tq; i0 += kBr) {  // uniform over the block
     const int br = static_cast<int>(min_i64(kBr, Tq - i0));
     __syncthreads();  // the previous tile is no longer read (and Kr, Vr are written)
     stage_rows(Qs, ldq, qh, i0, br, D, scale);
-    stage_rows(dOs, ldo, doh, i0, br, Dv, T(1));
+    stage_rows(dOs, ldo, doh, i0, br, Dv, A(1));
     for (int r = threadIdx.x; r < br; r += blockDim.x) {
-      Ls[r] = lse[i0 + r];
+      Ls[r] = static_cast<A>(lse[i0 + r]);
       Ds[r] = di[i0 + r];
     }
     __syncthreads();
     const int64_t i = i0 + lane;
-    T p = 0, ds = 0;
+    A p = 0, ds = 0;
     if (active && lane < br && (!causal || j <= i)) {
-      const T s = dot(Qs + lane * ldq, Kr + warp * D, D), dp = dot(dOs + lane * ldo, Vr + warp * Dv, Dv);
+      const A s = dot(Qs + lane * ldq, Kr + warp * D, D), dp = dot(dOs + lane * ldo, Vr + warp * Dv, Dv);
       p = exp(s - Ls[lane]);
       ds = p * (dp - Ds[lane]);
     }
@@ -308,16 +321,16 @@ __global__ void attention_backward_dkdv_kernel(Heads<const T> dout, Heads<const 
       dSs[warp * kBr + lane] = ds;
     }
     __syncwarp();
-    add_weighted_rows(acc_dv, T(1), Ps + warp * kBr, dOs, ldo, br, Dv, lane);
-    add_weighted_rows(acc_dk, T(1), dSs + warp * kBr, Qs, ldq, br, D, lane);  // Qs is scaled: scale sum_i dS_ij Q_i
+    add_weighted_rows(acc_dv, A(1), Ps + warp * kBr, dOs, ldo, br, Dv, lane);
+    add_weighted_rows(acc_dk, A(1), dSs + warp * kBr, Qs, ldq, br, D, lane);  // Qs is scaled: scale sum_i dS_ij Q_i
   }
   if (active) {
     T* dkrow = dk.head(bh, H)[j];
     T* dvrow = dv.head(bh, H)[j];
     for (int kk = 0; kk < kDimsPerLane; ++kk) {
       const int d = lane + 32 * kk;
-      if (d < D) dkrow[d] = acc_dk[kk];
-      if (d < Dv) dvrow[d] = acc_dv[kk];
+      if (d < D) dkrow[d] = static_cast<T>(acc_dk[kk]);
+      if (d < Dv) dvrow[d] = static_cast<T>(acc_dv[kk]);
     }
   }
 }
@@ -325,41 +338,43 @@ __global__ void attention_backward_dkdv_kernel(Heads<const T> dout, Heads<const 
 // dQ for kWarps queries of one (b, h); blockIdx.x = bh * q_tiles + query tile. q, k, v, dout,
 // lse, di as in the dkdv kernel; dq (B, H, Tq, D). Dynamic shared memory:
 //   Ks (kBc, D + 1), Vs (kBc, Dv + 1), Qs (kWarps, D) scaled, dOs (kWarps, Dv), dSs (kWarps, kBc).
-template <typename T>
+template <typename T, typename acc_t>
 __global__ void attention_backward_dq_kernel(Heads<const T> dout, Heads<const T> q, Heads<const T> k,
-                                             Heads<const T> v, const T* lse, const T* di, Heads<T> dq, int64_t H,
-                                             int64_t Tq, int64_t Tk, int D, int Dv, T scale, bool causal,
+                                             Heads<const T> v, const T* lse, const acc_t* di, Heads<T> dq, int64_t H,
+                                             int64_t Tq, int64_t Tk, int D, int Dv, acc_t scale, bool causal,
                                              int64_t q_tiles) {
   using std::exp;
-  constexpr int kBc = AttnTiles<T>::kBc, kWarps = AttnTiles<T>::kWarps;
-  SIMT_DYNAMIC_SHARED(T, smem);
-  const KvTile<T> kv = kv_tile(smem, D, Dv + 1);  // lane j reads row j of V too: padded
-  T* Qs = kv.end();
-  T* dOs = Qs + kWarps * D;
-  T* dSs = dOs + kWarps * Dv;
-  const QueryTile<T> qt = query_tile<T>(Tq, Tk, causal, q_tiles);
+  using A = acc_t;
+  constexpr int kBc = AttnTiles<A>::kBc, kWarps = AttnTiles<A>::kWarps;
+  SIMT_DYNAMIC_SHARED(A, smem);
+  const KvTile<A> kv = kv_tile(smem, D, Dv + 1);  // lane j reads row j of V too: padded
+  A* Qs = kv.end();
+  A* dOs = Qs + kWarps * D;
+  A* dSs = dOs + kWarps * Dv;
+  const QueryTile<A> qt = query_tile<A>(Tq, Tk, causal, q_tiles);
   const int lane = qt.lane;
   const Rows<const T> kh = k.head(qt.bh, H), vh = v.head(qt.bh, H);
-  const T* qrow = qt.stage_row(Qs, q.head(qt.bh, H), D, scale);
-  const T* dorow = qt.stage_row(dOs, dout.head(qt.bh, H), Dv, T(1));
-  const T lse_i = qt.active ? lse[qt.bh * Tq + qt.i] : T(0), di_i = qt.active ? di[qt.bh * Tq + qt.i] : T(0);
-  T* dsrow = dSs + qt.warp * kBc;
-  T acc[kDimsPerLane] = {};
+  const A* qrow = qt.stage_row(Qs, q.head(qt.bh, H), D, scale);
+  const A* dorow = qt.stage_row(dOs, dout.head(qt.bh, H), Dv, A(1));
+  const A lse_i = qt.active ? static_cast<A>(lse[qt.bh * Tq + qt.i]) : A(0);
+  const A di_i = qt.active ? di[qt.bh * Tq + qt.i] : A(0);
+  A* dsrow = dSs + qt.warp * kBc;
+  A acc[kDimsPerLane] = {};
   for (int64_t j0 = 0; j0 < qt.kv_end; j0 += kBc) {  // uniform over the block
     const int bc = kv.stage(kh, vh, j0, qt.kv_end, D, Dv);
-    T ds = 0;
+    A ds = 0;
     if (qt.sees(j0, bc, causal)) {
-      const T s = dot(qrow, kv.Ks + lane * kv.ldk, D), dp = dot(dorow, kv.Vs + lane * kv.ldv, Dv);
+      const A s = dot(qrow, kv.Ks + lane * kv.ldk, D), dp = dot(dorow, kv.Vs + lane * kv.ldv, Dv);
       ds = exp(s - lse_i) * (dp - di_i);
     }
     if (lane < kBc) dsrow[lane] = ds;
     __syncwarp();
-    add_weighted_rows(acc, T(1), dsrow, kv.Ks, kv.ldk, bc, D, lane);
+    add_weighted_rows(acc, A(1), dsrow, kv.Ks, kv.ldk, bc, D, lane);
   }
   if (qt.active) {
     T* dqrow = dq.head(qt.bh, H)[qt.i];
     for (int kk = 0; kk < kDimsPerLane; ++kk)
-      if (lane + 32 * kk < D) dqrow[lane + 32 * kk] = scale * acc[kk];
+      if (lane + 32 * kk < D) dqrow[lane + 32 * kk] = static_cast<T>(scale * acc[kk]);
   }
 }
 
@@ -404,43 +419,44 @@ unsigned grid_of(int64_t BH, int64_t per_bh) {
   return static_cast<unsigned>(BH * per_bh);
 }
 
-template <typename T>
+template <typename T, typename acc_t>
 void forward_launch(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal, const Tensor& out,
                     const Tensor& lse) {
   const char* op = "attention_forward";
   const int64_t H = q.size(1), BH = q.size(0) * H, Tq = q.size(2), Tk = k.size(2);
   const int D = static_cast<int>(q.size(3)), Dv = static_cast<int>(v.size(3));
-  const size_t smem = forward_smem<T>(D, Dv);
+  const size_t smem = forward_smem<acc_t>(D, Dv);
   REEL_CHECK(smem <= kSmemLimit, "attention_forward: ", smem, " bytes of shared memory");
-  const int64_t q_tiles = tiles(Tq, AttnTiles<T>::kWarps);
-  launch("attention_forward_kernel", attention_forward_kernel<T>, grid_of(BH, q_tiles), AttnTiles<T>::kWarps * 32,
-         smem, heads_of<const T>(op, q), heads_of<const T>(op, k), heads_of<const T>(op, v), heads_of<T>(op, out),
-         lse.data<T>(), H, Tq, Tk, D, Dv, static_cast<T>(scale), causal, q_tiles);
+  const int64_t q_tiles = tiles(Tq, AttnTiles<acc_t>::kWarps);
+  launch("attention_forward_kernel", attention_forward_kernel<T, acc_t>, grid_of(BH, q_tiles),
+         AttnTiles<acc_t>::kWarps * 32, smem, heads_of<const T>(op, q), heads_of<const T>(op, k),
+         heads_of<const T>(op, v), heads_of<T>(op, out), lse.data<T>(), H, Tq, Tk, D, Dv, static_cast<acc_t>(scale),
+         causal, q_tiles);
 }
 
-template <typename T>
+template <typename T, typename acc_t>
 void backward_launch(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                      const Tensor& lse, double scale, bool causal, const Tensor& dq, const Tensor& dk,
                      const Tensor& dv) {
   const char* op = "attention_backward";
   const int64_t H = q.size(1), BH = q.size(0) * H, Tq = q.size(2), Tk = k.size(2);
   const int D = static_cast<int>(q.size(3)), Dv = static_cast<int>(v.size(3));
-  const T s = static_cast<T>(scale);
+  const acc_t s = static_cast<acc_t>(scale);
   const Heads<const T> dout_h = heads_of<const T>(op, dout), q_h = heads_of<const T>(op, q),
                        k_h = heads_of<const T>(op, k), v_h = heads_of<const T>(op, v);
-  const Tensor di = empty({BH, Tq}, q.dtype(), q.device());  // (B H, Tq): O(T) per (b, h)
-  launch("attention_backward_di_kernel", attention_backward_di_kernel<T>, grid_for(BH * Tq, 8), 256, 0, dout_h,
-         heads_of<const T>(op, out), di.data<T>(), H, Tq, BH * Tq, Dv);
-  const size_t smem_kv = dkdv_smem<T>(D, Dv), smem_q = dq_smem<T>(D, Dv);
+  const Tensor di = empty({BH, Tq}, dtype_of<acc_t>::value, q.device());  // (B H, Tq): O(T) per (b, h)
+  launch("attention_backward_di_kernel", attention_backward_di_kernel<T, acc_t>, grid_for(BH * Tq, 8), 256, 0,
+         dout_h, heads_of<const T>(op, out), di.data<acc_t>(), H, Tq, BH * Tq, Dv);
+  const size_t smem_kv = dkdv_smem<acc_t>(D, Dv), smem_q = dq_smem<acc_t>(D, Dv);
   REEL_CHECK(smem_kv <= kSmemLimit && smem_q <= kSmemLimit, "attention_backward: ", smem_kv, " and ", smem_q,
              " bytes of shared memory");
-  const int64_t k_tiles = tiles(Tk, AttnTiles<T>::kKeyWarps), q_tiles = tiles(Tq, AttnTiles<T>::kWarps);
-  launch("attention_backward_dkdv_kernel", attention_backward_dkdv_kernel<T>, grid_of(BH, k_tiles),
-         AttnTiles<T>::kKeyWarps * 32, smem_kv, dout_h, q_h, k_h, v_h, lse.data<T>(), di.data<T>(),
+  const int64_t k_tiles = tiles(Tk, AttnTiles<acc_t>::kKeyWarps), q_tiles = tiles(Tq, AttnTiles<acc_t>::kWarps);
+  launch("attention_backward_dkdv_kernel", attention_backward_dkdv_kernel<T, acc_t>, grid_of(BH, k_tiles),
+         AttnTiles<acc_t>::kKeyWarps * 32, smem_kv, dout_h, q_h, k_h, v_h, lse.data<T>(), di.data<acc_t>(),
          heads_of<T>(op, dk), heads_of<T>(op, dv), H, Tq, Tk, D, Dv, s, causal, k_tiles);
-  launch("attention_backward_dq_kernel", attention_backward_dq_kernel<T>, grid_of(BH, q_tiles),
-         AttnTiles<T>::kWarps * 32, smem_q, dout_h, q_h, k_h, v_h, lse.data<T>(), di.data<T>(), heads_of<T>(op, dq),
-         H, Tq, Tk, D, Dv, s, causal, q_tiles);
+  launch("attention_backward_dq_kernel", attention_backward_dq_kernel<T, acc_t>, grid_of(BH, q_tiles),
+         AttnTiles<acc_t>::kWarps * 32, smem_q, dout_h, q_h, k_h, v_h, lse.data<T>(), di.data<acc_t>(),
+         heads_of<T>(op, dq), H, Tq, Tk, D, Dv, s, causal, q_tiles);
 }
 
 }  // namespace
@@ -449,7 +465,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double
                        const Tensor& out, const Tensor& lse) {
   check_heads("attention_forward", q.size(-1), v.size(-1));
   set_device(q.device());
-  REEL_DISPATCH_FLOATING(q.dtype(), "attention_forward", forward_launch<scalar_t>(q, k, v, scale, causal, out, lse))
+  REEL_DISPATCH_FLOATING(q.dtype(), "attention_forward", forward_launch<scalar_t, acc_t>(q, k, v, scale, causal, out, lse))
 }
 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -458,7 +474,7 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   check_heads("attention_backward", q.size(-1), v.size(-1));
   set_device(q.device());
   REEL_DISPATCH_FLOATING(q.dtype(), "attention_backward",
-                         backward_launch<scalar_t>(dout, q, k, v, out, lse, scale, causal, dq, dk, dv))
+                         backward_launch<scalar_t, acc_t>(dout, q, k, v, out, lse, scale, causal, dq, dk, dv))
 }
 
 }  // namespace reel::kernels::cuda

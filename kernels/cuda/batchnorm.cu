@@ -12,6 +12,8 @@
 // Eval: a thread per channel from the running statistics.
 // Normalisation: a grid-stride loop over the elements, y = (x - mean) * (rstd * w) + b.
 // Backward: block per channel, the sums of dy and dy * xhat, then the block writes the channel's dx.
+// The sums are double (wider than the dispatch's acc_t); the elementwise math of apply and dx runs
+// in acc_t (loads T -> acc_t, stores acc_t -> T: no-ops for f32 and f64, where acc_t is T).
 //
 // One block per channel leaves a GPU half idle when C is small and N * S large (a CNN's first
 // layers): a split of each channel over several blocks with partials added in order would fill it.
@@ -107,29 +109,29 @@ __global__ void batch_norm_stats_eval_kernel(const T* running_mean, const T* run
 }
 
 // Grid-stride over the elements. x, y: (N, C, S); w, b, mean, rstd: (C).
-template <typename T>
+template <typename T, typename acc_t>
 __global__ void batch_norm_apply_kernel(const T* x, const T* w, const T* b, const T* mean, const T* rstd, T* y,
                                         int64_t total, int64_t C, int64_t S) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{blockDim.x} * gridDim.x) {
     const int64_t c = i / S % C;
-    y[i] = (x[i] - mean[c]) * (rstd[c] * w[c]) + b[c];
+    y[i] = static_cast<T>((acc_t(x[i]) - acc_t(mean[c])) * (acc_t(rstd[c]) * acc_t(w[c])) + acc_t(b[c]));
   }
 }
 
 // Block per channel c. dy, x, dx: (N, C, S); w, mean, rstd, dw, db: (C).
-template <typename T>
+template <typename T, typename acc_t>
 __global__ void batch_norm_backward_kernel(const T* dy, const T* x, const T* w, const T* mean, const T* rstd,
                                            bool training, T* dx, T* dw, T* db, int64_t N, int64_t C, int64_t S) {
   __shared__ double scratch[32];
   const int64_t M = N * S;
   const double n = static_cast<double>(M);
   for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {  // uniform over the block
-    const T m = mean[c], rs = rstd[c];
+    const acc_t m = mean[c], rs = rstd[c];
     double sum_dy = 0, sum_dy_xhat = 0;
     for (int64_t i = threadIdx.x; i < M; i += blockDim.x) {
       const int64_t at = (i / S * C + c) * S + i % S;
       sum_dy += static_cast<double>(dy[at]);
-      sum_dy_xhat += static_cast<double>(dy[at]) * static_cast<double>((x[at] - m) * rs);
+      sum_dy_xhat += static_cast<double>(dy[at]) * static_cast<double>((acc_t(x[at]) - m) * rs);
     }
     sum_dy = block_reduce(sum_dy, SumOp{}, scratch);
     sum_dy_xhat = block_reduce(sum_dy_xhat, SumOp{}, scratch);
@@ -137,20 +139,22 @@ __global__ void batch_norm_backward_kernel(const T* dy, const T* x, const T* w, 
       db[c] = static_cast<T>(sum_dy);
       dw[c] = static_cast<T>(sum_dy_xhat);
     }
-    const T scale = w[c] * rs;
+    const acc_t scale = acc_t(w[c]) * rs;
     // Eval: the statistics are constants, so neither mean term appears.
-    const T mean_dy = training ? static_cast<T>(sum_dy / n) : T(0);
-    const T mean_dy_xhat = training ? static_cast<T>(sum_dy_xhat / n) : T(0);
+    const acc_t mean_dy = training ? static_cast<acc_t>(sum_dy / n) : acc_t(0);
+    const acc_t mean_dy_xhat = training ? static_cast<acc_t>(sum_dy_xhat / n) : acc_t(0);
     for (int64_t i = threadIdx.x; i < M; i += blockDim.x) {
       const int64_t at = (i / S * C + c) * S + i % S;
-      dx[at] = scale * (dy[at] - mean_dy - (x[at] - m) * rs * mean_dy_xhat);
+      dx[at] = static_cast<T>(scale * (acc_t(dy[at]) - mean_dy - (acc_t(x[at]) - m) * rs * mean_dy_xhat));
     }
   }
 }
 
 // ---- launchers -------------------------------------------------------------------------------
 
-// A block per channel, capped as grid_for caps (the kernels loop over the rest).
+// A block per channel, capped as grid_for caps (the kernels loop over the rest). The launchers
+// below sit under several entry points; they take acc_t from reel::AccType, the mapping the
+// dispatch binds.
 unsigned channel_grid(int64_t C) { return grid_for(C * kChannelThreads, kChannelThreads); }
 
 template <typename T>
@@ -172,14 +176,14 @@ template <typename T>
 void apply_launch(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& mean, const Tensor& rstd,
                   const Tensor& y) {
   const int64_t total = x.numel();
-  launch("batch_norm_apply_kernel", batch_norm_apply_kernel<T>, grid_for(total, kThreads), kThreads, 0, x.data<T>(),
+  launch("batch_norm_apply_kernel", batch_norm_apply_kernel<T, acc_type_t<T>>, grid_for(total, kThreads), kThreads, 0, x.data<T>(),
          w.data<T>(), b.data<T>(), mean.data<T>(), rstd.data<T>(), y.data<T>(), total, x.size(1), x.size(2));
 }
 
 template <typename T>
 void backward_launch(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                      bool training, const Tensor& dx, const Tensor& dw, const Tensor& db) {
-  launch("batch_norm_backward_kernel", batch_norm_backward_kernel<T>, channel_grid(x.size(1)), kChannelThreads, 0,
+  launch("batch_norm_backward_kernel", batch_norm_backward_kernel<T, acc_type_t<T>>, channel_grid(x.size(1)), kChannelThreads, 0,
          dy.data<T>(), x.data<T>(), w.data<T>(), mean.data<T>(), rstd.data<T>(), training, dx.data<T>(), dw.data<T>(),
          db.data<T>(), x.size(0), x.size(1), x.size(2));
 }

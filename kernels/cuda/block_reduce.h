@@ -7,6 +7,10 @@
 // scheduling. The total is computed once (by lane 0, by warp 0) and broadcast, so that every
 // thread sees the same bits: a butterfly would have lane a compute x*ea + y*eb and lane b
 // y*eb + x*ea, which FMA contraction can round differently.
+//
+// Every helper is generic in its value type; kernels call them with the dispatch's acc_t (loads
+// converted from the element type first), so partials, shared-memory scratch and (m, s) pairs
+// are acc_t: f32 for f32 and the 16-bit types, f64 for f64.
 #pragma once
 #include <cmath>
 #include <cstdint>

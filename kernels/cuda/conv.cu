@@ -159,7 +159,7 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Con
   const Conv c(x.shape(), w.shape(), y.shape(), x.dtype(), p);
   const Plan<ForwardPass> plan(c, x.device());
   REEL_DISPATCH_FLOATING(x.dtype(), "conv2d_forward", {
-    const scalar_t one = 1, zero = 0;  // beta = 0: y is written, never read
+    const acc_t one = 1, zero = 0;  // cuDNN blend factors: acc_t (float for float data, double for double); beta = 0: y is written, never read
     REEL_CUDNN(cudnnConvolutionForward, c.ctx, cudnn_handle(), &one, c.x.d, x.data<scalar_t>(), c.w.d,
                w.data<scalar_t>(), c.conv.d, plan.algo, plan.data(), plan.bytes, &zero, c.y.d, y.data<scalar_t>());
     if (b.defined()) {  // y += b, broadcast from (1, C_out, 1, 1)
@@ -175,7 +175,7 @@ void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Conv2d& p, c
   const Conv c(dx.shape(), w.shape(), dy.shape(), dy.dtype(), p);
   const Plan<BackwardDataPass> plan(c, dy.device());
   REEL_DISPATCH_FLOATING(dy.dtype(), "conv2d_backward_input", {
-    const scalar_t one = 1, zero = 0;
+    const acc_t one = 1, zero = 0;
     REEL_CUDNN(cudnnConvolutionBackwardData, c.ctx, cudnn_handle(), &one, c.w.d, w.data<scalar_t>(), c.y.d,
                dy.data<scalar_t>(), c.conv.d, plan.algo, plan.data(), plan.bytes, &zero, c.x.d, dx.data<scalar_t>());
   })
@@ -186,7 +186,7 @@ void conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Conv2d& p, 
   const Conv c(x.shape(), dw.shape(), dy.shape(), dy.dtype(), p);
   const Plan<BackwardFilterPass> plan(c, dy.device());
   REEL_DISPATCH_FLOATING(dy.dtype(), "conv2d_backward_weight", {
-    const scalar_t one = 1, zero = 0;
+    const acc_t one = 1, zero = 0;
     REEL_CUDNN(cudnnConvolutionBackwardFilter, c.ctx, cudnn_handle(), &one, c.x.d, x.data<scalar_t>(), c.y.d,
                dy.data<scalar_t>(), c.conv.d, plan.algo, plan.data(), plan.bytes, &zero, c.w.d, dw.data<scalar_t>());
   })
@@ -197,7 +197,7 @@ void conv2d_backward_bias(const Tensor& dy, const Tensor& db) {
   const std::string ctx = "dy " + shape_str(dy.shape()) + " " + dtype_name(dy.dtype());
   const CudnnTensorDesc g(dy.shape(), dy.dtype(), kOp, ctx), bias({1, db.size(0), 1, 1}, db.dtype(), kOp, ctx);
   REEL_DISPATCH_FLOATING(dy.dtype(), "conv2d_backward_bias", {
-    const scalar_t one = 1, zero = 0;
+    const acc_t one = 1, zero = 0;
     REEL_CUDNN(cudnnConvolutionBackwardBias, ctx, cudnn_handle(), &one, g.d, dy.data<scalar_t>(), &zero, bias.d,
                db.data<scalar_t>());
   })

@@ -13,6 +13,8 @@
 // to the memory traffic, and reading the logits twice from L2 is cheaper than writing then
 // re-reading dlogits.)
 // Backward from the saved lse: dlogits = (exp(x - lse) - onehot) * dloss_row, block per row.
+// The (m, s) pairs and all the arithmetic run in the dispatch's acc_t: loads T -> acc_t, stores
+// acc_t -> T (no-ops for f32 and f64, where acc_t is T).
 //
 // Targets: the kernels check each target they read; an out-of-range one (not ignore_index) is
 // never used as an index: the kernel reports its row through the device error buffer and writes
@@ -54,39 +56,41 @@ __global__ void check_indices_kernel(const I* idx, int64_t n, int64_t limit, boo
 
 // Block per row. logits: (N, V); targets, losses, lse: (N); dlogits: (N, V) or null (no fused
 // gradient); g: the gradient scale of every non-ignored row.
-template <typename T, typename I>
+template <typename T, typename acc_t, typename I>
 __global__ void cross_entropy_forward_kernel(const T* logits, const I* targets, int64_t ignore_index, T* losses,
-                                             T* lse, T* dlogits, T g, unsigned long long* error, int64_t N,
+                                             T* lse, T* dlogits, acc_t g, unsigned long long* error, int64_t N,
                                              int64_t V) {
   using std::exp;
   using std::log;
-  __shared__ MaxSum<T> scratch[32];
+  __shared__ MaxSum<acc_t> scratch[32];
   for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {  // uniform over the block
     const T* xr = logits + row * V;  // (V)
-    MaxSum<T> ms{static_cast<T>(-INFINITY), T(0)};
-    for (int64_t c = threadIdx.x; c < V; c += blockDim.x) ms = max_sum_add(ms, xr[c]);
+    MaxSum<acc_t> ms{static_cast<acc_t>(-INFINITY), acc_t(0)};
+    for (int64_t c = threadIdx.x; c < V; c += blockDim.x) ms = max_sum_add(ms, static_cast<acc_t>(xr[c]));
     ms = block_max_sum(ms, scratch);
     const int64_t t = static_cast<int64_t>(targets[row]);
     const bool ignored = t == ignore_index, valid = ignored || (t >= 0 && t < V);
-    const T log_s = log(ms.s);
+    const acc_t log_s = log(ms.s);
     if (threadIdx.x == 0) {
-      lse[row] = ms.m + log_s;
+      lse[row] = static_cast<T>(ms.m + log_s);
       if (!valid) report_bad_index(error, row);
-      losses[row] = !valid ? static_cast<T>(NAN) : ignored ? T(0) : (ms.m - xr[t]) + log_s;
+      losses[row] = !valid    ? static_cast<T>(NAN)
+                    : ignored ? T(0)
+                              : static_cast<T>((ms.m - static_cast<acc_t>(xr[t])) + log_s);
     }
     if (dlogits != nullptr) {
       T* d = dlogits + row * V;  // (V)
       const bool zero = ignored || !valid;
-      const T f = g / ms.s;
+      const acc_t f = g / ms.s;
       for (int64_t c = threadIdx.x; c < V; c += blockDim.x)
-        d[c] = zero ? T(0) : exp(xr[c] - ms.m) * f - (c == t ? g : T(0));
+        d[c] = zero ? T(0) : static_cast<T>(exp(static_cast<acc_t>(xr[c]) - ms.m) * f - (c == t ? g : acc_t(0)));
     }
   }
 }
 
 // Block per row. dloss: (N) when per_row, else one value for every row; logits, dlogits:
 // (N, V); targets, lse: (N).
-template <typename T, typename I>
+template <typename T, typename acc_t, typename I>
 __global__ void cross_entropy_backward_kernel(const T* dloss, bool per_row, double scale, const T* logits,
                                               const I* targets, const T* lse, int64_t ignore_index, T* dlogits,
                                               unsigned long long* error, int64_t N, int64_t V) {
@@ -95,11 +99,13 @@ __global__ void cross_entropy_backward_kernel(const T* dloss, bool per_row, doub
     const int64_t t = static_cast<int64_t>(targets[row]);
     const bool ignored = t == ignore_index, valid = ignored || (t >= 0 && t < V);
     if (!valid && threadIdx.x == 0) report_bad_index(error, row);
-    const T g = static_cast<T>(static_cast<double>(dloss[per_row ? row : 0]) * scale), l = lse[row];
+    // g rounded to T first, as the gradient tensor it stands for would be.
+    const acc_t g = static_cast<T>(static_cast<double>(dloss[per_row ? row : 0]) * scale);
+    const acc_t l = lse[row];
     const T* xr = logits + row * V;
     T* d = dlogits + row * V;
     for (int64_t c = threadIdx.x; c < V; c += blockDim.x)
-      d[c] = ignored || !valid ? T(0) : exp(xr[c] - l) * g - (c == t ? g : T(0));
+      d[c] = ignored || !valid ? T(0) : static_cast<T>(exp(static_cast<acc_t>(xr[c]) - l) * g - (c == t ? g : acc_t(0)));
   }
 }
 
@@ -138,10 +144,10 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t 
   REEL_DISPATCH_FLOATING(logits.dtype(), "cross_entropy_forward", {
     dispatch_index(targets.dtype(), [&](auto zero) {
       using I = decltype(zero);
-      launch("cross_entropy_forward_kernel", cross_entropy_forward_kernel<scalar_t, I>, row_blocks(N), kRowThreads,
+      launch("cross_entropy_forward_kernel", cross_entropy_forward_kernel<scalar_t, acc_t, I>, row_blocks(N), kRowThreads,
              0, logits.data<scalar_t>(), targets.data<I>(), ignore_index, losses.data<scalar_t>(),
              lse.data<scalar_t>(), dlogits.defined() ? dlogits.data<scalar_t>() : nullptr,
-             static_cast<scalar_t>(grad_scale), error.ptr(), N, V);
+             static_cast<acc_t>(grad_scale), error.ptr(), N, V);
     });
   })
   error.check(targets);
@@ -156,7 +162,7 @@ void cross_entropy_backward(const Tensor& dloss, double scale, const Tensor& log
   REEL_DISPATCH_FLOATING(logits.dtype(), "cross_entropy_backward", {
     dispatch_index(targets.dtype(), [&](auto zero) {
       using I = decltype(zero);
-      launch("cross_entropy_backward_kernel", cross_entropy_backward_kernel<scalar_t, I>, row_blocks(N),
+      launch("cross_entropy_backward_kernel", cross_entropy_backward_kernel<scalar_t, acc_t, I>, row_blocks(N),
              kRowThreads, 0, dloss.data<scalar_t>(), per_row, scale,
              logits.data<scalar_t>(), targets.data<I>(), lse.data<scalar_t>(), ignore_index,
              dlogits.data<scalar_t>(), error.ptr(), N, V);

@@ -5,6 +5,8 @@
 // expanded to the output shape, so broadcasting is just stride 0 in an input's OffsetCalc; the
 // output is contiguous, so its offset is the loop index. When every operand is contiguous (the
 // common case) the kernel skips the index arithmetic altogether (the Contig template flag).
+// Unary and binary math runs in the dispatch's acc_t (the functors convert each loaded T to acc_t
+// and the result back: no-ops for f32 and f64); comparisons and where are exact in T.
 #include "kernels/backends.h"
 #include "kernels/cuda/indexing.h"
 #include "kernels/cuda/launch.h"
@@ -15,22 +17,31 @@ namespace {
 
 // ---- the ops, as functors a kernel can take by value -------------------------------------------
 
-template <UnaryOp op>
+template <UnaryOp op, typename acc_t>
 struct UnaryFn {
-  template <typename T> REEL_HOST_DEVICE T operator()(T x) const { return unary_fn<op>(x); }
+  template <typename T> REEL_HOST_DEVICE T operator()(T x) const {
+    return static_cast<T>(unary_fn<op>(static_cast<acc_t>(x)));
+  }
 };
-template <UnaryOp op>
+template <UnaryOp op, typename acc_t>
 struct UnaryBackwardFn {  // (dy, saved) -> dx
-  template <typename T> REEL_HOST_DEVICE T operator()(T dy, T s) const { return unary_backward_fn<op>(dy, s); }
+  template <typename T> REEL_HOST_DEVICE T operator()(T dy, T s) const {
+    return static_cast<T>(unary_backward_fn<op>(static_cast<acc_t>(dy), static_cast<acc_t>(s)));
+  }
 };
-template <BinaryOp op>
+template <BinaryOp op, typename acc_t>
 struct BinaryFn {
-  template <typename T> REEL_HOST_DEVICE T operator()(T a, T b) const { return binary_fn<op>(a, b); }
+  template <typename T> REEL_HOST_DEVICE T operator()(T a, T b) const {
+    return static_cast<T>(binary_fn<op>(static_cast<acc_t>(a), static_cast<acc_t>(b)));
+  }
 };
-template <BinaryOp op, typename T, bool ScalarLeft>
-struct BinaryScalarFn {  // s op x (ScalarLeft) or x op s
-  T s;
-  REEL_HOST_DEVICE T operator()(T x) const { return ScalarLeft ? binary_fn<op>(s, x) : binary_fn<op>(x, s); }
+template <BinaryOp op, typename T, typename acc_t, bool ScalarLeft>
+struct BinaryScalarFn {  // s op x (ScalarLeft) or x op s; s already rounded to T, held as acc_t
+  acc_t s;
+  REEL_HOST_DEVICE T operator()(T x) const {
+    const acc_t v = static_cast<acc_t>(x);
+    return static_cast<T>(ScalarLeft ? binary_fn<op>(s, v) : binary_fn<op>(v, s));
+  }
 };
 template <CompareOp op>
 struct CompareFn {
@@ -65,7 +76,8 @@ __global__ void map_kernel(T* out, Inputs<T, N> in, int64_t n, OffsetCalc<N> cal
     }
     if constexpr (N == 1) out[i] = fn(in.p[0][off[0]]);
     else if constexpr (N == 2) out[i] = fn(in.p[0][off[0]], in.p[1][off[1]]);
-    else out[i] = fn(in.p[0][off[0]], in.p[1][off[1]], in.p[2][off[2]]);
+    else if constexpr (N == 3) out[i] = fn(in.p[0][off[0]], in.p[1][off[1]], in.p[2][off[2]]);
+    else static_assert(dependent_false_v<N>, "map_kernel: 1 to 3 inputs");
   }
 }
 
@@ -102,26 +114,27 @@ void launch_map(const char* name, const Tensor& out, std::array<Tensor, N> in, F
     launch(name, map_kernel<Fn, T, N, false>, grid, kThreads, 0, out.data<T>(), ptrs, n, calc, fn);
 }
 
-template <UnaryOp op, typename T>
+template <UnaryOp op, typename T, typename acc_t>
 void unary_launch(const Tensor& x, const Tensor& out) {
-  launch_map<T, 1>("unary_kernel", out, {x}, UnaryFn<op>{});
+  launch_map<T, 1>("unary_kernel", out, {x}, UnaryFn<op, acc_t>{});
 }
 
-template <UnaryOp op, typename T>
+template <UnaryOp op, typename T, typename acc_t>
 void unary_backward_launch(const Tensor& dy, const Tensor& saved, const Tensor& out) {
-  launch_map<T, 2>("unary_backward_kernel", out, {dy, saved}, UnaryBackwardFn<op>{});
+  launch_map<T, 2>("unary_backward_kernel", out, {dy, saved}, UnaryBackwardFn<op, acc_t>{});
 }
 
-template <BinaryOp op, typename T>
+template <BinaryOp op, typename T, typename acc_t>
 void binary_launch(const Tensor& a, const Tensor& b, const Tensor& out) {
-  launch_map<T, 2>("binary_kernel", out, {a, b}, BinaryFn<op>{});
+  launch_map<T, 2>("binary_kernel", out, {a, b}, BinaryFn<op, acc_t>{});
 }
 
-template <BinaryOp op, typename T>
+// The scalar is rounded to T first, as a tensor operand would be, then computed with in acc_t.
+template <BinaryOp op, typename T, typename acc_t>
 void scalar_launch(const Tensor& a, double s, bool scalar_left, const Tensor& out) {
-  const T sv = static_cast<T>(s);
-  if (scalar_left) launch_map<T, 1>("scalar_kernel", out, {a}, BinaryScalarFn<op, T, true>{sv});
-  else launch_map<T, 1>("scalar_kernel", out, {a}, BinaryScalarFn<op, T, false>{sv});
+  const acc_t sv = static_cast<acc_t>(static_cast<T>(s));
+  if (scalar_left) launch_map<T, 1>("scalar_kernel", out, {a}, BinaryScalarFn<op, T, acc_t, true>{sv});
+  else launch_map<T, 1>("scalar_kernel", out, {a}, BinaryScalarFn<op, T, acc_t, false>{sv});
 }
 
 template <CompareOp op, typename T>

@@ -20,11 +20,14 @@
 // (blocks x N) reads of 4-8 bytes that all hit L2 (8192 ids x 1024 blocks = 32 MB of L2 traffic
 // at GPT-2 sizes, a few microseconds). The price of ownership is balance: a hot id (padding) is
 // summed by one block, serially over its positions, like the CPU's owner thread.
+// The sums run in the dispatch's acc_t: into dtable itself when acc_t is T (f32, f64), else into
+// an acc_t (V, C) buffer copied into dtable after.
 //
 // Ids: the kernels check each id they read; an out-of-range one is never used as an index
 // (forward writes zeros, backward skips it), its position goes to the device error buffer, and
 // the launcher throws IndexOutOfRange after the launch.
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/backends.h"
 #include "kernels/cuda/block_reduce.h"
@@ -58,16 +61,16 @@ __global__ void embedding_forward_kernel(const I* ids, const T* table, T* out, i
 }
 
 // Block b owns table rows [b * rows, min(V, (b + 1) * rows)). dout: (N, C); ids: (N);
-// dtable: (V, C). blockDim.x == kScanThreads.
-template <typename T, typename I>
-__global__ void embedding_backward_kernel(const T* dout, const I* ids, T* dtable, int64_t N, int64_t V, int64_t C,
-                                          int64_t rows, unsigned long long* error) {
+// dtable: (V, C) acc_t. blockDim.x == kScanThreads.
+template <typename T, typename acc_t, typename I>
+__global__ void embedding_backward_kernel(const T* dout, const I* ids, acc_t* dtable, int64_t N, int64_t V,
+                                          int64_t C, int64_t rows, unsigned long long* error) {
   __shared__ int64_t s_pos[kScanThreads];           // owned positions of the tile, in order
   __shared__ int s_warp_count[kScanThreads / 32];  // owned positions per warp of the tile
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t v0 = blockIdx.x * rows, v1 = v0 + rows < V ? v0 + rows : V;
   for (int64_t v = v0; v < v1; ++v)
-    for (int64_t c = tid; c < C; c += kScanThreads) dtable[v * C + c] = T(0);
+    for (int64_t c = tid; c < C; c += kScanThreads) dtable[v * C + c] = acc_t(0);
   for (int64_t n0 = 0; n0 < N; n0 += kScanThreads) {  // uniform over the block
     const int64_t n = n0 + tid;
     const int64_t id = n < N ? static_cast<int64_t>(ids[n]) : -1;
@@ -87,7 +90,7 @@ __global__ void embedding_backward_kernel(const T* dout, const I* ids, T* dtable
     for (int j = 0; j < total; ++j) {  // positions in increasing order
       const int64_t p = s_pos[j];
       const int64_t pid = static_cast<int64_t>(ids[p]);
-      for (int64_t c = tid; c < C; c += kScanThreads) dtable[pid * C + c] += dout[p * C + c];
+      for (int64_t c = tid; c < C; c += kScanThreads) dtable[pid * C + c] += static_cast<acc_t>(dout[p * C + c]);
     }
     __syncthreads();  // s_pos and s_warp_count are rewritten by the next tile
   }
@@ -119,12 +122,15 @@ void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dta
   const int64_t blocks = std::min(V, kMaxOwnerBlocks), rows = (V + blocks - 1) / blocks;
   const IndexErrorBuffer error(dtable.device());
   REEL_DISPATCH_FLOATING(dtable.dtype(), "embedding_backward", {
+    constexpr bool in_place = std::is_same_v<scalar_t, acc_t>;
+    const Tensor sums = in_place ? dtable : empty({V, C}, dtype_of<acc_t>::value, dtable.device());  // (V, C)
     dispatch_index(ids.dtype(), [&](auto zero) {
       using I = decltype(zero);
-      launch("embedding_backward_kernel", embedding_backward_kernel<scalar_t, I>,
+      launch("embedding_backward_kernel", embedding_backward_kernel<scalar_t, acc_t, I>,
              static_cast<unsigned>((V + rows - 1) / rows), kScanThreads, 0, dout.data<scalar_t>(), ids.data<I>(),
-             dtable.data<scalar_t>(), N, V, C, rows, error.ptr());
+             sums.data<acc_t>(), N, V, C, rows, error.ptr());
     });
+    if (!in_place) dtable.copy_(sums);
   })
   error.check(ids);
 }

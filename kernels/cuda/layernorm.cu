@@ -23,6 +23,9 @@
 // is one block per (sample, group) too: the two group sums, dx, and each channel's sums over the
 // positions of dy * xhat and dy (double, block reductions) into (N, C) partials, which
 // norm_params_kernel then adds over the samples in order. No atomics: the same bits every run.
+//
+// Statistics, row sums and the elementwise math run in the dispatch's acc_t (loads T -> acc_t,
+// stores acc_t -> T; no-ops for f32 and f64), the dw/db partials in double.
 #include <algorithm>
 #include <cmath>
 
@@ -46,8 +49,8 @@ int64_t rows_per_chunk(int64_t R) { return std::min<int64_t>(512, std::max<int64
 
 // Warp per row. x, y: (R, C); w, b: (C); mean, rstd: (R). kLayerNorm false: RMSNorm (no b, no
 // mean; rstd from mean(x^2)).
-template <typename T, bool kLayerNorm>
-__global__ void norm_forward_kernel(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd, int64_t R,
+template <typename T, typename acc_t, bool kLayerNorm>
+__global__ void norm_forward_kernel(const T* x, const T* w, const T* b, acc_t eps, T* y, T* mean, T* rstd, int64_t R,
                                     int64_t C) {
   using std::sqrt;
   const int lane = threadIdx.x & 31;
@@ -56,51 +59,53 @@ __global__ void norm_forward_kernel(const T* x, const T* w, const T* b, T eps, T
   for (int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + (threadIdx.x >> 5); row < R; row += warps) {
     const T* xr = x + row * C;  // (C)
     T* yr = y + row * C;        // (C)
-    T m = 0;
+    acc_t m = 0;
     if (kLayerNorm) {
-      const T shift = xr[0];
-      T s = 0;
-      for (int64_t c = lane; c < C; c += 32) s += xr[c] - shift;
-      m = shift + warp_sum(s) / static_cast<T>(C);
+      const acc_t shift = xr[0];
+      acc_t s = 0;
+      for (int64_t c = lane; c < C; c += 32) s += acc_t(xr[c]) - shift;
+      m = shift + warp_sum(s) / static_cast<acc_t>(C);
     }
-    T v = 0;  // sum of (x - m)^2; RMSNorm: of x^2
-    for (int64_t c = lane; c < C; c += 32) v += (xr[c] - m) * (xr[c] - m);
-    const T rs = T(1) / sqrt(warp_sum(v) / static_cast<T>(C) + eps);
-    for (int64_t c = lane; c < C; c += 32) yr[c] = kLayerNorm ? (xr[c] - m) * rs * w[c] + b[c] : xr[c] * rs * w[c];
+    acc_t v = 0;  // sum of (x - m)^2; RMSNorm: of x^2
+    for (int64_t c = lane; c < C; c += 32) v += (acc_t(xr[c]) - m) * (acc_t(xr[c]) - m);
+    const acc_t rs = acc_t(1) / sqrt(warp_sum(v) / static_cast<acc_t>(C) + eps);
+    for (int64_t c = lane; c < C; c += 32)
+      yr[c] = static_cast<T>(kLayerNorm ? (acc_t(xr[c]) - m) * rs * acc_t(w[c]) + acc_t(b[c])
+                                        : acc_t(xr[c]) * rs * acc_t(w[c]));
     if (lane == 0) {
-      if (kLayerNorm) mean[row] = m;
-      rstd[row] = rs;
+      if (kLayerNorm) mean[row] = static_cast<T>(m);
+      rstd[row] = static_cast<T>(rs);
     }
   }
 }
 
 // Block per chunk of `rows` rows (phases 1 and 2 above). dy, x, dx: (R, C); w: (C); mean,
 // rstd: (R) (mean unused for RMSNorm); partial: (params, chunks, C) double, params = 2 (dw, db)
-// for LayerNorm, 1 for RMSNorm. Dynamic shared memory: 2 * rows T.
-template <typename T, bool kLayerNorm>
+// for LayerNorm, 1 for RMSNorm. Dynamic shared memory: 2 * rows acc_t.
+template <typename T, typename acc_t, bool kLayerNorm>
 __global__ void norm_backward_kernel(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
                                      double* partial, int64_t R, int64_t C, int64_t rows) {
-  SIMT_DYNAMIC_SHARED(T, smem);
-  T* row_a = smem;         // (rows) mean(dxhat), LayerNorm only
-  T* row_c = smem + rows;  // (rows) mean(dxhat * xhat)
+  SIMT_DYNAMIC_SHARED(acc_t, smem);
+  acc_t* row_a = smem;         // (rows) mean(dxhat), LayerNorm only
+  acc_t* row_c = smem + rows;  // (rows) mean(dxhat * xhat)
   const int64_t chunk = blockIdx.x, r0 = chunk * rows, r_end = r0 + rows < R ? r0 + rows : R;
-  const T inv_c = T(1) / static_cast<T>(C);
+  const acc_t inv_c = acc_t(1) / static_cast<acc_t>(C);
   // Phase 1: warp per row, the two row sums.
   const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
   for (int64_t r = r0 + (threadIdx.x >> 5); r < r_end; r += warps) {  // uniform over the warp
     const T* dyr = dy + r * C;
     const T* xr = x + r * C;
-    const T m = kLayerNorm ? mean[r] : T(0), rs = rstd[r];
-    T sum_dxhat = 0, sum_dxhat_xhat = 0;
+    const acc_t m = kLayerNorm ? acc_t(mean[r]) : acc_t(0), rs = rstd[r];
+    acc_t sum_dxhat = 0, sum_dxhat_xhat = 0;
     for (int64_t c = lane; c < C; c += 32) {
-      const T dxhat = dyr[c] * w[c];
+      const acc_t dxhat = acc_t(dyr[c]) * acc_t(w[c]);
       sum_dxhat += dxhat;
-      sum_dxhat_xhat += dxhat * ((xr[c] - m) * rs);
+      sum_dxhat_xhat += dxhat * ((acc_t(xr[c]) - m) * rs);
     }
     sum_dxhat = warp_sum(sum_dxhat);
     sum_dxhat_xhat = warp_sum(sum_dxhat_xhat);
     if (lane == 0) {
-      row_a[r - r0] = kLayerNorm ? sum_dxhat * inv_c : T(0);
+      row_a[r - r0] = kLayerNorm ? sum_dxhat * inv_c : acc_t(0);
       row_c[r - r0] = sum_dxhat_xhat * inv_c;
     }
   }
@@ -109,13 +114,13 @@ __global__ void norm_backward_kernel(const T* dy, const T* x, const T* w, const 
   double* part_dw = partial + chunk * C;                                             // (C)
   double* part_db = kLayerNorm ? partial + (gridDim.x + chunk) * C : nullptr;  // (C)
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    const T wc = w[c];
+    const acc_t wc = w[c];
     double acc_dw = 0, acc_db = 0;
     for (int64_t r = r0; r < r_end; ++r) {
-      const T m = kLayerNorm ? mean[r] : T(0), rs = rstd[r];
-      const T d = dy[r * C + c];
-      const T xhat = (x[r * C + c] - m) * rs;
-      dx[r * C + c] = rs * (d * wc - row_a[r - r0] - xhat * row_c[r - r0]);
+      const acc_t m = kLayerNorm ? acc_t(mean[r]) : acc_t(0), rs = rstd[r];
+      const acc_t d = dy[r * C + c];
+      const acc_t xhat = (acc_t(x[r * C + c]) - m) * rs;
+      dx[r * C + c] = static_cast<T>(rs * (d * wc - row_a[r - r0] - xhat * row_c[r - r0]));
       acc_dw += static_cast<double>(d) * static_cast<double>(xhat);
       if (kLayerNorm) acc_db += static_cast<double>(d);
     }
@@ -144,40 +149,40 @@ constexpr int kGroupThreads = 256;
 
 // Block per (sample, group) ng (a block-uniform loop); x, y: (N*G, M) with M = Cg * S; w, b: (C);
 // mean, rstd: (N*G).
-template <typename T>
-__global__ void group_norm_forward_kernel(const T* x, const T* w, const T* b, T eps, T* y, T* mean, T* rstd,
+template <typename T, typename acc_t>
+__global__ void group_norm_forward_kernel(const T* x, const T* w, const T* b, acc_t eps, T* y, T* mean, T* rstd,
                                           int64_t NG, int64_t G, int64_t Cg, int64_t S) {
   using std::sqrt;
-  __shared__ T scratch[32];
+  __shared__ acc_t scratch[32];
   const int64_t M = Cg * S;
   for (int64_t ng = blockIdx.x; ng < NG; ng += gridDim.x) {
     const T* xr = x + ng * M;
     T* yr = y + ng * M;
-    const T shift = xr[0];
-    T s = 0;
-    for (int64_t i = threadIdx.x; i < M; i += blockDim.x) s += xr[i] - shift;
-    const T m = shift + block_reduce(s, SumOp{}, scratch) / static_cast<T>(M);
-    T v = 0;
-    for (int64_t i = threadIdx.x; i < M; i += blockDim.x) v += (xr[i] - m) * (xr[i] - m);
-    const T rs = T(1) / sqrt(block_reduce(v, SumOp{}, scratch) / static_cast<T>(M) + eps);
+    const acc_t shift = xr[0];
+    acc_t s = 0;
+    for (int64_t i = threadIdx.x; i < M; i += blockDim.x) s += acc_t(xr[i]) - shift;
+    const acc_t m = shift + block_reduce(s, SumOp{}, scratch) / static_cast<acc_t>(M);
+    acc_t v = 0;
+    for (int64_t i = threadIdx.x; i < M; i += blockDim.x) v += (acc_t(xr[i]) - m) * (acc_t(xr[i]) - m);
+    const acc_t rs = acc_t(1) / sqrt(block_reduce(v, SumOp{}, scratch) / static_cast<acc_t>(M) + eps);
     const int64_t c0 = (ng % G) * Cg;
     for (int64_t i = threadIdx.x; i < M; i += blockDim.x) {
       const int64_t c = c0 + i / S;
-      yr[i] = (xr[i] - m) * rs * w[c] + b[c];
+      yr[i] = static_cast<T>((acc_t(xr[i]) - m) * rs * acc_t(w[c]) + acc_t(b[c]));
     }
     if (threadIdx.x == 0) {
-      mean[ng] = m;
-      rstd[ng] = rs;
+      mean[ng] = static_cast<T>(m);
+      rstd[ng] = static_cast<T>(rs);
     }
   }
 }
 
 // Block per (sample, group) ng. dy, x, dx: (N*G, M); w: (C); mean, rstd: (N*G); partial: (2, N, C)
 // double, the per-sample channel sums of dy * xhat (slab 0) and dy (slab 1).
-template <typename T>
+template <typename T, typename acc_t>
 __global__ void group_norm_backward_kernel(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
                                            double* partial, int64_t NG, int64_t G, int64_t Cg, int64_t S) {
-  __shared__ T scratch[32];
+  __shared__ acc_t scratch[32];
   __shared__ double scratch_d[32];
   const int64_t M = Cg * S, C = G * Cg, N = NG / G;
   for (int64_t ng = blockIdx.x; ng < NG; ng += gridDim.x) {
@@ -185,21 +190,21 @@ __global__ void group_norm_backward_kernel(const T* dy, const T* x, const T* w, 
     const T* xr = x + ng * M;
     T* dxr = dx + ng * M;
     const int64_t n = ng / G, c0 = (ng % G) * Cg;
-    const T m = mean[ng], rs = rstd[ng];
-    T sum_dxhat = 0, sum_dxhat_xhat = 0;
+    const acc_t m = mean[ng], rs = rstd[ng];
+    acc_t sum_dxhat = 0, sum_dxhat_xhat = 0;
     for (int64_t i = threadIdx.x; i < M; i += blockDim.x) {
-      const T dxhat = dyr[i] * w[c0 + i / S];
+      const acc_t dxhat = acc_t(dyr[i]) * acc_t(w[c0 + i / S]);
       sum_dxhat += dxhat;
-      sum_dxhat_xhat += dxhat * ((xr[i] - m) * rs);
+      sum_dxhat_xhat += dxhat * ((acc_t(xr[i]) - m) * rs);
     }
-    const T a = block_reduce(sum_dxhat, SumOp{}, scratch) / static_cast<T>(M);
-    const T cc = block_reduce(sum_dxhat_xhat, SumOp{}, scratch) / static_cast<T>(M);
+    const acc_t a = block_reduce(sum_dxhat, SumOp{}, scratch) / static_cast<acc_t>(M);
+    const acc_t cc = block_reduce(sum_dxhat_xhat, SumOp{}, scratch) / static_cast<acc_t>(M);
     for (int64_t i = threadIdx.x; i < M; i += blockDim.x)
-      dxr[i] = rs * (dyr[i] * w[c0 + i / S] - a - (xr[i] - m) * rs * cc);
+      dxr[i] = static_cast<T>(rs * (acc_t(dyr[i]) * acc_t(w[c0 + i / S]) - a - (acc_t(xr[i]) - m) * rs * cc));
     for (int64_t ci = 0; ci < Cg; ++ci) {  // block-uniform: every thread reaches each reduction
       double acc_dw = 0, acc_db = 0;
       for (int64_t i = ci * S + threadIdx.x; i < (ci + 1) * S; i += blockDim.x) {
-        acc_dw += static_cast<double>(dyr[i]) * static_cast<double>((xr[i] - m) * rs);
+        acc_dw += static_cast<double>(dyr[i]) * static_cast<double>((acc_t(xr[i]) - m) * rs);
         acc_db += static_cast<double>(dyr[i]);
       }
       acc_dw = block_reduce(acc_dw, SumOp{}, scratch_d);
@@ -214,17 +219,17 @@ __global__ void group_norm_backward_kernel(const T* dy, const T* x, const T* w, 
 
 // ---- launchers -------------------------------------------------------------------------------
 
-template <typename T, bool kLayerNorm>
+template <typename T, typename acc_t, bool kLayerNorm>
 void forward_launch(const Tensor& x, const Tensor& w, const Tensor& b, double eps, const Tensor& y,
                     const Tensor& mean, const Tensor& rstd) {
   const int64_t R = x.size(0), C = x.size(1);
   const unsigned grid = grid_for(R, kRowsPerBlock);
-  launch(kLayerNorm ? "layernorm_forward_kernel" : "rmsnorm_forward_kernel", norm_forward_kernel<T, kLayerNorm>,
+  launch(kLayerNorm ? "layernorm_forward_kernel" : "rmsnorm_forward_kernel", norm_forward_kernel<T, acc_t, kLayerNorm>,
          grid, kRowsPerBlock * 32, 0, x.data<T>(), w.data<T>(), kLayerNorm ? b.data<T>() : nullptr,
-         static_cast<T>(eps), y.data<T>(), kLayerNorm ? mean.data<T>() : nullptr, rstd.data<T>(), R, C);
+         static_cast<acc_t>(eps), y.data<T>(), kLayerNorm ? mean.data<T>() : nullptr, rstd.data<T>(), R, C);
 }
 
-template <typename T, bool kLayerNorm>
+template <typename T, typename acc_t, bool kLayerNorm>
 void backward_launch(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                      const Tensor& dx, const Tensor& dw, const Tensor& db) {
   const int64_t R = x.size(0), C = x.size(1);
@@ -232,8 +237,8 @@ void backward_launch(const Tensor& dy, const Tensor& x, const Tensor& w, const T
   const int params = kLayerNorm ? 2 : 1;
   // (params, chunks, C) double partials from the caching allocator: at most ~1024 x C per param.
   const Tensor partial = empty({params, chunks, C}, DType::f64, x.device());
-  launch(kLayerNorm ? "layernorm_backward_kernel" : "rmsnorm_backward_kernel", norm_backward_kernel<T, kLayerNorm>,
-         dim3(static_cast<unsigned>(chunks)), kBackThreads, 2 * rows * sizeof(T), dy.data<T>(), x.data<T>(),
+  launch(kLayerNorm ? "layernorm_backward_kernel" : "rmsnorm_backward_kernel", norm_backward_kernel<T, acc_t, kLayerNorm>,
+         dim3(static_cast<unsigned>(chunks)), kBackThreads, 2 * rows * sizeof(acc_t), dy.data<T>(), x.data<T>(),
          w.data<T>(), kLayerNorm ? mean.data<T>() : nullptr, rstd.data<T>(), dx.data<T>(), partial.data<double>(), R,
          C, rows);
   launch("norm_params_kernel", norm_params_kernel<T>, dim3(grid_for(C, kThreads), params), kThreads, 0,
@@ -245,47 +250,47 @@ void backward_launch(const Tensor& dy, const Tensor& x, const Tensor& w, const T
 void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double eps, const Tensor& y,
                        const Tensor& mean, const Tensor& rstd) {
   set_device(x.device());
-  REEL_DISPATCH_FLOATING(x.dtype(), "layernorm_forward", forward_launch<scalar_t, true>(x, w, b, eps, y, mean, rstd))
+  REEL_DISPATCH_FLOATING(x.dtype(), "layernorm_forward", forward_launch<scalar_t, acc_t, true>(x, w, b, eps, y, mean, rstd))
 }
 
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                         const Tensor& dx, const Tensor& dw, const Tensor& db) {
   set_device(x.device());
   REEL_DISPATCH_FLOATING(x.dtype(), "layernorm_backward",
-                         backward_launch<scalar_t, true>(dy, x, w, mean, rstd, dx, dw, db))
+                         backward_launch<scalar_t, acc_t, true>(dy, x, w, mean, rstd, dx, dw, db))
 }
 
 void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, const Tensor& y, const Tensor& rstd) {
   set_device(x.device());
   REEL_DISPATCH_FLOATING(x.dtype(), "rmsnorm_forward",
-                         forward_launch<scalar_t, false>(x, w, Tensor(), eps, y, Tensor(), rstd))
+                         forward_launch<scalar_t, acc_t, false>(x, w, Tensor(), eps, y, Tensor(), rstd))
 }
 
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dx,
                       const Tensor& dw) {
   set_device(x.device());
   REEL_DISPATCH_FLOATING(x.dtype(), "rmsnorm_backward",
-                         backward_launch<scalar_t, false>(dy, x, w, Tensor(), rstd, dx, dw, Tensor()))
+                         backward_launch<scalar_t, acc_t, false>(dy, x, w, Tensor(), rstd, dx, dw, Tensor()))
 }
 
 namespace {
-template <typename T>
+template <typename T, typename acc_t>
 void group_norm_forward_launch(const Tensor& x, const Tensor& w, const Tensor& b, int64_t G, double eps,
                                const Tensor& y, const Tensor& mean, const Tensor& rstd) {
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
   const unsigned grid = grid_for(N * G * kGroupThreads, kGroupThreads);  // a block per (sample, group), capped
-  launch("group_norm_forward_kernel", group_norm_forward_kernel<T>, grid, kGroupThreads, 0, x.data<T>(),
-         w.data<T>(), b.data<T>(), static_cast<T>(eps), y.data<T>(), mean.data<T>(), rstd.data<T>(), N * G, G, C / G,
+  launch("group_norm_forward_kernel", group_norm_forward_kernel<T, acc_t>, grid, kGroupThreads, 0, x.data<T>(),
+         w.data<T>(), b.data<T>(), static_cast<acc_t>(eps), y.data<T>(), mean.data<T>(), rstd.data<T>(), N * G, G, C / G,
          S);
 }
 
-template <typename T>
+template <typename T, typename acc_t>
 void group_norm_backward_launch(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
                                 const Tensor& rstd, int64_t G, const Tensor& dx, const Tensor& dw, const Tensor& db) {
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
   const Tensor partial = empty({2, N, C}, DType::f64, x.device());  // (dw, db) per sample and channel
   const unsigned grid = grid_for(N * G * kGroupThreads, kGroupThreads);
-  launch("group_norm_backward_kernel", group_norm_backward_kernel<T>, grid, kGroupThreads, 0, dy.data<T>(),
+  launch("group_norm_backward_kernel", group_norm_backward_kernel<T, acc_t>, grid, kGroupThreads, 0, dy.data<T>(),
          x.data<T>(), w.data<T>(), mean.data<T>(), rstd.data<T>(), dx.data<T>(), partial.data<double>(), N * G, G,
          C / G, S);
   launch("norm_params_kernel", norm_params_kernel<T>, dim3(grid_for(C, kThreads), 2), kThreads, 0,
@@ -297,14 +302,14 @@ void group_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, int64
                         const Tensor& mean, const Tensor& rstd) {
   set_device(x.device());
   REEL_DISPATCH_FLOATING(x.dtype(), "group_norm_forward",
-                         group_norm_forward_launch<scalar_t>(x, w, b, groups, eps, y, mean, rstd))
+                         group_norm_forward_launch<scalar_t, acc_t>(x, w, b, groups, eps, y, mean, rstd))
 }
 
 void group_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                          int64_t groups, const Tensor& dx, const Tensor& dw, const Tensor& db) {
   set_device(x.device());
   REEL_DISPATCH_FLOATING(x.dtype(), "group_norm_backward",
-                         group_norm_backward_launch<scalar_t>(dy, x, w, mean, rstd, groups, dx, dw, db))
+                         group_norm_backward_launch<scalar_t, acc_t>(dy, x, w, mean, rstd, groups, dx, dw, db))
 }
 
 }  // namespace reel::kernels::cuda

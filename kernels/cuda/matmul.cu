@@ -43,8 +43,8 @@ struct TiledArgs {
 // memory: every element of A and B is read from global memory N/16 and M/16 times instead of N
 // and M times. Elements past the edge of a partial tile are staged as 0, so any M, N, K works.
 // The second barrier keeps a fast thread from overwriting a tile others still read.
-// a, b: any strides (args); c: (batches, M, N) contiguous.
-template <typename T>
+// a, b: any strides (args); c: (batches, M, N) contiguous. The products accumulate in acc_t.
+template <typename T, typename acc_t>
 __global__ void matmul_tiled_kernel(const T* a, const T* b, T* c, TiledArgs args, int64_t batch0) {
   __shared__ T As[kTile][kTile];
   __shared__ T Bs[kTile][kTile];
@@ -56,15 +56,15 @@ __global__ void matmul_tiled_kernel(const T* a, const T* b, T* c, TiledArgs args
   a += off[0];
   b += off[1];
   c += batch * args.M * args.N;
-  T acc = 0;
+  acc_t acc = 0;
   for (int64_t k0 = 0; k0 < args.K; k0 += kTile) {
     As[ty][tx] = (row < args.M && k0 + tx < args.K) ? a[row * args.a_row + (k0 + tx) * args.a_col] : T(0);
     Bs[ty][tx] = (k0 + ty < args.K && col < args.N) ? b[(k0 + ty) * args.b_row + col * args.b_col] : T(0);
     __syncthreads();
-    for (int k = 0; k < kTile; ++k) acc += As[ty][k] * Bs[k][tx];
+    for (int k = 0; k < kTile; ++k) acc += static_cast<acc_t>(As[ty][k]) * static_cast<acc_t>(Bs[k][tx]);
     __syncthreads();
   }
-  if (row < args.M && col < args.N) c[row * args.N + col] = acc;
+  if (row < args.M && col < args.N) c[row * args.N + col] = static_cast<T>(acc);
 }
 
 // out[i] = bias[i % N]: every row of out (rows, N) starts as the bias, which cuBLAS then
@@ -111,6 +111,7 @@ int as_int(int64_t v, const char* what) {
 // transpose needed (op N); a column-major one (a transposed view) is not (op T).
 // `count` products: a + i * stride_a, b + i * stride_b -> c + i * M * N; with accumulate, the
 // products are added to what c holds (beta = 1: the bias rows), else c is written, never read.
+// cuBLAS accumulates f32 in f32 and f64 in f64: the dispatch's acc_t; alpha and beta are acc_t.
 template <typename T>
 void gemm_batched(const MatmulOperand& A, const MatmulOperand& B, const T* a, int64_t stride_a, const T* b,
                   int64_t stride_b, T* c, int64_t M, int64_t N, int64_t K, int64_t count, bool accumulate) {
@@ -118,7 +119,7 @@ void gemm_batched(const MatmulOperand& A, const MatmulOperand& B, const T* a, in
   const cublasOperation_t op_a = A.col_major ? CUBLAS_OP_T : CUBLAS_OP_N;
   const int m = as_int(N, "N"), n = as_int(M, "M"), k = as_int(K, "K");
   const int lda = as_int(A.ld, "lda"), ldb = as_int(B.ld, "ldb");
-  const T one = 1, beta = accumulate ? 1 : 0;
+  const acc_type_t<T> one = 1, beta = accumulate ? 1 : 0;
   for (int64_t done = 0; done < count; done += INT_MAX) {
     const int batch = static_cast<int>(std::min<int64_t>(count - done, INT_MAX));
     if constexpr (std::is_same_v<T, float>)
@@ -126,11 +127,13 @@ void gemm_batched(const MatmulOperand& A, const MatmulOperand& B, const T* a, in
                                              a + done * stride_a, lda, stride_a, &beta, c + done * M * N, m, M * N,
                                              batch),
                    "cublasSgemmStridedBatched");
-    else
+    else if constexpr (std::is_same_v<T, double>)
       check_cublas(cublasDgemmStridedBatched(handle(), op_b, op_a, m, n, k, &one, b + done * stride_b, ldb, stride_b,
                                              a + done * stride_a, lda, stride_a, &beta, c + done * M * N, m, M * N,
                                              batch),
                    "cublasDgemmStridedBatched");
+    else
+      static_assert(dependent_false<T>, "gemm_batched: a dtype without its cuBLAS call");
   }
 }
 
@@ -181,7 +184,7 @@ void matmul_cublas(const Tensor& a, const Tensor& b, const Tensor& out, const Te
   }
 }
 
-template <typename T>
+template <typename T, typename acc_t>
 void matmul_tiled_impl(const Tensor& a, const Tensor& b, const Tensor& out) {
   const int64_t r = out.dim();
   TiledArgs args;
@@ -195,7 +198,7 @@ void matmul_tiled_impl(const Tensor& a, const Tensor& b, const Tensor& out) {
   const Shape batch_shape(out.shape().begin(), out.shape().end() - 2);
   const Shape sa(a.strides().begin(), a.strides().end() - 2), sb(b.strides().begin(), b.strides().end() - 2);
   if (!make_offset_calc<2>(batch_shape, {&sa, &sb}, args.batch)) {
-    matmul_tiled_impl<T>(untracked::contiguous(a), untracked::contiguous(b), out);
+    matmul_tiled_impl<T, acc_t>(untracked::contiguous(a), untracked::contiguous(b), out);
     return;
   }
   const int64_t batches = shape_numel(batch_shape);
@@ -204,7 +207,7 @@ void matmul_tiled_impl(const Tensor& a, const Tensor& b, const Tensor& out) {
   for (int64_t b0 = 0; b0 < batches; b0 += 65535) {
     const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy),
                     static_cast<unsigned>(std::min<int64_t>(batches - b0, 65535)));
-    launch("matmul_tiled_kernel", matmul_tiled_kernel<T>, grid, dim3(kTile, kTile), 0, a.data<T>(), b.data<T>(),
+    launch("matmul_tiled_kernel", matmul_tiled_kernel<T, acc_t>, grid, dim3(kTile, kTile), 0, a.data<T>(), b.data<T>(),
            out.data<T>(), args, b0);
   }
 }
@@ -233,7 +236,7 @@ void matmul_tiled(const Tensor& a, const Tensor& b, const Tensor& out) {
     out.fill_(0.0);
     return;
   }
-  REEL_DISPATCH_FLOATING(out.dtype(), "matmul_tiled", matmul_tiled_impl<scalar_t>(a, b, out))
+  REEL_DISPATCH_FLOATING(out.dtype(), "matmul_tiled", matmul_tiled_impl<scalar_t, acc_t>(a, b, out))
 }
 
 }  // namespace reel::kernels::cuda

@@ -9,6 +9,7 @@
 // chunk_of[b] of tensor slot tensor_of[b]. Each update is one fused sweep (param, grad and
 // state read once, param and state written once): these kernels are bound by memory bandwidth.
 // A list may mix f32 and f64 tensors: the f32 ones go through float launches, then the f64 ones.
+// The update arithmetic runs in acc_t = reel::acc_type_t<T> (T itself for f32 and f64).
 //
 // The norm is a deterministic two-pass reduction: pass 1 writes one double partial per chunk,
 // a fixed tree over the chunk's elements, at the chunk's index in list order; pass 2, one block,
@@ -58,33 +59,38 @@ __device__ __forceinline__ int block_chunk(const ListArgs<T, N>& a, int64_t& beg
 // ---- kernels ---------------------------------------------------------------------------------
 
 // Lists: 0 params, 1 grads, 2 momentum buffers (null without momentum). As torch.optim.SGD.
-template <typename T>
-__global__ void sgd_kernel(ListArgs<T, 3> a, T lr, T mu, T keep, T wd, bool nesterov, bool first_step) {
+// The update arithmetic runs in acc_t (loads T -> acc_t, stores acc_t -> T: no-ops for f32, f64).
+template <typename T, typename acc_t>
+__global__ void sgd_kernel(ListArgs<T, 3> a, acc_t lr, acc_t mu, acc_t keep, acc_t wd, bool nesterov,
+                           bool first_step) {
   int64_t begin, end;
   const int s = block_chunk(a, begin, end);
   T* p = a.ptr[0][s];
   const T* g = a.ptr[1][s];
   T* buf = a.ptr[2][s];
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    const T d = g[i] + wd * p[i];
+    const acc_t P = p[i];
+    const acc_t d = acc_t(g[i]) + wd * P;
     if (buf == nullptr) {  // plain SGD
-      p[i] -= lr * d;
+      p[i] = static_cast<T>(P - lr * d);
     } else {
-      const T b = first_step ? d : mu * buf[i] + keep * d;  // torch: the buffer starts as the gradient
-      buf[i] = b;
-      p[i] -= lr * (nesterov ? d + mu * b : b);
+      const acc_t b = first_step ? d : mu * acc_t(buf[i]) + keep * d;  // torch: the buffer starts as the gradient
+      buf[i] = static_cast<T>(b);
+      p[i] = static_cast<T>(P - lr * (nesterov ? d + mu * b : b));
     }
   }
 }
 
 // Lists: 0 params, 1 grads, 2 exp_avg, 3 exp_avg_sq. As torch.optim.AdamW (decoupled) or Adam.
-template <typename T>
+// The moments' temporaries and the update run in acc_t; m, v and p are stored as T.
+template <typename T, typename acc_t>
 __global__ void adamw_kernel(ListArgs<T, 4> a, AdamScalars sc) {
   using std::sqrt;
-  const T step_size = static_cast<T>(sc.step_size), inv_bc2_sqrt = static_cast<T>(sc.inv_bc2_sqrt);
-  const T one_minus_b1 = static_cast<T>(sc.one_minus_b1), b2 = static_cast<T>(sc.b2);
-  const T one_minus_b2 = static_cast<T>(sc.one_minus_b2), eps = static_cast<T>(sc.eps);
-  const T wd = static_cast<T>(sc.wd), decay = static_cast<T>(sc.decay);
+  using A = acc_t;
+  const A step_size = static_cast<A>(sc.step_size), inv_bc2_sqrt = static_cast<A>(sc.inv_bc2_sqrt);
+  const A one_minus_b1 = static_cast<A>(sc.one_minus_b1), b2 = static_cast<A>(sc.b2);
+  const A one_minus_b2 = static_cast<A>(sc.one_minus_b2), eps = static_cast<A>(sc.eps);
+  const A wd = static_cast<A>(sc.wd), decay = static_cast<A>(sc.decay);
   const bool l2 = !sc.decoupled && sc.wd != 0, decay_p = sc.decoupled && sc.wd != 0;
   int64_t begin, end;
   const int s = block_chunk(a, begin, end);
@@ -93,14 +99,14 @@ __global__ void adamw_kernel(ListArgs<T, 4> a, AdamScalars sc) {
   T* m = a.ptr[2][s];
   T* v = a.ptr[3][s];
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    const T P = p[i];
-    const T G = l2 ? g[i] + wd * P : g[i];  // Adam's L2 weight decay: the gradient itself gets + wd * p
-    const T M = m[i] + one_minus_b1 * (G - m[i]);  // torch's lerp form of b1 m + (1 - b1) g
-    const T V = v[i] * b2 + one_minus_b2 * G * G;
-    m[i] = M;
-    v[i] = V;
-    const T update = step_size * M / (sqrt(V) * inv_bc2_sqrt + eps);
-    p[i] = decay_p ? P * decay - update : P - update;
+    const A P = p[i], m0 = m[i];
+    const A G = l2 ? A(g[i]) + wd * P : A(g[i]);  // Adam's L2 weight decay: the gradient itself gets + wd * p
+    const A M = m0 + one_minus_b1 * (G - m0);  // torch's lerp form of b1 m + (1 - b1) g
+    const A V = A(v[i]) * b2 + one_minus_b2 * G * G;
+    m[i] = static_cast<T>(M);
+    v[i] = static_cast<T>(V);
+    const A update = step_size * M / (sqrt(V) * inv_bc2_sqrt + eps);
+    p[i] = static_cast<T>(decay_p ? P * decay - update : P - update);
   }
 }
 
@@ -126,12 +132,12 @@ __global__ void sum_partials_kernel(const double* partial, int64_t n, double* ou
   if (threadIdx.x == 0) *out = acc;
 }
 
-template <typename T>
-__global__ void scale_kernel(ListArgs<T, 1> a, T factor) {
+template <typename T, typename acc_t>
+__global__ void scale_kernel(ListArgs<T, 1> a, acc_t factor) {
   int64_t begin, end;
   const int s = block_chunk(a, begin, end);
   T* x = a.ptr[0][s];
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) x[i] *= factor;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) x[i] = static_cast<T>(acc_t(x[i]) * factor);
 }
 
 // ---- launchers -------------------------------------------------------------------------------
@@ -142,7 +148,7 @@ int64_t chunks_of(const Tensor& t) { return (t.numel() + kChunk - 1) / kChunk; }
 // lists[k] may be null (ptr[k] then stays null); index i of every list is the same parameter.
 template <typename T, int N, typename Run>
 void list_apply(const std::array<const std::vector<Tensor>*, N>& lists, Run run) {
-  constexpr DType dtype = std::is_same_v<T, float> ? DType::f32 : DType::f64;
+  constexpr DType dtype = dtype_of<T>::value;
   const std::vector<Tensor>& first = *lists[0];
   ListArgs<T, N> a{};
   int slot = 0, blocks = 0;
@@ -198,9 +204,10 @@ void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
   const std::array<const std::vector<Tensor>*, 3> lists{&params, &grads, use_buf ? &momentum_bufs : nullptr};
   const auto go = [&](auto zero) {
     using T = decltype(zero);
+    using A = acc_type_t<T>;
     list_apply<T, 3>(lists, [&](const ListArgs<T, 3>& a, int blocks) {
-      launch("sgd_kernel", sgd_kernel<T>, blocks, kListThreads, 0, a, static_cast<T>(lr), static_cast<T>(momentum),
-             static_cast<T>(1 - dampening), static_cast<T>(weight_decay), nesterov, step <= 1);
+      launch("sgd_kernel", sgd_kernel<T, A>, blocks, kListThreads, 0, a, static_cast<A>(lr), static_cast<A>(momentum),
+             static_cast<A>(1 - dampening), static_cast<A>(weight_decay), nesterov, step <= 1);
     });
   };
   go(float{});
@@ -218,7 +225,7 @@ void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& 
   const auto go = [&](auto zero) {
     using T = decltype(zero);
     list_apply<T, 4>(lists, [&](const ListArgs<T, 4>& a, int blocks) {
-      launch("adamw_kernel", adamw_kernel<T>, blocks, kListThreads, 0, a, sc);
+      launch("adamw_kernel", adamw_kernel<T, acc_type_t<T>>, blocks, kListThreads, 0, a, sc);
     });
   };
   go(float{});
@@ -255,7 +262,8 @@ void scale_(const std::vector<Tensor>& tensors, double factor) {
   const auto go = [&](auto zero) {
     using T = decltype(zero);
     list_apply<T, 1>(lists, [&](const ListArgs<T, 1>& a, int blocks) {
-      launch("scale_kernel", scale_kernel<T>, blocks, kListThreads, 0, a, static_cast<T>(factor));
+      launch("scale_kernel", scale_kernel<T, acc_type_t<T>>, blocks, kListThreads, 0, a,
+             static_cast<acc_type_t<T>>(factor));
     });
   };
   go(float{});

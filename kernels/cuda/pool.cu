@@ -29,7 +29,9 @@
 // window. Backward: a grid-stride loop over the INPUT elements, each thread gathering the dy of
 // the outputs whose window covers its element in row-major output order, as the CPU kernels
 // (kernels/cpu/pool.cpp) do. Overlapping windows need no atomics and the adds have one order:
-// the same bits in every run, every scheduling order, and as the CPU backend.
+// the same bits in every run, every scheduling order, and as the CPU backend. Window sums and
+// gathered gradients accumulate in the dispatch's acc_t and are stored as T once (no conversion
+// for f32 and f64, where acc_t is T).
 #include <climits>
 #include <cmath>
 #include <string>
@@ -99,59 +101,61 @@ __global__ void max_pool2d_forward_kernel(const T* x, T* y, int64_t* idx, int64_
 
 
 // x: (P, H, W); y: (P, OH, OW). Dilation is 1.
-template <typename T>
+template <typename T, typename acc_t>
 __global__ void avg_pool2d_forward_kernel(const T* x, T* y, int64_t P, int64_t H, int64_t W, int64_t OH, int64_t OW,
                                           Axis ah, Axis aw, bool include_pad) {
   const int64_t total = P * OH * OW;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{blockDim.x} * gridDim.x) {
     const int64_t ow = i % OW, oh = i / OW % OH, pl = i / (OW * OH);
     const T* xp = x + pl * H * W;
-    T acc = 0;
+    acc_t acc = 0;
     for (int64_t ki = 0; ki < ah.k; ++ki) {
       const int64_t ih = oh * ah.s - ah.pad + ki;
       if (ih < 0 || ih >= H) continue;
       for (int64_t kj = 0; kj < aw.k; ++kj) {
         const int64_t iw = ow * aw.s - aw.pad + kj;
-        if (iw >= 0 && iw < W) acc += xp[ih * W + iw];
+        if (iw >= 0 && iw < W) acc += static_cast<acc_t>(xp[ih * W + iw]);
       }
     }
-    y[i] = acc / static_cast<T>(avg_extent(oh, ah, H, include_pad) * avg_extent(ow, aw, W, include_pad));
+    y[i] = static_cast<T>(acc / static_cast<acc_t>(avg_extent(oh, ah, H, include_pad) *
+                                                   avg_extent(ow, aw, W, include_pad)));
   }
 }
 
 
 // dx of max pooling: an output's dy goes to the input its saved argmax names. idx: (P, OH, OW).
-template <typename T>
+template <typename T, typename acc_t>
 struct MaxTake {
   const T* dy;
   const int64_t* idx;
-  __device__ __forceinline__ void operator()(int64_t o, int64_t, int64_t, int64_t in, T& acc) const {
-    if (idx[o] == in) acc += dy[o];
+  __device__ __forceinline__ void operator()(int64_t o, int64_t, int64_t, int64_t in, acc_t& acc) const {
+    if (idx[o] == in) acc += static_cast<acc_t>(dy[o]);
   }
 };
 // dx of average pooling: every covering output's dy / its window's divisor. H, W: the input plane.
-template <typename T>
+template <typename T, typename acc_t>
 struct AvgTake {
   const T* dy;
   Axis ah, aw;
   int64_t H, W;
   bool include_pad;
-  __device__ __forceinline__ void operator()(int64_t o, int64_t oh, int64_t ow, int64_t, T& acc) const {
-    acc += dy[o] / static_cast<T>(avg_extent(oh, ah, H, include_pad) * avg_extent(ow, aw, W, include_pad));
+  __device__ __forceinline__ void operator()(int64_t o, int64_t oh, int64_t ow, int64_t, acc_t& acc) const {
+    acc += static_cast<acc_t>(dy[o]) /
+           static_cast<acc_t>(avg_extent(oh, ah, H, include_pad) * avg_extent(ow, aw, W, include_pad));
   }
 };
 
 // Thread per dx element (P, H, W): gathers from every output window covering it, window offsets
 // walking down so outputs come in increasing order (the CPU's order: the same bits, no atomics).
 // take(o, oh, ow, in, acc) adds output o's share for input `in` (flat in its plane); o indexes
-// (P, OH, OW), (oh, ow) its place in the plane.
-template <typename T, typename Take>
+// (P, OH, OW), (oh, ow) its place in the plane. acc accumulates in acc_t.
+template <typename T, typename acc_t, typename Take>
 __global__ void pool2d_backward_kernel(Take take, T* dx, int64_t P, int64_t H, int64_t W, int64_t OH, int64_t OW,
                                        Axis ah, Axis aw) {
   const int64_t total = P * H * W;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{blockDim.x} * gridDim.x) {
     const int64_t iw = i % W, ih = i / W % H, pl = i / (W * H);
-    T acc = 0;
+    acc_t acc = 0;
     for (int64_t ki = ah.k - 1; ki >= 0; --ki) {
       const int64_t oh = covering(ih, ki, ah, OH);
       if (oh < 0) continue;
@@ -160,7 +164,7 @@ __global__ void pool2d_backward_kernel(Take take, T* dx, int64_t P, int64_t H, i
         if (ow >= 0) take((pl * OH + oh) * OW + ow, oh, ow, ih * W + iw, acc);
       }
     }
-    dx[i] = acc;
+    dx[i] = static_cast<T>(acc);
   }
 }
 
@@ -208,7 +212,8 @@ bool cudnn_avg_pool(const Tensor& x, const Pool2d& p, const Tensor& y, const Ten
   if (n != P || c != 1 || h != OH || w != OW) return false;  // ceil_mode added windows: reel's kernels
   const CudnnTensorDesc yd({P, 1, OH, OW}, y.dtype(), op, ctx);
   REEL_DISPATCH_FLOATING(x.dtype(), op, {
-    const scalar_t one = 1, zero = 0;  // beta = 0: the output is written, never read
+    // cuDNN's blend factors: float for float (and 16-bit) data, double for double: acc_t.
+    const acc_t one = 1, zero = 0;  // beta = 0: the output is written, never read
     if (!backward)
       REEL_CUDNN(cudnnPoolingForward, ctx, cudnn_handle(), pool.d, &one, xd.d, x.data<scalar_t>(), &zero, yd.d,
                  y.data<scalar_t>());
@@ -237,9 +242,9 @@ void max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Pool2d& 
   const int64_t P = dx.size(0), H = dx.size(1), W = dx.size(2), OH = dy.size(1), OW = dy.size(2);
   set_device(dy.device());
   REEL_DISPATCH_FLOATING(dy.dtype(), "max_pool2d_backward",
-                         launch("max_pool2d_backward_kernel", pool2d_backward_kernel<scalar_t, MaxTake<scalar_t>>,
+                         launch("max_pool2d_backward_kernel", pool2d_backward_kernel<scalar_t, acc_t, MaxTake<scalar_t, acc_t>>,
                                 grid_for(P * H * W, kThreads), kThreads, 0,
-                                MaxTake<scalar_t>{dy.data<scalar_t>(), indices.data<int64_t>()},
+                                MaxTake<scalar_t, acc_t>{dy.data<scalar_t>(), indices.data<int64_t>()},
                                 dx.data<scalar_t>(), P, H, W, OH, OW, axis_of(p, 0), axis_of(p, 1)))
 }
 
@@ -250,7 +255,7 @@ void avg_pool2d_forward(const Tensor& x, const Pool2d& p, const Tensor& y) {
   if (cudnn_avg_pool(x, p, y, Tensor(), false)) return;
 #endif
   REEL_DISPATCH_FLOATING(x.dtype(), "avg_pool2d_forward",
-                         launch("avg_pool2d_forward_kernel", avg_pool2d_forward_kernel<scalar_t>,
+                         launch("avg_pool2d_forward_kernel", avg_pool2d_forward_kernel<scalar_t, acc_t>,
                                 grid_for(P * OH * OW, kThreads), kThreads, 0, x.data<scalar_t>(), y.data<scalar_t>(),
                                 P, H, W, OH, OW, axis_of(p, 0), axis_of(p, 1), p.count_include_pad))
 }
@@ -262,9 +267,9 @@ void avg_pool2d_backward(const Tensor& dy, const Pool2d& p, const Tensor& dx) {
   if (cudnn_avg_pool(dx, p, dy, dx, true)) return;
 #endif
   REEL_DISPATCH_FLOATING(dy.dtype(), "avg_pool2d_backward",
-                         launch("avg_pool2d_backward_kernel", pool2d_backward_kernel<scalar_t, AvgTake<scalar_t>>,
+                         launch("avg_pool2d_backward_kernel", pool2d_backward_kernel<scalar_t, acc_t, AvgTake<scalar_t, acc_t>>,
                                 grid_for(P * H * W, kThreads), kThreads, 0,
-                                AvgTake<scalar_t>{dy.data<scalar_t>(), axis_of(p, 0), axis_of(p, 1), H, W,
+                                AvgTake<scalar_t, acc_t>{dy.data<scalar_t>(), axis_of(p, 0), axis_of(p, 1), H, W,
                                                   p.count_include_pad},
                                 dx.data<scalar_t>(), P, H, W, OH, OW, axis_of(p, 0), axis_of(p, 1)))
 }

@@ -11,8 +11,9 @@
 // When those give too few blocks to fill the device (a total sum is one output), R is split
 // into chunks: pass 1 writes partials (O, splits), pass 2 reduces each row of partials.
 // Deterministic: every sum has a fixed tree (no float atomics), so a result is the same run to
-// run. f32 accumulates in float (the CPU uses double: tests allow for that); mean divides once
-// at the end.
+// run. Every sum accumulates in the dispatch's acc_t (f32 for f32, f64 for f64, f32 for a 16-bit
+// type; the CPU uses double: tests allow for that), the split partials are an acc_t tensor too,
+// and only the final store rounds to T; mean divides once at the end.
 #include <cmath>
 
 #include "kernels/backends.h"
@@ -57,55 +58,58 @@ __device__ __forceinline__ T warp_reduce(T v) {
   return v;
 }
 
-// This thread's share of output o's elements in split s: r = first, first + step, ... < end.
-template <bool IsMax, typename T>
-__device__ __forceinline__ T accumulate(const T* x, const ReduceArgs& args, int64_t o, int64_t s, int64_t first,
-                                        int64_t step) {
+// This thread's share of output o's elements in split s: r = first, first + step, ... < end,
+// each loaded as acc_t.
+template <bool IsMax, typename acc_t, typename In>
+__device__ __forceinline__ acc_t accumulate(const In* x, const ReduceArgs& args, int64_t o, int64_t s, int64_t first,
+                                            int64_t step) {
   int64_t koff[1];
   args.kept.get(o, koff);
-  const T* base = x + koff[0];
+  const In* base = x + koff[0];
   const int64_t begin = s * args.chunk + first;
   const int64_t end = (s + 1) * args.chunk < args.length ? (s + 1) * args.chunk : args.length;
-  T acc = identity<IsMax, T>();
+  acc_t acc = identity<IsMax, acc_t>();
   for (int64_t r = begin; r < end; r += step) {
     int64_t roff[1];
     args.reduced.get(r, roff);
-    acc = combine<IsMax>(acc, base[roff[0]]);
+    acc = combine<IsMax>(acc, static_cast<acc_t>(base[roff[0]]));
   }
   return acc;
 }
 
-// out[i] = acc (divided by divisor: a mean), or out[i] += acc when the pass accumulates.
-template <bool IsMax, typename T>
-__device__ __forceinline__ void store(T* out, int64_t i, T acc, T divisor, bool accumulate) {
-  const T r = IsMax ? acc : acc / divisor;
-  out[i] = accumulate ? out[i] + r : r;
+// out[i] = acc (divided by divisor: a mean), or out[i] += acc when the pass accumulates; the sum
+// runs in acc_t and is rounded to Out once.
+template <bool IsMax, typename Out, typename acc_t>
+__device__ __forceinline__ void store(Out* out, int64_t i, acc_t acc, acc_t divisor, bool accumulate) {
+  const acc_t r = IsMax ? acc : acc / divisor;
+  out[i] = static_cast<Out>(accumulate ? static_cast<acc_t>(out[i]) + r : r);
 }
 
 // Block (32, 8): warp y reduces output blockIdx.x * 8 + y, split blockIdx.y.
 // x: as described by args; out: (O, splits) contiguous; divisor: R for a final mean, else 1.
-template <bool IsMax, typename T>
-__global__ void reduce_rows_warp_kernel(const T* x, T* out, ReduceArgs args, T divisor) {
+// In -> Out: T -> T in one pass; T -> acc_t then acc_t -> T with splits.
+template <bool IsMax, typename In, typename Out, typename acc_t>
+__global__ void reduce_rows_warp_kernel(const In* x, Out* out, ReduceArgs args, acc_t divisor) {
   const int64_t o = blockIdx.x * int64_t{blockDim.y} + threadIdx.y, s = blockIdx.y;
   const bool active = o < args.outputs;  // uniform over the warp: all 32 lanes reach the shuffles
-  T acc = active ? accumulate<IsMax>(x, args, o, s, threadIdx.x, 32) : identity<IsMax, T>();
+  acc_t acc = active ? accumulate<IsMax, acc_t>(x, args, o, s, threadIdx.x, 32) : identity<IsMax, acc_t>();
   acc = warp_reduce<IsMax>(acc);
   if (active && threadIdx.x == 0) store<IsMax>(out, o * gridDim.y + s, acc, divisor, args.accumulate);
 }
 
 // Block (256): reduces output blockIdx.x, split blockIdx.y. out, divisor: as above.
-template <bool IsMax, typename T>
-__global__ void reduce_rows_block_kernel(const T* x, T* out, ReduceArgs args, T divisor) {
-  __shared__ T warp_results[32];  // one per warp of the block
+template <bool IsMax, typename In, typename Out, typename acc_t>
+__global__ void reduce_rows_block_kernel(const In* x, Out* out, ReduceArgs args, acc_t divisor) {
+  __shared__ acc_t warp_results[32];  // one per warp of the block
   const int64_t o = blockIdx.x, s = blockIdx.y;
-  T acc = accumulate<IsMax>(x, args, o, s, threadIdx.x, blockDim.x);
+  acc_t acc = accumulate<IsMax, acc_t>(x, args, o, s, threadIdx.x, blockDim.x);
   acc = warp_reduce<IsMax>(acc);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (lane == 0) warp_results[warp] = acc;
   __syncthreads();
   if (warp == 0) {
     const int warps = blockDim.x >> 5;
-    acc = lane < warps ? warp_results[lane] : identity<IsMax, T>();
+    acc = lane < warps ? warp_results[lane] : identity<IsMax, acc_t>();
     acc = warp_reduce<IsMax>(acc);
     if (lane == 0) store<IsMax>(out, o * gridDim.y + s, acc, divisor, args.accumulate);
   }
@@ -113,16 +117,16 @@ __global__ void reduce_rows_block_kernel(const T* x, T* out, ReduceArgs args, T 
 
 // Block (32, 8): thread (x, y) reduces every 8th element of output blockIdx.x * 32 + x (split
 // blockIdx.y) starting at y; thread (x, 0) then combines the 8 partials in order.
-template <bool IsMax, typename T>
-__global__ void reduce_cols_kernel(const T* x, T* out, ReduceArgs args, T divisor) {
-  __shared__ T partial[kColsThreadsY][kColsPerBlock + 1];  // +1: no bank conflicts
+template <bool IsMax, typename In, typename Out, typename acc_t>
+__global__ void reduce_cols_kernel(const In* x, Out* out, ReduceArgs args, acc_t divisor) {
+  __shared__ acc_t partial[kColsThreadsY][kColsPerBlock + 1];  // +1: no bank conflicts
   const int64_t o = blockIdx.x * int64_t{kColsPerBlock} + threadIdx.x, s = blockIdx.y;
   const bool active = o < args.outputs;
   partial[threadIdx.y][threadIdx.x] =
-      active ? accumulate<IsMax>(x, args, o, s, threadIdx.y, kColsThreadsY) : identity<IsMax, T>();
+      active ? accumulate<IsMax, acc_t>(x, args, o, s, threadIdx.y, kColsThreadsY) : identity<IsMax, acc_t>();
   __syncthreads();
   if (active && threadIdx.y == 0) {
-    T acc = partial[0][threadIdx.x];
+    acc_t acc = partial[0][threadIdx.x];
     for (int k = 1; k < kColsThreadsY; ++k) acc = combine<IsMax>(acc, partial[k][threadIdx.x]);
     store<IsMax>(out, o * gridDim.y + s, acc, divisor, args.accumulate);
   }
@@ -132,23 +136,23 @@ __global__ void reduce_cols_kernel(const T* x, T* out, ReduceArgs args, T diviso
 
 enum class Layout { RowsWarp, RowsBlock, Cols };
 
-template <bool IsMax, typename T>
-void launch_pass(Layout layout, const T* x, T* out, const ReduceArgs& args, int64_t splits, T divisor) {
+template <bool IsMax, typename In, typename Out, typename acc_t>
+void launch_pass(Layout layout, const In* x, Out* out, const ReduceArgs& args, int64_t splits, acc_t divisor) {
   const unsigned sy = static_cast<unsigned>(splits);
   switch (layout) {
     case Layout::RowsWarp: {
       const dim3 grid(static_cast<unsigned>((args.outputs + kWarpsPerBlock - 1) / kWarpsPerBlock), sy);
-      launch("reduce_rows_warp_kernel", reduce_rows_warp_kernel<IsMax, T>, grid, dim3(32, kWarpsPerBlock), 0, x, out,
+      launch("reduce_rows_warp_kernel", reduce_rows_warp_kernel<IsMax, In, Out, acc_t>, grid, dim3(32, kWarpsPerBlock), 0, x, out,
              args, divisor);
       break;
     }
     case Layout::RowsBlock:
-      launch("reduce_rows_block_kernel", reduce_rows_block_kernel<IsMax, T>,
+      launch("reduce_rows_block_kernel", reduce_rows_block_kernel<IsMax, In, Out, acc_t>,
              dim3(static_cast<unsigned>(args.outputs), sy), dim3(256), 0, x, out, args, divisor);
       break;
     case Layout::Cols: {
       const dim3 grid(static_cast<unsigned>((args.outputs + kColsPerBlock - 1) / kColsPerBlock), sy);
-      launch("reduce_cols_kernel", reduce_cols_kernel<IsMax, T>, grid, dim3(kColsPerBlock, kColsThreadsY), 0, x, out,
+      launch("reduce_cols_kernel", reduce_cols_kernel<IsMax, In, Out, acc_t>, grid, dim3(kColsPerBlock, kColsThreadsY), 0, x, out,
              args, divisor);
       break;
     }
@@ -164,7 +168,7 @@ bool make_args(const Tensor& x, int64_t reduced_dims, ReduceArgs& args) {
          make_offset_calc<1>(s.reduced_shape, {&s.reduced_strides}, args.reduced);
 }
 
-template <bool IsMax, typename T>
+template <bool IsMax, typename T, typename acc_t>
 void reduce_impl(bool mean, const Tensor& x_in, int64_t reduced_dims, const Tensor& out, bool accumulate) {
   Tensor x = x_in;
   ReduceArgs args;
@@ -191,16 +195,16 @@ void reduce_impl(bool mean, const Tensor& x_in, int64_t reduced_dims, const Tens
   if (blocks < target) splits = std::max<int64_t>(1, std::min({(target + blocks - 1) / blocks, R / kMinChunk, int64_t{65535}}));
   args.chunk = (R + splits - 1) / splits;
   splits = (R + args.chunk - 1) / args.chunk;  // no empty split
-  const T divisor = mean ? static_cast<T>(R) : T(1);
+  const acc_t divisor = mean ? static_cast<acc_t>(R) : acc_t(1);
   const T* px = x.data<T>();
   if (splits == 1) {
     args.accumulate = accumulate;
-    launch_pass<IsMax, T>(layout, px, out.data<T>(), args, 1, divisor);
+    launch_pass<IsMax>(layout, px, out.data<T>(), args, 1, divisor);
     return;
   }
-  // Pass 1: partials (O, splits); pass 2: each row of partials, a contiguous (O, splits) tensor.
-  Tensor partial = empty({O, splits}, x.dtype(), out.device());
-  launch_pass<IsMax, T>(layout, px, partial.data<T>(), args, splits, T(1));
+  // Pass 1: acc_t partials (O, splits); pass 2: each row of partials, a contiguous (O, splits) tensor.
+  Tensor partial = empty({O, splits}, dtype_of<acc_t>::value, out.device());
+  launch_pass<IsMax>(layout, px, partial.data<acc_t>(), args, splits, acc_t(1));
   ReduceArgs rows;
   rows.outputs = O;
   rows.length = splits;
@@ -209,8 +213,8 @@ void reduce_impl(bool mean, const Tensor& x_in, int64_t reduced_dims, const Tens
   const Shape kshape{O}, kstride{splits}, rshape{splits}, rstride{1};
   make_offset_calc<1>(kshape, {&kstride}, rows.kept);
   make_offset_calc<1>(rshape, {&rstride}, rows.reduced);
-  launch_pass<IsMax, T>(splits <= kRowsWarpMax ? Layout::RowsWarp : Layout::RowsBlock, partial.data<T>(),
-                        out.data<T>(), rows, 1, divisor);
+  launch_pass<IsMax>(splits <= kRowsWarpMax ? Layout::RowsWarp : Layout::RowsBlock, partial.data<acc_t>(),
+                     out.data<T>(), rows, 1, divisor);
 }
 
 }  // namespace
@@ -219,8 +223,8 @@ void reduce(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tensor& ou
   if (out.numel() == 0) return;
   set_device(out.device());
   REEL_DISPATCH_FLOATING(x.dtype(), op_name(op), {
-    if (op == ReduceOp::Max) reduce_impl<true, scalar_t>(false, x, reduced_dims, out, false);
-    else reduce_impl<false, scalar_t>(op == ReduceOp::Mean, x, reduced_dims, out, accumulate);
+    if (op == ReduceOp::Max) reduce_impl<true, scalar_t, acc_t>(false, x, reduced_dims, out, false);
+    else reduce_impl<false, scalar_t, acc_t>(op == ReduceOp::Mean, x, reduced_dims, out, accumulate);
   })
 }
 

@@ -10,6 +10,8 @@
 // reads the saved OUTPUT y (what the tape keeps), one row sum and one sweep:
 //   softmax:     dx = y * (dy - sum(dy * y))
 //   log_softmax: dx = dy - exp(y) * sum(dy)
+// Loads convert T -> acc_t (the dispatch's accumulation type), the (m, s) pairs, row sums and the
+// arithmetic are acc_t, and stores convert back to T (no-ops for f32 and f64, where acc_t is T).
 #include <cmath>
 
 #include "kernels/backends.h"
@@ -25,7 +27,7 @@ constexpr int kRowsPerBlock = 8;  // warps per 256-thread block
 // ---- kernels ---------------------------------------------------------------------------------
 
 // x, y: (R, C). Warp per row.
-template <typename T, bool kLog>
+template <typename T, typename acc_t, bool kLog>
 __global__ void softmax_forward_kernel(const T* x, T* y, int64_t R, int64_t C) {
   using std::exp;
   using std::log;
@@ -34,21 +36,21 @@ __global__ void softmax_forward_kernel(const T* x, T* y, int64_t R, int64_t C) {
   for (int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + (threadIdx.x >> 5); row < R; row += warps) {
     const T* xr = x + row * C;  // (C)
     T* yr = y + row * C;        // (C)
-    MaxSum<T> ms{static_cast<T>(-INFINITY), T(0)};
-    for (int64_t c = lane; c < C; c += 32) ms = max_sum_add(ms, xr[c]);
+    MaxSum<acc_t> ms{static_cast<acc_t>(-INFINITY), acc_t(0)};
+    for (int64_t c = lane; c < C; c += 32) ms = max_sum_add(ms, static_cast<acc_t>(xr[c]));
     ms = warp_max_sum(ms);
     if (kLog) {
-      const T lse = ms.m + log(ms.s);
-      for (int64_t c = lane; c < C; c += 32) yr[c] = xr[c] - lse;
+      const acc_t lse = ms.m + log(ms.s);
+      for (int64_t c = lane; c < C; c += 32) yr[c] = static_cast<T>(static_cast<acc_t>(xr[c]) - lse);
     } else {
-      const T inv = T(1) / ms.s;
-      for (int64_t c = lane; c < C; c += 32) yr[c] = exp(xr[c] - ms.m) * inv;
+      const acc_t inv = acc_t(1) / ms.s;
+      for (int64_t c = lane; c < C; c += 32) yr[c] = static_cast<T>(exp(static_cast<acc_t>(xr[c]) - ms.m) * inv);
     }
   }
 }
 
 // dy, y, dx: (R, C). Warp per row.
-template <typename T, bool kLog>
+template <typename T, typename acc_t, bool kLog>
 __global__ void softmax_backward_kernel(const T* dy, const T* y, T* dx, int64_t R, int64_t C) {
   using std::exp;
   const int lane = threadIdx.x & 31;
@@ -57,10 +59,16 @@ __global__ void softmax_backward_kernel(const T* dy, const T* y, T* dx, int64_t 
     const T* dyr = dy + row * C;
     const T* yr = y + row * C;
     T* dxr = dx + row * C;
-    T s = 0;
-    for (int64_t c = lane; c < C; c += 32) s += kLog ? dyr[c] : dyr[c] * yr[c];
+    acc_t s = 0;
+    for (int64_t c = lane; c < C; c += 32) {
+      const acc_t g = static_cast<acc_t>(dyr[c]);
+      s += kLog ? g : g * static_cast<acc_t>(yr[c]);
+    }
     s = warp_sum(s);
-    for (int64_t c = lane; c < C; c += 32) dxr[c] = kLog ? dyr[c] - exp(yr[c]) * s : yr[c] * (dyr[c] - s);
+    for (int64_t c = lane; c < C; c += 32) {
+      const acc_t g = static_cast<acc_t>(dyr[c]), yc = static_cast<acc_t>(yr[c]);
+      dxr[c] = static_cast<T>(kLog ? g - exp(yc) * s : yc * (g - s));
+    }
   }
 }
 
@@ -74,10 +82,10 @@ void softmax_forward(const Tensor& x, bool log, const Tensor& y) {
   const unsigned grid = grid_for(R, kRowsPerBlock);
   REEL_DISPATCH_FLOATING(x.dtype(), log ? "log_softmax_forward" : "softmax_forward", {
     if (log)
-      launch("log_softmax_forward_kernel", softmax_forward_kernel<scalar_t, true>, grid, kRowsPerBlock * 32, 0,
+      launch("log_softmax_forward_kernel", softmax_forward_kernel<scalar_t, acc_t, true>, grid, kRowsPerBlock * 32, 0,
              x.data<scalar_t>(), y.data<scalar_t>(), R, C);
     else
-      launch("softmax_forward_kernel", softmax_forward_kernel<scalar_t, false>, grid, kRowsPerBlock * 32, 0,
+      launch("softmax_forward_kernel", softmax_forward_kernel<scalar_t, acc_t, false>, grid, kRowsPerBlock * 32, 0,
              x.data<scalar_t>(), y.data<scalar_t>(), R, C);
   })
 }
@@ -88,10 +96,10 @@ void softmax_backward(const Tensor& dy, const Tensor& y, bool log, const Tensor&
   const unsigned grid = grid_for(R, kRowsPerBlock);
   REEL_DISPATCH_FLOATING(y.dtype(), log ? "log_softmax_backward" : "softmax_backward", {
     if (log)
-      launch("log_softmax_backward_kernel", softmax_backward_kernel<scalar_t, true>, grid, kRowsPerBlock * 32, 0,
+      launch("log_softmax_backward_kernel", softmax_backward_kernel<scalar_t, acc_t, true>, grid, kRowsPerBlock * 32, 0,
              dy.data<scalar_t>(), y.data<scalar_t>(), dx.data<scalar_t>(), R, C);
     else
-      launch("softmax_backward_kernel", softmax_backward_kernel<scalar_t, false>, grid, kRowsPerBlock * 32, 0,
+      launch("softmax_backward_kernel", softmax_backward_kernel<scalar_t, acc_t, false>, grid, kRowsPerBlock * 32, 0,
              dy.data<scalar_t>(), y.data<scalar_t>(), dx.data<scalar_t>(), R, C);
   })
 }
