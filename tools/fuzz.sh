@@ -15,10 +15,14 @@ if [ -z "$clangxx" ]; then
   exit 0
 fi
 mkdir -p build-fuzz
+# Through ccache where it is installed (tools/dev.sh says how the cache is kept).
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 harnesses=(fuzz_safetensors fuzz_state_dict fuzz_idx fuzz_checkpoint_policy)
-cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER="$clangxx" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+# Only what the harnesses link: CPU only, no dist/, no tests, examples or benchmarks.
+cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER="$clangxx" "${launcher[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g -DNDEBUG" -DREEL_FUZZ=ON -DREEL_SANITIZE=address,undefined \
-  -DREEL_NATIVE=OFF -DREEL_EMULATE_CUDA=OFF -DREEL_BUILD_TESTS=OFF -DREEL_BUILD_EXAMPLES=OFF \
+  -DREEL_NATIVE=OFF -DREEL_EMULATE_CUDA=OFF -DREEL_DIST=OFF -DREEL_BUILD_TESTS=OFF -DREEL_BUILD_EXAMPLES=OFF \
   -DREEL_BUILD_BENCH=OFF >build-fuzz/configure.log 2>&1 || { cat build-fuzz/configure.log; exit 1; }
 cmake --build build-fuzz -j "$jobs" --target "${harnesses[@]}"
 mkdir -p build-fuzz/crashes
