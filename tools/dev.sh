@@ -3,8 +3,18 @@
 #   tools/dev.sh example   install what is missing, build, run the main example (fashion_mnist_mlp)
 #   tools/dev.sh test      install what is missing, build every flavour, run the whole suite
 # Build folders: build/ (default flavour: CPU + CUDA emulated through kernels/simt),
-# build-asan/ (the same with AddressSanitizer + UBSan), build-nvcc/ (nvcc for sm_90), build-clang/
+# build-asan/ (the same with AddressSanitizer + UBSan + LeakSanitizer), build-nvcc/ (nvcc for sm_90), build-clang/
 # (the unit suite with clang), build-fuzz/ (tools/fuzz.sh: the libFuzzer harnesses).
+#
+# Each flavour builds only what its own checks use: the examples and benchmarks are built once, in
+# the default flavour (the examples' end-to-end tests run there); the nvcc flavour compiles what
+# differs under nvcc (the library, the tests, bench_kernels), the sanitizer and clang flavours the
+# unit tests, tools/fuzz.sh the CPU-only layers its harnesses link.
+# Every compile goes through ccache where it is installed (tools/setup.sh installs it): a first run
+# gains from it too, since every test program compiles the same reel.cpp, and a later run on the
+# same machine reuses the cache (ccache's own folder, `ccache -k cache_dir`, ~/.cache/ccache by
+# default; paths are hashed relative to this checkout, so a fresh clone elsewhere hits it too).
+# Each phase prints its time, and a table of them closes the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-test}
@@ -12,10 +22,78 @@ jobs=${JOBS:-$(nproc)}
 
 tools/setup.sh
 
+# ---- ccache ----
+launcher=()        # every flavour's C++ compiles
+cuda_launcher=()   # the nvcc flavour's CUDA compiles
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  cuda_launcher=(-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(pwd -P)}  # relative paths: another clone hits the cache
+  export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}    # and -g's working directory does not miss it
+fi
+ccache_counts() {  # prints "hits misses" of the cache so far (it may be shared with other builds)
+  ccache --print-stats 2>/dev/null | awk -F'\t' '$1 ~ /^(direct|preprocessed)_cache_hit$/ { h += $2 }
+    $1 == "cache_miss" { m += $2 } END { print h + 0, m + 0 }'
+}
+if ((${#launcher[@]})); then read -r ccache_hits0 ccache_misses0 < <(ccache_counts); fi
+
+# ---- phase timing ----
+# phase "title": closes the phase before (printing its time) and opens this one; phase_end closes
+# the last and prints every phase's time.
+phase_names=()
+phase_secs=()
+phase_start=$SECONDS
+phase_close() {
+  if ((${#phase_names[@]})); then
+    local last=$((${#phase_names[@]} - 1))
+    phase_secs[last]=$((SECONDS - phase_start))
+    printf -- "-- %s: %d s\n" "${phase_names[last]}" "${phase_secs[last]}"
+  fi
+}
+phase() {
+  phase_close
+  phase_names+=("$1")
+  phase_start=$SECONDS
+  echo "== $1"
+}
+phase_end() {
+  phase_close
+  echo "== time per phase"
+  local i
+  for i in "${!phase_names[@]}"; do
+    printf "%5d:%02d  %s\n" $((phase_secs[i] / 60)) $((phase_secs[i] % 60)) "${phase_names[i]}"
+  done
+  printf "%5d:%02d  total\n" $((SECONDS / 60)) $((SECONDS % 60))
+  if ((${#launcher[@]})); then
+    local hits misses
+    read -r hits misses < <(ccache_counts)
+    echo "ccache: $((hits - ccache_hits0)) compiles served from the cache, $((misses - ccache_misses0)) compiled" \
+      "(cache: $(ccache -k cache_dir))"
+  fi
+}
+
 configure_only() {  # dir, cmake args...
   local dir=$1
   shift
-  cmake -S . -B "$dir" -G Ninja "$@" >"$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; return 1; }
+  cmake -S . -B "$dir" -G Ninja "${launcher[@]}" "$@" >"$dir.configure.log" 2>&1 ||
+    { cat "$dir.configure.log"; return 1; }
+}
+
+# test_targets <build dir> <ctest regex>: the executables that the tests matching the regex run. A
+# test is named after its executable, or after it and a suffix (test_dist_failure_throw runs
+# test_dist_failure): each test's target is the longest test executable its name starts with.
+test_targets() {
+  local dir=$1 regex=$2 name exe best
+  local names executables
+  mapfile -t names < <(cd "$dir" && ctest -N -R "$regex" | sed -n 's/^ *Test *#[0-9]*: *//p')
+  mapfile -t executables < <(ninja -C "$dir" -t targets all | sed -n 's/^\(test_[A-Za-z0-9_]*\): phony$/\1/p')
+  for name in "${names[@]}"; do
+    best=""
+    for exe in "${executables[@]}"; do
+      if [[ $name == "$exe" || $name == "${exe}_"* ]] && ((${#exe} > ${#best})); then best=$exe; fi
+    done
+    if [ -n "$best" ]; then echo "$best"; fi
+  done | sort -u
 }
 
 configure_and_build() {  # dir, cmake args...
@@ -33,7 +111,7 @@ install_test() {
   tmp=$(mktemp -d "${TMPDIR:-/tmp}/reel-install-test.XXXXXX")
   cmake --install "$build_dir" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 || { cat "$tmp/install.log"; return 1; }
   cp -r tests/install "$tmp/src"
-  env -u CMAKE_PREFIX_PATH cmake -S "$tmp/src" -B "$tmp/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  env -u CMAKE_PREFIX_PATH cmake -S "$tmp/src" -B "$tmp/build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" \
     -DCMAKE_PREFIX_PATH="$tmp/prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF >"$tmp/configure.log" 2>&1 ||
     { cat "$tmp/configure.log"; return 1; }
   local reel_dir
@@ -60,58 +138,73 @@ case "$mode" in
     ./build/examples/fashion_mnist_mlp --epochs 1
     ;;
   test)
+    trap phase_end EXIT  # the times so far, also when a phase fails
+    phase "layer includes (tools/check_layers.sh)"
     tools/check_layers.sh  # no layer includes one above it (the link-time check is in the build)
     # The full suite runs last, so the last CTest summary printed is the whole suite's.
     nvcc_bin=$(command -v nvcc || true)
     [ -z "$nvcc_bin" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc_bin=/usr/local/cuda/bin/nvcc
     if [ -n "$nvcc_bin" ]; then
       # Without a GPU every test of this flavour would only skip, so it is compiled and linked,
-      # not run; tools/gpu_check.sh runs it on a real GPU.
-      echo "== nvcc flavour (sm_90): compile and link"
-      configure_and_build build-nvcc -DCMAKE_BUILD_TYPE=Release -DREEL_CUDA=ON \
-        -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}"
+      # not run; tools/gpu_check.sh runs it on a real GPU. Built: the library, the layer checks, the
+      # tests and bench_kernels (their code differs under nvcc); not the examples and the other
+      # benchmarks, host code the default flavour compiles the same way.
+      phase "nvcc flavour (sm_90): compile and link"
+      configure_only build-nvcc -DCMAKE_BUILD_TYPE=Release -DREEL_CUDA=ON "${cuda_launcher[@]}" \
+        -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" -DREEL_BUILD_EXAMPLES=OFF
+      mapfile -t nvcc_targets < <(ninja -C build-nvcc -t targets all |
+        sed -n 's/^\(test_[A-Za-z0-9_]*\|layer_check_[A-Za-z0-9_]*\|bench_kernels\): phony$/\1/p')
+      cmake --build build-nvcc -j "$jobs" --target "${nvcc_targets[@]}"
     else
-      echo "== nvcc flavour skipped: no CUDA toolkit on this machine (nvcc not found)"
+      phase "nvcc flavour skipped: no CUDA toolkit on this machine (nvcc not found)"
     fi
-    echo "== the unit suite (emulated CUDA included) under AddressSanitizer + UBSan"
+    phase "the unit suite (emulated CUDA included) under AddressSanitizer + UBSan + LeakSanitizer"
     # Every unit test (test_*); the examples' end-to-end runs are not built here (-O1, no
-    # -march=native: a sanitizer build is for finding bugs). ASAN_TESTS narrows it.
+    # -march=native: a sanitizer build is for finding bugs). ASAN_TESTS narrows it. A leak fails
+    # its test, except the third-party ones tools/lsan.supp names, each with its reason.
     asan_tests=${ASAN_TESTS:-^test_}
     configure_only build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g -DNDEBUG" \
       -DREEL_SANITIZE=address,undefined -DREEL_NATIVE=OFF -DREEL_BUILD_EXAMPLES=OFF -DREEL_BUILD_BENCH=OFF
-    # A test is named after its executable, or after it and a suffix (test_dist_failure_throw runs
-    # test_dist_failure): each test's target is the longest test executable its name starts with.
-    mapfile -t asan_names < <(cd build-asan && ctest -N -R "$asan_tests" | sed -n 's/^ *Test *#[0-9]*: *//p')
-    mapfile -t test_executables < <(ninja -C build-asan -t targets all | sed -n 's/^\(test_[A-Za-z0-9_]*\): phony$/\1/p')
-    asan_targets=()
-    for name in "${asan_names[@]}"; do
-      best=""
-      for exe in "${test_executables[@]}"; do
-        if [[ $name == "$exe" || $name == "${exe}_"* ]] && ((${#exe} > ${#best})); then best=$exe; fi
-      done
-      if [ -n "$best" ]; then asan_targets+=("$best"); fi
-    done
+    mapfile -t asan_targets < <(test_targets build-asan "$asan_tests")
     cmake --build build-asan -j "$jobs" --target "${asan_targets[@]}"
-    (cd build-asan && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j "$jobs" -R "$asan_tests")
+    lsan_options="suppressions=$(pwd -P)/tools/lsan.supp:print_suppressions=0"
+    # The tests under mpiexec (test_dist*) leak Open MPI's runtime state, which the suppressions
+    # can match only on a full stack: Open MPI has no frame pointers, so there malloc's stack is
+    # taken by the slower DWARF unwinder (fast_unwind_on_malloc=0). The other tests keep the fast one.
+    mpi_tests='^test_dist'
+    (cd build-asan && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=$lsan_options \
+      ctest --output-on-failure -j "$jobs" -R "$asan_tests" -E "$mpi_tests")
+    mapfile -t asan_mpi_names < <(cd build-asan && ctest -N -R "$asan_tests" | sed -n 's/^ *Test *#[0-9]*: *//p' |
+      grep -E "$mpi_tests" || true)
+    if ((${#asan_mpi_names[@]})); then
+      asan_mpi_regex="^($(IFS='|'; echo "${asan_mpi_names[*]}"))\$"
+      (cd build-asan && ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 LSAN_OPTIONS=$lsan_options \
+        ctest --output-on-failure -j "$jobs" -R "$asan_mpi_regex")
+    fi
     if command -v clang++ >/dev/null; then
-      echo "== the unit suite built with clang"
-      # Without oneDNN (on by default where found), so that Eigen's f32 GEMM path is built and tested.
+      phase "the unit suite built with clang"
+      # Without oneDNN (on by default where found), so that Eigen's f32 GEMM path is built and
+      # tested. The layer checks and the unit tests are all it has (no examples, no benchmarks).
       configure_and_build build-clang -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ \
         -DREEL_BUILD_EXAMPLES=OFF -DREEL_BUILD_BENCH=OFF -DREEL_ONEDNN=OFF
       (cd build-clang && ctest --output-on-failure -j "$jobs")
     fi
-    echo "== the parsers under libFuzzer: committed corpora replayed, then ${FUZZ_SECONDS:-60} s per harness"
+    phase "the parsers under libFuzzer: committed corpora replayed, then ${FUZZ_SECONDS:-60} s per harness"
     tools/fuzz.sh
-    echo "== default flavour (CPU + emulated CUDA): build and test"
+    phase "default flavour (CPU + emulated CUDA): build everything (examples and benchmarks too)"
     configure_and_build build -DCMAKE_BUILD_TYPE=Release
-    echo "== install into a temporary prefix; an outside project builds against it and trains one step"
+    phase "install into a temporary prefix; an outside project builds against it and trains one step"
     install_test build
     if [ -f kernels/simt/simt.h ]; then
-      echo "== emulated threads resumed in reverse order"
+      phase "the whole suite, emulated threads resumed in reverse order"
       (cd build && SIMT_ORDER=reverse ctest --output-on-failure -j "$jobs")
     fi
-    echo "== the whole suite, emulated threads resumed in forward order"
-    (cd build && SIMT_ORDER=forward ctest --output-on-failure -j "$jobs")
+    phase "the whole suite, emulated threads resumed in forward order"
+    (cd build && SIMT_ORDER=forward ctest --output-on-failure -j "$jobs") | tee build/ctest-forward.log
+    trap - EXIT
+    phase_end
+    # The whole suite's summary last, for whoever reads only the closing lines.
+    grep -E "tests passed|tests failed" build/ctest-forward.log | tail -1
     ;;
   *)
     echo "usage: tools/dev.sh example|test" >&2

@@ -6,6 +6,7 @@ set -euo pipefail
 
 packages=(
   cmake ninja-build g++ pkg-config
+  ccache                 # compiler cache: tools/dev.sh and tools/fuzz.sh compile through it
   clang libomp-dev libclang-rt-dev  # the second compiler, and libFuzzer for tests/fuzz
   libeigen3-dev          # CPU GEMM and vectorised loops
   libdnnl-dev            # oneDNN: the CPU's f32 GEMM (REEL_ONEDNN)

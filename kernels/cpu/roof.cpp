@@ -1,7 +1,8 @@
 // The host's roof for the profiler's table (kernels/device_backends.h): measured, not looked up,
 // because what counts is what this machine's cores and memory give a program now (a shared
 // machine, a container's CPU quota). A stream-style copy gives the memory roof, a large SGEMM on
-// the CPU backend (Eigen) the compute roof; each is the best of a few runs. About 0.2 s, once.
+// the CPU backend the compute roof (kernels/cpu/gemm.h: oneDNN's sgemm, or Eigen's GEMM in a
+// build without oneDNN); each is the best of a few runs. About 0.2 s, once.
 #include <algorithm>
 #include <chrono>
 #include <string>
