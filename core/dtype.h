@@ -67,24 +67,23 @@ template <auto... V> inline constexpr bool dependent_false_v = false;
 
 }  // namespace reel
 
+// One dtype of the dispatch below: a floating dtype the kernels support is one line there.
+#define REEL_DISPATCH_FLOATING_CASE(DT, T, ...)                                                      \
+  case ::reel::DType::DT: {                                                                          \
+    using scalar_t = T;                                                                              \
+    using acc_t [[maybe_unused]] = ::reel::acc_type_t<scalar_t>;                                     \
+    __VA_ARGS__;                                                                                     \
+    break;                                                                                           \
+  }
+
 // Runs the statements with `scalar_t` bound to the C++ type of a floating dtype and `acc_t` to
 // the type its kernels accumulate in (reel::AccType); other dtypes raise reel::Error naming `op`.
 // Used by every kernel family on every device:
 //   REEL_DISPATCH_FLOATING(x.dtype(), "sum", sum_rows<scalar_t, acc_t>(...));
 #define REEL_DISPATCH_FLOATING(dtype, op, ...)                                                       \
   switch (dtype) {                                                                                   \
-    case ::reel::DType::f32: {                                                                       \
-      using scalar_t = float;                                                                        \
-      using acc_t [[maybe_unused]] = ::reel::acc_type_t<scalar_t>;                                   \
-      __VA_ARGS__;                                                                                   \
-      break;                                                                                         \
-    }                                                                                                \
-    case ::reel::DType::f64: {                                                                       \
-      using scalar_t = double;                                                                       \
-      using acc_t [[maybe_unused]] = ::reel::acc_type_t<scalar_t>;                                   \
-      __VA_ARGS__;                                                                                   \
-      break;                                                                                         \
-    }                                                                                                \
+    REEL_DISPATCH_FLOATING_CASE(f32, float, __VA_ARGS__)                                             \
+    REEL_DISPATCH_FLOATING_CASE(f64, double, __VA_ARGS__)                                            \
     default: REEL_FAIL(op, ": dtype ", dtype, " is not supported (f32 or f64 expected)");            \
   }
 
