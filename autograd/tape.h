@@ -67,7 +67,7 @@ class Tape {
   int64_t saved_bytes() const;  // bytes of the distinct storages saved tensors and boundaries hold
   std::string dump() const;     // one line per node: op, shapes, saved bytes, segment
 
-  // Used by record(), Node::save and Checkpoint. Removes the dead nodes at the end of the tape
+  // Used by record() and Checkpoint. Removes the dead nodes at the end of the tape
   // first (see the lifetime rule above).
   void push(std::shared_ptr<Node> node);
   // An output of `producer` lost its last tensor (AutogradMeta's destructor, registered with core
