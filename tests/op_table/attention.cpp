@@ -123,11 +123,6 @@ std::vector<OpCase> attention_cases() {
   return cases;
 }
 
-Tensor softmax_last(const Tensor& x) {
-  Tensor e = exp(x);
-  return e / sum(e, {-1}, true);
-}
-
 std::vector<OpCase> attention_tape_cases() {
   return {
       tape_row("attention (q k^T -> softmax -> v)", {{2, 3, 4}, {2, 5, 4}, {2, 5, 3}},

@@ -39,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "autograd/functions.h"  // softmax_last: exp, sum and the tensor operators, recorded
 #include "core/random.h"
 #include "core/tensor.h"
 #include "testing.h"
@@ -143,6 +144,11 @@ Tensor normal_with_nan(Generator& g, const Shape& shape);
 Tensor indices(const std::vector<int64_t>& ids, const Shape& shape, DType dt);
 inline Tensor same(const Tensor& x) { return x; }
 inline Shape without_last(const Shape& s) { return Shape(s.begin(), s.end() - 1); }
+// Softmax over the last dim composed from tape ops: the reference of the softmax and attention rows.
+inline Tensor softmax_last(const Tensor& x) {
+  const Tensor e = exp(x);
+  return e / sum(e, {-1}, true);
+}
 // A number as a short string for row names: 0.1, 1000, 0.37.
 std::string str(double v);
 // f applied to every value of x (any dtype, any device), in row-major order.

@@ -178,11 +178,6 @@ std::vector<OpCase> cross_entropy_cases() {
   return cases;
 }
 
-Tensor softmax_last(const Tensor& x) {
-  Tensor e = exp(x);
-  return e / sum(e, {-1}, true);
-}
-
 std::vector<OpCase> softmax_tape_cases() {
   // Integer inputs (targets, token ids) are constants captured by f, moved to its inputs' device.
   auto on = [](const Tensor& constant, const Tensor& like) { return constant.to(like.device()); };
