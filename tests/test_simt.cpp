@@ -299,11 +299,13 @@ TEST_CASE("simt: cudaMemcpy round trip, memset, streams") {
   CUDA_REQUIRE(cudaStreamDestroy(stream));
   for (int i = 0; i < n; ++i) REQUIRE(back[i] == (i < 10 ? h[i] : 0.f));
 
-  CHECK(cudaMemcpy(b.get(), a.get(), 4, static_cast<cudaMemcpyKind>(17)) == cudaErrorInvalidMemcpyDirection);
+  // 7: no enumerator, but inside the bit range of cudaMemcpyKind's values (0-4), which has no fixed
+  // underlying type in CUDA's driver_types.h either; a larger value would be undefined behaviour.
+  CHECK(cudaMemcpy(b.get(), a.get(), 4, static_cast<cudaMemcpyKind>(7)) == cudaErrorInvalidMemcpyDirection);
   CHECK(cudaPeekAtLastError() == cudaErrorInvalidMemcpyDirection);
   CHECK(cudaGetLastError() == cudaErrorInvalidMemcpyDirection);
   CHECK(cudaGetLastError() == cudaSuccess);  // read and cleared
-  CHECK(cudaMemcpy(b.get(), a.get(), 0, static_cast<cudaMemcpyKind>(17)) == cudaSuccess);  // nothing to copy
+  CHECK(cudaMemcpy(b.get(), a.get(), 0, static_cast<cudaMemcpyKind>(7)) == cudaSuccess);  // nothing to copy
   CHECK(cudaMemcpy(b.get(), nullptr, 4, cudaMemcpyDefault) == cudaErrorInvalidValue);
   CHECK(cudaGetLastError() == cudaErrorInvalidValue);
   void* none = &none;
@@ -623,9 +625,10 @@ TEST_CASE("cublas: invalid arguments return CUBLAS_STATUS_INVALID_VALUE and leav
   CHECK(sgemm(N, N, 0, 4, 4, 0, 4, 1) == CUBLAS_STATUS_INVALID_VALUE);  // lda < max(1, m)
   CHECK(sgemm(N, N, 4, 4, 4, 4, 4, 4) != CUBLAS_STATUS_INVALID_VALUE);
   c.upload(host);
-  CHECK(sgemm(static_cast<cublasOperation_t>(7), N, 4, 4, 4, 4, 4, 4) == CUBLAS_STATUS_INVALID_VALUE);
-  CHECK(sgemm(N, static_cast<cublasOperation_t>(7), 4, 4, 4, 4, 4, 4) == CUBLAS_STATUS_INVALID_VALUE);
+  // An op outside N/T/C. cuBLAS's enum has no fixed underlying type, so only its enumerators and
+  // values in their bit range (0-3) may be cast into it: CONJG is the one unsupported value.
   CHECK(sgemm(CUBLAS_OP_CONJG, N, 4, 4, 4, 4, 4, 4) == CUBLAS_STATUS_INVALID_VALUE);
+  CHECK(sgemm(N, CUBLAS_OP_CONJG, 4, 4, 4, 4, 4, 4) == CUBLAS_STATUS_INVALID_VALUE);
   CHECK(sgemm(N, N, 4, 4, 0, 4, 0, 4) == CUBLAS_STATUS_INVALID_VALUE);  // ldb < max(1, k)
   CHECK(cublasSgemm(handle.h, N, N, 4, 4, 4, nullptr, a.get(), 4, b.get(), 4, &one, c.get(), 4) ==
         CUBLAS_STATUS_INVALID_VALUE);
