@@ -3,12 +3,31 @@
 #   REEL_CUDA=OFF: g++ compiles the same files as C++ against kernels/simt (the CPU emulator),
 #                  whose runtime sources are compiled into the target too.
 
+# SIMT_CHECK=race,uninit (kernels/simt/README.md): in the emulated build every load and store of a
+# .cu file calls the checker (-fsanitize=thread's instrumentation, served by kernels/simt/
+# simt_check.cpp instead of the ThreadSanitizer runtime; -g1 line tables name the source lines).
+# Not with ASan or TSan, whose runtimes cannot share the process with it.
+if(REEL_SANITIZE MATCHES "address|thread|memory")
+  set(reel_simt_check_default OFF)
+else()
+  set(reel_simt_check_default ON)
+endif()
+option(REEL_SIMT_CHECK "Emulated build: instrument .cu files for SIMT_CHECK=race,uninit" ${reel_simt_check_default})
+set(reel_cu_options "-xc++;-Wno-unknown-pragmas")  # g++ ignores #pragma unroll
+if(REEL_SIMT_CHECK AND NOT REEL_CUDA)
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    list(APPEND reel_cu_options -fsanitize=thread --param=tsan-instrument-func-entry-exit=0 -g1)
+  else()
+    list(APPEND reel_cu_options -fsanitize=thread -gline-tables-only)
+  endif()
+endif()
+
 # reel_cuda_sources(<target> <file.cu>...): add CUDA sources to a target in this flavour.
 function(reel_cuda_sources target)
   target_sources(${target} PRIVATE ${ARGN})
   if(NOT REEL_CUDA)
     set_source_files_properties(${ARGN} TARGET_DIRECTORY ${target}
-      PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "-xc++;-Wno-unknown-pragmas")  # g++ ignores #pragma unroll
+      PROPERTIES LANGUAGE CXX COMPILE_OPTIONS "${reel_cu_options}")
   endif()
 endfunction()
 
@@ -33,6 +52,10 @@ function(reel_link_cuda_backend target)
     if(simt_sources AND REEL_EMULATE_CUDA)
       find_package(Boost 1.74 REQUIRED COMPONENTS context)
       target_sources(${target} PRIVATE ${simt_sources})
+      if(REEL_SIMT_CHECK)  # the checker defines the instrumentation's entry points
+        set_source_files_properties(${PROJECT_SOURCE_DIR}/kernels/simt/simt_check.cpp TARGET_DIRECTORY ${target}
+          PROPERTIES COMPILE_DEFINITIONS SIMT_CHECK_INSTRUMENTED=1)
+      endif()
       target_compile_definitions(${target} PUBLIC SIMT_EMULATE=1 REEL_CUDA_EMULATED=1)
       target_link_libraries(${target} PUBLIC Boost::context)
     endif()

@@ -5,7 +5,8 @@
 //   launch("unary_kernel", unary_kernel<op, T>, grid, block, shmem, args...);
 //
 // A failed launch or runtime call raises reel::Error naming the kernel (or call) and CUDA's
-// error string. Kernels run asynchronously on a GPU: a fault inside a kernel surfaces at the
+// error string; in the emulator, a launch that fails SIMT_CHECK=race,uninit adds the checker's
+// report (lines, threads, address: simt::last_error_detail()). Kernels run asynchronously on a GPU: a fault inside a kernel surfaces at the
 // next synchronising call (a copy to the host, synchronize()); run with CUDA_LAUNCH_BLOCKING=1
 // to have it reported by the launch that caused it.
 #pragma once
@@ -42,7 +43,7 @@ void launch(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 block, s
   if (err != cudaSuccess)
     REEL_FAIL("cuda kernel ", name, " <<<(", grid.x, ", ", grid.y, ", ", grid.z, "), (", block.x, ", ", block.y,
               ", ", block.z, "), ", shmem, ">>>: launch failed: ", cudaGetErrorName(err), ": ",
-              cudaGetErrorString(err));
+              cudaGetErrorString(err), err == cudaErrorLaunchFailure ? "\n" + simt::last_error_detail() : "");
 }
 
 // Blocks for a grid-stride loop over n items with `threads` per block: enough to fill the

@@ -21,6 +21,22 @@
   extern __shared__ __align__(16) unsigned char simt_dynamic_smem_[]; \
   T* name = reinterpret_cast<T*>(simt_dynamic_smem_)
 
+#include <string>
+
+namespace simt {
+// The emulator's SIMT_CHECK (race and uninitialised-memory checks) does not exist on a GPU: these
+// keep code that switches it on compiling there (use compute-sanitizer instead).
+constexpr unsigned check_race = 1, check_uninit = 2;
+inline void set_check(unsigned) {}
+inline unsigned check() { return 0; }
+inline bool check_available() { return false; }
+class CheckScope {
+ public:
+  explicit CheckScope(unsigned) {}
+};
+inline std::string last_error_detail() { return {}; }
+}  // namespace simt
+
 #if defined(__CUDACC__)
 namespace simt {
 // Launches kernel<<<grid, block, shmem, stream>>>(args...); returns the launch's error (and, like
@@ -47,6 +63,7 @@ inline cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_
 #include <functional>
 #include <math.h>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -268,6 +285,28 @@ void set_order(Order order);  // overrides SIMT_ORDER for later launches of this
 Order order();
 unsigned workers();  // SIMT_WORKERS: OS threads that run blocks (default: hardware threads)
 
+// Checks of every launch (README.md, "Race and uninitialised-memory checks"): SIMT_CHECK=race,uninit
+// at start-up, or set_check / CheckScope in code. A launch that fails a check returns
+// cudaErrorLaunchFailure, and last_error_detail() says where (lines, threads, address).
+constexpr unsigned check_race = 1;    // conflicting accesses of two threads between barriers
+constexpr unsigned check_uninit = 2;  // reads of shared memory no thread of the block has written
+void set_check(unsigned checks);      // overrides SIMT_CHECK for later launches of this process
+unsigned check();
+bool check_available();  // false where the .cu files are not instrumented (ASan builds)
+// Switches checks on for a scope (tests), and back to what they were.
+class CheckScope {
+ public:
+  explicit CheckScope(unsigned checks) : saved_(check()) { set_check(checks); }
+  ~CheckScope() { set_check(saved_); }
+  CheckScope(const CheckScope&) = delete;
+  CheckScope& operator=(const CheckScope&) = delete;
+
+ private:
+  unsigned saved_;
+};
+// The report of the last launch that failed a check ("" after a launch that did not), any thread.
+std::string last_error_detail();
+
 namespace detail {
 // Set by the scheduler before it resumes a fiber; fibers never migrate, so plain TLS suffices.
 inline thread_local uint3 t_threadIdx{0, 0, 0};
@@ -286,6 +325,11 @@ void warp_barrier(unsigned mask, const char* file, int line);
 // Publishes this lane's value, waits for the lanes of `mask`, returns the round's values.
 const WarpRound& warp_exchange(unsigned mask, uint64_t value, const char* file, int line);
 void* dynamic_shared();
+// A shuffle read lane src, which is not in the round's active lanes: a report under SIMT_CHECK=race.
+void shfl_inactive(unsigned src, unsigned active, const char* file, int line);
+inline void shfl_source(const WarpRound& r, unsigned src, const char* file, int line) {
+  if (!(r.active >> src & 1u)) shfl_inactive(src, r.active, file, line);
+}
 [[noreturn]] void trap(const char* what, const char* file, int line);
 
 using Thunk = void (*)(const void* closure);
@@ -363,7 +407,7 @@ inline cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_
     if (const cudaError_t err = detail::check_grid(id, grid, block, shmem)) return err;
     auto held = std::make_shared<const Closure>(closure);
     return detail::enqueue(stream, [held, id, grid, block, shmem, thunk] {
-      detail::run_grid(id, grid, block, shmem, thunk, held.get());
+      detail::record_error(detail::run_grid(id, grid, block, shmem, thunk, held.get()));
     });
   }
   detail::before_host_work(stream);
@@ -423,8 +467,9 @@ template <class T>
 __forceinline__ T __shfl_sync(unsigned mask, T var, int srcLane, int width = warpSize,
                               const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
   const auto& r = simt::detail::warp_exchange(mask, simt::detail::to_bits(var), file, line);
-  const unsigned w = unsigned(width), base = simt::detail::lane_id() & ~(w - 1);
-  return simt::detail::from_bits<T>(r.value[base + (unsigned(srcLane) & (w - 1))]);
+  const unsigned w = unsigned(width), src = (simt::detail::lane_id() & ~(w - 1)) + (unsigned(srcLane) & (w - 1));
+  simt::detail::shfl_source(r, src, file, line);
+  return simt::detail::from_bits<T>(r.value[src]);
 }
 template <class T>
 __forceinline__ T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = warpSize,
@@ -432,6 +477,7 @@ __forceinline__ T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width
   const auto& r = simt::detail::warp_exchange(mask, simt::detail::to_bits(var), file, line);
   const unsigned lane = simt::detail::lane_id();
   if ((lane & unsigned(width - 1)) < delta) return var;
+  simt::detail::shfl_source(r, lane - delta, file, line);
   return simt::detail::from_bits<T>(r.value[lane - delta]);
 }
 template <class T>
@@ -440,6 +486,7 @@ __forceinline__ T __shfl_down_sync(unsigned mask, T var, unsigned delta, int wid
   const auto& r = simt::detail::warp_exchange(mask, simt::detail::to_bits(var), file, line);
   const unsigned lane = simt::detail::lane_id();
   if ((lane & unsigned(width - 1)) + delta >= unsigned(width)) return var;
+  simt::detail::shfl_source(r, lane + delta, file, line);
   return simt::detail::from_bits<T>(r.value[lane + delta]);
 }
 template <class T>
@@ -448,6 +495,7 @@ __forceinline__ T __shfl_xor_sync(unsigned mask, T var, int laneMask, int width 
   const auto& r = simt::detail::warp_exchange(mask, simt::detail::to_bits(var), file, line);
   const unsigned lane = simt::detail::lane_id(), src = lane ^ unsigned(laneMask), group = ~unsigned(width - 1);
   if ((src & group) > (lane & group)) return var;  // a later group: CUDA returns the own value
+  simt::detail::shfl_source(r, src & 31u, file, line);
   return simt::detail::from_bits<T>(r.value[src & 31u]);
 }
 __forceinline__ unsigned __ballot_sync(unsigned mask, int predicate, const char* file = __builtin_FILE(),

@@ -36,6 +36,7 @@ extern "C" void __sanitizer_set_death_callback(void (*callback)(void)) __attribu
 #endif
 
 #include "simt.h"
+#include "simt_check.h"
 
 namespace simt {
 namespace detail {
@@ -128,6 +129,7 @@ struct Launch {
   size_t blocks;
   mutable std::atomic<size_t> next_block{0};  // the next block to hand out
   Order order;
+  unsigned checks;  // SIMT_CHECK bits for this launch (simt_check.cpp)
 };
 
 // Fiber stacks of one worker: mmap'ed once with a guard page below (an overflow faults instead of
@@ -257,11 +259,13 @@ void switch_to(Worker& w, Fiber& f) {
   w.current = &f;
   t_threadIdx = f.tid;
   f.state = State::running;
+  if (w.launch->checks) check::fiber_enter(f.linear, f.stack, stack_bytes());
   asan_start_switch(&w.asan_fake_stack, f.stack, stack_bytes());
   const fc::transfer_t back = fc::jump_fcontext(f.context, &w);
   asan_finish_switch(w.asan_fake_stack, nullptr, nullptr);
   f.context = back.fctx;
   w.current = nullptr;
+  if (w.launch->checks) check::fiber_leave();
 }
 
 // Fiber -> scheduler; returns when the scheduler resumes this fiber.
@@ -368,6 +372,7 @@ void run_block(Worker& w, size_t linear) {
   if (w.dynamic_smem) std::memset(w.dynamic_smem, 0xff, launch.shmem);
   if (launch.order == Order::shuffle)
     for (unsigned i = 0; i < n; ++i) w.order[i] = i;
+  if (launch.checks) check::block_begin(t_blockIdx);
 
   for (uint64_t pass = 0; w.alive > 0; ++pass) {
     if (launch.order == Order::shuffle) {  // a new order every pass, reproducible per block
@@ -408,9 +413,11 @@ void begin_launch(Worker& w, const Launch& launch) {
     std::fprintf(stderr, "simt: cannot allocate %zu bytes of dynamic shared memory\n", launch.shmem);
     std::abort();
   }
+  if (launch.checks) check::launch_begin(launch.checks, launch.block, w.dynamic_smem, launch.shmem);
 }
 
 void end_launch(Worker& w) {
+  if (w.launch->checks) check::launch_end();
   std::free(w.dynamic_smem);
   w.dynamic_smem = nullptr;
   w.launch = nullptr;
@@ -525,6 +532,7 @@ int block_barrier(int predicate, const char* file, int line) {
   if (++w.barrier_arrived == w.alive) {  // the last one opens the barrier for the next pass
     w.barrier_arrived = 0;
     ++w.barrier_generation;
+    if (w.launch->checks) check::block_barrier();
   }
   yield(w, f);
   return count;  // not reset before every thread has read it: the next round uses the other slot
@@ -560,6 +568,7 @@ const WarpRound& warp_round(unsigned mask, const uint64_t* value, const char* fi
   if (++warp.arrived == unsigned(__builtin_popcount(mask & warp.live))) {
     round.active = mask & warp.live;
     warp.arrived = 0;
+    if (w.launch->checks) check::warp_round(f.linear / 32, round.active);
     ++warp.generation;
   }
   yield(w, f);
@@ -613,9 +622,10 @@ cudaError_t run_grid(const void* kernel, dim3 grid, dim3 block, size_t shmem, Th
   // One launch at a time: the emulated device runs one grid at a time, like a single stream.
   static std::mutex launch_mutex;
   std::lock_guard<std::mutex> lock(launch_mutex);
+  launch.checks = check::grid_begin();
   const unsigned n = unsigned(std::min<size_t>(configured_workers(), launch.blocks));
   pool().run(n, [&launch] { work(launch); });
-  return cudaSuccess;
+  return check::grid_end();
 }
 
 }  // namespace detail
