@@ -397,6 +397,11 @@ TEST_CASE("simt: a missing __syncthreads shows in some scheduling order") {
   for (simt::Order order : {simt::Order::forward, simt::Order::reverse}) {
     simt::set_order(order);
     DeviceArray<int> din(in), dout(n);
+    {
+      simt::CheckScope checked(simt::check_race);  // SIMT_CHECK=race finds it in any order
+      CHECK(simt_test::reverse_blocks_missing_sync(n, din.get(), dout.get()) == cudaErrorLaunchFailure);
+    }
+    simt::CheckScope unchecked(0);  // without it, the results show it in some orders only
     CUDA_REQUIRE(simt_test::reverse_blocks_missing_sync(n, din.get(), dout.get()));
     const auto o = dout.download();
     int wrong = 0;
@@ -411,6 +416,11 @@ TEST_CASE("simt: a missing __syncthreads shows in some scheduling order") {
 
 TEST_CASE("simt: unwritten dynamic shared memory reads as NaN") {
   DeviceArray<float> out(32);
+  {
+    simt::CheckScope checked(simt::check_uninit);  // SIMT_CHECK=uninit reports the read
+    CHECK(simt_test::read_unwritten_dynamic_shared(out.get()) == cudaErrorLaunchFailure);
+  }
+  simt::CheckScope unchecked(0);  // without it, the results are NaN
   CUDA_REQUIRE(simt_test::read_unwritten_dynamic_shared(out.get()));
   for (float v : out.download()) CHECK(std::isnan(v));
 }

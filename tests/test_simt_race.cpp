@@ -111,13 +111,14 @@ TEST_CASE("simt race check: a shared-memory reduction without __syncthreads() be
   const auto broken = reports([&] { return simt_race::tree_sum(true, in.p, out.p); });
   for (const std::string& report : broken) {
     INFO(report);
-    CHECK(has(report, "race on static __shared__ memory"));
-    CHECK(has(report, "block (0,0,0)"));
+    CHECK(has(report, "race on static __shared__ simt_race::(anonymous namespace)::tree_sum_kernel(bool, float "
+                      "const*, float*)::s, byte "));
+    CHECK(has(report, "of 256 in block (0,0,0)"));
     CHECK(has(report, site("tree read")));
     CHECK(has(report, site("tree write")));
   }
   // Forward order: thread 0 runs its whole loop first (its last read is s[1]), then thread 1 writes s[1].
-  CHECK(has(broken[0], "thread (0,0,0) read it at " + site("tree read")));
+  CHECK(has(broken[0], "::s, byte 4 of 256 in block (0,0,0): thread (0,0,0) read it at " + site("tree read")));
   CHECK(has(broken[0], "then thread (1,0,0) wrote it at " + site("tree write")));
 
   check_passes(reports([&] { return simt_race::tree_sum(false, in.p, out.p); }));
@@ -132,10 +133,10 @@ TEST_CASE("simt race check: a tiled loop without its second barrier (write after
     INFO(report);
     CHECK(has(report, site("tile write")));
     CHECK(has(report, site("tile read")));
-    CHECK(has(report, "static __shared__ memory"));
+    CHECK(has(report, "tiled_sum_kernel(bool, int, float const*, float*)::tile, byte "));
   }
   // Forward order: thread 0 reads tile[0..32), writes the next tile's tile[0]; thread 1 then reads it.
-  CHECK(has(broken[0], "thread (0,0,0) wrote it at " + site("tile write")));
+  CHECK(has(broken[0], "::tile, byte 0 of 128 in block (0,0,0): thread (0,0,0) wrote it at " + site("tile write")));
   CHECK(has(broken[0], "then thread (1,0,0) read it at " + site("tile read")));
 
   check_passes(reports([&] { return simt_race::tiled_sum(false, n, in.p, out.p); }));
@@ -147,7 +148,8 @@ TEST_CASE("simt race check: two threads of a block write the same global element
   const auto broken = reports([&] { return simt_race::block_ids(true, 3, out.p); });
   for (const std::string& report : broken) {
     INFO(report);
-    CHECK(has(report, "race on global memory at 0x"));
+    CHECK(has(report, "race on global memory, byte "));  // 0, 4 or 8: the first block to race
+    CHECK(has(report, " of the 12-byte cudaMalloc block at 0x"));
     CHECK(has(report, "wrote it at " + site("block id write") + ", then thread ("));
   }
   CHECK(has(broken[0], "thread (0,0,0) wrote it at " + site("block id write") + ", then thread (1,0,0) wrote it"));
@@ -209,10 +211,12 @@ TEST_CASE("simt race check: a read of shared memory that no thread wrote") {
     for (const std::string& report : broken) {
       INFO(report);
       CHECK(has(report, "simt: uninitialised shared memory: in block (0,0,0), thread ("));
-      CHECK(has(report, "reads static __shared__ memory"));
+      CHECK(has(report, "reads static __shared__ simt_race::(anonymous namespace)::static_copy_kernel(bool, float "
+                        "const*, float*)::s, byte "));
       CHECK(has(report, site("static read")));
     }
-    CHECK(has(broken[0], "thread (32,0,0) reads"));
+    CHECK(has(broken[0], "thread (32,0,0) reads static __shared__"));
+    CHECK(has(broken[0], "::s, byte 128 of 256 at " + site("static read")));
     CHECK(has(broken[1], "thread (63,0,0) reads"));
     check_passes(reports([&] { return simt_race::static_copy(false, in.p, out.p); }));
   }

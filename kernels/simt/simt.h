@@ -4,8 +4,10 @@
 //   g++ -DSIMT_EMULATE   CPU emulation: every CUDA thread is a fiber, __syncthreads() and the
 //                        *_sync intrinsics switch fibers, the runtime API works on host memory,
 //                        and work on a created stream is queued until an event wait, a
-//                        synchronisation or a query runs it. Needs no CUDA toolkit header.
-//                        Engine: simt_runtime.cpp, simt_api.cpp, simt_streams.cpp.
+//                        synchronisation or a query runs it. SIMT_CHECK=race,uninit (or
+//                        simt::set_check) fails a launch with a race or a read of unwritten
+//                        shared memory, naming lines and threads. Needs no CUDA toolkit header.
+//                        Engine: simt_runtime.cpp, simt_api.cpp, simt_streams.cpp, simt_check.cpp.
 // Rules for kernel authors and what cannot be emulated: kernels/simt/README.md.
 #pragma once
 

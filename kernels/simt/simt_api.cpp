@@ -7,8 +7,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "simt.h"
+#include "simt_check.h"
 
 namespace simt {
 namespace detail {
@@ -17,7 +20,25 @@ thread_local cudaError_t t_last_error = cudaSuccess;  // per host thread, as in 
 
 size_t page_bytes(int pages_name) { return size_t(sysconf(pages_name)) * size_t(sysconf(_SC_PAGESIZE)); }
 bool valid_kind(cudaMemcpyKind kind) { return kind >= cudaMemcpyHostToHost && kind <= cudaMemcpyDefault; }
+
+// The live cudaMalloc blocks (start -> size), so that a race report names a global address as
+// "byte n of block b".
+std::mutex g_blocks_mutex;
+std::map<uintptr_t, size_t> g_blocks;
 }  // namespace
+
+namespace check {
+bool find_allocation(uintptr_t address, uintptr_t* base, size_t* size) {
+  std::lock_guard<std::mutex> lock(g_blocks_mutex);
+  auto it = g_blocks.upper_bound(address);
+  if (it == g_blocks.begin()) return false;
+  --it;
+  if (address - it->first >= it->second) return false;
+  *base = it->first;
+  *size = it->second;
+  return true;
+}
+}  // namespace check
 
 cudaError_t record_error(cudaError_t error) {
   if (error != cudaSuccess) t_last_error = error;
@@ -90,11 +111,17 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
     *ptr = nullptr;
     return record_error(cudaErrorMemoryAllocation);
   }
+  std::lock_guard<std::mutex> lock(simt::detail::g_blocks_mutex);
+  simt::detail::g_blocks[reinterpret_cast<uintptr_t>(*ptr)] = bytes;
   return cudaSuccess;
 }
 // cudaFree and cudaFreeHost synchronise the device in CUDA: queued work never outlives its memory.
 cudaError_t cudaFree(void* ptr) {
   if (ptr) cudaDeviceSynchronize();
+  if (ptr) {
+    std::lock_guard<std::mutex> lock(simt::detail::g_blocks_mutex);
+    simt::detail::g_blocks.erase(reinterpret_cast<uintptr_t>(ptr));
+  }
   std::free(ptr);
   return cudaSuccess;
 }

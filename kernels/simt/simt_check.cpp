@@ -15,6 +15,7 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -85,6 +86,7 @@ struct Report {
   Region region = Region::global;
   uintptr_t address = 0, region_base = 0;
   size_t region_size = 0;
+  std::string module;  // of a static __shared__ address: the file whose TLS block holds it
   uint3 block{0, 0, 0};
   dim3 block_dim;
   unsigned thread[2] = {0, 0};  // [0]: the earlier access (kNone: none), [1]: the one that failed
@@ -101,13 +103,23 @@ Report g_report;
 std::string g_detail;  // the last failed launch's report
 
 // Module TLS blocks of the calling thread: where its `static thread_local` (= __shared__) live.
+struct TlsBlock {
+  uintptr_t lo, hi;
+  std::string module;
+};
 int collect_tls(dl_phdr_info* info, size_t, void* out) {
-  auto& ranges = *static_cast<std::vector<std::pair<uintptr_t, uintptr_t>>*>(out);
+  auto& blocks = *static_cast<std::vector<TlsBlock>*>(out);
   if (!info->dlpi_tls_data) return 0;
   for (int i = 0; i < info->dlpi_phnum; ++i)
     if (info->dlpi_phdr[i].p_type == PT_TLS) {
       const uintptr_t lo = reinterpret_cast<uintptr_t>(info->dlpi_tls_data);
-      ranges.emplace_back(lo, lo + info->dlpi_phdr[i].p_memsz);
+      std::string name = info->dlpi_name ? info->dlpi_name : "";
+      if (name.empty()) {  // the program itself: its path, which a child process (readelf) can open
+        char path[4096];
+        const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+        name = n > 0 ? std::string(path, size_t(n)) : "/proc/self/exe";
+      }
+      blocks.push_back({lo, lo + info->dlpi_phdr[i].p_memsz, name});
     }
   return 0;
 }
@@ -118,7 +130,8 @@ struct Checker {
   unsigned threads = 0;
   uintptr_t smem = 0;
   size_t smem_size = 0;
-  std::vector<std::pair<uintptr_t, uintptr_t>> tls, simt_tls;
+  std::vector<TlsBlock> tls;
+  std::vector<std::pair<uintptr_t, uintptr_t>> simt_tls;
   bool tls_known = false;
   // The block.
   uint3 block_idx{0, 0, 0};
@@ -202,8 +215,11 @@ Report make_report(Checker& c, const char* kind, Region region, uintptr_t addres
     r.region_base = c.smem;
     r.region_size = c.smem_size;
   } else if (region == Region::static_shared) {
-    for (const auto& [lo, hi] : c.tls)
-      if (address - lo < hi - lo) r.region_base = lo;
+    for (const TlsBlock& b : c.tls)
+      if (address - b.lo < b.hi - b.lo) {
+        r.region_base = b.lo;
+        r.module = b.module;
+      }
   }
   return r;
 }
@@ -246,6 +262,11 @@ void check_word(Checker& c, uintptr_t word, unsigned mask, bool write, const voi
 bool in(uintptr_t a, const std::vector<std::pair<uintptr_t, uintptr_t>>& ranges) {
   for (const auto& [lo, hi] : ranges)
     if (a - lo < hi - lo) return true;
+  return false;
+}
+bool in(uintptr_t a, const std::vector<TlsBlock>& blocks) {
+  for (const TlsBlock& b : blocks)
+    if (a - b.lo < b.hi - b.lo) return true;
   return false;
 }
 
@@ -356,22 +377,57 @@ std::string thread_name(unsigned linear, dim3 b) {
   return text;
 }
 
+// The thread_local (here: static __shared__) variable of `module` at `offset` in its TLS block, by
+// the symbol table readelf prints ("name, byte n of size"), or "" when none is found.
+std::string tls_variable(const std::string& module, size_t offset) {
+  const std::string command = "readelf -sW -C '" + module + "' 2>/dev/null";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return {};
+  std::string found;
+  char line[4096];
+  while (std::fgets(line, sizeof line, pipe)) {
+    unsigned long value = 0, size = 0;
+    char type[16] = "";
+    int name_at = 0;
+    if (std::sscanf(line, " %*[0-9]: %lx %lu %15s %*s %*s %*s %n", &value, &size, type, &name_at) < 3) continue;
+    if (std::strcmp(type, "TLS") || !name_at || offset < value || offset >= value + size) continue;
+    std::string name(line + name_at);
+    name = name.substr(0, name.find('\n'));
+    found = name + ", byte " + std::to_string(offset - value) + " of " + std::to_string(size);
+    break;
+  }
+  pclose(pipe);
+  return found;
+}
+
 std::string region_name(const Report& r) {
-  char text[160];
+  char text[200];
   switch (r.region) {
     case Region::dynamic_shared:
       std::snprintf(text, sizeof text, "dynamic shared memory, byte %zu of %zu", size_t(r.address - r.region_base),
                     r.region_size);
-      break;
-    case Region::static_shared:
-      std::snprintf(text, sizeof text, "static __shared__ memory, byte %zu of the module's __shared__/thread_local block",
-                    size_t(r.address - r.region_base));
-      break;
-    case Region::global:
-      std::snprintf(text, sizeof text, "global memory at %p", reinterpret_cast<void*>(r.address));
-      break;
+      return text;
+    case Region::static_shared: {
+      const size_t offset = r.address - r.region_base;
+      const std::string variable = tls_variable(r.module, offset);
+      if (!variable.empty()) return "static __shared__ " + variable;
+      std::snprintf(text, sizeof text, "static __shared__ memory, byte %zu of the thread_local block of %s", offset,
+                    r.module.c_str());
+      return text;
+    }
+    case Region::global: {
+      uintptr_t base = 0;
+      size_t size = 0;
+      if (find_allocation(r.address, &base, &size)) {
+        std::snprintf(text, sizeof text, "global memory, byte %zu of the %zu-byte cudaMalloc block at %p",
+                      size_t(r.address - base), size, reinterpret_cast<void*>(base));
+      } else {
+        std::snprintf(text, sizeof text, "global memory at %p", reinterpret_cast<void*>(r.address));
+      }
+      return text;
+    }
   }
-  return text;
+  return {};
 }
 
 std::string format(const Report& r) {

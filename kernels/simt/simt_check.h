@@ -5,6 +5,7 @@
 // .cu files tells it every load and store.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 #include "simt.h"
 
@@ -20,6 +21,9 @@ void fiber_enter(unsigned linear, const char* stack, size_t stack_size);  // bef
 void fiber_leave();
 void block_barrier();  // a __syncthreads() opened: what came before is ordered before what follows
 void warp_round(unsigned warp, unsigned active);  // a warp round of these lanes completed
+
+// The cudaMalloc block (simt_api.cpp) that holds address: its start and size; false if none.
+bool find_allocation(uintptr_t address, uintptr_t* base, size_t* size);
 
 // In the launching thread, around the whole grid. grid_begin returns the checks this launch runs.
 unsigned grid_begin();
