@@ -14,7 +14,7 @@ else()
 endif()
 option(REEL_SIMT_CHECK "Emulated build: instrument .cu files for SIMT_CHECK=race,uninit" ${reel_simt_check_default})
 set(reel_cu_options "-xc++;-Wno-unknown-pragmas")  # g++ ignores #pragma unroll
-if(REEL_SIMT_CHECK AND NOT REEL_CUDA)
+if(REEL_SIMT_CHECK AND REEL_EMULATE_CUDA AND NOT REEL_CUDA)
   if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
     list(APPEND reel_cu_options -fsanitize=thread --param=tsan-instrument-func-entry-exit=0 -g1)
   else()

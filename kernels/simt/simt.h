@@ -417,11 +417,22 @@ inline cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_
 }
 }  // namespace simt
 
-// ---- built-in variables (read-only, as in CUDA) -----------------------------------------------
-#define threadIdx (static_cast<const uint3&>(::simt::detail::t_threadIdx))
-#define blockIdx (static_cast<const uint3&>(::simt::detail::t_blockIdx))
-#define blockDim (static_cast<const dim3&>(::simt::detail::t_blockDim))
-#define gridDim (static_cast<const dim3&>(::simt::detail::t_gridDim))
+// ---- built-in variables (read-only values, as in CUDA) ------------------------------------------
+// Values of `const` functions (simt_runtime.cpp): a thread's threadIdx never changes, nor its
+// block's blockIdx or the launch's blockDim and gridDim, so the compiler reads each once per kernel
+// and not once per loop trip; and the reads are not instrumented for SIMT_CHECK.
+namespace simt {
+namespace detail {
+__attribute__((const)) uint3 thread_idx();
+__attribute__((const)) uint3 block_idx();
+__attribute__((const)) dim3 block_dim();
+__attribute__((const)) dim3 grid_dim();
+}  // namespace detail
+}  // namespace simt
+#define threadIdx (::simt::detail::thread_idx())
+#define blockIdx (::simt::detail::block_idx())
+#define blockDim (::simt::detail::block_dim())
+#define gridDim (::simt::detail::grid_dim())
 
 #define SIMT_DYNAMIC_SHARED(T, name) T* name = static_cast<T*>(::simt::detail::dynamic_shared())
 

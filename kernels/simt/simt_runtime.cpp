@@ -576,6 +576,11 @@ const WarpRound& warp_round(unsigned mask, const uint64_t* value, const char* fi
 }
 }  // namespace
 
+uint3 thread_idx() { return t_threadIdx; }
+uint3 block_idx() { return t_blockIdx; }
+dim3 block_dim() { return t_blockDim; }
+dim3 grid_dim() { return t_gridDim; }
+
 void warp_barrier(unsigned mask, const char* file, int line) { warp_round(mask, nullptr, file, line); }
 
 const WarpRound& warp_exchange(unsigned mask, uint64_t value, const char* file, int line) {
