@@ -517,6 +517,13 @@ void warp_round(unsigned warp, unsigned active) {
 
 unsigned grid_begin() {
   read_environment();
+  if (g_checks.load() && !check_available()) {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      std::fprintf(stderr, "simt: SIMT_CHECK: this build's .cu files are not instrumented (REEL_SIMT_CHECK=OFF, or "
+                           "an ASan/TSan build): nothing is checked\n");
+    });
+  }
   std::lock_guard<std::mutex> lock(g_report_mutex);
   g_failed.store(false, std::memory_order_relaxed);
   g_detail.clear();
