@@ -27,14 +27,14 @@ namespace reel::kernels::cuda {
 
 // out[i] = value. out: (n) contiguous.
 template <typename T>
-__global__ void fill_kernel(T* out, int64_t n, T value) {
+__global__ void __launch_bounds__(kThreads) fill_kernel(T* out, int64_t n, T value) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x)
     out[i] = value;
 }
 
 // dst[calc(i)[0]] = D(src[calc(i)[1]]): any strides on both sides, any dtype pair.
 template <typename D, typename S, bool Contig>
-__global__ void copy_kernel(D* dst, const S* src, int64_t n, OffsetCalc<2> calc) {
+__global__ void __launch_bounds__(kThreads) copy_kernel(D* dst, const S* src, int64_t n, OffsetCalc<2> calc) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x) {
     if (Contig) {
       dst[i] = static_cast<D>(src[i]);
@@ -48,7 +48,7 @@ __global__ void copy_kernel(D* dst, const S* src, int64_t n, OffsetCalc<2> calc)
 
 // out[i] = Philox number i of the stream (seed, offset). out: (n) contiguous.
 template <typename T, bool Normal>
-__global__ void random_kernel(T* out, int64_t n, uint64_t seed, uint64_t offset) {
+__global__ void __launch_bounds__(kThreads) random_kernel(T* out, int64_t n, uint64_t seed, uint64_t offset) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x)
     out[i] = Normal ? static_cast<T>(philox_normal(seed, offset, static_cast<uint64_t>(i)))
                     : static_cast<T>(philox_uniform(seed, offset, static_cast<uint64_t>(i)));
