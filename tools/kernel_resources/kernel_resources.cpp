@@ -182,7 +182,9 @@ Occupancy occupancy(const Arch& arch, int threads, int registers, int64_t smem) 
     }
   }
   const int64_t smem_per_block = round_up(smem + arch.smem_reserved_per_block, arch.smem_alloc_unit);
-  const int by_smem = smem > arch.max_smem_per_block ? 0 : static_cast<int>(arch.smem_per_sm / smem_per_block);
+  const int by_smem = smem > arch.max_smem_per_block ? 0
+                     : smem_per_block == 0        ? INT_MAX
+                                                  : static_cast<int>(arch.smem_per_sm / smem_per_block);
   const std::pair<int, const char*> limits[] = {
       {by_warps, "warps"}, {by_regs, "registers"}, {by_smem, "shared memory"}, {arch.max_blocks_per_sm, "blocks"}};
   Occupancy o{INT_MAX, 0, ""};
