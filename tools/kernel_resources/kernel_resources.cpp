@@ -304,16 +304,25 @@ std::string format_table(const std::vector<Row>& rows, const Arch& arch,
       << "  limited by     status\n";
   for (const Row& r : rows) {
     const Kernel& w = r.worst;
-    std::ostringstream spill, occ, block;
+    // Without a bound the block size, and so the occupancy, is not known.
+    std::ostringstream spill, occ, block, blocks;
     spill << w.spill_stores << "/" << w.spill_loads;
-    occ << std::fixed << std::setprecision(1) << r.occ.percent << "%";
-    if (w.max_threads > 0) block << w.max_threads; else block << "-";
+    if (w.max_threads > 0) {
+      block << w.max_threads;
+      blocks << r.occ.blocks;
+      occ << std::fixed << std::setprecision(1) << r.occ.percent << "%";
+    } else {
+      block << "-";
+      blocks << "-";
+      occ << "-";
+    }
     const std::string status = r.problem.empty() ? (r.allowed.empty() ? "ok" : "ok (allowed: no longer needed)")
                                : r.allowed.empty() ? "FAIL" : "allowed";
     out << std::left << std::setw(static_cast<int>(width)) << r.name << std::right << std::setw(6) << r.instantiations
         << std::setw(7) << block.str() << std::setw(6) << w.registers << std::setw(14) << spill.str() << std::setw(8)
-        << w.stack_frame << std::setw(8) << w.static_smem << std::setw(10) << r.occ.blocks << std::setw(11)
-        << occ.str() << "  " << std::left << std::setw(15) << r.occ.limited_by << status << "\n";
+        << w.stack_frame << std::setw(8) << w.static_smem << std::setw(10) << blocks.str() << std::setw(11)
+        << occ.str() << "  " << std::left << std::setw(15) << (w.max_threads > 0 ? r.occ.limited_by : "-") << status
+        << "\n";
   }
   std::set<std::string> names;
   for (const Row& r : rows) {

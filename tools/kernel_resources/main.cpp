@@ -4,8 +4,8 @@
 //   reel_kernel_resources_tool [--arch sm_90] [--allow FILE] [--out FILE] OBJECT...
 //
 // Each OBJECT named *.cu.o is read with its <OBJECT>.ptxas (capture.sh writes it beside the
-// object); other objects (the library's C++ ones) are skipped. Prints the table, writes it to
-// --out when every kernel passes, and exits 1 when one fails.
+// object); other objects (the library's C++ ones) are skipped. Prints the table (with --out: only
+// when a kernel fails; the table goes to that file when none does) and exits 1 when one fails.
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -65,9 +65,10 @@ int run(int argc, char** argv) {
   }
   const std::vector<kr::Row> rows = kr::check(kernels, *arch, allow);
   const std::string table = kr::format_table(rows, *arch, allow);
-  std::cout << table;
   int failures = 0;
   for (const kr::Row& r : rows) failures += r.fails();
+  // With --out, a passing build says one line (the table is in the file); a failing one shows it all.
+  if (out_path.empty() || failures) std::cout << table;
   if (failures) {
     std::cerr << failures << " kernel(s) fail the resource check: make them fit, or name each in "
               << (allow_path.empty() ? "an allow-list (--allow)" : allow_path) << " with its reason\n";
@@ -77,6 +78,8 @@ int run(int argc, char** argv) {
     std::ofstream out(out_path);
     out << table;
     if (!out) throw std::runtime_error("cannot write " + out_path);
+    std::cout << "kernel resources on " << arch_name << ": " << rows.size()
+              << " kernels checked, none fails; the table: " << out_path << "\n";
   }
   return 0;
 }
