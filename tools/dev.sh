@@ -152,9 +152,13 @@ case "$mode" in
       phase "nvcc flavour (sm_90): compile and link"
       configure_only build-nvcc -DCMAKE_BUILD_TYPE=Release -DREEL_CUDA=ON "${cuda_launcher[@]}" \
         -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" -DREEL_BUILD_EXAMPLES=OFF
+      # kernel_resources: each kernel's registers, spills and sm_90 occupancy, from this same compile
+      # (tools/kernel_resources); it fails the build on a kernel that spills or cannot keep one block
+      # per SM at its __launch_bounds__, unless tools/kernel_resources/allow.txt names it.
       mapfile -t nvcc_targets < <(ninja -C build-nvcc -t targets all |
-        sed -n 's/^\(test_[A-Za-z0-9_]*\|layer_check_[A-Za-z0-9_]*\|bench_kernels\): phony$/\1/p')
+        sed -n 's/^\(test_[A-Za-z0-9_]*\|layer_check_[A-Za-z0-9_]*\|bench_kernels\|kernel_resources\): phony$/\1/p')
       cmake --build build-nvcc -j "$jobs" --target "${nvcc_targets[@]}"
+      if [ -f build-nvcc/kernel_resources.txt ]; then cat build-nvcc/kernel_resources.txt; fi  # sm_90 only
     else
       phase "nvcc flavour skipped: no CUDA toolkit on this machine (nvcc not found)"
     fi
