@@ -66,6 +66,8 @@ TEST_CASE("ptxas's resource lines are read per kernel and architecture") {
   const kr::Kernel& plain = find(ks, "_Z5plainPf", "sm_90");
   CHECK(plain.registers == 10);
   CHECK(plain.static_smem == 512);
+  CHECK(plain.barriers == 1);
+  CHECK(spill.barriers == 0);
   CHECK(plain.spill_stores + plain.spill_loads + plain.stack_frame == 0);
   CHECK(find(ks, "_Z3addIdEvPT_PKS0_i", "sm_90").registers == 10);
 
@@ -143,6 +145,10 @@ TEST_CASE("occupancy on sm_90 matches CUDA's calculator in closed form") {
   CHECK(kr::occupancy(a, 128, 16, 228 * 1024).blocks == 0);  // over 227 KiB a block
   CHECK(kr::occupancy(a, 128, 256, 0).blocks == 0);          // over 255 registers a thread
   CHECK(kr::occupancy(a, 2048, 16, 0).blocks == 0);          // over 1024 threads a block
+  // 64 named barriers per SM: a block of one warp using 4 keeps 16 blocks resident, not 32.
+  o = kr::occupancy(a, 32, 16, 0, 4);
+  CHECK(o.blocks == 16);
+  CHECK(o.limited_by == "barriers");
 }
 
 TEST_CASE("kernels are named and grouped by their demangled name") {

@@ -71,6 +71,7 @@ std::vector<Kernel> parse_ptxas(const std::string& text) {
         if (!entry) continue;  // a device function's registers count in its callers'
         entry->registers = static_cast<int>(number_before(body, " registers"));
         entry->static_smem = std::max<int64_t>(0, number_before(body, " bytes smem"));
+        entry->barriers = static_cast<int>(std::max<int64_t>(0, number_before(body, " barriers")));
       }
     } else if (line.find(" bytes stack frame") != std::string::npos) {
       if (!properties) continue;
@@ -149,10 +150,11 @@ std::map<std::string, int> parse_launch_bounds(const std::string& bytes) {
 const Arch* find_arch(const std::string& name) {
   // cuda_occupancy.h (CUDA 13.0) for compute capability 9.0: 64K registers in 4 sub-partitions,
   // allocated per warp in units of 256; 64 warps and 32 blocks per SM; 228 KiB of shared memory per
-  // SM in 128-byte units, of which 1 KiB is the driver's per block; 227 KiB per block (opt-in).
+  // SM in 128-byte units, of which 1 KiB is the driver's per block; 227 KiB per block (opt-in);
+  // 2 named barriers per block of the 32 (64 per SM, shared).
   // 255 registers per thread is what ptxas allocates at most.
   static const Arch kArchs[] = {
-      {"sm_90", 65536, 256, 255, 4, 64, 32, 228 * 1024, 1024, 227 * 1024, 128},
+      {"sm_90", 65536, 256, 255, 4, 64, 32, 64, 228 * 1024, 1024, 227 * 1024, 128},
   };
   for (const Arch& a : kArchs)
     if (name == a.name) return &a;
@@ -163,7 +165,7 @@ namespace {
 int64_t round_up(int64_t x, int64_t unit) { return (x + unit - 1) / unit * unit; }
 }  // namespace
 
-Occupancy occupancy(const Arch& arch, int threads, int registers, int64_t smem) {
+Occupancy occupancy(const Arch& arch, int threads, int registers, int64_t smem, int barriers) {
   // cudaOccMaxActiveBlocksPerMultiprocessor's limits, each in blocks per SM; the smallest wins.
   if (threads <= 0 || threads > 1024) return {0, 0, "block size"};
   const int warps = (threads + 31) / 32;
@@ -185,8 +187,12 @@ Occupancy occupancy(const Arch& arch, int threads, int registers, int64_t smem) 
   const int by_smem = smem > arch.max_smem_per_block ? 0
                      : smem_per_block == 0        ? INT_MAX
                                                   : static_cast<int>(arch.smem_per_sm / smem_per_block);
-  const std::pair<int, const char*> limits[] = {
-      {by_warps, "warps"}, {by_regs, "registers"}, {by_smem, "shared memory"}, {arch.max_blocks_per_sm, "blocks"}};
+  const int by_barriers = barriers > 0 ? arch.barriers_per_sm / barriers : INT_MAX;
+  const std::pair<int, const char*> limits[] = {{by_warps, "warps"},
+                                                {by_regs, "registers"},
+                                                {by_smem, "shared memory"},
+                                                {arch.max_blocks_per_sm, "blocks"},
+                                                {by_barriers, "barriers"}};
   Occupancy o{INT_MAX, 0, ""};
   for (const auto& [blocks, what] : limits)
     if (blocks < o.blocks) o = {blocks, 0, what};
@@ -261,7 +267,8 @@ std::vector<Row> check(const std::vector<Kernel>& kernels, const Arch& arch,
     row.instantiations = static_cast<int>(groups[q].size());
     bool first = true;
     for (const Kernel* k : groups[q]) {
-      const Occupancy o = occupancy(arch, k->max_threads > 0 ? k->max_threads : 1024, k->registers, k->static_smem);
+      const Occupancy o = occupancy(arch, k->max_threads > 0 ? k->max_threads : 1024, k->registers, k->static_smem,
+                                     k->barriers);
       // Worse: no bound, fewer blocks, more spilled bytes, more registers.
       const auto badness = [](const Kernel& x, const Occupancy& xo) {
         return std::make_tuple(x.max_threads == 0, -xo.blocks, x.spill_stores + x.spill_loads, x.registers);

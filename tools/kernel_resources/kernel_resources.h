@@ -10,7 +10,8 @@
 //     it is the one place in the source that says so (the launch passes the same constant), and ptxas
 //     keeps the registers within what one block of it needs.
 // From those and the architecture's limits, the theoretical occupancy as CUDA's own calculator
-// (cuda_occupancy.h, cudaOccMaxActiveBlocksPerMultiprocessor) computes it, for a launch at the
+// (cuda_occupancy.h, cudaOccMaxActiveBlocksPerMultiprocessor: warps, registers, shared memory,
+// blocks and named barriers) computes it, for a launch at the
 // bound with no dynamic shared memory (which the build cannot know) and the default carveout.
 //
 // The check: a kernel fails when it spills, when it declares no __launch_bounds__, or when one block
@@ -30,6 +31,7 @@ struct Kernel {
   int registers = 0;
   int64_t stack_frame = 0, spill_stores = 0, spill_loads = 0;  // bytes per thread
   int64_t static_smem = 0;                                     // bytes per block
+  int barriers = 0;                                            // named barriers (__syncthreads: 1)
   int max_threads = 0;  // __launch_bounds__ (x * y * z of EIATTR_MAX_THREADS); 0: none declared
 };
 
@@ -52,6 +54,7 @@ struct Arch {
   int sub_partitions;           // a warp's registers come from one of these quarters of the file
   int max_warps_per_sm;
   int max_blocks_per_sm;
+  int barriers_per_sm;          // named barriers, shared by the resident blocks
   int64_t smem_per_sm;          // bytes, the largest carveout
   int64_t smem_reserved_per_block;  // the driver's own per block (sm_80 on)
   int64_t max_smem_per_block;   // bytes a block may use (opt-in), the reserved part not included
@@ -63,11 +66,11 @@ const Arch* find_arch(const std::string& name);
 struct Occupancy {
   int blocks = 0;          // resident blocks per SM
   double percent = 0;      // resident warps / the SM's maximum
-  std::string limited_by;  // "warps", "registers", "shared memory", "blocks" (the smallest limit)
+  std::string limited_by;  // "warps", "registers", "shared memory", "blocks", "barriers" (the smallest limit)
 };
-// Blocks of `threads` threads using `registers` per thread and `smem` bytes of shared memory that
-// one SM of `arch` keeps resident.
-Occupancy occupancy(const Arch& arch, int threads, int registers, int64_t smem);
+// Blocks of `threads` threads using `registers` per thread, `smem` bytes of shared memory and
+// `barriers` named barriers that one SM of `arch` keeps resident.
+Occupancy occupancy(const Arch& arch, int threads, int registers, int64_t smem, int barriers = 0);
 
 // "reel::ops::(anonymous namespace)::map_kernel" of a mangled kernel symbol: demangled, without the
 // return type, template arguments and parameters (the mangled name itself when it does not demangle).
