@@ -143,7 +143,11 @@ part_build() {
   fi
   echo "cmake $cmake_version, $(command -v ninja >/dev/null && echo ninja || echo make), ccache:" \
     "$(command -v ccache >/dev/null && echo yes || echo no), mpirun: $(command -v mpirun >/dev/null && echo yes || echo no)"
-  if ! cmake -S . -B "$dir" "${gen[@]}" "${args[@]}" >"$logs/configure.log" 2>&1; then
+  if [ "$mode" = emulated ] && [ -f "$dir/CMakeCache.txt" ]; then
+    # Configured already (tools/dev.sh test built it just before): configuring again would
+    # regenerate the layer checks' sources and rebuild them.
+    echo "$dir/ configured already: reused as it is" | tee "$logs/configure.log"
+  elif ! cmake -S . -B "$dir" "${gen[@]}" "${args[@]}" >"$logs/configure.log" 2>&1; then
     tail -30 "$logs/configure.log"
     figure="configure failed ($logs/configure.log)"
     return 1
@@ -162,7 +166,7 @@ part_build() {
     figure="build FAILED ($logs/build.log); $found"
     return 1
   fi
-  figure="$(grep -cE '^\[[0-9]+/[0-9]+\]' "$logs/build.log") build steps; $found"
+  figure="$(grep -cE '^\[[1-9][0-9]*/[0-9]+\]' "$logs/build.log") build steps; $found"
 }
 
 # ---- 2. the test suite on the device -------------------------------------------------------------
