@@ -7,7 +7,8 @@
 # (the unit suite with clang), build-fuzz/ (tools/fuzz.sh: the libFuzzer harnesses).
 #
 # Each flavour builds only what its own checks use: the examples and benchmarks are built once, in
-# the default flavour (the examples' end-to-end tests run there); the nvcc flavour compiles what
+# the default flavour (the examples' end-to-end tests run there, and tools/gpu_check.sh --emulated
+# proves the GPU check script on it); the nvcc flavour compiles what
 # differs under nvcc (the library, the tests, bench_kernels), the sanitizer and clang flavours the
 # unit tests, tools/fuzz.sh the CPU-only layers its harnesses link.
 # Every compile goes through ccache where it is installed (tools/setup.sh installs it): a first run
@@ -199,6 +200,8 @@ case "$mode" in
     configure_and_build build -DCMAKE_BUILD_TYPE=Release
     phase "install into a temporary prefix; an outside project builds against it and trains one step"
     install_test build
+    phase "tools/gpu_check.sh --emulated: the GPU check script's every part, on build/ (nothing rebuilt)"
+    JOBS=$jobs tools/gpu_check.sh --emulated
     if [ -f kernels/simt/simt.h ]; then
       phase "the whole suite, emulated threads resumed in reverse order"
       (cd build && SIMT_ORDER=reverse ctest --output-on-failure -j "$jobs")
