@@ -144,6 +144,18 @@ std::optional<H200Prediction> predict_h200(const profile::KernelCost& cost) {
 #endif
 }
 
+// "12.3 us", "4.56 ms", "1.23 s": three significant digits or so.
+std::string duration(double seconds) {
+  char text[32];
+  if (seconds < 1e-3)
+    std::snprintf(text, sizeof text, "%.2f us", seconds * 1e6);
+  else if (seconds < 1)
+    std::snprintf(text, sizeof text, "%.2f ms", seconds * 1e3);
+  else
+    std::snprintf(text, sizeof text, "%.2f s", seconds);
+  return text;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
@@ -218,9 +230,11 @@ int run(const Options& o) {
               kEmulated ? " (emulated: the simt emulator on the host's cores, host times)" : "");
   std::printf("roof: %.1f GB/s, %.1f GFLOP/s (%s)\n", roof.bytes_per_s / 1e9, roof.flops_per_s / 1e9,
               roof.source.c_str());
-  std::printf("work: %.2f MB moved at least, %.2f MFLOP (%.2f FLOP/byte)\n\n", cost.bytes() / 1e6, cost.flops / 1e6,
-              static_cast<double>(cost.flops) / static_cast<double>(cost.bytes()));
-  std::printf("%-3s %-34s %-25s %9s %5s %11s %8s %8s %7s %14s\n", "", "version", "launch", "max err", "check",
+  const double intensity = static_cast<double>(cost.flops) / static_cast<double>(cost.bytes());
+  std::printf("work: %.2f MB moved at least, %.2f MFLOP: %.2f FLOP/byte, %s-bound on this roof (ridge at %.1f FLOP/byte)\n\n",
+              cost.bytes() / 1e6, cost.flops / 1e6, intensity,
+              intensity * roof.bytes_per_s >= roof.flops_per_s ? "compute" : "memory", roof.flops_per_s / roof.bytes_per_s);
+  std::printf("%-3s %-34s %-25s %9s %5s %11s %8s %8s %7s %18s\n", "", "version", "launch", "max err", "check",
               "time", "GB/s", "GFLOP/s", "% roof", "H200 predicted");
 
   bool all_ok = true;
@@ -238,11 +252,10 @@ int run(const Options& o) {
     const double s = median(buf.time(v, o.rows, o.cols, o.repeats));
     const profile::RoofPlacement placed =
         profile::place_on_roof(roof, static_cast<double>(cost.bytes()), static_cast<double>(cost.flops), s);
-    char predicted[64] = "n/a";
-    if (h200) std::snprintf(predicted, sizeof predicted, "%.2f us %s", h200->seconds * 1e6, h200->bound.c_str());
-    std::printf("%-3s %-34s %-25s %9.2e %5s %8.1f us %8.2f %8.2f %6.1f%% %14s\n", lab::version_name(v),
-                lab::version_what(v), lab::version_launch(v), err, ok ? "ok" : "FAIL", s * 1e6, cost.bytes() / s / 1e9,
-                cost.flops / s / 1e9, 100 * placed.fraction, predicted);
+    const std::string predicted = h200 ? duration(h200->seconds) + " (" + h200->bound + ")" : "n/a";
+    std::printf("%-3s %-34s %-25s %9.2e %5s %11s %8.2f %8.2f %6.1f%% %18s\n", lab::version_name(v),
+                lab::version_what(v), lab::version_launch(v), err, ok ? "ok" : "FAIL", duration(s).c_str(),
+                cost.bytes() / s / 1e9, cost.flops / s / 1e9, 100 * placed.fraction, predicted.c_str());
   }
   if (!h200)
     std::printf("\n(H200 predicted: n/a in this build: the device predictor, report/predict.h, is not there yet)\n");
