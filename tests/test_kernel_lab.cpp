@@ -2,14 +2,17 @@
 // (examples/kernel_lab/layernorm_lab.h). v1, v2 and v3 must agree with an f64 reference to 1e-5
 // (y, mean and rstd) on shapes with ragged tails: rows not a multiple of a block's rows (256 for
 // v1, 8 for v2), columns below, between and above multiples of 32 and of v3's 256 threads; in every
-// scheduling order of the emulator. v4, the planted race, must show: the race checker stops its
-// launch (SIMT_CHECK=race) or, without the checker, its answer is wrong in the emulator's forward
-// order. Every output starts as NaN, so an element a kernel never writes fails.
+// scheduling order of the emulator. v4, the planted race, must show: run with SIMT_CHECK=race, the
+// race checker must stop its launch with a report naming layernorm_lab.cu; without the checker its
+// answer must be wrong in the emulator's forward order. Every output starts as NaN, so an element
+// a kernel never writes fails.
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "examples/kernel_lab/layernorm_lab.h"
@@ -145,14 +148,18 @@ TEST_CASE("kernel lab: v4's planted race is reported, or gives a wrong answer in
   const Problem p(9, 300);
   const simt::Order saved = simt::order();
   simt::set_order(simt::Order::forward);
+  const char* check = std::getenv("SIMT_CHECK");
+  const bool checking = check && std::string(check).find("race") != std::string::npos;
   bool reported = false;
   try {
     p.run(lab::Version::v4);
   } catch (const Error& e) {
     reported = true;
     MESSAGE("the race checker reported: " << e.what());
+    CHECK(std::string(e.what()).find("layernorm_lab.cu") != std::string::npos);  // it names the lines
   }
   simt::set_order(saved);
+  if (checking) CHECK(reported);  // the race flavour (SIMT_CHECK=race) must catch it
   if (!reported) CHECK_FALSE(p.agrees());
 }
 #endif
