@@ -4,6 +4,8 @@
 #   REEL_CUDA=OFF: g++ compiles the same files as C++ against kernels/simt (the CPU emulator),
 #                  whose runtime sources are compiled into the target too.
 
+option(REEL_CUPTI "nvcc flavour: the profiler times CUDA kernels by CUPTI where libcupti is found (OFF: cudaEvent pairs)" ON)
+
 # reel_cuda_sources(<target> <file.cu>...): add CUDA sources to a target in this flavour.
 function(reel_cuda_sources target)
   target_sources(${target} PRIVATE ${ARGN})
@@ -31,13 +33,17 @@ function(reel_link_cuda_backend target)
     # CUPTI (the toolkit's lib64, or extras/CUPTI in older layouts): the profiler's kernel times
     # from activity records (kernels/cuda/cupti_log.cu). Absent, cudaEvent pairs time the kernels
     # and the profile table says so.
-    find_library(REEL_CUPTI_LIBRARY cupti
-      HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/extras/CUPTI/lib64
-            ${CUDAToolkit_TARGET_DIR}/extras/CUPTI/lib64)
-    find_path(REEL_CUPTI_INCLUDE_DIR cupti.h
-      HINTS ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT}/extras/CUPTI/include
-            ${CUDAToolkit_TARGET_DIR}/extras/CUPTI/include)
-    if(REEL_CUPTI_LIBRARY AND REEL_CUPTI_INCLUDE_DIR)
+    if(REEL_CUPTI)
+      find_library(REEL_CUPTI_LIBRARY cupti
+        HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/extras/CUPTI/lib64
+              ${CUDAToolkit_TARGET_DIR}/extras/CUPTI/lib64)
+      find_path(REEL_CUPTI_INCLUDE_DIR cupti.h
+        HINTS ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT}/extras/CUPTI/include
+              ${CUDAToolkit_TARGET_DIR}/extras/CUPTI/include)
+    endif()
+    if(NOT REEL_CUPTI)
+      message(STATUS "reel: CUPTI off (REEL_CUPTI=OFF); the profiler times CUDA kernels by cudaEvent pairs")
+    elseif(REEL_CUPTI_LIBRARY AND REEL_CUPTI_INCLUDE_DIR)
       message(STATUS "reel: CUPTI found: ${REEL_CUPTI_LIBRARY}; the profiler times CUDA kernels by its activity records")
       target_sources(${target} PRIVATE ${PROJECT_SOURCE_DIR}/kernels/cuda/cupti_log.cu)
       target_include_directories(${target} PRIVATE ${REEL_CUPTI_INCLUDE_DIR})

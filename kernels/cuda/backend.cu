@@ -339,7 +339,7 @@ class CudaBackend final : public DeviceBackend {
 #elif !defined(REEL_CUDA_EMULATED)
     profile::ActivityLog take_activity() override {
       profile::ActivityLog log;
-      log.unavailable = "libcupti not found when reel was configured";
+      log.unavailable = "reel was built without it (libcupti not found, or REEL_CUPTI=OFF)";
       return log;
     }
 #endif
