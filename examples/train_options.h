@@ -1,9 +1,9 @@
 // What the training examples share: their common command-line options (device, batch,
 // accumulation, checkpointing, optimizer, learning-rate schedule, clipping, run length, seed,
-// threads, save/load, profiling and its predicted device step, the memory timeline), parsed with CLI11, the schedule and thread
-// count they ask for, how a window's samples are cut into micro-batches, the one-line progress
-// display, the profiler and the memory timeline around a few training steps, and --dist (data
-// parallel over the ranks of mpirun, when reel was built with dist/).
+// threads, save/load, profiling and its predicted device step, the memory timeline), parsed with
+// CLI11, the schedule and thread count they ask for, how a window's samples are cut into
+// micro-batches, the one-line progress display, the profiler and the memory timeline around a few
+// training steps, and --dist (data parallel over the ranks of mpirun, when reel was built with dist/).
 #pragma once
 #include <CLI/CLI.hpp>
 #include <omp.h>
