@@ -176,7 +176,7 @@ void print_prediction(std::ostream& os, const Profiler& profiler, const DeviceSp
                 us(sp.tf32_s));
   os << line;
   if (sp.host_runs > 0) {
-    std::snprintf(line, sizeof line, "  not placed: %s CPU kernel runs a step (%.3f ms), host work of the run\n",
+    std::snprintf(line, sizeof line, "  not placed: the run's host work, CPU kernel runs a step: %s (%.3f ms)\n",
                   calls(sp.host_runs).c_str(), sp.host_measured_s * 1e3 / n);
     os << line;
   }
