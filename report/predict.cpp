@@ -97,6 +97,8 @@ StepPrediction predict_step(const std::vector<KernelRecord>& records, const Devi
       std::any_of(records.begin(), records.end(), [](const KernelRecord& r) { return r.device.is_cuda(); });
   out.from_cpu = !cuda_run && !records.empty();
   std::map<std::string, PredictedGroup> kernels, ops;
+  DeviceSpec no_launch = spec;  // for the roofline alone: what fusing launches away could reach
+  no_launch.launch_s = 0;
   for (const KernelRecord& r : records) {
     if (cuda_run && !r.device.is_cuda() && r.kernel != "copy_to_host") {
       ++out.host_runs;  // host work of a CUDA run: it stays on the host
@@ -108,6 +110,7 @@ StepPrediction predict_step(const std::vector<KernelRecord>& records, const Devi
     add(ops[op_key(r)], r, p);
     add(out.total, r, p);
     out.tf32_s += predict_record(spec, r, true).seconds;
+    out.roofline_s += predict_record(no_launch, r).seconds;
     out.emulated = out.emulated || r.emulated;
   }
   out.kernels = largest_first(kernels);
@@ -174,6 +177,9 @@ void print_prediction(std::ostream& os, const Profiler& profiler, const DeviceSp
   os << line;
   std::snprintf(line, sizeof line, "  with the f32 GEMMs (matmul, convolutions) on TF32 tensor cores: %.1f us\n",
                 us(sp.tf32_s));
+  os << line;
+  std::snprintf(line, sizeof line, "  the roofline alone (no launch floor: as if launches were fused away): %.1f us\n",
+                us(sp.roofline_s));
   os << line;
   if (sp.host_runs > 0) {
     std::snprintf(line, sizeof line, "  not placed: the run's host work, CPU kernel runs a step: %s (%.3f ms)\n",

@@ -78,6 +78,7 @@ struct StepPrediction {
   std::vector<PredictedGroup> ops;      // largest predicted first
   PredictedGroup total;                 // key "step": all placed runs
   double tf32_s = 0;          // the total with the f32 GEMMs on TF32 tensor cores
+  double roofline_s = 0;      // the total without the launch floor: max(bytes / bandwidth, FLOPs / rate)
   int64_t host_runs = 0;      // CPU records of a CUDA run, not placed
   double host_measured_s = 0;
   bool emulated = false;      // some placed record is an emulated CUDA run
@@ -87,7 +88,7 @@ StepPrediction predict_step(const std::vector<KernelRecord>& records, const Devi
 
 // Prints the spec and the model, the kernel table (the 20 largest predicted), the op table and the
 // step, per step (the profiled steps' totals divided by `steps`), each beside the measured time of
-// the run.
+// the run; then the step with the f32 GEMMs on TF32 and the roofline alone (no launch floor).
 void print_prediction(std::ostream& os, const Profiler& profiler, const DeviceSpec& spec, int64_t steps = 1);
 
 }  // namespace reel::profile

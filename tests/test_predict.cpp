@@ -131,6 +131,8 @@ TEST_CASE("predict_step: per kernel, per op and step sums of a Profiler's record
   CHECK(sp.total.bound_s[static_cast<int>(Bound::Launch)] == doctest::Approx(4e-6).epsilon(1e-9));
   // The GEMM on TF32: 25 us instead of 200.
   CHECK(sp.tf32_s == doctest::Approx(2 * (25e-6 + 10e-6 + 20e-6 + 2e-6)).epsilon(1e-9));
+  // Without the floor the fill costs its 4 KB at 1 TB/s.
+  CHECK(sp.roofline_s == doctest::Approx(2 * (200e-6 + 10e-6 + 20e-6 + 4.096e-9)).epsilon(1e-9));
 
   REQUIRE(sp.kernels.size() == 4);
   CHECK(sp.kernels[0].key == "matmul");  // largest predicted first
@@ -162,6 +164,8 @@ TEST_CASE("predict_step: per kernel, per op and step sums of a Profiler's record
   CHECK(text.find("step on made-up: predicted 232.0 us (memory 30.0, compute 200.0, launch 2.0 us)") !=
         std::string::npos);
   CHECK(text.find("TF32 tensor cores: 57.0 us") != std::string::npos);
+  CHECK(text.find("the roofline alone (no launch floor: as if launches were fused away): 230.0 us") !=
+        std::string::npos);
   CHECK(text.find("gelu.backward") != std::string::npos);
 }
 
