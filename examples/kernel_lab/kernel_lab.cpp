@@ -136,7 +136,7 @@ struct H200Prediction {
 };
 std::optional<H200Prediction> predict_h200(const profile::KernelCost& cost) {
 #if KERNEL_LAB_HAS_PREDICT
-  const profile::Prediction p = profile::predict_kernel(profile::device_spec("H200"), cost, DType::f32);
+  const profile::Prediction p = profile::predict_kernel(profile::device_spec("h200"), cost, DType::f32);
   return H200Prediction{p.seconds, profile::bound_name(p.bound)};
 #else
   (void)cost;
