@@ -22,6 +22,8 @@
 #     6 cnn        fashion_mnist_cnn, one epoch on cuda: its test accuracy
 #     7 bench      bench_kernels cuda: the kernel table, then the copy bandwidth (host <-> device,
 #                  device -> device) beside the memory roof
+#     8 kernel_lab examples/kernel_lab: the three LayerNorm versions checked and timed on the device
+#                  beside their H200 prediction, and the planted race (docs/kernel_lab.md)
 #   tools/gpu_check.sh --emulated   the same parts on the default flavour (CPU + cuda emulated by
 #                                   kernels/simt, no nvcc) in build/, at small sizes, so that CI
 #                                   proves the script itself (tools/dev.sh test runs it after
@@ -166,7 +168,9 @@ part_build() {
     figure="build FAILED ($logs/build.log); $found"
     return 1
   fi
-  figure="$(grep -cE '^\[[1-9][0-9]*/[0-9]+\]' "$logs/build.log") build steps; $found"
+  # grep -c exits 1 when it counts 0 (nothing to rebuild): a count, not a failure.
+  figure="$(grep -cE '^\[[1-9][0-9]*/[0-9]+\]' "$logs/build.log" || true) build steps; $found"
+  return 0
 }
 
 # ---- 2. the test suite on the device -------------------------------------------------------------
@@ -267,11 +271,32 @@ part_char_gpt() {
   local rc=0
   "$exe" "${args[@]}" >"$logs/char_gpt.log" 2>&1 || rc=$?
   # The profile's tables (measured, and predicted where asked) and the run's closing lines.
+  grep -E "kernel times: " "$logs/char_gpt.log"  # CUPTI activity records, or cudaEvent pairs and why
   sed -n '/^kernel /,/^profile: /p' "$logs/char_gpt.log"
   grep -E "^(trained|tokens/s|val loss|error)" "$logs/char_gpt.log"
   [ $rc = 0 ] || { tail -5 "$logs/char_gpt.log"; figure="exit $rc ($logs/char_gpt.log)"; return 1; }
   figure="$(sed -n 's/^tokens\/s: //p' "$logs/char_gpt.log") tokens/s, $(grep -m1 '^val loss' "$logs/char_gpt.log" | cut -d' ' -f3) val loss; $predict"
   grep -q "^profile: trace" "$logs/char_gpt.log" || { figure+="; no profile table"; return 1; }
+  local source
+  source=$(grep -m1 -E "^cuda:0 kernel times: " "$logs/char_gpt.log" | sed 's/^cuda:0 kernel times: //')
+  [ -n "$source" ] && figure+="; times: ${source%% (*}"
+  return 0
+}
+
+# ---- 8. kernel_lab: the three LayerNorm versions measured, the planted race ----------------------
+part_kernel_lab() {
+  local exe="$dir/examples/kernel_lab"
+  [ -x "$exe" ] || { figure="kernel_lab was not built"; return 1; }
+  local args=()
+  [ "$mode" = emulated ] && args=(--rows 256 --cols 768 --repeats 3)
+  local rc=0
+  "$exe" "${args[@]}" >"$logs/kernel_lab.log" 2>&1 || rc=$?
+  cat "$logs/kernel_lab.log"
+  local times
+  times=$(awk '$1 ~ /^v[123]$/ { for (i = 1; i <= NF; i++) if ($i == "ok") { printf "%s%s %s %s", sep, $1, $(i+1), $(i+2); sep = ", " } }' \
+    "$logs/kernel_lab.log")
+  figure="${times:-no version checked ok}"
+  [ $rc = 0 ] && [ -n "$times" ]
 }
 
 # ---- 6. fashion_mnist_cnn: one epoch and its accuracy ---------------------------------------------
@@ -319,4 +344,5 @@ run_part sanitizer part_sanitizer
 run_part char_gpt part_char_gpt
 run_part cnn part_cnn
 run_part bench part_bench
+run_part kernel_lab part_kernel_lab
 summary
