@@ -1,7 +1,9 @@
 // bench_kernels: times the kernel families at realistic sizes on a device and prints, per kernel,
 // the median time, the bytes moved and FLOPs its entry points report to the profiler, the achieved
 // GB/s and GFLOP/s, and the % of the device's roof (GEMM against its SGEMM roof, the rest against
-// its memory bandwidth).
+// its memory bandwidth). On a cuda device it then measures the copy bandwidth the kernels are
+// judged against in practice: host -> device and device -> host (pinned and pageable host memory)
+// and device -> device, on 256 MiB (32 MiB emulated), printed as "copy bandwidth ..." lines.
 //   ./bench_kernels [cpu|cuda] [repeats] [filter]   (filter: only kernels whose name contains it)
 #include <cstdio>
 #include <cstdlib>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "core/stream.h"
 #include "core/tensor.h"
 #include "kernels/dropout.h"
 #include "kernels/ops.h"
@@ -18,6 +21,41 @@
 
 using namespace reel;
 using namespace reel::kernels;
+
+namespace {
+
+// One line per copy direction: the median GB/s of `repeats` copies of the same buffer (bytes
+// copied per second; a device -> device copy reads and writes each byte, so the memory moves twice
+// that), and beside it the memory roof the kernel table uses.
+void print_copy_bandwidth(Device device, int repeats) {
+#if defined(REEL_CUDA_EMULATED)
+  const int64_t n = int64_t{8} << 20;  // 32 MiB of f32: host memcpy on the emulator
+#else
+  const int64_t n = int64_t{64} << 20;  // 256 MiB of f32: past every cache
+#endif
+  const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+  const Tensor dev = zeros({n}, DType::f32, device);
+  const Tensor dev2 = zeros({n}, DType::f32, device);
+  const Tensor host = zeros({n}, DType::f32, Device::cpu());
+  PinnedBuffer pinned(bytes);
+  const Stream stream = Stream::copy(device);
+  const auto line = [&](const char* what, const std::function<void()>& fn) {
+    const double ms = bench::median_ms(device, repeats, [&] {
+      fn();
+      stream.synchronize();
+    });
+    std::printf("copy bandwidth %-30s %8.1f GB/s  (%.0f MiB, %.3f ms)\n", what, bytes / ms / 1e6, bytes / 1048576.0, ms);
+  };
+  line("host -> device (pinned)", [&] { copy_async(pinned, dev, stream); });
+  line("device -> host (pinned)", [&] { copy_async(dev, pinned, stream); });
+  line("host -> device (pageable)", [&] { dev.copy_(host); });
+  line("device -> host (pageable)", [&] { host.copy_(dev); });
+  line("device -> device", [&] { dev2.copy_(dev); });
+  std::printf("copy bandwidth: a device -> device copy moves twice its bytes through memory; the roof above is %.1f GB/s\n",
+              profile::roof_for(device).bytes_per_s * 1e-9);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   try {
@@ -63,6 +101,7 @@ int main(int argc, char** argv) {
     table.add("bmm q @ k^T (8x12, 256x64x256)", [&] { matmul(q, q, false, true); });
 
     table.print("kernel benchmark");
+    if (device.is_cuda()) print_copy_bandwidth(device, repeats);
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

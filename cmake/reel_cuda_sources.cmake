@@ -1,5 +1,6 @@
 # How kernels/cuda/*.cu become part of a target in either build flavour.
-#   REEL_CUDA=ON : nvcc compiles them for CMAKE_CUDA_ARCHITECTURES; cudart/cuBLAS/cuDNN are linked.
+#   REEL_CUDA=ON : nvcc compiles them for CMAKE_CUDA_ARCHITECTURES; cudart/cuBLAS/cuDNN and, where
+#                  found, CUPTI (with kernels/cuda/cupti_log.cu, its only user) are linked.
 #   REEL_CUDA=OFF: g++ compiles the same files as C++ against kernels/simt (the CPU emulator),
 #                  whose runtime sources are compiled into the target too.
 
@@ -21,6 +22,8 @@ if(REEL_SIMT_CHECK AND REEL_EMULATE_CUDA AND NOT REEL_CUDA)
     list(APPEND reel_cu_options -fsanitize=thread -gline-tables-only)
   endif()
 endif()
+
+option(REEL_CUPTI "nvcc flavour: the profiler times CUDA kernels by CUPTI where libcupti is found (OFF: cudaEvent pairs)" ON)
 
 # reel_cuda_sources(<target> <file.cu>...): add CUDA sources to a target in this flavour.
 function(reel_cuda_sources target)
@@ -45,6 +48,29 @@ function(reel_link_cuda_backend target)
       target_compile_definitions(${target} PUBLIC REEL_HAVE_CUDNN=1)
     else()
       message(STATUS "reel: cuDNN not found; ops that need it raise reel::Error")
+    endif()
+    # CUPTI (the toolkit's lib64, or extras/CUPTI in older layouts): the profiler's kernel times
+    # from activity records (kernels/cuda/cupti_log.cu). Absent, cudaEvent pairs time the kernels
+    # and the profile table says so.
+    if(REEL_CUPTI)
+      find_library(REEL_CUPTI_LIBRARY cupti
+        HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/extras/CUPTI/lib64
+              ${CUDAToolkit_TARGET_DIR}/extras/CUPTI/lib64)
+      find_path(REEL_CUPTI_INCLUDE_DIR cupti.h
+        HINTS ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT}/extras/CUPTI/include
+              ${CUDAToolkit_TARGET_DIR}/extras/CUPTI/include)
+    endif()
+    if(NOT REEL_CUPTI)
+      message(STATUS "reel: CUPTI off (REEL_CUPTI=OFF); the profiler times CUDA kernels by cudaEvent pairs")
+    elseif(REEL_CUPTI_LIBRARY AND REEL_CUPTI_INCLUDE_DIR)
+      message(STATUS "reel: CUPTI found: ${REEL_CUPTI_LIBRARY}; the profiler times CUDA kernels by its activity records")
+      target_sources(${target} PRIVATE ${PROJECT_SOURCE_DIR}/kernels/cuda/cupti_log.cu)
+      target_include_directories(${target} PRIVATE ${REEL_CUPTI_INCLUDE_DIR})
+      target_link_libraries(${target} PUBLIC ${REEL_CUPTI_LIBRARY})
+      set_property(SOURCE ${PROJECT_SOURCE_DIR}/kernels/cuda/backend.cu TARGET_DIRECTORY ${target}
+        APPEND PROPERTY COMPILE_DEFINITIONS REEL_CUPTI=1)
+    else()
+      message(STATUS "reel: CUPTI not found; the profiler times CUDA kernels by cudaEvent pairs")
     endif()
     set_target_properties(${target} PROPERTIES CUDA_SEPARABLE_COMPILATION OFF)
   else()

@@ -1,5 +1,6 @@
 // The profiler's collection side (core/profile.h): the session's buffers, the thread's context
-// (phase, op, scope), the scopes that set it, kernel runs timed on the host or on a device clock.
+// (phase, op, scope), the scopes that set it, kernel runs timed on the host or on a device clock
+// (its marks, or its activity log where it keeps a whole one: core/profile_activity.h).
 #include "core/profile.h"
 
 #include <chrono>
@@ -36,12 +37,14 @@ struct PendingKernel {
   size_t index;  // in Session::kernels
   DeviceClock* clock;
   int64_t start_mark, end_mark;
+  uint64_t run;  // its id in the clock's activity log
 };
 // The first mark of a device in a session and the host time it was taken: device times are
 // placed on the host timeline from it.
 struct DeviceOrigin {
   int64_t mark;
   int64_t host_ns;
+  Device device;
 };
 
 struct Session {
@@ -52,6 +55,7 @@ struct Session {
   std::vector<PendingKernel> pending;
   std::map<DeviceClock*, DeviceOrigin> device_origins;
   std::atomic<int> next_track{0};
+  uint64_t next_run = 0;  // kernel runs on a device clock so far: their ids for its activity log
   bool open = false;  // a Profiler exists
   uint64_t generation = 0;            // counts Profilers: an AsyncSpan ends on its own one's clock
   std::vector<int64_t> lane_end_ns;   // AsyncSpan lanes: when each one's last span ended
@@ -139,9 +143,14 @@ KernelRun::KernelRun(const char* kernel, Device device, DType dtype, std::string
     record_.emulated = clock_->emulated();
     record_.track = kDeviceTrack + device.index;
     Session& ses = session();
-    std::lock_guard<std::mutex> lock(ses.mutex);
-    if (!ses.device_origins.count(clock_)) ses.device_origins[clock_] = DeviceOrigin{clock_->mark(), now_ns()};
-    start_mark_ = clock_->mark();
+    {
+      std::lock_guard<std::mutex> lock(ses.mutex);
+      if (!ses.device_origins.count(clock_))
+        ses.device_origins[clock_] = DeviceOrigin{clock_->mark(), now_ns(), device};
+      start_mark_ = clock_->mark();
+      run_ = ++ses.next_run;
+    }
+    clock_->begin_run(run_);
   } else {
     record_.track = this_thread_track();
     record_.start_ns = now_ns();
@@ -151,9 +160,10 @@ KernelRun::KernelRun(const char* kernel, Device device, DType dtype, std::string
 KernelRun::~KernelRun() {
   Session& ses = session();
   if (clock_) {
+    clock_->end_run();
     const int64_t end_mark = clock_->mark();
     std::lock_guard<std::mutex> lock(ses.mutex);
-    ses.pending.push_back({ses.kernels.size(), clock_, start_mark_, end_mark});
+    ses.pending.push_back({ses.kernels.size(), clock_, start_mark_, end_mark, run_});
     ses.kernels.push_back(std::move(record_));
     return;
   }
@@ -280,6 +290,7 @@ Profiler::Profiler() {
   ses.pending.clear();
   ses.device_origins.clear();
   ses.lane_end_ns.clear();
+  ses.next_run = 0;
   ++ses.generation;
   ses.origin = profile::SteadyClock::now();
   running_ = true;
@@ -309,6 +320,30 @@ void Profiler::stop() {
     profile::KernelRecord& r = ses.kernels[p.index];
     r.start_ns = origin.host_ns + static_cast<int64_t>(p.clock->elapsed_ns(origin.mark, p.start_mark));
     r.dur_ns = static_cast<int64_t>(p.clock->elapsed_ns(p.start_mark, p.end_mark));
+  }
+  // Then each device's activity log, where it keeps a whole one, replaces the marks' times.
+  time_sources_.clear();
+  const int64_t session_steady_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(ses.origin.time_since_epoch()).count();
+  for (auto& [clock, origin] : ses.device_origins) {
+    const profile::ActivityLog log = clock->take_activity();
+    if (clock->emulated()) {
+      time_sources_[origin.device.str()] = "emulated on the host by simt";
+      continue;
+    }
+    std::vector<const profile::PendingKernel*> mine;
+    std::vector<uint64_t> runs;
+    for (const profile::PendingKernel& p : ses.pending)
+      if (p.clock == clock) mine.push_back(&p), runs.push_back(p.run);
+    const profile::ActivityTimes times = profile::resolve_activity(
+        log, origin.device.index, runs, log.origin_steady_ns - session_steady_ns - log.origin_device_ns);
+    time_sources_[origin.device.str()] = times.source;
+    if (!times.used) continue;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      profile::KernelRecord& r = ses.kernels[mine[i]->index];
+      r.dur_ns = times.times[i].dur_ns;
+      if (times.times[i].records > 0) r.start_ns = times.times[i].start_ns;  // else the marks' place
+    }
   }
   for (auto& [clock, origin] : ses.device_origins) clock->reset();
   kernels_ = std::move(ses.kernels);

@@ -13,12 +13,15 @@
 //
 // Times: CPU kernels by a steady host clock around the call. CUDA kernels by markers the device
 // records on its stream (cudaEvent pairs), resolved when the profiler stops; on a GPU these are
-// device times. In the emulated build the same markers read the host clock and the records say
-// `emulated`, so no one takes them for GPU times.
+// device times. Where the device clock also keeps an activity log (CUPTI in the nvcc build, when
+// it initialises) its records replace the markers' times (core/profile_activity.h); when the log is
+// not whole, the markers' times stay and Profiler::time_source says why. In the emulated build the
+// markers read the host clock and the records say `emulated`, so no one takes them for GPU times.
 #pragma once
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +29,7 @@
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/dtype.h"
+#include "core/profile_activity.h"
 
 namespace reel::profile {
 
@@ -96,6 +100,17 @@ class DeviceClock {
   virtual double elapsed_ns(int64_t from, int64_t to) = 0;
   // Releases every mark.
   virtual void reset() = 0;
+  // The device's activity log (CUPTI), beside the marks. Each kernel run is bracketed on its
+  // launching thread by begin_run(its id in the session) after its start mark and end_run() before
+  // its end mark. take_activity() is called once per session by Profiler::stop(), after every
+  // mark resolved (the device has finished), and ends the log's session. Default: no log.
+  virtual void begin_run(uint64_t run) { (void)run; }
+  virtual void end_run() {}
+  virtual ActivityLog take_activity() {
+    ActivityLog log;
+    log.unavailable = "this backend keeps no activity log";
+    return log;
+  }
 };
 
 namespace detail {
@@ -132,6 +147,7 @@ class KernelRun {
   KernelRecord record_;
   DeviceClock* clock_ = nullptr;
   int64_t start_mark_ = -1;
+  uint64_t run_ = 0;  // its id for the device's activity log
 };
 
 namespace detail {
@@ -236,10 +252,14 @@ class Profiler {
   int64_t wall_ns() const { return wall_ns_; }  // from construction to stop()
   // Names of the host threads and device tracks that appear in the records.
   std::string track_name(int track) const;
+  // How the kernel times of each device with a clock were taken, by device ("cuda:0"):
+  // "CUPTI activity records", "cudaEvent pairs (CUPTI: <why not>)", "emulated on the host by simt".
+  const std::map<std::string, std::string>& time_sources() const { return time_sources_; }
 
  private:
   bool running_ = false;
   int64_t wall_ns_ = 0;
+  std::map<std::string, std::string> time_sources_;
   std::vector<profile::KernelRecord> kernels_;
   std::vector<profile::SpanRecord> spans_;
 };

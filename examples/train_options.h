@@ -1,9 +1,9 @@
 // What the training examples share: their common command-line options (device, batch,
 // accumulation, checkpointing, optimizer, learning-rate schedule, clipping, run length, seed,
-// threads, save/load, profiling, the memory timeline), parsed with CLI11, the schedule and thread
-// count they ask for, how a window's samples are cut into micro-batches, the one-line progress
-// display, the profiler and the memory timeline around a few training steps, and --dist (data
-// parallel over the ranks of mpirun, when reel was built with dist/).
+// threads, save/load, profiling and its predicted device step, the memory timeline), parsed with
+// CLI11, the schedule and thread count they ask for, how a window's samples are cut into
+// micro-batches, the one-line progress display, the profiler and the memory timeline around a few
+// training steps, and --dist (data parallel over the ranks of mpirun, when reel was built with dist/).
 #pragma once
 #include <CLI/CLI.hpp>
 #include <omp.h>
@@ -23,6 +23,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "report/memory_timeline.h"
+#include "report/predict.h"
 #include "report/profile.h"
 #if REEL_HAS_DIST
 #include "dist/data_parallel.h"
@@ -50,6 +51,7 @@ struct TrainOptions {
   bool skip_nonfinite = false; // a step whose gradients are not finite is skipped (and counted)
   std::string profile;        // trace path; empty: no profiling
   int64_t profile_steps = 3;  // optimizer steps profiled, after kProfileWarmup steps of warm-up
+  std::string predict;        // with --profile: a device of report/device_specs.cpp to predict the step on
   std::string memory_timeline;  // page path (HTML; the JSON beside it); empty: no timeline
   bool dist = false;          // data parallel over the ranks mpirun started (see Distributed)
   int zero = 0;               // with dist: 1 shards the AdamW state across the ranks (ZeRO-1)
@@ -85,10 +87,28 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_flag("--detect-anomaly", o.detect_anomaly,
                "check every op's outputs and gradients for NaN/Inf; the first raises, naming the op (slow)");
   app.add_flag("--skip-nonfinite", o.skip_nonfinite, "skip (and count) a step whose gradients are not all finite");
-  app.add_option("--profile", o.profile,
-                 "profile --profile-steps steps after warm-up: print the kernel table, write a Chrome trace here");
+  CLI::Option* profile = app.add_option(
+      "--profile", o.profile,
+      "profile --profile-steps steps after warm-up: print the kernel table, write a Chrome trace here");
   app.add_option("--profile-steps", o.profile_steps, "optimizer steps to profile")->capture_default_str()
       ->check(CLI::PositiveNumber);
+  std::string devices;
+  for (const reel::profile::DeviceSpec& d : reel::profile::device_specs())
+    devices += (devices.empty() ? "" : ", ") + d.name;
+  app.add_option("--predict", o.predict,
+                 "with --profile: the profiled step's predicted time on this GPU, per kernel and op, with what "
+                 "bounds each (" + devices + ")")
+      ->needs(profile)
+      ->check(CLI::Validator(
+          [](std::string& name) -> std::string {
+            try {
+              reel::profile::device_spec(name);
+              return "";
+            } catch (const reel::Error& e) {
+              return e.what();
+            }
+          },
+          "DEVICE"));
   app.add_option("--memory-timeline", o.memory_timeline,
                  "write the memory timeline of optimizer step 2 here (an HTML page; the JSON beside it, .json)");
   app.add_flag("--dist", o.dist,
@@ -249,6 +269,7 @@ class StepCollector {
     }
   }
   void after_step(int64_t step) {
+    if (running_) last_step_ = step;
     if (running_ && step >= warmup_ + steps_) finish();
   }
   // Stops and reports what was collected (called by after_step, and after the loop for short runs).
@@ -264,22 +285,25 @@ class StepCollector {
   virtual void start() = 0;
   virtual void stop_and_report() = 0;
   int64_t first_step() const { return first_step_; }
+  // Optimizer steps collected: fewer than asked when the run ended first.
+  int64_t steps_collected() const { return std::max<int64_t>(1, last_step_ - first_step_ + 1); }
 
  private:
   bool wanted_;
   int64_t warmup_, steps_;
   bool running_ = false, done_ = false;
-  int64_t first_step_ = 0;
+  int64_t first_step_ = 0, last_step_ = 0;
 };
 
 // --profile: a reel::Profiler around optimizer steps kProfileWarmup + 1 .. + --profile-steps
 // (warm-up first: the allocator's cache, OpenMP's threads and the CPU's clocks settle), then the
-// table on stdout and the trace file.
+// table on stdout and the trace file; with --predict, the step predicted on that device too.
 class StepProfiler : public StepCollector {
  public:
   static constexpr int64_t kProfileWarmup = 2;
   explicit StepProfiler(const TrainOptions& o)
-      : StepCollector(!o.profile.empty(), kProfileWarmup, o.profile_steps), path_(o.profile) {}
+      : StepCollector(!o.profile.empty(), kProfileWarmup, o.profile_steps), path_(o.profile),
+        predict_(o.predict.empty() ? nullptr : &reel::profile::device_spec(o.predict)) {}
 
  private:
   void start() override { profiler_ = std::make_unique<reel::Profiler>(); }
@@ -287,6 +311,10 @@ class StepProfiler : public StepCollector {
     profiler_->stop();
     std::printf("\n");
     reel::profile::print_table(std::cout, *profiler_);
+    if (predict_) {
+      std::printf("\n");
+      reel::profile::print_prediction(std::cout, *profiler_, *predict_, steps_collected());
+    }
     reel::profile::write_trace(path_, *profiler_);
     std::printf("profile: trace of %zu kernel runs written to %s (open in https://ui.perfetto.dev)\n",
                 profiler_->kernels().size(), path_.c_str());
@@ -294,6 +322,7 @@ class StepProfiler : public StepCollector {
   }
 
   std::string path_;
+  const reel::profile::DeviceSpec* predict_;
   std::unique_ptr<reel::Profiler> profiler_;
 };
 

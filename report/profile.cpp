@@ -125,6 +125,7 @@ void print_table(std::ostream& os, const Profiler& profiler, int top) {
     os << "roof " << d << ": " << format("%.1f", roof.bytes_per_s * 1e-9) << " GB/s, "
        << format("%.1f", roof.flops_per_s * 1e-9) << " GFLOP/s (" << roof.source << ")\n";
   }
+  for (const auto& [device, source] : profiler.time_sources()) os << device << " kernel times: " << source << "\n";
   char line[256];
   std::snprintf(line, sizeof line, "%-28s %-7s %7s %10s %10s %6s %9s %9s %8s %7s\n", "kernel", "device", "calls",
                 "total ms", "mean us", "share", "GB/s", "GFLOP/s", "bound", "% roof");

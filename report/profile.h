@@ -50,7 +50,8 @@ struct GroupSummary {
 std::vector<GroupSummary> summarize_ops(const Profiler& profiler);     // "layernorm", "matmul.backward"
 std::vector<GroupSummary> summarize_phases(const Profiler& profiler);  // "forward", "replay", ...
 
-// Prints the roofs, the kernel table (the `top` largest rows), the op table and the phase table.
+// Prints the roofs, where each device's kernel times came from (Profiler::time_sources), the kernel
+// table (the `top` largest rows), the op table and the phase table.
 void print_table(std::ostream& os, const Profiler& profiler, int top = 20);
 
 // Writes the records as Chrome trace-event JSON: one track per host thread and device stream,

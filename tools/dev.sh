@@ -7,7 +7,8 @@
 # (the unit suite with clang), build-fuzz/ (tools/fuzz.sh: the libFuzzer harnesses).
 #
 # Each flavour builds only what its own checks use: the examples and benchmarks are built once, in
-# the default flavour (the examples' end-to-end tests run there); the nvcc flavour compiles what
+# the default flavour (the examples' end-to-end tests run there, and tools/gpu_check.sh --emulated
+# proves the GPU check script on it); the nvcc flavour compiles what
 # differs under nvcc (the library, the tests, bench_kernels), the sanitizer and clang flavours the
 # unit tests, tools/fuzz.sh the CPU-only layers its harnesses link.
 # Every compile goes through ccache where it is installed (tools/setup.sh installs it): a first run
@@ -152,9 +153,13 @@ case "$mode" in
       phase "nvcc flavour (sm_90): compile and link"
       configure_only build-nvcc -DCMAKE_BUILD_TYPE=Release -DREEL_CUDA=ON "${cuda_launcher[@]}" \
         -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" -DREEL_BUILD_EXAMPLES=OFF
+      # kernel_resources: each kernel's registers, spills and sm_90 occupancy, from this same compile
+      # (tools/kernel_resources); it fails the build on a kernel that spills or cannot keep one block
+      # per SM at its __launch_bounds__, unless tools/kernel_resources/allow.txt names it.
       mapfile -t nvcc_targets < <(ninja -C build-nvcc -t targets all |
-        sed -n 's/^\(test_[A-Za-z0-9_]*\|layer_check_[A-Za-z0-9_]*\|bench_kernels\): phony$/\1/p')
+        sed -n 's/^\(test_[A-Za-z0-9_]*\|layer_check_[A-Za-z0-9_]*\|bench_kernels\|kernel_resources\): phony$/\1/p')
       cmake --build build-nvcc -j "$jobs" --target "${nvcc_targets[@]}"
+      if [ -f build-nvcc/kernel_resources.txt ]; then cat build-nvcc/kernel_resources.txt; fi  # sm_90 only
     else
       phase "nvcc flavour skipped: no CUDA toolkit on this machine (nvcc not found)"
     fi
@@ -195,6 +200,8 @@ case "$mode" in
     configure_and_build build -DCMAKE_BUILD_TYPE=Release
     phase "install into a temporary prefix; an outside project builds against it and trains one step"
     install_test build
+    phase "tools/gpu_check.sh --emulated: the GPU check script's every part, on build/ (nothing rebuilt)"
+    JOBS=$jobs tools/gpu_check.sh --emulated
     if [ -f kernels/simt/simt.h ]; then
       phase "the whole suite, emulated threads resumed in reverse order"
       (cd build && SIMT_ORDER=reverse ctest --output-on-failure -j "$jobs")

@@ -203,7 +203,7 @@ __device__ __forceinline__ KvTile<T> kv_tile(T* smem, int D, int ldv) {
 // contiguous. Block: kWarps warps; blockIdx.x = bh * q_tiles + query tile. Dynamic shared memory:
 //   Ks (kBc, D + 1), Vs (kBc, Dv), Qs (kWarps, D) scaled, Ps (kWarps, kBc).
 template <typename T, typename acc_t>
-__global__ void attention_forward_kernel(Heads<const T> q, Heads<const T> k, Heads<const T> v, Heads<T> out, T* lse,
+__global__ void __launch_bounds__(AttnTiles<acc_t>::kWarps * 32) attention_forward_kernel(Heads<const T> q, Heads<const T> k, Heads<const T> v, Heads<T> out, T* lse,
                                          int64_t H, int64_t Tq, int64_t Tk, int D, int Dv, acc_t scale, bool causal,
                                          int64_t q_tiles) {
   using std::exp;
@@ -245,7 +245,7 @@ __global__ void attention_forward_kernel(Heads<const T> q, Heads<const T> k, Hea
 // Di = rowsum(dout * out). dout, out: (B, H, Tq, Dv); di: (B H, Tq) contiguous, row r = bh Tq + t.
 // Warp per row, 8 per block. Di is acc_t, a buffer of the kernels' own.
 template <typename T, typename acc_t>
-__global__ void attention_backward_di_kernel(Heads<const T> dout, Heads<const T> out, acc_t* di, int64_t H,
+__global__ void __launch_bounds__(256) attention_backward_di_kernel(Heads<const T> dout, Heads<const T> out, acc_t* di, int64_t H,
                                              int64_t Tq, int64_t rows, int Dv) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t{gridDim.x} * (blockDim.x >> 5);
@@ -265,7 +265,7 @@ __global__ void attention_backward_di_kernel(Heads<const T> dout, Heads<const T>
 // Dynamic shared memory: Qs (kBr, D + 1) scaled, dOs (kBr, Dv + 1), Kr (kKeyWarps, D),
 // Vr (kKeyWarps, Dv), Ps (kKeyWarps, kBr), dSs (kKeyWarps, kBr), Ls (kBr), Ds (kBr).
 template <typename T, typename acc_t>
-__global__ void attention_backward_dkdv_kernel(Heads<const T> dout, Heads<const T> q, Heads<const T> k,
+__global__ void __launch_bounds__(AttnTiles<acc_t>::kKeyWarps * 32) attention_backward_dkdv_kernel(Heads<const T> dout, Heads<const T> q, Heads<const T> k,
                                                Heads<const T> v, const T* lse, const acc_t* di, Heads<T> dk,
                                                Heads<T> dv, int64_t H, int64_t Tq, int64_t Tk, int D, int Dv,
                                                acc_t scale, bool causal, int64_t k_tiles) {
@@ -339,7 +339,7 @@ __global__ void attention_backward_dkdv_kernel(Heads<const T> dout, Heads<const 
 // lse, di as in the dkdv kernel; dq (B, H, Tq, D). Dynamic shared memory:
 //   Ks (kBc, D + 1), Vs (kBc, Dv + 1), Qs (kWarps, D) scaled, dOs (kWarps, Dv), dSs (kWarps, kBc).
 template <typename T, typename acc_t>
-__global__ void attention_backward_dq_kernel(Heads<const T> dout, Heads<const T> q, Heads<const T> k,
+__global__ void __launch_bounds__(AttnTiles<acc_t>::kWarps * 32) attention_backward_dq_kernel(Heads<const T> dout, Heads<const T> q, Heads<const T> k,
                                              Heads<const T> v, const T* lse, const acc_t* di, Heads<T> dq, int64_t H,
                                              int64_t Tq, int64_t Tk, int D, int Dv, acc_t scale, bool causal,
                                              int64_t q_tiles) {

@@ -10,6 +10,9 @@
 // cudaMemcpyAsync; pinned memory is cudaHostAlloc(cudaHostAllocPortable), usable by every device. Uniform numbers are bit-
 // identical to the CPU's: both evaluate core/philox.h's host/device functions. Also here: the
 // checked-call and device helpers of launch.h.
+// The profiler's clock (profile::DeviceClock) is cudaEvent pairs on the compute stream; in the
+// nvcc flavour with libcupti (REEL_CUPTI) it also keeps CUPTI's activity log (kernels/cuda/cupti_log.h),
+// whose times the profiler prefers; without it, the log's absence says why.
 #include <cstdio>
 #include <memory>
 #include <mutex>
@@ -20,6 +23,9 @@
 #include "core/tensor.h"
 #include "kernels/cuda/indexing.h"
 #include "kernels/cuda/launch.h"
+#if defined(REEL_CUPTI)
+#include "kernels/cuda/cupti_log.h"
+#endif
 
 namespace reel::kernels::cuda {
 
@@ -27,14 +33,14 @@ namespace reel::kernels::cuda {
 
 // out[i] = value. out: (n) contiguous.
 template <typename T>
-__global__ void fill_kernel(T* out, int64_t n, T value) {
+__global__ void __launch_bounds__(kThreads) fill_kernel(T* out, int64_t n, T value) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x)
     out[i] = value;
 }
 
 // dst[calc(i)[0]] = D(src[calc(i)[1]]): any strides on both sides, any dtype pair.
 template <typename D, typename S, bool Contig>
-__global__ void copy_kernel(D* dst, const S* src, int64_t n, OffsetCalc<2> calc) {
+__global__ void __launch_bounds__(kThreads) copy_kernel(D* dst, const S* src, int64_t n, OffsetCalc<2> calc) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x) {
     if (Contig) {
       dst[i] = static_cast<D>(src[i]);
@@ -48,7 +54,7 @@ __global__ void copy_kernel(D* dst, const S* src, int64_t n, OffsetCalc<2> calc)
 
 // out[i] = Philox number i of the stream (seed, offset). out: (n) contiguous.
 template <typename T, bool Normal>
-__global__ void random_kernel(T* out, int64_t n, uint64_t seed, uint64_t offset) {
+__global__ void __launch_bounds__(kThreads) random_kernel(T* out, int64_t n, uint64_t seed, uint64_t offset) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x)
     out[i] = Normal ? static_cast<T>(philox_normal(seed, offset, static_cast<uint64_t>(i)))
                     : static_cast<T>(philox_uniform(seed, offset, static_cast<uint64_t>(i)));
@@ -320,7 +326,23 @@ class CudaBackend final : public DeviceBackend {
       REEL_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[static_cast<size_t>(from)], events_[static_cast<size_t>(to)]));
       return static_cast<double>(ms) * 1e6;
     }
-    void reset() override { used_ = 0; }
+    void reset() override {
+      used_ = 0;
+#if defined(REEL_CUPTI)
+      cupti_log::reset();
+#endif
+    }
+#if defined(REEL_CUPTI)
+    void begin_run(uint64_t run) override { cupti_log::begin_run(run); }
+    void end_run() override { cupti_log::end_run(); }
+    profile::ActivityLog take_activity() override { return cupti_log::take(); }
+#elif !defined(REEL_CUDA_EMULATED)
+    profile::ActivityLog take_activity() override {
+      profile::ActivityLog log;
+      log.unavailable = "reel was built without it (libcupti not found, or REEL_CUPTI=OFF)";
+      return log;
+    }
+#endif
 
    private:
     int index_;

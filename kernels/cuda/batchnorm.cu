@@ -68,7 +68,7 @@ constexpr int kChannelThreads = 256;
 // Block per channel c. x: (N, C, S); mean, rstd: (C) out; running_mean, running_var: (C) in/out,
 // or null.
 template <typename T>
-__global__ void batch_norm_stats_kernel(const T* x, T* running_mean, T* running_var, double momentum, double eps,
+__global__ void __launch_bounds__(kChannelThreads) batch_norm_stats_kernel(const T* x, T* running_mean, T* running_var, double momentum, double eps,
                                         T* mean, T* rstd, int64_t N, int64_t C, int64_t S) {
   using std::sqrt;
   __shared__ double scratch[32];
@@ -99,7 +99,7 @@ __global__ void batch_norm_stats_kernel(const T* x, T* running_mean, T* running_
 
 // Thread per channel: mean, rstd (C) from running_mean, running_var (C).
 template <typename T>
-__global__ void batch_norm_stats_eval_kernel(const T* running_mean, const T* running_var, double eps, T* mean,
+__global__ void __launch_bounds__(kThreads) batch_norm_stats_eval_kernel(const T* running_mean, const T* running_var, double eps, T* mean,
                                              T* rstd, int64_t C) {
   using std::sqrt;
   for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < C; c += int64_t{blockDim.x} * gridDim.x) {
@@ -110,7 +110,7 @@ __global__ void batch_norm_stats_eval_kernel(const T* running_mean, const T* run
 
 // Grid-stride over the elements. x, y: (N, C, S); w, b, mean, rstd: (C).
 template <typename T, typename acc_t>
-__global__ void batch_norm_apply_kernel(const T* x, const T* w, const T* b, const T* mean, const T* rstd, T* y,
+__global__ void __launch_bounds__(kThreads) batch_norm_apply_kernel(const T* x, const T* w, const T* b, const T* mean, const T* rstd, T* y,
                                         int64_t total, int64_t C, int64_t S) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{blockDim.x} * gridDim.x) {
     const int64_t c = i / S % C;
@@ -120,7 +120,7 @@ __global__ void batch_norm_apply_kernel(const T* x, const T* w, const T* b, cons
 
 // Block per channel c. dy, x, dx: (N, C, S); w, mean, rstd, dw, db: (C).
 template <typename T, typename acc_t>
-__global__ void batch_norm_backward_kernel(const T* dy, const T* x, const T* w, const T* mean, const T* rstd,
+__global__ void __launch_bounds__(kChannelThreads) batch_norm_backward_kernel(const T* dy, const T* x, const T* w, const T* mean, const T* rstd,
                                            bool training, T* dx, T* dw, T* db, int64_t N, int64_t C, int64_t S) {
   __shared__ double scratch[32];
   const int64_t M = N * S;

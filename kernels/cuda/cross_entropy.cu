@@ -41,7 +41,7 @@ constexpr int64_t kMaxRowBlocks = 1 << 16;  // rows beyond it: the blocks loop
 // idx: (n). Counts indices that are not `ignore` (has_ignore) into *count and reports every
 // other one outside [0, limit). Grid-stride; integer atomics only (exact, so order-independent).
 template <typename I>
-__global__ void check_indices_kernel(const I* idx, int64_t n, int64_t limit, bool has_ignore, int64_t ignore,
+__global__ void __launch_bounds__(kThreads) check_indices_kernel(const I* idx, int64_t n, int64_t limit, bool has_ignore, int64_t ignore,
                                      unsigned long long* error, unsigned long long* count) {
   unsigned long long c = 0;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x) {
@@ -57,7 +57,7 @@ __global__ void check_indices_kernel(const I* idx, int64_t n, int64_t limit, boo
 // Block per row. logits: (N, V); targets, losses, lse: (N); dlogits: (N, V) or null (no fused
 // gradient); g: the gradient scale of every non-ignored row.
 template <typename T, typename acc_t, typename I>
-__global__ void cross_entropy_forward_kernel(const T* logits, const I* targets, int64_t ignore_index, T* losses,
+__global__ void __launch_bounds__(kRowThreads) cross_entropy_forward_kernel(const T* logits, const I* targets, int64_t ignore_index, T* losses,
                                              T* lse, T* dlogits, acc_t g, unsigned long long* error, int64_t N,
                                              int64_t V) {
   using std::exp;
@@ -91,7 +91,7 @@ __global__ void cross_entropy_forward_kernel(const T* logits, const I* targets, 
 // Block per row. dloss: (N) when per_row, else one value for every row; logits, dlogits:
 // (N, V); targets, lse: (N).
 template <typename T, typename acc_t, typename I>
-__global__ void cross_entropy_backward_kernel(const T* dloss, bool per_row, double scale, const T* logits,
+__global__ void __launch_bounds__(kRowThreads) cross_entropy_backward_kernel(const T* dloss, bool per_row, double scale, const T* logits,
                                               const I* targets, const T* lse, int64_t ignore_index, T* dlogits,
                                               unsigned long long* error, int64_t N, int64_t V) {
   using std::exp;

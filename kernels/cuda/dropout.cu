@@ -14,7 +14,7 @@ namespace {
 
 // mask: (n) contiguous; kept = 1 / (1 - p), or 0 when p == 1.
 template <typename T>
-__global__ void dropout_mask_kernel(T* mask, int64_t n, double p, T kept, uint64_t seed, uint64_t offset) {
+__global__ void __launch_bounds__(kThreads) dropout_mask_kernel(T* mask, int64_t n, double p, T kept, uint64_t seed, uint64_t offset) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x)
     mask[i] = static_cast<double>(philox_uniform(seed, offset, static_cast<uint64_t>(i))) >= p ? kept : T(0);
 }

@@ -66,7 +66,7 @@ struct Inputs {
 // out[i] = fn(in_0[calc(i)[0]], ..., in_{N-1}[calc(i)[N-1]]). out: (n) contiguous; the N inputs:
 // any strides over out's shape (0 where broadcast).
 template <typename Fn, typename T, int N, bool Contig>
-__global__ void map_kernel(T* out, Inputs<T, N> in, int64_t n, OffsetCalc<N> calc, Fn fn) {
+__global__ void __launch_bounds__(kThreads) map_kernel(T* out, Inputs<T, N> in, int64_t n, OffsetCalc<N> calc, Fn fn) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x) {
     int64_t off[N];
     if (Contig) {

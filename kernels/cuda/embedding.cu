@@ -45,7 +45,7 @@ constexpr int64_t kMaxOwnerBlocks = 1024;
 
 // ids: (N); table: (V, C); out: (N, C). Grid-stride over the N * C outputs.
 template <typename T, typename I>
-__global__ void embedding_forward_kernel(const I* ids, const T* table, T* out, int64_t N, int64_t V, int64_t C,
+__global__ void __launch_bounds__(kThreads) embedding_forward_kernel(const I* ids, const T* table, T* out, int64_t N, int64_t V, int64_t C,
                                          unsigned long long* error) {
   const int64_t total = N * C;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{blockDim.x} * gridDim.x) {
@@ -63,7 +63,7 @@ __global__ void embedding_forward_kernel(const I* ids, const T* table, T* out, i
 // Block b owns table rows [b * rows, min(V, (b + 1) * rows)). dout: (N, C); ids: (N);
 // dtable: (V, C) acc_t. blockDim.x == kScanThreads.
 template <typename T, typename acc_t, typename I>
-__global__ void embedding_backward_kernel(const T* dout, const I* ids, acc_t* dtable, int64_t N, int64_t V,
+__global__ void __launch_bounds__(kScanThreads) embedding_backward_kernel(const T* dout, const I* ids, acc_t* dtable, int64_t N, int64_t V,
                                           int64_t C, int64_t rows, unsigned long long* error) {
   __shared__ int64_t s_pos[kScanThreads];           // owned positions of the tile, in order
   __shared__ int s_warp_count[kScanThreads / 32];  // owned positions per warp of the tile

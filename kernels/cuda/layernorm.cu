@@ -50,7 +50,7 @@ int64_t rows_per_chunk(int64_t R) { return std::min<int64_t>(512, std::max<int64
 // Warp per row. x, y: (R, C); w, b: (C); mean, rstd: (R). kLayerNorm false: RMSNorm (no b, no
 // mean; rstd from mean(x^2)).
 template <typename T, typename acc_t, bool kLayerNorm>
-__global__ void norm_forward_kernel(const T* x, const T* w, const T* b, acc_t eps, T* y, T* mean, T* rstd, int64_t R,
+__global__ void __launch_bounds__(kRowsPerBlock * 32) norm_forward_kernel(const T* x, const T* w, const T* b, acc_t eps, T* y, T* mean, T* rstd, int64_t R,
                                     int64_t C) {
   using std::sqrt;
   const int lane = threadIdx.x & 31;
@@ -83,7 +83,7 @@ __global__ void norm_forward_kernel(const T* x, const T* w, const T* b, acc_t ep
 // rstd: (R) (mean unused for RMSNorm); partial: (params, chunks, C) double, params = 2 (dw, db)
 // for LayerNorm, 1 for RMSNorm. Dynamic shared memory: 2 * rows acc_t.
 template <typename T, typename acc_t, bool kLayerNorm>
-__global__ void norm_backward_kernel(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
+__global__ void __launch_bounds__(kBackThreads) norm_backward_kernel(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
                                      double* partial, int64_t R, int64_t C, int64_t rows) {
   SIMT_DYNAMIC_SHARED(acc_t, smem);
   acc_t* row_a = smem;         // (rows) mean(dxhat), LayerNorm only
@@ -132,7 +132,7 @@ __global__ void norm_backward_kernel(const T* dy, const T* x, const T* w, const 
 // Thread per column: out_p[c] = sum over chunks k, in order, of partial[p, k, c]; p = blockIdx.y
 // picks dw (0) or db (1). partial: (params, chunks, C) double; dw, db: (C).
 template <typename T>
-__global__ void norm_params_kernel(const double* partial, T* dw, T* db, int64_t chunks, int64_t C) {
+__global__ void __launch_bounds__(kThreads) norm_params_kernel(const double* partial, T* dw, T* db, int64_t chunks, int64_t C) {
   const int64_t p = blockIdx.y;
   T* out = p == 0 ? dw : db;
   const double* slab = partial + p * chunks * C;
@@ -150,7 +150,7 @@ constexpr int kGroupThreads = 256;
 // Block per (sample, group) ng (a block-uniform loop); x, y: (N*G, M) with M = Cg * S; w, b: (C);
 // mean, rstd: (N*G).
 template <typename T, typename acc_t>
-__global__ void group_norm_forward_kernel(const T* x, const T* w, const T* b, acc_t eps, T* y, T* mean, T* rstd,
+__global__ void __launch_bounds__(kGroupThreads) group_norm_forward_kernel(const T* x, const T* w, const T* b, acc_t eps, T* y, T* mean, T* rstd,
                                           int64_t NG, int64_t G, int64_t Cg, int64_t S) {
   using std::sqrt;
   __shared__ acc_t scratch[32];
@@ -180,7 +180,7 @@ __global__ void group_norm_forward_kernel(const T* x, const T* w, const T* b, ac
 // Block per (sample, group) ng. dy, x, dx: (N*G, M); w: (C); mean, rstd: (N*G); partial: (2, N, C)
 // double, the per-sample channel sums of dy * xhat (slab 0) and dy (slab 1).
 template <typename T, typename acc_t>
-__global__ void group_norm_backward_kernel(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
+__global__ void __launch_bounds__(kGroupThreads) group_norm_backward_kernel(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
                                            double* partial, int64_t NG, int64_t G, int64_t Cg, int64_t S) {
   __shared__ acc_t scratch[32];
   __shared__ double scratch_d[32];

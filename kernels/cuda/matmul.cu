@@ -45,7 +45,7 @@ struct TiledArgs {
 // The second barrier keeps a fast thread from overwriting a tile others still read.
 // a, b: any strides (args); c: (batches, M, N) contiguous. The products accumulate in acc_t.
 template <typename T, typename acc_t>
-__global__ void matmul_tiled_kernel(const T* a, const T* b, T* c, TiledArgs args, int64_t batch0) {
+__global__ void __launch_bounds__(kTile * kTile) matmul_tiled_kernel(const T* a, const T* b, T* c, TiledArgs args, int64_t batch0) {
   __shared__ T As[kTile][kTile];
   __shared__ T Bs[kTile][kTile];
   const int tx = threadIdx.x, ty = threadIdx.y;
@@ -70,7 +70,7 @@ __global__ void matmul_tiled_kernel(const T* a, const T* b, T* c, TiledArgs args
 // out[i] = bias[i % N]: every row of out (rows, N) starts as the bias, which cuBLAS then
 // accumulates the product onto (beta = 1). out: (n) contiguous, n = rows * N; bias: (N).
 template <typename T>
-__global__ void bias_rows_kernel(T* out, const T* bias, int64_t n, int64_t N) {
+__global__ void __launch_bounds__(kThreads) bias_rows_kernel(T* out, const T* bias, int64_t n, int64_t N) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x)
     out[i] = bias[i % N];
 }

@@ -38,7 +38,7 @@ __device__ __forceinline__ bool beats(T v, int64_t vi, T cur, int64_t ci) {
 
 // x: (O, A) (I = 1); values, indices: (O). Warp per row.
 template <typename T>
-__global__ void max_rows_kernel(const T* x, T* values, int64_t* indices, int64_t O, int64_t A) {
+__global__ void __launch_bounds__(kRowsPerBlock * 32) max_rows_kernel(const T* x, T* values, int64_t* indices, int64_t O, int64_t A) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t{gridDim.x} * kRowsPerBlock;
   for (int64_t o = blockIdx.x * int64_t{kRowsPerBlock} + (threadIdx.x >> 5); o < O; o += warps) {
@@ -68,7 +68,7 @@ __global__ void max_rows_kernel(const T* x, T* values, int64_t* indices, int64_t
 
 // x: (O, A, I); values, indices: (O, I). Thread per output, grid-stride.
 template <typename T>
-__global__ void max_cols_kernel(const T* x, T* values, int64_t* indices, int64_t O, int64_t A, int64_t I) {
+__global__ void __launch_bounds__(kThreads) max_cols_kernel(const T* x, T* values, int64_t* indices, int64_t O, int64_t A, int64_t I) {
   const int64_t total = O * I;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total; e += int64_t{blockDim.x} * gridDim.x) {
     const int64_t o = e / I, i = e - o * I;
@@ -87,7 +87,7 @@ __global__ void max_cols_kernel(const T* x, T* values, int64_t* indices, int64_t
 
 // dy, indices: (O, I); dx: (O, A, I). Thread per dx element, grid-stride.
 template <typename T>
-__global__ void max_backward_kernel(const T* dy, const int64_t* indices, T* dx, int64_t O, int64_t A, int64_t I,
+__global__ void __launch_bounds__(kThreads) max_backward_kernel(const T* dy, const int64_t* indices, T* dx, int64_t O, int64_t A, int64_t I,
                                     unsigned long long* error) {
   const int64_t total = O * A * I;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total; e += int64_t{blockDim.x} * gridDim.x) {

@@ -61,7 +61,7 @@ __device__ __forceinline__ int block_chunk(const ListArgs<T, N>& a, int64_t& beg
 // Lists: 0 params, 1 grads, 2 momentum buffers (null without momentum). As torch.optim.SGD.
 // The update arithmetic runs in acc_t (loads T -> acc_t, stores acc_t -> T: no-ops for f32, f64).
 template <typename T, typename acc_t>
-__global__ void sgd_kernel(ListArgs<T, 3> a, acc_t lr, acc_t mu, acc_t keep, acc_t wd, bool nesterov,
+__global__ void __launch_bounds__(kListThreads) sgd_kernel(ListArgs<T, 3> a, acc_t lr, acc_t mu, acc_t keep, acc_t wd, bool nesterov,
                            bool first_step) {
   int64_t begin, end;
   const int s = block_chunk(a, begin, end);
@@ -84,7 +84,7 @@ __global__ void sgd_kernel(ListArgs<T, 3> a, acc_t lr, acc_t mu, acc_t keep, acc
 // Lists: 0 params, 1 grads, 2 exp_avg, 3 exp_avg_sq. As torch.optim.AdamW (decoupled) or Adam.
 // The moments' temporaries and the update run in acc_t; m, v and p are stored as T.
 template <typename T, typename acc_t>
-__global__ void adamw_kernel(ListArgs<T, 4> a, AdamScalars sc) {
+__global__ void __launch_bounds__(kListThreads) adamw_kernel(ListArgs<T, 4> a, AdamScalars sc) {
   using std::sqrt;
   using A = acc_t;
   const A step_size = static_cast<A>(sc.step_size), inv_bc2_sqrt = static_cast<A>(sc.inv_bc2_sqrt);
@@ -112,7 +112,7 @@ __global__ void adamw_kernel(ListArgs<T, 4> a, AdamScalars sc) {
 
 // partial[chunk_base[s] + chunk] = sum of x^2 over this block's chunk, in double.
 template <typename T>
-__global__ void sum_squares_kernel(ListArgs<T, 1> a, double* partial) {
+__global__ void __launch_bounds__(kListThreads) sum_squares_kernel(ListArgs<T, 1> a, double* partial) {
   __shared__ double scratch[32];
   int64_t begin, end;
   const int s = block_chunk(a, begin, end);
@@ -124,7 +124,7 @@ __global__ void sum_squares_kernel(ListArgs<T, 1> a, double* partial) {
 }
 
 // One block: *out = sum of partial (n), thread t adding t, t + blockDim, ... then a fixed tree.
-__global__ void sum_partials_kernel(const double* partial, int64_t n, double* out) {
+__global__ void __launch_bounds__(1024) sum_partials_kernel(const double* partial, int64_t n, double* out) {
   __shared__ double scratch[32];
   double acc = 0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
@@ -133,7 +133,7 @@ __global__ void sum_partials_kernel(const double* partial, int64_t n, double* ou
 }
 
 template <typename T, typename acc_t>
-__global__ void scale_kernel(ListArgs<T, 1> a, acc_t factor) {
+__global__ void __launch_bounds__(kListThreads) scale_kernel(ListArgs<T, 1> a, acc_t factor) {
   int64_t begin, end;
   const int s = block_chunk(a, begin, end);
   T* x = a.ptr[0][s];

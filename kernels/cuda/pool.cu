@@ -73,7 +73,7 @@ __device__ __forceinline__ int64_t covering(int64_t i, int64_t k, Axis a, int64_
 
 // x: (P, H, W); y, idx: (P, OH, OW).
 template <typename T>
-__global__ void max_pool2d_forward_kernel(const T* x, T* y, int64_t* idx, int64_t P, int64_t H, int64_t W,
+__global__ void __launch_bounds__(kThreads) max_pool2d_forward_kernel(const T* x, T* y, int64_t* idx, int64_t P, int64_t H, int64_t W,
                                           int64_t OH, int64_t OW, Axis ah, Axis aw) {
   const int64_t total = P * OH * OW;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{blockDim.x} * gridDim.x) {
@@ -102,7 +102,7 @@ __global__ void max_pool2d_forward_kernel(const T* x, T* y, int64_t* idx, int64_
 
 // x: (P, H, W); y: (P, OH, OW). Dilation is 1.
 template <typename T, typename acc_t>
-__global__ void avg_pool2d_forward_kernel(const T* x, T* y, int64_t P, int64_t H, int64_t W, int64_t OH, int64_t OW,
+__global__ void __launch_bounds__(kThreads) avg_pool2d_forward_kernel(const T* x, T* y, int64_t P, int64_t H, int64_t W, int64_t OH, int64_t OW,
                                           Axis ah, Axis aw, bool include_pad) {
   const int64_t total = P * OH * OW;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{blockDim.x} * gridDim.x) {
@@ -150,7 +150,7 @@ struct AvgTake {
 // take(o, oh, ow, in, acc) adds output o's share for input `in` (flat in its plane); o indexes
 // (P, OH, OW), (oh, ow) its place in the plane. acc accumulates in acc_t.
 template <typename T, typename acc_t, typename Take>
-__global__ void pool2d_backward_kernel(Take take, T* dx, int64_t P, int64_t H, int64_t W, int64_t OH, int64_t OW,
+__global__ void __launch_bounds__(kThreads) pool2d_backward_kernel(Take take, T* dx, int64_t P, int64_t H, int64_t W, int64_t OH, int64_t OW,
                                        Axis ah, Axis aw) {
   const int64_t total = P * H * W;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{blockDim.x} * gridDim.x) {

@@ -89,7 +89,7 @@ __device__ __forceinline__ void store(Out* out, int64_t i, acc_t acc, acc_t divi
 // x: as described by args; out: (O, splits) contiguous; divisor: R for a final mean, else 1.
 // In -> Out: T -> T in one pass; T -> acc_t then acc_t -> T with splits.
 template <bool IsMax, typename In, typename Out, typename acc_t>
-__global__ void reduce_rows_warp_kernel(const In* x, Out* out, ReduceArgs args, acc_t divisor) {
+__global__ void __launch_bounds__(32 * kWarpsPerBlock) reduce_rows_warp_kernel(const In* x, Out* out, ReduceArgs args, acc_t divisor) {
   const int64_t o = blockIdx.x * int64_t{blockDim.y} + threadIdx.y, s = blockIdx.y;
   const bool active = o < args.outputs;  // uniform over the warp: all 32 lanes reach the shuffles
   acc_t acc = active ? accumulate<IsMax, acc_t>(x, args, o, s, threadIdx.x, 32) : identity<IsMax, acc_t>();
@@ -99,7 +99,7 @@ __global__ void reduce_rows_warp_kernel(const In* x, Out* out, ReduceArgs args, 
 
 // Block (256): reduces output blockIdx.x, split blockIdx.y. out, divisor: as above.
 template <bool IsMax, typename In, typename Out, typename acc_t>
-__global__ void reduce_rows_block_kernel(const In* x, Out* out, ReduceArgs args, acc_t divisor) {
+__global__ void __launch_bounds__(256) reduce_rows_block_kernel(const In* x, Out* out, ReduceArgs args, acc_t divisor) {
   __shared__ acc_t warp_results[32];  // one per warp of the block
   const int64_t o = blockIdx.x, s = blockIdx.y;
   acc_t acc = accumulate<IsMax, acc_t>(x, args, o, s, threadIdx.x, blockDim.x);
@@ -118,7 +118,7 @@ __global__ void reduce_rows_block_kernel(const In* x, Out* out, ReduceArgs args,
 // Block (32, 8): thread (x, y) reduces every 8th element of output blockIdx.x * 32 + x (split
 // blockIdx.y) starting at y; thread (x, 0) then combines the 8 partials in order.
 template <bool IsMax, typename In, typename Out, typename acc_t>
-__global__ void reduce_cols_kernel(const In* x, Out* out, ReduceArgs args, acc_t divisor) {
+__global__ void __launch_bounds__(kColsPerBlock * kColsThreadsY) reduce_cols_kernel(const In* x, Out* out, ReduceArgs args, acc_t divisor) {
   __shared__ acc_t partial[kColsThreadsY][kColsPerBlock + 1];  // +1: no bank conflicts
   const int64_t o = blockIdx.x * int64_t{kColsPerBlock} + threadIdx.x, s = blockIdx.y;
   const bool active = o < args.outputs;

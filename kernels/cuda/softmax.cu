@@ -28,7 +28,7 @@ constexpr int kRowsPerBlock = 8;  // warps per 256-thread block
 
 // x, y: (R, C). Warp per row.
 template <typename T, typename acc_t, bool kLog>
-__global__ void softmax_forward_kernel(const T* x, T* y, int64_t R, int64_t C) {
+__global__ void __launch_bounds__(kRowsPerBlock * 32) softmax_forward_kernel(const T* x, T* y, int64_t R, int64_t C) {
   using std::exp;
   using std::log;
   const int lane = threadIdx.x & 31;
@@ -51,7 +51,7 @@ __global__ void softmax_forward_kernel(const T* x, T* y, int64_t R, int64_t C) {
 
 // dy, y, dx: (R, C). Warp per row.
 template <typename T, typename acc_t, bool kLog>
-__global__ void softmax_backward_kernel(const T* dy, const T* y, T* dx, int64_t R, int64_t C) {
+__global__ void __launch_bounds__(kRowsPerBlock * 32) softmax_backward_kernel(const T* dy, const T* y, T* dx, int64_t R, int64_t C) {
   using std::exp;
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t{gridDim.x} * kRowsPerBlock;

@@ -1,0 +1,191 @@
+// The predicted device step (report/predict.h): each recorded kernel run against a device spec's
+// roof and launch floor, grouped by kernel and by op, printed beside the measured run.
+#include "report/predict.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+namespace reel::profile {
+
+const char* bound_name(Bound bound) {
+  switch (bound) {
+    case Bound::Memory: return "memory";
+    case Bound::Compute: return "compute";
+    case Bound::Launch: return "launch";
+  }
+  return "?";
+}
+
+namespace {
+
+// The largest of the three terms, and which it is (the launch floor wins ties: nothing to speed up).
+Prediction largest(double memory_s, double compute_s, double launch_s) {
+  Prediction p{launch_s, Bound::Launch};
+  if (memory_s > p.seconds) p = {memory_s, Bound::Memory};
+  if (compute_s > p.seconds) p = {compute_s, Bound::Compute};
+  return p;
+}
+
+bool is_host_transfer(const std::string& kernel) { return kernel == "copy_from_host" || kernel == "copy_to_host"; }
+
+std::string op_key(const KernelRecord& r) {
+  if (r.op.empty()) return "(outside ops)";
+  return r.op + (r.op_backward ? ".backward" : "");
+}
+
+void add(PredictedGroup& g, const KernelRecord& r, const Prediction& p) {
+  ++g.calls;
+  g.measured_s += static_cast<double>(r.dur_ns) * 1e-9;
+  g.predicted_s += p.seconds;
+  g.bound_s[static_cast<int>(p.bound)] += p.seconds;
+  g.flops += r.cost.flops;
+  g.bytes += r.cost.bytes();
+}
+
+std::vector<PredictedGroup> largest_first(std::map<std::string, PredictedGroup>& groups) {
+  std::vector<PredictedGroup> rows;
+  for (auto& [key, g] : groups) {
+    g.key = key;
+    rows.push_back(g);
+  }
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const PredictedGroup& a, const PredictedGroup& b) { return a.predicted_s > b.predicted_s; });
+  return rows;
+}
+
+}  // namespace
+
+Prediction predict_kernel(const DeviceSpec& spec, const KernelCost& cost, DType dtype, bool tensor_cores) {
+  // f32 on the CUDA cores unless its GEMM may use TF32; integers (indices, masks) are counted at
+  // the FP32 rate, and their kernels are memory-bound anyway. A 16-bit dtype takes bf16/fp16 here.
+  double rate = spec.fp32_flops_per_s;
+  if (dtype == DType::f64) rate = spec.fp64_flops_per_s;
+  else if (dtype == DType::f32 && tensor_cores) rate = spec.tf32_flops_per_s;
+  return largest(static_cast<double>(cost.bytes()) / spec.bytes_per_s, static_cast<double>(cost.flops) / rate,
+                 spec.launch_s);
+}
+
+Prediction predict_record(const DeviceSpec& spec, const KernelRecord& record, bool tensor_cores) {
+  // A transfer moves its bytes once over the host link (bytes_read and bytes_written are the same
+  // bytes at its two ends).
+  if (is_host_transfer(record.kernel))
+    return largest(static_cast<double>(record.cost.bytes_written) / spec.host_link_bytes_per_s, 0, spec.launch_s);
+  return predict_kernel(spec, record.cost, record.dtype, tensor_cores && is_gemm_kernel(record.kernel));
+}
+
+bool is_gemm_kernel(const std::string& kernel) {
+  return kernel == "matmul" || kernel == "conv2d_forward" || kernel == "conv2d_backward_input" ||
+         kernel == "conv2d_backward_weight";
+}
+
+Bound PredictedGroup::bound() const {
+  int best = static_cast<int>(Bound::Launch);
+  for (int b = 0; b < 3; ++b)
+    if (bound_s[b] > bound_s[best]) best = b;
+  return static_cast<Bound>(best);
+}
+
+bool PredictedGroup::mixed() const {
+  return std::count_if(std::begin(bound_s), std::end(bound_s), [](double s) { return s > 0; }) > 1;
+}
+
+StepPrediction predict_step(const std::vector<KernelRecord>& records, const DeviceSpec& spec) {
+  StepPrediction out;
+  out.total.key = "step";
+  const bool cuda_run =
+      std::any_of(records.begin(), records.end(), [](const KernelRecord& r) { return r.device.is_cuda(); });
+  out.from_cpu = !cuda_run && !records.empty();
+  std::map<std::string, PredictedGroup> kernels, ops;
+  DeviceSpec no_launch = spec;  // for the roofline alone: what fusing launches away could reach
+  no_launch.launch_s = 0;
+  for (const KernelRecord& r : records) {
+    if (cuda_run && !r.device.is_cuda() && r.kernel != "copy_to_host") {
+      ++out.host_runs;  // host work of a CUDA run: it stays on the host
+      out.host_measured_s += static_cast<double>(r.dur_ns) * 1e-9;
+      continue;
+    }
+    const Prediction p = predict_record(spec, r);
+    add(kernels[r.kernel], r, p);
+    add(ops[op_key(r)], r, p);
+    add(out.total, r, p);
+    out.tf32_s += predict_record(spec, r, true).seconds;
+    out.roofline_s += predict_record(no_launch, r).seconds;
+    out.emulated = out.emulated || r.emulated;
+  }
+  out.kernels = largest_first(kernels);
+  out.ops = largest_first(ops);
+  return out;
+}
+
+void print_prediction(std::ostream& os, const Profiler& profiler, const DeviceSpec& spec, int64_t steps) {
+  constexpr int kTop = 20;
+  const StepPrediction sp = predict_step(profiler.kernels(), spec);
+  const double n = static_cast<double>(std::max<int64_t>(steps, 1));
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "predict %s: %s: %.0f GB/s; TFLOP/s FP32 %.1f, TF32 %.1f, BF16 %.1f, FP16 %.1f, FP64 %.2f; %d SMs; "
+                "host link %.0f GB/s; launch %.1f us\n",
+                spec.name.c_str(), spec.description.c_str(), spec.bytes_per_s * 1e-9, spec.fp32_flops_per_s * 1e-12,
+                spec.tf32_flops_per_s * 1e-12, spec.bf16_flops_per_s * 1e-12, spec.fp16_flops_per_s * 1e-12,
+                spec.fp64_flops_per_s * 1e-12, spec.sms, spec.host_link_bytes_per_s * 1e-9, spec.launch_s * 1e6);
+  os << line;
+  os << "model: each kernel run takes max(bytes / bandwidth, FLOPs / its dtype's rate (f32: FP32 CUDA cores), "
+        "launch latency), one after another; host copies over the host link\n";
+  const char* source = sp.emulated ? "cuda emulated by simt (measured: host times)"
+                       : sp.from_cpu ? "cpu (measured: this host's times)"
+                                     : "cuda";
+  std::snprintf(line, sizeof line, "placed: %lld kernel runs of %lld step%s, recorded on %s\n",
+                static_cast<long long>(sp.total.calls), static_cast<long long>(steps), steps == 1 ? "" : "s", source);
+  os << line;
+
+  const auto calls = [&](int64_t c) {
+    char buf[32];
+    const double per = static_cast<double>(c) / n;
+    std::snprintf(buf, sizeof buf, per == static_cast<double>(static_cast<int64_t>(per)) ? "%.0f" : "%.1f", per);
+    return std::string(buf);
+  };
+  const auto table = [&](const char* title, const std::vector<PredictedGroup>& rows) {
+    std::snprintf(line, sizeof line, "%-28s %10s %12s %13s %11s %6s  %s\n", title, "calls/step", "measured ms",
+                  "predicted us", "us/call", "share", "bound");
+    os << line;
+    int shown = 0;
+    for (const PredictedGroup& g : rows) {
+      if (shown++ == kTop) {
+        os << "  ... " << rows.size() - static_cast<size_t>(kTop) << " more\n";
+        break;
+      }
+      const std::string bound = std::string(bound_name(g.bound())) + (g.mixed() ? "*" : "");
+      std::snprintf(line, sizeof line, "%-28s %10s %12.3f %13.2f %11.2f %5.1f%%  %s\n", g.key.c_str(),
+                    calls(g.calls).c_str(), g.measured_s * 1e3 / n, g.predicted_s * 1e6 / n,
+                    g.predicted_s * 1e6 / static_cast<double>(g.calls),
+                    sp.total.predicted_s > 0 ? 100 * g.predicted_s / sp.total.predicted_s : 0, bound.c_str());
+      os << line;
+    }
+  };
+  table("kernel", sp.kernels);
+  table("op", sp.ops);
+  if (std::any_of(sp.kernels.begin(), sp.kernels.end(), [](const PredictedGroup& g) { return g.mixed(); }))
+    os << "  * its runs differ in bound: the one holding most of its predicted time is shown\n";
+
+  const PredictedGroup& t = sp.total;
+  const auto us = [&](double s) { return s * 1e6 / n; };
+  std::snprintf(line, sizeof line,
+                "step on %s: predicted %.1f us (memory %.1f, compute %.1f, launch %.1f us); measured %.3f ms%s\n",
+                spec.name.c_str(), us(t.predicted_s), us(t.bound_s[0]), us(t.bound_s[1]), us(t.bound_s[2]),
+                t.measured_s * 1e3 / n, sp.emulated ? " (emulated, host time)" : sp.from_cpu ? " (cpu)" : "");
+  os << line;
+  std::snprintf(line, sizeof line, "  with the f32 GEMMs (matmul, convolutions) on TF32 tensor cores: %.1f us\n",
+                us(sp.tf32_s));
+  os << line;
+  std::snprintf(line, sizeof line, "  the roofline alone (no launch floor: as if launches were fused away): %.1f us\n",
+                us(sp.roofline_s));
+  os << line;
+  if (sp.host_runs > 0) {
+    std::snprintf(line, sizeof line, "  not placed: the run's host work, CPU kernel runs a step: %s (%.3f ms)\n",
+                  calls(sp.host_runs).c_str(), sp.host_measured_s * 1e3 / n);
+    os << line;
+  }
+}
+
+}  // namespace reel::profile
