@@ -210,7 +210,7 @@ case "$mode" in
       # Every CUDA kernel test again, each launch checked for races between barriers and reads of
       # unwritten shared memory (kernels/simt/README.md, SIMT_CHECK): the same build, no rebuild.
       phase "the CUDA kernel tests under the race checker (SIMT_CHECK=race,uninit)"
-      race_tests='^(test_simt|test_simt_race|test_cuda_ops|test_cuda_nn_ops|test_nn_kernels_.*|test_attention_strided|test_op_table)$'
+      race_tests='^(test_simt|test_simt_race|test_cuda_ops|test_cuda_nn_ops|test_nn_kernels_.*|test_attention_strided|test_op_table|test_kernel_lab|example_kernel_lab)$'
       (cd build && SIMT_CHECK=race,uninit ctest --output-on-failure -j "$jobs" -R "$race_tests")
     fi
     phase "the whole suite, emulated threads resumed in forward order"
