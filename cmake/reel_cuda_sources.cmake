@@ -13,9 +13,9 @@ if(REEL_SANITIZE MATCHES "address|thread|memory")
 else()
   set(reel_simt_check_default ON)
 endif()
-option(REEL_SIMT_CHECK "Emulated build: instrument .cu files for SIMT_CHECK=race,uninit" ${reel_simt_check_default})
+option(REEL_SIMT_RACECHECK "Emulated build: instrument .cu files for SIMT_CHECK=race,uninit" ${reel_simt_check_default})
 set(reel_cu_options "-xc++;-Wno-unknown-pragmas")  # g++ ignores #pragma unroll
-if(REEL_SIMT_CHECK AND REEL_EMULATE_CUDA AND NOT REEL_CUDA)
+if(REEL_SIMT_RACECHECK AND REEL_EMULATE_CUDA AND NOT REEL_CUDA)
   if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
     list(APPEND reel_cu_options -fsanitize=thread --param=tsan-instrument-func-entry-exit=0 -g1)
   else()
@@ -78,7 +78,7 @@ function(reel_link_cuda_backend target)
     if(simt_sources AND REEL_EMULATE_CUDA)
       find_package(Boost 1.74 REQUIRED COMPONENTS context)
       target_sources(${target} PRIVATE ${simt_sources})
-      if(REEL_SIMT_CHECK)  # the checker defines the instrumentation's entry points
+      if(REEL_SIMT_RACECHECK)  # the checker defines the instrumentation's entry points
         set_source_files_properties(${PROJECT_SOURCE_DIR}/kernels/simt/simt_check.cpp TARGET_DIRECTORY ${target}
           PROPERTIES COMPILE_DEFINITIONS SIMT_CHECK_INSTRUMENTED=1)
       endif()

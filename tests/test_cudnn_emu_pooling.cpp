@@ -84,10 +84,8 @@ TEST_CASE("cudnn pooling descriptors reject bad values with CUDNN_STATUS_BAD_PAR
         CUDNN_STATUS_BAD_PARAM);
   CHECK(cudnnSetPooling2dDescriptor(p, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_PROPAGATE_NAN, 2, 2, 0, 0, 1, 0) ==
         CUDNN_STATUS_BAD_PARAM);
-  CHECK(cudnnSetPooling2dDescriptor(p, static_cast<cudnnPoolingMode_t>(7), CUDNN_PROPAGATE_NAN, 2, 2, 0, 0, 1, 1) ==
-        CUDNN_STATUS_BAD_PARAM);
-  CHECK(cudnnSetPooling2dDescriptor(p, CUDNN_POOLING_MAX_DETERMINISTIC, static_cast<cudnnNanPropagation_t>(5), 2, 2,
-                                    0, 0, 1, 1) == CUDNN_STATUS_BAD_PARAM);
+  // No unknown pooling or NaN mode is tried: both enums' values fill their range (0-3, 0-1) and, as
+  // in cuDNN's own headers, have no fixed underlying type, so any other value is undefined behaviour.
   CHECK(cudnnSetPooling2dDescriptor(nullptr, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_PROPAGATE_NAN, 2, 2, 0, 0, 1,
                                     1) == CUDNN_STATUS_BAD_PARAM_NULL_POINTER);
   // Window (3, 2), padding (1, 0), stride (2, 2) on (2, 3, 5, 7): OH = 1 + (5 + 2 - 3) / 2 = 3,

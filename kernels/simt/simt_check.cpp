@@ -520,7 +520,7 @@ unsigned grid_begin() {
   if (g_checks.load() && !check_available()) {
     static std::once_flag once;
     std::call_once(once, [] {
-      std::fprintf(stderr, "simt: SIMT_CHECK: this build's .cu files are not instrumented (REEL_SIMT_CHECK=OFF, or "
+      std::fprintf(stderr, "simt: SIMT_CHECK: this build's .cu files are not instrumented (REEL_SIMT_RACECHECK=OFF, or "
                            "an ASan/TSan build): nothing is checked\n");
     });
   }
