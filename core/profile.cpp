@@ -123,7 +123,8 @@ Context current_context() { return t_context; }
 
 // ---- kernel runs --------------------------------------------------------------------------------
 
-KernelRun::KernelRun(const char* kernel, Device device, DType dtype, std::string shapes, KernelCost cost) {
+KernelRun::KernelRun(const char* kernel, Device device, DType dtype, std::string shapes, KernelCost cost,
+                     StreamKind stream) {
   const ThreadContext& c = t_context;
   record_.kernel = kernel;
   record_.op = c.op ? c.op : "";
@@ -135,19 +136,20 @@ KernelRun::KernelRun(const char* kernel, Device device, DType dtype, std::string
   record_.shapes = std::move(shapes);
   record_.dtype = dtype;
   record_.device = device;
+  record_.stream = stream;
   record_.cost = cost;
   const MemoryStats mem = memory_stats(device);
   for (int i = 0; i < kNumCategories; ++i) record_.memory[i] = mem.by_category[i].current_bytes;
   if (device.is_cuda()) clock_ = backend_for(device).clock();
   if (clock_) {
     record_.emulated = clock_->emulated();
-    record_.track = kDeviceTrack + device.index;
+    record_.track = (stream == StreamKind::Copy ? kCopyTrack : kDeviceTrack) + device.index;
     Session& ses = session();
     {
       std::lock_guard<std::mutex> lock(ses.mutex);
       if (!ses.device_origins.count(clock_))
-        ses.device_origins[clock_] = DeviceOrigin{clock_->mark(), now_ns(), device};
-      start_mark_ = clock_->mark();
+        ses.device_origins[clock_] = DeviceOrigin{clock_->mark(StreamKind::Compute), now_ns(), device};
+      start_mark_ = clock_->mark(stream);
       run_ = ++ses.next_run;
     }
     clock_->begin_run(run_);
@@ -161,7 +163,7 @@ KernelRun::~KernelRun() {
   Session& ses = session();
   if (clock_) {
     clock_->end_run();
-    const int64_t end_mark = clock_->mark();
+    const int64_t end_mark = clock_->mark(record_.stream);
     std::lock_guard<std::mutex> lock(ses.mutex);
     ses.pending.push_back({ses.kernels.size(), clock_, start_mark_, end_mark, run_});
     ses.kernels.push_back(std::move(record_));
@@ -357,10 +359,12 @@ void Profiler::stop() {
 std::string Profiler::track_name(int track) const {
   if (track < profile::kDeviceTrack) return track == 0 ? "host thread 0 (main)" : "host thread " + std::to_string(track);
   if (track >= profile::kInFlightTrack) return "in flight, lane " + std::to_string(track - profile::kInFlightTrack);
-  const int index = track - profile::kDeviceTrack;
+  const bool copy = track >= profile::kCopyTrack;
+  const std::string name =
+      "cuda:" + std::to_string(track - (copy ? profile::kCopyTrack : profile::kDeviceTrack)) + (copy ? " copy" : "");
   for (const profile::KernelRecord& r : kernels_)
-    if (r.track == track && r.emulated) return "cuda:" + std::to_string(index) + " (emulated on the host)";
-  return "cuda:" + std::to_string(index) + " stream";
+    if (r.track == track && r.emulated) return name + " (emulated on the host)";
+  return name + " stream";
 }
 
 }  // namespace reel

@@ -8,7 +8,8 @@
 // The hooks are placed once: kernel entry points time their backend call through
 // REEL_DEVICE_DISPATCH (kernels/dispatch.h) with the cost written next to them; the tape opens
 // op spans (autograd/tape.cpp) and the replay, backward and optimizer phases; core times its own
-// copies and fills. Core only records: the reports (a table against the device's roof, a Chrome
+// copies and fills, and each asynchronous copy (core/stream.h: copy_async) on the stream it was
+// enqueued on. Core only records: the reports (a table against the device's roof, a Chrome
 // trace) are in report/profile.h, a layer above.
 //
 // Times: CPU kernels by a steady host clock around the call. CUDA kernels by markers the device
@@ -17,6 +18,9 @@
 // it initialises) its records replace the markers' times (core/profile_activity.h); when the log is
 // not whole, the markers' times stay and Profiler::time_source says why. In the emulated build the
 // markers read the host clock and the records say `emulated`, so no one takes them for GPU times.
+// A copy on the copy stream is timed by markers enqueued on the copy stream around it, so its span
+// is when that stream ran it, beside (or overlapping) the compute stream's kernels; in the emulated
+// build the copy stream's work runs when something waits for it, and its span is then.
 #pragma once
 #include <array>
 #include <atomic>
@@ -30,6 +34,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/profile_activity.h"
+#include "core/stream.h"
 
 namespace reel::profile {
 
@@ -57,11 +62,12 @@ struct KernelRecord {
   std::string shapes;    // the tensor arguments' shapes, "(64, 128) (128)"
   DType dtype = DType::f32;
   Device device;
+  StreamKind stream = StreamKind::Compute;  // the device stream it ran on; Copy for copy_async there
   bool emulated = false; // a CUDA kernel run on the host by the simt emulator: host time
   KernelCost cost;
   int64_t start_ns = 0;  // since the profiler started
   int64_t dur_ns = 0;
-  int track = 0;         // host thread track (0, 1, ...) or kDeviceTrack + device index
+  int track = 0;         // host thread track (0, 1, ...), kDeviceTrack or kCopyTrack + device index
   std::array<int64_t, kNumCategories> memory{};  // bytes in use by category on the device at launch
 };
 
@@ -85,7 +91,8 @@ struct Roof {
   double flops_per_s = 0;
   std::string source;  // how it was found, printed with the table
 };
-constexpr int kDeviceTrack = 1000;  // track of CUDA device i: kDeviceTrack + i
+constexpr int kDeviceTrack = 1000;  // track of CUDA device i's compute stream: kDeviceTrack + i
+constexpr int kCopyTrack = 1500;    // track of CUDA device i's copy stream: kCopyTrack + i
 constexpr int kInFlightTrack = 2000;  // lane i of the work in flight (AsyncSpan): kInFlightTrack + i
 
 // Timestamps taken on a device's own stream, for devices whose kernels run asynchronously.
@@ -94,9 +101,10 @@ class DeviceClock {
  public:
   virtual ~DeviceClock() = default;
   virtual bool emulated() const = 0;
-  // Enqueues a timestamp on the device's stream; returns its id.
-  virtual int64_t mark() = 0;
-  // After the device finished the marks: nanoseconds from mark `from` to mark `to`.
+  // Enqueues a timestamp on the device's stream `stream`; returns its id. Marks of both streams are
+  // on one clock: elapsed_ns may take one of each.
+  virtual int64_t mark(StreamKind stream) = 0;
+  // Nanoseconds from mark `from` to mark `to`, once the device has passed both (it waits for them).
   virtual double elapsed_ns(int64_t from, int64_t to) = 0;
   // Releases every mark.
   virtual void reset() = 0;
@@ -135,10 +143,13 @@ struct Context {
 };
 Context current_context();
 
-// RAII around one kernel run; built by the dispatch only while enabled().
+// RAII around one kernel run; built by the dispatch only while enabled(). `stream`: the device
+// stream the work inside is enqueued on (copy_async passes the copy stream's kind); a device with a
+// clock times it there, on that stream's track.
 class KernelRun {
  public:
-  KernelRun(const char* kernel, Device device, DType dtype, std::string shapes, KernelCost cost);
+  KernelRun(const char* kernel, Device device, DType dtype, std::string shapes, KernelCost cost,
+            StreamKind stream = StreamKind::Compute);
   ~KernelRun();
   KernelRun(const KernelRun&) = delete;
   KernelRun& operator=(const KernelRun&) = delete;
@@ -250,7 +261,8 @@ class Profiler {
   const std::vector<profile::KernelRecord>& kernels() const { return kernels_; }
   const std::vector<profile::SpanRecord>& spans() const { return spans_; }
   int64_t wall_ns() const { return wall_ns_; }  // from construction to stop()
-  // Names of the host threads and device tracks that appear in the records.
+  // Names of the host threads and device tracks that appear in the records: a CUDA device's compute
+  // stream "cuda:0 stream", its copy stream "cuda:0 copy stream" (emulated: "(emulated on the host)").
   std::string track_name(int track) const;
   // How the kernel times of each device with a clock were taken, by device ("cuda:0"):
   // "CUPTI activity records", "cudaEvent pairs (CUPTI: <why not>)", "emulated on the host by simt".

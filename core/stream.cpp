@@ -6,6 +6,7 @@
 
 #include "core/device_backend.h"
 #include "core/error.h"
+#include "core/profile.h"
 #include "core/tensor.h"
 
 namespace reel {
@@ -123,19 +124,34 @@ void check_copy(const char* what, const Tensor& t, size_t buffer_bytes, const St
   REEL_CHECK(t.nbytes() == buffer_bytes, what, ": sizes differ: the tensor ", t.dtype(), " ", t.shape(), " on ",
              t.device(), " has ", t.nbytes(), " bytes, the pinned buffer ", buffer_bytes);
 }
+
+// While a Profiler collects, the copy is a record named `kernel` (its direction) of the tensor's
+// bytes, timed on `stream` (core/profile.h), so a trace shows it on the copy stream's track.
+template <typename Enqueue>
+void profiled(const char* kernel, const Tensor& t, const Stream& stream, Enqueue&& enqueue) {
+  if (!profile::enabled()) return enqueue();
+  profile::KernelCost cost;
+  cost.bytes_read = cost.bytes_written = static_cast<int64_t>(t.nbytes());
+  const profile::KernelRun run(kernel, stream.device(), t.dtype(), shape_str(t.shape()), cost, stream.kind());
+  enqueue();
+}
 }  // namespace
 
 void copy_async(const Tensor& src, PinnedBuffer& dst, const Stream& stream) {
   check_copy("copy_async (device -> pinned host)", src, dst.bytes(), stream);
   if (dst.bytes() == 0) return;
-  backend_for(stream.device()).copy_to_host_async(dst.data(), src.data_ptr(), dst.bytes(), stream.kind());
+  profiled("copy_async.d2h", src, stream, [&] {
+    backend_for(stream.device()).copy_to_host_async(dst.data(), src.data_ptr(), dst.bytes(), stream.kind());
+  });
 }
 
 void copy_async(const PinnedBuffer& src, const Tensor& dst, const Stream& stream) {
   check_copy("copy_async (pinned host -> device)", dst, src.bytes(), stream);
   if (src.bytes() == 0) return;
   dst.bump_version();
-  backend_for(stream.device()).copy_from_host_async(dst.data_ptr(), src.data(), src.bytes(), stream.kind());
+  profiled("copy_async.h2d", dst, stream, [&] {
+    backend_for(stream.device()).copy_from_host_async(dst.data_ptr(), src.data(), src.bytes(), stream.kind());
+  });
 }
 
 }  // namespace reel

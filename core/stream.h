@@ -140,7 +140,8 @@ class PinnedBuffer {
 // Asynchronous copies between a tensor and pinned host memory, enqueued on `stream`, whose device
 // must be the tensor's; the tensor must be contiguous and exactly as large as the buffer. They
 // return at once (on cpu the copy is done by then). Writing into `dst` bumps its version, as any
-// in-place write does.
+// in-place write does. While a Profiler collects, each copy is a record ("copy_async.d2h",
+// "copy_async.h2d") timed on `stream` itself (core/profile.h).
 void copy_async(const Tensor& src, PinnedBuffer& dst, const Stream& stream);  // device -> pinned host
 void copy_async(const PinnedBuffer& src, const Tensor& dst, const Stream& stream);  // pinned host -> device
 

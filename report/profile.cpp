@@ -1,4 +1,5 @@
-// The profiler's reports (report/profile.h): summaries, the terminal table, the trace file.
+// The profiler's reports (report/profile.h): summaries, the copy stream's overlap with compute,
+// the terminal table, the trace file.
 #include "report/profile.h"
 
 #include <algorithm>
@@ -54,7 +55,74 @@ std::string format(const char* fmt, double a) {
   return buf;
 }
 
+// `intervals` as disjoint, sorted intervals with the same union (empty ones dropped).
+std::vector<Interval> merged(std::vector<Interval> intervals) {
+  std::sort(intervals.begin(), intervals.end(),
+            [](const Interval& a, const Interval& b) { return a.start_ns < b.start_ns; });
+  std::vector<Interval> out;
+  for (const Interval& i : intervals) {
+    if (i.end_ns <= i.start_ns) continue;
+    if (!out.empty() && i.start_ns <= out.back().end_ns) out.back().end_ns = std::max(out.back().end_ns, i.end_ns);
+    else out.push_back(i);
+  }
+  return out;
+}
+
+// Trace tracks sort as numbered, except that a device's copy stream comes right after its compute
+// stream.
+int sort_index(int track) {
+  if (track >= kCopyTrack && track < kInFlightTrack) return 2 * (kDeviceTrack + track - kCopyTrack) + 1;
+  return 2 * track;
+}
+
 }  // namespace
+
+int64_t covered_ns(std::vector<Interval> intervals) {
+  int64_t total = 0;
+  for (const Interval& i : merged(std::move(intervals))) total += i.end_ns - i.start_ns;
+  return total;
+}
+
+int64_t hidden_ns(std::vector<Interval> copies, std::vector<Interval> compute) {
+  const std::vector<Interval> a = merged(std::move(copies)), b = merged(std::move(compute));
+  int64_t hidden = 0;
+  // Both lists are disjoint and sorted: walk them together, advancing whichever ends first.
+  for (size_t i = 0, j = 0; i < a.size() && j < b.size();) {
+    hidden += std::max<int64_t>(0, std::min(a[i].end_ns, b[j].end_ns) - std::max(a[i].start_ns, b[j].start_ns));
+    if (a[i].end_ns < b[j].end_ns) ++i;
+    else ++j;
+  }
+  return hidden;
+}
+
+std::vector<CopySummary> summarize_copies(const Profiler& profiler) {
+  struct Spans {
+    CopySummary summary;
+    std::vector<Interval> copies, compute;
+  };
+  std::map<std::string, Spans> devices;
+  for (const KernelRecord& r : profiler.kernels()) {
+    Spans& d = devices[r.device.str()];
+    const Interval span{r.start_ns, r.start_ns + r.dur_ns};
+    if (r.stream != StreamKind::Copy) {
+      d.compute.push_back(span);
+      continue;
+    }
+    d.summary.device = r.device;
+    d.summary.emulated = d.summary.emulated || r.emulated;
+    ++d.summary.copies;
+    d.summary.bytes += r.cost.bytes_written;
+    d.copies.push_back(span);
+  }
+  std::vector<CopySummary> out;
+  for (auto& [name, d] : devices) {
+    if (d.summary.copies == 0) continue;
+    d.summary.copy_ns = covered_ns(d.copies);
+    d.summary.hidden_ns = hidden_ns(std::move(d.copies), std::move(d.compute));
+    out.push_back(d.summary);
+  }
+  return out;
+}
 
 RoofPlacement place_on_roof(const Roof& roof, double bytes, double flops, double seconds) {
   RoofPlacement p;
@@ -72,9 +140,10 @@ RoofPlacement place_on_roof(const Roof& roof, double bytes, double flops, double
 std::vector<KernelSummary> summarize_kernels(const Profiler& profiler) {
   std::map<std::string, KernelSummary> rows;
   for (const KernelRecord& r : profiler.kernels()) {
-    KernelSummary& s = rows[r.kernel + " @" + r.device.str()];
+    KernelSummary& s = rows[r.kernel + " @" + r.device.str() + " " + stream_kind_name(r.stream)];
     s.kernel = r.kernel;
     s.device = r.device;
+    s.stream = r.stream;
     s.emulated = r.emulated;
     ++s.calls;
     s.total_ns += r.dur_ns;
@@ -137,8 +206,9 @@ void print_table(std::ostream& os, const Profiler& profiler, int top) {
       break;
     }
     const std::string device = s.device.str() + (s.emulated ? "*" : "");
+    const std::string kernel = s.kernel + (s.stream == StreamKind::Copy ? " [copy]" : "");
     std::snprintf(line, sizeof line, "%-28s %-7s %7lld %10.3f %10.2f %5.1f%% %9.2f %9.2f %8s %6.1f%%\n",
-                  s.kernel.c_str(), device.c_str(), static_cast<long long>(s.calls), s.total_ns * 1e-6,
+                  kernel.c_str(), device.c_str(), static_cast<long long>(s.calls), s.total_ns * 1e-6,
                   s.total_ns * 1e-3 / static_cast<double>(s.calls), 100 * s.share, s.gbytes_per_s, s.gflops_per_s,
                   s.compute_bound ? "compute" : "memory", 100 * s.roof_fraction);
     os << line;
@@ -149,6 +219,14 @@ void print_table(std::ostream& os, const Profiler& profiler, int top) {
   // A memory-bound kernel over its roof; a compute-bound one over 100 % only beat the measured SGEMM.
   if (any([](const KernelSummary& s) { return s.roof_fraction > 1 && !s.compute_bound; }))
     os << "  % roof over 100: the kernel's data was served from cache, faster than the memory roof\n";
+  for (const CopySummary& c : summarize_copies(profiler)) {
+    std::snprintf(line, sizeof line,
+                  "copy stream %s%s: %lld %s, %.3f MB, %.3f ms, %.1f %% hidden behind compute\n",
+                  c.device.str().c_str(), c.emulated ? "*" : "", static_cast<long long>(c.copies),
+                  c.copies == 1 ? "copy" : "copies", c.bytes * 1e-6,
+                  c.copy_ns * 1e-6, 100 * c.hidden_fraction());
+    os << line;
+  }
   for (const auto& [title, rows] : {std::pair{"op", summarize_ops(profiler)},
                                     std::pair{"phase", summarize_phases(profiler)}}) {
     std::snprintf(line, sizeof line, "%-28s %7s %10s %6s\n", title, "kernels", "total ms", "share");
@@ -183,12 +261,15 @@ void write_trace(const std::string& path, const Profiler& profiler) {
                  {"device", r.device.str()},
                  {"flops", r.cost.flops},
                  {"bytes_read", r.cost.bytes_read},
-                 {"bytes_written", r.cost.bytes_written}};
+                 {"bytes_written", r.cost.bytes_written},
+                 {"stream", stream_kind_name(r.stream)}};
+    if (r.stream == StreamKind::Copy) args["bytes"] = r.cost.bytes_written;  // each byte crosses once
     if (r.node >= 0) args["node"] = r.node;
     if (r.segment >= 0) args["segment"] = r.segment;
     if (!r.scope.empty()) args["scope"] = r.scope;
     if (r.emulated) args["emulated"] = true;
-    events.push_back({{"name", r.kernel}, {"cat", "kernel"}, {"ph", "X"}, {"ts", us(r.start_ns)},
+    events.push_back({{"name", r.kernel}, {"cat", r.stream == StreamKind::Copy ? "copy" : "kernel"}, {"ph", "X"},
+                      {"ts", us(r.start_ns)},
                       {"dur", us(r.dur_ns)}, {"pid", 1}, {"tid", r.track}, {"args", args}});
     json memory = json::object();
     for (int c = 0; c < kNumCategories; ++c) memory[category_name(static_cast<Category>(c))] = r.memory[c];
@@ -201,7 +282,7 @@ void write_trace(const std::string& path, const Profiler& profiler) {
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"ts", 0}, {"pid", 1}, {"tid", t},
                       {"args", {{"name", profiler.track_name(t)}}}});
     events.push_back({{"name", "thread_sort_index"}, {"ph", "M"}, {"ts", 0}, {"pid", 1}, {"tid", t},
-                      {"args", {{"sort_index", t}}}});
+                      {"args", {{"sort_index", sort_index(t)}}}});
   }
   const json trace = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
   std::ofstream out(path);

@@ -3,6 +3,7 @@
 // chrome://tracing). Part of report/ (reel_report), the renderers' layer above autograd; the names
 // stay in `reel::profile`.
 #pragma once
+#include <cstdint>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -24,10 +25,11 @@ struct RoofPlacement {
 };
 RoofPlacement place_on_roof(const Roof& roof, double bytes, double flops, double seconds);
 
-// One row of the kernel table: every run of one kernel on one device.
+// One row of the kernel table: every run of one kernel on one stream of one device.
 struct KernelSummary {
   std::string kernel;
   Device device;
+  StreamKind stream = StreamKind::Compute;
   bool emulated = false;
   int64_t calls = 0;
   int64_t total_ns = 0;
@@ -50,12 +52,41 @@ struct GroupSummary {
 std::vector<GroupSummary> summarize_ops(const Profiler& profiler);     // "layernorm", "matmul.backward"
 std::vector<GroupSummary> summarize_phases(const Profiler& profiler);  // "forward", "replay", ...
 
+// A span of time on one clock, [start_ns, end_ns).
+struct Interval {
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+};
+// The length of the union of `intervals` (overlaps counted once).
+int64_t covered_ns(std::vector<Interval> intervals);
+// How much of the time `copies` cover is also covered by `compute`: the length of the union of the
+// copies intersected with the union of the compute spans. Pure: intervals in, nanoseconds out.
+int64_t hidden_ns(std::vector<Interval> copies, std::vector<Interval> compute);
+
+// The copy stream of one device: its copies, their bytes, the time they took (the union of their
+// spans) and how much of that the device's compute stream was busy too (hidden behind compute:
+// overlap with the compute stream's records on the same device, by the records' times).
+struct CopySummary {
+  Device device;
+  bool emulated = false;
+  int64_t copies = 0;
+  int64_t bytes = 0;      // moved over the host link, each copy's once
+  int64_t copy_ns = 0;
+  int64_t hidden_ns = 0;  // <= copy_ns
+  double hidden_fraction() const { return copy_ns > 0 ? static_cast<double>(hidden_ns) / copy_ns : 0; }
+};
+// One row per device with records on its copy stream, in device order.
+std::vector<CopySummary> summarize_copies(const Profiler& profiler);
+
 // Prints the roofs, where each device's kernel times came from (Profiler::time_sources), the kernel
-// table (the `top` largest rows), the op table and the phase table.
+// table (the `top` largest rows; a row on a copy stream is marked `[copy]`), a line per device with
+// copies on its copy stream (copy time and the fraction hidden behind compute), the op table and the
+// phase table.
 void print_table(std::ostream& os, const Profiler& profiler, int top = 20);
 
-// Writes the records as Chrome trace-event JSON: one track per host thread and device stream,
-// phase and op spans enclosing their kernels, a counter track of memory by category per device.
+// Writes the records as Chrome trace-event JSON: one track per host thread and device stream (a
+// device's copy stream right below its compute stream, each copy a span with its bytes), phase and
+// op spans enclosing their kernels, a counter track of memory by category per device.
 // reel::Error when the file cannot be written.
 void write_trace(const std::string& path, const Profiler& profiler);
 

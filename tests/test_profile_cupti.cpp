@@ -141,7 +141,7 @@ namespace {
 class StandInClock final : public profile::DeviceClock {
  public:
   bool emulated() const override { return false; }
-  int64_t mark() override { return marks_++; }
+  int64_t mark(StreamKind) override { return marks_++; }
   double elapsed_ns(int64_t from, int64_t to) override { return 1000.0 * static_cast<double>(to - from); }
   void reset() override { marks_ = 0, runs_.clear(), depth_ = 0, taken_ = false; }
   void begin_run(uint64_t run) override {

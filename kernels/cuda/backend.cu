@@ -10,7 +10,7 @@
 // cudaMemcpyAsync; pinned memory is cudaHostAlloc(cudaHostAllocPortable), usable by every device. Uniform numbers are bit-
 // identical to the CPU's: both evaluate core/philox.h's host/device functions. Also here: the
 // checked-call and device helpers of launch.h.
-// The profiler's clock (profile::DeviceClock) is cudaEvent pairs on the compute stream; in the
+// The profiler's clock (profile::DeviceClock) is cudaEvent pairs on the stream timed; in the
 // nvcc flavour with libcupti (REEL_CUPTI) it also keeps CUPTI's activity log (kernels/cuda/cupti_log.h),
 // whose times the profiler prefers; without it, the log's absence says why.
 #include <cstdio>
@@ -302,7 +302,7 @@ class CudaBackend final : public DeviceBackend {
   // Marks are events recorded on the stream, pooled: a profiled step records thousands.
   class EventClock final : public profile::DeviceClock {
    public:
-    explicit EventClock(int index) : index_(index) {}
+    EventClock(CudaBackend* backend, int index) : backend_(backend), index_(index) {}
     bool emulated() const override {
 #if defined(REEL_CUDA_EMULATED)
       return true;
@@ -310,17 +310,19 @@ class CudaBackend final : public DeviceBackend {
       return false;
 #endif
     }
-    int64_t mark() override {
+    int64_t mark(StreamKind kind) override {
       set_device(index_);
       if (used_ == events_.size()) {
         cudaEvent_t e;
         REEL_CUDA_CHECK(cudaEventCreate(&e));
         events_.push_back(e);
       }
-      REEL_CUDA_CHECK(cudaEventRecord(events_[used_], stream()));
+      REEL_CUDA_CHECK(cudaEventRecord(events_[used_], backend_->stream_of(kind)));
       return static_cast<int64_t>(used_++);
     }
     double elapsed_ns(int64_t from, int64_t to) override {
+      // Both: marks of the compute and the copy stream are not ordered with each other.
+      REEL_CUDA_CHECK(cudaEventSynchronize(events_[static_cast<size_t>(from)]));
       REEL_CUDA_CHECK(cudaEventSynchronize(events_[static_cast<size_t>(to)]));
       float ms = 0;
       REEL_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[static_cast<size_t>(from)], events_[static_cast<size_t>(to)]));
@@ -345,6 +347,7 @@ class CudaBackend final : public DeviceBackend {
 #endif
 
    private:
+    CudaBackend* backend_;  // its streams
     int index_;
     std::vector<cudaEvent_t> events_;  // never destroyed, like the backend
     size_t used_ = 0;
@@ -372,7 +375,7 @@ class CudaBackend final : public DeviceBackend {
 
   int index_;
   DeviceMemory memory_;
-  EventClock clock_{index_};
+  EventClock clock_{this, index_};
   std::once_flag copy_stream_once_;
   cudaStream_t copy_stream_ = nullptr;  // never destroyed, like the backend
 };
