@@ -27,7 +27,11 @@ Prediction largest(double memory_s, double compute_s, double launch_s) {
   return p;
 }
 
-bool is_host_transfer(const std::string& kernel) { return kernel == "copy_from_host" || kernel == "copy_to_host"; }
+// Copies over the host link: the compute stream's synchronous ones and the copy stream's
+// asynchronous ones (copy_async.h2d, copy_async.d2h).
+bool is_host_transfer(const std::string& kernel) {
+  return kernel == "copy_from_host" || kernel == "copy_to_host" || kernel.rfind("copy_async.", 0) == 0;
+}
 
 std::string op_key(const KernelRecord& r) {
   if (r.op.empty()) return "(outside ops)";
@@ -106,6 +110,12 @@ StepPrediction predict_step(const std::vector<KernelRecord>& records, const Devi
       continue;
     }
     const Prediction p = predict_record(spec, r);
+    if (r.stream == StreamKind::Copy) {
+      // The copy stream runs beside compute: its copies are listed, not added to the step.
+      add(kernels[r.kernel], r, p);
+      add(out.copy_stream, r, p);
+      continue;
+    }
     add(kernels[r.kernel], r, p);
     add(ops[op_key(r)], r, p);
     add(out.total, r, p);
@@ -181,6 +191,12 @@ void print_prediction(std::ostream& os, const Profiler& profiler, const DeviceSp
   std::snprintf(line, sizeof line, "  the roofline alone (no launch floor: as if launches were fused away): %.1f us\n",
                 us(sp.roofline_s));
   os << line;
+  if (sp.copy_stream.calls > 0) {
+    std::snprintf(line, sizeof line,
+                  "  copy stream: %s copies a step, %.1f us over the host link, beside compute (not in the step)\n",
+                  calls(sp.copy_stream.calls).c_str(), us(sp.copy_stream.predicted_s));
+    os << line;
+  }
   if (sp.host_runs > 0) {
     std::snprintf(line, sizeof line, "  not placed: the run's host work, CPU kernel runs a step: %s (%.3f ms)\n",
                   calls(sp.host_runs).c_str(), sp.host_measured_s * 1e3 / n);

@@ -12,9 +12,10 @@
 // FP64 vector rate, f32 the FP32 CUDA-core rate, or the TF32 tensor-core rate when tensor cores
 // are asked for (16-bit dtypes, when DType has them, would take the BF16/FP16 tensor rates for
 // GEMMs); launch latency is DeviceSpec::launch_s (about 3 us a launch). Host transfers
-// (copy_from_host, copy_to_host) move their bytes over the host link instead of device memory.
-// The bound says which of the three terms is the largest. Runs do not overlap: the step is the sum
-// of its runs. So the prediction is a floor for a kernel that reaches its roof: it ignores caches
+// (copy_from_host, copy_to_host, and the copy stream's copy_async.h2d/.d2h) move their bytes over
+// the host link instead of device memory. The bound says which of the three terms is the largest.
+// Runs on the compute stream do not overlap: the step is the sum of its runs; the copy stream's
+// copies run beside it and are summed apart (StepPrediction::copy_stream). So the prediction is a floor for a kernel that reaches its roof: it ignores caches
 // (a kernel whose data stays in L2 can beat bytes / bandwidth), occupancy, tails of small grids,
 // and the host work between launches (the tape, allocation), which the first GPU run measures.
 //
@@ -76,7 +77,9 @@ struct PredictedGroup {
 struct StepPrediction {
   std::vector<PredictedGroup> kernels;  // largest predicted first
   std::vector<PredictedGroup> ops;      // largest predicted first
-  PredictedGroup total;                 // key "step": all placed runs
+  PredictedGroup total;                 // key "step": all placed runs on the compute stream
+  PredictedGroup copy_stream;           // the copy stream's copies (copy_async): over the host link,
+                                        // beside compute, so not in total
   double tf32_s = 0;          // the total with the f32 GEMMs on TF32 tensor cores
   double roofline_s = 0;      // the total without the launch floor: max(bytes / bandwidth, FLOPs / rate)
   int64_t host_runs = 0;      // CPU records of a CUDA run, not placed

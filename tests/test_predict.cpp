@@ -187,6 +187,24 @@ TEST_CASE("predict_step: a CUDA run places its CUDA records and the copies back,
   CHECK(sp.host_measured_s == doctest::Approx(5e-3));
 }
 
+TEST_CASE("predict_step: the copy stream's copies go over the host link, beside the step") {
+  std::vector<KernelRecord> records(2);
+  records[0].kernel = "matmul";
+  records[0].device = Device::cuda(0);
+  records[0].cost = cost(1'000'000'000, 0, 0);  // 100 us
+  records[1].kernel = "copy_async.d2h";         // an offloaded activation, on the copy stream
+  records[1].device = Device::cuda(0);
+  records[1].stream = StreamKind::Copy;
+  records[1].cost = cost(0, 3'000'000, 3'000'000);  // 300 us over the 10 GB/s link
+  const StepPrediction sp = predict_step(records, made_up());
+  CHECK(sp.total.calls == 1);
+  CHECK(sp.total.predicted_s == doctest::Approx(100e-6).epsilon(1e-9));
+  CHECK(sp.copy_stream.calls == 1);
+  CHECK(sp.copy_stream.predicted_s == doctest::Approx(300e-6).epsilon(1e-9));
+  REQUIRE(sp.kernels.size() == 2);
+  CHECK(sp.kernels[0].key == "copy_async.d2h");  // listed, largest first
+}
+
 TEST_CASE("device_spec: the table's devices, and an unknown name lists them") {
   const DeviceSpec& h200 = device_spec("h200");
   CHECK(h200.bytes_per_s == 4.8e12);
