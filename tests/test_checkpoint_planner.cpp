@@ -1,14 +1,16 @@
 // The checkpoint planner (autograd/checkpoint_planner.h) on its own: the peak model on hand-worked
 // chains (with offloaded runs too), the dynamic program against brute force over every plan of
 // small chains (N <= 10 without offload, N <= 7 with it, under each offload mode), the least
-// feasible peak, the error for a budget below it, and the plan's text. Planning a real chain from
-// measurements, and the measured peak against the budget, are in test_module.cpp.
+// feasible peak, the error for a budget below it, and the plan's text; nn::Sequential's offload
+// switch (which runs it offloads, the refusal on cpu). Planning a real chain from measurements, and
+// the measured peak against the budget, are in test_module.cpp.
 #include <algorithm>
 #include <functional>
 #include <map>
 #include <random>
 
 #include "autograd/checkpoint_planner.h"
+#include "reel.h"
 #include "testing.h"
 
 using namespace reel;
@@ -324,5 +326,82 @@ TEST_CASE("the policy text still round-trips; a policy's own runs are never offl
     CHECK(CheckpointPolicy::parse(p.str()) == p);
     if (p.kind != CheckpointPolicy::Kind::Budget)
       for (const Run& r : p.plan(7)) CHECK_FALSE(r.offloaded);
+  }
+}
+
+namespace {
+// N blocks of Sequential(Linear(D, D), GELU): each block one child, as the planner counts.
+std::shared_ptr<nn::Sequential> block_chain(int n, int64_t d) {
+  auto chain = std::make_shared<nn::Sequential>();
+  for (int i = 0; i < n; ++i)
+    chain->push_back(std::make_shared<nn::Sequential>(
+        std::vector<std::shared_ptr<nn::Module>>{std::make_shared<nn::Linear>(d, d), std::make_shared<nn::GELU>()}));
+  return chain;
+}
+}  // namespace
+
+TEST_CASE("Sequential's offload switch: refused on cpu, the runs it offloads, gradients as without") {
+  using autograd::OffloadMode;
+  for (const Device& device : reel::testing::devices()) {
+    CAPTURE(device);
+    manual_seed(3);
+    auto chain = block_chain(9, 8);
+    chain->to(device);
+    const Tensor x = randn({4, 8}, DType::f32, device), target = randn({4, 8}, DType::f32, device);
+    auto forward_loss = [&] { return sum(mul(tanh((*chain)(x)), target)); };
+    auto grads = [&] {
+      for (const Tensor& p : chain->parameters()) p.set_grad(Tensor());
+      autograd::backward(forward_loss());
+      std::vector<double> g;
+      for (const Tensor& p : chain->parameters()) {
+        const std::vector<double> v = reel::testing::values(p.grad());
+        g.insert(g.end(), v.begin(), v.end());
+      }
+      return g;
+    };
+    const std::vector<double> plain = grads();
+    // sqrt over 9: [0,3) [3,6) checkpointed, [6,9) plain. Boundaries offloads the first two only;
+    // all offloads every run, selective's one run included; boundaries leaves selective's run alone.
+    struct Case {
+      const char* policy;
+      OffloadMode mode;
+      const char* first_offloaded;  // null: none
+    };
+    for (const Case& k : {Case{"sqrt", OffloadMode::Boundaries, "run [0, 3)"}, Case{"sqrt", OffloadMode::All, "run [0, 3)"},
+                          Case{"selective", OffloadMode::All, "run [0, 9)"}, Case{"selective", OffloadMode::Boundaries, nullptr},
+                          Case{"sqrt", OffloadMode::Auto, nullptr}, Case{"none", OffloadMode::All, "run [0, 9)"}}) {
+      CAPTURE(std::string(k.policy));
+      CAPTURE(std::string(autograd::offload_mode_name(k.mode)));
+      chain->set_checkpoint(nn::CheckpointPolicy::parse(k.policy));
+      chain->set_offload(k.mode);
+      CHECK(chain->offload() == k.mode);
+      if (!k.first_offloaded) {
+        CHECK(grads() == plain);
+      } else if (device.is_cpu()) {
+        CHECK_REEL_ERROR(forward_loss(), (std::string(k.first_offloaded) + " is offloaded").c_str());
+        CHECK_REEL_ERROR(forward_loss(), "host memory is where cpu tensors already are");
+      } else {
+#if __has_include("autograd/offload.h")
+        CHECK(grads() == plain);
+#else
+        CHECK_REEL_ERROR(forward_loss(), (std::string(k.first_offloaded) + " is offloaded, but this build has no "
+                                                                            "autograd/offload.h").c_str());
+#endif
+      }
+      autograd::Tape::current().clear();
+    }
+    // A budget: on cpu auto plans without offload and the forced modes are refused.
+    chain->set_checkpoint(nn::CheckpointPolicy::budget(int64_t{1} << 30));
+    chain->set_offload(OffloadMode::Auto);
+    const autograd::CheckpointPlan& plan = chain->plan_checkpoint(forward_loss);
+    CHECK(grads() == plain);
+    if (device.is_cpu()) {
+      CHECK(plan.offload == OffloadMode::None);
+      for (const Run& r : plan.runs) CHECK_FALSE(r.offloaded);
+      chain->set_offload(OffloadMode::Boundaries);
+      CHECK(chain->checkpoint_plan() == nullptr);  // set_offload drops the plan
+      CHECK_REEL_ERROR(chain->plan_checkpoint(forward_loss), "offload boundaries on cpu: host memory is where cpu tensors");
+    }
+    chain->set_offload(OffloadMode::None);
   }
 }
