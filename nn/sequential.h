@@ -50,7 +50,9 @@ class Sequential : public Module {
   void set_checkpoint(const CheckpointPolicy& policy);
   const CheckpointPolicy& checkpoint() const { return policy_; }
 
-  // Which runs go to host memory during forward (see the top of this file). Drops a previous plan.
+  // Which runs go to host memory during forward (see the top of this file): under a fixed policy
+  // (sqrt, every:K, ...) boundaries offloads its checkpointed runs, all every run, auto none; under a
+  // budget the plan says. Drops a previous plan.
   void set_offload(autograd::OffloadMode mode);
   autograd::OffloadMode offload() const { return offload_; }
 
