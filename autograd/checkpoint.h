@@ -106,6 +106,10 @@ struct CheckpointPolicy {
     int64_t begin = 0, end = 0;  // units [begin, end)
     bool checkpointed = false;   // inside a Checkpoint segment
     bool selective = false;      // inside a selective scope (within the segment when both)
+    // Moved to host memory during forward, back before backward needs it (autograd/offload.h): a
+    // plain or selective run's saves, a checkpointed run's boundary. Only a plan sets it (the
+    // planner, or nn::Sequential::set_offload): the policy text has no runs.
+    bool offloaded = false;
   };
   // How n units run. Every:K and Sqrt (K = ceil(sqrt(n))) cut the units into runs of K and
   // checkpoint all but the last run: backward would replay the last one at once, so keeping its

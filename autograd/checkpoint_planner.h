@@ -1,7 +1,9 @@
 // The checkpoint planner: given what each unit of a chain (the children of an nn::Sequential, the
-// blocks of a GPT) saves and costs, the runs that recompute the least while the step's activation
-// peak stays within a memory budget. A run is plain, checkpointed (one segment), selective (matmul
-// outputs kept, the rest recomputed), or a segment around a selective scope.
+// blocks of a GPT) saves and costs, the runs that cost the least time while the step's activation
+// peak on the device stays within a memory budget. A run is plain, checkpointed (one segment),
+// selective (matmul outputs kept, the rest recomputed), or a segment around a selective scope; each
+// may also be offloaded (autograd/offload.h): a plain or selective run's saves, or a segment's
+// boundary, go to host memory during forward and come back before backward needs them.
 //
 // The model of the peak, for runs r_1 .. r_m walked back by backward:
 //   held(r)  what r keeps once its forward is done      work(r)  what is live while backward is in r
@@ -9,17 +11,33 @@
 //   segment     b_first                                    b_first + sum a
 //   selective   b_first + sum s                            held + max a
 //   seg + sel   b_first                                    b_first + sum s + max a
+//   offloaded   0 on the device (held(r) is on the host)   work unchanged (its bytes are back)
 // (a: a unit's saved bytes run plain, s: run selective, b: its input, the boundary a segment
-// holds). Backward reaches r with the runs before it still held, so
-//   peak = before + max(sum_k held(r_k) + after, max_k (sum_{q<k} held(r_q) + work(r_k)))
-// where `before` is what the step saved before the chain and `after` what it saves after it (the
-// head and the loss, freed before the chain's backward starts). Recompute time: a segment re-runs
-// its forward (sum t), a selective scope its recomputed ops (sum t_sel), both when nested.
+// holds). An offloaded run is prefetched one run ahead: its bytes come back while backward is in
+// the run after it, so that run's term also counts pre(r_{k-1}) = held(r_{k-1}) when r_{k-1} is
+// offloaded (0 otherwise). Backward reaches r_k with the runs before it still held, so
+//   peak = before + max(sum_k dev(r_k) + pre(r_m) + after,
+//                       max_k (sum_{q<k} dev(r_q) + pre(r_{k-1}) + work(r_k)))
+// with dev(r) = held(r), or 0 when r is offloaded; `before` is what the step saved before the chain
+// and `after` what it saves after it (the head and the loss, freed before the chain's backward
+// starts; the last run's prefetch overlaps that head, so offloading the last run never lowers the
+// peak). A run's copy to the host, still in flight while the next run's forward saves, is within
+// that next run's backward term, so forward adds no term of its own (the model assumes each copy
+// lands within the next run's forward; what does not is charged as time below).
+//
+// Time: a segment re-runs its forward (sum t), a selective scope its recomputed ops (sum t_sel),
+// both when nested. An offloaded run copies held(r) bytes each way at the host link's bandwidth
+// (c = held / host_bytes_per_s); the copy out hides behind the next run's forward (sum t), the copy
+// back behind the next run's backward (its replay plus sum t_bwd, t_bwd = 2 t unless measured), so
+// it costs max(0, c - forward(r_{k+1})) + max(0, c - backward(r_{k+1})) (the head counts as 0).
+// The predicted step time is the recompute plus that unhidden copy.
 //
 // plan_checkpoint minimises the time subject to peak <= budget by dynamic programming over
-// (units done, bytes held): for each prefix it keeps the (held, time) pairs no other pair beats on
-// both. Chen et al. (2016) give the sqrt(N) rule this generalises; the chain DP is in the spirit of
-// Beaumont et al.'s rotor, with selective runs as a third choice per run.
+// (units done, bytes held, bytes the last run has offloaded): for each prefix it keeps the triples
+// no other triple beats on all three (the third decides the next run's prefetch term and how much
+// of its copy hides, so the DP stays exact). Chen et al. (2016) give the sqrt(N) rule this
+// generalises; the chain DP is in the spirit of Beaumont et al.'s rotor, with selective and
+// offloaded runs as further choices per run.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -35,19 +53,32 @@ struct UnitCost {
   int64_t input_bytes = 0;      // b: its input, held by a segment or selective scope starting here
   double forward_ns = 0;        // t: its forward, re-run when it is in a segment
   double selective_ns = 0;      // t_sel: its ops a selective scope recomputes (all but the kept)
+  double backward_ns = 0;       // t_bwd: its backward; 0: taken as 2 t (not measured)
 };
 
 struct ChainCost {
   std::vector<UnitCost> units;
   int64_t before_bytes = 0;  // activations the step saved before the chain starts
   int64_t after_bytes = 0;   // activations it saves after the chain (head, loss)
+  double host_bytes_per_s = 0;  // the device<->host link, each way; 0: no run may be offloaded (cpu)
 };
+
+// Which runs go to host memory: none; every checkpointed run's boundary; every run; or as the
+// planner finds fastest (auto). Outside a budget plan, auto offloads nothing.
+enum class OffloadMode { None, Boundaries, All, Auto };
+// "none" | "boundaries" | "all" | "auto"; reel::Error naming those for anything else.
+OffloadMode parse_offload_mode(const std::string& text);
+const char* offload_mode_name(OffloadMode mode);
 
 struct Prediction {
   int64_t peak_bytes = 0;
   double recompute_ns = 0;
+  double copy_ns = 0;      // the offloaded runs' copy time not hidden behind compute
+  int64_t host_bytes = 0;  // what the offloaded runs move to the host (and back) per step
+  double time_ns() const { return recompute_ns + copy_ns; }  // what the planner minimises
 };
-// The model above for `runs`, which must cover the chain's units in order.
+// The model above for `runs`, which must cover the chain's units in order. reel::Error for an
+// offloaded run when cost.host_bytes_per_s is 0.
 Prediction predict(const ChainCost& cost, const std::vector<CheckpointPolicy::Run>& runs);
 
 struct CheckpointPlan {
@@ -57,15 +88,22 @@ struct CheckpointPlan {
   int64_t plain_peak_bytes = 0;  // the model's peak with no checkpointing, for scale
   int64_t least_peak_bytes = 0;  // the least peak any plan reaches (min_feasible_peak)
   double forward_ns = 0;         // the chain's forward, for scale
+  OffloadMode offload = OffloadMode::None;  // what the planner was allowed (None when no host link)
+  double host_bytes_per_s = 0;
   // "budget 48.00 MiB: [0,8) segment, [8,64) selective; predicted peak 46.2 MiB (plain 120 MiB,
-  // least 20 MiB), recompute 3.1 ms (forward 40.0 ms)"
+  // least 20 MiB), recompute 3.1 ms (forward 40.0 ms)"; with offload the runs read
+  // "[0,4) segment+offload" and the time "time 3.50 ms = recompute 3.10 ms + unhidden copy 0.40 ms
+  // (forward 40.00 ms), 12.00 MiB to host and back at 64.0 GB/s".
   std::string str() const;
 };
 
-// The plan with the least predicted recompute time whose predicted peak is at most budget_bytes.
-// reel::Error naming the least peak any plan reaches when the budget is below it.
-CheckpointPlan plan_checkpoint(const ChainCost& cost, int64_t budget_bytes);
-// The least predicted peak of any plan.
-int64_t min_feasible_peak(const ChainCost& cost);
+// The plan with the least predicted time (recompute plus unhidden copy) whose predicted peak is at
+// most budget_bytes. `offload` says which runs may (auto) or must (boundaries: every checkpointed
+// run, all: every run) be offloaded; auto with cost.host_bytes_per_s == 0 offloads nothing, and
+// boundaries or all need it > 0 (reel::Error). reel::Error naming the least peak any plan reaches
+// when the budget is below it.
+CheckpointPlan plan_checkpoint(const ChainCost& cost, int64_t budget_bytes, OffloadMode offload = OffloadMode::Auto);
+// The least predicted peak of any plan `offload` allows.
+int64_t min_feasible_peak(const ChainCost& cost, OffloadMode offload = OffloadMode::Auto);
 
 }  // namespace reel::autograd

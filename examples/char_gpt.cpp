@@ -288,6 +288,7 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
   }
   gpt.to(device);
   gpt.set_checkpoint(nn::CheckpointPolicy::parse(o.train.checkpoint));
+  examples::apply_offload(gpt, o.train, device);
   std::printf("model: n_layer %lld, n_head %lld, n_embd %lld, block_size %lld: %.3fM parameters on %s, %d cpu "
               "threads\n",
               static_cast<long long>(config.n_layer), static_cast<long long>(config.n_head),

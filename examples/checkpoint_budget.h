@@ -1,18 +1,23 @@
-// --checkpoint budget:SIZE in the examples: the plan made on one micro-batch before training, its
-// prediction against one measured step, and after training the activation peak beside the budget.
+// --checkpoint budget:SIZE (and --offload) in the examples: the plan made on one micro-batch before
+// training, its prediction against one measured step, and after training the activation peak
+// beside the budget.
 #pragma once
+#include <chrono>
 #include <cstdio>
 #include <functional>
 
+#include "core/stream.h"
 #include "reel.h"
 
 namespace examples {
 
 // Plans `model` (an nn::Sequential or nn::GPT) when its policy is a budget: prints the plan with
-// its predicted peak and recompute time, then runs one step of it (`forward_loss` is the forward
-// of one micro-batch) and prints the measured ones: the activation peak, and the time of the
-// kernels that ran in replays. That step's gradients are dropped and the default generator put
-// back, so training runs as it would have. Null for any other policy.
+// its predicted peak and time (recompute, and with offloaded runs the copy time the model expects
+// not to hide and the bytes sent to the host), then runs one step of it (`forward_loss` is the
+// forward of one micro-batch) and prints the measured ones: the activation peak, the time of the
+// kernels that ran in replays, and the step's wall time (its copies' own time is the profiler's
+// copy track's to show). That step's gradients are dropped and the default generator put back, so
+// training runs as it would have. Null for any other policy.
 template <typename Chain>
 const reel::autograd::CheckpointPlan* plan_checkpoint_budget(Chain& model,
                                                              const std::function<reel::Tensor()>& forward_loss) {
@@ -26,15 +31,24 @@ const reel::autograd::CheckpointPlan* plan_checkpoint_budget(Chain& model,
   const int64_t before = memory_stats(device)[Category::Activation].current_bytes;
   reset_peak_memory(device);
   Profiler prof;
+  const auto start = std::chrono::steady_clock::now();
   autograd::backward(forward_loss());
+  Stream::compute(device).synchronize();
+  Stream::copy(device).synchronize();
+  const double step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   prof.stop();
   double replay_ns = 0;
   for (const profile::KernelRecord& k : prof.kernels())
     if (k.phase == profile::Phase::Replay) replay_ns += static_cast<double>(k.dur_ns);
   std::printf("checkpoint plan, one step measured: activation peak %s (predicted %s), recompute %.2f ms "
-              "(predicted %.2f ms)\n",
+              "(predicted %.2f ms)",
               format_bytes(memory_stats(device)[Category::Activation].peak_bytes - before).c_str(),
               format_bytes(plan.predicted.peak_bytes).c_str(), replay_ns * 1e-6, plan.predicted.recompute_ns * 1e-6);
+  if (plan.predicted.host_bytes > 0)
+    std::printf(", %s offloaded (predicted unhidden copy %.2f ms, time %.2f ms over keep-all)",
+                format_bytes(plan.predicted.host_bytes).c_str(), plan.predicted.copy_ns * 1e-6,
+                plan.predicted.time_ns() * 1e-6);
+  std::printf(", step %.2f ms wall\n", step_ms);
   for (const Tensor& p : params) p.set_grad(Tensor());
   default_generator().set_offset(offset);
   std::fflush(stdout);

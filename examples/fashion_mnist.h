@@ -194,6 +194,7 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
     if (!o.load.empty()) nn::load(model, o.load);
     model.to(device);
     model.set_checkpoint(nn::CheckpointPolicy::parse(o.checkpoint));
+    apply_offload(model, o, device);
     model.train();
     const int64_t steps_per_epoch = (train.n + o.batch - 1) / o.batch;
     int64_t total_steps = o.epochs * steps_per_epoch;

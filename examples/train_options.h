@@ -1,5 +1,5 @@
 // What the training examples share: their common command-line options (device, batch,
-// accumulation, checkpointing, optimizer, learning-rate schedule, clipping, run length, seed,
+// accumulation, checkpointing and offload, optimizer, learning-rate schedule, clipping, run length, seed,
 // threads, save/load, profiling and its predicted device step, the memory timeline), parsed with
 // CLI11, the schedule and thread count they ask for, how a window's samples are cut into
 // micro-batches, the one-line progress display, the profiler and the memory timeline around a few
@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/checkpoint_planner.h"
 #include "optim/accumulator.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
@@ -36,6 +37,7 @@ struct TrainOptions {
   int64_t batch = 128;        // samples (or sequences) per optimizer step: the accumulation window
   int64_t accum_steps = 1;    // micro-batches per window; each holds about batch / accum_steps
   std::string checkpoint = "none";  // none | every:K | sqrt | list:i,j | selective | budget:SIZE
+  std::string offload = "none";     // none | boundaries | all | auto: saved activations to host memory
   int64_t epochs = 1;
   int64_t max_steps = 0;      // > 0: stop after this many optimizer steps
   std::string optimizer = "adam";
@@ -67,6 +69,11 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--checkpoint", o.checkpoint, "activation checkpointing: none, every:K, sqrt, list:i,j,..., selective (matmul outputs kept) or budget:SIZE (planned, e.g. budget:48MiB)")
       ->capture_default_str();
+  app.add_option("--offload", o.offload,
+                 "saved activations to host memory during forward, back before backward: none, boundaries (each "
+                 "checkpointed run's input), all (every run's saves) or auto (the budget:SIZE planner chooses); "
+                 "not on the cpu device")
+      ->capture_default_str()->check(CLI::IsMember({"none", "boundaries", "all", "auto"}));
   app.add_option("--epochs", o.epochs, "passes over the training data")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--max-steps", o.max_steps, "stop after this many optimizer steps (0: no limit)")->capture_default_str();
   app.add_option("--optimizer", o.optimizer, "sgd, adam or adamw")->capture_default_str()
@@ -119,6 +126,17 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--dist-overlap", o.dist_overlap,
                  "with --dist: 1 starts the gradient all-reduces from the tape during backward, 0 after it")
       ->capture_default_str()->check(CLI::IsMember({0, 1}));
+}
+
+// --offload on `model` (an nn::Sequential or nn::GPT) whose parameters are on `device`: refused on
+// the cpu device, where the tensors are in host memory already.
+template <typename Chain>
+void apply_offload(Chain& model, const TrainOptions& o, reel::Device device) {
+  const reel::autograd::OffloadMode mode = reel::autograd::parse_offload_mode(o.offload);
+  REEL_CHECK(mode == reel::autograd::OffloadMode::None || !device.is_cpu(), "--offload ", o.offload, " on ",
+             device.str(), ": offload moves saved activations from device memory to host memory, and cpu tensors are "
+             "in host memory already (use --device cuda, or --offload none)");
+  model.set_offload(mode);
 }
 
 // Set once --dist has started the process group (Distributed's constructor).

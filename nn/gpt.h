@@ -85,6 +85,9 @@ class GPT : public Module {
   // The blocks run under `policy` (every:K, sqrt over n_layer blocks, a list of block indices).
   void set_checkpoint(const CheckpointPolicy& policy) { h->set_checkpoint(policy); }
   const CheckpointPolicy& checkpoint() const { return h->checkpoint(); }
+  // Offloads the blocks' saves to host memory (Sequential::set_offload).
+  void set_offload(autograd::OffloadMode mode) { h->set_offload(mode); }
+  autograd::OffloadMode offload() const { return h->offload(); }
   // Under a budget:SIZE policy: measures the blocks once and plans them (Sequential::plan_checkpoint).
   const autograd::CheckpointPlan& plan_checkpoint(const std::function<Tensor()>& forward_loss) {
     return h->plan_checkpoint(forward_loss);

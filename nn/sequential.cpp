@@ -1,6 +1,7 @@
 // Sequential (with its checkpoint switch and the measuring behind a budget plan) and MLP.
 #include "nn/sequential.h"
 
+#include <memory>
 #include <optional>
 
 #include "autograd/tape.h"
@@ -8,7 +9,42 @@
 #include "core/random.h"
 #include "nn/layers.h"
 
+// autograd/offload.h is written beside this change; until it is merged a build without it offloads
+// nothing (the two functions below say so). The lead removes this guard at the merge.
+#if __has_include("autograd/offload.h")
+#include "autograd/offload.h"
+#define REEL_SEQUENTIAL_OFFLOAD 1
+#else
+#define REEL_SEQUENTIAL_OFFLOAD 0
+#endif
+
 namespace reel::nn {
+
+namespace {
+
+// Opens autograd::Offload around one offloaded run's forward: only the boundary a checkpointed run
+// holds, or every save of a plain or selective run. Closed (reset) after the run's scopes close.
+std::shared_ptr<void> open_offload(const CheckpointPolicy::Run& run) {
+#if REEL_SEQUENTIAL_OFFLOAD
+  return std::make_shared<autograd::Offload>(run.checkpointed ? autograd::OffloadWhat::Boundaries
+                                                              : autograd::OffloadWhat::All);
+#else
+  REEL_FAIL("Sequential: run [", run.begin, ", ", run.end,
+            ") is offloaded, but this build has no autograd/offload.h to offload it with");
+#endif
+}
+
+// The host link's bandwidth the planner prices copies at (0: no offload in this build).
+double host_link(Device device) {
+#if REEL_SEQUENTIAL_OFFLOAD
+  return autograd::host_link_bytes_per_s(device);
+#else
+  (void)device;
+  return 0;
+#endif
+}
+
+}  // namespace
 
 Sequential::Sequential(const std::vector<std::shared_ptr<Module>>& modules) {
   for (const auto& m : modules) push_back(m);
@@ -28,6 +64,11 @@ void Sequential::set_checkpoint(const CheckpointPolicy& policy) {
     REEL_CHECK(i < size(), name(), ".set_checkpoint(", policy.str(), "): index ", i, " is out of range for ",
                size(), " modules");
   policy_ = policy;
+  plan_.reset();
+}
+
+void Sequential::set_offload(autograd::OffloadMode mode) {
+  offload_ = mode;
   plan_.reset();
 }
 
@@ -61,7 +102,13 @@ struct Sequential::Measuring {
 
 std::vector<CheckpointPolicy::Run> Sequential::runs() const {
   if (measuring_) return measuring_->runs;
-  if (policy_.kind != CheckpointPolicy::Kind::Budget) return policy_.plan(size());
+  if (policy_.kind != CheckpointPolicy::Kind::Budget) {
+    // A fixed policy's runs, offloaded as the mode says (auto: only a budget plan chooses).
+    std::vector<CheckpointPolicy::Run> runs = policy_.plan(size());
+    for (CheckpointPolicy::Run& r : runs)
+      r.offloaded = offload_ == autograd::OffloadMode::All || (offload_ == autograd::OffloadMode::Boundaries && r.checkpointed);
+    return runs;
+  }
   REEL_CHECK(plan_, name(), ": checkpoint policy ", policy_.str(),
              " has no plan yet; call plan_checkpoint(forward_loss) once before training");
   return plan_->runs;
@@ -70,6 +117,12 @@ std::vector<CheckpointPolicy::Run> Sequential::runs() const {
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
   for (const CheckpointPolicy::Run& run : runs()) {
+    REEL_CHECK(!run.offloaded || !h.device().is_cpu(), name(), ": run [", run.begin, ", ", run.end,
+               ") is offloaded (offload ", autograd::offload_mode_name(offload_), "), but its input is on ",
+               h.device().str(), ": host memory is where cpu tensors already are, so there is nothing to move; "
+               "use offload none there");
+    std::shared_ptr<void> offload;  // around the scopes below, closed after them
+    if (run.offloaded) offload = open_offload(run);
     std::optional<autograd::Checkpoint> segment, selective;  // the selective scope nests inside
     if (run.checkpointed) segment.emplace();
     if (run.selective) selective.emplace(policy_.keep_rule());
@@ -104,6 +157,15 @@ const autograd::CheckpointPlan& Sequential::plan_checkpoint(const std::function<
   REEL_CHECK(autograd::grad_enabled(), name(), ".plan_checkpoint: called under NoGrad, where nothing is saved to measure");
   const int64_t n = size();
   REEL_CHECK(n > 0, name(), ".plan_checkpoint: no children to plan");
+  const bool forced = offload_ == autograd::OffloadMode::Boundaries || offload_ == autograd::OffloadMode::All;
+  if (forced) {
+    const Device device = parameters().empty() ? Device::cpu() : parameters().front().device();
+    REEL_CHECK(!device.is_cpu(), name(), ".plan_checkpoint: offload ", autograd::offload_mode_name(offload_), " on ",
+               device.str(), ": host memory is where cpu tensors already are, so there is nothing to move; use "
+               "offload none (or auto, which offloads nothing there)");
+    REEL_CHECK(REEL_SEQUENTIAL_OFFLOAD, name(), ".plan_checkpoint: offload ", autograd::offload_mode_name(offload_),
+               ": this build has no autograd/offload.h");
+  }
   // Runs forward_loss once with every child measured and `runs`; returns the activation bytes in
   // use at its end, counted from before it. The loss is dropped inside, and the tape with it.
   auto measure = [&](Measuring& m, std::vector<CheckpointPolicy::Run> runs, Profiler* prof,
@@ -183,7 +245,8 @@ const autograd::CheckpointPlan& Sequential::plan_checkpoint(const std::function<
   }
   cost.before_bytes = plain.entry_level;
   cost.after_bytes = std::max<int64_t>(0, plain_end - plain.entry_level - chain_bytes);
-  plan_ = autograd::plan_checkpoint(cost, policy_.budget_bytes);
+  if (offload_ != autograd::OffloadMode::None && !plain.device.is_cpu()) cost.host_bytes_per_s = host_link(plain.device);
+  plan_ = autograd::plan_checkpoint(cost, policy_.budget_bytes, offload_);
   return *plan_;
 }
 

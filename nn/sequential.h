@@ -8,6 +8,14 @@
 // Inside a segment only the segment's input is kept in forward; backward replays the segment. A
 // budget is planned once from measurements: model.plan_checkpoint([&] { return loss_of(batch); }).
 //
+// The offload switch moves saved activations to host memory during forward (autograd/offload.h):
+//   model.set_offload(autograd::OffloadMode::Auto);        // the planner may offload runs
+//   model.set_offload(autograd::OffloadMode::Boundaries);  // every checkpointed run's boundary
+//   model.set_offload(autograd::OffloadMode::All);         // every run's saves
+// An offloaded run's forward runs inside an autograd::Offload scope (Boundaries for a checkpointed
+// run, All for a plain or selective one). Refused on the cpu device, whose tensors are already in
+// host memory (auto there plans without offload).
+//
 // Each child is called through its operator(), so its hooks (nn/module.h) run at forward, inside
 // the segment when it is checkpointed; backward's replay re-runs the ops recorded on the tape, not
 // the children, so their hooks do not run again there.
@@ -42,6 +50,12 @@ class Sequential : public Module {
   void set_checkpoint(const CheckpointPolicy& policy);
   const CheckpointPolicy& checkpoint() const { return policy_; }
 
+  // Which runs go to host memory during forward (see the top of this file): under a fixed policy
+  // (sqrt, every:K, ...) boundaries offloads its checkpointed runs, all every run, auto none; under a
+  // budget the plan says. Drops a previous plan.
+  void set_offload(autograd::OffloadMode mode);
+  autograd::OffloadMode offload() const { return offload_; }
+
   // Measures this chain once and plans its checkpointing for the budget of a Budget policy
   // (autograd/checkpoint_planner.h); forward runs the plan from then on. `forward_loss` runs the
   // step's forward, the code around this Sequential included (what it saves counts against the
@@ -49,8 +63,10 @@ class Sequential : public Module {
   // forwards run: one selective (what each child keeps there), then one plain under a Profiler
   // (each child's saved bytes, input bytes and kernel time, and which of its ops a selective scope
   // would recompute). The default generator and the buffers (BatchNorm's running statistics) are
-  // put back after each. reel::Error for another policy, while a Profiler collects, or when no
-  // plan fits the budget (naming the least peak).
+  // put back after each. The offload mode says what the planner may offload (auto) or must
+  // (boundaries, all), at the host link's bandwidth measured once (autograd::host_link_bytes_per_s).
+  // reel::Error for another policy, while a Profiler collects, when no plan fits the budget (naming
+  // the least peak), or for offload boundaries or all on the cpu device.
   const autograd::CheckpointPlan& plan_checkpoint(const std::function<Tensor()>& forward_loss);
   // The plan forward runs under a Budget policy; null before plan_checkpoint.
   const autograd::CheckpointPlan* checkpoint_plan() const { return plan_ ? &*plan_ : nullptr; }
@@ -68,6 +84,7 @@ class Sequential : public Module {
   std::vector<CheckpointPolicy::Run> runs() const;
 
   CheckpointPolicy policy_;
+  autograd::OffloadMode offload_ = autograd::OffloadMode::None;
   std::optional<autograd::CheckpointPlan> plan_;
   Measuring* measuring_ = nullptr;  // set while plan_checkpoint's forwards run
 };

@@ -1,12 +1,16 @@
 // The checkpoint planner (autograd/checkpoint_planner.h) on its own: the peak model on hand-worked
-// chains, the dynamic program against brute force over every plan of small chains (N <= 10), the
-// least feasible peak, and the error for a budget below it. Planning a real chain from
-// measurements, and the measured peak against the budget, are in test_module.cpp.
+// chains (with offloaded runs too), the dynamic program against brute force over every plan of
+// small chains (N <= 10 without offload, N <= 7 with it, under each offload mode), the least
+// feasible peak, the error for a budget below it, and the plan's text; nn::Sequential's offload
+// switch (which runs it offloads, the refusal on cpu). Planning a real chain from measurements, and
+// the measured peak against the budget, are in test_module.cpp.
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <random>
 
 #include "autograd/checkpoint_planner.h"
+#include "reel.h"
 #include "testing.h"
 
 using namespace reel;
@@ -24,7 +28,9 @@ ChainCost uniform_chain(int n, int64_t T = 100) {
   return c;
 }
 
-ChainCost random_chain(int n, std::mt19937& rng) {
+// Bytes are multiples of 4 and the host link 4 GB/s, so copy times are whole nanoseconds like the
+// rest: every sum is exact and the brute force and the DP agree to the bit.
+ChainCost random_chain(int n, std::mt19937& rng, double host_bytes_per_s = 0) {
   std::uniform_int_distribution<int64_t> bytes(1, 40);
   std::uniform_int_distribution<int> ns(1, 50);
   ChainCost c;
@@ -35,15 +41,29 @@ ChainCost random_chain(int n, std::mt19937& rng) {
     u.input_bytes = bytes(rng) * 4;
     u.forward_ns = ns(rng);
     u.selective_ns = std::min<double>(u.forward_ns, ns(rng) / 4);  // whole numbers: sums are exact
+    if (host_bytes_per_s > 0 && i % 2 == 1) u.backward_ns = ns(rng);  // measured for some, 2 t for the rest
     c.units.push_back(u);
   }
   c.before_bytes = bytes(rng);
   c.after_bytes = bytes(rng) * 2;
+  c.host_bytes_per_s = host_bytes_per_s;
   return c;
 }
 
-// Every plan of n units: each composition of n into runs, each run in one of the four modes.
-void for_each_plan(int n, const std::function<void(const std::vector<Run>&)>& fn) {
+// The run modes an offload mode allows (what the planner may choose from).
+bool allowed(autograd::OffloadMode mode, const Run& r) {
+  switch (mode) {
+    case autograd::OffloadMode::None: return !r.offloaded;
+    case autograd::OffloadMode::Auto: return true;
+    case autograd::OffloadMode::Boundaries: return r.offloaded == r.checkpointed;
+    case autograd::OffloadMode::All: return r.offloaded;
+  }
+  return false;
+}
+
+// Every plan of n units: each composition of n into runs, each run in one of the four modes, or
+// of the eight (each offloaded or not) when `offload`.
+void for_each_plan(int n, const std::function<void(const std::vector<Run>&)>& fn, bool offload = false) {
   std::vector<Run> runs;
   std::function<void(int64_t)> rec = [&](int64_t begin) {
     if (begin == n) {
@@ -51,8 +71,8 @@ void for_each_plan(int n, const std::function<void(const std::vector<Run>&)>& fn
       return;
     }
     for (int64_t end = begin + 1; end <= n; ++end)
-      for (int m = 0; m < 4; ++m) {
-        runs.push_back({begin, end, (m & 1) != 0, (m & 2) != 0});
+      for (int m = 0; m < (offload ? 8 : 4); ++m) {
+        runs.push_back({begin, end, (m & 1) != 0, (m & 2) != 0, (m & 4) != 0});
         rec(end);
         runs.pop_back();
       }
@@ -142,4 +162,246 @@ TEST_CASE("the planner on a long uniform chain: between plain and sqrt(N), never
   CHECK(half.str().find("budget ") == 0);
   CHECK(half.str().find("selective") != std::string::npos);
   CHECK_REEL_ERROR(autograd::plan_checkpoint(ChainCost{}, 100), "the chain has no units to plan");
+}
+
+TEST_CASE("the peak and time model with offloaded runs, on a hand-worked chain of 4 units") {
+  ChainCost c = uniform_chain(4);  // T = 100: a = 200, s = 100, b = 100, t = 10, t_sel = 1, t_bwd = 2t
+  c.before_bytes = 7;
+  c.after_bytes = 50;
+  c.host_bytes_per_s = 1e9;  // a byte a nanosecond
+  // [0,2) a segment whose boundary goes to host: it holds nothing on the device; while backward is
+  // in [2,4) it comes back (100 + 400); the copy of 100 ns hides 20 ns behind [2,4)'s forward and
+  // 40 behind its backward: 80 + 60 unhidden. The end of forward: 400 + the head 50.
+  auto seg = autograd::predict(c, {{0, 2, true, false, true}, {2, 4, false, false}});
+  CHECK(seg.peak_bytes == 7 + 500);
+  CHECK(seg.recompute_ns == 20);
+  CHECK(seg.copy_ns == 80 + 60);
+  CHECK(seg.host_bytes == 100);
+  CHECK(seg.time_ns() == 160);
+  // Kept on the device the boundary is there at the end of forward too: 100 + 400 + 50.
+  CHECK(autograd::predict(c, {{0, 2, true, false}, {2, 4, false, false}}).peak_bytes == 7 + 550);
+  // A plain run offloaded: 400 bytes to host; its prefetch during [2,4)'s backward is the peak.
+  auto plain = autograd::predict(c, {{0, 2, false, false, true}, {2, 4, false, false}});
+  CHECK(plain.peak_bytes == 7 + 800);
+  CHECK(plain.copy_ns == (400 - 20) + (400 - 40));
+  // The segment's backward hides the copy of the run before it: replay 20 + backward 40 >= 60.
+  c.host_bytes_per_s = 100e9 / 60;  // 100 bytes in 60 ns
+  auto hidden = autograd::predict(c, {{0, 2, true, false, true}, {2, 4, true, false}});
+  CHECK(hidden.copy_ns == doctest::Approx(60 - 20));  // out behind a 20 ns forward, back behind 60
+  c.host_bytes_per_s = 1e9;
+  // The last run offloaded never lowers the peak (it is prefetched while the head's backward runs)
+  // and its copy hides behind nothing.
+  auto last = autograd::predict(c, {{0, 4, false, false, true}});
+  CHECK(last.peak_bytes == autograd::predict(c, {{0, 4, false, false}}).peak_bytes);
+  CHECK(last.copy_ns == 2 * 800);
+  // A measured backward replaces 2t.
+  for (UnitCost& u : c.units) u.backward_ns = 5;
+  CHECK(autograd::predict(c, {{0, 2, true, false, true}, {2, 4, false, false}}).copy_ns == 80 + 90);
+  c.host_bytes_per_s = 0;
+  CHECK_REEL_ERROR(autograd::predict(c, {{0, 2, true, false, true}, {2, 4, false, false}}),
+                   "run [0, 2) is offloaded, but the chain has no host link");
+}
+
+TEST_CASE("the planner with offload: dynamic program against brute force under each offload mode") {
+  using autograd::OffloadMode;
+  std::mt19937 rng(2468);
+  int offloading_plans = 0;  // how many of the DP's plans offload something (the option is exercised)
+  for (int n = 1; n <= 7; ++n) {
+    for (int trial = 0; trial < (n <= 5 ? 4 : n == 6 ? 2 : 1); ++trial) {  // n = 7: 4.25 million plans
+      CAPTURE(n);
+      CAPTURE(trial);
+      const ChainCost c = random_chain(n, rng, 4e9);
+      // Brute force: per offload mode, the least time for each peak.
+      const OffloadMode modes[] = {OffloadMode::None, OffloadMode::Boundaries, OffloadMode::All, OffloadMode::Auto};
+      std::map<int64_t, double> fastest[4];
+      for_each_plan(
+          n,
+          [&](const std::vector<Run>& runs) {
+            const autograd::Prediction p = autograd::predict(c, runs);
+            for (int k = 0; k < 4; ++k) {
+              if (!std::all_of(runs.begin(), runs.end(), [&](const Run& r) { return allowed(modes[k], r); }))
+                continue;
+              auto [it, fresh] = fastest[k].emplace(p.peak_bytes, p.time_ns());
+              if (!fresh) it->second = std::min(it->second, p.time_ns());
+            }
+          },
+          true);
+      for (int k = 0; k < 4; ++k) {
+        CAPTURE(autograd::offload_mode_name(modes[k]));
+        const int64_t least = fastest[k].begin()->first;
+        CHECK(autograd::min_feasible_peak(c, modes[k]) == least);
+        const int64_t plain = autograd::predict(c, {{0, n, false, false}}).peak_bytes;
+        for (int64_t budget = least; budget <= plain + 1; budget += std::max<int64_t>(1, (plain - least) / 9)) {
+          CAPTURE(budget);
+          double best = std::numeric_limits<double>::infinity();
+          for (auto it = fastest[k].begin(); it != fastest[k].end() && it->first <= budget; ++it)
+            best = std::min(best, it->second);
+          const autograd::CheckpointPlan plan = autograd::plan_checkpoint(c, budget, modes[k]);
+          CHECK(plan.predicted.peak_bytes <= budget);
+          CHECK(plan.predicted.time_ns() == best);
+          for (const Run& r : plan.runs) CHECK(allowed(modes[k], r));
+          if (modes[k] == OffloadMode::Auto)
+            offloading_plans += std::any_of(plan.runs.begin(), plan.runs.end(), [](const Run& r) { return r.offloaded; });
+        }
+        const std::string expected =
+            "the least activation peak any plan reaches on this chain is " + format_bytes(least);
+        CHECK_REEL_ERROR(autograd::plan_checkpoint(c, least - 1, modes[k]), expected.c_str());
+      }
+      // Offload can only lower the least peak.
+      CHECK(fastest[3].begin()->first <= fastest[0].begin()->first);
+    }
+  }
+  CHECK(offloading_plans > 10);
+}
+
+TEST_CASE("offload is never chosen without a host link, and forced modes need one") {
+  using autograd::OffloadMode;
+  std::mt19937 rng(777);
+  for (int trial = 0; trial < 8; ++trial) {
+    const ChainCost c = random_chain(8, rng);  // host_bytes_per_s = 0: the cpu device
+    const int64_t least = autograd::min_feasible_peak(c, OffloadMode::Auto);
+    CHECK(least == autograd::min_feasible_peak(c, OffloadMode::None));
+    const int64_t plain = autograd::predict(c, {{0, 8, false, false}}).peak_bytes;
+    for (int64_t budget = least; budget <= plain; budget += std::max<int64_t>(1, (plain - least) / 5)) {
+      const autograd::CheckpointPlan plan = autograd::plan_checkpoint(c, budget, OffloadMode::Auto);
+      for (const Run& r : plan.runs) CHECK_FALSE(r.offloaded);
+      CHECK(plan.offload == OffloadMode::None);
+      CHECK(plan.predicted.time_ns() == autograd::plan_checkpoint(c, budget, OffloadMode::None).predicted.time_ns());
+      CHECK(plan.str().find("offload") == std::string::npos);
+    }
+    CHECK_REEL_ERROR(autograd::plan_checkpoint(c, plain, OffloadMode::All), "offload all needs the host link's bandwidth");
+    CHECK_REEL_ERROR(autograd::min_feasible_peak(c, OffloadMode::Boundaries),
+                     "offload boundaries needs the host link's bandwidth");
+  }
+}
+
+TEST_CASE("the planner with offload on a long uniform chain: a lower least peak, never slower") {
+  const int n = 24;
+  ChainCost c = uniform_chain(n);
+  c.host_bytes_per_s = 10e9;  // 100 bytes in 10 ns: a boundary's copy hides behind one unit
+  ChainCost no_host = c;
+  no_host.host_bytes_per_s = 0;
+  const int64_t least = autograd::min_feasible_peak(c);
+  CHECK(least < autograd::min_feasible_peak(no_host));
+  const autograd::CheckpointPlan low = autograd::plan_checkpoint(c, least);
+  CHECK(low.predicted.peak_bytes <= least);
+  CHECK(low.str().find("+offload") != std::string::npos);
+  const int64_t plain = autograd::predict(c, {{0, n, false, false}}).peak_bytes;
+  for (int64_t budget = autograd::min_feasible_peak(no_host); budget <= plain; budget += plain / 8) {
+    CAPTURE(budget);
+    CHECK(autograd::plan_checkpoint(c, budget).predicted.time_ns() <=
+          autograd::plan_checkpoint(no_host, budget).predicted.time_ns());
+  }
+}
+
+TEST_CASE("a plan's text names offloaded runs and the copy time; the offload modes parse and print") {
+  autograd::CheckpointPlan plan;
+  plan.runs = {{0, 4, true, false, true}, {4, 6, false, true, true}, {6, 8, false, false}};
+  plan.budget_bytes = int64_t{48} << 20;
+  plan.predicted = {int64_t{46} << 20, 3.1e6, 0.4e6, int64_t{12} << 20};
+  plan.plain_peak_bytes = int64_t{120} << 20;
+  plan.least_peak_bytes = int64_t{20} << 20;
+  plan.forward_ns = 40e6;
+  plan.host_bytes_per_s = 64e9;
+  CHECK(plan.str() ==
+        "budget " + format_bytes(plan.budget_bytes) + ": [0,4) segment+offload, [4,6) selective+offload, [6,8) plain; "
+        "predicted peak " + format_bytes(plan.predicted.peak_bytes) + " (plain " + format_bytes(plan.plain_peak_bytes) +
+        ", least " + format_bytes(plan.least_peak_bytes) + "), time 3.50 ms = recompute 3.10 ms + unhidden copy 0.40 ms "
+        "(forward 40.00 ms), " + format_bytes(plan.predicted.host_bytes) + " to host and back at 64.0 GB/s");
+  // Without offloaded runs, the text it always had.
+  plan.runs = {{0, 8, true, false}};
+  plan.predicted = {int64_t{46} << 20, 3.1e6, 0, 0};
+  CHECK(plan.str() == "budget " + format_bytes(plan.budget_bytes) + ": [0,8) segment; predicted peak " +
+                          format_bytes(plan.predicted.peak_bytes) + " (plain " + format_bytes(plan.plain_peak_bytes) +
+                          ", least " + format_bytes(plan.least_peak_bytes) + "), recompute 3.10 ms (forward 40.00 ms)");
+  for (const char* text : {"none", "boundaries", "all", "auto"})
+    CHECK(std::string(autograd::offload_mode_name(autograd::parse_offload_mode(text))) == text);
+  CHECK_REEL_ERROR(autograd::parse_offload_mode("host"), "offload mode 'host': expected none, boundaries, all or auto");
+}
+
+TEST_CASE("the policy text still round-trips; a policy's own runs are never offloaded") {
+  for (const char* text : {"none", "every:3", "sqrt", "list:0,2", "selective", "budget:48MiB", "budget:1536KiB"}) {
+    CAPTURE(text);
+    const CheckpointPolicy p = CheckpointPolicy::parse(text);
+    CHECK(CheckpointPolicy::parse(p.str()) == p);
+    if (p.kind != CheckpointPolicy::Kind::Budget)
+      for (const Run& r : p.plan(7)) CHECK_FALSE(r.offloaded);
+  }
+}
+
+namespace {
+// N blocks of Sequential(Linear(D, D), GELU): each block one child, as the planner counts.
+std::shared_ptr<nn::Sequential> block_chain(int n, int64_t d) {
+  auto chain = std::make_shared<nn::Sequential>();
+  for (int i = 0; i < n; ++i)
+    chain->push_back(std::make_shared<nn::Sequential>(
+        std::vector<std::shared_ptr<nn::Module>>{std::make_shared<nn::Linear>(d, d), std::make_shared<nn::GELU>()}));
+  return chain;
+}
+}  // namespace
+
+TEST_CASE("Sequential's offload switch: refused on cpu, the runs it offloads, gradients as without") {
+  using autograd::OffloadMode;
+  for (const Device& device : reel::testing::devices()) {
+    CAPTURE(device);
+    manual_seed(3);
+    auto chain = block_chain(9, 8);
+    chain->to(device);
+    const Tensor x = randn({4, 8}, DType::f32, device), target = randn({4, 8}, DType::f32, device);
+    auto forward_loss = [&] { return sum(mul(tanh((*chain)(x)), target)); };
+    auto grads = [&] {
+      for (const Tensor& p : chain->parameters()) p.set_grad(Tensor());
+      autograd::backward(forward_loss());
+      std::vector<double> g;
+      for (const Tensor& p : chain->parameters()) {
+        const std::vector<double> v = reel::testing::values(p.grad());
+        g.insert(g.end(), v.begin(), v.end());
+      }
+      return g;
+    };
+    const std::vector<double> plain = grads();
+    // sqrt over 9: [0,3) [3,6) checkpointed, [6,9) plain. Boundaries offloads the first two only;
+    // all offloads every run, selective's one run included; boundaries leaves selective's run alone.
+    struct Case {
+      const char* policy;
+      OffloadMode mode;
+      const char* first_offloaded;  // null: none
+    };
+    for (const Case& k : {Case{"sqrt", OffloadMode::Boundaries, "run [0, 3)"}, Case{"sqrt", OffloadMode::All, "run [0, 3)"},
+                          Case{"selective", OffloadMode::All, "run [0, 9)"}, Case{"selective", OffloadMode::Boundaries, nullptr},
+                          Case{"sqrt", OffloadMode::Auto, nullptr}, Case{"none", OffloadMode::All, "run [0, 9)"}}) {
+      CAPTURE(std::string(k.policy));
+      CAPTURE(std::string(autograd::offload_mode_name(k.mode)));
+      chain->set_checkpoint(nn::CheckpointPolicy::parse(k.policy));
+      chain->set_offload(k.mode);
+      CHECK(chain->offload() == k.mode);
+      if (!k.first_offloaded) {
+        CHECK(grads() == plain);
+      } else if (device.is_cpu()) {
+        CHECK_REEL_ERROR(forward_loss(), (std::string(k.first_offloaded) + " is offloaded").c_str());
+        CHECK_REEL_ERROR(forward_loss(), "host memory is where cpu tensors already are");
+      } else {
+#if __has_include("autograd/offload.h")
+        CHECK(grads() == plain);
+#else
+        CHECK_REEL_ERROR(forward_loss(), (std::string(k.first_offloaded) + " is offloaded, but this build has no "
+                                                                            "autograd/offload.h").c_str());
+#endif
+      }
+      autograd::Tape::current().clear();
+    }
+    // A budget: on cpu auto plans without offload and the forced modes are refused.
+    chain->set_checkpoint(nn::CheckpointPolicy::budget(int64_t{1} << 30));
+    chain->set_offload(OffloadMode::Auto);
+    const autograd::CheckpointPlan& plan = chain->plan_checkpoint(forward_loss);
+    CHECK(grads() == plain);
+    if (device.is_cpu()) {
+      CHECK(plan.offload == OffloadMode::None);
+      for (const Run& r : plan.runs) CHECK_FALSE(r.offloaded);
+      chain->set_offload(OffloadMode::Boundaries);
+      CHECK(chain->checkpoint_plan() == nullptr);  // set_offload drops the plan
+      CHECK_REEL_ERROR(chain->plan_checkpoint(forward_loss), "offload boundaries on cpu: host memory is where cpu tensors");
+    }
+    chain->set_offload(OffloadMode::None);
+  }
 }
