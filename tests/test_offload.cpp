@@ -264,6 +264,8 @@ TEST_CASE("Offload(All) lowers the device activation peak; the host link is meas
                                     << offloaded.stats.prefetched << " prefetched, "
                                     << offloaded.stats.waited_on_fetch << " waited");
   CHECK(offloaded.activation_peak < plain.activation_peak / 2);
+  CHECK(offloaded.stats.waited_on_fetch == 1);  // only the first rule's saves were not on their way back
+  CHECK(offloaded.stats.prefetched == offloaded.stats.tensors - 1);
 
   const double link = autograd::host_link_bytes_per_s(kCuda);
   CHECK(link > 0);
