@@ -13,6 +13,7 @@
 #include "autograd/functions.h"
 #include "autograd/nn_functions.h"
 #include "autograd/gradcheck.h"
+#include "autograd/offload.h"
 #include "autograd/tape.h"
 #include "nn/datasets.h"
 #include "nn/gpt.h"

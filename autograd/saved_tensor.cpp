@@ -14,17 +14,24 @@ namespace reel::autograd {
 
 namespace {
 struct HookPair {
-  PackHook pack;
+  PackHookBy pack;
   UnpackHook unpack;
 };
 // This thread's SavedTensorHooks scopes, innermost last.
 thread_local std::vector<HookPair> t_hooks;
 }  // namespace
 
-SavedTensorHooks::SavedTensorHooks(PackHook pack, UnpackHook unpack) {
+SavedTensorHooks::SavedTensorHooks(PackHookBy pack, UnpackHook unpack) {
   REEL_CHECK(pack && unpack, "SavedTensorHooks: both a pack and an unpack function are needed");
   t_hooks.push_back({std::move(pack), std::move(unpack)});
 }
+
+SavedTensorHooks::SavedTensorHooks(PackHook pack, UnpackHook unpack)
+    : SavedTensorHooks(pack ? PackHookBy([pack = std::move(pack)](const Tensor& t, const KeptBy&) { return pack(t); })
+                            : PackHookBy(),
+                       std::move(unpack)) {}
+
+SavedTensorHooks::SavedTensorHooks(std::nullptr_t, UnpackHook unpack) : SavedTensorHooks(PackHookBy(), std::move(unpack)) {}
 
 SavedTensorHooks::~SavedTensorHooks() { t_hooks.pop_back(); }
 
@@ -61,7 +68,7 @@ void SavedTensor::pack(const KeptBy& by) {
     return;
   }
   const HookPair& hooks = t_hooks.back();
-  packed_ = std::make_shared<std::any>(hooks.pack(data_));
+  packed_ = std::make_shared<std::any>(hooks.pack(data_, by));
   unpack_ = hooks.unpack;
   data_ = Tensor();  // the original's bytes go once nothing else holds them
   if (const Tensor* t = kept_tensor()) mark_activation(*t, by);  // counted where the hook put it

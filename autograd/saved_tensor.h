@@ -12,7 +12,9 @@
 // replay re-makes in backward) goes through its pack function, and backward reads it back through
 // its unpack function. Scopes nest; the innermost pair applies. Memory stays attributed: a packed
 // value that is a Tensor is counted as an activation where the hook put it (its device), and the
-// original's bytes are freed once nothing else holds them.
+// original's bytes are freed once nothing else holds them. A pack hook may take the slot's KeptBy
+// too (PackHookBy): a segment's held input has segment >= 0. autograd::Offload (autograd/offload.h)
+// is such a pair, with copies on the copy stream and prefetch.
 //
 //   autograd::SavedTensorHooks offload(
 //       [](const Tensor& t) -> std::any { return t.to(Device("cpu")); },
@@ -21,6 +23,7 @@
 //   autograd::backward(loss);      // ...and comes back to `dev` as each rule reads it
 #pragma once
 #include <any>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -29,7 +32,16 @@
 
 namespace reel::autograd {
 
+// Who keeps a slot, for the memory timeline's notes (autograd::mark_activation) and for a pack
+// hook that treats a segment's held inputs apart (autograd::Offload's Boundaries).
+struct KeptBy {
+  const char* op = nullptr;  // saved by this op...
+  int64_t node = -1;         // ...at this tape position (or: the node whose input is held)
+  int segment = -1;          // held by this collapsed checkpoint segment
+};
+
 using PackHook = std::function<std::any(const Tensor& t)>;
+using PackHookBy = std::function<std::any(const Tensor& t, const KeptBy& by)>;  // also sees who keeps it
 using UnpackHook = std::function<Tensor(const std::any& packed)>;
 
 // RAII: saves made on this thread while it lives are packed with `pack` and unpacked with
@@ -38,16 +50,11 @@ using UnpackHook = std::function<Tensor(const std::any& packed)>;
 class SavedTensorHooks {
  public:
   SavedTensorHooks(PackHook pack, UnpackHook unpack);
+  SavedTensorHooks(PackHookBy pack, UnpackHook unpack);
+  SavedTensorHooks(std::nullptr_t, UnpackHook unpack);  // refused (as a null PackHook), not ambiguous
   ~SavedTensorHooks();
   SavedTensorHooks(const SavedTensorHooks&) = delete;
   SavedTensorHooks& operator=(const SavedTensorHooks&) = delete;
-};
-
-// Who keeps a slot, for the memory timeline's notes (autograd::mark_activation).
-struct KeptBy {
-  const char* op = nullptr;  // saved by this op...
-  int64_t node = -1;         // ...at this tape position (or: the node whose input is held)
-  int segment = -1;          // held by this collapsed checkpoint segment
 };
 
 class SavedTensor {

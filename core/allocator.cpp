@@ -37,6 +37,7 @@ const char* category_name(Category c) {
     case Category::OptimizerState: return "optimizer state";
     case Category::Activation: return "activation";
     case Category::Temporary: return "temporary";
+    case Category::Offloaded: return "offloaded";
   }
   return "?";
 }

@@ -4,11 +4,12 @@
 // free list instead of to the system makes the second step allocation-free (cudaMalloc is a
 // synchronising call on a GPU). Why categories: reel exists to show where backprop memory goes,
 // so every byte in use is attributed to parameters, gradients, optimizer state, activations
-// (saved for backward) or temporaries, with current and peak bytes for each.
+// (saved for backward), temporaries or offloaded activations (host copies), with current and peak
+// bytes for each.
 //
 // Beside the device pools, one pinned pool (pinned_allocator()) holds page-locked host memory for
 // asynchronous copies (core/stream.h: PinnedBuffer); its blocks carry categories too, so an
-// activation offloaded there is still counted as an activation, in the pinned pool.
+// activation offloaded there (autograd/offload.h) is counted as offloaded, in the pinned pool.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -22,8 +23,10 @@
 
 namespace reel {
 
-enum class Category : uint8_t { Parameter, Gradient, OptimizerState, Activation, Temporary };
-constexpr int kNumCategories = 5;
+// Offloaded: a host copy of an activation that autograd::Offload moved out of device memory for
+// backward (in the pinned pool; the device side of the same tensor, while it lives, is Activation).
+enum class Category : uint8_t { Parameter, Gradient, OptimizerState, Activation, Temporary, Offloaded };
+constexpr int kNumCategories = 6;
 const char* category_name(Category c);
 
 // RAII: allocations made on this thread while the scope lives are tagged with `category`.

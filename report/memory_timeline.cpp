@@ -110,7 +110,8 @@ std::string fixed(double v, int decimals) {
 }
 
 constexpr double kMiB = 1024.0 * 1024.0;
-const char* const kCategoryColors[kNumCategories] = {"#4e79a7", "#f28e2b", "#76b7b2", "#e15759", "#bab0ac"};
+const char* const kCategoryColors[kNumCategories] = {"#4e79a7", "#f28e2b", "#76b7b2", "#e15759", "#bab0ac",
+                                                     "#b07aa1"};
 
 const char* phase_color(profile::Phase phase) {
   switch (phase) {

@@ -104,7 +104,7 @@ TEST_CASE("asking for more than the limit raises a clear reel::Error") {
   void* p = alloc.allocate(512 << 10, Category::Parameter);
   CHECK_REEL_ERROR(alloc.allocate(600 << 10, Category::Activation),
                    "cannot allocate 600.00 KiB of activation on cpu: the limit is 1.00 MiB and in use 512.00 KiB "
-                   "(parameter 512.00 KiB, gradient 0 B, optimizer state 0 B, activation 0 B, temporary 0 B)");
+                   "(parameter 512.00 KiB, gradient 0 B, optimizer state 0 B, activation 0 B, temporary 0 B, offloaded 0 B)");
   CHECK(alloc.stats().current_bytes == 512 << 10);
   alloc.deallocate(p, 512 << 10, Category::Parameter);
 }

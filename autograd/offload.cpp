@@ -1,0 +1,371 @@
+// Activation offload (autograd/offload.h): the pack and unpack hooks, the host copies with their
+// events, the prefetch window, and the host link's measured bandwidth.
+#include "autograd/offload.h"
+
+#include <algorithm>
+#include <any>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "autograd/hooks.h"
+#include "autograd/saved_tensor.h"
+#include "autograd/tape.h"
+#include "core/allocator.h"
+#include "core/autograd_meta.h"
+#include "core/error.h"
+#include "core/stream.h"
+#include "core/tensor.h"
+
+namespace reel::autograd {
+
+namespace {
+
+std::atomic<bool> g_skip_fetch_wait{false};
+
+// One offloaded save: its host copy and the device tensor on either side of it.
+struct Entry;
+
+// Memory an async copy may still touch when its entry goes: kept until the copy's event is done.
+struct Retired {
+  PinnedBuffer host;
+  Tensor device;
+  Event done;
+};
+
+// Saves of one group are brought back together: one node's saves, or one segment's held inputs.
+struct Group {
+  bool held = false;
+  int64_t id = -1;  // the segment (held) or the node
+  bool operator==(const Group& o) const { return held == o.held && id == o.id; }
+};
+
+}  // namespace
+
+struct Offload::State {
+  OffloadWhat what = OffloadWhat::All;
+  int64_t min_bytes = 0;
+  Stats stats;
+  int replaying = 0;  // inside a segment's replay (backward): its saves stay on the device
+
+  // This step's offloaded saves in pack order (the prefetch walks it downward), and by storage for
+  // sharing a host copy. Reset at the first pack after every entry is gone.
+  std::vector<std::weak_ptr<Entry>> order;
+  std::unordered_map<const Storage*, std::vector<std::weak_ptr<Entry>>> by_storage;
+  int64_t step_bytes = 0;
+  int64_t live = 0;  // entries alive
+
+  std::vector<std::weak_ptr<Entry>> in_flight;  // D2H copies whose device side is still held
+  std::vector<Retired> retiring;                // copies of entries already gone, not yet done
+
+  ~State() {
+    for (Retired& r : retiring) r.done.synchronize();  // their memory goes back to the pools now
+  }
+};
+
+namespace {
+
+using State = Offload::State;
+
+struct Entry {
+  std::shared_ptr<State> state;
+  size_t index = 0;  // in state->order
+  Group group;
+  KeptBy by;
+  Device device;
+  Shape shape;
+  DType dtype = DType::f32;
+  // What the save was, for sharing: the same view of the same storage at the same version.
+  std::weak_ptr<Storage> origin;
+  int64_t offset = 0;
+  Shape strides;
+  uint64_t version = 0;
+
+  Tensor out;       // the device tensor copied from, until that copy is known done
+  PinnedBuffer host;
+  Event offloaded;  // the D2H copy is done
+  Tensor back;      // the device tensor copied back into (or `out` itself, still alive)
+  Event fetched;    // the H2D copy is done
+  bool fetch_started = false;
+  bool unpacked = false;
+
+  ~Entry() {
+    --state->live;
+    // A copy still running must not find its memory reused. A copy back that no unpack waited for
+    // is waited for by the compute stream now (the allocator may hand `back` to the next kernel);
+    // what a pending copy touches is kept until a poll sees its event done (or the state ends).
+    // No event is queried here for an unpacked entry: in the emulated build a query runs queued
+    // copies, which would hide a missing wait in the unpack that just returned.
+    if (fetch_started && !unpacked) {
+      Stream::compute(device).wait(fetched);
+      if (fetched.query()) return;
+    }
+    if (out.defined()) state->retiring.push_back({std::move(host), std::move(out), std::move(offloaded)});
+    else if (fetched.recorded()) state->retiring.push_back({std::move(host), Tensor(), std::move(fetched)});
+  }
+};
+
+// Drops the device side of each save whose copy to the host has landed, and the memory of gone
+// entries whose copies are done. Every pending event is asked (in the emulated build a query is
+// what moves the copy stream along, one item per ask).
+void poll(State& s) {
+  size_t kept = 0;
+  for (size_t i = 0; i < s.in_flight.size(); ++i) {
+    const std::shared_ptr<Entry> e = s.in_flight[i].lock();
+    if (!e) continue;
+    if (e->offloaded.query()) {
+      e->out = Tensor();
+      continue;
+    }
+    s.in_flight[kept++] = s.in_flight[i];
+  }
+  s.in_flight.resize(kept);
+  s.retiring.erase(std::remove_if(s.retiring.begin(), s.retiring.end(), [](const Retired& r) { return r.done.query(); }),
+                   s.retiring.end());
+}
+
+// Memory the tape may offload: not a parameter's, gradient's or optimizer state's (they stay on the
+// device anyway), nor a leaf that requires grad or a view of one.
+bool activation_memory(const Tensor& t) {
+  if (!t.storage() || t.numel() == 0) return false;
+  const Category c = t.storage()->category();
+  if (c != Category::Temporary && c != Category::Activation) return false;
+  const auto& meta = t.autograd_meta();
+  return !(meta && ((meta->is_leaf && meta->requires_grad) || meta->views_leaf));
+}
+
+std::shared_ptr<Entry> shared_copy(State& s, const Tensor& t) {
+  const auto it = s.by_storage.find(t.storage().get());
+  if (it == s.by_storage.end()) return nullptr;
+  for (const std::weak_ptr<Entry>& weak : it->second) {
+    const std::shared_ptr<Entry> e = weak.lock();
+    if (e && !e->unpacked && e->origin.lock() == t.storage() && e->offset == t.offset() && e->shape == t.shape() &&
+        e->strides == t.strides() && e->dtype == t.dtype() && e->version == t.version())
+      return e;
+  }
+  return nullptr;
+}
+
+std::string describe(const Tensor& t, const KeptBy& by) {
+  std::string what = std::string("the tensor ") + dtype_name(t.dtype()) + " " + shape_str(t.shape());
+  if (by.segment >= 0) return what + " that checkpoint segment " + std::to_string(by.segment) + " holds";
+  return what + " that " + (by.op ? by.op : "an op") + " saves";
+}
+
+std::any pack(const std::shared_ptr<State>& state, const Tensor& t, const KeptBy& by) {
+  State& s = *state;
+  if (s.replaying > 0) return t;  // re-made in backward, read at once
+  if (s.what == OffloadWhat::Boundaries && by.segment < 0) return t;
+  if (!activation_memory(t)) return t;
+  REEL_CHECK(!t.device().is_cpu(), "Offload: cannot offload ", describe(t, by),
+             ": it is on cpu, and offload moves saved tensors from device memory to host memory, which is where "
+             "cpu tensors already are (nothing would be freed). Offload on a cuda device; on cpu, checkpointing "
+             "(recomputation) is what lowers the activation memory");
+  if (static_cast<int64_t>(t.nbytes()) < s.min_bytes) return t;
+  poll(s);
+  if (s.live == 0) {  // a new step: the last one's entries are all gone
+    s.order.clear();
+    s.by_storage.clear();
+    s.step_bytes = 0;
+  }
+  if (std::shared_ptr<Entry> e = shared_copy(s, t)) return e;
+
+  NoGrad no_grad;  // a held input may require grad: the copy below records nothing
+  const Device dev = t.device();
+  auto e = std::make_shared<Entry>();
+  e->state = state;
+  ++s.live;
+  e->index = s.order.size();
+  e->group = by.segment >= 0 ? Group{true, by.segment} : Group{false, by.node};
+  e->by = by;
+  e->device = dev;
+  e->shape = t.shape();
+  e->dtype = t.dtype();
+  e->origin = t.storage();
+  e->offset = t.offset();
+  e->strides = t.strides();
+  e->version = t.version();
+  e->out = t.detach().contiguous();  // a view is copied alone (and comes back contiguous)
+  {
+    MemoryCategory offloaded(Category::Offloaded);
+    e->host = PinnedBuffer(t.nbytes());
+  }
+  const Stream copy = Stream::copy(dev);
+  copy.wait(Stream::compute(dev).record());  // after the kernels that wrote it
+  copy_async(e->out, e->host, copy);
+  e->offloaded.record(copy);
+  mark_activation(e->out, by);  // kept for backward until the copy has landed
+
+  s.order.push_back(e);
+  s.by_storage[t.storage().get()].push_back(e);
+  s.in_flight.push_back(e);
+  s.step_bytes += static_cast<int64_t>(t.nbytes());
+  ++s.stats.tensors;
+  s.stats.bytes += static_cast<int64_t>(t.nbytes());
+  return e;
+}
+
+// Starts the copy back of `e` (nothing to copy while its device side is still alive).
+void fetch(Entry& e, bool ahead) {
+  if (e.fetch_started) return;
+  e.fetch_started = true;
+  if (ahead) ++e.state->stats.prefetched;
+  if (e.out.defined()) {
+    e.back = e.out;  // the D2H copy only reads it: no need to wait for that
+    return;
+  }
+  NoGrad no_grad;
+  e.back = empty(e.shape, e.dtype, e.device);
+  const Stream copy = Stream::copy(e.device);
+  // The block may have been freed by kernels still queued on the compute stream: after them.
+  copy.wait(Stream::compute(e.device).record());
+  copy_async(e.host, e.back, copy);
+  e.fetched.record(copy);
+  mark_activation(e.back, e.by);
+}
+
+// Entry order[i], or null when it is gone or already unpacked.
+std::shared_ptr<Entry> waiting(const State& s, size_t i) {
+  std::shared_ptr<Entry> e = s.order[i].lock();
+  return e && !e->unpacked ? e : nullptr;
+}
+
+// `now` is needed now: its whole group starts coming back, then the groups packed just before it
+// (reverse forward order, the order backward reads them): with Boundaries the next segment's held
+// inputs; with All, whole groups until an eighth of the step's offloaded bytes is on its way.
+void bring_back(State& s, const Entry& now) {
+  size_t low = now.index;
+  for (size_t i = now.index + 1; i-- > 0;) {  // the group, downward (it is packed together)
+    const std::shared_ptr<Entry> e = waiting(s, i);
+    if (!e) continue;
+    if (!(e->group == now.group)) break;
+    fetch(*e, e.get() != &now);
+    low = i;
+  }
+  for (size_t i = now.index + 1; i < s.order.size(); ++i) {  // ...and upward
+    const std::shared_ptr<Entry> e = waiting(s, i);
+    if (!e) continue;
+    if (!(e->group == now.group)) break;
+    fetch(*e, true);
+  }
+  const int64_t window = s.what == OffloadWhat::Boundaries ? 0 : s.step_bytes / 8;
+  int64_t ahead = 0;
+  int groups = 0;
+  Group current;
+  for (size_t i = low; i-- > 0;) {
+    const std::shared_ptr<Entry> e = waiting(s, i);
+    if (!e) continue;
+    if (groups == 0 || !(e->group == current)) {  // a new group: take it while the window allows
+      if (groups > 0 && ahead >= window) break;
+      current = e->group;
+      ++groups;
+    }
+    ahead += static_cast<int64_t>(e->host.bytes());
+    fetch(*e, true);
+  }
+}
+
+Tensor unpack(const std::any& packed) {
+  if (const Tensor* t = std::any_cast<Tensor>(&packed)) return *t;  // not offloaded
+  const std::shared_ptr<Entry>& e = std::any_cast<const std::shared_ptr<Entry>&>(packed);
+  State& s = *e->state;
+  poll(s);
+  if (!e->fetch_started) ++s.stats.waited_on_fetch;
+  if (!e->unpacked) bring_back(s, *e);
+  fetch(*e, false);
+  e->unpacked = true;
+  if (!g_skip_fetch_wait) Stream::compute(e->device).wait(e->fetched);  // compute reads it after it landed
+  return e->back;
+}
+
+// Tracks replays (their saves stay on the device), starts a segment's held inputs coming back as
+// its replay begins, and lets finished copies go between rules.
+struct Observer : BackwardObserver {
+  std::shared_ptr<State> state;
+  explicit Observer(std::shared_ptr<State> s) : state(std::move(s)) {}
+  void before_node(const NodeEvent&) override { poll(*state); }
+  void after_node(const NodeEvent&, const Tensors* produced) override {  // the last rule's copies too
+    if (produced) poll(*state);  // (not while a rule's error unwinds: this must not throw then)
+  }
+  void before_replay(const ReplayEvent& event) override {
+    ++state->replaying;
+    State& s = *state;
+    for (size_t i = s.order.size(); i-- > 0;) {  // its last held input: backward starts there
+      const std::shared_ptr<Entry> e = waiting(s, i);
+      if (e && e->group == Group{true, event.segment}) {
+        bring_back(s, *e);
+        break;
+      }
+    }
+  }
+  void after_replay(const ReplayEvent&, bool) override { --state->replaying; }
+};
+
+}  // namespace
+
+const char* offload_what_name(OffloadWhat what) {
+  switch (what) {
+    case OffloadWhat::All: return "all";
+    case OffloadWhat::Boundaries: return "boundaries";
+  }
+  return "?";
+}
+
+Offload::Offload(OffloadWhat what, int64_t min_bytes) : state_(std::make_shared<State>()) {
+  REEL_CHECK(min_bytes >= 0, "Offload: min_bytes must be >= 0, got ", min_bytes);
+  state_->what = what;
+  state_->min_bytes = min_bytes;
+  const std::shared_ptr<State> state = state_;
+  hooks_ = std::make_unique<SavedTensorHooks>(
+      PackHookBy([state](const Tensor& t, const KeptBy& by) { return pack(state, t, by); }), UnpackHook(unpack));
+  observe_ = std::make_unique<ObserveBackward>(std::make_shared<Observer>(state_));
+}
+
+Offload::~Offload() {
+  observe_.reset();
+  hooks_.reset();
+}
+
+Offload::Stats Offload::stats() const { return state_->stats; }
+
+void offload_skip_fetch_wait_for_testing(bool on) { g_skip_fetch_wait = on; }
+
+double host_link_bytes_per_s(Device device) {
+  REEL_CHECK(!device.is_cpu(), "host_link_bytes_per_s: ", device,
+             " is host memory itself; there is no device<->host link to measure (offload needs a cuda device)");
+  static std::mutex mutex;
+  static std::map<std::string, double> measured;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = measured.find(device.str()); it != measured.end()) return it->second;
+
+  NoGrad no_grad;
+  constexpr int64_t kBytes = int64_t{16} << 20;
+  const Tensor t = empty({kBytes / 4}, DType::f32, device);
+  PinnedBuffer host(kBytes);
+  const Stream copy = Stream::copy(device);
+  copy.wait(Stream::compute(device).record());
+  const auto seconds = [&](bool to_host) {
+    const auto start = std::chrono::steady_clock::now();
+    if (to_host) copy_async(t, host, copy);
+    else copy_async(host, t, copy);
+    copy.record().synchronize();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  seconds(true);  // warm: first-touch of the pages, the stream's creation
+  seconds(false);
+  double d2h = 1e30, h2d = 1e30;
+  for (int k = 0; k < 3; ++k) {
+    d2h = std::min(d2h, seconds(true));
+    h2d = std::min(h2d, seconds(false));
+  }
+  const double bytes_per_s = static_cast<double>(kBytes) / std::max({d2h, h2d, 1e-9});
+  measured[device.str()] = bytes_per_s;
+  return bytes_per_s;
+}
+
+}  // namespace reel::autograd

@@ -1,0 +1,84 @@
+// Activation offload: a saved-tensor hook pair (autograd/saved_tensor.h) that moves what backward
+// needs out of device memory into pinned host memory while forward goes on, and brings it back
+// ahead of the backward rule (or checkpoint replay) that reads it.
+//
+//   {
+//     autograd::Offload offload;               // or Offload(OffloadWhat::Boundaries) with checkpointing
+//     Tensor loss = model(x);                   // each save: copied to the host on the copy stream
+//     autograd::backward(loss);                 // ...and copied back a window ahead of its rule
+//   }
+//
+// Forward: a save of a cuda tensor is copied, as soon as it is saved, to a PinnedBuffer (memory
+// category Offloaded, in the pinned pool) on the device's copy stream, after an event on the
+// compute stream (the kernels that wrote it come first). The device copy stays alive (counted as an
+// activation) until that copy's event is done; it is dropped at the first later pack, unpack or
+// backward rule where Event::query() says so, so a copy stream that falls behind costs memory, never
+// correctness. Saves a tensor shares (the same view of the same storage, same version) share one
+// host copy.
+//
+// Backward: when a rule unpacks an offloaded save, or a segment's replay begins
+// (BackwardObserver::before_replay), the copies back to the device (H2D, on the copy stream) of
+// what it needs now and of the saves packed just before it are started: with Boundaries, the next
+// segment's held inputs; with All, whole groups (one node's saves, one segment's held inputs) until
+// an eighth of the step's offloaded bytes are on their way back. The compute stream waits on the
+// copy's event (Stream::wait): no host or device-wide synchronisation. A host copy is returned to
+// the pinned pool once its slot is done with it (unpacked, or the tape cleared at the end of the
+// backward) and its copies have completed, so the pool's blocks are reused step after step.
+//
+// What is offloaded: All, every save; Boundaries, only the inputs a collapsed checkpoint segment
+// holds for its replay (KeptBy::segment >= 0). Never: saves smaller than min_bytes, parameter,
+// gradient or optimizer-state memory (leaves and their views: they stay on the device anyway), and
+// the saves a replay re-makes in backward (needed at once). A save of a cpu tensor is refused with a
+// reel::Error: host memory is where it already is. The version check is unchanged: a tensor written
+// in place after it was offloaded raises the same error as one kept on the device.
+//
+// RAII, one thread: a SavedTensorHooks scope (it nests like one; the innermost pair applies) plus a
+// backward observer while it lives. Saves packed while it lived come back correctly after it is gone
+// (backward outside the scope), then prefetched at each unpack only.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "core/device.h"
+
+namespace reel::autograd {
+
+class SavedTensorHooks;
+class ObserveBackward;
+
+enum class OffloadWhat : uint8_t { All, Boundaries };  // every save; only checkpoint segments' held inputs
+const char* offload_what_name(OffloadWhat what);        // "all", "boundaries"
+
+class Offload {
+ public:
+  explicit Offload(OffloadWhat what = OffloadWhat::All, int64_t min_bytes = 0);  // smaller saves stay
+  ~Offload();
+  Offload(const Offload&) = delete;
+  Offload& operator=(const Offload&) = delete;
+
+  struct Stats {
+    int64_t tensors = 0;          // saves copied to the host
+    int64_t bytes = 0;            // their bytes
+    int64_t prefetched = 0;       // copies back started before the unpack that needed them
+    int64_t waited_on_fetch = 0;  // unpacks that had to start their copy back themselves
+  };
+  Stats stats() const;  // since construction, all steps together
+
+  struct State;  // shared with the hooks and the host copies (autograd/offload.cpp)
+
+ private:
+  std::shared_ptr<State> state_;
+  std::unique_ptr<SavedTensorHooks> hooks_;
+  std::unique_ptr<ObserveBackward> observe_;
+};
+
+// The device<->host copy bandwidth of `device` in bytes/s (pinned, each way: the slower direction),
+// measured once per process and device (16 MiB copies on the copy stream). reel::Error on cpu.
+double host_link_bytes_per_s(Device device);
+
+// ---- for tests only ----------------------------------------------------------------------
+// A planted bug: when on, an unpack does not make the compute stream wait for the copy back, so a
+// rule may read a tensor whose copy has not landed (tests/test_offload.cpp shows the test catching it).
+void offload_skip_fetch_wait_for_testing(bool on);
+
+}  // namespace reel::autograd

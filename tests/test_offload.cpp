@@ -1,0 +1,285 @@
+// autograd::Offload on emulated cuda (kernels/simt: copies are host copies, the copy stream runs
+// only when something waits for it or asks about it): saves offloaded to pinned host memory come
+// back bit-identical (an MLP with dropout, a GPT) with All and with Boundaries under checkpoint
+// policies, backward inside or after the scope; a planted missing event wait is caught; the version
+// error through an offloaded save is the plain one; host memory is returned at the end of each step
+// and the pinned pool reused over 1,000 steps; accumulation frees each micro-batch's host copies
+// before the next forward; the device activation peak drops; the cpu refusal.
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "autograd/functions.h"
+#include "autograd/nn_functions.h"
+#include "autograd/offload.h"
+#include "autograd/tape.h"
+#include "core/allocator.h"
+#include "core/stream.h"
+#include "nn/gpt.h"
+#include "nn/sequential.h"
+#include "testing.h"
+
+using namespace reel;
+
+REEL_TEST_REQUIRES_CUDA();
+
+namespace {
+
+const Device kCuda = Device::cuda(0);
+
+std::shared_ptr<nn::MLP> make_mlp(Device d, std::vector<int64_t> widths = {24, 32, 32, 32, 32, 32, 32, 10}) {
+  manual_seed(11);
+  auto mlp = std::make_shared<nn::MLP>(widths, "gelu", 0.1);
+  mlp->to(d);
+  return mlp;
+}
+
+Tensor batch(int64_t rows, int64_t cols, Device d, uint64_t seed = 3) {
+  Generator data(seed);
+  return randn({rows, cols}, DType::f32, Device::cpu(), &data).to(d);
+}
+
+Tensor targets(int64_t rows, Device d, int64_t classes = 10) {  // (rows) class ids
+  std::vector<int64_t> t(static_cast<size_t>(rows));
+  for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int64_t>(i * 7) % classes;
+  return from_vector<int64_t>(t, {rows}).to(d);
+}
+
+std::vector<std::vector<float>> grads_of(const nn::Module& m) {
+  std::vector<std::vector<float>> g;
+  for (const Tensor& p : m.parameters()) g.push_back(p.grad().to(Device::cpu()).to_vector<float>());
+  return g;
+}
+
+bool same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].size() != b[i].size() || std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0)
+      return false;
+  return true;
+}
+
+enum class Where { None, ForwardOnly, Whole };  // no Offload; around the forward; around forward and backward
+
+struct Run {
+  std::vector<std::vector<float>> grads;
+  autograd::Offload::Stats stats;
+  int64_t activation_peak = 0;  // on the device, over forward and backward, above the start
+};
+
+// One forward + backward of the MLP from the same data and dropout stream. `landed`: the copies to
+// the host are all done before backward starts (so every save comes back through a copy).
+Run mlp_step(nn::MLP& mlp, Where where, autograd::OffloadWhat what = autograd::OffloadWhat::All,
+             int64_t rows = 16, int64_t min_bytes = 0, bool landed = false) {
+  const int64_t in = mlp.parameters()[0].shape()[1];
+  const Tensor x = batch(rows, in, kCuda), target = targets(rows, kCuda);
+  autograd::zero_grad(mlp.parameters());
+  manual_seed(42);
+  reset_peak_memory(kCuda);
+  const int64_t before = memory_stats(kCuda)[Category::Activation].current_bytes;
+  Run r;
+  {
+    std::optional<autograd::Offload> offload;
+    if (where != Where::None) offload.emplace(what, min_bytes);
+    Tensor loss = cross_entropy(mlp(x), target);
+    if (landed) Stream::copy(kCuda).synchronize();
+    if (where == Where::ForwardOnly) {
+      r.stats = offload->stats();
+      offload.reset();
+    }
+    autograd::backward(loss);
+    if (offload) r.stats = offload->stats();
+  }
+  r.activation_peak = memory_stats(kCuda)[Category::Activation].peak_bytes - before;
+  r.grads = grads_of(mlp);
+  return r;
+}
+
+int64_t offloaded_bytes_now() { return pinned_memory_stats()[Category::Offloaded].current_bytes; }
+
+}  // namespace
+
+TEST_CASE("offloaded saves come back bit-identical: All and Boundaries, every checkpoint policy, backward inside or after the scope") {
+  auto mlp = make_mlp(kCuda);
+  const Run plain = mlp_step(*mlp, Where::None);
+  for (const char* policy : {"none", "every:1", "sqrt", "selective"}) {
+    CAPTURE(policy);
+    mlp->set_checkpoint(nn::CheckpointPolicy::parse(policy));
+    for (Where where : {Where::ForwardOnly, Where::Whole}) {
+      CAPTURE(static_cast<int>(where));
+      const Run all = mlp_step(*mlp, where, autograd::OffloadWhat::All);
+      CHECK(same_bits(all.grads, plain.grads));
+      CHECK(all.stats.tensors > 0);
+      if (where == Where::Whole) CHECK(all.stats.prefetched > 0);  // (stats were read before backward otherwise)
+      const Run boundaries = mlp_step(*mlp, where, autograd::OffloadWhat::Boundaries);
+      CHECK(same_bits(boundaries.grads, plain.grads));
+      if (std::string(policy) == "none") {
+        CHECK(boundaries.stats.tensors == 0);  // no segment: nothing is a held input
+      } else {
+        CHECK(boundaries.stats.tensors > 0);
+        CHECK(boundaries.stats.tensors < all.stats.tensors);
+      }
+      if (where == Where::Whole && boundaries.stats.tensors > 0)
+        CHECK(boundaries.stats.waited_on_fetch == 0);  // each segment's inputs were on their way at its replay
+    }
+    CHECK(offloaded_bytes_now() == 0);
+  }
+  mlp->set_checkpoint(nn::CheckpointPolicy::parse("none"));
+  // min_bytes: (16, 32) f32 saves are 2 KiB; only larger ones (none here) would go
+  CHECK(mlp_step(*mlp, Where::Whole, autograd::OffloadWhat::All, 16, 4096).stats.tensors == 0);
+}
+
+TEST_CASE("a GPT's gradients with offloaded saves equal the plain run's bit for bit (dropout, every:1 replay)") {
+  nn::GPTConfig c{/*vocab_size*/ 11, /*block_size*/ 8, /*n_layer*/ 3, /*n_head*/ 2, /*n_embd*/ 16};
+  c.dropout = 0.2;
+  manual_seed(8);
+  nn::GPT gpt(c);
+  gpt.to(kCuda);
+  std::vector<int64_t> id_values(16), target_values(16);
+  for (size_t i = 0; i < 16; ++i) id_values[i] = static_cast<int64_t>((i * 5 + 1) % 11), target_values[i] = static_cast<int64_t>((i * 3 + 2) % 11);
+  const Tensor ids = from_vector(id_values, {2, 8}, kCuda), tgt = from_vector(target_values, {2, 8}, kCuda);
+  const auto run = [&](const char* policy, std::optional<autograd::OffloadWhat> what) {
+    gpt.set_checkpoint(nn::CheckpointPolicy::parse(policy));
+    for (const Tensor& p : gpt.parameters()) p.set_grad(Tensor());
+    default_generator().manual_seed(12);
+    std::optional<autograd::Offload> offload;
+    if (what) offload.emplace(*what);
+    autograd::backward(cross_entropy(gpt(ids), tgt));
+    if (offload) CHECK(offload->stats().tensors > 0);
+    return grads_of(gpt);
+  };
+  const auto plain = run("none", std::nullopt);
+  CHECK(same_bits(run("none", autograd::OffloadWhat::All), plain));
+  CHECK(same_bits(run("every:1", autograd::OffloadWhat::All), plain));
+  CHECK(same_bits(run("every:1", autograd::OffloadWhat::Boundaries), plain));
+}
+
+TEST_CASE("a planted missing event wait is caught: the rule reads a copy that has not landed") {
+  auto mlp = make_mlp(kCuda);
+  const Run plain = mlp_step(*mlp, Where::None);
+  set_poison_allocations(true);  // a block not yet copied into reads as NaN
+  const auto all = autograd::OffloadWhat::All;
+  CHECK(same_bits(mlp_step(*mlp, Where::Whole, all, 16, 0, true).grads, plain.grads));  // with the wait
+  autograd::offload_skip_fetch_wait_for_testing(true);
+  const Run broken = mlp_step(*mlp, Where::Whole, all, 16, 0, true);
+  autograd::offload_skip_fetch_wait_for_testing(false);
+  set_poison_allocations(false);
+  CHECK_FALSE(same_bits(broken.grads, plain.grads));
+  CHECK(same_bits(mlp_step(*mlp, Where::Whole).grads, plain.grads));  // and nothing left behind
+}
+
+TEST_CASE("a tensor written in place after it was offloaded raises the same version error as one kept on the device") {
+  const auto message = [](bool offload, bool held) {
+    manual_seed(5);
+    const Tensor w = randn({3, 4}, DType::f32, kCuda);
+    w.set_requires_grad();
+    const Tensor x = randn({8, 3}, DType::f32, kCuda);  // saved by matmul (or held by the segment)
+    std::optional<autograd::Offload> scope;
+    if (offload) scope.emplace(held ? autograd::OffloadWhat::Boundaries : autograd::OffloadWhat::All);
+    Tensor loss;
+    {
+      std::optional<autograd::Checkpoint> segment;
+      if (held) segment.emplace();
+      loss = sum(gelu(matmul(x, w)));
+    }
+    if (offload) CHECK(scope->stats().tensors > 0);
+    Stream::copy(kCuda).synchronize();  // the copy to the host has landed
+    x.fill_(1.0);
+    std::string what;
+    try {
+      autograd::backward(loss);
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    autograd::Tape::current().clear();
+    return what;
+  };
+  for (bool held : {false, true}) {
+    CAPTURE(held);
+    const std::string kept = message(false, held), offloaded = message(true, held);
+    CHECK(kept.find("modified in place") != std::string::npos);
+    CHECK(offloaded == kept);
+  }
+}
+
+TEST_CASE("host memory is returned when each step ends and the pinned pool is reused over 1,000 steps") {
+  auto mlp = make_mlp(kCuda, {8, 16, 16, 4});
+  autograd::Offload offload;
+  MemoryStats after_first;
+  for (int step = 0; step < 1000; ++step) {
+    const Tensor x = batch(4, 8, kCuda, static_cast<uint64_t>(step)), target = targets(4, kCuda, 4);
+    Tensor loss = cross_entropy((*mlp)(x), target);
+    if (step == 0) CHECK(offloaded_bytes_now() > 0);
+    autograd::backward(loss);
+    REQUIRE(offloaded_bytes_now() == 0);
+    if (step == 0) after_first = pinned_memory_stats();
+  }
+  const MemoryStats last = pinned_memory_stats();
+  CHECK(last.system_allocs == after_first.system_allocs);  // every block came from the cache
+  CHECK(last.reserved_bytes == after_first.reserved_bytes);
+  CHECK(offload.stats().tensors > 1000);
+  CHECK(memory_report().find("offloaded") != std::string::npos);
+}
+
+TEST_CASE("accumulation: each micro-batch's host copies are freed before the next forward; with replay too") {
+  for (const char* policy : {"none", "sqrt"}) {
+    CAPTURE(policy);
+    auto mlp = make_mlp(kCuda);
+    mlp->set_checkpoint(nn::CheckpointPolicy::parse(policy));
+    const auto window = [&](bool offload) {
+      autograd::zero_grad(mlp->parameters());
+      manual_seed(42);
+      pinned_allocator().reset_peak();
+      int64_t first_peak = 0;
+      for (int micro = 0; micro < 4; ++micro) {
+        REQUIRE(offloaded_bytes_now() == 0);  // nothing left from the micro-batch before
+        const Tensor x = batch(16, 24, kCuda, 100 + static_cast<uint64_t>(micro)), target = targets(16, kCuda);
+        std::optional<autograd::Offload> scope;
+        if (offload) scope.emplace(std::string(policy) == "none" ? autograd::OffloadWhat::All
+                                                                  : autograd::OffloadWhat::Boundaries);
+        autograd::backward(cross_entropy((*mlp)(x), target), 0.25);
+        if (micro == 0) first_peak = pinned_memory_stats()[Category::Offloaded].peak_bytes;
+      }
+      if (offload) {
+        CHECK(first_peak > 0);
+        CHECK(pinned_memory_stats()[Category::Offloaded].peak_bytes == first_peak);  // one micro-batch's at most
+      }
+      return grads_of(*mlp);
+    };
+    const auto plain = window(false);
+    CHECK(same_bits(window(true), plain));
+  }
+}
+
+TEST_CASE("Offload(All) lowers the device activation peak; the host link is measured once") {
+  auto mlp = make_mlp(kCuda, {64, 256, 256, 256, 256, 256, 256, 256, 256, 10});
+  const Run plain = mlp_step(*mlp, Where::None, autograd::OffloadWhat::All, 128);
+  const Run offloaded = mlp_step(*mlp, Where::Whole, autograd::OffloadWhat::All, 128);
+  CHECK(same_bits(offloaded.grads, plain.grads));
+  MESSAGE("activation peak: plain " << format_bytes(plain.activation_peak) << ", offloaded "
+                                    << format_bytes(offloaded.activation_peak) << "; " << offloaded.stats.tensors
+                                    << " saves, " << format_bytes(offloaded.stats.bytes) << " offloaded, "
+                                    << offloaded.stats.prefetched << " prefetched, "
+                                    << offloaded.stats.waited_on_fetch << " waited");
+  CHECK(offloaded.activation_peak < plain.activation_peak / 2);
+  CHECK(offloaded.stats.waited_on_fetch == 1);  // only the first rule's saves were not on their way back
+  CHECK(offloaded.stats.prefetched == offloaded.stats.tensors - 1);
+
+  const double link = autograd::host_link_bytes_per_s(kCuda);
+  CHECK(link > 0);
+  CHECK(autograd::host_link_bytes_per_s(kCuda) == link);
+}
+
+TEST_CASE("on the cpu device offload is refused, saying why") {
+  auto mlp = make_mlp(Device::cpu());
+  const Tensor x = batch(16, 24, Device::cpu()), target = targets(16, Device::cpu());
+  {
+    autograd::Offload offload;
+    CHECK_REEL_ERROR(cross_entropy((*mlp)(x), target), "it is on cpu, and offload moves saved tensors from device memory to host memory");
+  }
+  autograd::Tape::current().clear();
+  CHECK_REEL_ERROR(autograd::host_link_bytes_per_s(Device::cpu()), "no device<->host link");
+  CHECK(std::string(autograd::offload_what_name(autograd::OffloadWhat::Boundaries)) == "boundaries");
+}
