@@ -4,47 +4,13 @@
 #include <memory>
 #include <optional>
 
+#include "autograd/offload.h"
 #include "autograd/tape.h"
 #include "core/profile.h"
 #include "core/random.h"
 #include "nn/layers.h"
 
-// autograd/offload.h is written beside this change; until it is merged a build without it offloads
-// nothing (the two functions below say so). The lead removes this guard at the merge.
-#if __has_include("autograd/offload.h")
-#include "autograd/offload.h"
-#define REEL_SEQUENTIAL_OFFLOAD 1
-#else
-#define REEL_SEQUENTIAL_OFFLOAD 0
-#endif
-
 namespace reel::nn {
-
-namespace {
-
-// Opens autograd::Offload around one offloaded run's forward: only the boundary a checkpointed run
-// holds, or every save of a plain or selective run. Closed (reset) after the run's scopes close.
-std::shared_ptr<void> open_offload(const CheckpointPolicy::Run& run) {
-#if REEL_SEQUENTIAL_OFFLOAD
-  return std::make_shared<autograd::Offload>(run.checkpointed ? autograd::OffloadWhat::Boundaries
-                                                              : autograd::OffloadWhat::All);
-#else
-  REEL_FAIL("Sequential: run [", run.begin, ", ", run.end,
-            ") is offloaded, but this build has no autograd/offload.h to offload it with");
-#endif
-}
-
-// The host link's bandwidth the planner prices copies at (0: no offload in this build).
-double host_link(Device device) {
-#if REEL_SEQUENTIAL_OFFLOAD
-  return autograd::host_link_bytes_per_s(device);
-#else
-  (void)device;
-  return 0;
-#endif
-}
-
-}  // namespace
 
 Sequential::Sequential(const std::vector<std::shared_ptr<Module>>& modules) {
   for (const auto& m : modules) push_back(m);
@@ -121,8 +87,11 @@ Tensor Sequential::forward(const Tensor& x) {
                ") is offloaded (offload ", autograd::offload_mode_name(offload_), "), but its input is on ",
                h.device().str(), ": host memory is where cpu tensors already are, so there is nothing to move; "
                "use offload none there");
-    std::shared_ptr<void> offload;  // around the scopes below, closed after them
-    if (run.offloaded) offload = open_offload(run);
+    // An offloaded run moves its saves (a checkpointed run: only the boundary it holds) to host
+    // memory; the scope opens around the run's scopes below and closes after them.
+    std::optional<autograd::Offload> offload;
+    if (run.offloaded)
+      offload.emplace(run.checkpointed ? autograd::OffloadWhat::Boundaries : autograd::OffloadWhat::All);
     std::optional<autograd::Checkpoint> segment, selective;  // the selective scope nests inside
     if (run.checkpointed) segment.emplace();
     if (run.selective) selective.emplace(policy_.keep_rule());
@@ -163,8 +132,6 @@ const autograd::CheckpointPlan& Sequential::plan_checkpoint(const std::function<
     REEL_CHECK(!device.is_cpu(), name(), ".plan_checkpoint: offload ", autograd::offload_mode_name(offload_), " on ",
                device.str(), ": host memory is where cpu tensors already are, so there is nothing to move; use "
                "offload none (or auto, which offloads nothing there)");
-    REEL_CHECK(REEL_SEQUENTIAL_OFFLOAD, name(), ".plan_checkpoint: offload ", autograd::offload_mode_name(offload_),
-               ": this build has no autograd/offload.h");
   }
   // Runs forward_loss once with every child measured and `runs`; returns the activation bytes in
   // use at its end, counted from before it. The loss is dropped inside, and the tape with it.
@@ -245,7 +212,7 @@ const autograd::CheckpointPlan& Sequential::plan_checkpoint(const std::function<
   }
   cost.before_bytes = plain.entry_level;
   cost.after_bytes = std::max<int64_t>(0, plain_end - plain.entry_level - chain_bytes);
-  if (offload_ != autograd::OffloadMode::None && !plain.device.is_cpu()) cost.host_bytes_per_s = host_link(plain.device);
+  if (offload_ != autograd::OffloadMode::None && !plain.device.is_cpu()) cost.host_bytes_per_s = autograd::host_link_bytes_per_s(plain.device);
   plan_ = autograd::plan_checkpoint(cost, policy_.budget_bytes, offload_);
   return *plan_;
 }

@@ -39,7 +39,7 @@ fi
 
 "$browser" "${flags[@]}" --dump-dom "file://$page" >"$out/dom.html" 2>/dev/null
 areas=$(grep -o '<polygon class="area"' "$out/dom.html" | wc -l)
-[[ "$areas" -eq 5 ]] || { echo "check_page: $areas category areas in the DOM, expected 5"; exit 1; }
+[[ "$areas" -eq 6 ]] || { echo "check_page: $areas category areas in the DOM, expected 6 (one per category)"; exit 1; }
 for want in 'id="timeline"' 'id="peak"' 'id="peak-live"' 'id="activation-peak-live"' 'data-phase="forward"' \
             'data-phase="backward"' 'data-phase="replay ' 'data-phase="optimizer"' 'held by checkpoint segment' \
             'saved by '; do
