@@ -21,6 +21,9 @@ if(REEL_SIMT_RACECHECK AND REEL_EMULATE_CUDA AND NOT REEL_CUDA)
   else()
     list(APPEND reel_cu_options -fsanitize=thread -gline-tables-only)
   endif()
+  # Reports name files relative to the source tree ("kernels/cuda/softmax.cu:88"), the same in every
+  # checkout: so an object compiled in another clone and served by ccache names this one's files.
+  list(APPEND reel_cu_options "-fdebug-prefix-map=${PROJECT_SOURCE_DIR}/=")
 endif()
 
 option(REEL_CUPTI "nvcc flavour: the profiler times CUDA kernels by CUPTI where libcupti is found (OFF: cudaEvent pairs)" ON)
