@@ -8,8 +8,9 @@
 //   leaf_grad_ready               a leaf's .grad is final for this backward: the walk is past the
 //                                 last node that uses it (replays included); a leaf the loss does
 //                                 not reach is reported too, with its .grad as it was
-// Anomaly mode (autograd/anomaly.h), the profiler's op and phase scopes, and data parallel's bucket
-// trigger (dist/data_parallel.h) are observers; FSDP's re-gather before a replay will be one.
+// Anomaly mode (autograd/anomaly.h), the profiler's op and phase scopes, data parallel's bucket
+// trigger (dist/data_parallel.h) and Offload's prefetch (autograd/offload.h) are observers; FSDP's
+// re-gather before a replay will be one.
 //
 //   struct Count : autograd::BackwardObserver {
 //     int nodes = 0;
