@@ -241,16 +241,17 @@ void measure_plans(Model& model, reel::Device device, int rounds, const std::fun
 inline void print_plan_table(const std::string& title, const std::vector<PlanRow>& rows) {
   const PlanRow& base = rows.front();
   std::printf("\n%s\n", title.c_str());
-  std::printf("%-22s %10s %10s %10s %7s %8s %9s %10s %10s %6s  %s\n", "plan", "budget MiB", "pred. MiB", "meas. MiB",
-              "error", "<= bud.", "host MiB", "pred. ms", "meas. ms", "grads", "runs (c segment, s selective, o offloaded)");
+  std::printf("%-22s %10s %10s %10s %7s %8s %9s %10s %10s %6s  %s\n", "plan", "budget KiB", "pred. KiB", "meas. KiB",
+              "error", "<= bud.", "host KiB", "pred. ms", "meas. ms", "grads", "runs (c segment, s selective, o offloaded)");
   for (const PlanRow& r : rows) {
-    const double mib = 1 << 20;
+    const double kib = 1 << 10;
     const double err = r.peak > 0 ? 100.0 * static_cast<double>(r.predicted.peak_bytes - r.peak) / static_cast<double>(r.peak) : 0;
     const double pred_ms = base.ms + (r.predicted.time_ns() - base.predicted.time_ns()) * 1e-6;
-    std::printf("%-22s %10s %10.2f %10.2f %6.1f%% %8s %9.2f %10.2f %10.2f %6s  %s\n", r.name.c_str(),
-                r.budgeted() ? std::to_string(static_cast<double>(r.budget()) / mib).substr(0, 6).c_str() : "-",
-                static_cast<double>(r.predicted.peak_bytes) / mib, static_cast<double>(r.peak) / mib, err,
-                r.budgeted() ? (r.peak <= r.budget() ? "yes" : "NO") : "-", static_cast<double>(r.host_peak) / mib,
+    char budget[32] = "-";
+    if (r.budgeted()) std::snprintf(budget, sizeof budget, "%.1f", static_cast<double>(r.budget()) / kib);
+    std::printf("%-22s %10s %10.1f %10.1f %6.1f%% %8s %9.1f %10.2f %10.2f %6s  %s\n", r.name.c_str(), budget,
+                static_cast<double>(r.predicted.peak_bytes) / kib, static_cast<double>(r.peak) / kib, err,
+                r.budgeted() ? (r.peak <= r.budget() ? "yes" : "NO") : "-", static_cast<double>(r.host_peak) / kib,
                 pred_ms, r.ms, r.identical ? "same" : "DIFF", runs_str(r.runs).c_str());
   }
   std::fflush(stdout);
