@@ -12,8 +12,13 @@
 //       activation peak (the planner's curve should lie at or below the others) -> policies.svg
 //   (e) the loss must be normalised by the window's total count: averaging per micro-batch is
 //       wrong as soon as micro-batches differ in size (the gradient error of both ways) -> normalisation.svg
+//   (g) offload, the third way (on cuda:0, emulated in a build without CUDA): at one budget (40 % of
+//       the plain peak), keep-all, sqrt N recompute, sqrt N with its boundaries offloaded to host
+//       memory, and the planner without and with offload: device peak, host bytes, predicted and
+//       measured peak and step time                                -> offload.svg, and the memory
+//       timeline of each plan's step                               -> offload_<plan>_timeline.html
 //
-// The memory claims (a, b, e and "the measured peak never exceeds the budget" of d) are checked:
+// The memory claims (a, b, e, g and "the measured peak never exceeds the budget" of d) are checked:
 // the program exits 1 naming any that fails. The timing claims (c, d) are printed, not checked:
 // they depend on the machine. docs/memory.md walks through the output.
 //
@@ -306,6 +311,65 @@ void normalisation(Lab& lab, const nn::ImageDataset& data) {
                                     {right, naive}});
 }
 
+// (g) Keep, recompute or offload, at one budget, on cuda:0: the same chain under five plans.
+void offload(Lab& lab) {
+  const Device device("cuda:0");
+  const int n = lab.quick ? 8 : 16;
+  const int64_t width = lab.quick ? 64 : 256, batch = lab.quick ? 16 : 64;
+  std::printf("\n(g) keep, recompute or offload: %d x [Linear(%lld) + GELU], batch %lld, on %s (host link %.1f GB/s)\n",
+              n, static_cast<long long>(width), static_cast<long long>(batch), device.str().c_str(),
+              autograd::host_link_bytes_per_s(device) * 1e-9);
+  manual_seed(8);
+  auto chain = linear_gelu_chain(n, width, device);
+  const Tensor x = randn({batch, width}, DType::f32, device);
+  const auto forward_loss = [&] { return sum((*chain)(x)); };
+  const int64_t plain = examples::step_activation_peak(device, forward_loss);
+  const int64_t budget = static_cast<int64_t>(0.4 * static_cast<double>(plain));
+  std::printf("  plain activation peak %s; budget 40 %% of it: %s\n", format_bytes(plain).c_str(), format_bytes(budget).c_str());
+  using autograd::CheckpointPolicy;
+  using autograd::OffloadMode;
+  std::vector<examples::PlanRow> rows = {
+      {"keep-all", CheckpointPolicy::parse("none"), OffloadMode::None},
+      {"sqrt", CheckpointPolicy::parse("sqrt"), OffloadMode::None},
+      {"sqrt+offload", CheckpointPolicy::parse("sqrt"), OffloadMode::Boundaries},
+      {"planner", CheckpointPolicy::budget(budget), OffloadMode::None},
+      {"planner+offload", CheckpointPolicy::budget(budget), OffloadMode::Auto}};
+  examples::measure_plans(*chain, device, lab.steps, forward_loss, rows);
+  examples::print_plan_table("  device activation peak, host bytes and step time (predicted: keep-all's measured "
+                             "step + the plan's predicted recompute and unhidden copy)",
+                             rows);
+  report::Series measured("measured", false), predicted("predicted", false);
+  for (const examples::PlanRow& r : rows) {
+    if (r.budgeted())
+      lab.claim(r.peak <= r.budget(), r.name + ": measured device peak " + format_bytes(r.peak) + " within the budget " +
+                                          format_bytes(r.budget()));
+    lab.claim(r.identical, r.name + ": gradients bit-identical to keep-all");
+    measured.x.push_back(mib(r.peak)), measured.y.push_back(r.ms / rows[0].ms), measured.labels.push_back(r.name);
+    predicted.x.push_back(mib(r.predicted.peak_bytes));
+    predicted.y.push_back((rows[0].ms + (r.predicted.time_ns() - rows[0].predicted.time_ns()) * 1e-6) / rows[0].ms);
+    // The picture of one step: the device's categories over time (offloaded host bytes beside them
+    // where the page draws the host side).
+    examples::apply_plan(*chain, r);
+    autograd::backward(forward_loss());  // untimed: the pinned pool and the caches are warm
+    for (const Tensor& p : chain->parameters()) p.set_grad(Tensor());
+    reset_peak_memory(device);
+    std::string file = "offload_" + r.name + "_timeline.html";
+    std::replace(file.begin(), file.end(), '+', '_');
+    {
+      MemoryTimeline timeline(device);
+      autograd::backward(forward_loss());
+      timeline.stop();
+      write_memory_timeline_html(lab.path(file), timeline, r.name + ": one step, runs " + examples::runs_str(r.runs));
+    }
+    std::printf("  picture: %s\n", lab.path(file).c_str());
+  }
+  chain->set_offload(OffloadMode::None);
+  chain->set_checkpoint(CheckpointPolicy::parse("none"));
+  lab.picture("offload.svg", {"Keep, recompute or offload at a budget of 40 % of the plain peak",
+                              "device activation peak (MiB)", "step time / keep-all", false, false,
+                              {measured, predicted}});
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -334,6 +398,8 @@ int main(int argc, char** argv) {
     recompute(lab);
     policies(lab);
     normalisation(lab, data);
+    if (cuda_available()) offload(lab);
+    else std::printf("\n(g) skipped: no cuda device in this build (offload moves device memory to the host)\n");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "memory_lab: %s\n", e.what());
     return 1;

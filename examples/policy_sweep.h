@@ -1,13 +1,17 @@
 // The checkpoint policy sweep that bench/bench_memory_plan and examples/memory_lab share: one
 // chain (an nn::Sequential or nn::GPT) run under every policy reel has — none, selective, sqrt,
 // every:K and the planner at a range of budgets — with the activation peak the allocator measured
-// over one forward + backward and the median step time of each, printed as a table.
+// over one forward + backward and the median step time of each, printed as a table. And the
+// offload comparison (measure_plans): named plans (a fixed policy or a budget, each with an
+// offload mode) side by side, predicted and measured peak, host bytes and step time, and whether
+// each plan's gradients are bit-identical to the first plan's.
 #pragma once
 #include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/bench_util.h"
@@ -86,12 +90,14 @@ std::vector<PolicyRow> sweep_policies(Model& model, reel::Device device, int rou
   return rows;
 }
 
-// "[0,8)c [8,64)s ...": c a segment, s a selective scope, cs a segment around a selective scope.
+// "[0,8)co [8,64)s ...": c a segment, s a selective scope, cs a segment around a selective scope;
+// o offloaded (a segment's boundary, or a plain or selective run's saves, in host memory).
 inline std::string runs_str(const std::vector<reel::autograd::CheckpointPolicy::Run>& runs) {
   std::string s;
   for (const auto& r : runs)
     s += "[" + std::to_string(r.begin) + "," + std::to_string(r.end) + ")" +
-         (r.checkpointed && r.selective ? "cs" : r.checkpointed ? "c" : r.selective ? "s" : "") + " ";
+         (r.checkpointed && r.selective ? "cs" : r.checkpointed ? "c" : r.selective ? "s" : "") +
+         (r.offloaded ? "o" : "") + " ";
   return s;
 }
 
@@ -101,7 +107,7 @@ inline void print_policy_table(const std::string& title, const std::vector<Polic
   const PolicyRow& plain = rows.front();
   std::printf("\n%s\n", title.c_str());
   std::printf("%-22s %10s %8s %10s %8s  | %10s %12s  %s\n", "policy", "peak MiB", "% plain", "step ms", "x plain",
-              "pred. MiB", "recompute ms", "plan (c segment, s selective)");
+              "pred. MiB", "recompute ms", "plan (c segment, s selective, o offloaded)");
   for (const PolicyRow& r : rows) {
     std::printf("%-22s %10.2f %7.1f%% %10.2f %8.3f", r.policy.c_str(), static_cast<double>(r.peak) / (1 << 20),
                 100.0 * static_cast<double>(r.peak) / static_cast<double>(plain.peak), r.ms, r.ms / plain.ms);
@@ -110,6 +116,143 @@ inline void print_policy_table(const std::string& title, const std::vector<Polic
                   r.plan->predicted.recompute_ns * 1e-6, runs_str(r.plan->runs).c_str(),
                   r.peak > r.plan->budget_bytes ? " OVER BUDGET" : "");
     std::printf("\n");
+  }
+  std::fflush(stdout);
+}
+
+// ---- the offload comparison ------------------------------------------------------------------
+
+// One plan of measure_plans: what it runs, then what was predicted and measured.
+struct PlanRow {
+  PlanRow(std::string name, reel::autograd::CheckpointPolicy policy, reel::autograd::OffloadMode offload)
+      : name(std::move(name)), policy(std::move(policy)), offload(offload) {}
+  std::string name;
+  reel::autograd::CheckpointPolicy policy;  // a fixed policy, or budget(bytes): planned by measure_plans
+  reel::autograd::OffloadMode offload = reel::autograd::OffloadMode::None;
+  // Filled by measure_plans:
+  std::shared_ptr<reel::autograd::CheckpointPlan> plan;  // for a budget
+  std::vector<reel::autograd::CheckpointPolicy::Run> runs;
+  reel::autograd::Prediction predicted;  // autograd::predict of the runs on the measured chain
+  int64_t peak = 0;       // device activation bytes, above what was in use before the step
+  int64_t host_peak = 0;  // pinned host bytes of category Offloaded, above those before the step
+  double ms = 0;          // median step time
+  bool identical = false; // gradients bit-identical to rows[0]'s
+  bool budgeted() const { return policy.kind == reel::autograd::CheckpointPolicy::Kind::Budget; }
+  int64_t budget() const { return policy.budget_bytes; }
+};
+
+// Sets `row`'s offload mode and policy (its plan, for a budget) on `model`.
+template <typename Model>
+void apply_plan(Model& model, const PlanRow& row) {
+  model.set_offload(row.offload);
+  if (row.plan) model.use_checkpoint_plan(*row.plan);
+  else model.set_checkpoint(row.policy);
+}
+
+// Each gradient's bytes, in parameter order (an empty gradient counts as no bytes).
+inline std::vector<uint8_t> gradient_bytes(const std::vector<reel::Tensor>& params) {
+  std::vector<uint8_t> out;
+  for (const reel::Tensor& p : params) {
+    if (!p.grad().defined()) continue;
+    const std::vector<float> v = p.grad().to(reel::Device::cpu()).contiguous().to_vector<float>();
+    const auto* b = reinterpret_cast<const uint8_t*>(v.data());
+    out.insert(out.end(), b, b + v.size() * sizeof(float));
+  }
+  return out;
+}
+
+// Plans the budget rows (each under its offload mode), predicts every row from the chain's
+// measured costs (the first budget row's measurements, with the host link of `device`; a model with
+// no budget row is planned once at its plain peak to measure them), then per row: one step from
+// zero gradients (the device activation peak, the pinned Offloaded peak, the gradients against
+// rows[0]'s), and the median step time over `rounds` rounds that each run every row once after an
+// untimed step. A budget row no plan fits is reported on stdout and dropped. The model is left with
+// policy none and offload none.
+template <typename Model>
+void measure_plans(Model& model, reel::Device device, int rounds, const std::function<reel::Tensor()>& forward_loss,
+                   std::vector<PlanRow>& rows) {
+  using namespace reel;
+  using autograd::CheckpointPolicy;
+  const autograd::ChainCost* measured = nullptr;
+  for (size_t i = 0; i < rows.size();) {
+    PlanRow& r = rows[i];
+    if (r.budgeted()) {
+      model.set_offload(r.offload);
+      model.set_checkpoint(r.policy);
+      try {
+        r.plan = std::make_shared<autograd::CheckpointPlan>(model.plan_checkpoint(forward_loss));
+      } catch (const Error& e) {
+        std::printf("  (skipped %s) %s\n", r.name.c_str(), e.what());
+        rows.erase(rows.begin() + static_cast<std::ptrdiff_t>(i));
+        continue;
+      }
+      measured = model.chain_cost();
+    }
+    ++i;
+  }
+  if (!measured) {  // no budget row: measure the chain under a budget every plan meets
+    model.set_offload(autograd::OffloadMode::None);
+    model.set_checkpoint(CheckpointPolicy::budget(int64_t{1} << 60));
+    model.plan_checkpoint(forward_loss);
+    measured = model.chain_cost();
+  }
+  autograd::ChainCost cost = *measured;
+  if (!device.is_cpu()) cost.host_bytes_per_s = autograd::host_link_bytes_per_s(device);
+  const int64_t n = static_cast<int64_t>(cost.units.size());
+  std::vector<uint8_t> reference;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    PlanRow& r = rows[i];
+    if (r.plan) {
+      r.runs = r.plan->runs;
+    } else {
+      r.runs = r.policy.plan(n);
+      for (CheckpointPolicy::Run& run : r.runs)  // as nn::Sequential marks a fixed policy's runs
+        run.offloaded = r.offload == autograd::OffloadMode::All ||
+                        (r.offload == autograd::OffloadMode::Boundaries && run.checkpointed);
+    }
+    r.predicted = autograd::predict(cost, r.runs);
+    apply_plan(model, r);
+    for (const Tensor& p : model.parameters()) p.set_grad(Tensor());
+    pinned_allocator().reset_peak();
+    const int64_t host_before = pinned_memory_stats()[Category::Offloaded].current_bytes;
+    r.peak = step_activation_peak(device, forward_loss);
+    r.host_peak = pinned_memory_stats()[Category::Offloaded].peak_bytes - host_before;
+    const std::vector<uint8_t> g = gradient_bytes(model.parameters());
+    if (i == 0) reference = g;
+    r.identical = g == reference;
+  }
+  std::vector<std::vector<double>> ms(rows.size());
+  const auto step = [&] { autograd::backward(forward_loss()); };
+  for (int round = 0; round < rounds; ++round)
+    for (size_t i = 0; i < rows.size(); ++i) {
+      apply_plan(model, rows[i]);
+      step();
+      ms[i].push_back(bench::timed_ms(device, step));
+    }
+  for (size_t i = 0; i < rows.size(); ++i) rows[i].ms = bench::median(ms[i]);
+  model.set_offload(autograd::OffloadMode::None);
+  model.set_checkpoint(CheckpointPolicy::parse("none"));
+}
+
+// The table of measure_plans' rows: budget, plan, predicted and measured device peak (and the
+// error of the prediction), host bytes, predicted and measured step time, gradients identical.
+// The predicted step time is rows[0]'s measured time plus the row's predicted extra (recompute
+// and unhidden copy) less rows[0]'s: the model predicts what a plan adds, not the step itself.
+inline void print_plan_table(const std::string& title, const std::vector<PlanRow>& rows) {
+  const PlanRow& base = rows.front();
+  std::printf("\n%s\n", title.c_str());
+  std::printf("%-22s %10s %10s %10s %7s %8s %9s %10s %10s %6s  %s\n", "plan", "budget KiB", "pred. KiB", "meas. KiB",
+              "error", "<= bud.", "host KiB", "pred. ms", "meas. ms", "grads", "runs (c segment, s selective, o offloaded)");
+  for (const PlanRow& r : rows) {
+    const double kib = 1 << 10;
+    const double err = r.peak > 0 ? 100.0 * static_cast<double>(r.predicted.peak_bytes - r.peak) / static_cast<double>(r.peak) : 0;
+    const double pred_ms = base.ms + (r.predicted.time_ns() - base.predicted.time_ns()) * 1e-6;
+    char budget[32] = "-";
+    if (r.budgeted()) std::snprintf(budget, sizeof budget, "%.1f", static_cast<double>(r.budget()) / kib);
+    std::printf("%-22s %10s %10.1f %10.1f %6.1f%% %8s %9.1f %10.2f %10.2f %6s  %s\n", r.name.c_str(), budget,
+                static_cast<double>(r.predicted.peak_bytes) / kib, static_cast<double>(r.peak) / kib, err,
+                r.budgeted() ? (r.peak <= r.budget() ? "yes" : "NO") : "-", static_cast<double>(r.host_peak) / kib,
+                pred_ms, r.ms, r.identical ? "same" : "DIFF", runs_str(r.runs).c_str());
   }
   std::fflush(stdout);
 }

@@ -93,6 +93,7 @@ class GPT : public Module {
     return h->plan_checkpoint(forward_loss);
   }
   void use_checkpoint_plan(const autograd::CheckpointPlan& plan) { h->use_checkpoint_plan(plan); }
+  const autograd::ChainCost* chain_cost() const { return h->chain_cost(); }  // Sequential::chain_cost
 
   // Appends n tokens to `prompt` (1-D ids), sampling from softmax(logits / temperature) restricted
   // to the top_k most likely (0: all), from `gen`; no tape is recorded. Returns the whole sequence.

@@ -213,6 +213,7 @@ const autograd::CheckpointPlan& Sequential::plan_checkpoint(const std::function<
   cost.before_bytes = plain.entry_level;
   cost.after_bytes = std::max<int64_t>(0, plain_end - plain.entry_level - chain_bytes);
   if (offload_ != autograd::OffloadMode::None && !plain.device.is_cpu()) cost.host_bytes_per_s = autograd::host_link_bytes_per_s(plain.device);
+  cost_ = cost;
   plan_ = autograd::plan_checkpoint(cost, policy_.budget_bytes, offload_);
   return *plan_;
 }

@@ -70,6 +70,10 @@ class Sequential : public Module {
   const autograd::CheckpointPlan& plan_checkpoint(const std::function<Tensor()>& forward_loss);
   // The plan forward runs under a Budget policy; null before plan_checkpoint.
   const autograd::CheckpointPlan* checkpoint_plan() const { return plan_ ? &*plan_ : nullptr; }
+  // What the last plan_checkpoint measured (the units' bytes and times, the host link): for
+  // autograd::predict of other runs on this chain (examples/memory_lab sets sqrt beside a plan).
+  // Null before plan_checkpoint.
+  const autograd::ChainCost* chain_cost() const { return cost_ ? &*cost_ : nullptr; }
   // Runs a plan made earlier for this chain (by plan_checkpoint): the policy becomes its budget.
   // reel::Error when its runs do not cover this Sequential's children in order.
   void use_checkpoint_plan(const autograd::CheckpointPlan& plan);
@@ -86,6 +90,7 @@ class Sequential : public Module {
   CheckpointPolicy policy_;
   autograd::OffloadMode offload_ = autograd::OffloadMode::None;
   std::optional<autograd::CheckpointPlan> plan_;
+  std::optional<autograd::ChainCost> cost_;  // the last plan_checkpoint's measurements
   Measuring* measuring_ = nullptr;  // set while plan_checkpoint's forwards run
 };
 
