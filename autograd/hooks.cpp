@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "autograd/anomaly.h"
+#include "autograd/offload.h"
 #include "core/profile.h"
 
 namespace reel::autograd {
@@ -29,8 +30,8 @@ class ProfileScopes final : public BackwardObserver {
 };
 
 std::vector<std::shared_ptr<BackwardObserver>>& observers() {
-  thread_local std::vector<std::shared_ptr<BackwardObserver>> list{anomaly_observer(),
-                                                                    std::make_shared<ProfileScopes>()};
+  thread_local std::vector<std::shared_ptr<BackwardObserver>> list{
+      anomaly_observer(), std::make_shared<ProfileScopes>(), offload_observer()};
   return list;
 }
 

@@ -53,8 +53,8 @@ class BackwardObserver {
   virtual bool wants_leaf_grad_ready() const { return false; }
 };
 
-// This thread's observers: the built-in ones (anomaly mode, the profiler's scopes) first, then the
-// ones added, in order.
+// This thread's observers: the built-in ones (anomaly mode, the profiler's scopes, offload's
+// prefetch) first, then the ones added, in order.
 const std::vector<std::shared_ptr<BackwardObserver>>& backward_observers();
 void add_backward_observer(std::shared_ptr<BackwardObserver> observer);
 void remove_backward_observer(const BackwardObserver* observer);  // no-op if absent

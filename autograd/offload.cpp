@@ -27,6 +27,7 @@ namespace reel::autograd {
 namespace {
 
 std::atomic<bool> g_skip_fetch_wait{false};
+thread_local int g_replaying = 0;  // inside a segment's replay (backward): its saves stay on the device
 
 // One offloaded save: its host copy and the device tensor on either side of it.
 struct Entry;
@@ -51,7 +52,6 @@ struct Offload::State {
   OffloadWhat what = OffloadWhat::All;
   int64_t min_bytes = 0;
   Stats stats;
-  int replaying = 0;  // inside a segment's replay (backward): its saves stay on the device
 
   // This step's offloaded saves in pack order (the prefetch walks it downward), and by storage for
   // sharing a host copy. Reset at the first pack after every entry is gone.
@@ -129,6 +129,26 @@ void poll(State& s) {
                    s.retiring.end());
 }
 
+// This thread's states that may still hold entries or copies in flight: an Offload scope's state
+// outlives the scope while its entries live (backward usually runs after the scope has closed), and
+// every one of them is polled, whichever scope (or none) is open now.
+std::vector<std::weak_ptr<State>>& live_states() {
+  thread_local std::vector<std::weak_ptr<State>> states;
+  return states;
+}
+
+void poll_all() {
+  std::vector<std::weak_ptr<State>>& states = live_states();
+  size_t kept = 0;
+  for (size_t i = 0; i < states.size(); ++i) {
+    const std::shared_ptr<State> state = states[i].lock();
+    if (!state) continue;
+    poll(*state);
+    states[kept++] = states[i];
+  }
+  states.resize(kept);
+}
+
 // Memory the tape may offload: not a parameter's, gradient's or optimizer state's (they stay on the
 // device anyway), nor a leaf that requires grad or a view of one.
 bool activation_memory(const Tensor& t) {
@@ -159,7 +179,7 @@ std::string describe(const Tensor& t, const KeptBy& by) {
 
 std::any pack(const std::shared_ptr<State>& state, const Tensor& t, const KeptBy& by) {
   State& s = *state;
-  if (s.replaying > 0) return t;  // re-made in backward, read at once
+  if (g_replaying > 0) return t;  // re-made in backward, read at once
   if (s.what == OffloadWhat::Boundaries && by.segment < 0) return t;
   if (!activation_memory(t)) return t;
   REEL_CHECK(!t.device().is_cpu(), "Offload: cannot offload ", describe(t, by),
@@ -167,7 +187,7 @@ std::any pack(const std::shared_ptr<State>& state, const Tensor& t, const KeptBy
              "cpu tensors already are (nothing would be freed). Offload on a cuda device; on cpu, checkpointing "
              "(recomputation) is what lowers the activation memory");
   if (static_cast<int64_t>(t.nbytes()) < s.min_bytes) return t;
-  poll(s);
+  poll_all();
   if (s.live == 0) {  // a new step: the last one's entries are all gone
     s.order.clear();
     s.by_storage.clear();
@@ -274,7 +294,7 @@ Tensor unpack(const std::any& packed) {
   if (const Tensor* t = std::any_cast<Tensor>(&packed)) return *t;  // not offloaded
   const std::shared_ptr<Entry>& e = std::any_cast<const std::shared_ptr<Entry>&>(packed);
   State& s = *e->state;
-  poll(s);
+  poll_all();
   if (!e->fetch_started) ++s.stats.waited_on_fetch;
   if (!e->unpacked) bring_back(s, *e);
   fetch(*e, false);
@@ -283,27 +303,30 @@ Tensor unpack(const std::any& packed) {
   return e->back;
 }
 
-// Tracks replays (their saves stay on the device), starts a segment's held inputs coming back as
-// its replay begins, and lets finished copies go between rules.
+// The thread's built-in observer over every live state: tracks replays (their saves stay on the
+// device), starts a segment's held inputs coming back as its replay begins, and lets finished
+// copies go between rules. With no state alive each call is an empty loop.
 struct Observer : BackwardObserver {
-  std::shared_ptr<State> state;
-  explicit Observer(std::shared_ptr<State> s) : state(std::move(s)) {}
-  void before_node(const NodeEvent&) override { poll(*state); }
+  void before_node(const NodeEvent&) override { poll_all(); }
   void after_node(const NodeEvent&, const Tensors* produced) override {  // the last rule's copies too
-    if (produced) poll(*state);  // (not while a rule's error unwinds: this must not throw then)
+    if (produced) poll_all();  // (not while a rule's error unwinds: this must not throw then)
   }
   void before_replay(const ReplayEvent& event) override {
-    ++state->replaying;
-    State& s = *state;
-    for (size_t i = s.order.size(); i-- > 0;) {  // its last held input: backward starts there
-      const std::shared_ptr<Entry> e = waiting(s, i);
-      if (e && e->group == Group{true, event.segment}) {
-        bring_back(s, *e);
-        break;
+    ++g_replaying;
+    for (const std::weak_ptr<State>& weak : live_states()) {
+      const std::shared_ptr<State> state = weak.lock();
+      if (!state) continue;
+      State& s = *state;
+      for (size_t i = s.order.size(); i-- > 0;) {  // its last held input: backward starts there
+        const std::shared_ptr<Entry> e = waiting(s, i);
+        if (e && e->group == Group{true, event.segment}) {
+          bring_back(s, *e);
+          break;
+        }
       }
     }
   }
-  void after_replay(const ReplayEvent&, bool) override { --state->replaying; }
+  void after_replay(const ReplayEvent&, bool) override { --g_replaying; }
 };
 
 }  // namespace
@@ -323,12 +346,19 @@ Offload::Offload(OffloadWhat what, int64_t min_bytes) : state_(std::make_shared<
   const std::shared_ptr<State> state = state_;
   hooks_ = std::make_unique<SavedTensorHooks>(
       PackHookBy([state](const Tensor& t, const KeptBy& by) { return pack(state, t, by); }), UnpackHook(unpack));
-  observe_ = std::make_unique<ObserveBackward>(std::make_shared<Observer>(state_));
+  live_states().push_back(state_);
 }
 
 Offload::~Offload() {
-  observe_.reset();
   hooks_.reset();
+  poll_all();  // what this scope's last saves copied may have landed: their device side goes now
+}
+
+void release_landed_offloads() { poll_all(); }
+
+std::shared_ptr<BackwardObserver> offload_observer() {
+  thread_local std::shared_ptr<BackwardObserver> observer = std::make_shared<Observer>();
+  return observer;
 }
 
 Offload::Stats Offload::stats() const { return state_->stats; }

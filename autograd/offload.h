@@ -44,7 +44,7 @@
 namespace reel::autograd {
 
 class SavedTensorHooks;
-class ObserveBackward;
+class BackwardObserver;
 
 enum class OffloadWhat : uint8_t { All, Boundaries };  // every save; only checkpoint segments' held inputs
 const char* offload_what_name(OffloadWhat what);        // "all", "boundaries"
@@ -69,12 +69,20 @@ class Offload {
  private:
   std::shared_ptr<State> state_;
   std::unique_ptr<SavedTensorHooks> hooks_;
-  std::unique_ptr<ObserveBackward> observe_;
 };
+
+// Drops the device side of every offloaded save on this thread whose copy to the host has landed
+// (the scopes do it at each save, rule and at their end; nn::Sequential after each child, so that a
+// run's copies free device memory during the next run's forward, as the planner's model has it).
+void release_landed_offloads();
 
 // The device<->host copy bandwidth of `device` in bytes/s (pinned, each way: the slower direction),
 // measured once per process and device (16 MiB copies on the copy stream). reel::Error on cpu.
 double host_link_bytes_per_s(Device device);
+
+// The backward observer (autograd/hooks.h) over every offload state of the thread, alive or whose
+// scope has closed: one of each thread's built-in observers.
+std::shared_ptr<BackwardObserver> offload_observer();
 
 // ---- for tests only ----------------------------------------------------------------------
 // A planted bug: when on, an unpack does not make the compute stream wait for the copy back, so a

@@ -99,6 +99,7 @@ Tensor Sequential::forward(const Tensor& x) {
       if (measuring_) measuring_->enter(i, h);
       h = (*this)[i](h);
       if (measuring_) measuring_->leave(i);
+      autograd::release_landed_offloads();  // copies of earlier runs that landed free device memory now
     }
     selective.reset();  // innermost first
   }
