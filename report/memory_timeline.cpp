@@ -218,8 +218,8 @@ void write_areas(std::ostream& os, const MemoryTimeline& tl, const Plot& plot) {
      << fixed(static_cast<double>(host_peak.time_ns) / 1e6, 3) << " ms</title></polygon>\n"
      << "<line class=\"host-axis\" x1=\"" << fixed(plot.left, 1) << "\" x2=\"" << fixed(plot.left + plot.width, 1)
      << "\" y1=\"" << fixed(plot.y(0), 1) << "\" y2=\"" << fixed(plot.y(0), 1) << "\" stroke=\"#000\"/>\n"
-     << "<text x=\"" << fixed(plot.left + 6, 1) << "\" y=\"" << fixed(plot.y(0) + 14, 1)
-     << "\" font-size=\"12\" fill=\"#555\">" << kHostLabel << " below, device above</text>\n";
+     << "<text x=\"" << fixed(plot.left + plot.width - 6, 1) << "\" y=\"" << fixed(plot.top + plot.height - 6, 1)
+     << "\" text-anchor=\"end\" font-size=\"12\" fill=\"#555\">" << kHostLabel << " below the axis, device above</text>\n";
 }
 
 // Bands behind the curve: the phases the timeline saw open and close (outer ones first, so a
@@ -325,12 +325,13 @@ void write_peak_marker(std::ostream& os, const MemoryPeak& peak, const Plot& plo
 
 void write_legend(std::ostream& os, const MemoryTimeline& tl, const Plot& plot) {
   double x = plot.left;
-  const double y = plot.top + plot.height + 58;
+  double y = plot.top + plot.height + 58;  // a row that would overflow the plot's width wraps
   for (int k = 0; k < kNumCategories; ++k) {
     const Category category = static_cast<Category>(k);
     const bool host = tl.has_host_side() && category == Category::Offloaded;  // the band below the axis
     const std::string label = std::string(host ? kHostLabel : category_name(category)) + " (peak " +
                               format_bytes(tl.peak_of(category).bytes) + ")";
+    if (x > plot.left && x + 20 + 7.0 * static_cast<double>(label.size()) > plot.left + plot.width) x = plot.left, y += 22;
     os << "<rect x=\"" << fixed(x, 1) << "\" y=\"" << fixed(y, 1) << "\" width=\"14\" height=\"14\" fill=\""
        << kCategoryColors[k] << "\"/><text x=\"" << fixed(x + 20, 1) << "\" y=\"" << fixed(y + 12, 1)
        << "\" font-size=\"12\">" << label << "</text>\n";
@@ -447,7 +448,10 @@ void write_memory_timeline_html(const std::string& path, const MemoryTimeline& t
                                  events.empty() ? 0.0 : static_cast<double>(events.back().time_ns)});
   plot.bytes_max = std::max(1.0, static_cast<double>(peak.bytes) * 1.08);
   const MemoryPeak& host_peak = timeline.peak_of(Category::Offloaded);
-  if (timeline.has_host_side()) plot.host_max = static_cast<double>(host_peak.bytes) * 1.08;
+  // Below the axis, the host side on the same scale; at least an eighth of the device's range, so
+  // that a small host side stays readable beside its label.
+  if (timeline.has_host_side())
+    plot.host_max = std::max(static_cast<double>(host_peak.bytes) * 1.08, plot.bytes_max / 8);
   const double svg_width = plot.left + plot.width + 30, svg_height = plot.top + plot.height + 120;
 
   std::ostringstream os;
