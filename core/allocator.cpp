@@ -139,9 +139,9 @@ void* CachingAllocator::allocate_locked(size_t bytes, Category category) {
   }
   add_bytes(category, static_cast<int64_t>(bytes));
   ++stats_.by_category[static_cast<int>(category)].alloc_count;
-  if (timeline_)
+  if (timeline_ && (!timeline_host_ || category == Category::Offloaded))
     detail::record_memory_event(MemoryEvent::Kind::Alloc, device_, static_cast<int64_t>(bytes), category, category,
-                                ptr);
+                                ptr, timeline_host_);
   return ptr;
 }
 
@@ -153,9 +153,9 @@ void CachingAllocator::deallocate(void* ptr, size_t bytes, Category category) {
   stats_.cached_bytes += static_cast<int64_t>(cls);
   add_bytes(category, -static_cast<int64_t>(bytes));
   ++stats_.by_category[static_cast<int>(category)].free_count;
-  if (timeline_)
+  if (timeline_ && (!timeline_host_ || category == Category::Offloaded))
     detail::record_memory_event(MemoryEvent::Kind::Free, device_, static_cast<int64_t>(bytes), category, category,
-                                ptr);
+                                ptr, timeline_host_);
 }
 
 void CachingAllocator::recategorize(const void* ptr, size_t bytes, Category from, Category to) {
@@ -166,18 +166,22 @@ void CachingAllocator::recategorize(const void* ptr, size_t bytes, Category from
   CategoryStats& s = stats_.by_category[static_cast<int>(to)];
   s.current_bytes += static_cast<int64_t>(bytes);
   if (s.current_bytes > s.peak_bytes) s.peak_bytes = s.current_bytes;
-  if (timeline_) detail::record_memory_event(MemoryEvent::Kind::Retag, device_, static_cast<int64_t>(bytes), to, from, ptr);
+  if (timeline_ && (!timeline_host_ || from == Category::Offloaded || to == Category::Offloaded))
+    detail::record_memory_event(MemoryEvent::Kind::Retag, device_, static_cast<int64_t>(bytes), to, from, ptr,
+                                timeline_host_);
 }
 
-MemoryStats CachingAllocator::start_timeline() {
+MemoryStats CachingAllocator::start_timeline(bool host_offloaded) {
   std::lock_guard<std::mutex> lock(mutex_);
   timeline_ = true;
+  timeline_host_ = host_offloaded;
   return stats_;
 }
 
 void CachingAllocator::stop_timeline() {
   std::lock_guard<std::mutex> lock(mutex_);
   timeline_ = false;
+  timeline_host_ = false;
 }
 
 MemoryStats CachingAllocator::stats() const {

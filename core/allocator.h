@@ -87,8 +87,10 @@ class CachingAllocator {
 
   // The memory timeline (core/memory_timeline.h): from start_timeline() to stop_timeline() every
   // allocation, free and retag is reported to it. The statistics returned are taken under the same
-  // lock, so no event falls between them and the first one reported.
-  MemoryStats start_timeline();
+  // lock, so no event falls between them and the first one reported. `host_offloaded` (the pinned
+  // pool under a device's timeline): only the Offloaded bytes are reported, as the step's host side
+  // (a retag into or out of Offloaded is reported; the timeline reads it as an alloc or a free).
+  MemoryStats start_timeline(bool host_offloaded = false);
   void stop_timeline();
 
   MemoryStats stats() const;
@@ -114,6 +116,7 @@ class CachingAllocator {
   MemoryStats stats_;
   int64_t limit_ = 0;
   bool timeline_ = false;  // reporting events to the MemoryTimeline
+  bool timeline_host_ = false;  // only the Offloaded ones, as the host side
   std::unordered_map<size_t, std::vector<void*>> free_blocks_;  // size class -> cached blocks
 };
 

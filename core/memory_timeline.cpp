@@ -57,7 +57,12 @@ const char* memory_event_kind_name(MemoryEvent::Kind kind) {
 namespace detail {
 
 void record_memory_event(MemoryEvent::Kind kind, Device device, int64_t bytes, Category category, Category from,
-                         const void* block) {
+                         const void* block, bool host) {
+  // The host side has one category: a retag into Offloaded brings bytes in, one out of it takes them out.
+  if (host && kind == MemoryEvent::Kind::Retag) {
+    kind = category == Category::Offloaded ? MemoryEvent::Kind::Alloc : MemoryEvent::Kind::Free;
+    category = from = Category::Offloaded;
+  }
   const profile::Context context = profile::current_context();
   MemoryEvent e;
   e.kind = kind;
@@ -71,6 +76,7 @@ void record_memory_event(MemoryEvent::Kind kind, Device device, int64_t bytes, C
   if (context.op) e.op = context.op;
   e.node = context.node;
   e.op_backward = context.op_backward;
+  e.host = host;
   Session& ses = session();
   std::lock_guard<std::mutex> lock(ses.mutex);
   if (!ses.open) return;  // the timeline stopped after the allocator checked
@@ -121,6 +127,10 @@ MemoryTimeline::MemoryTimeline(Device device) : device_(device) {
   // Not under the session's lock: the allocator reports under its own lock, then takes the session's.
   const MemoryStats start = allocator.start_timeline();
   for (int c = 0; c < kNumCategories; ++c) start_levels_[c] = start.by_category[c].current_bytes;
+  if (has_host_side()) {
+    const MemoryStats host = pinned_allocator().start_timeline(/*host_offloaded=*/true);
+    start_levels_[static_cast<int>(Category::Offloaded)] += host[Category::Offloaded].current_bytes;
+  }
 }
 
 MemoryTimeline::~MemoryTimeline() {
@@ -134,6 +144,7 @@ void MemoryTimeline::stop() {
   if (!running_) return;
   running_ = false;
   allocator_for(device_).stop_timeline();
+  if (has_host_side()) pinned_allocator().stop_timeline();
   detail::g_timeline_collecting.store(false, std::memory_order_relaxed);
   profile::detail::g_tracking.fetch_sub(1, std::memory_order_relaxed);
   Session& ses = session();
@@ -152,7 +163,7 @@ void MemoryTimeline::stop() {
   // Levels after each event, and the first event reaching each peak.
   levels_.resize(events_.size());
   CategoryBytes level = start_levels_;
-  int64_t peak_event = -1, peak_bytes = total(level);
+  int64_t peak_event = -1, peak_bytes = device_bytes(level);
   std::array<int64_t, kNumCategories> category_event;
   category_event.fill(-1);
   CategoryBytes category_bytes = level;
@@ -168,7 +179,7 @@ void MemoryTimeline::stop() {
         break;
     }
     levels_[i] = level;
-    const int64_t sum = total(level);
+    const int64_t sum = device_bytes(level);
     if (sum > peak_bytes) peak_bytes = sum, peak_event = static_cast<int64_t>(i);
     for (int c = 0; c < kNumCategories; ++c)
       if (level[c] > category_bytes[c]) category_bytes[c] = level[c], category_event[c] = static_cast<int64_t>(i);
@@ -184,7 +195,9 @@ MemoryPeak MemoryTimeline::make_peak(int64_t event, int64_t bytes, int category)
   p.time_ns = event >= 0 ? events_[static_cast<size_t>(event)].time_ns : 0;
   p.by_category = event >= 0 ? levels_[static_cast<size_t>(event)] : start_levels_;
   p.live = live_at(event);
-  if (category >= 0)
+  if (category < 0)  // the device's peak: its own blocks
+    p.live.erase(std::remove_if(p.live.begin(), p.live.end(), [](const LiveBlock& b) { return b.host; }), p.live.end());
+  else
     p.live.erase(std::remove_if(p.live.begin(), p.live.end(),
                                 [&](const LiveBlock& b) { return static_cast<int>(b.category) != category; }),
                  p.live.end());
@@ -215,6 +228,7 @@ std::vector<LiveBlock> MemoryTimeline::live_at(int64_t event) const {
         b.op = e.op;
         b.node = e.node;
         b.op_backward = e.op_backward;
+        b.host = e.host;
         live[e.block] = std::move(b);
         break;
       }
@@ -248,11 +262,17 @@ std::vector<LiveBlock> MemoryTimeline::live_at(int64_t event) const {
     LiveBlock b;
     b.bytes = before[c];
     b.category = static_cast<Category>(c);
+    b.host = has_host_side() && b.category == Category::Offloaded;
     blocks.push_back(std::move(b));
   }
   sort_largest_first(blocks);
   return blocks;
 }
+
+int64_t MemoryTimeline::host_bytes(const CategoryBytes& level) const {
+  return has_host_side() ? level[static_cast<int>(Category::Offloaded)] : 0;
+}
+int64_t MemoryTimeline::device_bytes(const CategoryBytes& level) const { return total(level) - host_bytes(level); }
 
 void MemoryTimeline::check_stopped(const char* what) const {
   REEL_CHECK(!running_, "MemoryTimeline::", what, ": the timeline is still collecting; stop() it first");

@@ -5,6 +5,12 @@
 // the tape reported for the tensors it saved). Core only records: the reports (an HTML page with
 // inline SVG, JSON) are in report/memory_timeline.h, a layer above.
 //
+// The host side: a timeline of a non-cpu device also hears the pinned pool (pinned_allocator()),
+// but only its Offloaded bytes (autograd::Offload's host copies of saved activations), so that the
+// device and host sides of a step are drawn together. Those events carry `host == true` (and the
+// pinned pool's device, cpu); their bytes are the Offloaded slot of the levels, which the device's
+// total and peak leave out. A cpu timeline has no host side (offload is refused on cpu).
+//
 // Off (no MemoryTimeline alive) the allocator reads one flag it already holds the lock for, and
 // the tape's hook (memory_timeline_collecting) is one relaxed atomic load.
 #pragma once
@@ -39,6 +45,9 @@ struct MemoryEvent {
   std::string op;                          // the tape op running, empty outside ops
   int64_t node = -1;                       // its position on the tape, -1 when not recorded
   bool op_backward = false;                // inside the op's backward rule
+  // The host side: a pinned-pool block of category Offloaded (device is then cpu). A retag into or
+  // out of Offloaded there is recorded as an Alloc or a Free of Offloaded.
+  bool host = false;
 };
 const char* memory_event_kind_name(MemoryEvent::Kind kind);
 
@@ -77,6 +86,7 @@ struct LiveBlock {
   std::string op;
   int64_t node = -1;
   bool op_backward = false;
+  bool host = false;          // on the host side (the pinned pool's offloaded bytes)
   bool has_note = false;      // the tape kept it for backward: `note` says how
   ActivationNote note;
   bool before_timeline() const { return block == nullptr; }
@@ -86,21 +96,25 @@ struct LiveBlock {
 struct MemoryPeak {
   int64_t event = -1;      // the event that reached it (the first, on ties); -1: at the start
   int64_t time_ns = 0;
-  int64_t bytes = 0;       // the peak value: the total, or the category's bytes
-  CategoryBytes by_category{};  // every category's bytes at that moment
-  std::vector<LiveBlock> live;  // what was live then (peak_of: that category only), largest first
+  int64_t bytes = 0;       // the peak value: the device's total, or the category's bytes
+  CategoryBytes by_category{};  // every category's bytes at that moment (Offloaded: the host side)
+  // What was live then, largest first: peak() the device's blocks, peak_of() that category's.
+  std::vector<LiveBlock> live;
 };
 
 // Collects the memory events of one device from construction to stop() (or destruction), then
 // analyses them. One at a time in the process: a second one while one collects raises reel::Error.
 // Blocks allocated before it started (parameters, gradients, optimizer state) are the snapshot of
-// memory_stats() at the start; their frees and retags move bytes out of and between those.
+// memory_stats() at the start (and of the pinned pool's Offloaded bytes, for the host side); their
+// frees and retags move bytes out of and between those.
 //
 //   reel::reset_peak_memory(device);
 //   reel::MemoryTimeline timeline(device);
 //   train_step();
 //   timeline.stop();
-//   timeline.peak().bytes == reel::memory_stats(device).peak_bytes
+//   timeline.peak().bytes == reel::memory_stats(device).peak_bytes          // the device alone
+//   timeline.peak_of(Category::Offloaded).bytes                               // the host side's peak
+//       == reel::pinned_memory_stats()[Category::Offloaded].peak_bytes       // (after reset_peak)
 //   reel::write_memory_timeline_html("step.html", timeline, "one step");  // report/memory_timeline.h
 class MemoryTimeline {
  public:
@@ -113,16 +127,24 @@ class MemoryTimeline {
   void stop();
   bool running() const { return running_; }
   Device device() const { return device_; }
+  // A non-cpu device's timeline also collects the host side (the pinned pool's Offloaded bytes).
+  bool has_host_side() const { return !device_.is_cpu(); }
+  // Of a level (levels(), start_levels(), a peak's by_category): the device's total (every
+  // category but, with a host side, Offloaded) and the host side's bytes (0 without one).
+  int64_t device_bytes(const CategoryBytes& level) const;
+  int64_t host_bytes(const CategoryBytes& level) const;
 
   // The accessors below are for a stopped timeline: they raise reel::Error while it runs.
   const std::vector<MemoryEvent>& events() const;
   const std::vector<TimedActivationNote>& notes() const;
   const std::vector<PhaseSpan>& phases() const;       // in the order they closed (inner first)
-  const CategoryBytes& start_levels() const;          // bytes by category when it started
-  const std::vector<CategoryBytes>& levels() const;   // bytes by category after each event
+  // Bytes by category when it started and after each event; with a host side, the Offloaded slot
+  // is the host side's bytes (a device's own pool holds none: Offload allocates them pinned).
+  const CategoryBytes& start_levels() const;
+  const std::vector<CategoryBytes>& levels() const;
   int64_t wall_ns() const;                            // from construction to stop()
-  const MemoryPeak& peak() const;                     // of the total
-  const MemoryPeak& peak_of(Category category) const;
+  const MemoryPeak& peak() const;                     // of the device's total (device_bytes)
+  const MemoryPeak& peak_of(Category category) const; // Offloaded: the host side's, with one
   // What was live right after event `event` (-1: at the start), largest first.
   std::vector<LiveBlock> live_at(int64_t event) const;
 
@@ -145,8 +167,9 @@ class MemoryTimeline {
 namespace detail {
 extern std::atomic<bool> g_timeline_collecting;
 // Called by the caching allocator (under its lock) for a device whose timeline runs.
+// `host`: the pinned pool reporting the host side (its Offloaded bytes only).
 void record_memory_event(MemoryEvent::Kind kind, Device device, int64_t bytes, Category category, Category from,
-                         const void* block);
+                         const void* block, bool host = false);
 // For profile::PhaseScope: the timeline's clock, and a phase that opened at `start_ns` closing now.
 int64_t memory_timeline_now_ns();
 void record_memory_phase(profile::Phase phase, int segment, int64_t start_ns);

@@ -123,26 +123,25 @@ const char* phase_color(profile::Phase phase) {
   }
 }
 
-// The plot's geometry: time (ns) to x, bytes to y.
+// The plot's geometry: time (ns) to x, bytes to y. The device's bytes go up from the axis at
+// y(0); the host side's (offloaded) go down from it, as negative bytes, on the same scale.
 struct Plot {
   double left = 90, top = 50, width = 1080, height = 420;
-  double t_max = 1, bytes_max = 1;
+  double t_max = 1, bytes_max = 1, host_max = 0;  // bytes above and below the axis
   double x(double t_ns) const { return left + t_ns / t_max * width; }
-  double y(double bytes) const { return top + height - bytes / bytes_max * height; }
+  double y(double bytes) const { return top + height - (bytes + host_max) / (bytes_max + host_max) * height; }
 };
+
+// The host side's color and label: the offloaded category's, drawn below the axis.
+const char* const kHostLabel = "host (offloaded)";
 
 // One pixel column's worth of the curve: the levels before its first event, at its largest total
 // (the first event reaching it) and after its last event.
 struct Column {
   int pixel = 0;
-  CategoryBytes before{}, highest{}, after{};
+  CategoryBytes before{}, highest{}, after{};  // highest: of the device's total
+  int64_t host_highest = 0;                    // the host side's largest bytes in the column
 };
-
-int64_t total(const CategoryBytes& b) {
-  int64_t sum = 0;
-  for (int64_t v : b) sum += v;
-  return sum;
-}
 
 std::vector<Column> columns(const MemoryTimeline& tl, const Plot& plot) {
   std::vector<Column> cols;
@@ -157,10 +156,12 @@ std::vector<Column> columns(const MemoryTimeline& tl, const Plot& plot) {
       c.pixel = pixel;
       c.before = previous;
       c.highest = levels[i];
+      c.host_highest = tl.host_bytes(levels[i]);
       cols.push_back(c);
-    } else if (total(levels[i]) > total(cols.back().highest)) {
+    } else if (tl.device_bytes(levels[i]) > tl.device_bytes(cols.back().highest)) {
       cols.back().highest = levels[i];
     }
+    cols.back().host_highest = std::max(cols.back().host_highest, tl.host_bytes(levels[i]));
     cols.back().after = levels[i];
     previous = levels[i];
   }
@@ -168,27 +169,32 @@ std::vector<Column> columns(const MemoryTimeline& tl, const Plot& plot) {
 }
 
 // The stacked areas: category k's polygon runs along the top of categories 0..k left to right and
-// back along the top of 0..k-1.
+// back along the top of 0..k-1. With a host side, offloaded is not stacked: it is the host band,
+// mirrored below the axis (its polygon runs along -host bytes and back along the axis).
 void write_areas(std::ostream& os, const MemoryTimeline& tl, const Plot& plot) {
   struct Point {
     double x;
     CategoryBytes level;
+    int64_t host;  // the host side's bytes drawn there (a column's largest at its middle point)
   };
-  std::vector<Point> points{{plot.left, tl.start_levels()}};
+  std::vector<Point> points{{plot.left, tl.start_levels(), tl.host_bytes(tl.start_levels())}};
   for (const Column& c : columns(tl, plot)) {
     const double x = plot.left + c.pixel;
-    points.push_back({x, c.before});
-    points.push_back({x, c.highest});
-    points.push_back({x + 1, c.after});
+    points.push_back({x, c.before, tl.host_bytes(c.before)});
+    points.push_back({x, c.highest, c.host_highest});
+    points.push_back({x + 1, c.after, tl.host_bytes(c.after)});
   }
-  points.push_back({plot.left + plot.width, points.back().level});
+  points.push_back({plot.left + plot.width, points.back().level, points.back().host});
 
+  const int offloaded = static_cast<int>(Category::Offloaded);
   for (int k = 0; k < kNumCategories; ++k) {
+    if (tl.has_host_side() && k == offloaded) continue;
     const Category category = static_cast<Category>(k);
     std::ostringstream top, bottom;
     auto stacked = [&](const CategoryBytes& level, int upto) {
       int64_t sum = 0;
-      for (int c = 0; c <= upto; ++c) sum += level[c];
+      for (int c = 0; c <= upto; ++c)
+        if (!(tl.has_host_side() && c == offloaded)) sum += level[c];
       return sum;
     };
     for (const Point& p : points)
@@ -200,6 +206,20 @@ void write_areas(std::ostream& os, const MemoryTimeline& tl, const Plot& plot) {
        << "<title>" << category_name(category) << ": peak " << format_bytes(tl.peak_of(category).bytes)
        << "</title></polygon>\n";
   }
+  if (!tl.has_host_side()) return;
+  std::ostringstream band;
+  for (const Point& p : points) band << fixed(p.x, 1) << ',' << fixed(plot.y(-static_cast<double>(p.host)), 1) << ' ';
+  band << fixed(plot.left + plot.width, 1) << ',' << fixed(plot.y(0), 1) << ' ' << fixed(plot.left, 1) << ','
+       << fixed(plot.y(0), 1);
+  const MemoryPeak& host_peak = tl.peak_of(Category::Offloaded);
+  os << "<polygon class=\"host-area\" data-category=\"" << category_name(Category::Offloaded) << "\" fill=\""
+     << kCategoryColors[offloaded] << "\" fill-opacity=\"0.85\" points=\"" << band.str() << "\"><title>"
+     << kHostLabel << ": peak " << format_bytes(host_peak.bytes) << " at "
+     << fixed(static_cast<double>(host_peak.time_ns) / 1e6, 3) << " ms</title></polygon>\n"
+     << "<line class=\"host-axis\" x1=\"" << fixed(plot.left, 1) << "\" x2=\"" << fixed(plot.left + plot.width, 1)
+     << "\" y1=\"" << fixed(plot.y(0), 1) << "\" y2=\"" << fixed(plot.y(0), 1) << "\" stroke=\"#000\"/>\n"
+     << "<text x=\"" << fixed(plot.left + plot.width - 6, 1) << "\" y=\"" << fixed(plot.top + plot.height - 6, 1)
+     << "\" text-anchor=\"end\" font-size=\"12\" fill=\"#555\">" << kHostLabel << " below the axis, device above</text>\n";
 }
 
 // Bands behind the curve: the phases the timeline saw open and close (outer ones first, so a
@@ -263,13 +283,14 @@ void write_phase_bands(std::ostream& os, const MemoryTimeline& tl, const Plot& p
 }
 
 void write_axes(std::ostream& os, const Plot& plot) {
-  const report::AxisTicks mib = report::nice_ticks(0, plot.bytes_max / kMiB, 9);
+  // Below the axis (the host side) the labels are the bytes offloaded, without a sign.
+  const report::AxisTicks mib = report::nice_ticks(-plot.host_max / kMiB, plot.bytes_max / kMiB, 9);
   for (const double v : mib.values) {
     const double y = plot.y(v * kMiB);
     os << "<line x1=\"" << fixed(plot.left, 1) << "\" x2=\"" << fixed(plot.left + plot.width, 1) << "\" y1=\""
        << fixed(y, 1) << "\" y2=\"" << fixed(y, 1) << "\" stroke=\"#000\" stroke-opacity=\"0.12\"/>\n"
        << "<text x=\"" << fixed(plot.left - 8, 1) << "\" y=\"" << fixed(y + 4, 1)
-       << "\" text-anchor=\"end\" font-size=\"12\">" << mib.label(v) << "</text>\n";
+       << "\" text-anchor=\"end\" font-size=\"12\">" << mib.label(std::abs(v)) << "</text>\n";
   }
   const report::AxisTicks ms = report::nice_ticks(0, plot.t_max / 1e6, 11);
   const double base = plot.top + plot.height;
@@ -304,10 +325,13 @@ void write_peak_marker(std::ostream& os, const MemoryPeak& peak, const Plot& plo
 
 void write_legend(std::ostream& os, const MemoryTimeline& tl, const Plot& plot) {
   double x = plot.left;
-  const double y = plot.top + plot.height + 58;
+  double y = plot.top + plot.height + 58;  // a row that would overflow the plot's width wraps
   for (int k = 0; k < kNumCategories; ++k) {
     const Category category = static_cast<Category>(k);
-    const std::string label = std::string(category_name(category)) + " (peak " + format_bytes(tl.peak_of(category).bytes) + ")";
+    const bool host = tl.has_host_side() && category == Category::Offloaded;  // the band below the axis
+    const std::string label = std::string(host ? kHostLabel : category_name(category)) + " (peak " +
+                              format_bytes(tl.peak_of(category).bytes) + ")";
+    if (x > plot.left && x + 20 + 7.0 * static_cast<double>(label.size()) > plot.left + plot.width) x = plot.left, y += 22;
     os << "<rect x=\"" << fixed(x, 1) << "\" y=\"" << fixed(y, 1) << "\" width=\"14\" height=\"14\" fill=\""
        << kCategoryColors[k] << "\"/><text x=\"" << fixed(x + 20, 1) << "\" y=\"" << fixed(y + 12, 1)
        << "\" font-size=\"12\">" << label << "</text>\n";
@@ -368,6 +392,7 @@ void write_memory_timeline_json(const std::string& path, const MemoryTimeline& t
                        {"op", e.op},
                        {"node", e.node},
                        {"backward", e.op_backward},
+                       {"host", e.host},
                        {"levels", levels[i]}});
   }
   json jnotes = json::array();
@@ -391,6 +416,13 @@ void write_memory_timeline_json(const std::string& path, const MemoryTimeline& t
     categories.push_back(category_name(category));
     category_peaks[category_name(category)] = peak_json(timeline.peak_of(category));
   }
+  // The host side (the pinned pool's offloaded bytes; the Offloaded slot of the levels), or null.
+  json host_side = nullptr;
+  if (timeline.has_host_side())
+    host_side = {{"label", kHostLabel},
+                 {"category", category_name(Category::Offloaded)},
+                 {"start_bytes", timeline.host_bytes(timeline.start_levels())},
+                 {"peak", peak_json(timeline.peak_of(Category::Offloaded))}};
   const json doc = {{"device", timeline.device().str()},
                     {"categories", std::move(categories)},
                     {"wall_ns", timeline.wall_ns()},
@@ -399,7 +431,8 @@ void write_memory_timeline_json(const std::string& path, const MemoryTimeline& t
                     {"notes", std::move(jnotes)},
                     {"phases", std::move(jphases)},
                     {"peak", peak_json(timeline.peak())},
-                    {"category_peaks", std::move(category_peaks)}};
+                    {"category_peaks", std::move(category_peaks)},
+                    {"host_side", std::move(host_side)}};
   std::ofstream out;
   open_for_writing(out, path, what);
   out << doc.dump() << "\n";
@@ -414,6 +447,11 @@ void write_memory_timeline_html(const std::string& path, const MemoryTimeline& t
   plot.t_max = std::max<double>({1.0, static_cast<double>(timeline.wall_ns()),
                                  events.empty() ? 0.0 : static_cast<double>(events.back().time_ns)});
   plot.bytes_max = std::max(1.0, static_cast<double>(peak.bytes) * 1.08);
+  const MemoryPeak& host_peak = timeline.peak_of(Category::Offloaded);
+  // Below the axis, the host side on the same scale; at least an eighth of the device's range, so
+  // that a small host side stays readable beside its label.
+  if (timeline.has_host_side())
+    plot.host_max = std::max(static_cast<double>(host_peak.bytes) * 1.08, plot.bytes_max / 8);
   const double svg_width = plot.left + plot.width + 30, svg_height = plot.top + plot.height + 120;
 
   std::ostringstream os;
@@ -431,9 +469,14 @@ void write_memory_timeline_html(const std::string& path, const MemoryTimeline& t
      << fixed(static_cast<double>(timeline.wall_ns()) / 1e6, 3) << " ms. Peak " << format_bytes(peak.bytes)
      << " at " << fixed(static_cast<double>(peak.time_ns) / 1e6, 3) << " ms (";
   for (int c = 0; c < kNumCategories; ++c)
-    os << (c ? ", " : "") << category_name(static_cast<Category>(c)) << ' ' << format_bytes(at_peak[c]);
+    if (!(timeline.has_host_side() && static_cast<Category>(c) == Category::Offloaded))
+      os << (c ? ", " : "") << category_name(static_cast<Category>(c)) << ' ' << format_bytes(at_peak[c]);
   os << "). Activation peak " << format_bytes(timeline.peak_of(Category::Activation).bytes) << " at "
-     << fixed(static_cast<double>(timeline.peak_of(Category::Activation).time_ns) / 1e6, 3) << " ms.</p>\n";
+     << fixed(static_cast<double>(timeline.peak_of(Category::Activation).time_ns) / 1e6, 3) << " ms.";
+  if (timeline.has_host_side())
+    os << " Host side (" << kHostLabel << ", pinned host memory, drawn below the axis): peak "
+       << format_bytes(host_peak.bytes) << " at " << fixed(static_cast<double>(host_peak.time_ns) / 1e6, 3) << " ms.";
+  os << "</p>\n";
 
   os << "<svg id=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << fixed(svg_width, 0) << "\" height=\""
      << fixed(svg_height, 0) << "\" viewBox=\"0 0 " << fixed(svg_width, 0) << ' ' << fixed(svg_height, 0)
@@ -455,6 +498,12 @@ void write_memory_timeline_html(const std::string& path, const MemoryTimeline& t
      << fixed(static_cast<double>(activations.time_ns) / 1e6, 3) << " ms (" << activations.live.size()
      << " rows, largest first)</h2>\n";
   write_live_table(os, activations, "activation-peak-live");
+  if (timeline.has_host_side()) {
+    os << "<h2>Host side (" << kHostLabel << ") at its peak: " << format_bytes(host_peak.bytes) << " at "
+       << fixed(static_cast<double>(host_peak.time_ns) / 1e6, 3) << " ms (" << host_peak.live.size()
+       << " rows, largest first)</h2>\n";
+    write_live_table(os, host_peak, "host-peak-live");
+  }
   os << "</body>\n</html>\n";
 
   std::ofstream out;

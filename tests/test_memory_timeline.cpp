@@ -2,7 +2,9 @@
 // allocator's statistics for a whole training step (total and per category, on every device), the
 // live list at a peak adds up to it, events carry the phase and the replayed segment, the tape's
 // notes carry the saved tensors' shapes, the JSON round-trips, the page stays small for many
-// events, and misuse (two timelines, an unwritable path, reading a running one) raises.
+// events, misuse (two timelines, an unwritable path, reading a running one) raises, and with
+// autograd::Offload on emulated cuda the host side (the pinned pool's offloaded bytes) is collected
+// apart from the device's: its peak is the pinned pool's, the device's peak stays the device's.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -10,10 +12,14 @@
 #include <set>
 #include <sstream>
 
+#include <optional>
+
 #include "autograd/functions.h"
 #include "autograd/nn_functions.h"
+#include "autograd/offload.h"
 #include "autograd/tape.h"
 #include "core/memory_timeline.h"
+#include "nn/sequential.h"
 #include "optim/optimizer.h"
 #include "report/memory_timeline.h"
 #include "testing.h"
@@ -68,20 +74,25 @@ int64_t sum_bytes(const std::vector<LiveBlock>& blocks) {
   return sum;
 }
 
-// The timeline's peaks against the allocator's own, and the live lists against the levels.
+// The timeline's peaks against the allocator's own (offloaded on a cuda device: the pinned pool's,
+// the host side), and the live lists against the levels. The caller resets both pools' peaks.
 void check_against_stats(const MemoryTimeline& tl, Device device) {
-  const MemoryStats stats = memory_stats(device);
+  const MemoryStats stats = memory_stats(device), pinned = pinned_memory_stats();
   CHECK(tl.peak().bytes == stats.peak_bytes);
   for (int c = 0; c < kNumCategories; ++c) {
     const Category category = static_cast<Category>(c);
     CAPTURE(category_name(category));
-    CHECK(tl.peak_of(category).bytes == stats[category].peak_bytes);
+    const bool host = !device.is_cpu() && category == Category::Offloaded;
+    const CategoryStats& expected = host ? pinned[category] : stats[category];
+    CHECK(tl.peak_of(category).bytes == expected.peak_bytes);
+    for (const LiveBlock& b : tl.peak_of(category).live) CHECK(b.host == host);
     CHECK(sum_bytes(tl.peak_of(category).live) == tl.peak_of(category).bytes);
     for (const LiveBlock& b : tl.peak_of(category).live) CHECK(b.category == category);
     const CategoryBytes& last = tl.levels().empty() ? tl.start_levels() : tl.levels().back();
-    CHECK(last[c] == stats[category].current_bytes);
+    CHECK(last[c] == expected.current_bytes);
   }
   CHECK(sum_bytes(tl.peak().live) == tl.peak().bytes);
+  for (const LiveBlock& b : tl.peak().live) CHECK(!b.host);  // the device's peak: its own blocks
   // Largest first.
   for (size_t i = 1; i < tl.peak().live.size(); ++i) CHECK(tl.peak().live[i - 1].bytes >= tl.peak().live[i].bytes);
 }
@@ -304,6 +315,118 @@ TEST_CASE("the page: self-contained SVG, every category and phase, the peak, bou
   CHECK(html.find("peak " + format_bytes(tl.peak().bytes)) != std::string::npos);
   CHECK(html.find("id=\"peak-live\"") != std::string::npos);
   CHECK(html.find(format_bytes(400000)) != std::string::npos);  // the large block's row
+}
+
+TEST_CASE("offload on emulated cuda: the host side beside the device's, in the timeline, the JSON and the page") {
+  if (!cuda_available()) {
+    MESSAGE("no cuda device: skipped");
+    return;
+  }
+  const Device cuda = Device::cuda(0);
+  manual_seed(11);
+  nn::MLP mlp({64, 256, 256, 256, 256, 256, 256, 10}, "gelu", 0.0);
+  mlp.to(cuda);
+  Generator data(3);
+  const Tensor x = randn({256, 64}, DType::f32, Device::cpu(), &data).to(cuda);  // (256, 64)
+  std::vector<int64_t> classes(256);
+  for (size_t i = 0; i < classes.size(); ++i) classes[i] = static_cast<int64_t>(i) % 10;
+  const Tensor y = from_vector<int64_t>(classes, {256}).to(cuda);
+
+  int64_t plain_peak = 0;
+  for (const bool offload : {false, true}) {
+    CAPTURE(offload);
+    autograd::zero_grad(mlp.parameters());
+    reset_peak_memory(cuda);
+    pinned_allocator().reset_peak();
+    MemoryTimeline tl(cuda);
+    {
+      std::optional<autograd::Offload> scope;
+      if (offload) scope.emplace(autograd::OffloadWhat::All);
+      const profile::PhaseScope forward(Phase::Forward);
+      Tensor loss = cross_entropy(mlp(x), y);
+      autograd::backward(loss);
+    }
+    tl.stop();
+    CHECK(tl.has_host_side());
+    check_against_stats(tl, cuda);  // device peak == memory_stats(cuda), offloaded peak == the pinned pool's
+    const MemoryPeak& host = tl.peak_of(Category::Offloaded);
+    CHECK(host.bytes == pinned_memory_stats()[Category::Offloaded].peak_bytes);
+    CHECK(tl.peak().bytes == memory_stats(cuda).peak_bytes);
+    CHECK(tl.device_bytes(tl.peak().by_category) == tl.peak().bytes);
+    int host_events = 0;
+    for (const MemoryEvent& e : tl.events()) {
+      if (!e.host) {
+        CHECK(e.device == cuda);
+        continue;
+      }
+      ++host_events;
+      CHECK(e.device == Device::cpu());  // the pinned pool
+      CHECK(e.category == Category::Offloaded);
+    }
+    if (!offload) {
+      CHECK(host_events == 0);
+      CHECK(host.bytes == 0);
+      plain_peak = tl.peak().bytes;
+      continue;
+    }
+    REQUIRE(host_events > 0);
+    REQUIRE(host.bytes > 0);
+    for (const LiveBlock& b : host.live) CHECK(b.host);
+    MESSAGE("device peak: plain " << format_bytes(plain_peak) << ", offloaded " << format_bytes(tl.peak().bytes)
+                                  << "; host side peak " << format_bytes(host.bytes));
+    CHECK(tl.peak().bytes < plain_peak);  // the saves moved to the host
+    CHECK(tl.host_bytes(tl.levels().back()) == 0);  // returned when the step ended
+
+    const std::string json_path = temp_path("reel_memory_timeline_host.json");
+    write_memory_timeline_json(json_path, tl);
+    std::ifstream in(json_path);
+    const nlohmann::json doc = nlohmann::json::parse(in);
+    std::remove(json_path.c_str());
+    REQUIRE(doc.at("host_side").is_object());
+    CHECK(doc.at("host_side").at("label") == "host (offloaded)");
+    CHECK(doc.at("host_side").at("peak").at("bytes") == host.bytes);
+    CHECK(doc.at("host_side").at("peak").at("live").size() == host.live.size());
+    CHECK(doc.at("peak").at("bytes") == tl.peak().bytes);
+    int json_host_events = 0;
+    for (const nlohmann::json& e : doc.at("events")) json_host_events += e.at("host").get<bool>() ? 1 : 0;
+    CHECK(json_host_events == host_events);
+
+    const std::string page_path = temp_path("reel_memory_timeline_host.html");
+    write_memory_timeline_html(page_path, tl, "offload");
+    std::ifstream page(page_path);
+    std::stringstream buffer;
+    buffer << page.rdbuf();
+    const std::string html = buffer.str();
+    std::remove(page_path.c_str());
+    CHECK(html.find("<polygon class=\"host-area\"") != std::string::npos);
+    CHECK(html.find("host (offloaded) (peak " + format_bytes(host.bytes) + ")") != std::string::npos);  // the legend
+    CHECK(html.find("id=\"host-peak-live\"") != std::string::npos);
+  }
+  pinned_allocator().reset_peak();  // the other cases compare the host side's peak with the pinned pool's
+}
+
+TEST_CASE("a cpu timeline has no host side: no host events, host_side null, no host band") {
+  TinyMlp m(Device::cpu());
+  optim::AdamW opt(m.parameters(), 1e-2);
+  MemoryTimeline tl;
+  train_step(m, opt, Device::cpu(), false);
+  tl.stop();
+  CHECK(!tl.has_host_side());
+  for (const MemoryEvent& e : tl.events()) CHECK(!e.host);
+  CHECK(tl.device_bytes(tl.peak().by_category) == tl.peak().bytes);
+  const std::string json_path = temp_path("reel_memory_timeline_cpu.json");
+  write_memory_timeline_json(json_path, tl);
+  std::ifstream in(json_path);
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  std::remove(json_path.c_str());
+  CHECK(doc.at("host_side").is_null());
+  const std::string page_path = temp_path("reel_memory_timeline_cpu.html");
+  write_memory_timeline_html(page_path, tl, "cpu");
+  std::ifstream page(page_path);
+  std::stringstream buffer;
+  buffer << page.rdbuf();
+  std::remove(page_path.c_str());
+  CHECK(buffer.str().find("host-area") == std::string::npos);
 }
 
 TEST_CASE("misuse: two timelines, a running one read, an unwritable path") {
