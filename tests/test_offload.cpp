@@ -22,6 +22,7 @@
 #include "testing.h"
 
 using namespace reel;
+using reel::testing::same_bits;
 
 REEL_TEST_REQUIRES_CUDA();
 
@@ -51,14 +52,6 @@ std::vector<std::vector<float>> grads_of(const nn::Module& m) {
   std::vector<std::vector<float>> g;
   for (const Tensor& p : m.parameters()) g.push_back(p.grad().to(Device::cpu()).to_vector<float>());
   return g;
-}
-
-bool same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (a[i].size() != b[i].size() || std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0)
-      return false;
-  return true;
 }
 
 enum class Where { None, ForwardOnly, Whole };  // no Offload; around the forward; around forward and backward

@@ -22,6 +22,7 @@
 #include "testing.h"
 
 using namespace reel;
+using reel::testing::same_bits;
 
 namespace {
 
@@ -86,14 +87,6 @@ Step step(nn::MLP& mlp, Device d, MoveHooks* hooks) {
   autograd::backward(loss);
   for (const Tensor& p : mlp.parameters()) s.grads.push_back(p.grad().to(Device::cpu()).to_vector<float>());
   return s;
-}
-
-bool same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (a[i].size() != b[i].size() || std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0)
-      return false;
-  return true;
 }
 
 }  // namespace

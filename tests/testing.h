@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <initializer_list>
 #include <string>
@@ -65,6 +66,15 @@ inline void check_close(const Tensor& got, const Tensor& expected, double rtol =
 
 // ---- reproducible f64 inputs (contiguous, on the CPU) -------------------------------------------
 // Uniform values in [lo, hi) drawn from `g`, or from a fresh generator of `seed`.
+// Whether two lists of f32 buffers (e.g. every parameter's gradient) are equal to the bit.
+inline bool same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].size() != b[i].size() || std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0)
+      return false;
+  return true;
+}
+
 inline Tensor uniform_f64(Generator& g, const Shape& shape, double lo = -1.0, double hi = 1.0) {
   std::vector<double> u = values(rand(shape, DType::f64, Device::cpu(), &g));
   for (double& x : u) x = lo + (hi - lo) * x;
