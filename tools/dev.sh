@@ -7,10 +7,11 @@
 # (the unit suite with clang), build-fuzz/ (tools/fuzz.sh: the libFuzzer harnesses).
 #
 # Each flavour builds only what its own checks use: the examples and benchmarks are built once, in
-# the default flavour (the examples' end-to-end tests run there, and tools/gpu_check.sh --emulated
-# proves the GPU check script on it); the nvcc flavour compiles what
-# differs under nvcc (the library, the tests, bench_kernels), the sanitizer and clang flavours the
-# unit tests, tools/fuzz.sh the CPU-only layers its harnesses link.
+# the default flavour (the examples' end-to-end tests run there, tools/gpu_check.sh --emulated
+# proves the GPU check script on it, and the CUDA kernel tests run again under simt's race checker);
+# the nvcc flavour compiles what differs under nvcc (the library, the tests, bench_kernels) and
+# checks every kernel's registers, spills and occupancy (the kernel_resources target), the sanitizer
+# and clang flavours the unit tests, tools/fuzz.sh the CPU-only layers its harnesses link.
 # Every compile goes through ccache where it is installed (tools/setup.sh installs it): a first run
 # gains from it too, since every test program compiles the same reel.cpp, and a later run on the
 # same machine reuses the cache (ccache's own folder, `ccache -k cache_dir`, ~/.cache/ccache by
