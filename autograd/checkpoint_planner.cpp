@@ -182,7 +182,7 @@ std::optional<std::vector<Run>> solve(const ChainCost& cost, int64_t budget, Off
   double best_time = 0;
   for (size_t k = 0; k < done.size(); ++k) {
     const State& s = done[k];
-    if (s.held + s.pending + cost.after_bytes > cap) continue;
+    if (s.held + cost.after_bytes > cap) continue;
     const double time = s.time + unhidden_copy(cost, s.pending, 0, 0);
     if (best < 0 || time < best_time) {
       best = static_cast<int>(k);
@@ -258,7 +258,7 @@ Prediction predict(const ChainCost& cost, const std::vector<Run>& runs) {
   REEL_CHECK(next == static_cast<int64_t>(cost.units.size()), "checkpoint plan: the runs cover units [0, ", next,
              ") of ", cost.units.size());
   copy += unhidden_copy(cost, pending, 0, 0);
-  return {cost.before_bytes + std::max(peak, held + pending + cost.after_bytes), time, copy, host};
+  return {cost.before_bytes + std::max(peak, held + cost.after_bytes), time, copy, host};
 }
 
 int64_t min_feasible_peak(const ChainCost& cost, OffloadMode offload) {

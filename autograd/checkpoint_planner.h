@@ -13,17 +13,20 @@
 //   seg + sel   b_first                                    b_first + sum s + max a
 //   offloaded   0 on the device (held(r) is on the host)   work unchanged (its bytes are back)
 // (a: a unit's saved bytes run plain, s: run selective, b: its input, the boundary a segment
-// holds). An offloaded run is prefetched one run ahead: its bytes come back while backward is in
-// the run after it, so that run's term also counts pre(r_{k-1}) = held(r_{k-1}) when r_{k-1} is
-// offloaded (0 otherwise). Backward reaches r_k with the runs before it still held, so
-//   peak = before + max(sum_k dev(r_k) + pre(r_m) + after,
+// holds). An offloaded run comes back whole when backward first needs it, and is prefetched one
+// run ahead: its bytes come back while backward is in the run after it, so that run's term also
+// counts pre(r_{k-1}) = held(r_{k-1}) when r_{k-1} is offloaded (0 otherwise). This is what
+// autograd::Offload does with OffloadPrefetch::Scope, one scope per run (nn::Sequential). Backward
+// reaches r_k with the runs before it still held, so
+//   peak = before + max(sum_k dev(r_k) + after,
 //                       max_k (sum_{q<k} dev(r_q) + pre(r_{k-1}) + work(r_k)))
 // with dev(r) = held(r), or 0 when r is offloaded; `before` is what the step saved before the chain
 // and `after` what it saves after it (the head and the loss, freed before the chain's backward
-// starts; the last run's prefetch overlaps that head, so offloading the last run never lowers the
-// peak). A run's copy to the host, still in flight while the next run's forward saves, is within
-// that next run's backward term, so forward adds no term of its own (the model assumes each copy
-// lands within the next run's forward; what does not is charged as time below).
+// starts; nothing is prefetched during the head's backward, so the last run comes back at its own
+// first rule, and its copy back hides behind nothing). A run's copy to the host, still in flight
+// while the next run's forward saves, is within that next run's backward term, so forward adds no
+// term of its own (the model assumes each copy lands within the next run's forward, the head's for
+// the last run; what does not is charged as time below).
 //
 // Time: a segment re-runs its forward (sum t), a selective scope its recomputed ops (sum t_sel),
 // both when nested. An offloaded run copies held(r) bytes each way at the host link's bandwidth

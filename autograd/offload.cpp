@@ -29,8 +29,15 @@ namespace {
 std::atomic<bool> g_skip_fetch_wait{false};
 thread_local int g_replaying = 0;  // inside a segment's replay (backward): its saves stay on the device
 
-// One offloaded save: its host copy and the device tensor on either side of it.
+// One offloaded storage: its host copy and the device tensor on either side of it.
 struct Entry;
+
+// What the pack hook returns for an offloaded save: its storage's entry, and the save's view of it.
+struct Packed {
+  std::shared_ptr<Entry> entry;
+  Shape shape, strides;
+  int64_t offset = 0;
+};
 
 // Memory an async copy may still touch when its entry goes: kept until the copy's event is done.
 struct Retired {
@@ -51,6 +58,7 @@ struct Group {
 struct Offload::State {
   OffloadWhat what = OffloadWhat::All;
   int64_t min_bytes = 0;
+  OffloadPrefetch prefetch = OffloadPrefetch::Window;
   Stats stats;
 
   // This step's offloaded saves in pack order (the prefetch walks it downward), and by storage for
@@ -72,21 +80,19 @@ namespace {
 
 using State = Offload::State;
 
+// One offloaded storage: every save that views it (at one version) shares it, as on the device.
 struct Entry {
   std::shared_ptr<State> state;
   size_t index = 0;  // in state->order
-  Group group;
+  Group group;       // of the first save that offloaded it
   KeptBy by;
   Device device;
-  Shape shape;
+  int64_t numel = 0;  // the whole storage, as a 1-D tensor of `dtype`
   DType dtype = DType::f32;
-  // What the save was, for sharing: the same view of the same storage at the same version.
   std::weak_ptr<Storage> origin;
-  int64_t offset = 0;
-  Shape strides;
   uint64_t version = 0;
 
-  Tensor out;       // the device tensor copied from, until that copy is known done
+  Tensor out;       // the whole storage on the device, until the copy from it is known done
   PinnedBuffer host;
   Event offloaded;  // the D2H copy is done
   Tensor back;      // the device tensor copied back into (or `out` itself, still alive)
@@ -159,16 +165,28 @@ bool activation_memory(const Tensor& t) {
   return !(meta && ((meta->is_leaf && meta->requires_grad) || meta->views_leaf));
 }
 
+// The entry already offloading t's storage at t's version, or null.
 std::shared_ptr<Entry> shared_copy(State& s, const Tensor& t) {
   const auto it = s.by_storage.find(t.storage().get());
   if (it == s.by_storage.end()) return nullptr;
   for (const std::weak_ptr<Entry>& weak : it->second) {
     const std::shared_ptr<Entry> e = weak.lock();
-    if (e && !e->unpacked && e->origin.lock() == t.storage() && e->offset == t.offset() && e->shape == t.shape() &&
-        e->strides == t.strides() && e->dtype == t.dtype() && e->version == t.version())
+    if (e && !e->unpacked && e->origin.lock() == t.storage() && e->dtype == t.dtype() && e->version == t.version())
       return e;
   }
   return nullptr;
+}
+
+// t's view of the storage that `whole` (a 1-D tensor over all of it) covers.
+Tensor view_of(const Tensor& whole, const Packed& p) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = whole.storage();
+  impl->shape = p.shape;
+  impl->strides = p.strides;
+  impl->offset = p.offset;
+  impl->dtype = whole.dtype();
+  impl->device = whole.device();
+  return Tensor(std::move(impl));
 }
 
 std::string describe(const Tensor& t, const KeptBy& by) {
@@ -193,27 +211,31 @@ std::any pack(const std::shared_ptr<State>& state, const Tensor& t, const KeptBy
     s.by_storage.clear();
     s.step_bytes = 0;
   }
-  if (std::shared_ptr<Entry> e = shared_copy(s, t)) return e;
+  Packed packed{shared_copy(s, t), t.shape(), t.strides(), t.offset()};
+  if (packed.entry) return packed;
+  const size_t storage_bytes = t.storage()->bytes();
+  if (storage_bytes % dtype_size(t.dtype()) != 0) return t;  // not a whole number of its elements: kept
 
+  // The whole storage goes, as the whole of it stays on the device when kept: views of it share one
+  // host copy, so the bytes that come back are the bytes a kept save holds (the planner's model).
   NoGrad no_grad;  // a held input may require grad: the copy below records nothing
   const Device dev = t.device();
   auto e = std::make_shared<Entry>();
+  packed.entry = e;
   e->state = state;
   ++s.live;
   e->index = s.order.size();
   e->group = by.segment >= 0 ? Group{true, by.segment} : Group{false, by.node};
   e->by = by;
   e->device = dev;
-  e->shape = t.shape();
+  e->numel = static_cast<int64_t>(storage_bytes / dtype_size(t.dtype()));
   e->dtype = t.dtype();
   e->origin = t.storage();
-  e->offset = t.offset();
-  e->strides = t.strides();
   e->version = t.version();
-  e->out = t.detach().contiguous();  // a view is copied alone (and comes back contiguous)
+  e->out = view_of(t, Packed{nullptr, {e->numel}, {1}, 0});
   {
     MemoryCategory offloaded(Category::Offloaded);
-    e->host = PinnedBuffer(t.nbytes());
+    e->host = PinnedBuffer(storage_bytes);
   }
   const Stream copy = Stream::copy(dev);
   copy.wait(Stream::compute(dev).record());  // after the kernels that wrote it
@@ -224,10 +246,10 @@ std::any pack(const std::shared_ptr<State>& state, const Tensor& t, const KeptBy
   s.order.push_back(e);
   s.by_storage[t.storage().get()].push_back(e);
   s.in_flight.push_back(e);
-  s.step_bytes += static_cast<int64_t>(t.nbytes());
+  s.step_bytes += static_cast<int64_t>(storage_bytes);
   ++s.stats.tensors;
-  s.stats.bytes += static_cast<int64_t>(t.nbytes());
-  return e;
+  s.stats.bytes += static_cast<int64_t>(storage_bytes);
+  return packed;
 }
 
 // Starts the copy back of `e` (nothing to copy while its device side is still alive).
@@ -240,7 +262,7 @@ void fetch(Entry& e, bool ahead) {
     return;
   }
   NoGrad no_grad;
-  e.back = empty(e.shape, e.dtype, e.device);
+  e.back = empty({e.numel}, e.dtype, e.device);
   const Stream copy = Stream::copy(e.device);
   // The block may have been freed by kernels still queued on the compute stream: after them.
   copy.wait(Stream::compute(e.device).record());
@@ -255,10 +277,34 @@ std::shared_ptr<Entry> waiting(const State& s, size_t i) {
   return e && !e->unpacked ? e : nullptr;
 }
 
-// `now` is needed now: its whole group starts coming back, then the groups packed just before it
-// (reverse forward order, the order backward reads them): with Boundaries the next segment's held
-// inputs; with All, whole groups until an eighth of the step's offloaded bytes is on its way.
+// Starts every waiting save of `s` coming back (`now`, if among them, is needed now).
+void bring_back_all(State& s, const Entry* now) {
+  for (size_t i = s.order.size(); i-- > 0;)
+    if (const std::shared_ptr<Entry> e = waiting(s, i)) fetch(*e, e.get() != now);
+}
+
+// The scope opened on this thread just before `s` that still has saves to bring back, or null.
+std::shared_ptr<State> previous_scope(const State& s) {
+  std::shared_ptr<State> previous;
+  for (const std::weak_ptr<State>& weak : live_states()) {
+    std::shared_ptr<State> state = weak.lock();
+    if (state.get() == &s) return previous;
+    if (state && state->live > 0) previous = std::move(state);
+  }
+  return nullptr;
+}
+
+// `now` is needed now. Prefetch::Scope: all of its scope comes back, and the scope before it.
+// Window: its whole group starts coming back, then the groups packed just before it (reverse
+// forward order, the order backward reads them): with Boundaries the next segment's held inputs;
+// with All, whole groups until an eighth of the step's offloaded bytes is on its way.
 void bring_back(State& s, const Entry& now) {
+  if (s.prefetch == OffloadPrefetch::Scope) {
+    bring_back_all(s, &now);
+    const std::shared_ptr<State> previous = previous_scope(s);
+    if (previous && previous->prefetch == OffloadPrefetch::Scope) bring_back_all(*previous, nullptr);
+    return;
+  }
   size_t low = now.index;
   for (size_t i = now.index + 1; i-- > 0;) {  // the group, downward (it is packed together)
     const std::shared_ptr<Entry> e = waiting(s, i);
@@ -290,9 +336,10 @@ void bring_back(State& s, const Entry& now) {
   }
 }
 
-Tensor unpack(const std::any& packed) {
-  if (const Tensor* t = std::any_cast<Tensor>(&packed)) return *t;  // not offloaded
-  const std::shared_ptr<Entry>& e = std::any_cast<const std::shared_ptr<Entry>&>(packed);
+Tensor unpack(const std::any& value) {
+  if (const Tensor* t = std::any_cast<Tensor>(&value)) return *t;  // not offloaded
+  const Packed& packed = std::any_cast<const Packed&>(value);
+  const std::shared_ptr<Entry>& e = packed.entry;
   State& s = *e->state;
   poll_all();
   if (!e->fetch_started) ++s.stats.waited_on_fetch;
@@ -300,7 +347,7 @@ Tensor unpack(const std::any& packed) {
   fetch(*e, false);
   e->unpacked = true;
   if (!g_skip_fetch_wait) Stream::compute(e->device).wait(e->fetched);  // compute reads it after it landed
-  return e->back;
+  return view_of(e->back, packed);
 }
 
 // The thread's built-in observer over every live state: tracks replays (their saves stay on the
@@ -339,10 +386,11 @@ const char* offload_what_name(OffloadWhat what) {
   return "?";
 }
 
-Offload::Offload(OffloadWhat what, int64_t min_bytes) : state_(std::make_shared<State>()) {
+Offload::Offload(OffloadWhat what, int64_t min_bytes, OffloadPrefetch prefetch) : state_(std::make_shared<State>()) {
   REEL_CHECK(min_bytes >= 0, "Offload: min_bytes must be >= 0, got ", min_bytes);
   state_->what = what;
   state_->min_bytes = min_bytes;
+  state_->prefetch = prefetch;
   const std::shared_ptr<State> state = state_;
   hooks_ = std::make_unique<SavedTensorHooks>(
       PackHookBy([state](const Tensor& t, const KeptBy& by) { return pack(state, t, by); }), UnpackHook(unpack));

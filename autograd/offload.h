@@ -13,14 +13,22 @@
 // compute stream (the kernels that wrote it come first). The device copy stays alive (counted as an
 // activation) until that copy's event is done; it is dropped at the first later pack, unpack or
 // backward rule where Event::query() says so, so a copy stream that falls behind costs memory, never
-// correctness. Saves a tensor shares (the same view of the same storage, same version) share one
-// host copy.
+// correctness. What is copied is the save's whole storage: saves that view one storage (at one
+// version; attention's q, k, v and the projection's input, say) share one host copy and come back
+// as views of one device copy, so the bytes that return are those a kept save holds.
 //
 // Backward: when a rule unpacks an offloaded save, or a segment's replay begins
 // (BackwardObserver::before_replay), the copies back to the device (H2D, on the copy stream) of
-// what it needs now and of the saves packed just before it are started: with Boundaries, the next
-// segment's held inputs; with All, whole groups (one node's saves, one segment's held inputs) until
-// an eighth of the step's offloaded bytes are on their way back. The compute stream waits on the
+// what it needs now and of the saves packed before it are started. How far ahead is the Prefetch:
+//   Window  (the default) the group needed now (one node's saves, or one segment's held inputs),
+//           then earlier groups: with Boundaries the next segment's held inputs; with All, whole
+//           groups until an eighth of the scope's offloaded bytes are on their way back. Fine
+//           grained: one scope around a whole model keeps little on the device at any time.
+//   Scope   every save of this scope comes back at once, and every save of the scope opened just
+//           before it on this thread (if it prefetches by Scope too): one scope ahead. nn::Sequential
+//           opens one scope per offloaded run, so this is the checkpoint planner's model of a run
+//           (autograd/checkpoint_planner.h), and the copy back of run k-1 hides behind run k's
+//           backward. The compute stream waits on the
 // copy's event (Stream::wait): no host or device-wide synchronisation. A host copy is returned to
 // the pinned pool once its slot is done with it (unpacked, or the tape cleared at the end of the
 // backward) and its copies have completed, so the pool's blocks are reused step after step.
@@ -48,10 +56,13 @@ class BackwardObserver;
 
 enum class OffloadWhat : uint8_t { All, Boundaries };  // every save; only checkpoint segments' held inputs
 const char* offload_what_name(OffloadWhat what);        // "all", "boundaries"
+enum class OffloadPrefetch : uint8_t { Window, Scope };  // how far ahead backward brings saves back (above)
 
 class Offload {
  public:
-  explicit Offload(OffloadWhat what = OffloadWhat::All, int64_t min_bytes = 0);  // smaller saves stay
+  // Saves smaller than min_bytes stay on the device.
+  explicit Offload(OffloadWhat what = OffloadWhat::All, int64_t min_bytes = 0,
+                   OffloadPrefetch prefetch = OffloadPrefetch::Window);
   ~Offload();
   Offload(const Offload&) = delete;
   Offload& operator=(const Offload&) = delete;

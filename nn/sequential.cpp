@@ -88,10 +88,12 @@ Tensor Sequential::forward(const Tensor& x) {
                h.device().str(), ": host memory is where cpu tensors already are, so there is nothing to move; "
                "use offload none there");
     // An offloaded run moves its saves (a checkpointed run: only the boundary it holds) to host
-    // memory; the scope opens around the run's scopes below and closes after them.
+    // memory; the scope opens around the run's scopes below and closes after them. In backward the
+    // run comes back whole, with the offloaded run before it: the planner's model of a run.
     std::optional<autograd::Offload> offload;
     if (run.offloaded)
-      offload.emplace(run.checkpointed ? autograd::OffloadWhat::Boundaries : autograd::OffloadWhat::All);
+      offload.emplace(run.checkpointed ? autograd::OffloadWhat::Boundaries : autograd::OffloadWhat::All, 0,
+                      autograd::OffloadPrefetch::Scope);
     std::optional<autograd::Checkpoint> segment, selective;  // the selective scope nests inside
     if (run.checkpointed) segment.emplace();
     if (run.selective) selective.emplace(policy_.keep_rule());

@@ -4,7 +4,8 @@
 // policies, backward inside or after the scope; a planted missing event wait is caught; the version
 // error through an offloaded save is the plain one; host memory is returned at the end of each step
 // and the pinned pool reused over 1,000 steps; accumulation frees each micro-batch's host copies
-// before the next forward; the device activation peak drops; the cpu refusal.
+// before the next forward; the device activation peak drops; views of one storage share one copy;
+// Scope prefetch brings a scope back whole with the one before it; the cpu refusal.
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -263,6 +264,55 @@ TEST_CASE("Offload(All) lowers the device activation peak; the host link is meas
   const double link = autograd::host_link_bytes_per_s(kCuda);
   CHECK(link > 0);
   CHECK(autograd::host_link_bytes_per_s(kCuda) == link);
+}
+
+TEST_CASE("saves that view one storage share one host copy and come back as views of one device copy") {
+  // y (16, 12) is one activation; its two column halves are multiplied, so mul saves two views of
+  // it (as attention saves q, k and v of one qkv). One host copy of y's 768 bytes, not two halves.
+  Generator g(5);
+  const Tensor x = randn({16, 12}, DType::f32, Device::cpu(), &g).to(kCuda);
+  x.set_requires_grad();
+  const auto step = [&](bool offloaded) {
+    autograd::zero_grad({x});
+    std::optional<autograd::Offload> offload;
+    if (offloaded) offload.emplace();
+    const Tensor y = gelu(x);
+    const Tensor loss = sum(mul(slice(y, 1, 0, 6), slice(y, 1, 6, 12)));
+    Stream::copy(kCuda).synchronize();  // every copy has landed: backward reads what came back
+    autograd::backward(loss);
+    if (offload) {
+      CHECK(offload->stats().tensors == 1);  // y, saved by mul through two views (x is a leaf: it stays)
+      CHECK(offload->stats().bytes == 16 * 12 * 4);
+    }
+    return std::vector<std::vector<float>>{x.grad().to(Device::cpu()).to_vector<float>()};
+  };
+  const std::vector<std::vector<float>> plain = step(false);
+  CHECK(same_bits(step(true), plain));
+}
+
+TEST_CASE("OffloadPrefetch::Scope: a scope comes back whole at its first unpack, and the scope before it with it") {
+  auto mlp = make_mlp(kCuda);
+  const Tensor x = batch(16, 24, kCuda), target = targets(16, kCuda);
+  const Run plain = mlp_step(*mlp, Where::None);
+  autograd::zero_grad(mlp->parameters());
+  manual_seed(42);  // mlp_step's dropout stream
+  const int64_t half = mlp->size() / 2;
+  Tensor h = x;
+  autograd::Offload first(autograd::OffloadWhat::All, 0, autograd::OffloadPrefetch::Scope);
+  for (int64_t i = 0; i < half; ++i) h = (*mlp)[i](h);
+  autograd::Offload second(autograd::OffloadWhat::All, 0, autograd::OffloadPrefetch::Scope);
+  for (int64_t i = half; i < mlp->size(); ++i) h = (*mlp)[i](h);
+  const Tensor loss = cross_entropy(h, target);
+  Stream::copy(kCuda).synchronize();
+  autograd::backward(loss);
+  CHECK(same_bits(grads_of(*mlp), plain.grads));
+  // The second scope's first unpack (cross_entropy's) waited and brought all of it back, and all of
+  // the first scope ahead of it: none of the first scope's saves waited.
+  CHECK(second.stats().waited_on_fetch == 1);
+  CHECK(second.stats().prefetched == second.stats().tensors - 1);
+  CHECK(first.stats().waited_on_fetch == 0);
+  CHECK(first.stats().prefetched == first.stats().tensors);
+  CHECK(first.stats().tensors > 2);
 }
 
 TEST_CASE("on the cpu device offload is refused, saying why") {
