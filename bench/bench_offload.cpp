@@ -16,7 +16,7 @@
 // (report/predict.h predict_record: max(bytes / HBM bandwidth, FLOPs / f32 rate, launch)), and a
 // selective scope's recompute is the non-GEMM kernels' share of it.
 //
-//   bench_offload [rounds=3] [n_embd=64] [batch=16]    # part 1 about a minute on two cores
+//   bench_offload [rounds=3] [n_embd=64] [batch=16]    # part 1 about a minute on two cores; rounds 0: part 2 only
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -136,13 +136,23 @@ void h200(int64_t batch) {
   for (const double link : {64e9, 450e9}) {
     cost.host_bytes_per_s = link;
     const autograd::Prediction plain = autograd::predict(cost, CheckpointPolicy::parse("none").plan(12));
-    const autograd::Prediction sq = autograd::predict(cost, sqrt_runs);
     const double step_ms = 3 * 12 * b * fwd_s * 1e3;  // forward + backward of the blocks (backward = 2 forwards)
     const int64_t budget = plain.peak_bytes / 4;
     std::printf("\n  host link %.0f GB/s: plain peak %s, budget 25 %% = %s; blocks' step (3 forwards) %.2f ms\n",
                 link * 1e-9, format_bytes(plain.peak_bytes).c_str(), format_bytes(budget).c_str(), step_ms);
-    std::printf("    sqrt                 peak %s, extra %.2f ms (x%.3f)  %s\n", format_bytes(sq.peak_bytes).c_str(),
-                sq.time_ns() * 1e-6, (step_ms + sq.time_ns() * 1e-6) / step_ms, examples::runs_str(sqrt_runs).c_str());
+    const auto row = [&](const char* name, const std::vector<CheckpointPolicy::Run>& runs) {
+      const autograd::Prediction p = autograd::predict(cost, runs);
+      std::printf("    %-20s peak %s, extra %.2f ms (x%.3f) = recompute %.2f + copy %.2f, host %s  %s\n", name,
+                  format_bytes(p.peak_bytes).c_str(), p.time_ns() * 1e-6, (step_ms + p.time_ns() * 1e-6) / step_ms,
+                  p.recompute_ns * 1e-6, p.copy_ns * 1e-6, format_bytes(p.host_bytes).c_str(),
+                  examples::runs_str(runs).c_str());
+    };
+    row("sqrt", sqrt_runs);
+    std::vector<CheckpointPolicy::Run> sqrt_offloaded = sqrt_runs, every_offloaded;
+    for (CheckpointPolicy::Run& r : sqrt_offloaded) r.offloaded = r.checkpointed;
+    for (int64_t i = 0; i < 12; ++i) every_offloaded.push_back({i, i + 1, false, false, true});
+    row("sqrt, boundaries off", sqrt_offloaded);
+    row("every block offloaded", every_offloaded);
     for (const autograd::OffloadMode mode : {autograd::OffloadMode::None, autograd::OffloadMode::Auto}) {
       try {
         const autograd::CheckpointPlan p = autograd::plan_checkpoint(cost, budget, mode);
@@ -165,7 +175,8 @@ int main(int argc, char** argv) {
   const int64_t n_embd = argc > 2 ? std::atoll(argv[2]) : 64;
   const int64_t batch = argc > 3 ? std::atoll(argv[3]) : 16;
   try {
-    if (cuda_available()) sweep(rounds, n_embd, batch);
+    if (rounds == 0) std::printf("rounds 0: the measured sweep is skipped\n");
+    else if (cuda_available()) sweep(rounds, n_embd, batch);
     else std::printf("no cuda device in this build: the measured sweep is skipped\n");
     h200(/*batch*/ 8);
   } catch (const std::exception& e) {
