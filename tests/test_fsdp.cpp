@@ -18,10 +18,12 @@
 
 #include "autograd/checkpoint.h"
 #include "autograd/functions.h"
+#include "autograd/nn_functions.h"
 #include "autograd/tape.h"
 #include "core/allocator.h"
 #include "dist/fsdp.h"
 #include "dist/process_group.h"
+#include "nn/gpt.h"
 #include "nn/sequential.h"
 #include "optim/accumulator.h"
 #include "optim/optimizer.h"
@@ -248,6 +250,57 @@ TEST_CASE("fsdp on cuda:0, through NCCL (or staged): stage 3 and 2 equal one pro
   check_against_one_process({3, FSDP::ReduceMode::PerMicroBatch, "sqrt", true, {6, 10}}, DType::f64, Device::cuda(0),
                             1e-12);
   check_against_one_process({2, FSDP::ReduceMode::PerWindow, "none", true, {16}}, DType::f64, Device::cuda(0), 1e-12);
+}
+
+TEST_CASE("fsdp: a small GPT, its blocks as units and the embeddings and ln_f as the root, equals one process") {
+  // f32, stage 3 with sqrt checkpointing over the blocks, two micro-batches per rank (one on one process).
+  const nn::GPTConfig config{/*vocab_size*/ 11, /*block_size*/ 8, /*n_layer*/ 4, /*n_head*/ 2, /*n_embd*/ 16};
+  const auto random_ids = [](uint64_t seed) {  // (8, 8) in [0, 11)
+    std::vector<int64_t> v;
+    for (double x : reel::testing::uniform_f64({64}, seed, 0.0, 1.0).to_vector<double>())
+      v.push_back(std::min<int64_t>(10, static_cast<int64_t>(x * 11)));
+    return from_vector(v, {8, 8});
+  };
+  const Tensor ids = random_ids(3), targets = random_ids(4);  // (B, T)
+  struct Tokens {
+    Tensor ids, targets;
+  };
+  const auto count = [](const Tokens& t) { return t.targets.numel(); };
+  const auto slice = [&](int64_t b, int64_t e) { return Tokens{ids.slice(0, b, e).clone(), targets.slice(0, b, e).clone()}; };
+  const int r = world().rank();
+  const std::vector<Tokens> mine{slice(4 * r, 4 * r + 1), slice(4 * r + 1, 4 * r + 4)};
+  const std::vector<Tokens> whole{slice(0, 8)};
+
+  manual_seed(5);
+  nn::GPT ref(config);
+  ref.set_checkpoint(autograd::CheckpointPolicy::parse("sqrt"));
+  manual_seed(5);
+  nn::GPT gpt(config);
+  gpt.set_checkpoint(autograd::CheckpointPolicy::parse("sqrt"));
+  std::vector<nn::Module*> blocks;
+  for (int64_t i = 0; i < gpt.h->size(); ++i) blocks.push_back(&(*gpt.h)[i]);
+  FSDP fsdp(gpt, blocks, {3, FSDP::ReduceMode::PerMicroBatch, true, {}});
+  REQUIRE(fsdp.units().size() == 5);
+  CHECK(fsdp.units().back().name.empty());  // the root: wte (tied head), wpe, ln_f
+  CHECK(fsdp.units().back().params.size() == 4);
+
+  Capture ref_cap(ref.parameters());
+  optim::Accumulator ref_acc(ref_cap);
+  ref_acc.step(whole, count, [&](const Tokens& t) { return cross_entropy(ref(t.ids), t.targets, -100, "sum"); });
+  Capture cap(fsdp.shard_parameters());
+  optim::Accumulator acc(cap, {0.0, nullptr, false, &fsdp});
+  acc.step(mine, count, [&](const Tokens& t) { return cross_entropy(gpt(t.ids), t.targets, -100, "sum"); });
+  CHECK(fsdp.all_gathers() == 2 * (2 * 5 - 1));
+  for (size_t u = 0; u < fsdp.units().size(); ++u) {
+    const FSDP::Unit& k = fsdp.units()[u];
+    CAPTURE(k.name);
+    const Tensor full = zeros({k.layout.padded}, DType::f32);
+    for (size_t j = 0; j < k.params.size(); ++j) {
+      const Tensor& g = ref_cap.grads[k.params[j]];
+      untracked::slice(full, 0, k.offset[j], k.offset[j] + g.numel()).copy_(g.reshape({g.numel()}));
+    }
+    check_rel(cap.grads[u], untracked::slice(full, 0, k.layout.begin, k.layout.begin + k.layout.chunk), 1e-5);
+  }
 }
 
 TEST_CASE("fsdp: a replayed segment re-gathers its freed parameters; gradients bit-identical to unsharded") {
