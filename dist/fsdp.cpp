@@ -116,25 +116,30 @@ FullyShardedDataParallel::FullyShardedDataParallel(nn::Module& model, const std:
     REEL_CHECK(found, "FullyShardedDataParallel: Options::keep names a module that is not a unit");
   }
 
-  // The flat buffers: rank 0's values everywhere, the parameters rebound to views of them, the shards.
-  autograd::NoGrad no_grad;
+  // Each unit's layout, checked before anything changes.
   for (Unit& k : units_) {
     const Tensor& first = params_[k.params.front()].second;
     int64_t numel = 0;
     for (size_t i : k.params) {
       const auto& [name, p] = params_[i];
-      REEL_CHECK(p.dtype() == first.dtype() && p.device() == first.device(), "FullyShardedDataParallel: unit '",
-                 k.name, "' mixes ", first.dtype(), " on ", first.device(), " with '", name, "' (", p.dtype(), " on ",
+      REEL_CHECK(p.dtype() == first.dtype() && p.device() == first.device(), "FullyShardedDataParallel: unit '", k.name,
+                 "' mixes ", first.dtype(), " on ", first.device(), " with '", name, "' (", p.dtype(), " on ",
                  p.device(), "); one flat buffer per unit needs one dtype and device");
       k.offset.push_back(numel);
       numel += p.numel();
     }
     k.layout = flat_shard(numel, group_.rank(), group_.size());
+  }
+  // The flat buffers: rank 0's values everywhere, the parameters rebound to views of them, the shards.
+  autograd::NoGrad no_grad;
+  for (Unit& k : units_) {
+    const Tensor& first = params_[k.params.front()].second;
     {
       MemoryCategory category(Category::Parameter);
       k.flat = zeros({k.layout.padded}, first.dtype(), first.device());  // the padding stays zero
     }
-    for (size_t j = 0; j < k.params.size(); ++j) piece(k.flat, k.offset[j], params_[k.params[j]].second).copy_(params_[k.params[j]].second);
+    for (size_t j = 0; j < k.params.size(); ++j)
+      piece(k.flat, k.offset[j], params_[k.params[j]].second).copy_(params_[k.params[j]].second);
     group_.broadcast(k.flat, 0);
     for (size_t j = 0; j < k.params.size(); ++j) {
       // Swap the data under the same TensorImpl (as Module::to): every handle follows.
@@ -161,9 +166,10 @@ FullyShardedDataParallel::FullyShardedDataParallel(nn::Module& model, const std:
   }));
   if (options_.stage == 3)
     for (size_t u = 0; u < units_.size(); ++u) {
-      hooks_.push_back(units_[u].module->register_forward_pre_hook([this, u](nn::Module&, const Tensor&) { pre_forward(u); }));
       hooks_.push_back(
-          units_[u].module->register_forward_hook([this, u](nn::Module&, const Tensor&, const Tensor&) { post_forward(u); }));
+          units_[u].module->register_forward_pre_hook([this, u](nn::Module&, const Tensor&) { pre_forward(u); }));
+      hooks_.push_back(units_[u].module->register_forward_hook(
+          [this, u](nn::Module&, const Tensor&, const Tensor&) { post_forward(u); }));
     }
   observer_ = std::make_shared<Observer>(*this);
   autograd::add_backward_observer(observer_);
@@ -413,7 +419,7 @@ void FullyShardedDataParallel::after_step() {
   autograd::NoGrad no_grad;
   for (size_t u = 0; u < units_.size(); ++u) {
     if (!units_[u].gathered) continue;  // stage 3: the next forward gathers the new values
-    units_[u].gathered = false;          // stale: gather again into the same storage
+    units_[u].gathered = false;         // stale: gather again into the same storage
     gather(u, Phase::AfterStep);
   }
 }

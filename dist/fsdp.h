@@ -99,7 +99,7 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   struct Options {
     int stage = 3;  // 2: gradients and optimizer state sharded; 3: parameters too
     ReduceMode reduce = ReduceMode::PerMicroBatch;
-    bool prefetch = true;  // stage 3: gather the next unit of backward ahead
+    bool prefetch = true;           // stage 3: gather the next unit of backward ahead
     std::vector<nn::Module*> keep;  // stage 3: units (named in `units`, or the model for the root) never released
   };
   // Where an all-gather was issued (all_gathers()).
@@ -128,15 +128,15 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   void after_step() override;
 
   struct Unit {
-    std::string name;                  // the module's dotted name in the model ("" for the model)
+    std::string name;  // the module's dotted name in the model ("" for the model)
     nn::Module* module = nullptr;
-    std::vector<size_t> params;        // indices into the model's named_parameters(), in flat order
-    std::vector<int64_t> offset;       // element offset of each in the flat buffer
-    FlatShard layout;                  // numel, padded, chunk, this rank's begin
-    Tensor flat;                       // (padded): the whole parameters' storage (released when not gathered)
-    Tensor shard;                      // (chunk): this rank's part, a leaf with a persistent .grad
+    std::vector<size_t> params;   // indices into the model's named_parameters(), in flat order
+    std::vector<int64_t> offset;  // element offset of each in the flat buffer
+    FlatShard layout;             // numel, padded, chunk, this rank's begin
+    Tensor flat;                  // (padded): the whole parameters' storage (released when not gathered)
+    Tensor shard;                 // (chunk): this rank's part, a leaf with a persistent .grad
     bool gathered = true;
-    bool kept = false;                 // stage 3: never released
+    bool kept = false;  // stage 3: never released
   };
   const std::vector<Unit>& units() const { return units_; }
   ProcessGroup& group() const { return group_; }
@@ -163,11 +163,11 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   friend class Observer;
   void gather(size_t u, Phase phase);  // makes unit u gathered (waiting for its prefetch if in flight)
   void release(size_t u);
-  void prefetch_before(size_t u);      // the unit before u in this forward's order, ahead
-  void drop_prefetch();                // waits for a prefetch in flight and forgets it
-  void reduce(size_t u);               // full gradients -> shard .grad, full gradients dropped
-  void reduce_ready();                 // reduces, in order, the units whose gradients are final
-  void start_backward(size_t root);    // on a backward's first event: what each tape node reads
+  void prefetch_before(size_t u);    // the unit before u in this forward's order, ahead
+  void drop_prefetch();              // waits for a prefetch in flight and forgets it
+  void reduce(size_t u);             // full gradients -> shard .grad, full gradients dropped
+  void reduce_ready();               // reduces, in order, the units whose gradients are final
+  void start_backward(size_t root);  // on a backward's first event: what each tape node reads
   void end_backward();
   void before_node(int64_t index, Phase phase);
   void before_replay(size_t begin, size_t last);
@@ -180,7 +180,7 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   ProcessGroup& group_;
   std::vector<std::pair<std::string, Tensor>> params_;  // the model's named_parameters()
   std::vector<Unit> units_;
-  std::vector<size_t> unit_of_;                          // parameter index -> unit
+  std::vector<size_t> unit_of_;                               // parameter index -> unit
   std::unordered_map<const AutogradMeta*, size_t> param_of_;  // a parameter's autograd state -> index
   size_t last_unit_ = 0;              // the unit whose forward ends last: not released after forward
   std::vector<size_t> reduce_order_;  // reverse of the list, root last
@@ -194,10 +194,10 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   bool in_backward_ = false;
   std::vector<std::vector<size_t>> reads_;
   std::vector<int64_t> expected_, ready_;
-  std::vector<bool> done_;            // this backward: gradients final
-  size_t next_reduce_ = 0;            // position in reduce_order_
-  std::vector<bool> reduced_;         // this window (PerWindow) / this backward (PerMicroBatch)
-  bool armed_ = false;                // inside the window's last backward
+  std::vector<bool> done_;     // this backward: gradients final
+  size_t next_reduce_ = 0;     // position in reduce_order_
+  std::vector<bool> reduced_;  // this window (PerWindow) / this backward (PerMicroBatch)
+  bool armed_ = false;         // inside the window's last backward
 
   // The prefetch in flight: its unit, its buffer and its collective.
   struct InFlight {

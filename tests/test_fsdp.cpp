@@ -234,8 +234,8 @@ TEST_CASE("fsdp: stage 2 and 3, with and without checkpointing and accumulation,
       for (const std::string checkpoint : {"none", "sqrt", "every:1"})
         for (const std::vector<int64_t>& split : {std::vector<int64_t>{16}, std::vector<int64_t>{6, 10}})
           check_against_one_process({stage, reduce, checkpoint, true, split}, DType::f64, Device::cpu(), 1e-12);
-  check_against_one_process({3, FSDP::ReduceMode::PerMicroBatch, "sqrt", false, {5, 5, 6}}, DType::f64,
-                            Device::cpu(), 1e-12);
+  check_against_one_process({3, FSDP::ReduceMode::PerMicroBatch, "sqrt", false, {5, 5, 6}}, DType::f64, Device::cpu(),
+                            1e-12);
 }
 
 TEST_CASE("fsdp: f32 stage 3 with checkpointing equals one process to 1e-6") {
@@ -266,7 +266,9 @@ TEST_CASE("fsdp: a small GPT, its blocks as units and the embeddings and ln_f as
     Tensor ids, targets;
   };
   const auto count = [](const Tokens& t) { return t.targets.numel(); };
-  const auto slice = [&](int64_t b, int64_t e) { return Tokens{ids.slice(0, b, e).clone(), targets.slice(0, b, e).clone()}; };
+  const auto slice = [&](int64_t b, int64_t e) {
+    return Tokens{ids.slice(0, b, e).clone(), targets.slice(0, b, e).clone()};
+  };
   const int r = world().rank();
   const std::vector<Tokens> mine{slice(4 * r, 4 * r + 1), slice(4 * r + 1, 4 * r + 4)};
   const std::vector<Tokens> whole{slice(0, 8)};
@@ -445,7 +447,8 @@ TEST_CASE("fsdp: a sharded save loads into one process bit for bit, and a one-pr
     FSDP fsdp(*model, units_of(*model), {stage, FSDP::ReduceMode::PerMicroBatch, true, {}});
     optim::AdamW opt(fsdp.shard_parameters(), 0.01);
     optim::Accumulator acc(opt, {0.0, nullptr, false, &fsdp});
-    for (int s = 0; s < 2; ++s) acc.step(my_window(d, {16}), tokens, [&](const Batch& b) { return loss_of(*model, b); });
+    for (int s = 0; s < 2; ++s)
+      acc.step(my_window(d, {16}), tokens, [&](const Batch& b) { return loss_of(*model, b); });
     const nn::TensorDict trained = fsdp.full_state_dict();
     fsdp.save(path);
     // One process (each rank alone) loads it bit for bit.
