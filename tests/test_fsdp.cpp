@@ -210,8 +210,9 @@ void check_against_one_process(const Config& c, DType dt, Device dev, double rel
     CHECK(std::fabs(r.grad_norm - w.grad_norm) <= rel * w.grad_norm);
   }
   const nn::TensorDict got = fsdp.full_state_dict();
-  for (const auto& [name, p] : ref->named_parameters()) {
-    CAPTURE(name);
+  for (const auto& named : ref->named_parameters()) {
+    const auto& [name, p] = named;
+    CAPTURE(named.first);
     check_rel(got.at(name), p, rel);
   }
   // Stage 2 keeps the whole parameters, updated after each step.
@@ -454,8 +455,9 @@ TEST_CASE("fsdp: a sharded save loads into one process bit for bit, and a one-pr
     // One process (each rank alone) loads it bit for bit.
     auto plain = make_model(DType::f64, Device::cpu(), 99);
     nn::load(*plain, path);
-    for (const auto& [name, p] : plain->named_parameters()) {
-      CAPTURE(name);
+    for (const auto& named : plain->named_parameters()) {
+      const auto& [name, p] = named;
+      CAPTURE(named.first);
       CHECK(reel::testing::bit_identical(p, trained.at(name)));
     }
     world().barrier();  // every rank has read it before rank 0 writes the next
@@ -465,8 +467,9 @@ TEST_CASE("fsdp: a sharded save loads into one process bit for bit, and a one-pr
     world().barrier();
     fsdp.load(path);
     const nn::TensorDict loaded = fsdp.full_state_dict();
-    for (const auto& [name, p] : other->named_parameters()) {
-      CAPTURE(name);
+    for (const auto& named : other->named_parameters()) {
+      const auto& [name, p] = named;
+      CAPTURE(named.first);
       CHECK(reel::testing::bit_identical(loaded.at(name), p));
     }
     if (stage == 2)
