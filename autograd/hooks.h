@@ -9,8 +9,8 @@
 //                                 last node that uses it (replays included); a leaf the loss does
 //                                 not reach is reported too, with its .grad as it was
 // Anomaly mode (autograd/anomaly.h), the profiler's op and phase scopes, data parallel's bucket
-// trigger (dist/data_parallel.h) and Offload's prefetch (autograd/offload.h) are observers; FSDP's
-// re-gather before a replay will be one.
+// trigger (dist/data_parallel.h), Offload's prefetch (autograd/offload.h) and FSDP's re-gathers
+// before a replay or a rule (dist/fsdp.h) are observers.
 //
 //   struct Count : autograd::BackwardObserver {
 //     int nodes = 0;

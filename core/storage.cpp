@@ -14,8 +14,21 @@ Storage::~Storage() {
 
 void Storage::set_category(Category category) {
   if (category == category_) return;
-  allocator_for(device_).recategorize(data_, bytes_, category_, category);
+  if (!released_) allocator_for(device_).recategorize(data_, bytes_, category_, category);
   category_ = category;
+}
+
+void Storage::release() {
+  if (released_) return;
+  if (data_) allocator_for(device_).deallocate(data_, bytes_, category_);
+  data_ = nullptr;
+  released_ = true;
+}
+
+void Storage::materialize() {
+  if (!released_) return;
+  data_ = allocator_for(device_).allocate(bytes_, category_);
+  released_ = false;
 }
 
 }  // namespace reel

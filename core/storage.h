@@ -18,8 +18,8 @@ class Storage {
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
-  void* data() const { return data_; }
-  size_t bytes() const { return bytes_; }
+  void* data() const { return data_; }  // null while released
+  size_t bytes() const { return bytes_; }  // the size, released or not
   Device device() const { return device_; }
   Category category() const { return category_; }
   // Re-attributes these bytes in the statistics (e.g. to Activation when saved for backward).
@@ -35,8 +35,20 @@ class Storage {
   uint64_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
 
+  // Dropping the bytes while the storage itself stays (dist/fsdp.h shards parameters this way):
+  // release() gives them back to the caching allocator (they leave the category's statistics) and
+  // data() is null until materialize() allocates bytes() again, in the same category. Every tensor
+  // viewing the storage, and every slot the tape saved of it, keeps the same Storage throughout, so
+  // whoever refills it (Tensor::restore_) serves them all. A kernel reaching a released storage
+  // (Tensor::data_ptr) raises a reel::Error instead of reading null. The version is untouched:
+  // releasing writes nothing. Both are no-ops when already in that state.
+  void release();
+  void materialize();
+  bool released() const { return released_; }
+
  private:
   void* data_ = nullptr;
+  bool released_ = false;
   size_t bytes_ = 0;
   Device device_;
   Category category_;

@@ -163,7 +163,11 @@ bool Tensor::is_contiguous() const {
 }
 
 void* Tensor::data_ptr() const {
-  if (!storage() || !storage()->data()) return nullptr;
+  if (!storage()) return nullptr;
+  REEL_CHECK(!storage()->released(), "data_ptr: the ", dtype(), " ", shape(), " tensor on ", device(),
+             " has released its storage (Storage::release: a sharded parameter outside its unit's use, see "
+             "dist/fsdp.h); it must be materialized and refilled before a kernel reads or writes it");
+  if (!storage()->data()) return nullptr;
   return static_cast<char*>(storage()->data()) +
          checked_mul(offset(), static_cast<int64_t>(dtype_size(dtype())), "data_ptr", shape());
 }
@@ -457,6 +461,13 @@ void Tensor::copy_(const Tensor& src) const {
   Tensor from = src.device() == device() ? src : src.to(device());
   bump_version();  // in place: what the tape saved of this storage is stale from here on
   copy_strided(from, *this);
+}
+
+void Tensor::restore_(const Tensor& src) const {
+  REEL_CHECK(src.shape() == shape() && src.dtype() == dtype(), "restore_: source ", src.dtype(), " ", src.shape(),
+             " does not match destination ", dtype(), " ", shape());
+  if (numel() == 0) return;
+  copy_strided(src.device() == device() ? src : src.to(device()), *this);  // no bump_version: see the header
 }
 
 void Tensor::fill_(double value) const {

@@ -90,6 +90,11 @@ class Tensor {
   Tensor to(Device device) const;      // itself when already there
   Tensor to(DType dtype) const;        // itself when already of that dtype
   void copy_(const Tensor& src) const;  // this = src (same shape; device/dtype may differ)
+  // copy_ WITHOUT bumping the version: only for writing back the very values this storage held
+  // before it was released (Storage::release), e.g. a sharded parameter gathered again for a
+  // backward or a checkpoint replay. What the tape saved of it then reads exactly what forward read,
+  // so its version checks must keep passing; any other write must use copy_.
+  void restore_(const Tensor& src) const;
   void fill_(double value) const;      // in place: handles are shared, the data is not const
   // The storage's version counter (core/storage.h): how many in-place writes it has seen; 0 for
   // a tensor without storage. bump_version() is for in-place kernels outside core.

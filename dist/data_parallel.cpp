@@ -15,6 +15,7 @@
 #include "autograd/tape.h"
 #include "core/allocator.h"
 #include "core/profile.h"
+#include "dist/sharding.h"
 #include "kernels/optimizer.h"
 
 namespace reel::dist {
@@ -60,7 +61,7 @@ DataParallel::DataParallel(std::vector<Tensor> params, Options options, ProcessG
   MemoryCategory category(Category::Gradient);  // the buckets are gradient memory
   for (Bucket& k : buckets_) {
     const Tensor& first = params_[k.params.front()];
-    k.padded = options_.zero_stage == 1 ? (k.numel + world - 1) / world * world : k.numel;
+    k.padded = options_.zero_stage == 1 ? flat_shard(k.numel, group_.rank(), world).padded : k.numel;
     k.flat = zeros({k.padded}, first.dtype(), first.device());  // the padding stays zero
     if (options_.zero_stage == 1) k.shard = zeros({k.padded / world}, first.dtype(), first.device());
   }
@@ -170,8 +171,7 @@ double DataParallel::grad_norm() {
   std::vector<Tensor> grads;
   if (options_.zero_stage == 1) {
     for (const Bucket& k : buckets_) grads.push_back(k.shard);
-    const double local = kernels::global_grad_norm(grads);
-    return std::sqrt(group_.all_reduce(local * local, ReduceOp::Sum));
+    return sharded_norm(grads, group_);
   }
   for (const Tensor& p : params_)
     if (p.grad().defined()) grads.push_back(p.grad());

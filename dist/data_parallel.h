@@ -25,7 +25,8 @@
 // instead, so rank r receives only its chunk of the summed gradients; ZeroAdamW keeps the AdamW
 // moments of that chunk alone (the optimizer state per rank is 1/world of plain AdamW's), steps it,
 // and all-gathers the updated parameters. The global norm is the square root of the ranks' summed
-// squared chunk norms.
+// squared chunk norms (dist/sharding.h). ZeRO-2 and ZeRO-3 (gradients and parameters sharded too,
+// any optimizer) are dist::FullyShardedDataParallel (dist/fsdp.h).
 #pragma once
 #include <cstdint>
 #include <memory>

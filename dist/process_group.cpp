@@ -481,7 +481,7 @@ void ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, Red
   reduce_scatter_async(output, input, op).wait();
 }
 
-void ProcessGroup::all_gather(const Tensor& output, const Tensor& input) {
+Work ProcessGroup::all_gather_async(const Tensor& output, const Tensor& input) {
   REEL_CHECK(output.defined() && input.defined(), "dist: all_gather of an undefined tensor");
   const bool nccl = takes_nccl(input.device()) && output.device() == input.device();
   auto s = std::make_shared<Work::State>();
@@ -492,8 +492,7 @@ void ProcessGroup::all_gather(const Tensor& output, const Tensor& input) {
   s->user = output;
   if (!mpi_) {
     output.copy_(input.reshape(output.shape()));
-    start(Collective::AllGather, std::move(s));
-    return;
+    return start(Collective::AllGather, std::move(s));
   }
   if (nccl) {
     nccl::Comm& comm = nccl_comm(input.device());
@@ -505,9 +504,7 @@ void ProcessGroup::all_gather(const Tensor& output, const Tensor& input) {
     } catch (const Error& e) {
       fail(*s, std::string("failed to start (") + e.what() + ")");
     }
-    start_nccl(Collective::AllGather, s);
-    wait_state(*s);
-    return;
+    return start_nccl(Collective::AllGather, std::move(s));
   }
   const MPI_Datatype type = mpi_type(input.dtype(), s->what);
   const int n = count_of(input, s->what);
@@ -518,9 +515,10 @@ void ProcessGroup::all_gather(const Tensor& output, const Tensor& input) {
                                     &s->request);
       rc != MPI_SUCCESS)
     fail(*s, "failed to start (MPI: " + mpi_error(rc) + ")");
-  start(Collective::AllGather, s);
-  wait_state(*s);
+  return start(Collective::AllGather, std::move(s));
 }
+
+void ProcessGroup::all_gather(const Tensor& output, const Tensor& input) { all_gather_async(output, input).wait(); }
 
 void ProcessGroup::broadcast(const Tensor& t, int root) {
   REEL_CHECK(t.defined(), "dist: broadcast of an undefined tensor");

@@ -94,6 +94,7 @@ class ProcessGroup {
   Work reduce_scatter_async(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::Sum);
   // output (size() * n elements) = every rank's input (n), in rank order.
   void all_gather(const Tensor& output, const Tensor& input);
+  Work all_gather_async(const Tensor& output, const Tensor& input);
   // t = root's t on every rank.
   void broadcast(const Tensor& t, int root = 0);
   void barrier();

@@ -37,6 +37,7 @@ void Accumulator::finish(WindowResult& r) {
   }
   optimizer_.set_lr(r.lr);
   optimizer_.step();
+  if (sync) sync->after_step();
   optimizer_.zero_grad();
   r.stepped = true;
 }

@@ -18,14 +18,17 @@
 // of count 0 (no step).
 //   acc.set_grad_hook([](const std::vector<Tensor>& params, const WindowResult& w) { log(params, w.count); });
 //
-// Across processes (Options::sync, set by dist::DataParallel), the window spans every rank: the
-// count is summed over the ranks before any backward, so every rank's loss is normalised by the
-// global count (exact with uneven shards), the gradients are synchronised once per window, during
-// the window's last backward, and clipping and the non-finite check use the global norm.
+// Across processes (Options::sync, set by dist::DataParallel or dist::FullyShardedDataParallel), the
+// window spans every rank: the count is summed over the ranks before any backward, so every rank's
+// loss is normalised by the global count (exact with uneven shards), the gradients are synchronised
+// (DataParallel: once per window, during the window's last backward; FSDP: per micro-batch or per
+// window, its option), and clipping and the non-finite check use the global norm.
 // Across processes the hook runs on every rank with the same gradients; it must change them the same
 // way on every rank, or the replicas drift apart. Under ZeRO-1 (dist::ZeroAdamW) the summed
 // gradients live in DataParallel's shards, not in .grad: there the hook sees only this rank's own,
-// unsynchronised part of the window, and what it changes is not what the optimizer steps.
+// unsynchronised part of the window, and what it changes is not what the optimizer steps. Under
+// dist::FullyShardedDataParallel the optimizer's parameters ARE the shards: the hook sees each rank's
+// shard of the summed gradients, and the sync's after_step() runs after the optimizer's step.
 //
 // Exact only for layers without batch statistics (no BatchNorm): those see each micro-batch alone.
 #pragma once
@@ -64,6 +67,10 @@ class WindowSync {
   // The global L2 norm of the synchronised gradients, and their scaling (clipping).
   virtual double grad_norm() = 0;
   virtual void scale_grads(double factor) = 0;
+  // After the optimizer's step (only when it stepped; every rank steps or none does): a wrapper
+  // whose optimizer steps shards brings the updated values into the whole parameters here
+  // (dist::FullyShardedDataParallel's all-gather under ZeRO-2). Nothing by default.
+  virtual void after_step() {}
 };
 
 class Accumulator {
@@ -74,7 +81,7 @@ class Accumulator {
     // true: a window whose gradients are not all finite (an overflow, a bad batch) zeroes them and
     // takes no step, instead of writing NaN into every parameter; counted in skipped_steps().
     bool skip_nonfinite = false;
-    WindowSync* sync = nullptr;  // dist::DataParallel: the window spans every rank (see above)
+    WindowSync* sync = nullptr;  // dist::DataParallel or FSDP: the window spans every rank (see above)
   };
   Accumulator(Optimizer& optimizer, Options options) : optimizer_(optimizer), options_(options) {}
   explicit Accumulator(Optimizer& optimizer) : Accumulator(optimizer, Options{}) {}

@@ -1,6 +1,6 @@
 // The caching allocator: size classes, reuse, statistics by category exact to the byte, peak
-// reset, the limit error, the events a memory timeline receives, and tensors tagged through
-// MemoryCategory scopes.
+// reset, the limit error, the events a memory timeline receives, tensors tagged through
+// MemoryCategory scopes, and a storage released and materialized again (dist/fsdp.h's parameters).
 #include <cstdlib>
 #include <set>
 
@@ -140,6 +140,38 @@ TEST_CASE("tensors are attributed to the category of the enclosing scope") {
   CHECK(MemoryCategory::current() == Category::Temporary);
   CHECK(memory_stats().current_bytes == before.current_bytes);
   CHECK(memory_report().find("parameter") != std::string::npos);
+}
+
+TEST_CASE("a released storage leaves its category's statistics, is refused by kernels, and comes back") {
+  for (const Device dev : reel::testing::devices()) {
+    CAPTURE(dev);
+    Tensor p;
+    {
+      MemoryCategory scope(Category::Parameter);
+      p = from_vector<double>({1, 2, 3, 4, 5, 6}, {2, 3}).to(dev);
+    }
+    const Tensor view = p.slice(1, 1, 3);  // another handle on the same storage
+    const std::vector<double> values = reel::testing::values(p);
+    const int64_t before = memory_stats(dev)[Category::Parameter].current_bytes;
+    const uint64_t version = p.version();
+    p.storage()->release();
+    CHECK(p.storage()->released());
+    CHECK(p.storage()->data() == nullptr);
+    CHECK(p.storage()->bytes() == 48);
+    CHECK(memory_stats(dev)[Category::Parameter].current_bytes == before - 48);
+    const std::string refused = "data_ptr: the f64 (2, 2) tensor on " + dev.str() + " has released its storage";
+    CHECK_REEL_ERROR((void)view.clone(), refused.c_str());
+    p.storage()->release();  // a no-op
+    p.storage()->materialize();
+    CHECK(memory_stats(dev)[Category::Parameter].current_bytes == before);
+    CHECK(p.storage()->category() == Category::Parameter);
+    // The same values written back: restore_ leaves the version alone, copy_ bumps it.
+    p.restore_(from_vector<double>(values, {2, 3}).to(dev));
+    CHECK(p.version() == version);
+    CHECK(reel::testing::values(view) == std::vector<double>{2, 3, 5, 6});
+    p.copy_(p.clone());
+    CHECK(p.version() == version + 1);
+  }
 }
 
 TEST_CASE("a memory timeline receives allocations, retags and frees with category, block and context") {

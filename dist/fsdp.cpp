@@ -1,0 +1,482 @@
+// Sharded data parallel, ZeRO-2 and ZeRO-3 (see fsdp.h): units and their flat storages, the module
+// hooks and the backward observer that gather and release them, the reduce-scatters, the window's
+// synchronisation and the gathered checkpoints.
+#include "dist/fsdp.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "autograd/hooks.h"
+#include "autograd/tape.h"
+#include "core/allocator.h"
+#include "core/autograd_meta.h"
+#include "core/profile.h"
+#include "kernels/elementwise.h"
+#include "kernels/optimizer.h"
+#include "nn/safetensors.h"
+
+namespace reel::dist {
+
+namespace {
+Tensor flat_view(const Tensor& t) { return untracked::reshape(t, {t.numel()}); }
+Tensor piece(const Tensor& flat, int64_t offset, const Tensor& like) {  // like's shape, at offset in flat
+  return untracked::reshape(untracked::slice(flat, 0, offset, offset + like.numel()), like.shape());
+}
+// A span in the profiler's trace around one collective, when profiling (the name is made only then).
+template <typename Name>
+void open_span(std::optional<profile::Scope>& span, Name&& name) {
+  if (profile::enabled()) span.emplace("fsdp: " + name());
+}
+}  // namespace
+
+const char* FullyShardedDataParallel::phase_name(Phase p) {
+  switch (p) {
+    case Phase::Forward: return "forward";
+    case Phase::Replay: return "replay";
+    case Phase::Backward: return "backward";
+    case Phase::Prefetch: return "prefetch";
+    case Phase::AfterStep: return "after step";
+    case Phase::Checkpoint: return "checkpoint";
+  }
+  return "?";
+}
+
+// The tape's events, handed to FSDP (the thread that constructed it).
+class FullyShardedDataParallel::Observer final : public autograd::BackwardObserver {
+ public:
+  explicit Observer(FullyShardedDataParallel& f) : f_(f) {}
+  void before_node(const autograd::NodeEvent& e) override {
+    f_.before_node(e.index, e.pass == autograd::Pass::Replay ? Phase::Replay : Phase::Backward);
+  }
+  void before_replay(const autograd::ReplayEvent& e) override { f_.before_replay(e.begin, e.last); }
+  void leaf_grad_ready(const AutogradMeta& leaf) override { f_.leaf_ready(leaf); }
+  bool wants_leaf_grad_ready() const override { return true; }
+
+ private:
+  FullyShardedDataParallel& f_;
+};
+
+FullyShardedDataParallel::FullyShardedDataParallel(nn::Module& model, const std::vector<nn::Module*>& units,
+                                                   Options options, ProcessGroup& group)
+    : model_(model), options_(std::move(options)), group_(group) {
+  REEL_CHECK(options_.stage == 2 || options_.stage == 3, "FullyShardedDataParallel: stage ", options_.stage,
+             " is not supported (2: gradients and optimizer state sharded, 3: parameters too; ZeRO-1 is "
+             "dist::DataParallel with dist::ZeroAdamW)");
+  params_ = model.named_parameters();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& [name, p] = params_[i];
+    REEL_CHECK(p.requires_grad() && p.is_leaf() && p.is_contiguous(), "FullyShardedDataParallel: parameter '", name,
+               "' must be a contiguous leaf that requires grad");
+    param_of_.emplace(p.autograd_meta().get(), i);
+  }
+  // Units: the named modules in order, then the root (the model) with what is left.
+  std::unordered_map<const nn::Module*, std::string> names;
+  for (const auto& [name, m] : model.named_modules()) names.emplace(m, name);
+  unit_of_.assign(params_.size(), SIZE_MAX);
+  std::vector<nn::Module*> modules = units;
+  if (std::find(modules.begin(), modules.end(), &model) == modules.end()) modules.push_back(&model);
+  for (nn::Module* m : modules) {
+    REEL_CHECK(m && names.count(m), "FullyShardedDataParallel: unit ", units_.size(), " (",
+               m ? m->name() : std::string("null"), ") is not a module of the model");
+    for (const Unit& k : units_)
+      REEL_CHECK(k.module != m, "FullyShardedDataParallel: the module '", names[m], "' is listed twice");
+    Unit k;
+    k.module = m;
+    k.name = names[m];
+    for (const Tensor& p : m->parameters()) {
+      const size_t i = param_of_.at(p.autograd_meta().get());
+      if (unit_of_[i] != SIZE_MAX) continue;  // an earlier unit has it
+      unit_of_[i] = units_.size();
+      k.params.push_back(i);
+    }
+    if (k.params.empty()) {
+      REEL_CHECK(m == &model, "FullyShardedDataParallel: the unit '", k.name,
+                 "' has no parameter of its own (every one belongs to an earlier unit)");
+      continue;  // no root unit: every parameter is in a named one
+    }
+    units_.push_back(std::move(k));
+  }
+  REEL_CHECK(!units_.empty(), "FullyShardedDataParallel: the model has no parameters");
+  // The root when it has parameters (its forward ends last), else the last listed.
+  last_unit_ = units_.size() - 1;
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (units_[u].module == &model) last_unit_ = u;
+  for (size_t u = units_.size(); u-- > 0;)
+    if (units_[u].module != &model) reduce_order_.push_back(u);
+  if (units_[last_unit_].module == &model) reduce_order_.push_back(last_unit_);
+  reduced_.assign(units_.size(), false);
+  for (nn::Module* m : options_.keep) {
+    bool found = false;
+    for (Unit& k : units_)
+      if (k.module == m) found = k.kept = true;
+    REEL_CHECK(found, "FullyShardedDataParallel: Options::keep names a module that is not a unit");
+  }
+
+  // Each unit's layout, checked before anything changes.
+  for (Unit& k : units_) {
+    const Tensor& first = params_[k.params.front()].second;
+    int64_t numel = 0;
+    for (size_t i : k.params) {
+      const auto& [name, p] = params_[i];
+      REEL_CHECK(p.dtype() == first.dtype() && p.device() == first.device(), "FullyShardedDataParallel: unit '", k.name,
+                 "' mixes ", first.dtype(), " on ", first.device(), " with '", name, "' (", p.dtype(), " on ",
+                 p.device(), "); one flat buffer per unit needs one dtype and device");
+      k.offset.push_back(numel);
+      numel += p.numel();
+    }
+    k.layout = flat_shard(numel, group_.rank(), group_.size());
+  }
+  // The flat buffers: rank 0's values everywhere, the parameters rebound to views of them, the shards.
+  autograd::NoGrad no_grad;
+  for (Unit& k : units_) {
+    const Tensor& first = params_[k.params.front()].second;
+    {
+      MemoryCategory category(Category::Parameter);
+      k.flat = zeros({k.layout.padded}, first.dtype(), first.device());  // the padding stays zero
+    }
+    for (size_t j = 0; j < k.params.size(); ++j)
+      piece(k.flat, k.offset[j], params_[k.params[j]].second).copy_(params_[k.params[j]].second);
+    group_.broadcast(k.flat, 0);
+    for (size_t j = 0; j < k.params.size(); ++j) {
+      // Swap the data under the same TensorImpl (as Module::to): every handle follows.
+      TensorImpl& impl = *params_[k.params[j]].second.impl_ptr();
+      impl.storage = k.flat.storage();
+      impl.offset = k.flat.offset() + k.offset[j];
+    }
+    {
+      MemoryCategory category(Category::Parameter);
+      k.shard = untracked::slice(k.flat, 0, k.layout.begin, k.layout.begin + k.layout.chunk).clone();
+    }
+    k.shard.set_requires_grad();
+    MemoryCategory category(Category::Gradient);
+    k.shard.set_grad(zeros_like(k.shard));
+  }
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (options_.stage == 3 && !units_[u].kept) release(u);
+
+  // The model's pre-hook first (a new forward ends the previous backward), then the units' hooks.
+  hooks_.push_back(model.register_forward_pre_hook([this](nn::Module&, const Tensor&) {
+    end_backward();
+    drop_prefetch();
+    forward_order_.clear();
+  }));
+  if (options_.stage == 3)
+    for (size_t u = 0; u < units_.size(); ++u) {
+      hooks_.push_back(
+          units_[u].module->register_forward_pre_hook([this, u](nn::Module&, const Tensor&) { pre_forward(u); }));
+      hooks_.push_back(units_[u].module->register_forward_hook(
+          [this, u](nn::Module&, const Tensor&, const Tensor&) { post_forward(u); }));
+    }
+  observer_ = std::make_shared<Observer>(*this);
+  autograd::add_backward_observer(observer_);
+}
+
+FullyShardedDataParallel::~FullyShardedDataParallel() {
+  autograd::remove_backward_observer(observer_.get());
+  for (nn::HookHandle& h : hooks_) h.remove();
+  // A prefetch in flight completes anyway (the group keeps its buffers alive until it is done). No
+  // collective here (a destructor may run on one rank alone, while an exception unwinds): released
+  // units stay released (see fsdp.h).
+}
+
+std::vector<Tensor> FullyShardedDataParallel::shard_parameters() const {
+  std::vector<Tensor> out;
+  for (const Unit& k : units_) out.push_back(k.shard);
+  return out;
+}
+
+int64_t FullyShardedDataParallel::all_gathers() const {
+  int64_t n = 0;
+  for (int64_t g : gathers_) n += g;
+  return n;
+}
+
+// ---- gather, release, prefetch ------------------------------------------------------------
+
+void FullyShardedDataParallel::gather(size_t u, Phase phase) {
+  Unit& k = units_[u];
+  if (k.gathered) return;
+  Tensor buffer;  // (padded): every rank's shard
+  if (in_flight_ && in_flight_->unit == u) {
+    std::optional<profile::Scope> s;
+    open_span(s, [&] { return "wait for the prefetch of unit '" + k.name + "'"; });
+    in_flight_->work.wait();
+    buffer = in_flight_->buffer;
+    in_flight_.reset();
+  } else {
+    std::optional<profile::Scope> s;
+    open_span(s, [&] { return "all_gather unit '" + k.name + "' (" + phase_name(phase) + ")"; });
+    buffer = empty({k.layout.padded}, k.shard.dtype(), k.shard.device());
+    group_.all_gather(buffer, k.shard);
+    ++gathers_[static_cast<int>(phase)];
+  }
+  k.flat.storage()->materialize();
+  // In backward (a replay, a rule, a prefetch) the values are the ones forward read and the tape saved:
+  // restore_ writes them without a version bump, so the saved-tensor checks still pass. In forward and
+  // after a step they are new values: a write like any other.
+  k.flat.restore_(buffer);
+  if (phase == Phase::Forward || phase == Phase::AfterStep) k.flat.bump_version();
+  k.gathered = true;
+}
+
+void FullyShardedDataParallel::release(size_t u) {
+  units_[u].flat.storage()->release();
+  units_[u].gathered = false;
+}
+
+void FullyShardedDataParallel::prefetch_before(size_t u) {
+  if (!options_.prefetch || options_.stage != 3 || in_flight_) return;
+  const auto it = std::find(forward_order_.begin(), forward_order_.end(), u);
+  if (it == forward_order_.end() || it == forward_order_.begin()) return;
+  const size_t v = *(it - 1);
+  Unit& k = units_[v];
+  if (k.gathered) return;
+  std::optional<profile::Scope> s;
+  open_span(s, [&] { return "start the prefetch of unit '" + k.name + "'"; });
+  in_flight_ = std::make_unique<InFlight>();
+  in_flight_->unit = v;
+  in_flight_->buffer = empty({k.layout.padded}, k.shard.dtype(), k.shard.device());
+  in_flight_->work = group_.all_gather_async(in_flight_->buffer, k.shard);
+  ++gathers_[static_cast<int>(Phase::Prefetch)];
+}
+
+void FullyShardedDataParallel::drop_prefetch() {
+  if (!in_flight_) return;
+  in_flight_->work.wait();  // every rank issued it: it completes; its values may be stale by now
+  in_flight_.reset();
+}
+
+// ---- forward ----------------------------------------------------------------------------
+
+void FullyShardedDataParallel::pre_forward(size_t u) {
+  autograd::NoGrad no_grad;  // the gather records nothing, inside a checkpoint segment too
+  gather(u, Phase::Forward);
+  if (std::find(forward_order_.begin(), forward_order_.end(), u) == forward_order_.end()) forward_order_.push_back(u);
+}
+
+void FullyShardedDataParallel::post_forward(size_t u) {
+  if (u != last_unit_ && !units_[u].kept) release(u);
+}
+
+// ---- backward ---------------------------------------------------------------------------
+
+void FullyShardedDataParallel::start_backward(size_t root) {
+  // What the walk will do (autograd/tape.cpp): nodes 0..root, each leaf reported ready once, after
+  // its lowest user. A node reads a unit when an input is one of its parameters or a view of one
+  // (w.t(): the view's producer reads it).
+  const autograd::Tape& tape = autograd::Tape::current();
+  const size_t n = std::min(root + 1, tape.size());
+  reads_.assign(n, {});
+  expected_.assign(units_.size(), 0);
+  ready_.assign(units_.size(), 0);
+  done_.assign(units_.size(), false);
+  std::set<const AutogradMeta*> seen;
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<size_t>& r = reads_[i];
+    for (const autograd::Node::Input& in : tape.node(i).inputs) {
+      if (!in.meta) continue;
+      if (in.meta->is_leaf) {
+        const auto it = param_of_.find(in.meta.get());
+        if (it == param_of_.end()) continue;
+        const size_t u = unit_of_[it->second];
+        if (std::find(r.begin(), r.end(), u) == r.end()) r.push_back(u);
+        if (seen.insert(in.meta.get()).second) ++expected_[u];
+      } else if (in.meta->views_leaf) {
+        const autograd::Node* p = in.producer();
+        if (p && p->index < i)
+          for (size_t u : reads_[p->index])
+            if (std::find(r.begin(), r.end(), u) == r.end()) r.push_back(u);
+      }
+    }
+  }
+  next_reduce_ = 0;
+  if (options_.reduce == ReduceMode::PerMicroBatch) reduced_.assign(units_.size(), false);
+  in_backward_ = true;
+}
+
+void FullyShardedDataParallel::end_backward() {
+  in_backward_ = false;
+  reads_.clear();
+}
+
+void FullyShardedDataParallel::before_node(int64_t index, Phase phase) {
+  if (!in_backward_) start_backward(static_cast<size_t>(index));
+  group_.progress();  // Open MPI advances a prefetch in flight only inside MPI calls
+  if (options_.stage != 3 || static_cast<size_t>(index) >= reads_.size()) return;
+  for (size_t u : reads_[static_cast<size_t>(index)]) {
+    gather(u, phase);
+    prefetch_before(u);
+  }
+}
+
+void FullyShardedDataParallel::before_replay(size_t begin, size_t last) {
+  if (!in_backward_) start_backward(last);
+  if (options_.stage != 3) return;
+  // Every unit the segment's recorded ops read, in the order backward needs them (the latest first).
+  std::vector<size_t> needed;
+  for (size_t i = std::min(last + 1, reads_.size()); i-- > begin;)
+    for (size_t u : reads_[i])
+      if (std::find(needed.begin(), needed.end(), u) == needed.end()) needed.push_back(u);
+  for (size_t u : needed) gather(u, Phase::Replay);
+  if (!needed.empty()) prefetch_before(needed.back());
+}
+
+void FullyShardedDataParallel::leaf_ready(const AutogradMeta& leaf) {
+  if (!in_backward_) return;
+  const auto it = param_of_.find(&leaf);
+  if (it == param_of_.end()) return;
+  const size_t u = unit_of_[it->second];
+  if (++ready_[u] < expected_[u]) return;
+  done_[u] = true;
+  if (options_.stage == 3 && !units_[u].kept) release(u);
+  if (options_.reduce == ReduceMode::PerMicroBatch || armed_) reduce_ready();
+}
+
+void FullyShardedDataParallel::reduce_ready() {
+  // In the fixed order; a unit this backward does not use (expected 0) is passed over: it has nothing
+  // new (after_last_backward reduces what it may still hold).
+  while (next_reduce_ < reduce_order_.size()) {
+    const size_t u = reduce_order_[next_reduce_];
+    if (expected_[u] > 0 && !done_[u]) return;
+    if (expected_[u] > 0 && !reduced_[u]) reduce(u);
+    ++next_reduce_;
+  }
+}
+
+void FullyShardedDataParallel::reduce(size_t u) {
+  Unit& k = units_[u];
+  std::optional<profile::Scope> s;
+  open_span(s, [&] { return "reduce_scatter unit '" + k.name + "'"; });
+  autograd::NoGrad no_grad;
+  Tensor full, mine;
+  {
+    MemoryCategory category(Category::Gradient);
+    full = zeros({k.layout.padded}, k.shard.dtype(), k.shard.device());  // (padded): the padding stays zero
+    mine = empty({k.layout.chunk}, k.shard.dtype(), k.shard.device());
+  }
+  for (size_t j = 0; j < k.params.size(); ++j) {
+    const Tensor& p = params_[k.params[j]].second;
+    const Tensor g = p.grad();
+    if (g.defined()) untracked::slice(full, 0, k.offset[j], k.offset[j] + p.numel()).copy_(flat_view(g));
+    p.set_grad(Tensor());  // the full gradient goes: its sum lives in the shards now
+  }
+  group_.reduce_scatter(mine, full);
+  ++reduce_scatters_;
+  AutogradMeta& meta = *k.shard.autograd_meta();
+  if (meta.grad_is_zero) {  // zero_grad's deferred fill: write instead of adding
+    meta.grad.copy_(mine);
+    meta.grad_is_zero = false;
+  } else {
+    kernels::binary_(kernels::BinaryOp::Add, meta.grad, mine);
+  }
+  reduced_[u] = true;
+}
+
+// ---- the window ---------------------------------------------------------------------------
+
+int64_t FullyShardedDataParallel::global_count(int64_t local) { return group_.all_reduce(local); }
+
+void FullyShardedDataParallel::before_last_backward() {
+  REEL_CHECK(!armed_, "FullyShardedDataParallel: before_last_backward twice without after_last_backward");
+  armed_ = true;
+}
+
+void FullyShardedDataParallel::after_last_backward() {
+  REEL_CHECK(armed_, "FullyShardedDataParallel: after_last_backward without before_last_backward");
+  armed_ = false;
+  end_backward();
+  drop_prefetch();
+  // What the backwards left: PerWindow, every unit not reduced yet (a rank without micro-batches: all
+  // of them, zeros, as its peers reduce theirs); PerMicroBatch, a unit with full gradients left over.
+  for (size_t u : reduce_order_) {
+    bool pending = options_.reduce == ReduceMode::PerWindow && !reduced_[u];
+    if (options_.reduce == ReduceMode::PerMicroBatch)
+      for (size_t i : units_[u].params) pending = pending || params_[i].second.grad().defined();
+    if (pending) reduce(u);
+  }
+  reduced_.assign(units_.size(), false);
+}
+
+double FullyShardedDataParallel::global_sum(double local) { return group_.all_reduce(local, ReduceOp::Sum); }
+
+double FullyShardedDataParallel::grad_norm() {
+  std::vector<Tensor> grads;
+  for (const Unit& k : units_) grads.push_back(k.shard.grad());
+  return sharded_norm(grads, group_);
+}
+
+void FullyShardedDataParallel::scale_grads(double factor) {
+  std::vector<Tensor> grads;
+  for (const Unit& k : units_) grads.push_back(k.shard.grad());
+  kernels::scale_(grads, factor);
+}
+
+void FullyShardedDataParallel::after_step() {
+  autograd::NoGrad no_grad;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (!units_[u].gathered) continue;  // stage 3: the next forward gathers the new values
+    units_[u].gathered = false;         // stale: gather again into the same storage
+    gather(u, Phase::AfterStep);
+  }
+}
+
+// ---- checkpoints --------------------------------------------------------------------------
+
+nn::TensorDict FullyShardedDataParallel::full_state_dict() {
+  autograd::NoGrad no_grad;
+  nn::TensorDict out;
+  for (const Unit& k : units_) {
+    const Tensor full = empty({k.layout.padded}, k.shard.dtype(), k.shard.device());  // (padded)
+    group_.all_gather(full, k.shard);
+    ++gathers_[static_cast<int>(Phase::Checkpoint)];
+    for (size_t j = 0; j < k.params.size(); ++j) {
+      const auto& [name, p] = params_[k.params[j]];
+      out[name] = piece(full, k.offset[j], p).clone();
+    }
+  }
+  for (const auto& [name, b] : model_.named_buffers()) out[name] = b.clone();
+  return out;
+}
+
+void FullyShardedDataParallel::load_full_state_dict(const nn::TensorDict& state) {
+  // Check everything first: nothing changes unless every key matches.
+  std::map<std::string, Tensor> expected;
+  for (const auto& [name, p] : params_) expected[name] = p;
+  for (const auto& [name, b] : model_.named_buffers()) expected[name] = b;
+  std::ostringstream problems;
+  for (const auto& [name, t] : expected) {
+    const auto it = state.find(name);
+    if (it == state.end()) problems << " missing '" << name << "';";
+    else if (it->second.shape() != t.shape())
+      problems << " '" << name << "' has shape " << shape_str(it->second.shape()) << ", expected "
+               << shape_str(t.shape()) << ";";
+  }
+  for (const auto& [name, t] : state)
+    if (!expected.count(name)) problems << " unexpected '" << name << "';";
+  REEL_CHECK(problems.str().empty(), "FullyShardedDataParallel load_full_state_dict:", problems.str());
+  autograd::NoGrad no_grad;
+  for (Unit& k : units_) {
+    const Tensor full = zeros({k.layout.padded}, k.shard.dtype(), k.shard.device());  // (padded)
+    for (size_t j = 0; j < k.params.size(); ++j) {
+      const auto& [name, p] = params_[k.params[j]];
+      piece(full, k.offset[j], p).copy_(state.at(name));
+    }
+    k.shard.copy_(untracked::slice(full, 0, k.layout.begin, k.layout.begin + k.layout.chunk));
+    if (k.gathered) k.flat.copy_(full);
+  }
+  for (const auto& [name, b] : model_.named_buffers()) b.copy_(state.at(name));
+}
+
+void FullyShardedDataParallel::save(const std::string& path, const nn::Metadata& metadata) {
+  const nn::TensorDict state = full_state_dict();
+  if (group_.rank() == 0) nn::save_safetensors(path, state, metadata);
+  group_.barrier();  // the file is complete before any rank goes on (and may read it)
+}
+
+void FullyShardedDataParallel::load(const std::string& path) { load_full_state_dict(nn::load_safetensors(path)); }
+
+}  // namespace reel::dist

@@ -1,0 +1,214 @@
+// Sharded data parallel: ZeRO-2 (gradients and optimizer state split across ranks) and ZeRO-3 / FSDP
+// (parameters too), over a model cut into units.
+//
+//   dist::FullyShardedDataParallel fsdp(model, {blocks...}, {.stage = 3});  // rank 0's values everywhere
+//   optim::AdamW opt(fsdp.shard_parameters(), 3e-4);    // any optimizer: it steps the shards
+//   optim::Accumulator acc(opt, {.clip_norm = 1, .sync = &fsdp});
+//   acc.step(my_micro_batches, count, loss);            // as on one process
+//
+// Units: the modules named (each GPT block, the embeddings, the head; any descendant of the model),
+// in forward order, plus a root unit (the model itself) holding every parameter no named unit owns. A
+// parameter belongs to the first unit listed that has it (a tied weight to the first of its modules);
+// a named unit left with no parameter of its own is refused. A unit's parameters are flattened into
+// one flat buffer (its dtype and device, padded with zeros to a multiple of the world size,
+// dist/sharding.h): the parameter tensors become views of that buffer's storage (same tensors, same
+// identity). Rank r owns chunk r of it as a leaf tensor, its shard, with a persistent .grad: the
+// optimizer is given shard_parameters() and steps only those.
+//
+// Stage 3 (parameters sharded). The flat storage of a unit exists only while the unit is gathered;
+// otherwise it is released (core/storage.h: its bytes leave the allocator's statistics, the tensors
+// and what the tape saved of them stay). Gathered (all_gather of the shards, then written back into
+// the same storage) and released:
+//   forward   a pre-forward hook gathers the unit; its forward hook releases it again, except the
+//             unit whose forward ends last (the root when it has parameters, else the last unit
+//             listed: backward needs it first) and the units in Options::keep;
+//   replay    before a checkpoint segment is replayed (a backward observer's before_replay: module
+//             hooks do not run at replay, autograd/checkpoint.h), every released unit whose parameters
+//             the segment's recorded ops read is gathered again (replay re-runs those ops);
+//   backward  before a node's backward rule that reads a released unit's parameter (directly, or
+//             through a view of it, e.g. w.t()), the unit is gathered again;
+//   prefetch  (Options::prefetch) when backward makes unit u available, the unit before u in this
+//             forward's order is gathered ahead (all_gather_async), one at a time, and waited for only
+//             when used, so the communication overlaps u's compute;
+//   released  once every parameter of the unit has its final gradient for this backward (the
+//             observer's leaf_grad_ready), unless in Options::keep;
+//   after the optimizer's step (WindowSync::after_step) every unit still gathered (the kept ones) is
+//   gathered again: the shards changed.
+// A re-gather in backward writes back exactly the values forward read (Tensor::restore_: no version
+// bump), so the tape's saved-tensor version checks hold; a forward or after-step gather writes new
+// values and bumps the version.
+//
+// Stage 2 (parameters whole): no gathers in forward or backward; after the step every unit's updated
+// shards are all-gathered into the whole parameters.
+//
+// Gradients (both stages). ReduceMode::PerMicroBatch: when a unit's gradients are final in a backward,
+// its full gradients are reduce-scattered (summed) into the shard's .grad (added: it accumulates over
+// the window's micro-batches) and the full gradient buffers are dropped, so gradient memory per rank
+// is the shards plus one unit's full gradients; one reduce-scatter per unit per micro-batch.
+// ReduceMode::PerWindow: full gradients accumulate locally over the window (full gradient memory),
+// and are reduce-scattered once, in the window's last backward: one reduce-scatter per unit per window.
+// Units are reduced in one fixed order (reverse of the list, root last), a unit only once the ones
+// before it are, so every rank issues the same collectives in the same order (a rank without
+// micro-batches in a PerWindow window reduces its zeros in the same order after its empty backward).
+//
+// As DataParallel: the window's count is summed over ranks before any backward (the loss normalised
+// by the global count, exact with uneven shards); clipping and the non-finite check use the global
+// norm, sqrt of the ranks' summed squared shard-gradient norms.
+//
+// Counting all-gathers (all_gathers(phase)). Stage 3, prefetch off, Options::keep empty, a model of U
+// units whose every unit is used by each micro-batch's loss: each micro-batch gathers U units in
+// forward and U - 1 in backward (the last unit is still gathered), those whose parameters a replayed
+// checkpoint segment reads under Phase::Replay (once per unit: it stays gathered until its gradients
+// are final), the others under Phase::Backward; so per window of M micro-batches
+//   all-gathers = M * (2U - 1) = units x (forward + replays + backward) minus the one that stays.
+// With K kept units: M * (2(U - K) - 1) + K (the K after the step). With prefetch the backward ones
+// are issued early, under Phase::Prefetch; the total is the same. Stage 2: U per step (AfterStep).
+// Reduce-scatters: M * U per window (PerMicroBatch) or U (PerWindow).
+//
+// Requirements: every rank runs the same graph (the same units used in the same order), and, under
+// stage 3 or PerMicroBatch, the same number of micro-batches per window (every gather or reduce is a
+// collective). The FSDP object's backward observer is on the thread that constructed it: train there.
+// After construction do not move the model (Module::to) or load into its parameters directly: use
+// load_full_state_dict. Destroying it gathers nothing (a destructor may run on one rank alone): under
+// stage 3 the released units stay released, so take full_state_dict() first to keep the values.
+// Works on cpu tensors (MPI) and cuda tensors (NCCL, or staged), as
+// DataParallel; a world of one works too (every collective local).
+//
+// Checkpoints: full_state_dict() gathers the whole model (parameters and buffers, under the model's
+// dotted names, as Module::state_dict()) on every rank; save() writes it from rank 0 as one
+// safetensors file that nn::load reads into an unsharded model bit for bit; load() reads such a file
+// (from a sharded or an unsharded run, any world size) into the shards.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "dist/process_group.h"
+#include "dist/sharding.h"
+#include "nn/module.h"
+#include "optim/accumulator.h"
+
+namespace reel::dist {
+
+class FullyShardedDataParallel final : public optim::WindowSync {
+ public:
+  enum class ReduceMode { PerMicroBatch, PerWindow };
+  struct Options {
+    int stage = 3;  // 2: gradients and optimizer state sharded; 3: parameters too
+    ReduceMode reduce = ReduceMode::PerMicroBatch;
+    bool prefetch = true;           // stage 3: gather the next unit of backward ahead
+    std::vector<nn::Module*> keep;  // stage 3: units (named in `units`, or the model for the root) never released
+  };
+  // Where an all-gather was issued (all_gathers()).
+  enum class Phase { Forward, Replay, Backward, Prefetch, AfterStep, Checkpoint /* full_state_dict */ };
+  static constexpr int kNumPhases = 6;
+  static const char* phase_name(Phase p);
+
+  // `units`: descendants of `model` (see above). The parameters (contiguous leaves that require grad)
+  // are overwritten with rank 0's values and rebound to each unit's flat storage.
+  FullyShardedDataParallel(nn::Module& model, const std::vector<nn::Module*>& units, Options options,
+                           ProcessGroup& group = ProcessGroup::world());
+  ~FullyShardedDataParallel() override;
+  FullyShardedDataParallel(const FullyShardedDataParallel&) = delete;
+  FullyShardedDataParallel& operator=(const FullyShardedDataParallel&) = delete;
+
+  // What the optimizer steps: one shard per unit, (chunk) each, this rank's.
+  std::vector<Tensor> shard_parameters() const;
+
+  // optim::WindowSync
+  int64_t global_count(int64_t local) override;
+  void before_last_backward() override;
+  void after_last_backward() override;
+  double global_sum(double local) override;
+  double grad_norm() override;
+  void scale_grads(double factor) override;
+  void after_step() override;
+
+  struct Unit {
+    std::string name;  // the module's dotted name in the model ("" for the model)
+    nn::Module* module = nullptr;
+    std::vector<size_t> params;   // indices into the model's named_parameters(), in flat order
+    std::vector<int64_t> offset;  // element offset of each in the flat buffer
+    FlatShard layout;             // numel, padded, chunk, this rank's begin
+    Tensor flat;                  // (padded): the whole parameters' storage (released when not gathered)
+    Tensor shard;                 // (chunk): this rank's part, a leaf with a persistent .grad
+    bool gathered = true;
+    bool kept = false;  // stage 3: never released
+  };
+  const std::vector<Unit>& units() const { return units_; }
+  ProcessGroup& group() const { return group_; }
+  const Options& options() const { return options_; }
+
+  int64_t all_gathers(Phase phase) const { return gathers_[static_cast<int>(phase)]; }
+  int64_t all_gathers() const;  // every phase
+  int64_t reduce_scatters() const { return reduce_scatters_; }
+
+  // The whole model's parameters and buffers by dotted name, gathered (a collective: every rank calls
+  // it and gets the whole dict).
+  nn::TensorDict full_state_dict();
+  // Loads a whole-model dict (every rank passes the same one): each rank keeps its chunks, and
+  // gathered units get the whole values. reel::Error listing missing, unexpected or misshapen keys;
+  // nothing is changed unless all match.
+  void load_full_state_dict(const nn::TensorDict& state);
+  // full_state_dict() written by rank 0 as one safetensors file (every rank returns once it is
+  // written), and read back on every rank.
+  void save(const std::string& path, const nn::Metadata& metadata = {});
+  void load(const std::string& path);
+
+ private:
+  class Observer;
+  friend class Observer;
+  void gather(size_t u, Phase phase);  // makes unit u gathered (waiting for its prefetch if in flight)
+  void release(size_t u);
+  void prefetch_before(size_t u);    // the unit before u in this forward's order, ahead
+  void drop_prefetch();              // waits for a prefetch in flight and forgets it
+  void reduce(size_t u);             // full gradients -> shard .grad, full gradients dropped
+  void reduce_ready();               // reduces, in order, the units whose gradients are final
+  void start_backward(size_t root);  // on a backward's first event: what each tape node reads
+  void end_backward();
+  void before_node(int64_t index, Phase phase);
+  void before_replay(size_t begin, size_t last);
+  void leaf_ready(const AutogradMeta& leaf);
+  void pre_forward(size_t u);
+  void post_forward(size_t u);
+
+  nn::Module& model_;
+  Options options_;
+  ProcessGroup& group_;
+  std::vector<std::pair<std::string, Tensor>> params_;  // the model's named_parameters()
+  std::vector<Unit> units_;
+  std::vector<size_t> unit_of_;                               // parameter index -> unit
+  std::unordered_map<const AutogradMeta*, size_t> param_of_;  // a parameter's autograd state -> index
+  size_t last_unit_ = 0;              // the unit whose forward ends last: not released after forward
+  std::vector<size_t> reduce_order_;  // reverse of the list, root last
+  std::vector<nn::HookHandle> hooks_;
+  std::shared_ptr<Observer> observer_;
+
+  // This forward: the units in the order their forwards began.
+  std::vector<size_t> forward_order_;
+  // This backward (from its first event): the units each tape node reads, and per unit the distinct
+  // parameters the tape uses and how many of them have their final gradient.
+  bool in_backward_ = false;
+  std::vector<std::vector<size_t>> reads_;
+  std::vector<int64_t> expected_, ready_;
+  std::vector<bool> done_;     // this backward: gradients final
+  size_t next_reduce_ = 0;     // position in reduce_order_
+  std::vector<bool> reduced_;  // this window (PerWindow) / this backward (PerMicroBatch)
+  bool armed_ = false;         // inside the window's last backward
+
+  // The prefetch in flight: its unit, its buffer and its collective.
+  struct InFlight {
+    size_t unit = 0;
+    Tensor buffer;  // (padded)
+    Work work;
+  };
+  std::unique_ptr<InFlight> in_flight_;
+
+  std::array<int64_t, kNumPhases> gathers_{};
+  int64_t reduce_scatters_ = 0;
+};
+
+}  // namespace reel::dist

@@ -1,0 +1,524 @@
+// dist/fsdp.h under `mpirun -np 2` (tests/CMakeLists.txt): ZeRO-2 and ZeRO-3 against one process over
+// the whole global batch (f64 gradients to 1e-12, and after a few AdamW steps), with and without
+// checkpointing, with accumulation in both reduce modes, with and without prefetch; a replayed
+// checkpoint segment re-gathers its freed parameters (gradients bit-identical to an unsharded
+// checkpointed run); the all-gather and reduce-scatter counts of fsdp.h's formula; per-rank parameter,
+// gradient and optimizer bytes about half a single process's; a released parameter refused by
+// kernels; gathered checkpoints loading into one process bit for bit, and back; the same on cuda:0
+// (emulated, or a GPU). Every rank runs every case in the same order (each collective needs all ranks).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "autograd/checkpoint.h"
+#include "autograd/functions.h"
+#include "autograd/nn_functions.h"
+#include "autograd/tape.h"
+#include "core/allocator.h"
+#include "dist/fsdp.h"
+#include "dist/process_group.h"
+#include "nn/gpt.h"
+#include "nn/sequential.h"
+#include "optim/accumulator.h"
+#include "optim/optimizer.h"
+#include "testing.h"
+
+using namespace reel;
+using dist::ProcessGroup;
+using FSDP = dist::FullyShardedDataParallel;
+using Phase = FSDP::Phase;
+
+namespace {
+
+ProcessGroup& world() { return ProcessGroup::world(); }
+
+// y = act(x w^T + b), w (out, in): the transposed view makes backward read w through a view node.
+class Dense final : public nn::Module {
+ public:
+  Dense(int64_t in, int64_t out, bool act, Generator& gen, DType dt, Device dev) : act_(act) {
+    w = register_parameter("weight", (randn({out, in}, DType::f64, Device::cpu(), &gen) * 0.4).to(dt).to(dev));
+    b = register_parameter("bias", (randn({out}, DType::f64, Device::cpu(), &gen) * 0.1).to(dt).to(dev));
+  }
+  std::string name() const override { return "Dense"; }
+  Tensor w, b;
+
+ protected:
+  Tensor forward(const Tensor& x) override {
+    const Tensor y = matmul(x, w.t()) + b;
+    return act_ ? gelu(y) : y;
+  }
+
+ private:
+  bool act_;
+};
+
+// 4 units: (n, 4, 6) -> 16 -> 16 -> 16 -> 3.
+std::shared_ptr<nn::Sequential> make_model(DType dt, Device dev, uint64_t seed = 1) {
+  Generator gen(seed);
+  return std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+      std::make_shared<Dense>(6, 16, true, gen, dt, dev), std::make_shared<Dense>(16, 16, true, gen, dt, dev),
+      std::make_shared<Dense>(16, 16, true, gen, dt, dev), std::make_shared<Dense>(16, 3, false, gen, dt, dev)});
+}
+std::vector<nn::Module*> units_of(nn::Sequential& m) {
+  std::vector<nn::Module*> u;
+  for (int64_t i = 0; i < m.size(); ++i) u.push_back(&m[i]);
+  return u;
+}
+
+struct Batch {
+  Tensor x, y, mask;
+};
+// The same global batch of 32 on every rank; rank 0's half (rows 0..15) ignores every third token.
+Batch global_batch(DType dt, Device dev) {
+  Generator gen(7);
+  Batch d;
+  d.x = randn({32, 4, 6}, DType::f64, Device::cpu(), &gen).to(dt).to(dev);
+  d.y = randn({32, 4, 3}, DType::f64, Device::cpu(), &gen).to(dt).to(dev);
+  std::vector<double> m(32 * 4 * 3);
+  for (int64_t s = 0; s < 32; ++s)
+    for (int64_t t = 0; t < 4; ++t)
+      for (int64_t c = 0; c < 3; ++c) m[(s * 4 + t) * 3 + c] = (s < 16 && (s * 4 + t) % 3 == 0) ? 0.0 : 1.0;
+  d.mask = from_vector<double>(m, {32, 4, 3}).to(dt).to(dev);
+  return d;
+}
+Batch rows(const Batch& d, int64_t begin, int64_t end) {
+  return {d.x.slice(0, begin, end).clone(), d.y.slice(0, begin, end).clone(), d.mask.slice(0, begin, end).clone()};
+}
+int64_t tokens(const Batch& b) { return static_cast<int64_t>(std::llround(sum(b.mask).item())) / 3; }
+Tensor loss_of(nn::Module& model, const Batch& b) {
+  const Tensor diff = model(b.x) - b.y;
+  return sum(diff * diff * b.mask) * (1.0 / 3);
+}
+// This rank's half of the global batch in micro-batches: rank 0 rows [0, 16) split as `split`, rank 1
+// rows [16, 32) split in reverse order (the same number of micro-batches, of other sizes).
+std::vector<Batch> my_window(const Batch& d, std::vector<int64_t> split) {
+  if (world().rank() == 1) std::reverse(split.begin(), split.end());
+  int64_t begin = world().rank() * 16;
+  std::vector<Batch> out;
+  for (int64_t n : split) {
+    out.push_back(rows(d, begin, begin + n));
+    begin += n;
+  }
+  return out;
+}
+
+// An optimizer that takes no step and keeps its parameters' gradients (the window's, after clipping).
+class Capture final : public optim::Optimizer {
+ public:
+  explicit Capture(std::vector<Tensor> params) : Optimizer(std::move(params), 0.0) {}
+  std::vector<Tensor> grads;
+
+ private:
+  void update(const std::vector<size_t>&) override {
+    grads.clear();
+    for (const Tensor& p : params_) grads.push_back(p.grad().clone());
+  }
+  std::vector<std::string> state_slots() const override { return {}; }
+};
+
+// The reference gradients of one window on one process, flattened per unit as `fsdp` lays them out and
+// cut to this rank's chunk (the padding is zero).
+std::vector<Tensor> reference_chunks(const FSDP& fsdp, nn::Sequential& ref, const std::vector<Batch>& window) {
+  Capture cap(ref.parameters());
+  optim::Accumulator acc(cap);
+  REQUIRE(acc.step(window, tokens, [&](const Batch& b) { return loss_of(ref, b); }).stepped);
+  std::vector<Tensor> out;
+  for (const FSDP::Unit& k : fsdp.units()) {
+    const Tensor full = zeros({k.layout.padded}, k.shard.dtype(), k.shard.device());
+    for (size_t j = 0; j < k.params.size(); ++j) {
+      const Tensor& g = cap.grads[k.params[j]];
+      untracked::slice(full, 0, k.offset[j], k.offset[j] + g.numel()).copy_(g.reshape({g.numel()}));
+    }
+    out.push_back(untracked::slice(full, 0, k.layout.begin, k.layout.begin + k.layout.chunk).clone());
+  }
+  return out;
+}
+
+void check_rel(const Tensor& got, const Tensor& want, double rel) {
+  const std::vector<double> g = reel::testing::values(got), w = reel::testing::values(want);
+  REQUIRE(g.size() == w.size());
+  double scale = 0, err = 0;
+  for (size_t e = 0; e < g.size(); ++e) {
+    scale = std::max(scale, std::fabs(w[e]));
+    err = std::max(err, std::fabs(g[e] - w[e]));
+  }
+  CHECK(err <= rel * std::max(scale, 1e-300));
+}
+
+struct Config {
+  int stage = 3;
+  FSDP::ReduceMode reduce = FSDP::ReduceMode::PerMicroBatch;
+  std::string checkpoint = "none";
+  bool prefetch = true;
+  std::vector<int64_t> split{16};
+};
+std::string describe(const Config& c) {
+  std::string s = "stage " + std::to_string(c.stage) +
+                  (c.reduce == FSDP::ReduceMode::PerWindow ? " per-window" : " per-micro-batch") + " checkpoint " +
+                  c.checkpoint + (c.prefetch ? " prefetch" : "") + " micro-batches";
+  for (int64_t n : c.split) s += " " + std::to_string(n);
+  return s;
+}
+
+// FSDP's window gradients (this rank's chunks) equal one process's over the whole batch; then a few
+// AdamW steps give one process's parameters.
+void check_against_one_process(const Config& c, DType dt, Device dev, double rel) {
+  CAPTURE(describe(c));
+  CAPTURE(dev);
+  const Batch d = global_batch(dt, dev);
+  const std::vector<Batch> window = my_window(d, c.split);
+  const std::vector<Batch> whole{rows(d, 0, 32)};
+  const auto policy = autograd::CheckpointPolicy::parse(c.checkpoint);
+
+  // Gradients of one window.
+  {
+    auto model = make_model(dt, dev, 1 + world().rank());  // rank 0's values win
+    model->set_checkpoint(policy);
+    FSDP fsdp(*model, units_of(*model), {c.stage, c.reduce, c.prefetch, {}});
+    auto ref = make_model(dt, dev);
+    ref->set_checkpoint(policy);
+    const std::vector<Tensor> want = reference_chunks(fsdp, *ref, whole);
+    Capture cap(fsdp.shard_parameters());
+    optim::Accumulator acc(cap, {0.0, nullptr, false, &fsdp});
+    REQUIRE(acc.step(window, tokens, [&](const Batch& b) { return loss_of(*model, b); }).stepped);
+    REQUIRE(cap.grads.size() == want.size());
+    for (size_t u = 0; u < want.size(); ++u) {
+      CAPTURE(u);
+      check_rel(cap.grads[u], want[u], rel);
+    }
+  }
+  // Three AdamW steps with clipping (the global norm of the shards).
+  auto model = make_model(dt, dev, 1 + world().rank());
+  model->set_checkpoint(policy);
+  FSDP fsdp(*model, units_of(*model), {c.stage, c.reduce, c.prefetch, {}});
+  optim::AdamW opt(fsdp.shard_parameters(), 0.01);
+  optim::Accumulator acc(opt, {0.5, nullptr, false, &fsdp});
+  auto ref = make_model(dt, dev);
+  optim::AdamW ref_opt(ref->parameters(), 0.01);
+  optim::Accumulator ref_acc(ref_opt, {0.5, nullptr, false, nullptr});
+  for (int s = 0; s < 3; ++s) {
+    const optim::WindowResult r = acc.step(window, tokens, [&](const Batch& b) { return loss_of(*model, b); });
+    const optim::WindowResult w = ref_acc.step(whole, tokens, [&](const Batch& b) { return loss_of(*ref, b); });
+    CHECK(r.count == w.count);
+    CHECK(std::fabs(r.loss - w.loss) <= rel * std::fabs(w.loss));
+    CHECK(std::fabs(r.grad_norm - w.grad_norm) <= rel * w.grad_norm);
+  }
+  const nn::TensorDict got = fsdp.full_state_dict();
+  for (const auto& named : ref->named_parameters()) {
+    const auto& [name, p] = named;
+    CAPTURE(named.first);
+    check_rel(got.at(name), p, rel);
+  }
+  // Stage 2 keeps the whole parameters, updated after each step.
+  if (c.stage == 2)
+    for (const auto& [name, p] : model->named_parameters()) CHECK(reel::testing::bit_identical(p, got.at(name)));
+}
+
+// One file for both ranks: rank 0's process id names it.
+std::string shared_path(const std::string& stem) {
+  const int64_t pid = world().all_reduce(world().rank() == 0 ? static_cast<int64_t>(getpid()) : int64_t{0});
+  return (std::filesystem::temp_directory_path() / (stem + "_" + std::to_string(pid) + ".safetensors")).string();
+}
+
+}  // namespace
+
+TEST_CASE("fsdp: stage 2 and 3, with and without checkpointing and accumulation, equal one process (f64)") {
+  REQUIRE(world().size() == 2);
+  for (const int stage : {2, 3})
+    for (const auto reduce : {FSDP::ReduceMode::PerMicroBatch, FSDP::ReduceMode::PerWindow})
+      for (const std::string checkpoint : {"none", "sqrt", "every:1"})
+        for (const std::vector<int64_t>& split : {std::vector<int64_t>{16}, std::vector<int64_t>{6, 10}})
+          check_against_one_process({stage, reduce, checkpoint, true, split}, DType::f64, Device::cpu(), 1e-12);
+  check_against_one_process({3, FSDP::ReduceMode::PerMicroBatch, "sqrt", false, {5, 5, 6}}, DType::f64, Device::cpu(),
+                            1e-12);
+}
+
+TEST_CASE("fsdp: f32 stage 3 with checkpointing equals one process to 1e-6") {
+  check_against_one_process({3, FSDP::ReduceMode::PerMicroBatch, "sqrt", true, {6, 10}}, DType::f32, Device::cpu(),
+                            1e-6);
+  check_against_one_process({3, FSDP::ReduceMode::PerWindow, "every:1", true, {6, 10}}, DType::f32, Device::cpu(),
+                            1e-6);
+}
+
+TEST_CASE("fsdp on cuda:0, through NCCL (or staged): stage 3 and 2 equal one process") {
+  if (!cuda_available()) return;
+  check_against_one_process({3, FSDP::ReduceMode::PerMicroBatch, "sqrt", true, {6, 10}}, DType::f64, Device::cuda(0),
+                            1e-12);
+  check_against_one_process({2, FSDP::ReduceMode::PerWindow, "none", true, {16}}, DType::f64, Device::cuda(0), 1e-12);
+}
+
+TEST_CASE("fsdp: a small GPT, its blocks as units and the embeddings and ln_f as the root, equals one process") {
+  // f32, stage 3 with sqrt checkpointing over the blocks, two micro-batches per rank (one on one process).
+  const nn::GPTConfig config{/*vocab_size*/ 11, /*block_size*/ 8, /*n_layer*/ 4, /*n_head*/ 2, /*n_embd*/ 16};
+  const auto random_ids = [](uint64_t seed) {  // (8, 8) in [0, 11)
+    std::vector<int64_t> v;
+    for (double x : reel::testing::uniform_f64({64}, seed, 0.0, 1.0).to_vector<double>())
+      v.push_back(std::min<int64_t>(10, static_cast<int64_t>(x * 11)));
+    return from_vector(v, {8, 8});
+  };
+  const Tensor ids = random_ids(3), targets = random_ids(4);  // (B, T)
+  struct Tokens {
+    Tensor ids, targets;
+  };
+  const auto count = [](const Tokens& t) { return t.targets.numel(); };
+  const auto slice = [&](int64_t b, int64_t e) {
+    return Tokens{ids.slice(0, b, e).clone(), targets.slice(0, b, e).clone()};
+  };
+  const int r = world().rank();
+  const std::vector<Tokens> mine{slice(4 * r, 4 * r + 1), slice(4 * r + 1, 4 * r + 4)};
+  const std::vector<Tokens> whole{slice(0, 8)};
+
+  manual_seed(5);
+  nn::GPT ref(config);
+  ref.set_checkpoint(autograd::CheckpointPolicy::parse("sqrt"));
+  manual_seed(5);
+  nn::GPT gpt(config);
+  gpt.set_checkpoint(autograd::CheckpointPolicy::parse("sqrt"));
+  std::vector<nn::Module*> blocks;
+  for (int64_t i = 0; i < gpt.h->size(); ++i) blocks.push_back(&(*gpt.h)[i]);
+  FSDP fsdp(gpt, blocks, {3, FSDP::ReduceMode::PerMicroBatch, true, {}});
+  REQUIRE(fsdp.units().size() == 5);
+  CHECK(fsdp.units().back().name.empty());  // the root: wte (tied head), wpe, ln_f
+  CHECK(fsdp.units().back().params.size() == 4);
+
+  Capture ref_cap(ref.parameters());
+  optim::Accumulator ref_acc(ref_cap);
+  ref_acc.step(whole, count, [&](const Tokens& t) { return cross_entropy(ref(t.ids), t.targets, -100, "sum"); });
+  Capture cap(fsdp.shard_parameters());
+  optim::Accumulator acc(cap, {0.0, nullptr, false, &fsdp});
+  acc.step(mine, count, [&](const Tokens& t) { return cross_entropy(gpt(t.ids), t.targets, -100, "sum"); });
+  CHECK(fsdp.all_gathers() == 2 * (2 * 5 - 1));
+  for (size_t u = 0; u < fsdp.units().size(); ++u) {
+    const FSDP::Unit& k = fsdp.units()[u];
+    CAPTURE(k.name);
+    const Tensor full = zeros({k.layout.padded}, DType::f32);
+    for (size_t j = 0; j < k.params.size(); ++j) {
+      const Tensor& g = ref_cap.grads[k.params[j]];
+      untracked::slice(full, 0, k.offset[j], k.offset[j] + g.numel()).copy_(g.reshape({g.numel()}));
+    }
+    check_rel(cap.grads[u], untracked::slice(full, 0, k.layout.begin, k.layout.begin + k.layout.chunk), 1e-5);
+  }
+}
+
+TEST_CASE("fsdp: a replayed segment re-gathers its freed parameters; gradients bit-identical to unsharded") {
+  // Both ranks train on the SAME 16 rows: each rank's gradient is exactly half the one-process gradient
+  // (the loss scale halves, a power of two), so their sum is bit for bit the unsharded one.
+  const Batch d = global_batch(DType::f64, Device::cpu());
+  const std::vector<Batch> window{rows(d, 16, 32)};
+  for (const bool prefetch : {false, true}) {
+    CAPTURE(prefetch);
+    auto model = make_model(DType::f64, Device::cpu());
+    model->set_checkpoint(autograd::CheckpointPolicy::parse("every:1"));  // units 0..2 replayed
+    FSDP fsdp(*model, units_of(*model), {3, FSDP::ReduceMode::PerMicroBatch, prefetch, {}});
+    auto ref = make_model(DType::f64, Device::cpu());
+    ref->set_checkpoint(autograd::CheckpointPolicy::parse("every:1"));
+    const std::vector<Tensor> want = reference_chunks(fsdp, *ref, window);
+    Capture cap(fsdp.shard_parameters());
+    optim::Accumulator acc(cap, {0.0, nullptr, false, &fsdp});
+    acc.step(window, tokens, [&](const Batch& b) {
+      const Tensor l = loss_of(*model, b);
+      // After forward only the last unit is whole: the others' storages are released.
+      for (size_t u = 0; u + 1 < fsdp.units().size(); ++u) {
+        CHECK(!fsdp.units()[u].gathered);
+        CHECK(fsdp.units()[u].flat.storage()->released());
+      }
+      CHECK(fsdp.units().back().gathered);
+      return l;
+    });
+    // Without prefetch the replays gather; with it, backward has gathered them ahead.
+    CHECK(fsdp.all_gathers(prefetch ? Phase::Prefetch : Phase::Replay) > 0);
+    for (size_t u = 0; u < want.size(); ++u) {
+      CAPTURE(u);
+      CHECK(reel::testing::bit_identical(cap.grads[u], want[u]));
+    }
+  }
+}
+
+TEST_CASE("fsdp: all-gathers per window = micro-batches x (2 units - 1); reduce-scatters by mode") {
+  const Batch d = global_batch(DType::f64, Device::cpu());
+  const std::vector<Batch> window = my_window(d, {6, 10});
+  const int64_t M = 2;
+  for (const std::string checkpoint : {"none", "sqrt"})
+    for (const bool prefetch : {false, true})
+      for (const auto reduce : {FSDP::ReduceMode::PerMicroBatch, FSDP::ReduceMode::PerWindow}) {
+        CAPTURE(checkpoint);
+        CAPTURE(prefetch);
+        auto model = make_model(DType::f64, Device::cpu());
+        model->set_checkpoint(autograd::CheckpointPolicy::parse(checkpoint));
+        FSDP fsdp(*model, units_of(*model), {3, reduce, prefetch, {}});
+        const int64_t U = static_cast<int64_t>(fsdp.units().size());
+        REQUIRE(U == 4);
+        optim::SGD opt(fsdp.shard_parameters(), 0.01);
+        optim::Accumulator acc(opt, {0.0, nullptr, false, &fsdp});
+        const int64_t issued = world().issued(dist::Collective::AllGather);
+        for (int s = 0; s < 2; ++s) acc.step(window, tokens, [&](const Batch& b) { return loss_of(*model, b); });
+        const int64_t windows = 2;
+        CHECK(fsdp.all_gathers() == windows * M * (2 * U - 1));
+        CHECK(world().issued(dist::Collective::AllGather) - issued == fsdp.all_gathers());
+        CHECK(fsdp.all_gathers(Phase::Forward) == windows * M * U);
+        CHECK(fsdp.all_gathers(Phase::AfterStep) == 0);
+        // sqrt over 4 units checkpoints units 0 and 1: replayed, so gathered for the replay.
+        const int64_t replayed = checkpoint == "sqrt" ? 2 : 0;
+        if (!prefetch) {
+          CHECK(fsdp.all_gathers(Phase::Replay) == windows * M * replayed);
+          CHECK(fsdp.all_gathers(Phase::Backward) == windows * M * (U - 1 - replayed));
+          CHECK(fsdp.all_gathers(Phase::Prefetch) == 0);
+        } else {
+          CHECK(fsdp.all_gathers(Phase::Prefetch) > 0);
+        }
+        CHECK(fsdp.reduce_scatters() == windows * (reduce == FSDP::ReduceMode::PerWindow ? 1 : M) * U);
+      }
+  // Stage 2: one all-gather per unit per step, after it; a kept unit under stage 3 is gathered there too.
+  auto model = make_model(DType::f64, Device::cpu());
+  FSDP two(*model, units_of(*model), {2, FSDP::ReduceMode::PerWindow, true, {}});
+  optim::SGD opt(two.shard_parameters(), 0.01);
+  optim::Accumulator acc(opt, {0.0, nullptr, false, &two});
+  acc.step(window, tokens, [&](const Batch& b) { return loss_of(*model, b); });
+  CHECK(two.all_gathers() == 4);
+  CHECK(two.all_gathers(Phase::AfterStep) == 4);
+  auto kept_model = make_model(DType::f64, Device::cpu());
+  FSDP kept(*kept_model, units_of(*kept_model), {3, FSDP::ReduceMode::PerMicroBatch, false, {&(*kept_model)[1]}});
+  optim::SGD kept_opt(kept.shard_parameters(), 0.01);
+  optim::Accumulator kept_acc(kept_opt, {0.0, nullptr, false, &kept});
+  kept_acc.step(window, tokens, [&](const Batch& b) { return loss_of(*kept_model, b); });
+  CHECK(kept.all_gathers() == M * (2 * (4 - 1) - 1) + 1);  // M (2 (U - K) - 1) + K
+}
+
+TEST_CASE("fsdp: stage 3 per-rank parameter + gradient + optimizer bytes are at most 0.55x one process's") {
+  const Batch d = global_batch(DType::f64, Device::cpu());
+  const auto model_bytes = [] {
+    const MemoryStats m = memory_stats(Device::cpu());
+    return m[Category::Parameter].current_bytes + m[Category::Gradient].current_bytes +
+           m[Category::OptimizerState].current_bytes;
+  };
+  int64_t single = 0;
+  {
+    const int64_t before = model_bytes();
+    auto ref = make_model(DType::f64, Device::cpu());
+    optim::AdamW opt(ref->parameters(), 0.01);
+    optim::Accumulator acc(opt);
+    acc.step(std::vector<Batch>{rows(d, 0, 32)}, tokens, [&](const Batch& b) { return loss_of(*ref, b); });
+    single = model_bytes() - before;
+  }
+  for (const auto reduce : {FSDP::ReduceMode::PerMicroBatch, FSDP::ReduceMode::PerWindow}) {
+    const int64_t before = model_bytes();
+    auto model = make_model(DType::f64, Device::cpu());
+    FSDP fsdp(*model, units_of(*model), {3, reduce, true, {}});
+    optim::AdamW opt(fsdp.shard_parameters(), 0.01);
+    optim::Accumulator acc(opt, {0.0, nullptr, false, &fsdp});
+    acc.step(my_window(d, {6, 10}), tokens, [&](const Batch& b) { return loss_of(*model, b); });
+    const int64_t sharded = model_bytes() - before;
+    CAPTURE(single);
+    CAPTURE(sharded);
+    CHECK(single == 4 * 707 * 8);  // parameters, gradients and two AdamW moments of 707 f64 elements
+    CHECK(sharded <= 0.55 * static_cast<double>(single));
+  }
+}
+
+TEST_CASE("fsdp: a released parameter is refused by kernels, naming it") {
+  auto model = make_model(DType::f64, Device::cpu());
+  FSDP fsdp(*model, units_of(*model), {3, FSDP::ReduceMode::PerMicroBatch, true, {}});
+  const Tensor w = static_cast<Dense&>((*model)[0]).w;
+  CHECK(w.storage()->released());
+  CHECK(w.storage()->bytes() > 0);
+  bool threw = false;
+  try {
+    autograd::NoGrad no_grad;
+    (void)(w * 2.0);
+  } catch (const Error& e) {
+    threw = true;
+    CHECK(std::string(e.what()).find("(16, 6)") != std::string::npos);
+    CHECK(std::string(e.what()).find("released its storage") != std::string::npos);
+  }
+  CHECK(threw);
+}
+
+TEST_CASE("fsdp: a sharded save loads into one process bit for bit, and a one-process file into a sharded run") {
+  const Batch d = global_batch(DType::f64, Device::cpu());
+  const std::string path = shared_path("reel_fsdp");
+  for (const int stage : {2, 3}) {
+    CAPTURE(stage);
+    auto model = make_model(DType::f64, Device::cpu());
+    FSDP fsdp(*model, units_of(*model), {stage, FSDP::ReduceMode::PerMicroBatch, true, {}});
+    optim::AdamW opt(fsdp.shard_parameters(), 0.01);
+    optim::Accumulator acc(opt, {0.0, nullptr, false, &fsdp});
+    for (int s = 0; s < 2; ++s)
+      acc.step(my_window(d, {16}), tokens, [&](const Batch& b) { return loss_of(*model, b); });
+    const nn::TensorDict trained = fsdp.full_state_dict();
+    fsdp.save(path);
+    // One process (each rank alone) loads it bit for bit.
+    auto plain = make_model(DType::f64, Device::cpu(), 99);
+    nn::load(*plain, path);
+    for (const auto& named : plain->named_parameters()) {
+      const auto& [name, p] = named;
+      CAPTURE(named.first);
+      CHECK(reel::testing::bit_identical(p, trained.at(name)));
+    }
+    world().barrier();  // every rank has read it before rank 0 writes the next
+    // And back: a one-process file (rank 0's plain model, other values) into the sharded run.
+    auto other = make_model(DType::f64, Device::cpu(), 42);
+    if (world().rank() == 0) nn::save(*other, path);
+    world().barrier();
+    fsdp.load(path);
+    const nn::TensorDict loaded = fsdp.full_state_dict();
+    for (const auto& named : other->named_parameters()) {
+      const auto& [name, p] = named;
+      CAPTURE(named.first);
+      CHECK(reel::testing::bit_identical(loaded.at(name), p));
+    }
+    if (stage == 2)
+      for (const auto& [name, p] : model->named_parameters()) CHECK(reel::testing::bit_identical(p, loaded.at(name)));
+    // The loaded run trains on (a fresh optimizer, as the file holds no optimizer state), as the plain
+    // model does on one process.
+    optim::AdamW fresh(fsdp.shard_parameters(), 0.01);
+    optim::Accumulator fresh_acc(fresh, {0.0, nullptr, false, &fsdp});
+    optim::AdamW other_opt(other->parameters(), 0.01);
+    optim::Accumulator other_acc(other_opt);
+    fresh_acc.step(my_window(d, {16}), tokens, [&](const Batch& b) { return loss_of(*model, b); });
+    other_acc.step(std::vector<Batch>{rows(d, 0, 32)}, tokens, [&](const Batch& b) { return loss_of(*other, b); });
+    const nn::TensorDict after = fsdp.full_state_dict();
+    for (const auto& [name, p] : other->named_parameters()) check_rel(after.at(name), p, 1e-12);
+    // A dict that does not fit is refused, naming the key, and changes nothing.
+    nn::TensorDict bad = after;
+    bad.erase("0.bias");
+    bad["extra"] = zeros({1}, DType::f64);
+    bool threw = false;
+    try {
+      fsdp.load_full_state_dict(bad);
+    } catch (const Error& e) {
+      threw = true;
+      CHECK(std::string(e.what()).find("missing '0.bias'") != std::string::npos);
+      CHECK(std::string(e.what()).find("unexpected 'extra'") != std::string::npos);
+    }
+    CHECK(threw);
+    world().barrier();
+  }
+  if (world().rank() == 0) std::filesystem::remove(path);
+}
+
+TEST_CASE("fsdp: bad units are refused") {
+  auto model = make_model(DType::f64, Device::cpu());
+  auto stranger = make_model(DType::f64, Device::cpu());
+  const auto refused = [&](const std::vector<nn::Module*>& units, FSDP::Options o, const std::string& part) {
+    bool threw = false;
+    try {
+      FSDP f(*model, units, o);
+    } catch (const Error& e) {
+      threw = true;
+      CAPTURE(e.what());
+      CHECK(std::string(e.what()).find(part) != std::string::npos);
+    }
+    CHECK(threw);
+  };
+  refused({&(*stranger)[0]}, {}, "is not a module of the model");
+  refused({&(*model)[0], &(*model)[0]}, {}, "listed twice");
+  FSDP::Options one;
+  one.stage = 1;
+  refused({}, one, "stage 1 is not supported");
+}
