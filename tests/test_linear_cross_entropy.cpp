@@ -129,6 +129,13 @@ TEST_CASE("linear_cross_entropy saves dh and dW only, far below the N x V of cro
     autograd::backward(loss);
     CHECK(memory_stats(d)[Category::Activation].current_bytes == act0);  // the tape let go of both
   }
+  {  // backward scales the saves in place: with .grad buffers in place it allocates no (V, C)
+    const Tensor loss = linear_cross_entropy(h, w, t, -100, "mean", R);
+    const int64_t at_backward = memory_stats(d).current_bytes;
+    reset_peak_memory(d);
+    autograd::backward(loss, 0.5);
+    CHECK(memory_stats(d).peak_bytes - at_backward < V * C * 4 / 2);
+  }
   h.set_grad(Tensor());
   w.set_grad(Tensor());
   {  // the unfused head, for contrast: cross_entropy saves its dlogits (N, V)

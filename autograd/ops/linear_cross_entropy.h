@@ -12,8 +12,8 @@
 // then frees logits_c and dlogits_c before the next chunk. The loss is the per-row losses summed
 // in f64 in row order (as cross_entropy does) times 1/count ("mean") or 1 ("sum").
 //
-// What is saved, and why: dh and dW (and db) for d(loss) = 1; backward is one multiply of each by
-// the incoming scalar gradient. Neither the logits nor h nor W are kept. Memory for N rows, C
+// What is saved, and why: dh and dW (and db) for d(loss) = 1; backward multiplies each in place
+// by the incoming scalar gradient (no (V, C) temporary) and hands it on. Neither the logits nor h nor W are kept. Memory for N rows, C
 // features, V classes, f32 (GPT-2 small: N = B*T = 8*1024, C = 768, V = 50257):
 //   linear + cross_entropy:  saves h (N*C, often another node's save already) and W (a parameter),
 //                            plus cross_entropy's dlogits N*V*4 = 1.53 GiB; the logits N*V*4 =
@@ -21,11 +21,13 @@
 //   linear_cross_entropy:    saves dh N*C*4 = 24 MiB and dW V*C*4 = 147 MiB (+ db V*4);
 //                            transient: one chunk's logits and dlogits, 2*R*V*4 (64 MiB at the
 //                            default R), and the chunk's losses and lse.
+// The saves win when V >> C: for V < C (a character GPT) dh (N, C) is larger than dlogits (N, V).
 // The default chunk R makes one chunk's logits about 32 MiB (R = 32 MiB / (V * element size),
-// 166 rows for GPT-2 in f32), at least one row. The work is the unfused op's: three GEMMs of
-// 2*N*V*C FLOPs each and one pass over the logits; only their order changes (dh and dW move from
+// 166 rows for GPT-2 in f32), at least one row. The FLOPs are the unfused op's: three GEMMs of
+// 2*N*V*C each and one pass over the logits; only their order changes (dh and dW move from
 // backward into forward), so a backward that never comes (a validation pass in grad mode) costs
-// the two gradient GEMMs. In eval or under NoGrad, when no input needs a gradient, and inside a
+// the two gradient GEMMs. What chunking adds is traffic: each chunk's dW GEMM reads and writes all
+// of dW, 2*V*C element sizes per chunk (ceil(N / R) chunks), and has an inner dimension of only R. In eval or under NoGrad, when no input needs a gradient, and inside a
 // collapsed checkpoint segment (ForwardCtx::keeps_saves is false; the replay recomputes), the
 // forward computes the loss alone: one GEMM and the loss sweep per chunk, no gradient.
 // Reduction "none" is not supported: its backward scales each row by its own gradient, which
@@ -111,12 +113,20 @@ struct LinearCrossEntropy final : autograd::Op {
     return {scalar_tensor(total * row_scale, h.dtype(), h.device())};
   }
   Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
-    const Tensor& g = grad[0];  // () the loss's gradient
+    // Each save scaled in place by the loss's gradient g () and handed on as the gradient: the
+    // saves are this node's own, read once (unpacked once, version-checked at that unpack, freed
+    // after this rule), and a fresh product would add a (V, C) temporary at the very start of
+    // backward, when every activation is still alive.
+    const Tensor& g = grad[0];
+    auto scaled = [&](size_t slot) {
+      Tensor t = ctx.saved(slot);
+      kernels::binary_(kernels::BinaryOp::Mul, t, g);
+      return t;
+    };
     Tensors grads(ctx.num_inputs());
-    if (ctx.needs_input_grad(0)) grads[0] = kernels::binary(kernels::BinaryOp::Mul, ctx.saved(0), g);
-    if (ctx.needs_input_grad(1)) grads[1] = kernels::binary(kernels::BinaryOp::Mul, ctx.saved(1), g);
-    if (grads.size() == 4 && ctx.needs_input_grad(3))
-      grads[3] = kernels::binary(kernels::BinaryOp::Mul, ctx.saved(2), g);
+    if (ctx.needs_input_grad(0)) grads[0] = scaled(0);  // (N..., C)
+    if (ctx.needs_input_grad(1)) grads[1] = scaled(1);  // (V, C)
+    if (grads.size() == 4 && ctx.needs_input_grad(3)) grads[3] = scaled(2);  // (V)
     return grads;
   }
 };
