@@ -62,6 +62,9 @@ struct LinearCrossEntropy final : autograd::Op {
   LinearCrossEntropy(kernels::Reduction reduction, int64_t ignore_index, int64_t chunk_rows)
       : reduction(reduction), ignore_index(ignore_index), chunk_rows(chunk_rows) {}
   const char* name() const override { return "linear_cross_entropy"; }
+  // Remade only at three GEMMs' cost: a selective checkpoint keeps it (its saves are none of its
+  // inputs, so it keeps dh and dW and never runs again).
+  bool kept_by_selective() const override { return true; }
   std::string attributes() const override {
     return std::string("reduction=") + kernels::reduction_name(reduction) +
            " ignore_index=" + std::to_string(ignore_index) + " chunk_rows=" + std::to_string(chunk_rows);
