@@ -6,7 +6,7 @@
 //
 // Selective checkpointing chooses per op instead: inside a Checkpoint built with a KeepRule the
 // outputs of the ops the rule selects (by default those whose Op::kept_by_selective() says so:
-// linear, matmul, attention and conv2d, the ones that cost a GEMM to remake) are kept, and only the ops between them (elementwise, norms, views) are recomputed. The scope is
+// linear, matmul, attention, conv2d and linear_cross_entropy, the ones that cost a GEMM to remake) are kept, and only the ops between them (elementwise, norms, views) are recomputed. The scope is
 // cut into pieces, each ending just after a kept op; a piece is a segment of its own, replayed when
 // backward reaches it, from the kept outputs before it. The kept op itself never runs again: its
 // saves that are its inputs are refilled from the piece's replay. On a chain of Linear+GELU blocks

@@ -1,6 +1,6 @@
 // The differentiable ops of MLPs, transformers and small CNNs: linear, LayerNorm/RMSNorm/GroupNorm,
-// softmax, fused cross-entropy, embedding, causal attention, 2-D max and average pooling, 2-D
-// convolution. Each family is one header, autograd/ops/<family>.h:
+// softmax, fused cross-entropy, the LM head fused with it (chunked), embedding, causal attention,
+// 2-D max and average pooling, 2-D convolution. Each family is one header, autograd/ops/<family>.h:
 // its tape ops (forward, what they save, backward, side by side) over the kernels of kernels/ops.h,
 // and the user functions that record them, with their contracts. attention_composed is built from
 // other ops, as a reference. A new family adds its line here.
@@ -9,6 +9,7 @@
 //   Tensor y = attention(q, k, v);                        // q, k, v (B, H, T, D), causal
 //   Tensor logits = linear(layer_norm(x, g, b), wte);     // (B, T, V), weights tied to wte
 //   Tensor loss = cross_entropy(logits, targets);         // targets (B, T), mean over tokens
+//   Tensor same = linear_cross_entropy(layer_norm(x, g, b), wte, targets);  // no (B, T, V) logits kept
 #pragma once
 #include "autograd/ops/attention.h"
 #include "autograd/ops/batchnorm.h"
@@ -17,5 +18,6 @@
 #include "autograd/ops/embedding.h"
 #include "autograd/ops/layernorm.h"
 #include "autograd/ops/linear.h"
+#include "autograd/ops/linear_cross_entropy.h"
 #include "autograd/ops/pool.h"
 #include "autograd/ops/softmax.h"

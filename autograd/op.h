@@ -91,8 +91,8 @@ class Op {
   // Attributes for the tape dump, e.g. "p=0.1 seed=5 offset=3".
   virtual std::string attributes() const { return ""; }
   // Selective checkpointing keeps this op's output instead of recomputing it: true for the ops
-  // whose output costs a GEMM to remake (linear, matmul, attention, conv2d). A user's KeepRule
-  // may decide otherwise (autograd/checkpoint.h).
+  // whose output costs a GEMM to remake (linear, matmul, attention, conv2d, linear_cross_entropy).
+  // A user's KeepRule may decide otherwise (autograd/checkpoint.h).
   virtual bool kept_by_selective() const { return false; }
 };
 

@@ -6,6 +6,7 @@
 //   ./char_gpt --max-steps 0 --load gpt.safetensors --sample-chars 1000   # sample only
 //   ./char_gpt --device cuda --checkpoint sqrt --batch 64 --accum-steps 4    # on a GPU (nvcc build)
 //   mpirun -np 2 ./char_gpt --dist --threads 1   # data parallel: each rank takes half of each batch
+//   ./char_gpt --fused-loss                      # LM head + loss chunked (GPT::loss): no (B, T, V) logits kept
 //
 // Data: every byte value of the corpus is a token. The text is cut into 100 blocks at line ends
 // and every 10th block goes to validation (an interleaved 90/10 split, so both halves hold the
@@ -58,7 +59,14 @@ struct Options {
   int64_t top_k = 0;
   std::string corpus_dir = nn::kFortunesDir;
   double min_gain = 0;  // checked only when given
+  bool fused_loss = false;  // GPT::loss (linear_cross_entropy) instead of cross_entropy(gpt(x), y)
 };
+
+// One micro-batch's loss, SUM-reduced over its tokens: the head and the loss fused and chunked
+// (nn::GPT::loss) or the logits then cross_entropy; equal up to rounding.
+Tensor batch_loss(nn::GPT& gpt, const Tensor& x, const Tensor& y, bool fused) {
+  return fused ? gpt.loss(x, y, -100, "sum") : cross_entropy(gpt(x), y, -100, "sum");
+}
 
 // ---- the corpus --------------------------------------------------------------------------
 
@@ -174,7 +182,8 @@ Batch make_batch(const std::vector<int32_t>& ids, const std::vector<size_t>& sta
 
 // Mean loss per character over `windows` evenly spaced windows of `ids`, in eval mode, 16 windows
 // per forward (fixed, so the figure does not depend on --batch or --accum-steps).
-double evaluate(nn::GPT& gpt, const std::vector<int32_t>& ids, int64_t T, int64_t windows, Device device) {
+double evaluate(nn::GPT& gpt, const std::vector<int32_t>& ids, int64_t T, int64_t windows, Device device,
+                bool fused_loss) {
   autograd::NoGrad no_grad;
   const bool was_training = gpt.training();
   gpt.eval();
@@ -188,7 +197,7 @@ double evaluate(nn::GPT& gpt, const std::vector<int32_t>& ids, int64_t T, int64_
     const std::vector<size_t> chunk(starts.begin() + static_cast<std::ptrdiff_t>(i),
                                     starts.begin() + static_cast<std::ptrdiff_t>(std::min(starts.size(), i + 16)));
     const Batch b = make_batch(ids, chunk, T, device);
-    total += cross_entropy(gpt(b.x), b.y, -100, "sum").item();
+    total += batch_loss(gpt, b.x, b.y, fused_loss).item();
   }
   gpt.train(was_training);
   return total / static_cast<double>(windows * T);
@@ -322,7 +331,7 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
     std::uniform_int_distribution<size_t> pick(0, train_ids.size() - static_cast<size_t>(T) - 1);
     const autograd::CheckpointPlan* budget_plan = examples::plan_checkpoint_budget(gpt, [&] {
       const Batch b = make_batch(train_ids, std::vector<size_t>(static_cast<size_t>(sizes.front()), 0), T, device);
-      return cross_entropy(gpt(b.x), b.y, -100, "sum");  // one micro-batch: only its shapes matter
+      return batch_loss(gpt, b.x, b.y, o.fused_loss);  // one micro-batch: only its shapes matter
     });
     reset_peak_memory(device);
     examples::Progress progress(steps, "tokens", o.train.quiet);
@@ -342,7 +351,7 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
       }
       const optim::WindowResult r = acc.step<Batch>(
           micro, [](const Batch& b) { return b.y.numel(); },
-          [&](const Batch& b) { return cross_entropy(gpt(b.x), b.y, -100, "sum"); });
+          [&](const Batch& b) { return batch_loss(gpt, b.x, b.y, o.fused_loss); });
       train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       tokens += r.count;
       progress.update(step, r.loss, tokens);
@@ -350,7 +359,7 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
       memory_timeline.after_step(step);
       if (step % o.eval_every == 0 && step < steps) {
         progress.finish();
-        val_loss = evaluate(gpt, val_ids, T, o.eval_windows, device);
+        val_loss = evaluate(gpt, val_ids, T, o.eval_windows, device, o.fused_loss);
         std::printf("step %lld/%lld  train loss %.4f  val loss: %.4f  lr %.2e  %.0f tokens/s\n",
                     static_cast<long long>(step), static_cast<long long>(steps), r.loss, val_loss, r.lr,
                     static_cast<double>(tokens) / train_seconds);
@@ -370,7 +379,7 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
   }
 
   // ---- evaluation ----
-  val_loss = evaluate(gpt, val_ids, T, o.eval_windows, device);
+  val_loss = evaluate(gpt, val_ids, T, o.eval_windows, device, o.fused_loss);
   std::printf("val loss: %.4f (unigram entropy %.4f nats, %.4f below)\n", val_loss, entropy, entropy - val_loss);
   const std::string hash = corpus_hash(text);
   if (!o.train.load.empty() && steps == 0) {
@@ -464,6 +473,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--min-gain", o.min_gain,
                  "exit 1 unless the final val loss is at least this many nats below the unigram entropy");
+  app.add_flag("--fused-loss", o.fused_loss,
+               "LM head and cross-entropy fused and chunked (GPT::loss): the tape keeps no (B, T, V) logits gradient");
   CLI11_PARSE(app, argc, argv);
   try {
     examples::Distributed dist(o.train);

@@ -84,15 +84,27 @@ GPT::GPT(const GPTConfig& c) : config_(c) {
   if (lm_head) init_gpt2_linear(*lm_head, init_std);
 }
 
-Tensor GPT::forward(const Tensor& ids) {
+Tensor GPT::features(const Tensor& ids) {
   REEL_CHECK(ids.dim() == 2, "GPT: expects token ids of shape (B, T), got ", ids.shape());
   const int64_t T = ids.size(1);
   REEL_CHECK(T >= 1 && T <= config_.block_size, "GPT: sequence length ", T, " is outside [1, block_size = ",
              config_.block_size, "]");
   const Tensor pos = arange(T, DType::i64, wpe->weight.device());  // (T)
   Tensor x = (*drop)((*wte)(ids) + (*wpe)(pos));                     // (B, T, C) + (T, C)
-  x = (*ln_f)((*h)(x));  // the blocks, each through its operator() (its hooks), checkpointed as h's policy says
-  return lm_head ? (*lm_head)(x) : linear(x, wte->weight);           // (B, T, V)
+  return (*ln_f)((*h)(x));  // the blocks, each through its operator() (its hooks), checkpointed as h's policy says
+}
+
+Tensor GPT::forward(const Tensor& ids) {
+  const Tensor x = features(ids);                              // (B, T, C)
+  return lm_head ? (*lm_head)(x) : linear(x, wte->weight);     // (B, T, V)
+}
+
+Tensor GPT::loss(const Tensor& ids, const Tensor& targets, int64_t ignore_index, const std::string& reduction,
+                 int64_t chunk_rows) {
+  REEL_CHECK(targets.shape() == ids.shape(), "GPT::loss: targets ", targets.shape(), " do not match ids ",
+             ids.shape(), ": one target per token expected");
+  const Tensor& head = lm_head ? lm_head->weight : wte->weight;  // (V, C), no bias (GPT-2's head has none)
+  return linear_cross_entropy(features(ids), head, targets, ignore_index, reduction, chunk_rows);
 }
 
 std::vector<int64_t> GPT::generate(std::vector<int64_t> tokens, int64_t n, double temperature, int64_t top_k,

@@ -9,6 +9,8 @@
 //   nn::GPT gpt(config);
 //   gpt.set_checkpoint(nn::CheckpointPolicy::parse("sqrt"));  // blocks in checkpoint segments
 //   Tensor logits = gpt(ids);                                 // ids (B, T) -> (B, T, V)
+//   Tensor loss = gpt.loss(ids, targets);                     // the same loss as cross_entropy(gpt(ids),
+//                                                             // targets), the (B, T, V) logits never kept
 //
 // Every submodule is called through its operator(), so a hook on any of them runs: a pre-hook on
 // (*gpt.h)[i] sees block i's input, one on "h.0.attn.c_attn" (found by named_modules()) that
@@ -99,6 +101,19 @@ class GPT : public Module {
   // to the top_k most likely (0: all), from `gen`; no tape is recorded. Returns the whole sequence.
   std::vector<int64_t> generate(std::vector<int64_t> prompt, int64_t n, double temperature = 1.0, int64_t top_k = 0,
                                 Generator* gen = nullptr);
+
+  // cross_entropy(gpt(ids), targets, ignore_index, reduction) through linear_cross_entropy
+  // (autograd/ops/linear_cross_entropy.h): the LM head and the loss fused and chunked, so neither
+  // the (B, T, V) logits nor their gradient exist whole; the tape saves d(loss)/d(final features)
+  // (B, T, C) and d(loss)/d(head weight) (V, C) instead of (B, T, V). targets (B, T) i32/i64;
+  // reduction "mean" or "sum"; chunk_rows as linear_cross_entropy's (0: about 32 MiB of logits).
+  // Equal to the unfused loss and gradients up to rounding. It does not go through operator():
+  // GPT's own forward hooks and lm_head's do not run (their output, the logits, is never made);
+  // the other submodules' hooks do.
+  Tensor loss(const Tensor& ids, const Tensor& targets, int64_t ignore_index = -100,
+              const std::string& reduction = "mean", int64_t chunk_rows = 0);
+  // The final LayerNorm's output (B, T, C): what the LM head reads (forward and loss share it).
+  Tensor features(const Tensor& ids);
 
   const GPTConfig& config() const { return config_; }
   std::shared_ptr<Embedding> wte, wpe;
