@@ -88,8 +88,8 @@ class Tensor {
   Tensor contiguous() const;           // itself when already contiguous
   Tensor clone() const;                // always a new contiguous copy
   Tensor to(Device device) const;      // itself when already there
-  Tensor to(DType dtype) const;        // itself when already of that dtype
-  void copy_(const Tensor& src) const;  // this = src (same shape; device/dtype may differ)
+  Tensor to(DType dtype) const;        // itself when already of that dtype; to bf16/f16: core/half.h's rounding
+  void copy_(const Tensor& src) const;  // this = src (same shape; device/dtype may differ: converted as by to)
   void fill_(double value) const;      // in place: handles are shared, the data is not const
   // The storage's version counter (core/storage.h): how many in-place writes it has seen; 0 for
   // a tensor without storage. bump_version() is for in-place kernels outside core.
