@@ -10,15 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
-// REEL_HOST_DEVICE marks functions that kernels call too. Under nvcc (both of its passes over a
-// .cu file: __CUDACC__) it is __host__ __device__. The emulated build compiles kernels/cuda/*.cu
-// as host C++ (SIMT_EMULATE), where kernels/simt/simt.h defines __host__ and __device__ empty:
-// there, as in every .cpp file, the annotation is nothing, whatever the include order.
-#if defined(__CUDACC__)
-#define REEL_HOST_DEVICE __host__ __device__
-#else
-#define REEL_HOST_DEVICE
-#endif
+#include "core/host_device.h"  // REEL_HOST_DEVICE
 
 namespace reel {
 

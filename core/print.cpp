@@ -20,6 +20,9 @@ std::string format_value(const Tensor& host, int64_t flat_offset) {
     case DType::i64:
       std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(host.data<int64_t>()[flat_offset]));
       break;
+    // 8 and 11 significant bits: 3 and 4 digits say all they hold.
+    case DType::bf16: std::snprintf(buf, sizeof buf, "%.3g", static_cast<double>(host.data<bf16>()[flat_offset])); break;
+    case DType::f16: std::snprintf(buf, sizeof buf, "%.4g", static_cast<double>(host.data<f16>()[flat_offset])); break;
   }
   return buf;
 }

@@ -88,8 +88,8 @@ class Tensor {
   Tensor contiguous() const;           // itself when already contiguous
   Tensor clone() const;                // always a new contiguous copy
   Tensor to(Device device) const;      // itself when already there
-  Tensor to(DType dtype) const;        // itself when already of that dtype
-  void copy_(const Tensor& src) const;  // this = src (same shape; device/dtype may differ)
+  Tensor to(DType dtype) const;        // itself when already of that dtype; to bf16/f16: core/half.h's rounding
+  void copy_(const Tensor& src) const;  // this = src (same shape; device/dtype may differ: converted as by to)
   // copy_ WITHOUT bumping the version: only for writing back the very values this storage held
   // before it was released (Storage::release), e.g. a sharded parameter gathered again for a
   // backward or a checkpoint replay. What the tape saved of it then reads exactly what forward read,

@@ -41,7 +41,7 @@ const Tensor& Tensor::set_requires_grad(bool on) const {
   REEL_CHECK(!meta || meta->is_leaf, "set_requires_grad: the ", shape(), " tensor is not a leaf (recorded ops "
              "made it, so it follows their inputs); detach() gives a leaf");
   REEL_CHECK(!on || is_floating(dtype()), "set_requires_grad: a ", dtype(), " tensor ", shape(),
-             " cannot require grad (f32 or f64 expected)");
+             " cannot require grad (a floating dtype expected)");
   if (!meta) meta = std::make_shared<AutogradMeta>();
   meta->requires_grad = on;
   return *this;

@@ -64,6 +64,8 @@ MPI_Datatype mpi_type(DType t, const std::string& what) {
     case DType::f64: return MPI_DOUBLE;
     case DType::i32: return MPI_INT32_T;
     case DType::i64: return MPI_INT64_T;
+    case DType::bf16:
+    case DType::f16: break;  // MPI has no 16-bit floating type (a later port sends and reduces them)
   }
   REEL_FAIL("dist: ", what, ": dtype ", t, " has no MPI type");
 }

@@ -57,6 +57,8 @@ const char* safetensors_dtype(DType t) {
     case DType::f64: return "F64";
     case DType::i32: return "I32";
     case DType::i64: return "I64";
+    case DType::bf16: return "BF16";
+    case DType::f16: return "F16";
   }
   return "?";
 }
@@ -66,6 +68,8 @@ bool parse_dtype(const std::string& s, DType& out) {
   else if (s == "F64") out = DType::f64;
   else if (s == "I32") out = DType::i32;
   else if (s == "I64") out = DType::i64;
+  else if (s == "BF16") out = DType::bf16;
+  else if (s == "F16") out = DType::f16;
   else return false;
   return true;
 }
@@ -148,10 +152,10 @@ TensorDict from_safetensors_bytes(const std::string& bytes, Device device, Metad
     // huge (and dumping recurses once per level).
     Entry e{name, DType::f32, {}, 0, 0};
     const std::string where = std::string(op) + ": " + source + ": tensor '" + clip(name, 200) + "'";
-    REEL_CHECK(v["dtype"].is_string(), where, ": dtype is not a string (expected one of F32, F64, I32, I64)");
+    REEL_CHECK(v["dtype"].is_string(), where, ": dtype is not a string (expected one of F32, F64, BF16, F16, I32, I64)");
     const std::string& dtype = v["dtype"].get_ref<const std::string&>();
     REEL_CHECK(parse_dtype(dtype, e.dtype), where, " has dtype \"", clip(dtype),
-               "\", which reel does not know (F32, F64, I32, I64)");
+               "\", which reel does not know (F32, F64, BF16, F16, I32, I64)");
     REEL_CHECK(v["shape"].is_array(), where, ": shape is not an array (expected an array of non-negative integers)");
     for (size_t i = 0; i < v["shape"].size(); ++i) {
       const nlohmann::json& d = v["shape"][i];

@@ -19,7 +19,9 @@ namespace reel::nn {
 using TensorDict = std::map<std::string, Tensor>;
 using Metadata = std::map<std::string, std::string>;
 
-// Writes `tensors` (any device, dtype f32/f64/i32/i64; copied to the host) to `path`.
+// Writes `tensors` (any device; copied to the host) to `path`. Every reel dtype has its safetensors
+// name: f32 F32, f64 F64, bf16 BF16, f16 F16, i32 I32, i64 I64 (the names PyTorch's writer uses);
+// the bytes are the values' bits, little-endian, so a load gives back the same bits.
 void save_safetensors(const std::string& path, const TensorDict& tensors, const Metadata& metadata = {});
 
 // The tensors in `path`, placed on `device`; the file's __metadata__ goes to *metadata if given.

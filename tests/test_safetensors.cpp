@@ -122,8 +122,10 @@ TEST_CASE("corrupt files raise reel::Error naming the problem") {
   CHECK_REEL_ERROR(from_safetensors_bytes(huge + "{}"), "goes beyond the end of the file");
   CHECK_REEL_ERROR(from_safetensors_bytes(make_file("{\"x\": [", data)), "the header is not valid JSON");
   CHECK_REEL_ERROR(from_safetensors_bytes(make_file("[1, 2]", "")), "the header is not a JSON object");
-  CHECK_REEL_ERROR(from_safetensors_bytes(make_file(R"({"x":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]}})", "abcd")),
-                   "tensor 'x' has dtype \"BF16\", which reel does not know");
+  CHECK_REEL_ERROR(from_safetensors_bytes(make_file(R"({"x":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})", "ab")),
+                   "tensor 'x' has dtype \"F8_E4M3\", which reel does not know");
+  CHECK_REEL_ERROR(from_safetensors_bytes(make_file(R"({"x":{"dtype":"BF16","shape":[3],"data_offsets":[0,4]}})", "abcd")),
+                   "shape (3) of bf16 needs 6 bytes but data_offsets span 4");
   CHECK_REEL_ERROR(from_safetensors_bytes(make_file(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", data)),
                    "shape (3) of f32 needs 12 bytes but data_offsets span 8");
   CHECK_REEL_ERROR(from_safetensors_bytes(make_file(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,16]}})", data)),
@@ -219,7 +221,7 @@ TEST_CASE("messages about a bad value name the key and the expected form, never 
     return make_file(R"({"x":{"dtype":)" + dtype + R"(,"shape":)" + shape + R"(,"data_offsets":)" + offsets + "}}", data);
   };
   std::string e = load_error(file(nested, "[2]", "[0,8]"));
-  CHECK(e.find("tensor 'x': dtype is not a string (expected one of F32, F64, I32, I64)") != std::string::npos);
+  CHECK(e.find("tensor 'x': dtype is not a string (expected one of F32, F64, BF16, F16, I32, I64)") != std::string::npos);
   CHECK(e.find("[[") == std::string::npos);
   e = load_error(file(R"("F32")", "[2," + nested + "]", "[0,8]"));
   CHECK(e.find("tensor 'x': shape has an invalid dimension at index 1 (expected an array of non-negative integers)") !=

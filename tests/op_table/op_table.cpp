@@ -21,11 +21,15 @@ using reel::testing::values;
 // The dtype table. eps: the unit roundoff. tape: values and gradients of a tape row in this dtype
 // on every device against the f64 CPU ones; f32's is what the sums of a few dozen terms in these
 // small rows round to, f64's what another order of the same f64 sums gives (emulated or real cuda).
-// A new floating dtype is one entry here (bf16: {DType::bf16, 0x1p-8, {3e-2, 3e-2}}) and one in
-// the dtype list of each family that should run in it.
+// A new floating dtype is one entry here and one in the dtype list of each family that should run
+// in it. bf16 and f16 so far run only the fill, copy and cast rows (tests/op_table/tensor.cpp), which
+// are exact; their tape tolerances here are provisional (a few dozen terms' roundoff in 8 and 11
+// bits) until a family's tape rows run in them.
 const DTypeTolerance kDTypeTable[] = {
     {DType::f32, 0x1p-24, {1e-4, 1e-4}},
     {DType::f64, 0x1p-53, {1e-10, 1e-10}},
+    {DType::bf16, 0x1p-8, {3e-2, 3e-2}},
+    {DType::f16, 0x1p-11, {5e-3, 5e-3}},
 };
 
 const DTypeTolerance& dtype_tolerance(DType dt) {

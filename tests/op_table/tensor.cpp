@@ -20,7 +20,7 @@ const std::vector<DType> kDTypes = {DType::f32, DType::f64};
 
 std::vector<OpCase> fill_copy_cast_cases() {
   using namespace kernels;
-  const std::vector<DType> all = {DType::f32, DType::f64, DType::i32, DType::i64};
+  const std::vector<DType> all = {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64};
   std::vector<OpCase> cases;
   auto none = [](Generator&) { return Tensors{}; };
   auto normal_x100 = [](const Shape& s) {  // N(0, 1), times 100 for integer dtypes (then truncated)
@@ -74,7 +74,8 @@ std::vector<OpCase> fill_copy_cast_cases() {
                              {kExact})
                           .with_dtypes({}));
   }
-  // Casts, all 16 pairs; fractional values: float -> int truncates toward zero on every device.
+  // Casts, all 36 pairs; fractional values: float -> int truncates toward zero on every device; to
+  // bf16 and f16 rounds to nearest even, the same bits on every device (tests/test_half.cpp checks the bits).
   for (DType from : all)
     for (DType to : all)
       for (bool strided : {false, true})

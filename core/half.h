@@ -1,0 +1,219 @@
+// The 16-bit floating storage types of DType::bf16 and DType::f16: reel::bf16 (bfloat16: 1 sign,
+// 8 exponent, 7 fraction bits: f32's range, 8 significant bits) and reel::f16 (IEEE binary16:
+// 1, 5, 10 bits; largest finite 65504, smallest subnormal 2^-24). Each is a uint16_t of bits,
+// trivially copyable, usable in host code, in CUDA device code under nvcc and in the simt
+// emulation (REEL_HOST_DEVICE), with conversions written here in integer bit code so that every
+// build and device produces the same bits (no cuda_bf16.h intrinsics, no FTZ, no host F16C).
+//
+// Conversions:
+// * to 16 bits (explicit constructors from float, double, integers and the other 16-bit type):
+//   one rounding, to nearest with ties to even, as IEEE 754 converts: subnormal results exact
+//   to the last bit (f16 down to 2^-24; bf16 down to 2^-133, f32 subnormals included), below half
+//   the smallest subnormal -> signed 0, at or past the overflow threshold -> signed inf (f16:
+//   65520 and up, the tie above 65504; bf16: past 0x1.fefp127 + half an ulp). From double and
+//   from 64-bit integers the rounding is direct, not through f32 (no double rounding); f16 <-> bf16
+//   goes through f32, which holds both exactly.
+// * from 16 bits (implicit operator float): exact. double(x) is exact through it.
+// * NaN: the sign and the top fraction bits (payload) are kept and the quiet bit set, both ways,
+//   as x86 F16C and Arm FCVT do. So 16 -> f32 -> 16 gives back every bit pattern except a
+//   signalling NaN, which comes back quieted (same sign and payload); there is no canonical NaN.
+// Only storage and conversion: no arithmetic operators. A kernel computes in float (the implicit
+// conversion, AccType in core/dtype.h) and stores with bf16(x) / f16(x).
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "core/host_device.h"  // REEL_HOST_DEVICE
+
+namespace reel {
+
+namespace half_detail {
+
+REEL_HOST_DEVICE inline uint32_t bits_of(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+
+REEL_HOST_DEVICE inline uint64_t bits_of(double d) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<uint64_t>(__double_as_longlong(d));
+#else
+  uint64_t u;
+  std::memcpy(&u, &d, sizeof u);
+  return u;
+#endif
+}
+
+REEL_HOST_DEVICE inline float float_of(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+
+// The position of the highest set bit of x (x != 0).
+REEL_HOST_DEVICE inline int msb(uint64_t x) {
+#if defined(__CUDA_ARCH__)
+  return 63 - __clzll(static_cast<long long>(x));
+#else
+  return 63 - __builtin_clzll(x);
+#endif
+}
+
+// The bits, without the sign, of the magnitude sig * 2^(e - P) (sig in [2^P, 2^(P+1)), so e is
+// the value's unbiased exponent) in the format with E exponent and M fraction bits, rounded to
+// nearest, ties to even: a normal, a subnormal (2^M, the smallest normal, when rounding carries
+// into it), 0 below half the smallest subnormal, or infinity at or past the overflow threshold.
+template <int E, int M>
+REEL_HOST_DEVICE inline uint32_t round_magnitude(int e, uint64_t sig, int P) {
+  constexpr int kBias = (1 << (E - 1)) - 1;
+  constexpr uint32_t kInf = ((1u << E) - 1) << M;
+  if (e > kBias) return kInf;
+  const int below = 1 - kBias - e;  // > 0: the value is below the smallest normal, its result subnormal
+  // The bits of sig below the result's last place: P - M for a normal, more for a subnormal.
+  const int shift = P - M + (below > 0 ? below : 0);
+  uint64_t kept;
+  if (shift <= 0) {
+    kept = sig << -shift;  // exact (a small integer)
+  } else {
+    if (shift > P + 1) return 0;  // below half the smallest subnormal
+    kept = sig >> shift;
+    const uint64_t rest = sig & ((uint64_t{1} << shift) - 1);
+    const uint64_t half = uint64_t{1} << (shift - 1);
+    if (rest > half || (rest == half && (kept & 1))) ++kept;
+  }
+  if (below > 0) return static_cast<uint32_t>(kept);
+  // kept carries the implicit bit at 2^M, so adding it to exponent - 1 lets a carry of the
+  // rounding step into the next binade (and into infinity).
+  const uint32_t out = (static_cast<uint32_t>(e + kBias - 1) << M) + static_cast<uint32_t>(kept);
+  return out >= kInf ? kInf : out;
+}
+
+// NaN with the given sign, quiet, with the top fraction bits of `payload` (`bits` wide).
+template <int E, int M>
+REEL_HOST_DEVICE inline uint16_t quiet_nan(uint32_t sign, uint64_t payload, int bits) {
+  constexpr uint32_t kInf = ((1u << E) - 1) << M;
+  return static_cast<uint16_t>(sign | kInf | (1u << (M - 1)) | static_cast<uint32_t>(payload >> (bits - M)));
+}
+
+template <int E, int M>
+REEL_HOST_DEVICE inline uint16_t from_f32(float f) {
+  const uint32_t u = bits_of(f);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const uint32_t exp = (u >> 23) & 0xffu, frac = u & 0x7fffffu;
+  if (exp == 0xffu) {
+    if (frac != 0) return quiet_nan<E, M>(sign, frac, 23);
+    return static_cast<uint16_t>(sign | (((1u << E) - 1) << M));
+  }
+  if (exp == 0) {  // zero or an f32 subnormal: frac * 2^-149
+    if (frac == 0) return static_cast<uint16_t>(sign);
+    const int p = msb(frac);
+    return static_cast<uint16_t>(sign | round_magnitude<E, M>(p - 149, frac, p));
+  }
+  return static_cast<uint16_t>(sign | round_magnitude<E, M>(static_cast<int>(exp) - 127, frac | 0x800000u, 23));
+}
+
+template <int E, int M>
+REEL_HOST_DEVICE inline uint16_t from_f64(double d) {
+  const uint64_t u = bits_of(d);
+  const uint32_t sign = static_cast<uint32_t>(u >> 48) & 0x8000u;
+  const uint32_t exp = static_cast<uint32_t>(u >> 52) & 0x7ffu;
+  const uint64_t frac = u & ((uint64_t{1} << 52) - 1);
+  if (exp == 0x7ffu) {
+    if (frac != 0) return quiet_nan<E, M>(sign, frac, 52);
+    return static_cast<uint16_t>(sign | (((1u << E) - 1) << M));
+  }
+  // A double subnormal (below 2^-1022) is far below half of either format's smallest subnormal.
+  if (exp == 0) return static_cast<uint16_t>(sign);
+  return static_cast<uint16_t>(sign | round_magnitude<E, M>(static_cast<int>(exp) - 1023, frac | (uint64_t{1} << 52), 52));
+}
+
+template <int E, int M, typename I>
+REEL_HOST_DEVICE inline uint16_t from_int(I i) {
+  bool negative = false;
+  uint64_t mag = static_cast<uint64_t>(i);
+  if constexpr (std::is_signed_v<I>) {
+    negative = i < 0;
+    if (negative) mag = uint64_t{0} - mag;  // |INT64_MIN| too
+  }
+  if (mag == 0) return 0;
+  const int p = msb(mag);
+  return static_cast<uint16_t>((negative ? 0x8000u : 0u) | round_magnitude<E, M>(p, mag, p));
+}
+
+template <int E, int M>
+REEL_HOST_DEVICE inline float to_f32(uint16_t h) {
+  constexpr int kBias = (1 << (E - 1)) - 1;
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> M) & ((1u << E) - 1);
+  const uint32_t frac = h & ((1u << M) - 1);
+  if (exp == (1u << E) - 1) {  // inf, or NaN (quieted, payload kept)
+    return float_of(sign | 0x7f800000u | (frac != 0 ? 0x400000u | (frac << (23 - M)) : 0u));
+  }
+  if (exp == 0) {
+    if (frac == 0) return float_of(sign);
+    const int p = msb(frac);
+    const int e = p + 1 - kBias - M;  // the subnormal frac * 2^(1 - bias - M) is 1.x * 2^e
+    if (e + 127 >= 1) return float_of(sign | static_cast<uint32_t>(e + 127) << 23 | ((frac << (23 - p)) & 0x7fffffu));
+    return float_of(sign | (frac << (23 - M)));  // an f32 subnormal too (bf16 shares f32's exponents)
+  }
+  return float_of(sign | static_cast<uint32_t>(static_cast<int>(exp) - kBias + 127) << 23 | (frac << (23 - M)));
+}
+
+}  // namespace half_detail
+
+struct f16;
+
+// bfloat16: the top half of an f32, rounded to nearest even.
+struct bf16 {
+  uint16_t bits;
+
+  bf16() = default;
+  REEL_HOST_DEVICE explicit bf16(float f) : bits(half_detail::from_f32<8, 7>(f)) {}
+  REEL_HOST_DEVICE explicit bf16(double d) : bits(half_detail::from_f64<8, 7>(d)) {}
+  template <typename I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
+  REEL_HOST_DEVICE explicit bf16(I i) : bits(half_detail::from_int<8, 7>(i)) {}
+  REEL_HOST_DEVICE explicit bf16(f16 h);
+  REEL_HOST_DEVICE operator float() const { return half_detail::to_f32<8, 7>(bits); }
+  REEL_HOST_DEVICE static bf16 from_bits(uint16_t b) {
+    bf16 x;
+    x.bits = b;
+    return x;
+  }
+};
+
+// IEEE 754 binary16.
+struct f16 {
+  uint16_t bits;
+
+  f16() = default;
+  REEL_HOST_DEVICE explicit f16(float f) : bits(half_detail::from_f32<5, 10>(f)) {}
+  REEL_HOST_DEVICE explicit f16(double d) : bits(half_detail::from_f64<5, 10>(d)) {}
+  template <typename I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
+  REEL_HOST_DEVICE explicit f16(I i) : bits(half_detail::from_int<5, 10>(i)) {}
+  REEL_HOST_DEVICE explicit f16(bf16 b) : f16(static_cast<float>(b)) {}
+  REEL_HOST_DEVICE operator float() const { return half_detail::to_f32<5, 10>(bits); }
+  REEL_HOST_DEVICE static f16 from_bits(uint16_t b) {
+    f16 x;
+    x.bits = b;
+    return x;
+  }
+};
+
+REEL_HOST_DEVICE inline bf16::bf16(f16 h) : bf16(static_cast<float>(h)) {}
+
+static_assert(sizeof(bf16) == 2 && sizeof(f16) == 2, "16-bit storage");
+static_assert(std::is_trivially_copyable_v<bf16> && std::is_trivially_copyable_v<f16>, "copied as bytes");
+static_assert(std::is_trivially_default_constructible_v<bf16> && std::is_trivially_default_constructible_v<f16>,
+              "empty() leaves them uninitialised, as it does floats");
+
+}  // namespace reel
