@@ -9,10 +9,12 @@
 //
 // Part 2, predicted: a GPT-2-small-shaped chain (12 blocks, n_embd 768, 12 heads, T 1024, batch B)
 // on an H200, at 25 % of its plain peak, for a host link of 64 GB/s (PCIe Gen5) and 450 GB/s
-// (NVLink-C2C): the planner's plan and time against sqrt N recomputation's. Per-block bytes are
-// measured (one GPT-2-small block's forward on cpu at batch 1, scaled by B: every saved tensor is
-// linear in B); the head's and loss's saves are measured at two small vocabularies and extrapolated
-// linearly to GPT-2's 50257; per-block forward time is each recorded kernel's H200 prediction
+// (NVLink-C2C), with the unfused head (cross_entropy on the logits) and the fused one
+// (linear_cross_entropy): the planner's plan and time against sqrt N recomputation's, sqrt N with
+// its boundaries offloaded, and every block offloaded. Per-block bytes are measured (one
+// GPT-2-small block's forward on cpu at batch 1, scaled by B: every saved tensor is linear in B);
+// the head's and loss's saves are measured at batch 1 and 2 and two small vocabularies and
+// extrapolated bilinearly to batch B and GPT-2's 50257; per-block forward time is each recorded kernel's H200 prediction
 // (report/predict.h predict_record: max(bytes / HBM bandwidth, FLOPs / f32 rate, launch)), and a
 // selective scope's recompute is the non-GEMM kernels' share of it.
 //
@@ -70,27 +72,46 @@ void sweep(int rounds, int64_t n_embd, int64_t batch) {
               off, differ);
 }
 
-// The chain cost (batch 1) of a GPT with GPT-2-small's blocks and `vocab` tokens, measured on cpu.
-autograd::ChainCost measured_cost(int64_t vocab, int n_layer) {
+// The chain cost of a GPT with GPT-2-small's blocks, `vocab` tokens and `batch` sequences of 1024,
+// measured on cpu. fused: the loss through nn::GPT::loss (linear_cross_entropy: the head saves dh and
+// dW, never the logits), else cross_entropy on the logits (it saves dlogits, batch x 1024 x vocab).
+autograd::ChainCost measured_cost(int64_t vocab, int n_layer, int64_t batch, bool fused) {
   const Device cpu = Device::cpu();
   manual_seed(3);
   nn::GPTConfig c{vocab, /*block_size*/ 1024, n_layer, /*n_head*/ 12, /*n_embd*/ 768};
   nn::GPT gpt(c);
-  std::vector<int64_t> tokens(1024);
+  std::vector<int64_t> tokens(static_cast<size_t>(batch * 1024));
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>(i % static_cast<size_t>(vocab));
-  const Tensor ids = from_vector(tokens, {1, 1024}).to(cpu);
+  const Tensor ids = from_vector(tokens, {batch, 1024}).to(cpu);
   gpt.set_checkpoint(autograd::CheckpointPolicy::budget(int64_t{1} << 60));
-  gpt.plan_checkpoint([&] { return cross_entropy(gpt(ids), ids, -100, "sum"); });
+  gpt.plan_checkpoint([&] { return fused ? gpt.loss(ids, ids, -100, "sum") : cross_entropy(gpt(ids), ids, -100, "sum"); });
   return *gpt.chain_cost();
+}
+
+// What the head and loss save (ChainCost::after_bytes) at `batch` sequences and `vocab` tokens: the
+// bilinear a + b B + c V + d B V through four measurements at B in {1, 2} and two small vocabularies.
+// Unfused, d (the dlogits) dominates; fused, b (dh) and c (dW, whatever the batch).
+double head_bytes(int64_t batch, int64_t vocab, bool fused) {
+  const int64_t v1 = 128, v2 = 256;
+  double m[2][2];
+  for (int bi = 0; bi < 2; ++bi)
+    for (int vi = 0; vi < 2; ++vi)
+      m[bi][vi] = static_cast<double>(measured_cost(vi ? v2 : v1, 2, bi + 1, fused).after_bytes);
+  const double d = (m[1][1] - m[1][0] - m[0][1] + m[0][0]) / static_cast<double>(v2 - v1);
+  const double c = (m[0][1] - m[0][0]) / static_cast<double>(v2 - v1) - d;
+  const double b = m[1][0] - m[0][0] - d * static_cast<double>(v1);
+  const double a = m[0][0] - b - c * static_cast<double>(v1) - d * static_cast<double>(v1);
+  const double B = static_cast<double>(batch), V = static_cast<double>(vocab);
+  return a + b * B + c * V + d * B * V;
 }
 
 void h200(int64_t batch) {
   const profile::DeviceSpec& spec = profile::device_spec("h200");
-  // Bytes: two vocabularies give the head's and loss's saves as a + b V; the blocks do not depend on V.
-  const int64_t v1 = 128, v2 = 256, v_gpt2 = 50257;
-  const autograd::ChainCost c1 = measured_cost(v1, 2), c2 = measured_cost(v2, 2);
-  const double per_vocab = static_cast<double>(c2.after_bytes - c1.after_bytes) / static_cast<double>(v2 - v1);
-  const double after_1 = static_cast<double>(c1.after_bytes) + per_vocab * static_cast<double>(v_gpt2 - v1);
+  // Bytes: the blocks' at batch 1 (every saved tensor of a block is linear in the batch); the head's
+  // and loss's extrapolated to GPT-2's vocabulary and the batch (head_bytes), unfused and fused.
+  const int64_t v1 = 128, v_gpt2 = 50257;
+  const autograd::ChainCost c1 = measured_cost(v1, 2, 1, false);
+  const double after_unfused = head_bytes(batch, v_gpt2, false), after_fused = head_bytes(batch, v_gpt2, true);
   // Time: one block's forward kernels at batch 1, each predicted on the H200.
   manual_seed(4);
   nn::GPTConfig c{v1, 1024, 1, 12, 768};
@@ -110,11 +131,14 @@ void h200(int64_t batch) {
   }
   std::printf("\nGPT-2-small-shaped chain on an %s, batch %lld x 1024 tokens (predicted, not measured)\n",
               spec.description.c_str(), static_cast<long long>(batch));
-  std::printf("  per block at batch 1 (measured on cpu): saves %s plain, %s selective, input %s; head + loss save %s "
-              "(extrapolated to vocab %lld)\n",
+  std::printf("  per block at batch 1 (measured on cpu): saves %s plain, %s selective, input %s\n",
               format_bytes(c1.units[0].saved_bytes).c_str(), format_bytes(c1.units[0].selective_bytes).c_str(),
-              format_bytes(c1.units[0].input_bytes).c_str(), format_bytes(static_cast<int64_t>(after_1)).c_str(),
-              static_cast<long long>(v_gpt2));
+              format_bytes(c1.units[0].input_bytes).c_str());
+  std::printf("  head + loss at batch %lld, vocab %lld (extrapolated from measurements at batch 1, 2 and vocab 128, "
+              "256): cross_entropy on the logits saves %s, linear_cross_entropy (fused, chunked) %s\n",
+              static_cast<long long>(batch), static_cast<long long>(v_gpt2),
+              format_bytes(static_cast<int64_t>(after_unfused)).c_str(),
+              format_bytes(static_cast<int64_t>(after_fused)).c_str());
   std::printf("  per block forward on the H200 (predict_record, f32): %.3f ms at batch 1, of which GEMMs %.3f ms\n",
               fwd_s * 1e3, gemm_s * 1e3);
   autograd::ChainCost cost;
@@ -130,16 +154,18 @@ void h200(int64_t batch) {
     cost.units.push_back(u);
   }
   cost.before_bytes = static_cast<int64_t>(b * static_cast<double>(c1.before_bytes));
-  cost.after_bytes = static_cast<int64_t>(b * after_1);
   using autograd::CheckpointPolicy;
   std::vector<CheckpointPolicy::Run> sqrt_runs = CheckpointPolicy::parse("sqrt").plan(12);
+  for (const bool fused : {false, true})
   for (const double link : {64e9, 450e9}) {
+    cost.after_bytes = static_cast<int64_t>(fused ? after_fused : after_unfused);
     cost.host_bytes_per_s = link;
     const autograd::Prediction plain = autograd::predict(cost, CheckpointPolicy::parse("none").plan(12));
     const double step_ms = 3 * 12 * b * fwd_s * 1e3;  // forward + backward of the blocks (backward = 2 forwards)
     const int64_t budget = plain.peak_bytes / 4;
-    std::printf("\n  host link %.0f GB/s: plain peak %s, budget 25 %% = %s; blocks' step (3 forwards) %.2f ms\n",
-                link * 1e-9, format_bytes(plain.peak_bytes).c_str(), format_bytes(budget).c_str(), step_ms);
+    std::printf("\n  %s head, host link %.0f GB/s: plain peak %s, budget 25 %% = %s; blocks' step (3 forwards) %.2f ms\n",
+                fused ? "fused" : "unfused", link * 1e-9, format_bytes(plain.peak_bytes).c_str(),
+                format_bytes(budget).c_str(), step_ms);
     const auto row = [&](const char* name, const std::vector<CheckpointPolicy::Run>& runs) {
       const autograd::Prediction p = autograd::predict(cost, runs);
       std::printf("    %-20s peak %s, extra %.2f ms (x%.3f) = recompute %.2f + copy %.2f, host %s  %s\n", name,

@@ -26,10 +26,17 @@ Tensor flat_view(const Tensor& t) { return untracked::reshape(t, {t.numel()}); }
 Tensor piece(const Tensor& flat, int64_t offset, const Tensor& like) {  // like's shape, at offset in flat
   return untracked::reshape(untracked::slice(flat, 0, offset, offset + like.numel()), like.shape());
 }
-// A span in the profiler's trace around one collective, when profiling (the name is made only then).
+// A span in the profiler's trace around what the host does for one collective, when profiling (the
+// name is made only then).
 template <typename Name>
 void open_span(std::optional<profile::Scope>& span, Name&& name) {
   if (profile::enabled()) span.emplace("fsdp: " + name());
+}
+// The collective itself, from its start to the moment it is seen done: a span on the trace's lanes
+// of work in flight (the communication track, profile::AsyncSpan), beside DataParallel's buckets.
+template <typename Name>
+profile::AsyncSpan comm_span(Name&& name) {
+  return profile::enabled() ? profile::AsyncSpan::begin("fsdp: " + name()) : profile::AsyncSpan();
 }
 }  // namespace
 
@@ -205,21 +212,24 @@ void FullyShardedDataParallel::gather(size_t u, Phase phase) {
     std::optional<profile::Scope> s;
     open_span(s, [&] { return "wait for the prefetch of unit '" + k.name + "'"; });
     in_flight_->work.wait();
+    in_flight_->span.end();
     buffer = in_flight_->buffer;
     in_flight_.reset();
   } else {
     std::optional<profile::Scope> s;
     open_span(s, [&] { return "all_gather unit '" + k.name + "' (" + phase_name(phase) + ")"; });
     buffer = empty({k.layout.padded}, k.shard.dtype(), k.shard.device());
+    profile::AsyncSpan comm = comm_span([&] { return "all_gather unit '" + k.name + "' (" + phase_name(phase) + ")"; });
     group_.all_gather(buffer, k.shard);
+    comm.end();
     ++gathers_[static_cast<int>(phase)];
   }
   k.flat.storage()->materialize();
   // In backward (a replay, a rule, a prefetch) the values are the ones forward read and the tape saved:
-  // restore_ writes them without a version bump, so the saved-tensor checks still pass. In forward and
-  // after a step they are new values: a write like any other.
+  // restore_ writes them without a version bump, so the saved-tensor checks still pass. In forward,
+  // after a step and in gather_all they are new values: a write like any other.
   k.flat.restore_(buffer);
-  if (phase == Phase::Forward || phase == Phase::AfterStep) k.flat.bump_version();
+  if (phase == Phase::Forward || phase == Phase::AfterStep || phase == Phase::Checkpoint) k.flat.bump_version();
   k.gathered = true;
 }
 
@@ -240,6 +250,7 @@ void FullyShardedDataParallel::prefetch_before(size_t u) {
   in_flight_ = std::make_unique<InFlight>();
   in_flight_->unit = v;
   in_flight_->buffer = empty({k.layout.padded}, k.shard.dtype(), k.shard.device());
+  in_flight_->span = comm_span([&] { return "all_gather unit '" + k.name + "' (prefetch)"; });
   in_flight_->work = group_.all_gather_async(in_flight_->buffer, k.shard);
   ++gathers_[static_cast<int>(Phase::Prefetch)];
 }
@@ -247,6 +258,7 @@ void FullyShardedDataParallel::prefetch_before(size_t u) {
 void FullyShardedDataParallel::drop_prefetch() {
   if (!in_flight_) return;
   in_flight_->work.wait();  // every rank issued it: it completes; its values may be stale by now
+  in_flight_->span.end();
   in_flight_.reset();
 }
 
@@ -364,7 +376,9 @@ void FullyShardedDataParallel::reduce(size_t u) {
     if (g.defined()) untracked::slice(full, 0, k.offset[j], k.offset[j] + p.numel()).copy_(flat_view(g));
     p.set_grad(Tensor());  // the full gradient goes: its sum lives in the shards now
   }
+  profile::AsyncSpan comm = comm_span([&] { return "reduce_scatter unit '" + k.name + "'"; });
   group_.reduce_scatter(mine, full);
+  comm.end();
   ++reduce_scatters_;
   AutogradMeta& meta = *k.shard.autograd_meta();
   if (meta.grad_is_zero) {  // zero_grad's deferred fill: write instead of adding
@@ -425,6 +439,15 @@ void FullyShardedDataParallel::after_step() {
 }
 
 // ---- checkpoints --------------------------------------------------------------------------
+
+void FullyShardedDataParallel::gather_all() {
+  autograd::NoGrad no_grad;
+  drop_prefetch();
+  for (size_t u = 0; u < units_.size(); ++u) {
+    gather(u, Phase::Checkpoint);
+    units_[u].kept = true;
+  }
+}
 
 nn::TensorDict FullyShardedDataParallel::full_state_dict() {
   autograd::NoGrad no_grad;

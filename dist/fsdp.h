@@ -74,6 +74,10 @@
 // Works on cpu tensors (MPI) and cuda tensors (NCCL, or staged), as
 // DataParallel; a world of one works too (every collective local).
 //
+// Trace: under a Profiler each all-gather and reduce-scatter is a span on the lanes of work in flight
+// (profile::AsyncSpan: the communication track, beside DataParallel's buckets), named by its unit
+// and phase; a prefetch's span runs from its start to the wait that used it.
+//
 // Checkpoints: full_state_dict() gathers the whole model (parameters and buffers, under the model's
 // dotted names, as Module::state_dict()) on every rank; save() writes it from rank 0 as one
 // safetensors file that nn::load reads into an unsharded model bit for bit; load() reads such a file
@@ -86,6 +90,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/profile.h"
 #include "dist/process_group.h"
 #include "dist/sharding.h"
 #include "nn/module.h"
@@ -103,7 +108,7 @@ class FullyShardedDataParallel final : public optim::WindowSync {
     std::vector<nn::Module*> keep;  // stage 3: units (named in `units`, or the model for the root) never released
   };
   // Where an all-gather was issued (all_gathers()).
-  enum class Phase { Forward, Replay, Backward, Prefetch, AfterStep, Checkpoint /* full_state_dict */ };
+  enum class Phase { Forward, Replay, Backward, Prefetch, AfterStep, Checkpoint /* full_state_dict, gather_all */ };
   static constexpr int kNumPhases = 6;
   static const char* phase_name(Phase p);
 
@@ -146,6 +151,11 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   int64_t all_gathers() const;  // every phase
   int64_t reduce_scatters() const { return reduce_scatters_; }
 
+  // Gathers every released unit and keeps every unit gathered from now on: the model holds whole
+  // parameters again (evaluation, sampling or nn::save after training, on any one rank, with no
+  // collectives), while the optimizer still steps the shards (after_step gathers the kept units).
+  // A collective; counted under Phase::Checkpoint.
+  void gather_all();
   // The whole model's parameters and buffers by dotted name, gathered (a collective: every rank calls
   // it and gets the whole dict).
   nn::TensorDict full_state_dict();
@@ -204,6 +214,7 @@ class FullyShardedDataParallel final : public optim::WindowSync {
     size_t unit = 0;
     Tensor buffer;  // (padded)
     Work work;
+    profile::AsyncSpan span;  // under a Profiler: from the start to the wait
   };
   std::unique_ptr<InFlight> in_flight_;
 

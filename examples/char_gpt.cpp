@@ -309,7 +309,10 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
   double val_loss = 0;
   if (steps > 0) {
     // --dist: rank 0's weights everywhere; each rank takes its share of every window's sequences.
-    std::unique_ptr<optim::Optimizer> opt = dist.make_optimizer(o.train.optimizer, gpt.parameters(), o.train.lr);
+    // --zero 2/3 shard by block (the tied embeddings and the final norm form the root unit).
+    std::vector<nn::Module*> blocks;
+    for (int64_t i = 0; i < gpt.h->size(); ++i) blocks.push_back(&(*gpt.h)[i]);
+    std::unique_ptr<optim::Optimizer> opt = dist.make_optimizer(o.train.optimizer, gpt, blocks, o.train.lr);
     const std::unique_ptr<optim::LrSchedule> schedule = examples::make_schedule(o.train, steps);
     optim::Accumulator acc(*opt, {o.train.clip, schedule.get(), o.train.skip_nonfinite, dist.sync()});
     std::optional<autograd::DetectAnomaly> detect_anomaly;
@@ -324,7 +327,7 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
                 o.train.schedule.c_str(), o.train.checkpoint.c_str());
     if (o.train.dist)
       std::printf("data parallel: %d ranks, %lld sequences each per step%s\n", dist.world(),
-                  static_cast<long long>(my_batch), o.train.zero ? ", AdamW state sharded (ZeRO-1)" : "");
+                  static_cast<long long>(my_batch), dist.sharding());
     std::fflush(stdout);
 
     std::mt19937_64 rng(o.train.seed + 1000003 * static_cast<uint64_t>(dist.rank()));  // each rank its own windows
@@ -374,7 +377,8 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
     if (acc.skipped_steps() > 0)
       std::printf("skipped: %lld steps with non-finite gradients\n", static_cast<long long>(acc.skipped_steps()));
     std::printf("tokens/s: %.0f\n", static_cast<double>(tokens) / train_seconds);
-    dist.report(steps);
+    dist.report(steps, device);
+    dist.finish_training();
     examples::report_checkpoint_budget(budget_plan, device);
   }
 

@@ -28,6 +28,7 @@
 #include "report/profile.h"
 #if REEL_HAS_DIST
 #include "dist/data_parallel.h"
+#include "dist/fsdp.h"
 #endif
 
 namespace examples {
@@ -56,7 +57,8 @@ struct TrainOptions {
   std::string predict;        // with --profile: a device of report/device_specs.cpp to predict the step on
   std::string memory_timeline;  // page path (HTML; the JSON beside it); empty: no timeline
   bool dist = false;          // data parallel over the ranks mpirun started (see Distributed)
-  int zero = 0;               // with dist: 1 shards the AdamW state across the ranks (ZeRO-1)
+  int zero = 0;               // with dist: 1 AdamW state, 2 + gradients, 3 + parameters sharded (ZeRO-1/2/3)
+  std::string reduce = "per-micro-batch";  // --zero 2/3: reduce-scatter after each micro-batch, or once per window
   int dist_overlap = 1;       // with dist: 1 starts gradient all-reduces during backward, 0 after it
 };
 
@@ -121,8 +123,14 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_flag("--dist", o.dist,
                "data parallel: run under mpirun -np N; each rank trains on 1/N of every window (--batch is the "
                "global batch), only rank 0 prints and saves");
-  app.add_option("--zero", o.zero, "with --dist and --optimizer adamw: 1 shards the AdamW state across ranks (ZeRO-1)")
-      ->capture_default_str()->check(CLI::IsMember({0, 1}));
+  app.add_option("--zero", o.zero,
+                 "with --dist: 1 shards the AdamW state across ranks (ZeRO-1, --optimizer adamw), 2 also the gradients "
+                 "(ZeRO-2), 3 also the parameters (ZeRO-3 / FSDP: gathered per unit for forward, replay and backward)")
+      ->capture_default_str()->check(CLI::IsMember({0, 1, 2, 3}));
+  app.add_option("--reduce", o.reduce,
+                 "with --zero 2 or 3: per-micro-batch reduce-scatters each micro-batch's gradients into the shards "
+                 "(gradient memory / ranks), per-window accumulates whole gradients and reduce-scatters once per step")
+      ->capture_default_str()->check(CLI::IsMember({"per-micro-batch", "per-window"}));
   app.add_option("--dist-overlap", o.dist_overlap,
                  "with --dist: 1 starts the gradient all-reduces from the tape during backward, 0 after it")
       ->capture_default_str()->check(CLI::IsMember({0, 1}));
@@ -157,22 +165,27 @@ inline int report_error(const char* program, const std::exception& e) {
 }
 
 // --dist: this process's place among the ranks, the data-parallel synchronisation and the
-// optimizer (ZeroAdamW under --zero 1). Without --dist: rank 0 of 1, no synchronisation. On ranks
-// other than 0, stdout goes to /dev/null and --save, --profile, --memory-timeline are dropped, so
-// only rank 0 prints and writes files; errors still reach stderr.
+// optimizer (ZeroAdamW under --zero 1; under --zero 2 and 3 dist::FullyShardedDataParallel over the
+// units the example names, and the optimizer over this rank's shards). Without --dist: rank 0 of 1,
+// no synchronisation. On ranks other than 0, stdout goes to /dev/null and --save, --profile,
+// --memory-timeline are dropped, so only rank 0 prints and writes files; errors still reach stderr.
+// After training, finish_training() gathers a sharded model whole on every rank, so evaluation,
+// sampling and saving run as on one process.
 class Distributed {
  public:
-  explicit Distributed(TrainOptions& o) : wanted_(o.dist), overlap_(o.dist_overlap != 0), zero_(o.zero) {
+  explicit Distributed(TrainOptions& o)
+      : wanted_(o.dist), overlap_(o.dist_overlap != 0), zero_(o.zero), per_window_(o.reduce == "per-window") {
     if (!o.dist) {
       REEL_CHECK(o.zero == 0 && o.dist_overlap == 1, "--zero and --dist-overlap need --dist");
       return;
     }
+    REEL_CHECK(zero_ >= 2 || !per_window_, "--reduce per-window needs --zero 2 or 3");
 #if REEL_HAS_DIST
     reel::dist::ProcessGroup& group = reel::dist::ProcessGroup::world();
     dist_started() = true;
     rank_ = group.rank();
     world_ = group.size();
-    REEL_CHECK(o.zero == 0 || o.optimizer == "adamw", "--zero 1 shards AdamW's state: use --optimizer adamw (got ",
+    REEL_CHECK(o.zero != 1 || o.optimizer == "adamw", "--zero 1 shards AdamW's state: use --optimizer adamw (got ",
                o.optimizer, ")");
     if (rank_ != 0) {
       REEL_CHECK(std::freopen("/dev/null", "w", stdout) != nullptr, "--dist: cannot silence rank ", rank_);
@@ -187,47 +200,79 @@ class Distributed {
   }
   int rank() const { return rank_; }
   int world() const { return world_; }
-  // The optimizer over `params` (rank 0's values everywhere from here on, under --dist).
-  std::unique_ptr<reel::optim::Optimizer> make_optimizer(const std::string& name, std::vector<reel::Tensor> params,
-                                                         double lr) {
+  // The optimizer over `model`'s parameters (rank 0's values everywhere from here on, under
+  // --dist). Under --zero 2 and 3 `units` are the sharding units (dist/fsdp.h: the GPT's blocks, an
+  // MLP's layers) and the optimizer steps this rank's shards.
+  std::unique_ptr<reel::optim::Optimizer> make_optimizer(const std::string& name, reel::nn::Module& model,
+                                                         const std::vector<reel::nn::Module*>& units, double lr) {
 #if REEL_HAS_DIST
+    if (wanted_ && zero_ >= 2) {
+      using FSDP = reel::dist::FullyShardedDataParallel;
+      FSDP::Options options;
+      options.stage = zero_;
+      options.reduce = per_window_ ? FSDP::ReduceMode::PerWindow : FSDP::ReduceMode::PerMicroBatch;
+      fsdp_ = std::make_unique<FSDP>(model, units, options);
+      return reel::optim::make_optimizer(name, fsdp_->shard_parameters(), lr);
+    }
     if (wanted_) {
       dp_ = std::make_unique<reel::dist::DataParallel>(
-          params, reel::dist::DataParallel::Options{int64_t{1} << 20, overlap_, zero_});
+          model.parameters(), reel::dist::DataParallel::Options{int64_t{1} << 20, overlap_, zero_});
       if (zero_ == 1) return std::make_unique<reel::dist::ZeroAdamW>(*dp_, lr);
     }
 #else
+    (void)units;
     REEL_CHECK(!wanted_ && zero_ == 0 && overlap_, "--dist: this reel was built without dist/");
 #endif
-    return reel::optim::make_optimizer(name, std::move(params), lr);
+    return reel::optim::make_optimizer(name, model.parameters(), lr);
   }
   // What optim::Accumulator::Options::sync takes: null without --dist.
   reel::optim::WindowSync* sync() const {
 #if REEL_HAS_DIST
+    if (fsdp_) return fsdp_.get();
     return dp_.get();
 #else
     return nullptr;
 #endif
   }
-  // After training, under --dist: the buckets and the communication backward did not hide.
-  void report(int64_t steps) const {
+  // After training: a model sharded by --zero 3 is gathered whole on every rank (a collective), so
+  // evaluation, sampling and nn::save need no collectives.
+  void finish_training() {
 #if REEL_HAS_DIST
-    if (!dp_ || steps <= 0) return;
-    // How the gradient buckets travelled: cuda buckets through NCCL unless REEL_DIST_BACKEND=mpi.
-    const reel::dist::ProcessGroup& group = dp_->group();
-    const bool cuda = !dp_->params().empty() && dp_->params().front().device().is_cuda();
-    const char* backend = !group.uses_mpi() ? "local"
-                          : cuda && group.cuda_path() == reel::dist::CudaPath::Nccl ? "NCCL"
-                          : cuda ? "MPI, staged through the host"
-                                 : "MPI";
-    std::printf("data parallel: %lld gradient buckets per step over %s, %lld of %lld started during backward; "
-                "%.3f ms per step waited for them after backward (overlap %s)\n",
-                static_cast<long long>(dp_->buckets()), backend, static_cast<long long>(dp_->overlapped_syncs()),
-                static_cast<long long>(dp_->grad_syncs()), 1e3 * dp_->exposed_seconds() / static_cast<double>(steps),
-                overlap_ ? "on" : "off");
-#else
-    (void)steps;
+    if (fsdp_) fsdp_->gather_all();
 #endif
+  }
+  const char* sharding() const {
+    switch (zero_) {
+      case 1: return ", AdamW state sharded (ZeRO-1)";
+      case 2: return per_window_ ? ", gradients and optimizer state sharded (ZeRO-2), reduced once per step"
+                                 : ", gradients and optimizer state sharded (ZeRO-2), reduced per micro-batch";
+      case 3: return per_window_ ? ", parameters, gradients and optimizer state sharded (ZeRO-3), reduced once per step"
+                                 : ", parameters, gradients and optimizer state sharded (ZeRO-3), reduced per micro-batch";
+      default: return "";
+    }
+  }
+  // After training, under --dist: the buckets and the communication backward did not hide.
+  // After training: under --dist the collectives (buckets, or the sharded units' gathers and
+  // reduce-scatters); always this rank's peak bytes by category (rank_bytes).
+  void report(int64_t steps, reel::Device device) const {
+    if (steps <= 0) return;
+#if REEL_HAS_DIST
+    if (fsdp_) report_sharded(steps);
+    if (dp_) report_buckets(steps);
+#endif
+    std::printf("%s\n", rank_bytes(device).c_str());
+  }
+  // This rank's peak bytes of parameters, gradients, optimizer state (and their sum) and
+  // activations on `device`, as one line (rank 0's is printed: every rank holds the same share, up
+  // to one padded chunk; bench/zero_table.sh reads it).
+  std::string rank_bytes(reel::Device device) const {
+    const reel::MemoryStats m = reel::memory_stats(device);
+    const int64_t p = m[reel::Category::Parameter].peak_bytes, g = m[reel::Category::Gradient].peak_bytes,
+                  s = m[reel::Category::OptimizerState].peak_bytes, a = m[reel::Category::Activation].peak_bytes;
+    return "rank " + std::to_string(rank_) + " peak bytes: parameter " + std::to_string(p) + ", gradient " +
+           std::to_string(g) + ", optimizer state " + std::to_string(s) + ", together " + std::to_string(p + g + s) +
+           " (" + reel::format_bytes(p + g + s) + "), activation " + std::to_string(a) + " (" +
+           reel::format_bytes(a) + ")";
   }
   // This rank's positions in a window of n samples: r, r + world, ... (round-robin, so the shares
   // differ by at most one and together are the whole window: the global window is the one a single
@@ -241,9 +286,38 @@ class Distributed {
  private:
   bool wanted_, overlap_;
   int zero_;
+  bool per_window_;
   int rank_ = 0, world_ = 1;
 #if REEL_HAS_DIST
   std::unique_ptr<reel::dist::DataParallel> dp_;
+  std::unique_ptr<reel::dist::FullyShardedDataParallel> fsdp_;
+
+  // --zero 2/3: the all-gathers by phase and the reduce-scatters, per step.
+  void report_sharded(int64_t steps) const {
+    using FSDP = reel::dist::FullyShardedDataParallel;
+    const auto per_step = [&](int64_t n) { return static_cast<double>(n) / static_cast<double>(steps); };
+    std::printf("sharded data parallel: %zu units; per step %.1f all-gathers (forward %.1f, replay %.1f, backward "
+                "%.1f, prefetch %.1f, after the step %.1f), %.1f reduce-scatters\n",
+                fsdp_->units().size(), per_step(fsdp_->all_gathers() - fsdp_->all_gathers(FSDP::Phase::Checkpoint)),
+                per_step(fsdp_->all_gathers(FSDP::Phase::Forward)), per_step(fsdp_->all_gathers(FSDP::Phase::Replay)),
+                per_step(fsdp_->all_gathers(FSDP::Phase::Backward)), per_step(fsdp_->all_gathers(FSDP::Phase::Prefetch)),
+                per_step(fsdp_->all_gathers(FSDP::Phase::AfterStep)), per_step(fsdp_->reduce_scatters()));
+  }
+  // Plain data parallel and ZeRO-1: how the gradient buckets travelled (cuda buckets through NCCL
+  // unless REEL_DIST_BACKEND=mpi) and the communication backward did not hide.
+  void report_buckets(int64_t steps) const {
+    const reel::dist::ProcessGroup& group = dp_->group();
+    const bool cuda = !dp_->params().empty() && dp_->params().front().device().is_cuda();
+    const char* backend = !group.uses_mpi() ? "local"
+                          : cuda && group.cuda_path() == reel::dist::CudaPath::Nccl ? "NCCL"
+                          : cuda ? "MPI, staged through the host"
+                                 : "MPI";
+    std::printf("data parallel: %lld gradient buckets per step over %s, %lld of %lld started during backward; "
+                "%.3f ms per step waited for them after backward (overlap %s)\n",
+                static_cast<long long>(dp_->buckets()), backend, static_cast<long long>(dp_->overlapped_syncs()),
+                static_cast<long long>(dp_->grad_syncs()), 1e3 * dp_->exposed_seconds() / static_cast<double>(steps),
+                overlap_ ? "on" : "off");
+  }
 #endif
 };
 

@@ -21,6 +21,7 @@
 #include "autograd/nn_functions.h"
 #include "autograd/tape.h"
 #include "core/allocator.h"
+#include "core/profile.h"
 #include "dist/fsdp.h"
 #include "dist/process_group.h"
 #include "nn/gpt.h"
@@ -388,6 +389,52 @@ TEST_CASE("fsdp: all-gathers per window = micro-batches x (2 units - 1); reduce-
   optim::Accumulator kept_acc(kept_opt, {0.0, nullptr, false, &kept});
   kept_acc.step(window, tokens, [&](const Batch& b) { return loss_of(*kept_model, b); });
   CHECK(kept.all_gathers() == M * (2 * (4 - 1) - 1) + 1);  // M (2 (U - K) - 1) + K
+}
+
+TEST_CASE("fsdp: under a Profiler every all-gather and reduce-scatter is a span on the communication track") {
+  const Batch d = global_batch(DType::f64, Device::cpu());
+  const std::vector<Batch> window = my_window(d, {6, 10});
+  auto model = make_model(DType::f64, Device::cpu());
+  FSDP fsdp(*model, units_of(*model), {3, FSDP::ReduceMode::PerMicroBatch, true, {}});
+  optim::SGD opt(fsdp.shard_parameters(), 0.01);
+  optim::Accumulator acc(opt, {0.0, nullptr, false, &fsdp});
+  Profiler prof;
+  acc.step(window, tokens, [&](const Batch& b) { return loss_of(*model, b); });
+  prof.stop();
+  int64_t gathers = 0, prefetches = 0, scatters = 0;
+  for (const profile::SpanRecord& s : prof.spans()) {
+    if (s.track < profile::kInFlightTrack) continue;
+    CHECK(prof.track_name(s.track).rfind("in flight, lane ", 0) == 0);
+    CHECK(s.dur_ns >= 0);
+    gathers += s.name.rfind("fsdp: all_gather unit ", 0) == 0;
+    prefetches += s.name.find("(prefetch)") != std::string::npos;
+    scatters += s.name.rfind("fsdp: reduce_scatter unit ", 0) == 0;
+  }
+  CHECK(gathers == fsdp.all_gathers());
+  CHECK(prefetches == fsdp.all_gathers(Phase::Prefetch));
+  CHECK(prefetches > 0);
+  CHECK(scatters == fsdp.reduce_scatters());
+}
+
+TEST_CASE("fsdp: gather_all keeps every unit whole: evaluation after training needs no collective") {
+  const Batch d = global_batch(DType::f64, Device::cpu());
+  const std::vector<Batch> window = my_window(d, {6, 10});
+  auto model = make_model(DType::f64, Device::cpu());
+  FSDP fsdp(*model, units_of(*model), {3, FSDP::ReduceMode::PerMicroBatch, false, {}});
+  optim::SGD opt(fsdp.shard_parameters(), 0.01);
+  optim::Accumulator acc(opt, {0.0, nullptr, false, &fsdp});
+  acc.step(window, tokens, [&](const Batch& b) { return loss_of(*model, b); });
+  const nn::TensorDict whole = fsdp.full_state_dict();
+  fsdp.gather_all();
+  for (const FSDP::Unit& u : fsdp.units()) CHECK(u.gathered);
+  const int64_t issued = world().issued(dist::Collective::AllGather);
+  {
+    autograd::NoGrad no_grad;
+    (void)loss_of(*model, window.front());  // forward: no gather, no release
+  }
+  CHECK(world().issued(dist::Collective::AllGather) == issued);
+  for (const FSDP::Unit& u : fsdp.units()) CHECK(u.gathered);
+  for (const auto& named : model->named_parameters()) reel::testing::check_close(named.second, whole.at(named.first), 0, 0);
 }
 
 TEST_CASE("fsdp: stage 3 per-rank parameter + gradient + optimizer bytes are at most 0.55x one process's") {

@@ -84,11 +84,20 @@ void adam_chunk(T* p, const T* g, T* m, T* v, int64_t n, const AdamScalars& sc) 
   // Three Eigen sweeps (Eigen vectorises sqrt and division; a plain loop calls glibc's sqrtf per
   // element, as -fmath-errno forbids vectorising it) over blocks of 512 elements, 2 KB per
   // operand: the second and third sweeps hit L1, so memory still sees each operand once.
-  constexpr int64_t kBlock = 512;
+  // Each block is copied into 64-byte aligned buffers, its tail padded with zeros to whole packets:
+  // Eigen then runs every element through its packet code, with no scalar prologue (for an
+  // unaligned start) or epilogue, whose rounding differs (the compiler contracts the scalar code's
+  // multiply-adds). So an element's update does not depend on where it sits in the tensor: a
+  // parameter stepped inside a flat shard (dist/fsdp.h) gets the same bits as stepped on its own.
+  constexpr int64_t kBlock = 512, kLanes = 64 / static_cast<int64_t>(sizeof(T));
+  alignas(64) T pb[kBlock], mb[kBlock], vb[kBlock], gb[kBlock];
   for (int64_t b = 0; b < n; b += kBlock) {
-    const int64_t nb = std::min(kBlock, n - b);
-    Arr<T> P(p + b, nb), M(m + b, nb), V(v + b, nb);
-    const CArr<T> Gt(g + b, nb);
+    const int64_t nb = std::min(kBlock, n - b), padded = (nb + kLanes - 1) / kLanes * kLanes;
+    std::copy(p + b, p + b + nb, pb), std::copy(m + b, m + b + nb, mb);
+    std::copy(v + b, v + b + nb, vb), std::copy(g + b, g + b + nb, gb);
+    for (T* buf : {pb, mb, vb, gb}) std::fill(buf + nb, buf + padded, T(0));
+    Arr<T> P(pb, padded), M(mb, padded), V(vb, padded);
+    const CArr<T> Gt(gb, padded);
     // acc_t views of the same memory (references to the maps themselves when acc_t is T).
     const auto& Pa = P.template cast<A>();
     const auto& Ma = M.template cast<A>();
@@ -104,6 +113,7 @@ void adam_chunk(T* p, const T* g, T* m, T* v, int64_t n, const AdamScalars& sc) 
     // sqrt(v) * (1 / sqrt(bc2)) where torch divides by sqrt(bc2): see kernels/adam_scalars.h.
     if (sc.decoupled && sc.wd != 0) P = (Pa * decay - step_size * Ma / (Va.sqrt() * inv_bc2_sqrt + eps)).template cast<T>();
     else P = (Pa - step_size * Ma / (Va.sqrt() * inv_bc2_sqrt + eps)).template cast<T>();
+    std::copy(pb, pb + nb, p + b), std::copy(mb, mb + nb, m + b), std::copy(vb, vb + nb, v + b);
   }
 }
 
