@@ -73,6 +73,47 @@ TEST_CASE("Adam and AdamW match hand-computed steps") {
   }
 }
 
+TEST_CASE("an element's AdamW update does not depend on where it sits in the tensor (f32, cpu)") {
+  // 200 parameters of 31 values stepped on their own, and the same values as one flat tensor (as
+  // parameters are inside a flat shard, dist/fsdp.h): the same bits. On its own each parameter ends
+  // in 15 values past the last whole vector of 16, which the update once ran through scalar code
+  // that the compiler contracts into multiply-adds (rounding differently from the vector code).
+  constexpr int64_t kParams = 200, kSize = 31;
+  Generator gen(9);
+  const Tensor values = randn({kParams * kSize}, DType::f32, Device::cpu(), &gen);
+  const Tensor grads = randn({kParams * kSize}, DType::f32, Device::cpu(), &gen);
+  const auto leaf = [](const Tensor& init) {
+    Tensor p;
+    {
+      MemoryCategory scope(Category::Parameter);
+      p = init.contiguous().clone();
+    }
+    p.set_requires_grad();
+    return p;
+  };
+  std::vector<Tensor> alone, alone_grads;
+  for (int64_t i = 0; i < kParams; ++i) {
+    alone.push_back(leaf(untracked::slice(values, 0, i * kSize, (i + 1) * kSize)));
+    alone_grads.push_back(untracked::slice(grads, 0, i * kSize, (i + 1) * kSize).contiguous());
+  }
+  const Tensor flat = leaf(values);
+  AdamW opt_alone(alone, 0.01), opt_flat({flat}, 0.01);
+  for (int step = 0; step < 3; ++step) {
+    opt_alone.zero_grad();
+    opt_flat.zero_grad();
+    Tensor loss = sum(mul(flat, grads));
+    for (int64_t i = 0; i < kParams; ++i) loss = add(loss, sum(mul(alone[static_cast<size_t>(i)], alone_grads[static_cast<size_t>(i)])));
+    autograd::backward(loss);
+    opt_alone.step();
+    opt_flat.step();
+  }
+  std::vector<float> stepped_alone;
+  for (const Tensor& p : alone)
+    for (float x : p.to_vector<float>()) stepped_alone.push_back(x);
+  CHECK(reel::testing::same_bits(std::vector<std::vector<float>>{stepped_alone},
+                                 std::vector<std::vector<float>>{flat.to_vector<float>()}));
+}
+
 TEST_CASE("optimizer state is counted as optimizer state and round-trips through state_dict") {
   const int64_t before = memory_stats()[Category::OptimizerState].current_bytes;
   Tensor a = param({1, 2, 3}), b = param({4, 5, 6});
