@@ -22,7 +22,6 @@
 namespace reel::dist {
 
 namespace {
-Tensor flat_view(const Tensor& t) { return untracked::reshape(t, {t.numel()}); }
 Tensor piece(const Tensor& flat, int64_t offset, const Tensor& like) {  // like's shape, at offset in flat
   return untracked::reshape(untracked::slice(flat, 0, offset, offset + like.numel()), like.shape());
 }
@@ -318,10 +317,31 @@ void FullyShardedDataParallel::end_backward() {
 void FullyShardedDataParallel::before_node(int64_t index, Phase phase) {
   if (!in_backward_) start_backward(static_cast<size_t>(index));
   group_.progress();  // Open MPI advances a prefetch in flight only inside MPI calls
-  if (options_.stage != 3 || static_cast<size_t>(index) >= reads_.size()) return;
+  if (static_cast<size_t>(index) >= reads_.size()) return;
   for (size_t u : reads_[static_cast<size_t>(index)]) {
+    install_grads(u);
+    if (options_.stage != 3) continue;
     gather(u, phase);
     prefetch_before(u);
+  }
+}
+
+void FullyShardedDataParallel::install_grads(size_t u) {
+  Unit& k = units_[u];
+  if (k.grad_flat.defined()) return;
+  autograd::NoGrad no_grad;
+  {
+    MemoryCategory category(Category::Gradient);
+    k.grad_flat = zeros({k.layout.padded}, k.shard.dtype(), k.shard.device());  // the padding stays zero
+  }
+  for (size_t j = 0; j < k.params.size(); ++j) {
+    const Tensor& p = params_[k.params[j]].second;
+    AutogradMeta& meta = *p.autograd_meta();
+    const Tensor view = piece(k.grad_flat, k.offset[j], p);
+    const bool had = meta.grad.defined() && !meta.grad_is_zero;  // a gradient from before this unit's turn
+    if (had) view.copy_(meta.grad);
+    p.set_grad(view);
+    meta.grad_is_zero = !had;  // the first gradient is written into the view, not added (exact bits)
   }
 }
 
@@ -364,16 +384,16 @@ void FullyShardedDataParallel::reduce(size_t u) {
   std::optional<profile::Scope> s;
   open_span(s, [&] { return "reduce_scatter unit '" + k.name + "'"; });
   autograd::NoGrad no_grad;
-  Tensor full, mine;
+  Tensor mine;
   {
     MemoryCategory category(Category::Gradient);
-    full = zeros({k.layout.padded}, k.shard.dtype(), k.shard.device());  // (padded): the padding stays zero
     mine = empty({k.layout.chunk}, k.shard.dtype(), k.shard.device());
   }
+  install_grads(u);  // (a unit no rule touched: zeros)
+  const Tensor full = std::move(k.grad_flat);  // (padded): every parameter's gradient, in place
   for (size_t j = 0; j < k.params.size(); ++j) {
     const Tensor& p = params_[k.params[j]].second;
-    const Tensor g = p.grad();
-    if (g.defined()) untracked::slice(full, 0, k.offset[j], k.offset[j] + p.numel()).copy_(flat_view(g));
+    if (p.autograd_meta()->grad_is_zero) piece(full, k.offset[j], p).fill_(0);  // zero_grad's deferred fill
     p.set_grad(Tensor());  // the full gradient goes: its sum lives in the shards now
   }
   profile::AsyncSpan comm = comm_span([&] { return "reduce_scatter unit '" + k.name + "'"; });

@@ -142,6 +142,10 @@ class FullyShardedDataParallel final : public optim::WindowSync {
     Tensor shard;                 // (chunk): this rank's part, a leaf with a persistent .grad
     bool gathered = true;
     bool kept = false;  // stage 3: never released
+    // (padded): the unit's whole gradients while backward makes them (installed at the unit's first
+    // rule, dropped by its reduce-scatter); the parameters' .grad are views of it, so the
+    // reduce-scatter reads it in place instead of copying the gradients into a flat buffer first.
+    Tensor grad_flat;
   };
   const std::vector<Unit>& units() const { return units_; }
   ProcessGroup& group() const { return group_; }
@@ -175,6 +179,7 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   void release(size_t u);
   void prefetch_before(size_t u);    // the unit before u in this forward's order, ahead
   void drop_prefetch();              // waits for a prefetch in flight and forgets it
+  void install_grads(size_t u);      // the parameters' .grad become views of units_[u].grad_flat
   void reduce(size_t u);             // full gradients -> shard .grad, full gradients dropped
   void reduce_ready();               // reduces, in order, the units whose gradients are final
   void start_backward(size_t root);  // on a backward's first event: what each tape node reads
