@@ -41,7 +41,8 @@
 // Stage 2 (parameters whole): no gathers in forward or backward; after the step every unit's updated
 // shards are all-gathered into the whole parameters.
 //
-// Gradients (both stages). ReduceMode::PerMicroBatch: when a unit's gradients are final in a backward,
+// Gradients (both stages). At a unit's first backward rule its parameters' .grad become views of one
+// flat buffer (Unit::grad_flat), which the reduce-scatter then reads in place. ReduceMode::PerMicroBatch: when a unit's gradients are final in a backward,
 // its full gradients are reduce-scattered (summed) into the shard's .grad (added: it accumulates over
 // the window's micro-batches) and the full gradient buffers are dropped, so gradient memory per rank
 // is the shards plus one unit's full gradients; one reduce-scatter per unit per micro-batch.
