@@ -292,29 +292,34 @@ class Distributed {
   std::unique_ptr<reel::dist::DataParallel> dp_;
   std::unique_ptr<reel::dist::FullyShardedDataParallel> fsdp_;
 
+  // How collectives on tensors of this kind travel: cuda ones through NCCL unless
+  // REEL_DIST_BACKEND=mpi.
+  static const char* backend(const reel::dist::ProcessGroup& group, bool cuda) {
+    return !group.uses_mpi() ? "local"
+           : cuda && group.cuda_path() == reel::dist::CudaPath::Nccl ? "NCCL"
+           : cuda ? "MPI, staged through the host"
+                  : "MPI";
+  }
   // --zero 2/3: the all-gathers by phase and the reduce-scatters, per step.
   void report_sharded(int64_t steps) const {
     using FSDP = reel::dist::FullyShardedDataParallel;
     const auto per_step = [&](int64_t n) { return static_cast<double>(n) / static_cast<double>(steps); };
-    std::printf("sharded data parallel: %zu units; per step %.1f all-gathers (forward %.1f, replay %.1f, backward "
-                "%.1f, prefetch %.1f, after the step %.1f), %.1f reduce-scatters\n",
-                fsdp_->units().size(), per_step(fsdp_->all_gathers() - fsdp_->all_gathers(FSDP::Phase::Checkpoint)),
+    const bool cuda = !fsdp_->units().empty() && fsdp_->units().front().shard.device().is_cuda();
+    std::printf("sharded data parallel: %zu units over %s; per step %.1f all-gathers (forward %.1f, replay %.1f, "
+                "backward %.1f, prefetch %.1f, after the step %.1f), %.1f reduce-scatters\n",
+                fsdp_->units().size(), backend(fsdp_->group(), cuda), per_step(fsdp_->all_gathers() - fsdp_->all_gathers(FSDP::Phase::Checkpoint)),
                 per_step(fsdp_->all_gathers(FSDP::Phase::Forward)), per_step(fsdp_->all_gathers(FSDP::Phase::Replay)),
                 per_step(fsdp_->all_gathers(FSDP::Phase::Backward)), per_step(fsdp_->all_gathers(FSDP::Phase::Prefetch)),
                 per_step(fsdp_->all_gathers(FSDP::Phase::AfterStep)), per_step(fsdp_->reduce_scatters()));
   }
-  // Plain data parallel and ZeRO-1: how the gradient buckets travelled (cuda buckets through NCCL
-  // unless REEL_DIST_BACKEND=mpi) and the communication backward did not hide.
+  // Plain data parallel and ZeRO-1: how the gradient buckets travelled and the communication
+  // backward did not hide.
   void report_buckets(int64_t steps) const {
-    const reel::dist::ProcessGroup& group = dp_->group();
     const bool cuda = !dp_->params().empty() && dp_->params().front().device().is_cuda();
-    const char* backend = !group.uses_mpi() ? "local"
-                          : cuda && group.cuda_path() == reel::dist::CudaPath::Nccl ? "NCCL"
-                          : cuda ? "MPI, staged through the host"
-                                 : "MPI";
     std::printf("data parallel: %lld gradient buckets per step over %s, %lld of %lld started during backward; "
                 "%.3f ms per step waited for them after backward (overlap %s)\n",
-                static_cast<long long>(dp_->buckets()), backend, static_cast<long long>(dp_->overlapped_syncs()),
+                static_cast<long long>(dp_->buckets()), backend(dp_->group(), cuda),
+                static_cast<long long>(dp_->overlapped_syncs()),
                 static_cast<long long>(dp_->grad_syncs()), 1e3 * dp_->exposed_seconds() / static_cast<double>(steps),
                 overlap_ ? "on" : "off");
   }
