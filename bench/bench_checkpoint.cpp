@@ -69,12 +69,6 @@ Measure measure(const Chain& c, Device device, int64_t batch, int64_t width, int
   return {memory_stats(device)[Category::Activation].peak_bytes - base, bench::median(ms)};
 }
 
-std::string mib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
-  return buf;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -96,9 +90,9 @@ int main(int argc, char** argv) {
     const Measure plain = measure(chain, device, batch, width, 0, steps);
     const Measure ckpt = measure(chain, device, batch, width, k, steps);
     const std::string shape = std::to_string(segments) + " x " + std::to_string(k);
-    std::printf("%5d  %12s %12s  | %12s %12s %9s  | %9.2f %9.2f %6.2f\n", n, mib(plain.peak_bytes).c_str(),
-                mib(2 * n * tensor_bytes).c_str(), mib(ckpt.peak_bytes).c_str(),
-                mib((segments - 1 + 2 * k) * tensor_bytes).c_str(), shape.c_str(), plain.median_ms, ckpt.median_ms,
+    std::printf("%5d  %12s %12s  | %12s %12s %9s  | %9.2f %9.2f %6.2f\n", n, bench::mib(plain.peak_bytes).c_str(),
+                bench::mib(2 * n * tensor_bytes).c_str(), bench::mib(ckpt.peak_bytes).c_str(),
+                bench::mib((segments - 1 + 2 * k) * tensor_bytes).c_str(), shape.c_str(), plain.median_ms, ckpt.median_ms,
                 ckpt.median_ms / plain.median_ms);
   }
   return 0;

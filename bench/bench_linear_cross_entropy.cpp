@@ -51,12 +51,6 @@ Measure measure(Device device, int steps, const Tensor& h, const Tensor& w, Loss
   return m;
 }
 
-std::string mib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
-  return buf;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -82,8 +76,8 @@ int main(int argc, char** argv) {
       return linear_cross_entropy(x, wt, targets);
     });
     for (const auto& [name, m] : {std::pair<const char*, const Measure&>{"unfused", plain}, {"fused", fused}})
-      std::printf("%-50s %-8s %12s %12s %10.2f\n", s.name, name, mib(m.saved).c_str(), mib(m.peak).c_str(), m.ms);
-    std::printf("%-50s %-8s %12s\n", "", "formula", mib((s.N * s.C + s.V * s.C) * 4).c_str());
+      std::printf("%-50s %-8s %12s %12s %10.2f\n", s.name, name, bench::mib(m.saved).c_str(), bench::mib(m.peak).c_str(), m.ms);
+    std::printf("%-50s %-8s %12s\n", "", "formula", bench::mib((s.N * s.C + s.V * s.C) * 4).c_str());
   }
   return 0;
 }

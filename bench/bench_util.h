@@ -1,4 +1,4 @@
-// Timing and table printing shared by the benchmarks in bench/: a wall-clock time that waits for
+// Timing and table printing shared by the benchmarks in bench/: bytes in MiB, a wall-clock time that waits for
 // the device, the median of repeated runs after a warm-up, and the kernel table (median ms, bytes
 // moved, FLOPs, achieved GB/s and GFLOP/s, % of the device's roof) that bench_kernels and
 // bench_nn_kernels print. The bytes and FLOPs are not written here: they are the costs the kernel
@@ -18,6 +18,13 @@
 #include "report/profile.h"
 
 namespace reel::bench {
+
+// Bytes as "12.34 MiB", the unit the memory benchmarks' tables share.
+inline std::string mib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
 
 // Milliseconds fn takes on `device`, from an idle device to the end of its queued work.
 inline double timed_ms(Device device, const std::function<void()>& fn) {
