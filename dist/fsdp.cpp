@@ -319,7 +319,9 @@ void FullyShardedDataParallel::before_node(int64_t index, Phase phase) {
   group_.progress();  // Open MPI advances a prefetch in flight only inside MPI calls
   if (static_cast<size_t>(index) >= reads_.size()) return;
   for (size_t u : reads_[static_cast<size_t>(index)]) {
-    install_grads(u);
+    // Gradients come only from backward rules: a replay's forward ops install nothing (a segment's
+    // earlier units would otherwise hold whole gradient buffers through the later units' backward).
+    if (phase != Phase::Replay) install_grads(u);
     if (options_.stage != 3) continue;
     gather(u, phase);
     prefetch_before(u);
