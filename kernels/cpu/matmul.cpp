@@ -164,8 +164,14 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
 }  // namespace
 
 namespace {
-// x converted to a contiguous f32 tensor of its shape (exact for bf16 / f16).
+// x converted to an f32 tensor of its shape (exact for bf16 / f16): contiguous, or, for a view
+// with its last two dims transposed (linear's W^T), the same transposed layout, so the conversion
+// is one linear pass either way.
 Tensor widened(const Tensor& x) {
+  if (x.dim() >= 2 && !x.is_contiguous()) {
+    const Tensor t = untracked::transpose(x, -2, -1);
+    if (t.is_contiguous()) return untracked::transpose(widened(t), -2, -1);
+  }
   Tensor w = empty(x.shape(), DType::f32, x.device());
   w.copy_(x);
   return w;
