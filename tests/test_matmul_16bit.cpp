@@ -52,9 +52,10 @@ TEST_CASE("bf16 / f16 matmul with a bias, accumulating, and cut along K: the f32
   Generator gen(7);
   // (32, 4096) @ (4096, 32): the CPU cuts it into 8 K slices summed in f32 (kernels/cpu/matmul.cpp);
   // rounding each slice to 16 bits would miss u by up to the slice count.
-  for (auto [M, K, N] : std::vector<std::array<int64_t, 3>>{{37, 53, 41}, {201, 161, 151}, {32, 4096, 32}})
+  for (const auto& mkn : std::vector<std::array<int64_t, 3>>{{37, 53, 41}, {201, 161, 151}, {32, 4096, 32}})
     for (DType dt : {DType::bf16, DType::f16})
       for (Device dev : testing::devices()) {
+        const int64_t M = mkn[0], K = mkn[1], N = mkn[2];  // not a structured binding: CAPTURE takes it
         CAPTURE(M);
         CAPTURE(K);
         CAPTURE(dt);
