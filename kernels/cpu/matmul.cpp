@@ -164,6 +164,17 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
 }  // namespace
 
 namespace {
+// out (contiguous, To) = each element of x (contiguous, From) converted: exact to f32, rounded to
+// nearest even to 16 bits. One pass on reel's threads.
+template <typename From, typename To>
+void convert(const Tensor& x, const Tensor& out) {
+  const From* px = x.data<From>();
+  To* po = out.data<To>();
+  const int64_t n = out.numel();
+#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
+  for (int64_t i = 0; i < n; ++i) po[i] = To(px[i]);
+}
+
 // x converted to an f32 tensor of its shape (exact for bf16 / f16): contiguous, or, for a view
 // with its last two dims transposed (linear's W^T), the same transposed layout, so the conversion
 // is one linear pass either way.
@@ -173,9 +184,15 @@ Tensor widened(const Tensor& x) {
     if (t.is_contiguous()) return untracked::transpose(widened(t), -2, -1);
   }
   Tensor w = empty(x.shape(), DType::f32, x.device());
-  w.copy_(x);
+  if (!x.is_contiguous()) {
+    w.copy_(x);
+    return w;
+  }
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "matmul", convert<scalar_t, float>(x, w))
   return w;
 }
+
+
 }  // namespace
 
 void matmul(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias, bool accumulate) {
@@ -186,7 +203,8 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& b
     // rounded once into out. An operand broadcast over batch dims is widened at its full size.
     const Tensor out32 = accumulate ? widened(out) : empty(out.shape(), DType::f32, out.device());
     matmul(widened(a), widened(b), out32, bias.defined() ? widened(bias) : Tensor(), accumulate);
-    out.copy_(out32);
+    if (out.dtype() == DType::bf16) convert<float, bf16>(out32, out);
+    else convert<float, f16>(out32, out);
     return;
   }
   const MatmulOperand A = matmul_operand(a), B = matmul_operand(b);
