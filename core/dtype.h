@@ -1,10 +1,10 @@
 // Element types a tensor can hold. f32 everywhere; f64 for gradient checks and references;
 // i32/i64 for indices (token ids, targets, argmax); bf16 and f16 (core/half.h: reel::bf16,
 // reel::f16) for mixed precision, so far as storage, conversion (Tensor::to, copy_), fills,
-// printing and safetensors I/O only: no kernel family computes in them yet. Also the floating
+// printing and safetensors I/O, and the GEMM (matmul, linear) computes in them. Also the floating
 // dispatch every kernel runs through, which binds the element type and the type the kernel
 // accumulates in (AccType); it rejects the 16-bit types with a reel::Error naming the op until the
-// kernels are ported.
+// kernels are ported (the ported ones use REEL_DISPATCH_FLOATING_AND_16).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -98,8 +98,8 @@ template <auto... V> inline constexpr bool dependent_false_v = false;
 
 // Runs the statements with `scalar_t` bound to the C++ type of a floating dtype and `acc_t` to
 // the type its kernels accumulate in (reel::AccType); other dtypes raise reel::Error naming `op`.
-// bf16 and f16 have no case yet: no kernel family computes in them (they are storage types so far;
-// a family's port adds REEL_DISPATCH_FLOATING_CASE(bf16, ::reel::bf16, ...) once all of it does).
+// bf16 and f16 have no case here: a family ported to them (all of its kernels) switches to
+// REEL_DISPATCH_FLOATING_AND_16 below.
 // Used by every kernel family on every device:
 //   REEL_DISPATCH_FLOATING(x.dtype(), "sum", sum_rows<scalar_t, acc_t>(...));
 #define REEL_DISPATCH_FLOATING(dtype, op, ...)                                                       \
@@ -107,6 +107,18 @@ template <auto... V> inline constexpr bool dependent_false_v = false;
     REEL_DISPATCH_FLOATING_CASE(f32, float, __VA_ARGS__)                                             \
     REEL_DISPATCH_FLOATING_CASE(f64, double, __VA_ARGS__)                                            \
     default: REEL_FAIL(op, ": dtype ", dtype, " is not supported (f32 or f64 expected)");            \
+  }
+
+// REEL_DISPATCH_FLOATING plus bf16 and f16, for the kernel families ported to the 16-bit types
+// (so far the GEMM: kernels/cpu/matmul.cpp, kernels/cuda/matmul.cu). Every other family keeps
+// REEL_DISPATCH_FLOATING, whose error names the op for a 16-bit dtype, until it is ported too.
+#define REEL_DISPATCH_FLOATING_AND_16(dtype, op, ...)                                                \
+  switch (dtype) {                                                                                   \
+    REEL_DISPATCH_FLOATING_CASE(f32, float, __VA_ARGS__)                                             \
+    REEL_DISPATCH_FLOATING_CASE(f64, double, __VA_ARGS__)                                            \
+    REEL_DISPATCH_FLOATING_CASE(bf16, ::reel::bf16, __VA_ARGS__)                                     \
+    REEL_DISPATCH_FLOATING_CASE(f16, ::reel::f16, __VA_ARGS__)                                       \
+    default: REEL_FAIL(op, ": dtype ", dtype, " is not supported (f32, f64, bf16 or f16 expected)"); \
   }
 
 namespace reel {

@@ -4,7 +4,9 @@
 #include "kernels/matmul.h"
 
 #include <algorithm>
+#include <atomic>
 
+#include "kernels/cpu/gemm.h"     // gemm16_path
 #include "kernels/elementwise.h"  // broadcast_shapes
 #include "kernels/entry_point.h"
 
@@ -100,4 +102,14 @@ void matmul_into_(const Tensor& out, const Tensor& a, const Tensor& b, bool tran
   out.bump_version();
 }
 
+const char* cpu_gemm16_path() { return cpu::gemm16_path(); }
+
 }  // namespace reel::kernels
+
+namespace reel {
+namespace {
+std::atomic<bool> tf32_allowed{false};
+}
+void set_allow_tf32(bool allow) { tf32_allowed.store(allow, std::memory_order_relaxed); }
+bool allow_tf32() { return tf32_allowed.load(std::memory_order_relaxed); }
+}  // namespace reel

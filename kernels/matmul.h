@@ -4,6 +4,13 @@
 // The entry point checks its inputs (dtypes, devices, inner dims: reel::Error naming them),
 // broadcasts the batch dims, allocates a contiguous output on the inputs' device and runs the
 // backend kernel (declared at the end of this file) on cpu or cuda.
+//
+// Dtypes: f32, f64, bf16, f16; all operands (and the bias) in one dtype, the output in it too.
+// bf16 / f16 products multiply exactly and sum in f32, and each output element is the f32 result
+// (bias and accumulated value included) rounded once to the 16-bit type, to nearest even: on the
+// cpu (oneDNN's bf16 / f16 matmul or the f32 GEMM on widened operands) and on cuda (cublasGemmEx,
+// CUBLAS_COMPUTE_32F) alike. A caller that wants the f32 result converts its operands to f32 first
+// (exact), which costs the f32 GEMM's rate.
 #ifndef REEL_KERNELS_MATMUL_H
 #define REEL_KERNELS_MATMUL_H
 #include "core/tensor.h"
@@ -26,7 +33,20 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool t
 void matmul_into_(const Tensor& out, const Tensor& a, const Tensor& b, bool transpose_a = false,
                   bool transpose_b = false, bool accumulate = true);
 
+// How this process's CPU runs bf16 and f16 products (oneDNN's matmul, or converted to f32 and run
+// in f32), chosen once on first use from what the CPU reports; printable (kernels/cpu/gemm.h).
+const char* cpu_gemm16_path();
+
 }  // namespace reel::kernels
+
+namespace reel {
+// TF32 for f32 GEMMs on cuda (matmul, linear): off by default, since its bits differ from f32's.
+// On: each f32 product's inputs are rounded to TF32 (10 fraction bits, to nearest even in the
+// emulated cuBLAS) and summed in f32: cuBLAS's CUBLAS_COMPUTE_32F_FAST_TF32 (tensor cores). Read at
+// every GEMM, process-wide. No effect on the CPU, on f64 or 16-bit products, or on convolutions.
+void set_allow_tf32(bool allow);
+bool allow_tf32();
+}  // namespace reel
 #endif  // REEL_KERNELS_MATMUL_H
 
 // ---- Backend kernels --------------------------------------------------------------------------

@@ -399,16 +399,14 @@ TEST_CASE("ops that do not compute in 16 bits yet raise a reel::Error naming the
     for (DType h : {DType::bf16, DType::f16}) {
       CAPTURE(h);
       const std::string want = std::string("dtype ") + dtype_name(h);
-      const Tensor a = ones({2, 3}, h, d), b = ones({3, 2}, h, d), w = ones({3}, h, d);
+      const Tensor a = ones({2, 3}, h, d), w = ones({3}, h, d);
       const Tensor targets = zeros({2}, DType::i64, d);
       CHECK_REEL_ERROR(add(a, a), want.c_str());
       CHECK_REEL_ERROR(add(a, a), "add");
       CHECK_REEL_ERROR(mul(a, 2.0), "mul");
       CHECK_REEL_ERROR(exp(a), "exp");
       CHECK_REEL_ERROR(sum(a), "sum");
-      CHECK_REEL_ERROR(matmul(a, b), "matmul");
-      CHECK_REEL_ERROR(matmul(a, b), want.c_str());
-      CHECK_REEL_ERROR(linear(a, ones({4, 3}, h, d)), want.c_str());
+      // matmul and linear compute in 16 bits (tests/op_table/matmul.cpp, test_matmul_16bit.cpp).
       CHECK_REEL_ERROR(softmax(a), "softmax");
       CHECK_REEL_ERROR(softmax(a), want.c_str());
       CHECK_REEL_ERROR(layer_norm(a, w, w), "layer");

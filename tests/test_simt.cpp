@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <limits>
 #include <random>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 #endif
 
+#include "core/half.h"  // reel::bf16 / f16: conversions apart from the emulated cuBLAS's
 #include "kernels/simt/cublas.h"
 #include "simt_test_kernels.h"
 
@@ -655,6 +657,63 @@ TEST_CASE("cublas: invalid arguments return CUBLAS_STATUS_INVALID_VALUE and leav
   CHECK(cublasSgemmStridedBatched(handle.h, N, N, 4, 4, 4, &one, a.get(), 4, 16, b.get(), 4, 16, &one, c.get(), 4,
                                   16, 0) == CUBLAS_STATUS_SUCCESS);
   CHECK(c.download() == host);
+}
+
+// GemmEx with 16-bit A, B and C and f32 compute: on small integers every f32 sum is exact in any
+// order, so C must be the exact alpha AB + beta C rounded once (to nearest even) to C's type, bit
+// for bit: 257 -> 256 in bf16 (a tie, to even), 2049 -> 2048 in f16.
+template <class H>
+void check_gemm_ex_16(cudaDataType type) {
+  const int m = 5, n = 4, k = 9;  // column-major A (m, k), B (k, n), C (m, n)
+  std::vector<H> a, b, c;
+  std::vector<double> av, bv, cv;
+  std::mt19937 gen(5);
+  std::uniform_int_distribution<int> small(-16, 16);
+  for (int i = 0; i < m * k; ++i) av.push_back(small(gen)), a.push_back(H(av.back()));
+  for (int i = 0; i < k * n; ++i) bv.push_back(small(gen)), b.push_back(H(bv.back()));
+  for (int i = 0; i < m * n; ++i) cv.push_back(small(gen)), c.push_back(H(cv.back()));
+  av[0] = 128, a[0] = H(128.0), bv[0] = 2, b[0] = H(2.0);  // C(0, 0) near 256, where bf16 holds even integers only
+  DeviceArray<H> da(a), db(b), dc(c);
+  Handle handle;
+  const float alpha = 1, beta = 1;
+  REQUIRE(cublasGemmEx(handle.h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, da.get(), type, m, db.get(), type, k,
+                       &beta, dc.get(), type, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+  const auto got = dc.download();
+  int bad = 0;
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < m; ++i) {
+      double exact = cv[i + j * m];
+      for (int l = 0; l < k; ++l) exact += av[i + l * m] * bv[l + j * k];
+      const H want(exact);
+      if (std::memcmp(&got[i + j * m], &want, sizeof(H)) != 0 && bad++ < 3)
+        FAIL_CHECK("C(" << i << ", " << j << ") = " << float(got[i + j * m]) << ", expected " << float(want)
+                        << " (exact " << exact << ")");
+    }
+  CHECK(bad == 0);
+  // Mixed 16-bit inputs are not a GemmEx combination.
+  CHECK(cublasGemmEx(handle.h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha, da.get(), CUDA_R_16BF, m, db.get(),
+                     CUDA_R_16F, k, &beta, dc.get(), type, m, CUBLAS_COMPUTE_32F,
+                     CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_NOT_SUPPORTED);
+}
+
+TEST_CASE("cublas: GemmEx in bf16 and f16 with f32 compute rounds the exact result once") {
+  check_gemm_ex_16<reel::bf16>(CUDA_R_16BF);
+  check_gemm_ex_16<reel::f16>(CUDA_R_16F);
+}
+
+TEST_CASE("cublas: GemmEx with CUBLAS_COMPUTE_32F_FAST_TF32 drops what TF32 cannot hold") {
+  // A (1, 64) all 1 + 2^-12, B (64, 1) all 1: TF32 (10 fraction bits) holds 1, not 1 + 2^-12 (below
+  // half its ulp), so the product is 64 with TF32 and 64 + 1/64 without.
+  const int k = 64;
+  DeviceArray<float> da(std::vector<float>(k, 1.0f + 0x1p-12f)), db(std::vector<float>(k, 1.0f)), dc(1);
+  Handle handle;
+  const float alpha = 1, beta = 0;
+  for (cublasComputeType_t compute : {CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_COMPUTE_32F}) {
+    REQUIRE(cublasGemmEx(handle.h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, k, &alpha, da.get(), CUDA_R_32F, 1, db.get(),
+                         CUDA_R_32F, k, &beta, dc.get(), CUDA_R_32F, 1, compute,
+                         CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+    CHECK(dc.download()[0] == (compute == CUBLAS_COMPUTE_32F ? 64.0f + 1.0f / 64 : 64.0f));
+  }
 }
 
 TEST_CASE("cublas: handle, stream and pointer mode") {

@@ -4,7 +4,8 @@
 // bias), not by a second pass over Y.
 //   dX = G W          (N, out) @ (out, in)
 //   dW = G^T X        one GEMM with a transpose flag, summed over all N rows
-//   db = sum_rows(G)  a column reduction (kernels::sum over dim 0)
+//   db = sum_rows(G)  a column reduction (kernels::sum over dim 0); for bf16 / f16, whose
+//                     reductions are not ported yet, the GEMM ones (1, N) @ G (f32 sums)
 // dW and db go straight into W's and b's .grad when those exist (their gradient sinks): the GEMM
 // and the column sum add into them (or, after zero_grad, write them), no temporary, no add pass.
 // Saves x only when W needs its gradient and W only when x does: the saved x is the input itself
@@ -51,10 +52,18 @@ struct Linear final : autograd::Op {
           1, [&](const Tensor& sink, bool add) { kernels::matmul_into_(sink, g, x, true, false, add); },
           [&] { return kernels::matmul(g, x, true, false); });
     }
-    if (grads.size() == 3 && ctx.needs_input_grad(2))  // db (out) = the column sums of G
+    if (grads.size() == 3 && ctx.needs_input_grad(2) && is_16bit_floating(g.dtype())) {
+      // db (1, out) = ones (1, N) @ G: the reductions have no 16-bit kernels yet, the GEMM sums in
+      // f32 and rounds once.
+      const Tensor ones = full({1, g.size(0)}, 1.0, g.dtype(), g.device());
+      grads[2] = ctx.grad_write_or_add(
+          2, [&](const Tensor& sink, bool add) { kernels::matmul_into_(sink.view({1, n_out}), ones, g, false, false, add); },
+          [&] { return kernels::matmul(ones, g).view({n_out}); });
+    } else if (grads.size() == 3 && ctx.needs_input_grad(2)) {  // db (out) = the column sums of G
       grads[2] = ctx.grad_write_or_add(
           2, [&](const Tensor& sink, bool add) { kernels::sum_into_(sink, g, {0}, add); },
           [&] { return kernels::sum(g, {0}); });
+    }
     return grads;
   }
 };

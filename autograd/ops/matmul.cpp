@@ -1,7 +1,7 @@
 // matmul: y = op(a) @ op(b), op = transpose of the last two dims when asked, numpy.matmul rules.
 // With A = op(a), B = op(b):  dA = g @ B^T,  dB = A^T @ g. Each is written as one matmul with
-// transpose flags (no copies), then summed over broadcast batch dims. Saves b only when a needs
-// its gradient and a only when b does.
+// transpose flags (no copies), then summed over broadcast batch dims (for bf16 / f16 in f32, see
+// backward). Saves b only when a needs its gradient and a only when b does.
 #include "autograd/functions.h"
 #include "autograd/op.h"
 #include "kernels/ops.h"
@@ -42,18 +42,31 @@ struct Matmul final : autograd::Op {
     else if (sa.size() == 1) g = g.unsqueeze(g.dim() - 1);
     else if (sb.size() == 1) g = g.unsqueeze(g.dim());
     const bool ta = transpose_a, tb = transpose_b;
+    // A bf16 / f16 gradient that sums over broadcast batch dims is computed in f32 (the operands
+    // widened exactly), summed and rounded once: the 16-bit reductions are not ported, and one
+    // rounding at the end is what the unbroadcast product gets too.
+    const DType dt = g.dtype();
+    const auto batch_of = [](const Shape& s) { return Shape(s.begin(), s.end() - 2); };
+    const auto widened = [&](const Shape& s, bool left) {
+      return is_16bit_floating(dt) && batch_of(matrix_shape(s, left)) != batch_of(g.shape());
+    };
+    const auto in_f32 = [](const Tensor& t, bool wide) { return wide ? t.to(DType::f32) : t; };
     Tensors grads(2);
     if (ctx.needs_input_grad(0)) {
-      const Tensor b = as_matrix(ctx.saved(0), false);
+      const bool wide = widened(sa, true);
+      const Tensor b = in_f32(as_matrix(ctx.saved(0), false), wide), gw = in_f32(g, wide);
       // da = dA = g B^T, or da = dA^T = B g^T when a was transposed.
-      Tensor da = ta ? kernels::matmul(b, g, tb, true) : kernels::matmul(g, b, false, !tb);
+      Tensor da = ta ? kernels::matmul(b, gw, tb, true) : kernels::matmul(gw, b, false, !tb);
       grads[0] = autograd::sum_to(da, matrix_shape(sa, true)).reshape(sa);
+      if (wide) grads[0] = grads[0].to(dt);
     }
     if (ctx.needs_input_grad(1)) {
-      const Tensor a = as_matrix(ctx.saved(1), true);
+      const bool wide = widened(sb, false);
+      const Tensor a = in_f32(as_matrix(ctx.saved(1), true), wide), gw = in_f32(g, wide);
       // db = dB = A^T g, or db = dB^T = g^T A when b was transposed.
-      Tensor db = tb ? kernels::matmul(g, a, true, ta) : kernels::matmul(a, g, !ta, false);
+      Tensor db = tb ? kernels::matmul(gw, a, true, ta) : kernels::matmul(a, gw, !ta, false);
       grads[1] = autograd::sum_to(db, matrix_shape(sb, false)).reshape(sb);
+      if (wide) grads[1] = grads[1].to(dt);
     }
     return grads;
   }

@@ -1,10 +1,13 @@
 // kernels/cpu/gemm.h: one row-major GEMM on the calling thread, on oneDNN's sgemm (f32, when built
-// with it) or Eigen.
+// with it) or Eigen; bf16 / f16 through oneDNN's matmul primitive or converted to f32 (the path
+// chosen once per process, gemm16_path()).
 #include "kernels/cpu/gemm.h"
 
 #include <omp.h>
 
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include <Eigen/Core>
 
@@ -12,7 +15,9 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
-#include <vector>
+#include <map>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <tuple>
 
 #include "core/error.h"
 #endif
@@ -97,24 +102,163 @@ void onednn_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float
 }
 #endif
 
+#if defined(REEL_ONEDNN)
+// ---- bf16 / f16 through oneDNN's matmul primitive -----------------------------------------------
+// C (m, n) f32 = op(A) @ op(B) with 16-bit A and B, or C += that (a sum post-op, computed in f32).
+// A primitive is made per shape and layout, on the calling thread under OneThread (its blocking is
+// chosen for one thread) and kept in a per-thread cache: a GPT step has a few dozen shapes.
+using MatmulKey = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool>;
+
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);  // never destroyed
+  return *engine;
+}
+
+dnnl::memory::data_type dnnl_type(DType t) {
+  return t == DType::bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f16;
+}
+
+// The matmul primitive descriptor for op(A) (m, k) @ op(B) (k, n) -> C (m, n) f32 with these
+// leading dimensions; accumulate adds a sum post-op (C += product).
+dnnl::matmul::primitive_desc matmul16_pd(DType t, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda,
+                                         int64_t ldb, int64_t ldc, bool accumulate) {
+  using md = dnnl::memory::desc;
+  const md a_md({m, k}, dnnl_type(t), ta ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
+  const md b_md({k, n}, dnnl_type(t), tb ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
+  const md c_md({m, n}, dnnl::memory::data_type::f32, dnnl::memory::dims{ldc, 1});
+  dnnl::primitive_attr attr;
+  if (accumulate) {
+    dnnl::post_ops ops;
+    ops.append_sum(1.0f);
+    attr.set_post_ops(ops);
+  }
+  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), attr, cpu_engine());
+}
+
+template <typename T>
+void onednn_matmul16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
+                     int64_t ldb, bool accumulate, float* c, int64_t ldc) {
+  constexpr DType t = dtype_of<T>::value;
+  OneThread one;
+  struct Primitive {
+    dnnl::matmul matmul;
+    dnnl::memory::desc a, b, c;
+  };
+  thread_local std::map<MatmulKey, Primitive> cache;
+  thread_local dnnl::stream stream(cpu_engine());
+  const MatmulKey key{static_cast<int>(t), ta, tb, m, n, k, lda, ldb, ldc, accumulate};
+  auto it = cache.find(key);
+  try {
+    if (it == cache.end()) {
+      const auto pd = matmul16_pd(t, ta, tb, m, n, k, lda, ldb, ldc, accumulate);
+      it = cache.emplace(key, Primitive{dnnl::matmul(pd), pd.src_desc(), pd.weights_desc(), pd.dst_desc()}).first;
+    }
+    const Primitive& p = it->second;
+    dnnl::memory am(p.a, cpu_engine(), const_cast<T*>(a));
+    dnnl::memory bm(p.b, cpu_engine(), const_cast<T*>(b));
+    dnnl::memory cm(p.c, cpu_engine(), c);
+    p.matmul.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    REEL_FAIL("matmul: oneDNN ", dtype_name(t), " matmul failed (", e.what(), ") on (", m, ", ", k, ") @ (", k, ", ",
+              n, ")");
+  }
+}
+
+// Whether the effective ISA includes `level` (oneDNN's ISA values are nested bit masks).
+bool isa_has(dnnl::cpu_isa isa, dnnl::cpu_isa level) {
+  return (static_cast<unsigned>(isa) & static_cast<unsigned>(level)) == static_cast<unsigned>(level);
+}
+
+// The implementation oneDNN picks for a (256, 256) @ (256, 256) matmul in t on one thread, or ""
+// where it offers none.
+std::string probe_matmul16(DType t) {
+  OneThread one;
+  try {
+    return matmul16_pd(t, false, false, 256, 256, 256, 256, 256, 256, false).impl_info_str();
+  } catch (const dnnl::error&) {
+    return "";
+  }
+}
+#endif
+
+// The 16-bit path of this process, chosen on first use (gemm16_path()).
+struct Gemm16Path {
+  bool onednn[2] = {false, false};  // bf16, f16: oneDNN's matmul (else converted to f32)
+  std::string text;
+};
+
+const Gemm16Path& gemm16() {
+  static const Gemm16Path path = [] {
+    Gemm16Path p;
+#if defined(REEL_ONEDNN)
+    const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+    const bool bf16_isa = isa_has(isa, dnnl::cpu_isa::avx512_core_bf16) || isa_has(isa, dnnl::cpu_isa::avx512_core_amx);
+    const DType types[2] = {DType::bf16, DType::f16};
+    for (int i = 0; i < 2; ++i) {
+      const std::string impl = probe_matmul16(types[i]);
+      // A reference kernel (ref:any) or bf16 emulated on AVX-512 without BF16 instructions runs
+      // slower than converting to f32; only native instructions are worth it.
+      const bool native = !impl.empty() && impl.rfind("ref", 0) != 0 && (i == 1 || bf16_isa);
+      p.onednn[i] = native;
+      if (i) p.text += "; ";
+      p.text += std::string(dtype_name(types[i])) + ": ";
+      p.text += native ? "oneDNN matmul (" + impl + ")"
+                       : "converted to f32, then oneDNN sgemm (oneDNN's " + std::string(dtype_name(types[i])) +
+                             " matmul: " + (impl.empty() ? std::string("none") : impl) +
+                             (i == 0 && !bf16_isa ? ", no AVX512-BF16 / AMX" : "") + ")";
+    }
+#else
+    p.text = "bf16, f16: converted to f32, then Eigen (built without oneDNN)";
+#endif
+    return p;
+  }();
+  return path;
+}
+
+// op's storage (rows, cols) with row stride ld, converted to a dense f32 (rows, cols) in buffer.
+template <typename T>
+const float* widened(const T* x, int64_t rows, int64_t cols, int64_t ld, std::vector<float>& buffer) {
+  buffer.resize(static_cast<size_t>(rows * cols));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) buffer[i * cols + j] = static_cast<float>(x[i * ld + j]);
+  return buffer.data();
+}
+
 }  // namespace
 
 template <typename T>
 void gemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
-                 int64_t ldb, bool accumulate, T* c, int64_t ldc) {
+                 int64_t ldb, bool accumulate, acc_type_t<T>* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
+  if constexpr (is_16bit_floating(dtype_of<T>::value)) {
+#if defined(REEL_ONEDNN)
+    if (k > 0 && gemm16().onednn[std::is_same_v<T, f16> ? 1 : 0])
+      return onednn_matmul16(ta, tb, m, n, k, a, lda, b, ldb, accumulate, c, ldc);
+#endif
+    // Exact widening to f32, then the f32 GEMM: the same f32 sums of exact products.
+    thread_local std::vector<float> a32, b32;
+    const float* wa = widened(a, ta ? k : m, ta ? m : k, lda, a32);  // stored (rows, cols)
+    const float* wb = widened(b, tb ? n : k, tb ? k : n, ldb, b32);
+    return gemm_serial<float>(ta, tb, m, n, k, wa, ta ? m : k, wb, tb ? k : n, accumulate, c, ldc);
+  } else {
 #if defined(REEL_ONEDNN)
   if constexpr (std::is_same_v<T, float>) {
     if (k > 0) return onednn_sgemm(ta, tb, m, n, k, a, lda, b, ldb, accumulate, c, ldc);
   }
 #endif
-  eigen_gemm(ta, tb, m, n, k, a, lda, b, ldb, accumulate, c, ldc);
+    eigen_gemm(ta, tb, m, n, k, a, lda, b, ldb, accumulate, c, ldc);
+  }
 }
 
 template void gemm_serial<float>(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t,
                                  bool, float*, int64_t);
 template void gemm_serial<double>(bool, bool, int64_t, int64_t, int64_t, const double*, int64_t, const double*,
                                   int64_t, bool, double*, int64_t);
+template void gemm_serial<bf16>(bool, bool, int64_t, int64_t, int64_t, const bf16*, int64_t, const bf16*, int64_t,
+                                bool, float*, int64_t);
+template void gemm_serial<f16>(bool, bool, int64_t, int64_t, int64_t, const f16*, int64_t, const f16*, int64_t, bool,
+                               float*, int64_t);
 
 const char* gemm_engine_f32() {
 #if defined(REEL_ONEDNN)
@@ -123,5 +267,8 @@ const char* gemm_engine_f32() {
   return "Eigen";
 #endif
 }
+
+const char* gemm16_path() { return gemm16().text.c_str(); }
+bool gemm16_native(DType t) { return gemm16().onednn[t == DType::f16 ? 1 : 0]; }
 
 }  // namespace reel::kernels::cpu

@@ -22,10 +22,17 @@
 // accumulated onto them (a GEMM with beta = 1), so there is no zero fill either. accumulate: the
 // same beta = 1 onto what out holds (kernels::matmul_into_).
 //
+// bf16 and f16 on oneDNN's 16-bit matmul: the blocks' GEMMs write f32 (exact products summed in
+// f32, kernels/cpu/gemm.h) into an f32 copy of out, bias and accumulated values included, and each
+// element is rounded to 16 bits once at the end (to nearest even), as cuBLAS's GemmEx with an f32
+// compute type does. Without a 16-bit engine the operands are widened to f32 once and the f32
+// product runs, rounded into out the same way.
+//
 // Operands are taken in place when one of their last two dims has stride 1 (row-major, or
 // column-major = a transposed view: kernels/matmul_layout.h), so transposes cost no copy; other
 // layouts are made contiguous first.
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/backends.h"
@@ -82,7 +89,20 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
   const int64_t batches = out.numel() / std::max<int64_t>(M * N, 1);
   const T* pa = A.t.template data<T>();
   const T* pb = B.t.template data<T>();
-  T* pc = out.template data<T>();
+  // The GEMMs write acc_t: out itself for f32 and f64; for bf16 and f16 an f32 copy of out (its
+  // values when accumulating), rounded once into out at the end.
+  constexpr bool wide = !std::is_same_v<T, acc_t>;
+  std::vector<acc_t> wide_out(wide ? static_cast<size_t>(out.numel()) : 0);
+  acc_t* pc = nullptr;
+  if constexpr (wide) {
+    pc = wide_out.data();
+    if (accumulate) {
+      const T* o = out.template data<T>();
+      for (int64_t i = 0; i < out.numel(); ++i) pc[i] = static_cast<acc_t>(o[i]);
+    }
+  } else {
+    pc = out.template data<T>();
+  }
   const T* pbias = bias.defined() ? bias.template data<T>() : nullptr;  // (N) or none
   const Shape& shape = out.shape();
   const Split split = split_of(M, N, K, batches, A.col_major);
@@ -105,9 +125,10 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
                      partials.data() + (kp - 1) * M * N, N);
       return;
     }
-    T* c = pc + b * M * N + row0 * N + col0;
+    acc_t* c = pc + b * M * N + row0 * N + col0;
     if (pbias)
-      for (int64_t i = 0; i < rows; ++i) std::copy(pbias + col0, pbias + col0 + cols, c + i * N);
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j) c[i * N + j] = static_cast<acc_t>(pbias[col0 + j]);
     gemm_serial<T>(A.col_major, B.col_major, rows, cols, k1 - k0, a, A.ld, bb, B.ld, accumulate || pbias != nullptr,
                    c, N);
   };
@@ -128,20 +149,68 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
       const int64_t i0 = ch * chunk, i1 = std::min(n, i0 + chunk);
       for (int64_t kp = 1; kp < split.kparts; ++kp) {
         const acc_t* partial = partials.data() + (kp - 1) * n;
-        for (int64_t i = i0; i < i1; ++i) pc[i] = static_cast<T>(static_cast<acc_t>(pc[i]) + partial[i]);
+        for (int64_t i = i0; i < i1; ++i) pc[i] += partial[i];
       }
     }
+  }
+  if constexpr (wide) {  // the one rounding of each f32 result to 16 bits
+    T* o = out.template data<T>();
+    const int64_t n = out.numel();
+#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
+    for (int64_t i = 0; i < n; ++i) o[i] = T(pc[i]);
   }
 }
 
 }  // namespace
 
+namespace {
+// out (contiguous, To) = each element of x (contiguous, From) converted: exact to f32, rounded to
+// nearest even to 16 bits. One pass on reel's threads.
+template <typename From, typename To>
+void convert(const Tensor& x, const Tensor& out) {
+  const From* px = x.data<From>();
+  To* po = out.data<To>();
+  const int64_t n = out.numel();
+#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
+  for (int64_t i = 0; i < n; ++i) po[i] = To(px[i]);
+}
+
+// x converted to an f32 tensor of its shape (exact for bf16 / f16): contiguous, or, for a view
+// with its last two dims transposed (linear's W^T), the same transposed layout, so the conversion
+// is one linear pass either way.
+Tensor widened(const Tensor& x) {
+  if (x.dim() >= 2 && !x.is_contiguous()) {
+    const Tensor t = untracked::transpose(x, -2, -1);
+    if (t.is_contiguous()) return untracked::transpose(widened(t), -2, -1);
+  }
+  Tensor w = empty(x.shape(), DType::f32, x.device());
+  if (!x.is_contiguous()) {
+    w.copy_(x);
+    return w;
+  }
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "matmul", convert<scalar_t, float>(x, w))
+  return w;
+}
+
+
+}  // namespace
+
 void matmul(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias, bool accumulate) {
   if (out.numel() == 0) return;
+  if (is_16bit_floating(out.dtype()) && !gemm16_native(out.dtype())) {
+    // No 16-bit engine (kernels/cpu/gemm.h): the whole product in f32 on operands widened once
+    // (exactly; per block, the shared operand would be widened once per block), then each element
+    // rounded once into out. An operand broadcast over batch dims is widened at its full size.
+    const Tensor out32 = accumulate ? widened(out) : empty(out.shape(), DType::f32, out.device());
+    matmul(widened(a), widened(b), out32, bias.defined() ? widened(bias) : Tensor(), accumulate);
+    if (out.dtype() == DType::bf16) convert<float, bf16>(out32, out);
+    else convert<float, f16>(out32, out);
+    return;
+  }
   const MatmulOperand A = matmul_operand(a), B = matmul_operand(b);
   // K == 0 needs nothing special: the empty sum is zero, plus the bias (gemm_serial writes the
   // zeros, or leaves out as it is when accumulating).
-  REEL_DISPATCH_FLOATING(out.dtype(), "matmul", gemm_batches<scalar_t, acc_t>(A, B, out, bias, accumulate))
+  REEL_DISPATCH_FLOATING_AND_16(out.dtype(), "matmul", gemm_batches<scalar_t, acc_t>(A, B, out, bias, accumulate))
 }
 
 }  // namespace reel::kernels::cpu

@@ -1,5 +1,6 @@
 // kernels/cuda/matmul.cu: batched matmul out (B..., M, N) = a (B..., M, K) @ b (B..., K, N).
-// Production path: cuBLAS strided-batched GEMM. reel's tensors are row-major and cuBLAS is
+// Production path: cuBLAS strided-batched GEMM (bf16 / f16 through GemmEx with f32 compute; f32
+// through GemmEx with TF32 compute under reel::allow_tf32()). reel's tensors are row-major and cuBLAS is
 // column-major; the translation lives in ONE place, gemm_batched() below. Transposed views cost
 // no copy (an operand whose second-last dim has stride 1 is column-major: cuBLAS's op flag
 // handles it); other layouts are made contiguous. Batch dims that collapse to one stride per
@@ -112,6 +113,17 @@ int as_int(int64_t v, const char* what) {
 // `count` products: a + i * stride_a, b + i * stride_b -> c + i * M * N; with accumulate, the
 // products are added to what c holds (beta = 1: the bias rows), else c is written, never read.
 // cuBLAS accumulates f32 in f32 and f64 in f64: the dispatch's acc_t; alpha and beta are acc_t.
+// bf16 / f16: cublasGemmStridedBatchedEx with 16-bit A, B and C and CUBLAS_COMPUTE_32F (tensor
+// cores; exact products, f32 sums, the result rounded once to C's type). f32 under
+// reel::allow_tf32(): the same call on f32 data with CUBLAS_COMPUTE_32F_FAST_TF32 (inputs rounded
+// to TF32 on the tensor cores).
+template <typename T>
+cudaDataType cuda_type() {
+  if constexpr (std::is_same_v<T, bf16>) return CUDA_R_16BF;
+  else if constexpr (std::is_same_v<T, f16>) return CUDA_R_16F;
+  else return CUDA_R_32F;
+}
+
 template <typename T>
 void gemm_batched(const MatmulOperand& A, const MatmulOperand& B, const T* a, int64_t stride_a, const T* b,
                   int64_t stride_b, T* c, int64_t M, int64_t N, int64_t K, int64_t count, bool accumulate) {
@@ -120,8 +132,20 @@ void gemm_batched(const MatmulOperand& A, const MatmulOperand& B, const T* a, in
   const int m = as_int(N, "N"), n = as_int(M, "M"), k = as_int(K, "K");
   const int lda = as_int(A.ld, "lda"), ldb = as_int(B.ld, "ldb");
   const acc_type_t<T> one = 1, beta = accumulate ? 1 : 0;
+  constexpr bool half = std::is_same_v<T, bf16> || std::is_same_v<T, f16>;
   for (int64_t done = 0; done < count; done += INT_MAX) {
     const int batch = static_cast<int>(std::min<int64_t>(count - done, INT_MAX));
+    if constexpr (std::is_same_v<T, float> || half) {
+      if (half || allow_tf32()) {
+        check_cublas(cublasGemmStridedBatchedEx(handle(), op_b, op_a, m, n, k, &one, b + done * stride_b, cuda_type<T>(),
+                                                ldb, stride_b, a + done * stride_a, cuda_type<T>(), lda, stride_a,
+                                                &beta, c + done * M * N, cuda_type<T>(), m, M * N, batch,
+                                                half ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32,
+                                                CUBLAS_GEMM_DEFAULT),
+                     "cublasGemmStridedBatchedEx");
+        continue;
+      }
+    }
     if constexpr (std::is_same_v<T, float>)
       check_cublas(cublasSgemmStridedBatched(handle(), op_b, op_a, m, n, k, &one, b + done * stride_b, ldb, stride_b,
                                              a + done * stride_a, lda, stride_a, &beta, c + done * M * N, m, M * N,
@@ -132,7 +156,7 @@ void gemm_batched(const MatmulOperand& A, const MatmulOperand& B, const T* a, in
                                              a + done * stride_a, lda, stride_a, &beta, c + done * M * N, m, M * N,
                                              batch),
                    "cublasDgemmStridedBatched");
-    else
+    else if constexpr (!half)
       static_assert(dependent_false<T>, "gemm_batched: a dtype without its cuBLAS call");
   }
 }
@@ -220,13 +244,13 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& b
   if (a.size(-1) == 0) {  // an empty inner dim: the product of nothing is zero, plus the bias
     if (accumulate) return;  // out += 0
     if (bias.defined()) {
-      REEL_DISPATCH_FLOATING(out.dtype(), "matmul", fill_bias_rows<scalar_t>(out, bias))
+      REEL_DISPATCH_FLOATING_AND_16(out.dtype(), "matmul", fill_bias_rows<scalar_t>(out, bias))
     } else {
       out.fill_(0.0);
     }
     return;
   }
-  REEL_DISPATCH_FLOATING(out.dtype(), "matmul", matmul_cublas<scalar_t>(a, b, out, bias, accumulate))
+  REEL_DISPATCH_FLOATING_AND_16(out.dtype(), "matmul", matmul_cublas<scalar_t>(a, b, out, bias, accumulate))
 }
 
 void matmul_tiled(const Tensor& a, const Tensor& b, const Tensor& out) {

@@ -1,6 +1,7 @@
 // kernels/simt/cublas.h: the cuBLAS subset the project uses. Under nvcc (or any build without
 // SIMT_EMULATE) this is the real <cublas_v2.h>; in the emulated build it declares the same API,
-// implemented on the host with Eigen in cublas_emu.cpp. Same contract as cuBLAS: column-major
+// implemented on the host with Eigen in cublas_emu.cpp, including the mixed-precision GemmEx calls
+// (16-bit inputs and outputs, f32 compute, TF32) with cuBLAS's rounding. Same contract as cuBLAS: column-major
 // matrices, op flags, leading dimensions, strides, alpha/beta read through pointers (host or
 // "device": both are host memory here), beta == 0 means C is not read, and invalid arguments
 // return CUBLAS_STATUS_INVALID_VALUE without touching C.
@@ -36,6 +37,33 @@ typedef enum {
 
 typedef enum { CUBLAS_POINTER_MODE_HOST = 0, CUBLAS_POINTER_MODE_DEVICE = 1 } cublasPointerMode_t;
 
+// library_types.h's element types (the values of CUDA 12/13), the ones GemmEx takes here.
+typedef enum cudaDataType_t {
+  CUDA_R_32F = 0,
+  CUDA_R_64F = 1,
+  CUDA_R_16F = 2,
+  CUDA_R_16BF = 14
+} cudaDataType;
+
+// How GemmEx computes. CUBLAS_COMPUTE_32F: f32 products and sums (16-bit inputs are exact in f32);
+// CUBLAS_COMPUTE_32F_FAST_TF32: both inputs rounded to TF32 (10 fraction bits) first, f32 sums.
+typedef enum {
+  CUBLAS_COMPUTE_32F = 68,
+  CUBLAS_COMPUTE_32F_PEDANTIC = 69,
+  CUBLAS_COMPUTE_64F = 70,
+  CUBLAS_COMPUTE_32F_FAST_TF32 = 77
+} cublasComputeType_t;
+
+typedef enum { CUBLAS_GEMM_DEFAULT = -1, CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99 } cublasGemmAlgo_t;
+
+// CUBLAS_TF32_TENSOR_OP_MATH lets cublasSgemm* (and GemmEx with CUBLAS_COMPUTE_32F on f32 data)
+// round their inputs to TF32, as CUBLAS_COMPUTE_32F_FAST_TF32 does.
+typedef enum {
+  CUBLAS_DEFAULT_MATH = 0,
+  CUBLAS_PEDANTIC_MATH = 2,
+  CUBLAS_TF32_TENSOR_OP_MATH = 3
+} cublasMath_t;
+
 const char* cublasGetStatusName(cublasStatus_t status);
 const char* cublasGetStatusString(cublasStatus_t status);
 
@@ -45,6 +73,8 @@ cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream);
 cublasStatus_t cublasGetStream(cublasHandle_t handle, cudaStream_t* stream);
 cublasStatus_t cublasSetPointerMode(cublasHandle_t handle, cublasPointerMode_t mode);
 cublasStatus_t cublasGetPointerMode(cublasHandle_t handle, cublasPointerMode_t* mode);
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode);
+cublasStatus_t cublasGetMathMode(cublasHandle_t handle, cublasMath_t* mode);
 
 // C = alpha * op(A) * op(B) + beta * C, with op(A) m x k, op(B) k x n, C m x n.
 cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
@@ -64,5 +94,21 @@ cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          long long int strideA, const double* B, int ldb, long long int strideB,
                                          const double* beta, double* C, int ldc, long long int strideC,
                                          int batchCount);
+
+// C = alpha * op(A) * op(B) + beta * C with the element types and compute type given: A and B both
+// CUDA_R_16BF (C CUDA_R_16BF or CUDA_R_32F), both CUDA_R_16F (C CUDA_R_16F or CUDA_R_32F), or all
+// CUDA_R_32F, under CUBLAS_COMPUTE_32F* (alpha, beta: float); all CUDA_R_64F under
+// CUBLAS_COMPUTE_64F (double). Other combinations: CUBLAS_STATUS_NOT_SUPPORTED. The result is
+// computed in f32 (f64) and rounded once, to nearest even, to C's type.
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                            int k, const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B,
+                            cudaDataType Btype, int ldb, const void* beta, void* C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t computeType, cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                          int m, int n, int k, const void* alpha, const void* A, cudaDataType Atype,
+                                          int lda, long long int strideA, const void* B, cudaDataType Btype, int ldb,
+                                          long long int strideB, const void* beta, void* C, cudaDataType Ctype,
+                                          int ldc, long long int strideC, int batchCount,
+                                          cublasComputeType_t computeType, cublasGemmAlgo_t algo);
 
 #endif  // SIMT_EMULATE

@@ -1,16 +1,23 @@
 // kernels/simt/cublas_emu.cpp: host implementations of the cuBLAS subset in cublas.h for the
 // emulated build. Matrices are Eigen::Maps over the caller's column-major storage, so leading
 // dimensions and batch strides cost no copies; Eigen does the GEMM, at the call, after the work
-// queued on the handle's stream.
+// queued on the handle's stream. GemmEx (16-bit or TF32) converts its operands to f32 matrices
+// first (16-bit values exactly; TF32: rounded to 10 fraction bits, to nearest even), multiplies in
+// f32 and rounds the result once to C's type (to nearest even), with conversions of its own: the
+// emulator shares no code with reel's core/half.h, so each checks the other.
 #include <Eigen/Dense>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "cublas.h"
 
 struct cublasContext {
   cudaStream_t stream = nullptr;
   cublasPointerMode_t pointer_mode = CUBLAS_POINTER_MODE_HOST;
+  cublasMath_t math_mode = CUBLAS_DEFAULT_MATH;
 };
 
 namespace simt::detail {
@@ -92,6 +99,109 @@ cublasStatus_t gemm_strided_batched(cublasHandle_t handle, cublasOperation_t tra
   return CUBLAS_STATUS_SUCCESS;
 }
 
+// ---- element conversions of GemmEx ----------------------------------------------------------------
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+float bf16_to_float(uint16_t h) { return from_bits(uint32_t{h} << 16); }
+
+float f16_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t{h & 0x8000u} << 16, exp = (h >> 10) & 0x1f, frac = h & 0x3ffu;
+  if (exp == 0) return std::copysign(std::ldexp(static_cast<float>(frac), -24), sign ? -1.0f : 1.0f);
+  if (exp == 31) return from_bits(sign | 0x7f800000u | frac << 13);
+  return from_bits(sign | (exp + 112) << 23 | frac << 13);
+}
+
+// Round to nearest, ties to even; NaN keeps its sign and top payload bits, quieted.
+uint16_t float_to_bf16(float f) {
+  const uint32_t u = bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // a carry into the exponent is right
+}
+
+uint16_t float_to_f16(float f) {
+  const uint32_t u = bits(f), a = u & 0x7fffffffu;
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // NaN
+  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520: the tie above 65504 and up: inf
+  if (a >= 0x38800000u) {  // a normal f16 (>= 2^-14): rebias the exponent, round off 13 bits
+    const uint32_t r = a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u;
+    return static_cast<uint16_t>(sign | (r >> 13));
+  }
+  // A subnormal (or 0) in units of 2^-24: exact in double, rounded to nearest even by rint (the
+  // default rounding mode); 1024 is the smallest normal, which the bits say too.
+  return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::rint(std::ldexp(static_cast<double>(from_bits(a)), 24))));
+}
+
+// f32 rounded to TF32 (1 sign, 8 exponent, 10 fraction bits), to nearest even; inf and NaN unchanged.
+float round_to_tf32(float f) {
+  const uint32_t u = bits(f);
+  if ((u & 0x7fffffffu) >= 0x7f800000u) return f;
+  return from_bits((u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu);
+}
+
+float load(const void* p, cudaDataType t, long long i, bool tf32) {
+  switch (t) {
+    case CUDA_R_16BF: return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case CUDA_R_16F: return f16_to_float(static_cast<const uint16_t*>(p)[i]);
+    default: {
+      const float v = static_cast<const float*>(p)[i];
+      return tf32 ? round_to_tf32(v) : v;
+    }
+  }
+}
+
+void store(void* p, cudaDataType t, long long i, float v) {
+  switch (t) {
+    case CUDA_R_16BF: static_cast<uint16_t*>(p)[i] = float_to_bf16(v); break;
+    case CUDA_R_16F: static_cast<uint16_t*>(p)[i] = float_to_f16(v); break;
+    default: static_cast<float*>(p)[i] = v; break;
+  }
+}
+
+// op(X) of a stored column-major (rows, cols) matrix with leading dimension ld, as a dense f32
+// (op_rows, op_cols) matrix.
+Matrix<float> op_matrix(const void* x, cudaDataType t, long long offset, int ld, bool trans, int op_rows, int op_cols,
+                        bool tf32) {
+  Matrix<float> m(op_rows, op_cols);
+  for (int j = 0; j < op_cols; ++j)
+    for (int i = 0; i < op_rows; ++i)
+      m(i, j) = load(x, t, offset + (trans ? static_cast<long long>(i) * ld + j : static_cast<long long>(j) * ld + i),
+                     tf32);
+  return m;
+}
+
+// GemmEx with f32 compute: every matrix of the batch in f32, rounded once into C's type.
+cublasStatus_t gemm_ex_f32(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                           int k, float alpha, const void* A, cudaDataType at, int lda, long long stride_a,
+                           const void* B, cudaDataType bt, int ldb, long long stride_b, float beta, void* C,
+                           cudaDataType ct, int ldc, long long stride_c, int batch_count, bool tf32) {
+  const bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
+  for (int b = 0; b < batch_count; ++b) {
+    Matrix<float> c = Matrix<float>::Zero(m, n);
+    if (alpha != 0.0f && k > 0)
+      c.noalias() = op_matrix(A, at, b * stride_a, lda, ta, m, k, tf32) * op_matrix(B, bt, b * stride_b, ldb, tb, k, n, tf32);
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i) {
+        const long long at_c = b * stride_c + static_cast<long long>(j) * ldc + i;
+        float v = alpha * c(i, j);
+        if (beta != 0.0f) v += beta * load(C, ct, at_c, false);  // beta == 0: C is not read
+        store(C, ct, at_c, v);
+      }
+  }
+  (void)handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 }  // namespace
 
 const char* cublasGetStatusName(cublasStatus_t status) {
@@ -161,9 +271,67 @@ cublasStatus_t cublasGetPointerMode(cublasHandle_t handle, cublasPointerMode_t* 
   return CUBLAS_STATUS_SUCCESS;
 }
 
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (mode != CUBLAS_DEFAULT_MATH && mode != CUBLAS_PEDANTIC_MATH && mode != CUBLAS_TF32_TENSOR_OP_MATH)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  handle->math_mode = mode;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasGetMathMode(cublasHandle_t handle, cublasMath_t* mode) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (!mode) return CUBLAS_STATUS_INVALID_VALUE;
+  *mode = handle->math_mode;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                          int m, int n, int k, const void* alpha, const void* A, cudaDataType Atype,
+                                          int lda, long long int strideA, const void* B, cudaDataType Btype, int ldb,
+                                          long long int strideB, const void* beta, void* C, cudaDataType Ctype,
+                                          int ldc, long long int strideC, int batchCount,
+                                          cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+  (void)algo;  // every algorithm gives the same values here
+  if (computeType == CUBLAS_COMPUTE_64F) {
+    if (Atype != CUDA_R_64F || Btype != CUDA_R_64F || Ctype != CUDA_R_64F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    return gemm_strided_batched(handle, transa, transb, m, n, k, static_cast<const double*>(alpha),
+                                static_cast<const double*>(A), lda, strideA, static_cast<const double*>(B), ldb,
+                                strideB, static_cast<const double*>(beta), static_cast<double*>(C), ldc, strideC,
+                                batchCount);
+  }
+  if (computeType != CUBLAS_COMPUTE_32F && computeType != CUBLAS_COMPUTE_32F_PEDANTIC &&
+      computeType != CUBLAS_COMPUTE_32F_FAST_TF32)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  const bool half_in = Atype == Btype && (Atype == CUDA_R_16BF || Atype == CUDA_R_16F) && (Ctype == Atype || Ctype == CUDA_R_32F);
+  const bool f32_in = Atype == CUDA_R_32F && Btype == CUDA_R_32F && Ctype == CUDA_R_32F;
+  if (!half_in && !f32_in) return CUBLAS_STATUS_NOT_SUPPORTED;
+  const cublasStatus_t status = check_gemm(handle, transa, transb, m, n, k, lda, ldb, ldc, batchCount);
+  if (status != CUBLAS_STATUS_SUCCESS) return status;
+  simt::detail::before_host_work(handle->stream);
+  if (m == 0 || n == 0 || batchCount == 0) return CUBLAS_STATUS_SUCCESS;
+  if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
+  // TF32 applies to f32 inputs only: asked by the compute type, or by the handle's math mode
+  // (not under the pedantic compute type).
+  const bool tf32 = f32_in && (computeType == CUBLAS_COMPUTE_32F_FAST_TF32 ||
+                               (computeType == CUBLAS_COMPUTE_32F && handle->math_mode == CUBLAS_TF32_TENSOR_OP_MATH));
+  return gemm_ex_f32(handle, transa, transb, m, n, k, *static_cast<const float*>(alpha), A, Atype, lda, strideA, B,
+                     Btype, ldb, strideB, *static_cast<const float*>(beta), C, Ctype, ldc, strideC, batchCount, tf32);
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                            int k, const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B,
+                            cudaDataType Btype, int ldb, const void* beta, void* C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+  return cublasGemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A, Atype, lda, 0, B, Btype, ldb, 0, beta,
+                                    C, Ctype, ldc, 0, 1, computeType, algo);
+}
+
 cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
                            int k, const float* alpha, const float* A, int lda, const float* B, int ldb,
                            const float* beta, float* C, int ldc) {
+  if (handle && handle->math_mode == CUBLAS_TF32_TENSOR_OP_MATH)
+    return cublasGemmEx(handle, transa, transb, m, n, k, alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, beta, C,
+                        CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   return gemm_strided_batched(handle, transa, transb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
 }
 cublasStatus_t cublasDgemm(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
@@ -176,6 +344,10 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          long long int strideA, const float* B, int ldb, long long int strideB,
                                          const float* beta, float* C, int ldc, long long int strideC,
                                          int batchCount) {
+  if (handle && handle->math_mode == CUBLAS_TF32_TENSOR_OP_MATH)
+    return cublasGemmStridedBatchedEx(handle, transa, transb, m, n, k, alpha, A, CUDA_R_32F, lda, strideA, B,
+                                      CUDA_R_32F, ldb, strideB, beta, C, CUDA_R_32F, ldc, strideC, batchCount,
+                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   return gemm_strided_batched(handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc,
                               strideC, batchCount);
 }

@@ -22,7 +22,25 @@ namespace {
 using namespace reel::testing;
 
 // The dtypes every row of this family runs in (rows that name their own keep them): one entry to add.
-const std::vector<DType> kDTypes = {DType::f32, DType::f64};
+// bf16 and f16: the GEMM's 16-bit path (exact products, f32 sums, one rounding to the output type).
+const std::vector<DType> kDTypes = {DType::f32, DType::f64, DType::bf16, DType::f16};
+
+// The tolerances of a kernel row at bf16 and f16, added to its f32 / f64 ones. The runner rounds
+// the inputs to the dtype before the f64 reference sees them, so what is left is (1) the f32
+// accumulation, the row's f32 atol (f32_atol), and (2) the one rounding of each f32 result to the
+// output type, at most half an ulp: a relative 2^-8 for bf16 (8 significant bits) and 2^-11 for f16
+// (11 bits); |got - ref| <= u |ref| + (1 + u) f32_atol, covered by {u, f32_atol} since f32_atol has
+// a factor 4 of slack. cpu vs cuda (the `device` tolerances, added to these against the reference):
+// both round an f32 sum once, but in another order (oneDNN's blocking or the f32 GEMM on widened
+// operands, against Eigen in the emulated cuBLAS), so an element whose two f32 sums fall either side
+// of a rounding boundary differs by one ulp, 2u relative; they are bit-identical only where the two
+// f32 sums are (not promised).
+Tols with_16bit(Tols t, double f32_atol, bool device) {
+  const double k = device ? 2 : 1;
+  t.by_dtype.push_back({DType::bf16, Tol{k * 0x1p-8, k * f32_atol}});
+  t.by_dtype.push_back({DType::f16, Tol{k * 0x1p-11, k * f32_atol}});
+  return t;
+}
 
 // ==== matmul =======================================================================================
 
@@ -122,19 +140,21 @@ std::vector<OpCase> matmul_cases() {
   const Tols tol = tols(1e-4, 1e-11);
   std::vector<OpCase> cases;
   for (bool tiled : {false, true})
-    for (const Config& m : configs)
+    for (const Config& m : configs) {
       cases.push_back(OpCase(std::string(tiled ? "tiled SGEMM on cuda: " : "matmul ") + m.name,
                              [m](Generator& g) { return Tensors{normal_f64(g, m.a), normal_f64(g, m.b)}; },
                              [m, tiled](const Tensors& in, Device) {
                                const Tensor a = m.view_a(in[0]), b = m.view_b(in[1]);
                                return Tensors{tiled ? tiled_matmul(a, b, m.ta, m.tb) : kernels::matmul(a, b, m.ta, m.tb)};
                              },
-                             {tol})
+                             {with_16bit(tol, 1e-4, true)})
                           .with_reference(
                               [m](const Tensors& in) {
                                 return Values{batched_matmul_ref(m.view_a(in[0]), m.view_b(in[1]), m.ta, m.tb)};
                               },
-                              {tols(1e-4, 1e-12)}));
+                              {with_16bit(tols(1e-4, 1e-12), 1e-4, false)}));
+      if (tiled) cases.back().with_dtypes({DType::f32, DType::f64});  // the teaching SGEMM: f32 and f64 only
+    }
   // 2-D products against the f64 loop, on sizes that the CPU cuts into blocks of rows (M >= N) or
   // of columns per thread (kernels/cpu/matmul.cpp), odd so the blocks are uneven; each through
   // transposed storage (flags and views) and a sliced (non-unit outer stride) operand.
@@ -168,12 +188,12 @@ std::vector<OpCase> matmul_cases() {
           OpCase("matmul " + std::string(l.name) + shape_str({M, K}) + " @ " + shape_str({K, N}),
                  [M = M, K = K, N = N](Generator& g) { return Tensors{normal_f64(g, {M, K}), normal_f64(g, {K, N})}; },
                  [f = l.f](const Tensors& in, Device) { return Tensors{f(in[0], in[1])}; },
-                 {tols(Tol{1e-4, f32_atol}, tol.of(DType::f64))})
+                 {with_16bit(tols(Tol{1e-4, f32_atol}, tol.of(DType::f64)), f32_atol, true)})
               .with_reference(
                   [M = M, K = K, N = N](const Tensors& in) {
                     return Values{matmul_ref(values(in[0]), values(in[1]), M, K, N)};
                   },
-                  {tols(Tol{1e-4, f32_atol}, Tol{1e-12, 1e-12})}));
+                  {with_16bit(tols(Tol{1e-4, f32_atol}, Tol{1e-12, 1e-12}), f32_atol, false)}));
     }
   return cases;
 }

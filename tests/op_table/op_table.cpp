@@ -22,9 +22,10 @@ using reel::testing::values;
 // on every device against the f64 CPU ones; f32's is what the sums of a few dozen terms in these
 // small rows round to, f64's what another order of the same f64 sums gives (emulated or real cuda).
 // A new floating dtype is one entry here and one in the dtype list of each family that should run
-// in it. bf16 and f16 so far run only the fill, copy and cast rows (tests/op_table/tensor.cpp), which
-// are exact; their tape tolerances here are provisional (a few dozen terms' roundoff in 8 and 11
-// bits) until a family's tape rows run in them.
+// in it. bf16 and f16 run the fill, copy and cast rows (tests/op_table/tensor.cpp), which are exact,
+// and the matmul family (tests/op_table/matmul.cpp), whose kernel rows state their own; their tape
+// tolerances here (a few dozen terms' roundoff in 8 and 11 bits: the inputs rounded to the type,
+// then one rounding of each f32 result) are what matmul's and linear's small tape rows meet.
 const DTypeTolerance kDTypeTable[] = {
     {DType::f32, 0x1p-24, {1e-4, 1e-4}},
     {DType::f64, 0x1p-53, {1e-10, 1e-10}},
