@@ -18,15 +18,7 @@ using reel::testing::values;
 
 namespace {
 
-// a (M, K) @ b (K, N) in f64, of contiguous values.
-std::vector<double> ref_matmul(const std::vector<double>& a, const std::vector<double>& b, int64_t M, int64_t K,
-                               int64_t N) {
-  std::vector<double> c(static_cast<size_t>(M * N), 0.0);
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t k = 0; k < K; ++k)
-      for (int64_t j = 0; j < N; ++j) c[i * N + j] += a[i * K + k] * b[k * N + j];
-  return c;
-}
+using reel::testing::ref_matmul;
 
 // The unit roundoff of a 16-bit type: half an ulp, relative.
 double unit_roundoff(DType t) { return t == DType::bf16 ? 0x1p-8 : 0x1p-11; }

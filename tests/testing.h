@@ -67,6 +67,16 @@ inline void check_close(const Tensor& got, const Tensor& expected, double rtol =
 // ---- reproducible f64 inputs (contiguous, on the CPU) -------------------------------------------
 // Uniform values in [lo, hi) drawn from `g`, or from a fresh generator of `seed`.
 // Whether two lists of f32 buffers (e.g. every parameter's gradient) are equal to the bit.
+// The f64 reference GEMM: a (M, K) @ b (K, N), given as contiguous values; (M, N) out.
+inline std::vector<double> ref_matmul(const std::vector<double>& a, const std::vector<double>& b, int64_t M,
+                                      int64_t K, int64_t N) {
+  std::vector<double> c(static_cast<size_t>(M * N), 0.0);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < N; ++j) c[i * N + j] += a[i * K + k] * b[k * N + j];
+  return c;
+}
+
 inline bool same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)

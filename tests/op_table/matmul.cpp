@@ -44,18 +44,10 @@ Tols with_16bit(Tols t, double f32_atol, bool device) {
 
 // ==== matmul =======================================================================================
 
-// 2-D a (M, K) @ b (K, N), given as contiguous values.
-std::vector<double> matmul_ref(const std::vector<double>& a, const std::vector<double>& b, int64_t M, int64_t K,
-                               int64_t N) {
-  std::vector<double> c(static_cast<size_t>(M * N), 0.0);
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t k = 0; k < K; ++k)
-      for (int64_t j = 0; j < N; ++j) c[i * N + j] += a[i * K + k] * b[k * N + j];
-  return c;
-}
+using reel::testing::ref_matmul;
 
 // numpy.matmul of a and b (transposed by the flags first): batch dims broadcast, 1-D operands as
-// a row / a column; each (M, K) @ (K, N) of the broadcast batch by matmul_ref.
+// a row / a column; each (M, K) @ (K, N) of the broadcast batch by ref_matmul.
 std::vector<double> batched_matmul_ref(Tensor a, Tensor b, bool ta, bool tb) {
   if (a.dim() == 1) a = a.unsqueeze(0);
   if (b.dim() == 1) b = b.unsqueeze(1);
@@ -70,7 +62,7 @@ std::vector<double> batched_matmul_ref(Tensor a, Tensor b, bool ta, bool tb) {
   const std::vector<double> av = values(a.expand(sa)), bv = values(b.expand(sb));  // row-major copies
   std::vector<double> out;
   for (int64_t i = 0; i < shape_numel(batch); ++i) {
-    const std::vector<double> c = matmul_ref(std::vector<double>(av.begin() + i * M * K, av.begin() + (i + 1) * M * K),
+    const std::vector<double> c = ref_matmul(std::vector<double>(av.begin() + i * M * K, av.begin() + (i + 1) * M * K),
                                              std::vector<double>(bv.begin() + i * K * N, bv.begin() + (i + 1) * K * N),
                                              M, K, N);
     out.insert(out.end(), c.begin(), c.end());
@@ -191,7 +183,7 @@ std::vector<OpCase> matmul_cases() {
                  {with_16bit(tols(Tol{1e-4, f32_atol}, tol.of(DType::f64)), f32_atol, true)})
               .with_reference(
                   [M = M, K = K, N = N](const Tensors& in) {
-                    return Values{matmul_ref(values(in[0]), values(in[1]), M, K, N)};
+                    return Values{ref_matmul(values(in[0]), values(in[1]), M, K, N)};
                   },
                   {with_16bit(tols(Tol{1e-4, f32_atol}, Tol{1e-12, 1e-12}), f32_atol, false)}));
     }
