@@ -6,6 +6,7 @@
 //   ./char_gpt --max-steps 0 --load gpt.safetensors --sample-chars 1000   # sample only
 //   ./char_gpt --device cuda --checkpoint sqrt --batch 64 --accum-steps 4    # on a GPU (nvcc build)
 //   mpirun -np 2 ./char_gpt --dist --threads 1   # data parallel: each rank takes half of each batch
+//   mpirun -np 2 ./char_gpt --dist --zero 3 --checkpoint sqrt   # parameters sharded by block (FSDP)
 //   ./char_gpt --fused-loss                      # LM head + loss chunked (GPT::loss): no (B, T, V) logits kept
 //
 // Data: every byte value of the corpus is a token. The text is cut into 100 blocks at line ends

@@ -4,7 +4,8 @@
 // checkpoint segment re-gathers its freed parameters (gradients bit-identical to an unsharded
 // checkpointed run); the all-gather and reduce-scatter counts of fsdp.h's formula; per-rank parameter,
 // gradient and optimizer bytes about half a single process's; a released parameter refused by
-// kernels; gathered checkpoints loading into one process bit for bit, and back; the same on cuda:0
+// kernels; gathered checkpoints loading into one process bit for bit, and back; every collective a
+// span on the trace's communication lanes; gather_all keeping the model whole; the same on cuda:0
 // (emulated, or a GPU). Every rank runs every case in the same order (each collective needs all ranks).
 #include <unistd.h>
 

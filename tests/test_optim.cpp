@@ -1,4 +1,5 @@
-// Optimizers against hand-computed steps, optimizer state memory and state_dict, gradient
+// Optimizers against hand-computed steps, AdamW's bits independent of an element's position, optimizer
+// state memory and state_dict, gradient
 // clipping, and the accumulation window (equal to one big batch; a per-micro-batch mean differs;
 // its gradient hook sees the window's gradients and what it changes is stepped).
 #include <cmath>

@@ -1,6 +1,6 @@
 // The one header of helpers shared by the test suites: the devices every op test runs on, value
 // comparison against references, reproducible f64 inputs, finite-difference gradient checks of
-// kernel-level backward functions, bit-identity and thread-count loops for the determinism checks,
+// kernel-level backward functions, the f64 reference GEMM, bit-identity and thread-count loops for the determinism checks,
 // poisoned allocations, and the reel::Error check.
 #pragma once
 #include <doctest/doctest.h>
