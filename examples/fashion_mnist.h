@@ -9,7 +9,8 @@
 // batch up to float rounding, however the window is cut (and for the last, shorter window of an
 // epoch too) -- unless the model has batch statistics (BatchNorm), which see each micro-batch
 // alone. With --accum-steps > 1 the run first measures that difference on one window and prints
-// it ("accumulation gap"), so the caveat is a number, not a footnote.
+// it ("accumulation gap"), so the caveat is a number, not a footnote (not under --zero 2/3, whose
+// gradients are scattered across the ranks).
 #pragma once
 #include <algorithm>
 #include <chrono>

@@ -3,7 +3,8 @@
 // threads, save/load, profiling and its predicted device step, the memory timeline), parsed with
 // CLI11, the schedule and thread count they ask for, how a window's samples are cut into
 // micro-batches, the one-line progress display, the profiler and the memory timeline around a few
-// training steps, and --dist (data parallel over the ranks of mpirun, when reel was built with dist/).
+// training steps, and --dist (data parallel over the ranks of mpirun, when reel was built with dist/;
+// --zero 1/2/3 and --reduce shard it, and every run ends with rank 0's peak bytes by category).
 #pragma once
 #include <CLI/CLI.hpp>
 #include <omp.h>
