@@ -209,7 +209,7 @@ const Gemm16Path& gemm16() {
                              (i == 0 && !bf16_isa ? ", no AVX512-BF16 / AMX" : "") + ")";
     }
 #else
-    p.text = "bf16, f16: converted to f32, then Eigen (built without oneDNN)";
+    p.text = "bf16: converted to f32, then Eigen; f16: converted to f32, then Eigen (built without oneDNN)";
 #endif
     return p;
   }();
