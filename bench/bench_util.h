@@ -51,10 +51,12 @@ inline double median_ms(Device device, int repeats, const std::function<void()>&
 }
 
 // What one call of fn runs, from a reel::Profiler's records: the summed cost of its kernels, their
-// names in order of first run ("compare.gt, where"; "fill x4" for repeats) and whether any ran on
-// an emulated CUDA device.
+// names in order of first run ("compare.gt, where"; "fill x4" for repeats), the dtype of the one
+// doing the most FLOPs (its compute roof places the row) and whether any ran on an emulated CUDA
+// device.
 struct CallCost {
   double bytes = 0, flops = 0;
+  DType dtype = DType::f32;
   std::string kernels;
   bool emulated = false;
   bool recorded = false;  // the call ran at least one profiled kernel
@@ -65,8 +67,10 @@ inline CallCost profiled_cost(const std::function<void()>& fn) {
   profiler.stop();
   CallCost c;
   std::vector<std::pair<std::string, int>> names;
+  int64_t most_flops = -1;
   for (const profile::KernelRecord& r : profiler.kernels()) {
     c.recorded = true;
+    if (r.cost.flops > most_flops) most_flops = r.cost.flops, c.dtype = r.dtype;
     c.bytes += static_cast<double>(r.cost.bytes());
     c.flops += static_cast<double>(r.cost.flops);
     c.emulated = c.emulated || r.emulated;
@@ -106,8 +110,10 @@ class KernelTable {
   void print(const char* title) const {
     std::printf("%s on %s, median of %d runs\n", title, device_.str().c_str(), repeats_);
     const profile::Roof& roof = profile::roof_for(device_);
-    std::printf("roof %s: %.1f GB/s, %.1f GFLOP/s (%s)\n", device_.str().c_str(), roof.bytes_per_s * 1e-9,
-                roof.flops_per_s * 1e-9, roof.source.c_str());
+    std::printf("roof %s: %.1f GB/s, %.1f GFLOP/s f32", device_.str().c_str(), roof.bytes_per_s * 1e-9,
+                roof.flops_per_s * 1e-9);
+    for (const auto& [dt, rate] : roof.flops_by_dtype) std::printf(", %.1f %s", rate * 1e-9, dtype_name(dt));
+    std::printf(" (%s)\n", roof.source.c_str());
     std::printf("%-38s %10s %10s %10s %10s %10s %7s  %s\n", "kernel", "ms", "MB", "GFLOP", "GB/s", "GFLOP/s",
                 "% roof", "kernels run");
     bool any_emulated = false, any_over = false;
@@ -120,7 +126,8 @@ class KernelTable {
         std::printf("%-38s %10.3f %s\n", r.name.c_str(), r.ms, "(no profiled kernel: bytes and FLOPs unknown)");
         continue;
       }
-      const profile::RoofPlacement placed = profile::place_on_roof(roof, r.cost.bytes, r.cost.flops, r.ms * 1e-3);
+      const profile::RoofPlacement placed =
+          profile::place_on_roof(roof, r.cost.bytes, r.cost.flops, r.ms * 1e-3, r.cost.dtype);
       const double fraction = placed.fraction;
       any_emulated = any_emulated || r.cost.emulated;
       any_over = any_over || (fraction > 1 && !placed.compute_bound);

@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/allocator.h"
@@ -84,12 +85,21 @@ struct SpanRecord {
   int track = 0;
 };
 
-// A device's peaks: the memory roof (bytes/s) and the compute roof (FLOP/s). A kernel of
-// arithmetic intensity I (FLOP per byte) can reach at most min(flops_per_s, I * bytes_per_s).
+// A device's peaks: the memory roof (bytes/s) and the compute roof (FLOP/s) of each dtype. A kernel
+// of arithmetic intensity I (FLOP per byte) in dtype t can reach at most
+// min(flops_for(t), I * bytes_per_s). The compute roof differs by dtype: a GPU's tensor cores run
+// bf16/f16 at many times its f32 rate and f64 at a fraction; a CPU's bf16 GEMM runs at whatever its
+// instructions allow (measured).
 struct Roof {
   double bytes_per_s = 0;
-  double flops_per_s = 0;
-  std::string source;  // how it was found, printed with the table
+  double flops_per_s = 0;  // f32, and any dtype without an entry below
+  std::string source;      // how it was found, printed with the table
+  std::vector<std::pair<DType, double>> flops_by_dtype;  // the other dtypes' compute roofs (FLOP/s)
+  double flops_for(DType dtype) const {
+    for (const auto& [dt, rate] : flops_by_dtype)
+      if (dt == dtype) return rate;
+    return flops_per_s;
+  }
 };
 constexpr int kDeviceTrack = 1000;  // track of CUDA device i's compute stream: kDeviceTrack + i
 constexpr int kCopyTrack = 1500;    // track of CUDA device i's copy stream: kCopyTrack + i

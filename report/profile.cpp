@@ -124,25 +124,28 @@ std::vector<CopySummary> summarize_copies(const Profiler& profiler) {
   return out;
 }
 
-RoofPlacement place_on_roof(const Roof& roof, double bytes, double flops, double seconds) {
+RoofPlacement place_on_roof(const Roof& roof, double bytes, double flops, double seconds, DType dtype) {
   RoofPlacement p;
-  if (roof.bytes_per_s <= 0 || roof.flops_per_s <= 0 || seconds <= 0) return p;
+  const double flops_per_s = roof.flops_for(dtype);
+  if (roof.bytes_per_s <= 0 || flops_per_s <= 0 || seconds <= 0) return p;
   if (flops <= 0) {
     p.fraction = bytes / seconds / roof.bytes_per_s;
     return p;
   }
   const double intensity = bytes > 0 ? flops / bytes : 1e30;
-  p.compute_bound = intensity * roof.bytes_per_s >= roof.flops_per_s;
-  p.fraction = flops / seconds / std::min(roof.flops_per_s, intensity * roof.bytes_per_s);
+  p.compute_bound = intensity * roof.bytes_per_s >= flops_per_s;
+  p.fraction = flops / seconds / std::min(flops_per_s, intensity * roof.bytes_per_s);
   return p;
 }
 
 std::vector<KernelSummary> summarize_kernels(const Profiler& profiler) {
   std::map<std::string, KernelSummary> rows;
   for (const KernelRecord& r : profiler.kernels()) {
-    KernelSummary& s = rows[r.kernel + " @" + r.device.str() + " " + stream_kind_name(r.stream)];
+    KernelSummary& s =
+        rows[r.kernel + " " + dtype_name(r.dtype) + " @" + r.device.str() + " " + stream_kind_name(r.stream)];
     s.kernel = r.kernel;
     s.device = r.device;
+    s.dtype = r.dtype;
     s.stream = r.stream;
     s.emulated = r.emulated;
     ++s.calls;
@@ -160,7 +163,7 @@ std::vector<KernelSummary> summarize_kernels(const Profiler& profiler) {
       s.gflops_per_s = static_cast<double>(s.flops) / seconds * 1e-9;
     }
     const RoofPlacement placed =
-        place_on_roof(roof_for(s.device), static_cast<double>(s.bytes), static_cast<double>(s.flops), seconds);
+        place_on_roof(roof_for(s.device), static_cast<double>(s.bytes), static_cast<double>(s.flops), seconds, s.dtype);
     s.roof_fraction = placed.fraction;
     s.compute_bound = placed.compute_bound;
     out.push_back(s);
@@ -192,12 +195,14 @@ void print_table(std::ostream& os, const Profiler& profiler, int top) {
   for (const std::string& d : devices) {
     const Roof& roof = roof_for(Device(d));
     os << "roof " << d << ": " << format("%.1f", roof.bytes_per_s * 1e-9) << " GB/s, "
-       << format("%.1f", roof.flops_per_s * 1e-9) << " GFLOP/s (" << roof.source << ")\n";
+       << format("%.1f", roof.flops_per_s * 1e-9) << " GFLOP/s f32";
+    for (const auto& [dt, rate] : roof.flops_by_dtype) os << ", " << format("%.1f", rate * 1e-9) << " " << dt;
+    os << " (" << roof.source << ")\n";
   }
   for (const auto& [device, source] : profiler.time_sources()) os << device << " kernel times: " << source << "\n";
   char line[256];
-  std::snprintf(line, sizeof line, "%-28s %-7s %7s %10s %10s %6s %9s %9s %8s %7s\n", "kernel", "device", "calls",
-                "total ms", "mean us", "share", "GB/s", "GFLOP/s", "bound", "% roof");
+  std::snprintf(line, sizeof line, "%-28s %-5s %-7s %7s %10s %10s %6s %9s %9s %8s %7s\n", "kernel", "dtype", "device",
+                "calls", "total ms", "mean us", "share", "GB/s", "GFLOP/s", "bound", "% roof");
   os << line;
   int shown = 0;
   for (const KernelSummary& s : kernels) {
@@ -207,8 +212,8 @@ void print_table(std::ostream& os, const Profiler& profiler, int top) {
     }
     const std::string device = s.device.str() + (s.emulated ? "*" : "");
     const std::string kernel = s.kernel + (s.stream == StreamKind::Copy ? " [copy]" : "");
-    std::snprintf(line, sizeof line, "%-28s %-7s %7lld %10.3f %10.2f %5.1f%% %9.2f %9.2f %8s %6.1f%%\n",
-                  kernel.c_str(), device.c_str(), static_cast<long long>(s.calls), s.total_ns * 1e-6,
+    std::snprintf(line, sizeof line, "%-28s %-5s %-7s %7lld %10.3f %10.2f %5.1f%% %9.2f %9.2f %8s %6.1f%%\n",
+                  kernel.c_str(), dtype_name(s.dtype), device.c_str(), static_cast<long long>(s.calls), s.total_ns * 1e-6,
                   s.total_ns * 1e-3 / static_cast<double>(s.calls), 100 * s.share, s.gbytes_per_s, s.gflops_per_s,
                   s.compute_bound ? "compute" : "memory", 100 * s.roof_fraction);
     os << line;

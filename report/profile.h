@@ -18,17 +18,19 @@ const Roof& roof_for(Device device);
 // Where work of `bytes` and `flops` done in `seconds` sits under `roof`: the fraction of what is
 // attainable at its arithmetic intensity (the memory slope below the ridge point, the flat compute
 // roof above it; bytes/s against the memory roof for work without FLOPs), and which roof bounds
-// it. 0 when the roof or the time is unknown.
+// it. 0 when the roof or the time is unknown. The compute roof is `dtype`'s (Roof::flops_for).
 struct RoofPlacement {
   double fraction = 0;
   bool compute_bound = false;
 };
-RoofPlacement place_on_roof(const Roof& roof, double bytes, double flops, double seconds);
+RoofPlacement place_on_roof(const Roof& roof, double bytes, double flops, double seconds,
+                            DType dtype = DType::f32);
 
-// One row of the kernel table: every run of one kernel on one stream of one device.
+// One row of the kernel table: every run of one kernel in one dtype on one stream of one device.
 struct KernelSummary {
   std::string kernel;
   Device device;
+  DType dtype = DType::f32;  // the kernel's element type (its bytes are at this width)
   StreamKind stream = StreamKind::Compute;
   bool emulated = false;
   int64_t calls = 0;

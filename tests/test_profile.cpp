@@ -172,6 +172,45 @@ TEST_CASE("checkpoint replay: as many replayed kernel runs per node as the node 
   }
 }
 
+TEST_CASE("the roof by dtype: a row per kernel and dtype, at the dtype's width, placed against its own roof") {
+  // The CPU's roof measures f64, bf16 and f16 GEMMs beside the SGEMM.
+  const profile::Roof& cpu = profile::roof_for(Device::cpu());
+  for (DType dt : {DType::f64, DType::bf16, DType::f16}) {
+    CAPTURE(dt);
+    CHECK(cpu.flops_for(dt) > 1e7);
+  }
+  CHECK(cpu.flops_for(DType::f32) == cpu.flops_per_s);
+
+  // The same matmul in f32 and bf16: two rows, the bf16 one with half the bytes.
+  Profiler prof;
+  const int64_t n = 64;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Tensor a = full({n, n}, 0.5, dt, Device::cpu()), b = full({n, n}, 0.25, dt, Device::cpu());
+    (void)matmul(a, b);
+  }
+  prof.stop();
+  std::map<DType, profile::KernelSummary> by_dtype;
+  for (const profile::KernelSummary& s : profile::summarize_kernels(prof))
+    if (s.kernel.find("matmul") != std::string::npos) by_dtype[s.dtype] = s;
+  REQUIRE(by_dtype.count(DType::f32));
+  REQUIRE(by_dtype.count(DType::bf16));
+  CHECK(by_dtype[DType::f32].bytes == 3 * n * n * 4);
+  CHECK(by_dtype[DType::bf16].bytes == 3 * n * n * 2);
+  std::ostringstream os;
+  profile::print_table(os, prof);
+  CHECK(os.str().find("bf16") != std::string::npos);
+
+  // Placement uses the dtype's compute roof: 1 GFLOP in 1 s at high intensity is 100 % of a
+  // 1 GFLOP/s bf16 roof and 10 % of a 10 GFLOP/s f32 one.
+  profile::Roof roof;
+  roof.bytes_per_s = 1e12;
+  roof.flops_per_s = 1e10;
+  roof.flops_by_dtype = {{DType::bf16, 1e9}};
+  CHECK(profile::place_on_roof(roof, 1e3, 1e9, 1.0, DType::bf16).fraction == doctest::Approx(1.0));
+  CHECK(profile::place_on_roof(roof, 1e3, 1e9, 1.0, DType::f32).fraction == doctest::Approx(0.1));
+  CHECK(profile::place_on_roof(roof, 1e3, 1e9, 1.0).compute_bound);
+}
+
 TEST_CASE("the table: shares add up to 100 %, kernel time fits in the wall time, rows against the roof") {
   const std::unique_ptr<Profiler> profiled = profiled_gpt_step(Device::cpu());
   const Profiler& prof = *profiled;

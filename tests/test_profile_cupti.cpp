@@ -197,7 +197,7 @@ class StandInBackend final : public DeviceBackend {
   void* native_stream(StreamKind) override { REEL_FAIL("stand-in"); }
   RawMemory& pinned_memory() override { return memory; }
   profile::DeviceClock* clock() override { return &stand_in_clock; }
-  profile::Roof roof() override { return profile::Roof{1e9, 1e9, "stand-in"}; }
+  profile::Roof roof() override { return profile::Roof{1e9, 1e9, "stand-in", {}}; }
   NoMemory memory;
   StandInClock stand_in_clock;
 };

@@ -1,8 +1,10 @@
 // The host's roof for the profiler's table (kernels/device_backends.h): measured, not looked up,
 // because what counts is what this machine's cores and memory give a program now (a shared
 // machine, a container's CPU quota). A stream-style copy gives the memory roof, a large SGEMM on
-// the CPU backend the compute roof (kernels/cpu/gemm.h: oneDNN's sgemm, or Eigen's GEMM in a
-// build without oneDNN); each is the best of a few runs. About 0.2 s, once.
+// the CPU backend the f32 compute roof (kernels/cpu/gemm.h: oneDNN's sgemm, or Eigen's GEMM in a
+// build without oneDNN), and 512^3 GEMMs in f64, bf16 and f16 the other dtypes' compute roofs (the
+// 16-bit ones through the path this CPU takes: oneDNN's native matmul, or converted to f32; see
+// kernels/cpu/gemm.h gemm16_path); each is the best of a few runs. About 0.3 s, once.
 #include <algorithm>
 #include <chrono>
 #include <string>
@@ -49,7 +51,17 @@ profile::Roof measure_cpu_roof() {
   profile::Roof roof;
   roof.bytes_per_s = 2.0 * static_cast<double>(n) * sizeof(float) / copy_s;
   roof.flops_per_s = 2.0 * static_cast<double>(m * m * m) / gemm_s;
-  roof.source = "measured on this host: 64 MiB copy, 1024^3 SGEMM";
+  // The other dtypes' GEMMs, smaller: the 16-bit ones may run far below the SGEMM on a CPU without
+  // native instructions for them.
+  const int64_t s = 512;
+  for (DType dtype : {DType::f64, DType::bf16, DType::f16}) {
+    const Tensor x = full({s, s}, 0.5, dtype, Device::cpu());
+    const Tensor y = full({s, s}, 0.25, dtype, Device::cpu());
+    const Tensor z = empty({s, s}, dtype, Device::cpu());
+    const double seconds = best_seconds(3, [&] { cpu::matmul(x, y, z, Tensor(), false); });
+    roof.flops_by_dtype.emplace_back(dtype, 2.0 * static_cast<double>(s * s * s) / seconds);
+  }
+  roof.source = "measured on this host: 64 MiB copy, 1024^3 SGEMM, 512^3 GEMM in f64, bf16, f16";
   return roof;
 }
 

@@ -291,9 +291,23 @@ class CudaBackend final : public DeviceBackend {
     profile::Roof r;
     r.bytes_per_s = 2.0 * mem_clock_khz * 1e3 * bus_bits / 8;  // double data rate
     r.flops_per_s = 2.0 * sms * lanes * clock_khz * 1e3;       // an FMA is 2 FLOPs
+    // Dense 16-bit tensor-core FLOPs per SM per clock with f32 accumulation (the GEMM's compute
+    // type): 1024 on sm_70 and sm_75 (f16 only), 2048 on sm_80 (A100: 312 TFLOP/s), 1024 on sm_86
+    // and sm_89, 4096 on sm_90 (H100/H200: 989 TFLOP/s). f64: half the f32 rate on the data-centre
+    // parts (sm_60, sm_70, sm_80, sm_90), 1/32 elsewhere.
+    const int tensor_flops = major == 9 ? 4096 : (major == 8 && minor == 0) ? 2048 : major >= 7 ? 1024 : 0;
+    const bool bf16_cores = major >= 8;
+    const bool full_f64 = (major == 6 && minor == 0) || (major >= 7 && minor == 0);
+    r.flops_by_dtype.emplace_back(DType::f64, r.flops_per_s / (full_f64 ? 2 : 32));
+    if (tensor_flops) {
+      const double rate = static_cast<double>(tensor_flops) * sms * clock_khz * 1e3;
+      r.flops_by_dtype.emplace_back(DType::f16, rate);
+      if (bf16_cores) r.flops_by_dtype.emplace_back(DType::bf16, rate);
+    }
     r.source = "device properties: " + std::to_string(mem_clock_khz / 1000) + " MHz memory x " +
                std::to_string(bus_bits) + " bit, " + std::to_string(sms) + " SMs x " + std::to_string(lanes) +
-               " FP32 lanes x " + std::to_string(clock_khz / 1000) + " MHz";
+               " FP32 lanes x " + std::to_string(clock_khz / 1000) + " MHz, " + std::to_string(tensor_flops) +
+               " 16-bit tensor-core FLOP/clock/SM (sm_" + std::to_string(major * 10 + minor) + ")";
     return r;
 #endif
   }
