@@ -16,7 +16,9 @@
 # Regenerate (needs PyTorch: tools/setup_bench.sh installs Debian's python3-torch 1.13), then commit
 # the two files; the test reads the config from the gpt file's __metadata__:
 #   /usr/bin/python3 tests/torch_reference/make_fixtures.py [OUT_DIR]   # default tests/data/torch
-# The output is deterministic for a given torch version and CPU (seeded; one thread).
+# The output is deterministic for a given torch version and CPU (seeded; one thread). It also prints
+# how far torch.autocast's step, and the same step with reel's autocast policy written out in casts,
+# land from the f32 step and from each other: the numbers behind the test's bf16 tolerance.
 #
 # torch 1.13 has no safetensors module and Debian has no python3-safetensors, so the format is written
 # here by hand as the safetensors library lays it out: an 8-byte little-endian header length, the JSON
@@ -205,6 +207,40 @@ def step(model, ids, targets, autocast):
     return logits.detach(), loss.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters()}
 
 
+def reel_policy_step(params, ids, targets):
+    """The same step with reel's autocast policy written out in explicit casts (not stored: it
+    measures, for the tolerance of test_torch_interop's autocast case, how far that policy lands
+    from torch.autocast's): GEMMs on bf16-rounded operands summed in f32, output rounded to bf16;
+    the attention's scores and softmax in f32 from bf16 q, k, its probabilities rounded to bf16
+    before P v; layer_norm and cross-entropy in f32; GELU in its input's type (bf16)."""
+    bf = torch.bfloat16
+    P = {n: p.detach().clone().requires_grad_() for n, p in params}
+
+    def lin(x, w, b=None):
+        y = x.to(bf).float() @ w.to(bf).float().t()
+        return (y if b is None else y + b.to(bf).float()).to(bf)
+
+    def ln(x, name):
+        return F.layer_norm(x.float(), (N_EMBD,), P[name + ".weight"], P[name + ".bias"], 1e-5)
+
+    B, T_ = ids.shape
+    D = N_EMBD // N_HEAD
+    mask = torch.tril(torch.ones(T_, T_, dtype=torch.bool))
+    x = P["wte.weight"][ids] + P["wpe.weight"][torch.arange(T_)]
+    for i in range(N_LAYER):
+        h = "h.%d." % i
+        qkv = lin(ln(x, h + "ln_1"), P[h + "attn.c_attn.weight"], P[h + "attn.c_attn.bias"])
+        q, k, v = (t.view(B, T_, N_HEAD, D).transpose(1, 2) for t in qkv.split(N_EMBD, 2))
+        att = F.softmax(((q.float() @ k.float().transpose(-2, -1)) / math.sqrt(D)).masked_fill(~mask, float("-inf")), -1)
+        y = (att.to(bf).float() @ v.float()).to(bf).transpose(1, 2).reshape(B, T_, N_EMBD)
+        x = x + lin(y, P[h + "attn.c_proj.weight"], P[h + "attn.c_proj.bias"]).float()
+        f = F.gelu(lin(ln(x, h + "ln_2"), P[h + "mlp.c_fc.weight"], P[h + "mlp.c_fc.bias"]), approximate="tanh")
+        x = x + lin(f, P[h + "mlp.c_proj.weight"], P[h + "mlp.c_proj.bias"]).float()
+    logits = lin(ln(x, "ln_f"), P["wte.weight"])
+    F.cross_entropy(logits.float().view(-1, VOCAB), targets.view(-1)).backward()
+    return logits.detach(), {n: p.grad for n, p in P.items()}
+
+
 def gpt_file(path):
     torch.manual_seed(27)
     model = GPT().train()
@@ -222,9 +258,22 @@ def gpt_file(path):
     save_safetensors(path, tensors, dict({k: str(v) for k, v in config.items()},
                                          format="pt", torch=torch.__version__,
                                          made_by="tests/torch_reference/make_fixtures.py"))
-    for n, t in tensors:
-        if n.startswith("logits") or n.startswith("loss"):
-            print("%-12s %-14s %s" % (n, t.dtype, tuple(t.shape)))
+    # Each run's distance from another, in bf16 unit roundoffs u = 2^-8 of each tensor's max |value|
+    # (the measure of test_torch_interop's autocast case; printed, not stored).
+    d = dict(tensors)
+    policy_logits, policy_grads = reel_policy_step(model.named_parameters(), ids, targets)
+    names = [n for n, _ in model.named_parameters()]
+
+    def units(a, b):
+        return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item() * 256
+
+    print("in u of each tensor's scale: logits / worst gradient")
+    print("  torch.autocast vs f32:          %.2f / %.2f" % (units(d["logits.bf16"], d["logits.f32"]),
+          max(units(d["grad.bf16." + n], d["grad.f32." + n]) for n in names)))
+    print("  reel's policy vs f32:           %.2f / %.2f" % (units(policy_logits, d["logits.f32"]),
+          max(units(policy_grads[n], d["grad.f32." + n]) for n in names)))
+    print("  reel's policy vs torch.autocast: %.2f / %.2f" % (units(policy_logits, d["logits.bf16"]),
+          max(units(policy_grads[n], d["grad.bf16." + n]) for n in names)))
 
 
 def main():
