@@ -153,7 +153,8 @@ TEST_CASE("reel's f32 -> bf16 / f16 rounds every class of value as PyTorch's doe
         // 0x7E00 (f16); reel keeps the sign and the top payload bits with the quiet bit set.
         if (is_nan16(ref[i], dt)) {
           ++nans;
-          if (!is_nan16(mine[i], dt) && bad++ < 8) FAIL_CHECK("element " << i << " (f32 " << hex(src_bits[i]) << "): torch NaN, reel " << hex(mine[i]));
+          if (!is_nan16(mine[i], dt) && bad++ < 8)
+            FAIL_CHECK("element " << i << " (f32 " << hex(src_bits[i]) << "): torch NaN, reel " << hex(mine[i]));
         } else if (mine[i] != ref[i] && bad++ < 8) {
           FAIL_CHECK("element " << i << " (f32 " << hex(src_bits[i]) << "): torch " << hex(ref[i]) << ", reel "
                                 << hex(mine[i]));
@@ -161,13 +162,14 @@ TEST_CASE("reel's f32 -> bf16 / f16 rounds every class of value as PyTorch's doe
       }
       CHECK(bad == 0);
       CHECK(nans == 5);  // the five NaN sources, so the comparison above is not vacuous
+      // Widening torch's 16-bit values: exact, so bit for bit (NaNs included: both keep the payload).
+      CHECK(bit_patterns<uint32_t>(theirs.to(d).to(DType::f32)) ==
+            bit_patterns<uint32_t>(t.at("torch_" + tag + "_f32")));
+      // And through f32 and back, the 3-D tensor's bits come back unchanged (no NaNs there).
+      const Tensor& three = t.at(tag + "_3d");
+      CHECK(three.dim() == 3);
+      CHECK(bit_patterns<uint16_t>(three.to(d).to(DType::f32).to(dt)) == bit_patterns<uint16_t>(three));
     }
-    // Widening torch's 16-bit values: exact, so bit for bit (NaNs included: both keep the payload).
-    CHECK(bit_patterns<uint32_t>(theirs.to(DType::f32)) == bit_patterns<uint32_t>(t.at("torch_" + tag + "_f32")));
-    // And through f32 and back, the 3-D tensor's bits come back unchanged (no NaNs there).
-    const Tensor& three = t.at(tag + "_3d");
-    CHECK(three.dim() == 3);
-    CHECK(bit_patterns<uint16_t>(three.to(DType::f32).to(dt)) == bit_patterns<uint16_t>(three));
   }
 }
 
@@ -309,7 +311,8 @@ TEST_CASE("a GPT step under reel's autocast against torch.autocast(\"cpu\", bflo
     for (const auto& g : s.grads) {
       CHECK(g.second.dtype() == DType::f32);  // master weights: f32 parameters, f32 gradients
       worst = std::max(worst, check_scaled(g.first, g.second, ref.t.at("grad.bf16." + g.first), tol));
-      const std::vector<double> a = reel::testing::values(g.second), b = reel::testing::values(ref.t.at("grad.f32." + g.first));
+      const std::vector<double> a = reel::testing::values(g.second);
+      const std::vector<double> b = reel::testing::values(ref.t.at("grad.f32." + g.first));
       double amax = 0, dmax = 0;
       for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
         amax = std::max(amax, std::fabs(b[i]));

@@ -72,7 +72,7 @@ def special_values():
     """f32 bit patterns of every class of value, for both 16-bit types."""
     p = []
     p += [0x00000000, 0x80000000, 0x3F800000, 0xBF800000, 0x7F800000, 0xFF800000]   # +-0, +-1, +-inf
-    p += [0x7FC00000, 0xFFC00000, 0x7FC12345, 0x7FA00001, 0xFFE00001]               # quiet, signed, payload, signalling NaNs
+    p += [0x7FC00000, 0xFFC00000, 0x7FC12345, 0x7FA00001, 0xFFE00001]  # NaNs: quiet, signed, payload, signalling
     # bf16: largest finite (0x7F7F), f32's largest (past bf16's overflow threshold: inf), just below
     # the threshold, the threshold itself (a tie from an odd fraction: to even, which is inf).
     p += [0x7F7F0000, 0x7F7FFFFF, 0x7F7F7FFF, 0x7F7F8000, 0xFF7F8000]
@@ -83,7 +83,7 @@ def special_values():
     p += [0x00000001, 0x00008000, 0x00018000, 0x00010000, 0x007FFFFF, 0x80000001, 0x80018000, 0x00800000]
     f = [65504.0, 65519.99, 65520.0, -65520.0, 1e10, 65536.0,                       # f16: max, overflow tie, beyond
          2.0 ** -14, 1023 * 2.0 ** -24, 2.0 ** -24, -(2.0 ** -24),                   # f16: smallest normal, subnormals
-         2.0 ** -25, 3 * 2.0 ** -25, 5 * 2.0 ** -25, 1e-8, -1e-8,                    # f16: subnormal ties, underflow to +-0
+         2.0 ** -25, 3 * 2.0 ** -25, 5 * 2.0 ** -25, 1e-8, -1e-8,                    # f16: subnormal ties, +-0
          1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11, -(1 + 3 * 2.0 ** -11), 2048 + 1.0, 2048 + 3.0,  # f16 ties
          0.1, -0.1, 1.0 / 3, math.pi, 6e-5, -6.1e-5, 3e38, -3e-39]
     p += [struct.unpack("<I", struct.pack("<f", x))[0] for x in f]
@@ -231,7 +231,8 @@ def reel_policy_step(params, ids, targets):
         h = "h.%d." % i
         qkv = lin(ln(x, h + "ln_1"), P[h + "attn.c_attn.weight"], P[h + "attn.c_attn.bias"])
         q, k, v = (t.view(B, T_, N_HEAD, D).transpose(1, 2) for t in qkv.split(N_EMBD, 2))
-        att = F.softmax(((q.float() @ k.float().transpose(-2, -1)) / math.sqrt(D)).masked_fill(~mask, float("-inf")), -1)
+        scores = (q.float() @ k.float().transpose(-2, -1)) / math.sqrt(D)
+        att = F.softmax(scores.masked_fill(~mask, float("-inf")), -1)
         y = (att.to(bf).float() @ v.float()).to(bf).transpose(1, 2).reshape(B, T_, N_EMBD)
         x = x + lin(y, P[h + "attn.c_proj.weight"], P[h + "attn.c_proj.bias"]).float()
         f = F.gelu(lin(ln(x, h + "ln_2"), P[h + "mlp.c_fc.weight"], P[h + "mlp.c_fc.bias"]), approximate="tanh")
