@@ -13,7 +13,8 @@
 #   tools/gpu_check.sh              on the GPU machine (nvcc, CMake >= 3.25, a C++17 host compiler;
 #                                   no downloads), build folder build-gpu/:
 #     1 build      the nvcc flavour for sm_90, examples and benchmarks included (ccache if present)
-#     2 ctest      the whole suite on the device; a skipped test counts as a failure
+#     2 ctest      the whole suite on the device; a skipped test counts as a failure (except the
+#                  tests labelled needs_torch, left out: the GPU machine has no PyTorch)
 #     3 nccl       tests/test_nccl_single: NCCL with a world of one, no MPI, and two ranks on one
 #                  device where NCCL allows it (it refuses duplicate GPUs; then said so)
 #     4 sanitizer  compute-sanitizer memcheck and racecheck over the CUDA kernel tests
@@ -179,7 +180,7 @@ part_ctest() {
   # Emulated: the tests that touch cuda (tools/dev.sh runs the whole suite there already).
   [ "$mode" = emulated ] && regex=(-R '^(test_cuda|test_cudnn|test_nn_kernels_attention|test_attention_strided|test_nccl)')
   [ -f "$dir/CTestTestfile.cmake" ] || { figure="no build to test"; return 1; }
-  ctest --test-dir "$dir" --output-on-failure -j "$jobs" --timeout 300 "${regex[@]}" >"$logs/ctest.log" 2>&1
+  ctest --test-dir "$dir" --output-on-failure -j "$jobs" --timeout 300 -LE needs_torch "${regex[@]}" >"$logs/ctest.log" 2>&1
   tail -25 "$logs/ctest.log"
   local summary skipped
   summary=$(grep -E "tests passed, " "$logs/ctest.log" | tail -1)
