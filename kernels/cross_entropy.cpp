@@ -53,8 +53,12 @@ CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& ta
   r.count = check_cross_entropy(op, logits, targets, ignore_index);
   const int64_t V = logits.size(-1), N = logits.numel() / V;
   const Shape rows = rows_of(logits.shape());
-  r.losses = empty(rows, logits.dtype(), logits.device());
-  r.lse = empty(rows, logits.dtype(), logits.device());
+  // The kernels write lse and the per-row losses in the accumulation dtype (f32 for bf16 / f16
+  // logits; the logits' dtype otherwise, so nothing changes there); the losses are rounded to the
+  // logits' dtype once, after the reduction has read them wide.
+  const DType acc = acc_dtype(logits.dtype());
+  const Tensor losses = empty(rows, acc, logits.device());
+  r.lse = empty(rows, acc, logits.device());
   if (grad_scale) r.dlogits = empty(logits.shape(), logits.dtype(), logits.device());
   // Mean with every row ignored: loss 0 and gradient 0 (see kernels/cross_entropy.h), never 0/0.
   const double row_scale =
@@ -65,14 +69,15 @@ CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& ta
       REEL_DEVICE_DISPATCH(logits.device(), cross_entropy_forward,
                            kernel_cost({&logits, &targets}, {&r.losses, &r.lse, &r.dlogits}, (grad_scale ? 6 : 4) * N * V),
                            as_rows(logits, N, V), contiguous_as(targets, {N}),
-                           ignore_index, untracked::view(r.losses, {N}), untracked::view(r.lse, {N}),
+                           ignore_index, untracked::view(losses, {N}), untracked::view(r.lse, {N}),
                            grad_scale ? as_rows(r.dlogits, N, V) : Tensor(), grad_scale.value_or(0.0) * row_scale);
     });
+  r.losses = acc == logits.dtype() ? losses : losses.to(logits.dtype());
   if (reduction == Reduction::None) {
     r.loss = r.losses;
   } else {
     // N doubles added in row order on the host: deterministic, and cheap next to the N x V pass.
-    const std::vector<double> per_row = r.losses.to(DType::f64).contiguous().to_vector<double>();
+    const std::vector<double> per_row = losses.to(DType::f64).contiguous().to_vector<double>();
     double total = 0;
     for (double l : per_row) total += l;
     r.loss = scalar_tensor(total * row_scale, logits.dtype(), logits.device());
@@ -84,7 +89,10 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const T
                               Reduction reduction, int64_t ignore_index) {
   const char* op = "cross_entropy_backward";
   check_same_device(op, {&dloss, &logits, &targets, &lse});
-  check_same_floating_dtype(op, {&logits, &dloss, &lse});
+  check_same_floating_dtype(op, {&logits, &dloss});
+  REEL_CHECK(lse.dtype() == acc_dtype(logits.dtype()), op, ": lse ", lse.shape(), " is ", lse.dtype(), " for logits ",
+             logits.shape(), " of ", logits.dtype(), ": ", acc_dtype(logits.dtype()),
+             " expected (the accumulation dtype, as cross_entropy_forward writes it)");
   const int64_t count = check_cross_entropy(op, logits, targets, ignore_index);
   const Shape rows = rows_of(logits.shape());
   REEL_CHECK(lse.shape() == rows, op, ": lse ", lse.shape(), " does not match logits ", logits.shape(), ": ", rows,

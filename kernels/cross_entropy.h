@@ -18,10 +18,15 @@ enum class Reduction { None, Mean, Sum };
 const char* reduction_name(Reduction r);
 Reduction parse_reduction(const std::string& name);  // "none" | "mean" | "sum", else reel::Error
 
+// Dtypes: loss, losses and dlogits have the logits' dtype; lse has the accumulation dtype
+// (acc_dtype: f32 for bf16 / f16 logits, else the logits' own), so that the backward's
+// exp(logit - lse) does not see an lse rounded to 8 or 11 bits. For 16-bit logits every sum, the
+// log-sum-exp and dlogits are computed in f32 and each output rounded once; loss (Mean/Sum) is the
+// f64 sum of the f32 per-row losses, rounded once.
 struct CrossEntropyForward {
   Tensor loss;     // Mean/Sum: a scalar (); None: the per-row losses (N...)
   Tensor losses;   // (N...) per-row loss lse - logit[target], 0 for ignored rows
-  Tensor lse;      // (N...) log-sum-exp of each row: what backward needs, instead of the softmax
+  Tensor lse;      // (N...) log-sum-exp of each row (acc dtype): what backward needs, instead of the softmax
   Tensor dlogits;  // (N..., V) when a fused grad_scale was given, else undefined
   int64_t count = 0;  // rows whose target is not ignore_index (the Mean divisor)
 };
@@ -40,7 +45,8 @@ CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& ta
                                           Reduction reduction = Reduction::Mean, int64_t ignore_index = -100,
                                           std::optional<double> grad_scale = std::nullopt);
 // dloss: for None the per-row gradient (N...); for Mean/Sum the scalar gradient (one element).
-// lse from the forward. Returns dlogits (N..., V): softmax recomputed as exp(logit - lse).
+// lse from the forward (acc dtype). Returns dlogits (N..., V), the logits' dtype: softmax recomputed
+// as exp(logit - lse).
 Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
                               Reduction reduction = Reduction::Mean, int64_t ignore_index = -100);
 
@@ -54,11 +60,12 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const T
 // Inputs arrive validated by the entry points (kernels/cross_entropy.cpp), CONTIGUOUS and viewed as the
 // flat shapes written next to each argument; see kernels/backends.h for the common contract.
 #ifdef REEL_BACKEND_KERNELS
-// logits (N, V), targets (N) i32/i64 (in [0, V) or ignore_index) -> losses (N), lse (N); when
+// logits (N, V), targets (N) i32/i64 (in [0, V) or ignore_index) -> losses (N), lse (N) (both of
+// the dispatch's acc_t); when
 // dlogits (N, V) is defined also dlogits = (softmax - onehot) * grad_scale per non-ignored row.
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                            const Tensor& losses, const Tensor& lse, const Tensor& dlogits, double grad_scale);
-// dloss (N) or one element (the same for every row), times `scale` -> dlogits (N, V).
+// dloss (N) or one element (the same for every row), times `scale`, and lse (N) of acc_t -> dlogits (N, V).
 void cross_entropy_backward(const Tensor& dloss, double scale, const Tensor& logits, const Tensor& targets,
                             const Tensor& lse, int64_t ignore_index, const Tensor& dlogits);
 #endif  // REEL_BACKEND_KERNELS

@@ -1,7 +1,9 @@
 // Dropout masks from Philox4x32-10. Element i (row-major) of the mask for stream (seed, offset) is
 //   keep ? 1 / (1 - p) : 0,   keep = (double)philox_uniform(seed, offset, i) >= p
 // (0 everywhere when p == 1). It is a pure function of (seed, offset, i): forward, backward and a
-// replayed checkpoint segment all see the same mask, and so do the CPU and CUDA devices.
+// replayed checkpoint segment all see the same mask, and so do the CPU and CUDA devices. In bf16
+// and f16 the kept value is 1 / (1 - p) rounded once to the dtype (exact for p = 0.5, 0.75, ...),
+// so that x * mask is the tape's ordinary 16-bit multiply.
 #ifndef REEL_KERNELS_DROPOUT_H
 #define REEL_KERNELS_DROPOUT_H
 #include <cstdint>

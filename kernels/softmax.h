@@ -1,5 +1,6 @@
 // The softmax family: softmax and log-softmax along the last dim (max-subtracted), forward and
-// backward. Plain kernels, no autograd.
+// backward. Plain kernels, no autograd. f32, f64, bf16 and f16: a 16-bit row is widened to f32, its
+// max, exp-sum and row sums computed in f32 (acc_t), each output rounded once to its dtype.
 //
 // Each entry point checks its inputs (shapes, dtypes, devices: reel::Error naming the op and
 // them), makes them contiguous where the kernel needs it, allocates the outputs on the inputs'

@@ -1,10 +1,14 @@
 // Elementwise kernels: the edge cases (every op's values against f64 references, broadcasting,
 // strided and scalar operands on every device are rows of tests/op_table/elementwise.cpp): exp(-inf) on every
 // path, exact scalar ops over large tensors and strided operands, NaN through maximum/minimum,
-// bad inputs; the fused unary backward against finite differences, compare masks and where.
+// bad inputs; the fused unary backward against finite differences, compare masks and where; bf16
+// and f16 bit for bit against the f32 op rounded once, NaN, inf and overflow in them.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <functional>
+#include <iterator>
+#include <vector>
 
 #include "kernels/ops.h"
 #include "testing.h"
@@ -239,4 +243,81 @@ TEST_CASE("binary_ in place: equals binary on every device, broadcasts b, bumps 
     CHECK_REEL_ERROR(binary_(BinaryOp::Add, a.t(), zeros({3, 4}, DType::f32, d)), "add_: the tensor written in place, (3, 4)");
     CHECK_REEL_ERROR(binary_(BinaryOp::Add, a, zeros({4, 3}, DType::f64, d)), "add_");
   }
+}
+
+// ---- bf16 and f16 ----------------------------------------------------------------------------
+
+namespace {
+// The bit patterns of a 16-bit tensor (any device).
+std::vector<uint16_t> bits16(const Tensor& t) {
+  const Tensor c = t.to(Device::cpu()).contiguous();
+  std::vector<uint16_t> b;
+  if (c.dtype() == DType::bf16)
+    for (bf16 v : c.to_vector<bf16>()) b.push_back(v.bits);
+  else
+    for (f16 v : c.to_vector<f16>()) b.push_back(v.bits);
+  return b;
+}
+// N(0, 2) values, then the specials: NaN, +-inf, +-0, a value past f16's range, an f16 subnormal.
+Tensor specials_f32(int64_t n, uint64_t seed) {
+  Generator g(seed);
+  std::vector<float> v = randn({n}, DType::f32, Device::cpu(), &g).to_vector<float>();
+  for (float& x : v) x *= 2;
+  const float s[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e5f, 3e-6f, -0.75f};
+  for (size_t i = 0; i < std::size(s) && i < v.size(); ++i) v[i * 7 % v.size()] = s[i];
+  return from_vector<float>(v, {n});
+}
+}  // namespace
+
+// The 16-bit contract: widen to f32, compute as f32 does, round once. So a 16-bit op's bits equal
+// those of the same op on the widened f32 tensor, rounded to the 16-bit type (contiguous, aligned
+// tensors of one length: the cpu's f32 buffer cuts vectorised runs where the f32 path does).
+TEST_CASE("bf16 and f16: every unary, binary and fused backward op is the f32 op rounded once, on every device") {
+  for (Device d : reel::testing::devices())
+    for (DType dt : {DType::bf16, DType::f16}) {
+      CAPTURE(d);
+      CAPTURE(dt);
+      const Tensor x = specials_f32(1000, 1).to(dt).to(d), y = specials_f32(1000, 2).to(dt).to(d);
+      const Tensor xw = x.to(DType::f32), yw = y.to(DType::f32);  // exact widenings
+      for (UnaryOp op : kUnaryOps) {
+        CAPTURE(op_name(op));
+        const Tensor got = unary(op, x);
+        CHECK(got.dtype() == dt);
+        CHECK(bits16(got) == bits16(unary(op, xw).to(dt)));
+        CHECK(bits16(unary_backward(op, y, x)) == bits16(unary_backward(op, yw, xw).to(dt)));
+      }
+      for (BinaryOp op : kBinaryOps) {
+        CAPTURE(op_name(op));
+        CHECK(bits16(binary(op, x, y)) == bits16(binary(op, xw, yw).to(dt)));
+        // The scalar is rounded to the dtype first, as a tensor operand would be (0.1 is not exact).
+        const double s = static_cast<double>(static_cast<float>(scalar_tensor(0.1, dt).item()));
+        CHECK(bits16(binary(op, x, 0.1)) == bits16(binary(op, xw, s).to(dt)));
+        CHECK(bits16(binary(op, 0.1, x)) == bits16(binary(op, s, xw).to(dt)));
+      }
+      for (CompareOp op : kCompareOps) {  // exact masks: 1 or 0 in the dtype
+        CAPTURE(op_name(op));
+        CHECK(values(compare(op, x, y)) == values(compare(op, xw, yw)));
+      }
+      CHECK(bits16(where(x, x, y)) == bits16(where(xw, xw, yw).to(dt)));  // NaN cond picks a; bits copied
+    }
+}
+
+TEST_CASE("bf16 and f16: NaN, inf and overflow through the elementwise ops") {
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    const Tensor h = from_vector<float>({NAN, INFINITY, -INFINITY, 60000, -0.0f}, {5}).to(DType::f16).to(d);
+    const std::vector<double> a = values(unary(UnaryOp::Abs, h));
+    CHECK(std::isnan(a[0]));
+    CHECK(a[1] == INFINITY);
+    CHECK(a[2] == INFINITY);
+    CHECK(a[4] == 0);
+    // 60000 * 2 is past f16's largest finite (65504): inf, as IEEE rounding gives.
+    CHECK(values(binary(BinaryOp::Mul, h, 2.0))[3] == INFINITY);
+    CHECK(std::isnan(values(binary(BinaryOp::Maximum, h, 1.0))[0]));  // NaN propagates
+    // bf16 has f32's range: 1e38 * 2 is finite, 1e38 * 4 overflows to inf.
+    const Tensor b = from_vector<float>({1e38f}, {1}).to(DType::bf16).to(d);
+    CHECK(std::isfinite(values(binary(BinaryOp::Mul, b, 2.0))[0]));
+    CHECK(values(binary(BinaryOp::Mul, b, 4.0))[0] == INFINITY);
+  }
+  CHECK_REEL_ERROR(binary(BinaryOp::Add, zeros({2}, DType::bf16), zeros({2}, DType::f16)), "add: dtypes differ: bf16 and f16");
 }

@@ -100,8 +100,9 @@ TEST_CASE("matmul and linear refuse mixed dtypes with a reel::Error naming the o
     CHECK(m.find("bf16") != std::string::npos);
     CHECK(m.find("(2, 4)") != std::string::npos);
   }
-  // A family not ported to 16 bits still names itself.
-  CHECK_THROWS_WITH_AS(kernels::sum(a, {0}), doctest::Contains("sum: dtype bf16 is not supported"), Error);
+  // A family not ported to 16 bits (one still on REEL_DISPATCH_FLOATING) names itself.
+  const auto unported = [](DType dt) { REEL_DISPATCH_FLOATING(dt, "unported_op", (void)sizeof(scalar_t)) };
+  CHECK_THROWS_WITH_AS(unported(DType::bf16), doctest::Contains("unported_op: dtype bf16 is not supported"), Error);
 }
 
 TEST_CASE("the CPU's 16-bit GEMM path is chosen once and printable") {

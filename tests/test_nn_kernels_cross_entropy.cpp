@@ -3,8 +3,9 @@
 // backward, bad targets and shapes. (Losses and lse against an f64 reference, for i32 and i64
 // targets, ignored rows, each reduction, rows wider than the online-softmax block, huge and masked
 // logits, and the backward against finite differences, on every device, are rows of
-// tests/op_table/softmax.cpp.)
+// tests/op_table/softmax.cpp.) bf16 / f16 logits: the outputs' dtypes, lse in f32.
 #include <cmath>
+#include <string>
 
 #include "kernels/ops.h"
 #include "testing.h"
@@ -88,6 +89,33 @@ TEST_CASE("fused dlogits equal the separate backward") {
         const double tol = dt == DType::f32 ? 2e-6 : 1e-13;
         check_close(f.dlogits, separate, tol, tol);
       }
+}
+
+TEST_CASE("bf16 and f16 logits: loss, losses and dlogits in the logits' dtype, lse in f32; backward wants that lse") {
+  for (Device d : devices())
+    for (DType dt : {DType::bf16, DType::f16}) {
+      CAPTURE(d);
+      CAPTURE(dt);
+      const Tensor logits = uniform_f64({4, 7}, 3, -4, 4).to(dt).to(d);
+      const Tensor t = from_vector<int64_t>({1, -100, 6, 0}, {4}).to(d);
+      const CrossEntropyForward f = cross_entropy_forward(logits, t, Reduction::Mean, -100, 1.0);
+      CHECK(f.loss.dtype() == dt);
+      CHECK(f.losses.dtype() == dt);
+      CHECK(f.dlogits.dtype() == dt);
+      CHECK(f.lse.dtype() == DType::f32);
+      CHECK(f.count == 3);
+      // The f32 run on the widened logits: the same lse bits (the same f32 code on the same values),
+      // and a loss that is the same f64 sum rounded once to the dtype, within half an ulp of f32's.
+      const CrossEntropyForward w = cross_entropy_forward(logits.to(DType::f32), t, Reduction::Mean, -100, 1.0);
+      CHECK(bit_identical(f.lse, w.lse));
+      check_close(f.loss, values(w.loss), dt == DType::bf16 ? 0x1p-8 : 0x1p-11, 1e-7);
+      const Tensor dl = cross_entropy_backward(scalar_tensor(1.0, dt, d), logits, t, f.lse);
+      CHECK(dl.dtype() == dt);
+      check_close(dl, values(f.dlogits), 0, 2e-2);  // exp(x - lse) against the fused product: an ulp or so
+      const std::string msg = "cross_entropy_backward: lse (4) is " + std::string(dtype_name(dt)) +
+                              " for logits (4, 7) of " + dtype_name(dt) + ": f32 expected";
+      CHECK_REEL_ERROR(cross_entropy_backward(scalar_tensor(1.0, dt, d), logits, t, f.lse.to(dt)), msg.c_str());
+    }
 }
 
 TEST_CASE("bad cross-entropy inputs raise reel::Error naming op, values and shapes") {

@@ -2,7 +2,7 @@
 // repeated ids bit-identical across runs and OpenMP thread counts (and equal to a serial sum in
 // position order), out-of-range ids and bad shapes. (The gather and the scatter-add against an f64
 // reference and finite differences, for i32 and i64 ids, on every device, are rows of
-// tests/op_table/embedding.cpp.)
+// tests/op_table/embedding.cpp.) bf16 / f16 tables: the gather copies bits, the backward sums wide.
 #include "kernels/ops.h"
 #include "testing.h"
 
@@ -47,6 +47,23 @@ TEST_CASE("embedding backward with repeated ids is bit-identical across runs and
   for_thread_counts({1, 2, 3, 8, 2}, [&] { runs.push_back(embedding_backward(dout, idt, V)); });
   CHECK(runs[0].to_vector<float>() == serial);
   for (const Tensor& r : runs) CHECK(bit_identical(r, runs[0]));
+}
+
+TEST_CASE("bf16 and f16 tables: the gather copies bits; repeated ids sum in f32, rounded once") {
+  for (Device d : devices())
+    for (DType dt : {DType::bf16, DType::f16}) {
+      CAPTURE(d);
+      CAPTURE(dt);
+      const Tensor table = uniform_f64({5, 3}, 1).to(dt).to(d);
+      const Tensor ids = from_vector<int64_t>({4, 0, 4}, {3}).to(d);
+      const Tensor y = embedding_forward(ids, table);
+      CHECK(y.dtype() == dt);
+      CHECK(bit_identical(y.narrow(0, 0, 1), table.narrow(0, 4, 1)));
+      // 300 rows of 1 into id 2: 300 exactly, where a 16-bit running sum stops at 256 (bf16).
+      const Tensor dt_ = embedding_backward(ones({300, 3}, dt, d), from_vector<int32_t>(std::vector<int32_t>(300, 2), {300}).to(d), 5);
+      CHECK(dt_.dtype() == dt);
+      CHECK(values(dt_) == std::vector<double>{0, 0, 0, 0, 0, 0, 300, 300, 300, 0, 0, 0, 0, 0, 0});
+    }
 }
 
 TEST_CASE("bad embedding inputs raise reel::Error naming the id and its position") {

@@ -16,7 +16,7 @@ TEST_CASE("masked (-inf) entries: softmax exactly 0, log_softmax -inf, no gradie
   // Widths below, at and above a SIMD packet, and with a scalar tail: the vectorised exp must give
   // exactly 0 for exp(-inf), as the scalar tail does (Eigen's packet exp gave 5.6e-309 in f64).
   for (int64_t C : {3, 8, 16, 33, 257})
-    for (DType dt : {DType::f64, DType::f32}) {
+    for (DType dt : {DType::f64, DType::f32, DType::bf16, DType::f16}) {
       const std::string dtype = dtype_name(dt);  // CAPTURE of a const char* prints the pointer
       CAPTURE(C);
       CAPTURE(dtype);

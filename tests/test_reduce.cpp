@@ -1,8 +1,10 @@
 // Reductions: sum/mean/max of known values along axes and in total, keepdim, a strided input,
 // an exact large f32 sum, empty tensors, NaN, errors, the accumulation type the kernels' dispatch
-// binds (random inputs on every device against the f64 run are rows of tests/op_table/reduce.cpp).
+// binds (random inputs on every device against the f64 run are rows of tests/op_table/reduce.cpp),
+// bf16 and f16 sums that accumulate wide.
 #include <cmath>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/ops.h"
 #include "testing.h"
@@ -10,6 +12,7 @@
 using namespace reel;
 using namespace reel::kernels;
 using reel::testing::check_close;
+using reel::testing::values;
 
 TEST_CASE("reductions along each axis and in total") {
   Tensor x = arange(24, DType::f64).view({2, 3, 4});
@@ -119,4 +122,27 @@ TEST_CASE("the kernels' dispatch accumulates f32 in f32 and f64 in f64, and refu
   CHECK(acc_dtype(DType::f64) == DType::f64);
   CHECK_THROWS_AS(acc_dtype(DType::i32), reel::Error);
   CHECK_THROWS_AS(acc_dtype(DType::i64), reel::Error);
+}
+
+// bf16 and f16 sum in f32 (cuda) or double (cpu) and round once: 4096 ones sum to 4096 exactly,
+// where a 16-bit running sum would stop at 256 (bf16) or 2048 (f16); max is exact.
+TEST_CASE("bf16 and f16 sums accumulate wide and round once; max is exact") {
+  for (Device d : reel::testing::devices())
+    for (DType dt : {DType::bf16, DType::f16}) {
+      CAPTURE(d);
+      CAPTURE(dt);
+      const Tensor one = ones({4096}, dt, d);
+      CHECK(sum(one).dtype() == dt);
+      CHECK(sum(one).item() == 4096.0);
+      CHECK(mean(one).item() == 1.0);
+      CHECK(sum(ones({4096, 3}, dt, d), {0}).to(DType::f64).to_vector<double>() == std::vector<double>{4096, 4096, 4096});
+      // 1 + 1000 * 2^-9: each term is below half an ulp of 1 in bf16, so a bf16 running sum would
+      // stay 1; summed wide it is 2.953125, exact in both types.
+      Tensor x = full({1001}, 0x1p-9, dt, d);
+      x.narrow(0, 0, 1).fill_(1.0);
+      CHECK(sum(x).item() == 2.953125);
+      const Tensor m = from_vector<float>({-3, 7.5f, NAN, 7.5f}, {2, 2}).to(dt).to(d);
+      CHECK(values(max(m, {1}))[0] == 7.5);
+      CHECK(std::isnan(values(max(m, {1}))[1]));
+    }
 }

@@ -14,10 +14,14 @@
 // which is more precise than exp(x - lse) with lse rounded to the logits' dtype; the two agree to
 // a few ulps of the dtype times |lse| (they differ visibly in f32 only for logits of order 1e4).
 // The sum of exps is double (wider than the dispatch's acc_t); the max, the exps and the gradient
-// arithmetic run in acc_t (loads T -> acc_t, stores acc_t -> T: no-ops for f32 and f64).
+// arithmetic run in acc_t (loads T -> acc_t, stores acc_t -> T: no-ops for f32 and f64). lse and
+// the per-row losses are written in acc_t (the entry point rounds the losses to T).
+// bf16 and f16: each row is widened into per-thread f32 buffers and run through the f32 code (the
+// fused exps kept in f32 too), and dlogits rounded once to T on store.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include <Eigen/Core>
@@ -100,31 +104,52 @@ void row_grad(const T* x, int64_t V, acc_t lse, int64_t target, acc_t g, T* d) {
   dr[target] = static_cast<T>(static_cast<acc_t>(dr[target]) - g);
 }
 
+template <typename T>
+constexpr bool kIs16 = std::is_same_v<T, bf16> || std::is_same_v<T, f16>;
+// The type the row kernels above see: T, or f32 for a 16-bit T (rows widened into a buffer).
+template <typename T>
+using RowT = std::conditional_t<kIs16<T>, float, T>;
+
+// logits, dlogits: (N, V) or dlogits null; targets, losses, lse: (N).
 template <typename T, typename acc_t, typename I>
-void forward_impl(const T* logits, const I* targets, int64_t ignore_index, T* losses, T* lse, T* dlogits,
+void forward_impl(const T* logits, const I* targets, int64_t ignore_index, acc_t* losses, acc_t* lse, T* dlogits,
                   double grad_scale, int64_t N, int64_t V) {
+  using W = RowT<T>;
   const int64_t blocks = (V + kBlock - 1) / kBlock;
 #pragma omp parallel if (N > 1 && N * V >= kMinParallelElements)
   {
     std::vector<acc_t> block_max(static_cast<size_t>(blocks));  // per thread
+    // 16-bit: this thread's widened row and its f32 dlogits row (V each); empty otherwise.
+    std::vector<W> xb(kIs16<T> ? static_cast<size_t>(V) : 0), db(kIs16<T> && dlogits ? static_cast<size_t>(V) : 0);
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; ++n) {
-      const T* row = logits + n * V;  // (V)
       const int64_t t = static_cast<int64_t>(targets[n]);
       const bool ignored = t == ignore_index;
-      T* d = dlogits == nullptr ? nullptr : dlogits + n * V;  // (V)
+      const W* row;  // (V)
+      W* d;          // (V) or null
+      if constexpr (kIs16<T>) {
+        for (int64_t c = 0; c < V; ++c) xb[c] = static_cast<W>(logits[n * V + c]);
+        row = xb.data();
+        d = dlogits == nullptr ? nullptr : db.data();
+      } else {
+        row = logits + n * V;
+        d = dlogits == nullptr ? nullptr : dlogits + n * V;
+      }
       const RowLse r = row_lse(row, V, ignored ? nullptr : d, block_max.data());
-      lse[n] = static_cast<T>(r.max + r.log_sum);
-      losses[n] = ignored ? T(0) : static_cast<T>((r.max - static_cast<double>(row[t])) + r.log_sum);
+      lse[n] = static_cast<acc_t>(r.max + r.log_sum);
+      losses[n] = ignored ? acc_t(0) : static_cast<acc_t>((r.max - static_cast<double>(row[t])) + r.log_sum);
       if (d == nullptr) continue;
-      if (ignored) std::fill(d, d + V, T(0));
+      if (ignored) std::fill(d, d + V, W(0));
       else fused_grad(V, r, block_max.data(), t, grad_scale, d);
+      if constexpr (kIs16<T>)
+        for (int64_t c = 0; c < V; ++c) dlogits[n * V + c] = static_cast<T>(d[c]);  // one rounding
     }
   }
 }
 
+// dloss: (N) when per_row, else one value; logits, dlogits: (N, V); targets, lse: (N).
 template <typename T, typename acc_t, typename I>
-void backward_impl(const T* dloss, bool per_row, double scale, const T* logits, const I* targets, const T* lse,
+void backward_impl(const T* dloss, bool per_row, double scale, const T* logits, const I* targets, const acc_t* lse,
                    int64_t ignore_index, T* dlogits, int64_t N, int64_t V) {
   parallel_for(N, N > 1 && N * V >= kMinParallelElements, [&](int64_t n) {
     const int64_t t = static_cast<int64_t>(targets[n]);
@@ -135,7 +160,16 @@ void backward_impl(const T* dloss, bool per_row, double scale, const T* logits, 
     }
     // g rounded to T first, as the gradient tensor it stands for would be.
     const acc_t g = static_cast<T>(static_cast<double>(dloss[per_row ? n : 0]) * scale);
-    row_grad(logits + n * V, V, static_cast<acc_t>(lse[n]), t, g, d);
+    if constexpr (kIs16<T>) {  // the row widened, its f32 gradient rounded once on store
+      thread_local std::vector<float> xb, db;
+      xb.resize(static_cast<size_t>(V));
+      db.resize(static_cast<size_t>(V));
+      for (int64_t c = 0; c < V; ++c) xb[c] = static_cast<float>(logits[n * V + c]);
+      row_grad(xb.data(), V, lse[n], t, g, db.data());
+      for (int64_t c = 0; c < V; ++c) d[c] = static_cast<T>(db[c]);
+    } else {
+      row_grad(logits + n * V, V, lse[n], t, g, d);
+    }
   });
 }
 
@@ -146,14 +180,14 @@ void backward_impl(const T* dloss, bool per_row, double scale, const T* logits, 
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& losses,
                            const Tensor& lse, const Tensor& dlogits, double grad_scale) {
   const int64_t N = logits.size(0), V = logits.size(1);
-  REEL_DISPATCH_FLOATING(logits.dtype(), "cross_entropy_forward", {
+  REEL_DISPATCH_FLOATING_AND_16(logits.dtype(), "cross_entropy_forward", {
     scalar_t* d = dlogits.defined() ? dlogits.data<scalar_t>() : nullptr;
     if (targets.dtype() == DType::i32)
-      forward_impl<scalar_t, acc_t>(logits.data<scalar_t>(), targets.data<int32_t>(), ignore_index, losses.data<scalar_t>(),
-                             lse.data<scalar_t>(), d, grad_scale, N, V);
+      forward_impl<scalar_t, acc_t>(logits.data<scalar_t>(), targets.data<int32_t>(), ignore_index, losses.data<acc_t>(),
+                             lse.data<acc_t>(), d, grad_scale, N, V);
     else
-      forward_impl<scalar_t, acc_t>(logits.data<scalar_t>(), targets.data<int64_t>(), ignore_index, losses.data<scalar_t>(),
-                             lse.data<scalar_t>(), d, grad_scale, N, V);
+      forward_impl<scalar_t, acc_t>(logits.data<scalar_t>(), targets.data<int64_t>(), ignore_index, losses.data<acc_t>(),
+                             lse.data<acc_t>(), d, grad_scale, N, V);
   })
 }
 
@@ -161,14 +195,14 @@ void cross_entropy_backward(const Tensor& dloss, double scale, const Tensor& log
                             const Tensor& lse, int64_t ignore_index, const Tensor& dlogits) {
   const int64_t N = logits.size(0), V = logits.size(1);
   const bool per_row = dloss.numel() > 1;  // else one gradient for every row
-  REEL_DISPATCH_FLOATING(logits.dtype(), "cross_entropy_backward", {
+  REEL_DISPATCH_FLOATING_AND_16(logits.dtype(), "cross_entropy_backward", {
     if (targets.dtype() == DType::i32)
       backward_impl<scalar_t, acc_t>(dloss.data<scalar_t>(), per_row, scale, logits.data<scalar_t>(),
-                              targets.data<int32_t>(), lse.data<scalar_t>(), ignore_index,
+                              targets.data<int32_t>(), lse.data<acc_t>(), ignore_index,
                               dlogits.data<scalar_t>(), N, V);
     else
       backward_impl<scalar_t, acc_t>(dloss.data<scalar_t>(), per_row, scale, logits.data<scalar_t>(),
-                              targets.data<int64_t>(), lse.data<scalar_t>(), ignore_index,
+                              targets.data<int64_t>(), lse.data<acc_t>(), ignore_index,
                               dlogits.data<scalar_t>(), N, V);
   })
 }

@@ -16,7 +16,7 @@ void fill_mask(T* mask, int64_t n, double p, uint64_t seed, uint64_t offset) {
 }  // namespace
 
 void dropout_mask(const Tensor& out, double p, uint64_t seed, uint64_t offset) {
-  REEL_DISPATCH_FLOATING(out.dtype(), "dropout_mask", fill_mask(out.data<scalar_t>(), out.numel(), p, seed, offset));
+  REEL_DISPATCH_FLOATING_AND_16(out.dtype(), "dropout_mask", fill_mask(out.data<scalar_t>(), out.numel(), p, seed, offset));
 }
 
 }  // namespace reel::kernels::cpu

@@ -13,7 +13,8 @@
 //      position's row, plus the others in increasing position order; rows no id hits are zeroed.
 // Every row is written by one thread in an order fixed by the ids alone: bit-identical for any
 // thread count, without atomics and without per-thread (V, C) copies of the table. A row sums in
-// the dispatch's acc_t: in place when acc_t is T (f32, f64), else in a row of acc_t stored once.
+// the dispatch's acc_t: in place when acc_t is T (f32, f64), else (bf16, f16: a 16-bit table and
+// dout) in a row of f32 rounded once on store. Forward copies rows bit for bit in every dtype.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -81,7 +82,7 @@ void backward_impl(const T* dout, const I* ids, T* dtable, int64_t N, int64_t V,
 
 void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
   const int64_t N = ids.numel(), C = table.size(1);
-  REEL_DISPATCH_FLOATING(table.dtype(), "embedding_forward", {
+  REEL_DISPATCH_FLOATING_AND_16(table.dtype(), "embedding_forward", {
     if (ids.dtype() == DType::i32)
       forward_impl<scalar_t>(ids.data<int32_t>(), table.data<scalar_t>(), out.data<scalar_t>(), N, C);
     else
@@ -91,7 +92,7 @@ void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out
 
 void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable) {
   const int64_t N = ids.numel(), V = dtable.size(0), C = dtable.size(1);
-  REEL_DISPATCH_FLOATING(dtable.dtype(), "embedding_backward", {
+  REEL_DISPATCH_FLOATING_AND_16(dtable.dtype(), "embedding_backward", {
     if (ids.dtype() == DType::i32)
       backward_impl<scalar_t, acc_t>(dout.data<scalar_t>(), ids.data<int32_t>(), dtable.data<scalar_t>(), N, V, C);
     else

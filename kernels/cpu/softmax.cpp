@@ -9,8 +9,11 @@
 // Backward reads the saved OUTPUT y (what the tape keeps), not x:
 //   softmax:     dx = y * (dy - sum(dy * y))
 //   log_softmax: dx = dy - exp(y) * sum(dy)
+// bf16 and f16: each row is widened into a per-thread f32 buffer, run through the f32 code (max,
+// exp-sum and the row sums in f32, acc_t) and rounded once to the 16-bit type on store.
 #include <cmath>
 #include <type_traits>
+#include <vector>
 
 #include <Eigen/Core>
 
@@ -69,23 +72,63 @@ void softmax_backward_impl(const T* dy, const T* y, T* dx, int64_t R, int64_t C)
   });
 }
 
+// bf16 / f16: row r widened into this thread's f32 buffers, the f32 kernel run on one row in place,
+// the results rounded once on store. x, y, dy, dx: (R, C).
+template <typename T, bool kLog>
+void softmax_forward_16(const T* x, T* y, int64_t R, int64_t C) {
+  parallel_for(R, R > 1 && R * C >= kMinParallelElements, [&](int64_t r) {
+    thread_local std::vector<float> buf;
+    buf.resize(static_cast<size_t>(C));
+    for (int64_t c = 0; c < C; ++c) buf[c] = static_cast<float>(x[r * C + c]);
+    softmax_forward_impl<float, float, kLog>(buf.data(), buf.data(), 1, C);
+    for (int64_t c = 0; c < C; ++c) y[r * C + c] = static_cast<T>(buf[c]);
+  });
+}
+
+template <typename T, bool kLog>
+void softmax_backward_16(const T* dy, const T* y, T* dx, int64_t R, int64_t C) {
+  parallel_for(R, R > 1 && R * C >= kMinParallelElements, [&](int64_t r) {
+    thread_local std::vector<float> g, yb;
+    g.resize(static_cast<size_t>(C));
+    yb.resize(static_cast<size_t>(C));
+    for (int64_t c = 0; c < C; ++c) g[c] = static_cast<float>(dy[r * C + c]), yb[c] = static_cast<float>(y[r * C + c]);
+    softmax_backward_impl<float, float, kLog>(g.data(), yb.data(), g.data(), 1, C);  // dx into g
+    for (int64_t c = 0; c < C; ++c) dx[r * C + c] = static_cast<T>(g[c]);
+  });
+}
+
+template <typename T>
+constexpr bool kIs16 = std::is_same_v<T, bf16> || std::is_same_v<T, f16>;
+
+template <typename T, typename acc_t, bool kLog>
+void softmax_forward_any(const T* x, T* y, int64_t R, int64_t C) {
+  if constexpr (kIs16<T>) softmax_forward_16<T, kLog>(x, y, R, C);
+  else softmax_forward_impl<T, acc_t, kLog>(x, y, R, C);
+}
+
+template <typename T, typename acc_t, bool kLog>
+void softmax_backward_any(const T* dy, const T* y, T* dx, int64_t R, int64_t C) {
+  if constexpr (kIs16<T>) softmax_backward_16<T, kLog>(dy, y, dx, R, C);
+  else softmax_backward_impl<T, acc_t, kLog>(dy, y, dx, R, C);
+}
+
 }  // namespace
 
 // ---- launchers ----------------------------------------------------------------------------------
 
 void softmax_forward(const Tensor& x, bool log, const Tensor& y) {
   const int64_t R = x.size(0), C = x.size(1);
-  REEL_DISPATCH_FLOATING(x.dtype(), log ? "log_softmax_forward" : "softmax_forward", {
-    if (log) softmax_forward_impl<scalar_t, acc_t, true>(x.data<scalar_t>(), y.data<scalar_t>(), R, C);
-    else softmax_forward_impl<scalar_t, acc_t, false>(x.data<scalar_t>(), y.data<scalar_t>(), R, C);
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), log ? "log_softmax_forward" : "softmax_forward", {
+    if (log) softmax_forward_any<scalar_t, acc_t, true>(x.data<scalar_t>(), y.data<scalar_t>(), R, C);
+    else softmax_forward_any<scalar_t, acc_t, false>(x.data<scalar_t>(), y.data<scalar_t>(), R, C);
   })
 }
 
 void softmax_backward(const Tensor& dy, const Tensor& y, bool log, const Tensor& dx) {
   const int64_t R = y.size(0), C = y.size(1);
-  REEL_DISPATCH_FLOATING(y.dtype(), log ? "log_softmax_backward" : "softmax_backward", {
-    if (log) softmax_backward_impl<scalar_t, acc_t, true>(dy.data<scalar_t>(), y.data<scalar_t>(), dx.data<scalar_t>(), R, C);
-    else softmax_backward_impl<scalar_t, acc_t, false>(dy.data<scalar_t>(), y.data<scalar_t>(), dx.data<scalar_t>(), R, C);
+  REEL_DISPATCH_FLOATING_AND_16(y.dtype(), log ? "log_softmax_backward" : "softmax_backward", {
+    if (log) softmax_backward_any<scalar_t, acc_t, true>(dy.data<scalar_t>(), y.data<scalar_t>(), dx.data<scalar_t>(), R, C);
+    else softmax_backward_any<scalar_t, acc_t, false>(dy.data<scalar_t>(), y.data<scalar_t>(), dx.data<scalar_t>(), R, C);
   })
 }
 

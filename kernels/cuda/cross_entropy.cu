@@ -14,7 +14,8 @@
 // re-reading dlogits.)
 // Backward from the saved lse: dlogits = (exp(x - lse) - onehot) * dloss_row, block per row.
 // The (m, s) pairs and all the arithmetic run in the dispatch's acc_t: loads T -> acc_t, stores
-// acc_t -> T (no-ops for f32 and f64, where acc_t is T).
+// acc_t -> T (no-ops for f32 and f64, where acc_t is T; bf16 and f16 widen to f32 and dlogits
+// round once on store). lse and the per-row losses are acc_t (the entry point rounds the losses).
 //
 // Targets: the kernels check each target they read; an out-of-range one (not ignore_index) is
 // never used as an index: the kernel reports its row through the device error buffer and writes
@@ -57,8 +58,8 @@ __global__ void __launch_bounds__(kThreads) check_indices_kernel(const I* idx, i
 // Block per row. logits: (N, V); targets, losses, lse: (N); dlogits: (N, V) or null (no fused
 // gradient); g: the gradient scale of every non-ignored row.
 template <typename T, typename acc_t, typename I>
-__global__ void __launch_bounds__(kRowThreads) cross_entropy_forward_kernel(const T* logits, const I* targets, int64_t ignore_index, T* losses,
-                                             T* lse, T* dlogits, acc_t g, unsigned long long* error, int64_t N,
+__global__ void __launch_bounds__(kRowThreads) cross_entropy_forward_kernel(const T* logits, const I* targets, int64_t ignore_index, acc_t* losses,
+                                             acc_t* lse, T* dlogits, acc_t g, unsigned long long* error, int64_t N,
                                              int64_t V) {
   using std::exp;
   using std::log;
@@ -72,11 +73,11 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_forward_kernel(cons
     const bool ignored = t == ignore_index, valid = ignored || (t >= 0 && t < V);
     const acc_t log_s = log(ms.s);
     if (threadIdx.x == 0) {
-      lse[row] = static_cast<T>(ms.m + log_s);
+      lse[row] = ms.m + log_s;
       if (!valid) report_bad_index(error, row);
-      losses[row] = !valid    ? static_cast<T>(NAN)
-                    : ignored ? T(0)
-                              : static_cast<T>((ms.m - static_cast<acc_t>(xr[t])) + log_s);
+      losses[row] = !valid    ? static_cast<acc_t>(NAN)
+                    : ignored ? acc_t(0)
+                              : (ms.m - static_cast<acc_t>(xr[t])) + log_s;
     }
     if (dlogits != nullptr) {
       T* d = dlogits + row * V;  // (V)
@@ -92,7 +93,7 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_forward_kernel(cons
 // (N, V); targets, lse: (N).
 template <typename T, typename acc_t, typename I>
 __global__ void __launch_bounds__(kRowThreads) cross_entropy_backward_kernel(const T* dloss, bool per_row, double scale, const T* logits,
-                                              const I* targets, const T* lse, int64_t ignore_index, T* dlogits,
+                                              const I* targets, const acc_t* lse, int64_t ignore_index, T* dlogits,
                                               unsigned long long* error, int64_t N, int64_t V) {
   using std::exp;
   for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {
@@ -141,12 +142,12 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t 
   const int64_t N = logits.size(0), V = logits.size(1);
   set_device(logits.device());
   const IndexErrorBuffer error(logits.device());
-  REEL_DISPATCH_FLOATING(logits.dtype(), "cross_entropy_forward", {
+  REEL_DISPATCH_FLOATING_AND_16(logits.dtype(), "cross_entropy_forward", {
     dispatch_index(targets.dtype(), [&](auto zero) {
       using I = decltype(zero);
       launch("cross_entropy_forward_kernel", cross_entropy_forward_kernel<scalar_t, acc_t, I>, row_blocks(N), kRowThreads,
-             0, logits.data<scalar_t>(), targets.data<I>(), ignore_index, losses.data<scalar_t>(),
-             lse.data<scalar_t>(), dlogits.defined() ? dlogits.data<scalar_t>() : nullptr,
+             0, logits.data<scalar_t>(), targets.data<I>(), ignore_index, losses.data<acc_t>(),
+             lse.data<acc_t>(), dlogits.defined() ? dlogits.data<scalar_t>() : nullptr,
              static_cast<acc_t>(grad_scale), error.ptr(), N, V);
     });
   })
@@ -159,12 +160,12 @@ void cross_entropy_backward(const Tensor& dloss, double scale, const Tensor& log
   const bool per_row = dloss.numel() > 1;  // else one gradient for every row
   set_device(logits.device());
   const IndexErrorBuffer error(logits.device());
-  REEL_DISPATCH_FLOATING(logits.dtype(), "cross_entropy_backward", {
+  REEL_DISPATCH_FLOATING_AND_16(logits.dtype(), "cross_entropy_backward", {
     dispatch_index(targets.dtype(), [&](auto zero) {
       using I = decltype(zero);
       launch("cross_entropy_backward_kernel", cross_entropy_backward_kernel<scalar_t, acc_t, I>, row_blocks(N),
              kRowThreads, 0, dloss.data<scalar_t>(), per_row, scale,
-             logits.data<scalar_t>(), targets.data<I>(), lse.data<scalar_t>(), ignore_index,
+             logits.data<scalar_t>(), targets.data<I>(), lse.data<acc_t>(), ignore_index,
              dlogits.data<scalar_t>(), error.ptr(), N, V);
     });
   })

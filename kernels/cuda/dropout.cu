@@ -27,7 +27,7 @@ void dropout_mask(const Tensor& out, double p, uint64_t seed, uint64_t offset) {
   const int64_t n = out.numel();
   if (n == 0) return;
   set_device(out.device());
-  REEL_DISPATCH_FLOATING(out.dtype(), "dropout_mask", {
+  REEL_DISPATCH_FLOATING_AND_16(out.dtype(), "dropout_mask", {
     const scalar_t kept = p < 1 ? static_cast<scalar_t>(1.0 / (1.0 - p)) : scalar_t(0);
     launch("dropout_mask_kernel", dropout_mask_kernel<scalar_t>, grid_for(n, kThreads), kThreads, 0,
            out.data<scalar_t>(), n, p, kept, seed, offset);

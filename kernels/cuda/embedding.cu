@@ -20,8 +20,8 @@
 // (blocks x N) reads of 4-8 bytes that all hit L2 (8192 ids x 1024 blocks = 32 MB of L2 traffic
 // at GPT-2 sizes, a few microseconds). The price of ownership is balance: a hot id (padding) is
 // summed by one block, serially over its positions, like the CPU's owner thread.
-// The sums run in the dispatch's acc_t: into dtable itself when acc_t is T (f32, f64), else into
-// an acc_t (V, C) buffer copied into dtable after.
+// The sums run in the dispatch's acc_t: into dtable itself when acc_t is T (f32, f64), else (bf16,
+// f16) into an f32 (V, C) buffer copied into dtable after, each sum rounded once.
 //
 // Ids: the kernels check each id they read; an out-of-range one is never used as an index
 // (forward writes zeros, backward skips it), its position goes to the device error buffer, and
@@ -104,7 +104,7 @@ void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out
   const int64_t N = ids.numel(), V = table.size(0), C = table.size(1);
   set_device(table.device());
   const IndexErrorBuffer error(table.device());
-  REEL_DISPATCH_FLOATING(table.dtype(), "embedding_forward", {
+  REEL_DISPATCH_FLOATING_AND_16(table.dtype(), "embedding_forward", {
     dispatch_index(ids.dtype(), [&](auto zero) {
       using I = decltype(zero);
       launch("embedding_forward_kernel", embedding_forward_kernel<scalar_t, I>, grid_for(N * C, kThreads), kThreads,
@@ -121,7 +121,7 @@ void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dta
   // not depend on this split (see above), only the balance does.
   const int64_t blocks = std::min(V, kMaxOwnerBlocks), rows = (V + blocks - 1) / blocks;
   const IndexErrorBuffer error(dtable.device());
-  REEL_DISPATCH_FLOATING(dtable.dtype(), "embedding_backward", {
+  REEL_DISPATCH_FLOATING_AND_16(dtable.dtype(), "embedding_backward", {
     constexpr bool in_place = std::is_same_v<scalar_t, acc_t>;
     const Tensor sums = in_place ? dtable : empty({V, C}, dtype_of<acc_t>::value, dtable.device());  // (V, C)
     dispatch_index(ids.dtype(), [&](auto zero) {

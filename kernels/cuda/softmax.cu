@@ -11,7 +11,8 @@
 //   softmax:     dx = y * (dy - sum(dy * y))
 //   log_softmax: dx = dy - exp(y) * sum(dy)
 // Loads convert T -> acc_t (the dispatch's accumulation type), the (m, s) pairs, row sums and the
-// arithmetic are acc_t, and stores convert back to T (no-ops for f32 and f64, where acc_t is T).
+// arithmetic are acc_t, and stores convert back to T (no-ops for f32 and f64, where acc_t is T;
+// bf16 and f16 widen to f32 and round once on store, core/half.h).
 #include <cmath>
 
 #include "kernels/backends.h"
@@ -80,7 +81,7 @@ void softmax_forward(const Tensor& x, bool log, const Tensor& y) {
   const int64_t R = x.size(0), C = x.size(1);
   set_device(x.device());
   const unsigned grid = grid_for(R, kRowsPerBlock);
-  REEL_DISPATCH_FLOATING(x.dtype(), log ? "log_softmax_forward" : "softmax_forward", {
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), log ? "log_softmax_forward" : "softmax_forward", {
     if (log)
       launch("log_softmax_forward_kernel", softmax_forward_kernel<scalar_t, acc_t, true>, grid, kRowsPerBlock * 32, 0,
              x.data<scalar_t>(), y.data<scalar_t>(), R, C);
@@ -94,7 +95,7 @@ void softmax_backward(const Tensor& dy, const Tensor& y, bool log, const Tensor&
   const int64_t R = y.size(0), C = y.size(1);
   set_device(y.device());
   const unsigned grid = grid_for(R, kRowsPerBlock);
-  REEL_DISPATCH_FLOATING(y.dtype(), log ? "log_softmax_backward" : "softmax_backward", {
+  REEL_DISPATCH_FLOATING_AND_16(y.dtype(), log ? "log_softmax_backward" : "softmax_backward", {
     if (log)
       launch("log_softmax_backward_kernel", softmax_backward_kernel<scalar_t, acc_t, true>, grid, kRowsPerBlock * 32, 0,
              dy.data<scalar_t>(), y.data<scalar_t>(), dx.data<scalar_t>(), R, C);

@@ -18,8 +18,9 @@ namespace {
 
 using namespace reel::testing;
 
-// The dtypes every row of this family runs in (the rows here name their own): one entry to add.
-const std::vector<DType> kDTypes = {DType::f32, DType::f64};
+// The dtypes every row of this family runs in (the kernel rows name their own, the same list): one
+// entry to add. bf16 and f16: the mask's kept value 1 / (1 - p) rounded once to the dtype.
+const std::vector<DType> kDTypes = {DType::f32, DType::f64, DType::bf16, DType::f16};
 
 // Dropout masks: the Philox formula keep = philox_uniform(seed, offset, i) >= p, bit for bit on
 // every device.
@@ -28,7 +29,7 @@ std::vector<OpCase> dropout_cases() {
   std::vector<OpCase> cases;
   for (double p : {0.0, 0.1, 0.5, 1.0})
     for (const Shape& s : std::vector<Shape>{{1}, {257}, {31, 33}})
-      for (DType dt : {DType::f32, DType::f64})
+      for (DType dt : kDTypes)
         cases.push_back(
             OpCase("dropout_mask p=" + str(p) + " " + shape_str(s) + " " + dtype_name(dt),
                    [](Generator&) { return Tensors{}; },
@@ -41,7 +42,12 @@ std::vector<OpCase> dropout_cases() {
                         m[i] = p < 1 && static_cast<double>(philox_uniform(1234, 7, i)) >= p ? 1 / (1 - p) : 0;
                       return Values{m};
                     },
-                    {tols(1e-7, 0)}));
+                    // f32: 1 / (1 - p) rounded to f32; bf16 / f16: rounded to 8 / 11 bits, half an
+                    // ulp, a relative u = 2^-8 / 2^-11. Device vs cpu: bit for bit in every dtype.
+                    {Tols{{{DType::f32, {1e-7, 1e-7}},
+                           {DType::f64, {0, 0}},
+                           {DType::bf16, {0x1p-8, 0}},
+                           {DType::f16, {0x1p-11, 0}}}}}));
   return cases;
 }
 

@@ -14,7 +14,9 @@ namespace {
 using namespace reel::testing;
 
 // The dtypes every row of this family runs in (rows that name their own keep them): one entry to add.
-const std::vector<DType> kDTypes = {DType::f32, DType::f64};
+// bf16 and f16 tables (ids stay integer): the gather copies rows bit for bit; the scatter-add sums
+// each row's dout in f32, in position order on every device, and rounds once.
+const std::vector<DType> kDTypes = {DType::f32, DType::f64, DType::bf16, DType::f16};
 
 // ==== embedding ====================================================================================
 
@@ -39,7 +41,8 @@ std::vector<OpCase> embedding_cases() {
         ids.push_back(n % 4 == 0 ? c.V / 2 : (n * 7919) % c.V);
       Shape out = c.ids;
       out.push_back(c.C);
-      // The backward adds in position order in the data type on every device: exact.
+      // The backward adds in position order in acc_t (the data type; f32 for bf16 / f16) on every
+      // device and rounds once: device vs cpu exact in every dtype.
       OpCase row("embedding " + shape_str(c.ids) + " " + dtype_name(it) + " ids, table (" + std::to_string(c.V) +
                      ", " + std::to_string(c.C) + ")",
                  [c, ids, it, out](Generator& g) {
@@ -64,7 +67,14 @@ std::vector<OpCase> embedding_cases() {
               }
             return r;
           },
-          {tols(1e-7, 1e-15), tols(1e-5, 1e-12)});
+          // Against the f64 reference on the rounded inputs: the gather exact at bf16 / f16 too; the
+          // scatter-add its f32 sum's error (f32's 1e-5) plus the one rounding to the table's
+          // type, a relative u = 2^-8 (bf16) or 2^-11 (f16).
+          {Tols{{{DType::f32, {1e-7, 1e-7}}, {DType::f64, {1e-15, 1e-15}}, {DType::bf16, {0, 0}}, {DType::f16, {0, 0}}}},
+           Tols{{{DType::f32, {1e-5, 1e-5}},
+                 {DType::f64, {1e-12, 1e-12}},
+                 {DType::bf16, {0x1p-8 + 1e-5, 1e-5}},
+                 {DType::f16, {0x1p-11 + 1e-5, 1e-5}}}}});
       if (!c.fixed.empty() && c.ids.size() == 1) row.with_finite_diff({0, 2, {{1, 1}}});
       cases.push_back(row);
     }

@@ -18,7 +18,26 @@ namespace {
 using namespace reel::testing;
 
 // The dtypes every row of this family runs in (rows that name their own keep them): one entry to add.
-const std::vector<DType> kDTypes = {DType::f32, DType::f64};
+// bf16 and f16: rows widened to f32, the max, exp-sums and row sums in f32 (the cpu's cross-entropy
+// sum of exps in double), each output rounded once to the 16-bit type. Cross-entropy on 16-bit
+// logits returns loss, losses and dlogits in the logits' dtype and lse in f32 (kernels/cross_entropy.h).
+const std::vector<DType> kDTypes = {DType::f32, DType::f64, DType::bf16, DType::f16};
+
+// A row's tolerances at bf16 and f16, added to its f32 ones {rtol, atol} (an f32 output, such as
+// cross-entropy's lse, keeps its f32 entry). The runner rounds the inputs to the dtype before the
+// reference sees them, so against it what is left is the f32 computation's error (the row's f32
+// tolerance) and the one rounding of each f32 result to the output type: half an ulp, a relative
+// u = 2^-8 (bf16, 8 significant bits) or 2^-11 (f16, 11 bits). cpu vs cuda (`device`): two f32
+// results that differ in their last f32 bits (Eigen's exp against libm's, another summation order)
+// each rounded once, so one ulp apart where they straddle a rounding boundary: 2u relative.
+// Probabilities below f16's normal range (6.1e-5) round to a multiple of 2^-24, within the atols.
+Tols with_16bit(Tols t, bool device) {
+  const Tol f32 = t.of(DType::f32);
+  const double k = device ? 2 : 1;
+  t.by_dtype.push_back({DType::bf16, Tol{k * 0x1p-8 + f32.rtol, f32.atol}});
+  t.by_dtype.push_back({DType::f16, Tol{k * 0x1p-11 + f32.rtol, f32.atol}});
+  return t;
+}
 using kernels::Reduction;
 
 // ==== softmax / log-softmax / max ==================================================================
@@ -63,7 +82,8 @@ std::vector<OpCase> softmax_cases() {
   for (const Config& c : configs) {
     // f32 x - lse near 1000 loses the ulps of 1000; near 3e4, those of 3e4.
     const double at = c.kind == Huge ? 4e-3 : c.hi > 100 ? 1e-4 : 1e-5;
-    const Tols y = tols({1e-5, 1e-6}, {1e-12, 1e-12}), ly = tols({1e-5, at}, {1e-12, 1e-12});
+    const Tols y = with_16bit(tols({1e-5, 1e-6}, {1e-12, 1e-12}), true),
+               ly = with_16bit(tols({1e-5, at}, {1e-12, 1e-12}), true);
     const std::string kind = c.kind == Masked ? " masked" : c.kind == Huge ? " of 1e4" : "";
     OpCase row("softmax and log_softmax " + shape_str(c.shape) + kind + " in [" + str(c.lo) + ", " + str(c.hi) + ")",
                [c](Generator& g) {
@@ -74,16 +94,24 @@ std::vector<OpCase> softmax_cases() {
                  if (c.kind == Huge) x = {1e4, -1e4, 9999, 3e4, 3e4, -3e4};
                  return Tensors{from_vector<double>(x, c.shape), uniform_f64(g, c.shape)};
                },
-               [](const Tensors& in, Device) {
+               [](const Tensors& in, Device d) {
                  const Tensor y = softmax_forward(in[0]), ly = log_softmax_forward(in[0]);
-                 return Tensors{y, ly, softmax_backward(in[1], y), log_softmax_backward(in[1], ly)};
+                 // The backward rows of a 16-bit run read the cpu's y and ly on every device: a y
+                 // one ulp apart (cpu vs cuda forward) would move dx = y (dy - sum(dy y)) by more
+                 // than the backward's own rounding; these two outputs test the backward.
+                 const bool half = is_16bit_floating(in[0].dtype());
+                 const Tensor x_cpu = in[0].to(Device::cpu());
+                 const Tensor yb = half ? softmax_forward(x_cpu).to(d) : y;
+                 const Tensor lyb = half ? log_softmax_forward(x_cpu).to(d) : ly;
+                 return Tensors{y, ly, softmax_backward(in[1], yb), log_softmax_backward(in[1], lyb)};
                },
                {y, ly, y, ly});
     if (c.kind == Huge)
       row.with_dtypes({DType::f32}).with_reference([](const Tensors& in) { return softmax_ref(in[0]); },
                                                    {tols({1e-6, 1e-7}, {1e-12, 1e-12}), tols({1e-6, 1e-3}, {1e-12, 1e-12})});
     else
-      row.with_reference([](const Tensors& in) { return softmax_ref(in[0]); }, {tols(1e-5), ly});
+      row.with_reference([](const Tensors& in) { return softmax_ref(in[0]); },
+                         {with_16bit(tols(1e-5), false), with_16bit(tols({1e-5, at}, {1e-12, 1e-12}), false)});
     if (c.fd) row.with_finite_diff({0, 1, {{0, 2}}}).with_finite_diff({1, 1, {{0, 3}}});
     cases.push_back(row);
   }
@@ -141,7 +169,7 @@ std::vector<OpCase> cross_entropy_cases() {
         const int64_t ignore = V == 11 ? 5 : -100;  // a custom ignore_index that is a valid class
         std::vector<int64_t> t = c.targets;
         for (int64_t n = 0; t.size() < static_cast<size_t>(N); ++n) t.push_back(N > 1 && n % 3 == 1 ? ignore : (n * 7 + 3) % V);
-        const Tols tl = tols(c.tol), td = tols(std::min(c.tol, 2e-6));
+        const Tols tl = with_16bit(tols(c.tol), true), td = with_16bit(tols(std::min(c.tol, 2e-6)), true);
         OpCase row("cross_entropy " + shape_str(c.shape) + " " + dtype_name(tt) + " targets, " + reduction_name(red),
                    [c, t, tt, red, N, g](Generator& gen) {
                      std::vector<double> v = values(uniform_f64(gen, c.shape, -6, 6));
@@ -167,7 +195,7 @@ std::vector<OpCase> cross_entropy_cases() {
                    },
                    {tl, tl, tl, kExact, td, tl, td});
         row.with_reference([ignore, red](const Tensors& in) { return ce_ref(in[0], in[1], ignore, red); },
-                           {tols(c.tol, 1e-12)});
+                           {with_16bit(tols(c.tol, 1e-12), false)});
         if (c.fd) {
           std::vector<GradPair> grads = {{0, 6}};  // the separate backward
           if (red != Reduction::None) grads.push_back({0, 4});  // the fused dlogits: grad_scale == dloss
