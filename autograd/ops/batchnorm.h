@@ -25,6 +25,7 @@
 #pragma once
 #include <string>
 
+#include "autograd/autocast.h"
 #include "autograd/functions.h"
 #include "autograd/op.h"
 #include "autograd/ops/channel_affine.h"
@@ -105,7 +106,7 @@ inline Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tens
   if (bias.defined()) inputs.push_back(bias);
   return autograd::apply(autograd::ops::BatchNorm(training, momentum, eps, weight.defined(), bias.defined(),
                                                   running_mean, running_var),
-                         inputs);
+                         autograd::autocast("batch_norm", inputs));
 }
 
 }  // namespace reel
