@@ -1,5 +1,7 @@
 // The elementwise family: unary and binary ops (kernels/op_kinds.h lists them and their scalar
-// math) over floating tensors, binary ones with NumPy broadcasting or a scalar operand.
+// math) over floating tensors (f32, f64, bf16, f16), binary ones with NumPy broadcasting or a
+// scalar operand. bf16 and f16 compute in f32 (acc_t) and round each result once to the output
+// type; comparisons and where are exact in every dtype.
 //
 // Each entry point checks its inputs (dtypes, devices, broadcastable shapes: reel::Error naming
 // the op and them), allocates a contiguous output on the inputs' device and runs the backend

@@ -1,5 +1,6 @@
 // The max family: max along one axis with argmax, and its scatter backward. (The max reduction
-// without indices is in kernels/reduce.h.) Plain kernels, no autograd.
+// without indices is in kernels/reduce.h.) Plain kernels, no autograd. Floating dtypes f32, f64,
+// bf16 and f16; exact in each (16-bit values compare as their f32 widenings).
 //
 // Each entry point checks its inputs (shapes, dtypes, devices: reel::Error naming the op and
 // them), makes them contiguous where the kernel needs it, allocates the outputs on the inputs'

@@ -1,5 +1,7 @@
 // The reduce family: sum, mean and max over any set of axes (kernels/op_kinds.h lists the ops),
-// deterministic on every device. (max with argmax along one axis is kernels/max.h.)
+// deterministic on every device. (max with argmax along one axis is kernels/max.h.) f32, f64, bf16
+// and f16: a 16-bit input is widened on load, summed in f32 on cuda (double on the cpu) and the
+// result rounded once to its dtype; max is exact.
 //
 // The entry point checks its input (dtype, axes: reel::Error naming them), permutes the reduced
 // dims to the end, allocates a contiguous output on the input's device and runs the backend

@@ -2,6 +2,10 @@
 // to the output shape), tensor-scalar, where. One StridedLoop; the innermost run is a plain loop
 // the compiler vectorises when the strides are 1. The op math runs in the dispatch's acc_t (loads
 // convert T -> acc_t, stores acc_t -> T); for f32 and f64 acc_t is T and the conversions vanish.
+// bf16 and f16 (acc_t f32): each element widened to f32, computed, rounded once on store (RNE,
+// core/half.h); their contiguous runs of the Eigen-vectorised ops go through a small f32 buffer
+// and the f32 code, so a 16-bit result is the f32 path's result rounded once. Comparisons and
+// where compare the widened values (exact) and store 0, 1 or an input's bits.
 #include <algorithm>
 #include <type_traits>
 
@@ -14,6 +18,12 @@
 namespace reel::kernels::cpu {
 
 namespace {
+
+template <typename T>
+constexpr bool kIs16 = std::is_same_v<T, bf16> || std::is_same_v<T, f16>;
+
+// Chunk of a 16-bit contiguous run widened into f32 stack buffers (fits in L1 with two inputs).
+constexpr int64_t kWidenChunk = 256;
 
 // A contiguous run through Eigen's array expressions, which vectorise exp/log/tanh (glibc's
 // scalar tanhf made GELU 10x slower than its memory traffic); the rest is a plain loop.
@@ -34,6 +44,19 @@ void unary_contiguous(const T* a, T* o, int64_t n) {
   else if constexpr (op == UnaryOp::Silu) y = (x / (A(1) + (-x).exp())).template cast<T>();
   else
     for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(unary_fn<op>(static_cast<A>(a[i])));
+}
+
+// The same for bf16 / f16: a chunk widened to f32 in a stack buffer, the f32 code run on it in
+// place, each result rounded once on store; a 16-bit result is the f32 path's on the widened input.
+template <UnaryOp op, typename T>
+void unary_contiguous_16(const T* a, T* o, int64_t n) {
+  alignas(64) float buf[kWidenChunk];
+  for (int64_t i0 = 0; i0 < n; i0 += kWidenChunk) {
+    const int64_t m = std::min(kWidenChunk, n - i0);
+    for (int64_t i = 0; i < m; ++i) buf[i] = static_cast<float>(a[i0 + i]);
+    unary_contiguous<op, float, float>(buf, buf, m);
+    for (int64_t i = 0; i < m; ++i) o[i0 + i] = static_cast<T>(buf[i]);
+  }
 }
 
 // No special contiguous loop: the plain one (the compiler vectorises it).
@@ -96,7 +119,10 @@ template <UnaryOp op, typename T, typename acc_t>
 void unary_loop(const Tensor& x, const Tensor& out) {
   map1<T>(
       x, out, [](T v) { return static_cast<T>(unary_fn<op>(static_cast<acc_t>(v))); },
-      [](const T* a, T* o, int64_t n) { unary_contiguous<op, T, acc_t>(a, o, n); });
+      [](const T* a, T* o, int64_t n) {
+        if constexpr (kIs16<T>) unary_contiguous_16<op>(a, o, n);
+        else unary_contiguous<op, T, acc_t>(a, o, n);
+      });
 }
 
 template <BinaryOp op, typename T, typename acc_t>
@@ -150,12 +176,28 @@ void unary_backward_contiguous(const T* dy, const T* s, T* dx, int64_t n) {
   }
 }
 
+// The same for bf16 / f16, as unary_contiguous_16: dy and s widened a chunk at a time, the f32
+// code run on them (dx into dy's buffer), each result rounded once on store.
+template <UnaryOp op, typename T>
+void unary_backward_contiguous_16(const T* dy, const T* s, T* dx, int64_t n) {
+  alignas(64) float g[kWidenChunk], x[kWidenChunk];
+  for (int64_t i0 = 0; i0 < n; i0 += kWidenChunk) {
+    const int64_t m = std::min(kWidenChunk, n - i0);
+    for (int64_t i = 0; i < m; ++i) g[i] = static_cast<float>(dy[i0 + i]), x[i] = static_cast<float>(s[i0 + i]);
+    unary_backward_contiguous<op, float, float>(g, x, g, m);
+    for (int64_t i = 0; i < m; ++i) dx[i0 + i] = static_cast<T>(g[i]);
+  }
+}
+
 template <UnaryOp op, typename T, typename acc_t>
 void unary_backward_loop(const Tensor& dy, const Tensor& saved, const Tensor& out) {
   map2<T>(
       dy, saved, out,
       [](T g, T x) { return static_cast<T>(unary_backward_fn<op>(static_cast<acc_t>(g), static_cast<acc_t>(x))); },
-      [](const T* g, const T* x, T* o, int64_t n) { unary_backward_contiguous<op, T, acc_t>(g, x, o, n); });
+      [](const T* g, const T* x, T* o, int64_t n) {
+        if constexpr (kIs16<T>) unary_backward_contiguous_16<op>(g, x, o, n);
+        else unary_backward_contiguous<op, T, acc_t>(g, x, o, n);
+      });
 }
 
 // Comparisons and where are exact in T: no acc_t.
@@ -199,31 +241,31 @@ void where_loop(const Tensor& cond, const Tensor& a, const Tensor& b, const Tens
 }  // namespace
 
 void unary(UnaryOp op, const Tensor& x, const Tensor& out) {
-  REEL_DISPATCH_FLOATING(x.dtype(), op_name(op), REEL_UNARY_SWITCH(op, unary_loop, x, out))
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), op_name(op), REEL_UNARY_SWITCH(op, unary_loop, x, out))
 }
 
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
-  REEL_DISPATCH_FLOATING(out.dtype(), op_name(op), REEL_BINARY_SWITCH(op, binary_loop, a, b, out))
+  REEL_DISPATCH_FLOATING_AND_16(out.dtype(), op_name(op), REEL_BINARY_SWITCH(op, binary_loop, a, b, out))
 }
 
 void binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_left, const Tensor& out) {
-  REEL_DISPATCH_FLOATING(out.dtype(), op_name(op), REEL_BINARY_SWITCH(op, scalar_loop, a, s, scalar_left, out))
+  REEL_DISPATCH_FLOATING_AND_16(out.dtype(), op_name(op), REEL_BINARY_SWITCH(op, scalar_loop, a, s, scalar_left, out))
 }
 
 void unary_backward(UnaryOp op, const Tensor& dy, const Tensor& saved, const Tensor& out) {
-  REEL_DISPATCH_FLOATING(out.dtype(), op_name(op), REEL_UNARY_SWITCH(op, unary_backward_loop, dy, saved, out))
+  REEL_DISPATCH_FLOATING_AND_16(out.dtype(), op_name(op), REEL_UNARY_SWITCH(op, unary_backward_loop, dy, saved, out))
 }
 
 void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
-  REEL_DISPATCH_FLOATING(out.dtype(), op_name(op), REEL_COMPARE_SWITCH(op, compare_loop, a, b, out))
+  REEL_DISPATCH_FLOATING_AND_16(out.dtype(), op_name(op), REEL_COMPARE_SWITCH(op, compare_loop, a, b, out))
 }
 
 void compare_scalar(CompareOp op, const Tensor& a, double s, const Tensor& out) {
-  REEL_DISPATCH_FLOATING(out.dtype(), op_name(op), REEL_COMPARE_SWITCH(op, compare_scalar_loop, a, s, out))
+  REEL_DISPATCH_FLOATING_AND_16(out.dtype(), op_name(op), REEL_COMPARE_SWITCH(op, compare_scalar_loop, a, s, out))
 }
 
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
-  REEL_DISPATCH_FLOATING(out.dtype(), "where", where_loop<scalar_t>(cond, a, b, out))
+  REEL_DISPATCH_FLOATING_AND_16(out.dtype(), "where", where_loop<scalar_t>(cond, a, b, out))
 }
 
 }  // namespace reel::kernels::cpu

@@ -6,8 +6,11 @@
 // max, so the access is sequential. Ties keep the first index; a NaN is the max and the first NaN wins,
 // as torch.max(x, dim) does. Backward saves only the i64 indices: dx is zero except
 // dx[o, indices[o, i], i] = dy[o, i].
+// bf16 and f16 compare as their exact f32 widenings and store the winner's bits; the last axis
+// takes the general loop (the vectorised row kernel's OpenMP reductions are for f32 and f64).
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/backends.h"
 #include "kernels/cpu/parallel.h"
@@ -58,7 +61,9 @@ void max_rows(const T* x, T* values, int64_t* indices, int64_t O, int64_t A) {
 
 template <typename T>
 void max_impl(const T* x, T* values, int64_t* indices, int64_t O, int64_t A, int64_t I) {
-  if (I == 1) return max_rows(x, values, indices, O, A);
+  if constexpr (!std::is_same_v<T, bf16> && !std::is_same_v<T, f16>) {
+    if (I == 1) return max_rows(x, values, indices, O, A);
+  }
   const int64_t blocks = (I + kInnerBlock - 1) / kInnerBlock;
   parallel_for(O * blocks, O * blocks > 1 && O * A * I >= kMinParallelElements, [&](int64_t task) {
     const int64_t o = task / blocks, i0 = (task % blocks) * kInnerBlock;
@@ -99,14 +104,14 @@ void max_backward_impl(const T* dy, const int64_t* indices, T* dx, int64_t O, in
 
 void max_with_indices(const Tensor& x, const Tensor& values, const Tensor& indices) {
   const int64_t O = x.size(0), A = x.size(1), I = x.size(2);
-  REEL_DISPATCH_FLOATING(x.dtype(), "max_with_indices",
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "max_with_indices",
                          max_impl<scalar_t>(x.data<scalar_t>(), values.data<scalar_t>(), indices.data<int64_t>(), O,
                                             A, I))
 }
 
 void max_backward(const Tensor& dy, const Tensor& indices, const Tensor& dx) {
   const int64_t O = dx.size(0), A = dx.size(1), I = dx.size(2);
-  REEL_DISPATCH_FLOATING(dx.dtype(), "max_backward",
+  REEL_DISPATCH_FLOATING_AND_16(dx.dtype(), "max_backward",
                          max_backward_impl<scalar_t>(dy.data<scalar_t>(), indices.data<int64_t>(),
                                                      dx.data<scalar_t>(), O, A, I))
 }

@@ -3,8 +3,12 @@
 // the bias gradient of a linear layer), the input is copied contiguous first: one streaming pass
 // beats strided access per output. Sums and means accumulate in double for every dtype: wider than
 // the dispatch's acc_t (kept so, for f32 too, since a sum of many terms keeps its low bits).
+// bf16 and f16: each element widened on load (to double for sums, to f32 for max, both exact), the
+// result rounded once to the 16-bit type on store (an accumulating store adds in f32 and rounds
+// once, as the elementwise add of out and the 16-bit sum would).
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include <Eigen/Core>
@@ -21,6 +25,21 @@ namespace {
 template <typename T>
 using Acc = double;  // accumulator for every dtype: at least as wide as acc_t
 static_assert(sizeof(Acc<float>) >= sizeof(acc_type_t<float>) && sizeof(Acc<double>) >= sizeof(acc_type_t<double>));
+static_assert(sizeof(Acc<bf16>) >= sizeof(acc_type_t<bf16>) && sizeof(Acc<f16>) >= sizeof(acc_type_t<f16>));
+
+template <typename T>
+constexpr bool kIs16 = std::is_same_v<T, bf16> || std::is_same_v<T, f16>;
+
+// The type a max compares in: T itself, f32 for the 16-bit types (exact widening; Eigen and
+// std::numeric_limits know neither 16-bit type).
+template <typename T>
+using MaxT = std::conditional_t<kIs16<T>, float, T>;
+
+// out + v in T (an accumulating store): for 16-bit in f32, rounded once.
+template <typename T>
+T add_in(T out, T v) {
+  return static_cast<T>(static_cast<acc_type_t<T>>(out) + static_cast<acc_type_t<T>>(v));
+}
 
 template <typename T>
 void reduce_impl(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tensor& out, bool accumulate) {
@@ -37,39 +56,44 @@ void reduce_impl(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tenso
     unravel_index<int64_t>(o, kept, x.shape().data(), [&](int d, int64_t i) { base += i * xstrides[d]; });
     const T* p = src + base;
     if (op == ReduceOp::Max) {
-      T m = -std::numeric_limits<T>::infinity();
+      using M = MaxT<T>;
+      M m = -std::numeric_limits<M>::infinity();
       bool nan = false;
       for (int64_t r = 0; r < inner.runs(); ++r) {
         const int64_t off = inner.run_offsets(r)[0];
         const int64_t s = inner.strides[0].back();
-        if (s == 1) {
-          const T v = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(p + off, inner.inner())
-                          .template maxCoeff<Eigen::PropagateNaN>();
-          nan |= v != v;
-          m = v > m ? v : m;
-        } else {
-          for (int64_t i = 0; i < inner.inner(); ++i) {
-            const T v = p[off + i * s];
+        if constexpr (!kIs16<T>) {
+          if (s == 1) {
+            const T v = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(p + off, inner.inner())
+                            .template maxCoeff<Eigen::PropagateNaN>();
             nan |= v != v;
             m = v > m ? v : m;
+            continue;
           }
         }
+        for (int64_t i = 0; i < inner.inner(); ++i) {
+          const M v = static_cast<M>(p[off + i * s]);
+          nan |= v != v;
+          m = v > m ? v : m;
+        }
       }
-      dst[o] = nan ? std::numeric_limits<T>::quiet_NaN() : m;
+      dst[o] = static_cast<T>(nan ? std::numeric_limits<M>::quiet_NaN() : m);
     } else {
       Acc<T> acc = 0;
       for (int64_t r = 0; r < inner.runs(); ++r) {
         const int64_t off = inner.run_offsets(r)[0];
         const int64_t s = inner.strides[0].back();
         const T* q = p + off;
-        if (s == 1) {  // Eigen keeps several vector accumulators: not bound by one add chain
-          acc += Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(q, inner.inner()).template cast<double>().sum();
-        } else {
-          for (int64_t i = 0; i < inner.inner(); ++i) acc += q[i * s];
+        if constexpr (!kIs16<T>) {
+          if (s == 1) {  // Eigen keeps several vector accumulators: not bound by one add chain
+            acc += Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(q, inner.inner()).template cast<double>().sum();
+            continue;
+          }
         }
+        for (int64_t i = 0; i < inner.inner(); ++i) acc += static_cast<Acc<T>>(q[i * s]);
       }
       const T v = static_cast<T>(op == ReduceOp::Mean ? acc / static_cast<Acc<T>>(R) : acc);
-      dst[o] = accumulate ? dst[o] + v : v;
+      dst[o] = accumulate ? add_in(dst[o], v) : v;
     }
   });
 }
@@ -97,7 +121,7 @@ bool reduce_columns(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Te
   const bool parallel = blocks * chunks > 1 && R * C >= kMinParallelStreamElements;
   auto finish = [&](int64_t j, double total) {  // output j from its whole sum
     const T v = static_cast<T>(op == ReduceOp::Mean ? total / static_cast<double>(R) : total);
-    dst[j] = accumulate ? dst[j] + v : v;
+    dst[j] = accumulate ? add_in(dst[j], v) : v;
   };
   parallel_for(blocks * chunks, parallel, [&](int64_t task) {
     const int64_t block = task / chunks, chunk = task % chunks;
@@ -113,12 +137,13 @@ bool reduce_columns(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Te
       for (int64_t r = r0; r < r1; ++r) {
         const T* p = src + r * row_stride + c0;
         for (int64_t j = 0; j < n; ++j) {
-          nan[j] |= p[j] != p[j];
-          acc[j] = p[j] > acc[j] ? p[j] : acc[j];
+          const double v = static_cast<double>(p[j]);  // exact for every dtype
+          nan[j] |= v != v;
+          acc[j] = v > acc[j] ? v : acc[j];
         }
       }
       for (int64_t j = 0; j < n; ++j)
-        dst[c0 + j] = nan[j] ? std::numeric_limits<T>::quiet_NaN() : static_cast<T>(acc[j]);
+        dst[c0 + j] = nan[j] ? static_cast<T>(std::numeric_limits<double>::quiet_NaN()) : static_cast<T>(acc[j]);
       return;
     }
     std::fill_n(acc, n, 0.0);
@@ -155,7 +180,7 @@ void reduce(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tensor& ou
   if (out.numel() == 0) return;
   bool done = false;
   if (x.numel() > 0 && reduced_dims > 0 && reduced_dims < x.dim())
-    REEL_DISPATCH_FLOATING(x.dtype(), op_name(op),
+    REEL_DISPATCH_FLOATING_AND_16(x.dtype(), op_name(op),
                            done = reduce_columns<scalar_t>(op, x, reduced_dims, out, accumulate))
   if (done) return;
   Tensor in = x;
@@ -164,7 +189,7 @@ void reduce(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tensor& ou
     StridedLoop<1> inner(split.reduced_shape, {&split.reduced_strides});
     if (inner.strides[0].back() != 1 && inner.inner() > 1) in = untracked::contiguous(x);
   }
-  REEL_DISPATCH_FLOATING(x.dtype(), op_name(op), reduce_impl<scalar_t>(op, in, reduced_dims, out, accumulate))
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), op_name(op), reduce_impl<scalar_t>(op, in, reduced_dims, out, accumulate))
 }
 
 }  // namespace reel::kernels::cpu

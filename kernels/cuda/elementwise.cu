@@ -6,7 +6,9 @@
 // output is contiguous, so its offset is the loop index. When every operand is contiguous (the
 // common case) the kernel skips the index arithmetic altogether (the Contig template flag).
 // Unary and binary math runs in the dispatch's acc_t (the functors convert each loaded T to acc_t
-// and the result back: no-ops for f32 and f64); comparisons and where are exact in T.
+// and the result back: no-ops for f32 and f64; bf16 and f16 are widened to f32 and the result
+// rounded once, RNE, by core/half.h's host+device conversions); comparisons and where are exact in
+// T (a 16-bit value compares as its exact f32 widening; where copies an input's bits).
 #include "kernels/backends.h"
 #include "kernels/cuda/indexing.h"
 #include "kernels/cuda/launch.h"
@@ -157,43 +159,43 @@ void where_launch(const Tensor& cond, const Tensor& a, const Tensor& b, const Te
 void unary(UnaryOp op, const Tensor& x, const Tensor& out) {
   if (out.numel() == 0) return;
   set_device(out.device());
-  REEL_DISPATCH_FLOATING(x.dtype(), op_name(op), REEL_UNARY_SWITCH(op, unary_launch, x, out))
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), op_name(op), REEL_UNARY_SWITCH(op, unary_launch, x, out))
 }
 
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   if (out.numel() == 0) return;
   set_device(out.device());
-  REEL_DISPATCH_FLOATING(out.dtype(), op_name(op), REEL_BINARY_SWITCH(op, binary_launch, a, b, out))
+  REEL_DISPATCH_FLOATING_AND_16(out.dtype(), op_name(op), REEL_BINARY_SWITCH(op, binary_launch, a, b, out))
 }
 
 void binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_left, const Tensor& out) {
   if (out.numel() == 0) return;
   set_device(out.device());
-  REEL_DISPATCH_FLOATING(out.dtype(), op_name(op), REEL_BINARY_SWITCH(op, scalar_launch, a, s, scalar_left, out))
+  REEL_DISPATCH_FLOATING_AND_16(out.dtype(), op_name(op), REEL_BINARY_SWITCH(op, scalar_launch, a, s, scalar_left, out))
 }
 
 void unary_backward(UnaryOp op, const Tensor& dy, const Tensor& saved, const Tensor& out) {
   if (out.numel() == 0) return;
   set_device(out.device());
-  REEL_DISPATCH_FLOATING(out.dtype(), op_name(op), REEL_UNARY_SWITCH(op, unary_backward_launch, dy, saved, out))
+  REEL_DISPATCH_FLOATING_AND_16(out.dtype(), op_name(op), REEL_UNARY_SWITCH(op, unary_backward_launch, dy, saved, out))
 }
 
 void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   if (out.numel() == 0) return;
   set_device(out.device());
-  REEL_DISPATCH_FLOATING(out.dtype(), op_name(op), REEL_COMPARE_SWITCH(op, compare_launch, a, b, out))
+  REEL_DISPATCH_FLOATING_AND_16(out.dtype(), op_name(op), REEL_COMPARE_SWITCH(op, compare_launch, a, b, out))
 }
 
 void compare_scalar(CompareOp op, const Tensor& a, double s, const Tensor& out) {
   if (out.numel() == 0) return;
   set_device(out.device());
-  REEL_DISPATCH_FLOATING(out.dtype(), op_name(op), REEL_COMPARE_SWITCH(op, compare_scalar_launch, a, s, out))
+  REEL_DISPATCH_FLOATING_AND_16(out.dtype(), op_name(op), REEL_COMPARE_SWITCH(op, compare_scalar_launch, a, s, out))
 }
 
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
   if (out.numel() == 0) return;
   set_device(out.device());
-  REEL_DISPATCH_FLOATING(out.dtype(), "where", where_launch<scalar_t>(cond, a, b, out))
+  REEL_DISPATCH_FLOATING_AND_16(out.dtype(), "where", where_launch<scalar_t>(cond, a, b, out))
 }
 
 }  // namespace reel::kernels::cuda

@@ -13,6 +13,8 @@
 // writes either dy or 0, so there is no separate zero fill and no scatter race. An index outside
 // [0, A) is never used: the kernel reports its position through the device error buffer (and
 // writes zeros), and the launcher throws IndexOutOfRange.
+// The forward compares and shuffles values as V = acc_t: T itself for f32 and f64, the exact f32
+// widening for bf16 and f16 (the winner narrowed back is the input's bits).
 #include <cstdint>
 
 #include "kernels/backends.h"
@@ -37,22 +39,24 @@ __device__ __forceinline__ bool beats(T v, int64_t vi, T cur, int64_t ci) {
 }
 
 // x: (O, A) (I = 1); values, indices: (O). Warp per row.
-template <typename T>
+template <typename T, typename V>
 __global__ void __launch_bounds__(kRowsPerBlock * 32) max_rows_kernel(const T* x, T* values, int64_t* indices, int64_t O, int64_t A) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t{gridDim.x} * kRowsPerBlock;
   for (int64_t o = blockIdx.x * int64_t{kRowsPerBlock} + (threadIdx.x >> 5); o < O; o += warps) {
     const T* row = x + o * A;  // (A)
     // (-inf, INT64_MAX) loses to every element: -inf ties and has the smaller index.
-    T best = static_cast<T>(-INFINITY);
+    V best = static_cast<V>(-INFINITY);
     int64_t best_i = INT64_MAX;
-    for (int64_t a = lane; a < A; a += 32)
-      if (beats(row[a], a, best, best_i)) {
-        best = row[a];
+    for (int64_t a = lane; a < A; a += 32) {
+      const V v = static_cast<V>(row[a]);
+      if (beats(v, a, best, best_i)) {
+        best = v;
         best_i = a;
       }
+    }
     for (int offset = 16; offset > 0; offset >>= 1) {
-      const T v = __shfl_down_sync(kFullMask, best, offset);
+      const V v = __shfl_down_sync(kFullMask, best, offset);
       const int64_t vi = __shfl_down_sync(kFullMask, best_i, offset);
       if (beats(v, vi, best, best_i)) {
         best = v;
@@ -60,27 +64,29 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32) max_rows_kernel(const T* x
       }
     }
     if (lane == 0) {
-      values[o] = best;
+      values[o] = static_cast<T>(best);
       indices[o] = best_i;
     }
   }
 }
 
 // x: (O, A, I); values, indices: (O, I). Thread per output, grid-stride.
-template <typename T>
+template <typename T, typename V>
 __global__ void __launch_bounds__(kThreads) max_cols_kernel(const T* x, T* values, int64_t* indices, int64_t O, int64_t A, int64_t I) {
   const int64_t total = O * I;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total; e += int64_t{blockDim.x} * gridDim.x) {
     const int64_t o = e / I, i = e - o * I;
     const T* col = x + o * A * I + i;  // element a at col[a * I]
-    T best = col[0];
+    V best = static_cast<V>(col[0]);
     int64_t best_i = 0;
-    for (int64_t a = 1; a < A; ++a)
-      if (beats(col[a * I], a, best, best_i)) {
-        best = col[a * I];
+    for (int64_t a = 1; a < A; ++a) {
+      const V v = static_cast<V>(col[a * I]);
+      if (beats(v, a, best, best_i)) {
+        best = v;
         best_i = a;
       }
-    values[e] = best;
+    }
+    values[e] = static_cast<T>(best);
     indices[e] = best_i;
   }
 }
@@ -110,12 +116,12 @@ __global__ void __launch_bounds__(kThreads) max_backward_kernel(const T* dy, con
 void max_with_indices(const Tensor& x, const Tensor& values, const Tensor& indices) {
   const int64_t O = x.size(0), A = x.size(1), I = x.size(2);
   set_device(x.device());
-  REEL_DISPATCH_FLOATING(x.dtype(), "max_with_indices", {
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "max_with_indices", {
     if (I == 1)
-      launch("max_rows_kernel", max_rows_kernel<scalar_t>, grid_for(O, kRowsPerBlock), kRowsPerBlock * 32, 0,
+      launch("max_rows_kernel", max_rows_kernel<scalar_t, acc_t>, grid_for(O, kRowsPerBlock), kRowsPerBlock * 32, 0,
              x.data<scalar_t>(), values.data<scalar_t>(), indices.data<int64_t>(), O, A);
     else
-      launch("max_cols_kernel", max_cols_kernel<scalar_t>, grid_for(O * I, kThreads), kThreads, 0,
+      launch("max_cols_kernel", max_cols_kernel<scalar_t, acc_t>, grid_for(O * I, kThreads), kThreads, 0,
              x.data<scalar_t>(), values.data<scalar_t>(), indices.data<int64_t>(), O, A, I);
   })
 }
@@ -124,7 +130,7 @@ void max_backward(const Tensor& dy, const Tensor& indices, const Tensor& dx) {
   const int64_t O = dx.size(0), A = dx.size(1), I = dx.size(2);
   set_device(dx.device());
   const IndexErrorBuffer error(dx.device());
-  REEL_DISPATCH_FLOATING(dx.dtype(), "max_backward", {
+  REEL_DISPATCH_FLOATING_AND_16(dx.dtype(), "max_backward", {
     launch("max_backward_kernel", max_backward_kernel<scalar_t>, grid_for(O * A * I, kThreads), kThreads, 0,
            dy.data<scalar_t>(), indices.data<int64_t>(), dx.data<scalar_t>(), O, A, I, error.ptr());
   })

@@ -222,7 +222,7 @@ void reduce_impl(bool mean, const Tensor& x_in, int64_t reduced_dims, const Tens
 void reduce(ReduceOp op, const Tensor& x, int64_t reduced_dims, const Tensor& out, bool accumulate) {
   if (out.numel() == 0) return;
   set_device(out.device());
-  REEL_DISPATCH_FLOATING(x.dtype(), op_name(op), {
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), op_name(op), {
     if (op == ReduceOp::Max) reduce_impl<true, scalar_t, acc_t>(false, x, reduced_dims, out, false);
     else reduce_impl<false, scalar_t, acc_t>(op == ReduceOp::Mean, x, reduced_dims, out, accumulate);
   })

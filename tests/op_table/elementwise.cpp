@@ -21,7 +21,25 @@ namespace {
 using namespace reel::testing;
 
 // The dtypes every row of this family runs in (rows that name their own keep them): one entry to add.
-const std::vector<DType> kDTypes = {DType::f32, DType::f64};
+// bf16 and f16: each element widened to f32, computed as in f32, rounded once to the output type.
+const std::vector<DType> kDTypes = {DType::f32, DType::f64, DType::bf16, DType::f16};
+
+// A row's tolerances at bf16 and f16, added to its f32 ones {rtol, atol}. The runner rounds the
+// inputs to the dtype before the reference sees them, so against the f64 reference what is left is
+// the f32 computation's error (the row's f32 tolerance) and the one rounding of the f32 result to
+// the output type: half an ulp, a relative u = 2^-8 (bf16, 8 significant bits) or 2^-11 (f16, 11
+// bits); values of these rows stay in f16's normal range or below its 2^-24 absolute subnormal
+// step, which the f32 atol covers. cpu vs cuda (`device`): both round an f32 result once, but the
+// two f32 results differ a little (Eigen's vectorised exp/tanh on the cpu, libm's on cuda), so an
+// element whose two f32 values fall either side of a rounding boundary differs by one ulp, 2u
+// relative. Exact rows (compare, where: tolerance 0) stay exact: they scale to 0.
+Tols with_16bit(Tols t, bool device) {
+  const Tol f32 = t.of(DType::f32);
+  const double k = device ? 2 : 1;
+  t.by_dtype.push_back({DType::bf16, Tol{k * 0x1p-8 + f32.rtol, f32.atol}});
+  t.by_dtype.push_back({DType::f16, Tol{k * 0x1p-11 + f32.rtol, f32.atol}});
+  return t;
+}
 using kernels::BinaryOp;
 using kernels::UnaryOp;
 
@@ -102,9 +120,9 @@ std::vector<OpCase> unary_cases() {
                    return Tensors{positive ? uniform_f64(g, s, 0.1, 2.1) : normal_f64(g, s)};
                  },
                  [op = op, f = v.apply](const Tensors& in, Device) { return Tensors{unary(op, f(in[0]))}; },
-                 {tols({1e-5, 1e-6}, {1e-12, 1e-14})})
+                 {with_16bit(tols({1e-5, 1e-6}, {1e-12, 1e-14}), true)})
               .with_reference([ref = ref, f = v.apply](const Tensors& in) { return Values{map(f(in[0]), ref)}; },
-                              {tols(2e-6, 1e-13)}));
+                              {with_16bit(tols(2e-6, 1e-13), false)}));
     }
   for (UnaryOp op : {UnaryOp::Relu, UnaryOp::Exp, UnaryOp::Abs, UnaryOp::Tanh})
     cases.push_back(OpCase(std::string(op_name(op)) + " with NaN (257)",
@@ -129,7 +147,7 @@ std::vector<OpCase> binary_cases() {
       {{1}, {5, 2}, false},        {{2, 3}, {}, false},        {{257}, {1}, false},
       {{2, 1, 1, 3}, {2, 3}, false},
   };
-  const Tols device = tols({1e-6, 1e-7}, {1e-15, 1e-15});
+  const Tols device = with_16bit(tols({1e-6, 1e-7}, {1e-15, 1e-15}), true);
   std::vector<OpCase> cases;
   for (const auto& [op, ref] : binary_refs())
     for (const Pair& p : pairs) {
@@ -151,7 +169,7 @@ std::vector<OpCase> binary_cases() {
                       r[i] = ref(at_broadcast(a, av, out, i), at_broadcast(b, bv, out, i));
                     return Values{r};
                   },
-                  {tols(1e-6, 1e-15)}));
+                  {with_16bit(tols(1e-6, 1e-15), false)}));
     }
   for (BinaryOp op : {BinaryOp::Maximum, BinaryOp::Minimum, BinaryOp::Add})
     cases.push_back(OpCase(std::string(op_name(op)) + " with NaN (31, 1) and (1, 33)",
@@ -175,10 +193,15 @@ std::vector<OpCase> unary_backward_cases() {
                              },
                              [op, f = v.apply](const Tensors& in, Device) {
                                const Tensor x = f(in[1]);
-                               const Tensor saved = unary_saves(op) == UnarySaves::Output ? unary(op, x) : x;
+                               // A 16-bit y is made on the cpu for every device: a y one ulp apart
+                               // (cpu vs cuda forward) would move f'(y) = 1 - y^2 near |y| = 1 far
+                               // more than the backward's own rounding; this row tests the backward.
+                               const Tensor y = is_16bit_floating(x.dtype()) ? unary(op, x.to(Device::cpu())).to(x.device())
+                                                                              : unary(op, x);
+                               const Tensor saved = unary_saves(op) == UnarySaves::Output ? y : x;
                                return Tensors{unary_backward(op, f(in[0]), saved)};
                              },
-                             {tols({1e-5, 1e-6}, {1e-12, 1e-14})}));
+                             {with_16bit(tols({1e-5, 1e-6}, {1e-12, 1e-14}), true)}));
     }
   return cases;
 }
@@ -227,12 +250,12 @@ std::vector<OpCase> scalar_cases() {
                    [op = op, left, f = v.apply](const Tensors& in, Device) {
                      return Tensors{left ? binary(op, 0.75, f(in[0])) : binary(op, f(in[0]), 0.75)};
                    },
-                   {tols({1e-6, 1e-7}, {1e-15, 1e-15})})
+                   {with_16bit(tols({1e-6, 1e-7}, {1e-15, 1e-15}), true)})
                 .with_reference(
                     [ref = ref, left, f = v.apply](const Tensors& in) {
                       return Values{map(f(in[0]), [&](double x) { return left ? ref(0.75, x) : ref(x, 0.75); })};
                     },
-                    {tols({1e-6, 1e-7}, {1e-15, 1e-15})}));
+                    {with_16bit(tols({1e-6, 1e-7}, {1e-15, 1e-15}), false)}));
   return cases;
 }
 

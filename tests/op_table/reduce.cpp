@@ -15,7 +15,25 @@ namespace {
 using namespace reel::testing;
 
 // The dtypes every row of this family runs in (rows that name their own keep them): one entry to add.
-const std::vector<DType> kDTypes = {DType::f32, DType::f64};
+// bf16 and f16: elements widened on load, summed in f32 on cuda (double on the cpu), the result
+// rounded once to the 16-bit type; max and its argmax are exact in every dtype.
+const std::vector<DType> kDTypes = {DType::f32, DType::f64, DType::bf16, DType::f16};
+
+// A sum's tolerances at bf16 and f16, added to its f32 ones {rtol, atol}: the inputs are rounded
+// to the dtype before the f64 run sees them, so what is left is the wide sum's error (the f32
+// tolerance, which covers cuda's f32 tree; the cpu's double sum is well inside it) and the one
+// rounding of the result to the output type, half an ulp: a relative u = 2^-8 (bf16) or 2^-11
+// (f16). cpu vs cuda (`device`): two different wide sums each rounded once, so an output whose two
+// sums straddle a rounding boundary differs by one ulp, 2u relative. A mean divides the wide sum
+// before its one rounding: the same. Exact rows (max: tolerance 0) stay 0.
+Tols with_16bit(Tols t, bool device) {
+  const Tol f32 = t.of(DType::f32);
+  const double k = device ? 2 : 1;
+  const bool exact = f32.rtol == 0 && f32.atol == 0;
+  t.by_dtype.push_back({DType::bf16, exact ? f32 : Tol{k * 0x1p-8 + f32.rtol, f32.atol}});
+  t.by_dtype.push_back({DType::f16, exact ? f32 : Tol{k * 0x1p-11 + f32.rtol, f32.atol}});
+  return t;
+}
 using kernels::ReduceOp;
 
 // ==== reductions ===================================================================================
@@ -66,8 +84,8 @@ std::vector<OpCase> reduce_cases() {
                                [op, r, keepdim](const Tensors& in, Device) {
                                  return Tensors{reduce(op, r.transpose ? in[0].t() : in[0], r.axes, keepdim)};
                                },
-                               {tols({f32, f32 * sq}, {f64, f64 * sq})})
-                            .with_precision({tols(f32, f64)}));
+                               {with_16bit(tols({f32, f32 * sq}, {f64, f64 * sq}), true)})
+                            .with_precision({with_16bit(tols(f32, f64), false)}));
       }
   return cases;
 }
