@@ -140,6 +140,10 @@ TEST_CASE("the dtype each op produces under autocast, and the casts it records")
       CHECK(m1.dtype() == low);
       CHECK(m2.dtype() == low);
       CHECK(count_nodes("cast") == 5);
+      const Tensor q = randn_on({1, 2, 4, 8}, 5, dev);  // (B, H, T, D)
+      CHECK(attention(q, q, q).dtype() == low);
+      const Tensor img = randn_on({2, 3, 5, 5}, 6, dev), filt = randn_on({4, 3, 3, 3}, 7, dev, 0.2);
+      CHECK(conv2d(img, filt, bias.narrow(0, 0, 4)).dtype() == low);
       // F32: statistics and losses from a low input.
       CHECK(softmax(y).dtype() == DType::f32);
       CHECK(log_softmax(y).dtype() == DType::f32);
@@ -436,49 +440,53 @@ TEST_CASE("a GPT step under bf16: f32 loss and gradients close to f32's; checkpo
   config.n_layer = 2;
   config.n_head = 2;
   config.n_embd = 16;
-  config.fused_attention = false;  // the composed attention: matmul (bf16), softmax (f32), matmul (bf16)
   std::vector<int64_t> id_values, target_values;
   for (int64_t i = 0; i < 16; ++i) {
     id_values.push_back((i * 7 + 3) % 11);
     target_values.push_back((i * 5 + 1) % 11);
   }
   const Tensor ids = from_vector<int64_t>(id_values, {2, 8}), targets = from_vector<int64_t>(target_values, {2, 8});
-  nn::GPT gpt(config);
-  const auto step = [&](std::optional<DType> precision, const char* checkpoint, bool fused_loss) {
-    gpt.set_checkpoint(autograd::CheckpointPolicy::parse(checkpoint));
-    autograd::zero_grad(gpt.parameters());
-    Tensor loss;
-    {
-      autograd::Autocast amp(precision);
-      loss = fused_loss ? gpt.loss(ids, targets) : cross_entropy(gpt(ids), targets);
-    }
-    CHECK(loss.dtype() == DType::f32);
-    autograd::backward(loss);
-    std::vector<std::vector<float>> r{{static_cast<float>(loss.item())}};
-    for (const Tensor& p : gpt.parameters()) {
-      CHECK(p.grad().dtype() == DType::f32);
-      r.push_back(f32_values(p.grad()));
-    }
-    return r;
-  };
-  for (bool fused_loss : {false, true}) {
-    CAPTURE(fused_loss);
-    const auto f32 = step(std::nullopt, "none", fused_loss);
-    const auto bf16 = step(DType::bf16, "none", fused_loss);
-    CHECK(bf16[0][0] != f32[0][0]);
-    CHECK(std::fabs(bf16[0][0] - f32[0][0]) <= 0.01 * f32[0][0]);
-    // Every parameter's gradient within 10 % (relative L2) of f32's: two blocks of 16-bit GEMMs
-    // with inputs rounded to 2^-9 relative, gradients summed over 16 tokens.
-    for (size_t i = 1; i < f32.size(); ++i) {
-      CAPTURE(i);
-      CHECK(rel_l2(bf16[i], f32[i]) < 0.1);
-    }
-    for (const char* policy : {"sqrt", "every:1", "selective"}) {
-      CAPTURE(policy);
-      const auto ck = step(DType::bf16, policy, fused_loss);
-      for (size_t i = 0; i < ck.size(); ++i) {
+  for (bool fused_attention : {true, false}) {
+    // false: the composed attention, matmul (bf16), softmax (f32), matmul (bf16)
+    config.fused_attention = fused_attention;
+    CAPTURE(fused_attention);
+    nn::GPT gpt(config);
+    const auto step = [&](std::optional<DType> precision, const char* checkpoint, bool fused_loss) {
+      gpt.set_checkpoint(autograd::CheckpointPolicy::parse(checkpoint));
+      autograd::zero_grad(gpt.parameters());
+      Tensor loss;
+      {
+        autograd::Autocast amp(precision);
+        loss = fused_loss ? gpt.loss(ids, targets) : cross_entropy(gpt(ids), targets);
+      }
+      CHECK(loss.dtype() == DType::f32);
+      autograd::backward(loss);
+      std::vector<std::vector<float>> r{{static_cast<float>(loss.item())}};
+      for (const Tensor& p : gpt.parameters()) {
+        CHECK(p.grad().dtype() == DType::f32);
+        r.push_back(f32_values(p.grad()));
+      }
+      return r;
+    };
+    for (bool fused_loss : {false, true}) {
+      CAPTURE(fused_loss);
+      const auto f32 = step(std::nullopt, "none", fused_loss);
+      const auto bf16 = step(DType::bf16, "none", fused_loss);
+      CHECK(bf16[0][0] != f32[0][0]);
+      CHECK(std::fabs(bf16[0][0] - f32[0][0]) <= 0.01 * f32[0][0]);
+      // Every parameter's gradient within 10 % (relative L2) of f32's: two blocks of 16-bit GEMMs
+      // with inputs rounded to 2^-9 relative, gradients summed over 16 tokens.
+      for (size_t i = 1; i < f32.size(); ++i) {
         CAPTURE(i);
-        CHECK(same_bits(ck[i], bf16[i]));
+        CHECK(rel_l2(bf16[i], f32[i]) < 0.1);
+      }
+      for (const char* policy : {"sqrt", "every:1", "selective"}) {
+        CAPTURE(policy);
+        const auto ck = step(DType::bf16, policy, fused_loss);
+        for (size_t i = 0; i < ck.size(); ++i) {
+          CAPTURE(i);
+          CHECK(same_bits(ck[i], bf16[i]));
+        }
       }
     }
   }
