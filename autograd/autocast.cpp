@@ -78,6 +78,11 @@ Autocast::Autocast(std::optional<DType> dtype) : previous_(t_autocast) {
 
 Autocast::~Autocast() { t_autocast = previous_; }
 
+Tensor autocast(const char* op, const Tensor& x) {
+  if (!t_autocast) return x;
+  return autocast(op, Tensors(1, x))[0];
+}
+
 Tensors autocast(const char* op, Tensors in) {
   if (!t_autocast) return in;
   const CastPolicy* policy = autocast_policy(op);

@@ -71,5 +71,8 @@ class Autocast {
 // (reel::cast, recorded). Undefined and integer tensors pass through. reel::Error for an op name the
 // table does not know, so a call site cannot silently miss its row.
 Tensors autocast(const char* op, Tensors in);
+// The same for one input (no one-element initializer list at the call site: GCC 12's -Warray-bounds
+// misreads its inlined copy).
+Tensor autocast(const char* op, const Tensor& x);
 
 }  // namespace reel::autograd

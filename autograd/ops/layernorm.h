@@ -108,11 +108,11 @@ inline Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6)
 // statistics, and no sample sees another: accumulating micro-batches equals the big batch.
 inline Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(),
                          const Tensor& bias = Tensor(), double eps = 1e-5) {
-  autograd::Tensors inputs{x};
-  if (weight.defined()) inputs.push_back(weight);
-  if (bias.defined()) inputs.push_back(bias);
-  return autograd::apply(autograd::ops::GroupNorm(num_groups, eps, weight.defined(), bias.defined()),
-                         autograd::autocast("group_norm", inputs));
+  const autograd::Tensors cast = autograd::autocast("group_norm", {x, weight, bias});
+  autograd::Tensors inputs{cast[0]};
+  if (weight.defined()) inputs.push_back(cast[1]);
+  if (bias.defined()) inputs.push_back(cast[2]);
+  return autograd::apply(autograd::ops::GroupNorm(num_groups, eps, weight.defined(), bias.defined()), inputs);
 }
 
 }  // namespace reel

@@ -46,10 +46,10 @@ struct Reduce final : autograd::Op {
 }  // namespace
 
 Tensor sum(const Tensor& x, std::vector<int64_t> axes, bool keepdim) {
-  return autograd::apply(Reduce(ReduceOp::Sum, std::move(axes), keepdim), autograd::autocast("sum", {x}));
+  return autograd::apply(Reduce(ReduceOp::Sum, std::move(axes), keepdim), {autograd::autocast("sum", x)});
 }
 Tensor mean(const Tensor& x, std::vector<int64_t> axes, bool keepdim) {
-  return autograd::apply(Reduce(ReduceOp::Mean, std::move(axes), keepdim), autograd::autocast("mean", {x}));
+  return autograd::apply(Reduce(ReduceOp::Mean, std::move(axes), keepdim), {autograd::autocast("mean", x)});
 }
 
 }  // namespace reel
