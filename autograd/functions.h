@@ -1,6 +1,8 @@
 // The differentiable ops: each runs kernels:: and, when grad mode is on and an input requires
 // grad, records itself on the tape (one file per op family under autograd/ops/, forward and
 // backward side by side). Broadcasting follows NumPy; gradients of broadcast inputs are summed back down.
+// Inside an autograd::Autocast scope, matmul, sum/mean and the binary ops cast their inputs first
+// by the policy table (autograd/autocast.h); the casts are recorded ops (cast, below).
 //
 //   Tensor h = gelu(matmul(x, w) + b);     // (B, D) @ (D, H) + (H) -> (B, H)
 //   Tensor loss = sum(h * h) / 2.0;
@@ -130,6 +132,12 @@ Tensor concat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 // ceil(size / n), the last smaller, fewer than n when the size runs out (torch.chunk).
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim = 0);
 std::vector<Tensor> chunk(const Tensor& x, int64_t n, int64_t dim = 0);
+
+// ---- dtype cast (autograd/ops/cast.cpp) ----
+// x in another floating dtype (to bf16/f16: round to nearest even), recorded: the gradient is cast
+// back to x's dtype. x itself, nothing recorded, when it already has that dtype. Autocast's casts
+// (autograd/autocast.h) are these. (Tensor::to(DType) is not recorded: its copy is cut from the graph.)
+Tensor cast(const Tensor& x, DType dtype);
 
 // ---- dropout (autograd/ops/dropout.cpp) ----
 // Zeroes each element with probability p and scales the rest by 1 / (1 - p). The mask is a pure

@@ -3,7 +3,9 @@
 // 2-D max and average pooling, 2-D convolution. Each family is one header, autograd/ops/<family>.h:
 // its tape ops (forward, what they save, backward, side by side) over the kernels of kernels/ops.h,
 // and the user functions that record them, with their contracts. attention_composed is built from
-// other ops, as a reference. A new family adds its line here.
+// other ops, as a reference. A new family adds its line here. Inside an autograd::Autocast scope
+// each user function casts its floating inputs first, by its row of the policy table
+// (autograd/autocast.h): linear, conv2d, attention to 16 bits; softmax, the norms and the losses to f32.
 //
 //   Tensor x = embedding(ids, wte);                       // ids (B, T) -> (B, T, C)
 //   Tensor y = attention(q, k, v);                        // q, k, v (B, H, T, D), causal

@@ -19,6 +19,7 @@
 #include <unordered_set>
 
 #include "autograd/anomaly.h"
+#include "autograd/autocast.h"
 #include "autograd/hooks.h"
 #include "core/allocator.h"
 #include "core/memory_timeline.h"
@@ -400,6 +401,9 @@ void Tape::backward(const Tensor& loss, const Tensor& grad) {
              "backward: the gradient ", grad.shape(), " ", grad.dtype(), " on ", grad.device(),
              " does not match the loss ", loss.shape(), " ", loss.dtype(), " on ", loss.device());
   REEL_CHECK(!open_segment_, "backward: called inside an autograd::Checkpoint scope; close the segment first");
+  // The walk computes in the dtypes the forward recorded (its casts are nodes, replayed as such): a
+  // rule calling a user function must not be re-cast by a scope still open around backward.
+  Autocast autocast_off(std::nullopt);
   const auto& meta = loss.autograd_meta();
   if (meta->is_leaf) {  // d(leaf)/d(leaf) = 1: nothing recorded to walk
     accumulate_into_leaf(*meta, grad);

@@ -8,6 +8,7 @@
 //   mpirun -np 2 ./char_gpt --dist --threads 1   # data parallel: each rank takes half of each batch
 //   mpirun -np 2 ./char_gpt --dist --zero 3 --checkpoint sqrt   # parameters sharded by block (FSDP)
 //   ./char_gpt --fused-loss                      # LM head + loss chunked (GPT::loss): no (B, T, V) logits kept
+//   ./char_gpt --precision bf16                  # forwards (training and validation) under autograd::Autocast
 //
 // Data: every byte value of the corpus is a token. The text is cut into 100 blocks at line ends
 // and every 10th block goes to validation (an interleaved 90/10 split, so both halves hold the
@@ -64,8 +65,10 @@ struct Options {
 };
 
 // One micro-batch's loss, SUM-reduced over its tokens: the head and the loss fused and chunked
-// (nn::GPT::loss) or the logits then cross_entropy; equal up to rounding.
-Tensor batch_loss(nn::GPT& gpt, const Tensor& x, const Tensor& y, bool fused) {
+// (nn::GPT::loss) or the logits then cross_entropy; equal up to rounding. Under autocast when
+// `precision` is bf16 or f16 (--precision; the backward runs outside, in the recorded dtypes).
+Tensor batch_loss(nn::GPT& gpt, const Tensor& x, const Tensor& y, bool fused, std::optional<DType> precision) {
+  autograd::Autocast amp(precision);
   return fused ? gpt.loss(x, y, -100, "sum") : cross_entropy(gpt(x), y, -100, "sum");
 }
 
@@ -184,7 +187,7 @@ Batch make_batch(const std::vector<int32_t>& ids, const std::vector<size_t>& sta
 // Mean loss per character over `windows` evenly spaced windows of `ids`, in eval mode, 16 windows
 // per forward (fixed, so the figure does not depend on --batch or --accum-steps).
 double evaluate(nn::GPT& gpt, const std::vector<int32_t>& ids, int64_t T, int64_t windows, Device device,
-                bool fused_loss) {
+                bool fused_loss, std::optional<DType> precision) {
   autograd::NoGrad no_grad;
   const bool was_training = gpt.training();
   gpt.eval();
@@ -198,7 +201,7 @@ double evaluate(nn::GPT& gpt, const std::vector<int32_t>& ids, int64_t T, int64_
     const std::vector<size_t> chunk(starts.begin() + static_cast<std::ptrdiff_t>(i),
                                     starts.begin() + static_cast<std::ptrdiff_t>(std::min(starts.size(), i + 16)));
     const Batch b = make_batch(ids, chunk, T, device);
-    total += batch_loss(gpt, b.x, b.y, fused_loss).item();
+    total += batch_loss(gpt, b.x, b.y, fused_loss, precision).item();
   }
   gpt.train(was_training);
   return total / static_cast<double>(windows * T);
@@ -254,6 +257,7 @@ void check_vocab(const Vocab& stored, const Vocab& corpus, const std::string& pa
 
 int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
   const Device device(o.train.device);
+  const std::optional<DType> precision = examples::autocast_dtype(o.train);  // --precision
   manual_seed(o.train.seed);
   examples::apply_threads(o.train);
 
@@ -322,10 +326,10 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
     REEL_CHECK(my_batch > 0, "--batch ", o.train.batch, " is smaller than the ", dist.world(), " ranks");
     const std::vector<int64_t> sizes = examples::micro_batch_sizes(my_batch, o.train.accum_steps);
     std::printf("training: %lld steps of %lld sequences x %lld characters (%lld micro-batches), %s, lr %g (%s), "
-                "checkpoint %s\n",
+                "checkpoint %s, %s\n",
                 static_cast<long long>(steps), static_cast<long long>(o.train.batch), static_cast<long long>(T),
                 static_cast<long long>(sizes.size()), o.train.optimizer.c_str(), o.train.lr,
-                o.train.schedule.c_str(), o.train.checkpoint.c_str());
+                o.train.schedule.c_str(), o.train.checkpoint.c_str(), examples::precision_str(o.train).c_str());
     if (o.train.dist)
       std::printf("data parallel: %d ranks, %lld sequences each per step%s\n", dist.world(),
                   static_cast<long long>(my_batch), dist.sharding());
@@ -335,7 +339,7 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
     std::uniform_int_distribution<size_t> pick(0, train_ids.size() - static_cast<size_t>(T) - 1);
     const autograd::CheckpointPlan* budget_plan = examples::plan_checkpoint_budget(gpt, [&] {
       const Batch b = make_batch(train_ids, std::vector<size_t>(static_cast<size_t>(sizes.front()), 0), T, device);
-      return batch_loss(gpt, b.x, b.y, o.fused_loss);  // one micro-batch: only its shapes matter
+      return batch_loss(gpt, b.x, b.y, o.fused_loss, precision);  // one micro-batch: only its shapes matter
     });
     reset_peak_memory(device);
     examples::Progress progress(steps, "tokens", o.train.quiet);
@@ -355,7 +359,7 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
       }
       const optim::WindowResult r = acc.step<Batch>(
           micro, [](const Batch& b) { return b.y.numel(); },
-          [&](const Batch& b) { return batch_loss(gpt, b.x, b.y, o.fused_loss); });
+          [&](const Batch& b) { return batch_loss(gpt, b.x, b.y, o.fused_loss, precision); });
       train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       tokens += r.count;
       progress.update(step, r.loss, tokens);
@@ -363,7 +367,7 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
       memory_timeline.after_step(step);
       if (step % o.eval_every == 0 && step < steps) {
         progress.finish();
-        val_loss = evaluate(gpt, val_ids, T, o.eval_windows, device, o.fused_loss);
+        val_loss = evaluate(gpt, val_ids, T, o.eval_windows, device, o.fused_loss, precision);
         std::printf("step %lld/%lld  train loss %.4f  val loss: %.4f  lr %.2e  %.0f tokens/s\n",
                     static_cast<long long>(step), static_cast<long long>(steps), r.loss, val_loss, r.lr,
                     static_cast<double>(tokens) / train_seconds);
@@ -384,7 +388,7 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
   }
 
   // ---- evaluation ----
-  val_loss = evaluate(gpt, val_ids, T, o.eval_windows, device, o.fused_loss);
+  val_loss = evaluate(gpt, val_ids, T, o.eval_windows, device, o.fused_loss, precision);
   std::printf("val loss: %.4f (unigram entropy %.4f nats, %.4f below)\n", val_loss, entropy, entropy - val_loss);
   const std::string hash = corpus_hash(text);
   if (!o.train.load.empty() && steps == 0) {

@@ -82,9 +82,12 @@ inline std::vector<int64_t> identity_order(int64_t n) {
   return order;
 }
 
-// Fraction of `d` classified correctly, in eval mode without recording, batches of 1000.
-inline double accuracy(reel::nn::Module& model, const HostData& d, const reel::Shape& image, reel::Device device) {
+// Fraction of `d` classified correctly, in eval mode without recording, batches of 1000; under
+// autocast when `precision` is bf16 or f16, as the training forwards.
+inline double accuracy(reel::nn::Module& model, const HostData& d, const reel::Shape& image, reel::Device device,
+                       std::optional<reel::DType> precision = std::nullopt) {
   reel::autograd::NoGrad no_grad;
+  reel::autograd::Autocast amp(precision);
   model.eval();
   const std::vector<int64_t> order = identity_order(d.n);
   int64_t correct = 0;
@@ -217,10 +220,10 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
                 static_cast<long long>(model.num_parameters()), device.str().c_str());
     std::printf("data: %lld train, %lld test images from %s\n", static_cast<long long>(train.n),
                 static_cast<long long>(test.n), f.data_dir.c_str());
-    std::printf("training: %lld steps of batch %lld in up to %lld micro-batches, %s lr %g (%s), checkpoint %s (runs%s; * = recomputed, s = selective)\n",
+    std::printf("training: %lld steps of batch %lld in up to %lld micro-batches, %s lr %g (%s), checkpoint %s (runs%s; * = recomputed, s = selective), %s\n",
                 static_cast<long long>(total_steps), static_cast<long long>(o.batch),
                 static_cast<long long>(o.accum_steps), o.optimizer.c_str(), o.lr, o.schedule.c_str(),
-                model.checkpoint().str().c_str(), plan.c_str());
+                model.checkpoint().str().c_str(), plan.c_str(), precision_str(o).c_str());
     std::fflush(stdout);
 
     std::mt19937_64 rng(o.seed);  // the shuffling
@@ -229,6 +232,7 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
     const std::function<Tensor(const MicroBatch&)> loss = [&](const MicroBatch& b) {
       // only this micro-batch's input lives
       const auto batch = gather(train, order, b.begin, b.size, spec.image, device);
+      autograd::Autocast amp(autocast_dtype(o));  // --precision: the forward only, backward in its recorded dtypes
       return cross_entropy(model(batch.first), batch.second, -100, "sum");
     };
 
@@ -281,7 +285,7 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       train_seconds += seconds;
       samples += epoch_samples;
-      test_acc = accuracy(model, test, spec.image, device);
+      test_acc = accuracy(model, test, spec.image, device, autocast_dtype(o));
       std::printf("epoch %lld: train loss %.4f  test accuracy %.4f  (%lld steps, %.1f s, %.0f samples/s)\n",
                   static_cast<long long>(epoch), loss_sum / static_cast<double>(epoch_samples), test_acc,
                   static_cast<long long>(epoch_steps), seconds, static_cast<double>(epoch_samples) / seconds);

@@ -4,7 +4,8 @@
 // CLI11, the schedule and thread count they ask for, how a window's samples are cut into
 // micro-batches, the one-line progress display, the profiler and the memory timeline around a few
 // training steps, and --dist (data parallel over the ranks of mpirun, when reel was built with dist/;
-// --zero 1/2/3 and --reduce shard it, and every run ends with rank 0's peak bytes by category).
+// --zero 1/2/3 and --reduce shard it, and every run ends with rank 0's peak bytes by category), and
+// --precision (the forwards under autograd::Autocast, autocast_dtype below).
 #pragma once
 #include <CLI/CLI.hpp>
 #include <omp.h>
@@ -17,9 +18,11 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "autograd/checkpoint_planner.h"
 #include "optim/accumulator.h"
 #include "optim/lr_schedule.h"
@@ -61,7 +64,25 @@ struct TrainOptions {
   int zero = 0;               // with dist: 1 AdamW state, 2 + gradients, 3 + parameters sharded (ZeRO-1/2/3)
   std::string reduce = "per-micro-batch";  // --zero 2/3: reduce-scatter after each micro-batch, or once per window
   int dist_overlap = 1;       // with dist: 1 starts gradient all-reduces during backward, 0 after it
+  std::string precision = "f32";  // f32 | bf16 | f16: the forwards under autograd::Autocast (f32 master weights)
 };
+
+// --precision as the dtype the forwards run under (autograd::Autocast amp(autocast_dtype(o))), or
+// nullopt for f32 (no autocast).
+// TODO(scaler, issue 27 item 4): f16 needs loss scaling (optim::GradScaler owned by the
+// Accumulator) against gradients that underflow; until it is wired here, --precision f16 runs
+// under Autocast(f16) without a scaler (the run header says so).
+inline std::optional<reel::DType> autocast_dtype(const TrainOptions& o) {
+  if (o.precision == "bf16") return reel::DType::bf16;
+  if (o.precision == "f16") return reel::DType::f16;
+  return std::nullopt;
+}
+// The run header's words for --precision.
+inline std::string precision_str(const TrainOptions& o) {
+  if (o.precision == "f32") return "precision f32";
+  return "precision " + o.precision + " (autocast, f32 master weights" +
+         (o.precision == "f16" ? ", NO loss scaling yet)" : ")");
+}
 
 // Registers the options on `app`; the values already in `o` are the defaults shown by --help.
 inline void add_train_options(CLI::App& app, TrainOptions& o) {
@@ -132,6 +153,10 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
                  "with --zero 2 or 3: per-micro-batch reduce-scatters each micro-batch's gradients into the shards "
                  "(gradient memory / ranks), per-window accumulates whole gradients and reduce-scatters once per step")
       ->capture_default_str()->check(CLI::IsMember({"per-micro-batch", "per-window"}));
+  app.add_option("--precision", o.precision,
+                 "f32, or bf16 / f16: forwards under autocast (GEMMs in 16 bits, softmax, norms and losses in f32), "
+                 "parameters, gradients and optimizer state in f32")
+      ->capture_default_str()->check(CLI::IsMember({"f32", "bf16", "f16"}));
   app.add_option("--dist-overlap", o.dist_overlap,
                  "with --dist: 1 starts the gradient all-reduces from the tape during backward, 0 after it")
       ->capture_default_str()->check(CLI::IsMember({0, 1}));

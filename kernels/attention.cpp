@@ -82,6 +82,10 @@ Tensor out_heads(const Tensor& out, int64_t BH, int64_t T, int64_t X) {
   return out.dim() == 4 ? out : untracked::view(out, {1, BH, T, X});
 }
 
+// The dtype of lse: q's for f32 and f64; f32 (the kernels' acc_t) for bf16 and f16, whose log-sum-exp
+// would lose the bits the backward's P = exp(S - lse) needs if it were rounded to 16 bits.
+DType lse_dtype(DType q) { return is_16bit_floating(q) ? DType::f32 : q; }
+
 double attention_scale(const std::optional<double>& scale, int64_t D) {
   return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(D));
 }
@@ -92,7 +96,7 @@ AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tenso
   const char* op = "attention_forward";
   const AttnDims d = check_attention(op, q, k, v, causal);
   AttentionForward r{empty_laid_out_like(q, with_last(rows_of(q.shape()), d.Dv)),
-                     empty(rows_of(q.shape()), q.dtype(), q.device())};
+                     empty(rows_of(q.shape()), lse_dtype(q.dtype()), q.device())};
   if (d.BH * d.Tq > 0)
     // S = Q K^T and O = P V over the visible (query, key) pairs: 2 (D + Dv) FLOPs per pair.
     REEL_DEVICE_DISPATCH(q.device(), attention_forward,
@@ -109,7 +113,9 @@ AttentionBackward attention_backward(const Tensor& dout, const Tensor& q, const 
   const char* op = "attention_backward";
   const AttnDims d = check_attention(op, q, k, v, causal);
   check_same_device(op, {&q, &dout, &out, &lse});
-  check_same_floating_dtype(op, {&q, &dout, &out, &lse});
+  check_same_floating_dtype(op, {&q, &dout, &out});
+  REEL_CHECK(lse.dtype() == lse_dtype(q.dtype()), op, ": lse ", lse.shape(), " is ", lse.dtype(), " but q ", q.shape(),
+             " is ", q.dtype(), ": lse must be ", lse_dtype(q.dtype()), " (f32 for bf16 and f16 q)");
   const Shape out_shape = with_last(rows_of(q.shape()), d.Dv);
   REEL_CHECK(dout.shape() == out_shape && out.shape() == out_shape && lse.shape() == rows_of(q.shape()), op,
              ": dout ", dout.shape(), ", out ", out.shape(), " and lse ", lse.shape(), " do not match q ", q.shape(),

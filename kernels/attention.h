@@ -19,6 +19,10 @@ namespace reel::kernels {
 // q, k and v. scale defaults to 1/sqrt(D). causal: query i sees keys j <= i (needs Tq == Tk).
 // Key tiles are processed with an online softmax, so the extra memory is O(T) per (b, h) (the
 // running max/sum and one tile of scores), never the T x T matrix.
+// Dtypes: q, k, v (and dout, out) one floating dtype; the outputs are in it too, except lse, which is
+// f32 for bf16 and f16 inputs (the softmax statistics stay in f32: acc_t). 16-bit operands are
+// widened to f32 on load, every score, softmax and product is f32, and each output element is
+// rounded once to the 16-bit type.
 struct AttentionForward { Tensor out, lse; };  // out (B, H, Tq, Dv), lse (B, H, Tq)
 struct AttentionBackward { Tensor dq, dk, dv; };
 AttentionForward attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -41,7 +45,7 @@ AttentionBackward attention_backward(const Tensor& dout, const Tensor& q, const 
 // unit stride along X and any strides on B, H and T (element (b, h, t, x) at
 // data + b*stride(0) + h*stride(1) + t*stride(2) + x): the head views of one (B, T, 3C) projection
 // are read in place, and outputs come as (B, T, H, X) memory seen as (B, H, T, X) when the inputs
-// were such views. lse is contiguous (B*H, Tq). Outputs overlap neither each other nor the inputs.
+// were such views. lse is contiguous (B*H, Tq), acc_t: q's dtype, or f32 for bf16 and f16 q. Outputs overlap neither each other nor the inputs.
 // The CUDA kernels take D and Dv at most 128.
 #ifdef REEL_BACKEND_KERNELS
 void attention_forward(const Tensor& q,   // (B, H, Tq, D)
@@ -49,7 +53,7 @@ void attention_forward(const Tensor& q,   // (B, H, Tq, D)
                        const Tensor& v,   // (B, H, Tk, Dv)
                        double scale, bool causal,
                        const Tensor& out, // (B, H, Tq, Dv) out
-                       const Tensor& lse);// (B*H, Tq) out
+                       const Tensor& lse);// (B*H, Tq) out, acc_t
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& out, const Tensor& lse, double scale, bool causal,
                         const Tensor& dq, const Tensor& dk, const Tensor& dv);  // outs like q, k, v

@@ -5,9 +5,13 @@
 //
 // Each entry point checks its inputs (shapes, dtypes, devices, the convolution's parameters:
 // reel::Error naming the op and them), makes them contiguous, allocates the outputs on the inputs'
-// device and runs the backend kernel (declared at the end of this file): on cpu im2col + Eigen GEMM
-// (kernels/cpu/conv.cpp), on cuda cuDNN (kernels/cuda/conv.cu; the emulated cuDNN of
+// device and runs the backend kernel (declared at the end of this file): on cpu im2col + the CPU
+// GEMM (kernels/cpu/conv.cpp), on cuda cuDNN (kernels/cuda/conv.cu; the emulated cuDNN of
 // kernels/simt/cudnn_emu.cpp in the host build).
+// Dtypes: x, w, b (and dy) one of f32, f64, bf16, f16. bf16 and f16 sum in f32 (exact products of
+// the 16-bit values) and round each output element once: on cuda through cuDNN with 16-bit data
+// and an f32 compute type; on cpu through kernels/cpu/gemm.h's 16-bit path (oneDNN's bf16 matmul
+// where the CPU has AVX512-BF16 or AMX, else the operands widened to f32).
 #ifndef REEL_KERNELS_CONV_H
 #define REEL_KERNELS_CONV_H
 #include <array>

@@ -3,6 +3,8 @@
 // backend kernel.
 #include "kernels/layernorm.h"
 
+#include <initializer_list>
+
 #include "kernels/entry_point.h"
 
 namespace reel::kernels {
@@ -18,6 +20,19 @@ void check_norm_shapes(const char* op, const Tensor& x, const Tensor& w, const T
                ") expected");
 }
 
+// The dtype of the saved statistics (mean, rstd): x's for f32 and f64, f32 (acc_t) for bf16 and f16.
+DType stat_dtype(DType x) { return is_16bit_floating(x) ? DType::f32 : x; }
+
+// dy, x, w of one dtype (check_same_floating_dtype) and the statistics in stat_dtype(x).
+void check_backward_dtypes(const char* op, std::initializer_list<const Tensor*> data,
+                           std::initializer_list<const Tensor*> stats) {
+  check_same_floating_dtype(op, data);
+  const DType x = (*data.begin())->dtype();
+  for (const Tensor* s : stats)
+    REEL_CHECK(s->dtype() == stat_dtype(x), op, ": the saved statistic ", s->shape(), " is ", s->dtype(), " but x is ",
+               x, ": ", stat_dtype(x), " expected (f32 for bf16 and f16 x)");
+}
+
 void check_rows_stat(const char* op, const char* what, const Tensor& stat, const Tensor& x) {
   REEL_CHECK(stat.shape() == rows_of(x.shape()), op, ": ", what, " ", stat.shape(), " does not match x ", x.shape(),
              ": ", rows_of(x.shape()), " expected (one value per row)");
@@ -30,8 +45,8 @@ LayerNormForward layernorm_forward(const Tensor& x, const Tensor& w, const Tenso
   check_same_floating_dtype(op, {&x, &w, &b});
   check_norm_shapes(op, x, w, &b);
   const int64_t C = x.size(-1), R = x.numel() / C;
-  LayerNormForward r{empty(x.shape(), x.dtype(), x.device()), empty(rows_of(x.shape()), x.dtype(), x.device()),
-                     empty(rows_of(x.shape()), x.dtype(), x.device())};
+  LayerNormForward r{empty(x.shape(), x.dtype(), x.device()), empty(rows_of(x.shape()), stat_dtype(x.dtype()), x.device()),
+                     empty(rows_of(x.shape()), stat_dtype(x.dtype()), x.device())};
   if (R > 0)
     // Per element: the mean (1 FLOP), the centred square (3), normalise and affine (4).
     REEL_DEVICE_DISPATCH(x.device(), layernorm_forward, kernel_cost({&x, &w, &b}, {&r.y, &r.mean, &r.rstd}, 8 * R * C),
@@ -45,7 +60,7 @@ LayerNormBackward layernorm_backward(const Tensor& dy, const Tensor& x, const Te
                                      const Tensor& rstd) {
   const char* op = "layernorm_backward";
   check_same_device(op, {&dy, &x, &w, &mean, &rstd});
-  check_same_floating_dtype(op, {&dy, &x, &w, &mean, &rstd});
+  check_backward_dtypes(op, {&dy, &x, &w}, {&mean, &rstd});
   check_norm_shapes(op, x, w, nullptr);
   REEL_CHECK(dy.shape() == x.shape(), op, ": dy ", dy.shape(), " and x ", x.shape(), " differ in shape");
   check_rows_stat(op, "mean", mean, x);
@@ -69,7 +84,7 @@ RMSNormForward rmsnorm_forward(const Tensor& x, const Tensor& w, double eps) {
   check_same_floating_dtype(op, {&x, &w});
   check_norm_shapes(op, x, w, nullptr);
   const int64_t C = x.size(-1), R = x.numel() / C;
-  RMSNormForward r{empty(x.shape(), x.dtype(), x.device()), empty(rows_of(x.shape()), x.dtype(), x.device())};
+  RMSNormForward r{empty(x.shape(), x.dtype(), x.device()), empty(rows_of(x.shape()), stat_dtype(x.dtype()), x.device())};
   if (R > 0)
     // Per element: the square sum (2 FLOPs), scale and weight (2).
     REEL_DEVICE_DISPATCH(x.device(), rmsnorm_forward, kernel_cost({&x, &w}, {&r.y, &r.rstd}, 4 * R * C),
@@ -81,7 +96,7 @@ RMSNormForward rmsnorm_forward(const Tensor& x, const Tensor& w, double eps) {
 RMSNormBackward rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd) {
   const char* op = "rmsnorm_backward";
   check_same_device(op, {&dy, &x, &w, &rstd});
-  check_same_floating_dtype(op, {&dy, &x, &w, &rstd});
+  check_backward_dtypes(op, {&dy, &x, &w}, {&rstd});
   check_norm_shapes(op, x, w, nullptr);
   REEL_CHECK(dy.shape() == x.shape(), op, ": dy ", dy.shape(), " and x ", x.shape(), " differ in shape");
   check_rows_stat(op, "rstd", rstd, x);
@@ -120,8 +135,8 @@ GroupNormForward group_norm_forward(const Tensor& x, const Tensor& w, const Tens
   const int64_t S = check_group_norm_shapes(op, x, w, &b, groups);
   const int64_t N = x.size(0), C = x.size(1);
   REEL_CHECK(N == 0 || S > 0, op, ": x ", x.shape(), " has no positions to normalise over");
-  GroupNormForward r{empty(x.shape(), x.dtype(), x.device()), empty({N, groups}, x.dtype(), x.device()),
-                     empty({N, groups}, x.dtype(), x.device())};
+  GroupNormForward r{empty(x.shape(), x.dtype(), x.device()), empty({N, groups}, stat_dtype(x.dtype()), x.device()),
+                     empty({N, groups}, stat_dtype(x.dtype()), x.device())};
   if (N > 0)
     // Per element: the mean (1 FLOP), the centred square (3), normalise and affine (4).
     REEL_DEVICE_DISPATCH(x.device(), group_norm_forward,
@@ -135,7 +150,7 @@ GroupNormBackward group_norm_backward(const Tensor& dy, const Tensor& x, const T
                                       const Tensor& rstd, int64_t groups) {
   const char* op = "group_norm_backward";
   check_same_device(op, {&dy, &x, &w, &mean, &rstd});
-  check_same_floating_dtype(op, {&dy, &x, &w, &mean, &rstd});
+  check_backward_dtypes(op, {&dy, &x, &w}, {&mean, &rstd});
   const int64_t S = check_group_norm_shapes(op, x, w, nullptr, groups);
   REEL_CHECK(dy.shape() == x.shape(), op, ": dy ", dy.shape(), " and x ", x.shape(), " differ in shape");
   const int64_t N = x.size(0), C = x.size(1);

@@ -1,5 +1,5 @@
 // The layernorm family: LayerNorm and RMSNorm over the last dim, GroupNorm over channel groups of
-// (N, C, spatial...) tensors, forward and backward. Plain
+// (N, C, spatial...) tensors, forward and backward, in f32, f64, bf16 and f16. Plain
 // kernels, no autograd: the tape (autograd/ops/layernorm.h) decides what to save.
 //
 // Each entry point checks its inputs (shapes, dtypes, devices: reel::Error naming the op and
@@ -11,8 +11,14 @@
 
 namespace reel::kernels {
 
-// x (N..., C), w (C), b (C). mean and rstd have the rows' shape (N...) and x's dtype; they are
-// what backward needs, so the tape saves them instead of recomputing the row statistics.
+// x (N..., C), w (C), b (C). mean and rstd have the rows' shape (N...) and x's dtype (f32 for a
+// bf16 or f16 x: the statistics stay f32); they are what backward needs, so the tape saves them
+// instead of recomputing the row statistics.
+// Dtypes: x, w, b (and dy) one floating dtype, f32, f64, bf16 or f16; the outputs y, dx, dw, db
+// are in it. 16-bit values are widened to f32 on load, the statistics and sums are f32 (dw/db
+// partials f64, as for f32), and each output element is rounded once. A 16-bit x with f32 weights
+// is rejected (dtypes differ): under autocast the norms run in f32 (x cast up, as torch.autocast's
+// fp32 list does for layer_norm and group_norm), so the mixed case has no caller.
 //   LayerNorm: y = (x - mean) * rstd * w + b,  rstd = 1 / sqrt(var + eps), var biased (/ C)
 //   RMSNorm:   y = x * rstd * w,               rstd = 1 / sqrt(mean(x^2) + eps)
 struct LayerNormForward { Tensor y, mean, rstd; };   // (N..., C), (N...), (N...)

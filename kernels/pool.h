@@ -1,6 +1,7 @@
 // The pool family: 2-D max and average pooling over (N, C, H, W) tensors or unbatched (C, H, W)
 // ones, as PyTorch's max_pool2d (with return_indices) and avg_pool2d (ceil_mode and
-// count_include_pad), forward and backward. Plain kernels, no autograd: the tape (autograd/ops/pool.h) decides what
+// count_include_pad), forward and backward, in f32, f64, bf16 and f16 (16-bit windows summed in
+// f32, rounded once). Plain kernels, no autograd: the tape (autograd/ops/pool.h) decides what
 // to save.
 //
 // Each entry point checks its inputs (shapes, dtypes, devices, window parameters: reel::Error

@@ -217,6 +217,36 @@ Module& Module::to(Device device) {
   return *this;
 }
 
+Module& Module::to(DType dtype) {
+  REEL_CHECK(is_floating(dtype), "Module::to: dtype ", dtype, " is not floating: parameters hold real numbers");
+  autograd::NoGrad no_grad;
+  // Swaps the data under the same TensorImpl (as to(device)), so every handle follows.
+  const auto convert = [dtype](const Tensor& t) {
+    Tensor converted;
+    {
+      MemoryCategory scope(Category::Parameter);
+      converted = t.detach().to(dtype).contiguous();
+    }
+    TensorImpl& impl = *t.impl_ptr();
+    impl.storage = converted.storage();
+    impl.strides = converted.strides();
+    impl.offset = converted.offset();
+    impl.dtype = dtype;
+  };
+  for (const Tensor& p : parameters()) {
+    if (p.dtype() == dtype) continue;
+    const Tensor grad = p.grad();
+    convert(p);
+    if (grad.defined()) {
+      MemoryCategory scope(Category::Gradient);
+      p.set_grad(grad.to(dtype));
+    }
+  }
+  for (const auto& [_, b] : named_buffers())
+    if (is_floating(b.dtype()) && b.dtype() != dtype) convert(b);
+  return *this;
+}
+
 TensorDict Module::state_dict() const {
   TensorDict out;
   for (auto& [name, p] : named_parameters()) out.emplace(name, p);

@@ -33,7 +33,7 @@
 // re-gather of parameters) belongs to a backward observer (before_replay), not to a module hook.
 //
 // Parameters are leaf tensors that require grad, allocated under Category::Parameter. to(device)
-// moves them in place: every handle to a parameter (an optimizer's, a tied layer's) sees the move.
+// (and to(dtype), which converts them) moves them in place: every handle to a parameter (an optimizer's, a tied layer's) sees the move.
 // Buffers (BatchNorm's running statistics) are module state that is not trained: no gradient, not
 // in parameters() (so no optimizer sees them), but saved and loaded with the parameters under their
 // dotted names, and moved by to(device), as PyTorch's register_buffer. They are allocated under
@@ -114,6 +114,13 @@ class Module {
   // Moves every parameter (and its gradient) and every buffer to `device` in place. Between a forward and its
   // backward it makes that backward raise (the gradients would land on the old device).
   Module& to(Device device);
+  // Converts every floating parameter (and its gradient) and every floating buffer to `dtype` in
+  // place (integer buffers stay), for a model held entirely in one type (bf16 for inference, f64
+  // for a gradient check); every handle to a parameter sees the new dtype, as with to(device). Do
+  // it before the forward and before making the optimizer (whose state has the parameters'
+  // dtype). Mixed precision training keeps f32 parameters instead: autograd::Autocast
+  // (autograd/autocast.h). reel::Error for a dtype that is not floating.
+  Module& to(DType dtype);
 
   // name -> parameter or buffer (the tensors themselves, not copies).
   TensorDict state_dict() const;

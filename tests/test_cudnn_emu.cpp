@@ -2,7 +2,8 @@
 // reject bad values with CUDNN_STATUS_BAD_PARAM, output dims, shape mismatches refused without
 // writing, algorithm enumeration with statuses and workspace sizes, every algorithm that runs
 // computing the convolution (checked against reel's CPU kernels in f64) with alpha and beta honoured,
-// the CONVOLUTION mode's flipped filter, the bias calls. In the host build this is the emulated
+// the CONVOLUTION mode's flipped filter, the bias calls, bf16 and f16 data with a FLOAT compute type
+// (the f32 result on widened data, rounded once). In the host build this is the emulated
 // cuDNN (kernels/simt/cudnn_emu.cpp); in the nvcc build the same cases run against the real library
 // on a GPU, except the checks of choices that are the emulator's own (its algorithm list and
 // workspace sizes), which sit under SIMT_EMULATE.
@@ -316,6 +317,28 @@ TEST_CASE("cudnn CONVOLUTION mode applies the filter flipped; bias add and bias 
   CHECK(cudnnAddTensor(handle.h, &one, bad, fp(b), &half, d.y, fp(y)) == CUDNN_STATUS_BAD_PARAM);
   cudnnDestroyTensorDescriptor(bd);
   cudnnDestroyTensorDescriptor(bad);
+}
+
+TEST_CASE("bf16 and f16 convolutions (FLOAT compute): the f32 result on widened data, rounded once") {
+  // The f32 run on the same values widened (exact) sums the same products in the same order (one
+  // geometry, one algorithm), so each 16-bit output is its f32 result rounded to nearest even, bit
+  // for bit; the bias joins the f32 sum (kernels/cuda/conv.cu), not a second rounding.
+  const Device cuda = Device::cuda(0);
+  for (DType dt : {DType::bf16, DType::f16}) {
+    CAPTURE(dt);
+    const Tensor x = uniform_f64(kX, 95).to(dt).to(cuda), w = uniform_f64(kW, 96).to(dt).to(cuda);
+    const Tensor b = uniform_f64({6}, 97).to(dt).to(cuda);
+    const Tensor y = kernels::conv2d_forward(x, w, b, kP);
+    const Tensor y32 = kernels::conv2d_forward(x.to(DType::f32), w.to(DType::f32), b.to(DType::f32), kP);
+    CHECK(y.dtype() == dt);
+    CHECK(bit_identical(y, y32.to(dt)));
+    const Tensor dy = uniform_f64(y.shape(), 98).to(dt).to(cuda);
+    CHECK(bit_identical(kernels::conv2d_backward_input(dy, w, kX, kP),
+                        kernels::conv2d_backward_input(dy.to(DType::f32), w.to(DType::f32), kX, kP).to(dt)));
+    CHECK(bit_identical(kernels::conv2d_backward_weight(dy, x, kW, kP),
+                        kernels::conv2d_backward_weight(dy.to(DType::f32), x.to(DType::f32), kW, kP).to(dt)));
+    CHECK(bit_identical(kernels::conv2d_backward_bias(dy), kernels::conv2d_backward_bias(dy.to(DType::f32)).to(dt)));
+  }
 }
 
 TEST_CASE("a failing cuDNN status is a reel::Error naming the call, the status and the convolution") {

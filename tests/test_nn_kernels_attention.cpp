@@ -56,3 +56,39 @@ TEST_CASE("bad attention inputs raise reel::Error naming op and shapes") {
   CHECK_REEL_ERROR(attention_backward(zeros({2, 3, 8, 5}), q, q, q, f.out, f.lse),
                    "attention_backward: dout (2, 3, 8, 5), out (2, 3, 8, 4) and lse (2, 3, 8) do not match q");
 }
+
+TEST_CASE("bf16 and f16 attention: lse stays f32, outputs in the input dtype, cuda within an ulp of cpu") {
+  for (DType dt : {DType::bf16, DType::f16}) {
+    CAPTURE(dt);
+    Tensor q = uniform_f64({2, 2, 40, 16}, 41).to(dt), k = uniform_f64({2, 2, 40, 16}, 42).to(dt);
+    Tensor v = uniform_f64({2, 2, 40, 16}, 43).to(dt), dout = uniform_f64({2, 2, 40, 16}, 44).to(dt);
+    const AttentionForward f = attention_forward(q, k, v);
+    CHECK(f.out.dtype() == dt);
+    CHECK(f.lse.dtype() == DType::f32);
+    const AttentionBackward g = attention_backward(dout, q, k, v, f.out, f.lse);
+    CHECK((g.dq.dtype() == dt && g.dk.dtype() == dt && g.dv.dtype() == dt));
+    // The f32 run on the same (exactly widened) values, rounded once, is the cpu's 16-bit result:
+    // the cpu widens, runs the f32 kernels and rounds each output once.
+    const Tensor q32 = q.to(DType::f32), k32 = k.to(DType::f32), v32 = v.to(DType::f32);
+    const AttentionForward f32 = attention_forward(q32, k32, v32);
+    CHECK(bit_identical(f.out, f32.out.to(dt)));
+    CHECK(bit_identical(f.lse, f32.lse));
+    // A saved lse must be f32 for 16-bit q.
+    CHECK_REEL_ERROR(attention_backward(dout, q, k, v, f.out, f.lse.to(dt)),
+                     dt == DType::bf16 ? "attention_backward: lse (2, 2, 40) is bf16" : "attention_backward: lse (2, 2, 40) is f16");
+    CHECK_REEL_ERROR(attention_forward(q, k.to(DType::f32), v), "attention_forward: dtypes differ");
+    if (cuda_available()) {
+      const Device cuda = Device::cuda(0);
+      const AttentionForward fc = attention_forward(q.to(cuda), k.to(cuda), v.to(cuda));
+      CHECK(fc.lse.dtype() == DType::f32);
+      const double u = dt == DType::bf16 ? 0x1p-8 : 0x1p-11;
+      check_close(fc.out.to(Device::cpu()), f.out, 2 * u, 1e-5);
+      check_close(fc.lse.to(Device::cpu()), f.lse, 1e-5, 1e-5);
+      const AttentionBackward gc =
+          attention_backward(dout.to(cuda), q.to(cuda), k.to(cuda), v.to(cuda), fc.out, fc.lse);
+      check_close(gc.dv.to(Device::cpu()), g.dv, 2 * u, 1e-5);
+      check_close(gc.dq.to(Device::cpu()), g.dq, 2 * u, 16 * u);
+      check_close(gc.dk.to(Device::cpu()), g.dk, 2 * u, 16 * u);
+    }
+  }
+}

@@ -107,3 +107,51 @@ TEST_CASE("bad group_norm inputs raise reel::Error naming op and shapes") {
     CHECK_REEL_ERROR(group_norm_forward(x.to(Device::cuda(0)), w, b, 3),
                      "group_norm_forward: expected all tensors on one device");
 }
+
+TEST_CASE("bf16 and f16 norms: statistics in f32, outputs in x's dtype, mixed dtypes rejected") {
+  for (DType dt : {DType::bf16, DType::f16}) {
+    CAPTURE(dt);
+    const Tensor x = uniform_f64({6, 33}, 51, -2, 3).to(dt), w = uniform_f64({33}, 52, 0.5, 1.5).to(dt),
+                 b = uniform_f64({33}, 53).to(dt), dy = uniform_f64({6, 33}, 54).to(dt);
+    const LayerNormForward f = layernorm_forward(x, w, b);
+    CHECK(f.y.dtype() == dt);
+    CHECK((f.mean.dtype() == DType::f32 && f.rstd.dtype() == DType::f32));
+    // The statistics are the f32 run's on the widened values (within f32 rounding: the compiler may
+    // vectorise the widening loads' sums in another order); y is its result rounded once.
+    const double u = dt == DType::bf16 ? 0x1p-8 : 0x1p-11;
+    const LayerNormForward f32 = layernorm_forward(x.to(DType::f32), w.to(DType::f32), b.to(DType::f32));
+    check_close(f.mean, f32.mean, 1e-6, 1e-6);
+    check_close(f.rstd, f32.rstd, 1e-6, 1e-6);
+    check_close(f.y, f32.y, u, 1e-6);
+    const LayerNormBackward g = layernorm_backward(dy, x, w, f.mean, f.rstd);
+    CHECK((g.dx.dtype() == dt && g.dw.dtype() == dt && g.db.dtype() == dt));
+    CHECK_REEL_ERROR(layernorm_backward(dy, x, w, f.mean.to(dt), f.rstd),
+                     dt == DType::bf16 ? "layernorm_backward: the saved statistic (6) is bf16"
+                                       : "layernorm_backward: the saved statistic (6) is f16");
+    CHECK_REEL_ERROR(layernorm_forward(x, w.to(DType::f32), b.to(DType::f32)), "layernorm_forward: dtypes differ");
+    const RMSNormForward r = rmsnorm_forward(x, w);
+    CHECK((r.y.dtype() == dt && r.rstd.dtype() == DType::f32));
+    const GroupNormForward gn = group_norm_forward(x.reshape({2, 3, 33}), w.narrow(0, 0, 3), b.narrow(0, 0, 3), 3);
+    CHECK((gn.y.dtype() == dt && gn.mean.dtype() == DType::f32));
+    const GroupNormBackward gb = group_norm_backward(dy.reshape({2, 3, 33}), x.reshape({2, 3, 33}),
+                                                     w.narrow(0, 0, 3), gn.mean, gn.rstd, 3);
+    CHECK(gb.dw.dtype() == dt);
+    if (cuda_available()) {
+      const Device cuda = Device::cuda(0);
+      const LayerNormForward fc = layernorm_forward(x.to(cuda), w.to(cuda), b.to(cuda));
+      CHECK(fc.mean.dtype() == DType::f32);
+      check_close(fc.y.to(Device::cpu()), f.y, 2 * u, 1e-5);
+      check_close(fc.rstd.to(Device::cpu()), f.rstd, 1e-5, 1e-6);
+      const LayerNormBackward gc = layernorm_backward(dy.to(cuda), x.to(cuda), w.to(cuda), fc.mean, fc.rstd);
+      check_close(gc.dx.to(Device::cpu()), g.dx, 2 * u, 1e-4);
+      check_close(gc.dw.to(Device::cpu()), g.dw, 2 * u, 1e-4);
+      const GroupNormForward gnc =
+          group_norm_forward(x.reshape({2, 3, 33}).to(cuda), w.narrow(0, 0, 3).to(cuda), b.narrow(0, 0, 3).to(cuda), 3);
+      check_close(gnc.y.to(Device::cpu()), gn.y, 2 * u, 1e-5);
+      const GroupNormBackward gbc = group_norm_backward(dy.reshape({2, 3, 33}).to(cuda), x.reshape({2, 3, 33}).to(cuda),
+                                                        w.narrow(0, 0, 3).to(cuda), gnc.mean, gnc.rstd, 3);
+      check_close(gbc.dx.to(Device::cpu()), gb.dx, 2 * u, 1e-4);
+      check_close(gbc.dw.to(Device::cpu()), gb.dw, 2 * u, 1e-4);
+    }
+  }
+}

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "autograd/functions.h"
 #include "autograd/op.h"
 #include "autograd/ops/softmax.h"
@@ -66,7 +67,7 @@ inline Tensor causal_mask(int64_t T, DType dtype, Device device) {
 //   saving the (T, T) probabilities: the reference the fused op is tested against.
 inline Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = true,
                         std::optional<double> scale = std::nullopt) {
-  return autograd::apply(autograd::ops::Attention(causal, scale), {q, k, v});
+  return autograd::apply(autograd::ops::Attention(causal, scale), autograd::autocast("attention", {q, k, v}));
 }
 
 inline Tensor attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = true,

@@ -25,6 +25,7 @@
 #pragma once
 #include <string>
 
+#include "autograd/autocast.h"
 #include "autograd/functions.h"
 #include "autograd/op.h"
 #include "autograd/ops/channel_affine.h"
@@ -100,9 +101,10 @@ struct BatchNorm final : autograd::Op {
 inline Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                          const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), bool training = false,
                          double momentum = 0.1, double eps = 1e-5) {
-  autograd::Tensors inputs{x};
-  if (weight.defined()) inputs.push_back(weight);
-  if (bias.defined()) inputs.push_back(bias);
+  const autograd::Tensors cast = autograd::autocast("batch_norm", {x, weight, bias});
+  autograd::Tensors inputs{cast[0]};
+  if (weight.defined()) inputs.push_back(cast[1]);
+  if (bias.defined()) inputs.push_back(cast[2]);
   return autograd::apply(autograd::ops::BatchNorm(training, momentum, eps, weight.defined(), bias.defined(),
                                                   running_mean, running_var),
                          inputs);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "autograd/autocast.h"
 #include "autograd/functions.h"
 #include "autograd/op.h"
 
@@ -80,8 +81,9 @@ struct Split final : autograd::Op {
 
 }  // namespace
 
-Tensor concat(const std::vector<Tensor>& tensors, int64_t dim) {
-  REEL_CHECK(!tensors.empty(), "concat: no tensors given");
+Tensor concat(const std::vector<Tensor>& inputs, int64_t dim) {
+  REEL_CHECK(!inputs.empty(), "concat: no tensors given");
+  const Tensors tensors = autograd::autocast("concat", inputs);
   const Tensor& first = tensors[0];
   REEL_CHECK(first.defined(), "concat: tensor 0 is undefined");
   REEL_CHECK(first.dim() > 0, "concat: cannot concatenate 0-d tensors (tensor 0 has shape ", first.shape(), ")");

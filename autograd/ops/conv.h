@@ -10,6 +10,7 @@
 #include <array>
 #include <string>
 
+#include "autograd/autocast.h"
 #include "autograd/functions.h"
 #include "autograd/op.h"
 #include "autograd/ops/pool.h"  // Pair2d: an int or an (h, w) pair
@@ -54,8 +55,10 @@ struct Conv2d final : autograd::Op {
 // Zero padding; groups split the channels into groups convolved separately. Bad shapes or
 // parameters (channel mismatch, a kernel larger than the padded input, groups not dividing the
 // channels) raise reel::Error naming them.
-inline Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), Pair2d stride = 1,
+inline Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in = Tensor(), Pair2d stride = 1,
                      Pair2d padding = 0, Pair2d dilation = 1, int64_t groups = 1) {
+  const autograd::Tensors cast = autograd::autocast("conv2d", {x_in, weight_in, bias_in});
+  const Tensor &x = cast[0], &weight = cast[1], &bias = cast[2];
   REEL_CHECK(x.defined() && weight.defined(), "conv2d: x and weight must be defined tensors");
   const kernels::Conv2d p{stride.v, padding.v, dilation.v, groups};
   if (bias.defined()) return autograd::apply(autograd::ops::Conv2d(p), {x, weight, bias});

@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 
+#include "autograd/autocast.h"
 #include "autograd/functions.h"
 #include "autograd/op.h"
 #include "kernels/cross_entropy.h"
@@ -59,7 +60,7 @@ struct CrossEntropy final : autograd::Op {
 inline Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100,
                             const std::string& reduction = "mean") {
   return autograd::apply(autograd::ops::CrossEntropy(kernels::parse_reduction(reduction), ignore_index),
-                         {logits, targets});
+                         autograd::autocast("cross_entropy", {logits, targets}));
 }
 
 }  // namespace reel

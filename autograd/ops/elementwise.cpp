@@ -9,6 +9,7 @@
 //   compare (reel::eq, ne, lt, le, gt, ge): masks, not differentiable.
 #include <string>
 
+#include "autograd/autocast.h"
 #include "autograd/functions.h"
 #include "autograd/op.h"
 #include "autograd/tape.h"
@@ -154,19 +155,32 @@ Tensor compare_mask(CompareOp op, const Tensor& a, double b) {
 
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b) { return autograd::apply(Binary(BinaryOp::Add), {a, b}); }
+Tensor add(const Tensor& a, const Tensor& b) {
+  return autograd::apply(Binary(BinaryOp::Add), autograd::autocast("add", {a, b}));
+}
 Tensor add(const Tensor& a, double b) { return autograd::apply(BinaryScalar(BinaryOp::Add, b, false), {a}); }
-Tensor sub(const Tensor& a, const Tensor& b) { return autograd::apply(Binary(BinaryOp::Sub), {a, b}); }
+Tensor sub(const Tensor& a, const Tensor& b) {
+  return autograd::apply(Binary(BinaryOp::Sub), autograd::autocast("sub", {a, b}));
+}
 Tensor sub(const Tensor& a, double b) { return autograd::apply(BinaryScalar(BinaryOp::Sub, b, false), {a}); }
 Tensor sub(double a, const Tensor& b) { return autograd::apply(BinaryScalar(BinaryOp::Sub, a, true), {b}); }
-Tensor mul(const Tensor& a, const Tensor& b) { return autograd::apply(Binary(BinaryOp::Mul), {a, b}); }
+Tensor mul(const Tensor& a, const Tensor& b) {
+  return autograd::apply(Binary(BinaryOp::Mul), autograd::autocast("mul", {a, b}));
+}
 Tensor mul(const Tensor& a, double b) { return autograd::apply(BinaryScalar(BinaryOp::Mul, b, false), {a}); }
-Tensor div(const Tensor& a, const Tensor& b) { return autograd::apply(Binary(BinaryOp::Div), {a, b}); }
+Tensor div(const Tensor& a, const Tensor& b) {
+  return autograd::apply(Binary(BinaryOp::Div), autograd::autocast("div", {a, b}));
+}
 Tensor div(const Tensor& a, double b) { return autograd::apply(BinaryScalar(BinaryOp::Div, b, false), {a}); }
 Tensor div(double a, const Tensor& b) { return autograd::apply(BinaryScalar(BinaryOp::Div, a, true), {b}); }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
-  return autograd::apply(Where{}, {cond.detach(), a, b});
+  const Tensors ab = autograd::autocast("where", {a, b});
+  // Under autocast a floating mask follows a and b to their promoted dtype (0 and 1 are exact in all).
+  const Tensor c = autograd::autocast_dtype() && cond.defined() && is_floating(cond.dtype()) && ab[0].defined()
+                       ? cond.detach().to(ab[0].dtype())
+                       : cond.detach();
+  return autograd::apply(Where{}, {c, ab[0], ab[1]});
 }
 
 }  // namespace reel

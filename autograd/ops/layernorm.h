@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "autograd/autocast.h"
 #include "autograd/functions.h"
 #include "autograd/op.h"
 #include "autograd/ops/channel_affine.h"
@@ -92,12 +93,13 @@ struct GroupNorm final : autograd::Op {
 // bias may be undefined (no bias). RMSNorm: y = x / sqrt(mean(x^2) + eps) * weight.
 // Both save x and the row statistics (mean, rstd), not the output.
 inline Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), double eps = 1e-5) {
-  if (bias.defined()) return autograd::apply(autograd::ops::LayerNorm(eps), {x, weight, bias});
-  return autograd::apply(autograd::ops::LayerNorm(eps), {x, weight});
+  autograd::Tensors in = autograd::autocast("layer_norm", {x, weight, bias});
+  if (!bias.defined()) in.pop_back();
+  return autograd::apply(autograd::ops::LayerNorm(eps), in);
 }
 
 inline Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6) {
-  return autograd::apply(autograd::ops::RMSNorm(eps), {x, weight});
+  return autograd::apply(autograd::ops::RMSNorm(eps), autograd::autocast("rms_norm", {x, weight}));
 }
 
 // GroupNorm, as torch.nn.functional.group_norm: x (N, C, *) in `num_groups` groups of C / num_groups
@@ -106,9 +108,10 @@ inline Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6)
 // statistics, and no sample sees another: accumulating micro-batches equals the big batch.
 inline Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight = Tensor(),
                          const Tensor& bias = Tensor(), double eps = 1e-5) {
-  autograd::Tensors inputs{x};
-  if (weight.defined()) inputs.push_back(weight);
-  if (bias.defined()) inputs.push_back(bias);
+  const autograd::Tensors cast = autograd::autocast("group_norm", {x, weight, bias});
+  autograd::Tensors inputs{cast[0]};
+  if (weight.defined()) inputs.push_back(cast[1]);
+  if (bias.defined()) inputs.push_back(cast[2]);
   return autograd::apply(autograd::ops::GroupNorm(num_groups, eps, weight.defined(), bias.defined()), inputs);
 }
 

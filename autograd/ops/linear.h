@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 
+#include "autograd/autocast.h"
 #include "autograd/functions.h"
 #include "autograd/op.h"
 #include "kernels/ops.h"
@@ -73,7 +74,9 @@ struct Linear final : autograd::Op {
 // ---- linear ----
 // x (..., in) @ W^T + b: W (out, in) as torch.nn.Linear stores it, b (out) or undefined (no bias).
 // One GEMM over all rows of x; the bias gradient is a column sum of the output gradient.
-inline Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor()) {
+inline Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in = Tensor()) {
+  const autograd::Tensors cast = autograd::autocast("linear", {x_in, weight_in, bias_in});
+  const Tensor &x = cast[0], &weight = cast[1], &bias = cast[2];
   REEL_CHECK(x.defined() && weight.defined(), "linear: x and weight must be defined tensors");
   REEL_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1), "linear: x ", x.shape(),
              " and weight ", weight.shape(), " do not match: x (..., in) and weight (out, in) expected");

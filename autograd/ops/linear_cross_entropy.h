@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "autograd/functions.h"
 #include "autograd/op.h"
 #include "kernels/cross_entropy.h"
@@ -143,9 +144,11 @@ struct LinearCrossEntropy final : autograd::Op {
 // i64 in [0, V) or equal to ignore_index; reduction "mean" (over the targets not ignored; 0 when
 // all are) or "sum" ("none" raises). chunk_rows: rows per chunk, 0 for about 32 MiB of logits per
 // chunk. Returns the scalar loss; saves d(loss)/dh and d(loss)/dW (+ db) computed in forward.
-inline Tensor linear_cross_entropy(const Tensor& h, const Tensor& weight, const Tensor& targets,
+inline Tensor linear_cross_entropy(const Tensor& h_in, const Tensor& weight_in, const Tensor& targets,
                                    int64_t ignore_index = -100, const std::string& reduction = "mean",
-                                   int64_t chunk_rows = 0, const Tensor& bias = Tensor()) {
+                                   int64_t chunk_rows = 0, const Tensor& bias_in = Tensor()) {
+  const autograd::Tensors cast = autograd::autocast("linear_cross_entropy", {h_in, weight_in, bias_in});
+  const Tensor &h = cast[0], &weight = cast[1], &bias = cast[2];
   const char* op = "linear_cross_entropy";
   REEL_CHECK(h.defined() && weight.defined() && targets.defined(), op, ": h, weight and targets must be defined");
   REEL_CHECK(reduction != "none", op, ": reduction \"none\" is not supported (its backward needs the (N, V) ",

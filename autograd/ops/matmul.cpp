@@ -2,6 +2,7 @@
 // With A = op(a), B = op(b):  dA = g @ B^T,  dB = A^T @ g. Each is written as one matmul with
 // transpose flags (no copies), then summed over broadcast batch dims (for bf16 / f16 in f32, see
 // backward). Saves b only when a needs its gradient and a only when b does.
+#include "autograd/autocast.h"
 #include "autograd/functions.h"
 #include "autograd/op.h"
 #include "kernels/ops.h"
@@ -75,7 +76,7 @@ struct Matmul final : autograd::Op {
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
-  return autograd::apply(Matmul(transpose_a, transpose_b), {a, b});
+  return autograd::apply(Matmul(transpose_a, transpose_b), autograd::autocast("matmul", {a, b}));
 }
 
 }  // namespace reel

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "autograd/autocast.h"
 #include "autograd/functions.h"
 #include "autograd/op.h"
 #include "kernels/softmax.h"
@@ -29,7 +30,8 @@ struct Softmax final : autograd::Op {
   }
 };
 
-inline Tensor softmax_along(const Tensor& x, int64_t dim, bool log) {
+inline Tensor softmax_along(const Tensor& x_in, int64_t dim, bool log) {
+  const Tensor x = autograd::autocast(log ? "log_softmax" : "softmax", x_in);
   const int64_t last = x.dim() - 1;
   const int64_t d = normalize_dim(dim, x.dim(), log ? "log_softmax" : "softmax");
   if (x.dim() == 0 || d == last) return autograd::apply(Softmax(log), {x});

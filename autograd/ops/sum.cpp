@@ -1,6 +1,7 @@
 // sum and mean over axes. The gradient of a reduced element goes back, unchanged (sum) or divided
 // by the count (mean), to every element it summed: g reshaped with size-1 reduced dims, then
 // broadcast to the input's shape. Nothing is saved (only the input's shape).
+#include "autograd/autocast.h"
 #include "autograd/functions.h"
 #include "autograd/op.h"
 #include "kernels/ops.h"
@@ -45,10 +46,10 @@ struct Reduce final : autograd::Op {
 }  // namespace
 
 Tensor sum(const Tensor& x, std::vector<int64_t> axes, bool keepdim) {
-  return autograd::apply(Reduce(ReduceOp::Sum, std::move(axes), keepdim), {x});
+  return autograd::apply(Reduce(ReduceOp::Sum, std::move(axes), keepdim), {autograd::autocast("sum", x)});
 }
 Tensor mean(const Tensor& x, std::vector<int64_t> axes, bool keepdim) {
-  return autograd::apply(Reduce(ReduceOp::Mean, std::move(axes), keepdim), {x});
+  return autograd::apply(Reduce(ReduceOp::Mean, std::move(axes), keepdim), {autograd::autocast("mean", x)});
 }
 
 }  // namespace reel

@@ -22,9 +22,14 @@
 // diagonal; dK and dV (zeroed first) accumulate in the outputs, dQ rows are written by their
 // tile. On a GPU, FA-2 splits one (b, h) over key tiles and adds dQ with atomics; here one thread owns the whole
 // (b, h), so every sum runs in a fixed order and the gradients are bit-identical for any thread
-// count. The score and output tiles, the running max and sum, Di and the scale are the dispatch's
-// acc_t (T itself for f32 and f64, whose products are gemm_serial<T>; a 16-bit T needs a GEMM
-// with T operands and an acc_t result there). B * H (96 for GPT-2 small at B = 8) is plenty of parallelism for a CPU; with fewer (b, h)
+// count. The score and output tiles, the running max and sum, lse, Di and the scale are the
+// dispatch's acc_t (T itself for f32 and f64, whose products are gemm_serial<T>).
+//
+// bf16 and f16 (the launchers at the end): q, k, v (and dout, out) are widened to f32 once, exactly,
+// the f32 kernels run into f32 buffers (lse is f32 for them: kernels/attention.h), and each output
+// element is rounded once to the 16-bit type. The products mix an acc_t tile with a T operand, which
+// gemm_serial's 16-bit path (T operands only) does not take; the widening costs one f32 copy of the
+// operands, which the f32 GEMMs then read at full speed. B * H (96 for GPT-2 small at B = 8) is plenty of parallelism for a CPU; with fewer (b, h)
 // than threads the backward leaves threads idle.
 //
 // Tile sizes, measured with bench/bench_attention at 1 thread: the forward runs best with kBr = 32
@@ -97,7 +102,7 @@ struct Heads {
 
 template <typename T, typename acc_t>
 void forward_impl(Heads<const T> q, Heads<const T> k, Heads<const T> v, Heads<T> out,
-                  T* lse,  // (BH, Tq)
+                  acc_t* lse,  // (BH, Tq)
                   int64_t BH, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, acc_t scale, bool causal) {
   const acc_t neg_inf = -std::numeric_limits<acc_t>::infinity();
   const int64_t q_tiles = (Tq + kBr - 1) / kBr;
@@ -143,7 +148,7 @@ void forward_impl(Heads<const T> q, Heads<const T> k, Heads<const T> v, Heads<T>
       T* orows = out.head(bh) + i0 * out.ld;
       for (int64_t r = 0; r < br; ++r) {
         Row<T>(orows + r * out.ld, Dv) = (ConstRow<acc_t>(O.data() + r * Dv, Dv) * (acc_t(1) / l[r])).template cast<T>();
-        lse[bh * Tq + i0 + r] = static_cast<T>(m[r] + std::log(l[r]));
+        lse[bh * Tq + i0 + r] = m[r] + std::log(l[r]);
       }
     }
   }
@@ -151,7 +156,7 @@ void forward_impl(Heads<const T> q, Heads<const T> k, Heads<const T> v, Heads<T>
 
 template <typename T, typename acc_t>
 void backward_impl(Heads<const T> dout, Heads<const T> q, Heads<const T> k, Heads<const T> v, Heads<const T> out,
-                   const T* lse,  // (BH, Tq)
+                   const acc_t* lse,  // (BH, Tq)
                    Heads<T> dq, Heads<T> dk, Heads<T> dv, int64_t BH, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv,
                    acc_t scale, bool causal) {
 #pragma omp parallel if (BH > 1 && BH * Tq * Tk * (D + Dv) >= kMinParallelFlops)
@@ -186,7 +191,7 @@ void backward_impl(Heads<const T> dout, Heads<const T> q, Heads<const T> k, Head
           gemm_serial<T>(false, true, br, bc, D, Q, q.ld, K, k.ld, false, S.data(), kBc);  // Q K^T
           for (int64_t r = 0; r < br; ++r) {  // P = exp(S scale - lse), hidden keys 0
             Row<acc_t> srow(S.data() + r * kBc, bc);
-            srow = exp_ftz(srow * scale - static_cast<acc_t>(lse[bh * Tq + i0 + r]));
+            srow = exp_ftz(srow * scale - lse[bh * Tq + i0 + r]);
             if (causal)
               for (int64_t c = std::max<int64_t>(0, i0 + r - j0 + 1); c < bc; ++c) srow(c) = acc_t(0);
           }
@@ -209,25 +214,57 @@ void backward_impl(Heads<const T> dout, Heads<const T> q, Heads<const T> k, Head
 
 // ---- launchers ----------------------------------------------------------------------------------
 
-void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
-                       const Tensor& out, const Tensor& lse) {
+namespace {
+
+// A (B, H, T, X) operand widened to f32 (exact for bf16 and f16): a contiguous copy.
+Tensor widened(const Tensor& t) { return t.to(DType::f32); }
+
+void forward_f32_or_f64(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
+                        const Tensor& out, const Tensor& lse) {
   const int64_t BH = q.size(0) * q.size(1), Tq = q.size(2), D = q.size(3), Tk = k.size(2), Dv = v.size(3);
   REEL_DISPATCH_FLOATING(q.dtype(), "attention_forward",
                          forward_impl<scalar_t, acc_t>(Heads<const scalar_t>(q), Heads<const scalar_t>(k),
-                                                Heads<const scalar_t>(v), Heads<scalar_t>(out), lse.data<scalar_t>(), BH, Tq, Tk, D, Dv,
+                                                Heads<const scalar_t>(v), Heads<scalar_t>(out), lse.data<acc_t>(), BH, Tq, Tk, D, Dv,
                                                 static_cast<acc_t>(scale), causal))
+}
+
+void backward_f32_or_f64(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                         const Tensor& lse, double scale, bool causal, const Tensor& dq, const Tensor& dk,
+                         const Tensor& dv) {
+  const int64_t BH = q.size(0) * q.size(1), Tq = q.size(2), D = q.size(3), Tk = k.size(2), Dv = v.size(3);
+  REEL_DISPATCH_FLOATING(q.dtype(), "attention_backward",
+                         backward_impl<scalar_t, acc_t>(Heads<const scalar_t>(dout), Heads<const scalar_t>(q),
+                                                 Heads<const scalar_t>(k), Heads<const scalar_t>(v),
+                                                 Heads<const scalar_t>(out), lse.data<acc_t>(), Heads<scalar_t>(dq),
+                                                 Heads<scalar_t>(dk), Heads<scalar_t>(dv), BH, Tq, Tk, D, Dv,
+                                                 static_cast<acc_t>(scale), causal))
+}
+
+}  // namespace
+
+// bf16 and f16: the operands are widened to f32 once (exact), the f32 kernel runs (lse is f32
+// already), and each output element is rounded once to the 16-bit type (copy_: to nearest even).
+// dK and dV accumulate over the query tiles in the f32 buffers, so the one rounding comes last.
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale, bool causal,
+                       const Tensor& out, const Tensor& lse) {
+  if (!is_16bit_floating(q.dtype())) return forward_f32_or_f64(q, k, v, scale, causal, out, lse);
+  const Tensor out32 = empty(out.shape(), DType::f32, out.device());
+  forward_f32_or_f64(widened(q), widened(k), widened(v), scale, causal, out32, lse);
+  out.copy_(out32);
 }
 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& lse, double scale, bool causal, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv) {
-  const int64_t BH = q.size(0) * q.size(1), Tq = q.size(2), D = q.size(3), Tk = k.size(2), Dv = v.size(3);
-  REEL_DISPATCH_FLOATING(q.dtype(), "attention_backward",
-                         backward_impl<scalar_t, acc_t>(Heads<const scalar_t>(dout), Heads<const scalar_t>(q),
-                                                 Heads<const scalar_t>(k), Heads<const scalar_t>(v),
-                                                 Heads<const scalar_t>(out), lse.data<scalar_t>(), Heads<scalar_t>(dq),
-                                                 Heads<scalar_t>(dk), Heads<scalar_t>(dv), BH, Tq, Tk, D, Dv,
-                                                 static_cast<acc_t>(scale), causal))
+  if (!is_16bit_floating(q.dtype()))
+    return backward_f32_or_f64(dout, q, k, v, out, lse, scale, causal, dq, dk, dv);
+  const Tensor dq32 = empty(dq.shape(), DType::f32, dq.device()), dk32 = empty(dk.shape(), DType::f32, dk.device()),
+               dv32 = empty(dv.shape(), DType::f32, dv.device());
+  backward_f32_or_f64(widened(dout), widened(q), widened(k), widened(v), widened(out), lse, scale, causal, dq32, dk32,
+                      dv32);
+  dq.copy_(dq32);
+  dk.copy_(dk32);
+  dv.copy_(dv32);
 }
 
 }  // namespace reel::kernels::cpu

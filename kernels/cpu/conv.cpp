@@ -18,10 +18,15 @@
 // partials are added in chunk order: no atomics, and the same bits for any thread count (each GEMM
 // runs on its one thread).
 //
-// The products accumulate inside gemm_serial (in T, which is acc_t for f32 and f64); the weight
-// partials and the bias sums are the dispatch's acc_t. col2im adds in place in T: exact as acc_t
-// for f32 and f64 (a 16-bit T needs an acc_t buffer there, and a GEMM with an acc_t result).
+// The products accumulate inside gemm_serial, whose result is the dispatch's acc_t; the weight
+// partials, dcol, col2im's sums and the bias sums are acc_t too. For f32 and f64 acc_t is T and the
+// products write the outputs in place. bf16 and f16: im2col copies x's 16-bit values (exact), the
+// GEMMs take 16-bit operands (gemm_serial's 16-bit path: oneDNN's bf16 / f16 matmul where the CPU
+// has the instructions, else widened to f32 and the f32 GEMM: kernels/cpu/gemm.h's choice, made
+// once per process), every sum is f32 (a per-thread (O, L) y or (C, H, W) dx buffer), and each
+// output element is rounded once to the 16-bit type.
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include <Eigen/Core>
@@ -109,43 +114,65 @@ void col2im(const T* col, const Dims& d, T* dxn) {
       }
 }
 
+// Where a sample's products are summed: the T output itself for f32 and f64 (acc_t is T), else
+// (bf16, f16) the thread's acc_t buffer `buf`, rounded into the output once at the end.
+template <typename T, typename acc_t>
+acc_t* acc_out(T* out, std::vector<acc_t>& buf) {
+  if constexpr (std::is_same_v<T, acc_t>) return out;
+  else return buf.data();
+}
+// out[i] = T(acc[i]) for i < n: the one rounding of a 16-bit output (nothing for f32 and f64).
+template <typename T, typename acc_t>
+void round_out(const acc_t* acc, int64_t n, T* out) {
+  if constexpr (!std::is_same_v<T, acc_t>)
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(acc[i]);
+}
+
 // x (N, C, H, W), w (O, K * G), b (O) or null -> y (N, O, L).
-template <typename T>
+template <typename T, typename acc_t>
 void forward_impl(const T* x, const T* w, const T* b, T* y, const Dims& d) {
+  constexpr bool wide = !std::is_same_v<T, acc_t>;
   const bool direct = d.direct();
 #pragma omp parallel if (worth_threads(d))
   {
     std::vector<T> col(direct ? 0 : static_cast<size_t>(d.G * d.K * d.L));
+    std::vector<acc_t> ybuf(wide ? static_cast<size_t>(d.O * d.L) : 0);  // (O, L): a 16-bit sample's f32 sums
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < d.N; ++n) {
       const T* xn = x + n * d.C * d.H * d.W;
       if (!direct) im2col(xn, d, col.data());
       const T* cn = direct ? xn : col.data();
       T* yn = y + n * d.O * d.L;
+      acc_t* ya = acc_out(yn, ybuf);
       if (b)  // the bias rows, the product accumulated onto them: no second pass
-        for (int64_t o = 0; o < d.O; ++o) std::fill(yn + o * d.L, yn + (o + 1) * d.L, b[o]);
+        for (int64_t o = 0; o < d.O; ++o) std::fill(ya + o * d.L, ya + (o + 1) * d.L, static_cast<acc_t>(b[o]));
       for (int64_t g = 0; g < d.G; ++g)
         gemm_serial<T>(false, false, d.Og, d.L, d.K, w + g * d.Og * d.K, d.K, cn + g * d.K * d.L, d.L, b != nullptr,
-                       yn + g * d.Og * d.L, d.L);
+                       ya + g * d.Og * d.L, d.L);
+      round_out(ya, d.O * d.L, yn);
     }
   }
 }
 
 // dy (N, O, L), w (O, K * G) -> dx (N, C, H, W).
-template <typename T>
+template <typename T, typename acc_t>
 void backward_input_impl(const T* dy, const T* w, T* dx, const Dims& d) {
+  constexpr bool wide = !std::is_same_v<T, acc_t>;
   const bool direct = d.direct();
 #pragma omp parallel if (worth_threads(d))
   {
-    std::vector<T> col(direct ? 0 : static_cast<size_t>(d.G * d.K * d.L));
+    std::vector<acc_t> col(direct ? 0 : static_cast<size_t>(d.G * d.K * d.L));  // dcol
+    std::vector<acc_t> dxbuf(wide ? static_cast<size_t>(d.C * d.H * d.W) : 0);   // a 16-bit sample's f32 dx
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < d.N; ++n) {
       T* dxn = dx + n * d.C * d.H * d.W;
-      T* cn = direct ? dxn : col.data();  // direct: dcol is dx itself
+      acc_t* dxa = acc_out(dxn, dxbuf);
+      acc_t* cn = direct ? dxa : col.data();  // direct: dcol is dx itself
       for (int64_t g = 0; g < d.G; ++g)  // w[g] stored (O_g, K): transposed
         gemm_serial<T>(true, false, d.K, d.L, d.Og, w + g * d.Og * d.K, d.K, dy + (n * d.O + g * d.Og) * d.L, d.L,
                        false, cn + g * d.K * d.L, d.L);
-      if (!direct) col2im(col.data(), d, dxn);
+      if (!direct) col2im(col.data(), d, dxa);
+      round_out(dxa, d.C * d.H * d.W, dxn);
     }
   }
 }
@@ -190,7 +217,15 @@ template <typename T, typename acc_t>
 void backward_bias_impl(const T* dy, T* db, int64_t N, int64_t O, int64_t L) {
   parallel_for(O, N * O * L >= kMinParallelStreamElements, [&](int64_t o) {
     acc_t acc = 0;
-    for (int64_t n = 0; n < N; ++n) acc += CMap<T>(dy + (n * O + o) * L, 1, L).template cast<acc_t>().sum();
+    for (int64_t n = 0; n < N; ++n) {
+      if constexpr (std::is_same_v<T, acc_t>) {
+        acc += CMap<T>(dy + (n * O + o) * L, 1, L).template cast<acc_t>().sum();
+      } else {  // 16-bit: no Eigen scalar type; widened and summed in order
+        acc_t row = 0;
+        for (int64_t l = 0; l < L; ++l) row += static_cast<acc_t>(dy[(n * O + o) * L + l]);
+        acc += row;
+      }
+    }
     db[o] = static_cast<T>(acc);
   });
 }
@@ -201,28 +236,28 @@ void backward_bias_impl(const T* dy, T* db, int64_t N, int64_t O, int64_t L) {
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2d& p, const Tensor& y) {
   const Dims d = dims_of(x, w, y, p);
-  REEL_DISPATCH_FLOATING(x.dtype(), "conv2d_forward",
-                         forward_impl<scalar_t>(x.data<scalar_t>(), w.data<scalar_t>(),
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "conv2d_forward",
+                         forward_impl<scalar_t, acc_t>(x.data<scalar_t>(), w.data<scalar_t>(),
                                                 b.defined() ? b.data<scalar_t>() : nullptr, y.data<scalar_t>(), d))
 }
 
 void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Conv2d& p, const Tensor& dx) {
   const Dims d = dims_of(dx, w, dy, p);
-  REEL_DISPATCH_FLOATING(dy.dtype(), "conv2d_backward_input",
-                         backward_input_impl<scalar_t>(dy.data<scalar_t>(), w.data<scalar_t>(), dx.data<scalar_t>(),
+  REEL_DISPATCH_FLOATING_AND_16(dy.dtype(), "conv2d_backward_input",
+                         backward_input_impl<scalar_t, acc_t>(dy.data<scalar_t>(), w.data<scalar_t>(), dx.data<scalar_t>(),
                                                        d))
 }
 
 void conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Conv2d& p, const Tensor& dw) {
   const Dims d = dims_of(x, dw, dy, p);
-  REEL_DISPATCH_FLOATING(dy.dtype(), "conv2d_backward_weight",
+  REEL_DISPATCH_FLOATING_AND_16(dy.dtype(), "conv2d_backward_weight",
                          backward_weight_impl<scalar_t, acc_t>(dy.data<scalar_t>(), x.data<scalar_t>(), dw.data<scalar_t>(),
                                                         d))
 }
 
 void conv2d_backward_bias(const Tensor& dy, const Tensor& db) {
   const int64_t N = dy.size(0), O = dy.size(1), L = dy.size(2) * dy.size(3);
-  REEL_DISPATCH_FLOATING(dy.dtype(), "conv2d_backward_bias",
+  REEL_DISPATCH_FLOATING_AND_16(dy.dtype(), "conv2d_backward_bias",
                          backward_bias_impl<scalar_t, acc_t>(dy.data<scalar_t>(), db.data<scalar_t>(), N, O, L))
 }
 

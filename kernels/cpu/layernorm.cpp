@@ -8,7 +8,8 @@
 // sums for f32, so each lane adds C/16 terms): widening every element to double made the f32
 // kernel compute-bound at half the memory speed. The mean sums x - x[0], so a row far from 0
 // (mean 1000, std 1) keeps the mean's low digits. All the elementwise math runs in acc_t too:
-// loads convert T -> acc_t, stores acc_t -> T (no-ops for f32 and f64).
+// loads convert T -> acc_t, stores acc_t -> T (no-ops for f32 and f64). The saved mean and rstd are
+// acc_t (f32 for bf16 and f16 x: kernels/layernorm.h), never rounded to 16 bits.
 //
 // Backward fuses dx with the weight/bias gradients: per row, one sweep for the two row sums
 //   dxhat = dy * w,  a = mean(dxhat),  c = mean(dxhat * xhat)
@@ -58,7 +59,7 @@ std::pair<acc_t, acc_t> mean_rstd(const T* x, int64_t n, double eps) {
 }
 
 template <typename T, typename acc_t>
-void layernorm_forward_impl(const T* x, const T* w, const T* b, double eps, T* y, T* mean, T* rstd, int64_t R,
+void layernorm_forward_impl(const T* x, const T* w, const T* b, double eps, T* y, acc_t* mean, acc_t* rstd, int64_t R,
                             int64_t C) {
   parallel_for(R, R > 1 && R * C >= kMinParallelElements, [&](int64_t r) {
     const T* xr = x + r * C;  // (C)
@@ -67,14 +68,14 @@ void layernorm_forward_impl(const T* x, const T* w, const T* b, double eps, T* y
     const acc_t m = stats.first, rs = stats.second;
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) yr[c] = static_cast<T>((acc_t(xr[c]) - m) * rs * acc_t(w[c]) + acc_t(b[c]));
-    mean[r] = static_cast<T>(m);
-    rstd[r] = static_cast<T>(rs);
+    mean[r] = m;
+    rstd[r] = rs;
   });
 }
 
 // Shared by LayerNorm (xhat = (x - mean) * rstd, has db) and RMSNorm (xhat = x * rstd).
 template <typename T, typename acc_t, bool kLayerNorm>
-void norm_backward_impl(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx, T* dw, T* db,
+void norm_backward_impl(const T* dy, const T* x, const T* w, const acc_t* mean, const acc_t* rstd, T* dx, T* dw, T* db,
                         int64_t R, int64_t C) {
   const int64_t rows = rows_per_chunk(R);
   const int64_t chunks = (R + rows - 1) / rows;
@@ -162,23 +163,23 @@ void norm_backward_impl(const T* dy, const T* x, const T* w, const T* mean, cons
 
 // The sum of squares is double, wider than acc_t.
 template <typename T, typename acc_t>
-void rmsnorm_forward_impl(const T* x, const T* w, double eps, T* y, T* rstd, int64_t R, int64_t C) {
+void rmsnorm_forward_impl(const T* x, const T* w, double eps, T* y, acc_t* rstd, int64_t R, int64_t C) {
   parallel_for(R, R > 1 && R * C >= kMinParallelElements, [&](int64_t r) {
     const T* xr = x + r * C;
     T* yr = y + r * C;
     double ss = 0;
 #pragma omp simd reduction(+ : ss)
-    for (int64_t c = 0; c < C; ++c) ss += static_cast<double>(xr[c]) * xr[c];
+    for (int64_t c = 0; c < C; ++c) ss += static_cast<double>(xr[c]) * static_cast<double>(xr[c]);
     const acc_t rt = static_cast<acc_t>(1.0 / std::sqrt(ss / static_cast<double>(C) + eps));
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) yr[c] = static_cast<T>(acc_t(xr[c]) * rt * acc_t(w[c]));
-    rstd[r] = static_cast<T>(rt);
+    rstd[r] = rt;
   });
 }
 
 // x, y: (N, C, S); w, b: (C); mean, rstd: (N, G). One task per (sample, group).
 template <typename T, typename acc_t>
-void group_norm_forward_impl(const T* x, const T* w, const T* b, double eps, T* y, T* mean, T* rstd, int64_t N,
+void group_norm_forward_impl(const T* x, const T* w, const T* b, double eps, T* y, acc_t* mean, acc_t* rstd, int64_t N,
                              int64_t C, int64_t S, int64_t G) {
   const int64_t Cg = C / G, M = Cg * S;
   parallel_for(N * G, N * G > 1 && N * C * S >= kMinParallelElements, [&](int64_t ng) {
@@ -192,14 +193,14 @@ void group_norm_forward_impl(const T* x, const T* w, const T* b, double eps, T* 
 #pragma omp simd
       for (int64_t i = ci * S; i < (ci + 1) * S; ++i) yr[i] = static_cast<T>(acc_t(xr[i]) * scale + shift_c);
     }
-    mean[ng] = static_cast<T>(m);
-    rstd[ng] = static_cast<T>(rs);
+    mean[ng] = m;
+    rstd[ng] = rs;
   });
 }
 
 // dy, x, dx: (N, C, S); w: (C); mean, rstd: (N, G); dw, db: (C).
 template <typename T, typename acc_t>
-void group_norm_backward_impl(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx, T* dw,
+void group_norm_backward_impl(const T* dy, const T* x, const T* w, const acc_t* mean, const acc_t* rstd, T* dx, T* dw,
                               T* db, int64_t N, int64_t C, int64_t S, int64_t G) {
   const int64_t Cg = C / G, M = Cg * S;
   // (2, N, C) double: per sample and channel, the sums over positions of dy * xhat and of dy.
@@ -254,54 +255,54 @@ void group_norm_backward_impl(const T* dy, const T* x, const T* w, const T* mean
 void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double eps, const Tensor& y,
                        const Tensor& mean, const Tensor& rstd) {
   const int64_t R = x.size(0), C = x.size(1);
-  REEL_DISPATCH_FLOATING(x.dtype(), "layernorm_forward",
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "layernorm_forward",
                          layernorm_forward_impl<scalar_t, acc_t>(x.data<scalar_t>(), w.data<scalar_t>(), b.data<scalar_t>(),
-                                                          eps, y.data<scalar_t>(), mean.data<scalar_t>(),
-                                                          rstd.data<scalar_t>(), R, C))
+                                                          eps, y.data<scalar_t>(), mean.data<acc_t>(),
+                                                          rstd.data<acc_t>(), R, C))
 }
 
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                         const Tensor& dx, const Tensor& dw, const Tensor& db) {
   const int64_t R = x.size(0), C = x.size(1);
-  REEL_DISPATCH_FLOATING(x.dtype(), "layernorm_backward",
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "layernorm_backward",
                          norm_backward_impl<scalar_t, acc_t, true>(dy.data<scalar_t>(), x.data<scalar_t>(), w.data<scalar_t>(),
-                                                            mean.data<scalar_t>(), rstd.data<scalar_t>(),
+                                                            mean.data<acc_t>(), rstd.data<acc_t>(),
                                                             dx.data<scalar_t>(), dw.data<scalar_t>(),
                                                             db.data<scalar_t>(), R, C))
 }
 
 void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, const Tensor& y, const Tensor& rstd) {
   const int64_t R = x.size(0), C = x.size(1);
-  REEL_DISPATCH_FLOATING(x.dtype(), "rmsnorm_forward",
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "rmsnorm_forward",
                          rmsnorm_forward_impl<scalar_t, acc_t>(x.data<scalar_t>(), w.data<scalar_t>(), eps,
-                                                        y.data<scalar_t>(), rstd.data<scalar_t>(), R, C))
+                                                        y.data<scalar_t>(), rstd.data<acc_t>(), R, C))
 }
 
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dx,
                       const Tensor& dw) {
   const int64_t R = x.size(0), C = x.size(1);
-  REEL_DISPATCH_FLOATING(x.dtype(), "rmsnorm_backward",
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "rmsnorm_backward",
                          norm_backward_impl<scalar_t, acc_t, false>(dy.data<scalar_t>(), x.data<scalar_t>(),
-                                                             w.data<scalar_t>(), nullptr, rstd.data<scalar_t>(),
+                                                             w.data<scalar_t>(), nullptr, rstd.data<acc_t>(),
                                                              dx.data<scalar_t>(), dw.data<scalar_t>(), nullptr, R, C))
 }
 
 void group_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, int64_t groups, double eps, const Tensor& y,
                         const Tensor& mean, const Tensor& rstd) {
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
-  REEL_DISPATCH_FLOATING(x.dtype(), "group_norm_forward",
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "group_norm_forward",
                          group_norm_forward_impl<scalar_t, acc_t>(x.data<scalar_t>(), w.data<scalar_t>(), b.data<scalar_t>(),
-                                                           eps, y.data<scalar_t>(), mean.data<scalar_t>(),
-                                                           rstd.data<scalar_t>(), N, C, S, groups))
+                                                           eps, y.data<scalar_t>(), mean.data<acc_t>(),
+                                                           rstd.data<acc_t>(), N, C, S, groups))
 }
 
 void group_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                          int64_t groups, const Tensor& dx, const Tensor& dw, const Tensor& db) {
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
-  REEL_DISPATCH_FLOATING(x.dtype(), "group_norm_backward",
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "group_norm_backward",
                          group_norm_backward_impl<scalar_t, acc_t>(dy.data<scalar_t>(), x.data<scalar_t>(),
-                                                            w.data<scalar_t>(), mean.data<scalar_t>(),
-                                                            rstd.data<scalar_t>(), dx.data<scalar_t>(),
+                                                            w.data<scalar_t>(), mean.data<acc_t>(),
+                                                            rstd.data<acc_t>(), dx.data<scalar_t>(),
                                                             dw.data<scalar_t>(), db.data<scalar_t>(), N, C, S, groups))
 }
 

@@ -8,7 +8,8 @@
 // the same element from two threads and need no atomics, and the order of the adds is fixed:
 // bit-identical for any thread count, and the same order as the CUDA kernels
 // (kernels/cuda/pool.cu), which gather the same way. Sums (avg windows, gathered gradients) run in
-// the dispatch's acc_t and are stored as T once (no conversion for f32 and f64, where acc_t is T).
+// the dispatch's acc_t and are stored as T once (no conversion for f32 and f64, where acc_t is T;
+// bf16 and f16 widen to f32 on load and round once on store; a max is an input, stored unrounded).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -58,7 +59,7 @@ void max_forward_impl(const T* x, const Pool2d& p, T* y, int64_t* idx, int64_t P
     const T* xp = x + pl * H * W;
     for (int64_t oh = 0; oh < OH; ++oh)
       for (int64_t ow = 0; ow < OW; ++ow) {
-        T best = -std::numeric_limits<T>::infinity();
+        T best = static_cast<T>(-std::numeric_limits<double>::infinity());  // T may be bf16 or f16
         int64_t arg = -1;  // stays -1 only for a window all in padding (the rules exclude it)
         for (int64_t ki = 0; ki < p.kernel[0]; ++ki) {
           const int64_t ih = oh * p.stride[0] - p.padding[0] + ki * p.dilation[0];
@@ -145,27 +146,27 @@ void avg_backward_impl(const T* dy, const Pool2d& p, T* dx, int64_t P, int64_t H
 // ---- launchers ----------------------------------------------------------------------------------
 
 void max_pool2d_forward(const Tensor& x, const Pool2d& p, const Tensor& y, const Tensor& indices) {
-  REEL_DISPATCH_FLOATING(x.dtype(), "max_pool2d_forward",
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "max_pool2d_forward",
                          max_forward_impl<scalar_t>(x.data<scalar_t>(), p, y.data<scalar_t>(),
                                                     indices.data<int64_t>(), x.size(0), x.size(1), x.size(2),
                                                     y.size(1), y.size(2)))
 }
 
 void max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Pool2d& p, const Tensor& dx) {
-  REEL_DISPATCH_FLOATING(dy.dtype(), "max_pool2d_backward",
+  REEL_DISPATCH_FLOATING_AND_16(dy.dtype(), "max_pool2d_backward",
                          max_backward_impl<scalar_t, acc_t>(dy.data<scalar_t>(), indices.data<int64_t>(), p,
                                                      dx.data<scalar_t>(), dx.size(0), dx.size(1), dx.size(2),
                                                      dy.size(1), dy.size(2)))
 }
 
 void avg_pool2d_forward(const Tensor& x, const Pool2d& p, const Tensor& y) {
-  REEL_DISPATCH_FLOATING(x.dtype(), "avg_pool2d_forward",
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "avg_pool2d_forward",
                          avg_forward_impl<scalar_t, acc_t>(x.data<scalar_t>(), p, y.data<scalar_t>(), x.size(0), x.size(1),
                                                     x.size(2), y.size(1), y.size(2)))
 }
 
 void avg_pool2d_backward(const Tensor& dy, const Pool2d& p, const Tensor& dx) {
-  REEL_DISPATCH_FLOATING(dy.dtype(), "avg_pool2d_backward",
+  REEL_DISPATCH_FLOATING_AND_16(dy.dtype(), "avg_pool2d_backward",
                          avg_backward_impl<scalar_t, acc_t>(dy.data<scalar_t>(), p, dx.data<scalar_t>(), dx.size(0),
                                                      dx.size(1), dx.size(2), dy.size(1), dy.size(2)))
 }

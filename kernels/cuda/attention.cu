@@ -43,7 +43,9 @@
 // Precision: everything past the loads is the dispatch's acc_t (the staged tiles in shared memory,
 // scores, the running max and sum, the output and gradient registers, Di); global loads convert
 // T -> acc_t and stores acc_t -> T, so f32 and f64 (where acc_t is T) compute exactly as before.
-// The tile sizes follow acc_t, the type shared memory holds.
+// The tile sizes follow acc_t, the type shared memory holds. lse is acc_t too (kernels/attention.h):
+// for bf16 and f16 q, k, v, out the tiles, statistics and lse are f32 and only out, dq, dk, dv are
+// rounded, once each, to the 16-bit type (core/half.h's conversions, the same bits as the CPU's).
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -203,7 +205,7 @@ __device__ __forceinline__ KvTile<T> kv_tile(T* smem, int D, int ldv) {
 // contiguous. Block: kWarps warps; blockIdx.x = bh * q_tiles + query tile. Dynamic shared memory:
 //   Ks (kBc, D + 1), Vs (kBc, Dv), Qs (kWarps, D) scaled, Ps (kWarps, kBc).
 template <typename T, typename acc_t>
-__global__ void __launch_bounds__(AttnTiles<acc_t>::kWarps * 32) attention_forward_kernel(Heads<const T> q, Heads<const T> k, Heads<const T> v, Heads<T> out, T* lse,
+__global__ void __launch_bounds__(AttnTiles<acc_t>::kWarps * 32) attention_forward_kernel(Heads<const T> q, Heads<const T> k, Heads<const T> v, Heads<T> out, acc_t* lse,
                                          int64_t H, int64_t Tq, int64_t Tk, int D, int Dv, acc_t scale, bool causal,
                                          int64_t q_tiles) {
   using std::exp;
@@ -238,7 +240,7 @@ __global__ void __launch_bounds__(AttnTiles<acc_t>::kWarps * 32) attention_forwa
     T* orow = out.head(qt.bh, H)[qt.i];
     for (int kk = 0; kk < kDimsPerLane; ++kk)
       if (lane + 32 * kk < Dv) orow[lane + 32 * kk] = static_cast<T>(o[kk] / l);
-    if (lane == 0) lse[qt.bh * Tq + qt.i] = static_cast<T>(m + log(l));
+    if (lane == 0) lse[qt.bh * Tq + qt.i] = m + log(l);
   }
 }
 
@@ -266,7 +268,7 @@ __global__ void __launch_bounds__(256) attention_backward_di_kernel(Heads<const 
 // Vr (kKeyWarps, Dv), Ps (kKeyWarps, kBr), dSs (kKeyWarps, kBr), Ls (kBr), Ds (kBr).
 template <typename T, typename acc_t>
 __global__ void __launch_bounds__(AttnTiles<acc_t>::kKeyWarps * 32) attention_backward_dkdv_kernel(Heads<const T> dout, Heads<const T> q, Heads<const T> k,
-                                               Heads<const T> v, const T* lse, const acc_t* di, Heads<T> dk,
+                                               Heads<const T> v, const acc_t* lse, const acc_t* di, Heads<T> dk,
                                                Heads<T> dv, int64_t H, int64_t Tq, int64_t Tk, int D, int Dv,
                                                acc_t scale, bool causal, int64_t k_tiles) {
   using std::exp;
@@ -305,7 +307,7 @@ __global__ void __launch_bounds__(AttnTiles<acc_t>::kKeyWarps * 32) attention_ba
     stage_rows(Qs, ldq, qh, i0, br, D, scale);
     stage_rows(dOs, ldo, doh, i0, br, Dv, A(1));
     for (int r = threadIdx.x; r < br; r += blockDim.x) {
-      Ls[r] = static_cast<A>(lse[i0 + r]);
+      Ls[r] = lse[i0 + r];
       Ds[r] = di[i0 + r];
     }
     __syncthreads();
@@ -340,7 +342,7 @@ __global__ void __launch_bounds__(AttnTiles<acc_t>::kKeyWarps * 32) attention_ba
 //   Ks (kBc, D + 1), Vs (kBc, Dv + 1), Qs (kWarps, D) scaled, dOs (kWarps, Dv), dSs (kWarps, kBc).
 template <typename T, typename acc_t>
 __global__ void __launch_bounds__(AttnTiles<acc_t>::kWarps * 32) attention_backward_dq_kernel(Heads<const T> dout, Heads<const T> q, Heads<const T> k,
-                                             Heads<const T> v, const T* lse, const acc_t* di, Heads<T> dq, int64_t H,
+                                             Heads<const T> v, const acc_t* lse, const acc_t* di, Heads<T> dq, int64_t H,
                                              int64_t Tq, int64_t Tk, int D, int Dv, acc_t scale, bool causal,
                                              int64_t q_tiles) {
   using std::exp;
@@ -356,7 +358,7 @@ __global__ void __launch_bounds__(AttnTiles<acc_t>::kWarps * 32) attention_backw
   const Rows<const T> kh = k.head(qt.bh, H), vh = v.head(qt.bh, H);
   const A* qrow = qt.stage_row(Qs, q.head(qt.bh, H), D, scale);
   const A* dorow = qt.stage_row(dOs, dout.head(qt.bh, H), Dv, A(1));
-  const A lse_i = qt.active ? static_cast<A>(lse[qt.bh * Tq + qt.i]) : A(0);
+  const A lse_i = qt.active ? lse[qt.bh * Tq + qt.i] : A(0);
   const A di_i = qt.active ? di[qt.bh * Tq + qt.i] : A(0);
   A* dsrow = dSs + qt.warp * kBc;
   A acc[kDimsPerLane] = {};
@@ -430,7 +432,7 @@ void forward_launch(const Tensor& q, const Tensor& k, const Tensor& v, double sc
   const int64_t q_tiles = tiles(Tq, AttnTiles<acc_t>::kWarps);
   launch("attention_forward_kernel", attention_forward_kernel<T, acc_t>, grid_of(BH, q_tiles),
          AttnTiles<acc_t>::kWarps * 32, smem, heads_of<const T>(op, q), heads_of<const T>(op, k),
-         heads_of<const T>(op, v), heads_of<T>(op, out), lse.data<T>(), H, Tq, Tk, D, Dv, static_cast<acc_t>(scale),
+         heads_of<const T>(op, v), heads_of<T>(op, out), lse.data<acc_t>(), H, Tq, Tk, D, Dv, static_cast<acc_t>(scale),
          causal, q_tiles);
 }
 
@@ -452,10 +454,10 @@ void backward_launch(const Tensor& dout, const Tensor& q, const Tensor& k, const
              " bytes of shared memory");
   const int64_t k_tiles = tiles(Tk, AttnTiles<acc_t>::kKeyWarps), q_tiles = tiles(Tq, AttnTiles<acc_t>::kWarps);
   launch("attention_backward_dkdv_kernel", attention_backward_dkdv_kernel<T, acc_t>, grid_of(BH, k_tiles),
-         AttnTiles<acc_t>::kKeyWarps * 32, smem_kv, dout_h, q_h, k_h, v_h, lse.data<T>(), di.data<acc_t>(),
+         AttnTiles<acc_t>::kKeyWarps * 32, smem_kv, dout_h, q_h, k_h, v_h, lse.data<acc_t>(), di.data<acc_t>(),
          heads_of<T>(op, dk), heads_of<T>(op, dv), H, Tq, Tk, D, Dv, s, causal, k_tiles);
   launch("attention_backward_dq_kernel", attention_backward_dq_kernel<T, acc_t>, grid_of(BH, q_tiles),
-         AttnTiles<acc_t>::kWarps * 32, smem_q, dout_h, q_h, k_h, v_h, lse.data<T>(), di.data<acc_t>(),
+         AttnTiles<acc_t>::kWarps * 32, smem_q, dout_h, q_h, k_h, v_h, lse.data<acc_t>(), di.data<acc_t>(),
          heads_of<T>(op, dq), H, Tq, Tk, D, Dv, s, causal, q_tiles);
 }
 
@@ -465,7 +467,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, double
                        const Tensor& out, const Tensor& lse) {
   check_heads("attention_forward", q.size(-1), v.size(-1));
   set_device(q.device());
-  REEL_DISPATCH_FLOATING(q.dtype(), "attention_forward", forward_launch<scalar_t, acc_t>(q, k, v, scale, causal, out, lse))
+  REEL_DISPATCH_FLOATING_AND_16(q.dtype(), "attention_forward", forward_launch<scalar_t, acc_t>(q, k, v, scale, causal, out, lse))
 }
 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -473,7 +475,7 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
                         const Tensor& dv) {
   check_heads("attention_backward", q.size(-1), v.size(-1));
   set_device(q.device());
-  REEL_DISPATCH_FLOATING(q.dtype(), "attention_backward",
+  REEL_DISPATCH_FLOATING_AND_16(q.dtype(), "attention_backward",
                          backward_launch<scalar_t, acc_t>(dout, q, k, v, out, lse, scale, causal, dq, dk, dv))
 }
 

@@ -3,7 +3,9 @@
 // REEL_HAVE_CUDNN), the emulated one of kernels/simt/cudnn_emu.cpp in the host build.
 //
 // Per call: descriptors for x, w, y (NCHW, fully packed; FMA math, so f32 stays f32 and is never
-// rounded to TF32 on tensor cores), the algorithm from cudnnGet*Algorithm_v7: the first one that
+// rounded to TF32 on tensor cores; bf16 and f16 data with an f32 compute type: f32 sums, each output
+// rounded once, the bias of a 16-bit forward put in y first and added inside the convolution's
+// beta = 1 blend so that y is rounded once, not twice), the algorithm from cudnnGet*Algorithm_v7: the first one that
 // runs AND is deterministic (cuDNN's atomics-based backward algorithms are not: reel promises the
 // same bits run to run), its workspace from reel's caching allocator as a Temporary (the memory
 // report and timeline show it; it is freed, to the cache, when the call returns, and every call
@@ -54,7 +56,7 @@ struct ConvDesc {
       REEL_CUDNN(cudnnSetConvolution2dDescriptor, ctx, d, cudnn_int(p.padding[0], kOp, ctx),
                  cudnn_int(p.padding[1], kOp, ctx), cudnn_int(p.stride[0], kOp, ctx), cudnn_int(p.stride[1], kOp, ctx),
                  cudnn_int(p.dilation[0], kOp, ctx), cudnn_int(p.dilation[1], kOp, ctx), CUDNN_CROSS_CORRELATION,
-                 cudnn_data_type(t));
+                 cudnn_compute_type(t));
       REEL_CUDNN(cudnnSetConvolutionGroupCount, ctx, d, cudnn_int(p.groups, kOp, ctx));
       REEL_CUDNN(cudnnSetConvolutionMathType, ctx, d, CUDNN_FMA_MATH);
     } catch (...) {
@@ -158,8 +160,20 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Con
   set_device(x.device());
   const Conv c(x.shape(), w.shape(), y.shape(), x.dtype(), p);
   const Plan<ForwardPass> plan(c, x.device());
-  REEL_DISPATCH_FLOATING(x.dtype(), "conv2d_forward", {
-    const acc_t one = 1, zero = 0;  // cuDNN blend factors: acc_t (float for float data, double for double); beta = 0: y is written, never read
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "conv2d_forward", {
+    // cuDNN blend factors: acc_t (float for float and 16-bit data, double for double).
+    const acc_t one = 1, zero = 0;
+    if (is_16bit_floating(x.dtype()) && b.defined()) {
+      // y = b broadcast (exact), then y = conv + 1 * y: the bias joins the f32 sum and each y is
+      // rounded once (conv first, then cudnnAddTensor, would round y twice).
+      const CudnnTensorDesc bias({1, b.size(0), 1, 1}, b.dtype(), kOp, c.ctx);
+      REEL_CUDNN(cudnnAddTensor, c.ctx, cudnn_handle(), &one, bias.d, b.data<scalar_t>(), &zero, c.y.d,
+                 y.data<scalar_t>());
+      REEL_CUDNN(cudnnConvolutionForward, c.ctx, cudnn_handle(), &one, c.x.d, x.data<scalar_t>(), c.w.d,
+                 w.data<scalar_t>(), c.conv.d, plan.algo, plan.data(), plan.bytes, &one, c.y.d, y.data<scalar_t>());
+      return;
+    }
+    // beta = 0: y is written, never read
     REEL_CUDNN(cudnnConvolutionForward, c.ctx, cudnn_handle(), &one, c.x.d, x.data<scalar_t>(), c.w.d,
                w.data<scalar_t>(), c.conv.d, plan.algo, plan.data(), plan.bytes, &zero, c.y.d, y.data<scalar_t>());
     if (b.defined()) {  // y += b, broadcast from (1, C_out, 1, 1)
@@ -174,7 +188,7 @@ void conv2d_backward_input(const Tensor& dy, const Tensor& w, const Conv2d& p, c
   set_device(dy.device());
   const Conv c(dx.shape(), w.shape(), dy.shape(), dy.dtype(), p);
   const Plan<BackwardDataPass> plan(c, dy.device());
-  REEL_DISPATCH_FLOATING(dy.dtype(), "conv2d_backward_input", {
+  REEL_DISPATCH_FLOATING_AND_16(dy.dtype(), "conv2d_backward_input", {
     const acc_t one = 1, zero = 0;
     REEL_CUDNN(cudnnConvolutionBackwardData, c.ctx, cudnn_handle(), &one, c.w.d, w.data<scalar_t>(), c.y.d,
                dy.data<scalar_t>(), c.conv.d, plan.algo, plan.data(), plan.bytes, &zero, c.x.d, dx.data<scalar_t>());
@@ -185,7 +199,7 @@ void conv2d_backward_weight(const Tensor& dy, const Tensor& x, const Conv2d& p, 
   set_device(dy.device());
   const Conv c(x.shape(), dw.shape(), dy.shape(), dy.dtype(), p);
   const Plan<BackwardFilterPass> plan(c, dy.device());
-  REEL_DISPATCH_FLOATING(dy.dtype(), "conv2d_backward_weight", {
+  REEL_DISPATCH_FLOATING_AND_16(dy.dtype(), "conv2d_backward_weight", {
     const acc_t one = 1, zero = 0;
     REEL_CUDNN(cudnnConvolutionBackwardFilter, c.ctx, cudnn_handle(), &one, c.x.d, x.data<scalar_t>(), c.y.d,
                dy.data<scalar_t>(), c.conv.d, plan.algo, plan.data(), plan.bytes, &zero, c.w.d, dw.data<scalar_t>());
@@ -196,7 +210,7 @@ void conv2d_backward_bias(const Tensor& dy, const Tensor& db) {
   set_device(dy.device());
   const std::string ctx = "dy " + shape_str(dy.shape()) + " " + dtype_name(dy.dtype());
   const CudnnTensorDesc g(dy.shape(), dy.dtype(), kOp, ctx), bias({1, db.size(0), 1, 1}, db.dtype(), kOp, ctx);
-  REEL_DISPATCH_FLOATING(dy.dtype(), "conv2d_backward_bias", {
+  REEL_DISPATCH_FLOATING_AND_16(dy.dtype(), "conv2d_backward_bias", {
     const acc_t one = 1, zero = 0;
     REEL_CUDNN(cudnnConvolutionBackwardBias, ctx, cudnn_handle(), &one, g.d, dy.data<scalar_t>(), &zero, bias.d,
                db.data<scalar_t>());

@@ -27,7 +27,18 @@ void check_cudnn(cudnnStatus_t status, const char* call, const std::string& cont
 // tensors and their kernels may outlive main.
 cudnnHandle_t cudnn_handle();
 
-inline cudnnDataType_t cudnn_data_type(DType t) { return t == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT; }
+// cuDNN's data type of a floating dtype, and the compute type reel asks for with it: the data type
+// for f32 and f64, FLOAT for bf16 and f16 (cuDNN's PSEUDO_BFLOAT16 / PSEUDO_HALF configurations:
+// 16-bit data, f32 sums, one rounding of each output).
+inline cudnnDataType_t cudnn_data_type(DType t) {
+  switch (t) {
+    case DType::f64: return CUDNN_DATA_DOUBLE;
+    case DType::bf16: return CUDNN_DATA_BFLOAT16;
+    case DType::f16: return CUDNN_DATA_HALF;
+    default: return CUDNN_DATA_FLOAT;
+  }
+}
+inline cudnnDataType_t cudnn_compute_type(DType t) { return t == DType::f64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT; }
 
 // v as cuDNN's int, or reel::Error "<op> on cuda: <v> exceeds cuDNN's int range (<context>)".
 int cudnn_int(int64_t v, const char* op, const std::string& context);

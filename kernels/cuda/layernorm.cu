@@ -4,7 +4,9 @@
 // same warp (mean, variance, normalise), so after the first sweep it comes from L1: memory sees
 // one read of x and one write of y. The variance is the two-pass sum of (x - mean)^2, and the
 // mean sums x - x[0] (as the CPU does): a row far from 0 keeps the low digits of its mean. The
-// row's mean and rstd are saved for backward, which then never recomputes them.
+// row's mean and rstd are saved for backward, which then never recomputes them; they are the
+// dispatch's acc_t (f32 for bf16 and f16 x), the elementwise math too, and each y, dx, dw, db is
+// rounded once to T.
 //
 // Backward fuses dx with the weight/bias gradients, with no float atomics. Rows are cut into
 // fixed chunks (their size depends on R only, never on the device), one 256-thread block per
@@ -50,7 +52,7 @@ int64_t rows_per_chunk(int64_t R) { return std::min<int64_t>(512, std::max<int64
 // Warp per row. x, y: (R, C); w, b: (C); mean, rstd: (R). kLayerNorm false: RMSNorm (no b, no
 // mean; rstd from mean(x^2)).
 template <typename T, typename acc_t, bool kLayerNorm>
-__global__ void __launch_bounds__(kRowsPerBlock * 32) norm_forward_kernel(const T* x, const T* w, const T* b, acc_t eps, T* y, T* mean, T* rstd, int64_t R,
+__global__ void __launch_bounds__(kRowsPerBlock * 32) norm_forward_kernel(const T* x, const T* w, const T* b, acc_t eps, T* y, acc_t* mean, acc_t* rstd, int64_t R,
                                     int64_t C) {
   using std::sqrt;
   const int lane = threadIdx.x & 31;
@@ -73,8 +75,8 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32) norm_forward_kernel(const 
       yr[c] = static_cast<T>(kLayerNorm ? (acc_t(xr[c]) - m) * rs * acc_t(w[c]) + acc_t(b[c])
                                         : acc_t(xr[c]) * rs * acc_t(w[c]));
     if (lane == 0) {
-      if (kLayerNorm) mean[row] = static_cast<T>(m);
-      rstd[row] = static_cast<T>(rs);
+      if (kLayerNorm) mean[row] = m;
+      rstd[row] = rs;
     }
   }
 }
@@ -83,7 +85,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32) norm_forward_kernel(const 
 // rstd: (R) (mean unused for RMSNorm); partial: (params, chunks, C) double, params = 2 (dw, db)
 // for LayerNorm, 1 for RMSNorm. Dynamic shared memory: 2 * rows acc_t.
 template <typename T, typename acc_t, bool kLayerNorm>
-__global__ void __launch_bounds__(kBackThreads) norm_backward_kernel(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
+__global__ void __launch_bounds__(kBackThreads) norm_backward_kernel(const T* dy, const T* x, const T* w, const acc_t* mean, const acc_t* rstd, T* dx,
                                      double* partial, int64_t R, int64_t C, int64_t rows) {
   SIMT_DYNAMIC_SHARED(acc_t, smem);
   acc_t* row_a = smem;         // (rows) mean(dxhat), LayerNorm only
@@ -150,7 +152,7 @@ constexpr int kGroupThreads = 256;
 // Block per (sample, group) ng (a block-uniform loop); x, y: (N*G, M) with M = Cg * S; w, b: (C);
 // mean, rstd: (N*G).
 template <typename T, typename acc_t>
-__global__ void __launch_bounds__(kGroupThreads) group_norm_forward_kernel(const T* x, const T* w, const T* b, acc_t eps, T* y, T* mean, T* rstd,
+__global__ void __launch_bounds__(kGroupThreads) group_norm_forward_kernel(const T* x, const T* w, const T* b, acc_t eps, T* y, acc_t* mean, acc_t* rstd,
                                           int64_t NG, int64_t G, int64_t Cg, int64_t S) {
   using std::sqrt;
   __shared__ acc_t scratch[32];
@@ -171,8 +173,8 @@ __global__ void __launch_bounds__(kGroupThreads) group_norm_forward_kernel(const
       yr[i] = static_cast<T>((acc_t(xr[i]) - m) * rs * acc_t(w[c]) + acc_t(b[c]));
     }
     if (threadIdx.x == 0) {
-      mean[ng] = static_cast<T>(m);
-      rstd[ng] = static_cast<T>(rs);
+      mean[ng] = m;
+      rstd[ng] = rs;
     }
   }
 }
@@ -180,7 +182,7 @@ __global__ void __launch_bounds__(kGroupThreads) group_norm_forward_kernel(const
 // Block per (sample, group) ng. dy, x, dx: (N*G, M); w: (C); mean, rstd: (N*G); partial: (2, N, C)
 // double, the per-sample channel sums of dy * xhat (slab 0) and dy (slab 1).
 template <typename T, typename acc_t>
-__global__ void __launch_bounds__(kGroupThreads) group_norm_backward_kernel(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, T* dx,
+__global__ void __launch_bounds__(kGroupThreads) group_norm_backward_kernel(const T* dy, const T* x, const T* w, const acc_t* mean, const acc_t* rstd, T* dx,
                                            double* partial, int64_t NG, int64_t G, int64_t Cg, int64_t S) {
   __shared__ acc_t scratch[32];
   __shared__ double scratch_d[32];
@@ -226,7 +228,7 @@ void forward_launch(const Tensor& x, const Tensor& w, const Tensor& b, double ep
   const unsigned grid = grid_for(R, kRowsPerBlock);
   launch(kLayerNorm ? "layernorm_forward_kernel" : "rmsnorm_forward_kernel", norm_forward_kernel<T, acc_t, kLayerNorm>,
          grid, kRowsPerBlock * 32, 0, x.data<T>(), w.data<T>(), kLayerNorm ? b.data<T>() : nullptr,
-         static_cast<acc_t>(eps), y.data<T>(), kLayerNorm ? mean.data<T>() : nullptr, rstd.data<T>(), R, C);
+         static_cast<acc_t>(eps), y.data<T>(), kLayerNorm ? mean.data<acc_t>() : nullptr, rstd.data<acc_t>(), R, C);
 }
 
 template <typename T, typename acc_t, bool kLayerNorm>
@@ -239,7 +241,7 @@ void backward_launch(const Tensor& dy, const Tensor& x, const Tensor& w, const T
   const Tensor partial = empty({params, chunks, C}, DType::f64, x.device());
   launch(kLayerNorm ? "layernorm_backward_kernel" : "rmsnorm_backward_kernel", norm_backward_kernel<T, acc_t, kLayerNorm>,
          dim3(static_cast<unsigned>(chunks)), kBackThreads, 2 * rows * sizeof(acc_t), dy.data<T>(), x.data<T>(),
-         w.data<T>(), kLayerNorm ? mean.data<T>() : nullptr, rstd.data<T>(), dx.data<T>(), partial.data<double>(), R,
+         w.data<T>(), kLayerNorm ? mean.data<acc_t>() : nullptr, rstd.data<acc_t>(), dx.data<T>(), partial.data<double>(), R,
          C, rows);
   launch("norm_params_kernel", norm_params_kernel<T>, dim3(grid_for(C, kThreads), params), kThreads, 0,
          partial.data<double>(), dw.data<T>(), kLayerNorm ? db.data<T>() : nullptr, chunks, C);
@@ -250,26 +252,26 @@ void backward_launch(const Tensor& dy, const Tensor& x, const Tensor& w, const T
 void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double eps, const Tensor& y,
                        const Tensor& mean, const Tensor& rstd) {
   set_device(x.device());
-  REEL_DISPATCH_FLOATING(x.dtype(), "layernorm_forward", forward_launch<scalar_t, acc_t, true>(x, w, b, eps, y, mean, rstd))
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "layernorm_forward", forward_launch<scalar_t, acc_t, true>(x, w, b, eps, y, mean, rstd))
 }
 
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                         const Tensor& dx, const Tensor& dw, const Tensor& db) {
   set_device(x.device());
-  REEL_DISPATCH_FLOATING(x.dtype(), "layernorm_backward",
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "layernorm_backward",
                          backward_launch<scalar_t, acc_t, true>(dy, x, w, mean, rstd, dx, dw, db))
 }
 
 void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, const Tensor& y, const Tensor& rstd) {
   set_device(x.device());
-  REEL_DISPATCH_FLOATING(x.dtype(), "rmsnorm_forward",
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "rmsnorm_forward",
                          forward_launch<scalar_t, acc_t, false>(x, w, Tensor(), eps, y, Tensor(), rstd))
 }
 
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dx,
                       const Tensor& dw) {
   set_device(x.device());
-  REEL_DISPATCH_FLOATING(x.dtype(), "rmsnorm_backward",
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "rmsnorm_backward",
                          backward_launch<scalar_t, acc_t, false>(dy, x, w, Tensor(), rstd, dx, dw, Tensor()))
 }
 
@@ -280,7 +282,7 @@ void group_norm_forward_launch(const Tensor& x, const Tensor& w, const Tensor& b
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
   const unsigned grid = grid_for(N * G * kGroupThreads, kGroupThreads);  // a block per (sample, group), capped
   launch("group_norm_forward_kernel", group_norm_forward_kernel<T, acc_t>, grid, kGroupThreads, 0, x.data<T>(),
-         w.data<T>(), b.data<T>(), static_cast<acc_t>(eps), y.data<T>(), mean.data<T>(), rstd.data<T>(), N * G, G, C / G,
+         w.data<T>(), b.data<T>(), static_cast<acc_t>(eps), y.data<T>(), mean.data<acc_t>(), rstd.data<acc_t>(), N * G, G, C / G,
          S);
 }
 
@@ -291,7 +293,7 @@ void group_norm_backward_launch(const Tensor& dy, const Tensor& x, const Tensor&
   const Tensor partial = empty({2, N, C}, DType::f64, x.device());  // (dw, db) per sample and channel
   const unsigned grid = grid_for(N * G * kGroupThreads, kGroupThreads);
   launch("group_norm_backward_kernel", group_norm_backward_kernel<T, acc_t>, grid, kGroupThreads, 0, dy.data<T>(),
-         x.data<T>(), w.data<T>(), mean.data<T>(), rstd.data<T>(), dx.data<T>(), partial.data<double>(), N * G, G,
+         x.data<T>(), w.data<T>(), mean.data<acc_t>(), rstd.data<acc_t>(), dx.data<T>(), partial.data<double>(), N * G, G,
          C / G, S);
   launch("norm_params_kernel", norm_params_kernel<T>, dim3(grid_for(C, kThreads), 2), kThreads, 0,
          partial.data<double>(), dw.data<T>(), db.data<T>(), N, C);
@@ -301,14 +303,14 @@ void group_norm_backward_launch(const Tensor& dy, const Tensor& x, const Tensor&
 void group_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, int64_t groups, double eps, const Tensor& y,
                         const Tensor& mean, const Tensor& rstd) {
   set_device(x.device());
-  REEL_DISPATCH_FLOATING(x.dtype(), "group_norm_forward",
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "group_norm_forward",
                          group_norm_forward_launch<scalar_t, acc_t>(x, w, b, groups, eps, y, mean, rstd))
 }
 
 void group_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                          int64_t groups, const Tensor& dx, const Tensor& dw, const Tensor& db) {
   set_device(x.device());
-  REEL_DISPATCH_FLOATING(x.dtype(), "group_norm_backward",
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "group_norm_backward",
                          group_norm_backward_launch<scalar_t, acc_t>(dy, x, w, mean, rstd, groups, dx, dw, db))
 }
 

@@ -31,7 +31,9 @@
 // (kernels/cpu/pool.cpp) do. Overlapping windows need no atomics and the adds have one order:
 // the same bits in every run, every scheduling order, and as the CPU backend. Window sums and
 // gathered gradients accumulate in the dispatch's acc_t and are stored as T once (no conversion
-// for f32 and f64, where acc_t is T).
+// for f32 and f64, where acc_t is T). bf16 and f16 always run reel's kernels (avg pooling too, not
+// cuDNN): loads widen to f32, a window's sum or gathered gradient is f32, rounded once on store
+// (a max is one of the inputs: no rounding at all).
 #include <climits>
 #include <cmath>
 #include <string>
@@ -198,6 +200,8 @@ std::string pair_str(const std::array<int64_t, 2>& a) {
 // (backward false): y = pool(x). Backward: x is dx's buffer (out), y is dy, dx = pool^T(dy).
 bool cudnn_avg_pool(const Tensor& x, const Pool2d& p, const Tensor& y, const Tensor& dx, bool backward) {
   const int64_t P = x.size(0), H = x.size(1), W = x.size(2), OH = y.size(1), OW = y.size(2);
+  // bf16 and f16 run reel's kernels: kernels/cuda/cudnn_common.h describes f32 and f64 data only.
+  if (is_16bit_floating(x.dtype())) return false;
   if (p.dilation[0] != 1 || p.dilation[1] != 1 || P * H * W > INT_MAX || P * OH * OW > INT_MAX) return false;
   const char* op = backward ? "avg_pool2d_backward" : "avg_pool2d_forward";
   const std::string ctx = std::string(backward ? "dx " : "x ") + shape_str(x.shape()) + (backward ? " dy " : " y ") +
@@ -232,7 +236,7 @@ bool cudnn_avg_pool(const Tensor& x, const Pool2d& p, const Tensor& y, const Ten
 void max_pool2d_forward(const Tensor& x, const Pool2d& p, const Tensor& y, const Tensor& indices) {
   const int64_t P = x.size(0), H = x.size(1), W = x.size(2), OH = y.size(1), OW = y.size(2);
   set_device(x.device());
-  REEL_DISPATCH_FLOATING(x.dtype(), "max_pool2d_forward",
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "max_pool2d_forward",
                          launch("max_pool2d_forward_kernel", max_pool2d_forward_kernel<scalar_t>,
                                 grid_for(P * OH * OW, kThreads), kThreads, 0, x.data<scalar_t>(), y.data<scalar_t>(),
                                 indices.data<int64_t>(), P, H, W, OH, OW, axis_of(p, 0), axis_of(p, 1)))
@@ -241,7 +245,7 @@ void max_pool2d_forward(const Tensor& x, const Pool2d& p, const Tensor& y, const
 void max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Pool2d& p, const Tensor& dx) {
   const int64_t P = dx.size(0), H = dx.size(1), W = dx.size(2), OH = dy.size(1), OW = dy.size(2);
   set_device(dy.device());
-  REEL_DISPATCH_FLOATING(dy.dtype(), "max_pool2d_backward",
+  REEL_DISPATCH_FLOATING_AND_16(dy.dtype(), "max_pool2d_backward",
                          launch("max_pool2d_backward_kernel", pool2d_backward_kernel<scalar_t, acc_t, MaxTake<scalar_t, acc_t>>,
                                 grid_for(P * H * W, kThreads), kThreads, 0,
                                 MaxTake<scalar_t, acc_t>{dy.data<scalar_t>(), indices.data<int64_t>()},
@@ -254,7 +258,7 @@ void avg_pool2d_forward(const Tensor& x, const Pool2d& p, const Tensor& y) {
 #if REEL_HAS_CUDNN
   if (cudnn_avg_pool(x, p, y, Tensor(), false)) return;
 #endif
-  REEL_DISPATCH_FLOATING(x.dtype(), "avg_pool2d_forward",
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "avg_pool2d_forward",
                          launch("avg_pool2d_forward_kernel", avg_pool2d_forward_kernel<scalar_t, acc_t>,
                                 grid_for(P * OH * OW, kThreads), kThreads, 0, x.data<scalar_t>(), y.data<scalar_t>(),
                                 P, H, W, OH, OW, axis_of(p, 0), axis_of(p, 1), p.count_include_pad))
@@ -266,7 +270,7 @@ void avg_pool2d_backward(const Tensor& dy, const Pool2d& p, const Tensor& dx) {
 #if REEL_HAS_CUDNN
   if (cudnn_avg_pool(dx, p, dy, dx, true)) return;
 #endif
-  REEL_DISPATCH_FLOATING(dy.dtype(), "avg_pool2d_backward",
+  REEL_DISPATCH_FLOATING_AND_16(dy.dtype(), "avg_pool2d_backward",
                          launch("avg_pool2d_backward_kernel", pool2d_backward_kernel<scalar_t, acc_t, AvgTake<scalar_t, acc_t>>,
                                 grid_for(P * H * W, kThreads), kThreads, 0,
                                 AvgTake<scalar_t, acc_t>{dy.data<scalar_t>(), axis_of(p, 0), axis_of(p, 1), H, W,

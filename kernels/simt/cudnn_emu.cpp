@@ -12,7 +12,10 @@
 //   backward filter: ALGO_1 (a sum per dw element, no workspace), ALGO_0 (labelled
 //                    non-deterministic, as in cuDNN)
 // every other algorithm is listed after them with CUDNN_STATUS_NOT_SUPPORTED. Sums run in the
-// data type (float for FLOAT, as cuDNN's FMA math), in a fixed order.
+// data type (float for FLOAT, as cuDNN's FMA math), in a fixed order. HALF and BFLOAT16 data take a
+// FLOAT compute type (cuDNN's pseudo-half configurations): the calls widen their 16-bit operands
+// (and an output that beta != 0 reads) to float exactly, run the float computation with float
+// alpha and beta, and round each output once to the data type (to nearest even).
 #include <Eigen/Core>
 
 #include <algorithm>
@@ -24,7 +27,28 @@ namespace {
 
 using cudnn_emu::blend;
 using cudnn_emu::read_scalar;
+using cudnn_emu::descriptor_type;
+using cudnn_emu::is_16bit;
 using cudnn_emu::supported_type;
+
+// Runs run(zero, a, b, out) with zero a double or a float (the compute type) and a, b, out the
+// operands as that type: as they are for DOUBLE and FLOAT data; for 16-bit data float copies of
+// a (na values) and b (nb; b may be null), and of out (nout) where beta != 0 reads it, whose
+// results are then rounded once into out.
+template <class Run>
+void on_data(cudnnDataType_t t, const void* beta, const void* a, size_t na, const void* b, size_t nb, void* out,
+             size_t nout, Run run) {
+  if (t == CUDNN_DATA_DOUBLE) {
+    run(0.0, static_cast<const double*>(a), static_cast<const double*>(b), static_cast<double*>(out));
+  } else if (is_16bit(t)) {
+    const std::vector<float> af = cudnn_emu::widened(t, a, na), bf = cudnn_emu::widened(t, b, b ? nb : 0);
+    std::vector<float> of = cudnn_emu::widened(t, read_scalar<float>(beta) == 0.0f ? nullptr : out, nout);
+    run(0.0f, af.data(), b ? bf.data() : nullptr, of.data());
+    cudnn_emu::narrowed(t, of, out);
+  } else {
+    run(0.0f, static_cast<const float*>(a), static_cast<const float*>(b), static_cast<float*>(out));
+  }
+}
 
 // One convolution's sizes, from descriptors checked against each other.
 struct Geom {
@@ -71,7 +95,8 @@ cudnnStatus_t check(const cudnnTensorStruct* x, const cudnnFilterStruct* w, cons
   if (!y->set || y->n != dims[0] || y->c != dims[1] || y->h != dims[2] || y->w != dims[3])
     return CUDNN_STATUS_BAD_PARAM;
   if (x->type != w->type || x->type != y->type) return CUDNN_STATUS_BAD_PARAM;
-  if (!supported_type(x->type) || conv->compute != x->type) return CUDNN_STATUS_NOT_SUPPORTED;
+  const bool ok = supported_type(x->type) ? conv->compute == x->type : is_16bit(x->type) && conv->compute == CUDNN_DATA_FLOAT;
+  if (!ok) return CUDNN_STATUS_NOT_SUPPORTED;
   g = Geom{x->n, x->c, x->h, x->w, w->k, w->c, w->h, w->w, dims[2], dims[3], conv->groups, w->k / conv->groups,
            {conv->pad[0], conv->pad[1]}, {conv->stride[0], conv->stride[1]}, {conv->dilation[0], conv->dilation[1]},
            conv->mode == CUDNN_CONVOLUTION, x->type};
@@ -80,6 +105,15 @@ cudnnStatus_t check(const cudnnTensorStruct* x, const cudnnFilterStruct* w, cons
 
 // The forward GEMM algorithm's workspace: one sample and group's im2col matrix (Cg * R * S, OH * OW).
 size_t gemm_workspace(const Geom& g) { return static_cast<size_t>(g.Cg * g.R * g.S * g.OH * g.OW) * g.elem(); }
+
+// The element counts of x, w and y.
+struct Sizes {
+  size_t x, w, y;
+};
+Sizes sizes(const Geom& g) {
+  return {static_cast<size_t>(g.N * g.C * g.H * g.W), static_cast<size_t>(g.K * g.Cg * g.R * g.S),
+          static_cast<size_t>(g.N * g.K * g.OH * g.OW)};
+}
 
 // ---- forward ----------------------------------------------------------------------------------
 
@@ -302,7 +336,7 @@ cudnnStatus_t cudnnSetTensor4dDescriptor(cudnnTensorDescriptor_t desc, cudnnTens
   if (!desc) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
   if (n <= 0 || c <= 0 || h <= 0 || w <= 0) return CUDNN_STATUS_BAD_PARAM;
   if (format != CUDNN_TENSOR_NCHW && format != CUDNN_TENSOR_NHWC) return CUDNN_STATUS_BAD_PARAM;
-  if (format != CUDNN_TENSOR_NCHW || !supported_type(dataType)) return CUDNN_STATUS_NOT_SUPPORTED;
+  if (format != CUDNN_TENSOR_NCHW || !descriptor_type(dataType)) return CUDNN_STATUS_NOT_SUPPORTED;
   *desc = cudnnTensorStruct{true, dataType, n, c, h, w};
   return CUDNN_STATUS_SUCCESS;
 }
@@ -321,7 +355,7 @@ cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t desc, cudnnData
   if (!desc) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
   if (k <= 0 || c <= 0 || h <= 0 || w <= 0) return CUDNN_STATUS_BAD_PARAM;
   if (format != CUDNN_TENSOR_NCHW && format != CUDNN_TENSOR_NHWC) return CUDNN_STATUS_BAD_PARAM;
-  if (format != CUDNN_TENSOR_NCHW || !supported_type(dataType)) return CUDNN_STATUS_NOT_SUPPORTED;
+  if (format != CUDNN_TENSOR_NCHW || !descriptor_type(dataType)) return CUDNN_STATUS_NOT_SUPPORTED;
   *desc = cudnnFilterStruct{true, dataType, k, c, h, w};
   return CUDNN_STATUS_SUCCESS;
 }
@@ -495,17 +529,14 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha, c
   size_t need = 0;
   if (!fwd_workspace(g, algo, need)) return CUDNN_STATUS_NOT_SUPPORTED;
   if (!workspace_ok(workSpace, workSpaceSizeInBytes, need)) return CUDNN_STATUS_BAD_PARAM;
-  auto run = [&](auto zero) {
+  on_data(g.type, beta, x, sizes(g).x, w, sizes(g).w, y, sizes(g).y, [&](auto zero, auto xp, auto wp, auto yp) {
     using T = decltype(zero);
     const T a = read_scalar<T>(alpha), b = read_scalar<T>(beta);
     if (algo == CUDNN_CONVOLUTION_FWD_ALGO_GEMM)
-      forward_gemm(g, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y), a, b,
-                   static_cast<T*>(workSpace));
+      forward_gemm(g, xp, wp, yp, a, b, static_cast<T*>(workSpace));
     else
-      forward_direct(g, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y), a, b);
-  };
-  if (g.type == CUDNN_DATA_DOUBLE) run(0.0);
-  else run(0.0f);
+      forward_direct(g, xp, wp, yp, a, b);
+  });
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -524,13 +555,10 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alp
   if (!in_range(algo, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT)) return CUDNN_STATUS_BAD_PARAM;
   if (!listed(kDataAlgos, algo)) return CUDNN_STATUS_NOT_SUPPORTED;
   (void)workSpace, (void)workSpaceSizeInBytes;  // neither algorithm needs one
-  auto run = [&](auto zero) {
+  on_data(g.type, beta, w, sizes(g).w, dy, sizes(g).y, dx, sizes(g).x, [&](auto zero, auto wp, auto dyp, auto dxp) {
     using T = decltype(zero);
-    backward_data(g, static_cast<const T*>(w), static_cast<const T*>(dy), static_cast<T*>(dx), read_scalar<T>(alpha),
-                  read_scalar<T>(beta));
-  };
-  if (g.type == CUDNN_DATA_DOUBLE) run(0.0);
-  else run(0.0f);
+    backward_data(g, wp, dyp, dxp, read_scalar<T>(alpha), read_scalar<T>(beta));
+  });
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -549,13 +577,10 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* a
   if (!in_range(algo, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT)) return CUDNN_STATUS_BAD_PARAM;
   if (!listed(kFilterAlgos, algo)) return CUDNN_STATUS_NOT_SUPPORTED;
   (void)workSpace, (void)workSpaceSizeInBytes;
-  auto run = [&](auto zero) {
+  on_data(g.type, beta, x, sizes(g).x, dy, sizes(g).y, dw, sizes(g).w, [&](auto zero, auto xp, auto dyp, auto dwp) {
     using T = decltype(zero);
-    backward_filter(g, static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dw),
-                    read_scalar<T>(alpha), read_scalar<T>(beta));
-  };
-  if (g.type == CUDNN_DATA_DOUBLE) run(0.0);
-  else run(0.0f);
+    backward_filter(g, xp, dyp, dwp, read_scalar<T>(alpha), read_scalar<T>(beta));
+  });
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -567,19 +592,16 @@ cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t handle, const void* alp
   if (!dyDesc->set || !dbDesc->set || dyDesc->type != dbDesc->type) return CUDNN_STATUS_BAD_PARAM;
   if (dbDesc->n != 1 || dbDesc->c != dyDesc->c || dbDesc->h != 1 || dbDesc->w != 1) return CUDNN_STATUS_BAD_PARAM;
   const int64_t N = dyDesc->n, C = dyDesc->c, L = int64_t{dyDesc->h} * dyDesc->w;
-  auto run = [&](auto zero) {
+  const size_t ndy = static_cast<size_t>(N * C * L), ndb = static_cast<size_t>(C);
+  on_data(dyDesc->type, beta, dy, ndy, nullptr, 0, db, ndb, [&](auto zero, auto g, auto, auto out) {
     using T = decltype(zero);
-    const T* g = static_cast<const T*>(dy);
-    T* out = static_cast<T*>(db);
     for (int64_t c = 0; c < C; ++c) {
       T acc = 0;
       for (int64_t n = 0; n < N; ++n)
         for (int64_t l = 0; l < L; ++l) acc += g[(n * C + c) * L + l];
       blend(out[c], acc, read_scalar<T>(alpha), read_scalar<T>(beta));
     }
-  };
-  if (dyDesc->type == CUDNN_DATA_DOUBLE) run(0.0);
-  else run(0.0f);
+  });
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -591,10 +613,9 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void* alpha, const cudn
   const int a[4] = {aDesc->n, aDesc->c, aDesc->h, aDesc->w}, c[4] = {cDesc->n, cDesc->c, cDesc->h, cDesc->w};
   for (int i = 0; i < 4; ++i)
     if (a[i] != 1 && a[i] != c[i]) return CUDNN_STATUS_BAD_PARAM;
-  auto run = [&](auto zero) {
+  const size_t na = static_cast<size_t>(a[0]) * a[1] * a[2] * a[3], nc = static_cast<size_t>(c[0]) * c[1] * c[2] * c[3];
+  on_data(cDesc->type, beta, A, na, nullptr, 0, C, nc, [&](auto zero, auto in, auto, auto out) {
     using T = decltype(zero);
-    const T* in = static_cast<const T*>(A);
-    T* out = static_cast<T*>(C);
     const T al = read_scalar<T>(alpha), be = read_scalar<T>(beta);
     for (int64_t n = 0; n < c[0]; ++n)
       for (int64_t ch = 0; ch < c[1]; ++ch)
@@ -606,8 +627,6 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void* alpha, const cudn
                                (a[3] == 1 ? 0 : w);
             blend(out[((n * c[1] + ch) * c[2] + h) * c[3] + w], in[ai], al, be);
           }
-  };
-  if (cDesc->type == CUDNN_DATA_DOUBLE) run(0.0);
-  else run(0.0f);
+  });
   return CUDNN_STATUS_SUCCESS;
 }

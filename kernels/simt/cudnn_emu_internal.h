@@ -1,9 +1,13 @@
 // kernels/simt/cudnn_emu_internal.h: what the emulated cuDNN's source files share (the emulated
 // build only): the descriptor structs behind cudnn.h's opaque handles and the scalar helpers every
-// call uses. cudnn_emu.cpp has the handle, tensor descriptors and convolution; each other family
-// (pooling, batch normalization) has a cudnn_emu_<family>.cpp of its own.
+// call uses, and the 16-bit conversions of the convolution calls. cudnn_emu.cpp has the handle,
+// tensor descriptors and convolution; each other family (pooling, batch normalization) has a
+// cudnn_emu_<family>.cpp of its own.
 #pragma once
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "cudnn.h"
 
@@ -41,7 +45,62 @@ inline void run_queued(cudnnHandle_t handle) {
   if (handle) simt::detail::before_host_work(handle->stream);
 }
 
+// The data types pooling and batch normalization compute in (their compute type is the data type).
 inline bool supported_type(cudnnDataType_t t) { return t == CUDNN_DATA_FLOAT || t == CUDNN_DATA_DOUBLE; }
+// The 16-bit data types: descriptors take them; the convolution calls and cudnnAddTensor run them
+// with FLOAT compute (cuDNN's PSEUDO_HALF / PSEUDO_BFLOAT16 configurations); pooling and batch
+// normalization answer CUDNN_STATUS_NOT_SUPPORTED.
+inline bool is_16bit(cudnnDataType_t t) { return t == CUDNN_DATA_HALF || t == CUDNN_DATA_BFLOAT16; }
+inline bool descriptor_type(cudnnDataType_t t) { return supported_type(t) || is_16bit(t); }
+
+// ---- 16-bit conversions ------------------------------------------------------------------------
+// Exact widening and round-to-nearest-even narrowing (NaN quieted, sign and top payload kept), of
+// the emulator's own, as cublas_emu.cpp has for GemmEx: the emulated libraries share no code with
+// reel's core/half.h, so the tests comparing cuda with cpu check one against the other.
+inline uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+inline float float_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+inline float widen16(cudnnDataType_t t, uint16_t h) {
+  if (t == CUDNN_DATA_BFLOAT16) return float_of(uint32_t{h} << 16);
+  const uint32_t sign = uint32_t{h & 0x8000u} << 16, exp = (h >> 10) & 0x1f, frac = h & 0x3ffu;
+  if (exp == 0) return std::copysign(std::ldexp(static_cast<float>(frac), -24), sign ? -1.0f : 1.0f);
+  if (exp == 31) return float_of(sign | 0x7f800000u | frac << 13);
+  return float_of(sign | (exp + 112) << 23 | frac << 13);
+}
+inline uint16_t narrow16(cudnnDataType_t t, float f) {
+  const uint32_t u = bits_of(f), a = u & 0x7fffffffu;
+  if (t == CUDNN_DATA_BFLOAT16) {
+    if (a > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+    return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // a carry into the exponent is right
+  }
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // NaN
+  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520: inf
+  if (a >= 0x38800000u) {  // a normal f16: rebias the exponent, round off 13 bits
+    const uint32_t r = a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u;
+    return static_cast<uint16_t>(sign | (r >> 13));
+  }
+  // A subnormal (or 0) in units of 2^-24, rounded to nearest even by rint.
+  return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::rint(std::ldexp(static_cast<double>(float_of(a)), 24))));
+}
+// n 16-bit values of type t widened to float; null (an output beta == 0 does not read): zeros.
+inline std::vector<float> widened(cudnnDataType_t t, const void* p, size_t n) {
+  std::vector<float> v(n, 0.0f);
+  if (p)
+    for (size_t i = 0; i < n; ++i) v[i] = widen16(t, static_cast<const uint16_t*>(p)[i]);
+  return v;
+}
+// Each float of v rounded once to the 16-bit type t, into p.
+inline void narrowed(cudnnDataType_t t, const std::vector<float>& v, void* p) {
+  for (size_t i = 0; i < v.size(); ++i) static_cast<uint16_t*>(p)[i] = narrow16(t, v[i]);
+}
 
 template <class T>
 T read_scalar(const void* p) {

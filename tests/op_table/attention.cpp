@@ -18,7 +18,29 @@ namespace {
 using namespace reel::testing;
 
 // The dtypes every row of this family runs in (rows that name their own keep them): one entry to add.
-const std::vector<DType> kDTypes = {DType::f32, DType::f64};
+// bf16 and f16: the fused kernels widen the 16-bit operands to f32, compute in f32 and round each of
+// out, dq, dk, dv once (lse stays f32); tolerances in with_16bit below.
+const std::vector<DType> kDTypes = {DType::f32, DType::f64, DType::bf16, DType::f16};
+// The tape rows need the elementwise and reduction families in 16 bits too (the runner's loss
+// sum(w * f(x)), attention_composed's softmax); they run in f32 and f64 until those are ported.
+const std::vector<DType> kTapeDTypes = {DType::f32, DType::f64};
+
+// Tolerances of the kernel rows at bf16 and f16 (u = 2^-8, 2^-11: half an ulp, relative). The
+// runner rounds the inputs to the dtype before the f64 reference sees them, so the forward's out
+// is off by its one rounding (u |ref|) plus the f32 computation (the f32 atol); lse is f32 and gets
+// the f32 tolerance. The backward reads out as rounded to 16 bits: Di = rowsum(dout * out) is off by
+// up to u sum |dout out| (about u Dv |dout| |v|, with |dout|, |v| <= 1 here), and every dS_ij by P_ij
+// times that, so dq (scale sum_j dS_ij K_j, |K| <= 2) and dk carry an absolute error of a few u
+// where the true gradient cancels to near 0: an atol of 8u (the rows' Dv <= 128 sums stay below it
+// as P sums to 1 over a row). dv = P^T dout does not read out: u |ref| plus the f32 atol. Against
+// the CPU (`device`), both sides round an f32 result once but from sums in another order, so one
+// ulp (2u relative) apart at most, plus the f32 atols.
+Tols with_16bit(Tols t, double u_atol_bf16, double u_atol_f16, bool device) {
+  const double k = device ? 2 : 1;
+  t.by_dtype.push_back({DType::bf16, Tol{k * 0x1p-8, k * u_atol_bf16}});
+  t.by_dtype.push_back({DType::f16, Tol{k * 0x1p-11, k * u_atol_f16}});
+  return t;
+}
 
 // ==== attention ====================================================================================
 
@@ -110,13 +132,15 @@ std::vector<OpCase> attention_cases() {
                      attention_backward(in[3], in[0], in[1], in[2], f.out, f.lse, c.scale, c.causal);
                  return Tensors{f.out, f.lse, b.dq, b.dk, b.dv};
                },
-               {tols(2e-5), tols(2e-5), tols(1e-4, 1e-11)});
+               {with_16bit(tols(2e-5), 2e-5, 2e-5, true), tols(2e-5),
+                with_16bit(tols(1e-4, 1e-11), 8 * 0x1p-8, 8 * 0x1p-11, true)});
     row.with_reference(
         [c](const Tensors& in) {
           const double scale = c.scale ? *c.scale : 1 / std::sqrt(static_cast<double>(c.q.back()));
           return attention_ref(in[0], in[1], in[2], in[3], scale, c.causal);
         },
-        {tols(3e-5, 1e-11)});
+        {with_16bit(tols(3e-5, 1e-11), 3e-5, 3e-5, false), tols(3e-5, 1e-11),
+         with_16bit(tols(3e-5, 1e-11), 8 * 0x1p-8, 8 * 0x1p-11, false)});
     if (c.fd) row.with_finite_diff({0, 3, {{0, 2}, {1, 3}, {2, 4}}});
     cases.push_back(row);
   }
@@ -148,6 +172,6 @@ std::vector<OpCase> attention_tape_cases() {
 }
 
 TEST_CASE("flash attention: T = 1, 7, 64, 129, D up to 128, causal and not") { run_cases(attention_cases(), kDTypes); }
-TEST_CASE("attention tape ops: fused, composed, frozen inputs") { run_cases(attention_tape_cases(), kDTypes); }
+TEST_CASE("attention tape ops: fused, composed, frozen inputs") { run_cases(attention_tape_cases(), kTapeDTypes); }
 }  // namespace
 }  // namespace reel::op_table

@@ -1,4 +1,5 @@
-// tests/op_table/conv.cpp: the op table's conv2d family. Tape rows: conv2d with padding, stride,
+// tests/op_table/conv.cpp: the op table's conv2d family. Kernel rows: forward and the input, weight
+// and bias backward in f32, f64, bf16 and f16 against the f64 run. Tape rows: conv2d with padding, stride,
 // dilation, groups (depthwise), 1x1, frozen inputs, against the same convolution composed from
 // padding (concat), strided slices and matmul.
 #include <vector>
@@ -14,7 +15,64 @@ namespace {
 using namespace reel::testing;
 
 // The dtypes every row of this family runs in (rows that name their own keep them): one entry to add.
-const std::vector<DType> kDTypes = {DType::f32, DType::f64};
+// bf16 and f16: the kernel rows (conv_kernel_cases); the tape rows need the elementwise and
+// reduction families in 16 bits too (the runner's loss sum(w * f(x)), the composed convolution) and
+// run in f32 and f64 until those are ported.
+const std::vector<DType> kDTypes = {DType::f32, DType::f64, DType::bf16, DType::f16};
+const std::vector<DType> kTapeDTypes = {DType::f32, DType::f64};
+
+// ==== kernel rows ==================================================================================
+
+// The kernel rows' tolerances (y, dx, dw, db), against the f64 run on the same rounded inputs
+// (precision) and cpu against cuda (device). f32: sums of at most a few hundred products of values
+// in [-1, 1] (dw: over the batch and the output plane), a few ulps of 2^-24 of the summed
+// magnitudes: 2e-5 absolute and relative. bf16 and f16: the products of 16-bit values are exact in
+// f32, so the same f32 sums, then one rounding to the type: half an ulp, a relative u = 2^-8 (bf16)
+// or 2^-11 (f16) more. cpu (oneDNN's 16-bit matmul or the f32 GEMM on widened values) and cuda (the
+// emulated cuDNN's float loops) sum in other orders, so their f32 sums may round to neighbouring
+// 16-bit values: one ulp, 2u.
+Tols conv_tols(bool device) {
+  const double k = device ? 2 : 1;
+  Tols t = tols(2e-5, 1e-12);
+  t.by_dtype.push_back({DType::bf16, Tol{k * 0x1p-8 + 2e-5, 2e-5}});
+  t.by_dtype.push_back({DType::f16, Tol{k * 0x1p-11 + 2e-5, 2e-5}});
+  return t;
+}
+
+std::vector<OpCase> conv_kernel_cases() {
+  using namespace kernels;
+  struct Config {
+    Shape x, w;
+    Conv2d p;
+    bool bias;
+  };
+  const std::vector<Config> configs = {
+      {{2, 3, 5, 4}, {4, 3, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1}, true},
+      {{2, 4, 7, 6}, {6, 2, 3, 2}, {{2, 2}, {1, 0}, {1, 2}, 2}, true},  // stride, dilation, groups
+      {{2, 3, 4, 4}, {5, 3, 1, 1}, {}, false},                          // 1x1: the col matrix is x
+      {{1, 3, 5, 5}, {3, 1, 3, 3}, {{1, 2}, {2, 2}, {1, 1}, 3}, true},  // depthwise
+  };
+  std::vector<OpCase> cases;
+  for (const Config& c : configs) {
+    const Shape ys = conv2d_output_shape("conv rows", c.x, c.w, c.p);
+    OpCase row("conv2d x " + shape_str(c.x) + " w " + shape_str(c.w) + " stride " +
+                   shape_str({c.p.stride[0], c.p.stride[1]}) + " padding " + shape_str({c.p.padding[0], c.p.padding[1]}) +
+                   " dilation " + shape_str({c.p.dilation[0], c.p.dilation[1]}) + " groups " + str(c.p.groups) +
+                   (c.bias ? " bias" : ""),
+               [c, ys](Generator& g) {
+                 return Tensors{uniform_f64(g, c.x), uniform_f64(g, c.w), uniform_f64(g, {c.w[0]}), uniform_f64(g, ys)};
+               },
+               [c](const Tensors& in, Device) {
+                 const Tensor y = conv2d_forward(in[0], in[1], c.bias ? in[2] : Tensor(), c.p);
+                 return Tensors{y, conv2d_backward_input(in[3], in[1], c.x, c.p),
+                                conv2d_backward_weight(in[3], in[0], c.w, c.p), conv2d_backward_bias(in[3])};
+               },
+               {conv_tols(true)});
+    row.with_precision({conv_tols(false)});
+    cases.push_back(row);
+  }
+  return cases;
+}
 
 // conv2d from pad (concat), strided slices and matmul: for each kernel tap (i, j), the
 // (N, C, OH, OW) slice of the zero-padded x it reads; per group, that slice's channels (N, C_g, L)
@@ -79,6 +137,11 @@ std::vector<OpCase> conv_tape_cases() {
   };
 }
 
-TEST_CASE("conv2d tape op: padding, stride, dilation, groups, 1x1, frozen inputs") { run_cases(conv_tape_cases(), kDTypes); }
+TEST_CASE("conv2d kernels: forward, input, weight and bias backward, in every dtype") {
+  run_cases(conv_kernel_cases(), kDTypes);
+}
+TEST_CASE("conv2d tape op: padding, stride, dilation, groups, 1x1, frozen inputs") {
+  run_cases(conv_tape_cases(), kTapeDTypes);
+}
 }  // namespace
 }  // namespace reel::op_table

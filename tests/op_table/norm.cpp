@@ -19,7 +19,24 @@ namespace {
 using namespace reel::testing;
 
 // The dtypes every row of this family runs in (rows that name their own keep them): one entry to add.
-const std::vector<DType> kDTypes = {DType::f32, DType::f64};
+// bf16 and f16: the kernel rows (x, w, b of one dtype; mean and rstd f32). The tape rows need the
+// elementwise and reduction families in 16 bits too (the runner's loss sum(w * f(x)), the composed
+// norms) and run in f32 and f64 until those are ported.
+const std::vector<DType> kDTypes = {DType::f32, DType::f64, DType::bf16, DType::f16};
+const std::vector<DType> kTapeDTypes = {DType::f32, DType::f64};
+
+// A kernel row's tolerances t (f32, f64) with bf16 and f16 added. The runner rounds the inputs to
+// the dtype first, so a 16-bit output is the f32 computation (t's f32 error) rounded once to the
+// type: half an ulp, a relative u = 2^-8 (bf16) or 2^-11 (f16) more. mean and rstd are f32 outputs
+// and keep t's f32 entry. cpu against cuda (device): the two f32 results (t apart) may round to
+// neighbouring 16-bit values: one ulp, 2u relative.
+Tols with_16bit(Tols t, bool device) {
+  const Tol f = t.of(DType::f32);
+  const double k = device ? 2 : 1;
+  t.by_dtype.push_back({DType::bf16, Tol{k * 0x1p-8 + f.rtol, f.atol}});
+  t.by_dtype.push_back({DType::f16, Tol{k * 0x1p-11 + f.rtol, f.atol}});
+  return t;
+}
 
 // ==== LayerNorm / RMSNorm ==========================================================================
 
@@ -64,7 +81,8 @@ std::vector<OpCase> norm_cases() {
     const Shape s = c.transpose ? Shape{c.shape[1], c.shape[0]} : c.shape;  // what the op sees
     const int64_t C = s.back(), R = shape_numel(s) / C;
     // dw, db: sums over R rows.
-    const Tols tr = tols(1e-5 * std::sqrt(static_cast<double>(R)) + 1e-5), t = tols(2e-5), tdx = tols(1e-4);
+    const Tols tr = with_16bit(tols(1e-5 * std::sqrt(static_cast<double>(R)) + 1e-5), true),
+               t = with_16bit(tols(2e-5), true), tdx = with_16bit(tols(1e-4), true);
     auto make = [c, C](bool bias) {
       return [c, C, bias](Generator& g) {
         Tensors in{uniform_f64(g, c.shape, c.offset - 2, c.offset + 3), uniform_f64(g, {C}, 0.5, 1.5)};  // mean not 0
@@ -77,7 +95,7 @@ std::vector<OpCase> norm_cases() {
     };
     auto x_of = [tr = c.transpose](const Tensor& x) { return tr ? x.t() : x; };
     const std::string name = shape_str(c.shape) + (c.transpose ? ".t()" : "") + (c.offset ? " + " + str(c.offset) : "");
-    const Tols pt = tols(c.offset ? 1e-4 : 2e-5, 1e-12);  // f32 x near 1000: its ulps
+    const Tols pt = with_16bit(tols(c.offset ? 1e-4 : 2e-5, 1e-12), false);  // f32 x near 1000: its ulps
     OpCase ln("layernorm " + name, make(true),
               [x_of](const Tensors& in, Device) {
                 const Tensor x = x_of(in[0]);
@@ -202,6 +220,6 @@ std::vector<OpCase> norm_tape_cases() {
 }
 
 TEST_CASE("layernorm and rmsnorm: forward and backward") { run_cases(norm_cases(), kDTypes); }
-TEST_CASE("norm tape ops: layer_norm, rms_norm, group_norm, batch_norm") { run_cases(norm_tape_cases(), kDTypes); }
+TEST_CASE("norm tape ops: layer_norm, rms_norm, group_norm, batch_norm") { run_cases(norm_tape_cases(), kTapeDTypes); }
 }  // namespace
 }  // namespace reel::op_table

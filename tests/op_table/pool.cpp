@@ -1,4 +1,5 @@
-// tests/op_table/pool.cpp: the op table's pooling family. Tape rows: max_pool2d and avg_pool2d
+// tests/op_table/pool.cpp: the op table's pooling family. Kernel rows: max and avg pooling forward
+// and backward in f32, f64, bf16 and f16 against the f64 run. Tape rows: max_pool2d and avg_pool2d
 // with overlapping windows, padding, dilation, ceil_mode, count_include_pad, unbatched inputs,
 // against the same pooling composed from padding (concat), strided slices and max or sum.
 #include <algorithm>
@@ -16,7 +17,67 @@ namespace {
 using namespace reel::testing;
 
 // The dtypes every row of this family runs in (rows that name their own keep them): one entry to add.
-const std::vector<DType> kDTypes = {DType::f32, DType::f64};
+// bf16 and f16: the kernel rows (pool_kernel_cases); the tape rows need the elementwise and
+// reduction families in 16 bits too (the runner's loss sum(w * f(x)), the composed pooling) and run
+// in f32 and f64 until those are ported.
+const std::vector<DType> kDTypes = {DType::f32, DType::f64, DType::bf16, DType::f16};
+const std::vector<DType> kTapeDTypes = {DType::f32, DType::f64};
+
+// ==== kernel rows ==================================================================================
+
+// A kernel row's tolerances (y, then dx), against the f64 run on the same rounded inputs (precision)
+// and cpu against cuda (device). f32: a window of at most 9 terms, or a gather of at most 9 dy, each
+// summed in f32 (a few ulps of 2^-24). bf16 and f16: the same f32 sums rounded once to the 16-bit
+// type, half an ulp: a relative u = 2^-8 (bf16) or 2^-11 (f16), plus the f32 error; cpu and cuda add
+// in the same order (both gather in row-major output order), so they agree but for the f32 sums'
+// last bits, whose rounding may still land on either side: one ulp, 2u. A max is one of the inputs
+// (exact in every dtype) and its indices are integers: exact.
+Tols pool_tols(bool device) {
+  const double k = device ? 2 : 1;
+  Tols t = tols(1e-6, 1e-12);
+  t.by_dtype.push_back({DType::bf16, Tol{k * 0x1p-8, 1e-6}});
+  t.by_dtype.push_back({DType::f16, Tol{k * 0x1p-11, 1e-6}});
+  return t;
+}
+
+std::vector<OpCase> pool_kernel_cases() {
+  using namespace kernels;
+  struct Config {
+    Shape x;
+    Pool2d p;
+  };
+  const std::vector<Config> configs = {
+      {{2, 3, 4, 6}, {{2, 2}, {2, 2}}},
+      {{2, 2, 5, 4}, {{3, 3}, {1, 1}, {1, 1}}},                  // overlapping, padded
+      {{1, 3, 7, 6}, {{3, 2}, {2, 1}, {1, 0}, {1, 1}}},
+      {{2, 2, 6, 5}, {{3, 3}, {2, 2}, {1, 1}, {1, 1}, true}},    // ceil_mode: a window past the edge
+      {{1, 2, 5, 4}, {{3, 3}, {1, 1}, {1, 1}, {1, 1}, false, false}},  // count_include_pad = false
+  };
+  std::vector<OpCase> cases;
+  for (const Config& c : configs) {
+    const std::string name = shape_str(c.x) + " kernel " + shape_str({c.p.kernel[0], c.p.kernel[1]}) + " stride " +
+                             shape_str({c.p.stride[0], c.p.stride[1]}) + " padding " +
+                             shape_str({c.p.padding[0], c.p.padding[1]}) + (c.p.ceil_mode ? " ceil_mode" : "") +
+                             (c.p.count_include_pad ? "" : " count_include_pad=false");
+    for (bool is_max : {true, false}) {
+      const Shape ys = is_max ? max_pool2d_forward(zeros(c.x, DType::f64), c.p).y.shape()
+                              : avg_pool2d_forward(zeros(c.x, DType::f64), c.p).shape();
+      OpCase row(std::string(is_max ? "max_pool2d " : "avg_pool2d ") + name,
+                 [c, ys](Generator& g) { return Tensors{uniform_f64(g, c.x, -2, 2), uniform_f64(g, ys)}; },
+                 [c, is_max](const Tensors& in, Device) {
+                   if (is_max) {
+                     const MaxPool2dForward f = max_pool2d_forward(in[0], c.p);
+                     return Tensors{f.y, f.indices, max_pool2d_backward(in[1], f.indices, c.x, c.p)};
+                   }
+                   return Tensors{avg_pool2d_forward(in[0], c.p), avg_pool2d_backward(in[1], c.x, c.p)};
+                 },
+                 {pool_tols(true)});
+      row.with_precision({pool_tols(false)});
+      cases.push_back(row);
+    }
+  }
+  return cases;
+}
 
 // 2-D pooling from pad (concat), strided slices and max or sum over the stacked window offsets:
 // x (N, C, H, W) or (C, H, W) padded with -inf (max) or 0 (avg) on the left and right, and on the
@@ -157,6 +218,9 @@ std::vector<OpCase> pool_tape_cases() {
   };
 }
 
-TEST_CASE("pooling tape ops: max and avg, padding, dilation, ceil_mode, unbatched") { run_cases(pool_tape_cases(), kDTypes); }
+TEST_CASE("pooling kernels: max and avg, forward and backward, in every dtype") { run_cases(pool_kernel_cases(), kDTypes); }
+TEST_CASE("pooling tape ops: max and avg, padding, dilation, ceil_mode, unbatched") {
+  run_cases(pool_tape_cases(), kTapeDTypes);
+}
 }  // namespace
 }  // namespace reel::op_table
