@@ -406,18 +406,13 @@ TEST_CASE("ops that do not compute in 16 bits yet raise a reel::Error naming the
       CHECK_REEL_ERROR(mul(a, 2.0), "mul");
       CHECK_REEL_ERROR(exp(a), "exp");
       CHECK_REEL_ERROR(sum(a), "sum");
-      // matmul and linear compute in 16 bits (tests/op_table/matmul.cpp, test_matmul_16bit.cpp).
+      // matmul and linear compute in 16 bits (tests/op_table/matmul.cpp, test_matmul_16bit.cpp), and so
+      // do the norms, attention, conv2d and pooling (their tests/op_table/*.cpp kernel rows).
       CHECK_REEL_ERROR(softmax(a), "softmax");
       CHECK_REEL_ERROR(softmax(a), want.c_str());
-      CHECK_REEL_ERROR(layer_norm(a, w, w), "layer");
-      CHECK_REEL_ERROR(layer_norm(a, w, w), want.c_str());
       CHECK_REEL_ERROR(cross_entropy(a, targets), "cross_entropy");
       CHECK_REEL_ERROR(cross_entropy(a, targets), want.c_str());
       CHECK_REEL_ERROR(embedding(targets, a), "embedding");
-      CHECK_REEL_ERROR(conv2d(ones({1, 1, 3, 3}, h, d), ones({1, 1, 2, 2}, h, d)), want.c_str());
-      CHECK_REEL_ERROR(max_pool2d(ones({1, 1, 2, 2}, h, d), 2), want.c_str());
-      CHECK_REEL_ERROR(attention(ones({1, 1, 2, 4}, h, d), ones({1, 1, 2, 4}, h, d), ones({1, 1, 2, 4}, h, d)),
-                       want.c_str());
     }
   }
 }
