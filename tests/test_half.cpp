@@ -399,16 +399,11 @@ TEST_CASE("ops that do not compute in 16 bits yet raise a reel::Error naming the
     for (DType h : {DType::bf16, DType::f16}) {
       CAPTURE(h);
       const std::string want = std::string("dtype ") + dtype_name(h);
-      const Tensor a = ones({2, 3}, h, d), w = ones({3}, h, d);
-      // matmul and linear compute in 16 bits (tests/op_table/matmul.cpp, test_matmul_16bit.cpp), and
-      // so do the elementwise, reduction, softmax, cross-entropy, embedding and dropout families
-      // (their rows in tests/op_table/).
-      CHECK_REEL_ERROR(layer_norm(a, w, w), "layer");
-      CHECK_REEL_ERROR(layer_norm(a, w, w), want.c_str());
-      CHECK_REEL_ERROR(conv2d(ones({1, 1, 3, 3}, h, d), ones({1, 1, 2, 2}, h, d)), want.c_str());
-      CHECK_REEL_ERROR(max_pool2d(ones({1, 1, 2, 2}, h, d), 2), want.c_str());
-      CHECK_REEL_ERROR(attention(ones({1, 1, 2, 4}, h, d), ones({1, 1, 2, 4}, h, d), ones({1, 1, 2, 4}, h, d)),
-                       want.c_str());
+      // Every other family computes in 16 bits (its rows in tests/op_table/); batch_norm does not yet
+      // (autocast runs it in f32).
+      const Tensor x = ones({2, 3, 2, 2}, h, d), w = ones({3}, h, d);
+      CHECK_REEL_ERROR(batch_norm(x, Tensor(), Tensor(), w, w, true), "batch_norm");
+      CHECK_REEL_ERROR(batch_norm(x, Tensor(), Tensor(), w, w, true), want.c_str());
     }
   }
 }
