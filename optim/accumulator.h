@@ -15,7 +15,7 @@
 // across processes already synchronised. It may inspect or log them, or change them in place or
 // with set_grad (scale them, zero one): the non-finite check, clipping and the step see what it
 // leaves. A parameter no micro-batch reached may have no .grad (undefined). Not called for a window
-// of count 0 (no step).
+// of count 0 (no step), nor for one the loss scaler skips; with a scaler it sees unscaled gradients.
 //   acc.set_grad_hook([](const std::vector<Tensor>& params, const WindowResult& w) { log(params, w.count); });
 //
 // Across processes (Options::sync, set by dist::DataParallel or dist::FullyShardedDataParallel), the
@@ -39,7 +39,8 @@
 // untouched), gradients zeroed, WindowResult::skipped_nonfinite set, counted in skipped_steps(),
 // and the scaler backs off; a clean window counts towards its growth. The hook, the non-finite
 // check and clipping then see the true (unscaled) gradients, and WindowResult::loss is unscaled.
-// The scaler's scale() is read when the window starts and updated when it ends.
+// The scaler's scale() is read when the window starts and updated when it ends (not for a window
+// of count 0, which takes no backward).
 //
 // Exact only for layers without batch statistics (no BatchNorm): those see each micro-batch alone.
 #pragma once
