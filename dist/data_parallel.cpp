@@ -189,6 +189,13 @@ void DataParallel::scale_grads(double factor) {
   if (!grads.empty()) kernels::scale_(grads, factor);
 }
 
+std::vector<Tensor> DataParallel::step_grads() {
+  std::vector<Tensor> shards;
+  if (options_.zero_stage == 1)
+    for (const Bucket& k : buckets_) shards.push_back(k.shard);
+  return shards;
+}
+
 // ---- ZeRO-1 ----------------------------------------------------------------------------------
 
 ZeroAdamW::ZeroAdamW(DataParallel& dp, double lr, optim::Adam::Options options)

@@ -62,6 +62,7 @@ class DataParallel final : public optim::WindowSync {
   double global_sum(double local) override;
   double grad_norm() override;
   void scale_grads(double factor) override;
+  std::vector<Tensor> step_grads() override;  // ZeRO-1: the gradient shards; else empty (the .grad)
 
   ProcessGroup& group() const { return group_; }
   const std::vector<Tensor>& params() const { return params_; }

@@ -22,3 +22,4 @@
 #include "kernels/optimizer.h"
 #include "kernels/reduce.h"
 #include "kernels/softmax.h"
+#include "kernels/unscale.h"

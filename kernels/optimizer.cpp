@@ -3,6 +3,7 @@
 #include "kernels/optimizer.h"
 
 #include <cmath>
+#include <string>
 
 #include "kernels/entry_point.h"
 
@@ -20,8 +21,9 @@ Device list_device(const char* op, const char* what, const std::vector<Tensor>& 
   return device;
 }
 
-// params[i] and each list's [i]: defined, floating, contiguous, one shape, dtype and device;
-// every param on one device, which is returned.
+// params[i] and each list's [i]: defined, floating, contiguous, one shape and device; grads[i] in
+// params[i]'s dtype, every state list's [i] in acc_dtype of it (a 16-bit parameter keeps f32 state;
+// f32 and f64 their own); every param on one device, which is returned.
 Device check_param_lists(const char* op, const std::vector<Tensor>& params,
                        std::initializer_list<std::pair<const char*, const std::vector<Tensor>*>> lists) {
   for (const auto& [name, list] : lists)
@@ -30,14 +32,16 @@ Device check_param_lists(const char* op, const std::vector<Tensor>& params,
     const Tensor& p = params[i];
     REEL_CHECK(p.defined(), op, ": param ", i, " is undefined");
     REEL_CHECK(is_floating(p.dtype()), op, ": param ", i, " ", p.shape(), " has dtype ", p.dtype(),
-               " (f32 or f64 expected)");
+               " (f32, f64, bf16 or f16 expected)");
     REEL_CHECK(p.is_contiguous(), op, ": param ", i, " ", p.shape(), " is not contiguous (updated in place)");
     for (const auto& [name, list] : lists) {
       const Tensor& t = (*list)[i];
+      const bool is_grad = std::string(name) == "grads";
+      const DType want = is_grad ? p.dtype() : acc_dtype(p.dtype());
       REEL_CHECK(t.defined(), op, ": ", name, " ", i, " of param ", p.shape(), " is undefined");
-      REEL_CHECK(t.shape() == p.shape() && t.dtype() == p.dtype() && t.device() == p.device(), op, ": param ", i,
+      REEL_CHECK(t.shape() == p.shape() && t.dtype() == want && t.device() == p.device(), op, ": param ", i,
                  " ", p.shape(), " ", p.dtype(), " on ", p.device(), " and its ", name, " ", t.shape(), " ", t.dtype(),
-                 " on ", t.device(), " differ");
+                 " on ", t.device(), " differ (", name, " of a ", p.dtype(), " param: ", want, ")");
       REEL_CHECK(t.is_contiguous(), op, ": ", name, " ", i, " ", t.shape(), " is not contiguous");
     }
   }
@@ -59,7 +63,7 @@ Device check_tensor_list(const char* op, const std::vector<Tensor>& tensors, boo
     const Tensor& t = tensors[i];
     REEL_CHECK(t.defined(), op, ": tensor ", i, " is undefined");
     REEL_CHECK(is_floating(t.dtype()), op, ": tensor ", i, " ", t.shape(), " has dtype ", t.dtype(),
-               " (f32 or f64 expected)");
+               " (f32, f64, bf16 or f16 expected)");
     REEL_CHECK(!need_contiguous || t.is_contiguous(), op, ": tensor ", i, " ", t.shape(),
                " is not contiguous (updated in place)");
   }

@@ -12,8 +12,12 @@
 
 namespace reel::kernels {
 
-// Each params[i] has grads[i] and its state tensors of the same shape, dtype and device; all are
-// contiguous. The tensors are updated in place; nothing is allocated.
+// Each params[i] has grads[i] of the same shape, dtype and device, and its state tensors (momentum
+// buffers, moments) of the same shape and device in acc_dtype(params[i].dtype()): f32 and f64
+// parameters keep state in their own type; bf16 and f16 parameters (a model held in 16 bits, as
+// Module::to gives) keep it in f32, and their update is computed in f32 and rounded once to the
+// parameter's type. All are contiguous; a list may mix dtypes. The tensors are updated in place;
+// nothing is allocated.
 //
 // SGD as torch.optim.SGD: g = grad + weight_decay * p; with momentum, buf = g on step 1 and
 // buf = momentum * buf + (1 - dampening) * g after; g = nesterov ? g + momentum * buf : buf;
@@ -28,10 +32,11 @@ void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
 void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
                   const std::vector<Tensor>& v, double lr, double beta1, double beta2, double eps,
                   double weight_decay, int64_t step, bool decoupled_weight_decay = true);
-// sqrt of the sum of squares of every element of every tensor, accumulated in double in a fixed
-// order (deterministic for any number of threads). Non-finite gradients give inf or NaN.
+// sqrt of the sum of squares of every element of every tensor (f32, f64, bf16, f16), accumulated in
+// double in a fixed order (deterministic for any number of threads). Non-finite gradients give inf or NaN.
 double global_grad_norm(const std::vector<Tensor>& grads);
-// t *= factor for every tensor (gradient clipping: factor = max_norm / (norm + 1e-6) when < 1).
+// t *= factor for every tensor (gradient clipping: factor = max_norm / (norm + 1e-6) when < 1),
+// computed in acc_t and rounded once to the tensor's type.
 void scale_(const std::vector<Tensor>& tensors, double factor);
 
 }  // namespace reel::kernels
@@ -43,7 +48,7 @@ void scale_(const std::vector<Tensor>& tensors, double factor);
 // (kernels/cpu/optimizer.cpp) and reel::kernels::cuda (kernels/cuda/optimizer.cu).
 // Inputs arrive validated by the entry points (kernels/optimizer.cpp), CONTIGUOUS and viewed as the
 // flat shapes written next to each argument; see kernels/backends.h for the common contract.
-// In place over lists of same-shape contiguous tensors.
+// In place over lists of same-shape contiguous tensors; state lists in acc_dtype of the params'.
 #ifdef REEL_BACKEND_KERNELS
 void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                 const std::vector<Tensor>& momentum_bufs, double lr, double momentum, double dampening,

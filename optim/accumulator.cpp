@@ -7,8 +7,27 @@
 
 namespace reel::optim {
 
+bool Accumulator::unscale_found_inf() {
+  std::vector<Tensor> grads = options_.sync ? options_.sync->step_grads() : std::vector<Tensor>{};
+  if (grads.empty())
+    for (const Tensor& p : optimizer_.params())
+      if (p.grad().defined()) grads.push_back(p.grad());
+  const bool found = options_.scaler->unscale(grads);
+  // Shards (FSDP, ZeRO-1) differ by rank: one rank's inf must skip the window everywhere.
+  const bool any = options_.sync ? options_.sync->global_sum(found ? 1.0 : 0.0) > 0 : found;
+  options_.scaler->update(any);
+  return any;
+}
+
+void Accumulator::skip(WindowResult& r) {
+  optimizer_.zero_grad();
+  r.skipped_nonfinite = true;
+  ++skipped_;
+}
+
 void Accumulator::finish(WindowResult& r) {
   const profile::PhaseScope profiled(profile::Phase::Optimizer);  // the hook, clipping and zeroing too
+  if (options_.scaler && unscale_found_inf()) return skip(r);
   if (grad_hook_) grad_hook_(optimizer_.params(), r);
   WindowSync* sync = options_.sync;
   double norm = -1;  // the global norm, once measured (across ranks it costs a collective)
@@ -21,12 +40,7 @@ void Accumulator::finish(WindowResult& r) {
         if (p.grad().defined()) grads.push_back(p.grad());
       norm = kernels::global_grad_norm(grads);
     }
-    if (!std::isfinite(norm)) {
-      optimizer_.zero_grad();
-      r.skipped_nonfinite = true;
-      ++skipped_;
-      return;
-    }
+    if (!std::isfinite(norm)) return skip(r);
   }
   if (options_.clip_norm > 0 && sync) {  // clip_grad_norm's rule, on the global norm
     r.grad_norm = norm >= 0 ? norm : sync->grad_norm();

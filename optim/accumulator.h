@@ -15,7 +15,7 @@
 // across processes already synchronised. It may inspect or log them, or change them in place or
 // with set_grad (scale them, zero one): the non-finite check, clipping and the step see what it
 // leaves. A parameter no micro-batch reached may have no .grad (undefined). Not called for a window
-// of count 0 (no step).
+// of count 0 (no step), nor for one the loss scaler skips; with a scaler it sees unscaled gradients.
 //   acc.set_grad_hook([](const std::vector<Tensor>& params, const WindowResult& w) { log(params, w.count); });
 //
 // Across processes (Options::sync, set by dist::DataParallel or dist::FullyShardedDataParallel), the
@@ -30,6 +30,18 @@
 // dist::FullyShardedDataParallel the optimizer's parameters ARE the shards: the hook sees each rank's
 // shard of the summed gradients, and the sync's after_step() runs after the optimizer's step.
 //
+// Loss scaling (Options::scaler, an optim::GradScaler: f16 training): the window's loss is scaled
+// once, by folding the scale into each backward's seed (backward(loss, scale / total)); at the
+// window's end, before the hook, the gradients the optimizer will read are unscaled in one fused
+// pass that also finds inf/NaN (kernels::unscale_grads_), and across processes the found flag is
+// summed through the sync (global_sum), so every rank skips or none does. A window with an inf or
+// NaN is skipped as a whole: no hook, no step (parameters, optimizer state and step count
+// untouched), gradients zeroed, WindowResult::skipped_nonfinite set, counted in skipped_steps(),
+// and the scaler backs off; a clean window counts towards its growth. The hook, the non-finite
+// check and clipping then see the true (unscaled) gradients, and WindowResult::loss is unscaled.
+// The scaler's scale() is read when the window starts and updated when it ends (not for a window
+// of count 0, which takes no backward).
+//
 // Exact only for layers without batch statistics (no BatchNorm): those see each micro-batch alone.
 #pragma once
 #include <cstdint>
@@ -39,6 +51,7 @@
 
 #include "autograd/tape.h"
 #include "core/profile.h"
+#include "optim/grad_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 
@@ -50,7 +63,9 @@ struct WindowResult {
   double grad_norm = 0;   // global gradient norm before clipping (0 when not clipping)
   double lr = 0;          // the learning rate this step used
   bool stepped = false;   // false when the window held nothing to learn from (count 0), or was skipped
-  bool skipped_nonfinite = false;  // Options::skip_nonfinite: a gradient was NaN or Inf, no step taken
+  // Options::skip_nonfinite or Options::scaler: a gradient was NaN or Inf, no step taken.
+  bool skipped_nonfinite = false;
+  double loss_scale = 1;  // what the window's loss was multiplied by (Options::scaler's scale, else 1)
 };
 
 // What a data-parallel wrapper does around a window (dist::DataParallel implements it; optim knows
@@ -71,6 +86,10 @@ class WindowSync {
   // whose optimizer steps shards brings the updated values into the whole parameters here
   // (dist::FullyShardedDataParallel's all-gather under ZeRO-2). Nothing by default.
   virtual void after_step() {}
+  // The gradient buffers this rank's optimizer will step from, for the loss scaler's unscale
+  // (Options::scaler). Empty (the default): the .grad of each of the optimizer's parameters.
+  // dist::DataParallel under ZeRO-1 returns its gradient shards.
+  virtual std::vector<Tensor> step_grads() { return {}; }
 };
 
 class Accumulator {
@@ -82,6 +101,8 @@ class Accumulator {
     // takes no step, instead of writing NaN into every parameter; counted in skipped_steps().
     bool skip_nonfinite = false;
     WindowSync* sync = nullptr;  // dist::DataParallel or FSDP: the window spans every rank (see above)
+    // Dynamic loss scaling (see above); not owned, must outlive the Accumulator. null: none.
+    GradScaler* scaler = nullptr;
   };
   Accumulator(Optimizer& optimizer, Options options) : optimizer_(optimizer), options_(options) {}
   explicit Accumulator(Optimizer& optimizer) : Accumulator(optimizer, Options{}) {}
@@ -103,6 +124,8 @@ class Accumulator {
     r.lr = options_.schedule ? options_.schedule->lr(optimizer_.steps()) : optimizer_.lr();
     if (r.count == 0) return r;
     const double scale = 1.0 / static_cast<double>(r.count);
+    r.loss_scale = options_.scaler ? options_.scaler->scale() : 1.0;
+    const double seed = scale * r.loss_scale;  // the loss scaled once: in the seed, not in the loss
     for (size_t i = 0; i < micro_batches.size(); ++i) {
       const Tensor l = [&] {
         const profile::PhaseScope profiled(profile::Phase::Forward);
@@ -110,7 +133,7 @@ class Accumulator {
       }();
       r.loss += l.item() * scale;
       if (options_.sync && i + 1 == micro_batches.size()) options_.sync->before_last_backward();
-      autograd::backward(l, scale);
+      autograd::backward(l, seed);
     }
     if (options_.sync) {
       if (micro_batches.empty()) options_.sync->before_last_backward();
@@ -128,10 +151,13 @@ class Accumulator {
   void set_grad_hook(GradHook hook) { grad_hook_ = std::move(hook); }
 
   int64_t steps() const { return optimizer_.steps(); }
+  // Windows skipped for an inf or NaN gradient (Options::skip_nonfinite or Options::scaler).
   int64_t skipped_steps() const { return skipped_; }
 
  private:
-  void finish(WindowResult& r);  // the gradient hook, clip, set lr, step, zero_grad
+  void finish(WindowResult& r);  // unscale, the gradient hook, clip, set lr, step, zero_grad
+  bool unscale_found_inf();      // Options::scaler: unscale, and whether any rank found inf/NaN
+  void skip(WindowResult& r);    // zero the gradients, no step
 
   Optimizer& optimizer_;
   Options options_;

@@ -64,7 +64,8 @@ const Tensor& Optimizer::state(const std::string& slot, size_t i) {
   tensors.resize(params_.size());
   if (!tensors[i].defined()) {
     MemoryCategory scope(Category::OptimizerState);
-    tensors[i] = zeros_like(params_[i]);
+    const Tensor& p = params_[i];
+    tensors[i] = zeros(p.shape(), acc_dtype(p.dtype()), p.device());  // f32 state for a 16-bit parameter
   }
   return tensors[i];
 }
@@ -101,7 +102,7 @@ void Optimizer::load_state_dict(const StateDict& state) {
     std::vector<Tensor>& tensors = loaded[slot];
     tensors.resize(params_.size());
     MemoryCategory scope(Category::OptimizerState);
-    tensors[i] = t.to(params_[i].device()).to(params_[i].dtype()).clone();
+    tensors[i] = t.to(params_[i].device()).to(acc_dtype(params_[i].dtype())).clone();
   }
   steps_ = static_cast<int64_t>(state.at("step").item());
   state_ = std::move(loaded);

@@ -1,7 +1,9 @@
 // Optimizers: they read each parameter's persistent .grad buffer (filled, possibly over several
 // micro-batches, by autograd::backward) and update the parameters in place with the fused update
 // kernels of kernels/optimizer.h. They never touch the tape. Their state (momentum, Adam moments)
-// is allocated on first use under Category::OptimizerState, so the memory report shows it.
+// is allocated on first use under Category::OptimizerState, so the memory report shows it. A bf16
+// or f16 parameter (a model held in 16 bits, Module::to) keeps its state in f32 and is updated in
+// f32, rounded once to its type; f32 and f64 parameters keep state in their own type.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -33,12 +35,14 @@ class Optimizer {
 
   // "step" (a 0-d i64 tensor) plus each state tensor as "<slot>.<parameter index>".
   StateDict state_dict() const;
-  // reel::Error for a missing or unexpected key, or a state tensor of the wrong shape.
+  // reel::Error for a missing or unexpected key, or a state tensor of the wrong shape. State is
+  // converted to the parameter's state dtype (f32 for a 16-bit parameter).
   void load_state_dict(const StateDict& state);
 
  protected:
   // The update over the parameters that have gradients; state(slot, i) gives slot's tensor for
-  // parameter i, created zero-filled (Category::OptimizerState) on first use.
+  // parameter i, created zero-filled (Category::OptimizerState, acc_dtype of the parameter's) on
+  // first use.
   virtual void update(const std::vector<size_t>& with_grad) = 0;
   virtual std::vector<std::string> state_slots() const = 0;
   const Tensor& state(const std::string& slot, size_t i);

@@ -3,7 +3,8 @@
 // hand; the global gradient norm (determinism across thread counts, strided, empty and infinite
 // gradients) and scale_ for clipping; bad lists. (Updates of lists that span several chunks and mix
 // f32 and f64 against per-element f64 formulas, the norm's value and scale_, on every device, are
-// rows of tests/op_table/optimizer.cpp.)
+// rows of tests/op_table/optimizer.cpp.) bf16 and f16 parameters with f32 state, by hand, and their
+// state refused in the parameter's own type.
 #include <cmath>
 
 #include "kernels/ops.h"
@@ -113,4 +114,47 @@ TEST_CASE("bad optimizer lists raise reel::Error naming op and shapes") {
   CHECK_REEL_ERROR(sgd_update({p}, {Tensor()}, {}, 0.1, 0, 0, 0, false, 1),
                    "sgd_update: grads 0 of param (3) is undefined");
   CHECK_REEL_ERROR(global_grad_norm({zeros({2}, DType::i32)}), "global_grad_norm: tensor 0 (2) has dtype i32");
+}
+
+TEST_CASE("16-bit parameters: f32 state, the update in f32 rounded once to the parameter's type") {
+  for (Device d : devices())
+    for (DType dt : {DType::bf16, DType::f16}) {
+      CAPTURE(d);
+      CAPTURE(dt);
+      // p = 1, g = 0.5: AdamW step 1 (wd 0) moves p by lr exactly in f32: 1 - 2^-6 = 0.984375, exact in
+      // both 16-bit types; m = 0.05 and v = 0.00025 stay f32 (not representable in bf16: 0.05 is
+      // 0.0500488 there).
+      Tensor p = vec({1.0, -1.0}).to(dt).to(d), g = vec({0.5, -0.5}).to(dt).to(d);
+      Tensor m = zeros({2}, DType::f32, d), v = zeros({2}, DType::f32, d);
+      adamw_update({p}, {g}, {m}, {v}, 0x1p-6, 0.9, 0.999, 0, 0, 1);
+      CHECK(values(p) == std::vector<double>{1 - 0x1p-6, -1 + 0x1p-6});
+      CHECK(values(m) == std::vector<double>{static_cast<double>(0.1f * 0.5f), -static_cast<double>(0.1f * 0.5f)});
+      CHECK(m.dtype() == DType::f32);
+      // An update below half the parameter's ulp is lost in the one rounding (bf16: ulp at 1 is 2^-7).
+      Tensor q = vec({1.0}).to(dt).to(d), qg = vec({1.0}).to(dt).to(d);
+      sgd_update({q}, {qg}, {}, dt == DType::bf16 ? 0x1p-10 : 0x1p-13, 0, 0, 0, false, 1);
+      CHECK(values(q) == std::vector<double>{1.0});
+      // SGD's momentum buffer is f32: 0.1 x 3 steps of g = 1 accumulate there, not in 16 bits.
+      Tensor r = vec({0.0}).to(dt).to(d), rg = vec({1.0}).to(dt).to(d), buf = zeros({1}, DType::f32, d);
+      for (int64_t step = 1; step <= 2; ++step) sgd_update({r}, {rg}, {buf}, 0.25, 0.5, 0, 0, false, step);
+      CHECK(values(buf) == std::vector<double>{1.5});                // 1, then 0.5 + 1
+      CHECK(values(r) == std::vector<double>{-0.25 - 0.25 * 1.5});  // exact in both
+      // The norm and scale_ read and write 16-bit gradients.
+      Tensor h = vec({3.0, 4.0}).to(dt).to(d);
+      CHECK(global_grad_norm({h}) == 5.0);
+      scale_({h}, 0.5);
+      CHECK(values(h) == std::vector<double>{1.5, 2.0});
+    }
+}
+
+TEST_CASE("16-bit parameters: state in the parameter's own type is refused, naming the one expected") {
+  const Tensor p = zeros({3}, DType::bf16), g = zeros({3}, DType::bf16);
+  CHECK_REEL_ERROR(adamw_update({p}, {g}, {zeros({3}, DType::bf16)}, {zeros({3})}, 1e-3, 0.9, 0.999, 1e-8, 0, 1),
+                   "adamw_update: param 0 (3) bf16 on cpu and its exp_avg (3) bf16 on cpu differ (exp_avg of a "
+                   "bf16 param: f32)");
+  CHECK_REEL_ERROR(adamw_update({p}, {zeros({3})}, {zeros({3})}, {zeros({3})}, 1e-3, 0.9, 0.999, 1e-8, 0, 1),
+                   "its grads (3) f32 on cpu differ (grads of a bf16 param: bf16)");
+  CHECK_REEL_ERROR(sgd_update({zeros({3}, DType::f16)}, {zeros({3}, DType::f16)}, {zeros({3}, DType::f16)}, 0.1, 0.9, 0,
+                              0, false, 1),
+                   "its momentum_bufs (3) f16 on cpu differ (momentum_bufs of a f16 param: f32)");
 }

@@ -1,5 +1,5 @@
 // Optimizers against hand-computed steps, AdamW's bits independent of an element's position, optimizer
-// state memory and state_dict, gradient
+// state memory and state_dict (f32 state for a bf16 / f16 model), gradient
 // clipping, and the accumulation window (equal to one big batch; a per-micro-batch mean differs;
 // its gradient hook sees the window's gradients and what it changes is stepped).
 #include <cmath>
@@ -148,6 +148,32 @@ TEST_CASE("optimizer state is counted as optimizer state and round-trips through
   CHECK_REEL_ERROR(opt2.load_state_dict(bad), "'exp_avg.0' has shape (4) but parameter 0 has shape (3)");
   CHECK_REEL_ERROR(opt2.load_state_dict({}), "missing key 'step'");
   CHECK_REEL_ERROR(SGD({zeros({2})}, 0.1), "parameter 0 does not require grad");
+}
+
+TEST_CASE("a model held in bf16 or f16: f32 optimizer state, in the memory report and the state_dict") {
+  for (Device d : reel::testing::devices())
+    for (DType dt : {DType::bf16, DType::f16}) {
+      CAPTURE(d);
+      CAPTURE(dt);
+      const int64_t before = memory_stats(d)[Category::OptimizerState].current_bytes;
+      Tensor a = param({1, 2, 3}, d).to(dt).detach().set_requires_grad();  // as Module::to(dt) leaves it
+      AdamW opt({a}, 0x1p-4, {0.9, 0.999, 1e-8, 0});
+      a.set_grad(full({3}, 0.5, dt, d));
+      opt.step();
+      CHECK(memory_stats(d)[Category::OptimizerState].current_bytes - before == 2 * 3 * 4);  // m, v in f32
+      CHECK(a.dtype() == dt);
+      CHECK(reel::testing::values(a) == std::vector<double>{1 - 0x1p-4, 2 - 0x1p-4, 3 - 0x1p-4});  // exact
+      const StateDict saved = opt.state_dict();
+      CHECK(saved.at("exp_avg.0").dtype() == DType::f32);
+      // Loading converts to the parameter's state dtype, whatever the file held (f64 here).
+      StateDict wide = saved;
+      for (auto& [key, t] : wide)
+        if (key != "step") t = t.to(DType::f64);
+      AdamW opt2({a.detach().clone().set_requires_grad()}, 0x1p-4, {0.9, 0.999, 1e-8, 0});
+      opt2.load_state_dict(wide);
+      CHECK(opt2.state_dict().at("exp_avg_sq.0").dtype() == DType::f32);
+      CHECK(reel::testing::bit_identical(opt2.state_dict().at("exp_avg_sq.0"), saved.at("exp_avg_sq.0")));
+    }
 }
 
 TEST_CASE("clip_grad_norm scales all gradients together") {

@@ -1,5 +1,6 @@
 // Optimizer update kernels on the CPU: SGD (momentum, dampening, Nesterov, weight decay), AdamW
-// (and Adam's L2 form), the global gradient norm and in-place scaling for clipping.
+// (and Adam's L2 form), the global gradient norm and in-place scaling for clipping, over f32, f64,
+// bf16 and f16 parameters (a 16-bit parameter's state is f32: see kernels/optimizer.h).
 //
 // Every kernel works over a flat list of tensors: the list is cut into fixed chunks of kChunk
 // elements (a chunk never spans two tensors) and threads take chunks, so ten thousand small bias
@@ -8,7 +9,8 @@
 // memory bandwidth. The norm adds per-chunk double partials in chunk order, so it is bit-identical
 // for any number of threads. The update arithmetic (Adam's moments' temporaries, SGD's buffer
 // math) runs in acc_t = reel::acc_type_t<T>: loads T -> acc_t, stores acc_t -> T (no-ops for f32
-// and f64, where acc_t is T); the norm's partials are double, wider than acc_t.
+// and f64, where acc_t is T; one rounding for bf16 and f16), and the state is stored as acc_t;
+// the norm's partials are double, wider than acc_t.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -56,8 +58,10 @@ struct SgdArgs {
   bool nesterov, first_step;
 };
 
-template <typename T, typename acc_t = acc_type_t<T>>
-void sgd_chunk(T* p, const T* g, T* buf, int64_t n, const SgdArgs& a) {
+// T: the parameter's and gradient's type; S: the momentum buffer's (acc_t: T itself for f32 and
+// f64, f32 for the 16-bit types).
+template <typename T, typename S = acc_type_t<T>, typename acc_t = acc_type_t<T>>
+void sgd_chunk(T* p, const T* g, S* buf, int64_t n, const SgdArgs& a) {
   const acc_t lr = static_cast<acc_t>(a.lr), mu = static_cast<acc_t>(a.momentum);
   const acc_t wd = static_cast<acc_t>(a.weight_decay), keep = static_cast<acc_t>(1 - a.dampening);
   if (buf == nullptr) {  // plain SGD
@@ -69,13 +73,15 @@ void sgd_chunk(T* p, const T* g, T* buf, int64_t n, const SgdArgs& a) {
   for (int64_t i = 0; i < n; ++i) {
     const acc_t d = acc_t(g[i]) + wd * acc_t(p[i]);
     const acc_t b = a.first_step ? d : mu * acc_t(buf[i]) + keep * d;  // torch: the buffer starts as the gradient
-    buf[i] = static_cast<T>(b);
+    buf[i] = static_cast<S>(b);
     p[i] = static_cast<T>(acc_t(p[i]) - lr * (a.nesterov ? d + mu * b : b));
   }
 }
 
+// T: the parameter's and gradient's type; the moments m, v are acc_t (T itself for f32 and f64,
+// f32 for the 16-bit types), and so is the whole update, rounded once to T at the store.
 template <typename T, typename acc_t = acc_type_t<T>>
-void adam_chunk(T* p, const T* g, T* m, T* v, int64_t n, const AdamScalars& sc) {
+void adam_chunk(T* p, const T* g, acc_t* m, acc_t* v, int64_t n, const AdamScalars& sc) {
   using A = acc_t;
   const A step_size = static_cast<A>(sc.step_size), inv_bc2_sqrt = static_cast<A>(sc.inv_bc2_sqrt);
   const A one_minus_b1 = static_cast<A>(sc.one_minus_b1), b2 = static_cast<A>(sc.b2);
@@ -84,36 +90,33 @@ void adam_chunk(T* p, const T* g, T* m, T* v, int64_t n, const AdamScalars& sc) 
   // Three Eigen sweeps (Eigen vectorises sqrt and division; a plain loop calls glibc's sqrtf per
   // element, as -fmath-errno forbids vectorising it) over blocks of 512 elements, 2 KB per
   // operand: the second and third sweeps hit L1, so memory still sees each operand once.
-  // Each block is copied into 64-byte aligned buffers, its tail padded with zeros to whole packets:
+  // Each block is copied (a 16-bit p and g converted to acc_t) into 64-byte aligned buffers, its
+  // tail padded with zeros to whole packets:
   // Eigen then runs every element through its packet code, with no scalar prologue (for an
   // unaligned start) or epilogue, whose rounding differs (the compiler contracts the scalar code's
   // multiply-adds). So an element's update does not depend on where it sits in the tensor: a
   // parameter stepped inside a flat shard (dist/fsdp.h) gets the same bits as stepped on its own.
-  constexpr int64_t kBlock = 512, kLanes = 64 / static_cast<int64_t>(sizeof(T));
-  alignas(64) T pb[kBlock], mb[kBlock], vb[kBlock], gb[kBlock];
+  constexpr int64_t kBlock = 512, kLanes = 64 / static_cast<int64_t>(sizeof(A));
+  alignas(64) A pb[kBlock], mb[kBlock], vb[kBlock], gb[kBlock];
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t nb = std::min(kBlock, n - b), padded = (nb + kLanes - 1) / kLanes * kLanes;
     std::copy(p + b, p + b + nb, pb), std::copy(m + b, m + b + nb, mb);
     std::copy(v + b, v + b + nb, vb), std::copy(g + b, g + b + nb, gb);
-    for (T* buf : {pb, mb, vb, gb}) std::fill(buf + nb, buf + padded, T(0));
-    Arr<T> P(pb, padded), M(mb, padded), V(vb, padded);
-    const CArr<T> Gt(gb, padded);
-    // acc_t views of the same memory (references to the maps themselves when acc_t is T).
-    const auto& Pa = P.template cast<A>();
-    const auto& Ma = M.template cast<A>();
-    const auto& Va = V.template cast<A>();
-    const auto& G = Gt.template cast<A>();
+    for (A* buf : {pb, mb, vb, gb}) std::fill(buf + nb, buf + padded, A(0));
+    Arr<A> P(pb, padded), M(mb, padded), V(vb, padded);
+    const CArr<A> G(gb, padded);
     if (sc.decoupled || sc.wd == 0) {
-      M = (Ma + one_minus_b1 * (G - Ma)).template cast<T>();  // torch's lerp form of b1 m + (1 - b1) g
-      V = (Va * b2 + one_minus_b2 * G.square()).template cast<T>();
+      M = M + one_minus_b1 * (G - M);  // torch's lerp form of b1 m + (1 - b1) g
+      V = V * b2 + one_minus_b2 * G.square();
     } else {  // Adam's L2 weight decay: the gradient itself gets + wd * p
-      M = (Ma + one_minus_b1 * (G + wd * Pa - Ma)).template cast<T>();
-      V = (Va * b2 + one_minus_b2 * (G + wd * Pa).square()).template cast<T>();
+      M = M + one_minus_b1 * (G + wd * P - M);
+      V = V * b2 + one_minus_b2 * (G + wd * P).square();
     }
     // sqrt(v) * (1 / sqrt(bc2)) where torch divides by sqrt(bc2): see kernels/adam_scalars.h.
-    if (sc.decoupled && sc.wd != 0) P = (Pa * decay - step_size * Ma / (Va.sqrt() * inv_bc2_sqrt + eps)).template cast<T>();
-    else P = (Pa - step_size * Ma / (Va.sqrt() * inv_bc2_sqrt + eps)).template cast<T>();
-    std::copy(pb, pb + nb, p + b), std::copy(mb, mb + nb, m + b), std::copy(vb, vb + nb, v + b);
+    if (sc.decoupled && sc.wd != 0) P = P * decay - step_size * M / (V.sqrt() * inv_bc2_sqrt + eps);
+    else P = P - step_size * M / (V.sqrt() * inv_bc2_sqrt + eps);
+    for (int64_t i = 0; i < nb; ++i) p[b + i] = static_cast<T>(pb[i]);  // the one rounding of a 16-bit p
+    std::copy(mb, mb + nb, m + b), std::copy(vb, vb + nb, v + b);
   }
 }
 
@@ -121,7 +124,7 @@ template <typename T>
 double sum_squares_chunk(const T* x, int64_t n) {
   double s = 0;
 #pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
   return s;
 }
 
@@ -132,10 +135,23 @@ void scale_chunk(T* x, int64_t n, double factor) {
   for (int64_t i = 0; i < n; ++i) x[i] = static_cast<T>(acc_t(x[i]) * f);
 }
 
-std::vector<bool> f32_flags(const std::vector<Tensor>& tensors) {
-  std::vector<bool> f(tensors.size());
-  for (size_t i = 0; i < tensors.size(); ++i) f[i] = tensors[i].dtype() == DType::f32;
-  return f;
+std::vector<DType> dtypes_of(const std::vector<Tensor>& tensors) {
+  std::vector<DType> d(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) d[i] = tensors[i].dtype();
+  return d;
+}
+
+// fn(T{}) with T the C++ type of a floating dtype; nothing for another (the entry points let only
+// floating dtypes through). Called inside the parallel regions: never throws.
+template <typename Fn>
+void by_dtype(DType dt, Fn&& fn) {
+  switch (dt) {
+    case DType::f32: fn(float{}); break;
+    case DType::f64: fn(double{}); break;
+    case DType::bf16: fn(bf16{}); break;
+    case DType::f16: fn(f16{}); break;
+    default: break;
+  }
 }
 
 bool parallel(const std::vector<Chunk>& chunks) { return chunks.size() > 1; }
@@ -151,18 +167,18 @@ void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
   const std::vector<void*> p = pointers(params), g = pointers(grads);
   const bool use_buf = momentum != 0;
   const std::vector<void*> b = use_buf ? pointers(momentum_bufs) : std::vector<void*>(params.size(), nullptr);
-  const std::vector<bool> is_f32 = f32_flags(params);
+  const std::vector<DType> dt = dtypes_of(params);
   const SgdArgs args{lr, momentum, dampening, weight_decay, nesterov, step <= 1};
   const int64_t n_chunks = static_cast<int64_t>(chunks.size());
   parallel_for(n_chunks, parallel(chunks), [&](int64_t c) {
     const Chunk& k = chunks[static_cast<size_t>(c)];
     const int64_t n = k.end - k.begin;
-    if (is_f32[k.tensor])
-      sgd_chunk(static_cast<float*>(p[k.tensor]) + k.begin, static_cast<const float*>(g[k.tensor]) + k.begin,
-                use_buf ? static_cast<float*>(b[k.tensor]) + k.begin : nullptr, n, args);
-    else
-      sgd_chunk(static_cast<double*>(p[k.tensor]) + k.begin, static_cast<const double*>(g[k.tensor]) + k.begin,
-                use_buf ? static_cast<double*>(b[k.tensor]) + k.begin : nullptr, n, args);
+    by_dtype(dt[k.tensor], [&](auto zero) {
+      using T = decltype(zero);
+      using S = acc_type_t<T>;  // the buffer's type
+      sgd_chunk(static_cast<T*>(p[k.tensor]) + k.begin, static_cast<const T*>(g[k.tensor]) + k.begin,
+                use_buf ? static_cast<S*>(b[k.tensor]) + k.begin : nullptr, n, args);
+    });
   });
 }
 
@@ -171,34 +187,35 @@ void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& 
                   double weight_decay, int64_t step, bool decoupled_weight_decay) {
   const std::vector<Chunk> chunks = make_chunks(params);
   const std::vector<void*> p = pointers(params), g = pointers(grads), pm = pointers(m), pv = pointers(v);
-  const std::vector<bool> is_f32 = f32_flags(params);
+  const std::vector<DType> dt = dtypes_of(params);
   const AdamScalars args = adam_scalars(lr, beta1, beta2, eps, weight_decay, step, decoupled_weight_decay);
   const int64_t n_chunks = static_cast<int64_t>(chunks.size());
   parallel_for(n_chunks, parallel(chunks), [&](int64_t c) {
     const Chunk& k = chunks[static_cast<size_t>(c)];
     const int64_t n = k.end - k.begin;
     const size_t t = k.tensor;
-    if (is_f32[t])
-      adam_chunk(static_cast<float*>(p[t]) + k.begin, static_cast<const float*>(g[t]) + k.begin,
-                 static_cast<float*>(pm[t]) + k.begin, static_cast<float*>(pv[t]) + k.begin, n, args);
-    else
-      adam_chunk(static_cast<double*>(p[t]) + k.begin, static_cast<const double*>(g[t]) + k.begin,
-                 static_cast<double*>(pm[t]) + k.begin, static_cast<double*>(pv[t]) + k.begin, n, args);
+    by_dtype(dt[t], [&](auto zero) {
+      using T = decltype(zero);
+      using A = acc_type_t<T>;  // the moments' type
+      adam_chunk(static_cast<T*>(p[t]) + k.begin, static_cast<const T*>(g[t]) + k.begin,
+                 static_cast<A*>(pm[t]) + k.begin, static_cast<A*>(pv[t]) + k.begin, n, args);
+    });
   });
 }
 
 double sum_of_squares(const std::vector<Tensor>& tensors) {
   const std::vector<Chunk> chunks = make_chunks(tensors);
   const std::vector<void*> x = pointers(tensors);
-  const std::vector<bool> is_f32 = f32_flags(tensors);
+  const std::vector<DType> dt = dtypes_of(tensors);
   std::vector<double> partial(chunks.size(), 0.0);
   const int64_t n_chunks = static_cast<int64_t>(chunks.size());
   parallel_for(n_chunks, parallel(chunks), [&](int64_t c) {
     const Chunk& k = chunks[static_cast<size_t>(c)];
     const size_t t = k.tensor;
-    partial[static_cast<size_t>(c)] =
-        is_f32[t] ? sum_squares_chunk(static_cast<const float*>(x[t]) + k.begin, k.end - k.begin)
-                  : sum_squares_chunk(static_cast<const double*>(x[t]) + k.begin, k.end - k.begin);
+    by_dtype(dt[t], [&](auto zero) {
+      using T = decltype(zero);
+      partial[static_cast<size_t>(c)] = sum_squares_chunk(static_cast<const T*>(x[t]) + k.begin, k.end - k.begin);
+    });
   });
   double s = 0;
   for (double v : partial) s += v;  // chunk order: the same bits for any thread count
@@ -208,13 +225,15 @@ double sum_of_squares(const std::vector<Tensor>& tensors) {
 void scale_(const std::vector<Tensor>& tensors, double factor) {
   const std::vector<Chunk> chunks = make_chunks(tensors);
   const std::vector<void*> x = pointers(tensors);
-  const std::vector<bool> is_f32 = f32_flags(tensors);
+  const std::vector<DType> dt = dtypes_of(tensors);
   const int64_t n_chunks = static_cast<int64_t>(chunks.size());
   parallel_for(n_chunks, parallel(chunks), [&](int64_t c) {
     const Chunk& k = chunks[static_cast<size_t>(c)];
     const size_t t = k.tensor;
-    if (is_f32[t]) scale_chunk(static_cast<float*>(x[t]) + k.begin, k.end - k.begin, factor);
-    else scale_chunk(static_cast<double*>(x[t]) + k.begin, k.end - k.begin, factor);
+    by_dtype(dt[t], [&](auto zero) {
+      using T = decltype(zero);
+      scale_chunk(static_cast<T*>(x[t]) + k.begin, k.end - k.begin, factor);
+    });
   });
 }
 

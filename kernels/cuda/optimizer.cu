@@ -1,6 +1,6 @@
 // kernels/cuda/optimizer.cu: the optimizer updates over a flat list of parameters on a CUDA
 // device: SGD (momentum, dampening, Nesterov, weight decay), AdamW (and Adam's L2 form), the
-// global gradient norm and in-place scaling for clipping.
+// global gradient norm and in-place scaling for clipping, over f32, f64, bf16 and f16 parameters.
 //
 // Multi-tensor apply (as PyTorch's _foreach kernels): each tensor is cut into fixed chunks of
 // kChunk elements, and one launch covers up to kMaxBlocks chunks of up to kMaxTensors tensors,
@@ -8,8 +8,10 @@
 // model's hundred bias vectors cost a few launches, not a hundred. Block b handles chunk
 // chunk_of[b] of tensor slot tensor_of[b]. Each update is one fused sweep (param, grad and
 // state read once, param and state written once): these kernels are bound by memory bandwidth.
-// A list may mix f32 and f64 tensors: the f32 ones go through float launches, then the f64 ones.
-// The update arithmetic runs in acc_t = reel::acc_type_t<T> (T itself for f32 and f64).
+// A list may mix f32, f64, bf16 and f16 tensors: each dtype's go through their own launches, in
+// that order. The update arithmetic runs in acc_t = reel::acc_type_t<T> (T itself for f32 and
+// f64, f32 for the 16-bit types), and a parameter's state is stored as acc_t (a 16-bit parameter
+// keeps f32 moments: kernels/optimizer.h); a 16-bit parameter is rounded once, at its store.
 //
 // The norm is a deterministic two-pass reduction: pass 1 writes one double partial per chunk,
 // a fixed tree over the chunk's elements, at the chunk's index in list order; pass 2, one block,
@@ -36,11 +38,12 @@ constexpr int kMaxBlocks = 320;      // chunks per launch
 constexpr int kListThreads = 256;
 
 // The tensors and chunks of one launch. ptr[k][s]: list k's tensor in slot s (null for a list
-// that is not used, e.g. no momentum buffers); chunk_base[s]: the index, in list order over ALL
+// that is not used, e.g. no momentum buffers), untyped: a kernel casts each list to its element
+// type (a parameter's T, its state's acc_t); chunk_base[s]: the index, in list order over ALL
 // the tensors, of that tensor's first chunk (where the norm writes its partials).
-template <typename T, int N>
+template <int N>
 struct ListArgs {
-  T* ptr[N][kMaxTensors];
+  void* ptr[N][kMaxTensors];
   int64_t numel[kMaxTensors];
   int64_t chunk_base[kMaxTensors];
   int tensor_of[kMaxBlocks];
@@ -48,8 +51,8 @@ struct ListArgs {
 };
 
 // The element range [begin, end) of this block's chunk, and its tensor slot.
-template <typename T, int N>
-__device__ __forceinline__ int block_chunk(const ListArgs<T, N>& a, int64_t& begin, int64_t& end) {
+template <int N>
+__device__ __forceinline__ int block_chunk(const ListArgs<N>& a, int64_t& begin, int64_t& end) {
   const int s = a.tensor_of[blockIdx.x];
   begin = a.chunk_of[blockIdx.x] * kChunk;
   end = min_i64(a.numel[s], begin + kChunk);
@@ -58,16 +61,17 @@ __device__ __forceinline__ int block_chunk(const ListArgs<T, N>& a, int64_t& beg
 
 // ---- kernels ---------------------------------------------------------------------------------
 
-// Lists: 0 params, 1 grads, 2 momentum buffers (null without momentum). As torch.optim.SGD.
-// The update arithmetic runs in acc_t (loads T -> acc_t, stores acc_t -> T: no-ops for f32, f64).
+// Lists: 0 params (T), 1 grads (T), 2 momentum buffers (acc_t; null without momentum). As
+// torch.optim.SGD. The update arithmetic runs in acc_t (loads T -> acc_t, stores acc_t -> T:
+// no-ops for f32, f64).
 template <typename T, typename acc_t>
-__global__ void __launch_bounds__(kListThreads) sgd_kernel(ListArgs<T, 3> a, acc_t lr, acc_t mu, acc_t keep, acc_t wd, bool nesterov,
+__global__ void __launch_bounds__(kListThreads) sgd_kernel(ListArgs<3> a, acc_t lr, acc_t mu, acc_t keep, acc_t wd, bool nesterov,
                            bool first_step) {
   int64_t begin, end;
   const int s = block_chunk(a, begin, end);
-  T* p = a.ptr[0][s];
-  const T* g = a.ptr[1][s];
-  T* buf = a.ptr[2][s];
+  T* p = static_cast<T*>(a.ptr[0][s]);
+  const T* g = static_cast<const T*>(a.ptr[1][s]);
+  acc_t* buf = static_cast<acc_t*>(a.ptr[2][s]);
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     const acc_t P = p[i];
     const acc_t d = acc_t(g[i]) + wd * P;
@@ -75,16 +79,16 @@ __global__ void __launch_bounds__(kListThreads) sgd_kernel(ListArgs<T, 3> a, acc
       p[i] = static_cast<T>(P - lr * d);
     } else {
       const acc_t b = first_step ? d : mu * acc_t(buf[i]) + keep * d;  // torch: the buffer starts as the gradient
-      buf[i] = static_cast<T>(b);
+      buf[i] = b;
       p[i] = static_cast<T>(P - lr * (nesterov ? d + mu * b : b));
     }
   }
 }
 
-// Lists: 0 params, 1 grads, 2 exp_avg, 3 exp_avg_sq. As torch.optim.AdamW (decoupled) or Adam.
-// The moments' temporaries and the update run in acc_t; m, v and p are stored as T.
+// Lists: 0 params (T), 1 grads (T), 2 exp_avg, 3 exp_avg_sq (acc_t). As torch.optim.AdamW
+// (decoupled) or Adam. The moments and the update run in acc_t; p is stored as T.
 template <typename T, typename acc_t>
-__global__ void __launch_bounds__(kListThreads) adamw_kernel(ListArgs<T, 4> a, AdamScalars sc) {
+__global__ void __launch_bounds__(kListThreads) adamw_kernel(ListArgs<4> a, AdamScalars sc) {
   using std::sqrt;
   using A = acc_t;
   const A step_size = static_cast<A>(sc.step_size), inv_bc2_sqrt = static_cast<A>(sc.inv_bc2_sqrt);
@@ -94,17 +98,17 @@ __global__ void __launch_bounds__(kListThreads) adamw_kernel(ListArgs<T, 4> a, A
   const bool l2 = !sc.decoupled && sc.wd != 0, decay_p = sc.decoupled && sc.wd != 0;
   int64_t begin, end;
   const int s = block_chunk(a, begin, end);
-  T* p = a.ptr[0][s];
-  const T* g = a.ptr[1][s];
-  T* m = a.ptr[2][s];
-  T* v = a.ptr[3][s];
+  T* p = static_cast<T*>(a.ptr[0][s]);
+  const T* g = static_cast<const T*>(a.ptr[1][s]);
+  A* m = static_cast<A*>(a.ptr[2][s]);
+  A* v = static_cast<A*>(a.ptr[3][s]);
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     const A P = p[i], m0 = m[i];
     const A G = l2 ? A(g[i]) + wd * P : A(g[i]);  // Adam's L2 weight decay: the gradient itself gets + wd * p
     const A M = m0 + one_minus_b1 * (G - m0);  // torch's lerp form of b1 m + (1 - b1) g
     const A V = A(v[i]) * b2 + one_minus_b2 * G * G;
-    m[i] = static_cast<T>(M);
-    v[i] = static_cast<T>(V);
+    m[i] = M;
+    v[i] = V;
     const A update = step_size * M / (sqrt(V) * inv_bc2_sqrt + eps);
     p[i] = static_cast<T>(decay_p ? P * decay - update : P - update);
   }
@@ -112,13 +116,14 @@ __global__ void __launch_bounds__(kListThreads) adamw_kernel(ListArgs<T, 4> a, A
 
 // partial[chunk_base[s] + chunk] = sum of x^2 over this block's chunk, in double.
 template <typename T>
-__global__ void __launch_bounds__(kListThreads) sum_squares_kernel(ListArgs<T, 1> a, double* partial) {
+__global__ void __launch_bounds__(kListThreads) sum_squares_kernel(ListArgs<1> a, double* partial) {
   __shared__ double scratch[32];
   int64_t begin, end;
   const int s = block_chunk(a, begin, end);
-  const T* x = a.ptr[0][s];
+  const T* x = static_cast<const T*>(a.ptr[0][s]);
   double acc = 0;
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) acc += static_cast<double>(x[i]) * x[i];
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+    acc += static_cast<double>(x[i]) * static_cast<double>(x[i]);
   acc = block_reduce(acc, SumOp{}, scratch);
   if (threadIdx.x == 0) partial[a.chunk_base[s] + a.chunk_of[blockIdx.x]] = acc;
 }
@@ -133,10 +138,10 @@ __global__ void __launch_bounds__(1024) sum_partials_kernel(const double* partia
 }
 
 template <typename T, typename acc_t>
-__global__ void __launch_bounds__(kListThreads) scale_kernel(ListArgs<T, 1> a, acc_t factor) {
+__global__ void __launch_bounds__(kListThreads) scale_kernel(ListArgs<1> a, acc_t factor) {
   int64_t begin, end;
   const int s = block_chunk(a, begin, end);
-  T* x = a.ptr[0][s];
+  T* x = static_cast<T*>(a.ptr[0][s]);
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) x[i] = static_cast<T>(acc_t(x[i]) * factor);
 }
 
@@ -150,7 +155,7 @@ template <typename T, int N, typename Run>
 void list_apply(const std::array<const std::vector<Tensor>*, N>& lists, Run run) {
   constexpr DType dtype = dtype_of<T>::value;
   const std::vector<Tensor>& first = *lists[0];
-  ListArgs<T, N> a{};
+  ListArgs<N> a{};
   int slot = 0, blocks = 0;
   int64_t base = 0;  // chunk index of tensor i's first chunk, over all tensors in list order
   for (size_t i = 0; i < first.size(); ++i) {
@@ -159,7 +164,7 @@ void list_apply(const std::array<const std::vector<Tensor>*, N>& lists, Run run)
       base += chunks;
       continue;
     }
-    for (int k = 0; k < N; ++k) a.ptr[k][slot] = lists[k] ? (*lists[k])[i].template data<T>() : nullptr;
+    for (int k = 0; k < N; ++k) a.ptr[k][slot] = lists[k] ? (*lists[k])[i].data_ptr() : nullptr;
     a.numel[slot] = first[i].numel();
     a.chunk_base[slot] = base;
     for (int64_t c = 0; c < chunks; ++c) {
@@ -205,13 +210,15 @@ void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
   const auto go = [&](auto zero) {
     using T = decltype(zero);
     using A = acc_type_t<T>;
-    list_apply<T, 3>(lists, [&](const ListArgs<T, 3>& a, int blocks) {
+    list_apply<T, 3>(lists, [&](const ListArgs<3>& a, int blocks) {
       launch("sgd_kernel", sgd_kernel<T, A>, blocks, kListThreads, 0, a, static_cast<A>(lr), static_cast<A>(momentum),
              static_cast<A>(1 - dampening), static_cast<A>(weight_decay), nesterov, step <= 1);
     });
   };
   go(float{});
   go(double{});
+  go(bf16{});
+  go(f16{});
 }
 
 void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
@@ -224,12 +231,14 @@ void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& 
   const std::array<const std::vector<Tensor>*, 4> lists{&params, &grads, &m, &v};
   const auto go = [&](auto zero) {
     using T = decltype(zero);
-    list_apply<T, 4>(lists, [&](const ListArgs<T, 4>& a, int blocks) {
+    list_apply<T, 4>(lists, [&](const ListArgs<4>& a, int blocks) {
       launch("adamw_kernel", adamw_kernel<T, acc_type_t<T>>, blocks, kListThreads, 0, a, sc);
     });
   };
   go(float{});
   go(double{});
+  go(bf16{});
+  go(f16{});
 }
 
 double sum_of_squares(const std::vector<Tensor>& tensors) {
@@ -244,12 +253,14 @@ double sum_of_squares(const std::vector<Tensor>& tensors) {
   const std::array<const std::vector<Tensor>*, 1> lists{&tensors};
   const auto go = [&](auto zero) {
     using T = decltype(zero);
-    list_apply<T, 1>(lists, [&](const ListArgs<T, 1>& a, int blocks) {
+    list_apply<T, 1>(lists, [&](const ListArgs<1>& a, int blocks) {
       launch("sum_squares_kernel", sum_squares_kernel<T>, blocks, kListThreads, 0, a, pp);
     });
   };
   go(float{});
   go(double{});
+  go(bf16{});
+  go(f16{});
   launch("sum_partials_kernel", sum_partials_kernel, 1, 1024, 0, static_cast<const double*>(pp), total, pp + total);
   return untracked::slice(partial, 0, total, total + 1).to(Device::cpu()).data<double>()[0];
 }
@@ -261,13 +272,15 @@ void scale_(const std::vector<Tensor>& tensors, double factor) {
   const std::array<const std::vector<Tensor>*, 1> lists{&tensors};
   const auto go = [&](auto zero) {
     using T = decltype(zero);
-    list_apply<T, 1>(lists, [&](const ListArgs<T, 1>& a, int blocks) {
+    list_apply<T, 1>(lists, [&](const ListArgs<1>& a, int blocks) {
       launch("scale_kernel", scale_kernel<T, acc_type_t<T>>, blocks, kListThreads, 0, a,
              static_cast<acc_type_t<T>>(factor));
     });
   };
   go(float{});
   go(double{});
+  go(bf16{});
+  go(f16{});
 }
 
 }  // namespace reel::kernels::cuda

@@ -2,7 +2,8 @@
 // weight decay, Nesterov) and adamw_update (decoupled and Adam's L2 form) over several steps, the
 // global gradient norm and scale_, over long mixed-dtype lists (more tensors than one launch
 // takes, chunks past one launch), against the torch formulas in f64. Their rows run in the dtypes
-// their lists mix.
+// their lists mix; the "16bit" lists hold bf16 and f16 parameters (f32 state), with the 16-bit
+// tolerances of with_16bit() below.
 #include <cmath>
 #include <string>
 #include <utility>
@@ -25,8 +26,15 @@ const std::vector<DType> kDTypes = {DType::f32, DType::f64};
 // tensor of 2 chunks of 16384 and, when `big`, one past the 320 chunks of a launch (5.3M elements);
 // sizes 1, 31 x 33, 257, and one f64 tensor among the f32 ones. The "chunked" list: 40000 elements
 // over three chunks, an empty tensor and a scalar, f64 and f32 alternating.
+// The "16bit" list: a model held in bf16 and f16 (Module::to) beside one f32 tensor, 20 tensors
+// (past a launch's 16 slots) and one of two chunks.
 std::vector<std::pair<Shape, DType>> param_list(const std::string& kind) {
   std::vector<std::pair<Shape, DType>> l;
+  if (kind == "16bit") {
+    l = {{{1}, DType::bf16}, {{31, 33}, DType::f16}, {{257}, DType::f32}, {{20000}, DType::bf16}, {{5}, DType::f16}};
+    for (int i = 0; i < 15; ++i) l.push_back({{3 + i}, i % 2 ? DType::bf16 : DType::f16});
+    return l;
+  }
   if (kind == "chunked") {
     const std::vector<Shape> shapes = {{200, 200}, {7}, {0}, {}, {3, 5}};
     for (size_t i = 0; i < shapes.size(); ++i) l.push_back({shapes[i], i % 2 ? DType::f32 : DType::f64});
@@ -45,11 +53,27 @@ Tensors make_list(Generator& g, const std::string& kind, double lo, double hi) {
   return l;
 }
 // Several lists of `kind` one after the other, the i-th with values in ranges[i]: params, grads, state.
+// The state lists (from the third on) are in the params' acc_dtype: f32 for a 16-bit parameter.
 Tensors make_lists(Generator& g, const std::string& kind, const std::vector<std::pair<double, double>>& ranges) {
   Tensors all;
-  for (const auto& [lo, hi] : ranges)
-    for (const Tensor& t : make_list(g, kind, lo, hi)) all.push_back(t);
+  for (size_t k = 0; k < ranges.size(); ++k)
+    for (const Tensor& t : make_list(g, kind, ranges[k].first, ranges[k].second))
+      all.push_back(k >= 2 ? t.to(acc_dtype(t.dtype())) : t);
   return all;
+}
+
+// The tolerances of a row's outputs in the 16-bit types, beside its f32 and f64 ones. A 16-bit
+// parameter is updated in f32 and rounded once per step to its type (unit roundoff u: bf16 2^-8,
+// f16 2^-11), so after `steps` steps it is within steps x u of the values it passed through: at
+// most |final| + `reach` (what the steps move a parameter in all: rtol steps x u, atol
+// steps x u x reach). Between devices the f32 updates agree to an ulp or two of f32; a rounding
+// boundary between them puts the 16-bit results one ulp (2u) apart, per step. The f32 state of a
+// 16-bit parameter keeps f32's tolerance.
+Tols with_16bit(Tols t, double steps, double reach, bool device) {
+  const double bu = 0x1p-8, hu = 0x1p-11, k = steps * (device ? 2 : 1);
+  t.by_dtype.push_back({DType::bf16, {k * bu, k * bu * reach}});
+  t.by_dtype.push_back({DType::f16, {k * hu, k * hu * reach}});
+  return t;
 }
 // The list-th of the lists of n tensors in l.
 Tensors slice_of(const Tensors& l, size_t list, size_t n) {
@@ -126,6 +150,10 @@ std::vector<OpCase> optimizer_cases() {
       {{0.1, 0, 0, 0, false}, "long", {1, 2}},     {{0.1, 0, 0, 0.01, false}, "long", {1, 2}},
       {{0.1, 0.9, 0, 0.01, false}, "long", {1, 2}}, {{0.1, 0.9, 0.1, 0, false}, "long", {1, 2}},
       {{0.1, 0.9, 0, 0.001, true}, "long", {1, 2}}, {{1e-2, 0.9, 0, 0.1, true}, "chunked", {5}},
+      // bf16 and f16 parameters with f32 buffers; without weight decay, so that the buffers, which
+      // see only the (exact) 16-bit gradients, keep f32's tolerance.
+      {{0.1, 0, 0, 0, false}, "16bit", {1, 2}},     {{0.1, 0.9, 0.1, 0, false}, "16bit", {1, 2}},
+      {{0.1, 0.9, 0, 0, true}, "16bit", {1, 2}},
   };
   // f32 elements against the f64 formula; f64 elements to a few ulps of the same formula.
   const Tols upd = tols({1e-6, 1e-7}, {1e-12, 1e-12}), ref = tols(1e-6, 1e-14);
@@ -143,10 +171,11 @@ std::vector<OpCase> optimizer_cases() {
                  if (r.s.momentum != 0) out.insert(out.end(), buf.begin(), buf.end());
                  return out;
                },
-               {upd});
+               // SGD at lr 0.1 moves a parameter by at most 0.1 x 2 per step (Nesterov): reach 0.4.
+               {with_16bit(upd, static_cast<double>(r.steps.size()), 0.4, true)});
     row.with_dtypes({}).with_reference(
         [r, n](const Tensors& in) { return sgd_ref(slice_of(in, 0, n), slice_of(in, 1, n), slice_of(in, 2, n), r.s, r.steps); },
-        {ref});
+        {with_16bit(ref, static_cast<double>(r.steps.size()), 0.4, false)});
     cases.push_back(row);
   }
   struct AdamRow {
@@ -156,7 +185,10 @@ std::vector<OpCase> optimizer_cases() {
   };
   const std::vector<AdamRow> adams = {{{1e-3, 0.9, 0.95, 1e-8, 0.1, true}, "long", {1, 2, 3}},
                                       {{1e-3, 0.9, 0.95, 1e-8, 0.1, false}, "long", {1, 2, 3}},
-                                      {{1e-2, 0.9, 0.95, 1e-8, 0.1, true}, "chunked", {3}}};
+                                      {{1e-2, 0.9, 0.95, 1e-8, 0.1, true}, "chunked", {3}},
+                                      // bf16 and f16 parameters, f32 moments; decoupled weight decay
+                                      // only, so that m and v see only the (exact) 16-bit gradients.
+                                      {{1e-3, 0.9, 0.95, 1e-8, 0.1, true}, "16bit", {1, 2, 3}}};
   for (const AdamRow& r : adams) {
     const size_t n = param_list(r.list).size();
     OpCase row(std::string(r.a.decoupled ? "adamw_update" : "adamw_update (Adam's L2 form)") + " lr " + str(r.a.lr) +
@@ -178,17 +210,21 @@ std::vector<OpCase> optimizer_cases() {
                },
                {upd});
     // v's elements are ~1e-3: their own absolute tolerance.
-    row.device.assign(2 * n, upd);
+    // Adam's first steps from the drawn moments can move a parameter by 50 lr (m^ / sqrt(v^) with
+    // a large m0 and a small v0), so reach is 1, as the parameters' own range.
+    const double steps = static_cast<double>(r.steps.size()), reach = 1;
+    row.device.assign(n, with_16bit(upd, steps, reach, true));
+    row.device.insert(row.device.end(), n, upd);
     row.device.push_back(tols({1e-6, 1e-9}, {1e-12, 1e-12}));
     row.with_dtypes({}).with_reference(
         [r, n](const Tensors& in) {
           return adam_ref(slice_of(in, 0, n), slice_of(in, 1, n), slice_of(in, 2, n), slice_of(in, 3, n), r.a, r.steps);
         },
-        {ref});
+        {with_16bit(ref, steps, reach, false)});
     cases.push_back(row);
   }
   // The global norm (accumulated in double: the cpu's value to 1e-12 on every device) and scale_.
-  for (const std::string kind : {"long", "big", "chunked", "strided"}) {
+  for (const std::string kind : {"long", "big", "chunked", "strided", "16bit"}) {
     OpCase row("global_grad_norm and scale_ by 0.37, " + kind + " list",
                [kind](Generator& g) {
                  return kind == "strided" ? Tensors{uniform_f64(g, {31, 33}).to(DType::f32)} : make_list(g, kind, -1, 1);
@@ -202,7 +238,7 @@ std::vector<OpCase> optimizer_cases() {
                  out.insert(out.end(), scaled.begin(), scaled.end());
                  return out;
                },
-               {tols(1e-12, 1e-12), kExact});
+               {tols(1e-12, 1e-12), kExact});  // the scaled values: the same f32 product, rounded once
     row.with_dtypes({}).with_reference(
         [](const Tensors& in) {
           double ss = 0;
@@ -214,7 +250,10 @@ std::vector<OpCase> optimizer_cases() {
           r[0] = {std::sqrt(ss)};
           return r;
         },
-        {tols(1e-12, 1e-12), tols(1e-6, 1e-15)});
+        // A 16-bit value: 0.37 x (exact in f32's product to 2^-24) rounded once: u relative, and
+        // half the smallest subnormal absolute (f16: 2^-25; bf16's subnormals are far below).
+        {tols(1e-12, 1e-12), Tols{{{DType::f32, {1e-6, 1e-6}}, {DType::f64, {1e-15, 1e-15}},
+                                   {DType::bf16, {0x1p-8, 1e-30}}, {DType::f16, {0x1p-11, 0x1p-25}}}}});
     cases.push_back(row);
   }
   return cases;

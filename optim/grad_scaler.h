@@ -1,0 +1,72 @@
+// Dynamic loss scaling for training in f16 (as torch.amp.GradScaler), applied by the accumulation
+// window (optim/accumulator.h, Accumulator::Options::scaler):
+//   * the window's loss is scaled once: the scale is folded into each micro-batch's backward seed,
+//     backward(loss, scale / total), so the gradients accumulate as scale x the true ones (small
+//     f16 gradients that would flush to zero stay representable);
+//   * at the window's end its gradients are unscaled once, in ONE fused pass over all of them that
+//     also finds any inf or NaN (kernels::unscale_grads_); across ranks the found flag is summed
+//     through the WindowSync, so every rank skips or none does;
+//   * a window with an inf or NaN is skipped as a whole (no step: parameters, optimizer state and
+//     its step count untouched; gradients zeroed) and the scale is multiplied by backoff_factor;
+//     after growth_interval clean windows in a row it is multiplied by growth_factor.
+// Clipping and the gradient hook run after the unscale, on the true gradients. A power-of-two scale
+// (the defaults keep it one) makes the scaling exact: the unscaled gradients are bit for bit those
+// of the unscaled run, unless a scaled value overflows (the window is then skipped) or an unscaled
+// one falls below the dtype's smallest normal.
+//
+//   optim::GradScaler scaler;                                     // 2^16, x2 after 2000 clean, x0.5
+//   optim::Accumulator acc(opt, {.clip_norm = 1, .scaler = &scaler});
+//   WindowResult w = acc.step(batches, count, loss);              // w.skipped_nonfinite, w.loss_scale
+//   std::cout << optim::scaler_summary(scaler) << "\n";           // "loss scale 32768, 3 skipped windows"
+//
+// bf16 has f32's range and needs no scaler; with it the scaler only costs the unscale pass.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace reel::optim {
+
+class GradScaler {
+ public:
+  struct Options {
+    double init_scale = 65536.0;   // 2^16, PyTorch's default
+    double growth_factor = 2.0;    // > 1
+    double backoff_factor = 0.5;   // in (0, 1)
+    int64_t growth_interval = 2000;  // clean windows in a row before the scale grows (>= 1)
+  };
+  // reel::Error for a non-finite or non-positive scale, growth_factor <= 1, backoff_factor outside
+  // (0, 1) or growth_interval < 1.
+  explicit GradScaler(Options options);
+  GradScaler() : GradScaler(Options{}) {}
+
+  // The scale the next window's loss is multiplied by.
+  double scale() const { return scale_; }
+  const Options& options() const { return options_; }
+
+  // In place, one pass: every gradient divided by scale(); true when any is inf or NaN (this
+  // process's gradients only: the window combines the flag over ranks). Does not change the scale.
+  bool unscale(const std::vector<Tensor>& grads) const;
+  // After a window (found_inf agreed by every rank): back off and restart the clean count, or count
+  // one clean window and grow once growth_interval of them are in a row.
+  void update(bool found_inf);
+
+  int64_t skipped_windows() const { return skipped_; }        // windows update() saw with an inf/NaN
+  int64_t clean_windows_in_a_row() const { return growth_tracker_; }
+
+  // For checkpoints: the scale and the clean count (torch's "scale" and "_growth_tracker").
+  void load(double scale, int64_t clean_windows_in_a_row);
+
+ private:
+  Options options_;
+  double scale_;
+  int64_t growth_tracker_ = 0;
+  int64_t skipped_ = 0;
+};
+
+// One line for the examples' per-step or final report: "loss scale 65536, 0 skipped windows".
+std::string scaler_summary(const GradScaler& scaler);
+
+}  // namespace reel::optim
