@@ -38,7 +38,7 @@ run() {
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
 ms() { awk -v s="$1" -v n="$steps" 'BEGIN { printf "%.1f", 1000 * s / n }'; }
 
-format="%-10s %-38s %12s %8s %12s %12s %8s %9s %9s\n"
+format="%-10s %-43s %12s %8s %12s %12s %8s %9s %9s\n"
 printf "char_gpt, %s steps of 2 micro-batches; rank 0's peak bytes on cpu (2 ranks under mpirun, 1 thread each)\n" "$steps"
 printf "$format" checkpoint run "state peak" "x 1 proc" "sum of peaks" activation "ms/step" "val loss" "vs ZeRO 0"
 read -r single_joint together activation seconds val < <(run "$gpt" "${common[@]}")
@@ -76,7 +76,7 @@ done
 # Deeper models: each block a smaller share of the parameters, so the units in flight weigh less.
 [ -n "$deeper" ] || exit 0
 printf "\ndeeper char_gpt (n_embd 96), ZeRO 3 with sqrt and per-micro-batch against one process\n"
-format2="%-8s %-24s %12s %8s %9s\n"
+format2="%-8s %-27s %12s %8s %9s\n"
 printf "$format2" n_layer run "state peak" "x 1 proc" "ms/step"
 for n in $deeper; do
   read -r single_joint together activation seconds val < <(run "$gpt" "${common[@]}" --n-layer "$n")
