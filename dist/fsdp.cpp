@@ -355,7 +355,7 @@ void FullyShardedDataParallel::after_replay_node(int64_t index) {
   // rules come), so a segment's replay holds one unit at a time, not all of the segment's; except
   // the units of the segment's last op, which backward reads first.
   for (size_t u : reads_[static_cast<size_t>(index)])
-    if (replay_last_read_[u] == index && !units_[u].kept &&
+    if (u < replay_last_read_.size() && replay_last_read_[u] == index && !units_[u].kept &&
         std::find(replay_keep_.begin(), replay_keep_.end(), u) == replay_keep_.end())
       release(u);
 }
