@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # The per-rank memory of data parallelism's sharding levels, side by side: char_gpt on two ranks of
 # the CPU (mpirun) under ZeRO 0/1/2/3 x checkpoint {none, sqrt} x reduce {per-micro-batch,
-# per-window} (the reduce mode only matters for 2 and 3), and one process for reference. Per row:
-# rank 0's peak bytes of parameters, gradients and optimizer state together (and as a fraction of
-# one process's), its activation peak, the step time, and the validation loss after the run with
-# its relative difference from plain data parallel's (ZeRO 0, same checkpointing). The table of
-# docs/memory.md.
+# per-window} (the reduce mode only matters for 2 and 3), ZeRO 3 also with units {block, layer} x
+# prefetch {on, off}, and one process for reference. Per row: rank 0's joint peak of parameter +
+# gradient + optimizer bytes (held at the same moment: MemoryStats::model_state_peak_bytes) and as a
+# fraction of one process's, the sum of the three categories' own peaks (the older, overstated
+# measure), its activation peak, the step time, and the validation loss after the run with its
+# relative difference from plain data parallel's (ZeRO 0, same checkpointing). Then the same target
+# row (ZeRO 3, sqrt, per-micro-batch, layer units) on deeper models. The tables of docs/memory.md.
 #
-#   bench/zero_table.sh [build dir=build] [steps=50]
+#   bench/zero_table.sh [build dir=build] [steps=50] [deeper n_layer list="8 12"]
 # Every row trains the same model from the same seed on the same windows (2 micro-batches per step).
 set -euo pipefail
 build=${1:-build}
 steps=${2:-50}
+deeper=${3-"8 12"}
 gpt="$build/examples/char_gpt"
 [ -x "$gpt" ] || { echo "zero_table: $gpt not built" >&2; exit 1; }
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -20,40 +23,70 @@ if mpirun --version 2>/dev/null | grep -q "Open MPI"; then mpi+=(--oversubscribe
 common=(--max-steps "$steps" --accum-steps 2 --optimizer adamw --quiet --sample-chars 0 --eval-every 100000
         --eval-windows 64 --threads 1 --seed 3)
 
-# run <command...>: prints "together activation seconds val_loss" of the run.
+# run <command...>: prints "joint together activation seconds val_loss" of the run.
 run() {
   local out
   out=$("$@" 2>&1) || { echo "$out" >&2; echo "zero_table: failed: $*" >&2; exit 1; }
   local bytes
   bytes=$(grep -m1 "peak bytes:" <<<"$out")
-  echo "$(sed -E 's/.*together ([0-9]+).*/\1/' <<<"$bytes")" \
+  echo "$(sed -E 's/.*at once ([0-9]+).*/\1/' <<<"$bytes")" \
+       "$(sed -E 's/.*together ([0-9]+).*/\1/' <<<"$bytes")" \
        "$(sed -E 's/.*activation ([0-9]+).*/\1/' <<<"$bytes")" \
        "$(grep -m1 "^trained:" <<<"$out" | sed -E 's/.* in ([0-9.]+) s.*/\1/')" \
        "$(grep -m1 "^val loss:" <<<"$out" | awk '{print $3}')"
 }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
+ms() { awk -v s="$1" -v n="$steps" 'BEGIN { printf "%.1f", 1000 * s / n }'; }
 
-format="%-10s %-22s %14s %9s %14s %10s %9s %10s\n"
+format="%-10s %-43s %12s %8s %12s %12s %8s %9s %9s\n"
 printf "char_gpt, %s steps of 2 micro-batches; rank 0's peak bytes on cpu (2 ranks under mpirun, 1 thread each)\n" "$steps"
-printf "$format" checkpoint run "param+grad+opt" "x 1 proc" activation "ms/step" "val loss" "vs ZeRO 0"
-read -r single_together activation seconds val < <(run "$gpt" "${common[@]}")
-printf "$format" none "1 process" "$single_together" 1.000 "$activation" \
-  "$(awk -v s="$seconds" -v n="$steps" 'BEGIN { printf "%.1f", 1000 * s / n }')" "$val" -
+printf "$format" checkpoint run "state peak" "x 1 proc" "sum of peaks" activation "ms/step" "val loss" "vs ZeRO 0"
+read -r single_joint together activation seconds val < <(run "$gpt" "${common[@]}")
+printf "$format" none "1 process" "$single_joint" 1.000 "$together" "$activation" "$(ms "$seconds")" "$val" -
 for ckpt in none sqrt; do
   plain_val=""
   for zero in 0 1 2 3; do
     modes=(per-micro-batch)
     if [ "$zero" -ge 2 ]; then modes=(per-micro-batch per-window); fi
     for mode in "${modes[@]}"; do
-      read -r together activation seconds val < <(run "${mpi[@]}" "$gpt" "${common[@]}" --dist --zero "$zero" \
-        --reduce "$mode" --checkpoint "$ckpt")
-      label="ZeRO $zero"
-      if [ "$zero" -ge 2 ]; then label="ZeRO $zero, $mode"; fi
-      rel=-
-      if [ -z "$plain_val" ]; then plain_val=$val
-      else rel=$(awk -v a="$val" -v b="$plain_val" 'BEGIN { d = (a - b) / b; printf "%.1e", d < 0 ? -d : d }'); fi
-      printf "$format" "$ckpt" "$label" "$together" \
-        "$(awk -v a="$together" -v b="$single_together" 'BEGIN { printf "%.3f", a / b }')" "$activation" \
-        "$(awk -v s="$seconds" -v n="$steps" 'BEGIN { printf "%.1f", 1000 * s / n }')" "$val" "$rel"
+      variants=("block 1")
+      if [ "$zero" -eq 3 ]; then variants=("block 1" "block 0" "layer 1" "layer 0"); fi
+      for variant in "${variants[@]}"; do
+        read -r units prefetch <<<"$variant"
+        extra=()
+        if [ "$zero" -ge 2 ]; then extra=(--reduce "$mode" --fsdp-units "$units" --fsdp-prefetch "$prefetch"); fi
+        read -r joint together activation seconds val < <(run "${mpi[@]}" "$gpt" "${common[@]}" --dist --zero "$zero" \
+          --checkpoint "$ckpt" "${extra[@]}")
+        label="ZeRO $zero"
+        if [ "$zero" -eq 2 ]; then label="ZeRO 2, $mode"; fi
+        if [ "$zero" -eq 3 ]; then
+          label="ZeRO 3, $mode, $units"
+          if [ "$prefetch" = 0 ]; then label="$label, no prefetch"; fi
+        fi
+        rel=-
+        if [ -z "$plain_val" ]; then plain_val=$val
+        else rel=$(awk -v a="$val" -v b="$plain_val" 'BEGIN { d = (a - b) / b; printf "%.1e", d < 0 ? -d : d }'); fi
+        printf "$format" "$ckpt" "$label" "$joint" "$(ratio "$joint" "$single_joint")" "$together" "$activation" \
+          "$(ms "$seconds")" "$val" "$rel"
+      done
     done
+  done
+done
+
+# Deeper models: each block a smaller share of the parameters, so the units in flight weigh less.
+[ -n "$deeper" ] || exit 0
+printf "\ndeeper char_gpt (n_embd 96), ZeRO 3 with sqrt and per-micro-batch against one process\n"
+format2="%-8s %-27s %12s %8s %9s\n"
+printf "$format2" n_layer run "state peak" "x 1 proc" "ms/step"
+for n in $deeper; do
+  read -r single_joint together activation seconds val < <(run "$gpt" "${common[@]}" --n-layer "$n")
+  printf "$format2" "$n" "1 process" "$single_joint" 1.000 "$(ms "$seconds")"
+  for variant in "block 1" "layer 1" "layer 0"; do
+    read -r units prefetch <<<"$variant"
+    read -r joint together activation seconds val < <(run "${mpi[@]}" "$gpt" "${common[@]}" --n-layer "$n" --dist \
+      --zero 3 --checkpoint sqrt --fsdp-units "$units" --fsdp-prefetch "$prefetch")
+    label="ZeRO 3, $units"
+    if [ "$prefetch" = 0 ]; then label="$label, no prefetch"; fi
+    printf "$format2" "$n" "$label" "$joint" "$(ratio "$joint" "$single_joint")" "$(ms "$seconds")"
   done
 done

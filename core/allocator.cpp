@@ -76,12 +76,24 @@ size_t CachingAllocator::size_class(size_t bytes) {
   return (bytes + step - 1) / step * step;
 }
 
+namespace {
+bool is_model_state(Category c) {
+  return c == Category::Parameter || c == Category::Gradient || c == Category::OptimizerState;
+}
+void add_model_state(MemoryStats& stats, Category c, int64_t bytes) {
+  if (!is_model_state(c)) return;
+  stats.model_state_bytes += bytes;
+  if (stats.model_state_bytes > stats.model_state_peak_bytes) stats.model_state_peak_bytes = stats.model_state_bytes;
+}
+}  // namespace
+
 void CachingAllocator::add_bytes(Category c, int64_t bytes) {
   CategoryStats& s = stats_.by_category[static_cast<int>(c)];
   s.current_bytes += bytes;
   if (s.current_bytes > s.peak_bytes) s.peak_bytes = s.current_bytes;
   stats_.current_bytes += bytes;
   if (stats_.current_bytes > stats_.peak_bytes) stats_.peak_bytes = stats_.current_bytes;
+  add_model_state(stats_, c, bytes);
 }
 
 std::string CachingAllocator::usage_locked() const {
@@ -166,6 +178,8 @@ void CachingAllocator::recategorize(const void* ptr, size_t bytes, Category from
   CategoryStats& s = stats_.by_category[static_cast<int>(to)];
   s.current_bytes += static_cast<int64_t>(bytes);
   if (s.current_bytes > s.peak_bytes) s.peak_bytes = s.current_bytes;
+  add_model_state(stats_, from, -static_cast<int64_t>(bytes));
+  add_model_state(stats_, to, static_cast<int64_t>(bytes));
   if (timeline_ && (!timeline_host_ || from == Category::Offloaded || to == Category::Offloaded))
     detail::record_memory_event(MemoryEvent::Kind::Retag, device_, static_cast<int64_t>(bytes), to, from, ptr,
                                 timeline_host_);
@@ -193,6 +207,7 @@ void CachingAllocator::reset_peak() {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& s : stats_.by_category) s.peak_bytes = s.current_bytes;
   stats_.peak_bytes = stats_.current_bytes;
+  stats_.model_state_peak_bytes = stats_.model_state_bytes;
 }
 
 void CachingAllocator::empty_cache() {

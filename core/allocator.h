@@ -54,6 +54,12 @@ struct MemoryStats {
   std::array<CategoryStats, kNumCategories> by_category{};
   int64_t current_bytes = 0;   // all categories together (requested bytes)
   int64_t peak_bytes = 0;      // peak of the total (not the sum of per-category peaks)
+  // The model state, Parameter + Gradient + OptimizerState, held at the same moment: its current
+  // bytes and their peak since start or reset_peak(). The sum of those three categories' own peaks
+  // overstates it whenever they peak at different moments (e.g. sharded data parallel: a unit's
+  // gathered parameters in forward, its full gradients in backward, the optimizer's state at the step).
+  int64_t model_state_bytes = 0;
+  int64_t model_state_peak_bytes = 0;
   int64_t reserved_bytes = 0;  // held from the system: live blocks + cache, in size classes
   int64_t cached_bytes = 0;    // free blocks kept for reuse
   int64_t system_allocs = 0;   // raw allocations asked of the system (cache misses)

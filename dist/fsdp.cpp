@@ -58,6 +58,9 @@ class FullyShardedDataParallel::Observer final : public autograd::BackwardObserv
   void before_node(const autograd::NodeEvent& e) override {
     f_.before_node(e.index, e.pass == autograd::Pass::Replay ? Phase::Replay : Phase::Backward);
   }
+  void after_node(const autograd::NodeEvent& e, const autograd::Tensors*) override {
+    if (e.pass == autograd::Pass::Replay) f_.after_replay_node(e.index);
+  }
   void before_replay(const autograd::ReplayEvent& e) override { f_.before_replay(e.begin, e.last); }
   void leaf_grad_ready(const AutogradMeta& leaf) override { f_.leaf_ready(leaf); }
   bool wants_leaf_grad_ready() const override { return true; }
@@ -217,7 +220,10 @@ void FullyShardedDataParallel::gather(size_t u, Phase phase) {
   } else {
     std::optional<profile::Scope> s;
     open_span(s, [&] { return "all_gather unit '" + k.name + "' (" + phase_name(phase) + ")"; });
-    buffer = empty({k.layout.padded}, k.shard.dtype(), k.shard.device());
+    {
+      MemoryCategory category(Category::Parameter);  // a gathered copy of the unit, counted as such
+      buffer = empty({k.layout.padded}, k.shard.dtype(), k.shard.device());
+    }
     profile::AsyncSpan comm = comm_span([&] { return "all_gather unit '" + k.name + "' (" + phase_name(phase) + ")"; });
     group_.all_gather(buffer, k.shard);
     comm.end();
@@ -238,17 +244,25 @@ void FullyShardedDataParallel::release(size_t u) {
 }
 
 void FullyShardedDataParallel::prefetch_before(size_t u) {
-  if (!options_.prefetch || options_.stage != 3 || in_flight_) return;
   const auto it = std::find(forward_order_.begin(), forward_order_.end(), u);
   if (it == forward_order_.end() || it == forward_order_.begin()) return;
-  const size_t v = *(it - 1);
+  prefetch(*(it - 1));
+}
+
+void FullyShardedDataParallel::prefetch(size_t v) {
+  if (!options_.prefetch || options_.stage != 3 || in_flight_) return;
   Unit& k = units_[v];
-  if (k.gathered) return;
+  // Not a unit whose gradients this backward has finished: nothing reads it again (the forward order
+  // need not be the tape's: `wte(ids) + wpe(pos)` may record wpe first).
+  if (k.gathered || (in_backward_ && v < done_.size() && done_[v])) return;
   std::optional<profile::Scope> s;
   open_span(s, [&] { return "start the prefetch of unit '" + k.name + "'"; });
   in_flight_ = std::make_unique<InFlight>();
   in_flight_->unit = v;
-  in_flight_->buffer = empty({k.layout.padded}, k.shard.dtype(), k.shard.device());
+  {
+    MemoryCategory category(Category::Parameter);  // the unit in flight: one more gathered unit
+    in_flight_->buffer = empty({k.layout.padded}, k.shard.dtype(), k.shard.device());
+  }
   in_flight_->span = comm_span([&] { return "all_gather unit '" + k.name + "' (prefetch)"; });
   in_flight_->work = group_.all_gather_async(in_flight_->buffer, k.shard);
   ++gathers_[static_cast<int>(Phase::Prefetch)];
@@ -319,13 +333,31 @@ void FullyShardedDataParallel::before_node(int64_t index, Phase phase) {
   group_.progress();  // Open MPI advances a prefetch in flight only inside MPI calls
   if (static_cast<size_t>(index) >= reads_.size()) return;
   for (size_t u : reads_[static_cast<size_t>(index)]) {
+    if (options_.stage == 3) {
+      // Gathered first: the gather's transient copy is gone before the unit's whole gradients come.
+      gather(u, phase);
+      if (phase == Phase::Replay) {  // the replay runs forward: the next unit it reads, ahead
+        const auto it = std::find(replay_order_.begin(), replay_order_.end(), u);
+        if (it != replay_order_.end() && it + 1 != replay_order_.end()) prefetch(*(it + 1));
+      } else {
+        prefetch_before(u);
+      }
+    }
     // Gradients come only from backward rules: a replay's forward ops install nothing (a segment's
     // earlier units would otherwise hold whole gradient buffers through the later units' backward).
     if (phase != Phase::Replay) install_grads(u);
-    if (options_.stage != 3) continue;
-    gather(u, phase);
-    prefetch_before(u);
   }
+}
+
+void FullyShardedDataParallel::after_replay_node(int64_t index) {
+  if (options_.stage != 3 || !in_backward_ || static_cast<size_t>(index) >= reads_.size()) return;
+  // A unit the replay has read for the last time is released again (backward gathers it when its
+  // rules come), so a segment's replay holds one unit at a time, not all of the segment's; except
+  // the units of the segment's last op, which backward reads first.
+  for (size_t u : reads_[static_cast<size_t>(index)])
+    if (u < replay_last_read_.size() && replay_last_read_[u] == index && !units_[u].kept &&
+        std::find(replay_keep_.begin(), replay_keep_.end(), u) == replay_keep_.end())
+      release(u);
 }
 
 void FullyShardedDataParallel::install_grads(size_t u) {
@@ -350,13 +382,23 @@ void FullyShardedDataParallel::install_grads(size_t u) {
 void FullyShardedDataParallel::before_replay(size_t begin, size_t last) {
   if (!in_backward_) start_backward(last);
   if (options_.stage != 3) return;
-  // Every unit the segment's recorded ops read, in the order backward needs them (the latest first).
-  std::vector<size_t> needed;
-  for (size_t i = std::min(last + 1, reads_.size()); i-- > begin;)
-    for (size_t u : reads_[i])
-      if (std::find(needed.begin(), needed.end(), u) == needed.end()) needed.push_back(u);
-  for (size_t u : needed) gather(u, Phase::Replay);
-  if (!needed.empty()) prefetch_before(needed.back());
+  // The units the segment's recorded ops read, in the order the replay reads them, each with its last
+  // reader; the replay's nodes gather them (before_node) and release them (after_replay_node).
+  replay_order_.clear();
+  replay_keep_.clear();
+  replay_last_read_.assign(units_.size(), -1);
+  const size_t end = std::min(last + 1, reads_.size());
+  for (size_t i = begin; i < end; ++i)
+    for (size_t u : reads_[i]) {
+      if (replay_last_read_[u] < 0) replay_order_.push_back(u);
+      replay_last_read_[u] = static_cast<int64_t>(i);
+    }
+  for (size_t i = end; i-- > begin;)
+    if (!reads_[i].empty()) {
+      replay_keep_ = reads_[i];
+      break;
+    }
+  if (!replay_order_.empty()) prefetch(replay_order_.front());
 }
 
 void FullyShardedDataParallel::leaf_ready(const AutogradMeta& leaf) {

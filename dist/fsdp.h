@@ -6,8 +6,8 @@
 //   optim::Accumulator acc(opt, {.clip_norm = 1, .sync = &fsdp});
 //   acc.step(my_micro_batches, count, loss);            // as on one process
 //
-// Units: the modules named (each GPT block, the embeddings, the head; any descendant of the model),
-// in forward order, plus a root unit (the model itself) holding every parameter no named unit owns. A
+// Units: the modules named (each GPT block, the embeddings, the head, or each leaf Linear / LayerNorm /
+// Embedding; any descendant of the model), in forward order (the order reductions follow), plus a root unit (the model itself) holding every parameter no named unit owns. A
 // parameter belongs to the first unit listed that has it (a tied weight to the first of its modules);
 // a named unit left with no parameter of its own is refused. A unit's parameters are flattened into
 // one flat buffer (its dtype and device, padded with zeros to a multiple of the world size,
@@ -22,14 +22,17 @@
 //   forward   a pre-forward hook gathers the unit; its forward hook releases it again, except the
 //             unit whose forward ends last (the root when it has parameters, else the last unit
 //             listed: backward needs it first) and the units in Options::keep;
-//   replay    before a checkpoint segment is replayed (a backward observer's before_replay: module
-//             hooks do not run at replay, autograd/checkpoint.h), every released unit whose parameters
-//             the segment's recorded ops read is gathered again (replay re-runs those ops);
+//   replay    module hooks do not run at replay (autograd/checkpoint.h): before each replayed op that
+//             reads a released unit's parameters, the unit is gathered again, and after the op that
+//             reads it last in the segment it is released again (except the units of the segment's
+//             last op, which backward reads first), so a replay holds one unit at a time, not the
+//             whole segment's;
 //   backward  before a node's backward rule that reads a released unit's parameter (directly, or
 //             through a view of it, e.g. w.t()), the unit is gathered again;
 //   prefetch  (Options::prefetch) when backward makes unit u available, the unit before u in this
-//             forward's order is gathered ahead (all_gather_async), one at a time, and waited for only
-//             when used, so the communication overlaps u's compute;
+//             forward's order is gathered ahead (all_gather_async), and in a replay the next unit the
+//             segment reads; one at a time, waited for only when used, so the communication overlaps
+//             u's compute. It costs one more gathered unit in flight (its buffer counts as Parameter);
 //   released  once every parameter of the unit has its final gradient for this backward (the
 //             observer's leaf_grad_ready), unless in Options::keep;
 //   after the optimizer's step (WindowSync::after_step) every unit still gathered (the kept ones) is
@@ -57,12 +60,13 @@
 // norm, sqrt of the ranks' summed squared shard-gradient norms.
 //
 // Counting all-gathers (all_gathers(phase)). Stage 3, prefetch off, Options::keep empty, a model of U
-// units whose every unit is used by each micro-batch's loss: each micro-batch gathers U units in
-// forward and U - 1 in backward (the last unit is still gathered), those whose parameters a replayed
-// checkpoint segment reads under Phase::Replay (once per unit: it stays gathered until its gradients
-// are final), the others under Phase::Backward; so per window of M micro-batches
-//   all-gathers = M * (2U - 1) = units x (forward + replays + backward) minus the one that stays.
-// With K kept units: M * (2(U - K) - 1) + K (the K after the step). With prefetch the backward ones
+// units whose every unit is used by each micro-batch's loss, R of them read by replayed checkpoint
+// segments (each by one segment), S of those read by a segment's last op: each micro-batch gathers U
+// units in forward, R under Phase::Replay, and under Phase::Backward U - 1 - R (the last unit is still
+// gathered) plus R - S (released after their replay, gathered again); so per window of M micro-batches
+//   all-gathers = M * (2U - 1 + R - S) = units x (forward + replays + backward) minus what stays
+// gathered (the last unit after forward, the S units from their replay into backward).
+// With K kept units (none replayed): M * (2(U - K) - 1) + K (the K after the step). With prefetch some
 // are issued early, under Phase::Prefetch; the total is the same. Stage 2: U per step (AfterStep).
 // Reduce-scatters: M * U per window (PerMicroBatch) or U (PerWindow).
 //
@@ -179,6 +183,7 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   void gather(size_t u, Phase phase);  // makes unit u gathered (waiting for its prefetch if in flight)
   void release(size_t u);
   void prefetch_before(size_t u);    // the unit before u in this forward's order, ahead
+  void prefetch(size_t v);           // unit v ahead (stage 3, Options::prefetch, one at a time)
   void drop_prefetch();              // waits for a prefetch in flight and forgets it
   void install_grads(size_t u);      // the parameters' .grad become views of units_[u].grad_flat
   void reduce(size_t u);             // full gradients -> shard .grad, full gradients dropped
@@ -187,6 +192,7 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   void end_backward();
   void before_node(int64_t index, Phase phase);
   void before_replay(size_t begin, size_t last);
+  void after_replay_node(int64_t index);
   void leaf_ready(const AutogradMeta& leaf);
   void pre_forward(size_t u);
   void post_forward(size_t u);
@@ -211,6 +217,11 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   std::vector<std::vector<size_t>> reads_;
   std::vector<int64_t> expected_, ready_;
   std::vector<bool> done_;     // this backward: gradients final
+  // The segment being replayed: its units in the order the replay reads them, each unit's last
+  // reader there (-1: none), and the units of its last op (kept gathered for backward).
+  std::vector<size_t> replay_order_;
+  std::vector<int64_t> replay_last_read_;
+  std::vector<size_t> replay_keep_;
   size_t next_reduce_ = 0;     // position in reduce_order_
   std::vector<bool> reduced_;  // this window (PerWindow) / this backward (PerMicroBatch)
   bool armed_ = false;         // inside the window's last backward

@@ -7,6 +7,7 @@
 //   ./char_gpt --device cuda --checkpoint sqrt --batch 64 --accum-steps 4    # on a GPU (nvcc build)
 //   mpirun -np 2 ./char_gpt --dist --threads 1   # data parallel: each rank takes half of each batch
 //   mpirun -np 2 ./char_gpt --dist --zero 3 --checkpoint sqrt   # parameters sharded by block (FSDP)
+//   mpirun -np 2 ./char_gpt --dist --zero 3 --fsdp-units layer   # ... by each Linear / LayerNorm: less in flight
 //   ./char_gpt --fused-loss                      # LM head + loss chunked (GPT::loss): no (B, T, V) logits kept
 //   ./char_gpt --precision bf16                  # forwards (training and validation) under autograd::Autocast
 //
@@ -314,10 +315,14 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
   double val_loss = 0;
   if (steps > 0) {
     // --dist: rank 0's weights everywhere; each rank takes its share of every window's sequences.
-    // --zero 2/3 shard by block (the tied embeddings and the final norm form the root unit).
+    // --zero 2/3 shard by block (the tied embeddings and the final norm form the root unit), or under
+    // --fsdp-units layer by each Linear, LayerNorm and wpe (wte, read again by the tied head, stays in the root).
     std::vector<nn::Module*> blocks;
     for (int64_t i = 0; i < gpt.h->size(); ++i) blocks.push_back(&(*gpt.h)[i]);
-    std::unique_ptr<optim::Optimizer> opt = dist.make_optimizer(o.train.optimizer, gpt, blocks, o.train.lr);
+    std::vector<nn::Module*> keep_whole{gpt.wte.get()};
+    if (gpt.lm_head) keep_whole.push_back(gpt.lm_head.get());  // the fused loss reads its weight directly
+    std::unique_ptr<optim::Optimizer> opt =
+        dist.make_optimizer(o.train.optimizer, gpt, blocks, o.train.lr, keep_whole);
     const std::unique_ptr<optim::LrSchedule> schedule = examples::make_schedule(o.train, steps);
     optim::Accumulator acc(*opt, {o.train.clip, schedule.get(), o.train.skip_nonfinite, dist.sync()});
     std::optional<autograd::DetectAnomaly> detect_anomaly;

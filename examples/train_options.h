@@ -4,8 +4,9 @@
 // CLI11, the schedule and thread count they ask for, how a window's samples are cut into
 // micro-batches, the one-line progress display, the profiler and the memory timeline around a few
 // training steps, and --dist (data parallel over the ranks of mpirun, when reel was built with dist/;
-// --zero 1/2/3 and --reduce shard it, and every run ends with rank 0's peak bytes by category), and
-// --precision (the forwards under autograd::Autocast, autocast_dtype below).
+// --zero 1/2/3, --reduce, --fsdp-units and --fsdp-prefetch shard it, and every run ends with rank 0's
+// peak bytes by category), and --precision (the forwards under autograd::Autocast, autocast_dtype
+// below).
 #pragma once
 #include <CLI/CLI.hpp>
 #include <omp.h>
@@ -63,6 +64,8 @@ struct TrainOptions {
   bool dist = false;          // data parallel over the ranks mpirun started (see Distributed)
   int zero = 0;               // with dist: 1 AdamW state, 2 + gradients, 3 + parameters sharded (ZeRO-1/2/3)
   std::string reduce = "per-micro-batch";  // --zero 2/3: reduce-scatter after each micro-batch, or once per window
+  std::string fsdp_units = "block";  // --zero 2/3: the example's blocks as units, or each leaf layer (leaf_units)
+  int fsdp_prefetch = 1;             // --zero 3: gather the next unit ahead (one more unit in flight)
   int dist_overlap = 1;       // with dist: 1 starts gradient all-reduces during backward, 0 after it
   std::string precision = "f32";  // f32 | bf16 | f16: the forwards under autograd::Autocast (f32 master weights)
 };
@@ -157,6 +160,15 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
                  "f32, or bf16 / f16: forwards under autocast (GEMMs in 16 bits, softmax, norms and losses in f32), "
                  "parameters, gradients and optimizer state in f32")
       ->capture_default_str()->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  app.add_option("--fsdp-units", o.fsdp_units,
+                 "with --zero 2 or 3: block shards by the model's blocks (a GPT block, an MLP layer), layer by each "
+                 "leaf module holding parameters (each Linear, LayerNorm, Embedding): smaller units in flight, more "
+                 "collectives")
+      ->capture_default_str()->check(CLI::IsMember({"block", "layer"}));
+  app.add_option("--fsdp-prefetch", o.fsdp_prefetch,
+                 "with --zero 3: 1 gathers the next unit ahead on the communication stream (overlap, one more unit in "
+                 "flight), 0 gathers each when used")
+      ->capture_default_str()->check(CLI::IsMember({0, 1}));
   app.add_option("--dist-overlap", o.dist_overlap,
                  "with --dist: 1 starts the gradient all-reduces from the tape during backward, 0 after it")
       ->capture_default_str()->check(CLI::IsMember({0, 1}));
@@ -177,6 +189,20 @@ void apply_offload(Chain& model, const TrainOptions& o, reel::Device device) {
 inline bool& dist_started() {
   static bool started = false;
   return started;
+}
+
+// --fsdp-units layer: every module of `model` without children that holds parameters (each Linear,
+// LayerNorm, Embedding), in registration order (forward order for the examples' models), except those
+// in `exclude`: a module whose parameters are read outside its own forward (a tied embedding, a head
+// the fused loss reads) stays in the root unit, which is gathered for the whole forward.
+inline std::vector<reel::nn::Module*> leaf_units(reel::nn::Module& model,
+                                                 const std::vector<reel::nn::Module*>& exclude = {}) {
+  std::vector<reel::nn::Module*> out;
+  for (const auto& [name, m] : model.named_modules())
+    if (m != &model && m->children().empty() && !m->parameters().empty() &&
+        std::find(exclude.begin(), exclude.end(), m) == exclude.end())
+      out.push_back(m);
+  return out;
 }
 
 // The examples' catch-all: the error on stderr and exit status 1. Under --dist the whole job ends
@@ -200,7 +226,9 @@ inline int report_error(const char* program, const std::exception& e) {
 class Distributed {
  public:
   explicit Distributed(TrainOptions& o)
-      : wanted_(o.dist), overlap_(o.dist_overlap != 0), zero_(o.zero), per_window_(o.reduce == "per-window") {
+      : wanted_(o.dist), overlap_(o.dist_overlap != 0), zero_(o.zero), per_window_(o.reduce == "per-window"),
+        layer_units_(o.fsdp_units == "layer"), prefetch_(o.fsdp_prefetch != 0) {
+    REEL_CHECK(zero_ >= 2 || (!layer_units_ && prefetch_), "--fsdp-units and --fsdp-prefetch need --zero 2 or 3");
     if (!o.dist) {
       REEL_CHECK(o.zero == 0 && o.dist_overlap == 1, "--zero and --dist-overlap need --dist");
       return;
@@ -227,17 +255,20 @@ class Distributed {
   int rank() const { return rank_; }
   int world() const { return world_; }
   // The optimizer over `model`'s parameters (rank 0's values everywhere from here on, under
-  // --dist). Under --zero 2 and 3 `units` are the sharding units (dist/fsdp.h: the GPT's blocks, an
-  // MLP's layers) and the optimizer steps this rank's shards.
+  // --dist). Under --zero 2 and 3 the sharding units (dist/fsdp.h) are `blocks` (the GPT's blocks, an
+  // MLP's layers) or, under --fsdp-units layer, leaf_units(model, keep_whole); the optimizer steps this
+  // rank's shards.
   std::unique_ptr<reel::optim::Optimizer> make_optimizer(const std::string& name, reel::nn::Module& model,
-                                                         const std::vector<reel::nn::Module*>& units, double lr) {
+                                                         const std::vector<reel::nn::Module*>& blocks, double lr,
+                                                         const std::vector<reel::nn::Module*>& keep_whole = {}) {
 #if REEL_HAS_DIST
     if (wanted_ && zero_ >= 2) {
       using FSDP = reel::dist::FullyShardedDataParallel;
       FSDP::Options options;
       options.stage = zero_;
       options.reduce = per_window_ ? FSDP::ReduceMode::PerWindow : FSDP::ReduceMode::PerMicroBatch;
-      fsdp_ = std::make_unique<FSDP>(model, units, options);
+      options.prefetch = prefetch_;
+      fsdp_ = std::make_unique<FSDP>(model, layer_units_ ? leaf_units(model, keep_whole) : blocks, options);
       return reel::optim::make_optimizer(name, fsdp_->shard_parameters(), lr);
     }
     if (wanted_) {
@@ -246,7 +277,8 @@ class Distributed {
       if (zero_ == 1) return std::make_unique<reel::dist::ZeroAdamW>(*dp_, lr);
     }
 #else
-    (void)units;
+    (void)blocks;
+    (void)keep_whole;
     REEL_CHECK(!wanted_ && zero_ == 0 && overlap_, "--dist: this reel was built without dist/");
 #endif
     return reel::optim::make_optimizer(name, model.parameters(), lr);
@@ -288,17 +320,19 @@ class Distributed {
 #endif
     std::printf("%s\n", rank_bytes(device).c_str());
   }
-  // This rank's peak bytes of parameters, gradients, optimizer state (and their sum) and
-  // activations on `device`, as one line (rank 0's is printed: every rank holds the same share, up
-  // to one padded chunk; bench/zero_table.sh reads it).
+  // This rank's peak bytes of parameters, gradients, optimizer state (each its own peak, and their
+  // sum), the joint peak of the three (held at the same moment: MemoryStats::model_state_peak_bytes,
+  // at most the sum) and activations on `device`, as one line (rank 0's is printed: every rank holds
+  // the same share, up to one padded chunk; bench/zero_table.sh reads it).
   std::string rank_bytes(reel::Device device) const {
     const reel::MemoryStats m = reel::memory_stats(device);
     const int64_t p = m[reel::Category::Parameter].peak_bytes, g = m[reel::Category::Gradient].peak_bytes,
-                  s = m[reel::Category::OptimizerState].peak_bytes, a = m[reel::Category::Activation].peak_bytes;
+                  s = m[reel::Category::OptimizerState].peak_bytes, a = m[reel::Category::Activation].peak_bytes,
+                  joint = m.model_state_peak_bytes;
     return "rank " + std::to_string(rank_) + " peak bytes: parameter " + std::to_string(p) + ", gradient " +
            std::to_string(g) + ", optimizer state " + std::to_string(s) + ", together " + std::to_string(p + g + s) +
-           " (" + reel::format_bytes(p + g + s) + "), activation " + std::to_string(a) + " (" +
-           reel::format_bytes(a) + ")";
+           " (" + reel::format_bytes(p + g + s) + "), at once " + std::to_string(joint) + " (" +
+           reel::format_bytes(joint) + "), activation " + std::to_string(a) + " (" + reel::format_bytes(a) + ")";
   }
   // This rank's positions in a window of n samples: r, r + world, ... (round-robin, so the shares
   // differ by at most one and together are the whole window: the global window is the one a single
@@ -312,7 +346,7 @@ class Distributed {
  private:
   bool wanted_, overlap_;
   int zero_;
-  bool per_window_;
+  bool per_window_, layer_units_, prefetch_;
   int rank_ = 0, world_ = 1;
 #if REEL_HAS_DIST
   std::unique_ptr<reel::dist::DataParallel> dp_;
@@ -331,9 +365,10 @@ class Distributed {
     using FSDP = reel::dist::FullyShardedDataParallel;
     const auto per_step = [&](int64_t n) { return static_cast<double>(n) / static_cast<double>(steps); };
     const bool cuda = !fsdp_->units().empty() && fsdp_->units().front().shard.device().is_cuda();
-    std::printf("sharded data parallel: %zu units over %s; per step %.1f all-gathers (forward %.1f, replay %.1f, "
+    std::printf("sharded data parallel: %zu units (by %s, prefetch %s) over %s; per step %.1f all-gathers (forward %.1f, replay %.1f, "
                 "backward %.1f, prefetch %.1f, after the step %.1f), %.1f reduce-scatters\n",
-                fsdp_->units().size(), backend(fsdp_->group(), cuda), per_step(fsdp_->all_gathers() - fsdp_->all_gathers(FSDP::Phase::Checkpoint)),
+                fsdp_->units().size(), layer_units_ ? "layer" : "block", prefetch_ ? "on" : "off",
+                backend(fsdp_->group(), cuda), per_step(fsdp_->all_gathers() - fsdp_->all_gathers(FSDP::Phase::Checkpoint)),
                 per_step(fsdp_->all_gathers(FSDP::Phase::Forward)), per_step(fsdp_->all_gathers(FSDP::Phase::Replay)),
                 per_step(fsdp_->all_gathers(FSDP::Phase::Backward)), per_step(fsdp_->all_gathers(FSDP::Phase::Prefetch)),
                 per_step(fsdp_->all_gathers(FSDP::Phase::AfterStep)), per_step(fsdp_->reduce_scatters()));

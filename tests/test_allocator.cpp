@@ -1,5 +1,5 @@
-// The caching allocator: size classes, reuse, statistics by category exact to the byte, peak
-// reset, the limit error, the events a memory timeline receives, tensors tagged through
+// The caching allocator: size classes, reuse, statistics by category exact to the byte, the model
+// state's joint peak, peak reset, the limit error, the events a memory timeline receives, tensors tagged through
 // MemoryCategory scopes, and a storage released and materialized again (dist/fsdp.h's parameters).
 #include <cstdlib>
 #include <set>
@@ -95,6 +95,40 @@ TEST_CASE("statistics are exact to the byte for a known sequence") {
   CHECK(alloc.stats().reserved_bytes == 0);
   CHECK(mem.blocks.empty());
   CHECK(alloc.allocate(0, Category::Temporary) == nullptr);
+}
+
+TEST_CASE("the model state's joint peak: parameter + gradient + optimizer bytes held at the same moment") {
+  // The three categories peak at different moments (as under sharded data parallel: gathered
+  // parameters in forward, whole gradients in backward, the optimizer's state at the step), so the
+  // joint peak is below the sum of their own peaks; activations and temporaries do not count.
+  CountingMemory mem;
+  CachingAllocator alloc(Device::cpu(), &mem);
+  void* shard = alloc.allocate(100, Category::Parameter);
+  void* gathered = alloc.allocate(400, Category::Parameter);  // forward: 500
+  void* act = alloc.allocate(10000, Category::Activation);
+  alloc.deallocate(gathered, 400, Category::Parameter);
+  void* grads = alloc.allocate(300, Category::Gradient);  // backward: 400
+  alloc.deallocate(grads, 300, Category::Gradient);
+  void* moments = alloc.allocate(200, Category::OptimizerState);  // step: 300
+  MemoryStats s = alloc.stats();
+  CHECK(s[Category::Parameter].peak_bytes + s[Category::Gradient].peak_bytes +
+            s[Category::OptimizerState].peak_bytes == 1000);
+  CHECK(s.model_state_peak_bytes == 500);
+  CHECK(s.model_state_bytes == 300);
+  // A retag into or out of the model state moves it (an activation becoming a gradient: 300 + 250).
+  alloc.recategorize(act, 250, Category::Activation, Category::Gradient);
+  CHECK(alloc.stats().model_state_bytes == 550);
+  CHECK(alloc.stats().model_state_peak_bytes == 550);
+  alloc.recategorize(act, 250, Category::Gradient, Category::Activation);
+  CHECK(alloc.stats().model_state_bytes == 300);
+  alloc.reset_peak();
+  CHECK(alloc.stats().model_state_peak_bytes == 300);
+  alloc.deallocate(act, 10000, Category::Activation);
+  alloc.deallocate(moments, 200, Category::OptimizerState);
+  alloc.deallocate(shard, 100, Category::Parameter);
+  s = alloc.stats();
+  CHECK(s.model_state_bytes == 0);
+  CHECK(s.model_state_peak_bytes == 300);
 }
 
 TEST_CASE("asking for more than the limit raises a clear reel::Error") {

@@ -1,8 +1,10 @@
 // dist/fsdp.h under `mpirun -np 2` (tests/CMakeLists.txt): ZeRO-2 and ZeRO-3 against one process over
 // the whole global batch (f64 gradients to 1e-12, and after a few AdamW steps), with and without
-// checkpointing, with accumulation in both reduce modes, with and without prefetch; a replayed
-// checkpoint segment re-gathers its freed parameters (gradients bit-identical to an unsharded
-// checkpointed run); the all-gather and reduce-scatter counts of fsdp.h's formula; per-rank parameter,
+// checkpointing, with accumulation in both reduce modes, with and without prefetch; leaf layers as
+// units inside checkpointed blocks (a GPT's Linears and LayerNorms too) equal to one process and to
+// block units; a replayed checkpoint segment re-gathers its freed parameters (gradients bit-identical
+// to an unsharded checkpointed run); the all-gather and reduce-scatter counts of fsdp.h's formula
+// (2U - 1 + R - S per micro-batch); per-rank parameter,
 // gradient and optimizer bytes about half a single process's; a released parameter refused by
 // kernels; gathered checkpoints loading into one process bit for bit, and back; every collective a
 // span on the trace's communication lanes; gather_all keeping the model whole; the same on cuda:0
@@ -71,6 +73,50 @@ std::vector<nn::Module*> units_of(nn::Sequential& m) {
   std::vector<nn::Module*> u;
   for (int64_t i = 0; i < m.size(); ++i) u.push_back(&m[i]);
   return u;
+}
+
+// Two Dense layers as one block: FSDP units either the blocks or the Dense leaves inside them.
+class Pair final : public nn::Module {
+ public:
+  Pair(int64_t in, int64_t out, bool act, Generator& gen, DType dt, Device dev) {
+    a = register_module("a", std::make_shared<Dense>(in, 16, true, gen, dt, dev));
+    b = register_module("b", std::make_shared<Dense>(16, out, act, gen, dt, dev));
+  }
+  std::string name() const override { return "Pair"; }
+  std::shared_ptr<Dense> a, b;
+
+ protected:
+  Tensor forward(const Tensor& x) override { return (*b)((*a)(x)); }
+};
+// 3 blocks of 2 leaves: (n, 4, 6) -> 16 -> 16 -> 16 -> 16 -> 16 -> 3.
+std::shared_ptr<nn::Sequential> make_nested_model(DType dt, Device dev, uint64_t seed = 1) {
+  Generator gen(seed);
+  return std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+      std::make_shared<Pair>(6, 16, true, gen, dt, dev), std::make_shared<Pair>(16, 16, true, gen, dt, dev),
+      std::make_shared<Pair>(16, 3, false, gen, dt, dev)});
+}
+std::vector<nn::Module*> leaves_of(nn::Sequential& m) {  // in forward order
+  std::vector<nn::Module*> u;
+  for (int64_t i = 0; i < m.size(); ++i) {
+    Pair& p = static_cast<Pair&>(m[i]);
+    u.push_back(p.a.get());
+    u.push_back(p.b.get());
+  }
+  return u;
+}
+// fsdp.h's count of the all-gathers of one micro-batch (prefetch off, nothing kept): 2U - 1 + R - S,
+// with `per_block` units in each of `blocks` blocks of a Sequential checkpointed by `policy` (R: the
+// units of checkpointed runs, S: one per checkpointed run, the unit of its last op).
+int64_t gathers_per_micro_batch(const autograd::CheckpointPolicy& policy, int64_t blocks, int64_t per_block,
+                                int64_t root_units = 0) {
+  int64_t replayed = 0, segments = 0;
+  for (const auto& run : policy.plan(blocks))
+    if (run.checkpointed) {
+      replayed += (run.end - run.begin) * per_block;
+      ++segments;
+    }
+  const int64_t U = blocks * per_block + root_units;
+  return 2 * U - 1 + replayed - segments;
 }
 
 struct Batch {
@@ -255,7 +301,7 @@ TEST_CASE("fsdp on cuda:0, through NCCL (or staged): stage 3 and 2 equal one pro
   check_against_one_process({2, FSDP::ReduceMode::PerWindow, "none", true, {16}}, DType::f64, Device::cuda(0), 1e-12);
 }
 
-TEST_CASE("fsdp: a small GPT, its blocks as units and the embeddings and ln_f as the root, equals one process") {
+TEST_CASE("fsdp: a small GPT, its blocks or its leaf layers as units (wte in the root), equals one process") {
   // f32, stage 3 with sqrt checkpointing over the blocks, two micro-batches per rank (one on one process).
   const nn::GPTConfig config{/*vocab_size*/ 11, /*block_size*/ 8, /*n_layer*/ 4, /*n_head*/ 2, /*n_embd*/ 16};
   const auto random_ids = [](uint64_t seed) {  // (8, 8) in [0, 11)
@@ -275,37 +321,91 @@ TEST_CASE("fsdp: a small GPT, its blocks as units and the embeddings and ln_f as
   const int r = world().rank();
   const std::vector<Tokens> mine{slice(4 * r, 4 * r + 1), slice(4 * r + 1, 4 * r + 4)};
   const std::vector<Tokens> whole{slice(0, 8)};
+  const auto policy = autograd::CheckpointPolicy::parse("sqrt");
 
-  manual_seed(5);
-  nn::GPT ref(config);
-  ref.set_checkpoint(autograd::CheckpointPolicy::parse("sqrt"));
-  manual_seed(5);
-  nn::GPT gpt(config);
-  gpt.set_checkpoint(autograd::CheckpointPolicy::parse("sqrt"));
-  std::vector<nn::Module*> blocks;
-  for (int64_t i = 0; i < gpt.h->size(); ++i) blocks.push_back(&(*gpt.h)[i]);
-  FSDP fsdp(gpt, blocks, {3, FSDP::ReduceMode::PerMicroBatch, true, {}});
-  REQUIRE(fsdp.units().size() == 5);
-  CHECK(fsdp.units().back().name.empty());  // the root: wte (tied head), wpe, ln_f
-  CHECK(fsdp.units().back().params.size() == 4);
-
-  Capture ref_cap(ref.parameters());
-  optim::Accumulator ref_acc(ref_cap);
-  ref_acc.step(whole, count, [&](const Tokens& t) { return cross_entropy(ref(t.ids), t.targets, -100, "sum"); });
-  Capture cap(fsdp.shard_parameters());
-  optim::Accumulator acc(cap, {0.0, nullptr, false, &fsdp});
-  acc.step(mine, count, [&](const Tokens& t) { return cross_entropy(gpt(t.ids), t.targets, -100, "sum"); });
-  CHECK(fsdp.all_gathers() == 2 * (2 * 5 - 1));
-  for (size_t u = 0; u < fsdp.units().size(); ++u) {
-    const FSDP::Unit& k = fsdp.units()[u];
-    CAPTURE(k.name);
-    const Tensor full = zeros({k.layout.padded}, DType::f32);
-    for (size_t j = 0; j < k.params.size(); ++j) {
-      const Tensor& g = ref_cap.grads[k.params[j]];
-      untracked::slice(full, 0, k.offset[j], k.offset[j] + g.numel()).copy_(g.reshape({g.numel()}));
+  for (const bool layers : {false, true}) {
+    CAPTURE(layers);
+    manual_seed(5);
+    nn::GPT ref(config);
+    ref.set_checkpoint(policy);
+    manual_seed(5);
+    nn::GPT gpt(config);
+    gpt.set_checkpoint(policy);
+    std::vector<nn::Module*> units;
+    if (layers) {  // every leaf with parameters but wte, which the tied head reads outside its forward
+      for (const auto& [name, m] : gpt.named_modules())
+        if (m->children().empty() && !m->parameters().empty() && m != gpt.wte.get()) units.push_back(m);
+    } else {
+      for (int64_t i = 0; i < gpt.h->size(); ++i) units.push_back(&(*gpt.h)[i]);
     }
-    check_rel(cap.grads[u], untracked::slice(full, 0, k.layout.begin, k.layout.begin + k.layout.chunk), 1e-5);
+    FSDP fsdp(gpt, units, {3, FSDP::ReduceMode::PerMicroBatch, true, {}});
+    // Blocks: 4 and the root (wte (tied head), wpe, ln_f). Layers: wpe, 6 per block, ln_f and the root (wte).
+    REQUIRE(fsdp.units().size() == (layers ? 27u : 5u));
+    CHECK(fsdp.units().back().name.empty());
+    CHECK(fsdp.units().back().params.size() == (layers ? 1u : 4u));
+
+    Capture ref_cap(ref.parameters());
+    optim::Accumulator ref_acc(ref_cap);
+    ref_acc.step(whole, count, [&](const Tokens& t) { return cross_entropy(ref(t.ids), t.targets, -100, "sum"); });
+    Capture cap(fsdp.shard_parameters());
+    optim::Accumulator acc(cap, {0.0, nullptr, false, &fsdp});
+    acc.step(mine, count, [&](const Tokens& t) { return cross_entropy(gpt(t.ids), t.targets, -100, "sum"); });
+    // Per block 1 or 6 units; the units outside the blocks: the root, or wpe, ln_f and the root.
+    CHECK(fsdp.all_gathers() == 2 * gathers_per_micro_batch(policy, 4, layers ? 6 : 1, layers ? 3 : 1));
+    for (size_t u = 0; u < fsdp.units().size(); ++u) {
+      const FSDP::Unit& k = fsdp.units()[u];
+      CAPTURE(k.name);
+      const Tensor full = zeros({k.layout.padded}, DType::f32);
+      for (size_t j = 0; j < k.params.size(); ++j) {
+        const Tensor& g = ref_cap.grads[k.params[j]];
+        untracked::slice(full, 0, k.offset[j], k.offset[j] + g.numel()).copy_(g.reshape({g.numel()}));
+      }
+      check_rel(cap.grads[u], untracked::slice(full, 0, k.layout.begin, k.layout.begin + k.layout.chunk), 1e-5);
+    }
   }
+}
+
+TEST_CASE("fsdp: leaf layers as units give one process's gradients (f64 1e-12); all-gathers as fsdp.h counts") {
+  // Units smaller than the blocks that are checkpointed: a replayed block gathers its leaves one at a
+  // time, releases each after its last replayed op (but the block's last), and backward gathers them
+  // again. The gradients must not notice.
+  const Batch d = global_batch(DType::f64, Device::cpu());
+  const std::vector<Batch> whole{rows(d, 0, 32)};
+  const std::vector<Batch> window = my_window(d, {6, 10});
+  const int64_t M = 2;
+  for (const std::string checkpoint : {"none", "sqrt", "every:1"})
+    for (const auto reduce : {FSDP::ReduceMode::PerMicroBatch, FSDP::ReduceMode::PerWindow})
+      for (const bool prefetch : {false, true})
+        for (const bool layers : {true, false}) {
+          CAPTURE(checkpoint);
+          CAPTURE(prefetch);
+          CAPTURE(layers);
+          CAPTURE(reduce == FSDP::ReduceMode::PerWindow);
+          const auto policy = autograd::CheckpointPolicy::parse(checkpoint);
+          auto model = make_nested_model(DType::f64, Device::cpu(), 1 + world().rank());  // rank 0's values win
+          model->set_checkpoint(policy);
+          FSDP fsdp(*model, layers ? leaves_of(*model) : units_of(*model), {3, reduce, prefetch, {}});
+          REQUIRE(fsdp.units().size() == (layers ? 6u : 3u));
+          auto ref = make_nested_model(DType::f64, Device::cpu());
+          ref->set_checkpoint(policy);
+          const std::vector<Tensor> want = reference_chunks(fsdp, *ref, whole);
+          Capture cap(fsdp.shard_parameters());
+          optim::Accumulator acc(cap, {0.0, nullptr, false, &fsdp});
+          REQUIRE(acc.step(window, tokens, [&](const Batch& b) { return loss_of(*model, b); }).stepped);
+          for (size_t u = 0; u < want.size(); ++u) {
+            CAPTURE(u);
+            check_rel(cap.grads[u], want[u], 1e-12);
+          }
+          const int64_t per_micro_batch = gathers_per_micro_batch(policy, 3, layers ? 2 : 1);
+          CHECK(fsdp.all_gathers() == M * per_micro_batch);
+          CHECK(fsdp.all_gathers(Phase::Forward) == M * static_cast<int64_t>(fsdp.units().size()));
+          if (!prefetch) {
+            int64_t replayed = 0;
+            for (const auto& run : policy.plan(3))
+              if (run.checkpointed) replayed += (run.end - run.begin) * (layers ? 2 : 1);
+            CHECK(fsdp.all_gathers(Phase::Replay) == M * replayed);
+          }
+        }
 }
 
 TEST_CASE("fsdp: a replayed segment re-gathers its freed parameters; gradients bit-identical to unsharded") {
@@ -342,7 +442,7 @@ TEST_CASE("fsdp: a replayed segment re-gathers its freed parameters; gradients b
   }
 }
 
-TEST_CASE("fsdp: all-gathers per window = micro-batches x (2 units - 1); reduce-scatters by mode") {
+TEST_CASE("fsdp: all-gathers per window = micro-batches x (2U - 1 + R - S); reduce-scatters by mode") {
   const Batch d = global_batch(DType::f64, Device::cpu());
   const std::vector<Batch> window = my_window(d, {6, 10});
   const int64_t M = 2;
@@ -361,15 +461,18 @@ TEST_CASE("fsdp: all-gathers per window = micro-batches x (2 units - 1); reduce-
         const int64_t issued = world().issued(dist::Collective::AllGather);
         for (int s = 0; s < 2; ++s) acc.step(window, tokens, [&](const Batch& b) { return loss_of(*model, b); });
         const int64_t windows = 2;
-        CHECK(fsdp.all_gathers() == windows * M * (2 * U - 1));
+        const auto policy = autograd::CheckpointPolicy::parse(checkpoint);
+        CHECK(fsdp.all_gathers() == windows * M * gathers_per_micro_batch(policy, U, 1));
         CHECK(world().issued(dist::Collective::AllGather) - issued == fsdp.all_gathers());
         CHECK(fsdp.all_gathers(Phase::Forward) == windows * M * U);
         CHECK(fsdp.all_gathers(Phase::AfterStep) == 0);
-        // sqrt over 4 units checkpoints units 0 and 1: replayed, so gathered for the replay.
-        const int64_t replayed = checkpoint == "sqrt" ? 2 : 0;
+        // sqrt over 4 units checkpoints units 0 and 1 (one segment): replayed, so gathered for the
+        // replay; unit 0 is released after it and gathered again in backward, unit 1 (the segment's
+        // last op reads it) stays gathered.
+        const int64_t replayed = checkpoint == "sqrt" ? 2 : 0, segments = checkpoint == "sqrt" ? 1 : 0;
         if (!prefetch) {
           CHECK(fsdp.all_gathers(Phase::Replay) == windows * M * replayed);
-          CHECK(fsdp.all_gathers(Phase::Backward) == windows * M * (U - 1 - replayed));
+          CHECK(fsdp.all_gathers(Phase::Backward) == windows * M * (U - 1 - segments));
           CHECK(fsdp.all_gathers(Phase::Prefetch) == 0);
         } else {
           CHECK(fsdp.all_gathers(Phase::Prefetch) > 0);
