@@ -324,7 +324,8 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
     std::unique_ptr<optim::Optimizer> opt =
         dist.make_optimizer(o.train.optimizer, gpt, blocks, o.train.lr, keep_whole);
     const std::unique_ptr<optim::LrSchedule> schedule = examples::make_schedule(o.train, steps);
-    optim::Accumulator acc(*opt, {o.train.clip, schedule.get(), o.train.skip_nonfinite, dist.sync()});
+    const std::unique_ptr<optim::GradScaler> scaler = examples::make_scaler(o.train);  // f16 only
+    optim::Accumulator acc(*opt, {o.train.clip, schedule.get(), o.train.skip_nonfinite, dist.sync(), scaler.get()});
     std::optional<autograd::DetectAnomaly> detect_anomaly;
     if (o.train.detect_anomaly) detect_anomaly.emplace();
     const int64_t my_batch = static_cast<int64_t>(dist.share(o.train.batch).size());
@@ -384,8 +385,7 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
     memory_timeline.finish();
     std::printf("trained: %lld steps, %lld tokens in %.1f s\n", static_cast<long long>(steps),
                 static_cast<long long>(tokens), train_seconds);
-    if (acc.skipped_steps() > 0)
-      std::printf("skipped: %lld steps with non-finite gradients\n", static_cast<long long>(acc.skipped_steps()));
+    examples::report_skipped(acc, scaler.get());
     std::printf("tokens/s: %.0f\n", static_cast<double>(tokens) / train_seconds);
     dist.report(steps, device);
     dist.finish_training();

@@ -208,7 +208,8 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
       if (!model[i].parameters().empty()) layers.push_back(&model[i]);
     auto optimizer = dist.make_optimizer(o.optimizer, model, layers, o.lr);
     const std::unique_ptr<optim::LrSchedule> schedule = make_schedule(o, total_steps);
-    optim::Accumulator accumulator(*optimizer, {o.clip, schedule.get(), o.skip_nonfinite, dist.sync()});
+    const std::unique_ptr<optim::GradScaler> scaler = make_scaler(o);  // --precision f16 only
+    optim::Accumulator accumulator(*optimizer, {o.clip, schedule.get(), o.skip_nonfinite, dist.sync(), scaler.get()});
     std::optional<autograd::DetectAnomaly> detect_anomaly;
     if (o.detect_anomaly) detect_anomaly.emplace();
     std::string plan;
@@ -294,9 +295,7 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
 
     profiler.finish();
     memory_timeline.finish();
-    if (accumulator.skipped_steps() > 0)
-      std::printf("skipped: %lld steps with non-finite gradients\n",
-                  static_cast<long long>(accumulator.skipped_steps()));
+    report_skipped(accumulator, scaler.get());
     const MemoryStats stats = memory_stats(device);
     std::printf("test accuracy: %.4f\n", test_acc);
     std::printf("train samples/s: %.0f\n", static_cast<double>(samples) / std::max(train_seconds, 1e-9));

@@ -26,6 +26,7 @@
 #include "autograd/autocast.h"
 #include "autograd/checkpoint_planner.h"
 #include "optim/accumulator.h"
+#include "optim/grad_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "report/memory_timeline.h"
@@ -72,9 +73,7 @@ struct TrainOptions {
 
 // --precision as the dtype the forwards run under (autograd::Autocast amp(autocast_dtype(o))), or
 // nullopt for f32 (no autocast).
-// TODO(scaler, issue 27 item 4): f16 needs loss scaling (optim::GradScaler owned by the
-// Accumulator) against gradients that underflow; until it is wired here, --precision f16 runs
-// under Autocast(f16) without a scaler (the run header says so).
+// f16 runs with a loss scaler (make_scaler below); bf16 has f32's exponent range and needs none.
 inline std::optional<reel::DType> autocast_dtype(const TrainOptions& o) {
   if (o.precision == "bf16") return reel::DType::bf16;
   if (o.precision == "f16") return reel::DType::f16;
@@ -84,7 +83,24 @@ inline std::optional<reel::DType> autocast_dtype(const TrainOptions& o) {
 inline std::string precision_str(const TrainOptions& o) {
   if (o.precision == "f32") return "precision f32";
   return "precision " + o.precision + " (autocast, f32 master weights" +
-         (o.precision == "f16" ? ", NO loss scaling yet)" : ")");
+         (o.precision == "f16" ? ", dynamic loss scaling)" : ")");
+}
+
+// The loss scaler of --precision f16 (optim::GradScaler with PyTorch's defaults: 2^16, halved on a
+// window with inf/NaN gradients, doubled after 2000 clean windows), given to the Accumulator as
+// Options::scaler; null otherwise. f16's gradients underflow below 2^-24 without it.
+inline std::unique_ptr<reel::optim::GradScaler> make_scaler(const TrainOptions& o) {
+  if (o.precision != "f16") return nullptr;
+  return std::make_unique<reel::optim::GradScaler>();
+}
+
+// The run's closing line for skipped windows and the loss scale (nothing to say for a run with
+// neither).
+inline void report_skipped(const reel::optim::Accumulator& acc, const reel::optim::GradScaler* scaler) {
+  if (scaler)
+    std::printf("loss scaler: %s\n", reel::optim::scaler_summary(*scaler).c_str());
+  else if (acc.skipped_steps() > 0)
+    std::printf("skipped: %lld steps with non-finite gradients\n", static_cast<long long>(acc.skipped_steps()));
 }
 
 // Registers the options on `app`; the values already in `o` are the defaults shown by --help.

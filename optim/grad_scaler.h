@@ -15,7 +15,9 @@
 // one falls below the dtype's smallest normal.
 //
 //   optim::GradScaler scaler;                                     // 2^16, x2 after 2000 clean, x0.5
-//   optim::Accumulator acc(opt, {.clip_norm = 1, .scaler = &scaler});
+//   optim::Accumulator::Options options;
+//   options.scaler = &scaler;
+//   optim::Accumulator acc(opt, options);
 //   WindowResult w = acc.step(batches, count, loss);              // w.skipped_nonfinite, w.loss_scale
 //   std::cout << optim::scaler_summary(scaler) << "\n";           // "loss scale 32768, 3 skipped windows"
 //
