@@ -84,7 +84,7 @@ TEST_CASE("the policy table: every row, at bf16 and f16, on the inputs it casts"
                  d = ones({2, 3}, DType::f64);
     const Tensor ids = zeros({2}, DType::i64);
     autograd::Autocast amp(low);
-    for (const char* op : {"linear", "matmul", "conv2d", "attention"}) {
+    for (const char* op : {"linear", "matmul", "conv2d", "attention", "layer_norm", "rms_norm", "group_norm"}) {
       CAPTURE(op);
       CHECK(*autograd::autocast_policy(op) == autograd::CastPolicy::Lower);
       const autograd::Tensors r = autograd::autocast(op, {a, o16, Tensor(), d, ids});
@@ -94,8 +94,8 @@ TEST_CASE("the policy table: every row, at bf16 and f16, on the inputs it casts"
       CHECK(r[3].dtype() == DType::f64);  // f64 is never cast
       CHECK(r[4].dtype() == DType::i64);  // nor are indices
     }
-    for (const char* op : {"softmax", "log_softmax", "layer_norm", "rms_norm", "group_norm", "batch_norm",
-                           "cross_entropy", "linear_cross_entropy", "sum", "mean"}) {
+    for (const char* op : {"softmax", "log_softmax", "batch_norm", "cross_entropy", "linear_cross_entropy", "sum",
+                           "mean"}) {
       CAPTURE(op);
       CHECK(*autograd::autocast_policy(op) == autograd::CastPolicy::F32);
       const autograd::Tensors r = autograd::autocast(op, {b16, a, d, ids});
@@ -151,8 +151,9 @@ TEST_CASE("the dtype each op produces under autocast, and the casts it records")
       CHECK(mean(y, {1}).dtype() == DType::f32);
       CHECK(cross_entropy(y, targets).dtype() == DType::f32);
       const Tensor h = matmul(x, w, false, true);  // (4, 6) low
-      CHECK(layer_norm(h, ones({6}, DType::f32, dev), zeros({6}, DType::f32, dev)).dtype() == DType::f32);
-      CHECK(layer_norm(x, g).dtype() == DType::f32);
+      // The norms: 16-bit in and out, whatever the dtypes of x and the weights (statistics in f32).
+      CHECK(layer_norm(h, ones({6}, DType::f32, dev), zeros({6}, DType::f32, dev)).dtype() == low);
+      CHECK(layer_norm(x, g).dtype() == low);
       CHECK(linear_cross_entropy(x.to(low), w, targets).dtype() == DType::f32);
       // Promote: a low block output added to an f32 residual is f32; two lows stay low.
       CHECK((h + bias).dtype() == DType::f32);
@@ -240,7 +241,7 @@ namespace {
 
 // Layer i: h = linear(tanh(h + b_i), W_i): the add promotes (f32 after a bf16 layer output), tanh
 // runs in f32, the linear casts h and W_i down and returns the low type, so every segment boundary
-// holds a low tensor. A layer_norm (f32) and dropout (on f32) every third layer. Loss: mean of the
+// holds a low tensor. A layer_norm (low) and dropout (on its low output) every third layer. Loss: mean of the
 // cross-entropy of the last layer's output (f32).
 struct Chain {
   std::vector<Tensor> params;  // W0, b0, W1, b1, ..., gain
