@@ -12,13 +12,17 @@
 //       activation peak (the planner's curve should lie at or below the others) -> policies.svg
 //   (e) the loss must be normalised by the window's total count: averaging per micro-batch is
 //       wrong as soon as micro-batches differ in size (the gradient error of both ways) -> normalisation.svg
+//   (f) mixed precision: the same GPT trained the same steps in f32 and under bf16 autocast: bytes
+//       by category (parameters = the f32 masters, gradients, optimizer state, activations), the
+//       activation peak with and without sqrt N, and the validation loss -> precision.svg, and the
+//       memory timeline of each precision's step              -> precision_<p>_timeline.html
 //   (g) offload, the third way (on cuda:0, emulated in a build without CUDA): at one budget (40 % of
 //       the plain peak), keep-all, sqrt N recompute, sqrt N with its boundaries offloaded to host
 //       memory, and the planner without and with offload: device peak, host bytes, predicted and
 //       measured peak and step time                                -> offload.svg, and the memory
 //       timeline of each plan's step                               -> offload_<plan>_timeline.html
 //
-// The memory claims (a, b, e, g and "the measured peak never exceeds the budget" of d) are checked:
+// The memory claims (a, b, e, f, g and "the measured peak never exceeds the budget" of d) are checked:
 // the program exits 1 naming any that fails. The timing claims (c, d) are printed, not checked:
 // they depend on the machine. docs/memory.md walks through the output.
 //
@@ -27,12 +31,14 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -311,6 +317,113 @@ void normalisation(Lab& lab, const nn::ImageDataset& data) {
                                     {right, naive}});
 }
 
+// (f) The same GPT in f32 and under bf16 autocast: what each category holds, and what training gives.
+// The data is synthetic and learnable: each token's successor is one of two drawn from a fixed
+// table (an entropy of at most log 2 per token once learnt, log 32 before).
+void precision(Lab& lab) {
+  nn::GPTConfig config;
+  config.vocab_size = 32;
+  config.block_size = 32;
+  config.n_layer = lab.quick ? 4 : 8;  // sqrt N needs a few blocks to have segments to drop
+  config.n_head = 2;
+  config.n_embd = lab.quick ? 32 : 64;
+  const int64_t B = lab.quick ? 8 : 16, T = config.block_size, steps = lab.quick ? 40 : 200;
+  std::printf("\n(f) mixed precision: GPT n_layer %lld, n_embd %lld, batch %lld x %lld tokens, %lld AdamW steps "
+              "on a synthetic two-successor language, f32 against bf16 autocast\n",
+              static_cast<long long>(config.n_layer), static_cast<long long>(config.n_embd),
+              static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(steps));
+  std::mt19937_64 table_rng(11);
+  std::vector<std::array<int64_t, 2>> next(static_cast<size_t>(config.vocab_size));
+  for (auto& n : next) n = {static_cast<int64_t>(table_rng() % 32), static_cast<int64_t>(table_rng() % 32)};
+  // (B, T + 1) token streams from `seed`: inputs are the first T, targets the last T.
+  const auto batch = [&](uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<int64_t> x, y;
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t t = static_cast<int64_t>(rng() % 32);
+      for (int64_t i = 0; i < T; ++i) {
+        x.push_back(t);
+        t = next[static_cast<size_t>(t)][rng() % 2];
+        y.push_back(t);
+      }
+    }
+    return std::make_pair(from_vector<int64_t>(x, {B, T}).to(lab.device),
+                          from_vector<int64_t>(y, {B, T}).to(lab.device));
+  };
+  struct Row {
+    std::string name;
+    std::optional<DType> low;
+    int64_t param = 0, grad = 0, state = 0, activation = 0, activation_sqrt = 0;
+    double val_loss = 0;
+  };
+  std::vector<Row> rows = {{"f32", std::nullopt}, {"bf16", DType::bf16}};
+  for (Row& r : rows) {
+    manual_seed(5);  // the same initial weights for both
+    nn::GPT gpt(config);
+    gpt.to(lab.device);
+    optim::AdamW opt(gpt.parameters(), 3e-3);
+    const auto loss_of = [&](const std::pair<Tensor, Tensor>& b) {
+      autograd::Autocast amp(r.low);
+      return gpt.loss(b.first, b.second);
+    };
+    for (int64_t s = 0; s < steps; ++s) {
+      autograd::backward(loss_of(batch(100 + static_cast<uint64_t>(s))));
+      opt.step();
+      opt.zero_grad();
+    }
+    {
+      autograd::NoGrad no_grad;
+      double sum = 0;
+      for (uint64_t v = 0; v < 4; ++v) sum += loss_of(batch(900000 + v)).item();
+      r.val_loss = sum / 4;
+    }
+    const std::pair<Tensor, Tensor> b = batch(7);
+    r.activation = examples::step_activation_peak(lab.device, [&] { return loss_of(b); });
+    gpt.set_checkpoint(autograd::CheckpointPolicy::parse("sqrt"));
+    r.activation_sqrt = examples::step_activation_peak(lab.device, [&] { return loss_of(b); });
+    gpt.set_checkpoint(autograd::CheckpointPolicy::parse("none"));
+    const MemoryStats m = memory_stats(lab.device);
+    r.param = m[Category::Parameter].current_bytes;
+    r.grad = m[Category::Gradient].current_bytes;
+    r.state = m[Category::OptimizerState].current_bytes;
+    const std::string file = "precision_" + r.name + "_timeline.html";
+    {
+      MemoryTimeline timeline(lab.device);
+      autograd::backward(loss_of(b));
+      timeline.stop();
+      write_memory_timeline_html(lab.path(file), timeline, "one GPT step, " + r.name);
+    }
+    std::printf("  picture: %s\n", lab.path(file).c_str());
+    for (const Tensor& p : gpt.parameters()) p.set_grad(Tensor());
+  }
+  std::printf("  %-6s %16s %12s %16s %18s %18s %10s\n", "", "param (masters)", "gradient", "optimizer state",
+              "activation peak", "activation, sqrt", "val loss");
+  for (const Row& r : rows)
+    std::printf("  %-6s %16s %12s %16s %18s %18s %10.4f\n", r.name.c_str(), format_bytes(r.param).c_str(),
+                format_bytes(r.grad).c_str(), format_bytes(r.state).c_str(), format_bytes(r.activation).c_str(),
+                format_bytes(r.activation_sqrt).c_str(), r.val_loss);
+  const Row &f32 = rows[0], &bf16 = rows[1];
+  std::printf("  bf16 / f32: activation peak %.3f, with sqrt %.3f of the f32 plain peak; val loss %+.2f %%\n",
+              static_cast<double>(bf16.activation) / static_cast<double>(f32.activation),
+              static_cast<double>(bf16.activation_sqrt) / static_cast<double>(f32.activation),
+              100 * (bf16.val_loss / f32.val_loss - 1));
+  lab.claim(bf16.param == f32.param && bf16.grad == f32.grad && bf16.state == f32.state,
+            "bf16 autocast keeps f32 parameters (the masters), f32 gradients and f32 optimizer state");
+  lab.claim(bf16.activation <= 0.6 * static_cast<double>(f32.activation),
+            "bf16 autocast's activation peak at most 0.6x f32's (" + format_bytes(bf16.activation) + " against " +
+                format_bytes(f32.activation) + ")");
+  lab.claim(bf16.activation_sqrt < bf16.activation, "sqrt N recomputation lowers the bf16 peak further (" +
+                                                        format_bytes(bf16.activation_sqrt) + ")");
+  report::Series plain("no recomputation", false), sqrt_n("sqrt N", false);
+  for (const Row& r : rows) {
+    plain.x.push_back(r.val_loss), plain.y.push_back(mib(r.activation)), plain.labels.push_back(r.name);
+    sqrt_n.x.push_back(r.val_loss), sqrt_n.y.push_back(mib(r.activation_sqrt)), sqrt_n.labels.push_back(r.name);
+  }
+  lab.picture("precision.svg", {"f32 against bf16 autocast: the same GPT, the same steps",
+                                "validation loss after training", "activation peak (MiB)", false, false,
+                                {plain, sqrt_n}});
+}
+
 // (g) Keep, recompute or offload, at one budget, on cuda:0: the same chain under five plans.
 void offload(Lab& lab) {
   const Device device("cuda:0");
@@ -398,6 +511,7 @@ int main(int argc, char** argv) {
     recompute(lab);
     policies(lab);
     normalisation(lab, data);
+    precision(lab);
     if (cuda_available()) offload(lab);
     else std::printf("\n(g) skipped: no cuda device in this build (offload moves device memory to the host)\n");
   } catch (const std::exception& e) {

@@ -28,7 +28,7 @@ __device__ __forceinline__ bool nonfinite(double x) {
 
 // x (n) *= factor in acc_t, rounded once to T; *found = 1 when any stored value is non-finite.
 template <typename T, typename acc_t>
-__global__ void unscale_kernel(T* x, int64_t n, acc_t factor, int* found) {
+__global__ void __launch_bounds__(kThreads) unscale_kernel(T* x, int64_t n, acc_t factor, int* found) {
   bool f = false;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const T y = static_cast<T>(acc_t(x[i]) * factor);
