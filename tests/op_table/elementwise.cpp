@@ -33,13 +33,7 @@ const std::vector<DType> kDTypes = {DType::f32, DType::f64, DType::bf16, DType::
 // two f32 results differ a little (Eigen's vectorised exp/tanh on the cpu, libm's on cuda), so an
 // element whose two f32 values fall either side of a rounding boundary differs by one ulp, 2u
 // relative. Exact rows (compare, where: tolerance 0) stay exact: they scale to 0.
-Tols with_16bit(Tols t, bool device) {
-  const Tol f32 = t.of(DType::f32);
-  const double k = device ? 2 : 1;
-  t.by_dtype.push_back({DType::bf16, Tol{k * 0x1p-8 + f32.rtol, f32.atol}});
-  t.by_dtype.push_back({DType::f16, Tol{k * 0x1p-11 + f32.rtol, f32.atol}});
-  return t;
-}
+// (op_table.h: with_16bit(t, device), shared by the families that round each output once.)
 using kernels::BinaryOp;
 using kernels::UnaryOp;
 

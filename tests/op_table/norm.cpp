@@ -30,13 +30,7 @@ const std::vector<DType> kTapeDTypes = {DType::f32, DType::f64};
 // type: half an ulp, a relative u = 2^-8 (bf16) or 2^-11 (f16) more. mean and rstd are f32 outputs
 // and keep t's f32 entry. cpu against cuda (device): the two f32 results (t apart) may round to
 // neighbouring 16-bit values: one ulp, 2u relative.
-Tols with_16bit(Tols t, bool device) {
-  const Tol f = t.of(DType::f32);
-  const double k = device ? 2 : 1;
-  t.by_dtype.push_back({DType::bf16, Tol{k * 0x1p-8 + f.rtol, f.atol}});
-  t.by_dtype.push_back({DType::f16, Tol{k * 0x1p-11 + f.rtol, f.atol}});
-  return t;
-}
+// (op_table.h: with_16bit(t, device), shared by the families that round each output once.)
 
 // ==== LayerNorm / RMSNorm ==========================================================================
 

@@ -13,6 +13,15 @@
 
 namespace reel::op_table {
 
+Tols with_16bit(Tols t, bool device) {
+  const Tol f32 = t.of(DType::f32);
+  const double k = device ? 2 : 1;
+  const bool exact = f32.rtol == 0 && f32.atol == 0;
+  t.by_dtype.push_back({DType::bf16, exact ? f32 : Tol{k * 0x1p-8 + f32.rtol, f32.atol}});
+  t.by_dtype.push_back({DType::f16, exact ? f32 : Tol{k * 0x1p-11 + f32.rtol, f32.atol}});
+  return t;
+}
+
 using reel::testing::check_close;
 using reel::testing::values;
 

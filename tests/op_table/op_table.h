@@ -74,6 +74,16 @@ struct Tols {
 Tols tols(double f32, double f64 = 1e-12);
 Tols tols(Tol f32, Tol f64);
 extern const Tols kExact;
+// t with bf16 and f16 entries for a kernel that widens 16-bit inputs to f32, computes as in f32 and
+// rounds each output once: the runner rounds the inputs to the dtype before the reference sees
+// them, so what is left is t's f32 error plus half an ulp of the output type, a relative u = 2^-8
+// (bf16, 8 significant bits) or 2^-11 (f16, 11 bits). cpu against cuda (`device`): two f32 results
+// that differ in their last bits (another exp, another summation order) may round to neighbouring
+// 16-bit values, one ulp apart: 2u. An output the kernel keeps in f32 (an lse, a mean) reads t's f32
+// entry by its dtype. An exact row (tolerance 0: compare, where, max) stays exact. The families
+// whose 16-bit error has another shape (the GEMMs' K-term sums,
+// attention's rounded out, the optimizers' steps) state their own beside their rows.
+Tols with_16bit(Tols t, bool device);
 
 // ---- rows ---------------------------------------------------------------------------------------
 

@@ -26,14 +26,7 @@ const std::vector<DType> kDTypes = {DType::f32, DType::f64, DType::bf16, DType::
 // (f16). cpu vs cuda (`device`): two different wide sums each rounded once, so an output whose two
 // sums straddle a rounding boundary differs by one ulp, 2u relative. A mean divides the wide sum
 // before its one rounding: the same. Exact rows (max: tolerance 0) stay 0.
-Tols with_16bit(Tols t, bool device) {
-  const Tol f32 = t.of(DType::f32);
-  const double k = device ? 2 : 1;
-  const bool exact = f32.rtol == 0 && f32.atol == 0;
-  t.by_dtype.push_back({DType::bf16, exact ? f32 : Tol{k * 0x1p-8 + f32.rtol, f32.atol}});
-  t.by_dtype.push_back({DType::f16, exact ? f32 : Tol{k * 0x1p-11 + f32.rtol, f32.atol}});
-  return t;
-}
+// (op_table.h: with_16bit(t, device), shared by the families that round each output once.)
 using kernels::ReduceOp;
 
 // ==== reductions ===================================================================================

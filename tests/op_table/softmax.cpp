@@ -31,13 +31,7 @@ const std::vector<DType> kDTypes = {DType::f32, DType::f64, DType::bf16, DType::
 // results that differ in their last f32 bits (Eigen's exp against libm's, another summation order)
 // each rounded once, so one ulp apart where they straddle a rounding boundary: 2u relative.
 // Probabilities below f16's normal range (6.1e-5) round to a multiple of 2^-24, within the atols.
-Tols with_16bit(Tols t, bool device) {
-  const Tol f32 = t.of(DType::f32);
-  const double k = device ? 2 : 1;
-  t.by_dtype.push_back({DType::bf16, Tol{k * 0x1p-8 + f32.rtol, f32.atol}});
-  t.by_dtype.push_back({DType::f16, Tol{k * 0x1p-11 + f32.rtol, f32.atol}});
-  return t;
-}
+// (op_table.h: with_16bit(t, device), shared by the families that round each output once.)
 using kernels::Reduction;
 
 // ==== softmax / log-softmax / max ==================================================================
