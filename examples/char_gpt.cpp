@@ -260,7 +260,7 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
   const Device device(o.train.device);
   const std::optional<DType> precision = examples::autocast_dtype(o.train);  // --precision
   manual_seed(o.train.seed);
-  examples::apply_threads(o.train);
+  examples::apply_runtime_options(o.train);
 
   // ---- data ----
   const std::string text = nn::load_fortunes(o.corpus_dir);

@@ -186,7 +186,7 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
   try {
     Distributed dist(o);  // --dist: only rank 0 prints and saves from here
     const Device device(o.device);
-    apply_threads(o);
+    apply_runtime_options(o);
     const HostData train = load_split("train", f.data_dir, f.train_limit);
     const HostData test = load_split("test", f.data_dir, f.test_limit);
     REEL_CHECK(train.n > 0, "no training images");

@@ -25,6 +25,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/checkpoint_planner.h"
+#include "kernels/matmul.h"  // set_allow_tf32
 #include "optim/accumulator.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_schedule.h"
@@ -69,6 +70,7 @@ struct TrainOptions {
   int fsdp_prefetch = 1;             // --zero 3: gather the next unit ahead (one more unit in flight)
   int dist_overlap = 1;       // with dist: 1 starts gradient all-reduces during backward, 0 after it
   std::string precision = "f32";  // f32 | bf16 | f16: the forwards under autograd::Autocast (f32 master weights)
+  bool tf32 = false;              // f32 GEMMs on cuda through TF32 tensor cores (reel::set_allow_tf32)
 };
 
 // --precision as the dtype the forwards run under (autograd::Autocast amp(autocast_dtype(o))), or
@@ -81,7 +83,7 @@ inline std::optional<reel::DType> autocast_dtype(const TrainOptions& o) {
 }
 // The run header's words for --precision.
 inline std::string precision_str(const TrainOptions& o) {
-  if (o.precision == "f32") return "precision f32";
+  if (o.precision == "f32") return o.tf32 ? "precision f32 (TF32 GEMMs on cuda)" : "precision f32";
   return "precision " + o.precision + " (autocast, f32 master weights" +
          (o.precision == "f16" ? ", dynamic loss scaling)" : ")");
 }
@@ -172,6 +174,9 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
                  "with --zero 2 or 3: per-micro-batch reduce-scatters each micro-batch's gradients into the shards "
                  "(gradient memory / ranks), per-window accumulates whole gradients and reduce-scatters once per step")
       ->capture_default_str()->check(CLI::IsMember({"per-micro-batch", "per-window"}));
+  app.add_flag("--tf32", o.tf32,
+               "f32 GEMMs (matmul, linear) on cuda in TF32 (10 fraction bits, f32 sums): tensor cores on a GPU, "
+               "emulated with TF32's rounding; off by default since its bits differ from f32's");
   app.add_option("--precision", o.precision,
                  "f32, or bf16 / f16: forwards under autocast (GEMMs in 16 bits, softmax, norms and losses in f32), "
                  "parameters, gradients and optimizer state in f32")
@@ -411,9 +416,10 @@ inline std::unique_ptr<reel::optim::LrSchedule> make_schedule(const TrainOptions
   return std::make_unique<reel::optim::ConstantLr>(o.lr);
 }
 
-// --threads: the OpenMP thread count of the CPU kernels (0 leaves OpenMP's default).
-inline void apply_threads(const TrainOptions& o) {
+// --threads: the OpenMP thread count of the CPU kernels (0 leaves OpenMP's default); --tf32.
+inline void apply_runtime_options(const TrainOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
+  reel::set_allow_tf32(o.tf32);
 }
 
 // A window of n samples cut into at most `parts` micro-batches as equal as possible (the first
