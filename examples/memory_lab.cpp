@@ -1,4 +1,4 @@
-// memory_lab: where backprop memory goes, shown by measurement. One run demonstrates five claims,
+// memory_lab: where backprop memory goes, shown by measurement. One run demonstrates seven claims,
 // each with its figures on stdout and a picture (SVG) written to --out:
 //
 //   (a) accumulation: N micro-batches give the big batch's gradients (the largest difference is
