@@ -174,11 +174,11 @@ case "$mode" in
     mapfile -t asan_targets < <(test_targets build-asan "$asan_tests")
     cmake --build build-asan -j "$jobs" --target "${asan_targets[@]}"
     lsan_options="suppressions=$(pwd -P)/tools/lsan.supp:print_suppressions=0"
-    # The tests under mpiexec (test_dist*, test_fsdp), and test_nccl_single (MPI's singleton: the emulated NCCL
-    # runs over MPI), leak Open MPI's runtime state, which the suppressions
-    # can match only on a full stack: Open MPI has no frame pointers, so there malloc's stack is
+    # The tests under mpiexec (test_dist*, test_fsdp*, test_grad_scaler_dist), and test_nccl_single
+    # (MPI's singleton: the emulated NCCL runs over MPI), leak Open MPI's runtime state, which the
+    # suppressions can match only on a full stack: Open MPI has no frame pointers, so there malloc's stack is
     # taken by the slower DWARF unwinder (fast_unwind_on_malloc=0). The other tests keep the fast one.
-    mpi_tests='^(test_dist|test_fsdp|test_nccl_single)'
+    mpi_tests='^(test_dist|test_fsdp|test_grad_scaler_dist|test_nccl_single)'
     (cd build-asan && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=$lsan_options \
       ctest --output-on-failure -j "$jobs" -R "$asan_tests" -E "$mpi_tests")
     mapfile -t asan_mpi_names < <(cd build-asan && ctest -N -R "$asan_tests" | sed -n 's/^ *Test *#[0-9]*: *//p' |
