@@ -5,8 +5,8 @@
 // micro-batches, the one-line progress display, the profiler and the memory timeline around a few
 // training steps, and --dist (data parallel over the ranks of mpirun, when reel was built with dist/;
 // --zero 1/2/3, --reduce, --fsdp-units and --fsdp-prefetch shard it, and every run ends with rank 0's
-// peak bytes by category), and --precision (the forwards under autograd::Autocast, autocast_dtype
-// below).
+// peak bytes by category), --precision (the forwards under autograd::Autocast, autocast_dtype
+// below; f16 with the loss scaler of make_scaler) and --tf32.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <omp.h>
