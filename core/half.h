@@ -17,6 +17,8 @@
 // * NaN: the sign and the top fraction bits (payload) are kept and the quiet bit set, both ways,
 //   as x86 F16C and Arm FCVT do. So 16 -> f32 -> 16 gives back every bit pattern except a
 //   signalling NaN, which comes back quieted (same sign and payload); there is no canonical NaN.
+// bf16 takes a branch-free shortcut both ways (a shift and an integer rounding add), so that loops
+// over bf16 data vectorise; f16 takes the general integer path.
 // Only storage and conversion: no arithmetic operators. A kernel computes in float (the implicit
 // conversion, AccType in core/dtype.h) and stores with bf16(x) / f16(x).
 #pragma once
@@ -106,7 +108,7 @@ REEL_HOST_DEVICE inline uint16_t quiet_nan(uint32_t sign, uint64_t payload, int 
 }
 
 template <int E, int M>
-REEL_HOST_DEVICE inline uint16_t from_f32(float f) {
+REEL_HOST_DEVICE inline uint16_t from_f32_general(float f) {
   const uint32_t u = bits_of(f);
   const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t exp = (u >> 23) & 0xffu, frac = u & 0x7fffffu;
@@ -120,6 +122,22 @@ REEL_HOST_DEVICE inline uint16_t from_f32(float f) {
     return static_cast<uint16_t>(sign | round_magnitude<E, M>(p - 149, frac, p));
   }
   return static_cast<uint16_t>(sign | round_magnitude<E, M>(static_cast<int>(exp) - 127, frac | 0x800000u, 23));
+}
+
+template <int E, int M>
+REEL_HOST_DEVICE inline uint16_t from_f32(float f) {
+  if constexpr (E == 8 && M == 7) {
+    const uint32_t u = bits_of(f);
+    // bf16 shares f32's exponent field, so rounding the low 16 bits away is the whole conversion
+    // for every non-NaN value (subnormals, the carry into the next binade and into infinity
+    // included): adding 0x7fff plus the kept part's last bit rounds to nearest, ties to even.
+    // Branch free, so a loop of these vectorises; the same bits as the general path below.
+    const uint16_t rounded = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    const uint16_t nan = static_cast<uint16_t>((u >> 16) | 0x0040u);  // quieted, sign and payload kept
+    return (u & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
+  } else {
+    return from_f32_general<E, M>(f);
+  }
 }
 
 template <int E, int M>
@@ -151,7 +169,7 @@ REEL_HOST_DEVICE inline uint16_t from_int(I i) {
 }
 
 template <int E, int M>
-REEL_HOST_DEVICE inline float to_f32(uint16_t h) {
+REEL_HOST_DEVICE inline float to_f32_general(uint16_t h) {
   constexpr int kBias = (1 << (E - 1)) - 1;
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> M) & ((1u << E) - 1);
@@ -167,6 +185,17 @@ REEL_HOST_DEVICE inline float to_f32(uint16_t h) {
     return float_of(sign | (frac << (23 - M)));  // an f32 subnormal too (bf16 shares f32's exponents)
   }
   return float_of(sign | static_cast<uint32_t>(static_cast<int>(exp) - kBias + 127) << 23 | (frac << (23 - M)));
+}
+
+template <int E, int M>
+REEL_HOST_DEVICE inline float to_f32(uint16_t h) {
+  if constexpr (E == 8 && M == 7) {
+    // Exact by a shift for every value (bf16 is f32's top half); a NaN gets the quiet bit.
+    const uint32_t u = static_cast<uint32_t>(h) << 16;
+    return float_of((u & 0x7fffffffu) > 0x7f800000u ? u | 0x400000u : u);
+  } else {
+    return to_f32_general<E, M>(h);
+  }
 }
 
 }  // namespace half_detail

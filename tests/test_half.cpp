@@ -274,6 +274,23 @@ TEST_CASE("every 16-bit pattern to f32 and back: exact, signalling NaNs quieted"
   }
 }
 
+TEST_CASE("bf16's branch-free shortcut gives the general integer path's bits") {
+  // Every 65536-th f32 pattern offset by a varying low half (ties, halfway-minus-one, NaN payloads
+  // in the low bits), and every bf16 pattern back to f32.
+  int bad = 0;
+  for (uint64_t hi = 0; hi < 65536; ++hi) {
+    for (uint32_t lo : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu, static_cast<uint32_t>(hi * 40503u) & 0xffffu}) {
+      const float f = f32_of_bits(static_cast<uint32_t>(hi << 16) | lo);
+      const uint16_t fast = half_detail::from_f32<8, 7>(f), general = half_detail::from_f32_general<8, 7>(f);
+      if (fast != general && bad++ < 5) FAIL_CHECK("f32 " << hex(f) << ": shortcut " << hex(fast) << ", general " << hex(general));
+    }
+    const uint16_t h = static_cast<uint16_t>(hi);
+    const uint32_t fast = bits_of_f32(half_detail::to_f32<8, 7>(h)), general = bits_of_f32(half_detail::to_f32_general<8, 7>(h));
+    if (fast != general && bad++ < 5) FAIL_CHECK("bf16 " << hex(h) << ": shortcut " << std::hex << fast << ", general " << general);
+  }
+  CHECK(bad == 0);
+}
+
 TEST_CASE("f32 and f64 to 16 bits against the reference, and cpu and cuda give the same bits") {
   std::mt19937_64 rng(27);
   const int n = 1 << 18;
