@@ -21,7 +21,7 @@ void check_same_floating_dtype(const char* op, std::initializer_list<const Tenso
   const DType t0 = (*tensors.begin())->dtype();
   for (const Tensor* t : tensors) {
     REEL_CHECK(is_floating(t->dtype()), op, ": dtype ", t->dtype(), " of the ", shape_str(t->shape()),
-               " tensor is not supported (f32 or f64 expected)");
+               " tensor is not supported (f32, f64, bf16 or f16 expected)");
     REEL_CHECK(t->dtype() == t0, op, ": dtypes differ: ", t0, " and ", t->dtype(), " (shapes ",
                (*tensors.begin())->shape(), " and ", t->shape(), ")");
   }
