@@ -9,6 +9,17 @@ namespace reel::kernels {
 
 namespace {
 
+// The dtype of the statistics (mean, rstd, running_mean, running_var): x's for f32 and f64, f32
+// (acc_t) for bf16 and f16.
+DType stat_dtype(DType x) { return is_16bit_floating(x) ? DType::f32 : x; }
+
+// A statistic (C) of x: in stat_dtype(x).
+void check_stat_dtype(const char* op, const char* what, const Tensor& t, const Tensor& x) {
+  REEL_CHECK(t.dtype() == stat_dtype(x.dtype()), op, ": ", what, " ", t.shape(), " is ", t.dtype(), " but x ",
+             x.shape(), " is ", x.dtype(), ": ", stat_dtype(x.dtype()),
+             " expected (the statistics of a bf16 or f16 x are f32)");
+}
+
 // x (N, C, *): returns S, the product of the spatial dims (1 for (N, C)).
 int64_t check_x(const char* op, const Tensor& x) {
   REEL_CHECK(x.dim() >= 2, op, ": x ", x.shape(), " needs (N, C, *) dims: a batch and a channel dim");
@@ -34,7 +45,9 @@ void check_stats_args(const char* op, const Tensor& x, const Tensor& running_mea
   REEL_CHECK(eps >= 0, op, ": eps must be >= 0, got ", eps);
   if (running) {
     check_same_device(op, {&x, &running_mean, &running_var});
-    check_same_floating_dtype(op, {&x, &running_mean, &running_var});
+    check_same_floating_dtype(op, {&x});
+    check_stat_dtype(op, "running_mean", running_mean, x);
+    check_stat_dtype(op, "running_var", running_var, x);
     check_channels(op, "running_mean", running_mean, x);
     check_channels(op, "running_var", running_var, x);
     REEL_CHECK(!running_mean.requires_grad() && !running_var.requires_grad(), op,
@@ -69,12 +82,15 @@ struct RunningStats {
 };
 
 // The checks of a normalisation with given statistics: x (N, C, *); w, b, mean, rstd (C), all on
-// x's device and of its dtype. Returns S, the product of the spatial dims.
+// x's device; w and b of x's dtype, mean and rstd of stat_dtype(x). Returns S, the product of the
+// spatial dims.
 int64_t check_apply(const char* op, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& mean,
                     const Tensor& rstd) {
   const int64_t S = check_x(op, x);
   check_same_device(op, {&x, &w, &b, &mean, &rstd});
-  check_same_floating_dtype(op, {&x, &w, &b, &mean, &rstd});
+  check_same_floating_dtype(op, {&x, &w, &b});
+  check_stat_dtype(op, "mean", mean, x);
+  check_stat_dtype(op, "rstd", rstd, x);
   check_channels(op, "weight", w, x);
   check_channels(op, "bias", b, x);
   check_channels(op, "mean", mean, x);
@@ -89,7 +105,8 @@ BatchNormStats batch_norm_stats(const Tensor& x, const Tensor& running_mean, con
   const char* op = "batch_norm";
   check_stats_args(op, x, running_mean, running_var, training, eps);
   const int64_t N = x.size(0), C = x.size(1), S = check_x(op, x);
-  BatchNormStats r{empty({C}, x.dtype(), x.device()), empty({C}, x.dtype(), x.device())};
+  const DType st = stat_dtype(x.dtype());
+  BatchNormStats r{empty({C}, st, x.device()), empty({C}, st, x.device())};
   if (C == 0) return r;
   const RunningStats run(running_mean, running_var);
   const Tensor& rm = run.rm;
@@ -136,8 +153,8 @@ BatchNormForward batch_norm_forward(const Tensor& x, const Tensor& w, const Tens
   }
   check_stats_args(op, x, running_mean, running_var, training, eps);
   const int64_t N = x.size(0), C = x.size(1);
-  BatchNormForward r{empty(x.shape(), x.dtype(), x.device()), empty({C}, x.dtype(), x.device()),
-                     empty({C}, x.dtype(), x.device())};
+  const DType st = stat_dtype(x.dtype());
+  BatchNormForward r{empty(x.shape(), x.dtype(), x.device()), empty({C}, st, x.device()), empty({C}, st, x.device())};
   const RunningStats run(running_mean, running_var);
   const Tensor& rm = run.rm;
   const Tensor& rv = run.rv;
@@ -160,7 +177,7 @@ Tensor batch_norm_replay(const Tensor& x, const Tensor& w, const Tensor& b, cons
   REEL_CHECK(training != var.defined(), op, ": var (the running_var of the forward) is given in eval mode only");
   if (var.defined()) {
     check_same_device(op, {&x, &var});
-    check_same_floating_dtype(op, {&x, &var});
+    check_stat_dtype(op, "var", var, x);
     check_channels(op, "var", var, x);
   }
   const int64_t N = x.size(0), C = x.size(1);
@@ -183,7 +200,9 @@ BatchNormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const T
   const char* op = "batch_norm_backward";
   const int64_t S = check_x(op, x);
   check_same_device(op, {&dy, &x, &w, &mean, &rstd});
-  check_same_floating_dtype(op, {&dy, &x, &w, &mean, &rstd});
+  check_same_floating_dtype(op, {&dy, &x, &w});
+  check_stat_dtype(op, "mean", mean, x);
+  check_stat_dtype(op, "rstd", rstd, x);
   REEL_CHECK(dy.shape() == x.shape(), op, ": dy ", dy.shape(), " and x ", x.shape(), " differ in shape");
   check_channels(op, "weight", w, x);
   check_channels(op, "mean", mean, x);

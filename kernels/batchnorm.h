@@ -1,6 +1,6 @@
 // The batchnorm family: BatchNorm over the batch and the positions of each channel of an (N, C) or
-// (N, C, *spatial) tensor, as torch.nn.functional.batch_norm, forward and backward. Plain kernels,
-// no autograd: the tape (autograd/ops/batchnorm.h) decides what to save, and keeps the statistics
+// (N, C, *spatial) tensor, as torch.nn.functional.batch_norm, forward and backward, in f32, f64,
+// bf16 and f16. Plain kernels, no autograd: the tape (autograd/ops/batchnorm.h) decides what to save, and keeps the statistics
 // of the first forward so that a checkpoint replay normalises with them (the first forward's bits)
 // and does not update the running statistics again.
 //
@@ -22,14 +22,23 @@
 
 namespace reel::kernels {
 
-// The statistics a forward normalises with: mean and rstd = 1 / sqrt(var + eps), (C) each, x's
-// dtype.
+// Dtypes: x, w, b (and dy) one floating dtype, f32, f64, bf16 or f16; y, dx, dw and db are in it.
+// The statistics (mean, rstd, running_mean, running_var, a replay's var) are in x's dtype for f32
+// and f64 and in f32 for a bf16 or f16 x: 16-bit values are widened on load, the sums are double as
+// for f32, the statistics are rounded once to f32 (a 16-bit running average would stall: a
+// momentum step below half an ulp, 2^-9 to 2^-8 of the value in bf16, is lost), and each output is
+// rounded once to x's dtype. A 16-bit x with f32 weights, or with statistics of another dtype, is a
+// reel::Error naming the op and the dtypes (autocast casts x, w and b to the 16-bit type and leaves
+// the running statistics, buffers of an f32 BatchNorm, in f32; Module::to(bf16) keeps them f32).
+//
+// The statistics a forward normalises with: mean and rstd = 1 / sqrt(var + eps), (C) each, in the
+// statistics' dtype above.
 struct BatchNormStats { Tensor mean, rstd; };        // (C), (C)
 struct BatchNormForward { Tensor y, mean, rstd; };   // (N, C, *), (C), (C)
 struct BatchNormBackward { Tensor dx, dw, db; };     // (N, C, *), (C), (C)
 
-// x (N, C, *). running_mean and running_var: (C) tensors of x's dtype and device, both or
-// neither (undefined).
+// x (N, C, *). running_mean and running_var: (C) tensors of the statistics' dtype on x's device,
+// both or neither (undefined).
 //   training: mean and var (biased, / n) over the n = N * prod(spatial) values of each channel,
 //     summed in double in a fixed order (bit-identical for any thread count). Where running
 //     statistics are given they are updated in place, as PyTorch does:
@@ -71,7 +80,8 @@ BatchNormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const T
 // Inputs arrive validated by the entry points (kernels/batchnorm.cpp), CONTIGUOUS and viewed as the
 // flat shapes written next to each argument, S the product of the spatial dims (1 for (N, C)):
 // channel c of sample n is the contiguous run x[n, c, 0:S]. See kernels/backends.h for the common
-// contract.
+// contract. The per-channel statistics (mean, rstd, running_mean, running_var, var) are of the
+// statistics' dtype (acc_t: f32 for a 16-bit x), w, b, dw, db of x's.
 #ifdef REEL_BACKEND_KERNELS
 // training: batch statistics, and where running_mean is defined the in-place update of
 // running_mean and running_var; eval: from running_mean and running_var (x is not read).

@@ -221,29 +221,33 @@ Module& Module::to(DType dtype) {
   REEL_CHECK(is_floating(dtype), "Module::to: dtype ", dtype, " is not floating: parameters hold real numbers");
   autograd::NoGrad no_grad;
   // Swaps the data under the same TensorImpl (as to(device)), so every handle follows.
-  const auto convert = [dtype](const Tensor& t) {
+  const auto convert = [](const Tensor& t, DType to) {
     Tensor converted;
     {
       MemoryCategory scope(Category::Parameter);
-      converted = t.detach().to(dtype).contiguous();
+      converted = t.detach().to(to).contiguous();
     }
     TensorImpl& impl = *t.impl_ptr();
     impl.storage = converted.storage();
     impl.strides = converted.strides();
     impl.offset = converted.offset();
-    impl.dtype = dtype;
+    impl.dtype = to;
   };
   for (const Tensor& p : parameters()) {
     if (p.dtype() == dtype) continue;
     const Tensor grad = p.grad();
-    convert(p);
+    convert(p, dtype);
     if (grad.defined()) {
       MemoryCategory scope(Category::Gradient);
       p.set_grad(grad.to(dtype));
     }
   }
+  // Floating buffers are running statistics (BatchNorm's): in acc_dtype(dtype), f32 for bf16 and
+  // f16, where the kernels keep statistics (a 16-bit running average would stall: a momentum step
+  // below half an ulp is lost).
+  const DType buffer_dtype = acc_dtype(dtype);
   for (const auto& [_, b] : named_buffers())
-    if (is_floating(b.dtype()) && b.dtype() != dtype) convert(b);
+    if (is_floating(b.dtype()) && b.dtype() != buffer_dtype) convert(b, buffer_dtype);
   return *this;
 }
 

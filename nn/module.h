@@ -115,11 +115,11 @@ class Module {
   // backward it makes that backward raise (the gradients would land on the old device).
   Module& to(Device device);
   // Converts every floating parameter (and its gradient) and every floating buffer to `dtype` in
-  // place (integer buffers stay), for a model held entirely in one type (bf16 for inference, f64
-  // for a gradient check); every handle to a parameter sees the new dtype, as with to(device). Do
-  // it before the forward and before making the optimizer (whose state has the parameters'
-  // dtype). Mixed precision training keeps f32 parameters instead: autograd::Autocast
-  // (autograd/autocast.h). reel::Error for a dtype that is not floating.
+  // place (integer buffers stay; for bf16 and f16 the floating buffers, running statistics, go to
+  // f32, as the kernels keep statistics: kernels/batchnorm.h), for a model held in one type (bf16
+  // for inference, f64 for a gradient check); every handle follows, as with to(device). Do it
+  // before the forward and the optimizer (whose state has the parameters' dtype). Mixed precision
+  // training keeps f32 parameters instead: autograd::Autocast. reel::Error for a non-floating dtype.
   Module& to(DType dtype);
 
   // name -> parameter or buffer (the tensors themselves, not copies).

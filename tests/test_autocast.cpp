@@ -371,6 +371,16 @@ TEST_CASE("Module::to(DType): parameters, gradients and buffers converted in pla
   lin.to(DType::f32);
   CHECK(w.dtype() == DType::f32);
   CHECK_REEL_ERROR(lin.to(DType::i32), "Module::to: dtype i32 is not floating");
+  // Floating buffers (running statistics) go to f32 for a 16-bit dtype, where the kernels keep
+  // statistics; to any other dtype with the parameters; integer buffers stay.
+  nn::BatchNorm2d bn(2);
+  for (DType t : {DType::bf16, DType::f16, DType::f64, DType::f32}) {
+    bn.to(t);
+    CHECK(bn.weight.dtype() == t);
+    CHECK(bn.running_mean.dtype() == (t == DType::f64 ? DType::f64 : DType::f32));
+    CHECK(bn.running_var.dtype() == bn.running_mean.dtype());
+    CHECK(bn.num_batches_tracked.dtype() == DType::i64);
+  }
   autograd::Tape::current().clear();
 }
 

@@ -2,8 +2,8 @@
 // every class of value (normals, subnormals, zeros, infinities, NaNs, the overflow threshold, ties
 // at several exponents), all 65536 bit patterns through f32 and back, the same bits from the CPU
 // and the CUDA backend's conversion kernel, Tensor::to / copy_ / fills / printing, safetensors
-// BF16 and F16 bytes and round trips, and the ops that do not compute in 16 bits yet raising a
-// reel::Error that names them.
+// BF16 and F16 bytes and round trips, and batch_norm in 16 bits (f32 statistics, mixed dtypes
+// refused with a reel::Error that names them).
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +12,7 @@
 
 #include "autograd/functions.h"
 #include "autograd/nn_functions.h"
+#include "autograd/tape.h"
 #include "nn/safetensors.h"
 #include "testing.h"
 
@@ -410,17 +411,44 @@ TEST_CASE("factories, item and printing of 16-bit tensors") {
   CHECK(b.find("dtype=bf16") != std::string::npos);
 }
 
-TEST_CASE("ops that do not compute in 16 bits yet raise a reel::Error naming the op and the dtype") {
+TEST_CASE("batch_norm, the last family ported: 16-bit y and gradients, f32 statistics, mixed dtypes refused") {
+  // Every op family computes in 16 bits now (its rows in tests/op_table/; batchnorm's kernel rows in
+  // norm.cpp). Through the tape op: x, w, b in the 16-bit type, the running statistics f32.
   for (Device d : reel::testing::devices()) {
     CAPTURE(d);
     for (DType h : {DType::bf16, DType::f16}) {
       CAPTURE(h);
-      const std::string want = std::string("dtype ") + dtype_name(h);
-      // Every other family computes in 16 bits (its rows in tests/op_table/); batch_norm does not yet
-      // (autocast runs it in f32).
-      const Tensor x = ones({2, 3, 2, 2}, h, d), w = ones({3}, h, d);
-      CHECK_REEL_ERROR(batch_norm(x, Tensor(), Tensor(), w, w, true), "batch_norm");
-      CHECK_REEL_ERROR(batch_norm(x, Tensor(), Tensor(), w, w, true), want.c_str());
+      const Tensor x0 = reel::testing::uniform_f64({4, 3, 2, 2}, 61, -2, 3).to(h);  // 16-bit values
+      const Tensor w0 = reel::testing::uniform_f64({3}, 62, 0.5, 1.5).to(h), b0 = reel::testing::uniform_f64({3}, 63).to(h);
+      const Tensor c0 = reel::testing::uniform_f64({4, 3, 2, 2}, 64).to(h);  // dL/dy
+      auto run = [&](DType t) {  // the op on x0, w0, b0 in dtype t (exact widenings of the 16-bit values)
+        const Tensor x = x0.to(t).to(d).set_requires_grad(), w = w0.to(t).to(d).set_requires_grad(),
+                     b = b0.to(t).to(d).set_requires_grad();
+        const Tensor rm = zeros({3}, DType::f32, d), rv = ones({3}, DType::f32, d);
+        const Tensor y = batch_norm(x, rm, rv, w, b, true, 0.1);
+        autograd::backward(sum(y * c0.to(t).to(d)));
+        return std::vector<Tensor>{y, x.grad(), w.grad(), b.grad(), rm, rv};
+      };
+      const std::vector<Tensor> low = run(h), f32 = run(DType::f32);
+      const double u = h == DType::bf16 ? 0x1p-8 : 0x1p-11;
+      for (size_t i = 0; i < 4; ++i) {  // y and the gradients: 16-bit, the f32 run's values rounded
+        CAPTURE(i);
+        CHECK(low[i].dtype() == h);
+        reel::testing::check_close(low[i], f32[i].to(DType::f64), 4 * u, 4 * u);
+      }
+      for (size_t i = 4; i < 6; ++i) {  // the running statistics: f32, the same double sums
+        CHECK(low[i].dtype() == DType::f32);
+        reel::testing::check_close(low[i], f32[i], 1e-6, 1e-6);
+      }
+      // x, w, b of one dtype; the statistics f32.
+      const Tensor x = ones({2, 3, 2, 2}, h, d), w = ones({3}, h, d), rm = zeros({3}, DType::f32, d);
+      const std::string name = dtype_name(h);
+      CHECK_REEL_ERROR(batch_norm(x, rm, rm, ones({3}, DType::f32, d), w, true),
+                       ("batch_norm: dtypes differ: " + name + " and f32").c_str());
+      CHECK_REEL_ERROR(batch_norm(x, rm.to(h), rm.to(h), w, w, true),
+                       ("batch_norm: running_mean (3) is " + name + " but x (2, 3, 2, 2) is " + name + ": f32 expected")
+                           .c_str());
+      autograd::Tape::current().clear();
     }
   }
 }

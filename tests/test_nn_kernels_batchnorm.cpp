@@ -4,7 +4,8 @@
 // results for any thread count, the cpu's fused forward equal to its two kernels, CUDA (emulated
 // cuDNN) against the CPU in f32 and f64, (N, C) and (N, C, H, W), training and eval, the replay
 // kernel giving the forward's bits on every device, the op under a checkpoint segment in training
-// and eval, and bad inputs. (The backward against finite differences, on every device, is a row of
+// and eval, bf16 and f16 (16-bit y and gradients, f32 statistics and running statistics; a 16-bit
+// BatchNorm2d from Module::to), and bad inputs. (The backward against finite differences, on every device, is a row of
 // tests/op_table/norm.cpp; the checkpoint replay through segments and selective scopes,
 // tests/test_checkpoint.cpp.)
 #include <cmath>
@@ -12,9 +13,11 @@
 #include <vector>
 
 #include "autograd/checkpoint.h"
+#include "autograd/functions.h"
 #include "autograd/nn_functions.h"
 #include "autograd/tape.h"
 #include "kernels/ops.h"
+#include "nn/layers.h"
 #include "testing.h"
 
 using namespace reel;
@@ -346,7 +349,33 @@ TEST_CASE("bad batch_norm inputs raise reel::Error naming op and shapes, before 
                    "Expected more than 1 value per channel when training, got input size (1, 3, 1, 1)");
   CHECK_REEL_ERROR(batch_norm_forward(zeros({3}), w, b, rm, rv, true), "batch_norm: x (3) needs (N, C, *) dims");
   CHECK_REEL_ERROR(batch_norm_forward(x, w, b, rm.to(DType::f64), rv.to(DType::f64), true),
-                   "batch_norm: dtypes differ: f32 and f64");
+                   "batch_norm: running_mean (3) is f64 but x (4, 3, 2) is f32: f32 expected");
+  CHECK_REEL_ERROR(batch_norm_forward(x.to(DType::i32), w, b, rm, rv, true),
+                   "batch_norm: dtype i32 of the (4, 3, 2) tensor is not supported (f32, f64, bf16 or f16 expected)");
+  // 16 bits: x, w, b (and dy) of one dtype, the statistics f32 (PyTorch's mixed 16-bit x with f32
+  // weights is refused, as by the other norms).
+  for (DType h : {DType::bf16, DType::f16}) {
+    CAPTURE(h);
+    const std::string name = dtype_name(h);
+    const Tensor xh = x.to(h), wh = w.to(h), bh = b.to(h);
+    CHECK_REEL_ERROR(batch_norm_forward(xh, w, b, rm, rv, true),
+                     ("batch_norm: dtypes differ: " + name + " and f32 (shapes (4, 3, 2) and (3))").c_str());
+    CHECK_REEL_ERROR(batch_norm_forward(xh, wh, bh, rm.to(h), rv.to(h), true),
+                     ("batch_norm: running_mean (3) is " + name + " but x (4, 3, 2) is " + name +
+                      ": f32 expected (the statistics of a bf16 or f16 x are f32)")
+                         .c_str());
+    CHECK_REEL_ERROR(batch_norm_forward(xh, wh, bh, rm, rv.to(DType::f64), true),
+                     ("batch_norm: running_var (3) is f64 but x (4, 3, 2) is " + name + ": f32 expected").c_str());
+    const BatchNormForward fh = batch_norm_forward(xh, wh, bh, Tensor(), Tensor(), true);
+    CHECK_REEL_ERROR(batch_norm_backward(x, xh, wh, fh.mean, fh.rstd, true),
+                     ("batch_norm_backward: dtypes differ: f32 and " + name).c_str());
+    CHECK_REEL_ERROR(batch_norm_backward(xh, xh, wh, fh.mean.to(h), fh.rstd, true),
+                     ("batch_norm_backward: mean (3) is " + name + " but x (4, 3, 2) is " + name).c_str());
+    CHECK_REEL_ERROR(batch_norm_apply(xh, wh, bh, fh.mean, fh.rstd.to(h)),
+                     ("batch_norm_apply: rstd (3) is " + name + " but x (4, 3, 2) is " + name).c_str());
+    CHECK_REEL_ERROR(batch_norm_replay(xh, wh, bh, fh.mean, fh.rstd, rv.to(h), false, 1e-5),
+                     ("batch_norm_replay: var (3) is " + name + " but x (4, 3, 2) is " + name).c_str());
+  }
   CHECK_REEL_ERROR(batch_norm_forward(x, w, b, zeros({3}).set_requires_grad(), rv, true),
                    "running_mean and running_var are statistics updated in place; they must not require grad");
   // Nothing above touched the running statistics; one value per channel is fine in eval.
@@ -365,4 +394,117 @@ TEST_CASE("bad batch_norm inputs raise reel::Error naming op and shapes, before 
   if (cuda_available())
     CHECK_REEL_ERROR(batch_norm_forward(x.to(Device::cuda(0)), w, b, rm, rv, true),
                      "batch_norm: expected all tensors on one device");
+}
+
+TEST_CASE("batch_norm in bf16 and f16: 16-bit y and gradients, f32 statistics and running statistics") {
+  Poisoned poison;
+  // Long runs (a task per channel), an (N, C) activation (blocks of 64 channels) and a small one.
+  for (DType h : {DType::bf16, DType::f16})
+    for (const Shape& shape : {Shape{32, 24, 5, 5}, Shape{512, 100}, Shape{16, 5}}) {
+      CAPTURE(h);
+      CAPTURE(shape_str(shape));
+      const int64_t C = shape[1];
+      const double u = h == DType::bf16 ? 0x1p-8 : 0x1p-11;  // half an ulp, relative
+      const Tensor x = uniform_f64(shape, 70, -1, 3).to(h), dy = uniform_f64(shape, 71).to(h);
+      const Tensor w = uniform_f64({C}, 72, 0.5, 1.5).to(h), b = uniform_f64({C}, 73).to(h);
+      const Tensor rm0 = uniform_f64({C}, 74).to(DType::f32), rv0 = uniform_f64({C}, 75, 0.5, 2).to(DType::f32);
+      struct Run {
+        BatchNormForward f, e;
+        BatchNormBackward g;
+        Tensor rm, rv, replay;
+      };
+      // The forward in training (updating rm, rv), its replay, the eval forward with the updated
+      // running statistics and the training backward, in dtype t (h, or f32 on the same values).
+      auto run = [&](Device d, DType t) {
+        Run r;
+        r.rm = rm0.to(d).clone();
+        r.rv = rv0.to(d).clone();
+        const Tensor xd = x.to(t).to(d), wd = w.to(t).to(d), bd = b.to(t).to(d);
+        r.f = batch_norm_forward(xd, wd, bd, r.rm, r.rv, true, 0.1);
+        r.replay = batch_norm_replay(xd, wd, bd, r.f.mean, r.f.rstd, Tensor(), true, 1e-5);
+        r.e = batch_norm_forward(xd, wd, bd, r.rm, r.rv, false);
+        r.g = batch_norm_backward(dy.to(t).to(d), xd, wd, r.f.mean, r.f.rstd, true);
+        return r;
+      };
+      std::vector<Run> runs;
+      for_thread_counts({1, 2, 3, 7}, [&] { runs.push_back(run(Device::cpu(), h)); });
+      const Run& r = runs[0];
+      for (const Tensor& t : {r.f.y, r.e.y, r.replay, r.g.dx, r.g.dw, r.g.db}) CHECK(t.dtype() == h);
+      for (const Tensor& t : {r.f.mean, r.f.rstd, r.e.mean, r.e.rstd, r.rm, r.rv}) CHECK(t.dtype() == DType::f32);
+      for (size_t i = 1; i < runs.size(); ++i)  // any thread count: the same bits
+        for (const auto& [a, b2] :
+             {std::make_pair(runs[i].f.y, r.f.y), std::make_pair(runs[i].f.rstd, r.f.rstd),
+              std::make_pair(runs[i].rv, r.rv), std::make_pair(runs[i].g.dx, r.g.dx),
+              std::make_pair(runs[i].g.dw, r.g.dw), std::make_pair(runs[i].g.db, r.g.db)})
+          CHECK(bit_identical(a, b2));
+      CHECK(bit_identical(r.replay, r.f.y));  // a checkpoint replay: the forward's bits
+      // Against f32 on the same values: the statistics are the same double sums rounded to f32
+      // (within an f32 ulp: not bits, which FMA contraction may vary between the two
+      // instantiations); y, dx (f32 math) and dw, db (double sums) rounded once to the 16-bit type.
+      const Run f = run(Device::cpu(), DType::f32);
+      for (const auto& [a, b2] : {std::make_pair(r.f.mean, f.f.mean), std::make_pair(r.f.rstd, f.f.rstd),
+                                  std::make_pair(r.rm, f.rm), std::make_pair(r.rv, f.rv),
+                                  std::make_pair(r.e.rstd, f.e.rstd)})
+        check_close(a, b2, 0x1p-23, 1e-12);
+      check_close(r.f.y, f.f.y, u, 1e-6);
+      check_close(r.e.y, f.e.y, u, 1e-6);
+      check_close(r.g.dx, f.g.dx, u, 1e-6);
+      check_close(r.g.dw, f.g.dw, u, 1e-6);
+      check_close(r.g.db, f.g.db, u, 1e-6);
+      if (!cuda_available()) continue;
+      // cuda: reel's kernels for 16-bit data (not cuDNN), against the cpu; deterministic; the
+      // replay gives the forward's bits.
+      const Run c1 = run(Device::cuda(0), h), c2 = run(Device::cuda(0), h);
+      for (const Tensor& t : {c1.f.y, c1.replay, c1.g.dx, c1.g.dw, c1.g.db}) CHECK(t.dtype() == h);
+      for (const Tensor& t : {c1.f.mean, c1.f.rstd, c1.rm, c1.rv}) CHECK(t.dtype() == DType::f32);
+      check_close(c1.f.mean, r.f.mean, 1e-6, 1e-6);
+      check_close(c1.f.rstd, r.f.rstd, 1e-6, 1e-6);
+      check_close(c1.rm, r.rm, 1e-6, 1e-6);
+      check_close(c1.rv, r.rv, 1e-6, 1e-6);
+      // Two f32 results a few ulps apart may round to neighbouring 16-bit values: 2u.
+      check_close(c1.f.y, r.f.y, 2 * u, 1e-6);
+      check_close(c1.e.y, r.e.y, 2 * u, 1e-6);
+      check_close(c1.g.dx, r.g.dx, 2 * u, 1e-6);
+      check_close(c1.g.dw, r.g.dw, 2 * u, 1e-6);
+      check_close(c1.g.db, r.g.db, 2 * u, 1e-6);
+      CHECK(bit_identical(c1.replay, c1.f.y));
+      CHECK(bit_identical(c1.f.y, c2.f.y));
+      CHECK(bit_identical(c1.rv, c2.rv));
+      CHECK(bit_identical(c1.g.dx, c2.g.dx));
+      CHECK(bit_identical(c1.g.dw, c2.g.dw));
+    }
+}
+
+TEST_CASE("BatchNorm2d in 16 bits: Module::to(bf16) keeps the running statistics f32") {
+  for (Device d : devices())
+    for (DType h : {DType::bf16, DType::f16}) {
+      CAPTURE(d);
+      CAPTURE(h);
+      const Tensor x = uniform_f64({4, 3, 2, 2}, 80, -1, 3).to(h).to(d);
+      // The functional f32 op's running statistics on the same values (the reference of both).
+      const Tensor rm = zeros({3}, DType::f32, d), rv = ones({3}, DType::f32, d);
+      batch_norm_forward(x.to(DType::f32), ones({3}, DType::f32, d), zeros({3}, DType::f32, d), rm, rv, true, 0.1);
+
+      // A 16-bit model: parameters in h, floating buffers f32, the batch count i64.
+      nn::BatchNorm2d bn(3);
+      bn.to(d);
+      bn.to(h);
+      CHECK(bn.weight.dtype() == h);
+      CHECK(bn.bias.dtype() == h);
+      CHECK(bn.running_mean.dtype() == DType::f32);
+      CHECK(bn.running_var.dtype() == DType::f32);
+      CHECK(bn.num_batches_tracked.dtype() == DType::i64);
+      const Tensor y = bn(x);
+      CHECK(y.dtype() == h);
+      check_close(bn.running_mean, rm, 1e-6, 1e-6);
+      check_close(bn.running_var, rv, 1e-6, 1e-6);
+      CHECK(values(bn.num_batches_tracked) == std::vector<double>{1});
+      const std::vector<double> rv1 = values(bn.running_var);
+      bn.eval();
+      CHECK(bn(x).dtype() == h);
+      CHECK(values(bn.running_var) == rv1);  // eval leaves them alone
+      bn.to(DType::f64);  // to f64: the buffers too
+      CHECK(bn.running_mean.dtype() == DType::f64);
+      autograd::Tape::current().clear();  // the forwards above were recorded (parameters need grad)
+    }
 }

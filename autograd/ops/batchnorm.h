@@ -87,8 +87,9 @@ struct BatchNorm final : autograd::Op {
 // ---- batch normalisation ----
 // torch.nn.functional.batch_norm: x (N, C) or (N, C, *spatial); per channel c,
 //   y = (x - mean[c]) / sqrt(var[c] + eps) * weight[c] + bias[c]
-// weight and bias (C) or undefined (1 and 0); running_mean and running_var (C), both or neither
-// (undefined), of x's dtype and device, never requiring grad.
+// weight and bias (C) or undefined (1 and 0), of x's dtype; running_mean and running_var (C), both
+// or neither (undefined), on x's device, of x's dtype for f32 and f64 and f32 for a bf16 or f16 x
+// (kernels/batchnorm.h: the statistics stay f32), never requiring grad.
 //   training: mean and var (biased) of the batch, over N and the positions; the gradient flows
 //     through them. Where running statistics are given they are updated in place, once per call
 //     (a checkpoint replay does not update them again, and uses this call's statistics):

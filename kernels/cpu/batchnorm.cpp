@@ -19,6 +19,8 @@
 //
 // The sums are double, wider than the dispatch's acc_t; the elementwise math (xhat, y, dx) runs
 // in acc_t: loads convert T -> acc_t, stores acc_t -> T (no-ops for f32 and f64, where acc_t is T).
+// The per-channel statistics (mean, rstd, the running ones) are acc_t: f32 for a bf16 or f16 x
+// (kernels/batchnorm.h), rounded once from the double sums; dw and db are rounded once to T.
 #include <algorithm>
 #include <cmath>
 
@@ -67,9 +69,9 @@ void channel_sums(const T* x, int64_t N, int64_t C, int64_t S, int64_t c0, int64
 }
 
 // x: (N, C, S); mean, rstd: (C) out; running_mean, running_var: (C) in/out or null.
-template <typename T>
-void batch_norm_stats_train(const T* x, T* running_mean, T* running_var, double momentum, double eps, T* mean,
-                            T* rstd, int64_t N, int64_t C, int64_t S) {
+template <typename T, typename acc_t>
+void batch_norm_stats_train(const T* x, acc_t* running_mean, acc_t* running_var, double momentum, double eps,
+                            acc_t* mean, acc_t* rstd, int64_t N, int64_t C, int64_t S) {
   const double n = static_cast<double>(N * S);
   for_channel_blocks(C, S, N * C * S, [&](int64_t c0, int64_t c1) {
     double shift[kBlock], m[kBlock], acc[kBlock];
@@ -88,12 +90,12 @@ void batch_norm_stats_train(const T* x, T* running_mean, T* running_var, double 
     });
     for (int64_t c = c0; c < c1; ++c) {
       const double mc = m[c - c0], var = acc[c - c0] / n;  // biased: what the batch is normalised with
-      mean[c] = static_cast<T>(mc);
-      rstd[c] = static_cast<T>(1.0 / std::sqrt(var + eps));
+      mean[c] = static_cast<acc_t>(mc);
+      rstd[c] = static_cast<acc_t>(1.0 / std::sqrt(var + eps));
       if (running_mean) {
-        running_mean[c] = static_cast<T>((1 - momentum) * static_cast<double>(running_mean[c]) + momentum * mc);
+        running_mean[c] = static_cast<acc_t>((1 - momentum) * static_cast<double>(running_mean[c]) + momentum * mc);
         running_var[c] =
-            static_cast<T>((1 - momentum) * static_cast<double>(running_var[c]) + momentum * var * n / (n - 1));
+            static_cast<acc_t>((1 - momentum) * static_cast<double>(running_var[c]) + momentum * var * n / (n - 1));
       }
     }
   });
@@ -109,7 +111,7 @@ void batch_norm_stats_eval(const T* running_mean, const T* running_var, double e
 
 // x, y: (N, C, S); w, b, mean, rstd: (C). A task per sample (C * S contiguous values).
 template <typename T, typename acc_t>
-void batch_norm_apply_impl(const T* x, const T* w, const T* b, const T* mean, const T* rstd, T* y, int64_t N,
+void batch_norm_apply_impl(const T* x, const T* w, const T* b, const acc_t* mean, const acc_t* rstd, T* y, int64_t N,
                            int64_t C, int64_t S) {
   parallel_for(N, N > 1 && N * C * S >= kMinParallelStreamElements, [&](int64_t n) {
     if (S == 1) {  // an (N, C) row: one SIMD sweep over the channels
@@ -132,8 +134,8 @@ void batch_norm_apply_impl(const T* x, const T* w, const T* b, const T* mean, co
 
 // dy, x, dx: (N, C, S); w, mean, rstd, dw, db: (C).
 template <typename T, typename acc_t>
-void batch_norm_backward_impl(const T* dy, const T* x, const T* w, const T* mean, const T* rstd, bool training,
-                              T* dx, T* dw, T* db, int64_t N, int64_t C, int64_t S) {
+void batch_norm_backward_impl(const T* dy, const T* x, const T* w, const acc_t* mean, const acc_t* rstd,
+                              bool training, T* dx, T* dw, T* db, int64_t N, int64_t C, int64_t S) {
   const double n = static_cast<double>(N * S);
   for_channel_blocks(C, S, N * C * S, [&](int64_t c0, int64_t c1) {
     double sum_dy[kBlock], sum_dy_xhat[kBlock];
@@ -201,27 +203,31 @@ void batch_norm_backward_impl(const T* dy, const T* x, const T* w, const T* mean
 
 // ---- launchers ----------------------------------------------------------------------------------
 
+// Training reads x (its dtype picks the kernel; the statistics are its acc_t); eval reads the
+// running statistics alone (x undefined), of the statistics' dtype: f32 or f64.
 void batch_norm_stats(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, bool training,
                       double momentum, double eps, const Tensor& mean, const Tensor& rstd) {
   const int64_t C = mean.size(0);
-  REEL_DISPATCH_FLOATING(mean.dtype(), "batch_norm_stats", {
-    if (training)
-      batch_norm_stats_train<scalar_t>(
-          x.data<scalar_t>(), running_mean.defined() ? running_mean.data<scalar_t>() : nullptr,
-          running_var.defined() ? running_var.data<scalar_t>() : nullptr, momentum, eps, mean.data<scalar_t>(),
-          rstd.data<scalar_t>(), x.size(0), C, x.size(2));
-    else
-      batch_norm_stats_eval<scalar_t>(running_mean.data<scalar_t>(), running_var.data<scalar_t>(), eps,
-                                      mean.data<scalar_t>(), rstd.data<scalar_t>(), C);
-  })
+  if (training) {
+    REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "batch_norm_stats",
+                                  batch_norm_stats_train<scalar_t, acc_t>(
+                                      x.data<scalar_t>(), running_mean.defined() ? running_mean.data<acc_t>() : nullptr,
+                                      running_var.defined() ? running_var.data<acc_t>() : nullptr, momentum, eps,
+                                      mean.data<acc_t>(), rstd.data<acc_t>(), x.size(0), C, x.size(2)))
+  } else {
+    REEL_DISPATCH_FLOATING(mean.dtype(), "batch_norm_stats",
+                           batch_norm_stats_eval<scalar_t>(running_mean.data<scalar_t>(), running_var.data<scalar_t>(),
+                                                           eps, mean.data<scalar_t>(), rstd.data<scalar_t>(), C))
+  }
 }
 
 void batch_norm_apply(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& mean, const Tensor& rstd,
                       const Tensor& y) {
-  REEL_DISPATCH_FLOATING(x.dtype(), "batch_norm_apply",
-                         batch_norm_apply_impl<scalar_t, acc_t>(x.data<scalar_t>(), w.data<scalar_t>(), b.data<scalar_t>(),
-                                                         mean.data<scalar_t>(), rstd.data<scalar_t>(),
-                                                         y.data<scalar_t>(), x.size(0), x.size(1), x.size(2)))
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "batch_norm_apply",
+                                batch_norm_apply_impl<scalar_t, acc_t>(x.data<scalar_t>(), w.data<scalar_t>(),
+                                                                       b.data<scalar_t>(), mean.data<acc_t>(),
+                                                                       rstd.data<acc_t>(), y.data<scalar_t>(),
+                                                                       x.size(0), x.size(1), x.size(2)))
 }
 
 // The fused forward is the two kernels in turn (the same bits as batch_norm_stats then
@@ -241,12 +247,11 @@ void batch_norm_replay(const Tensor& x, const Tensor& w, const Tensor& b, const 
 
 void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                          bool training, double /*eps*/, const Tensor& dx, const Tensor& dw, const Tensor& db) {
-  REEL_DISPATCH_FLOATING(x.dtype(), "batch_norm_backward",
-                         batch_norm_backward_impl<scalar_t, acc_t>(dy.data<scalar_t>(), x.data<scalar_t>(),
-                                                            w.data<scalar_t>(), mean.data<scalar_t>(),
-                                                            rstd.data<scalar_t>(), training, dx.data<scalar_t>(),
-                                                            dw.data<scalar_t>(), db.data<scalar_t>(), x.size(0),
-                                                            x.size(1), x.size(2)))
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "batch_norm_backward",
+                                batch_norm_backward_impl<scalar_t, acc_t>(
+                                    dy.data<scalar_t>(), x.data<scalar_t>(), w.data<scalar_t>(), mean.data<acc_t>(),
+                                    rstd.data<acc_t>(), training, dx.data<scalar_t>(), dw.data<scalar_t>(),
+                                    db.data<scalar_t>(), x.size(0), x.size(1), x.size(2)))
 }
 
 }  // namespace reel::kernels::cpu

@@ -13,13 +13,20 @@
 // Normalisation: a grid-stride loop over the elements, y = (x - mean) * (rstd * w) + b.
 // Backward: block per channel, the sums of dy and dy * xhat, then the block writes the channel's dx.
 // The sums are double (wider than the dispatch's acc_t); the elementwise math of apply and dx runs
-// in acc_t (loads T -> acc_t, stores acc_t -> T: no-ops for f32 and f64, where acc_t is T).
+// in acc_t (loads T -> acc_t, stores acc_t -> T: no-ops for f32 and f64, where acc_t is T). The
+// per-channel statistics (mean, rstd, the running ones) are acc_t: f32 for a bf16 or f16 x
+// (kernels/batchnorm.h), rounded once from the double sums; dw and db are rounded once to T.
+// bf16 and f16 always run these kernels, never cuDNN (below): the training forward is the stats
+// kernel then the apply kernel, a replay the apply kernel alone with the kept statistics (the
+// first forward's y bits, as on the cpu).
 //
 // One block per channel leaves a GPU half idle when C is small and N * S large (a CNN's first
 // layers): a split of each channel over several blocks with partials added in order would fill it.
 //
 // ---- cuDNN (where the build has it: REEL_HAS_CUDNN; the emulated one in the host build) --------
-// The fused forward and the training backward go through cuDNN's batch normalization in SPATIAL
+// For f32 and f64 data (kernels/cuda/cudnn_common.h describes those only; cuDNN's 16-bit batch
+// normalization would take f32 scale and bias, and the emulated cuDNN answers NOT_SUPPORTED for
+// 16-bit data), the fused forward and the training backward go through cuDNN's batch normalization in SPATIAL
 // mode (never SPATIAL_PERSISTENT, which may sum with atomics: not the same bits run to run), x
 // viewed as the NCHW tensor (N, C, S, 1) and the per-channel tensors as (1, C, 1, 1) of x's dtype
 // (cuDNN's "derived" type is double for double data and float for float: reel's dtype in both):
@@ -51,6 +58,7 @@
 #include <cmath>
 
 #include <string>
+#include <type_traits>
 
 #include "kernels/backends.h"
 #include "kernels/cuda/block_reduce.h"
@@ -66,10 +74,10 @@ constexpr int kChannelThreads = 256;
 // ---- kernels ---------------------------------------------------------------------------------
 
 // Block per channel c. x: (N, C, S); mean, rstd: (C) out; running_mean, running_var: (C) in/out,
-// or null.
-template <typename T>
-__global__ void __launch_bounds__(kChannelThreads) batch_norm_stats_kernel(const T* x, T* running_mean, T* running_var, double momentum, double eps,
-                                        T* mean, T* rstd, int64_t N, int64_t C, int64_t S) {
+// or null; the statistics acc_t.
+template <typename T, typename acc_t>
+__global__ void __launch_bounds__(kChannelThreads) batch_norm_stats_kernel(const T* x, acc_t* running_mean, acc_t* running_var, double momentum, double eps,
+                                        acc_t* mean, acc_t* rstd, int64_t N, int64_t C, int64_t S) {
   using std::sqrt;
   __shared__ double scratch[32];
   const int64_t M = N * S;
@@ -86,18 +94,19 @@ __global__ void __launch_bounds__(kChannelThreads) batch_norm_stats_kernel(const
     }
     const double var = block_reduce(v, SumOp{}, scratch) / n;  // biased
     if (threadIdx.x == 0) {
-      mean[c] = static_cast<T>(m);
-      rstd[c] = static_cast<T>(1.0 / sqrt(var + eps));
+      mean[c] = static_cast<acc_t>(m);
+      rstd[c] = static_cast<acc_t>(1.0 / sqrt(var + eps));
       if (running_mean) {
-        running_mean[c] = static_cast<T>((1 - momentum) * static_cast<double>(running_mean[c]) + momentum * m);
+        running_mean[c] = static_cast<acc_t>((1 - momentum) * static_cast<double>(running_mean[c]) + momentum * m);
         running_var[c] =
-            static_cast<T>((1 - momentum) * static_cast<double>(running_var[c]) + momentum * var * n / (n - 1));
+            static_cast<acc_t>((1 - momentum) * static_cast<double>(running_var[c]) + momentum * var * n / (n - 1));
       }
     }
   }
 }
 
-// Thread per channel: mean, rstd (C) from running_mean, running_var (C).
+// Thread per channel: mean, rstd (C) from running_mean, running_var (C), all of the statistics'
+// dtype T (f32 or f64).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) batch_norm_stats_eval_kernel(const T* running_mean, const T* running_var, double eps, T* mean,
                                              T* rstd, int64_t C) {
@@ -110,7 +119,7 @@ __global__ void __launch_bounds__(kThreads) batch_norm_stats_eval_kernel(const T
 
 // Grid-stride over the elements. x, y: (N, C, S); w, b, mean, rstd: (C).
 template <typename T, typename acc_t>
-__global__ void __launch_bounds__(kThreads) batch_norm_apply_kernel(const T* x, const T* w, const T* b, const T* mean, const T* rstd, T* y,
+__global__ void __launch_bounds__(kThreads) batch_norm_apply_kernel(const T* x, const T* w, const T* b, const acc_t* mean, const acc_t* rstd, T* y,
                                         int64_t total, int64_t C, int64_t S) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{blockDim.x} * gridDim.x) {
     const int64_t c = i / S % C;
@@ -120,7 +129,7 @@ __global__ void __launch_bounds__(kThreads) batch_norm_apply_kernel(const T* x, 
 
 // Block per channel c. dy, x, dx: (N, C, S); w, mean, rstd, dw, db: (C).
 template <typename T, typename acc_t>
-__global__ void __launch_bounds__(kChannelThreads) batch_norm_backward_kernel(const T* dy, const T* x, const T* w, const T* mean, const T* rstd,
+__global__ void __launch_bounds__(kChannelThreads) batch_norm_backward_kernel(const T* dy, const T* x, const T* w, const acc_t* mean, const acc_t* rstd,
                                            bool training, T* dx, T* dw, T* db, int64_t N, int64_t C, int64_t S) {
   __shared__ double scratch[32];
   const int64_t M = N * S;
@@ -157,18 +166,21 @@ __global__ void __launch_bounds__(kChannelThreads) batch_norm_backward_kernel(co
 // dispatch binds.
 unsigned channel_grid(int64_t C) { return grid_for(C * kChannelThreads, kChannelThreads); }
 
+// T: x's type (training reads x; eval reads the running statistics alone). The statistics are
+// acc_type_t<T>.
 template <typename T>
 void stats_launch(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, bool training,
                   double momentum, double eps, const Tensor& mean, const Tensor& rstd) {
+  using A = acc_type_t<T>;
   const int64_t C = mean.size(0);
   if (training) {
-    launch("batch_norm_stats_kernel", batch_norm_stats_kernel<T>, channel_grid(C), kChannelThreads, 0, x.data<T>(),
-           running_mean.defined() ? running_mean.data<T>() : nullptr,
-           running_var.defined() ? running_var.data<T>() : nullptr, momentum, eps, mean.data<T>(), rstd.data<T>(),
+    launch("batch_norm_stats_kernel", batch_norm_stats_kernel<T, A>, channel_grid(C), kChannelThreads, 0, x.data<T>(),
+           running_mean.defined() ? running_mean.data<A>() : nullptr,
+           running_var.defined() ? running_var.data<A>() : nullptr, momentum, eps, mean.data<A>(), rstd.data<A>(),
            x.size(0), C, x.size(2));
   } else {
-    launch("batch_norm_stats_eval_kernel", batch_norm_stats_eval_kernel<T>, grid_for(C, kThreads), kThreads, 0,
-           running_mean.data<T>(), running_var.data<T>(), eps, mean.data<T>(), rstd.data<T>(), C);
+    launch("batch_norm_stats_eval_kernel", batch_norm_stats_eval_kernel<A>, grid_for(C, kThreads), kThreads, 0,
+           running_mean.data<A>(), running_var.data<A>(), eps, mean.data<A>(), rstd.data<A>(), C);
   }
 }
 
@@ -176,21 +188,28 @@ template <typename T>
 void apply_launch(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& mean, const Tensor& rstd,
                   const Tensor& y) {
   const int64_t total = x.numel();
-  launch("batch_norm_apply_kernel", batch_norm_apply_kernel<T, acc_type_t<T>>, grid_for(total, kThreads), kThreads, 0, x.data<T>(),
-         w.data<T>(), b.data<T>(), mean.data<T>(), rstd.data<T>(), y.data<T>(), total, x.size(1), x.size(2));
+  using A = acc_type_t<T>;
+  launch("batch_norm_apply_kernel", batch_norm_apply_kernel<T, A>, grid_for(total, kThreads), kThreads, 0, x.data<T>(),
+         w.data<T>(), b.data<T>(), mean.data<A>(), rstd.data<A>(), y.data<T>(), total, x.size(1), x.size(2));
 }
 
 template <typename T>
 void backward_launch(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                      bool training, const Tensor& dx, const Tensor& dw, const Tensor& db) {
-  launch("batch_norm_backward_kernel", batch_norm_backward_kernel<T, acc_type_t<T>>, channel_grid(x.size(1)), kChannelThreads, 0,
-         dy.data<T>(), x.data<T>(), w.data<T>(), mean.data<T>(), rstd.data<T>(), training, dx.data<T>(), dw.data<T>(),
+  using A = acc_type_t<T>;
+  launch("batch_norm_backward_kernel", batch_norm_backward_kernel<T, A>, channel_grid(x.size(1)), kChannelThreads, 0,
+         dy.data<T>(), x.data<T>(), w.data<T>(), mean.data<A>(), rstd.data<A>(), training, dx.data<T>(), dw.data<T>(),
          db.data<T>(), x.size(0), x.size(1), x.size(2));
 }
 
 #if REEL_HAS_CUDNN
 
 constexpr const char* kOp = "batch_norm";
+
+// The data types cuDNN runs here: f32 and f64 (T is its own acc_t); bf16 and f16 run the kernels
+// above (see the file's header).
+template <typename T>
+constexpr bool kCudnnData = std::is_same_v<T, acc_type_t<T>>;
 
 // cuDNN takes epsilon >= CUDNN_BN_MIN_EPSILON; below it the kernels above run.
 bool use_cudnn(double eps) { return eps >= CUDNN_BN_MIN_EPSILON; }
@@ -246,14 +265,16 @@ void forward_launch(const Tensor& x, const Tensor& w, const Tensor& b, const Ten
                     const Tensor& running_var, bool training, double momentum, double eps, const Tensor& y,
                     const Tensor& mean, const Tensor& rstd) {
 #if REEL_HAS_CUDNN
-  if (use_cudnn(eps)) {
-    if (training) {
-      cudnn_training<T>(x, w, b, running_mean, running_var, momentum, eps, y, mean, rstd);
-    } else {
-      stats_launch<T>(x, running_mean, running_var, false, momentum, eps, mean, rstd);
-      cudnn_inference<T>(x, w, b, running_mean, running_var, eps, y);
+  if constexpr (kCudnnData<T>) {
+    if (use_cudnn(eps)) {
+      if (training) {
+        cudnn_training<T>(x, w, b, running_mean, running_var, momentum, eps, y, mean, rstd);
+      } else {
+        stats_launch<T>(x, running_mean, running_var, false, momentum, eps, mean, rstd);
+        cudnn_inference<T>(x, w, b, running_mean, running_var, eps, y);
+      }
+      return;
     }
-    return;
   }
 #endif
   stats_launch<T>(x, running_mean, running_var, training, momentum, eps, mean, rstd);
@@ -264,18 +285,20 @@ template <typename T>
 void replay_launch(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& mean, const Tensor& rstd,
                    const Tensor& var, bool training, double eps, const Tensor& y) {
 #if REEL_HAS_CUDNN
-  if (use_cudnn(eps)) {
-    // The first forward's call again (see the file's header): no running statistics; the saved
-    // statistics go to scratch (C) buffers, discarded, so that the call differs from the first
-    // forward's in the running-stat pointers alone.
-    if (training) {
-      const Tensor scratch_mean = empty(mean.shape(), mean.dtype(), mean.device());
-      const Tensor scratch_rstd = empty(rstd.shape(), rstd.dtype(), rstd.device());
-      cudnn_training<T>(x, w, b, Tensor(), Tensor(), 0.0, eps, y, scratch_mean, scratch_rstd);
-    } else {
-      cudnn_inference<T>(x, w, b, mean, var, eps, y);
+  if constexpr (kCudnnData<T>) {
+    if (use_cudnn(eps)) {
+      // The first forward's call again (see the file's header): no running statistics; the saved
+      // statistics go to scratch (C) buffers, discarded, so that the call differs from the first
+      // forward's in the running-stat pointers alone.
+      if (training) {
+        const Tensor scratch_mean = empty(mean.shape(), mean.dtype(), mean.device());
+        const Tensor scratch_rstd = empty(rstd.shape(), rstd.dtype(), rstd.device());
+        cudnn_training<T>(x, w, b, Tensor(), Tensor(), 0.0, eps, y, scratch_mean, scratch_rstd);
+      } else {
+        cudnn_inference<T>(x, w, b, mean, var, eps, y);
+      }
+      return;
     }
-    return;
   }
 #endif
   (void)var, (void)training, (void)eps;
@@ -286,13 +309,15 @@ template <typename T>
 void backward_dispatch(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                        bool training, double eps, const Tensor& dx, const Tensor& dw, const Tensor& db) {
 #if REEL_HAS_CUDNN
-  if (training && use_cudnn(eps)) {
-    const BnDescs d(x, eps);
-    const Blend<T> k;
-    REEL_CUDNN(cudnnBatchNormalizationBackward, d.ctx, cudnn_handle(), CUDNN_BATCHNORM_SPATIAL, &k.one, &k.zero,
-               &k.one, &k.zero, d.x.d, x.data<T>(), d.x.d, dy.data<T>(), d.x.d, dx.data<T>(), d.channel.d,
-               w.data<T>(), dw.data<T>(), db.data<T>(), eps, mean.data<T>(), rstd.data<T>());
-    return;
+  if constexpr (kCudnnData<T>) {
+    if (training && use_cudnn(eps)) {
+      const BnDescs d(x, eps);
+      const Blend<T> k;
+      REEL_CUDNN(cudnnBatchNormalizationBackward, d.ctx, cudnn_handle(), CUDNN_BATCHNORM_SPATIAL, &k.one, &k.zero,
+                 &k.one, &k.zero, d.x.d, x.data<T>(), d.x.d, dy.data<T>(), d.x.d, dx.data<T>(), d.channel.d,
+                 w.data<T>(), dw.data<T>(), db.data<T>(), eps, mean.data<T>(), rstd.data<T>());
+      return;
+    }
   }
 #endif
   (void)eps;
@@ -304,21 +329,27 @@ void backward_dispatch(const Tensor& dy, const Tensor& x, const Tensor& w, const
 void batch_norm_stats(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, bool training,
                       double momentum, double eps, const Tensor& mean, const Tensor& rstd) {
   set_device(mean.device());
-  REEL_DISPATCH_FLOATING(mean.dtype(), "batch_norm_stats",
-                         stats_launch<scalar_t>(x, running_mean, running_var, training, momentum, eps, mean, rstd))
+  // Training: x's dtype picks the kernel; eval reads no x, so the statistics' own dtype (f32, f64).
+  if (training) {
+    REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "batch_norm_stats",
+                                  stats_launch<scalar_t>(x, running_mean, running_var, true, momentum, eps, mean, rstd))
+  } else {
+    REEL_DISPATCH_FLOATING(mean.dtype(), "batch_norm_stats",
+                           stats_launch<scalar_t>(x, running_mean, running_var, false, momentum, eps, mean, rstd))
+  }
 }
 
 void batch_norm_apply(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& mean, const Tensor& rstd,
                       const Tensor& y) {
   set_device(x.device());
-  REEL_DISPATCH_FLOATING(x.dtype(), "batch_norm_apply", apply_launch<scalar_t>(x, w, b, mean, rstd, y))
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "batch_norm_apply", apply_launch<scalar_t>(x, w, b, mean, rstd, y))
 }
 
 void batch_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& running_mean,
                         const Tensor& running_var, bool training, double momentum, double eps, const Tensor& y,
                         const Tensor& mean, const Tensor& rstd) {
   set_device(x.device());
-  REEL_DISPATCH_FLOATING(
+  REEL_DISPATCH_FLOATING_AND_16(
       x.dtype(), "batch_norm_forward",
       forward_launch<scalar_t>(x, w, b, running_mean, running_var, training, momentum, eps, y, mean, rstd))
 }
@@ -326,14 +357,14 @@ void batch_norm_forward(const Tensor& x, const Tensor& w, const Tensor& b, const
 void batch_norm_replay(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& mean, const Tensor& rstd,
                        const Tensor& var, bool training, double eps, const Tensor& y) {
   set_device(x.device());
-  REEL_DISPATCH_FLOATING(x.dtype(), "batch_norm_replay",
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "batch_norm_replay",
                          replay_launch<scalar_t>(x, w, b, mean, rstd, var, training, eps, y))
 }
 
 void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                          bool training, double eps, const Tensor& dx, const Tensor& dw, const Tensor& db) {
   set_device(x.device());
-  REEL_DISPATCH_FLOATING(x.dtype(), "batch_norm_backward",
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "batch_norm_backward",
                          backward_dispatch<scalar_t>(dy, x, w, mean, rstd, training, eps, dx, dw, db))
 }
 

@@ -1,6 +1,7 @@
 // tests/op_table/norm.cpp: the op table's normalisation family. Kernel rows: layernorm and rmsnorm
 // forward (with their row statistics) and backward against f64 loops, strided inputs, a row mean of
-// 1000. Tape rows: layer_norm, rms_norm, group_norm and batch_norm (training, with running
+// 1000; batchnorm (training with the running-stat update, eval) forward, statistics, replay and
+// backward against f64 loops, (N, C) to (N, C, H, W), a channel mean of 1000. Tape rows: layer_norm, rms_norm, group_norm and batch_norm (training, with running
 // statistics, eval, without affine parameters, frozen inputs), GroupNorm and BatchNorm against the
 // same function composed from mean, sqrt and broadcasting.
 #include <cmath>
@@ -19,7 +20,8 @@ namespace {
 using namespace reel::testing;
 
 // The dtypes every row of this family runs in (rows that name their own keep them): one entry to add.
-// bf16 and f16: the kernel rows (x, w, b of one dtype; mean and rstd f32). The tape rows need the
+// bf16 and f16: the kernel rows (x, w, b of one dtype; mean and rstd f32, and batchnorm's running
+// statistics f32). The tape rows need the
 // elementwise and reduction families in 16 bits too (the runner's loss sum(w * f(x)), the composed
 // norms) and run in f32 and f64 until those are ported.
 const std::vector<DType> kDTypes = {DType::f32, DType::f64, DType::bf16, DType::f16};
@@ -120,6 +122,134 @@ std::vector<OpCase> norm_cases() {
   return cases;
 }
 
+// ==== BatchNorm ====================================================================================
+
+// in: x (N, C, *), w, b, running mean rm, running var rv (C), dy (x's shape), in f64. Outputs as
+// batch_norm_cases' run: y, mean, rstd, (training: rm and rv after the momentum step), dx, dw, db,
+// y again (the replay's). Training: the batch's mean and biased variance, the running variance
+// moved with the unbiased one; eval: the running statistics, constants for the backward.
+Values batch_norm_ref(const Tensors& in, bool training, double momentum, double eps) {
+  const std::vector<double> x = values(in[0]), w = values(in[1]), b = values(in[2]), rm = values(in[3]),
+                            rv = values(in[4]), dy = values(in[5]);
+  const int64_t N = in[0].size(0), C = in[0].size(1), S = in[0].numel() / (N * C);
+  const double n = static_cast<double>(N * S);
+  auto at = [&](int64_t i, int64_t c, int64_t k) { return static_cast<size_t>((i * C + c) * S + k); };
+  std::vector<double> y(x.size()), mean(C), rstd(C), rm1(C), rv1(C), dx(x.size()), dw(C), db(C);
+  for (int64_t c = 0; c < C; ++c) {
+    double m = rm[c], var = rv[c];
+    if (training) {
+      double s = 0, q = 0;
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t k = 0; k < S; ++k) s += x[at(i, c, k)];
+      m = s / n;
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t k = 0; k < S; ++k) q += (x[at(i, c, k)] - m) * (x[at(i, c, k)] - m);
+      var = q / n;
+      rm1[c] = (1 - momentum) * rm[c] + momentum * m;
+      rv1[c] = (1 - momentum) * rv[c] + momentum * var * n / (n - 1);
+    }
+    const double rs = 1 / std::sqrt(var + eps);
+    mean[c] = m;
+    rstd[c] = rs;
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t k = 0; k < S; ++k) {
+        const size_t j = at(i, c, k);
+        y[j] = (x[j] - m) * rs * w[c] + b[c];
+        db[c] += dy[j];
+        dw[c] += dy[j] * (x[j] - m) * rs;
+      }
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t k = 0; k < S; ++k) {
+        const size_t j = at(i, c, k);
+        const double xhat = (x[j] - m) * rs;
+        dx[j] = w[c] * rs * (dy[j] - (training ? db[c] / n + xhat * dw[c] / n : 0));
+      }
+  }
+  Values r{y, mean, rstd};
+  if (training) r.insert(r.end(), {rm1, rv1});
+  r.insert(r.end(), {dx, dw, db, y});
+  return r;
+}
+
+std::vector<OpCase> batch_norm_cases() {
+  using namespace kernels;
+  struct Config {
+    Shape shape;
+    bool fd;            // small enough for finite differences
+    double offset = 0;  // added to x and to the running mean: a channel mean far from 0
+  };
+  const std::vector<Config> configs = {
+      {{6, 3}, true},         {{2, 3, 2, 3}, true},  {{3, 2, 4}, true},
+      {{16, 70}, false},      // (N, C): blocks of 64 channels on the cpu, the last one partial
+      {{4, 5, 5, 5}, false},  // runs of 25: a task per channel
+      {{32, 24, 5, 5}, false},  // large enough for the cpu kernels to run in parallel
+      // Mean 1000, std ~1.4 (f32) or the 16-bit grid's (bf16: ulps of 4 and 8): the two-pass variance.
+      {{8, 3, 4, 4}, false, 1000},
+  };
+  const double momentum = 0.1, eps = 1e-5;
+  std::vector<OpCase> cases;
+  for (const Config& c : configs)
+    for (bool training : {true, false}) {
+      const int64_t C = c.shape[1], n = shape_numel(c.shape) / C;
+      const double off = c.offset;
+      auto make = [c, C](Generator& g) {
+        return Tensors{uniform_f64(g, c.shape, c.offset - 2, c.offset + 3), uniform_f64(g, {C}, 0.5, 1.5),
+                       uniform_f64(g, {C}), uniform_f64(g, {C}, c.offset - 1, c.offset + 1),
+                       uniform_f64(g, {C}, 0.5, 2), uniform_f64(g, c.shape)};
+      };
+      // The statistics are f32 outputs at bf16 and f16 (with_16bit leaves them at their f32
+      // entry): the double sums rounded once. y and dx: acc_t math rounded once to the type. dw and
+      // db: double sums of n terms whose xhat is f32, rounded once to the type. The mean-1000 rows:
+      // the f32 mean's ulp (6e-5) in every x - mean.
+      const Tols ty = with_16bit(tols(off ? 1e-4 : 2e-5), true), ts = with_16bit(tols(1e-6), true),
+                 tdx = with_16bit(tols(1e-4), true),
+                 tsum = with_16bit(tols((off ? 1e-4 : 1e-5) * std::sqrt(static_cast<double>(n)) + 1e-5), true);
+      const Tols py = with_16bit(tols(off ? 1e-4 : 2e-5, 1e-12), false), ps = with_16bit(tols(1e-6, 1e-12), false),
+                 pdx = with_16bit(tols(1e-4, 1e-12), false),
+                 psum = with_16bit(tols((off ? 1e-4 : 1e-5) * std::sqrt(static_cast<double>(n)) + 1e-5, 1e-12), false);
+      std::vector<Tols> dev{ty, ts, ts}, prec{py, ps, ps};
+      if (training) {  // the running statistics after the step
+        dev.insert(dev.end(), {ts, ts});
+        prec.insert(prec.end(), {ps, ps});
+      }
+      dev.insert(dev.end(), {tdx, tsum, tsum, ty});
+      prec.insert(prec.end(), {pdx, psum, psum, py});
+      OpCase bn(std::string("batchnorm ") + (training ? "training " : "eval ") + shape_str(c.shape) +
+                    (off ? " + " + str(off) : ""),
+                make,
+                [training, momentum, eps](const Tensors& in, Device) {
+                  const Tensor& x = in[0];
+                  // The statistics' dtype: x's, f32 for a 16-bit x. Copies: the runner checks that
+                  // its inputs come back unchanged.
+                  const DType st = is_16bit_floating(x.dtype()) ? DType::f32 : x.dtype();
+                  const Tensor rm = in[3].to(st).clone(), rv = in[4].to(st).clone();
+                  const BatchNormForward f = batch_norm_forward(x, in[1], in[2], rm, rv, training, momentum, eps);
+                  CHECK(f.y.dtype() == x.dtype());
+                  CHECK(f.mean.dtype() == st);
+                  CHECK(f.rstd.dtype() == st);
+                  CHECK(rm.dtype() == st);
+                  const BatchNormBackward g = batch_norm_backward(in[5], x, in[1], f.mean, f.rstd, training, eps);
+                  const Tensor replay = batch_norm_replay(x, in[1], in[2], f.mean, f.rstd,
+                                                         training ? Tensor() : in[4].to(st), training, eps);
+                  CHECK(bit_identical(replay, f.y));  // a checkpoint replay: the forward's bits
+                  Tensors out{f.y, f.mean, f.rstd};
+                  if (training) out.insert(out.end(), {rm, rv});
+                  out.insert(out.end(), {g.dx, g.dw, g.db, replay});
+                  return out;
+                },
+                dev);
+      bn.with_reference([training, momentum, eps](const Tensors& in) {
+        return batch_norm_ref(in, training, momentum, eps);
+      }, prec);
+      if (c.fd) {
+        const size_t dx = training ? 5 : 3;  // the output index of dx, then dw, db
+        bn.with_finite_diff({0, 5, {{0, dx}, {1, dx + 1}, {2, dx + 2}}});
+      }
+      cases.push_back(bn);
+    }
+  return cases;
+}
+
 // GroupNorm from reshape, mean, sqrt and broadcasting: x (N, C, *), w and b (C).
 Tensor group_norm_composed(const Tensor& x, int64_t groups, const Tensor& w, const Tensor& b) {
   const Tensor g = x.reshape({x.size(0), groups, -1});  // (N, G, M)
@@ -214,6 +344,9 @@ std::vector<OpCase> norm_tape_cases() {
 }
 
 TEST_CASE("layernorm and rmsnorm: forward and backward") { run_cases(norm_cases(), kDTypes); }
+TEST_CASE("batchnorm: statistics, running-stat update, forward, replay and backward") {
+  run_cases(batch_norm_cases(), kDTypes);
+}
 TEST_CASE("norm tape ops: layer_norm, rms_norm, group_norm, batch_norm") { run_cases(norm_tape_cases(), kTapeDTypes); }
 }  // namespace
 }  // namespace reel::op_table
