@@ -23,14 +23,15 @@ constexpr PolicyRow kPolicy[] = {
     {"attention", CastPolicy::Lower},
     // The norms: x, w, b in 16 bits, their statistics (mean, rstd) computed and saved in f32 by the
     // kernels. A transformer's norms take the f32 residual stream: in f32 they would save it whole,
-    // the largest part of what a block keeps once its GEMMs are 16-bit.
+    // the largest part of what a block keeps once its GEMMs are 16-bit. batch_norm's running
+    // statistics are not cast (its user function hands autocast x, w, b only): f32 buffers.
     {"layer_norm", CastPolicy::Lower},
     {"rms_norm", CastPolicy::Lower},
     {"group_norm", CastPolicy::Lower},
-    // Exponentials, batch statistics and losses: f32.
+    {"batch_norm", CastPolicy::Lower},
+    // Exponentials and losses: f32.
     {"softmax", CastPolicy::F32},
     {"log_softmax", CastPolicy::F32},
-    {"batch_norm", CastPolicy::F32},
     {"cross_entropy", CastPolicy::F32},
     {"linear_cross_entropy", CastPolicy::F32},  // see autocast.h: its dW accumulates over chunks
     {"sum", CastPolicy::F32},

@@ -84,7 +84,8 @@ TEST_CASE("the policy table: every row, at bf16 and f16, on the inputs it casts"
                  d = ones({2, 3}, DType::f64);
     const Tensor ids = zeros({2}, DType::i64);
     autograd::Autocast amp(low);
-    for (const char* op : {"linear", "matmul", "conv2d", "attention", "layer_norm", "rms_norm", "group_norm"}) {
+    for (const char* op :
+         {"linear", "matmul", "conv2d", "attention", "layer_norm", "rms_norm", "group_norm", "batch_norm"}) {
       CAPTURE(op);
       CHECK(*autograd::autocast_policy(op) == autograd::CastPolicy::Lower);
       const autograd::Tensors r = autograd::autocast(op, {a, o16, Tensor(), d, ids});
@@ -94,8 +95,7 @@ TEST_CASE("the policy table: every row, at bf16 and f16, on the inputs it casts"
       CHECK(r[3].dtype() == DType::f64);  // f64 is never cast
       CHECK(r[4].dtype() == DType::i64);  // nor are indices
     }
-    for (const char* op : {"softmax", "log_softmax", "batch_norm", "cross_entropy", "linear_cross_entropy", "sum",
-                           "mean"}) {
+    for (const char* op : {"softmax", "log_softmax", "cross_entropy", "linear_cross_entropy", "sum", "mean"}) {
       CAPTURE(op);
       CHECK(*autograd::autocast_policy(op) == autograd::CastPolicy::F32);
       const autograd::Tensors r = autograd::autocast(op, {b16, a, d, ids});
@@ -154,6 +154,11 @@ TEST_CASE("the dtype each op produces under autocast, and the casts it records")
       // The norms: 16-bit in and out, whatever the dtypes of x and the weights (statistics in f32).
       CHECK(layer_norm(h, ones({6}, DType::f32, dev), zeros({6}, DType::f32, dev)).dtype() == low);
       CHECK(layer_norm(x, g).dtype() == low);
+      // batch_norm too; its running statistics (not cast) stay f32 and are updated in f32.
+      const Tensor rm = zeros({6}, DType::f32, dev), rv = ones({6}, DType::f32, dev);
+      CHECK(batch_norm(h, rm, rv, ones({6}, DType::f32, dev), bias, true).dtype() == low);
+      CHECK(rm.dtype() == DType::f32);
+      CHECK(reel::testing::values(rm) != std::vector<double>(6, 0.0));
       CHECK(linear_cross_entropy(x.to(low), w, targets).dtype() == DType::f32);
       // Promote: a low block output added to an f32 residual is f32; two lows stay low.
       CHECK((h + bias).dtype() == DType::f32);

@@ -5,13 +5,14 @@
 // cuDNN) against the CPU in f32 and f64, (N, C) and (N, C, H, W), training and eval, the replay
 // kernel giving the forward's bits on every device, the op under a checkpoint segment in training
 // and eval, bf16 and f16 (16-bit y and gradients, f32 statistics and running statistics; a 16-bit
-// BatchNorm2d from Module::to), and bad inputs. (The backward against finite differences, on every device, is a row of
+// BatchNorm2d from Module::to and under autocast), and bad inputs. (The backward against finite differences, on every device, is a row of
 // tests/op_table/norm.cpp; the checkpoint replay through segments and selective scopes,
 // tests/test_checkpoint.cpp.)
 #include <cmath>
 #include <optional>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "autograd/checkpoint.h"
 #include "autograd/functions.h"
 #include "autograd/nn_functions.h"
@@ -475,7 +476,7 @@ TEST_CASE("batch_norm in bf16 and f16: 16-bit y and gradients, f32 statistics an
     }
 }
 
-TEST_CASE("BatchNorm2d in 16 bits: Module::to(bf16) keeps the running statistics f32") {
+TEST_CASE("BatchNorm2d in 16 bits: Module::to(bf16) keeps the running statistics f32; autocast runs it in bf16") {
   for (Device d : devices())
     for (DType h : {DType::bf16, DType::f16}) {
       CAPTURE(d);
@@ -506,5 +507,34 @@ TEST_CASE("BatchNorm2d in 16 bits: Module::to(bf16) keeps the running statistics
       bn.to(DType::f64);  // to f64: the buffers too
       CHECK(bn.running_mean.dtype() == DType::f64);
       autograd::Tape::current().clear();  // the forwards above were recorded (parameters need grad)
+
+      // An f32 BatchNorm2d under autocast: x, weight, bias cast to h, y in h; the running statistics
+      // stay f32 buffers, updated; the f32 parameters and the f32 input get f32 gradients.
+      nn::BatchNorm2d amp_bn(3);
+      amp_bn.to(d);
+      const Tensor xf = x.to(DType::f32).set_requires_grad();
+      Tensor ya;
+      {
+        autograd::Autocast amp(h);
+        ya = amp_bn(xf);
+      }
+      CHECK(ya.dtype() == h);
+      CHECK(amp_bn.running_mean.dtype() == DType::f32);
+      check_close(amp_bn.running_mean, rm, 1e-6, 1e-6);  // x cast to h is x: the same statistics
+      check_close(amp_bn.running_var, rv, 1e-6, 1e-6);
+      autograd::backward(reel::sum(ya * x));
+      REQUIRE(amp_bn.weight.grad().defined());
+      CHECK(amp_bn.weight.grad().dtype() == DType::f32);
+      CHECK(amp_bn.bias.grad().dtype() == DType::f32);
+      CHECK(xf.grad().dtype() == DType::f32);
+      // The same gradients as the bf16 model's (weight 1, bias 0 in both), through the casts.
+      nn::BatchNorm2d low(3);
+      low.to(d);
+      low.to(h);
+      const Tensor xl = x.clone().set_requires_grad();
+      autograd::backward(reel::sum(low(xl) * x));
+      CHECK(bit_identical(xf.grad(), xl.grad().to(DType::f32)));
+      CHECK(bit_identical(amp_bn.weight.grad(), low.weight.grad().to(DType::f32)));
+      CHECK(autograd::Tape::current().empty());
     }
 }

@@ -89,7 +89,10 @@ struct BatchNorm final : autograd::Op {
 //   y = (x - mean[c]) / sqrt(var[c] + eps) * weight[c] + bias[c]
 // weight and bias (C) or undefined (1 and 0), of x's dtype; running_mean and running_var (C), both
 // or neither (undefined), on x's device, of x's dtype for f32 and f64 and f32 for a bf16 or f16 x
-// (kernels/batchnorm.h: the statistics stay f32), never requiring grad.
+// (kernels/batchnorm.h: the statistics stay f32), never requiring grad. Under autocast (Lower, as
+// the other norms) x, weight and bias are cast to the 16-bit type and the running statistics are
+// left as they are: f32 buffers, updated in f32; y is 16-bit, and what it saves is x in 16 bits
+// with mean and rstd in f32.
 //   training: mean and var (biased) of the batch, over N and the positions; the gradient flows
 //     through them. Where running statistics are given they are updated in place, once per call
 //     (a checkpoint replay does not update them again, and uses this call's statistics):
