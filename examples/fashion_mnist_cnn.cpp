@@ -8,7 +8,7 @@
 //   ./fashion_mnist_cnn --accum-steps 4                  # 4 micro-batches of 32: NOT the big batch's update
 //   ./fashion_mnist_cnn --accum-steps 4 --norm group     # ... and with GroupNorm it is again
 //   ./fashion_mnist_cnn --checkpoint sqrt --device cuda  # recompute activations in backward
-//   ./fashion_mnist_cnn --precision bf16                 # convs and linears in bf16, BatchNorm in f32
+//   ./fashion_mnist_cnn --precision bf16                 # convs, linears, BatchNorm in bf16 (statistics f32)
 //
 // BatchNorm is where the two memory techniques meet batch statistics. Accumulation: each
 // micro-batch is normalised with its own mean and variance, so N micro-batches of b do not give
