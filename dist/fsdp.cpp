@@ -209,32 +209,25 @@ int64_t FullyShardedDataParallel::all_gathers() const {
 void FullyShardedDataParallel::gather(size_t u, Phase phase) {
   Unit& k = units_[u];
   if (k.gathered) return;
-  Tensor buffer;  // (padded): every rank's shard
-  if (in_flight_ && in_flight_->unit == u) {
+  if (in_flight_ && in_flight_->unit == u) {  // prefetched: already written into the storage
     std::optional<profile::Scope> s;
     open_span(s, [&] { return "wait for the prefetch of unit '" + k.name + "'"; });
     in_flight_->work.wait();
     in_flight_->span.end();
-    buffer = in_flight_->buffer;
     in_flight_.reset();
   } else {
     std::optional<profile::Scope> s;
     open_span(s, [&] { return "all_gather unit '" + k.name + "' (" + phase_name(phase) + ")"; });
-    {
-      MemoryCategory category(Category::Parameter);  // a gathered copy of the unit, counted as such
-      buffer = empty({k.layout.padded}, k.shard.dtype(), k.shard.device());
-    }
+    k.flat.storage()->materialize();
     profile::AsyncSpan comm = comm_span([&] { return "all_gather unit '" + k.name + "' (" + phase_name(phase) + ")"; });
-    group_.all_gather(buffer, k.shard);
+    // Straight into the unit's storage. In backward (a replay, a rule) the values are the ones
+    // forward read and the tape saved: a Restore, no version bump, so the saved-tensor checks still
+    // pass. In forward, after a step and in gather_all they are new values: an Update, bumped.
+    const bool fresh = phase == Phase::Forward || phase == Phase::AfterStep || phase == Phase::Checkpoint;
+    group_.all_gather(k.flat, k.shard, fresh ? Write::Update : Write::Restore);
     comm.end();
     ++gathers_[static_cast<int>(phase)];
   }
-  k.flat.storage()->materialize();
-  // In backward (a replay, a rule, a prefetch) the values are the ones forward read and the tape saved:
-  // restore_ writes them without a version bump, so the saved-tensor checks still pass. In forward,
-  // after a step and in gather_all they are new values: a write like any other.
-  k.flat.restore_(buffer);
-  if (phase == Phase::Forward || phase == Phase::AfterStep || phase == Phase::Checkpoint) k.flat.bump_version();
   k.gathered = true;
 }
 
@@ -259,12 +252,12 @@ void FullyShardedDataParallel::prefetch(size_t v) {
   open_span(s, [&] { return "start the prefetch of unit '" + k.name + "'"; });
   in_flight_ = std::make_unique<InFlight>();
   in_flight_->unit = v;
-  {
-    MemoryCategory category(Category::Parameter);  // the unit in flight: one more gathered unit
-    in_flight_->buffer = empty({k.layout.padded}, k.shard.dtype(), k.shard.device());
-  }
+  // Straight into the unit's storage (its bytes count as Parameter from here: one more gathered unit
+  // in flight). Prefetches are issued in backward only, where the values are the ones forward read:
+  // a Restore.
+  k.flat.storage()->materialize();
   in_flight_->span = comm_span([&] { return "all_gather unit '" + k.name + "' (prefetch)"; });
-  in_flight_->work = group_.all_gather_async(in_flight_->buffer, k.shard);
+  in_flight_->work = group_.all_gather_async(k.flat, k.shard, Write::Restore);
   ++gathers_[static_cast<int>(Phase::Prefetch)];
 }
 
@@ -272,7 +265,9 @@ void FullyShardedDataParallel::drop_prefetch() {
   if (!in_flight_) return;
   in_flight_->work.wait();  // every rank issued it: it completes; its values may be stale by now
   in_flight_->span.end();
+  const size_t u = in_flight_->unit;
   in_flight_.reset();
+  if (!units_[u].gathered) release(u);  // its storage was filled for nothing: released again
 }
 
 // ---- forward ----------------------------------------------------------------------------

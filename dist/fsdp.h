@@ -17,8 +17,8 @@
 //
 // Stage 3 (parameters sharded). The flat storage of a unit exists only while the unit is gathered;
 // otherwise it is released (core/storage.h: its bytes leave the allocator's statistics, the tensors
-// and what the tape saved of them stay). Gathered (all_gather of the shards, then written back into
-// the same storage) and released:
+// and what the tape saved of them stay). Gathered (the shards all-gathered straight into that same
+// storage, materialised again: no staging copy) and released:
 //   forward   a pre-forward hook gathers the unit; its forward hook releases it again, except the
 //             unit whose forward ends last (the root when it has parameters, else the last unit
 //             listed: backward needs it first) and the units in Options::keep;
@@ -32,14 +32,16 @@
 //   prefetch  (Options::prefetch) when backward makes unit u available, the unit before u in this
 //             forward's order is gathered ahead (all_gather_async), and in a replay the next unit the
 //             segment reads; one at a time, waited for only when used, so the communication overlaps
-//             u's compute. It costs one more gathered unit in flight (its buffer counts as Parameter);
+//             u's compute. It costs one more gathered unit in flight (the collective writes the
+//             unit's own storage, materialised when it starts; counted as Parameter);
 //   released  once every parameter of the unit has its final gradient for this backward (the
 //             observer's leaf_grad_ready), unless in Options::keep;
 //   after the optimizer's step (WindowSync::after_step) every unit still gathered (the kept ones) is
 //   gathered again: the shards changed.
-// A re-gather in backward writes back exactly the values forward read (Tensor::restore_: no version
-// bump), so the tape's saved-tensor version checks hold; a forward or after-step gather writes new
-// values and bumps the version.
+// A re-gather in backward (a replay, a rule, a prefetch) writes back exactly the values forward read:
+// the all-gather's Write::Restore (dist/process_group.h; as Tensor::restore_, no version bump), so the
+// tape's saved-tensor version checks hold; a forward, after-step or gather_all gather writes new
+// values (Write::Update) and bumps the version.
 //
 // Stage 2 (parameters whole): no gathers in forward or backward; after the step every unit's updated
 // shards are all-gathered into the whole parameters.
@@ -226,10 +228,9 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   std::vector<bool> reduced_;  // this window (PerWindow) / this backward (PerMicroBatch)
   bool armed_ = false;         // inside the window's last backward
 
-  // The prefetch in flight: its unit, its buffer and its collective.
+  // The prefetch in flight: its unit (whose storage the collective writes) and its collective.
   struct InFlight {
     size_t unit = 0;
-    Tensor buffer;  // (padded)
     Work work;
     profile::AsyncSpan span;  // under a Profiler: from the start to the wait
   };

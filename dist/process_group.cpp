@@ -42,6 +42,7 @@ struct Work::State {
                    // user itself when communicated in place
   Tensor buf_in;   // the send buffer, kept alive while the backend reads it
   double scale = 1;  // ReduceOp::Average without a native average: 1 / size, applied when the sum is in
+  bool restore = false;  // Write::Restore: the result goes into `user` without a version bump
   bool done = false;
   std::chrono::steady_clock::time_point started;
 };
@@ -264,8 +265,13 @@ void complete(Work::State& s) {
   s.event.reset();
   if (!s.user.defined() || !s.buf_out.defined()) return;  // a barrier, or local: the result is in place
   if (s.scale != 1) kernels::scale_({s.buf_out}, s.scale);
-  if (s.buf_out.same(s.user)) s.user.bump_version();  // the backend wrote it through a raw pointer
-  else s.user.copy_(s.buf_out);
+  if (s.buf_out.same(s.user)) {
+    if (!s.restore) s.user.bump_version();  // the backend wrote it through a raw pointer
+  } else if (s.restore) {
+    s.user.restore_(s.buf_out);
+  } else {
+    s.user.copy_(s.buf_out);
+  }
   s.buf_out = Tensor();
 }
 }  // namespace
@@ -483,7 +489,7 @@ void ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, Red
   reduce_scatter_async(output, input, op).wait();
 }
 
-Work ProcessGroup::all_gather_async(const Tensor& output, const Tensor& input) {
+Work ProcessGroup::all_gather_async(const Tensor& output, const Tensor& input, Write write) {
   REEL_CHECK(output.defined() && input.defined(), "dist: all_gather of an undefined tensor");
   const bool nccl = takes_nccl(input.device()) && output.device() == input.device();
   auto s = std::make_shared<Work::State>();
@@ -492,8 +498,10 @@ Work ProcessGroup::all_gather_async(const Tensor& output, const Tensor& input) {
              ": the output must hold ", size_, " times the input's ", input.numel(), " elements in its dtype; got ",
              output.dtype(), " ", output.shape());
   s->user = output;
+  s->restore = write == Write::Restore;
   if (!mpi_) {
-    output.copy_(input.reshape(output.shape()));
+    if (s->restore) output.restore_(input.reshape(output.shape()));
+    else output.copy_(input.reshape(output.shape()));
     return start(Collective::AllGather, std::move(s));
   }
   if (nccl) {
@@ -520,7 +528,9 @@ Work ProcessGroup::all_gather_async(const Tensor& output, const Tensor& input) {
   return start(Collective::AllGather, std::move(s));
 }
 
-void ProcessGroup::all_gather(const Tensor& output, const Tensor& input) { all_gather_async(output, input).wait(); }
+void ProcessGroup::all_gather(const Tensor& output, const Tensor& input, Write write) {
+  all_gather_async(output, input, write).wait();
+}
 
 void ProcessGroup::broadcast(const Tensor& t, int root) {
   REEL_CHECK(t.defined(), "dist: broadcast of an undefined tensor");

@@ -43,6 +43,13 @@ const char* collective_name(Collective c);
 // How collectives on cuda tensors travel: NCCL, or staged through host copies over MPI.
 enum class CudaPath { Nccl, Staged };
 
+// What an all-gather's write into its output means to the tape's saved-tensor checks (core/storage.h's
+// version counter). Update: new values, the write bumps the output's version like any in-place write.
+// Restore: the very values the output's storage held when the tape saw it (a sharded parameter
+// gathered again into its released storage for a replay or a backward rule), written without a bump,
+// as Tensor::restore_, so what the tape saved of it still passes its check.
+enum class Write { Update, Restore };
+
 class ProcessGroup;
 namespace nccl {
 class Comm;  // dist/nccl_backend.h
@@ -92,9 +99,11 @@ class ProcessGroup {
   // elements [r n, (r + 1) n) of the flattened input).
   void reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::Sum);
   Work reduce_scatter_async(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::Sum);
-  // output (size() * n elements) = every rank's input (n), in rank order.
-  void all_gather(const Tensor& output, const Tensor& input);
-  Work all_gather_async(const Tensor& output, const Tensor& input);
+  // output (size() * n elements) = every rank's input (n), in rank order. A contiguous output (a
+  // cpu one for MPI, a cuda one for NCCL) is written in place, with no staging copy, so a unit's
+  // storage can be gathered into directly; `write` says whether that bumps its version (Write).
+  void all_gather(const Tensor& output, const Tensor& input, Write write = Write::Update);
+  Work all_gather_async(const Tensor& output, const Tensor& input, Write write = Write::Update);
   // t = root's t on every rank.
   void broadcast(const Tensor& t, int root = 0);
   void barrier();

@@ -258,6 +258,35 @@ TEST_CASE("process group: reduce_scatter, all_gather, broadcast, barrier") {
   CHECK(g.issued(dist::Collective::Barrier) == before + 1);
 }
 
+TEST_CASE("process group: all_gather writes a contiguous output in place; Restore leaves its version alone") {
+  ProcessGroup& g = world();
+  const int r = g.rank();
+  for (const Device dev : reel::testing::devices()) {
+    CAPTURE(dev);
+    const Tensor mine = full({3}, 10.0 * (r + 1), DType::f32, dev);
+    const Tensor storage = zeros({8}, DType::f32, dev);
+    const Tensor out = untracked::slice(storage, 0, 1, 7);  // a contiguous view inside a larger storage
+    const uint64_t v0 = out.version();
+    g.all_gather(out, mine);  // Update: new values, a bump
+    reel::testing::check_close(storage, {0, 10, 10, 10, 20, 20, 20, 0}, 0, 0);
+    CHECK(out.version() > v0);
+    const uint64_t v1 = out.version();
+    g.all_gather(out, mine, dist::Write::Restore);  // the same values again: no bump
+    CHECK(out.version() == v1);
+    dist::Work w = g.all_gather_async(out, mine, dist::Write::Restore);
+    w.wait();
+    CHECK(out.version() == v1);
+    reel::testing::check_close(storage, {0, 10, 10, 10, 20, 20, 20, 0}, 0, 0);
+    // A strided output goes through a contiguous copy, written back either way.
+    const Tensor strided = zeros({6, 2}, DType::f32, dev);
+    const Tensor column = untracked::select(strided, 1, 0);
+    const uint64_t v2 = column.version();
+    g.all_gather(column, mine, dist::Write::Restore);
+    reel::testing::check_close(column, {10, 10, 10, 20, 20, 20}, 0, 0);
+    CHECK(column.version() == v2);
+  }
+}
+
 TEST_CASE("process group: bad arguments are refused on the rank, before any communication") {
   ProcessGroup& g = world();
   const int64_t before = g.issued(dist::Collective::ReduceScatter);
