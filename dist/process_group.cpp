@@ -258,21 +258,26 @@ Work ProcessGroup::start(Collective c, std::shared_ptr<Work::State> state) {
 }
 
 namespace {
-// The result is in buf_out: average, then write it back to the user's tensor if staged.
+// The result is in buf_out: average, then write it back to the user's tensor if staged. Then the
+// state lets go of every tensor: a finished State stays in in_flight_ until the next start(), and a
+// Work may be kept longer still, but neither may keep the caller's tensors (an FSDP reduce-scatter's
+// output, a gathered unit) alive past the collective.
 void complete(Work::State& s) {
   s.done = true;
   s.buf_in = Tensor();
   s.event.reset();
-  if (!s.user.defined() || !s.buf_out.defined()) return;  // a barrier, or local: the result is in place
-  if (s.scale != 1) kernels::scale_({s.buf_out}, s.scale);
-  if (s.buf_out.same(s.user)) {
-    if (!s.restore) s.user.bump_version();  // the backend wrote it through a raw pointer
-  } else if (s.restore) {
-    s.user.restore_(s.buf_out);
-  } else {
-    s.user.copy_(s.buf_out);
+  if (s.user.defined() && s.buf_out.defined()) {  // else a barrier, or local: the result is in place
+    if (s.scale != 1) kernels::scale_({s.buf_out}, s.scale);
+    if (s.buf_out.same(s.user)) {
+      if (!s.restore) s.user.bump_version();  // the backend wrote it through a raw pointer
+    } else if (s.restore) {
+      s.user.restore_(s.buf_out);
+    } else {
+      s.user.copy_(s.buf_out);
+    }
   }
   s.buf_out = Tensor();
+  s.user = Tensor();
 }
 }  // namespace
 

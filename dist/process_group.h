@@ -58,7 +58,8 @@ class Comm;  // dist/nccl_backend.h
 // A collective in flight (the *_async calls). wait() returns once the result is in the tensors
 // given to the call (raising like the blocking collective on timeout); test() advances it and says
 // whether it is done. A Work dropped before it completes still completes (the group keeps its
-// buffers alive, and waits for it at exit at the latest).
+// buffers alive, and waits for it at exit at the latest). Once complete, neither the Work nor the
+// group holds any of its tensors.
 class Work {
  public:
   Work() = default;

@@ -287,6 +287,27 @@ TEST_CASE("process group: all_gather writes a contiguous output in place; Restor
   }
 }
 
+TEST_CASE("process group: a completed collective keeps none of its tensors alive") {
+  ProcessGroup& g = world();
+  for (const Device dev : reel::testing::devices()) {
+    CAPTURE(dev);
+    const int64_t before = memory_stats(dev).current_bytes;
+    dist::Work kept;
+    {
+      const Tensor mine = full({3000}, 1.0, DType::f32, dev);
+      const Tensor out = zeros({6000}, DType::f32, dev), grads = zeros({6000}, DType::f32, dev);
+      const Tensor part = zeros({3000}, DType::f32, dev);
+      g.reduce_scatter(part, grads);
+      kept = g.all_gather_async(out, mine);
+      kept.wait();
+      g.all_reduce(grads);
+    }
+    // Their bytes are back: neither the finished states the group keeps until its next collective
+    // nor the Work still held here keep them.
+    CHECK(memory_stats(dev).current_bytes == before);
+  }
+}
+
 TEST_CASE("process group: bad arguments are refused on the rank, before any communication") {
   ProcessGroup& g = world();
   const int64_t before = g.issued(dist::Collective::ReduceScatter);
