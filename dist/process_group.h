@@ -93,7 +93,9 @@ class ProcessGroup {
   CudaPath cuda_path() const { return cuda_path_; }
   void set_cuda_path(CudaPath path);
 
-  // t = op over ranks of t, in place. Any dtype but bool-like; any device; any layout.
+  // Dtypes: all_gather and broadcast take any (bf16 and f16 travel as 16-bit words); all_reduce and
+  // reduce_scatter any but bf16 and f16 (reel::Error before any communication: reduce in f32).
+  // t = op over ranks of t, in place. Any device; any layout.
   void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::Sum);
   Work all_reduce_async(const Tensor& t, ReduceOp op = ReduceOp::Sum);
   // output (n) = this rank's chunk of op over ranks of input (size() * n elements, rank r's chunk is
@@ -102,7 +104,9 @@ class ProcessGroup {
   Work reduce_scatter_async(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::Sum);
   // output (size() * n elements) = every rank's input (n), in rank order. A contiguous output (a
   // cpu one for MPI, a cuda one for NCCL) is written in place, with no staging copy, so a unit's
-  // storage can be gathered into directly; `write` says whether that bumps its version (Write).
+  // storage can be gathered into directly; `write` says whether that bumps its version (Write). An
+  // input that is this rank's own slot of such an output (same storage, at rank() * n) is gathered
+  // in place (MPI_IN_PLACE, NCCL's in-place form): no send buffer at all.
   void all_gather(const Tensor& output, const Tensor& input, Write write = Write::Update);
   Work all_gather_async(const Tensor& output, const Tensor& input, Write write = Write::Update);
   // t = root's t on every rank.

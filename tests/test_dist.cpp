@@ -277,6 +277,16 @@ TEST_CASE("process group: all_gather writes a contiguous output in place; Restor
     w.wait();
     CHECK(out.version() == v1);
     reel::testing::check_close(storage, {0, 10, 10, 10, 20, 20, 20, 0}, 0, 0);
+    // The input in this rank's own slot of the output: gathered in place.
+    const Tensor slot = untracked::slice(out, 0, 3 * r, 3 * r + 3);
+    slot.restore_(full({3}, 5.0 * (r + 1), DType::f32, dev));
+    const uint64_t v3 = out.version();
+    g.all_gather(out, slot, dist::Write::Restore);
+    reel::testing::check_close(storage, {0, 5, 5, 5, 10, 10, 10, 0}, 0, 0);
+    CHECK(out.version() == v3);
+    g.all_gather(out, slot);
+    CHECK(out.version() > v3);
+    reel::testing::check_close(storage, {0, 5, 5, 5, 10, 10, 10, 0}, 0, 0);
     // A strided output goes through a contiguous copy, written back either way.
     const Tensor strided = zeros({6, 2}, DType::f32, dev);
     const Tensor column = untracked::select(strided, 1, 0);
@@ -285,6 +295,31 @@ TEST_CASE("process group: all_gather writes a contiguous output in place; Restor
     reel::testing::check_close(column, {10, 10, 10, 20, 20, 20}, 0, 0);
     CHECK(column.version() == v2);
   }
+}
+
+TEST_CASE("process group: bf16 and f16 are gathered and broadcast bit for bit, and refused in reductions") {
+  ProcessGroup& g = world();
+  const int r = g.rank();
+  for (const Device dev : reel::testing::devices())
+    for (const DType dt : {DType::bf16, DType::f16}) {
+      CAPTURE(dev);
+      CAPTURE(dt);
+      const Tensor mine = (from_vector<double>({1.0 / 3, -2.5e-3, 7.0}, {3}) * (r + 1.0)).to(dt).to(dev);
+      const Tensor all = zeros({6}, dt, dev);
+      g.all_gather(all, mine);
+      const Tensor want = concat({(from_vector<double>({1.0 / 3, -2.5e-3, 7.0}, {3})).to(dt),
+                               (from_vector<double>({1.0 / 3, -2.5e-3, 7.0}, {3}) * 2.0).to(dt)}, 0);
+      CHECK(reel::testing::bit_identical(all.to(Device::cpu()), want));
+      const Tensor t = mine.clone();
+      g.broadcast(t, 1);
+      CHECK(reel::testing::bit_identical(t.to(Device::cpu()), want.slice(0, 3, 6)));
+      const int64_t issued = g.issued(dist::Collective::AllReduce);
+      check_error([&] { g.all_reduce(t); }, {"all_reduce (sum) of", "16-bit floats are gathered and broadcast, not reduced"});
+      check_error([&] { g.reduce_scatter(mine.slice(0, 0, 1), all.slice(0, 0, 2)); },
+                  {"reduce_scatter (sum) of", "reduce them in f32"});
+      CHECK(g.issued(dist::Collective::AllReduce) == issued);
+      CHECK_FALSE(g.broken());
+    }
 }
 
 TEST_CASE("process group: a completed collective keeps none of its tensors alive") {
