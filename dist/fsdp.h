@@ -57,6 +57,24 @@
 // before it are, so every rank issues the same collectives in the same order (a rank without
 // micro-batches in a PerWindow window reduces its zeros in the same order after its empty backward).
 //
+// Mixed precision (Options::param_dtype bf16 or f16, over f32 parameters). The shards stay f32: they
+// are the master weights the optimizer steps. The flat storage, and so every parameter the model
+// reads, is 16-bit: each gather rounds this rank's shard to 16 bits into its own slot of the storage
+// (to nearest even, the same bits every time, so a re-gather in backward is still a Restore) and
+// all-gathers in place (MPI and NCCL move 16-bit words: half the bytes of an f32 gather, and
+// under stage 2 whole parameters of half the size). Gradients are f32: the .grad of each 16-bit
+// parameter is an f32 view of Unit::grad_flat (f32), into which the tape sums each rule's 16-bit
+// gradient widened (autograd/tape.cpp allows an f32 .grad on a 16-bit parameter), and the
+// reduce-scatter sums f32 into the f32 shard gradients; 16-bit values are never reduced. Run the
+// forwards under autograd::Autocast(param_dtype): its F32 ops (softmax, losses) take the 16-bit
+// parameters up to f32, its Lower ops (GEMMs, norms) read them as they are; an op without an
+// autocast rule reads 16-bit parameters (an embedding's table, a bias added outside linear), which
+// one process with autocast over f32 parameters would read in f32. f16 wants the loss scaler
+// (optim::GradScaler in the Accumulator): it unscales and checks the f32 shard gradients, and every
+// rank skips a window any rank found non-finite. full_state_dict() and save() hold the f32 masters;
+// gather_all() makes the parameters f32 again (their own storage, the masters' values), so what is
+// evaluated and saved after training is what the optimizer stepped.
+//
 // As DataParallel: the window's count is summed over ranks before any backward (the loss normalised
 // by the global count, exact with uneven shards); clipping and the non-finite check use the global
 // norm, sqrt of the ranks' summed squared shard-gradient norms.
@@ -93,6 +111,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -113,6 +132,10 @@ class FullyShardedDataParallel final : public optim::WindowSync {
     ReduceMode reduce = ReduceMode::PerMicroBatch;
     bool prefetch = true;           // stage 3: gather the next unit of backward ahead
     std::vector<nn::Module*> keep;  // stage 3: units (named in `units`, or the model for the root) never released
+    // Mixed precision (see above): bf16 or f16 gathers the f32 parameters in that dtype (the
+    // model's parameters become 16-bit views; the f32 shards are the masters). Unset, or the
+    // parameters' own dtype: gathered as they are.
+    std::optional<DType> param_dtype;
   };
   // Where an all-gather was issued (all_gathers()).
   enum class Phase { Forward, Replay, Backward, Prefetch, AfterStep, Checkpoint /* full_state_dict, gather_all */ };
@@ -145,11 +168,12 @@ class FullyShardedDataParallel final : public optim::WindowSync {
     std::vector<size_t> params;   // indices into the model's named_parameters(), in flat order
     std::vector<int64_t> offset;  // element offset of each in the flat buffer
     FlatShard layout;             // numel, padded, chunk, this rank's begin
-    Tensor flat;                  // (padded): the whole parameters' storage (released when not gathered)
-    Tensor shard;                 // (chunk): this rank's part, a leaf with a persistent .grad
+    // (padded): the whole parameters' storage (released when not gathered), in Options::param_dtype
+    Tensor flat;
+    Tensor shard;  // (chunk): this rank's part in the parameters' dtype (the master), a leaf with a persistent .grad
     bool gathered = true;
     bool kept = false;  // stage 3: never released
-    // (padded): the unit's whole gradients while backward makes them (installed at the unit's first
+    // (padded, in the shard's dtype): the unit's whole gradients while backward makes them (installed at the unit's first
     // rule, dropped by its reduce-scatter); the parameters' .grad are views of it, so the
     // reduce-scatter reads it in place instead of copying the gradients into a flat buffer first.
     Tensor grad_flat;
@@ -165,6 +189,7 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   // Gathers every released unit and keeps every unit gathered from now on: the model holds whole
   // parameters again (evaluation, sampling or nn::save after training, on any one rank, with no
   // collectives), while the optimizer still steps the shards (after_step gathers the kept units).
+  // Under param_dtype the parameters become the masters' dtype (f32) again, in storage of their own.
   // A collective; counted under Phase::Checkpoint.
   void gather_all();
   // The whole model's parameters and buffers by dotted name, gathered (a collective: every rank calls
@@ -183,6 +208,8 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   class Observer;
   friend class Observer;
   void gather(size_t u, Phase phase);  // makes unit u gathered (waiting for its prefetch if in flight)
+  Tensor gather_input(const Unit& k) const;  // the shard in the flat's dtype (itself, or rounded into its slot)
+  void bind(const Unit& k);                  // the unit's parameters become views of k.flat (its dtype)
   void release(size_t u);
   void prefetch_before(size_t u);    // the unit before u in this forward's order, ahead
   void prefetch(size_t v);           // unit v ahead (stage 3, Options::prefetch, one at a time)
