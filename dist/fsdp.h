@@ -5,6 +5,7 @@
 //   optim::AdamW opt(fsdp.shard_parameters(), 3e-4);    // any optimizer: it steps the shards
 //   optim::Accumulator acc(opt, {.clip_norm = 1, .sync = &fsdp});
 //   acc.step(my_micro_batches, count, loss);            // as on one process
+//   // mixed precision: {.stage = 3, .param_dtype = DType::bf16}, forwards under Autocast(bf16)
 //
 // Units: the modules named (each GPT block, the embeddings, the head, or each leaf Linear / LayerNorm /
 // Embedding; any descendant of the model), in forward order (the order reductions follow), plus a root unit (the model itself) holding every parameter no named unit owns. A
@@ -12,8 +13,9 @@
 // a named unit left with no parameter of its own is refused. A unit's parameters are flattened into
 // one flat buffer (its dtype and device, padded with zeros to a multiple of the world size,
 // dist/sharding.h): the parameter tensors become views of that buffer's storage (same tensors, same
-// identity). Rank r owns chunk r of it as a leaf tensor, its shard, with a persistent .grad: the
-// optimizer is given shard_parameters() and steps only those.
+// identity; under Options::param_dtype the buffer, and so the parameters, are 16-bit: see Mixed
+// precision). Rank r owns chunk r of it as a leaf tensor, its shard (in the parameters' own dtype),
+// with a persistent .grad: the optimizer is given shard_parameters() and steps only those.
 //
 // Stage 3 (parameters sharded). The flat storage of a unit exists only while the unit is gathered;
 // otherwise it is released (core/storage.h: its bytes leave the allocator's statistics, the tensors
