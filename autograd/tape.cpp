@@ -7,7 +7,8 @@
 //   backward  walking the nodes in reverse, a node's output gradients are complete when it is
 //             reached (every consumer comes later on the tape). Its backward runs, then its saved
 //             tensors and output gradients are freed at once; input gradients are summed into the
-//             producers' output slots, or added into a leaf's persistent .grad. Reaching a
+//             producers' output slots, or added into a leaf's persistent .grad (in f32 when the
+//             user gave a 16-bit parameter an f32 buffer: dist/fsdp.h's mixed precision). Reaching a
 //             collapsed segment, the tape first replays its nodes from the held boundary inputs;
 //   end       the tape is cleared, so the next micro-batch starts from nothing.
 #include "autograd/tape.h"
@@ -42,9 +43,17 @@ void release(Node& node) {
   for (Node::Input& in : node.inputs) in.held.clear();
 }
 
-// param.grad += g. The buffer is allocated on first use (category gradient) and then kept, so
-// micro-batches of one accumulation window sum into it and optimizers may hold on to it. A buffer
-// zero_grad left to count as zeros (AutogradMeta::grad_is_zero) is written, not added to.
+// A 16-bit (bf16, f16) parameter may keep an f32 .grad buffer set by the user (set_grad), e.g.
+// dist/fsdp.h's mixed precision, whose 16-bit parameters feed f32 gradients to f32 master shards:
+// its gradients are summed into the buffer in f32 (each rule's 16-bit gradient widened exactly).
+bool grad_dtype_fits(DType grad, DType param) {
+  return grad == param || (grad == DType::f32 && (param == DType::bf16 || param == DType::f16));
+}
+
+// param.grad += g. The buffer is allocated on first use (category gradient, g's dtype) and then
+// kept, so micro-batches of one accumulation window sum into it and optimizers may hold on to it.
+// A buffer zero_grad left to count as zeros (AutogradMeta::grad_is_zero) is written, not added to.
+// An f32 buffer of a 16-bit parameter (grad_dtype_fits) gets g widened to f32 first.
 void accumulate_into_leaf(AutogradMeta& leaf, const Tensor& g) {
   if (!leaf.grad.defined()) {
     MemoryCategory scope(Category::Gradient);
@@ -53,11 +62,12 @@ void accumulate_into_leaf(AutogradMeta& leaf, const Tensor& g) {
   }
   if (leaf.grad_is_zero) {
     leaf.grad_is_zero = false;
-    leaf.grad.copy_(g);  // one pass, any layout
+    leaf.grad.copy_(g);  // one pass, any layout, widened when the buffer is wider
     return;
   }
-  if (leaf.grad.is_contiguous()) kernels::binary_(kernels::BinaryOp::Add, leaf.grad, g);  // one pass, no allocation
-  else leaf.grad.copy_(kernels::binary(kernels::BinaryOp::Add, leaf.grad, g));  // a strided .grad set by the user
+  const Tensor& add = g.dtype() == leaf.grad.dtype() ? g : g.to(leaf.grad.dtype());
+  if (leaf.grad.is_contiguous()) kernels::binary_(kernels::BinaryOp::Add, leaf.grad, add);  // one pass, no allocation
+  else leaf.grad.copy_(kernels::binary(kernels::BinaryOp::Add, leaf.grad, add));  // a strided .grad set by the user
 }
 
 // The .grad buffer a backward rule may write input `in`'s gradient into itself
@@ -83,7 +93,8 @@ void check_leaf_grad(const Node& node, const Node::Input& in, const Device* now)
              "; move the model (Module::to) before the forward, then run the forward again");
   if (!in.meta->grad.defined()) return;
   const Tensor& g = in.meta->grad;
-  REEL_CHECK(g.device() == in.device && g.shape() == in.shape && g.dtype() == in.dtype, "backward: parameter ",
+  REEL_CHECK(g.device() == in.device && g.shape() == in.shape && grad_dtype_fits(g.dtype(), in.dtype),
+             "backward: parameter ",
              in.shape, " ", in.dtype, " on ", in.device, " (an input of ", node.op->name(), ") has a .grad buffer ",
              g.shape(), " ", g.dtype(), " on ", g.device(),
              "; reset it with set_grad(Tensor()) after moving or reshaping the parameter");

@@ -6,8 +6,10 @@
 # gradient + optimizer bytes (held at the same moment: MemoryStats::model_state_peak_bytes) and as a
 # fraction of one process's, the sum of the three categories' own peaks (the older, overstated
 # measure), its activation peak, the step time, and the validation loss after the run with its
-# relative difference from plain data parallel's (ZeRO 0, same checkpointing). Then the same target
-# row (ZeRO 3, sqrt, per-micro-batch, layer units) on deeper models. The tables of docs/memory.md.
+# relative difference from plain data parallel's (ZeRO 0, same checkpointing). Then mixed precision
+# (--precision bf16: under ZeRO 2/3 bf16 parameters gathered from f32 master shards) against one
+# process under bf16 autocast, and the same target row (ZeRO 3, sqrt, per-micro-batch, layer units) on
+# deeper models. The tables of docs/memory.md.
 #
 #   bench/zero_table.sh [build dir=build] [steps=50] [deeper n_layer list="8 12"]
 # Every row trains the same model from the same seed on the same windows (2 micro-batches per step).
@@ -71,6 +73,32 @@ for ckpt in none sqrt; do
       done
     done
   done
+done
+
+# Mixed precision: --precision bf16, the forwards under autocast everywhere; under ZeRO 2/3 the
+# parameters are also gathered in bf16 from f32 master shards (dist/fsdp.h's param_dtype). Against one
+# process under bf16 autocast (the same f32 parameter, gradient and optimizer bytes as in f32).
+printf "\nmixed precision (--precision bf16), checkpoint sqrt, per-micro-batch\n"
+read -r single_joint together activation seconds val < <(run "$gpt" "${common[@]}" --precision bf16)
+printf "$format" sqrt "1 process, bf16 autocast" "$single_joint" 1.000 "$together" "$activation" "$(ms "$seconds")" "$val" -
+plain_val=""
+for variant in "0 block 1" "2 block 1" "3 block 1" "3 block 0" "3 layer 1" "3 layer 0"; do
+  read -r zero units prefetch <<<"$variant"
+  extra=()
+  if [ "$zero" -ge 2 ]; then extra=(--fsdp-units "$units" --fsdp-prefetch "$prefetch"); fi
+  read -r joint together activation seconds val < <(run "${mpi[@]}" "$gpt" "${common[@]}" --dist --zero "$zero" \
+    --checkpoint sqrt --precision bf16 "${extra[@]}")
+  label="ZeRO $zero, bf16"
+  if [ "$zero" -eq 2 ]; then label="ZeRO 2, bf16 parameters"; fi
+  if [ "$zero" -eq 3 ]; then
+    label="ZeRO 3, bf16 parameters, $units"
+    if [ "$prefetch" = 0 ]; then label="$label, no prefetch"; fi
+  fi
+  rel=-
+  if [ -z "$plain_val" ]; then plain_val=$val
+  else rel=$(awk -v a="$val" -v b="$plain_val" 'BEGIN { d = (a - b) / b; printf "%.1e", d < 0 ? -d : d }'); fi
+  printf "$format" sqrt "$label" "$joint" "$(ratio "$joint" "$single_joint")" "$together" "$activation" \
+    "$(ms "$seconds")" "$val" "$rel"
 done
 
 # Deeper models: each block a smaller share of the parameters, so the units in flight weigh less.

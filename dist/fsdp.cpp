@@ -125,6 +125,11 @@ FullyShardedDataParallel::FullyShardedDataParallel(nn::Module& model, const std:
     REEL_CHECK(found, "FullyShardedDataParallel: Options::keep names a module that is not a unit");
   }
 
+  // Mixed precision: a 16-bit gather dtype over f32 parameters.
+  const std::optional<DType> low = options_.param_dtype;
+  REEL_CHECK(!low || *low == DType::bf16 || *low == DType::f16 || *low == params_.front().second.dtype(),
+             "FullyShardedDataParallel: param_dtype ", low ? dtype_name(*low) : "", " is neither bf16 nor f16 (nor the "
+             "parameters' own dtype)");
   // Each unit's layout, checked before anything changes.
   for (Unit& k : units_) {
     const Tensor& first = params_[k.params.front()].second;
@@ -134,32 +139,33 @@ FullyShardedDataParallel::FullyShardedDataParallel(nn::Module& model, const std:
       REEL_CHECK(p.dtype() == first.dtype() && p.device() == first.device(), "FullyShardedDataParallel: unit '", k.name,
                  "' mixes ", first.dtype(), " on ", first.device(), " with '", name, "' (", p.dtype(), " on ",
                  p.device(), "); one flat buffer per unit needs one dtype and device");
+      REEL_CHECK(!low || *low == p.dtype() || p.dtype() == DType::f32, "FullyShardedDataParallel: param_dtype ",
+                 *low, " gathers f32 parameters (the f32 shards are the masters); '", name, "' is ", p.dtype());
       k.offset.push_back(numel);
       numel += p.numel();
     }
     k.layout = flat_shard(numel, group_.rank(), group_.size());
   }
-  // The flat buffers: rank 0's values everywhere, the parameters rebound to views of them, the shards.
+  // The flat buffers: rank 0's values everywhere, the shards (the masters, in the parameters' dtype),
+  // the flat in the gather dtype and the parameters rebound to views of it.
   autograd::NoGrad no_grad;
   for (Unit& k : units_) {
     const Tensor& first = params_[k.params.front()].second;
+    Tensor whole;  // (padded) in the parameters' dtype
     {
       MemoryCategory category(Category::Parameter);
-      k.flat = zeros({k.layout.padded}, first.dtype(), first.device());  // the padding stays zero
+      whole = zeros({k.layout.padded}, first.dtype(), first.device());  // the padding stays zero
     }
     for (size_t j = 0; j < k.params.size(); ++j)
-      piece(k.flat, k.offset[j], params_[k.params[j]].second).copy_(params_[k.params[j]].second);
-    group_.broadcast(k.flat, 0);
-    for (size_t j = 0; j < k.params.size(); ++j) {
-      // Swap the data under the same TensorImpl (as Module::to): every handle follows.
-      TensorImpl& impl = *params_[k.params[j]].second.impl_ptr();
-      impl.storage = k.flat.storage();
-      impl.offset = k.flat.offset() + k.offset[j];
-    }
+      piece(whole, k.offset[j], params_[k.params[j]].second).copy_(params_[k.params[j]].second);
+    group_.broadcast(whole, 0);
     {
       MemoryCategory category(Category::Parameter);
-      k.shard = untracked::slice(k.flat, 0, k.layout.begin, k.layout.begin + k.layout.chunk).clone();
+      k.shard = untracked::slice(whole, 0, k.layout.begin, k.layout.begin + k.layout.chunk).clone();
+      k.flat = low ? whole.to(*low) : whole;  // rounded once, the same on every rank
     }
+    whole = Tensor();
+    bind(k);
     k.shard.set_requires_grad();
     MemoryCategory category(Category::Gradient);
     k.shard.set_grad(zeros_like(k.shard));
@@ -198,6 +204,28 @@ std::vector<Tensor> FullyShardedDataParallel::shard_parameters() const {
   return out;
 }
 
+void FullyShardedDataParallel::bind(const Unit& k) {
+  for (size_t j = 0; j < k.params.size(); ++j) {
+    // Swap the data under the same TensorImpl (as Module::to): every handle follows. Under
+    // param_dtype the dtype changes too; a .grad the parameter has stays (an f32 .grad of a 16-bit
+    // parameter is allowed: autograd/tape.cpp).
+    TensorImpl& impl = *params_[k.params[j]].second.impl_ptr();
+    impl.storage = k.flat.storage();
+    impl.offset = k.flat.offset() + k.offset[j];
+    impl.dtype = k.flat.dtype();
+  }
+}
+
+Tensor FullyShardedDataParallel::gather_input(const Unit& k) const {
+  if (k.flat.dtype() == k.shard.dtype()) return k.shard;
+  // param_dtype: the master shard rounded to 16 bits straight into this rank's slot of the
+  // (materialised) flat, which is then gathered in place: no 16-bit copy of the chunk besides it.
+  // restore_: the version is the all-gather's to bump (Write), and a re-gather writes the same bits.
+  const Tensor slot = untracked::slice(k.flat, 0, k.layout.begin, k.layout.begin + k.layout.chunk);
+  slot.restore_(k.shard);
+  return slot;
+}
+
 int64_t FullyShardedDataParallel::all_gathers() const {
   int64_t n = 0;
   for (int64_t g : gathers_) n += g;
@@ -209,32 +237,25 @@ int64_t FullyShardedDataParallel::all_gathers() const {
 void FullyShardedDataParallel::gather(size_t u, Phase phase) {
   Unit& k = units_[u];
   if (k.gathered) return;
-  Tensor buffer;  // (padded): every rank's shard
-  if (in_flight_ && in_flight_->unit == u) {
+  if (in_flight_ && in_flight_->unit == u) {  // prefetched: already written into the storage
     std::optional<profile::Scope> s;
     open_span(s, [&] { return "wait for the prefetch of unit '" + k.name + "'"; });
     in_flight_->work.wait();
     in_flight_->span.end();
-    buffer = in_flight_->buffer;
     in_flight_.reset();
   } else {
     std::optional<profile::Scope> s;
     open_span(s, [&] { return "all_gather unit '" + k.name + "' (" + phase_name(phase) + ")"; });
-    {
-      MemoryCategory category(Category::Parameter);  // a gathered copy of the unit, counted as such
-      buffer = empty({k.layout.padded}, k.shard.dtype(), k.shard.device());
-    }
+    k.flat.storage()->materialize();
     profile::AsyncSpan comm = comm_span([&] { return "all_gather unit '" + k.name + "' (" + phase_name(phase) + ")"; });
-    group_.all_gather(buffer, k.shard);
+    // Straight into the unit's storage. In backward (a replay, a rule) the values are the ones
+    // forward read and the tape saved: a Restore, no version bump, so the saved-tensor checks still
+    // pass. In forward, after a step and in gather_all they are new values: an Update, bumped.
+    const bool fresh = phase == Phase::Forward || phase == Phase::AfterStep || phase == Phase::Checkpoint;
+    group_.all_gather(k.flat, gather_input(k), fresh ? Write::Update : Write::Restore);
     comm.end();
     ++gathers_[static_cast<int>(phase)];
   }
-  k.flat.storage()->materialize();
-  // In backward (a replay, a rule, a prefetch) the values are the ones forward read and the tape saved:
-  // restore_ writes them without a version bump, so the saved-tensor checks still pass. In forward,
-  // after a step and in gather_all they are new values: a write like any other.
-  k.flat.restore_(buffer);
-  if (phase == Phase::Forward || phase == Phase::AfterStep || phase == Phase::Checkpoint) k.flat.bump_version();
   k.gathered = true;
 }
 
@@ -259,12 +280,12 @@ void FullyShardedDataParallel::prefetch(size_t v) {
   open_span(s, [&] { return "start the prefetch of unit '" + k.name + "'"; });
   in_flight_ = std::make_unique<InFlight>();
   in_flight_->unit = v;
-  {
-    MemoryCategory category(Category::Parameter);  // the unit in flight: one more gathered unit
-    in_flight_->buffer = empty({k.layout.padded}, k.shard.dtype(), k.shard.device());
-  }
+  // Straight into the unit's storage (its bytes count as Parameter from here: one more gathered unit
+  // in flight). Prefetches are issued in backward only, where the values are the ones forward read:
+  // a Restore.
+  k.flat.storage()->materialize();
   in_flight_->span = comm_span([&] { return "all_gather unit '" + k.name + "' (prefetch)"; });
-  in_flight_->work = group_.all_gather_async(in_flight_->buffer, k.shard);
+  in_flight_->work = group_.all_gather_async(k.flat, gather_input(k), Write::Restore);
   ++gathers_[static_cast<int>(Phase::Prefetch)];
 }
 
@@ -272,7 +293,9 @@ void FullyShardedDataParallel::drop_prefetch() {
   if (!in_flight_) return;
   in_flight_->work.wait();  // every rank issued it: it completes; its values may be stale by now
   in_flight_->span.end();
+  const size_t u = in_flight_->unit;
   in_flight_.reset();
+  if (!units_[u].gathered) release(u);  // its storage was filled for nothing: released again
 }
 
 // ---- forward ----------------------------------------------------------------------------
@@ -508,8 +531,19 @@ void FullyShardedDataParallel::gather_all() {
   autograd::NoGrad no_grad;
   drop_prefetch();
   for (size_t u = 0; u < units_.size(); ++u) {
+    Unit& k = units_[u];
+    if (k.flat.dtype() != k.shard.dtype()) {
+      // param_dtype: the parameters become whole in the masters' dtype, a storage of their own
+      // (the 16-bit one goes), so evaluation and nn::save see what the optimizer stepped.
+      {
+        MemoryCategory category(Category::Parameter);
+        k.flat = zeros({k.layout.padded}, k.shard.dtype(), k.shard.device());
+      }
+      bind(k);
+      k.gathered = false;
+    }
     gather(u, Phase::Checkpoint);
-    units_[u].kept = true;
+    k.kept = true;
   }
 }
 

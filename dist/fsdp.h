@@ -5,6 +5,7 @@
 //   optim::AdamW opt(fsdp.shard_parameters(), 3e-4);    // any optimizer: it steps the shards
 //   optim::Accumulator acc(opt, {.clip_norm = 1, .sync = &fsdp});
 //   acc.step(my_micro_batches, count, loss);            // as on one process
+//   // mixed precision: {.stage = 3, .param_dtype = DType::bf16}, forwards under Autocast(bf16)
 //
 // Units: the modules named (each GPT block, the embeddings, the head, or each leaf Linear / LayerNorm /
 // Embedding; any descendant of the model), in forward order (the order reductions follow), plus a root unit (the model itself) holding every parameter no named unit owns. A
@@ -12,13 +13,14 @@
 // a named unit left with no parameter of its own is refused. A unit's parameters are flattened into
 // one flat buffer (its dtype and device, padded with zeros to a multiple of the world size,
 // dist/sharding.h): the parameter tensors become views of that buffer's storage (same tensors, same
-// identity). Rank r owns chunk r of it as a leaf tensor, its shard, with a persistent .grad: the
-// optimizer is given shard_parameters() and steps only those.
+// identity; under Options::param_dtype the buffer, and so the parameters, are 16-bit: see Mixed
+// precision). Rank r owns chunk r of it as a leaf tensor, its shard (in the parameters' own dtype),
+// with a persistent .grad: the optimizer is given shard_parameters() and steps only those.
 //
 // Stage 3 (parameters sharded). The flat storage of a unit exists only while the unit is gathered;
 // otherwise it is released (core/storage.h: its bytes leave the allocator's statistics, the tensors
-// and what the tape saved of them stay). Gathered (all_gather of the shards, then written back into
-// the same storage) and released:
+// and what the tape saved of them stay). Gathered (the shards all-gathered straight into that same
+// storage, materialised again: no staging copy) and released:
 //   forward   a pre-forward hook gathers the unit; its forward hook releases it again, except the
 //             unit whose forward ends last (the root when it has parameters, else the last unit
 //             listed: backward needs it first) and the units in Options::keep;
@@ -32,14 +34,16 @@
 //   prefetch  (Options::prefetch) when backward makes unit u available, the unit before u in this
 //             forward's order is gathered ahead (all_gather_async), and in a replay the next unit the
 //             segment reads; one at a time, waited for only when used, so the communication overlaps
-//             u's compute. It costs one more gathered unit in flight (its buffer counts as Parameter);
+//             u's compute. It costs one more gathered unit in flight (the collective writes the
+//             unit's own storage, materialised when it starts; counted as Parameter);
 //   released  once every parameter of the unit has its final gradient for this backward (the
 //             observer's leaf_grad_ready), unless in Options::keep;
 //   after the optimizer's step (WindowSync::after_step) every unit still gathered (the kept ones) is
 //   gathered again: the shards changed.
-// A re-gather in backward writes back exactly the values forward read (Tensor::restore_: no version
-// bump), so the tape's saved-tensor version checks hold; a forward or after-step gather writes new
-// values and bumps the version.
+// A re-gather in backward (a replay, a rule, a prefetch) writes back exactly the values forward read:
+// the all-gather's Write::Restore (dist/process_group.h; as Tensor::restore_, no version bump), so the
+// tape's saved-tensor version checks hold; a forward, after-step or gather_all gather writes new
+// values (Write::Update) and bumps the version.
 //
 // Stage 2 (parameters whole): no gathers in forward or backward; after the step every unit's updated
 // shards are all-gathered into the whole parameters.
@@ -54,6 +58,24 @@
 // Units are reduced in one fixed order (reverse of the list, root last), a unit only once the ones
 // before it are, so every rank issues the same collectives in the same order (a rank without
 // micro-batches in a PerWindow window reduces its zeros in the same order after its empty backward).
+//
+// Mixed precision (Options::param_dtype bf16 or f16, over f32 parameters). The shards stay f32: they
+// are the master weights the optimizer steps. The flat storage, and so every parameter the model
+// reads, is 16-bit: each gather rounds this rank's shard to 16 bits into its own slot of the storage
+// (to nearest even, the same bits every time, so a re-gather in backward is still a Restore) and
+// all-gathers in place (MPI and NCCL move 16-bit words: half the bytes of an f32 gather, and
+// under stage 2 whole parameters of half the size). Gradients are f32: the .grad of each 16-bit
+// parameter is an f32 view of Unit::grad_flat (f32), into which the tape sums each rule's 16-bit
+// gradient widened (autograd/tape.cpp allows an f32 .grad on a 16-bit parameter), and the
+// reduce-scatter sums f32 into the f32 shard gradients; 16-bit values are never reduced. Run the
+// forwards under autograd::Autocast(param_dtype): its F32 ops (softmax, losses) take the 16-bit
+// parameters up to f32, its Lower ops (GEMMs, norms) read them as they are; an op without an
+// autocast rule reads 16-bit parameters (an embedding's table, a bias added outside linear), which
+// one process with autocast over f32 parameters would read in f32. f16 wants the loss scaler
+// (optim::GradScaler in the Accumulator): it unscales and checks the f32 shard gradients, and every
+// rank skips a window any rank found non-finite. full_state_dict() and save() hold the f32 masters;
+// gather_all() makes the parameters f32 again (their own storage, the masters' values), so what is
+// evaluated and saved after training is what the optimizer stepped.
 //
 // As DataParallel: the window's count is summed over ranks before any backward (the loss normalised
 // by the global count, exact with uneven shards); clipping and the non-finite check use the global
@@ -91,6 +113,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -111,6 +134,10 @@ class FullyShardedDataParallel final : public optim::WindowSync {
     ReduceMode reduce = ReduceMode::PerMicroBatch;
     bool prefetch = true;           // stage 3: gather the next unit of backward ahead
     std::vector<nn::Module*> keep;  // stage 3: units (named in `units`, or the model for the root) never released
+    // Mixed precision (see above): bf16 or f16 gathers the f32 parameters in that dtype (the
+    // model's parameters become 16-bit views; the f32 shards are the masters). Unset, or the
+    // parameters' own dtype: gathered as they are.
+    std::optional<DType> param_dtype;
   };
   // Where an all-gather was issued (all_gathers()).
   enum class Phase { Forward, Replay, Backward, Prefetch, AfterStep, Checkpoint /* full_state_dict, gather_all */ };
@@ -143,11 +170,12 @@ class FullyShardedDataParallel final : public optim::WindowSync {
     std::vector<size_t> params;   // indices into the model's named_parameters(), in flat order
     std::vector<int64_t> offset;  // element offset of each in the flat buffer
     FlatShard layout;             // numel, padded, chunk, this rank's begin
-    Tensor flat;                  // (padded): the whole parameters' storage (released when not gathered)
-    Tensor shard;                 // (chunk): this rank's part, a leaf with a persistent .grad
+    // (padded): the whole parameters' storage (released when not gathered), in Options::param_dtype
+    Tensor flat;
+    Tensor shard;  // (chunk): this rank's part in the parameters' dtype (the master), a leaf with a persistent .grad
     bool gathered = true;
     bool kept = false;  // stage 3: never released
-    // (padded): the unit's whole gradients while backward makes them (installed at the unit's first
+    // (padded, in the shard's dtype): the unit's whole gradients while backward makes them (installed at the unit's first
     // rule, dropped by its reduce-scatter); the parameters' .grad are views of it, so the
     // reduce-scatter reads it in place instead of copying the gradients into a flat buffer first.
     Tensor grad_flat;
@@ -163,6 +191,7 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   // Gathers every released unit and keeps every unit gathered from now on: the model holds whole
   // parameters again (evaluation, sampling or nn::save after training, on any one rank, with no
   // collectives), while the optimizer still steps the shards (after_step gathers the kept units).
+  // Under param_dtype the parameters become the masters' dtype (f32) again, in storage of their own.
   // A collective; counted under Phase::Checkpoint.
   void gather_all();
   // The whole model's parameters and buffers by dotted name, gathered (a collective: every rank calls
@@ -181,6 +210,8 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   class Observer;
   friend class Observer;
   void gather(size_t u, Phase phase);  // makes unit u gathered (waiting for its prefetch if in flight)
+  Tensor gather_input(const Unit& k) const;  // the shard in the flat's dtype (itself, or rounded into its slot)
+  void bind(const Unit& k);                  // the unit's parameters become views of k.flat (its dtype)
   void release(size_t u);
   void prefetch_before(size_t u);    // the unit before u in this forward's order, ahead
   void prefetch(size_t v);           // unit v ahead (stage 3, Options::prefetch, one at a time)
@@ -226,10 +257,9 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   std::vector<bool> reduced_;  // this window (PerWindow) / this backward (PerMicroBatch)
   bool armed_ = false;         // inside the window's last backward
 
-  // The prefetch in flight: its unit, its buffer and its collective.
+  // The prefetch in flight: its unit (whose storage the collective writes) and its collective.
   struct InFlight {
     size_t unit = 0;
-    Tensor buffer;  // (padded)
     Work work;
     profile::AsyncSpan span;  // under a Profiler: from the start to the wait
   };

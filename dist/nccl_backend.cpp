@@ -35,8 +35,13 @@ ncclDataType_t nccl_type(DType t) {
     case DType::f64: return ncclFloat64;
     case DType::i32: return ncclInt32;
     case DType::i64: return ncclInt64;
+    case DType::f16: return ncclFloat16;
     case DType::bf16:
-    case DType::f16: break;  // not yet: the MPI path and the emulated NCCL have no 16-bit types either
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0)
+      return ncclBfloat16;
+#else
+      break;  // NCCL's bf16 arrived in 2.10
+#endif
   }
   REEL_FAIL("dist: dtype ", t, " has no NCCL type");
 }

@@ -5,7 +5,9 @@
 // MPI request of the operation in progress (the dup and the id exchange of an initialisation, or a
 // collective) and `then` what to do when it completes (check the ids, divide an average). Progress
 // happens inside the calls: a blocking communicator polls in the call until the request completes;
-// a non-blocking one polls once and leaves the rest to ncclCommGetAsyncError.
+// a non-blocking one polls once and leaves the rest to ncclCommGetAsyncError. Types: the integers,
+// f32 and f64 everywhere; f16 and bf16 in AllGather and Broadcast (moved as 16-bit words), not in
+// reductions; 8-bit floats nowhere.
 #include "dist/nccl.h"
 
 #if defined(REEL_DIST_NCCL_EMULATED)
@@ -161,6 +163,8 @@ MPI_Datatype mpi_type(ncclDataType_t t) {
     case ncclUint64: return MPI_UINT64_T;
     case ncclFloat32: return MPI_FLOAT;
     case ncclFloat64: return MPI_DOUBLE;
+    case ncclFloat16:
+    case ncclBfloat16: return MPI_UINT16_T;  // moved as 16-bit words: gathers and broadcasts only
     default: return MPI_DATATYPE_NULL;
   }
 }
@@ -169,6 +173,8 @@ size_t type_size(ncclDataType_t t) {
   switch (t) {
     case ncclInt8:
     case ncclUint8: return 1;
+    case ncclFloat16:
+    case ncclBfloat16: return 2;
     case ncclInt32:
     case ncclUint32:
     case ncclFloat32: return 4;
@@ -176,11 +182,16 @@ size_t type_size(ncclDataType_t t) {
   }
 }
 
-ncclResult_t check_type(ncclDataType_t t, const char* op) {
+// `reduces`: AllReduce and ReduceScatter, which MPI cannot sum 16-bit floats for (AllGather and
+// Broadcast move them as 16-bit words).
+ncclResult_t check_type(ncclDataType_t t, const char* op, bool reduces) {
   if (static_cast<int>(t) < 0 || static_cast<int>(t) >= ncclNumTypes)
     return failure(ncclInvalidArgument, "%s : invalid type %d", op, static_cast<int>(t));
   if (mpi_type(t) == MPI_DATATYPE_NULL)
-    return failure(ncclInvalidArgument, "%s : type %d (a 16- or 8-bit float) is not emulated", op, static_cast<int>(t));
+    return failure(ncclInvalidArgument, "%s : type %d (an 8-bit float) is not emulated", op, static_cast<int>(t));
+  if (reduces && (t == ncclFloat16 || t == ncclBfloat16))
+    return failure(ncclInvalidArgument, "%s : type %d (a 16-bit float) is not emulated for reductions", op,
+                   static_cast<int>(t));
   return ncclSuccess;
 }
 
@@ -445,7 +456,7 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
   if (root < 0 || root >= comm->nranks)
     return failure(ncclInvalidArgument, "%s : invalid root %d (root should be in the 0..%d range)", op, root,
                    comm->nranks);
-  if (const ncclResult_t r = check_type(datatype, op); r != ncclSuccess) return r;
+  if (const ncclResult_t r = check_type(datatype, op, false); r != ncclSuccess) return r;
   if (const ncclResult_t r = check_count(count, op); r != ncclSuccess) return r;
   if (count == 0) return ncclSuccess;
   if (comm->rank == root)
@@ -466,7 +477,7 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
                            ncclComm_t comm, cudaStream_t) {
   const char* name = "AllReduce";
   if (const ncclResult_t r = ready(comm, name); r != ncclSuccess) return r;
-  if (const ncclResult_t r = check_type(datatype, name); r != ncclSuccess) return r;
+  if (const ncclResult_t r = check_type(datatype, name, true); r != ncclSuccess) return r;
   if (const ncclResult_t r = check_op(op, name); r != ncclSuccess) return r;
   if (const ncclResult_t r = check_count(count, name); r != ncclSuccess) return r;
   if (count == 0) return ncclSuccess;
@@ -492,7 +503,7 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
   const char* name = "ReduceScatter";
   if (const ncclResult_t r = ready(comm, name); r != ncclSuccess) return r;
-  if (const ncclResult_t r = check_type(datatype, name); r != ncclSuccess) return r;
+  if (const ncclResult_t r = check_type(datatype, name, true); r != ncclSuccess) return r;
   if (const ncclResult_t r = check_op(op, name); r != ncclSuccess) return r;
   if (const ncclResult_t r = check_count(recvcount * static_cast<size_t>(comm->nranks), name); r != ncclSuccess)
     return r;
@@ -519,7 +530,7 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
                            ncclComm_t comm, cudaStream_t) {
   const char* name = "AllGather";
   if (const ncclResult_t r = ready(comm, name); r != ncclSuccess) return r;
-  if (const ncclResult_t r = check_type(datatype, name); r != ncclSuccess) return r;
+  if (const ncclResult_t r = check_type(datatype, name, false); r != ncclSuccess) return r;
   if (const ncclResult_t r = check_count(sendcount * static_cast<size_t>(comm->nranks), name); r != ncclSuccess)
     return r;
   if (sendcount == 0) return ncclSuccess;

@@ -42,6 +42,7 @@ struct Work::State {
                    // user itself when communicated in place
   Tensor buf_in;   // the send buffer, kept alive while the backend reads it
   double scale = 1;  // ReduceOp::Average without a native average: 1 / size, applied when the sum is in
+  bool restore = false;  // Write::Restore: the result goes into `user` without a version bump
   bool done = false;
   std::chrono::steady_clock::time_point started;
 };
@@ -58,16 +59,20 @@ int env_int(const char* name) {
   return static_cast<int>(x);
 }
 
-MPI_Datatype mpi_type(DType t, const std::string& what) {
+// The MPI type of t's elements. 16-bit floats travel as 16-bit words where nothing adds them (an
+// all-gather, a broadcast: `reduces` false); MPI has no 16-bit floating type to sum them with.
+MPI_Datatype mpi_type(DType t, const std::string& what, bool reduces) {
   switch (t) {
     case DType::f32: return MPI_FLOAT;
     case DType::f64: return MPI_DOUBLE;
     case DType::i32: return MPI_INT32_T;
     case DType::i64: return MPI_INT64_T;
     case DType::bf16:
-    case DType::f16: break;  // MPI has no 16-bit floating type (a later port sends and reduces them)
+    case DType::f16:
+      if (!reduces) return MPI_UINT16_T;
+      break;
   }
-  REEL_FAIL("dist: ", what, ": dtype ", t, " has no MPI type");
+  REEL_FAIL("dist: ", what, ": dtype ", t, " has no MPI type to reduce with (reduce 16-bit values in f32)");
 }
 
 std::string describe(Collective c, ReduceOp op, const Tensor& t, bool reduces, bool nccl) {
@@ -104,6 +109,13 @@ CudaPath default_cuda_path() {
   REEL_CHECK(ProcessGroup::nccl_built(), "dist: REEL_DIST_BACKEND=nccl, but this build has no NCCL (build with "
              "-DREEL_CUDA=ON where libnccl is found, or the default emulated build)");
   return CudaPath::Nccl;
+}
+
+// Reductions of 16-bit floats are refused on every path (MPI and the emulated NCCL have no 16-bit
+// sum, and a real NCCL's would round at every step): reduce in f32.
+void check_not_16bit(const Tensor& t, const std::string& what) {
+  REEL_CHECK(t.dtype() != DType::bf16 && t.dtype() != DType::f16, "dist: ", what,
+             ": 16-bit floats are gathered and broadcast, not reduced; reduce them in f32");
 }
 
 int count_of(const Tensor& t, const std::string& what) {
@@ -257,16 +269,26 @@ Work ProcessGroup::start(Collective c, std::shared_ptr<Work::State> state) {
 }
 
 namespace {
-// The result is in buf_out: average, then write it back to the user's tensor if staged.
+// The result is in buf_out: average, then write it back to the user's tensor if staged. Then the
+// state lets go of every tensor: a finished State stays in in_flight_ until the next start(), and a
+// Work may be kept longer still, but neither may keep the caller's tensors (an FSDP reduce-scatter's
+// output, a gathered unit) alive past the collective.
 void complete(Work::State& s) {
   s.done = true;
   s.buf_in = Tensor();
   s.event.reset();
-  if (!s.user.defined() || !s.buf_out.defined()) return;  // a barrier, or local: the result is in place
-  if (s.scale != 1) kernels::scale_({s.buf_out}, s.scale);
-  if (s.buf_out.same(s.user)) s.user.bump_version();  // the backend wrote it through a raw pointer
-  else s.user.copy_(s.buf_out);
+  if (s.user.defined() && s.buf_out.defined()) {  // else a barrier, or local: the result is in place
+    if (s.scale != 1) kernels::scale_({s.buf_out}, s.scale);
+    if (s.buf_out.same(s.user)) {
+      if (!s.restore) s.user.bump_version();  // the backend wrote it through a raw pointer
+    } else if (s.restore) {
+      s.user.restore_(s.buf_out);
+    } else {
+      s.user.copy_(s.buf_out);
+    }
+  }
   s.buf_out = Tensor();
+  s.user = Tensor();
 }
 }  // namespace
 
@@ -410,6 +432,7 @@ Work ProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op) {
   s->what = describe(Collective::AllReduce, op, t, true, nccl);
   REEL_CHECK(op == ReduceOp::Sum || t.dtype() == DType::f32 || t.dtype() == DType::f64, "dist: ", s->what,
              ": an average needs a floating-point tensor");
+  check_not_16bit(t, s->what);
   s->user = t;
   if (!mpi_) return start(Collective::AllReduce, std::move(s));  // the sum over one rank
   if (nccl) {
@@ -424,7 +447,7 @@ Work ProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op) {
     }
     return start_nccl(Collective::AllReduce, std::move(s));
   }
-  const MPI_Datatype type = mpi_type(t.dtype(), s->what);
+  const MPI_Datatype type = mpi_type(t.dtype(), s->what, true);
   const int n = count_of(t, s->what);
   s->buf_out = host_copy(t);
   if (op == ReduceOp::Average) s->scale = 1.0 / size_;
@@ -447,6 +470,7 @@ Work ProcessGroup::reduce_scatter_async(const Tensor& output, const Tensor& inpu
              output.dtype(), " ", output.shape());
   REEL_CHECK(op == ReduceOp::Sum || input.dtype() == DType::f32 || input.dtype() == DType::f64, "dist: ", s->what,
              ": an average needs a floating-point tensor");
+  check_not_16bit(input, s->what);
   s->user = output;
   if (!mpi_) {
     output.copy_(input.reshape(output.shape()));
@@ -466,7 +490,7 @@ Work ProcessGroup::reduce_scatter_async(const Tensor& output, const Tensor& inpu
     }
     return start_nccl(Collective::ReduceScatter, std::move(s));
   }
-  const MPI_Datatype type = mpi_type(input.dtype(), s->what);
+  const MPI_Datatype type = mpi_type(input.dtype(), s->what, true);
   const int n = count_of(output, s->what);
   count_of(input, s->what);
   s->buf_in = host_copy(input);
@@ -483,7 +507,7 @@ void ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, Red
   reduce_scatter_async(output, input, op).wait();
 }
 
-Work ProcessGroup::all_gather_async(const Tensor& output, const Tensor& input) {
+Work ProcessGroup::all_gather_async(const Tensor& output, const Tensor& input, Write write) {
   REEL_CHECK(output.defined() && input.defined(), "dist: all_gather of an undefined tensor");
   const bool nccl = takes_nccl(input.device()) && output.device() == input.device();
   auto s = std::make_shared<Work::State>();
@@ -492,8 +516,19 @@ Work ProcessGroup::all_gather_async(const Tensor& output, const Tensor& input) {
              ": the output must hold ", size_, " times the input's ", input.numel(), " elements in its dtype; got ",
              output.dtype(), " ", output.shape());
   s->user = output;
+  s->restore = write == Write::Restore;
+  // In place: the input is this rank's own slot of a contiguous output (MPI_IN_PLACE, NCCL's in-place
+  // form), so no send buffer exists besides the output.
+  const bool in_place = output.is_contiguous() && input.is_contiguous() && input.storage() == output.storage() &&
+                        input.offset() == output.offset() + rank_ * input.numel();
   if (!mpi_) {
-    output.copy_(input.reshape(output.shape()));
+    if (in_place) {
+      if (!s->restore) output.bump_version();
+    } else if (s->restore) {
+      output.restore_(input.reshape(output.shape()));
+    } else {
+      output.copy_(input.reshape(output.shape()));
+    }
     return start(Collective::AllGather, std::move(s));
   }
   if (nccl) {
@@ -508,19 +543,22 @@ Work ProcessGroup::all_gather_async(const Tensor& output, const Tensor& input) {
     }
     return start_nccl(Collective::AllGather, std::move(s));
   }
-  const MPI_Datatype type = mpi_type(input.dtype(), s->what);
+  const MPI_Datatype type = mpi_type(input.dtype(), s->what, false);
   const int n = count_of(input, s->what);
   count_of(output, s->what);
-  s->buf_in = host_copy(input);
   s->buf_out = host_target(output);
-  if (const int rc = MPI_Iallgather(s->buf_in.data_ptr(), n, type, s->buf_out.data_ptr(), n, type, MPI_COMM_WORLD,
-                                    &s->request);
+  const bool mpi_in_place = in_place && s->buf_out.same(output);  // else staged: the input is copied out
+  if (!mpi_in_place) s->buf_in = host_copy(input);
+  if (const int rc = MPI_Iallgather(mpi_in_place ? MPI_IN_PLACE : s->buf_in.data_ptr(), n, type,
+                                    s->buf_out.data_ptr(), n, type, MPI_COMM_WORLD, &s->request);
       rc != MPI_SUCCESS)
     fail(*s, "failed to start (MPI: " + mpi_error(rc) + ")");
   return start(Collective::AllGather, std::move(s));
 }
 
-void ProcessGroup::all_gather(const Tensor& output, const Tensor& input) { all_gather_async(output, input).wait(); }
+void ProcessGroup::all_gather(const Tensor& output, const Tensor& input, Write write) {
+  all_gather_async(output, input, write).wait();
+}
 
 void ProcessGroup::broadcast(const Tensor& t, int root) {
   REEL_CHECK(t.defined(), "dist: broadcast of an undefined tensor");
@@ -546,7 +584,7 @@ void ProcessGroup::broadcast(const Tensor& t, int root) {
     wait_state(*s);
     return;
   }
-  const MPI_Datatype type = mpi_type(t.dtype(), s->what);
+  const MPI_Datatype type = mpi_type(t.dtype(), s->what, false);
   const int n = count_of(t, s->what);
   s->buf_out = host_copy(t);
   if (const int rc = MPI_Ibcast(s->buf_out.data_ptr(), n, type, root, MPI_COMM_WORLD, &s->request);

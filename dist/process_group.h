@@ -43,6 +43,13 @@ const char* collective_name(Collective c);
 // How collectives on cuda tensors travel: NCCL, or staged through host copies over MPI.
 enum class CudaPath { Nccl, Staged };
 
+// What an all-gather's write into its output means to the tape's saved-tensor checks (core/storage.h's
+// version counter). Update: new values, the write bumps the output's version like any in-place write.
+// Restore: the very values the output's storage held when the tape saw it (a sharded parameter
+// gathered again into its released storage for a replay or a backward rule), written without a bump,
+// as Tensor::restore_, so what the tape saved of it still passes its check.
+enum class Write { Update, Restore };
+
 class ProcessGroup;
 namespace nccl {
 class Comm;  // dist/nccl_backend.h
@@ -51,7 +58,8 @@ class Comm;  // dist/nccl_backend.h
 // A collective in flight (the *_async calls). wait() returns once the result is in the tensors
 // given to the call (raising like the blocking collective on timeout); test() advances it and says
 // whether it is done. A Work dropped before it completes still completes (the group keeps its
-// buffers alive, and waits for it at exit at the latest).
+// buffers alive, and waits for it at exit at the latest). Once complete, neither the Work nor the
+// group holds any of its tensors.
 class Work {
  public:
   Work() = default;
@@ -85,16 +93,22 @@ class ProcessGroup {
   CudaPath cuda_path() const { return cuda_path_; }
   void set_cuda_path(CudaPath path);
 
-  // t = op over ranks of t, in place. Any dtype but bool-like; any device; any layout.
+  // Dtypes: all_gather and broadcast take any (bf16 and f16 travel as 16-bit words); all_reduce and
+  // reduce_scatter any but bf16 and f16 (reel::Error before any communication: reduce in f32).
+  // t = op over ranks of t, in place. Any device; any layout.
   void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::Sum);
   Work all_reduce_async(const Tensor& t, ReduceOp op = ReduceOp::Sum);
   // output (n) = this rank's chunk of op over ranks of input (size() * n elements, rank r's chunk is
   // elements [r n, (r + 1) n) of the flattened input).
   void reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::Sum);
   Work reduce_scatter_async(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::Sum);
-  // output (size() * n elements) = every rank's input (n), in rank order.
-  void all_gather(const Tensor& output, const Tensor& input);
-  Work all_gather_async(const Tensor& output, const Tensor& input);
+  // output (size() * n elements) = every rank's input (n), in rank order. A contiguous output (a
+  // cpu one for MPI, a cuda one for NCCL) is written in place, with no staging copy, so a unit's
+  // storage can be gathered into directly; `write` says whether that bumps its version (Write). An
+  // input that is this rank's own slot of such an output (same storage, at rank() * n) is gathered
+  // in place (MPI_IN_PLACE, NCCL's in-place form): no send buffer at all.
+  void all_gather(const Tensor& output, const Tensor& input, Write write = Write::Update);
+  Work all_gather_async(const Tensor& output, const Tensor& input, Write write = Write::Update);
   // t = root's t on every rank.
   void broadcast(const Tensor& t, int root = 0);
   void barrier();

@@ -10,6 +10,7 @@
 //   mpirun -np 2 ./char_gpt --dist --zero 3 --fsdp-units layer   # ... by each Linear / LayerNorm: less in flight
 //   ./char_gpt --fused-loss                      # LM head + loss chunked (GPT::loss): no (B, T, V) logits kept
 //   ./char_gpt --precision bf16                  # forwards (training and validation) under autograd::Autocast
+//   mpirun -np 2 ./char_gpt --dist --zero 3 --precision bf16   # and bf16 parameters gathered from f32 master shards
 //
 // Data: every byte value of the corpus is a token. The text is cut into 100 blocks at line ends
 // and every 10th block goes to validation (an interleaved 90/10 split, so both halves hold the

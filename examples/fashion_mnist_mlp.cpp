@@ -6,6 +6,7 @@
 //   ./fashion_mnist_mlp --checkpoint sqrt --device cuda  # recompute activations in backward
 //   mpirun -np 2 ./fashion_mnist_mlp --dist              # data parallel: each rank half of each window
 //   ./fashion_mnist_mlp --precision bf16                 # forwards under autocast: GEMMs in bf16, f32 weights
+//   mpirun -np 2 ./fashion_mnist_mlp --dist --zero 2 --precision f16   # f16 parameters, f32 master shards
 //
 // Accumulation (optim::Accumulator) gives the big batch's update up to float rounding, and only
 // one micro-batch's activations are alive at a time: that is what it buys. Checkpointing

@@ -6,7 +6,8 @@
 // training steps, and --dist (data parallel over the ranks of mpirun, when reel was built with dist/;
 // --zero 1/2/3, --reduce, --fsdp-units and --fsdp-prefetch shard it, and every run ends with rank 0's
 // peak bytes by category), --precision (the forwards under autograd::Autocast, autocast_dtype
-// below; f16 with the loss scaler of make_scaler) and --tf32.
+// below; f16 with the loss scaler of make_scaler; with --zero 2/3 also FSDP's param_dtype: 16-bit
+// gathered parameters over f32 master shards) and --tf32.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <omp.h>
@@ -84,7 +85,9 @@ inline std::optional<reel::DType> autocast_dtype(const TrainOptions& o) {
 // The run header's words for --precision.
 inline std::string precision_str(const TrainOptions& o) {
   if (o.precision == "f32") return o.tf32 ? "precision f32 (TF32 GEMMs on cuda)" : "precision f32";
-  return "precision " + o.precision + " (autocast, f32 master weights" +
+  const bool sharded = o.dist && o.zero >= 2;  // FSDP's param_dtype: the parameters themselves are 16-bit
+  return "precision " + o.precision + " (autocast, " +
+         (sharded ? o.precision + " parameters gathered from f32 master shards" : std::string("f32 master weights")) +
          (o.precision == "f16" ? ", dynamic loss scaling)" : ")");
 }
 
@@ -179,7 +182,8 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
                "emulated with TF32's rounding; off by default since its bits differ from f32's");
   app.add_option("--precision", o.precision,
                  "f32, or bf16 / f16: forwards under autocast (GEMMs in 16 bits, softmax, norms and losses in f32), "
-                 "parameters, gradients and optimizer state in f32")
+                 "parameters, gradients and optimizer state in f32; with --zero 2 or 3 the sharded parameters are "
+                 "gathered in 16 bits (f32 master shards, f32 gradients reduced in f32)")
       ->capture_default_str()->check(CLI::IsMember({"f32", "bf16", "f16"}));
   app.add_option("--fsdp-units", o.fsdp_units,
                  "with --zero 2 or 3: block shards by the model's blocks (a GPT block, an MLP layer), layer by each "
@@ -248,7 +252,7 @@ class Distributed {
  public:
   explicit Distributed(TrainOptions& o)
       : wanted_(o.dist), overlap_(o.dist_overlap != 0), zero_(o.zero), per_window_(o.reduce == "per-window"),
-        layer_units_(o.fsdp_units == "layer"), prefetch_(o.fsdp_prefetch != 0) {
+        layer_units_(o.fsdp_units == "layer"), prefetch_(o.fsdp_prefetch != 0), param_dtype_(autocast_dtype(o)) {
     REEL_CHECK(zero_ >= 2 || (!layer_units_ && prefetch_), "--fsdp-units and --fsdp-prefetch need --zero 2 or 3");
     if (!o.dist) {
       REEL_CHECK(o.zero == 0 && o.dist_overlap == 1, "--zero and --dist-overlap need --dist");
@@ -289,6 +293,7 @@ class Distributed {
       options.stage = zero_;
       options.reduce = per_window_ ? FSDP::ReduceMode::PerWindow : FSDP::ReduceMode::PerMicroBatch;
       options.prefetch = prefetch_;
+      options.param_dtype = param_dtype_;  // --precision bf16 / f16: 16-bit gathers, f32 master shards
       fsdp_ = std::make_unique<FSDP>(model, layer_units_ ? leaf_units(model, keep_whole) : blocks, options);
       return reel::optim::make_optimizer(name, fsdp_->shard_parameters(), lr);
     }
@@ -314,7 +319,8 @@ class Distributed {
 #endif
   }
   // After training: a model sharded by --zero 3 is gathered whole on every rank (a collective), so
-  // evaluation, sampling and nn::save need no collectives.
+  // evaluation, sampling and nn::save need no collectives; under --precision bf16/f16 with --zero 2/3
+  // the parameters become the f32 masters again (what the optimizer stepped, as one process saves).
   void finish_training() {
 #if REEL_HAS_DIST
     if (fsdp_) fsdp_->gather_all();
@@ -368,6 +374,7 @@ class Distributed {
   bool wanted_, overlap_;
   int zero_;
   bool per_window_, layer_units_, prefetch_;
+  std::optional<reel::DType> param_dtype_;  // --precision under --zero 2/3
   int rank_ = 0, world_ = 1;
 #if REEL_HAS_DIST
   std::unique_ptr<reel::dist::DataParallel> dp_;
@@ -386,9 +393,10 @@ class Distributed {
     using FSDP = reel::dist::FullyShardedDataParallel;
     const auto per_step = [&](int64_t n) { return static_cast<double>(n) / static_cast<double>(steps); };
     const bool cuda = !fsdp_->units().empty() && fsdp_->units().front().shard.device().is_cuda();
-    std::printf("sharded data parallel: %zu units (by %s, prefetch %s) over %s; per step %.1f all-gathers (forward %.1f, replay %.1f, "
-                "backward %.1f, prefetch %.1f, after the step %.1f), %.1f reduce-scatters\n",
-                fsdp_->units().size(), layer_units_ ? "layer" : "block", prefetch_ ? "on" : "off",
+    const char* gathered = param_dtype_ ? reel::dtype_name(*param_dtype_) : "the parameters' dtype";
+    std::printf("sharded data parallel: %zu units (by %s, prefetch %s, gathered in %s) over %s; per step %.1f all-gathers "
+                "(forward %.1f, replay %.1f, backward %.1f, prefetch %.1f, after the step %.1f), %.1f reduce-scatters\n",
+                fsdp_->units().size(), layer_units_ ? "layer" : "block", prefetch_ ? "on" : "off", gathered,
                 backend(fsdp_->group(), cuda), per_step(fsdp_->all_gathers() - fsdp_->all_gathers(FSDP::Phase::Checkpoint)),
                 per_step(fsdp_->all_gathers(FSDP::Phase::Forward)), per_step(fsdp_->all_gathers(FSDP::Phase::Replay)),
                 per_step(fsdp_->all_gathers(FSDP::Phase::Backward)), per_step(fsdp_->all_gathers(FSDP::Phase::Prefetch)),

@@ -293,3 +293,42 @@ TEST_CASE("zero_grad defers its fill: the next backward writes .grad, a read bef
     check_close(w, w_before, 0.0, 0.0);
   }
 }
+
+TEST_CASE("a 16-bit parameter with an f32 .grad buffer accumulates its gradients in f32") {
+  // dist/fsdp.h's mixed precision: bf16 / f16 parameters, f32 gradient buffers set with set_grad.
+  for (const DType low : {DType::bf16, DType::f16}) {
+    CAPTURE(low);
+    Generator gen(11);
+    const Tensor w = param({4, 6}, 0.5, DType::f32, Device::cpu(), gen).detach().to(low).set_requires_grad();
+    const Tensor x1 = randn({3, 6}, DType::f64, Device::cpu(), &gen).to(low);
+    const Tensor x2 = randn({5, 6}, DType::f64, Device::cpu(), &gen).to(low);
+    const auto loss = [&](const Tensor& x) { return sum(cast(matmul(x, w.t()), DType::f32)); };
+    // The 16-bit gradients of each micro-batch alone, as the plain tape gives them.
+    Tensor g1, g2;
+    for (const auto& [x, g] : {std::pair<Tensor, Tensor*>{x1, &g1}, std::pair<Tensor, Tensor*>{x2, &g2}}) {
+      w.set_grad(Tensor());
+      autograd::backward(loss(x));
+      REQUIRE(w.grad().dtype() == low);
+      *g = w.grad().to(DType::f32);
+    }
+    // An f32 buffer: the first gradient written (zero_grad's deferred fill), the second added in f32.
+    w.set_grad(full({4, 6}, 7.0, DType::f32));
+    autograd::zero_grad({w});
+    autograd::backward(loss(x1));
+    autograd::backward(loss(x2));
+    REQUIRE(w.grad().dtype() == DType::f32);
+    CHECK(reel::testing::bit_identical(w.grad(), g1 + g2));
+    // Added to a live buffer too, and no other dtype is accepted.
+    autograd::backward(loss(x1));
+    CHECK(reel::testing::bit_identical(w.grad(), (g1 + g2) + g1));
+    w.set_grad(zeros({4, 6}, DType::f64));
+    bool threw = false;
+    try {
+      autograd::backward(loss(x1));
+    } catch (const Error& e) {
+      threw = true;
+      CHECK(std::string(e.what()).find("has a .grad buffer (4, 6) f64") != std::string::npos);
+    }
+    CHECK(threw);
+  }
+}

@@ -258,6 +258,91 @@ TEST_CASE("process group: reduce_scatter, all_gather, broadcast, barrier") {
   CHECK(g.issued(dist::Collective::Barrier) == before + 1);
 }
 
+TEST_CASE("process group: all_gather writes a contiguous output in place; Restore leaves its version alone") {
+  ProcessGroup& g = world();
+  const int r = g.rank();
+  for (const Device dev : reel::testing::devices()) {
+    CAPTURE(dev);
+    const Tensor mine = full({3}, 10.0 * (r + 1), DType::f32, dev);
+    const Tensor storage = zeros({8}, DType::f32, dev);
+    const Tensor out = untracked::slice(storage, 0, 1, 7);  // a contiguous view inside a larger storage
+    const uint64_t v0 = out.version();
+    g.all_gather(out, mine);  // Update: new values, a bump
+    reel::testing::check_close(storage, {0, 10, 10, 10, 20, 20, 20, 0}, 0, 0);
+    CHECK(out.version() > v0);
+    const uint64_t v1 = out.version();
+    g.all_gather(out, mine, dist::Write::Restore);  // the same values again: no bump
+    CHECK(out.version() == v1);
+    dist::Work w = g.all_gather_async(out, mine, dist::Write::Restore);
+    w.wait();
+    CHECK(out.version() == v1);
+    reel::testing::check_close(storage, {0, 10, 10, 10, 20, 20, 20, 0}, 0, 0);
+    // The input in this rank's own slot of the output: gathered in place.
+    const Tensor slot = untracked::slice(out, 0, 3 * r, 3 * r + 3);
+    slot.restore_(full({3}, 5.0 * (r + 1), DType::f32, dev));
+    const uint64_t v3 = out.version();
+    g.all_gather(out, slot, dist::Write::Restore);
+    reel::testing::check_close(storage, {0, 5, 5, 5, 10, 10, 10, 0}, 0, 0);
+    CHECK(out.version() == v3);
+    g.all_gather(out, slot);
+    CHECK(out.version() > v3);
+    reel::testing::check_close(storage, {0, 5, 5, 5, 10, 10, 10, 0}, 0, 0);
+    // A strided output goes through a contiguous copy, written back either way.
+    const Tensor strided = zeros({6, 2}, DType::f32, dev);
+    const Tensor column = untracked::select(strided, 1, 0);
+    const uint64_t v2 = column.version();
+    g.all_gather(column, mine, dist::Write::Restore);
+    reel::testing::check_close(column, {10, 10, 10, 20, 20, 20}, 0, 0);
+    CHECK(column.version() == v2);
+  }
+}
+
+TEST_CASE("process group: bf16 and f16 are gathered and broadcast bit for bit, and refused in reductions") {
+  ProcessGroup& g = world();
+  const int r = g.rank();
+  for (const Device dev : reel::testing::devices())
+    for (const DType dt : {DType::bf16, DType::f16}) {
+      CAPTURE(dev);
+      CAPTURE(dt);
+      const Tensor mine = (from_vector<double>({1.0 / 3, -2.5e-3, 7.0}, {3}) * (r + 1.0)).to(dt).to(dev);
+      const Tensor all = zeros({6}, dt, dev);
+      g.all_gather(all, mine);
+      const Tensor want = concat({(from_vector<double>({1.0 / 3, -2.5e-3, 7.0}, {3})).to(dt),
+                               (from_vector<double>({1.0 / 3, -2.5e-3, 7.0}, {3}) * 2.0).to(dt)}, 0);
+      CHECK(reel::testing::bit_identical(all.to(Device::cpu()), want));
+      const Tensor t = mine.clone();
+      g.broadcast(t, 1);
+      CHECK(reel::testing::bit_identical(t.to(Device::cpu()), want.slice(0, 3, 6)));
+      const int64_t issued = g.issued(dist::Collective::AllReduce);
+      check_error([&] { g.all_reduce(t); }, {"all_reduce (sum) of", "16-bit floats are gathered and broadcast, not reduced"});
+      check_error([&] { g.reduce_scatter(mine.slice(0, 0, 1), all.slice(0, 0, 2)); },
+                  {"reduce_scatter (sum) of", "reduce them in f32"});
+      CHECK(g.issued(dist::Collective::AllReduce) == issued);
+      CHECK_FALSE(g.broken());
+    }
+}
+
+TEST_CASE("process group: a completed collective keeps none of its tensors alive") {
+  ProcessGroup& g = world();
+  for (const Device dev : reel::testing::devices()) {
+    CAPTURE(dev);
+    const int64_t before = memory_stats(dev).current_bytes;
+    dist::Work kept;
+    {
+      const Tensor mine = full({3000}, 1.0, DType::f32, dev);
+      const Tensor out = zeros({6000}, DType::f32, dev), grads = zeros({6000}, DType::f32, dev);
+      const Tensor part = zeros({3000}, DType::f32, dev);
+      g.reduce_scatter(part, grads);
+      kept = g.all_gather_async(out, mine);
+      kept.wait();
+      g.all_reduce(grads);
+    }
+    // Their bytes are back: neither the finished states the group keeps until its next collective
+    // nor the Work still held here keep them.
+    CHECK(memory_stats(dev).current_bytes == before);
+  }
+}
+
 TEST_CASE("process group: bad arguments are refused on the rank, before any communication") {
   ProcessGroup& g = world();
   const int64_t before = g.issued(dist::Collective::ReduceScatter);

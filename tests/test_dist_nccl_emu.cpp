@@ -184,6 +184,15 @@ TEST_CASE("emulated NCCL: every collective and reduction, in and out of place") 
   REQUIRE(ncclAllGather(slots.data() + 2 * r, slots.data(), 2, ncclFloat32, comm, nullptr) == ncclSuccess);
   CHECK(slots == std::vector<float>{10, 11, 20, 21});
 
+  // 16-bit floats are moved as words (FSDP's mixed precision gathers bf16): all_gather and broadcast
+  const std::vector<uint16_t> half_in{static_cast<uint16_t>(0x3f80 + r), static_cast<uint16_t>(0xc000 - r)};
+  std::vector<uint16_t> halves(4, 0);
+  REQUIRE(ncclAllGather(half_in.data(), halves.data(), 2, ncclBfloat16, comm, nullptr) == ncclSuccess);
+  CHECK(halves == std::vector<uint16_t>{0x3f80, 0xc000, 0x3f81, 0xbfff});
+  std::vector<uint16_t> h16(half_in);
+  REQUIRE(ncclBroadcast(h16.data(), h16.data(), 2, ncclFloat16, 1, comm, nullptr) == ncclSuccess);
+  CHECK(h16 == std::vector<uint16_t>{0x3f81, 0xbfff});
+
   // broadcast from rank 1, out of place (sendbuff is read on the root only) and in place
   const std::vector<uint8_t> src{static_cast<uint8_t>(7 + r), 200};
   std::vector<uint8_t> dst(2, 0);
@@ -208,6 +217,9 @@ TEST_CASE("emulated NCCL: bad arguments are refused on the rank with the documen
         ncclInvalidArgument);
   CHECK(last_error().find("invalid type") != std::string::npos);
   CHECK(ncclAllReduce(x, x, 4, ncclFloat16, ncclSum, comm, nullptr) == ncclInvalidArgument);  // not emulated
+  CHECK(last_error().find("not emulated for reductions") != std::string::npos);
+  CHECK(ncclReduceScatter(x, x, 2, ncclBfloat16, ncclSum, comm, nullptr) == ncclInvalidArgument);
+  CHECK(ncclAllGather(x, x, 2, ncclFloat8e4m3, comm, nullptr) == ncclInvalidArgument);
   CHECK(ncclAllReduce(x, x, 4, ncclFloat32, static_cast<ncclRedOp_t>(ncclNumOps), comm, nullptr) ==
         ncclInvalidArgument);
   CHECK(ncclAllReduce(x, x, 4, ncclFloat32, static_cast<ncclRedOp_t>(-1), comm, nullptr) == ncclInvalidArgument);

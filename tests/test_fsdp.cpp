@@ -7,8 +7,11 @@
 // (2U - 1 + R - S per micro-batch); per-rank parameter,
 // gradient and optimizer bytes about half a single process's; a released parameter refused by
 // kernels; gathered checkpoints loading into one process bit for bit, and back; every collective a
-// span on the trace's communication lanes; gather_all keeping the model whole; the same on cuda:0
-// (emulated, or a GPU). Every rank runs every case in the same order (each collective needs all ranks).
+// span on the trace's communication lanes; gather_all keeping the model whole; mixed precision
+// (param_dtype bf16 / f16: 16-bit gathers, f32 gradients and masters) bit for bit against one process's
+// 16-bit model with f32 gradient buffers, its AdamW steps against f32 masters stepped from a bf16
+// copy, its 16-bit parameter bytes, and f16 with the loss scaler skipping an overflowed window on both
+// ranks; the same on cuda:0 (emulated, or a GPU). Every rank runs every case in the same order (each collective needs all ranks).
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,8 +20,10 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "autograd/autocast.h"
 #include "autograd/checkpoint.h"
 #include "autograd/functions.h"
 #include "autograd/nn_functions.h"
@@ -30,6 +35,7 @@
 #include "nn/gpt.h"
 #include "nn/sequential.h"
 #include "optim/accumulator.h"
+#include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
 #include "testing.h"
 
@@ -172,10 +178,16 @@ class Capture final : public optim::Optimizer {
 
 // The reference gradients of one window on one process, flattened per unit as `fsdp` lays them out and
 // cut to this rank's chunk (the padding is zero).
-std::vector<Tensor> reference_chunks(const FSDP& fsdp, nn::Sequential& ref, const std::vector<Batch>& window) {
+// Under `amp` (a 16-bit dtype: mixed precision) the forwards run under autograd::Autocast, and
+// `scaler`, when given, scales the loss.
+std::vector<Tensor> reference_chunks(const FSDP& fsdp, nn::Sequential& ref, const std::vector<Batch>& window,
+                                     std::optional<DType> amp = std::nullopt, optim::GradScaler* scaler = nullptr) {
   Capture cap(ref.parameters());
-  optim::Accumulator acc(cap);
-  REQUIRE(acc.step(window, tokens, [&](const Batch& b) { return loss_of(ref, b); }).stepped);
+  optim::Accumulator acc(cap, {0.0, nullptr, false, nullptr, scaler});
+  REQUIRE(acc.step(window, tokens, [&](const Batch& b) {
+                autograd::Autocast autocast(amp);
+                return loss_of(ref, b);
+              }).stepped);
   std::vector<Tensor> out;
   for (const FSDP::Unit& k : fsdp.units()) {
     const Tensor full = zeros({k.layout.padded}, k.shard.dtype(), k.shard.device());
@@ -228,7 +240,7 @@ void check_against_one_process(const Config& c, DType dt, Device dev, double rel
   {
     auto model = make_model(dt, dev, 1 + world().rank());  // rank 0's values win
     model->set_checkpoint(policy);
-    FSDP fsdp(*model, units_of(*model), {c.stage, c.reduce, c.prefetch, {}});
+    FSDP fsdp(*model, units_of(*model), {c.stage, c.reduce, c.prefetch, {}, {}});
     auto ref = make_model(dt, dev);
     ref->set_checkpoint(policy);
     const std::vector<Tensor> want = reference_chunks(fsdp, *ref, whole);
@@ -244,7 +256,7 @@ void check_against_one_process(const Config& c, DType dt, Device dev, double rel
   // Three AdamW steps with clipping (the global norm of the shards).
   auto model = make_model(dt, dev, 1 + world().rank());
   model->set_checkpoint(policy);
-  FSDP fsdp(*model, units_of(*model), {c.stage, c.reduce, c.prefetch, {}});
+  FSDP fsdp(*model, units_of(*model), {c.stage, c.reduce, c.prefetch, {}, {}});
   optim::AdamW opt(fsdp.shard_parameters(), 0.01);
   optim::Accumulator acc(opt, {0.5, nullptr, false, &fsdp});
   auto ref = make_model(dt, dev);
@@ -338,7 +350,7 @@ TEST_CASE("fsdp: a small GPT, its blocks or its leaf layers as units (wte in the
     } else {
       for (int64_t i = 0; i < gpt.h->size(); ++i) units.push_back(&(*gpt.h)[i]);
     }
-    FSDP fsdp(gpt, units, {3, FSDP::ReduceMode::PerMicroBatch, true, {}});
+    FSDP fsdp(gpt, units, {3, FSDP::ReduceMode::PerMicroBatch, true, {}, {}});
     // Blocks: 4 and the root (wte (tied head), wpe, ln_f). Layers: wpe, 6 per block, ln_f and the root (wte).
     REQUIRE(fsdp.units().size() == (layers ? 27u : 5u));
     CHECK(fsdp.units().back().name.empty());
@@ -384,7 +396,7 @@ TEST_CASE("fsdp: leaf layers as units give one process's gradients (f64 1e-12); 
           const auto policy = autograd::CheckpointPolicy::parse(checkpoint);
           auto model = make_nested_model(DType::f64, Device::cpu(), 1 + world().rank());  // rank 0's values win
           model->set_checkpoint(policy);
-          FSDP fsdp(*model, layers ? leaves_of(*model) : units_of(*model), {3, reduce, prefetch, {}});
+          FSDP fsdp(*model, layers ? leaves_of(*model) : units_of(*model), {3, reduce, prefetch, {}, {}});
           REQUIRE(fsdp.units().size() == (layers ? 6u : 3u));
           auto ref = make_nested_model(DType::f64, Device::cpu());
           ref->set_checkpoint(policy);
@@ -417,7 +429,7 @@ TEST_CASE("fsdp: a replayed segment re-gathers its freed parameters; gradients b
     CAPTURE(prefetch);
     auto model = make_model(DType::f64, Device::cpu());
     model->set_checkpoint(autograd::CheckpointPolicy::parse("every:1"));  // units 0..2 replayed
-    FSDP fsdp(*model, units_of(*model), {3, FSDP::ReduceMode::PerMicroBatch, prefetch, {}});
+    FSDP fsdp(*model, units_of(*model), {3, FSDP::ReduceMode::PerMicroBatch, prefetch, {}, {}});
     auto ref = make_model(DType::f64, Device::cpu());
     ref->set_checkpoint(autograd::CheckpointPolicy::parse("every:1"));
     const std::vector<Tensor> want = reference_chunks(fsdp, *ref, window);
@@ -453,7 +465,7 @@ TEST_CASE("fsdp: all-gathers per window = micro-batches x (2U - 1 + R - S); redu
         CAPTURE(prefetch);
         auto model = make_model(DType::f64, Device::cpu());
         model->set_checkpoint(autograd::CheckpointPolicy::parse(checkpoint));
-        FSDP fsdp(*model, units_of(*model), {3, reduce, prefetch, {}});
+        FSDP fsdp(*model, units_of(*model), {3, reduce, prefetch, {}, {}});
         const int64_t U = static_cast<int64_t>(fsdp.units().size());
         REQUIRE(U == 4);
         optim::SGD opt(fsdp.shard_parameters(), 0.01);
@@ -481,14 +493,14 @@ TEST_CASE("fsdp: all-gathers per window = micro-batches x (2U - 1 + R - S); redu
       }
   // Stage 2: one all-gather per unit per step, after it; a kept unit under stage 3 is gathered there too.
   auto model = make_model(DType::f64, Device::cpu());
-  FSDP two(*model, units_of(*model), {2, FSDP::ReduceMode::PerWindow, true, {}});
+  FSDP two(*model, units_of(*model), {2, FSDP::ReduceMode::PerWindow, true, {}, {}});
   optim::SGD opt(two.shard_parameters(), 0.01);
   optim::Accumulator acc(opt, {0.0, nullptr, false, &two});
   acc.step(window, tokens, [&](const Batch& b) { return loss_of(*model, b); });
   CHECK(two.all_gathers() == 4);
   CHECK(two.all_gathers(Phase::AfterStep) == 4);
   auto kept_model = make_model(DType::f64, Device::cpu());
-  FSDP kept(*kept_model, units_of(*kept_model), {3, FSDP::ReduceMode::PerMicroBatch, false, {&(*kept_model)[1]}});
+  FSDP kept(*kept_model, units_of(*kept_model), {3, FSDP::ReduceMode::PerMicroBatch, false, {&(*kept_model)[1]}, {}});
   optim::SGD kept_opt(kept.shard_parameters(), 0.01);
   optim::Accumulator kept_acc(kept_opt, {0.0, nullptr, false, &kept});
   kept_acc.step(window, tokens, [&](const Batch& b) { return loss_of(*kept_model, b); });
@@ -499,7 +511,7 @@ TEST_CASE("fsdp: under a Profiler every all-gather and reduce-scatter is a span 
   const Batch d = global_batch(DType::f64, Device::cpu());
   const std::vector<Batch> window = my_window(d, {6, 10});
   auto model = make_model(DType::f64, Device::cpu());
-  FSDP fsdp(*model, units_of(*model), {3, FSDP::ReduceMode::PerMicroBatch, true, {}});
+  FSDP fsdp(*model, units_of(*model), {3, FSDP::ReduceMode::PerMicroBatch, true, {}, {}});
   optim::SGD opt(fsdp.shard_parameters(), 0.01);
   optim::Accumulator acc(opt, {0.0, nullptr, false, &fsdp});
   Profiler prof;
@@ -524,7 +536,7 @@ TEST_CASE("fsdp: gather_all keeps every unit whole: evaluation after training ne
   const Batch d = global_batch(DType::f64, Device::cpu());
   const std::vector<Batch> window = my_window(d, {6, 10});
   auto model = make_model(DType::f64, Device::cpu());
-  FSDP fsdp(*model, units_of(*model), {3, FSDP::ReduceMode::PerMicroBatch, false, {}});
+  FSDP fsdp(*model, units_of(*model), {3, FSDP::ReduceMode::PerMicroBatch, false, {}, {}});
   optim::SGD opt(fsdp.shard_parameters(), 0.01);
   optim::Accumulator acc(opt, {0.0, nullptr, false, &fsdp});
   acc.step(window, tokens, [&](const Batch& b) { return loss_of(*model, b); });
@@ -560,7 +572,7 @@ TEST_CASE("fsdp: stage 3 per-rank parameter + gradient + optimizer bytes are at 
   for (const auto reduce : {FSDP::ReduceMode::PerMicroBatch, FSDP::ReduceMode::PerWindow}) {
     const int64_t before = model_bytes();
     auto model = make_model(DType::f64, Device::cpu());
-    FSDP fsdp(*model, units_of(*model), {3, reduce, true, {}});
+    FSDP fsdp(*model, units_of(*model), {3, reduce, true, {}, {}});
     optim::AdamW opt(fsdp.shard_parameters(), 0.01);
     optim::Accumulator acc(opt, {0.0, nullptr, false, &fsdp});
     acc.step(my_window(d, {6, 10}), tokens, [&](const Batch& b) { return loss_of(*model, b); });
@@ -574,7 +586,7 @@ TEST_CASE("fsdp: stage 3 per-rank parameter + gradient + optimizer bytes are at 
 
 TEST_CASE("fsdp: a released parameter is refused by kernels, naming it") {
   auto model = make_model(DType::f64, Device::cpu());
-  FSDP fsdp(*model, units_of(*model), {3, FSDP::ReduceMode::PerMicroBatch, true, {}});
+  FSDP fsdp(*model, units_of(*model), {3, FSDP::ReduceMode::PerMicroBatch, true, {}, {}});
   const Tensor w = static_cast<Dense&>((*model)[0]).w;
   CHECK(w.storage()->released());
   CHECK(w.storage()->bytes() > 0);
@@ -596,7 +608,7 @@ TEST_CASE("fsdp: a sharded save loads into one process bit for bit, and a one-pr
   for (const int stage : {2, 3}) {
     CAPTURE(stage);
     auto model = make_model(DType::f64, Device::cpu());
-    FSDP fsdp(*model, units_of(*model), {stage, FSDP::ReduceMode::PerMicroBatch, true, {}});
+    FSDP fsdp(*model, units_of(*model), {stage, FSDP::ReduceMode::PerMicroBatch, true, {}, {}});
     optim::AdamW opt(fsdp.shard_parameters(), 0.01);
     optim::Accumulator acc(opt, {0.0, nullptr, false, &fsdp});
     for (int s = 0; s < 2; ++s)
@@ -651,6 +663,214 @@ TEST_CASE("fsdp: a sharded save loads into one process bit for bit, and a one-pr
     world().barrier();
   }
   if (world().rank() == 0) std::filesystem::remove(path);
+}
+
+namespace {
+// One process's model in the 16-bit dtype (Module::to), each parameter with an f32 .grad buffer: what
+// a mixed-precision FSDP rank computes, forward (the 16-bit parameters, also where an op reads them
+// without a cast: the biases added outside the GEMM) and backward (16-bit rules, f32 sums).
+std::shared_ptr<nn::Sequential> low_model(DType low, Device dev = Device::cpu()) {
+  auto m = make_model(DType::f32, dev);
+  m->to(low);
+  for (const Tensor& p : m->parameters()) p.set_grad(zeros(p.shape(), DType::f32, dev));
+  return m;
+}
+}  // namespace
+
+namespace {
+// Mixed precision FSDP's window gradients (f32 shards) against one process's 16-bit model with f32
+// .grad buffers, both ranks' micro-batches as its own: with one micro-batch per rank, each rank's
+// f32 gradient is the reference's micro-batch gradient and the reduce-scatter's sum of the two is
+// the reference's second accumulation, bit for bit; with two per rank the sums go in another order.
+void check_mixed(DType low, int stage, const std::string& checkpoint, bool prefetch, std::vector<int64_t> split,
+                 Device dev) {
+  CAPTURE(low);
+  CAPTURE(stage);
+  CAPTURE(checkpoint);
+  CAPTURE(prefetch);
+  CAPTURE(split.size());
+  CAPTURE(dev);
+  const Batch d = global_batch(DType::f32, dev);
+  const auto policy = autograd::CheckpointPolicy::parse(checkpoint);
+  auto model = make_model(DType::f32, dev, 1 + world().rank());  // rank 0's values win
+  model->set_checkpoint(policy);
+  FSDP fsdp(*model, units_of(*model), {stage, FSDP::ReduceMode::PerMicroBatch, prefetch, {}, low});
+  for (const auto& [name, p] : model->named_parameters()) CHECK(p.dtype() == low);
+  for (const Tensor& s : fsdp.shard_parameters()) CHECK(s.dtype() == DType::f32);
+  auto ref = low_model(low, dev);
+  ref->set_checkpoint(policy);
+  std::vector<Batch> ref_window;  // rank 0's micro-batches, then rank 1's
+  for (int r = 0; r < 2; ++r) {
+    std::vector<int64_t> parts = split;
+    if (r == 1) std::reverse(parts.begin(), parts.end());
+    int64_t begin = 16 * r;
+    for (int64_t n : parts) {
+      ref_window.push_back(rows(d, begin, begin + n));
+      begin += n;
+    }
+  }
+  const std::vector<Tensor> want = reference_chunks(fsdp, *ref, ref_window, low);
+  Capture cap(fsdp.shard_parameters());
+  optim::Accumulator acc(cap, {0.0, nullptr, false, &fsdp});
+  REQUIRE(acc.step(my_window(d, split), tokens, [&](const Batch& b) {
+                autograd::Autocast amp(low);
+                return loss_of(*model, b);
+              }).stepped);
+  for (size_t u = 0; u < want.size(); ++u) {
+    CAPTURE(u);
+    CHECK(cap.grads[u].dtype() == DType::f32);
+    if (split.size() == 1) CHECK(reel::testing::bit_identical(cap.grads[u], want[u]));
+    else check_rel(cap.grads[u], want[u], 1e-6);
+  }
+}
+}  // namespace
+
+TEST_CASE("fsdp mixed precision: 16-bit gathers, f32 gradients and masters equal one process's 16-bit model") {
+  for (const DType low : {DType::bf16, DType::f16})
+    for (const int stage : {2, 3})
+      for (const std::string checkpoint : {"none", "sqrt"})
+        for (const bool prefetch : {false, true})
+          for (const std::vector<int64_t>& split : {std::vector<int64_t>{16}, std::vector<int64_t>{6, 10}})
+            check_mixed(low, stage, checkpoint, prefetch, split, Device::cpu());
+}
+
+TEST_CASE("fsdp mixed precision on cuda:0, through NCCL (or staged): bf16 gathers equal one process") {
+  if (!cuda_available()) return;
+  check_mixed(DType::bf16, 3, "sqrt", true, {16}, Device::cuda(0));
+  check_mixed(DType::bf16, 2, "none", true, {6, 10}, Device::cuda(0));
+}
+
+TEST_CASE("fsdp mixed precision: AdamW steps the f32 masters as one process with f32 masters and a bf16 copy") {
+  const Batch d = global_batch(DType::f32, Device::cpu());
+  const std::vector<Batch> halves{rows(d, 0, 16), rows(d, 16, 32)};
+  const int64_t count = tokens(halves[0]) + tokens(halves[1]);
+  for (const int stage : {2, 3}) {
+    CAPTURE(stage);
+    auto model = make_model(DType::f32, Device::cpu());
+    model->set_checkpoint(autograd::CheckpointPolicy::parse("every:1"));
+    FSDP fsdp(*model, units_of(*model), {stage, FSDP::ReduceMode::PerMicroBatch, true, {}, DType::bf16});
+    optim::AdamW opt(fsdp.shard_parameters(), 0.01);
+    optim::Accumulator acc(opt, {0.0, nullptr, false, &fsdp});
+    // The reference: f32 masters stepped by AdamW from the f32 gradients of a bf16 copy.
+    auto masters = make_model(DType::f32, Device::cpu());
+    auto copy = low_model(DType::bf16);
+    copy->set_checkpoint(autograd::CheckpointPolicy::parse("every:1"));
+    const std::vector<Tensor> master_params = masters->parameters(), copy_params = copy->parameters();
+    optim::AdamW ref_opt(master_params, 0.01);
+    for (int step = 0; step < 3; ++step) {
+      acc.step(my_window(d, {16}), tokens, [&](const Batch& b) {
+        autograd::Autocast amp(DType::bf16);
+        return loss_of(*model, b);
+      });
+      {
+        autograd::NoGrad no_grad;
+        for (size_t i = 0; i < copy_params.size(); ++i) copy_params[i].copy_(master_params[i]);
+      }
+      autograd::zero_grad(copy_params);
+      for (const Batch& b : halves) {
+        Tensor l;
+        {
+          autograd::Autocast amp(DType::bf16);
+          l = loss_of(*copy, b);
+        }
+        autograd::backward(l, 1.0 / static_cast<double>(count));
+      }
+      for (size_t i = 0; i < copy_params.size(); ++i) master_params[i].set_grad(copy_params[i].grad());
+      ref_opt.step();
+    }
+    const nn::TensorDict got = fsdp.full_state_dict();  // the f32 masters
+    for (const auto& named : masters->named_parameters()) {
+      CAPTURE(named.first);
+      CHECK(got.at(named.first).dtype() == DType::f32);
+      CHECK(reel::testing::bit_identical(got.at(named.first), named.second));
+    }
+    // Stage 2 keeps the whole bf16 parameters: the masters rounded.
+    if (stage == 2)
+      for (const auto& [name, p] : model->named_parameters())
+        CHECK(reel::testing::bit_identical(p, got.at(name).to(DType::bf16)));
+    // gather_all: the model holds the f32 masters again, whole, for evaluation and nn::save.
+    fsdp.gather_all();
+    for (const auto& [name, p] : model->named_parameters()) {
+      CHECK(p.dtype() == DType::f32);
+      CHECK(reel::testing::bit_identical(p, got.at(name)));
+    }
+  }
+}
+
+TEST_CASE("fsdp mixed precision: stage 3 bf16 halves the gathered parameter bytes; bad param_dtype refused") {
+  const Batch d = global_batch(DType::f32, Device::cpu());
+  const auto peak_parameter = [&](std::optional<DType> low) {
+    auto model = make_model(DType::f32, Device::cpu());
+    FSDP fsdp(*model, units_of(*model), {3, FSDP::ReduceMode::PerMicroBatch, false, {}, low});
+    optim::SGD opt(fsdp.shard_parameters(), 0.01);
+    optim::Accumulator acc(opt, {0.0, nullptr, false, &fsdp});
+    reset_peak_memory(Device::cpu());
+    const int64_t base = memory_stats(Device::cpu())[Category::Parameter].current_bytes;
+    acc.step(my_window(d, {16}), tokens, [&](const Batch& b) {
+      autograd::Autocast amp(low);
+      return loss_of(*model, b);
+    });
+    return memory_stats(Device::cpu())[Category::Parameter].peak_bytes - base;
+  };
+  const int64_t f32 = peak_parameter(std::nullopt), bf16 = peak_parameter(DType::bf16);
+  CAPTURE(f32);
+  CAPTURE(bf16);
+  // Gathered units in bf16 (the last unit's 16-bit flat stays through backward), plus a 16-bit chunk.
+  CHECK(bf16 < f32);
+  CHECK(bf16 * 2 <= f32 + 64);
+
+  auto f64_model = make_model(DType::f64, Device::cpu());
+  bool threw = false;
+  try {
+    FSDP f(*f64_model, units_of(*f64_model), {3, FSDP::ReduceMode::PerMicroBatch, true, {}, DType::bf16});
+  } catch (const Error& e) {
+    threw = true;
+    CHECK(std::string(e.what()).find("gathers f32 parameters") != std::string::npos);
+  }
+  CHECK(threw);
+}
+
+TEST_CASE("fsdp mixed precision f16 with the loss scaler: an overflow skips the window on both ranks") {
+  const Batch d = global_batch(DType::f32, Device::cpu());
+  for (const int stage : {2, 3}) {
+    CAPTURE(stage);
+    auto model = make_model(DType::f32, Device::cpu());
+    model->set_checkpoint(autograd::CheckpointPolicy::parse("sqrt"));
+    FSDP fsdp(*model, units_of(*model), {stage, FSDP::ReduceMode::PerMicroBatch, true, {}, DType::f16});
+    // 2^40: the scaled gradients overflow f16 in the backward rules, and the f32 sums hold the inf.
+    optim::GradScaler scaler({1099511627776.0, 2.0, 0.5, 2000});
+    Capture cap(fsdp.shard_parameters());
+    optim::Accumulator acc(cap, {0.0, nullptr, false, &fsdp, &scaler});
+    const auto loss = [&](const Batch& b) {
+      autograd::Autocast amp(DType::f16);
+      return loss_of(*model, b);
+    };
+    const nn::TensorDict before = fsdp.full_state_dict();
+    const optim::WindowResult skipped = acc.step(my_window(d, {16}), tokens, loss);
+    CHECK(skipped.skipped_nonfinite);
+    CHECK_FALSE(skipped.stepped);
+    CHECK(scaler.scale() == 549755813888.0);
+    CHECK(cap.grads.empty());
+    const nn::TensorDict after = fsdp.full_state_dict();
+    for (const auto& [name, t] : before) CHECK(reel::testing::bit_identical(after.at(name), t));
+    // At 2^8 (this small model's f16 gradients overflow at the default 2^16) the window goes through,
+    // with the gradients of one process's f16 model under the same scale, unscaled (bit for bit: both
+    // ranks' halves as its micro-batches).
+    scaler.load(256.0, 0);
+    const optim::WindowResult ok = acc.step(my_window(d, {16}), tokens, loss);
+    CHECK(ok.stepped);
+    CHECK(ok.loss_scale == 256.0);
+    auto ref = low_model(DType::f16);
+    ref->set_checkpoint(autograd::CheckpointPolicy::parse("sqrt"));
+    optim::GradScaler ref_scaler({256.0, 2.0, 0.5, 2000});
+    const std::vector<Tensor> want =
+        reference_chunks(fsdp, *ref, {rows(d, 0, 16), rows(d, 16, 32)}, DType::f16, &ref_scaler);
+    REQUIRE(cap.grads.size() == want.size());
+    for (size_t u = 0; u < want.size(); ++u) {
+      CAPTURE(u);
+      CHECK(reel::testing::bit_identical(cap.grads[u], want[u]));
+    }
+  }
 }
 
 TEST_CASE("fsdp: bad units are refused") {

@@ -139,7 +139,7 @@ TEST_CASE("FSDP (ZeRO-2 and ZeRO-3): an inf in one rank's shard skips the window
       CAPTURE(stage);
       auto model = make_model(dev);
       const Dense& last = static_cast<const Dense&>((*model)[1]);
-      dist::FullyShardedDataParallel fsdp(*model, {&(*model)[0], &(*model)[1]}, {stage, {}, true, {}});
+      dist::FullyShardedDataParallel fsdp(*model, {&(*model)[0], &(*model)[1]}, {stage, {}, true, {}, {}});
       optim::AdamW opt(fsdp.shard_parameters(), 0.01);
       optim::GradScaler scaler({256.0, 2.0, 0.5, 100});
       optim::Accumulator acc(opt, {1.0, nullptr, false, &fsdp, &scaler});
