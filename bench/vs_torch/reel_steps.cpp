@@ -7,13 +7,16 @@
 // --profile 1 times nothing: it runs the warm-up, then the steps under a reel::Profiler, and prints
 // its kernel, op and phase tables (where a step's time goes) instead of the line.
 //
-// Workloads (f32, CPU):
+// Workloads (CPU; f32 but for gpt_bf16):
 //   mlp128, mlp512   nn::MLP 784-512-512-10 (ReLU) as examples/fashion_mnist_mlp builds it,
 //                    cross-entropy, SGD (momentum 0.9) step at batch 128 / 512
 //   accum8x16        the same MLP, 8 micro-batches of 16 accumulated, then one SGD step
 //   gpt_tied,        examples/char_gpt's default GPT (3 blocks, 4 heads, n_embd 96, block_size 64,
 //   gpt_untied       vocabulary 114, 32 sequences, dropout 0, biases) with its AdamW step and
 //                    gradient clipping at 1.0, LM head tied to wte or not
+//   gpt_bf16         gpt_tied in mixed precision, as char_gpt --precision bf16 trains: forward and
+//                    loss under autograd::Autocast(bf16), f32 master weights, the backward and the
+//                    AdamW step outside the scope (in the recorded dtypes), no loss scaler
 //   chain            64 x [Linear(1024) + GELU] at batch 256 (bench/bench_memory_plan's chain),
 //                    no checkpointing, loss = sum of the output, forward + backward only
 //
@@ -29,6 +32,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -96,7 +100,9 @@ Workload mlp(int64_t micro, int64_t size) {
   return w;
 }
 
-Workload gpt(bool tied) {
+// `precision`: the dtype the forward and the loss run under (autograd::Autocast, as char_gpt's
+// batch_loss does for --precision), or nullopt for plain f32.
+Workload gpt(bool tied, std::optional<DType> precision = std::nullopt) {
   manual_seed(2);
   std::mt19937_64 rng(2);
   nn::GPTConfig c;
@@ -120,11 +126,14 @@ Workload gpt(bool tied) {
   const std::vector<Batch> batches = {
       {random_ids({kGptBatch, kBlockSize}, kVocab, rng), random_ids({kGptBatch, kBlockSize}, kVocab, rng)}};
   optim::Accumulator& acc = *w.accumulator;
-  w.step = [&acc, model, batches] {
+  w.step = [&acc, model, batches, precision] {
     return acc
         .step<Batch>(
             batches, [](const Batch& b) { return b.y.numel(); },
-            [&](const Batch& b) { return cross_entropy((*model)(b.x), b.y, -100, "sum"); })
+            [&](const Batch& b) {
+              autograd::Autocast amp(precision);  // closes before the Accumulator's backward
+              return cross_entropy((*model)(b.x), b.y, -100, "sum");
+            })
         .loss;
   };
   return w;
@@ -157,15 +166,18 @@ Workload make(const std::string& name) {
   if (name == "accum8x16") return mlp(8, 16);
   if (name == "gpt_tied") return gpt(true);
   if (name == "gpt_untied") return gpt(false);
+  if (name == "gpt_bf16") return gpt(true, DType::bf16);
   if (name == "chain") return chain();
-  REEL_FAIL("unknown workload '", name, "' (mlp128, mlp512, accum8x16, gpt_tied, gpt_untied, chain)");
+  REEL_FAIL("unknown workload '", name, "' (mlp128, mlp512, accum8x16, gpt_tied, gpt_untied, gpt_bf16, chain)");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: reel_steps WORKLOAD STEPS [--warmup N] [--threads N] [--profile 1]\n");
+    std::fprintf(stderr,
+                 "usage: reel_steps WORKLOAD STEPS [--warmup N] [--threads N] [--profile 1]\n"
+                 "  WORKLOAD: mlp128, mlp512, accum8x16, gpt_tied, gpt_untied, gpt_bf16, chain\n");
     return 2;
   }
   const std::string name = argv[1];

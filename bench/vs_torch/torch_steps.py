@@ -14,9 +14,14 @@
 # zero_grad(set_to_none=True), 2.0's default and the faster choice (no pass zeroing the gradients;
 # reel zeroes its gradient buffers in place instead and keeps them allocated).
 #
+# gpt_bf16 is gpt_tied in mixed precision, PyTorch's CPU recipe: the forward and the loss inside
+# torch.autocast("cpu", dtype=torch.bfloat16) (f32 parameters; the linears and matmuls run in bf16),
+# the backward, the clipping and the AdamW step outside it; no GradScaler (bf16 needs none).
+#
 # Output, one line: vs_torch {"framework": "torch", "workload": ..., "params": ..., "median_ms": ...,
 # "ms": [per step], "loss": the last step's, "blas": path}.
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -176,18 +181,23 @@ def mlp_step(micro, size):
     return model, step
 
 
-def gpt_step(tied):
-    """char_gpt's step: AdamW (lr 4e-3, weight decay 0.01), gradients clipped at norm 1.0."""
+def gpt_step(tied, bf16=False):
+    """char_gpt's step: AdamW (lr 4e-3, weight decay 0.01), gradients clipped at norm 1.0; with
+    `bf16` the forward and the loss under CPU autocast to bfloat16 (the rest outside it)."""
     model = GPT(tied).train()
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=4e-3, weight_decay=0.01)
     x = torch.randint(0, VOCAB, (GPT_BATCH, BLOCK_SIZE))
     y = torch.randint(0, VOCAB, (GPT_BATCH, BLOCK_SIZE))
 
+    def amp():
+        return torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+
     def step():
         opt.zero_grad(set_to_none=True)
-        logits = model(x)
-        loss = F.cross_entropy(logits.view(-1, VOCAB), y.view(-1), reduction="sum") / y.numel()
+        with amp():
+            logits = model(x)
+            loss = F.cross_entropy(logits.view(-1, VOCAB), y.view(-1), reduction="sum") / y.numel()
         loss.backward()
         value = loss.item()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -215,6 +225,7 @@ WORKLOADS = {
     "accum8x16": lambda: mlp_step(8, 16),
     "gpt_tied": lambda: gpt_step(True),
     "gpt_untied": lambda: gpt_step(False),
+    "gpt_bf16": lambda: gpt_step(True, bf16=True),
     "chain": chain_step,
 }
 
