@@ -17,8 +17,8 @@ namespace reel::kernels {
 // Dtypes: x, w, b (and dy) one floating dtype, f32, f64, bf16 or f16; the outputs y, dx, dw, db
 // are in it. 16-bit values are widened to f32 on load, the statistics and sums are f32 (dw/db
 // partials f64, as for f32), and each output element is rounded once. A 16-bit x with f32 weights
-// is rejected (dtypes differ): under autocast the norms run in f32 (x cast up, as torch.autocast's
-// fp32 list does for layer_norm and group_norm), so the mixed case has no caller.
+// is rejected (dtypes differ): autocast casts x, w and b down together (the norms are Lower in
+// autograd/autocast.cpp, statistics f32 inside the kernel), so the mixed case has no caller.
 //   LayerNorm: y = (x - mean) * rstd * w + b,  rstd = 1 / sqrt(var + eps), var biased (/ C)
 //   RMSNorm:   y = x * rstd * w,               rstd = 1 / sqrt(mean(x^2) + eps)
 struct LayerNormForward { Tensor y, mean, rstd; };   // (N..., C), (N...), (N...)
