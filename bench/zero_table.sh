@@ -41,6 +41,15 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
 ms() { awk -v s="$1" -v n="$steps" 'BEGIN { printf "%.1f", 1000 * s / n }'; }
 
 format="%-10s %-43s %12s %8s %12s %12s %8s %9s %9s\n"
+# row checkpoint label joint together activation seconds val: one table row. The first row after
+# plain_val is emptied is the reference of the val-loss column ("vs ZeRO 0"); the others print their
+# relative difference from it.
+row() {
+  local rel=-
+  if [ -z "$plain_val" ]; then plain_val=$7
+  else rel=$(awk -v a="$7" -v b="$plain_val" 'BEGIN { d = (a - b) / b; printf "%.1e", d < 0 ? -d : d }'); fi
+  printf "$format" "$1" "$2" "$3" "$(ratio "$3" "$single_joint")" "$4" "$5" "$(ms "$6")" "$7" "$rel"
+}
 printf "char_gpt, %s steps of 2 micro-batches; rank 0's peak bytes on cpu (2 ranks under mpirun, 1 thread each)\n" "$steps"
 printf "$format" checkpoint run "state peak" "x 1 proc" "sum of peaks" activation "ms/step" "val loss" "vs ZeRO 0"
 read -r single_joint together activation seconds val < <(run "$gpt" "${common[@]}")
@@ -65,11 +74,7 @@ for ckpt in none sqrt; do
           label="ZeRO 3, $mode, $units"
           if [ "$prefetch" = 0 ]; then label="$label, no prefetch"; fi
         fi
-        rel=-
-        if [ -z "$plain_val" ]; then plain_val=$val
-        else rel=$(awk -v a="$val" -v b="$plain_val" 'BEGIN { d = (a - b) / b; printf "%.1e", d < 0 ? -d : d }'); fi
-        printf "$format" "$ckpt" "$label" "$joint" "$(ratio "$joint" "$single_joint")" "$together" "$activation" \
-          "$(ms "$seconds")" "$val" "$rel"
+        row "$ckpt" "$label" "$joint" "$together" "$activation" "$seconds" "$val"
       done
     done
   done
@@ -94,11 +99,7 @@ for variant in "0 block 1" "2 block 1" "3 block 1" "3 block 0" "3 layer 1" "3 la
     label="ZeRO 3, bf16 parameters, $units"
     if [ "$prefetch" = 0 ]; then label="$label, no prefetch"; fi
   fi
-  rel=-
-  if [ -z "$plain_val" ]; then plain_val=$val
-  else rel=$(awk -v a="$val" -v b="$plain_val" 'BEGIN { d = (a - b) / b; printf "%.1e", d < 0 ? -d : d }'); fi
-  printf "$format" sqrt "$label" "$joint" "$(ratio "$joint" "$single_joint")" "$together" "$activation" \
-    "$(ms "$seconds")" "$val" "$rel"
+  row sqrt "$label" "$joint" "$together" "$activation" "$seconds" "$val"
 done
 
 # Deeper models: each block a smaller share of the parameters, so the units in flight weigh less.
