@@ -4,8 +4,9 @@
 // kernels::matmul in f32, bf16 and f16 on reel's threads and the ratios bf16 / f32 and f16 / f32
 // (the mixed-precision issue's target: bf16 at least 1.6x f32 on a CPU with AVX512-BF16).
 //
-//   ./bench_gemm16 [--rounds N] [--ms T] [--kn] [filter]
+//   ./bench_gemm16 [--rounds N] [--ms T] [--kn] [--backward] [filter]
 //   --kn: W stored (C, out), x @ W, instead of nn::Linear's (out, C) and x @ W^T
+//   --backward: also the two products of the Linear's backward rule, dx = dy @ W and dW = dy^T @ x
 //   filter: only products whose name contains it (e.g. "gpt2", "head")
 // Products: the forward of each Linear of a GPT block and of the head, x (M, C) @ W^T with W
 // (out, C) as nn::Linear stores it: (C, 3C) qkv, (C, C) attention projection, (C, 4C) and (4C, C)
@@ -81,11 +82,12 @@ int main(int argc, char** argv) {
   int rounds = 5;
   double ms = 100;
   std::string filter;
-  bool kn = false;
+  bool kn = false, backward = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--ms") && i + 1 < argc) ms = std::atof(argv[++i]);
     else if (!std::strcmp(argv[i], "--kn")) kn = true;
+    else if (!std::strcmp(argv[i], "--backward")) backward = true;
     else filter = argv[i];
   }
   print_cpu();
@@ -109,27 +111,43 @@ int main(int argc, char** argv) {
     const Tensor x = randn({p.M, p.C}, DType::f32, Device::cpu(), &gen);
     const Tensor w = kn ? randn({p.C, p.out}, DType::f32, Device::cpu(), &gen)
                         : randn({p.out, p.C}, DType::f32, Device::cpu(), &gen);
+    const Tensor dy = randn({p.M, p.out}, DType::f32, Device::cpu(), &gen);
     const DType types[3] = {DType::f32, DType::bf16, DType::f16};
-    Tensor xs[3], ws[3];
-    for (int d = 0; d < 3; ++d) xs[d] = x.to(types[d]), ws[d] = w.to(types[d]);
-    std::vector<double> secs[3];
-    for (int d = 0; d < 3; ++d) kernels::matmul(xs[d], ws[d], false, !kn);  // warm-up
-    for (int r = 0; r < rounds; ++r)
-      for (int i = 0; i < 3; ++i) {
-        const int d = (i + r) % 3;  // rotate the order, so a slow spell falls on all dtypes alike
-        secs[d].push_back(time_calls([&] { kernels::matmul(xs[d], ws[d], false, !kn); }, ms));
-      }
-    double gflops[3];
-    for (int d = 0; d < 3; ++d) {
-      std::sort(secs[d].begin(), secs[d].end());
-      gflops[d] = 2.0 * p.M * p.C * p.out / secs[d][secs[d].size() / 2] / 1e9;
+    Tensor xs[3], ws[3], dys[3];
+    for (int d = 0; d < 3; ++d) xs[d] = x.to(types[d]), ws[d] = w.to(types[d]), dys[d] = dy.to(types[d]);
+    // The forward product and, with --backward, the two of nn::Linear's backward rule: dx = dy @ W
+    // (M, C) and dW = dy^T @ x (out, C) (with --kn: dy @ W^T and x^T @ dy).
+    struct Pass {
+      const char* suffix;
+      std::function<void(int)> run;
+      int64_t m, k, n;  // (m, k) x (k, n)
+    };
+    std::vector<Pass> passes{{"", [&](int d) { kernels::matmul(xs[d], ws[d], false, !kn); }, p.M, p.C, p.out}};
+    if (backward) {
+      passes.push_back({" dx", [&](int d) { kernels::matmul(dys[d], ws[d], false, kn); }, p.M, p.out, p.C});
+      if (kn) passes.push_back({" dW", [&](int d) { kernels::matmul(xs[d], dys[d], true, false); }, p.C, p.M, p.out});
+      else passes.push_back({" dW", [&](int d) { kernels::matmul(dys[d], xs[d], true, false); }, p.out, p.M, p.C});
     }
-    char shape[64];
-    std::snprintf(shape, sizeof shape, "(%lld, %lld)x(%lld, %lld)", static_cast<long long>(p.M),
-                  static_cast<long long>(p.C), static_cast<long long>(p.C), static_cast<long long>(p.out));
-    std::printf("%-22s %18s %9.1f %9.1f %9.1f %9.2fx %9.2fx\n", p.name.c_str(), shape, gflops[0], gflops[1], gflops[2],
-                gflops[1] / gflops[0], gflops[2] / gflops[0]);
-    std::fflush(stdout);
+    for (const Pass& pass : passes) {
+      std::vector<double> secs[3];
+      for (int d = 0; d < 3; ++d) pass.run(d);  // warm-up
+      for (int r = 0; r < rounds; ++r)
+        for (int i = 0; i < 3; ++i) {
+          const int d = (i + r) % 3;  // rotate the order, so a slow spell falls on all dtypes alike
+          secs[d].push_back(time_calls([&] { pass.run(d); }, ms));
+        }
+      double gflops[3];
+      for (int d = 0; d < 3; ++d) {
+        std::sort(secs[d].begin(), secs[d].end());
+        gflops[d] = 2.0 * p.M * p.C * p.out / secs[d][secs[d].size() / 2] / 1e9;
+      }
+      char shape[64];
+      std::snprintf(shape, sizeof shape, "(%lld, %lld)x(%lld, %lld)", static_cast<long long>(pass.m),
+                    static_cast<long long>(pass.k), static_cast<long long>(pass.k), static_cast<long long>(pass.n));
+      std::printf("%-22s %18s %9.1f %9.1f %9.1f %9.2fx %9.2fx\n", (p.name + pass.suffix).c_str(), shape, gflops[0],
+                  gflops[1], gflops[2], gflops[1] / gflops[0], gflops[2] / gflops[0]);
+      std::fflush(stdout);
+    }
   }
   return 0;
 }

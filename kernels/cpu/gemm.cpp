@@ -107,7 +107,7 @@ void onednn_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float
 // C (m, n) f32 = op(A) @ op(B) with 16-bit A and B, or C += that (a sum post-op, computed in f32).
 // A primitive is made per shape and layout, on the calling thread under OneThread (its blocking is
 // chosen for one thread) and kept in a per-thread cache: a GPT step has a few dozen shapes.
-using MatmulKey = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool>;
+using MatmulKey = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, bool>;
 
 const dnnl::engine& cpu_engine() {
   static const dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);  // never destroyed
@@ -118,46 +118,61 @@ dnnl::memory::data_type dnnl_type(DType t) {
   return t == DType::bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f16;
 }
 
-// The matmul primitive descriptor for op(A) (m, k) @ op(B) (k, n) -> C (m, n) f32 with these
-// leading dimensions; accumulate adds a sum post-op (C += product).
+// The matmul primitive descriptor for op(A) (m, k) @ op(B) (k, n) -> C (m, n) with these leading
+// dimensions, C f32 or (rounded) the inputs' 16-bit type; bias adds a (1, n) bias of the inputs'
+// type, accumulate a sum post-op (C += product); both are added to the f32 sum before any rounding.
 dnnl::matmul::primitive_desc matmul16_pd(DType t, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda,
-                                         int64_t ldb, int64_t ldc, bool accumulate) {
+                                         int64_t ldb, int64_t ldc, bool rounded, bool bias, bool accumulate) {
   using md = dnnl::memory::desc;
   const md a_md({m, k}, dnnl_type(t), ta ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
   const md b_md({k, n}, dnnl_type(t), tb ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
-  const md c_md({m, n}, dnnl::memory::data_type::f32, dnnl::memory::dims{ldc, 1});
+  const md c_md({m, n}, rounded ? dnnl_type(t) : dnnl::memory::data_type::f32, dnnl::memory::dims{ldc, 1});
   dnnl::primitive_attr attr;
   if (accumulate) {
     dnnl::post_ops ops;
     ops.append_sum(1.0f);
     attr.set_post_ops(ops);
   }
+  if (bias) {
+    const md bias_md({1, n}, dnnl_type(t), dnnl::memory::dims{n, 1});
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, bias_md, c_md), attr, cpu_engine());
+  }
   return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), attr, cpu_engine());
 }
 
-template <typename T>
+// One product on oneDNN's 16-bit matmul, C of type Out (f32, or T: rounded once), with an optional
+// (n) bias of T.
+template <typename T, typename Out>
 void onednn_matmul16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
-                     int64_t ldb, bool accumulate, float* c, int64_t ldc) {
+                     int64_t ldb, const T* bias, bool accumulate, Out* c, int64_t ldc) {
   constexpr DType t = dtype_of<T>::value;
+  constexpr bool rounded = std::is_same_v<Out, T>;
   OneThread one;
   struct Primitive {
     dnnl::matmul matmul;
-    dnnl::memory::desc a, b, c;
+    dnnl::memory::desc a, b, bias, c;
   };
   thread_local std::map<MatmulKey, Primitive> cache;
   thread_local dnnl::stream stream(cpu_engine());
-  const MatmulKey key{static_cast<int>(t), ta, tb, m, n, k, lda, ldb, ldc, accumulate};
+  const MatmulKey key{static_cast<int>(t), ta, tb, m, n, k, lda, ldb, ldc, accumulate, rounded, bias != nullptr};
   auto it = cache.find(key);
   try {
     if (it == cache.end()) {
-      const auto pd = matmul16_pd(t, ta, tb, m, n, k, lda, ldb, ldc, accumulate);
-      it = cache.emplace(key, Primitive{dnnl::matmul(pd), pd.src_desc(), pd.weights_desc(), pd.dst_desc()}).first;
+      const auto pd = matmul16_pd(t, ta, tb, m, n, k, lda, ldb, ldc, rounded, bias != nullptr, accumulate);
+      const dnnl::memory::desc bias_md = bias ? pd.bias_desc() : dnnl::memory::desc();
+      it = cache.emplace(key, Primitive{dnnl::matmul(pd), pd.src_desc(), pd.weights_desc(), bias_md, pd.dst_desc()})
+               .first;
     }
     const Primitive& p = it->second;
     dnnl::memory am(p.a, cpu_engine(), const_cast<T*>(a));
     dnnl::memory bm(p.b, cpu_engine(), const_cast<T*>(b));
     dnnl::memory cm(p.c, cpu_engine(), c);
-    p.matmul.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    if (bias) {
+      dnnl::memory biasm(p.bias, cpu_engine(), const_cast<T*>(bias));
+      p.matmul.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_BIAS, biasm}, {DNNL_ARG_DST, cm}});
+    } else {
+      p.matmul.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    }
     stream.wait();
   } catch (const dnnl::error& e) {
     REEL_FAIL("matmul: oneDNN ", dtype_name(t), " matmul failed (", e.what(), ") on (", m, ", ", k, ") @ (", k, ", ",
@@ -175,7 +190,12 @@ bool isa_has(dnnl::cpu_isa isa, dnnl::cpu_isa level) {
 std::string probe_matmul16(DType t) {
   OneThread one;
   try {
-    return matmul16_pd(t, false, false, 256, 256, 256, 256, 256, 256, false).impl_info_str();
+    // The f32 destination's kernel is the one reported; a 16-bit destination (gemm16_rounded) must
+    // get a kernel of the same family, not a reference one.
+    const std::string impl = matmul16_pd(t, false, false, 256, 256, 256, 256, 256, 256, false, false, false).impl_info_str();
+    const std::string rounded =
+        matmul16_pd(t, false, true, 256, 256, 256, 256, 256, 256, true, true, true).impl_info_str();
+    return rounded == impl ? impl : "";
   } catch (const dnnl::error&) {
     return "";
   }
@@ -234,7 +254,7 @@ void gemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, 
   if constexpr (is_16bit_floating(dtype_of<T>::value)) {
 #if defined(REEL_ONEDNN)
     if (k > 0 && gemm16().onednn[std::is_same_v<T, f16> ? 1 : 0])
-      return onednn_matmul16(ta, tb, m, n, k, a, lda, b, ldb, accumulate, c, ldc);
+      return onednn_matmul16<T, float>(ta, tb, m, n, k, a, lda, b, ldb, nullptr, accumulate, c, ldc);
 #endif
     // Exact widening to f32, then the f32 GEMM: the same f32 sums of exact products.
     thread_local std::vector<float> a32, b32;
@@ -259,6 +279,24 @@ template void gemm_serial<bf16>(bool, bool, int64_t, int64_t, int64_t, const bf1
                                 bool, float*, int64_t);
 template void gemm_serial<f16>(bool, bool, int64_t, int64_t, int64_t, const f16*, int64_t, const f16*, int64_t, bool,
                                float*, int64_t);
+
+template <typename T>
+void gemm16_rounded(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
+                    int64_t ldb, const T* bias, bool accumulate, T* c, int64_t ldc) {
+  REEL_CHECK(k > 0 && gemm16_native(dtype_of<T>::value), "matmul: gemm16_rounded needs oneDNN's ",
+             dtype_of<T>::value, " matmul and k > 0 (k = ", k, ")");
+  if (m == 0 || n == 0) return;
+#if defined(REEL_ONEDNN)
+  onednn_matmul16<T, T>(ta, tb, m, n, k, a, lda, b, ldb, bias, accumulate, c, ldc);
+#else
+  (void)ta, (void)tb, (void)a, (void)lda, (void)b, (void)ldb, (void)bias, (void)accumulate, (void)c, (void)ldc;
+#endif
+}
+
+template void gemm16_rounded<bf16>(bool, bool, int64_t, int64_t, int64_t, const bf16*, int64_t, const bf16*, int64_t,
+                                   const bf16*, bool, bf16*, int64_t);
+template void gemm16_rounded<f16>(bool, bool, int64_t, int64_t, int64_t, const f16*, int64_t, const f16*, int64_t,
+                                  const f16*, bool, f16*, int64_t);
 
 const char* gemm_engine_f32() {
 #if defined(REEL_ONEDNN)

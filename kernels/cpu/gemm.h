@@ -10,7 +10,8 @@
 // alignment or leading dimensions, not on the thread count once it runs on one thread).
 //
 // bf16 and f16 operands accumulate in f32 and the product is written in f32 (acc_t), for the caller
-// to round once to the 16-bit output. Their path is chosen once per process (gemm16_path()): oneDNN's
+// to round once to the 16-bit output; or, on oneDNN's 16-bit matmul, rounded once by it straight
+// into a 16-bit output (gemm16_rounded: no f32 copy of the output, no rounding pass after). Their path is chosen once per process (gemm16_path()): oneDNN's
 // matmul primitive with 16-bit inputs and an f32 destination where oneDNN reports an ISA with
 // native instructions for the type (AVX512-BF16 or AMX for bf16; oneDNN 2.6 has no f16 ISA level,
 // so f16 needs oneDNN to offer a non-reference f16 matmul for this CPU), else the operands are
@@ -31,6 +32,15 @@ namespace reel::kernels::cpu {
 template <typename T>
 void gemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
                  int64_t ldb, bool accumulate, acc_type_t<T>* c, int64_t ldc);
+
+// C (m, n) of T = op(A) @ op(B), plus an optional (n) bias on every row, plus C's own values when
+// accumulate (the bias then replaces them, as gemm_serial's callers do: bias and accumulate are not
+// combined), all summed in f32 and rounded to T once (to nearest even): the same value gemm_serial's
+// f32 C rounded afterwards gives, without the f32 copy of C. Only where gemm16_native(T) and k > 0
+// (a reel::Error otherwise).
+template <typename T>
+void gemm16_rounded(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
+                    int64_t ldb, const T* bias, bool accumulate, T* c, int64_t ldc);
 
 // Which engine f32 products run on in this build: "oneDNN sgemm" or "Eigen".
 const char* gemm_engine_f32();

@@ -22,11 +22,12 @@
 // accumulated onto them (a GEMM with beta = 1), so there is no zero fill either. accumulate: the
 // same beta = 1 onto what out holds (kernels::matmul_into_).
 //
-// bf16 and f16 on oneDNN's 16-bit matmul: the blocks' GEMMs write f32 (exact products summed in
-// f32, kernels/cpu/gemm.h) into an f32 copy of out, bias and accumulated values included, and each
-// element is rounded to 16 bits once at the end (to nearest even), as cuBLAS's GemmEx with an f32
-// compute type does. Without a 16-bit engine the operands are widened to f32 once and the f32
-// product runs, rounded into out the same way.
+// bf16 and f16 on oneDNN's 16-bit matmul: each block's f32 sums (exact products summed in f32,
+// kernels/cpu/gemm.h), bias or accumulated values included, are rounded to 16 bits once (to nearest
+// even) straight into out by oneDNN (gemm16_rounded), as cuBLAS's GemmEx with an f32 compute type
+// does; no f32 copy of out, no second pass. A product cut along K keeps its slices' f32 sums in an
+// f32 copy of out and rounds each element once at the end. Without a 16-bit engine the operands are
+// widened to f32 once and the f32 product runs, rounded into out the same way.
 //
 // Operands are taken in place when one of their last two dims has stride 1 (row-major, or
 // column-major = a transposed view: kernels/matmul_layout.h), so transposes cost no copy; other
@@ -89,23 +90,27 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
   const int64_t batches = out.numel() / std::max<int64_t>(M * N, 1);
   const T* pa = A.t.template data<T>();
   const T* pb = B.t.template data<T>();
-  // The GEMMs write acc_t: out itself for f32 and f64; for bf16 and f16 an f32 copy of out (its
-  // values when accumulating), rounded once into out at the end.
-  constexpr bool wide = !std::is_same_v<T, acc_t>;
-  std::vector<acc_t> wide_out(wide ? static_cast<size_t>(out.numel()) : 0);
+  const T* pbias = bias.defined() ? bias.template data<T>() : nullptr;  // (N) or none
+  const Shape& shape = out.shape();
+  const Split split = split_of(M, N, K, batches, A.col_major);
+  // The GEMMs write acc_t: out itself for f32 and f64. bf16 and f16 blocks round their f32 sums
+  // straight into out (gemm16_rounded) when oneDNN runs them and K is not sliced; otherwise they
+  // write an f32 copy of out (its values when accumulating), rounded once into out at the end.
+  constexpr bool is16 = !std::is_same_v<T, acc_t>;
+  const bool rounded = is16 && K > 0 && split.kparts == 1;  // matmul() sends no 16-bit product here unless native
+  const bool wide = is16 && !rounded;
+  std::vector<acc_t> wide_out;
   acc_t* pc = nullptr;
-  if constexpr (wide) {
+  if (wide) {
+    wide_out.resize(static_cast<size_t>(out.numel()));
     pc = wide_out.data();
     if (accumulate) {
       const T* o = out.template data<T>();
       for (int64_t i = 0; i < out.numel(); ++i) pc[i] = static_cast<acc_t>(o[i]);
     }
-  } else {
+  } else if constexpr (!is16) {
     pc = out.template data<T>();
   }
-  const T* pbias = bias.defined() ? bias.template data<T>() : nullptr;  // (N) or none
-  const Shape& shape = out.shape();
-  const Split split = split_of(M, N, K, batches, A.col_major);
   // K slice `kp`'s partial product, for kp >= 1: written here (acc_t), added into out afterwards.
   std::vector<acc_t> partials(static_cast<size_t>(split.kparts - 1) * static_cast<size_t>(M * N));
   // Rows [lo, hi) (split.rows) or columns [lo, hi) of product b, or K slice kp of the only product.
@@ -124,6 +129,13 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
       gemm_serial<T>(A.col_major, B.col_major, M, N, k1 - k0, a, A.ld, bb, B.ld, false,
                      partials.data() + (kp - 1) * M * N, N);
       return;
+    }
+    if constexpr (is16) {
+      if (rounded) {
+        gemm16_rounded<T>(A.col_major, B.col_major, rows, cols, K, a, A.ld, bb, B.ld, pbias ? pbias + col0 : nullptr,
+                          accumulate, out.template data<T>() + b * M * N + row0 * N + col0, N);
+        return;
+      }
     }
     acc_t* c = pc + b * M * N + row0 * N + col0;
     if (pbias)
@@ -153,7 +165,7 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
       }
     }
   }
-  if constexpr (wide) {  // the one rounding of each f32 result to 16 bits
+  if (wide) {  // the one rounding of each f32 result to 16 bits
     T* o = out.template data<T>();
     const int64_t n = out.numel();
 #pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
