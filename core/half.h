@@ -17,8 +17,9 @@
 // * NaN: the sign and the top fraction bits (payload) are kept and the quiet bit set, both ways,
 //   as x86 F16C and Arm FCVT do. So 16 -> f32 -> 16 gives back every bit pattern except a
 //   signalling NaN, which comes back quieted (same sign and payload); there is no canonical NaN.
-// bf16 takes a branch-free shortcut both ways (a shift and an integer rounding add), so that loops
-// over bf16 data vectorise; f16 takes the general integer path.
+// bf16 and f16 take branch-free shortcuts both ways (bf16: a shift and an integer rounding add; f16:
+// every case in 32-bit integers, one picked by selects), so that loops over 16-bit data vectorise;
+// the general integer paths (from_f32_general, to_f32_general) are their reference in the tests.
 // Only storage and conversion: no arithmetic operators. A kernel computes in float (the implicit
 // conversion, AccType in core/dtype.h) and stores with bf16(x) / f16(x).
 #pragma once
@@ -27,6 +28,14 @@
 #include <type_traits>
 
 #include "core/host_device.h"  // REEL_HOST_DEVICE
+
+// The f32 <-> 16-bit conversions are forced inline: in a file of many kernels GCC kept f16's out of
+// line, and a call per element keeps a conversion loop from vectorising (10x slower).
+#if defined(__CUDACC__)
+#define REEL_HALF_INLINE __forceinline__
+#else
+#define REEL_HALF_INLINE __attribute__((always_inline)) inline
+#endif
 
 namespace reel {
 
@@ -125,7 +134,7 @@ REEL_HOST_DEVICE inline uint16_t from_f32_general(float f) {
 }
 
 template <int E, int M>
-REEL_HOST_DEVICE inline uint16_t from_f32(float f) {
+REEL_HOST_DEVICE REEL_HALF_INLINE uint16_t from_f32(float f) {
   if constexpr (E == 8 && M == 7) {
     const uint32_t u = bits_of(f);
     // bf16 shares f32's exponent field, so rounding the low 16 bits away is the whole conversion
@@ -135,6 +144,29 @@ REEL_HOST_DEVICE inline uint16_t from_f32(float f) {
     const uint16_t rounded = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
     const uint16_t nan = static_cast<uint16_t>((u >> 16) | 0x0040u);  // quieted, sign and payload kept
     return (u & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
+  } else if constexpr (E == 5 && M == 10) {
+    // f16: every case computed in 32-bit integers and one chosen by selects, no branch, so a loop
+    // of these vectorises; the same bits as the general path below.
+    const uint32_t u = bits_of(f);
+    const uint32_t a = u & 0x7fffffffu, sign = (u >> 16) & 0x8000u;
+    const uint32_t nan = 0x7e00u | ((a >> 13) & 0x3ffu);  // quieted, payload kept
+    // A normal f16 (|f| >= 2^-14): rebias the exponent (f32 127 -> f16 15) and round the low 13
+    // bits away to nearest even; a carry past 65504's binade, and f32's inf, give 0x7c00 or more:
+    // inf.
+    const uint32_t r = a - 0x38000000u;
+    const uint32_t normal_raw = (r + 0xfffu + ((r >> 13) & 1u)) >> 13;
+    const uint32_t normal = normal_raw < 0x7c00u ? normal_raw : 0x7c00u;
+    // A subnormal f16 (|f| < 2^-14): the 24-bit significand in units of 2^-24 is significand >>
+    // (126 - exponent), rounded to nearest even (a carry into 0x400 is the smallest normal, its
+    // right encoding). Shifts of 25 and more round to zero; capped at 31 so they stay defined.
+    const uint32_t e = a >> 23;
+    const uint32_t shift = e >= 95u ? 126u - e : 31u;
+    const uint32_t sig = (a & 0x7fffffu) | 0x800000u;
+    const uint32_t sub = (sig + (1u << (shift - 1u)) - 1u + ((sig >> shift) & 1u)) >> shift;  // < 2^31: no wrap
+    // Narrowed before the selects, as bf16's: GCC vectorises selects of 16-bit values here.
+    const uint16_t nan16 = static_cast<uint16_t>(sign | nan), normal16 = static_cast<uint16_t>(sign | normal);
+    const uint16_t sub16 = static_cast<uint16_t>(sign | sub);
+    return a > 0x7f800000u ? nan16 : a >= 0x38800000u ? normal16 : sub16;
   } else {
     return from_f32_general<E, M>(f);
   }
@@ -188,11 +220,29 @@ REEL_HOST_DEVICE inline float to_f32_general(uint16_t h) {
 }
 
 template <int E, int M>
-REEL_HOST_DEVICE inline float to_f32(uint16_t h) {
+REEL_HOST_DEVICE REEL_HALF_INLINE float to_f32(uint16_t h) {
   if constexpr (E == 8 && M == 7) {
     // Exact by a shift for every value (bf16 is f32's top half); a NaN gets the quiet bit.
     const uint32_t u = static_cast<uint32_t>(h) << 16;
     return float_of((u & 0x7fffffffu) > 0x7f800000u ? u | 0x400000u : u);
+  } else if constexpr (E == 5 && M == 10) {
+    // f16: each case computed and one chosen by selects, no branch (a loop vectorises); the same
+    // bits as the general path. A subnormal's frac * 2^-24 comes from an exact int -> float
+    // conversion, scaled in its exponent bits: no float arithmetic, no flush-to-zero mode to mind.
+    const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+    const uint32_t exp = (h >> 10) & 0x1fu, frac = h & 0x3ffu;
+    const uint32_t quiet = ((frac + 0x3ffu) >> 10) << 22;  // the quiet bit, for a NaN (frac != 0) only
+    const uint32_t special = 0x7f800000u | quiet | (frac << 13);  // inf, or NaN quieted, payload kept
+    const uint32_t normal = ((exp + 112u) << 23) | (frac << 13);
+    // frac * 2^-24: frac converted exactly, its exponent field lowered by 24 (still >= 103: an f32
+    // normal); for frac = 0 the wrapped difference is the larger one and the min keeps 0.
+    const uint32_t whole = bits_of(static_cast<float>(static_cast<int32_t>(frac)));
+    const uint32_t scaled = whole - (24u << 23);
+    const uint32_t sub = scaled < whole ? scaled : whole;
+    // Picked by masks rather than selects: GCC would move the (possibly trapping, to it) int ->
+    // float conversion into a branch of the selects and then not vectorise.
+    const uint32_t is_special = 0u - static_cast<uint32_t>(exp == 0x1fu), is_sub = 0u - static_cast<uint32_t>(exp == 0u);
+    return float_of(sign | (special & is_special) | (sub & is_sub) | (normal & ~(is_special | is_sub)));
   } else {
     return to_f32_general<E, M>(h);
   }
@@ -207,12 +257,12 @@ struct bf16 {
   uint16_t bits;
 
   bf16() = default;
-  REEL_HOST_DEVICE explicit bf16(float f) : bits(half_detail::from_f32<8, 7>(f)) {}
+  REEL_HOST_DEVICE REEL_HALF_INLINE explicit bf16(float f) : bits(half_detail::from_f32<8, 7>(f)) {}
   REEL_HOST_DEVICE explicit bf16(double d) : bits(half_detail::from_f64<8, 7>(d)) {}
   template <typename I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
   REEL_HOST_DEVICE explicit bf16(I i) : bits(half_detail::from_int<8, 7>(i)) {}
   REEL_HOST_DEVICE explicit bf16(f16 h);
-  REEL_HOST_DEVICE operator float() const { return half_detail::to_f32<8, 7>(bits); }
+  REEL_HOST_DEVICE REEL_HALF_INLINE operator float() const { return half_detail::to_f32<8, 7>(bits); }
   REEL_HOST_DEVICE static bf16 from_bits(uint16_t b) {
     bf16 x;
     x.bits = b;
@@ -225,12 +275,12 @@ struct f16 {
   uint16_t bits;
 
   f16() = default;
-  REEL_HOST_DEVICE explicit f16(float f) : bits(half_detail::from_f32<5, 10>(f)) {}
+  REEL_HOST_DEVICE REEL_HALF_INLINE explicit f16(float f) : bits(half_detail::from_f32<5, 10>(f)) {}
   REEL_HOST_DEVICE explicit f16(double d) : bits(half_detail::from_f64<5, 10>(d)) {}
   template <typename I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
   REEL_HOST_DEVICE explicit f16(I i) : bits(half_detail::from_int<5, 10>(i)) {}
   REEL_HOST_DEVICE explicit f16(bf16 b) : f16(static_cast<float>(b)) {}
-  REEL_HOST_DEVICE operator float() const { return half_detail::to_f32<5, 10>(bits); }
+  REEL_HOST_DEVICE REEL_HALF_INLINE operator float() const { return half_detail::to_f32<5, 10>(bits); }
   REEL_HOST_DEVICE static f16 from_bits(uint16_t b) {
     f16 x;
     x.bits = b;
