@@ -52,6 +52,22 @@ int main(int argc, char** argv) {
     table.add("layernorm bwd (dx, dw, db)", [&] { layernorm_backward(dy, x, w, ln.mean, ln.rstd); });
     table.add("rmsnorm fwd", [&] { rmsnorm_forward(x, w); });
     table.add("rmsnorm bwd (dx, dw)", [&] { rmsnorm_backward(dy, x, w, rn.rstd); });
+    // The same in bf16 and f16 (statistics f32, each output rounded once): half the bytes of f32.
+    for (const DType dt : {DType::bf16, DType::f16}) {
+      const std::string tag = std::string(" ") + dtype_name(dt);
+      Tensor xh = x.to(dt), dyh = dy.to(dt), wh = w.to(dt), bh = b.to(dt);
+      LayerNormForward lnh{};
+      RMSNormForward rnh{};
+      try {
+        lnh = layernorm_forward(xh, wh, bh);
+        rnh = rmsnorm_forward(xh, wh);
+      } catch (const Error&) {
+      }
+      table.add("layernorm fwd" + tag, [=] { layernorm_forward(xh, wh, bh); });
+      table.add("layernorm bwd" + tag, [=] { layernorm_backward(dyh, xh, wh, lnh.mean, lnh.rstd); });
+      table.add("rmsnorm fwd" + tag, [=] { rmsnorm_forward(xh, wh); });
+      table.add("rmsnorm bwd" + tag, [=] { rmsnorm_backward(dyh, xh, wh, rnh.rstd); });
+    }
 
     // ---- softmax / log-softmax / max along the last dim -----------------------------------------
     Tensor y, ly;

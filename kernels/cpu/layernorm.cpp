@@ -7,9 +7,17 @@
 // acc_t (f32 for f32, f64 for f64, f32 for a 16-bit type), spread over the SIMD lanes (16 partial
 // sums for f32, so each lane adds C/16 terms): widening every element to double made the f32
 // kernel compute-bound at half the memory speed. The mean sums x - x[0], so a row far from 0
-// (mean 1000, std 1) keeps the mean's low digits. All the elementwise math runs in acc_t too:
-// loads convert T -> acc_t, stores acc_t -> T (no-ops for f32 and f64). The saved mean and rstd are
-// acc_t (f32 for bf16 and f16 x: kernels/layernorm.h), never rounded to 16 bits.
+// (mean 1000, std 1) keeps the mean's low digits. All the elementwise math runs in acc_t too. The
+// saved mean and rstd are acc_t (f32 for bf16 and f16 x: kernels/layernorm.h), never rounded to
+// 16 bits.
+//
+// bf16 and f16 (LayerNorm and RMSNorm, forward and backward; GroupNorm still converts per
+// element): rows are widened to f32 a block at a time (block_rows: up to 8 rows, 16 KB) into
+// per-thread buffers, the same f32 sweeps run on them, and each output (y, dx) is rounded once on
+// store; w and b are widened once per call. The conversions are vector code (half.h's branch-free
+// bf16 shortcut, vectorised by the compiler; F16C for f16 where the build has it, else half.h per
+// element), the same bits as core/half.h.
+// Converting per element inside the sweeps ran 7x (bf16) and 30x (f16) the f32 time at C = 96.
 //
 // Backward fuses dx with the weight/bias gradients: per row, one sweep for the two row sums
 //   dxhat = dy * w,  a = mean(dxhat),  c = mean(dxhat * xhat)
@@ -26,8 +34,13 @@
 // (N, C) double partials, which are then added over the samples in order: deterministic too.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <utility>
 #include <vector>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 #include "kernels/backends.h"
 #include "kernels/cpu/parallel.h"
@@ -41,6 +54,81 @@ constexpr int64_t kFlush = 16;             // rows summed in acc_t before a flus
 // Rows per dw/db partial: at most ~64 partials (so the final sum stays cheap and the partials
 // (64, C) doubles fit in L2) and at least 32 rows each. Never a function of the thread count.
 int64_t rows_per_chunk(int64_t R) { return std::max<int64_t>(32, (R + 63) / 64); }
+
+template <typename T>
+constexpr bool kIs16 = std::is_same_v<T, bf16> || std::is_same_v<T, f16>;
+
+// The 16-bit paths widen rows to f32 in per-thread buffers, run the f32 arithmetic on them and
+// round each result once on store. The conversions: bf16 through core/half.h's branch-free
+// shortcut (a plain loop the compiler vectorises); f16 through the F16C instructions where the
+// build has them (exact both ways, to nearest even, NaN quieted with its payload: the same bits as
+// core/half.h's integer code for every one of the 2^16 and 2^32 inputs, checked exhaustively; half.h's
+// general f16 path vectorises to code 5x slower than the F16C one, or not at all for f32 -> f16),
+// else and for the tails through half.h one element at a time.
+template <typename T>
+void widen(const T* src, float* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__)
+  if constexpr (std::is_same_v<T, f16>) {
+#if defined(__AVX512F__)
+    for (const int64_t n16 = n / 16 * 16; i < n16; i += 16)
+      _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+#endif
+    for (const int64_t n8 = n / 8 * 8; i < n8; i += 8)
+      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+}
+
+template <typename T>
+void narrow(const float* src, T* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__)
+  if constexpr (std::is_same_v<T, f16>) {
+    constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+#if defined(__AVX512F__)
+    for (const int64_t n16 = n / 16 * 16; i < n16; i += 16)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtps_ph(_mm512_loadu_ps(src + i), kRne));
+#endif
+    for (const int64_t n8 = n / 8 * 8; i < n8; i += 8)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), kRne));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = static_cast<T>(src[i]);
+}
+
+// n floats of `buf`, starting on a 64-byte boundary (buf grows to fit), so that the vector loads
+// and stores of a widened row do not straddle cache lines.
+inline float* aligned_floats(std::vector<float>& buf, int64_t n) {
+  buf.resize(static_cast<size_t>(n) + 16);
+  const uintptr_t p = reinterpret_cast<uintptr_t>(buf.data());
+  return buf.data() + ((64 - p % 64) % 64) / sizeof(float);
+}
+
+// n rounded up to a whole number of 64-byte lines of floats: the stride of widened rows.
+inline int64_t round_up_16(int64_t n) { return (n + 15) / 16 * 16; }
+
+// Rows per block of a 16-bit path (at most kBlockRows): the block's widened rows (Cp floats each)
+// fill at most 16 KB of L1. A row's statistics end in a chain of dependent adds (the lane sums
+// folded one by one), a divide and a square root, which in the f32 loop overlap the next rows'
+// loads; with a widen and a narrow between them the out-of-order window no longer reached the next
+// row, and the bf16 forward took 2x the f32 one. Widening a block first and then running its rows'
+// chains back to back lets them overlap again.
+constexpr int64_t kBlockRows = 8;
+inline int64_t block_rows(int64_t Cp) { return std::max<int64_t>(1, std::min<int64_t>(kBlockRows, 4096 / Cp)); }
+
+// w (and b) as acc_t: the tensors themselves when T is acc_t, else widened once per call into `buf`.
+template <typename T, typename acc_t>
+const acc_t* as_acc(const T* p, std::vector<acc_t>& buf, int64_t n) {
+  if constexpr (std::is_same_v<T, acc_t>) {
+    return p;
+  } else {
+    buf.resize(static_cast<size_t>(n));
+    widen(p, buf.data(), n);
+    return buf.data();
+  }
+}
 
 // The mean of x's n values and 1 / sqrt(var + eps), var the biased two-pass variance. It sums
 // x - x[0], not x: values far from 0 (mean 1000, std 1) would otherwise lose the mean's low digits
@@ -59,24 +147,50 @@ std::pair<acc_t, acc_t> mean_rstd(const T* x, int64_t n, double eps) {
 }
 
 template <typename T, typename acc_t>
-void layernorm_forward_impl(const T* x, const T* w, const T* b, double eps, T* y, acc_t* mean, acc_t* rstd, int64_t R,
-                            int64_t C) {
-  parallel_for(R, R > 1 && R * C >= kMinParallelElements, [&](int64_t r) {
-    const T* xr = x + r * C;  // (C)
-    T* yr = y + r * C;        // (C)
-    const std::pair<acc_t, acc_t> stats = mean_rstd<acc_t>(xr, C, eps);
-    const acc_t m = stats.first, rs = stats.second;
+void layernorm_forward_impl(const T* x, const T* w_t, const T* b_t, double eps, T* y, acc_t* mean, acc_t* rstd,
+                            int64_t R, int64_t C) {
+  std::vector<acc_t> wbuf, bbuf;
+  const acc_t* w = as_acc(w_t, wbuf, C);  // (C)
+  const acc_t* b = as_acc(b_t, bbuf, C);  // (C)
+  if constexpr (kIs16<T>) {
+    // The f32 sweeps on rows widened a block at a time, each result rounded once on store.
+    const int64_t Cp = round_up_16(C), nb = block_rows(Cp), blocks = (R + nb - 1) / nb;
+    parallel_for(blocks, blocks > 1 && R * C >= kMinParallelElements, [&](int64_t k) {
+      thread_local std::vector<float> buf;
+      const int64_t r0 = k * nb, n = std::min(nb, R - r0);
+      float* const xb = aligned_floats(buf, n * Cp);  // (n, Cp): the block's rows in f32
+      for (int64_t i = 0; i < n; ++i) widen(x + (r0 + i) * C, xb + i * Cp, C);
+      for (int64_t i = 0; i < n; ++i) {  // n independent latency chains, back to back
+        const std::pair<float, float> stats = mean_rstd<float>(xb + i * Cp, C, eps);
+        mean[r0 + i] = stats.first;
+        rstd[r0 + i] = stats.second;
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        const float m = mean[r0 + i], rs = rstd[r0 + i];
+        float* xr = xb + i * Cp;
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) yr[c] = static_cast<T>((acc_t(xr[c]) - m) * rs * acc_t(w[c]) + acc_t(b[c]));
-    mean[r] = m;
-    rstd[r] = rs;
-  });
+        for (int64_t c = 0; c < C; ++c) xr[c] = (xr[c] - m) * rs * w[c] + b[c];
+        narrow(xr, y + (r0 + i) * C, C);
+      }
+    });
+  } else {
+    parallel_for(R, R > 1 && R * C >= kMinParallelElements, [&](int64_t r) {
+      const T* xr = x + r * C;  // (C)
+      T* yr = y + r * C;        // (C)
+      const std::pair<acc_t, acc_t> stats = mean_rstd<acc_t>(xr, C, eps);
+      const acc_t m = stats.first, rs = stats.second;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - m) * rs * w[c] + b[c];
+      mean[r] = m;
+      rstd[r] = rs;
+    });
+  }
 }
 
 // Shared by LayerNorm (xhat = (x - mean) * rstd, has db) and RMSNorm (xhat = x * rstd).
 template <typename T, typename acc_t, bool kLayerNorm>
-void norm_backward_impl(const T* dy, const T* x, const T* w, const acc_t* mean, const acc_t* rstd, T* dx, T* dw, T* db,
-                        int64_t R, int64_t C) {
+void norm_backward_impl(const T* dy, const T* x, const T* w_t, const acc_t* mean, const acc_t* rstd, T* dx, T* dw,
+                        T* db, int64_t R, int64_t C) {
   const int64_t rows = rows_per_chunk(R);
   const int64_t chunks = (R + rows - 1) / rows;
   // (chunks, C) double partial sums of dy * xhat and of dy, one slice per chunk. Scratch from the
@@ -86,12 +200,20 @@ void norm_backward_impl(const T* dy, const T* x, const T* w, const acc_t* mean, 
   double* part_dw = scratch.data<double>();
   double* part_db = kLayerNorm ? part_dw + chunks * C : nullptr;
   const acc_t inv_c = acc_t(1) / static_cast<acc_t>(C);
+  std::vector<acc_t> wbuf;
+  const acc_t* w = as_acc(w_t, wbuf, C);  // (C)
 
 #pragma omp parallel if (chunks > 1 && R * C >= kMinParallelElements)
   {
-    std::vector<acc_t> acc_dw(static_cast<size_t>(C)), acc_db(kLayerNorm ? static_cast<size_t>(C) : 0);  // per thread
+    // Per thread: the dw/db accumulators and, for a 16-bit T, a block of dy and x rows and one dx
+    // row in f32 (the rows Cp apart, each on a 64-byte boundary).
+    std::vector<acc_t> acc_dw(static_cast<size_t>(C)), acc_db(kLayerNorm ? static_cast<size_t>(C) : 0);
+    const int64_t Cp = round_up_16(C), nb = kIs16<T> ? block_rows(2 * Cp) : 1;  // rows per block
+    std::vector<float> rows16;
+    float* const buf16 = kIs16<T> ? aligned_floats(rows16, (2 * nb + 1) * Cp) : nullptr;
     acc_t* adw = acc_dw.data();
     acc_t* adb = acc_db.data();
+    acc_t a_blk[kBlockRows], cc_blk[kBlockRows];  // a block's mean(dxhat) and mean(dxhat * xhat)
 #pragma omp for schedule(static)
     for (int64_t k = 0; k < chunks; ++k) {
       double* pdw = part_dw + k * C;
@@ -100,43 +222,68 @@ void norm_backward_impl(const T* dy, const T* x, const T* w, const acc_t* mean, 
       std::fill(acc_dw.begin(), acc_dw.end(), acc_t(0));
       std::fill(acc_db.begin(), acc_db.end(), acc_t(0));
       const int64_t r0 = k * rows, r_end = std::min(R, r0 + rows);
-      for (int64_t r = r0; r < r_end; ++r) {
-        const T* dyr = dy + r * C;
-        const T* xr = x + r * C;
-        T* dxr = dx + r * C;
-        const acc_t m = kLayerNorm ? acc_t(mean[r]) : acc_t(0);
-        const acc_t rs = rstd[r];
-        acc_t sum_dxhat = 0, sum_dxhat_xhat = 0;
-#pragma omp simd reduction(+ : sum_dxhat, sum_dxhat_xhat)
-        for (int64_t c = 0; c < C; ++c) {
-          const acc_t dxhat = acc_t(dyr[c]) * acc_t(w[c]);
-          sum_dxhat += dxhat;
-          sum_dxhat_xhat += dxhat * ((acc_t(xr[c]) - m) * rs);
-        }
-        // RMSNorm has no mean to subtract, so no mean(dxhat) term.
-        const acc_t a = kLayerNorm ? sum_dxhat * inv_c : acc_t(0);
-        const acc_t cc = sum_dxhat_xhat * inv_c;
-#pragma omp simd
-        for (int64_t c = 0; c < C; ++c) {
-          const acc_t xhat = (acc_t(xr[c]) - m) * rs;
-          dxr[c] = static_cast<T>(rs * (acc_t(dyr[c]) * acc_t(w[c]) - a - xhat * cc));
-          adw[c] += acc_t(dyr[c]) * xhat;
-          if constexpr (kLayerNorm) adb[c] += acc_t(dyr[c]);
-        }
-        if ((r - r0) % kFlush == kFlush - 1 || r == r_end - 1) {  // fixed by r: deterministic
-          if (first_flush) {  // (uninitialised memory may hold NaN: store, never 0 * old + new)
-            std::copy(adw, adw + C, pdw);
-            if constexpr (kLayerNorm) std::copy(adb, adb + C, pdb);
-          } else {
-#pragma omp simd
-            for (int64_t c = 0; c < C; ++c) {
-              pdw[c] += adw[c];
-              if constexpr (kLayerNorm) pdb[c] += adb[c];
-            }
+      // A block of rows at a time (one row for f32 and f64): first each row's two sums, then each
+      // row's dx and dw/db sweep, in row order.
+      for (int64_t rb = r0; rb < r_end; rb += nb) {
+        // (1 written as a constant for f32 and f64: GCC 12 otherwise vectorises the loop over the
+        // block's rows instead of the row sums inside it, slower and in another summation order.)
+        const int64_t n = kIs16<T> ? std::min(nb, r_end - rb) : 1;
+        if constexpr (kIs16<T>) {
+          for (int64_t i = 0; i < n; ++i) {
+            widen(dy + (rb + i) * C, buf16 + i * Cp, C);
+            widen(x + (rb + i) * C, buf16 + (nb + i) * Cp, C);
           }
-          first_flush = false;
-          std::fill(adw, adw + C, acc_t(0));
-          if constexpr (kLayerNorm) std::fill(adb, adb + C, acc_t(0));
+        }
+        for (int64_t i = 0; i < n; ++i) {
+          const acc_t* dyr;  // row rb + i of dy and x as acc_t ((C) each)
+          const acc_t* xr;
+          if constexpr (kIs16<T>) dyr = buf16 + i * Cp, xr = buf16 + (nb + i) * Cp;
+          else dyr = dy + (rb + i) * C, xr = x + (rb + i) * C;
+          const acc_t m = kLayerNorm ? acc_t(mean[rb + i]) : acc_t(0);
+          const acc_t rs = rstd[rb + i];
+          acc_t sum_dxhat = 0, sum_dxhat_xhat = 0;
+#pragma omp simd reduction(+ : sum_dxhat, sum_dxhat_xhat)
+          for (int64_t c = 0; c < C; ++c) {
+            const acc_t dxhat = dyr[c] * w[c];
+            sum_dxhat += dxhat;
+            sum_dxhat_xhat += dxhat * ((xr[c] - m) * rs);
+          }
+          // RMSNorm has no mean to subtract, so no mean(dxhat) term.
+          a_blk[i] = kLayerNorm ? sum_dxhat * inv_c : acc_t(0);
+          cc_blk[i] = sum_dxhat_xhat * inv_c;
+        }
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t r = rb + i;
+          const acc_t* dyr;  // row r of dy, x and dx as acc_t ((C) each)
+          const acc_t* xr;
+          acc_t* dxr;
+          if constexpr (kIs16<T>) dyr = buf16 + i * Cp, xr = buf16 + (nb + i) * Cp, dxr = buf16 + 2 * nb * Cp;
+          else dyr = dy + r * C, xr = x + r * C, dxr = dx + r * C;
+          const acc_t m = kLayerNorm ? acc_t(mean[r]) : acc_t(0);
+          const acc_t rs = rstd[r], a = a_blk[i], cc = cc_blk[i];
+#pragma omp simd
+          for (int64_t c = 0; c < C; ++c) {
+            const acc_t xhat = (xr[c] - m) * rs;
+            dxr[c] = rs * (dyr[c] * w[c] - a - xhat * cc);
+            adw[c] += dyr[c] * xhat;
+            if constexpr (kLayerNorm) adb[c] += dyr[c];
+          }
+          if constexpr (kIs16<T>) narrow(dxr, dx + r * C, C);
+          if ((r - r0) % kFlush == kFlush - 1 || r == r_end - 1) {  // fixed by r: deterministic
+            if (first_flush) {  // (uninitialised memory may hold NaN: store, never 0 * old + new)
+              std::copy(adw, adw + C, pdw);
+              if constexpr (kLayerNorm) std::copy(adb, adb + C, pdb);
+            } else {
+#pragma omp simd
+              for (int64_t c = 0; c < C; ++c) {
+                pdw[c] += adw[c];
+                if constexpr (kLayerNorm) pdb[c] += adb[c];
+              }
+            }
+            first_flush = false;
+            std::fill(adw, adw + C, acc_t(0));
+            if constexpr (kLayerNorm) std::fill(adb, adb + C, acc_t(0));
+          }
         }
       }
     }
@@ -161,20 +308,44 @@ void norm_backward_impl(const T* dy, const T* x, const T* w, const acc_t* mean, 
   }
 }
 
-// The sum of squares is double, wider than acc_t.
+// The sum of squares is double, wider than acc_t. 16-bit rows are widened a block at a time, as
+// in layernorm_forward_impl.
 template <typename T, typename acc_t>
-void rmsnorm_forward_impl(const T* x, const T* w, double eps, T* y, acc_t* rstd, int64_t R, int64_t C) {
-  parallel_for(R, R > 1 && R * C >= kMinParallelElements, [&](int64_t r) {
-    const T* xr = x + r * C;
-    T* yr = y + r * C;
+void rmsnorm_forward_impl(const T* x, const T* w_t, double eps, T* y, acc_t* rstd, int64_t R, int64_t C) {
+  std::vector<acc_t> wbuf;
+  const acc_t* w = as_acc(w_t, wbuf, C);  // (C)
+  const auto rstd_of = [&](const acc_t* xr) {
     double ss = 0;
 #pragma omp simd reduction(+ : ss)
     for (int64_t c = 0; c < C; ++c) ss += static_cast<double>(xr[c]) * static_cast<double>(xr[c]);
-    const acc_t rt = static_cast<acc_t>(1.0 / std::sqrt(ss / static_cast<double>(C) + eps));
+    return static_cast<acc_t>(1.0 / std::sqrt(ss / static_cast<double>(C) + eps));
+  };
+  if constexpr (kIs16<T>) {
+    const int64_t Cp = round_up_16(C), nb = block_rows(Cp), blocks = (R + nb - 1) / nb;
+    parallel_for(blocks, blocks > 1 && R * C >= kMinParallelElements, [&](int64_t k) {
+      thread_local std::vector<float> buf;
+      const int64_t r0 = k * nb, n = std::min(nb, R - r0);
+      float* const xb = aligned_floats(buf, n * Cp);  // (n, Cp): the block's rows in f32
+      for (int64_t i = 0; i < n; ++i) widen(x + (r0 + i) * C, xb + i * Cp, C);
+      for (int64_t i = 0; i < n; ++i) rstd[r0 + i] = rstd_of(xb + i * Cp);
+      for (int64_t i = 0; i < n; ++i) {
+        const float rt = rstd[r0 + i];
+        float* xr = xb + i * Cp;
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) yr[c] = static_cast<T>(acc_t(xr[c]) * rt * acc_t(w[c]));
-    rstd[r] = rt;
-  });
+        for (int64_t c = 0; c < C; ++c) xr[c] = xr[c] * rt * w[c];
+        narrow(xr, y + (r0 + i) * C, C);
+      }
+    });
+  } else {
+    parallel_for(R, R > 1 && R * C >= kMinParallelElements, [&](int64_t r) {
+      const T* xr = x + r * C;
+      T* yr = y + r * C;
+      const acc_t rt = rstd_of(xr);
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) yr[c] = xr[c] * rt * w[c];
+      rstd[r] = rt;
+    });
+  }
 }
 
 // x, y: (N, C, S); w, b: (C); mean, rstd: (N, G). One task per (sample, group).
