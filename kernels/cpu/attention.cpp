@@ -299,15 +299,47 @@ template <typename T>
 void widen_rows(const T* src, int64_t ld, int64_t n, int64_t X, float* dst) {
   for (int64_t j = 0; j < n; ++j) widen_row(src + j * ld, X, dst + j * X);
 }
-// src (n, X) row-major f32 into dst (X, ldt) transposed, 16 rows at a time by a gather; the columns
-// [n, pad16(n)) are zeros (the masked-off lanes).
-inline void transpose(const float* src, int64_t n, int64_t X, float* dst, int64_t ldt) {
-  const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                         _mm512_set1_epi32(static_cast<int>(X)));
+// r[i] (16 rows of 16) becomes its transpose: r[c] holds lane i = old r[i][c]. 64 shuffles.
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  auto lo = [](__m512 a, __m512 b) { return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b))); };
+  auto hi = [](__m512 a, __m512 b) { return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b))); };
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i] = lo(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = hi(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = lo(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = hi(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int h = 0; h < 2; ++h)
+    for (int i = 0; i < 4; ++i) {
+      t[8 * h + i] = _mm512_shuffle_f32x4(r[8 * h + i], r[8 * h + 4 + i], 0x88);
+      t[8 * h + 4 + i] = _mm512_shuffle_f32x4(r[8 * h + i], r[8 * h + 4 + i], 0xdd);
+    }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+    r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
+  }
+}
+// Rows [0, n) of a head (16-bit, rows `ld` apart, X wide) widened into dst (X, ldt) transposed, 16
+// by 16 in registers, the columns [n, pad16(n)) zero; and into rows (n, X) row-major too unless null.
+template <typename T>
+void widen_transposed(const T* src, int64_t ld, int64_t n, int64_t X, float* dst, int64_t ldt, float* rows) {
   for (int64_t j0 = 0; j0 < n; j0 += 16) {
-    const __mmask16 m = lanes(n - j0);
-    for (int64_t x = 0; x < X; ++x)
-      _mm512_storeu_ps(dst + x * ldt + j0, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, src + j0 * X + x, 4));
+    const int64_t nj = std::min<int64_t>(16, n - j0);
+    for (int64_t x0 = 0; x0 < X; x0 += 16) {
+      const __mmask16 m = lanes(X - x0);
+      __m512 r[16];
+      for (int64_t i = 0; i < 16; ++i) {
+        r[i] = i < nj ? load16(src + (j0 + i) * ld + x0, m) : _mm512_setzero_ps();
+        if (rows && i < nj) _mm512_mask_storeu_ps(rows + (j0 + i) * X + x0, m, r[i]);
+      }
+      transpose16(r);
+      for (int64_t c = 0; c < std::min<int64_t>(16, X - x0); ++c) _mm512_storeu_ps(dst + (x0 + c) * ldt + j0, r[c]);
+    }
   }
 }
 
@@ -398,14 +430,13 @@ void forward(Heads<const T> q, Heads<const T> k, Heads<const T> v, Heads<T> out,
   const float neg_inf = -std::numeric_limits<float>::infinity();
 #pragma omp parallel if (tasks > 1 && BH * Tq * Tk * (D + Dv) >= kMinParallelFlops)
   {
-    Tile<float> Kf(Tk * D + 16), Kt(D * ldk + 16), Vf(Tk * Dv + 16), Qf(kRows * D + 16), S(kRows * ldk + 16);
+    Tile<float> Kt(D * ldk + 16), Vf(Tk * Dv + 16), Qf(kRows * D + 16), S(kRows * ldk + 16);
 #pragma omp for schedule(dynamic)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t bh = task / chunks, ct = chunks - 1 - task % chunks;  // the longest chunks first
       const int64_t c0 = ct * kQueryChunk, c1 = std::min(Tq, c0 + kQueryChunk);
       const int64_t kv = causal ? c1 : Tk, ldt = pad16(kv);
-      widen_rows(k.head(bh), k.ld, kv, D, Kf.data());
-      transpose(Kf.data(), kv, D, Kt.data(), ldt);
+      widen_transposed(k.head(bh), k.ld, kv, D, Kt.data(), ldt, static_cast<float*>(nullptr));
       widen_rows(v.head(bh), v.ld, kv, Dv, Vf.data());
       const int64_t blocks = (c1 - c0 + kRows - 1) / kRows;
       for (int64_t i0 = c0; i0 < c1; i0 += kRows) {
@@ -469,15 +500,12 @@ void backward(Heads<const T> dout, Heads<const T> q, Heads<const T> k, Heads<con
   const int64_t ldk = pad16(Tk);
 #pragma omp parallel if (BH > 1 && BH * Tq * Tk * (D + Dv) >= kMinParallelFlops)
   {
-    const int64_t X = std::max(D, Dv);
     Tile<float> Kt(D * ldk + 16), Kf(Tk * D + 16), Vt(Dv * ldk + 16), dKf(Tk * D + 16), dVf(Tk * Dv + 16),
-        Qf(kRows * D + 16), dOf(kRows * Dv + 16), S(kRows * ldk + 16), dP(kRows * ldk + 16), row(Tk * X + 16);
+        Qf(kRows * D + 16), dOf(kRows * Dv + 16), S(kRows * ldk + 16), dP(kRows * ldk + 16), row(Dv + 16);
 #pragma omp for schedule(dynamic)
     for (int64_t bh = 0; bh < BH; ++bh) {
-      widen_rows(k.head(bh), k.ld, Tk, D, Kf.data());
-      transpose(Kf.data(), Tk, D, Kt.data(), ldk);
-      widen_rows(v.head(bh), v.ld, Tk, Dv, row.data());  // V only transposed
-      transpose(row.data(), Tk, Dv, Vt.data(), ldk);
+      widen_transposed(k.head(bh), k.ld, Tk, D, Kt.data(), ldk, Kf.data());
+      widen_transposed(v.head(bh), v.ld, Tk, Dv, Vt.data(), ldk, static_cast<float*>(nullptr));
       std::fill_n(dKf.data(), Tk * D, 0.0f);
       std::fill_n(dVf.data(), Tk * Dv, 0.0f);
       const T* Qb = q.head(bh);
