@@ -57,6 +57,33 @@ TEST_CASE("bad attention inputs raise reel::Error naming op and shapes") {
                    "attention_backward: dout (2, 3, 8, 5), out (2, 3, 8, 4) and lse (2, 3, 8) do not match q");
 }
 
+TEST_CASE("bf16 and f16 attention on the cpu: within an ulp of the f32 kernels on the same values") {
+  // Widths past one and two 16-lane chunks (D 24, Dv 40), T not a multiple of the row block, causal
+  // and not (Tq != Tk). The f32 backward gets the 16-bit out (widened) and lse, so the two differ only
+  // in the order of their f32 sums and the 16-bit path's one rounding.
+  struct Case { int64_t Tq, Tk; bool causal; };
+  for (const Case c : {Case{70, 70, true}, Case{37, 45, false}}) {
+    for (DType dt : {DType::bf16, DType::f16}) {
+      CAPTURE(dt);
+      CAPTURE(c.Tk);
+      const double u = dt == DType::bf16 ? 0x1p-8 : 0x1p-11;
+      Tensor q = uniform_f64({2, 3, c.Tq, 24}, 51).to(dt), k = uniform_f64({2, 3, c.Tk, 24}, 52).to(dt);
+      Tensor v = uniform_f64({2, 3, c.Tk, 40}, 53).to(dt), dout = uniform_f64({2, 3, c.Tq, 40}, 54).to(dt);
+      const AttentionForward f = attention_forward(q, k, v, std::nullopt, c.causal);
+      const AttentionBackward g = attention_backward(dout, q, k, v, f.out, f.lse, std::nullopt, c.causal);
+      const Tensor q32 = q.to(DType::f32), k32 = k.to(DType::f32), v32 = v.to(DType::f32);
+      const AttentionForward f32 = attention_forward(q32, k32, v32, std::nullopt, c.causal);
+      check_close(f.out, f32.out.to(dt), 2 * u, 1e-6);
+      check_close(f.lse, f32.lse, 1e-6, 1e-6);
+      const AttentionBackward g32 = attention_backward(dout.to(DType::f32), q32, k32, v32, f.out.to(DType::f32), f.lse,
+                                                       std::nullopt, c.causal);
+      check_close(g.dq, g32.dq.to(dt), 2 * u, 1e-5);
+      check_close(g.dk, g32.dk.to(dt), 2 * u, 1e-5);
+      check_close(g.dv, g32.dv.to(dt), 2 * u, 1e-5);
+    }
+  }
+}
+
 TEST_CASE("bf16 and f16 attention: lse stays f32, outputs in the input dtype, cuda within an ulp of cpu") {
   for (DType dt : {DType::bf16, DType::f16}) {
     CAPTURE(dt);
