@@ -33,7 +33,9 @@
 // f32 kernels' results rounded, not equal to them; they are the same for any thread count. At
 // char_gpt's shape (T = 64, D = 24) the per-call overheads of the tile-by-tile gemm_serial calls
 // dominated: the 16-bit path used to widen whole tensors and run the f32 kernels, ~1.45x the f32
-// time (bf16; f16 ~4x); it now runs below the f32 time (bench/bench_attention --kernels 1).
+// time (bf16; f16 ~3.5x); it now takes ~0.55-0.6x the f32 time there, and ~0.85-0.9x at GPT-2
+// small's (T = 256, D = 64), where the f32 GEMMs run near their large-GEMM rate (bench/
+// bench_attention --kernels 1).
 // Without AVX-512 the launchers widen whole operands and run the f32 kernels. B * H (96 for GPT-2
 // small at B = 8) is plenty of parallelism for a CPU; with fewer (b, h) than threads the backward
 // leaves threads idle.
@@ -247,7 +249,8 @@ void backward_impl(Heads<const T> dout, Heads<const T> q, Heads<const T> k, Head
 // Each sum is a chain of fused multiply-adds in that fixed order and the row max and sum of the
 // softmax reduce their 16 lanes in a fixed order, so the bits depend on the shapes alone (not on
 // the thread count nor on how rows fall into blocks). A row's softmax sees all its keys at once
-// (no online rescaling: the scratch is O(T) per row). Everything is f32; out, dq, dk and dv are
+// (no online rescaling); the per-thread scratch is one (b, h)'s K and V in f32, O(T (D + Dv)), and
+// kRows rows of scores, never T x T. Everything is f32; out, dq, dk and dv are
 // rounded once, lse stays f32. The 16-bit <-> f32 conversions give the bits of core/half.h's
 // (bf16: its shift and rounding add, NaN quieted; f16: the F16C instructions, which convert exactly
 // to f32 and round to nearest even with IEEE subnormals back, quieting a NaN as core/half.h does).
