@@ -5,8 +5,11 @@
 // Causal attention computes half of the (T, T) scores, so the fused op should take at most about
 // half of the composed op's time, which computes them all.
 //
-//   ./bench_attention [--repeats N] [--threads N] [--device cpu|cuda]
+//   ./bench_attention [--repeats N] [--threads N] [--device cpu|cuda] [--kernels 1 (the second table alone)]
 // Shapes: examples/char_gpt's (B 32, H 4, T 64, D 24) and a GPT-2 small layer's (B 8, H 12, T 256, D 64).
+// A second table times the kernels alone (kernels::attention_forward / attention_backward, one call
+// each, inputs laid out as the head views above) in f32, bf16 and f16, in microseconds per call:
+// the 16-bit kernels against the f32 ones, alternating the dtypes in one run.
 #include <omp.h>
 
 #include <cstdio>
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "kernels/ops.h"
 #include "reel.h"
 
 using namespace reel;
@@ -39,15 +43,16 @@ Tensor attend(const Tensor& qkv, const Shape4& s, bool fused) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int repeats = 20, threads = 0;
+  int repeats = 20, threads = 0, kernels_only = 0;
   Device device = Device::cpu();
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--repeats") repeats = std::atoi(argv[i + 1]);
     else if (flag == "--threads") threads = std::atoi(argv[i + 1]);
     else if (flag == "--device") device = Device(argv[i + 1]);
+    else if (flag == "--kernels") kernels_only = std::atoi(argv[i + 1]);
     else {
-      std::fprintf(stderr, "bench_attention: unknown option '%s' (--repeats N, --threads N, --device D)\n",
+      std::fprintf(stderr, "bench_attention: unknown option '%s' (--repeats N, --threads N, --device D, --kernels 1)\n",
                    flag.c_str());
       return 2;
     }
@@ -59,6 +64,7 @@ int main(int argc, char** argv) {
               omp_get_max_threads(), repeats);
   std::printf("%-30s %-18s %9s %9s %7s\n", "shape (B, H, T, D)", "pass", "fused", "composed", "ratio");
   for (const Shape4& s : shapes) {
+    if (kernels_only) break;
     manual_seed(5);
     const Tensor qkv = randn({s.B, s.T, 3 * s.H * s.D}).to(device).set_requires_grad();
     const Tensor dy = randn({s.B, s.T, s.H * s.D}).to(device);
@@ -77,5 +83,38 @@ int main(int argc, char** argv) {
     std::printf("%-30s %-18s %9.3f %9.3f %7.2f\n", "", "forward + backward", both[1], both[0], both[1] / both[0]);
   }
   std::printf("ratio: fused / composed (below 1: the fused op is faster; causal attention skips half the scores)\n");
+
+  // The kernels alone, per dtype: median of `repeats` calls, the dtypes taking turns.
+  std::printf("\nkernels alone, causal, %d thread(s), median us per call\n", omp_get_max_threads());
+  std::printf("%-30s %-9s %10s %10s %10s\n", "shape (B, H, T, D)", "pass", "f32", "bf16", "f16");
+  const DType dtypes[3] = {DType::f32, DType::bf16, DType::f16};
+  for (const Shape4& s : shapes) {
+    if (!device.is_cpu()) break;
+    manual_seed(5);
+    const Tensor qkv = randn({s.B, s.T, 3 * s.H * s.D}), dy = randn({s.B, s.T, s.H * s.D});
+    std::vector<Tensor> q(3), k(3), v(3), dout(3);
+    std::vector<kernels::AttentionForward> fwd(3);
+    for (int d = 0; d < 3; ++d) {
+      const Tensor x = qkv.to(dtypes[d]);
+      const int64_t C = s.H * s.D;
+      const std::vector<Tensor> parts = split(x, {C, C, C}, -1);
+      auto heads = [&](const Tensor& t) { return transpose(view(t, {s.B, s.T, s.H, s.D}), 1, 2); };
+      q[d] = heads(parts[0]), k[d] = heads(parts[1]), v[d] = heads(parts[2]);
+      dout[d] = heads(dy.to(dtypes[d]));
+      fwd[d] = kernels::attention_forward(q[d], k[d], v[d]);
+    }
+    std::vector<double> ms_f[3], ms_b[3];
+    for (int rep = 0; rep < repeats + 1; ++rep)
+      for (int d = 0; d < 3; ++d) {
+        const double tf = bench::timed_ms(device, [&] { kernels::attention_forward(q[d], k[d], v[d]); });
+        const double tb = bench::timed_ms(
+            device, [&] { kernels::attention_backward(dout[d], q[d], k[d], v[d], fwd[d].out, fwd[d].lse); });
+        if (rep > 0) ms_f[d].push_back(tf), ms_b[d].push_back(tb);  // the first round warms up
+      }
+    std::printf("%-30s %-9s %10.1f %10.1f %10.1f\n", s.name, "forward", 1e3 * bench::median(ms_f[0]),
+                1e3 * bench::median(ms_f[1]), 1e3 * bench::median(ms_f[2]));
+    std::printf("%-30s %-9s %10.1f %10.1f %10.1f\n", "", "backward", 1e3 * bench::median(ms_b[0]),
+                1e3 * bench::median(ms_b[1]), 1e3 * bench::median(ms_b[2]));
+  }
   return 0;
 }

@@ -18,7 +18,9 @@ namespace reel::kernels {
 // q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, Dv); any number of leading batch dims, equal in
 // q, k and v. scale defaults to 1/sqrt(D). causal: query i sees keys j <= i (needs Tq == Tk).
 // Key tiles are processed with an online softmax, so the extra memory is O(T) per (b, h) (the
-// running max/sum and one tile of scores), never the T x T matrix.
+// running max/sum and one tile of scores), never the T x T matrix. (The cpu's bf16 and f16 kernels
+// widen one (b, h)'s K and V into f32 scratch per thread instead and take a row's keys in one
+// softmax: O(T (D + Dv)) per thread, still never T x T.)
 // Dtypes: q, k, v (and dout, out) one floating dtype; the outputs are in it too, except lse, which is
 // f32 for bf16 and f16 inputs (the softmax statistics stay in f32: acc_t). 16-bit operands are
 // widened to f32 on load, every score, softmax and product is f32, and each output element is

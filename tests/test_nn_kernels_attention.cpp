@@ -1,5 +1,5 @@
 // Flash-style attention, the edge cases: the causal mask (future keys/values never change earlier
-// outputs), determinism across thread counts, bad shapes. (The fused kernels against a naive
+// outputs), determinism across thread counts (f32, bf16, f16), bad shapes. (The fused kernels against a naive
 // composed f64 reference, softmax(Q K^T scale + causal mask) V and its textbook backward, for
 // T = 1, 7, 64, 129 and D = 1, 16, causal and not (Tq != Tk, Dv != D), and the backward against
 // finite differences, on every device, are rows of tests/op_table/attention.cpp.)
@@ -57,6 +57,33 @@ TEST_CASE("bad attention inputs raise reel::Error naming op and shapes") {
                    "attention_backward: dout (2, 3, 8, 5), out (2, 3, 8, 4) and lse (2, 3, 8) do not match q");
 }
 
+TEST_CASE("bf16 and f16 attention on the cpu: within an ulp of the f32 kernels on the same values") {
+  // Widths past one and two 16-lane chunks (D 24, Dv 40), T not a multiple of the row block, causal
+  // and not (Tq != Tk). The f32 backward gets the 16-bit out (widened) and lse, so the two differ only
+  // in the order of their f32 sums and the 16-bit path's one rounding.
+  struct Case { int64_t Tq, Tk; bool causal; };
+  for (const Case c : {Case{70, 70, true}, Case{37, 45, false}}) {
+    for (DType dt : {DType::bf16, DType::f16}) {
+      CAPTURE(dt);
+      CAPTURE(c.Tk);
+      const double u = dt == DType::bf16 ? 0x1p-8 : 0x1p-11;
+      Tensor q = uniform_f64({2, 3, c.Tq, 24}, 51).to(dt), k = uniform_f64({2, 3, c.Tk, 24}, 52).to(dt);
+      Tensor v = uniform_f64({2, 3, c.Tk, 40}, 53).to(dt), dout = uniform_f64({2, 3, c.Tq, 40}, 54).to(dt);
+      const AttentionForward f = attention_forward(q, k, v, std::nullopt, c.causal);
+      const AttentionBackward g = attention_backward(dout, q, k, v, f.out, f.lse, std::nullopt, c.causal);
+      const Tensor q32 = q.to(DType::f32), k32 = k.to(DType::f32), v32 = v.to(DType::f32);
+      const AttentionForward f32 = attention_forward(q32, k32, v32, std::nullopt, c.causal);
+      check_close(f.out, f32.out.to(dt), 2 * u, 1e-6);
+      check_close(f.lse, f32.lse, 1e-6, 1e-6);
+      const AttentionBackward g32 = attention_backward(dout.to(DType::f32), q32, k32, v32, f.out.to(DType::f32), f.lse,
+                                                       std::nullopt, c.causal);
+      check_close(g.dq, g32.dq.to(dt), 2 * u, 1e-5);
+      check_close(g.dk, g32.dk.to(dt), 2 * u, 1e-5);
+      check_close(g.dv, g32.dv.to(dt), 2 * u, 1e-5);
+    }
+  }
+}
+
 TEST_CASE("bf16 and f16 attention: lse stays f32, outputs in the input dtype, cuda within an ulp of cpu") {
   for (DType dt : {DType::bf16, DType::f16}) {
     CAPTURE(dt);
@@ -67,12 +94,28 @@ TEST_CASE("bf16 and f16 attention: lse stays f32, outputs in the input dtype, cu
     CHECK(f.lse.dtype() == DType::f32);
     const AttentionBackward g = attention_backward(dout, q, k, v, f.out, f.lse);
     CHECK((g.dq.dtype() == dt && g.dk.dtype() == dt && g.dv.dtype() == dt));
-    // The f32 run on the same (exactly widened) values, rounded once, is the cpu's 16-bit result:
-    // the cpu widens, runs the f32 kernels and rounds each output once.
+    // The f32 run on the same (exactly widened) values: the cpu's 16-bit kernels compute in f32 too,
+    // in their own order of summation (kernels/cpu/attention.cpp), and round each output once, so out
+    // is within an ulp of the f32 result rounded (2u relative), lse within a few f32 ulps.
+    const double u = dt == DType::bf16 ? 0x1p-8 : 0x1p-11;
     const Tensor q32 = q.to(DType::f32), k32 = k.to(DType::f32), v32 = v.to(DType::f32);
     const AttentionForward f32 = attention_forward(q32, k32, v32);
-    CHECK(bit_identical(f.out, f32.out.to(dt)));
-    CHECK(bit_identical(f.lse, f32.lse));
+    check_close(f.out, f32.out.to(dt), 2 * u, 1e-6);
+    check_close(f.lse, f32.lse, 1e-6, 1e-6);
+    // Bit-identical across thread counts, as the f32 kernels are.
+    std::vector<AttentionForward> fs;
+    std::vector<AttentionBackward> gs;
+    for_thread_counts({1, 2, 5}, [&] {
+      fs.push_back(attention_forward(q, k, v));
+      gs.push_back(attention_backward(dout, q, k, v, fs.back().out, fs.back().lse));
+    });
+    for (size_t i = 1; i < fs.size(); ++i) {
+      CHECK(bit_identical(fs[i].out, fs[0].out));
+      CHECK(bit_identical(fs[i].lse, fs[0].lse));
+      CHECK(bit_identical(gs[i].dq, gs[0].dq));
+      CHECK(bit_identical(gs[i].dk, gs[0].dk));
+      CHECK(bit_identical(gs[i].dv, gs[0].dv));
+    }
     // A saved lse must be f32 for 16-bit q.
     CHECK_REEL_ERROR(attention_backward(dout, q, k, v, f.out, f.lse.to(dt)),
                      dt == DType::bf16 ? "attention_backward: lse (2, 2, 40) is bf16" : "attention_backward: lse (2, 2, 40) is f16");
@@ -81,7 +124,6 @@ TEST_CASE("bf16 and f16 attention: lse stays f32, outputs in the input dtype, cu
       const Device cuda = Device::cuda(0);
       const AttentionForward fc = attention_forward(q.to(cuda), k.to(cuda), v.to(cuda));
       CHECK(fc.lse.dtype() == DType::f32);
-      const double u = dt == DType::bf16 ? 0x1p-8 : 0x1p-11;
       check_close(fc.out.to(Device::cpu()), f.out, 2 * u, 1e-5);
       check_close(fc.lse.to(Device::cpu()), f.lse, 1e-5, 1e-5);
       const AttentionBackward gc =
