@@ -25,9 +25,8 @@ TEST_CASE("causal mask: future keys and values never change earlier outputs") {
   check_close(f.out.narrow(2, 0, 1), v.narrow(2, 0, 1), 1e-14, 1e-14);
 }
 
-TEST_CASE("attention is bit-identical across thread counts") {
-  Tensor q = uniform_f64({2, 3, 100, 8}, 31).to(DType::f32), k = uniform_f64({2, 3, 100, 8}, 32).to(DType::f32);
-  Tensor v = uniform_f64({2, 3, 100, 8}, 33).to(DType::f32), dout = uniform_f64({2, 3, 100, 8}, 34).to(DType::f32);
+// Forward and backward on 1, 2 and 5 threads give the same bits (out, lse, dq, dk, dv).
+static void check_same_bits_across_threads(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout) {
   std::vector<AttentionForward> fs;
   std::vector<AttentionBackward> gs;
   for_thread_counts({1, 2, 5}, [&] {
@@ -36,10 +35,17 @@ TEST_CASE("attention is bit-identical across thread counts") {
   });
   for (size_t i = 1; i < fs.size(); ++i) {
     CHECK(bit_identical(fs[i].out, fs[0].out));
+    CHECK(bit_identical(fs[i].lse, fs[0].lse));
     CHECK(bit_identical(gs[i].dq, gs[0].dq));
     CHECK(bit_identical(gs[i].dk, gs[0].dk));
     CHECK(bit_identical(gs[i].dv, gs[0].dv));
   }
+}
+
+TEST_CASE("attention is bit-identical across thread counts") {
+  Tensor q = uniform_f64({2, 3, 100, 8}, 31).to(DType::f32), k = uniform_f64({2, 3, 100, 8}, 32).to(DType::f32);
+  Tensor v = uniform_f64({2, 3, 100, 8}, 33).to(DType::f32), dout = uniform_f64({2, 3, 100, 8}, 34).to(DType::f32);
+  check_same_bits_across_threads(q, k, v, dout);
 }
 
 TEST_CASE("bad attention inputs raise reel::Error naming op and shapes") {
@@ -102,20 +108,7 @@ TEST_CASE("bf16 and f16 attention: lse stays f32, outputs in the input dtype, cu
     const AttentionForward f32 = attention_forward(q32, k32, v32);
     check_close(f.out, f32.out.to(dt), 2 * u, 1e-6);
     check_close(f.lse, f32.lse, 1e-6, 1e-6);
-    // Bit-identical across thread counts, as the f32 kernels are.
-    std::vector<AttentionForward> fs;
-    std::vector<AttentionBackward> gs;
-    for_thread_counts({1, 2, 5}, [&] {
-      fs.push_back(attention_forward(q, k, v));
-      gs.push_back(attention_backward(dout, q, k, v, fs.back().out, fs.back().lse));
-    });
-    for (size_t i = 1; i < fs.size(); ++i) {
-      CHECK(bit_identical(fs[i].out, fs[0].out));
-      CHECK(bit_identical(fs[i].lse, fs[0].lse));
-      CHECK(bit_identical(gs[i].dq, gs[0].dq));
-      CHECK(bit_identical(gs[i].dk, gs[0].dk));
-      CHECK(bit_identical(gs[i].dv, gs[0].dv));
-    }
+    check_same_bits_across_threads(q, k, v, dout);  // as the f32 kernels are
     // A saved lse must be f32 for 16-bit q.
     CHECK_REEL_ERROR(attention_backward(dout, q, k, v, f.out, f.lse.to(dt)),
                      dt == DType::bf16 ? "attention_backward: lse (2, 2, 40) is bf16" : "attention_backward: lse (2, 2, 40) is f16");

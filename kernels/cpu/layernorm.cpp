@@ -118,6 +118,21 @@ inline int64_t round_up_16(int64_t n) { return (n + 15) / 16 * 16; }
 constexpr int64_t kBlockRows = 8;
 inline int64_t block_rows(int64_t Cp) { return std::max<int64_t>(1, std::min<int64_t>(kBlockRows, 4096 / Cp)); }
 
+// The 16-bit forwards' rows, in parallel over blocks of block_rows(Cp) rows: each block widened to
+// f32 into a per-thread (n, Cp) buffer xb (rows r0 .. r0 + n), then fn(r0, n, xb, Cp) runs the f32
+// sweeps on it and rounds its results into the output.
+template <typename T, typename F>
+void for_widened_blocks(const T* x, int64_t R, int64_t C, F&& fn) {
+  const int64_t Cp = round_up_16(C), nb = block_rows(Cp), blocks = (R + nb - 1) / nb;
+  parallel_for(blocks, blocks > 1 && R * C >= kMinParallelElements, [&](int64_t k) {
+    thread_local std::vector<float> buf;
+    const int64_t r0 = k * nb, n = std::min(nb, R - r0);
+    float* const xb = aligned_floats(buf, n * Cp);  // (n, Cp): the block's rows in f32
+    for (int64_t i = 0; i < n; ++i) widen(x + (r0 + i) * C, xb + i * Cp, C);
+    fn(r0, n, xb, Cp);
+  });
+}
+
 // w (and b) as acc_t: the tensors themselves when T is acc_t, else widened once per call into `buf`.
 template <typename T, typename acc_t>
 const acc_t* as_acc(const T* p, std::vector<acc_t>& buf, int64_t n) {
@@ -154,12 +169,7 @@ void layernorm_forward_impl(const T* x, const T* w_t, const T* b_t, double eps, 
   const acc_t* b = as_acc(b_t, bbuf, C);  // (C)
   if constexpr (kIs16<T>) {
     // The f32 sweeps on rows widened a block at a time, each result rounded once on store.
-    const int64_t Cp = round_up_16(C), nb = block_rows(Cp), blocks = (R + nb - 1) / nb;
-    parallel_for(blocks, blocks > 1 && R * C >= kMinParallelElements, [&](int64_t k) {
-      thread_local std::vector<float> buf;
-      const int64_t r0 = k * nb, n = std::min(nb, R - r0);
-      float* const xb = aligned_floats(buf, n * Cp);  // (n, Cp): the block's rows in f32
-      for (int64_t i = 0; i < n; ++i) widen(x + (r0 + i) * C, xb + i * Cp, C);
+    for_widened_blocks(x, R, C, [&](int64_t r0, int64_t n, float* xb, int64_t Cp) {
       for (int64_t i = 0; i < n; ++i) {  // n independent latency chains, back to back
         const std::pair<float, float> stats = mean_rstd<float>(xb + i * Cp, C, eps);
         mean[r0 + i] = stats.first;
@@ -321,12 +331,7 @@ void rmsnorm_forward_impl(const T* x, const T* w_t, double eps, T* y, acc_t* rst
     return static_cast<acc_t>(1.0 / std::sqrt(ss / static_cast<double>(C) + eps));
   };
   if constexpr (kIs16<T>) {
-    const int64_t Cp = round_up_16(C), nb = block_rows(Cp), blocks = (R + nb - 1) / nb;
-    parallel_for(blocks, blocks > 1 && R * C >= kMinParallelElements, [&](int64_t k) {
-      thread_local std::vector<float> buf;
-      const int64_t r0 = k * nb, n = std::min(nb, R - r0);
-      float* const xb = aligned_floats(buf, n * Cp);  // (n, Cp): the block's rows in f32
-      for (int64_t i = 0; i < n; ++i) widen(x + (r0 + i) * C, xb + i * Cp, C);
+    for_widened_blocks(x, R, C, [&](int64_t r0, int64_t n, float* xb, int64_t Cp) {
       for (int64_t i = 0; i < n; ++i) rstd[r0 + i] = rstd_of(xb + i * Cp);
       for (int64_t i = 0; i < n; ++i) {
         const float rt = rstd[r0 + i];
