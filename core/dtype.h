@@ -3,8 +3,8 @@
 // reel::f16) for mixed precision, so far as storage, conversion (Tensor::to, copy_), fills,
 // printing and safetensors I/O, and the GEMM (matmul, linear) computes in them. Also the floating
 // dispatch every kernel runs through, which binds the element type and the type the kernel
-// accumulates in (AccType); it rejects the 16-bit types with a reel::Error naming the op until the
-// kernels are ported (the ported ones use REEL_DISPATCH_FLOATING_AND_16).
+// accumulates in (AccType); REEL_DISPATCH_FLOATING rejects the 16-bit types with a reel::Error naming
+// the op, REEL_DISPATCH_FLOATING_AND_16 (every family's 16-bit entry points) takes them too.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -98,8 +98,8 @@ template <auto... V> inline constexpr bool dependent_false_v = false;
 
 // Runs the statements with `scalar_t` bound to the C++ type of a floating dtype and `acc_t` to
 // the type its kernels accumulate in (reel::AccType); other dtypes raise reel::Error naming `op`.
-// bf16 and f16 have no case here: a family ported to them (all of its kernels) switches to
-// REEL_DISPATCH_FLOATING_AND_16 below.
+// bf16 and f16 have no case here: it serves the kernels that take only f32 and f64 (random fills,
+// the f32 kernels a 16-bit path calls on widened operands, the statistics kept in f32).
 // Used by every kernel family on every device:
 //   REEL_DISPATCH_FLOATING(x.dtype(), "sum", sum_rows<scalar_t, acc_t>(...));
 #define REEL_DISPATCH_FLOATING(dtype, op, ...)                                                       \
@@ -109,9 +109,8 @@ template <auto... V> inline constexpr bool dependent_false_v = false;
     default: REEL_FAIL(op, ": dtype ", dtype, " is not supported (f32 or f64 expected)");            \
   }
 
-// REEL_DISPATCH_FLOATING plus bf16 and f16, for the kernel families ported to the 16-bit types
-// (so far the GEMM: kernels/cpu/matmul.cpp, kernels/cuda/matmul.cu). Every other family keeps
-// REEL_DISPATCH_FLOATING, whose error names the op for a 16-bit dtype, until it is ported too.
+// REEL_DISPATCH_FLOATING plus bf16 and f16 (acc_t f32): every kernel family's entry points, which
+// take the 16-bit types (docs/design.md, "The dtype axis").
 #define REEL_DISPATCH_FLOATING_AND_16(dtype, op, ...)                                                \
   switch (dtype) {                                                                                   \
     REEL_DISPATCH_FLOATING_CASE(f32, float, __VA_ARGS__)                                             \
