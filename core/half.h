@@ -158,9 +158,10 @@ REEL_HOST_DEVICE REEL_HALF_INLINE uint16_t from_f32(float f) {
     const uint32_t normal = normal_raw < 0x7c00u ? normal_raw : 0x7c00u;
     // A subnormal f16 (|f| < 2^-14): the 24-bit significand in units of 2^-24 is significand >>
     // (126 - exponent), rounded to nearest even (a carry into 0x400 is the smallest normal, its
-    // right encoding). Shifts of 25 and more round to zero; capped at 31 so they stay defined.
+    // right encoding). Shifts of 25 and more round to zero; every shift is kept in 1..31, so that
+    // the unused results (of normals, of tiny values) are computed without undefined behaviour.
     const uint32_t e = a >> 23;
-    const uint32_t shift = e >= 95u ? 126u - e : 31u;
+    const uint32_t shift = e < 95u ? 31u : e <= 125u ? 126u - e : 1u;  // 1: unused (a normal), but defined
     const uint32_t sig = (a & 0x7fffffu) | 0x800000u;
     const uint32_t sub = (sig + (1u << (shift - 1u)) - 1u + ((sig >> shift) & 1u)) >> shift;  // < 2^31: no wrap
     // Narrowed before the selects, as bf16's: GCC vectorises selects of 16-bit values here.
