@@ -94,4 +94,12 @@ void notify_leaf_grad_ready(const AutogradMeta& leaf) {
   for (const auto& o : observers()) o->leaf_grad_ready(leaf);
 }
 
+void notify_before_leaf_grad(const AutogradMeta& leaf) {
+  for (const auto& o : observers()) o->before_leaf_grad(leaf);
+}
+
+void notify_saved_released(const NodeEvent& event, const Tensor& value) {
+  for (const auto& o : observers()) o->saved_released(event, value);
+}
+
 }  // namespace reel::autograd

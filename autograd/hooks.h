@@ -8,6 +8,14 @@
 //   leaf_grad_ready               a leaf's .grad is final for this backward: the walk is past the
 //                                 last node that uses it (replays included); a leaf the loss does
 //                                 not reach is reported too, with its .grad as it was
+//   before_leaf_grad              a rule is about to write a leaf's gradient into its .grad, or the
+//                                 tape to add the gradient a rule returned: once per rule and leaf,
+//                                 before the .grad buffer is looked at, so an observer may install
+//                                 it here (FSDP's flat gradient views exist from the first write on)
+//   saved_released                a rule reads one of its saves no more (BackwardCtx::release_saved)
+//                                 and the tape dropped it: what was kept alive for that read may go
+//                                 before the rule's next allocation (FSDP's gathered unit, before
+//                                 Linear's dW exists)
 // Anomaly mode (autograd/anomaly.h), the profiler's op and phase scopes, data parallel's bucket
 // trigger (dist/data_parallel.h), Offload's prefetch (autograd/offload.h) and FSDP's re-gathers
 // before a replay or a rule (dist/fsdp.h) are observers.
@@ -48,6 +56,9 @@ class BackwardObserver {
   virtual void before_replay(const ReplayEvent&) {}
   virtual void after_replay(const ReplayEvent&, bool /*threw*/) {}
   virtual void leaf_grad_ready(const AutogradMeta&) {}
+  virtual void before_leaf_grad(const AutogradMeta&) {}
+  // `value`: what the slot kept (the saved tensor, or the Tensor a pack hook made of it).
+  virtual void saved_released(const NodeEvent&, const Tensor& /*value*/) {}
   // leaf_grad_ready costs the walk a pass over the tape to find each leaf's last user: only an
   // observer that says so here pays for it.
   virtual bool wants_leaf_grad_ready() const { return false; }
@@ -101,6 +112,8 @@ class ObservedReplay {
 };
 
 bool any_observer_wants_leaf_grad_ready();
+void notify_before_leaf_grad(const AutogradMeta& leaf);
+void notify_saved_released(const NodeEvent& event, const Tensor& value);
 void notify_leaf_grad_ready(const AutogradMeta& leaf);
 
 }  // namespace reel::autograd

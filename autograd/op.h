@@ -46,34 +46,45 @@ class ForwardCtx {
 // may be written straight into a parameter's existing .grad buffer.
 class BackwardCtx {
  public:
-  // Made by the tape: `sinks[i]` is input i's gradient sink or undefined, `sink_is_zero[i]` says
-  // that its values are stale and count as zeros (zero_grad deferred the fill).
-  BackwardCtx(Node& node, Tensors sinks, std::vector<bool> sink_is_zero);
+  explicit BackwardCtx(Node& node);  // made by the tape
   size_t num_inputs() const;
   bool needs_input_grad(size_t i) const;
   const Shape& input_shape(size_t i) const;
   // Saved slot `slot`, unpacked (its hook's unpack runs once) and version-checked; reel::Error if
-  // forward did not save it.
+  // forward did not save it (or the rule released it).
   const Tensor& saved(size_t slot);
+  // The rule reads slot `slot` no more: the tape drops it now instead of after the rule and tells
+  // the observers (saved_released), so what it kept alive may go before the rule allocates more
+  // (Linear releases W once dx is made: a sharded weight is freed before its dW exists). A
+  // reference saved() returned for the slot is dangling afterwards.
+  void release_saved(size_t slot);
   // Input i's gradient, either made by `fresh()` and returned (the tape adds it where it goes), or,
-  // when the input is a parameter whose .grad buffer already exists, computed straight into that
+  // when the input is a parameter whose .grad buffer exists at this moment (looked up when asked,
+  // after the observers' before_leaf_grad, which may install it), computed straight into that
   // buffer by `write(sink, accumulate)`: accumulate says add (a GEMM with beta = 1), else write the
   // whole gradient (beta = 0, the buffer counted as zeros). No temporary, no second pass over .grad.
   template <typename Write, typename Fresh>
   Tensor grad_write_or_add(size_t i, Write write, Fresh fresh) {
-    if (i >= sinks_.size() || !sinks_[i].defined()) return fresh();
-    write(sinks_[i], !sink_is_zero_[i]);
-    sunk_[i] = true;
-    return sinks_[i];
+    bool accumulate = false;
+    const Tensor sink = grad_sink(i, accumulate);
+    if (!sink.defined()) return fresh();
+    write(sink, accumulate);
+    mark_sunk(i);
+    return sink;
   }
+
   // For the tape: input i's gradient is already in its .grad buffer.
   bool sunk(size_t i) const { return i < sunk_.size() && sunk_[i]; }
+  // For the tape, before it adds a returned gradient into leaf input i's .grad: the observers'
+  // before_leaf_grad, once per rule and leaf.
+  void before_leaf_grad(size_t i);
 
  private:
+  Tensor grad_sink(size_t i, bool& accumulate);  // input i's .grad as a sink, or undefined
+  void mark_sunk(size_t i);
   Node& node_;
-  Tensors sinks_;
-  std::vector<bool> sink_is_zero_;
   std::vector<bool> sunk_;
+  std::vector<bool> announced_;  // before_leaf_grad told, per input
 };
 
 class Op {

@@ -70,18 +70,6 @@ void accumulate_into_leaf(AutogradMeta& leaf, const Tensor& g) {
   else leaf.grad.copy_(kernels::binary(kernels::BinaryOp::Add, leaf.grad, add));  // a strided .grad set by the user
 }
 
-// The .grad buffer a backward rule may write input `in`'s gradient into itself
-// (BackwardCtx::grad_write_or_add): a leaf's existing buffer, contiguous and of the input's shape,
-// dtype and device (a buffer the user replaced with another layout goes through
-// accumulate_into_leaf instead). Else undefined.
-Tensor leaf_grad_sink(const Node::Input& in) {
-  if (!in.meta || !in.meta->is_leaf) return Tensor();
-  const Tensor& g = in.meta->grad;
-  if (!g.defined() || !g.is_contiguous() || g.shape() != in.shape || g.dtype() != in.dtype || g.device() != in.device)
-    return Tensor();
-  return g;
-}
-
 // A parameter moved to another device after the forward (`now`: where it is, null if not moved)
 // would get its gradient on the old device; a stale .grad buffer (left from before a parameter was
 // moved or reshaped) would be added to wrongly. Refuse both before anything is accumulated.
@@ -503,13 +491,7 @@ void Tape::run_rule(Node& node) {
     const Node::Output& out = node.outputs[k];
     grad_out[k] = out.grad.defined() ? out.grad : zeros(out.shape, out.dtype, out.device);
   }
-  Tensors sinks(node.inputs.size());
-  std::vector<bool> sink_is_zero(node.inputs.size(), false);
-  for (size_t j = 0; j < node.inputs.size(); ++j) {
-    sinks[j] = leaf_grad_sink(node.inputs[j]);
-    sink_is_zero[j] = sinks[j].defined() && node.inputs[j].meta->grad_is_zero;
-  }
-  BackwardCtx ctx(node, std::move(sinks), std::move(sink_is_zero));
+  BackwardCtx ctx(node);
   Tensors grad_in;
   {
     ObservedNode observed({node.op->name(), static_cast<int64_t>(node.index), Pass::Backward});
@@ -529,6 +511,7 @@ void Tape::run_rule(Node& node) {
     REEL_CHECK(g.shape() == in.shape, node.op->name(), ": backward gave input ", j, " a gradient of shape ",
                g.shape(), ", expected ", in.shape, " (a bug in the op)");
     if (in.meta->is_leaf) {
+      ctx.before_leaf_grad(j);  // an observer may install the .grad buffer now
       accumulate_into_leaf(*in.meta, g);
     } else {
       Tensor& slot = in.producer()->outputs[in.meta->output_index].grad;

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "autograd/hooks.h"
+#include "autograd/node.h"
 #include "autograd/tape.h"
 #include "core/allocator.h"
 #include "core/autograd_meta.h"
@@ -60,9 +61,14 @@ class FullyShardedDataParallel::Observer final : public autograd::BackwardObserv
   }
   void after_node(const autograd::NodeEvent& e, const autograd::Tensors*) override {
     if (e.pass == autograd::Pass::Replay) f_.after_replay_node(e.index);
+    else f_.after_rule(e.index);
   }
   void before_replay(const autograd::ReplayEvent& e) override { f_.before_replay(e.begin, e.last); }
   void leaf_grad_ready(const AutogradMeta& leaf) override { f_.leaf_ready(leaf); }
+  void before_leaf_grad(const AutogradMeta& leaf) override { f_.before_leaf_grad(leaf); }
+  void saved_released(const autograd::NodeEvent& e, const Tensor& value) override {
+    f_.saved_released(e.index, value);
+  }
   bool wants_leaf_grad_ready() const override { return true; }
 
  private:
@@ -264,9 +270,10 @@ void FullyShardedDataParallel::release(size_t u) {
   units_[u].gathered = false;
 }
 
-void FullyShardedDataParallel::prefetch_before(size_t u) {
+void FullyShardedDataParallel::prefetch_before(size_t u, int64_t index) {
   const auto it = std::find(forward_order_.begin(), forward_order_.end(), u);
   if (it == forward_order_.end() || it == forward_order_.begin()) return;
+  if (!read_below(*(it - 1), index)) return;  // no rule left reads its values: nothing to fetch
   prefetch(*(it - 1));
 }
 
@@ -315,72 +322,135 @@ void FullyShardedDataParallel::post_forward(size_t u) {
 void FullyShardedDataParallel::start_backward(size_t root) {
   // What the walk will do (autograd/tape.cpp): nodes 0..root, each leaf reported ready once, after
   // its lowest user. A node reads a unit when an input is one of its parameters or a view of one
-  // (w.t(): the view's producer reads it).
+  // (w.t(): the view's producer reads it); its rule reads the unit's values when a save holds them.
   const autograd::Tape& tape = autograd::Tape::current();
   const size_t n = std::min(root + 1, tape.size());
   reads_.assign(n, {});
+  value_reads_.assign(n, {});
   expected_.assign(units_.size(), 0);
   ready_.assign(units_.size(), 0);
   done_.assign(units_.size(), false);
   std::set<const AutogradMeta*> seen;
   for (size_t i = 0; i < n; ++i) {
-    std::vector<size_t>& r = reads_[i];
-    for (const autograd::Node::Input& in : tape.node(i).inputs) {
-      if (!in.meta) continue;
-      if (in.meta->is_leaf) {
-        const auto it = param_of_.find(in.meta.get());
-        if (it == param_of_.end()) continue;
-        const size_t u = unit_of_[it->second];
-        if (std::find(r.begin(), r.end(), u) == r.end()) r.push_back(u);
-        if (seen.insert(in.meta.get()).second) ++expected_[u];
-      } else if (in.meta->views_leaf) {
-        const autograd::Node* p = in.producer();
-        if (p && p->index < i)
-          for (size_t u : reads_[p->index])
-            if (std::find(r.begin(), r.end(), u) == r.end()) r.push_back(u);
-      }
+    const autograd::Node& node = tape.node(i);
+    for (size_t j = 0; j < node.inputs.size(); ++j) {
+      add_input_units(node, j, reads_[i]);
+      const AutogradMeta* meta = node.inputs[j].meta.get();
+      if (meta && meta->is_leaf && param_of_.count(meta) && seen.insert(meta).second)
+        ++expected_[unit_of_[param_of_.at(meta)]];
     }
+    value_reads_[i] = units_saved_by(node);
   }
   next_reduce_ = 0;
   if (options_.reduce == ReduceMode::PerMicroBatch) reduced_.assign(units_.size(), false);
   in_backward_ = true;
+  // A unit still gathered from forward (the last one) whose values no rule reads goes now.
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (options_.stage == 3 && units_[u].gathered && !units_[u].kept && !read_below(u, static_cast<int64_t>(n)))
+      release(u);
+}
+
+void FullyShardedDataParallel::add_input_units(const autograd::Node& node, size_t j, std::vector<size_t>& units) const {
+  const autograd::Node::Input& in = node.inputs[j];
+  const auto add = [&](size_t u) {
+    if (std::find(units.begin(), units.end(), u) == units.end()) units.push_back(u);
+  };
+  if (!in.meta) return;
+  if (in.meta->is_leaf) {
+    const auto it = param_of_.find(in.meta.get());
+    if (it != param_of_.end()) add(unit_of_[it->second]);
+  } else if (in.meta->views_leaf) {
+    const autograd::Node* p = in.producer();
+    if (p && p->index < node.index && p->index < reads_.size())
+      for (size_t u : reads_[p->index]) add(u);
+  }
+}
+
+std::vector<size_t> FullyShardedDataParallel::units_saved_by(const autograd::Node& node) const {
+  // Not yet re-made by its segment's replay: every unit it reads as an input may be saved.
+  if (!node.keep_saved) return node.index < reads_.size() ? reads_[node.index] : std::vector<size_t>{};
+  std::vector<size_t> units;
+  for (const autograd::SavedTensor& slot : node.saved) {
+    if (const Tensor* t = slot.kept_tensor()) {
+      for (size_t u = 0; u < units_.size(); ++u)
+        if (t->storage() == units_[u].flat.storage() &&
+            std::find(units.begin(), units.end(), u) == units.end())
+          units.push_back(u);
+    } else if (slot.input() >= 0) {  // dropped, to be refilled from that input (a selective piece)
+      add_input_units(node, static_cast<size_t>(slot.input()), units);
+    }
+  }
+  return units;
+}
+
+bool FullyShardedDataParallel::read_below(size_t u, int64_t index) const {
+  const int64_t end = std::min<int64_t>(index, static_cast<int64_t>(value_reads_.size()));
+  for (int64_t i = 0; i < end; ++i)
+    if (std::find(value_reads_[i].begin(), value_reads_[i].end(), u) != value_reads_[i].end()) return true;
+  return false;
+}
+
+void FullyShardedDataParallel::release_unread(size_t u, int64_t index) {
+  if (options_.stage == 3 && units_[u].gathered && !units_[u].kept && !read_below(u, index)) release(u);
 }
 
 void FullyShardedDataParallel::end_backward() {
   in_backward_ = false;
   reads_.clear();
+  value_reads_.clear();
 }
 
 void FullyShardedDataParallel::before_node(int64_t index, Phase phase) {
   if (!in_backward_) start_backward(static_cast<size_t>(index));
   group_.progress();  // Open MPI advances a prefetch in flight only inside MPI calls
-  if (static_cast<size_t>(index) >= reads_.size()) return;
-  for (size_t u : reads_[static_cast<size_t>(index)]) {
-    if (options_.stage == 3) {
-      // Gathered first: the gather's transient copy is gone before the unit's whole gradients come.
-      gather(u, phase);
-      if (phase == Phase::Replay) {  // the replay runs forward: the next unit it reads, ahead
-        const auto it = std::find(replay_order_.begin(), replay_order_.end(), u);
-        if (it != replay_order_.end() && it + 1 != replay_order_.end()) prefetch(*(it + 1));
-      } else {
-        prefetch_before(u);
-      }
+  if (options_.stage != 3 || static_cast<size_t>(index) >= reads_.size()) return;
+  // A replayed forward reads its inputs' values; a rule only what its saves hold (the embedding's
+  // rule reads no table, a matmul whose other input needs no gradient saves no weight).
+  const size_t i = static_cast<size_t>(index);
+  for (size_t u : phase == Phase::Replay ? reads_[i] : value_reads_[i]) {
+    gather(u, phase);
+    if (phase == Phase::Replay) {  // the replay runs forward: the next unit it reads, ahead
+      const auto it = std::find(replay_order_.begin(), replay_order_.end(), u);
+      if (it != replay_order_.end() && it + 1 != replay_order_.end()) prefetch(*(it + 1));
+    } else {
+      prefetch_before(u, index);
     }
-    // Gradients come only from backward rules: a replay's forward ops install nothing (a segment's
-    // earlier units would otherwise hold whole gradient buffers through the later units' backward).
-    if (phase != Phase::Replay) install_grads(u);
   }
+}
+
+void FullyShardedDataParallel::after_rule(int64_t index) {
+  if (!in_backward_ || static_cast<size_t>(index) >= value_reads_.size()) return;
+  // The units this rule read whose values no rule below it reads: released now, before their
+  // gradients are final (those live in Unit::grad_flat, not in the gathered storage).
+  const std::vector<size_t> read = std::move(value_reads_[static_cast<size_t>(index)]);
+  value_reads_[static_cast<size_t>(index)].clear();
+  for (size_t u : read) release_unread(u, index);
+}
+
+void FullyShardedDataParallel::saved_released(int64_t index, const Tensor& value) {
+  if (!in_backward_ || static_cast<size_t>(index) >= value_reads_.size()) return;
+  // Mid-rule (Linear after dX): the unit goes now if nothing the rule still holds, and no rule
+  // below it, reads it, so its gathered values are gone before the rule's dW is written.
+  const size_t i = static_cast<size_t>(index);
+  value_reads_[i] = units_saved_by(autograd::Tape::current().node(i));
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (value.storage() == units_[u].flat.storage()) release_unread(u, index + 1);
 }
 
 void FullyShardedDataParallel::after_replay_node(int64_t index) {
   if (options_.stage != 3 || !in_backward_ || static_cast<size_t>(index) >= reads_.size()) return;
-  // A unit the replay has read for the last time is released again (backward gathers it when its
-  // rules come), so a segment's replay holds one unit at a time, not all of the segment's; except
-  // the units of the segment's last op, which backward reads first.
-  for (size_t u : reads_[static_cast<size_t>(index)])
-    if (u < replay_last_read_.size() && replay_last_read_[u] == index && !units_[u].kept &&
-        std::find(replay_keep_.begin(), replay_keep_.end(), u) == replay_keep_.end())
-      release(u);
+  const size_t i = static_cast<size_t>(index);
+  value_reads_[i] = units_saved_by(autograd::Tape::current().node(i));  // its saves are re-made now
+  // A unit the replay has read for the last time is released again (backward gathers it when a
+  // rule reads it), so a segment's replay holds one unit at a time, not all of the segment's;
+  // except the units of the segment's last op that reads any, when a rule still reads them: the
+  // segment's backward starts there.
+  for (size_t u : reads_[i]) {
+    if (u >= replay_last_read_.size() || replay_last_read_[u] != index || units_[u].kept) continue;
+    const bool keep = std::find(replay_keep_.begin(), replay_keep_.end(), u) != replay_keep_.end() &&
+                      read_below(u, static_cast<int64_t>(replay_last_) + 1);
+    if (!keep) release(u);
+  }
 }
 
 void FullyShardedDataParallel::install_grads(size_t u) {
@@ -405,6 +475,7 @@ void FullyShardedDataParallel::install_grads(size_t u) {
 void FullyShardedDataParallel::before_replay(size_t begin, size_t last) {
   if (!in_backward_) start_backward(last);
   if (options_.stage != 3) return;
+  replay_last_ = last;
   // The units the segment's recorded ops read, in the order the replay reads them, each with its last
   // reader; the replay's nodes gather them (before_node) and release them (after_replay_node).
   replay_order_.clear();
@@ -424,6 +495,12 @@ void FullyShardedDataParallel::before_replay(size_t begin, size_t last) {
   if (!replay_order_.empty()) prefetch(replay_order_.front());
 }
 
+void FullyShardedDataParallel::before_leaf_grad(const AutogradMeta& leaf) {
+  if (!in_backward_) return;
+  const auto it = param_of_.find(&leaf);
+  if (it != param_of_.end()) install_grads(unit_of_[it->second]);  // from its first gradient on
+}
+
 void FullyShardedDataParallel::leaf_ready(const AutogradMeta& leaf) {
   if (!in_backward_) return;
   const auto it = param_of_.find(&leaf);
@@ -431,7 +508,7 @@ void FullyShardedDataParallel::leaf_ready(const AutogradMeta& leaf) {
   const size_t u = unit_of_[it->second];
   if (++ready_[u] < expected_[u]) return;
   done_[u] = true;
-  if (options_.stage == 3 && !units_[u].kept) release(u);
+  if (options_.stage == 3 && units_[u].gathered && !units_[u].kept) release(u);  // a reader that never ran
   if (options_.reduce == ReduceMode::PerMicroBatch || armed_) reduce_ready();
 }
 
@@ -451,11 +528,6 @@ void FullyShardedDataParallel::reduce(size_t u) {
   std::optional<profile::Scope> s;
   open_span(s, [&] { return "reduce_scatter unit '" + k.name + "'"; });
   autograd::NoGrad no_grad;
-  Tensor mine;
-  {
-    MemoryCategory category(Category::Gradient);
-    mine = empty({k.layout.chunk}, k.shard.dtype(), k.shard.device());
-  }
   install_grads(u);  // (a unit no rule touched: zeros)
   const Tensor full = std::move(k.grad_flat);  // (padded): every parameter's gradient, in place
   for (size_t j = 0; j < k.params.size(); ++j) {
@@ -463,17 +535,17 @@ void FullyShardedDataParallel::reduce(size_t u) {
     if (p.autograd_meta()->grad_is_zero) piece(full, k.offset[j], p).fill_(0);  // zero_grad's deferred fill
     p.set_grad(Tensor());  // the full gradient goes: its sum lives in the shards now
   }
+  // The shard's .grad receives the sum itself, no buffer of its own: what it holds already (earlier
+  // micro-batches of the window) is added into this rank's chunk of `full` first, so the sum over
+  // ranks of that chunk is the old value plus this micro-batch's gradients.
+  AutogradMeta& meta = *k.shard.autograd_meta();
+  if (!meta.grad_is_zero)
+    kernels::binary_(kernels::BinaryOp::Add, full.narrow(0, k.layout.begin, k.layout.chunk), meta.grad);
   profile::AsyncSpan comm = comm_span([&] { return "reduce_scatter unit '" + k.name + "'"; });
-  group_.reduce_scatter(mine, full);
+  group_.reduce_scatter(meta.grad, full);
   comm.end();
   ++reduce_scatters_;
-  AutogradMeta& meta = *k.shard.autograd_meta();
-  if (meta.grad_is_zero) {  // zero_grad's deferred fill: write instead of adding
-    meta.grad.copy_(mine);
-    meta.grad_is_zero = false;
-  } else {
-    kernels::binary_(kernels::BinaryOp::Add, meta.grad, mine);
-  }
+  meta.grad_is_zero = false;
   reduced_[u] = true;
 }
 

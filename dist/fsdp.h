@@ -27,17 +27,26 @@
 //   replay    module hooks do not run at replay (autograd/checkpoint.h): before each replayed op that
 //             reads a released unit's parameters, the unit is gathered again, and after the op that
 //             reads it last in the segment it is released again (except the units of the segment's
-//             last op, which backward reads first), so a replay holds one unit at a time, not the
-//             whole segment's;
-//   backward  before a node's backward rule that reads a released unit's parameter (directly, or
-//             through a view of it, e.g. w.t()), the unit is gathered again;
+//             last op that reads any, when a rule reads them: backward starts there), so a replay
+//             holds one unit at a time, not the whole segment's;
+//   backward  before a node's backward rule that reads a released unit's values, the unit is gathered
+//             again. A rule reads what its saves hold (a slot whose storage is the unit's: W, or a
+//             view of it such as w.t()); a node of a collapsed segment counts every unit it takes as
+//             an input (directly or through a view) until its replay re-makes its saves. So a unit
+//             only taken as an input is not gathered: an embedding's table (its rule reads the
+//             indices), a first layer's weight (its input needs no gradient: no rule saves it);
 //   prefetch  (Options::prefetch) when backward makes unit u available, the unit before u in this
-//             forward's order is gathered ahead (all_gather_async), and in a replay the next unit the
-//             segment reads; one at a time, waited for only when used, so the communication overlaps
-//             u's compute. It costs one more gathered unit in flight (the collective writes the
-//             unit's own storage, materialised when it starts; counted as Parameter);
-//   released  once every parameter of the unit has its final gradient for this backward (the
-//             observer's leaf_grad_ready), unless in Options::keep;
+//             forward's order is gathered ahead (all_gather_async) if a rule below still reads it, and
+//             in a replay the next unit the segment reads; one at a time, waited for only when used,
+//             so the communication overlaps u's compute. It costs one more gathered unit in flight
+//             (the collective writes the unit's own storage, materialised when it starts; counted as
+//             Parameter);
+//   released  after the last rule that reads its values (the observer's after_node), or inside it,
+//             when the rule releases that save (saved_released: Linear and matmul after dX, so the
+//             gathered weight is gone before the weight gradient's flat buffer exists); a unit still
+//             gathered from forward that no rule reads, when backward starts; at the latest once
+//             every parameter of the unit has its final gradient (leaf_grad_ready: a reader that
+//             never ran). Never a unit in Options::keep;
 //   after the optimizer's step (WindowSync::after_step) every unit still gathered (the kept ones) is
 //   gathered again: the shards changed.
 // A re-gather in backward (a replay, a rule, a prefetch) writes back exactly the values forward read:
@@ -48,11 +57,14 @@
 // Stage 2 (parameters whole): no gathers in forward or backward; after the step every unit's updated
 // shards are all-gathered into the whole parameters.
 //
-// Gradients (both stages). At a unit's first backward rule its parameters' .grad become views of one
-// flat buffer (Unit::grad_flat), which the reduce-scatter then reads in place. ReduceMode::PerMicroBatch: when a unit's gradients are final in a backward,
-// its full gradients are reduce-scattered (summed) into the shard's .grad (added: it accumulates over
-// the window's micro-batches) and the full gradient buffers are dropped, so gradient memory per rank
-// is the shards plus one unit's full gradients; one reduce-scatter per unit per micro-batch.
+// Gradients (both stages). When a rule first writes one of a unit's gradients (the observer's
+// before_leaf_grad), its parameters' .grad become views of one flat buffer (Unit::grad_flat), which
+// the reduce-scatter then reads in place. ReduceMode::PerMicroBatch: when a unit's gradients are
+// final in a backward, its full gradients are reduce-scattered (summed) straight into the shard's
+// .grad (accumulating over the window's micro-batches: this rank first adds what its shard .grad
+// holds into its own chunk of the full buffer, so no second chunk-sized buffer exists) and the full
+// gradient buffers are dropped, so gradient memory per rank is the shards plus one unit's full
+// gradients; one reduce-scatter per unit per micro-batch.
 // ReduceMode::PerWindow: full gradients accumulate locally over the window (full gradient memory),
 // and are reduce-scattered once, in the window's last backward: one reduce-scatter per unit per window.
 // Units are reduced in one fixed order (reverse of the list, root last), a unit only once the ones
@@ -83,12 +95,15 @@
 //
 // Counting all-gathers (all_gathers(phase)). Stage 3, prefetch off, Options::keep empty, a model of U
 // units whose every unit is used by each micro-batch's loss, R of them read by replayed checkpoint
-// segments (each by one segment), S of those read by a segment's last op: each micro-batch gathers U
-// units in forward, R under Phase::Replay, and under Phase::Backward U - 1 - R (the last unit is still
-// gathered) plus R - S (released after their replay, gathered again); so per window of M micro-batches
-//   all-gathers = M * (2U - 1 + R - S) = units x (forward + replays + backward) minus what stays
-// gathered (the last unit after forward, the S units from their replay into backward).
-// With K kept units (none replayed): M * (2(U - K) - 1) + K (the K after the step). With prefetch some
+// segments (each by one segment), S of those read by a segment's last op that reads any, N read by no
+// backward rule (see backward above; the last unit and the S units are read by one): each
+// micro-batch gathers U units in forward, R under Phase::Replay, and under Phase::Backward the U - N
+// units a rule reads less the last unit (still gathered) and the S units (kept from their replay);
+// so per window of M micro-batches
+//   all-gathers = M * (2U - 1 + R - S - N) = units x (forward + replays + backward) minus what stays
+// gathered (the last unit after forward, the S units from their replay into backward) and what
+// backward does not read.
+// With K kept units (none replayed, none of the N): M * (2(U - K) - 1 - N) + K (the K after the step). With prefetch some
 // are issued early, under Phase::Prefetch; the total is the same. Stage 2: U per step (AfterStep).
 // Reduce-scatters: M * U per window (PerMicroBatch) or U (PerWindow).
 //
@@ -123,6 +138,10 @@
 #include "dist/sharding.h"
 #include "nn/module.h"
 #include "optim/accumulator.h"
+
+namespace reel::autograd {
+struct Node;  // autograd/node.h
+}
 
 namespace reel::dist {
 
@@ -213,7 +232,7 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   Tensor gather_input(const Unit& k) const;  // the shard in the flat's dtype (itself, or rounded into its slot)
   void bind(const Unit& k);                  // the unit's parameters become views of k.flat (its dtype)
   void release(size_t u);
-  void prefetch_before(size_t u);    // the unit before u in this forward's order, ahead
+  void prefetch_before(size_t u, int64_t index);  // the unit before u in this forward's order, ahead, if a rule below index reads it
   void prefetch(size_t v);           // unit v ahead (stage 3, Options::prefetch, one at a time)
   void drop_prefetch();              // waits for a prefetch in flight and forgets it
   void install_grads(size_t u);      // the parameters' .grad become views of units_[u].grad_flat
@@ -221,7 +240,15 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   void reduce_ready();               // reduces, in order, the units whose gradients are final
   void start_backward(size_t root);  // on a backward's first event: what each tape node reads
   void end_backward();
+  // The units node's input j is or views (a parameter, or a view whose producer reads one).
+  void add_input_units(const autograd::Node& node, size_t j, std::vector<size_t>& units) const;
+  std::vector<size_t> units_saved_by(const autograd::Node& node) const;  // whose values its saves hold
+  bool read_below(size_t u, int64_t index) const;  // does a rule of a node below `index` read u's values?
+  void release_unread(size_t u, int64_t index);   // stage 3: released if gathered, not kept, not read below index
   void before_node(int64_t index, Phase phase);
+  void after_rule(int64_t index);
+  void saved_released(int64_t index, const Tensor& value);
+  void before_leaf_grad(const AutogradMeta& leaf);
   void before_replay(size_t begin, size_t last);
   void after_replay_node(int64_t index);
   void leaf_ready(const AutogradMeta& leaf);
@@ -246,6 +273,9 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   // parameters the tape uses and how many of them have their final gradient.
   bool in_backward_ = false;
   std::vector<std::vector<size_t>> reads_;
+  // ...and the units whose values its rule reads (its saves hold them; a node of a collapsed segment:
+  // every unit it reads, until its replay re-makes the saves); a rule's entry is emptied once it ran.
+  std::vector<std::vector<size_t>> value_reads_;
   std::vector<int64_t> expected_, ready_;
   std::vector<bool> done_;     // this backward: gradients final
   // The segment being replayed: its units in the order the replay reads them, each unit's last
@@ -253,6 +283,7 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   std::vector<size_t> replay_order_;
   std::vector<int64_t> replay_last_read_;
   std::vector<size_t> replay_keep_;
+  size_t replay_last_ = 0;
   size_t next_reduce_ = 0;     // position in reduce_order_
   std::vector<bool> reduced_;  // this window (PerWindow) / this backward (PerMicroBatch)
   bool armed_ = false;         // inside the window's last backward

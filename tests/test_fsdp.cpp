@@ -4,7 +4,8 @@
 // units inside checkpointed blocks (a GPT's Linears and LayerNorms too) equal to one process and to
 // block units; a replayed checkpoint segment re-gathers its freed parameters (gradients bit-identical
 // to an unsharded checkpointed run); the all-gather and reduce-scatter counts of fsdp.h's formula
-// (2U - 1 + R - S per micro-batch); per-rank parameter,
+// (2U - 1 + R - S - N per micro-batch: a unit no rule reads is not gathered in backward); a Linear's
+// weight released before its weight gradient exists; per-rank parameter,
 // gradient and optimizer bytes about half a single process's; a released parameter refused by
 // kernels; gathered checkpoints loading into one process bit for bit, and back; every collective a
 // span on the trace's communication lanes; gather_all keeping the model whole; mixed precision
@@ -26,6 +27,7 @@
 #include "autograd/autocast.h"
 #include "autograd/checkpoint.h"
 #include "autograd/functions.h"
+#include "autograd/hooks.h"
 #include "autograd/nn_functions.h"
 #include "autograd/tape.h"
 #include "core/allocator.h"
@@ -110,11 +112,13 @@ std::vector<nn::Module*> leaves_of(nn::Sequential& m) {  // in forward order
   }
   return u;
 }
-// fsdp.h's count of the all-gathers of one micro-batch (prefetch off, nothing kept): 2U - 1 + R - S,
+// fsdp.h's count of the all-gathers of one micro-batch (prefetch off, nothing kept): 2U - 1 + R - S - N,
 // with `per_block` units in each of `blocks` blocks of a Sequential checkpointed by `policy` (R: the
-// units of checkpointed runs, S: one per checkpointed run, the unit of its last op).
+// units of checkpointed runs, S: one per checkpointed run, the unit of its last op; N: `unread` units
+// whose values no backward rule reads, none of them the last unit or a run's last: the first Dense,
+// whose input needs no gradient, so its matmul saves no weight; a GPT's wpe, whose rule reads no table).
 int64_t gathers_per_micro_batch(const autograd::CheckpointPolicy& policy, int64_t blocks, int64_t per_block,
-                                int64_t root_units = 0) {
+                                int64_t root_units, int64_t unread) {
   int64_t replayed = 0, segments = 0;
   for (const auto& run : policy.plan(blocks))
     if (run.checkpointed) {
@@ -122,7 +126,7 @@ int64_t gathers_per_micro_batch(const autograd::CheckpointPolicy& policy, int64_
       ++segments;
     }
   const int64_t U = blocks * per_block + root_units;
-  return 2 * U - 1 + replayed - segments;
+  return 2 * U - 1 + replayed - segments - unread;
 }
 
 struct Batch {
@@ -362,8 +366,10 @@ TEST_CASE("fsdp: a small GPT, its blocks or its leaf layers as units (wte in the
     Capture cap(fsdp.shard_parameters());
     optim::Accumulator acc(cap, {0.0, nullptr, false, &fsdp});
     acc.step(mine, count, [&](const Tokens& t) { return cross_entropy(gpt(t.ids), t.targets, -100, "sum"); });
-    // Per block 1 or 6 units; the units outside the blocks: the root, or wpe, ln_f and the root.
-    CHECK(fsdp.all_gathers() == 2 * gathers_per_micro_batch(policy, 4, layers ? 6 : 1, layers ? 3 : 1));
+    // Per block 1 or 6 units; the units outside the blocks: the root, or wpe, ln_f and the root. With
+    // layer units wpe is not gathered in backward (the embedding's rule reads no table); the root
+    // holds wte, which the tied head's rule reads.
+    CHECK(fsdp.all_gathers() == 2 * gathers_per_micro_batch(policy, 4, layers ? 6 : 1, layers ? 3 : 1, layers ? 1 : 0));
     for (size_t u = 0; u < fsdp.units().size(); ++u) {
       const FSDP::Unit& k = fsdp.units()[u];
       CAPTURE(k.name);
@@ -375,6 +381,49 @@ TEST_CASE("fsdp: a small GPT, its blocks or its leaf layers as units (wte in the
       check_rel(cap.grads[u], untracked::slice(full, 0, k.layout.begin, k.layout.begin + k.layout.chunk), 1e-5);
     }
   }
+}
+
+TEST_CASE("fsdp: a Linear's gathered weight is released inside its rule, before its weight gradient exists") {
+  // Layer units of a small GPT, no prefetch: each Linear's rule releases W once dX is made
+  // (BackwardCtx::release_saved), so the unit's storage is gone when its flat gradient is installed.
+  const nn::GPTConfig config{/*vocab_size*/ 11, /*block_size*/ 8, /*n_layer*/ 2, /*n_head*/ 2, /*n_embd*/ 16};
+  manual_seed(5);
+  nn::GPT gpt(config);
+  std::vector<nn::Module*> units;
+  std::vector<Tensor> weights;  // the blocks' Linear weights
+  for (const auto& [name, m] : gpt.named_modules())
+    if (m->children().empty() && !m->parameters().empty() && m != gpt.wte.get()) {
+      units.push_back(m);
+      if (m->name() == "Linear") weights.push_back(m->named_parameters().front().second);
+    }
+  REQUIRE(weights.size() == 8u);
+  FSDP fsdp(gpt, units, {3, FSDP::ReduceMode::PerMicroBatch, false, {}, {}});
+  struct Watch final : autograd::BackwardObserver {
+    std::vector<Tensor> weights;
+    int installed = 0, released_first = 0, released_saves = 0;
+    void before_leaf_grad(const AutogradMeta& leaf) override {  // after FSDP's: the .grad is installed
+      for (const Tensor& w : weights)
+        if (&leaf == w.autograd_meta().get()) {
+          ++installed;
+          released_first += w.storage()->released();
+        }
+    }
+    void saved_released(const autograd::NodeEvent&, const Tensor& value) override {
+      for (const Tensor& w : weights) released_saves += value.storage() == w.storage();
+    }
+  };
+  auto watch = std::make_shared<Watch>();
+  watch->weights = weights;
+  autograd::ObserveBackward observe(watch);
+  const Tensor ids = from_vector<int64_t>(std::vector<int64_t>(16, 3), {2, 8});
+  Capture cap(fsdp.shard_parameters());
+  optim::Accumulator acc(cap, {0.0, nullptr, false, &fsdp});
+  const std::vector<Tensor> batches{ids};
+  acc.step(batches, [](const Tensor& t) { return t.numel(); },
+           [&](const Tensor& t) { return cross_entropy(gpt(t), t, -100, "sum"); });
+  CHECK(watch->installed == 8);
+  CHECK(watch->released_first == 8);   // W gone when its gradient buffer comes
+  CHECK(watch->released_saves == 8);   // each released by its own rule
 }
 
 TEST_CASE("fsdp: leaf layers as units give one process's gradients (f64 1e-12); all-gathers as fsdp.h counts") {
@@ -408,7 +457,9 @@ TEST_CASE("fsdp: leaf layers as units give one process's gradients (f64 1e-12); 
             CAPTURE(u);
             check_rel(cap.grads[u], want[u], 1e-12);
           }
-          const int64_t per_micro_batch = gathers_per_micro_batch(policy, 3, layers ? 2 : 1);
+          // The first leaf's weight is saved by no rule (its input needs no gradient); a block unit
+          // holds the second leaf too, whose weight is.
+          const int64_t per_micro_batch = gathers_per_micro_batch(policy, 3, layers ? 2 : 1, 0, layers ? 1 : 0);
           CHECK(fsdp.all_gathers() == M * per_micro_batch);
           CHECK(fsdp.all_gathers(Phase::Forward) == M * static_cast<int64_t>(fsdp.units().size()));
           if (!prefetch) {
@@ -454,7 +505,7 @@ TEST_CASE("fsdp: a replayed segment re-gathers its freed parameters; gradients b
   }
 }
 
-TEST_CASE("fsdp: all-gathers per window = micro-batches x (2U - 1 + R - S); reduce-scatters by mode") {
+TEST_CASE("fsdp: all-gathers per window = micro-batches x (2U - 1 + R - S - N); reduce-scatters by mode") {
   const Batch d = global_batch(DType::f64, Device::cpu());
   const std::vector<Batch> window = my_window(d, {6, 10});
   const int64_t M = 2;
@@ -474,17 +525,18 @@ TEST_CASE("fsdp: all-gathers per window = micro-batches x (2U - 1 + R - S); redu
         for (int s = 0; s < 2; ++s) acc.step(window, tokens, [&](const Batch& b) { return loss_of(*model, b); });
         const int64_t windows = 2;
         const auto policy = autograd::CheckpointPolicy::parse(checkpoint);
-        CHECK(fsdp.all_gathers() == windows * M * gathers_per_micro_batch(policy, U, 1));
+        CHECK(fsdp.all_gathers() == windows * M * gathers_per_micro_batch(policy, U, 1, 0, 1));
         CHECK(world().issued(dist::Collective::AllGather) - issued == fsdp.all_gathers());
         CHECK(fsdp.all_gathers(Phase::Forward) == windows * M * U);
         CHECK(fsdp.all_gathers(Phase::AfterStep) == 0);
         // sqrt over 4 units checkpoints units 0 and 1 (one segment): replayed, so gathered for the
-        // replay; unit 0 is released after it and gathered again in backward, unit 1 (the segment's
-        // last op reads it) stays gathered.
+        // replay; unit 0 is released after it and not gathered in backward (no rule reads its weight:
+        // its input needs no gradient), unit 1 (the segment's last op reads it, and so does its rule)
+        // stays gathered. Backward gathers the units a rule reads (U - 1) but the last and unit 1.
         const int64_t replayed = checkpoint == "sqrt" ? 2 : 0, segments = checkpoint == "sqrt" ? 1 : 0;
         if (!prefetch) {
           CHECK(fsdp.all_gathers(Phase::Replay) == windows * M * replayed);
-          CHECK(fsdp.all_gathers(Phase::Backward) == windows * M * (U - 1 - segments));
+          CHECK(fsdp.all_gathers(Phase::Backward) == windows * M * (U - 1 - 1 - segments));
           CHECK(fsdp.all_gathers(Phase::Prefetch) == 0);
         } else {
           CHECK(fsdp.all_gathers(Phase::Prefetch) > 0);
@@ -504,7 +556,7 @@ TEST_CASE("fsdp: all-gathers per window = micro-batches x (2U - 1 + R - S); redu
   optim::SGD kept_opt(kept.shard_parameters(), 0.01);
   optim::Accumulator kept_acc(kept_opt, {0.0, nullptr, false, &kept});
   kept_acc.step(window, tokens, [&](const Batch& b) { return loss_of(*kept_model, b); });
-  CHECK(kept.all_gathers() == M * (2 * (4 - 1) - 1) + 1);  // M (2 (U - K) - 1) + K
+  CHECK(kept.all_gathers() == M * (2 * (4 - 1) - 1 - 1) + 1);  // M (2 (U - K) - 1 - N) + K
 }
 
 TEST_CASE("fsdp: under a Profiler every all-gather and reduce-scatter is a span on the communication track") {

@@ -243,3 +243,52 @@ TEST_CASE("a backward observer is told when a rule throws, and the walk's scopes
   CHECK(counter->open == 0);  // told with null after the throw (later observers are told first)
   CHECK(autograd::Tape::current().empty());
 }
+
+TEST_CASE("an observer installs a .grad at a rule's first write to it, and hears Linear release W before dW") {
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    Generator gen(5);
+    const Tensor x = randn({3, 4}, DType::f32, Device::cpu(), &gen).to(d).set_requires_grad();
+    const Tensor w = randn({5, 4}, DType::f32, Device::cpu(), &gen).to(d).set_requires_grad();
+    const Tensor b = randn({5}, DType::f32, Device::cpu(), &gen).to(d).set_requires_grad();
+    const Tensor c = randn({3, 5}, DType::f32, Device::cpu(), &gen).to(d);
+    autograd::backward(sum(linear(x, w, b) * c));
+    const Tensor want = w.grad().clone();
+    for (const Tensor& t : {x, w, b}) t.set_grad(Tensor());
+
+    // Installs w's buffer lazily (as FSDP does), filled with stale values zero_grad marks as zeros:
+    // the rule writes it in place, the tape's add never sees them.
+    struct Lazy final : autograd::BackwardObserver {
+      Tensor w, buffer;
+      std::vector<std::string> log;
+      void before_leaf_grad(const AutogradMeta& leaf) override {
+        if (&leaf != w.autograd_meta().get()) {
+          log.push_back("grad other");
+          return;
+        }
+        log.push_back(std::string("grad w, ") + (leaf.grad.defined() ? "a buffer" : "no buffer"));
+        buffer = full(w.shape(), 7.0, w.dtype(), w.device());
+        w.set_grad(buffer);
+        autograd::zero_grad({w});
+      }
+      void saved_released(const autograd::NodeEvent& e, const Tensor& value) override {
+        log.push_back(std::string(e.op) + " released " + (value.storage() == w.storage() ? "w" : "other"));
+      }
+    };
+    auto lazy = std::make_shared<Lazy>();
+    lazy->w = w;
+    {
+      autograd::ObserveBackward observe(lazy);
+      autograd::backward(sum(linear(x, w, b) * c));
+    }
+    // dX, then W released, then dW written into the buffer installed at that moment, then db; x's
+    // gradient is added by the tape after the rule.
+    REQUIRE(lazy->log.size() == 4);
+    CHECK(lazy->log[0] == "linear released w");
+    CHECK(lazy->log[1] == "grad w, no buffer");
+    CHECK(lazy->log[2] == "grad other");
+    CHECK(lazy->log[3] == "grad other");
+    CHECK(w.grad().same(lazy->buffer));
+    CHECK(reel::testing::bit_identical(w.grad(), want));
+  }
+}

@@ -10,7 +10,8 @@
 // and the column sum add into them (or, after zero_grad, write them), no temporary, no add pass.
 // Saves x only when W needs its gradient and W only when x does: the saved x is the input itself
 // (often a view of a tensor another node saves anyway, e.g. attention's output), not its (N, in)
-// copy, which backward re-makes when needed.
+// copy, which backward re-makes when needed. Backward releases W once dX is made
+// (BackwardCtx::release_saved), before dW is written.
 #pragma once
 #include <optional>
 #include <string>
@@ -47,6 +48,7 @@ struct Linear final : autograd::Op {
     const Tensor g = grad[0].reshape({-1, n_out});  // G (N, out)
     Tensors grads(ctx.num_inputs());
     if (ctx.needs_input_grad(0)) grads[0] = kernels::matmul(g, ctx.saved(0)).view(x_shape);
+    ctx.release_saved(0);  // W is read no more: a sharded W (dist/fsdp.h) is freed before dW exists
     if (ctx.needs_input_grad(1)) {  // dW (out, in) = G^T X
       const Tensor x = ctx.saved(1).reshape({-1, n_in});
       grads[1] = ctx.grad_write_or_add(

@@ -1,7 +1,8 @@
 // matmul: y = op(a) @ op(b), op = transpose of the last two dims when asked, numpy.matmul rules.
 // With A = op(a), B = op(b):  dA = g @ B^T,  dB = A^T @ g. Each is written as one matmul with
 // transpose flags (no copies), then summed over broadcast batch dims (for bf16 / f16 in f32, see
-// backward). Saves b only when a needs its gradient and a only when b does.
+// backward). Saves b only when a needs its gradient and a only when b does; backward releases b
+// once da is made (BackwardCtx::release_saved), before db.
 #include "autograd/autocast.h"
 #include "autograd/functions.h"
 #include "autograd/op.h"
@@ -61,6 +62,7 @@ struct Matmul final : autograd::Op {
       grads[0] = autograd::sum_to(da, matrix_shape(sa, true)).reshape(sa);
       if (wide) grads[0] = grads[0].to(dt);
     }
+    ctx.release_saved(0);  // b is read no more (a sharded weight is freed before db exists)
     if (ctx.needs_input_grad(1)) {
       const bool wide = widened(sb, false);
       const Tensor a = in_f32(as_matrix(ctx.saved(1), true), wide), gw = in_f32(g, wide);
