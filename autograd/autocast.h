@@ -29,8 +29,10 @@
 // current at backward. Backward itself runs with autocast off (Tape::backward), so a backward rule
 // that calls a user function computes in the dtypes it is given.
 //
-// No cast cache: a weight used by two ops in one forward is cast twice (two nodes, each saved by
-// its GEMM if needed), which keeps every node's forward a function of its inputs alone.
+// No cast cache: a weight used by two ops in one forward is cast twice (two nodes), which keeps
+// every node's forward a function of its inputs alone. A GEMM that saves its 16-bit copy of a
+// parameter keeps the parameter instead and casts it again in backward (autograd/ops/cast.h): the
+// copy is no activation between forward and backward, and the gradients are the same bits.
 #pragma once
 #include <optional>
 

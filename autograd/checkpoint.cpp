@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "autograd/hooks.h"
+#include "autograd/ops/cast.h"
 #include "autograd/tape.h"
 #include "core/allocator.h"
 #include "core/profile.h"
@@ -89,10 +90,28 @@ void prepare_saves(Node& node, const Tensors& in) {
   }
 }
 
-// The saves are final once the forward returned: an output the op saved (exp saves y) keeps its
-// data alone (the same handle as y would carry y's autograd state, and the node would keep itself
-// alive); a kept node's saves that are its inputs are dropped (its piece's replay re-makes them);
-// the rest are packed (autograd/saved_tensor.h).
+namespace {
+// When the save `t` is one of `node`'s inputs made by a cast of a parameter (autograd/ops/cast.h,
+// e.g. autocast's bf16 copy of a GEMM's f32 weight), the slot keeps the parameter and backward casts
+// it again: the copy is freed once the forward is done with it, not kept as an activation.
+bool recast_parameter_save(const Node& node, SavedTensor& slot, const Tensor& t, const Tensors& in) {
+  for (size_t j = 0; j < in.size(); ++j) {
+    if (!in[j].same(t)) continue;
+    const Node* producer = node.inputs[j].producer();
+    const auto* cast = producer ? dynamic_cast<const ops::Cast*>(producer->op.get()) : nullptr;
+    if (!cast || !cast->source.defined()) return false;
+    slot.recast_from(cast->source);
+    return true;
+  }
+  return false;
+}
+}  // namespace
+
+// The saves are final once the forward returned: a save that is a cast of a parameter keeps the
+// parameter (recast_parameter_save); an output the op saved (exp saves y) keeps its data alone (the
+// same handle as y would carry y's autograd state, and the node would keep itself alive); a kept
+// node's saves that are its inputs are dropped (its piece's replay re-makes them); the rest are
+// packed (autograd/saved_tensor.h).
 Tensors run_forward(Node& node, const Tensors& in) {
   ForwardCtx ctx(node);
   Tensors out = node.op->forward(in, ctx);
@@ -100,6 +119,7 @@ Tensors run_forward(Node& node, const Tensors& in) {
   for (SavedTensor& slot : node.saved) {
     const Tensor* t = slot.kept_tensor();
     if (!t) continue;
+    if (recast_parameter_save(node, slot, *t, in)) continue;
     const auto same = [t](const Tensor& x) { return x.same(*t); };
     if (drop_inputs)
       if (const auto it = std::find_if(in.begin(), in.end(), same); it != in.end()) {

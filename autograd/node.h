@@ -2,7 +2,8 @@
 // backward, and where it sits (tape position, checkpoint segment). Only the tape
 // (autograd/tape.cpp, autograd/checkpoint.cpp) and the contexts (autograd/op.cpp) touch it; an op
 // sees ForwardCtx and BackwardCtx (autograd/op.h). A Node keeps no input data, only its saves (and,
-// inside a checkpoint segment, the segment's boundary inputs).
+// inside a checkpoint segment, the segment's boundary inputs); a cast node of a parameter keeps the
+// parameter in its op (autograd/ops/cast.h), memory that lives anyway.
 #pragma once
 #include <cstdint>
 #include <memory>

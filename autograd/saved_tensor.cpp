@@ -9,6 +9,7 @@
 #include "core/allocator.h"
 #include "core/memory_timeline.h"
 #include "core/profile.h"
+#include "core/storage.h"
 
 namespace reel::autograd {
 
@@ -61,6 +62,16 @@ void SavedTensor::refill(const Tensor& t, const KeptBy& by) {
   pack(by);
 }
 
+void SavedTensor::recast_from(const Tensor& source) {
+  REEL_CHECK(source.defined() && source.shape() == shape_ && source.device() == device_ && data_.defined() && !packed_,
+             "SavedTensor::recast_from: the source must be a defined tensor of the saved tensor's shape and device, "
+             "given before pack");
+  data_ = Tensor();  // the copy goes once nothing else holds it (the op that read it is done)
+  source_ = source;
+  origin_ = source.storage();
+  version_ = source.version();
+}
+
 void SavedTensor::pack(const KeptBy& by) {
   if (!data_.defined()) return;
   if (t_hooks.empty()) {
@@ -84,6 +95,11 @@ void SavedTensor::check_version(const char* op, int held_input) const {
   if (!storage) return;  // packed away and freed: nothing can have written it
   const uint64_t now = storage->version(), then = version_;
   if (now == then) return;
+  if (source_.defined())
+    REEL_FAIL(op, ": the parameter of shape ", shape_, " whose ", dtype_, " copy ", op,
+              " saved for backward was modified in place (version ", then, " when saved, ", now,
+              " now); its gradient would use the new values. Make the in-place change (fill_, copy_, an optimizer "
+              "step) before the forward or after the backward");
   if (held_input >= 0)
     REEL_FAIL(op, ": a tensor of shape ", shape_, " that a checkpoint segment holds for the replay (input ",
               held_input, " of ", op, ") was modified in place (version ", then, " when held, ", now,
@@ -97,6 +113,13 @@ void SavedTensor::check_version(const char* op, int held_input) const {
 
 const Tensor& SavedTensor::unpack(const char* op, int held_input) {
   check_version(op, held_input);
+  if (source_.defined()) {  // the cast again, as the forward's cast node made it
+    REEL_CHECK(!source_.storage() || !source_.storage()->released(), op, ": the parameter of shape ", shape_,
+               " whose ", dtype_, " copy ", op,
+               " saved for backward is released (a sharded parameter not gathered again for this rule)");
+    data_ = source_.to(dtype_);
+    source_ = Tensor();
+  }
   if (packed_) {
     Tensor t = unpack_(*packed_);
     REEL_CHECK(t.defined() && t.shape() == shape_ && t.dtype() == dtype_ && t.device() == device_, op,

@@ -7,6 +7,11 @@
 // in-place write changed the tensor since, because the gradient (or the replay) would then use
 // values the forward never saw.
 //
+// A slot may instead keep the parameter a saved 16-bit copy was cast from (recast_from): backward
+// casts it again when it unpacks the slot (the same bits), so the copy is no activation meanwhile.
+// Such a slot bypasses the hooks (there is nothing to pack: the parameter stays where it is) and
+// checks the parameter's version.
+//
 // Hooks, as PyTorch's torch.autograd.graph.saved_tensors_hooks: while a SavedTensorHooks scope
 // lives on a thread, every tensor the tape keeps there (op saves, segment boundaries, the saves a
 // replay re-makes in backward) goes through its pack function, and backward reads it back through
@@ -62,7 +67,7 @@ class SavedTensor {
   SavedTensor() = default;  // empty: a placeholder slot (an undefined save costs nothing)
   explicit SavedTensor(const Tensor& t);
 
-  bool defined() const { return data_.defined() || packed_ != nullptr; }
+  bool defined() const { return data_.defined() || packed_ != nullptr || source_.defined(); }
   bool packed() const { return packed_ != nullptr; }
   // Where the value came from: input `input()` of its node (-1: not an input), or its own output.
   int input() const { return input_; }
@@ -75,6 +80,11 @@ class SavedTensor {
   // back from its piece's replay (refill).
   void drop_keep_input(int j);
   void refill(const Tensor& t, const KeptBy& by);
+  // Keeps `source` (a parameter, or a view of one: its memory lives anyway) instead of the saved
+  // tensor, which is `source` cast to the saved tensor's dtype (autograd/ops/cast.h): unpack casts it
+  // again. Replaces pack() for this slot; the version checked is the source's from now on.
+  void recast_from(const Tensor& source);
+  bool recast() const { return source_.defined(); }
 
   // Applies the innermost SavedTensorHooks pair, if any, and tags what the slot keeps as an
   // activation (`by`: for the memory timeline). Call once, when the slot is final.
@@ -86,7 +96,8 @@ class SavedTensor {
   // storage is alive: a packed slot remembers it weakly; no one can write what no one holds).
   void check_version(const char* op, int held_input = -1) const;
   // Bytes this slot keeps alive: the storage of its tensor or of a packed Tensor (0 for other
-  // packed values, which the hook accounts for itself).
+  // packed values, which the hook accounts for itself, and for a recast slot before it is unpacked:
+  // the parameter's bytes are not the tape's).
   const Tensor* kept_tensor() const;
   void clear() { *this = SavedTensor(); }
 
@@ -94,6 +105,7 @@ class SavedTensor {
   Tensor data_;                          // the value (unpacked, or never packed)
   std::shared_ptr<std::any> packed_;     // what the pack hook returned, until unpacked
   UnpackHook unpack_;                    // the pair's unpack, taken at pack time
+  Tensor source_;                        // recast_from: the parameter, until unpacked
   std::weak_ptr<Storage> origin_;        // the saved tensor's storage, for the version check
   Shape shape_;                          // the saved tensor's shape, dtype, device: unpack checks them
   DType dtype_ = DType::f32;

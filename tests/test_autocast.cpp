@@ -2,7 +2,8 @@
 // the casts it records), the cast op's gradient, f32 master weights getting f32 gradients,
 // checkpoint replays under autocast bit-identical to the plain autocast run (cpu and emulated cuda),
 // Module::to(DType), a small MLP trained under bf16 and f16 close to f32, and a GPT step under bf16
-// (loss and gradients near f32's, checkpointed blocks bit-identical).
+// (loss and gradients near f32's, checkpointed blocks bit-identical). A GEMM's 16-bit copy of an f32
+// parameter is not kept between forward and backward but cast again (same gradients).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "autograd/functions.h"
 #include "autograd/nn_functions.h"
 #include "autograd/tape.h"
+#include "core/allocator.h"
 #include "nn/gpt.h"
 #include "nn/layers.h"
 #include "nn/sequential.h"
@@ -313,6 +315,71 @@ Step chain_step(const Chain& c, Device d, DType low, int every, bool selective, 
 }
 
 }  // namespace
+
+TEST_CASE("a GEMM's 16-bit copy of an f32 parameter is cast again in backward, not kept: same gradients, fewer bytes") {
+  for (Device d : reel::testing::devices()) {
+    for (DType low : {DType::bf16, DType::f16}) {
+      CAPTURE(d);
+      const std::string low_name = dtype_name(low);
+      CAPTURE(low_name);
+      const Tensor w = randn_on({32, 48}, 1, d, 0.2).set_requires_grad();  // f32 parameters
+      const Tensor b = randn_on({32}, 2, d).set_requires_grad();
+      const Tensor x0 = randn_on({8, 48}, 3, d).set_requires_grad();  // the GEMM saves W only when x needs a gradient
+      const Tensor c = randn_on({8, 32}, 4, d);
+      struct Run {
+        int64_t kept = 0;  // activation bytes the tape keeps after forward
+        std::vector<float> loss, gw, gb, gx;
+      };
+      // through_nonleaf: the weight reaches the cast as a non-leaf (w * 1, exact), whose copy the GEMM
+      // keeps as any save; else the cast is of the parameter itself (or of a view of it).
+      const auto run = [&](int how) {
+        w.set_grad(Tensor());
+        b.set_grad(Tensor());
+        x0.set_grad(Tensor());
+        autograd::Tape::current().clear();
+        const Tensor x = x0 * 1.0;  // an activation, not a leaf: its copy is saved
+        const int64_t before = memory_stats(d)[Category::Activation].current_bytes;
+        Tensor loss;
+        {
+          autograd::Autocast amp(low);
+          const Tensor weight = how == 0 ? w : how == 1 ? w.t().t() : w * 1.0;
+          loss = sum(cast(linear(x, weight, b), DType::f32) * c);
+        }
+        Run r;
+        r.kept = memory_stats(d)[Category::Activation].current_bytes - before;
+        r.loss = f32_values(loss);
+        autograd::backward(loss);
+        r.gw = f32_values(w.grad());
+        r.gb = f32_values(b.grad());
+        r.gx = f32_values(x0.grad());
+        return r;
+      };
+      const Run saved_copy = run(2), param = run(0), view = run(1);
+      // The copy is (32, 48) 16-bit values: kept by the reference, not by the other two.
+      CHECK(saved_copy.kept - param.kept == 32 * 48 * 2);
+      CHECK(view.kept == param.kept);
+      for (const Run* r : {&param, &view}) {
+        CHECK(same_bits(r->loss, saved_copy.loss));
+        CHECK(same_bits(r->gw, saved_copy.gw));
+        CHECK(same_bits(r->gb, saved_copy.gb));
+        CHECK(same_bits(r->gx, saved_copy.gx));
+      }
+      // A write to the parameter between forward and backward is refused, as for an f32 save of it.
+      autograd::Tape::current().clear();
+      Tensor loss;
+      {
+        autograd::Autocast amp(low);
+        loss = sum(cast(linear(x0 * 1.0, w, b), DType::f32) * c);
+      }
+      {
+        autograd::NoGrad no_grad;
+        w.fill_(0.5);
+      }
+      CHECK_REEL_ERROR(autograd::backward(loss), "linear: the parameter of shape (32, 48) whose");
+      autograd::Tape::current().clear();
+    }
+  }
+}
 
 TEST_CASE("checkpoint replay under autocast: gradients bit-identical to the plain autocast run, cpu and cuda") {
   for (Device d : reel::testing::devices()) {
