@@ -85,6 +85,7 @@ class SavedTensor {
   // again. Replaces pack() for this slot; the version checked is the source's from now on.
   void recast_from(const Tensor& source);
   bool recast() const { return source_.defined(); }
+  const Tensor* recast_source() const { return source_.defined() ? &source_ : nullptr; }  // until unpacked
 
   // Applies the innermost SavedTensorHooks pair, if any, and tags what the slot keeps as an
   // activation (`by`: for the memory timeline). Call once, when the slot is final.

@@ -371,7 +371,8 @@ std::vector<size_t> FullyShardedDataParallel::units_saved_by(const autograd::Nod
   if (!node.keep_saved) return node.index < reads_.size() ? reads_[node.index] : std::vector<size_t>{};
   std::vector<size_t> units;
   for (const autograd::SavedTensor& slot : node.saved) {
-    if (const Tensor* t = slot.kept_tensor()) {
+    // A recast slot (autograd/ops/cast.h) keeps the parameter its 16-bit copy is cast from again.
+    if (const Tensor* t = slot.kept_tensor() ? slot.kept_tensor() : slot.recast_source()) {
       for (size_t u = 0; u < units_.size(); ++u)
         if (t->storage() == units_[u].flat.storage() &&
             std::find(units.begin(), units.end(), u) == units.end())

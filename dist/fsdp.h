@@ -30,8 +30,8 @@
 //             last op that reads any, when a rule reads them: backward starts there), so a replay
 //             holds one unit at a time, not the whole segment's;
 //   backward  before a node's backward rule that reads a released unit's values, the unit is gathered
-//             again. A rule reads what its saves hold (a slot whose storage is the unit's: W, or a
-//             view of it such as w.t()); a node of a collapsed segment counts every unit it takes as
+//             again. A rule reads what its saves hold (a slot whose storage is the unit's: W, a view
+//             of it such as w.t(), or the parameter a recast slot casts again); a node of a collapsed segment counts every unit it takes as
 //             an input (directly or through a view) until its replay re-makes its saves. So a unit
 //             only taken as an input is not gathered: an embedding's table (its rule reads the
 //             indices), a first layer's weight (its input needs no gradient: no rule saves it);

@@ -786,6 +786,34 @@ TEST_CASE("fsdp mixed precision: 16-bit gathers, f32 gradients and masters equal
             check_mixed(low, stage, checkpoint, prefetch, split, Device::cpu());
 }
 
+TEST_CASE("fsdp: f32 parameters under autocast: the GEMMs' recast weights are gathered for their rules") {
+  // The bf16 copies of the weights are not saved (the slots cast the parameter again in backward,
+  // autograd/ops/cast.h), so the rules read the released f32 units: FSDP must gather them.
+  const Batch d = global_batch(DType::f32, Device::cpu());
+  const std::vector<Batch> whole{rows(d, 0, 32)};
+  for (const std::string checkpoint : {"none", "sqrt"}) {
+    CAPTURE(checkpoint);
+    const auto policy = autograd::CheckpointPolicy::parse(checkpoint);
+    auto model = make_model(DType::f32, Device::cpu(), 1 + world().rank());
+    model->set_checkpoint(policy);
+    FSDP fsdp(*model, units_of(*model), {3, FSDP::ReduceMode::PerMicroBatch, false, {}, {}});
+    auto ref = make_model(DType::f32, Device::cpu());
+    ref->set_checkpoint(policy);
+    const std::vector<Tensor> want = reference_chunks(fsdp, *ref, whole, DType::bf16);
+    Capture cap(fsdp.shard_parameters());
+    optim::Accumulator acc(cap, {0.0, nullptr, false, &fsdp});
+    REQUIRE(acc.step(my_window(d, {16}), tokens, [&](const Batch& b) {
+                  autograd::Autocast amp(DType::bf16);
+                  return loss_of(*model, b);
+                }).stepped);
+    // bf16 products summed over other rows on each rank: within bf16's relative precision.
+    for (size_t u = 0; u < want.size(); ++u) {
+      CAPTURE(u);
+      check_rel(cap.grads[u], want[u], 2e-2);
+    }
+  }
+}
+
 TEST_CASE("fsdp mixed precision on cuda:0, through NCCL (or staged): bf16 gathers equal one process") {
   if (!cuda_available()) return;
   check_mixed(DType::bf16, 3, "sqrt", true, {16}, Device::cuda(0));
