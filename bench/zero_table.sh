@@ -2,7 +2,8 @@
 # The per-rank memory of data parallelism's sharding levels, side by side: char_gpt on two ranks of
 # the CPU (mpirun) under ZeRO 0/1/2/3 x checkpoint {none, sqrt} x reduce {per-micro-batch,
 # per-window} (the reduce mode only matters for 2 and 3), ZeRO 3 also with units {block, layer} x
-# prefetch {on, off}, and one process for reference. Per row: rank 0's joint peak of parameter +
+# prefetch {ahead of use, off} and layer units with the prefetch after the gradients (the examples'
+# default), and one process for reference. Per row: rank 0's joint peak of parameter +
 # gradient + optimizer bytes (held at the same moment: MemoryStats::model_state_peak_bytes) and as a
 # fraction of one process's, the sum of the three categories' own peaks (the older, overstated
 # measure), its activation peak, the step time, and the validation loss after the run with its
@@ -40,7 +41,7 @@ run() {
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
 ms() { awk -v s="$1" -v n="$steps" 'BEGIN { printf "%.1f", 1000 * s / n }'; }
 
-format="%-10s %-43s %12s %8s %12s %12s %8s %9s %9s\n"
+format="%-10s %-52s %12s %8s %12s %12s %8s %9s %9s\n"
 # row checkpoint label joint together activation seconds val: one table row. The first row after
 # plain_val is emptied is the reference of the val-loss column ("vs ZeRO 0"); the others print their
 # relative difference from it.
@@ -61,7 +62,7 @@ for ckpt in none sqrt; do
     if [ "$zero" -ge 2 ]; then modes=(per-micro-batch per-window); fi
     for mode in "${modes[@]}"; do
       variants=("block 1")
-      if [ "$zero" -eq 3 ]; then variants=("block 1" "block 0" "layer 1" "layer 0"); fi
+      if [ "$zero" -eq 3 ]; then variants=("block 1" "block 0" "layer 1" "layer 0" "layer 2"); fi
       for variant in "${variants[@]}"; do
         read -r units prefetch <<<"$variant"
         extra=()
@@ -73,6 +74,7 @@ for ckpt in none sqrt; do
         if [ "$zero" -eq 3 ]; then
           label="ZeRO 3, $mode, $units"
           if [ "$prefetch" = 0 ]; then label="$label, no prefetch"; fi
+          if [ "$prefetch" = 2 ]; then label="$label, prefetch after grads"; fi
         fi
         row "$ckpt" "$label" "$joint" "$together" "$activation" "$seconds" "$val"
       done
@@ -87,7 +89,7 @@ printf "\nmixed precision (--precision bf16), checkpoint sqrt, per-micro-batch\n
 read -r single_joint together activation seconds val < <(run "$gpt" "${common[@]}" --precision bf16)
 printf "$format" sqrt "1 process, bf16 autocast" "$single_joint" 1.000 "$together" "$activation" "$(ms "$seconds")" "$val" -
 plain_val=""
-for variant in "0 block 1" "2 block 1" "3 block 1" "3 block 0" "3 layer 1" "3 layer 0"; do
+for variant in "0 block 1" "2 block 1" "3 block 1" "3 block 0" "3 layer 1" "3 layer 0" "3 layer 2"; do
   read -r zero units prefetch <<<"$variant"
   extra=()
   if [ "$zero" -ge 2 ]; then extra=(--fsdp-units "$units" --fsdp-prefetch "$prefetch"); fi
@@ -98,6 +100,7 @@ for variant in "0 block 1" "2 block 1" "3 block 1" "3 block 0" "3 layer 1" "3 la
   if [ "$zero" -eq 3 ]; then
     label="ZeRO 3, bf16 parameters, $units"
     if [ "$prefetch" = 0 ]; then label="$label, no prefetch"; fi
+    if [ "$prefetch" = 2 ]; then label="$label, prefetch after grads"; fi
   fi
   row sqrt "$label" "$joint" "$together" "$activation" "$seconds" "$val"
 done
@@ -105,17 +108,18 @@ done
 # Deeper models: each block a smaller share of the parameters, so the units in flight weigh less.
 [ -n "$deeper" ] || exit 0
 printf "\ndeeper char_gpt (n_embd 96), ZeRO 3 with sqrt and per-micro-batch against one process\n"
-format2="%-8s %-27s %12s %8s %9s\n"
+format2="%-8s %-30s %12s %8s %9s\n"
 printf "$format2" n_layer run "state peak" "x 1 proc" "ms/step"
 for n in $deeper; do
   read -r single_joint together activation seconds val < <(run "$gpt" "${common[@]}" --n-layer "$n")
   printf "$format2" "$n" "1 process" "$single_joint" 1.000 "$(ms "$seconds")"
-  for variant in "block 1" "layer 1" "layer 0"; do
+  for variant in "block 1" "layer 1" "layer 0" "layer 2"; do
     read -r units prefetch <<<"$variant"
     read -r joint together activation seconds val < <(run "${mpi[@]}" "$gpt" "${common[@]}" --n-layer "$n" --dist \
       --zero 3 --checkpoint sqrt --fsdp-units "$units" --fsdp-prefetch "$prefetch")
     label="ZeRO 3, $units"
     if [ "$prefetch" = 0 ]; then label="$label, no prefetch"; fi
+    if [ "$prefetch" = 2 ]; then label="$label, prefetch after"; fi
     printf "$format2" "$n" "$label" "$joint" "$(ratio "$joint" "$single_joint")" "$(ms "$seconds")"
   done
 done

@@ -273,8 +273,20 @@ void FullyShardedDataParallel::release(size_t u) {
 void FullyShardedDataParallel::prefetch_before(size_t u, int64_t index) {
   const auto it = std::find(forward_order_.begin(), forward_order_.end(), u);
   if (it == forward_order_.end() || it == forward_order_.begin()) return;
-  if (!read_below(*(it - 1), index)) return;  // no rule left reads its values: nothing to fetch
-  prefetch(*(it - 1));
+  const size_t v = *(it - 1);
+  if (!read_below(v, index)) return;  // no rule left reads its values: nothing to fetch
+  // A replay to come reads it first: that replay gathers it when its turn comes (fetched now, it
+  // would be held through the whole replay).
+  const autograd::Tape& tape = autograd::Tape::current();
+  const size_t end = std::min(static_cast<size_t>(std::max<int64_t>(index, 0)), reads_.size());
+  for (size_t j = 0; j < end; ++j)
+    if (!tape.node(j).keep_saved && std::find(reads_[j].begin(), reads_[j].end(), v) != reads_[j].end()) return;
+  prefetch(v);
+}
+
+void FullyShardedDataParallel::prefetch_after(size_t u) {
+  const auto it = std::find(replay_order_.begin(), replay_order_.end(), u);
+  if (it != replay_order_.end() && it + 1 != replay_order_.end()) prefetch(*(it + 1));
 }
 
 void FullyShardedDataParallel::prefetch(size_t v) {
@@ -408,14 +420,12 @@ void FullyShardedDataParallel::before_node(int64_t index, Phase phase) {
   // A replayed forward reads its inputs' values; a rule only what its saves hold (the embedding's
   // rule reads no table, a matmul whose other input needs no gradient saves no weight).
   const size_t i = static_cast<size_t>(index);
+  if (phase == Phase::Backward) rule_index_ = index;
   for (size_t u : phase == Phase::Replay ? reads_[i] : value_reads_[i]) {
     gather(u, phase);
-    if (phase == Phase::Replay) {  // the replay runs forward: the next unit it reads, ahead
-      const auto it = std::find(replay_order_.begin(), replay_order_.end(), u);
-      if (it != replay_order_.end() && it + 1 != replay_order_.end()) prefetch(*(it + 1));
-    } else {
-      prefetch_before(u, index);
-    }
+    if (options_.prefetch_after_grads) continue;  // issued when u is done with (after_replay_node, leaf_ready)
+    if (phase == Phase::Replay) prefetch_after(u);   // the replay runs forward: the next unit it reads, ahead
+    else prefetch_before(u, index);
   }
 }
 
@@ -451,6 +461,7 @@ void FullyShardedDataParallel::after_replay_node(int64_t index) {
     const bool keep = std::find(replay_keep_.begin(), replay_keep_.end(), u) != replay_keep_.end() &&
                       read_below(u, static_cast<int64_t>(replay_last_) + 1);
     if (!keep) release(u);
+    if (options_.prefetch_after_grads) prefetch_after(u);  // u is gone: the next comes without meeting it
   }
 }
 
@@ -511,6 +522,8 @@ void FullyShardedDataParallel::leaf_ready(const AutogradMeta& leaf) {
   done_[u] = true;
   if (options_.stage == 3 && units_[u].gathered && !units_[u].kept) release(u);  // a reader that never ran
   if (options_.reduce == ReduceMode::PerMicroBatch || armed_) reduce_ready();
+  // Its whole gradients are gone now (PerMicroBatch): the next unit may come without meeting them.
+  if (options_.prefetch_after_grads) prefetch_before(u, rule_index_);
 }
 
 void FullyShardedDataParallel::reduce_ready() {

@@ -35,12 +35,14 @@
 //             an input (directly or through a view) until its replay re-makes its saves. So a unit
 //             only taken as an input is not gathered: an embedding's table (its rule reads the
 //             indices), a first layer's weight (its input needs no gradient: no rule saves it);
-//   prefetch  (Options::prefetch) when backward makes unit u available, the unit before u in this
-//             forward's order is gathered ahead (all_gather_async) if a rule below still reads it, and
-//             in a replay the next unit the segment reads; one at a time, waited for only when used,
-//             so the communication overlaps u's compute. It costs one more gathered unit in flight
-//             (the collective writes the unit's own storage, materialised when it starts; counted as
-//             Parameter);
+//   prefetch  (Options::prefetch) when backward makes unit u available (or, with
+//             Options::prefetch_after_grads, once u's gradients are final and reduced), the unit before
+//             u in this forward's order is gathered ahead (all_gather_async) if a rule below still
+//             reads it, and in a replay the next unit the segment reads once u is gathered (or, with
+//             prefetch_after_grads, once the replay is done with u); one at a time, waited for only
+//             when used, so the communication overlaps the compute in between. It costs one more
+//             gathered unit in flight (the collective writes the unit's own storage, materialised when
+//             it starts; counted as Parameter);
 //   released  after the last rule that reads its values (the observer's after_node), or inside it,
 //             when the rule releases that save (saved_released: Linear and matmul after dX, so the
 //             gathered weight is gone before the weight gradient's flat buffer exists); a unit still
@@ -157,6 +159,12 @@ class FullyShardedDataParallel final : public optim::WindowSync {
     // model's parameters become 16-bit views; the f32 shards are the masters). Unset, or the
     // parameters' own dtype: gathered as they are.
     std::optional<DType> param_dtype;
+    // Stage 3 prefetch in backward: false starts gathering the unit before u as soon as u is
+    // gathered (it overlaps u's rules and the ones between; PyTorch's BACKWARD_PRE); true starts it
+    // once u's gradients are final and, under PerMicroBatch, reduce-scattered (it overlaps only the
+    // rules between the two units, but no unit is in flight beside another's values or whole
+    // gradients; BACKWARD_POST).
+    bool prefetch_after_grads = false;
   };
   // Where an all-gather was issued (all_gathers()).
   enum class Phase { Forward, Replay, Backward, Prefetch, AfterStep, Checkpoint /* full_state_dict, gather_all */ };
@@ -233,6 +241,7 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   void bind(const Unit& k);                  // the unit's parameters become views of k.flat (its dtype)
   void release(size_t u);
   void prefetch_before(size_t u, int64_t index);  // the unit before u in this forward's order, ahead, if a rule below index reads it
+  void prefetch_after(size_t u);     // in a replay: the unit the segment reads after u, ahead
   void prefetch(size_t v);           // unit v ahead (stage 3, Options::prefetch, one at a time)
   void drop_prefetch();              // waits for a prefetch in flight and forgets it
   void install_grads(size_t u);      // the parameters' .grad become views of units_[u].grad_flat
@@ -287,6 +296,7 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   size_t next_reduce_ = 0;     // position in reduce_order_
   std::vector<bool> reduced_;  // this window (PerWindow) / this backward (PerMicroBatch)
   bool armed_ = false;         // inside the window's last backward
+  int64_t rule_index_ = 0;     // this backward: the tape position of the rule run last
 
   // The prefetch in flight: its unit (whose storage the collective writes) and its collective.
   struct InFlight {

@@ -6,8 +6,8 @@
 //   ./char_gpt --max-steps 0 --load gpt.safetensors --sample-chars 1000   # sample only
 //   ./char_gpt --device cuda --checkpoint sqrt --batch 64 --accum-steps 4    # on a GPU (nvcc build)
 //   mpirun -np 2 ./char_gpt --dist --threads 1   # data parallel: each rank takes half of each batch
-//   mpirun -np 2 ./char_gpt --dist --zero 3 --checkpoint sqrt   # parameters sharded by block (FSDP)
-//   mpirun -np 2 ./char_gpt --dist --zero 3 --fsdp-units layer   # ... by each Linear / LayerNorm: less in flight
+//   mpirun -np 2 ./char_gpt --dist --zero 3 --checkpoint sqrt   # parameters sharded by each Linear / LayerNorm (FSDP)
+//   mpirun -np 2 ./char_gpt --dist --zero 3 --fsdp-units block   # ... by block: fewer collectives, more in flight
 //   ./char_gpt --fused-loss                      # LM head + loss chunked (GPT::loss): no (B, T, V) logits kept
 //   ./char_gpt --precision bf16                  # forwards (training and validation) under autograd::Autocast
 //   mpirun -np 2 ./char_gpt --dist --zero 3 --precision bf16   # and bf16 parameters gathered from f32 master shards
@@ -316,8 +316,8 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
   double val_loss = 0;
   if (steps > 0) {
     // --dist: rank 0's weights everywhere; each rank takes its share of every window's sequences.
-    // --zero 2/3 shard by block (the tied embeddings and the final norm form the root unit), or under
-    // --fsdp-units layer by each Linear, LayerNorm and wpe (wte, read again by the tied head, stays in the root).
+    // --zero 2/3 shard by each Linear, LayerNorm and wpe (wte, read again by the tied head, stays in the
+    // root), or under --fsdp-units block by block (the tied embeddings and the final norm form the root unit).
     std::vector<nn::Module*> blocks;
     for (int64_t i = 0; i < gpt.h->size(); ++i) blocks.push_back(&(*gpt.h)[i]);
     std::vector<nn::Module*> keep_whole{gpt.wte.get()};

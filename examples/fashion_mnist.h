@@ -203,7 +203,7 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
     const int64_t steps_per_epoch = (train.n + o.batch - 1) / o.batch;
     int64_t total_steps = o.epochs * steps_per_epoch;
     if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
-    std::vector<nn::Module*> layers;  // --zero 2/3 units: each child with parameters (--fsdp-units layer: each leaf)
+    std::vector<nn::Module*> layers;  // --zero 2/3 units under --fsdp-units block: each child with parameters
     for (int64_t i = 0; i < model.size(); ++i)
       if (!model[i].parameters().empty()) layers.push_back(&model[i]);
     auto optimizer = dist.make_optimizer(o.optimizer, model, layers, o.lr);

@@ -67,8 +67,8 @@ struct TrainOptions {
   bool dist = false;          // data parallel over the ranks mpirun started (see Distributed)
   int zero = 0;               // with dist: 1 AdamW state, 2 + gradients, 3 + parameters sharded (ZeRO-1/2/3)
   std::string reduce = "per-micro-batch";  // --zero 2/3: reduce-scatter after each micro-batch, or once per window
-  std::string fsdp_units = "block";  // --zero 2/3: the example's blocks as units, or each leaf layer (leaf_units)
-  int fsdp_prefetch = 1;             // --zero 3: gather the next unit ahead (one more unit in flight)
+  std::string fsdp_units;  // --zero 2/3: "block" (the example's blocks as units) or "layer" (each leaf, leaf_units; "": layer)
+  int fsdp_prefetch = -1;  // --zero 3: 0 none, 1 the next unit when the current is gathered, 2 after its gradients (-1: 2)
   int dist_overlap = 1;       // with dist: 1 starts gradient all-reduces during backward, 0 after it
   std::string precision = "f32";  // f32 | bf16 | f16: the forwards under autograd::Autocast (f32 master weights)
   bool tf32 = false;              // f32 GEMMs on cuda through TF32 tensor cores (reel::set_allow_tf32)
@@ -186,14 +186,15 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
                  "gathered in 16 bits (f32 master shards, f32 gradients reduced in f32)")
       ->capture_default_str()->check(CLI::IsMember({"f32", "bf16", "f16"}));
   app.add_option("--fsdp-units", o.fsdp_units,
-                 "with --zero 2 or 3: block shards by the model's blocks (a GPT block, an MLP layer), layer by each "
-                 "leaf module holding parameters (each Linear, LayerNorm, Embedding): smaller units in flight, more "
-                 "collectives")
-      ->capture_default_str()->check(CLI::IsMember({"block", "layer"}));
+                 "with --zero 2 or 3: layer (the default) shards by each leaf module holding parameters (each Linear, "
+                 "LayerNorm, Embedding), block by the model's blocks (a GPT block, an MLP layer): fewer collectives, "
+                 "larger units in flight")
+      ->check(CLI::IsMember({"block", "layer"}));
   app.add_option("--fsdp-prefetch", o.fsdp_prefetch,
-                 "with --zero 3: 1 gathers the next unit ahead on the communication stream (overlap, one more unit in "
-                 "flight), 0 gathers each when used")
-      ->capture_default_str()->check(CLI::IsMember({0, 1}));
+                 "with --zero 3: 1 gathers the next unit of backward ahead on the communication stream as soon as the "
+                 "current one is gathered (overlap, one more unit in flight), 2 once the current one's gradients are "
+                 "reduced (the default: less overlap, nothing in flight beside them), 0 gathers each when used")
+      ->check(CLI::IsMember({0, 1, 2}));
   app.add_option("--dist-overlap", o.dist_overlap,
                  "with --dist: 1 starts the gradient all-reduces from the tape during backward, 0 after it")
       ->capture_default_str()->check(CLI::IsMember({0, 1}));
@@ -252,8 +253,10 @@ class Distributed {
  public:
   explicit Distributed(TrainOptions& o)
       : wanted_(o.dist), overlap_(o.dist_overlap != 0), zero_(o.zero), per_window_(o.reduce == "per-window"),
-        layer_units_(o.fsdp_units == "layer"), prefetch_(o.fsdp_prefetch != 0), param_dtype_(autocast_dtype(o)) {
-    REEL_CHECK(zero_ >= 2 || (!layer_units_ && prefetch_), "--fsdp-units and --fsdp-prefetch need --zero 2 or 3");
+        layer_units_(o.fsdp_units != "block"), prefetch_(o.fsdp_prefetch < 0 ? 2 : o.fsdp_prefetch),
+        param_dtype_(autocast_dtype(o)) {
+    REEL_CHECK(zero_ >= 2 || (o.fsdp_units.empty() && o.fsdp_prefetch < 0),
+               "--fsdp-units and --fsdp-prefetch need --zero 2 or 3");
     if (!o.dist) {
       REEL_CHECK(o.zero == 0 && o.dist_overlap == 1, "--zero and --dist-overlap need --dist");
       return;
@@ -280,9 +283,9 @@ class Distributed {
   int rank() const { return rank_; }
   int world() const { return world_; }
   // The optimizer over `model`'s parameters (rank 0's values everywhere from here on, under
-  // --dist). Under --zero 2 and 3 the sharding units (dist/fsdp.h) are `blocks` (the GPT's blocks, an
-  // MLP's layers) or, under --fsdp-units layer, leaf_units(model, keep_whole); the optimizer steps this
-  // rank's shards.
+  // --dist). Under --zero 2 and 3 the sharding units (dist/fsdp.h) are leaf_units(model, keep_whole)
+  // or, under --fsdp-units block, `blocks` (the GPT's blocks, an MLP's layers); the optimizer steps
+  // this rank's shards.
   std::unique_ptr<reel::optim::Optimizer> make_optimizer(const std::string& name, reel::nn::Module& model,
                                                          const std::vector<reel::nn::Module*>& blocks, double lr,
                                                          const std::vector<reel::nn::Module*>& keep_whole = {}) {
@@ -292,7 +295,8 @@ class Distributed {
       FSDP::Options options;
       options.stage = zero_;
       options.reduce = per_window_ ? FSDP::ReduceMode::PerWindow : FSDP::ReduceMode::PerMicroBatch;
-      options.prefetch = prefetch_;
+      options.prefetch = prefetch_ != 0;
+      options.prefetch_after_grads = prefetch_ == 2;
       options.param_dtype = param_dtype_;  // --precision bf16 / f16: 16-bit gathers, f32 master shards
       fsdp_ = std::make_unique<FSDP>(model, layer_units_ ? leaf_units(model, keep_whole) : blocks, options);
       return reel::optim::make_optimizer(name, fsdp_->shard_parameters(), lr);
@@ -373,7 +377,8 @@ class Distributed {
  private:
   bool wanted_, overlap_;
   int zero_;
-  bool per_window_, layer_units_, prefetch_;
+  bool per_window_, layer_units_;
+  int prefetch_;  // --fsdp-prefetch
   std::optional<reel::DType> param_dtype_;  // --precision under --zero 2/3
   int rank_ = 0, world_ = 1;
 #if REEL_HAS_DIST
@@ -396,7 +401,8 @@ class Distributed {
     const char* gathered = param_dtype_ ? reel::dtype_name(*param_dtype_) : "the parameters' dtype";
     std::printf("sharded data parallel: %zu units (by %s, prefetch %s, gathered in %s) over %s; per step %.1f all-gathers "
                 "(forward %.1f, replay %.1f, backward %.1f, prefetch %.1f, after the step %.1f), %.1f reduce-scatters\n",
-                fsdp_->units().size(), layer_units_ ? "layer" : "block", prefetch_ ? "on" : "off", gathered,
+                fsdp_->units().size(), layer_units_ ? "layer" : "block",
+                prefetch_ == 0 ? "off" : prefetch_ == 1 ? "ahead of use" : "after the gradients", gathered,
                 backend(fsdp_->group(), cuda), per_step(fsdp_->all_gathers() - fsdp_->all_gathers(FSDP::Phase::Checkpoint)),
                 per_step(fsdp_->all_gathers(FSDP::Phase::Forward)), per_step(fsdp_->all_gathers(FSDP::Phase::Replay)),
                 per_step(fsdp_->all_gathers(FSDP::Phase::Backward)), per_step(fsdp_->all_gathers(FSDP::Phase::Prefetch)),

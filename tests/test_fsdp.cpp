@@ -436,7 +436,7 @@ TEST_CASE("fsdp: leaf layers as units give one process's gradients (f64 1e-12); 
   const int64_t M = 2;
   for (const std::string checkpoint : {"none", "sqrt", "every:1"})
     for (const auto reduce : {FSDP::ReduceMode::PerMicroBatch, FSDP::ReduceMode::PerWindow})
-      for (const bool prefetch : {false, true})
+      for (const int prefetch : {0, 1, 2})  // none, ahead of use, after the gradients
         for (const bool layers : {true, false}) {
           CAPTURE(checkpoint);
           CAPTURE(prefetch);
@@ -445,7 +445,9 @@ TEST_CASE("fsdp: leaf layers as units give one process's gradients (f64 1e-12); 
           const auto policy = autograd::CheckpointPolicy::parse(checkpoint);
           auto model = make_nested_model(DType::f64, Device::cpu(), 1 + world().rank());  // rank 0's values win
           model->set_checkpoint(policy);
-          FSDP fsdp(*model, layers ? leaves_of(*model) : units_of(*model), {3, reduce, prefetch, {}, {}});
+          FSDP::Options options{3, reduce, prefetch != 0, {}, {}};
+          options.prefetch_after_grads = prefetch == 2;
+          FSDP fsdp(*model, layers ? leaves_of(*model) : units_of(*model), options);
           REQUIRE(fsdp.units().size() == (layers ? 6u : 3u));
           auto ref = make_nested_model(DType::f64, Device::cpu());
           ref->set_checkpoint(policy);
