@@ -25,9 +25,10 @@
 // bf16 and f16 on oneDNN's 16-bit matmul: each block's f32 sums (exact products summed in f32,
 // kernels/cpu/gemm.h), bias or accumulated values included, are rounded to 16 bits once (to nearest
 // even) straight into out by oneDNN (gemm16_rounded), as cuBLAS's GemmEx with an f32 compute type
-// does; no f32 copy of out, no second pass. A product cut along K writes its slices' f32 sums into
-// a scratch buffer and, in the same parallel region once every slice is done, sums each element's
-// slices in slice order and rounds it once into out. Without a 16-bit engine the operands are
+// does; no f32 copy of out, no second pass. A product cut along K (into fewer, longer slices than
+// f32's: split_of) writes its slices' f32 sums into a scratch buffer and, in the same parallel
+// region once every slice is done, sums each element's slices in slice order and rounds it once
+// into out. Without a 16-bit engine the operands are
 // widened to f32 once and the f32 product runs, rounded into out the same way.
 //
 // Operands are taken in place when one of their last two dims has stride 1 (row-major, or
@@ -47,6 +48,9 @@ namespace {
 
 constexpr int64_t kMinBlock = 256, kMaxParts = 16, kAlign = 48;
 constexpr int64_t kMinKBlock = 512, kMaxKParts = 8;
+// A 16-bit product's K slices (oneDNN's bf16 matmul): at least kMinKBlock16 long where K allows
+// more than 2, edges on multiples of kAlignK16 (see split_of).
+constexpr int64_t kMinKBlock16 = 1024, kAlignK16 = 32;
 constexpr int64_t kShortK = 256;
 
 // How a product of (M, N, K) is cut, from its shape alone (see the top of the file).
@@ -55,9 +59,12 @@ struct Split {
   int64_t dim = 1;     // the dim they cut: M or N
   int64_t parts = 1;   // output blocks
   int64_t kparts = 1;  // K slices of a product too narrow to cut into output blocks
+  int64_t kalign = kAlign;  // the slices' edges are multiples of it
 };
 
-Split split_of(int64_t M, int64_t N, int64_t K, int64_t batches, bool a_transposed) {
+// is16: the product runs on oneDNN's 16-bit matmul (gemm16_native); f32, f64 and widened 16-bit
+// products take the f32 slices.
+Split split_of(int64_t M, int64_t N, int64_t K, int64_t batches, bool a_transposed, bool is16) {
   Split s;
   s.rows = M >= N;
   s.dim = s.rows ? M : N;
@@ -76,12 +83,24 @@ Split split_of(int64_t M, int64_t N, int64_t K, int64_t batches, bool a_transpos
   // is a product of its own (the first onto out, the others into buffers), summed into out in
   // slice order after. Without it the product ran on one thread.
   if (s.parts == 1 && batches == 1 && K >= 2 * kMinKBlock) s.kparts = std::min(K / kMinKBlock, kMaxKParts);
+  // In 16 bits the slices are twice as long (but still 2 from K = 2 kMinKBlock) and their edges on
+  // multiples of 32 (bf16 pairs along K, the brgemm kernel's K blocks): a slice's GEMM runs about
+  // twice as fast, so its fixed costs (oneDNN packing A and B, writing its f32 output) weigh twice
+  // as much. char_gpt's dW products over 2048 rows, 2 equal slices rather than 4 of 480-528: the
+  // (80, 96) head's 1.63-1.64x f32's rate -> 1.74x, (96, 96) 1.64x -> 1.73x, (384, 96)
+  // 1.73x -> 1.80x (the fastest of 6-10 alternating runs of each; one-product timings).
+  if (is16 && s.kparts > 1) {
+    s.kparts = std::clamp<int64_t>(K / kMinKBlock16, 2, kMaxKParts);
+    s.kalign = kAlignK16;
+  }
   return s;
 }
 
 // Where piece `i` of `n` of a dim of `size` starts: an even share, rounded down to a multiple of
-// kAlign (the register panels of the GEMMs).
-int64_t edge(int64_t size, int64_t i, int64_t n) { return i == n ? size : size * i / n / kAlign * kAlign; }
+// `align` (kAlign: the register panels of the GEMMs).
+int64_t edge(int64_t size, int64_t i, int64_t n, int64_t align = kAlign) {
+  return i == n ? size : size * i / n / align * align;
+}
 
 template <typename T, typename acc_t>
 void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& out, const Tensor& bias,
@@ -93,14 +112,14 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
   const T* pb = B.t.template data<T>();
   const T* pbias = bias.defined() ? bias.template data<T>() : nullptr;  // (N) or none
   const Shape& shape = out.shape();
-  const Split split = split_of(M, N, K, batches, A.col_major);
+  constexpr bool is16 = !std::is_same_v<T, acc_t>;  // matmul() sends no 16-bit product here unless native
+  const Split split = split_of(M, N, K, batches, A.col_major, is16);
   // The GEMMs write acc_t: out itself for f32 and f64. bf16 and f16 blocks round their f32 sums
   // straight into out (gemm16_rounded) when oneDNN runs them and K is not sliced; a 16-bit product
   // cut along K writes each slice's f32 sums into a scratch buffer of the calling thread and, in
   // the same parallel region, adds them in slice order and rounds each element once into out; K = 0
   // writes an f32 copy of out (its values when accumulating), rounded once into out at the end.
-  constexpr bool is16 = !std::is_same_v<T, acc_t>;
-  const bool rounded = is16 && K > 0 && split.kparts == 1;  // matmul() sends no 16-bit product here unless native
+  const bool rounded = is16 && K > 0 && split.kparts == 1;
   const bool fused = is16 && split.kparts > 1;
   const bool wide = is16 && !rounded && !fused;
   std::vector<acc_t> wide_out;
@@ -138,7 +157,7 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
     const int64_t lo = edge(split.dim, part, split.parts), hi = edge(split.dim, part + 1, split.parts);
     const int64_t row0 = split.rows ? lo : 0, rows = split.rows ? hi - lo : M;
     const int64_t col0 = split.rows ? 0 : lo, cols = split.rows ? N : hi - lo;
-    const int64_t k0 = edge(K, kp, split.kparts), k1 = edge(K, kp + 1, split.kparts);
+    const int64_t k0 = edge(K, kp, split.kparts, split.kalign), k1 = edge(K, kp + 1, split.kparts, split.kalign);
     // Element (i, k) of op(A) is at a + i * lda + k (row-major) or a + i + k * lda (column-major);
     // element (k, j) of op(B) at b + k * ldb + j (row-major) or b + k + j * ldb (column-major).
     const T* a = pa + oa + row0 * (A.col_major ? 1 : A.ld) + k0 * (A.col_major ? A.ld : 1);
