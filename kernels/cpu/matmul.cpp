@@ -25,8 +25,10 @@
 // bf16 and f16 on oneDNN's 16-bit matmul: each block's f32 sums (exact products summed in f32,
 // kernels/cpu/gemm.h), bias or accumulated values included, are rounded to 16 bits once (to nearest
 // even) straight into out by oneDNN (gemm16_rounded), as cuBLAS's GemmEx with an f32 compute type
-// does; no f32 copy of out, no second pass. A product cut along K keeps its slices' f32 sums in an
-// f32 copy of out and rounds each element once at the end. Without a 16-bit engine the operands are
+// does; no f32 copy of out, no second pass. A product cut along K (into fewer, longer slices than
+// f32's: split_of) writes its slices' f32 sums into a scratch buffer and, in the same parallel
+// region once every slice is done, sums each element's slices in slice order and rounds it once
+// into out. Without a 16-bit engine the operands are
 // widened to f32 once and the f32 product runs, rounded into out the same way.
 //
 // Operands are taken in place when one of their last two dims has stride 1 (row-major, or
@@ -46,6 +48,9 @@ namespace {
 
 constexpr int64_t kMinBlock = 256, kMaxParts = 16, kAlign = 48;
 constexpr int64_t kMinKBlock = 512, kMaxKParts = 8;
+// A 16-bit product's K slices (oneDNN's bf16 matmul): at least kMinKBlock16 long where K allows
+// more than 2, edges on multiples of kAlignK16 (see split_of).
+constexpr int64_t kMinKBlock16 = 1024, kAlignK16 = 32;
 constexpr int64_t kShortK = 256;
 
 // How a product of (M, N, K) is cut, from its shape alone (see the top of the file).
@@ -54,9 +59,12 @@ struct Split {
   int64_t dim = 1;     // the dim they cut: M or N
   int64_t parts = 1;   // output blocks
   int64_t kparts = 1;  // K slices of a product too narrow to cut into output blocks
+  int64_t kalign = kAlign;  // the slices' edges are multiples of it
 };
 
-Split split_of(int64_t M, int64_t N, int64_t K, int64_t batches, bool a_transposed) {
+// is16: the product runs on oneDNN's 16-bit matmul (gemm16_native); f32, f64 and widened 16-bit
+// products take the f32 slices.
+Split split_of(int64_t M, int64_t N, int64_t K, int64_t batches, bool a_transposed, bool is16) {
   Split s;
   s.rows = M >= N;
   s.dim = s.rows ? M : N;
@@ -75,12 +83,24 @@ Split split_of(int64_t M, int64_t N, int64_t K, int64_t batches, bool a_transpos
   // is a product of its own (the first onto out, the others into buffers), summed into out in
   // slice order after. Without it the product ran on one thread.
   if (s.parts == 1 && batches == 1 && K >= 2 * kMinKBlock) s.kparts = std::min(K / kMinKBlock, kMaxKParts);
+  // In 16 bits the slices are twice as long (but still 2 from K = 2 kMinKBlock) and their edges on
+  // multiples of 32 (bf16 pairs along K, the brgemm kernel's K blocks): a slice's GEMM runs about
+  // twice as fast, so its fixed costs (oneDNN packing A and B, writing its f32 output) weigh twice
+  // as much. char_gpt's dW products over 2048 rows, 2 equal slices rather than 4 of 480-528: the
+  // (80, 96) head's 1.63-1.64x f32's rate -> 1.74x, (96, 96) 1.64x -> 1.73x, (384, 96)
+  // 1.73x -> 1.80x (the fastest of 6-10 alternating runs of each; one-product timings).
+  if (is16 && s.kparts > 1) {
+    s.kparts = std::clamp<int64_t>(K / kMinKBlock16, 2, kMaxKParts);
+    s.kalign = kAlignK16;
+  }
   return s;
 }
 
 // Where piece `i` of `n` of a dim of `size` starts: an even share, rounded down to a multiple of
-// kAlign (the register panels of the GEMMs).
-int64_t edge(int64_t size, int64_t i, int64_t n) { return i == n ? size : size * i / n / kAlign * kAlign; }
+// `align` (kAlign: the register panels of the GEMMs).
+int64_t edge(int64_t size, int64_t i, int64_t n, int64_t align = kAlign) {
+  return i == n ? size : size * i / n / align * align;
+}
 
 template <typename T, typename acc_t>
 void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& out, const Tensor& bias,
@@ -92,13 +112,16 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
   const T* pb = B.t.template data<T>();
   const T* pbias = bias.defined() ? bias.template data<T>() : nullptr;  // (N) or none
   const Shape& shape = out.shape();
-  const Split split = split_of(M, N, K, batches, A.col_major);
+  constexpr bool is16 = !std::is_same_v<T, acc_t>;  // matmul() sends no 16-bit product here unless native
+  const Split split = split_of(M, N, K, batches, A.col_major, is16);
   // The GEMMs write acc_t: out itself for f32 and f64. bf16 and f16 blocks round their f32 sums
-  // straight into out (gemm16_rounded) when oneDNN runs them and K is not sliced; otherwise they
-  // write an f32 copy of out (its values when accumulating), rounded once into out at the end.
-  constexpr bool is16 = !std::is_same_v<T, acc_t>;
-  const bool rounded = is16 && K > 0 && split.kparts == 1;  // matmul() sends no 16-bit product here unless native
-  const bool wide = is16 && !rounded;
+  // straight into out (gemm16_rounded) when oneDNN runs them and K is not sliced; a 16-bit product
+  // cut along K writes each slice's f32 sums into a scratch buffer of the calling thread and, in
+  // the same parallel region, adds them in slice order and rounds each element once into out; K = 0
+  // writes an f32 copy of out (its values when accumulating), rounded once into out at the end.
+  const bool rounded = is16 && K > 0 && split.kparts == 1;
+  const bool fused = is16 && split.kparts > 1;
+  const bool wide = is16 && !rounded && !fused;
   std::vector<acc_t> wide_out;
   acc_t* pc = nullptr;
   if (wide) {
@@ -112,7 +135,21 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
     pc = out.template data<T>();
   }
   // K slice `kp`'s partial product, for kp >= 1: written here (acc_t), added into out afterwards.
-  std::vector<acc_t> partials(static_cast<size_t>(split.kparts - 1) * static_cast<size_t>(M * N));
+  // A 16-bit product's slices, slice 0's first, go to a buffer the calling thread keeps (at most
+  // kMaxKParts x 511 x 511 f32: only an output too small for two blocks is sliced), written by the
+  // GEMMs without a zero fill first: the zeroed vectors (the f32 copy of out and the partials)
+  // and the separate summing and rounding passes had cost char_gpt's dW products 10-25% of their time.
+  thread_local std::vector<acc_t> slices;
+  std::vector<acc_t> partials;
+  acc_t* ppartials = nullptr;
+  if (fused) {
+    slices.resize(static_cast<size_t>(split.kparts) * static_cast<size_t>(M * N));
+    pc = slices.data();
+    ppartials = pc + M * N;
+  } else {
+    partials.resize(static_cast<size_t>(split.kparts - 1) * static_cast<size_t>(M * N));
+    ppartials = partials.data();
+  }
   // Rows [lo, hi) (split.rows) or columns [lo, hi) of product b, or K slice kp of the only product.
   auto block = [&](int64_t b, int64_t part, int64_t kp) {
     int64_t oa, ob;
@@ -120,14 +157,14 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
     const int64_t lo = edge(split.dim, part, split.parts), hi = edge(split.dim, part + 1, split.parts);
     const int64_t row0 = split.rows ? lo : 0, rows = split.rows ? hi - lo : M;
     const int64_t col0 = split.rows ? 0 : lo, cols = split.rows ? N : hi - lo;
-    const int64_t k0 = edge(K, kp, split.kparts), k1 = edge(K, kp + 1, split.kparts);
+    const int64_t k0 = edge(K, kp, split.kparts, split.kalign), k1 = edge(K, kp + 1, split.kparts, split.kalign);
     // Element (i, k) of op(A) is at a + i * lda + k (row-major) or a + i + k * lda (column-major);
     // element (k, j) of op(B) at b + k * ldb + j (row-major) or b + k + j * ldb (column-major).
     const T* a = pa + oa + row0 * (A.col_major ? 1 : A.ld) + k0 * (A.col_major ? A.ld : 1);
     const T* bb = pb + ob + col0 * (B.col_major ? B.ld : 1) + k0 * (B.col_major ? 1 : B.ld);
     if (kp > 0) {  // a later K slice: its own buffer, written
       gemm_serial<T>(A.col_major, B.col_major, M, N, k1 - k0, a, A.ld, bb, B.ld, false,
-                     partials.data() + (kp - 1) * M * N, N);
+                     ppartials + (kp - 1) * M * N, N);
       return;
     }
     if constexpr (is16) {
@@ -135,6 +172,10 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
         gemm16_rounded<T>(A.col_major, B.col_major, rows, cols, K, a, A.ld, bb, B.ld, pbias ? pbias + col0 : nullptr,
                           accumulate, out.template data<T>() + b * M * N + row0 * N + col0, N);
         return;
+      }
+      if (fused && accumulate && !pbias) {  // slice 0 adds onto out's values (a bias replaces them)
+        const T* o = out.template data<T>();
+        for (int64_t i = 0; i < M * N; ++i) pc[i] = static_cast<acc_t>(o[i]);
       }
     }
     acc_t* c = pc + b * M * N + row0 * N + col0;
@@ -144,23 +185,54 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
     gemm_serial<T>(A.col_major, B.col_major, rows, cols, k1 - k0, a, A.ld, bb, B.ld, accumulate || pbias != nullptr,
                    c, N);
   };
+  // fused: elements [i0, i1) of out = ((slice 0 + slice 1) + slice 2) + ..., rounded once: the
+  // order of the f32 sums does not depend on the thread that runs the range.
+  auto finish = [&](int64_t i0, int64_t i1) {
+    if constexpr (is16) {
+      T* o = out.template data<T>();
+      const int64_t n = M * N;
+      constexpr int64_t kRun = 256;  // a run of sums on the stack: each pass over it vectorises
+      acc_t sum[kRun];
+      for (int64_t i = i0; i < i1; i += kRun) {
+        const int64_t len = std::min(kRun, i1 - i);
+        for (int64_t j = 0; j < len; ++j) sum[j] = pc[i + j];
+        for (int64_t kp = 1; kp < split.kparts; ++kp) {
+          const acc_t* partial = ppartials + (kp - 1) * n + i;
+          for (int64_t j = 0; j < len; ++j) sum[j] += partial[j];
+        }
+        for (int64_t j = 0; j < len; ++j) o[i + j] = T(sum[j]);
+      }
+    } else {
+      (void)i0, (void)i1;
+    }
+  };
   const int64_t tasks = batches * split.parts * split.kparts;
+  constexpr int64_t kChunk = 4096;
+  const int64_t chunks = (M * N + kChunk - 1) / kChunk;
   if (tasks > 1 && batches * M * N * K >= (int64_t{1} << 16)) {
-#pragma omp parallel for schedule(dynamic)
-    for (int64_t t = 0; t < tasks; ++t)
-      block(t / (split.parts * split.kparts), t / split.kparts % split.parts, t % split.kparts);
+#pragma omp parallel
+    {
+#pragma omp for schedule(dynamic)
+      for (int64_t t = 0; t < tasks; ++t)
+        block(t / (split.parts * split.kparts), t / split.kparts % split.parts, t % split.kparts);
+      if (fused) {
+#pragma omp for schedule(static)
+        for (int64_t ch = 0; ch < chunks; ++ch) finish(ch * kChunk, std::min(M * N, (ch + 1) * kChunk));
+      }
+    }
   } else {  // without entering OpenMP (an `omp parallel if (false)` still costs a team set-up)
     for (int64_t t = 0; t < tasks; ++t)
       block(t / (split.parts * split.kparts), t / split.kparts % split.parts, t % split.kparts);
+    if (fused) finish(0, M * N);
   }
-  if (split.kparts > 1) {
+  if (split.kparts > 1 && !fused) {
     // out += slice 1, then slice 2, ...: each element sums in slice order whatever thread runs it.
     const int64_t n = M * N, chunk = 4096, chunks = (n + chunk - 1) / chunk;
 #pragma omp parallel for schedule(static)
     for (int64_t ch = 0; ch < chunks; ++ch) {
       const int64_t i0 = ch * chunk, i1 = std::min(n, i0 + chunk);
       for (int64_t kp = 1; kp < split.kparts; ++kp) {
-        const acc_t* partial = partials.data() + (kp - 1) * n;
+        const acc_t* partial = ppartials + (kp - 1) * n;
         for (int64_t i = i0; i < i1; ++i) pc[i] += partial[i];
       }
     }
