@@ -2,7 +2,7 @@
 // batch dims, transposes and strided operands on every device, are rows of tests/op_table/matmul.cpp): the
 // output shapes of broadcast batches, 1-D operands and empty dims as numpy.matmul, shape errors,
 // the fused bias (values vs an f64 reference on every device, its errors), matmul_into_ (the
-// product written or added into an existing output), thread-count bit identity.
+// product written or added into an existing output), thread-count bit identity (f32, f64, bf16, f16).
 #include "kernels/ops.h"
 #include "testing.h"
 
@@ -53,7 +53,9 @@ TEST_CASE("incompatible matmul shapes raise reel::Error naming both shapes") {
 // engines order an element's sum by the block shape they are given). The shapes: an MLP's forward
 // and both backward products, a long K with a small output (where a library is most tempted to
 // split K), a 1024-wide layer (cut into column blocks), a tall product (cut into row blocks), a
-// batched q k^T, and a row stride larger than the row (a narrowed operand).
+// batched q k^T, a row stride larger than the row (a narrowed operand), and the char GPT's weight
+// gradients over 2048 rows. In f32, f64, bf16 and f16 (a 16-bit product's K slices are summed and
+// rounded once in the GEMMs' parallel region), each plain, with a bias, and accumulated into an output.
 TEST_CASE("CPU matmul is bit-identical across thread counts") {
   using reel::testing::bit_identical;
   using reel::testing::for_thread_counts;
@@ -75,9 +77,12 @@ TEST_CASE("CPU matmul is bit-identical across thread counts") {
       {{2048, 288}, {2048, 96}, true, false, 0},  // dW with a long K: cut into K slices
       {{2000, 300}, {2000, 96}, true, false, 0},  // the same, K = 2000 not a multiple of the slices
       {{200, 1100}, {200, 64}, true, false, 0},   // dW of a wide layer over a short batch: blocks of 512+
+      {{2048, 384}, {2048, 96}, true, false, 0},  // the char GPT's dW of a (96 -> 384) Linear
+      {{2048, 96}, {2048, 384}, true, false, 0},  // ... of a (384 -> 96) Linear
+      {{2048, 80}, {2048, 96}, true, false, 0},   // ... of its head
   };
   uint64_t seed = 40;
-  for (DType dtype : {DType::f32, DType::f64}) {
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
     for (const Case& c : cases) {
       CAPTURE(shape_str(c.a));
       const std::string dtype_str = dtype_name(dtype);
@@ -93,6 +98,14 @@ TEST_CASE("CPU matmul is bit-identical across thread counts") {
       std::vector<Tensor> biased;
       for_thread_counts({1, 2, 3, 8}, [&] { biased.push_back(matmul(a, b, c.ta, c.tb, bias)); });
       for (size_t i = 1; i < biased.size(); ++i) CHECK(bit_identical(biased[i], biased[0]));
+      // Accumulated onto an output's values (a gradient sink).
+      const Tensor init = uniform_f64(runs[0].shape(), ++seed).to(dtype);
+      std::vector<Tensor> added;
+      for_thread_counts({1, 2, 3, 8}, [&] {
+        added.push_back(init.clone());
+        kernels::matmul_into_(added.back(), a, b, c.ta, c.tb, /*accumulate=*/true);
+      });
+      for (size_t i = 1; i < added.size(); ++i) CHECK(bit_identical(added[i], added[0]));
     }
   }
 }

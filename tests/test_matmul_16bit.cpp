@@ -76,52 +76,6 @@ TEST_CASE("bf16 / f16 matmul with a bias, accumulating, and cut along K: the f32
       }
 }
 
-// The CPU cuts a product into blocks and K slices fixed by its shape (kernels/cpu/matmul.cpp), so
-// a 16-bit result must not change with the thread count either: each element one f32 sum in an
-// order fixed by the shape, rounded once. The shapes: the char GPT's weight gradients dW = dy^T x
-// over 2048 rows (cut along K; a 16-bit product's slices are summed and rounded in the same
-// parallel region), one over 2000 rows (K not a multiple of the slices), a forward product (row
-// blocks rounded by oneDNN), each plain, with a bias, and accumulated into an output.
-TEST_CASE("CPU bf16 / f16 matmul is bit-identical across thread counts, K slices included") {
-  using reel::testing::bit_identical;
-  using reel::testing::for_thread_counts;
-  using reel::testing::uniform_f64;
-  struct Case {
-    Shape a, b;
-    bool ta, tb;
-  };
-  const std::vector<Case> cases = {
-      {{2048, 384}, {2048, 96}, true, false},  // dW of a (96 -> 384) Linear
-      {{2048, 96}, {2048, 384}, true, false},  // dW of a (384 -> 96) Linear
-      {{2048, 80}, {2048, 96}, true, false},   // the head's dW
-      {{2000, 300}, {2000, 96}, true, false},
-      {{2048, 96}, {384, 96}, false, true},    // x W^T
-  };
-  uint64_t seed = 1600;
-  for (DType dt : {DType::bf16, DType::f16})
-    for (const Case& c : cases) {
-      CAPTURE(dt);
-      const std::string what = shape_str(c.a) + " @ " + shape_str(c.b);
-      CAPTURE(what);
-      const Tensor a = uniform_f64(c.a, ++seed).to(dt), b = uniform_f64(c.b, ++seed).to(dt);
-      const Tensor plain = kernels::matmul(a, b, c.ta, c.tb);
-      const Tensor bias = uniform_f64({plain.size(1)}, ++seed).to(dt);
-      const Tensor init = uniform_f64(plain.shape(), ++seed).to(dt);
-      std::vector<Tensor> runs, biased, added;
-      for_thread_counts({1, 2, 3, 8}, [&] {
-        runs.push_back(kernels::matmul(a, b, c.ta, c.tb));
-        biased.push_back(kernels::matmul(a, b, c.ta, c.tb, bias));
-        added.push_back(init.clone());
-        kernels::matmul_into_(added.back(), a, b, c.ta, c.tb, /*accumulate=*/true);
-      });
-      for (size_t i = 0; i < runs.size(); ++i) {
-        CHECK(bit_identical(runs[i], plain));
-        CHECK(bit_identical(biased[i], biased[0]));
-        CHECK(bit_identical(added[i], added[0]));
-      }
-    }
-}
-
 TEST_CASE("matmul and linear refuse mixed dtypes with a reel::Error naming the op, shapes and dtypes") {
   const Tensor a = randn({3, 4}).to(DType::bf16), b = randn({4, 5});
   try {
