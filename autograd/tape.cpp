@@ -5,8 +5,9 @@
 //   forward   each node saves what its backward needs (counted as activations); inside a
 //             checkpoint segment it saves nothing and the segment holds its boundary inputs;
 //   backward  walking the nodes in reverse, a node's output gradients are complete when it is
-//             reached (every consumer comes later on the tape). Its backward runs, then its saved
-//             tensors and output gradients are freed at once; input gradients are summed into the
+//             reached (every consumer comes later on the tape). Its backward runs (it may drop a
+//             save early, BackwardCtx::release_saved), then its saved tensors and output gradients
+//             are freed at once; input gradients are summed into the
 //             producers' output slots, or added into a leaf's persistent .grad (in f32 when the
 //             user gave a 16-bit parameter an f32 buffer: dist/fsdp.h's mixed precision). Reaching a
 //             collapsed segment, the tape first replays its nodes from the held boundary inputs;

@@ -2,7 +2,9 @@
 // saved tensor (op saves and checkpoint boundaries) to another device and back give bit-identical
 // gradients under every checkpoint policy (none, sqrt, selective, a planned budget) on every
 // device, with the memory statistics showing where the bytes went; backward observers that count
-// rules and replays; the version check through a packed slot; hooks that unpack the wrong tensor.
+// rules and replays, and one that installs a .grad at a rule's first write (before_leaf_grad) and
+// hears Linear release its saved W before dW (saved_released); the version check through a packed
+// slot; hooks that unpack the wrong tensor.
 #include <algorithm>
 #include <any>
 #include <cstring>
