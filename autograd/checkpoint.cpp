@@ -1,6 +1,8 @@
 // Checkpoint segments: the Checkpoint scope, how a node inside a collapsed segment holds its
-// boundary inputs instead of its saves, the replay of a segment in backward, and the policies that
-// choose segments over a chain of modules. The reverse walk that triggers a replay is in tape.cpp.
+// boundary inputs instead of its saves, how a forward's saves are made final (a save that is a
+// 16-bit cast of a parameter keeps the parameter instead), the replay of a segment in backward, and
+// the policies that choose segments over a chain of modules. The reverse walk that triggers a
+// replay is in tape.cpp.
 #include "autograd/checkpoint.h"
 
 #include <algorithm>

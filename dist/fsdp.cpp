@@ -385,15 +385,19 @@ std::vector<size_t> FullyShardedDataParallel::units_saved_by(const autograd::Nod
   for (const autograd::SavedTensor& slot : node.saved) {
     // A recast slot (autograd/ops/cast.h) keeps the parameter its 16-bit copy is cast from again.
     if (const Tensor* t = slot.kept_tensor() ? slot.kept_tensor() : slot.recast_source()) {
-      for (size_t u = 0; u < units_.size(); ++u)
-        if (t->storage() == units_[u].flat.storage() &&
-            std::find(units.begin(), units.end(), u) == units.end())
-          units.push_back(u);
+      const size_t u = unit_holding(*t);
+      if (u != SIZE_MAX && std::find(units.begin(), units.end(), u) == units.end()) units.push_back(u);
     } else if (slot.input() >= 0) {  // dropped, to be refilled from that input (a selective piece)
       add_input_units(node, static_cast<size_t>(slot.input()), units);
     }
   }
   return units;
+}
+
+size_t FullyShardedDataParallel::unit_holding(const Tensor& t) const {
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (t.storage() == units_[u].flat.storage()) return u;
+  return SIZE_MAX;
 }
 
 bool FullyShardedDataParallel::read_below(size_t u, int64_t index) const {
@@ -444,8 +448,7 @@ void FullyShardedDataParallel::saved_released(int64_t index, const Tensor& value
   // below it, reads it, so its gathered values are gone before the rule's dW is written.
   const size_t i = static_cast<size_t>(index);
   value_reads_[i] = units_saved_by(autograd::Tape::current().node(i));
-  for (size_t u = 0; u < units_.size(); ++u)
-    if (value.storage() == units_[u].flat.storage()) release_unread(u, index + 1);
+  if (const size_t u = unit_holding(value); u != SIZE_MAX) release_unread(u, index + 1);
 }
 
 void FullyShardedDataParallel::after_replay_node(int64_t index) {

@@ -252,6 +252,7 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   // The units node's input j is or views (a parameter, or a view whose producer reads one).
   void add_input_units(const autograd::Node& node, size_t j, std::vector<size_t>& units) const;
   std::vector<size_t> units_saved_by(const autograd::Node& node) const;  // whose values its saves hold
+  size_t unit_holding(const Tensor& t) const;  // the unit whose flat storage t views, or SIZE_MAX
   bool read_below(size_t u, int64_t index) const;  // does a rule of a node below `index` read u's values?
   void release_unread(size_t u, int64_t index);   // stage 3: released if gathered, not kept, not read below index
   void before_node(int64_t index, Phase phase);
