@@ -375,6 +375,28 @@ bool CheckpointPolicy::operator==(const CheckpointPolicy& o) const {
          static_cast<bool>(keep) == static_cast<bool>(o.keep);
 }
 
+namespace {
+
+// Units a run of k recomputes in backward: all but the last run's (that one is not checkpointed).
+int64_t recomputed_units(int64_t n, int64_t k) { return k * ((n - 1) / k); }
+
+// Sqrt's run length: floor(sqrt(n)) when its runs recompute no more units than runs of
+// ceil(sqrt(n)) would, else ceil(sqrt(n)). Both give about sqrt(n) runs of about sqrt(n) units;
+// the shorter runs lower the peak (a replay holds one run's saves, which outweigh the boundary
+// one more run keeps), so they win whenever they cost no more time. 3 blocks: [1, 1, 1], not
+// [2, 1], which recomputes the same 2 blocks and holds two blocks' saves at once; 8: [2, 2, 2, 2]
+// for [3, 3, 2] (6 blocks recomputed either way); 5: [3, 2] (3 recomputed, not 4).
+int64_t sqrt_run_length(int64_t n) {
+  int64_t lo = static_cast<int64_t>(std::sqrt(static_cast<double>(n)));
+  while (lo * lo > n) --lo;  // exact floor for any n a double rounds
+  while ((lo + 1) * (lo + 1) <= n) ++lo;
+  lo = std::max<int64_t>(1, lo);
+  const int64_t hi = lo * lo == n ? lo : lo + 1;
+  return recomputed_units(n, lo) <= recomputed_units(n, hi) ? lo : hi;
+}
+
+}  // namespace
+
 std::vector<CheckpointPolicy::Run> CheckpointPolicy::plan(int64_t n) const {
   std::vector<Run> runs;
   if (n <= 0) return runs;
@@ -391,9 +413,7 @@ std::vector<CheckpointPolicy::Run> CheckpointPolicy::plan(int64_t n) const {
     }
     return runs;
   }
-  const int64_t k = kind == Kind::Every
-                        ? every
-                        : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n)))));
+  const int64_t k = kind == Kind::Every ? every : sqrt_run_length(n);
   for (int64_t b = 0; b < n; b += k) runs.push_back({b, std::min(n, b + k), true, false});
   runs.back().checkpointed = false;
   return runs;

@@ -111,11 +111,13 @@ struct CheckpointPolicy {
     // planner, or nn::Sequential::set_offload): the policy text has no runs.
     bool offloaded = false;
   };
-  // How n units run. Every:K and Sqrt (K = ceil(sqrt(n))) cut the units into runs of K and
-  // checkpoint all but the last run: backward would replay the last one at once, so keeping its
-  // activations costs no more memory at the peak and saves a recompute (as
-  // torch.utils.checkpoint.checkpoint_sequential). List checkpoints exactly the listed units.
-  // Selective is one selective run. Budget has no plan without measurements: reel::Error.
+  // How n units run. Every:K and Sqrt cut the units into runs of K and checkpoint all but the
+  // last run: backward would replay the last one at once, so keeping its activations costs no
+  // more memory at the peak and saves a recompute (as torch.utils.checkpoint.checkpoint_sequential).
+  // Sqrt's K is floor(sqrt(n)) where those runs recompute no more units than runs of
+  // ceil(sqrt(n)), else ceil(sqrt(n)): 3 -> [1, 1, 1], 5 -> [3, 2], 8 -> [2, 2, 2, 2], 12 -> [4, 4, 4].
+  // List checkpoints exactly the listed units. Selective is one selective run. Budget has no plan
+  // without measurements: reel::Error.
   std::vector<Run> plan(int64_t n) const;
   // The rule a selective run uses.
   KeepRule keep_rule() const;

@@ -373,6 +373,34 @@ TEST_CASE("checkpoint policies: parsing and the runs they plan") {
   CHECK(runs("sqrt", 9) == "[0,3)c [3,6)c [6,9) ");
   CHECK(runs("sqrt", 5) == "[0,3)c [3,5) ");
   CHECK(runs("sqrt", 1) == "[0,1) ");
+  // Runs of floor(sqrt n) where they recompute no more than runs of ceil(sqrt n): 3 and 8 take
+  // the shorter runs (same blocks recomputed, fewer saves held at once), 5, 2 and 12 the longer.
+  CHECK(runs("sqrt", 3) == "[0,1)c [1,2)c [2,3) ");
+  CHECK(runs("sqrt", 8) == "[0,2)c [2,4)c [4,6)c [6,8) ");
+  CHECK(runs("sqrt", 2) == "[0,2) ");
+  CHECK(runs("sqrt", 12) == "[0,4)c [4,8)c [8,12) ");
+  for (int64_t n = 1; n <= 400; ++n) {
+    CAPTURE(n);
+    const auto recomputed_and_longest = [n](int64_t k) {  // the plan of runs of k, as every:k makes it
+      int64_t recomputed = 0, longest = 0;
+      for (const P::Run& r : P::parse("every:" + std::to_string(k)).plan(n)) {
+        recomputed += r.checkpointed ? r.end - r.begin : 0;
+        longest = std::max(longest, r.end - r.begin);
+      }
+      return std::make_pair(recomputed, longest);
+    };
+    const int64_t ceil_k = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n))));
+    const std::vector<P::Run> plan = P::parse("sqrt").plan(n);
+    int64_t recomputed = 0, longest = 0;
+    for (const P::Run& r : plan) {
+      recomputed += r.checkpointed ? r.end - r.begin : 0;
+      longest = std::max(longest, r.end - r.begin);
+    }
+    CHECK(recomputed <= recomputed_and_longest(ceil_k).first);  // never more recompute than ceil(sqrt n) runs
+    CHECK(longest <= ceil_k);                                   // never a longer run
+    CHECK(longest * longest <= n + 2 * ceil_k);                 // about sqrt n units a run...
+    CHECK(static_cast<int64_t>(plan.size()) <= ceil_k + 2);     // ... and about sqrt n runs
+  }
   CHECK(runs("list:3,1", 5) == "[0,1) [1,2)c [2,3) [3,4)c [4,5) ");
   CHECK(P::parse("list:2,0,2").str() == "list:0,2");
   CHECK(P::parse("every:4").str() == "every:4");
