@@ -106,8 +106,9 @@ void onednn_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float
 #if defined(REEL_ONEDNN)
 // ---- bf16 / f16 through oneDNN's matmul primitive -----------------------------------------------
 // C (m, n) = op(A) @ op(B) with 16-bit A and B, [+ bias] [+ C] (a sum post-op), summed in f32 and
-// written as f32 (gemm_serial) or rounded once to the 16-bit type (gemm16_rounded). A primitive is made per shape and layout, on the calling thread under OneThread (its blocking is
-// chosen for one thread) and kept, with its memory objects, in a per-thread cache: a GPT step has a few dozen shapes.
+// written as f32 (gemm_serial) or rounded once to the 16-bit type (gemm16_rounded). A primitive is
+// made per shape and layout, on the calling thread under OneThread (its blocking is chosen for one
+// thread) and kept, with its memory objects, in a per-thread cache: a GPT step has a few dozen shapes.
 using MatmulKey = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, bool>;
 
 const dnnl::engine& cpu_engine() {
