@@ -17,8 +17,8 @@
 //                                 before the rule's next allocation (FSDP's gathered unit, before
 //                                 Linear's dW exists)
 // Anomaly mode (autograd/anomaly.h), the profiler's op and phase scopes, data parallel's bucket
-// trigger (dist/data_parallel.h), Offload's prefetch (autograd/offload.h) and FSDP's re-gathers
-// before a replay or a rule (dist/fsdp.h) are observers.
+// trigger (distributed/data_parallel.h), Offload's prefetch (autograd/offload.h) and FSDP's re-gathers
+// before a replay or a rule (distributed/fsdp.h) are observers.
 //
 //   struct Count : autograd::BackwardObserver {
 //     int nodes = 0;

@@ -9,7 +9,7 @@
 //             save early, BackwardCtx::release_saved), then its saved tensors and output gradients
 //             are freed at once; input gradients are summed into the
 //             producers' output slots, or added into a leaf's persistent .grad (in f32 when the
-//             user gave a 16-bit parameter an f32 buffer: dist/fsdp.h's mixed precision). Reaching a
+//             user gave a 16-bit parameter an f32 buffer: distributed/fsdp.h's mixed precision). Reaching a
 //             collapsed segment, the tape first replays its nodes from the held boundary inputs;
 //   end       the tape is cleared, so the next micro-batch starts from nothing.
 #include "autograd/tape.h"
@@ -45,7 +45,7 @@ void release(Node& node) {
 }
 
 // A 16-bit (bf16, f16) parameter may keep an f32 .grad buffer set by the user (set_grad), e.g.
-// dist/fsdp.h's mixed precision, whose 16-bit parameters feed f32 gradients to f32 master shards:
+// distributed/fsdp.h's mixed precision, whose 16-bit parameters feed f32 gradients to f32 master shards:
 // its gradients are summed into the buffer in f32 (each rule's 16-bit gradient widened exactly).
 bool grad_dtype_fits(DType grad, DType param) {
   return grad == param || (grad == DType::f32 && (param == DType::bf16 || param == DType::f16));

@@ -83,7 +83,7 @@ for ckpt in none sqrt; do
 done
 
 # Mixed precision: --precision bf16, the forwards under autocast everywhere; under ZeRO 2/3 the
-# parameters are also gathered in bf16 from f32 master shards (dist/fsdp.h's param_dtype). Against one
+# parameters are also gathered in bf16 from f32 master shards (distributed/fsdp.h's param_dtype). Against one
 # process under bf16 autocast (the same f32 parameter, gradient and optimizer bytes as in f32).
 printf "\nmixed precision (--precision bf16), checkpoint sqrt, per-micro-batch\n"
 read -r single_joint together activation seconds val < <(run "$gpt" "${common[@]}" --precision bf16)

@@ -1,6 +1,6 @@
 # The layering of cmake/layers.txt, enforced on what is linked (tools/check_layers.sh enforces it on
 # what is included). After every layer's folder is added:
-#   REEL_BUILT_LAYERS       the layer libraries this build has (dist only with REEL_DIST), bottom to top
+#   REEL_BUILT_LAYERS       the layer libraries this build has (distributed only with REEL_DISTRIBUTED), bottom to top
 #   REEL_BUILT_LAYER_DIRS   their folders
 # 1. At configure time: a layer that links a reel layer its line in cmake/layers.txt does not name
 #    stops the configuration, naming both.

@@ -35,7 +35,7 @@ class Storage {
   uint64_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
 
-  // Dropping the bytes while the storage itself stays (dist/fsdp.h shards parameters this way):
+  // Dropping the bytes while the storage itself stays (distributed/fsdp.h shards parameters this way):
   // release() gives them back to the caching allocator (they leave the category's statistics) and
   // data() is null until materialize() allocates bytes() again, in the same category. Every tensor
   // viewing the storage, and every slot the tape saved of it, keeps the same Storage throughout, so

@@ -166,7 +166,7 @@ void* Tensor::data_ptr() const {
   if (!storage()) return nullptr;
   REEL_CHECK(!storage()->released(), "data_ptr: the ", dtype(), " ", shape(), " tensor on ", device(),
              " has released its storage (Storage::release: a sharded parameter outside its unit's use, see "
-             "dist/fsdp.h); it must be materialized and refilled before a kernel reads or writes it");
+             "distributed/fsdp.h); it must be materialized and refilled before a kernel reads or writes it");
   if (!storage()->data()) return nullptr;
   return static_cast<char*>(storage()->data()) +
          checked_mul(offset(), static_cast<int64_t>(dtype_size(dtype())), "data_ptr", shape());
@@ -464,7 +464,7 @@ void Tensor::copy_(const Tensor& src) const {
 }
 
 void Tensor::restore_(const Tensor& src) const {
-  // The dtype may differ, as for copy_ (dist/fsdp.h writes its f32 master shard rounded to 16 bits,
+  // The dtype may differ, as for copy_ (distributed/fsdp.h writes its f32 master shard rounded to 16 bits,
   // the same bits every time).
   REEL_CHECK(src.shape() == shape(), "restore_: source ", src.dtype(), " ", src.shape(), " does not match destination ",
              dtype(), " ", shape());

@@ -3,7 +3,7 @@
 // threads, save/load, profiling and its predicted device step, the memory timeline), parsed with
 // CLI11, the schedule and thread count they ask for, how a window's samples are cut into
 // micro-batches, the one-line progress display, the profiler and the memory timeline around a few
-// training steps, and --dist (data parallel over the ranks of mpirun, when reel was built with dist/;
+// training steps, and --dist (data parallel over the ranks of mpirun, when reel was built with distributed/;
 // --zero 1/2/3, --reduce, --fsdp-units and --fsdp-prefetch shard it, and every run ends with rank 0's
 // peak bytes by category), --precision (the forwards under autograd::Autocast, autocast_dtype
 // below; f16 with the loss scaler of make_scaler; with --zero 2/3 also FSDP's param_dtype: 16-bit
@@ -34,9 +34,9 @@
 #include "report/memory_timeline.h"
 #include "report/predict.h"
 #include "report/profile.h"
-#if REEL_HAS_DIST
-#include "dist/data_parallel.h"
-#include "dist/fsdp.h"
+#if REEL_HAS_DISTRIBUTED
+#include "distributed/data_parallel.h"
+#include "distributed/fsdp.h"
 #endif
 
 namespace examples {
@@ -236,14 +236,14 @@ inline std::vector<reel::nn::Module*> leaf_units(reel::nn::Module& model,
 inline int report_error(const char* program, const std::exception& e) {
   std::fflush(stdout);
   std::fprintf(stderr, "%s: error: %s\n", program, e.what());
-#if REEL_HAS_DIST
-  if (dist_started()) reel::dist::ProcessGroup::world().abort(std::string(program) + " failed on this rank");
+#if REEL_HAS_DISTRIBUTED
+  if (dist_started()) reel::distributed::ProcessGroup::world().abort(std::string(program) + " failed on this rank");
 #endif
   return 1;
 }
 
 // --dist: this process's place among the ranks, the data-parallel synchronisation and the
-// optimizer (ZeroAdamW under --zero 1; under --zero 2 and 3 dist::FullyShardedDataParallel over the
+// optimizer (ZeroAdamW under --zero 1; under --zero 2 and 3 distributed::FullyShardedDataParallel over the
 // units the example names, and the optimizer over this rank's shards). Without --dist: rank 0 of 1,
 // no synchronisation. On ranks other than 0, stdout goes to /dev/null and --save, --profile,
 // --memory-timeline are dropped, so only rank 0 prints and writes files; errors still reach stderr.
@@ -262,8 +262,8 @@ class Distributed {
       return;
     }
     REEL_CHECK(zero_ >= 2 || !per_window_, "--reduce per-window needs --zero 2 or 3");
-#if REEL_HAS_DIST
-    reel::dist::ProcessGroup& group = reel::dist::ProcessGroup::world();
+#if REEL_HAS_DISTRIBUTED
+    reel::distributed::ProcessGroup& group = reel::distributed::ProcessGroup::world();
     dist_started() = true;
     rank_ = group.rank();
     world_ = group.size();
@@ -277,21 +277,21 @@ class Distributed {
       o.memory_timeline.clear();
     }
 #else
-    REEL_FAIL("--dist: this reel was built without dist/ (install MPI, libopenmpi-dev, and configure with -DREEL_DIST=ON)");
+    REEL_FAIL("--dist: this reel was built without distributed/ (install MPI, libopenmpi-dev, and configure with -DREEL_DISTRIBUTED=ON)");
 #endif
   }
   int rank() const { return rank_; }
   int world() const { return world_; }
   // The optimizer over `model`'s parameters (rank 0's values everywhere from here on, under
-  // --dist). Under --zero 2 and 3 the sharding units (dist/fsdp.h) are leaf_units(model, keep_whole)
+  // --dist). Under --zero 2 and 3 the sharding units (distributed/fsdp.h) are leaf_units(model, keep_whole)
   // or, under --fsdp-units block, `blocks` (the GPT's blocks, an MLP's layers); the optimizer steps
   // this rank's shards.
   std::unique_ptr<reel::optim::Optimizer> make_optimizer(const std::string& name, reel::nn::Module& model,
                                                          const std::vector<reel::nn::Module*>& blocks, double lr,
                                                          const std::vector<reel::nn::Module*>& keep_whole = {}) {
-#if REEL_HAS_DIST
+#if REEL_HAS_DISTRIBUTED
     if (wanted_ && zero_ >= 2) {
-      using FSDP = reel::dist::FullyShardedDataParallel;
+      using FSDP = reel::distributed::FullyShardedDataParallel;
       FSDP::Options options;
       options.stage = zero_;
       options.reduce = per_window_ ? FSDP::ReduceMode::PerWindow : FSDP::ReduceMode::PerMicroBatch;
@@ -302,20 +302,20 @@ class Distributed {
       return reel::optim::make_optimizer(name, fsdp_->shard_parameters(), lr);
     }
     if (wanted_) {
-      dp_ = std::make_unique<reel::dist::DataParallel>(
-          model.parameters(), reel::dist::DataParallel::Options{int64_t{1} << 20, overlap_, zero_});
-      if (zero_ == 1) return std::make_unique<reel::dist::ZeroAdamW>(*dp_, lr);
+      dp_ = std::make_unique<reel::distributed::DataParallel>(
+          model.parameters(), reel::distributed::DataParallel::Options{int64_t{1} << 20, overlap_, zero_});
+      if (zero_ == 1) return std::make_unique<reel::distributed::ZeroAdamW>(*dp_, lr);
     }
 #else
     (void)blocks;
     (void)keep_whole;
-    REEL_CHECK(!wanted_ && zero_ == 0 && overlap_, "--dist: this reel was built without dist/");
+    REEL_CHECK(!wanted_ && zero_ == 0 && overlap_, "--dist: this reel was built without distributed/");
 #endif
     return reel::optim::make_optimizer(name, model.parameters(), lr);
   }
   // What optim::Accumulator::Options::sync takes: null without --dist.
   reel::optim::WindowSync* sync() const {
-#if REEL_HAS_DIST
+#if REEL_HAS_DISTRIBUTED
     if (fsdp_) return fsdp_.get();
     return dp_.get();
 #else
@@ -326,7 +326,7 @@ class Distributed {
   // evaluation, sampling and nn::save need no collectives; under --precision bf16/f16 with --zero 2/3
   // the parameters become the f32 masters again (what the optimizer stepped, as one process saves).
   void finish_training() {
-#if REEL_HAS_DIST
+#if REEL_HAS_DISTRIBUTED
     if (fsdp_) fsdp_->gather_all();
 #endif
   }
@@ -345,7 +345,7 @@ class Distributed {
   // reduce-scatters); always this rank's peak bytes by category (rank_bytes).
   void report(int64_t steps, reel::Device device) const {
     if (steps <= 0) return;
-#if REEL_HAS_DIST
+#if REEL_HAS_DISTRIBUTED
     if (fsdp_) report_sharded(steps);
     if (dp_) report_buckets(steps);
 #endif
@@ -381,21 +381,21 @@ class Distributed {
   int prefetch_;  // --fsdp-prefetch
   std::optional<reel::DType> param_dtype_;  // --precision under --zero 2/3
   int rank_ = 0, world_ = 1;
-#if REEL_HAS_DIST
-  std::unique_ptr<reel::dist::DataParallel> dp_;
-  std::unique_ptr<reel::dist::FullyShardedDataParallel> fsdp_;
+#if REEL_HAS_DISTRIBUTED
+  std::unique_ptr<reel::distributed::DataParallel> dp_;
+  std::unique_ptr<reel::distributed::FullyShardedDataParallel> fsdp_;
 
   // How collectives on tensors of this kind travel: cuda ones through NCCL unless
   // REEL_DIST_BACKEND=mpi.
-  static const char* backend(const reel::dist::ProcessGroup& group, bool cuda) {
+  static const char* backend(const reel::distributed::ProcessGroup& group, bool cuda) {
     return !group.uses_mpi() ? "local"
-           : cuda && group.cuda_path() == reel::dist::CudaPath::Nccl ? "NCCL"
+           : cuda && group.cuda_path() == reel::distributed::CudaPath::Nccl ? "NCCL"
            : cuda ? "MPI, staged through the host"
                   : "MPI";
   }
   // --zero 2/3: the all-gathers by phase and the reduce-scatters, per step.
   void report_sharded(int64_t steps) const {
-    using FSDP = reel::dist::FullyShardedDataParallel;
+    using FSDP = reel::distributed::FullyShardedDataParallel;
     const auto per_step = [&](int64_t n) { return static_cast<double>(n) / static_cast<double>(steps); };
     const bool cuda = !fsdp_->units().empty() && fsdp_->units().front().shard.device().is_cuda();
     const char* gathered = param_dtype_ ? reel::dtype_name(*param_dtype_) : "the parameters' dtype";

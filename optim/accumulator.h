@@ -18,16 +18,16 @@
 // of count 0 (no step), nor for one the loss scaler skips; with a scaler it sees unscaled gradients.
 //   acc.set_grad_hook([](const std::vector<Tensor>& params, const WindowResult& w) { log(params, w.count); });
 //
-// Across processes (Options::sync, set by dist::DataParallel or dist::FullyShardedDataParallel), the
+// Across processes (Options::sync, set by distributed::DataParallel or distributed::FullyShardedDataParallel), the
 // window spans every rank: the count is summed over the ranks before any backward, so every rank's
 // loss is normalised by the global count (exact with uneven shards), the gradients are synchronised
 // (DataParallel: once per window, during the window's last backward; FSDP: per micro-batch or per
 // window, its option), and clipping and the non-finite check use the global norm.
 // Across processes the hook runs on every rank with the same gradients; it must change them the same
-// way on every rank, or the replicas drift apart. Under ZeRO-1 (dist::ZeroAdamW) the summed
+// way on every rank, or the replicas drift apart. Under ZeRO-1 (distributed::ZeroAdamW) the summed
 // gradients live in DataParallel's shards, not in .grad: there the hook sees only this rank's own,
 // unsynchronised part of the window, and what it changes is not what the optimizer steps. Under
-// dist::FullyShardedDataParallel the optimizer's parameters ARE the shards: the hook sees each rank's
+// distributed::FullyShardedDataParallel the optimizer's parameters ARE the shards: the hook sees each rank's
 // shard of the summed gradients, and the sync's after_step() runs after the optimizer's step.
 //
 // Loss scaling (Options::scaler, an optim::GradScaler: f16 training): the window's loss is scaled
@@ -68,7 +68,7 @@ struct WindowResult {
   double loss_scale = 1;  // what the window's loss was multiplied by (Options::scaler's scale, else 1)
 };
 
-// What a data-parallel wrapper does around a window (dist::DataParallel implements it; optim knows
+// What a data-parallel wrapper does around a window (distributed::DataParallel implements it; optim knows
 // only this interface). Every rank calls each function once per window, in this order.
 class WindowSync {
  public:
@@ -84,11 +84,11 @@ class WindowSync {
   virtual void scale_grads(double factor) = 0;
   // After the optimizer's step (only when it stepped; every rank steps or none does): a wrapper
   // whose optimizer steps shards brings the updated values into the whole parameters here
-  // (dist::FullyShardedDataParallel's all-gather under ZeRO-2). Nothing by default.
+  // (distributed::FullyShardedDataParallel's all-gather under ZeRO-2). Nothing by default.
   virtual void after_step() {}
   // The gradient buffers this rank's optimizer will step from, for the loss scaler's unscale
   // (Options::scaler). Empty (the default): the .grad of each of the optimizer's parameters.
-  // dist::DataParallel under ZeRO-1 returns its gradient shards.
+  // distributed::DataParallel under ZeRO-1 returns its gradient shards.
   virtual std::vector<Tensor> step_grads() { return {}; }
 };
 
@@ -100,7 +100,7 @@ class Accumulator {
     // true: a window whose gradients are not all finite (an overflow, a bad batch) zeroes them and
     // takes no step, instead of writing NaN into every parameter; counted in skipped_steps().
     bool skip_nonfinite = false;
-    WindowSync* sync = nullptr;  // dist::DataParallel or FSDP: the window spans every rank (see above)
+    WindowSync* sync = nullptr;  // distributed::DataParallel or FSDP: the window spans every rank (see above)
     // Dynamic loss scaling (see above); not owned, must outlive the Accumulator. null: none.
     GradScaler* scaler = nullptr;
   };

@@ -295,7 +295,7 @@ TEST_CASE("zero_grad defers its fill: the next backward writes .grad, a read bef
 }
 
 TEST_CASE("a 16-bit parameter with an f32 .grad buffer accumulates its gradients in f32") {
-  // dist/fsdp.h's mixed precision: bf16 / f16 parameters, f32 gradient buffers set with set_grad.
+  // distributed/fsdp.h's mixed precision: bf16 / f16 parameters, f32 gradient buffers set with set_grad.
   for (const DType low : {DType::bf16, DType::f16}) {
     CAPTURE(low);
     Generator gen(11);

@@ -1,6 +1,6 @@
 // The caching allocator: size classes, reuse, statistics by category exact to the byte, the model
 // state's joint peak, peak reset, the limit error, the events a memory timeline receives, tensors tagged through
-// MemoryCategory scopes, and a storage released and materialized again (dist/fsdp.h's parameters).
+// MemoryCategory scopes, and a storage released and materialized again (distributed/fsdp.h's parameters).
 #include <cstdlib>
 #include <set>
 

@@ -1,4 +1,4 @@
-// dist/ under `mpirun -np 2` (tests/CMakeLists.txt): the process group's collectives on every
+// distributed/ under `mpirun -np 2` (tests/CMakeLists.txt): the process group's collectives on every
 // device, data-parallel windows against one process over the whole global batch (f64 to 1e-12, f32
 // to 1e-6, uneven token counts and micro-batches per rank), one gradient collective per bucket per
 // window, buckets started from the tape during backward, checkpoint replay, global-norm clipping,
@@ -24,14 +24,14 @@
 #include "autograd/tape.h"
 #include "core/allocator.h"
 #include "core/profile.h"
-#include "dist/data_parallel.h"
-#include "dist/process_group.h"
+#include "distributed/data_parallel.h"
+#include "distributed/process_group.h"
 #include "nn/safetensors.h"
 #include "optim/accumulator.h"
 #include "testing.h"
 
 using namespace reel;
-using dist::ProcessGroup;
+using distributed::ProcessGroup;
 
 namespace {
 
@@ -162,32 +162,32 @@ std::vector<Batch> my_window(const Data& d, const std::vector<int64_t>& split0, 
 // Sets the cuda path for a scope (every rank runs the same cases, so every rank chooses alike).
 class UseCudaPath {
  public:
-  explicit UseCudaPath(dist::CudaPath path) : before_(world().cuda_path()) { world().set_cuda_path(path); }
+  explicit UseCudaPath(distributed::CudaPath path) : before_(world().cuda_path()) { world().set_cuda_path(path); }
   ~UseCudaPath() { world().set_cuda_path(before_); }
 
  private:
-  dist::CudaPath before_;
+  distributed::CudaPath before_;
 };
 
 // The paths cuda tensors can take in this build.
-std::vector<dist::CudaPath> cuda_paths() {
-  if (ProcessGroup::nccl_built()) return {dist::CudaPath::Nccl, dist::CudaPath::Staged};
-  return {dist::CudaPath::Staged};
+std::vector<distributed::CudaPath> cuda_paths() {
+  if (ProcessGroup::nccl_built()) return {distributed::CudaPath::Nccl, distributed::CudaPath::Staged};
+  return {distributed::CudaPath::Staged};
 }
-std::string path_name(dist::CudaPath p) { return p == dist::CudaPath::Nccl ? "nccl" : "staged"; }
+std::string path_name(distributed::CudaPath p) { return p == distributed::CudaPath::Nccl ? "nccl" : "staged"; }
 
 // Runs `collective` once through each path and checks that NCCL gave the staged MPI path's values
 // exactly (two ranks: every sum has two terms, and an average halves it), and that it went through
 // NCCL (counted) only when NCCL was chosen.
-void check_paths_agree(dist::Collective kind, const std::function<Tensor()>& collective) {
+void check_paths_agree(distributed::Collective kind, const std::function<Tensor()>& collective) {
   std::vector<double> results[2];
-  for (const dist::CudaPath path : {dist::CudaPath::Staged, dist::CudaPath::Nccl}) {
+  for (const distributed::CudaPath path : {distributed::CudaPath::Staged, distributed::CudaPath::Nccl}) {
     CAPTURE(path_name(path));
     UseCudaPath use(path);
     const int64_t nccl = world().nccl_issued(kind), issued = world().issued(kind);
-    results[path == dist::CudaPath::Nccl] = reel::testing::values(collective());
+    results[path == distributed::CudaPath::Nccl] = reel::testing::values(collective());
     CHECK(world().issued(kind) == issued + 1);
-    CHECK(world().nccl_issued(kind) == nccl + (path == dist::CudaPath::Nccl ? 1 : 0));
+    CHECK(world().nccl_issued(kind) == nccl + (path == distributed::CudaPath::Nccl ? 1 : 0));
   }
   CHECK(results[1] == results[0]);
 }
@@ -214,7 +214,7 @@ TEST_CASE("process group: all_reduce sum and average, every dtype, device and la
       g.all_reduce(t);
       reel::testing::check_close(t, {1, 3, 5, 7, 9, 11}, 0, 0);
       const Tensor a = (arange(6, DType::f64) + r).to(dt).to(dev);
-      g.all_reduce(a, dist::ReduceOp::Average);
+      g.all_reduce(a, distributed::ReduceOp::Average);
       reel::testing::check_close(a, {0.5, 1.5, 2.5, 3.5, 4.5, 5.5}, 0, 0);
       // A strided view is reduced in place through a contiguous copy: only its elements change.
       const Tensor base = (arange(6, DType::f64) * (r + 1)).to(dt).to(dev).reshape({2, 3});
@@ -227,7 +227,7 @@ TEST_CASE("process group: all_reduce sum and average, every dtype, device and la
     CHECK(i.to(Device::cpu()).to_vector<int64_t>() == std::vector<int64_t>{int64_t{1} << 41, 6});
   }
   CHECK(g.all_reduce(int64_t{5} + g.rank()) == 11);
-  CHECK(g.all_reduce(0.25 * (g.rank() + 1), dist::ReduceOp::Average) == doctest::Approx(0.375));
+  CHECK(g.all_reduce(0.25 * (g.rank() + 1), distributed::ReduceOp::Average) == doctest::Approx(0.375));
 }
 
 TEST_CASE("process group: reduce_scatter, all_gather, broadcast, barrier") {
@@ -241,7 +241,7 @@ TEST_CASE("process group: reduce_scatter, all_gather, broadcast, barrier") {
     g.reduce_scatter(out, in);
     const double b = 4.0 * r;
     reel::testing::check_close(out, {3 * b, 3 * (b + 1), 3 * (b + 2), 3 * (b + 3)}, 0, 0);
-    g.reduce_scatter(out, in, dist::ReduceOp::Average);
+    g.reduce_scatter(out, in, distributed::ReduceOp::Average);
     reel::testing::check_close(out, {1.5 * b, 1.5 * (b + 1), 1.5 * (b + 2), 1.5 * (b + 3)}, 0, 0);
 
     const Tensor mine = full({3}, 10.0 * (r + 1), DType::f32, dev);
@@ -253,9 +253,9 @@ TEST_CASE("process group: reduce_scatter, all_gather, broadcast, barrier") {
     g.broadcast(t, 1);
     reel::testing::check_close(t, {7, 7, 7, 7}, 0, 0);
   }
-  const int64_t before = g.issued(dist::Collective::Barrier);
+  const int64_t before = g.issued(distributed::Collective::Barrier);
   g.barrier();
-  CHECK(g.issued(dist::Collective::Barrier) == before + 1);
+  CHECK(g.issued(distributed::Collective::Barrier) == before + 1);
 }
 
 TEST_CASE("process group: all_gather writes a contiguous output in place; Restore leaves its version alone") {
@@ -271,9 +271,9 @@ TEST_CASE("process group: all_gather writes a contiguous output in place; Restor
     reel::testing::check_close(storage, {0, 10, 10, 10, 20, 20, 20, 0}, 0, 0);
     CHECK(out.version() > v0);
     const uint64_t v1 = out.version();
-    g.all_gather(out, mine, dist::Write::Restore);  // the same values again: no bump
+    g.all_gather(out, mine, distributed::Write::Restore);  // the same values again: no bump
     CHECK(out.version() == v1);
-    dist::Work w = g.all_gather_async(out, mine, dist::Write::Restore);
+    distributed::Work w = g.all_gather_async(out, mine, distributed::Write::Restore);
     w.wait();
     CHECK(out.version() == v1);
     reel::testing::check_close(storage, {0, 10, 10, 10, 20, 20, 20, 0}, 0, 0);
@@ -281,7 +281,7 @@ TEST_CASE("process group: all_gather writes a contiguous output in place; Restor
     const Tensor slot = untracked::slice(out, 0, 3 * r, 3 * r + 3);
     slot.restore_(full({3}, 5.0 * (r + 1), DType::f32, dev));
     const uint64_t v3 = out.version();
-    g.all_gather(out, slot, dist::Write::Restore);
+    g.all_gather(out, slot, distributed::Write::Restore);
     reel::testing::check_close(storage, {0, 5, 5, 5, 10, 10, 10, 0}, 0, 0);
     CHECK(out.version() == v3);
     g.all_gather(out, slot);
@@ -291,7 +291,7 @@ TEST_CASE("process group: all_gather writes a contiguous output in place; Restor
     const Tensor strided = zeros({6, 2}, DType::f32, dev);
     const Tensor column = untracked::select(strided, 1, 0);
     const uint64_t v2 = column.version();
-    g.all_gather(column, mine, dist::Write::Restore);
+    g.all_gather(column, mine, distributed::Write::Restore);
     reel::testing::check_close(column, {10, 10, 10, 20, 20, 20}, 0, 0);
     CHECK(column.version() == v2);
   }
@@ -313,11 +313,11 @@ TEST_CASE("process group: bf16 and f16 are gathered and broadcast bit for bit, a
       const Tensor t = mine.clone();
       g.broadcast(t, 1);
       CHECK(reel::testing::bit_identical(t.to(Device::cpu()), want.slice(0, 3, 6)));
-      const int64_t issued = g.issued(dist::Collective::AllReduce);
+      const int64_t issued = g.issued(distributed::Collective::AllReduce);
       check_error([&] { g.all_reduce(t); }, {"all_reduce (sum) of", "16-bit floats are gathered and broadcast, not reduced"});
       check_error([&] { g.reduce_scatter(mine.slice(0, 0, 1), all.slice(0, 0, 2)); },
                   {"reduce_scatter (sum) of", "reduce them in f32"});
-      CHECK(g.issued(dist::Collective::AllReduce) == issued);
+      CHECK(g.issued(distributed::Collective::AllReduce) == issued);
       CHECK_FALSE(g.broken());
     }
 }
@@ -327,7 +327,7 @@ TEST_CASE("process group: a completed collective keeps none of its tensors alive
   for (const Device dev : reel::testing::devices()) {
     CAPTURE(dev);
     const int64_t before = memory_stats(dev).current_bytes;
-    dist::Work kept;
+    distributed::Work kept;
     {
       const Tensor mine = full({3000}, 1.0, DType::f32, dev);
       const Tensor out = zeros({6000}, DType::f32, dev), grads = zeros({6000}, DType::f32, dev);
@@ -345,25 +345,25 @@ TEST_CASE("process group: a completed collective keeps none of its tensors alive
 
 TEST_CASE("process group: bad arguments are refused on the rank, before any communication") {
   ProcessGroup& g = world();
-  const int64_t before = g.issued(dist::Collective::ReduceScatter);
+  const int64_t before = g.issued(distributed::Collective::ReduceScatter);
   check_error(
       [&] { g.reduce_scatter(zeros({3}), zeros({8})); },
       {"reduce_scatter (sum) of f32 (8) on cpu", "1/2 of the input's 8 elements", "(3)"});
   check_error([&] { g.all_gather(zeros({5}), zeros({3})); },
                                    {"all_gather of f32 (3) on cpu", "2 times the input's 3 elements"});
   check_error([&] { g.broadcast(zeros({2}), 2); }, {"broadcast", "from rank 2", "[0, 2)"});
-  check_error([&] { g.all_reduce(zeros({2}, DType::i64), dist::ReduceOp::Average); },
+  check_error([&] { g.all_reduce(zeros({2}, DType::i64), distributed::ReduceOp::Average); },
                                    {"all_reduce (average) of i64 (2)", "floating-point"});
-  CHECK(g.issued(dist::Collective::ReduceScatter) == before);
+  CHECK(g.issued(distributed::Collective::ReduceScatter) == before);
   CHECK_FALSE(g.broken());
 }
 
 TEST_CASE("process group: REEL_DIST_BACKEND chooses how cuda tensors travel") {
   const char* env = std::getenv("REEL_DIST_BACKEND");
   const std::string choice = env ? env : "";
-  if (choice == "mpi") CHECK(world().cuda_path() == dist::CudaPath::Staged);
-  else if (ProcessGroup::nccl_built()) CHECK(world().cuda_path() == dist::CudaPath::Nccl);
-  else CHECK(world().cuda_path() == dist::CudaPath::Staged);
+  if (choice == "mpi") CHECK(world().cuda_path() == distributed::CudaPath::Staged);
+  else if (ProcessGroup::nccl_built()) CHECK(world().cuda_path() == distributed::CudaPath::Nccl);
+  else CHECK(world().cuda_path() == distributed::CudaPath::Staged);
 #if defined(REEL_CUDA_EMULATED)
   CHECK(ProcessGroup::nccl_built());  // the emulated build always has the emulated NCCL
 #endif
@@ -380,41 +380,41 @@ TEST_CASE("process group on cuda:0: every collective through NCCL equals the sta
       Generator gen(100 * salt + static_cast<uint64_t>(r));
       return randn({n}, DType::f64, Device::cpu(), &gen).to(dt).to(cuda);
     };
-    for (const dist::ReduceOp op : {dist::ReduceOp::Sum, dist::ReduceOp::Average}) {
-      CAPTURE(op == dist::ReduceOp::Sum);
-      check_paths_agree(dist::Collective::AllReduce, [&] {
+    for (const distributed::ReduceOp op : {distributed::ReduceOp::Sum, distributed::ReduceOp::Average}) {
+      CAPTURE(op == distributed::ReduceOp::Sum);
+      check_paths_agree(distributed::Collective::AllReduce, [&] {
         const Tensor t = data(12, 1).reshape({3, 4});
         world().all_reduce(t, op);
         return t;
       });
       // A strided view: only its elements change, through a contiguous device copy.
-      check_paths_agree(dist::Collective::AllReduce, [&] {
+      check_paths_agree(distributed::Collective::AllReduce, [&] {
         const Tensor base = data(12, 2).reshape({3, 4});
         world().all_reduce(base.slice(1, 1, 3), op);
         return base;
       });
       // Asynchronous, waited for later.
-      check_paths_agree(dist::Collective::AllReduce, [&] {
+      check_paths_agree(distributed::Collective::AllReduce, [&] {
         const Tensor t = data(7, 3);
-        dist::Work w = world().all_reduce_async(t, op);
+        distributed::Work w = world().all_reduce_async(t, op);
         w.wait();
         CHECK(w.test());
         return t;
       });
-      check_paths_agree(dist::Collective::ReduceScatter, [&] {
+      check_paths_agree(distributed::Collective::ReduceScatter, [&] {
         const Tensor out = zeros({2, 3}, dt, cuda);
         world().reduce_scatter(out, data(12, 4).reshape({4, 3}), op);
         return out;
       });
     }
-    check_paths_agree(dist::Collective::AllGather, [&] {
+    check_paths_agree(distributed::Collective::AllGather, [&] {
       const Tensor out = zeros({2, 5}, dt, cuda);
       world().all_gather(out, data(5, 5));
       return out;
     });
     for (const int root : {0, 1}) {
       CAPTURE(root);
-      check_paths_agree(dist::Collective::Broadcast, [&] {
+      check_paths_agree(distributed::Collective::Broadcast, [&] {
         const Tensor t = data(9, 6).reshape({3, 3});
         world().broadcast(t.slice(0, 1, 3), root);  // a view: rows 1 and 2 only
         return t;
@@ -422,7 +422,7 @@ TEST_CASE("process group on cuda:0: every collective through NCCL equals the sta
     }
   }
   // Integers, through NCCL: exact.
-  UseCudaPath use(dist::CudaPath::Nccl);
+  UseCudaPath use(distributed::CudaPath::Nccl);
   const Tensor i = from_vector<int64_t>({int64_t{1} << 40, r}, {2}).to(cuda);
   world().all_reduce(i);
   CHECK(i.to(Device::cpu()).to_vector<int64_t>() == std::vector<int64_t>{int64_t{1} << 41, 1});
@@ -431,15 +431,15 @@ TEST_CASE("process group on cuda:0: every collective through NCCL equals the sta
 
 TEST_CASE("process group on cuda:0 through NCCL: bad arguments are refused before any communication") {
   if (!cuda_available() || !ProcessGroup::nccl_built()) return;
-  UseCudaPath use(dist::CudaPath::Nccl);
+  UseCudaPath use(distributed::CudaPath::Nccl);
   const Device cuda = Device::cuda(0);
-  const int64_t before = world().nccl_issued(dist::Collective::ReduceScatter);
+  const int64_t before = world().nccl_issued(distributed::Collective::ReduceScatter);
   check_error([&] { world().reduce_scatter(zeros({3}, DType::f32, cuda), zeros({8}, DType::f32, cuda)); },
               {"reduce_scatter (sum) of f32 (8) on cuda:0 through NCCL", "1/2 of the input's 8 elements"});
   check_error([&] { world().broadcast(zeros({2}, DType::f32, cuda), 2); }, {"on cuda:0 through NCCL", "from rank 2"});
-  check_error([&] { world().all_reduce(zeros({2}, DType::i32, cuda), dist::ReduceOp::Average); },
+  check_error([&] { world().all_reduce(zeros({2}, DType::i32, cuda), distributed::ReduceOp::Average); },
               {"all_reduce (average) of i32 (2) on cuda:0 through NCCL", "floating-point"});
-  CHECK(world().nccl_issued(dist::Collective::ReduceScatter) == before);
+  CHECK(world().nccl_issued(distributed::Collective::ReduceScatter) == before);
   CHECK_FALSE(world().broken());
 }
 
@@ -461,10 +461,10 @@ TEST_CASE("data parallel: world 2 x batch 16 gives the gradients of world 1 x ba
       CAPTURE(split.r1.size());
       // Rank 1 starts from other parameters: the broadcast from rank 0 must overwrite them.
       const std::vector<Tensor> p = make_params(dt, 1 + world().rank());
-      dist::DataParallel dp(p, {64 * static_cast<int64_t>(dtype_size(dt)), true, 0});  // 64 elements: 3 buckets
+      distributed::DataParallel dp(p, {64 * static_cast<int64_t>(dtype_size(dt)), true, 0});  // 64 elements: 3 buckets
       Capture cap(p);
       optim::Accumulator acc(cap, {0, nullptr, false, &dp});
-      const int64_t all_reduces = world().issued(dist::Collective::AllReduce);
+      const int64_t all_reduces = world().issued(distributed::Collective::AllReduce);
       const optim::WindowResult r =
           acc.step(my_window(d, split.r0, split.r1), tokens, [&](const Batch& b) { return loss_of(p, b, false); });
       CHECK(r.stepped);
@@ -475,7 +475,7 @@ TEST_CASE("data parallel: world 2 x batch 16 gives the gradients of world 1 x ba
       CHECK(dp.buckets() >= 3);
       CHECK(dp.grad_syncs() == dp.buckets());
       CHECK(dp.overlapped_syncs() == dp.buckets());
-      CHECK(world().issued(dist::Collective::AllReduce) == all_reduces + dp.buckets() + 2);
+      CHECK(world().issued(distributed::Collective::AllReduce) == all_reduces + dp.buckets() + 2);
     }
   }
 }
@@ -484,7 +484,7 @@ TEST_CASE("data parallel: a rank with no micro-batch in the window still joins t
   const auto want = one_process_grads(DType::f64);
   const Data d = global_batch(DType::f64);
   const std::vector<Tensor> p = make_params(DType::f64, 1);
-  dist::DataParallel dp(p, {512, true, 0});
+  distributed::DataParallel dp(p, {512, true, 0});
   Capture cap(p);
   optim::Accumulator acc(cap, {0, nullptr, false, &dp});
   std::vector<Batch> window;
@@ -497,7 +497,7 @@ TEST_CASE("data parallel: a rank with no micro-batch in the window still joins t
 TEST_CASE("data parallel: several windows, one gradient collective per bucket per window") {
   const Data d = global_batch(DType::f64);
   const std::vector<Tensor> p = make_params(DType::f64, 1);
-  dist::DataParallel dp(p, {256, true, 0});
+  distributed::DataParallel dp(p, {256, true, 0});
   optim::SGD sgd(p, 0.1);
   optim::Accumulator acc(sgd, {0, nullptr, false, &dp});
   for (int w = 1; w <= 3; ++w) {
@@ -516,7 +516,7 @@ TEST_CASE("data parallel: several windows, one gradient collective per bucket pe
 TEST_CASE("data parallel: under a Profiler each bucket's collective is a span in flight, begun inside backward") {
   const Data d = global_batch(DType::f64);
   const std::vector<Tensor> p = make_params(DType::f64, 1);
-  dist::DataParallel dp(p, {256, true, 0});
+  distributed::DataParallel dp(p, {256, true, 0});
   optim::SGD sgd(p, 0.1);
   optim::Accumulator acc(sgd, {0, nullptr, false, &dp});
   Profiler prof;
@@ -551,7 +551,7 @@ TEST_CASE("data parallel: buckets started after backward (overlap off) give the 
   const auto want = one_process_grads(DType::f64);
   const Data d = global_batch(DType::f64);
   const std::vector<Tensor> p = make_params(DType::f64, 1);
-  dist::DataParallel dp(p, {512, false, 0});
+  distributed::DataParallel dp(p, {512, false, 0});
   Capture cap(p);
   optim::Accumulator acc(cap, {0, nullptr, false, &dp});
   acc.step(my_window(d, {5, 11}, {16}), tokens, [&](const Batch& b) { return loss_of(p, b, false); });
@@ -565,7 +565,7 @@ TEST_CASE("data parallel: checkpoint replay gives the plain gradients, buckets s
   std::vector<std::vector<double>> got[2];
   for (const bool checkpointed : {false, true}) {
     const std::vector<Tensor> p = make_params(DType::f64, 1);
-    dist::DataParallel dp(p, {512, true, 0});
+    distributed::DataParallel dp(p, {512, true, 0});
     Capture cap(p);
     optim::Accumulator acc(cap, {0, nullptr, false, &dp});
     acc.step(my_window(d, {5, 11}, {16}), tokens, [&](const Batch& b) { return loss_of(p, b, checkpointed); });
@@ -579,7 +579,7 @@ TEST_CASE("data parallel: clipping uses the global norm") {
   const auto want = one_process_grads(DType::f64, 0.05);
   const Data d = global_batch(DType::f64);
   const std::vector<Tensor> p = make_params(DType::f64, 1);
-  dist::DataParallel dp(p, {512, true, 0});
+  distributed::DataParallel dp(p, {512, true, 0});
   Capture cap(p);
   optim::Accumulator acc(cap, {0.05, nullptr, false, &dp});
   const optim::WindowResult r =
@@ -595,9 +595,9 @@ TEST_CASE("data parallel: a non-finite gradient on one rank makes every rank ski
     const std::vector<Tensor> p = make_params(DType::f64, 1);
     std::vector<std::vector<double>> before;
     for (const Tensor& t : p) before.push_back(reel::testing::values(t));
-    dist::DataParallel dp(p, {512, true, zero});
+    distributed::DataParallel dp(p, {512, true, zero});
     std::unique_ptr<optim::Optimizer> opt;
-    if (zero == 1) opt = std::make_unique<dist::ZeroAdamW>(dp, 0.01);
+    if (zero == 1) opt = std::make_unique<distributed::ZeroAdamW>(dp, 0.01);
     else opt = std::make_unique<optim::AdamW>(p, 0.01);
     optim::Accumulator acc(*opt, {1.0, nullptr, true, &dp});
     std::vector<Batch> window = my_window(d, {16}, {16});
@@ -612,7 +612,7 @@ TEST_CASE("data parallel: a non-finite gradient on one rank makes every rank ski
 
 TEST_CASE("data parallel on cuda:0, through NCCL and staged: the gradients of one process") {
   if (!cuda_available()) return;
-  for (const dist::CudaPath path : cuda_paths()) {
+  for (const distributed::CudaPath path : cuda_paths()) {
     CAPTURE(path_name(path));
     UseCudaPath use(path);
     for (const DType dt : {DType::f64, DType::f32}) {
@@ -622,11 +622,11 @@ TEST_CASE("data parallel on cuda:0, through NCCL and staged: the gradients of on
       for (const int zero : {0, 1}) {
         CAPTURE(zero);
         const std::vector<Tensor> p = make_params(dt, 1 + world().rank(), Device::cuda(0));
-        dist::DataParallel dp(p, {64 * static_cast<int64_t>(dtype_size(dt)), true, zero});
+        distributed::DataParallel dp(p, {64 * static_cast<int64_t>(dtype_size(dt)), true, zero});
         CHECK(dp.bucket_list().front().flat.device() == Device::cuda(0));
         std::vector<Batch> window = my_window(d, {5, 11}, {16});
         for (Batch& b : window) b = {b.x.to(Device::cuda(0)), b.y.to(Device::cuda(0)), b.mask.to(Device::cuda(0))};
-        const dist::Collective grad_kind = zero == 0 ? dist::Collective::AllReduce : dist::Collective::ReduceScatter;
+        const distributed::Collective grad_kind = zero == 0 ? distributed::Collective::AllReduce : distributed::Collective::ReduceScatter;
         const int64_t nccl_before = world().nccl_issued(grad_kind), issued_before = world().issued(grad_kind);
         // CUDA kernels against the CPU's: rounding only.
         const double rel = dt == DType::f64 ? 1e-10 : 1e-5;
@@ -641,7 +641,7 @@ TEST_CASE("data parallel on cuda:0, through NCCL and staged: the gradients of on
           for (size_t i = 0; i < ref.size(); ++i) ref[i].set_grad(from_vector<double>(want[i], ref[i].shape()).to(dt));
           optim::AdamW plain(ref, 0.01);
           plain.step();
-          dist::ZeroAdamW zero_adam(dp, 0.01);
+          distributed::ZeroAdamW zero_adam(dp, 0.01);
           optim::Accumulator acc(zero_adam, {0, nullptr, false, &dp});
           acc.step(window, tokens, [&](const Batch& b) { return loss_of(p, b, false); });
           for (size_t i = 0; i < p.size(); ++i) reel::testing::check_close(p[i], ref[i], rel, rel);
@@ -650,7 +650,7 @@ TEST_CASE("data parallel on cuda:0, through NCCL and staged: the gradients of on
         // window's count and loss are host numbers: two more all-reduces, over MPI).
         CHECK(dp.buckets() >= 3);
         CHECK(world().issued(grad_kind) - issued_before == dp.buckets() + (zero == 0 ? 2 : 0));
-        CHECK(world().nccl_issued(grad_kind) - nccl_before == (path == dist::CudaPath::Nccl ? dp.buckets() : 0));
+        CHECK(world().nccl_issued(grad_kind) - nccl_before == (path == distributed::CudaPath::Nccl ? dp.buckets() : 0));
       }
     }
   }
@@ -658,19 +658,19 @@ TEST_CASE("data parallel on cuda:0, through NCCL and staged: the gradients of on
 
 TEST_CASE("data parallel on cuda:0 through NCCL: several windows, one NCCL all-reduce per bucket per window") {
   if (!cuda_available() || !ProcessGroup::nccl_built()) return;
-  UseCudaPath use(dist::CudaPath::Nccl);
+  UseCudaPath use(distributed::CudaPath::Nccl);
   const Data d = global_batch(DType::f64);
   const std::vector<Tensor> p = make_params(DType::f64, 1, Device::cuda(0));
-  dist::DataParallel dp(p, {256, true, 0});
+  distributed::DataParallel dp(p, {256, true, 0});
   optim::SGD sgd(p, 0.1);
   optim::Accumulator acc(sgd, {0, nullptr, false, &dp});
-  const int64_t before = world().nccl_issued(dist::Collective::AllReduce);
+  const int64_t before = world().nccl_issued(distributed::Collective::AllReduce);
   for (int w = 1; w <= 3; ++w) {
     std::vector<Batch> window = my_window(d, {4, 4, 8}, {2, 14});
     for (Batch& b : window) b = {b.x.to(Device::cuda(0)), b.y.to(Device::cuda(0)), b.mask.to(Device::cuda(0))};
     acc.step(window, tokens, [&](const Batch& b) { return loss_of(p, b, false); });
     CHECK(dp.grad_syncs() == w * dp.buckets());
-    CHECK(world().nccl_issued(dist::Collective::AllReduce) - before == w * dp.buckets());
+    CHECK(world().nccl_issued(distributed::Collective::AllReduce) - before == w * dp.buckets());
   }
   // The replicas stay identical (the window counts and losses went over MPI: host numbers).
   for (const Tensor& t : p) {
@@ -683,7 +683,7 @@ TEST_CASE("data parallel on cuda:0 through NCCL: several windows, one NCCL all-r
 
 TEST_CASE("ZeRO-1 on cuda:0 through NCCL equals plain AdamW on one process after 20 steps") {
   if (!cuda_available() || !ProcessGroup::nccl_built()) return;
-  UseCudaPath use(dist::CudaPath::Nccl);
+  UseCudaPath use(distributed::CudaPath::Nccl);
   const DType dt = DType::f64;
   const Data d = global_batch(dt);
   const optim::Adam::Options adam{0.9, 0.99, 1e-8, 0.05};
@@ -694,16 +694,16 @@ TEST_CASE("ZeRO-1 on cuda:0 through NCCL equals plain AdamW on one process after
     plain_acc.step(std::vector<Batch>{rows(d, 0, 32)}, tokens, [&](const Batch& b) { return loss_of(ref, b, false); });
 
   const std::vector<Tensor> p = make_params(dt, 1 + world().rank(), Device::cuda(0));
-  dist::DataParallel dp(p, {512, true, 1});
-  dist::ZeroAdamW zero(dp, 0.01, adam);
+  distributed::DataParallel dp(p, {512, true, 1});
+  distributed::ZeroAdamW zero(dp, 0.01, adam);
   optim::Accumulator acc(zero, {1.0, nullptr, false, &dp});
-  const int64_t scatters = world().nccl_issued(dist::Collective::ReduceScatter);
-  const int64_t gathers = world().nccl_issued(dist::Collective::AllGather);
+  const int64_t scatters = world().nccl_issued(distributed::Collective::ReduceScatter);
+  const int64_t gathers = world().nccl_issued(distributed::Collective::AllGather);
   std::vector<Batch> window = my_window(d, {6, 10}, {16});
   for (Batch& b : window) b = {b.x.to(Device::cuda(0)), b.y.to(Device::cuda(0)), b.mask.to(Device::cuda(0))};
   for (int s = 0; s < 20; ++s) acc.step(window, tokens, [&](const Batch& b) { return loss_of(p, b, false); });
-  CHECK(world().nccl_issued(dist::Collective::ReduceScatter) - scatters == 20 * dp.buckets());
-  CHECK(world().nccl_issued(dist::Collective::AllGather) - gathers == 20 * dp.buckets());
+  CHECK(world().nccl_issued(distributed::Collective::ReduceScatter) - scatters == 20 * dp.buckets());
+  CHECK(world().nccl_issued(distributed::Collective::AllGather) - gathers == 20 * dp.buckets());
   for (size_t i = 0; i < p.size(); ++i) {
     CAPTURE(i);
     reel::testing::check_close(p[i], ref[i], 1e-6, 1e-6);
@@ -728,15 +728,15 @@ TEST_CASE("ZeRO-1: sharded AdamW equals plain AdamW after 20 steps, with half th
     const int64_t plain_state = memory_stats(Device::cpu())[Category::OptimizerState].current_bytes - state0;
 
     const std::vector<Tensor> p = make_params(dt, 1 + world().rank());
-    dist::DataParallel dp(p, {512, true, 1});
+    distributed::DataParallel dp(p, {512, true, 1});
     const int64_t state1 = memory_stats(Device::cpu())[Category::OptimizerState].current_bytes;
-    dist::ZeroAdamW zero(dp, 0.01, adam);
+    distributed::ZeroAdamW zero(dp, 0.01, adam);
     const int64_t zero_state = memory_stats(Device::cpu())[Category::OptimizerState].current_bytes - state1;
     optim::Accumulator acc(zero, {1.0, nullptr, false, &dp});
-    const int64_t scatters = world().issued(dist::Collective::ReduceScatter);
+    const int64_t scatters = world().issued(distributed::Collective::ReduceScatter);
     for (int s = 0; s < 20; ++s)
       acc.step(my_window(d, {6, 10}, {16}), tokens, [&](const Batch& b) { return loss_of(p, b, false); });
-    CHECK(world().issued(dist::Collective::ReduceScatter) == scatters + 20 * dp.buckets());
+    CHECK(world().issued(distributed::Collective::ReduceScatter) == scatters + 20 * dp.buckets());
     for (size_t i = 0; i < p.size(); ++i) {
       CAPTURE(i);
       reel::testing::check_close(p[i], ref[i], 1e-6, 1e-6);
@@ -763,21 +763,21 @@ TEST_CASE("ZeRO-1: a checkpoint of the gathered state resumes exactly as uninter
     CAPTURE(dev);
     std::vector<Batch> window = my_window(d, {6, 10}, {16});
     for (Batch& b : window) b = {b.x.to(dev), b.y.to(dev), b.mask.to(dev)};
-    const auto train = [&](dist::ZeroAdamW& opt, dist::DataParallel& dp, const std::vector<Tensor>& p, int steps) {
+    const auto train = [&](distributed::ZeroAdamW& opt, distributed::DataParallel& dp, const std::vector<Tensor>& p, int steps) {
       optim::Accumulator acc(opt, {1.0, nullptr, false, &dp});
       for (int s = 0; s < steps; ++s) acc.step(window, tokens, [&](const Batch& b) { return loss_of(p, b, false); });
     };
     // Uninterrupted: 12 steps.
     const std::vector<Tensor> pa = make_params(dt, 1, dev);
-    dist::DataParallel dpa(pa, {512, true, 1});
-    dist::ZeroAdamW za(dpa, 0.01, adam);
+    distributed::DataParallel dpa(pa, {512, true, 1});
+    distributed::ZeroAdamW za(dpa, 0.01, adam);
     train(za, dpa, pa, 12);
 
     // 6 steps, a checkpoint of the parameters and the gathered state written by rank 0 ...
     {
       const std::vector<Tensor> pb = make_params(dt, 1, dev);
-      dist::DataParallel dpb(pb, {512, true, 1});
-      dist::ZeroAdamW zb(dpb, 0.01, adam);
+      distributed::DataParallel dpb(pb, {512, true, 1});
+      distributed::ZeroAdamW zb(dpb, 0.01, adam);
       train(zb, dpb, pb, 6);
       const optim::StateDict state = zb.full_state_dict();
       CHECK(state.size() == 1 + 2 * pb.size());  // as AdamW's: step and both moments of every parameter
@@ -809,8 +809,8 @@ TEST_CASE("ZeRO-1: a checkpoint of the gathered state resumes exactly as uninter
       autograd::NoGrad no_grad;
       for (size_t i = 0; i < pc.size(); ++i) pc[i].copy_(file.at("param." + std::to_string(i)));
     }
-    dist::DataParallel dpc(pc, {512, true, 1});
-    dist::ZeroAdamW zc(dpc, 0.01, adam);
+    distributed::DataParallel dpc(pc, {512, true, 1});
+    distributed::ZeroAdamW zc(dpc, 0.01, adam);
     optim::StateDict state;
     for (const auto& [key, t] : file)
       if (key.rfind("param.", 0) != 0) state[key] = t;
@@ -826,8 +826,8 @@ TEST_CASE("ZeRO-1: a checkpoint of the gathered state resumes exactly as uninter
   }
   // Refused by name: a missing step, an unknown key, a wrong shape, moments of some parameters only.
   const std::vector<Tensor> p = make_params(dt, 1);
-  dist::DataParallel dp(p, {512, true, 1});
-  dist::ZeroAdamW z(dp, 0.01);
+  distributed::DataParallel dp(p, {512, true, 1});
+  distributed::ZeroAdamW z(dp, 0.01);
   const Tensor step = from_vector<int64_t>({3}, {});
   check_error([&] { z.load_full_state_dict({}); }, {"missing key 'step'"});
   check_error([&] { z.load_full_state_dict({{"step", step}, {"momentum.0", zeros({6, 16}, dt)}}); },
@@ -846,20 +846,20 @@ TEST_CASE("shard_indices: the ranks' shares partition the dataset, the same perm
   for (const int world_size : {1, 2, 3}) {
     std::vector<int64_t> all;
     for (int r = 0; r < world_size; ++r) {
-      const std::vector<int64_t> mine = dist::shard_indices(10, r, world_size, 5, 2);
+      const std::vector<int64_t> mine = distributed::shard_indices(10, r, world_size, 5, 2);
       CHECK(static_cast<int64_t>(mine.size()) >= 10 / world_size);
       all.insert(all.end(), mine.begin(), mine.end());
     }
     CHECK(std::set<int64_t>(all.begin(), all.end()).size() == 10);
   }
-  CHECK(dist::shard_indices(10, 0, 2, 5, 1) != dist::shard_indices(10, 0, 2, 5, 2));  // a new epoch, a new order
-  CHECK(dist::shard_indices(5, 1, 2, 0, 0, false) == std::vector<int64_t>{1, 3});
+  CHECK(distributed::shard_indices(10, 0, 2, 5, 1) != distributed::shard_indices(10, 0, 2, 5, 2));  // a new epoch, a new order
+  CHECK(distributed::shard_indices(5, 1, 2, 0, 0, false) == std::vector<int64_t>{1, 3});
   // Every rank computed the same permutation: rank 0's share, gathered, equals everyone's.
-  const std::vector<int64_t> mine = dist::shard_indices(8, world().rank(), 2, 11, 3);
+  const std::vector<int64_t> mine = distributed::shard_indices(8, world().rank(), 2, 11, 3);
   const Tensor gathered = zeros({8}, DType::i64);
   world().all_gather(gathered, from_vector<int64_t>(mine, {4}));
-  std::vector<int64_t> expect = dist::shard_indices(8, 0, 2, 11, 3);
-  const std::vector<int64_t> other = dist::shard_indices(8, 1, 2, 11, 3);
+  std::vector<int64_t> expect = distributed::shard_indices(8, 0, 2, 11, 3);
+  const std::vector<int64_t> other = distributed::shard_indices(8, 1, 2, 11, 3);
   expect.insert(expect.end(), other.begin(), other.end());
   CHECK(gathered.to_vector<int64_t>() == expect);
 }

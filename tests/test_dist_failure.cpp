@@ -10,7 +10,7 @@
 //                 the communicator (ncclCommAbort) and fails the same way;
 //   throw         rank 1 throws an exception nobody catches before the all_reduce: its terminate
 //                 handler reports it and ends the job, so rank 0 does not wait for its timeout;
-//   fsdp_throw    under FSDP stage 3 (dist/fsdp.h), rank 1 throws in the middle of a forward, from a
+//   fsdp_throw    under FSDP stage 3 (distributed/fsdp.h), rank 1 throws in the middle of a forward, from a
 //                 hook that runs before its second unit's all-gather, while rank 0 waits in that
 //                 gather: rank 1's terminate handler ends the job with its message;
 //   fsdp_timeout  the same, rank 1 stuck there instead: rank 0's all-gather times out, naming it.
@@ -23,13 +23,13 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
-#include "dist/fsdp.h"
-#include "dist/process_group.h"
+#include "distributed/fsdp.h"
+#include "distributed/process_group.h"
 #include "nn/layers.h"
 #include "nn/sequential.h"
 
 int main(int argc, char** argv) {
-  using reel::dist::ProcessGroup;
+  using reel::distributed::ProcessGroup;
   const std::string mode = argc == 2 ? argv[1] : "";
   if (mode != "timeout" && mode != "nccl_timeout" && mode != "throw" && mode != "fsdp_throw" &&
       mode != "fsdp_timeout") {
@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
   }
   reel::Device device = reel::Device::cpu();
   if (mode == "nccl_timeout") {
-    if (!reel::cuda_available() || !ProcessGroup::nccl_built() || g.cuda_path() != reel::dist::CudaPath::Nccl) {
+    if (!reel::cuda_available() || !ProcessGroup::nccl_built() || g.cuda_path() != reel::distributed::CudaPath::Nccl) {
       std::fprintf(stderr, "no NCCL path to cuda:0 in this build or on this machine\n");
       return 2;
     }
@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
         if (mode == "fsdp_throw") throw reel::Error("rank 1 failed in the forward of unit 1");
         std::this_thread::sleep_for(std::chrono::seconds(600));  // stuck: only the abort ends it
       });
-    reel::dist::FullyShardedDataParallel fsdp(*model, {&(*model)[0], &(*model)[1]}, {});
+    reel::distributed::FullyShardedDataParallel fsdp(*model, {&(*model)[0], &(*model)[1]}, {});
     (*model)(reel::zeros({2, 4}, reel::DType::f32));  // rank 0 waits in unit 1's all-gather
     std::printf("rank %d: the forward completed\n", g.rank());
     return 0;

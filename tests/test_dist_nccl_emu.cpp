@@ -1,4 +1,4 @@
-// The emulated NCCL (dist/nccl.h, dist/nccl_emu.cpp) against NCCL's documented contract, under
+// The emulated NCCL (distributed/nccl.h, distributed/nccl_emu.cpp) against NCCL's documented contract, under
 // `mpirun -np 2` in the emulated build: communicators from one ncclGetUniqueId (and refused when
 // the ranks' ids differ), NCCL ranks ordered apart from MPI ranks, every collective in and out of
 // place with every reduction, non-blocking communicators (ncclInProgress, then ncclSuccess through
@@ -12,15 +12,15 @@
 #include <thread>
 #include <vector>
 
-#include "dist/nccl.h"
-#include "dist/process_group.h"
+#include "distributed/nccl.h"
+#include "distributed/process_group.h"
 #include "testing.h"
 
 #if !defined(REEL_DIST_NCCL_EMULATED)
 #error "test_dist_nccl_emu is built in the emulated build only"
 #endif
 
-using reel::dist::ProcessGroup;
+using reel::distributed::ProcessGroup;
 
 namespace {
 

@@ -1,25 +1,25 @@
-// dist/ without a launcher (CTest runs this as a plain process): a world of one in which every
+// distributed/ without a launcher (CTest runs this as a plain process): a world of one in which every
 // collective is local and MPI is never initialised, so --dist programs run unchanged on one
 // process; and a launcher's RANK / WORLD_SIZE without mpirun refused by name.
 #include <cstdlib>
 
 #include "autograd/functions.h"
-#include "dist/data_parallel.h"
-#include "dist/process_group.h"
+#include "distributed/data_parallel.h"
+#include "distributed/process_group.h"
 #include "optim/accumulator.h"
 #include "testing.h"
 
 using namespace reel;
 
 TEST_CASE("a world of one: collectives are local, counted, and leave their results in place") {
-  dist::ProcessGroup& g = dist::ProcessGroup::world();
+  distributed::ProcessGroup& g = distributed::ProcessGroup::world();
   REQUIRE(g.size() == 1);
   CHECK(g.rank() == 0);
   CHECK_FALSE(g.uses_mpi());
   for (const Device dev : reel::testing::devices()) {
     CAPTURE(dev);
     const Tensor t = arange(4, DType::f32, dev);
-    g.all_reduce(t, dist::ReduceOp::Average);
+    g.all_reduce(t, distributed::ReduceOp::Average);
     reel::testing::check_close(t, {0, 1, 2, 3}, 0, 0);
     const Tensor out = zeros({2, 2}, DType::f32, dev);
     g.reduce_scatter(out, t);
@@ -30,9 +30,9 @@ TEST_CASE("a world of one: collectives are local, counted, and leave their resul
     g.broadcast(t, 0);
     reel::testing::check_close(t, {0, 1, 2, 3}, 0, 0);
   }
-  const int64_t before = g.issued(dist::Collective::AllReduce);
+  const int64_t before = g.issued(distributed::Collective::AllReduce);
   CHECK(g.all_reduce(int64_t{7}) == 7);
-  CHECK(g.issued(dist::Collective::AllReduce) == before + 1);
+  CHECK(g.issued(distributed::Collective::AllReduce) == before + 1);
   g.barrier();
 }
 
@@ -49,8 +49,8 @@ TEST_CASE("a world of one: DataParallel and ZeroAdamW train exactly as AdamW alo
   };
   optim::AdamW plain(params[0], 0.05);
   optim::Accumulator plain_acc(plain);
-  dist::DataParallel dp(params[1], {64, true, 1});
-  dist::ZeroAdamW zero(dp, 0.05);
+  distributed::DataParallel dp(params[1], {64, true, 1});
+  distributed::ZeroAdamW zero(dp, 0.05);
   optim::Accumulator acc(zero, {0, nullptr, false, &dp});
   const std::vector<int> window{0};
   for (int s = 0; s < 5; ++s) {

@@ -1,4 +1,4 @@
-// dist/fsdp.h under `mpirun -np 2` (tests/CMakeLists.txt): ZeRO-2 and ZeRO-3 against one process over
+// distributed/fsdp.h under `mpirun -np 2` (tests/CMakeLists.txt): ZeRO-2 and ZeRO-3 against one process over
 // the whole global batch (f64 gradients to 1e-12, and after a few AdamW steps), with and without
 // checkpointing, with accumulation in both reduce modes, with and without prefetch; leaf layers as
 // units inside checkpointed blocks (a GPT's Linears and LayerNorms too) equal to one process and to
@@ -32,8 +32,8 @@
 #include "autograd/tape.h"
 #include "core/allocator.h"
 #include "core/profile.h"
-#include "dist/fsdp.h"
-#include "dist/process_group.h"
+#include "distributed/fsdp.h"
+#include "distributed/process_group.h"
 #include "nn/gpt.h"
 #include "nn/sequential.h"
 #include "optim/accumulator.h"
@@ -42,8 +42,8 @@
 #include "testing.h"
 
 using namespace reel;
-using dist::ProcessGroup;
-using FSDP = dist::FullyShardedDataParallel;
+using distributed::ProcessGroup;
+using FSDP = distributed::FullyShardedDataParallel;
 using Phase = FSDP::Phase;
 
 namespace {
@@ -523,12 +523,12 @@ TEST_CASE("fsdp: all-gathers per window = micro-batches x (2U - 1 + R - S - N); 
         REQUIRE(U == 4);
         optim::SGD opt(fsdp.shard_parameters(), 0.01);
         optim::Accumulator acc(opt, {0.0, nullptr, false, &fsdp});
-        const int64_t issued = world().issued(dist::Collective::AllGather);
+        const int64_t issued = world().issued(distributed::Collective::AllGather);
         for (int s = 0; s < 2; ++s) acc.step(window, tokens, [&](const Batch& b) { return loss_of(*model, b); });
         const int64_t windows = 2;
         const auto policy = autograd::CheckpointPolicy::parse(checkpoint);
         CHECK(fsdp.all_gathers() == windows * M * gathers_per_micro_batch(policy, U, 1, 0, 1));
-        CHECK(world().issued(dist::Collective::AllGather) - issued == fsdp.all_gathers());
+        CHECK(world().issued(distributed::Collective::AllGather) - issued == fsdp.all_gathers());
         CHECK(fsdp.all_gathers(Phase::Forward) == windows * M * U);
         CHECK(fsdp.all_gathers(Phase::AfterStep) == 0);
         // sqrt over 4 units checkpoints units 0 and 1 (one segment): replayed, so gathered for the
@@ -597,12 +597,12 @@ TEST_CASE("fsdp: gather_all keeps every unit whole: evaluation after training ne
   const nn::TensorDict whole = fsdp.full_state_dict();
   fsdp.gather_all();
   for (const FSDP::Unit& u : fsdp.units()) CHECK(u.gathered);
-  const int64_t issued = world().issued(dist::Collective::AllGather);
+  const int64_t issued = world().issued(distributed::Collective::AllGather);
   {
     autograd::NoGrad no_grad;
     (void)loss_of(*model, window.front());  // forward: no gather, no release
   }
-  CHECK(world().issued(dist::Collective::AllGather) == issued);
+  CHECK(world().issued(distributed::Collective::AllGather) == issued);
   for (const FSDP::Unit& u : fsdp.units()) CHECK(u.gathered);
   for (const auto& named : model->named_parameters()) reel::testing::check_close(named.second, whole.at(named.first), 0, 0);
 }

@@ -14,9 +14,9 @@
 
 #include "autograd/functions.h"
 #include "autograd/tape.h"
-#include "dist/data_parallel.h"
-#include "dist/fsdp.h"
-#include "dist/process_group.h"
+#include "distributed/data_parallel.h"
+#include "distributed/fsdp.h"
+#include "distributed/process_group.h"
 #include "nn/sequential.h"
 #include "optim/accumulator.h"
 #include "optim/grad_scaler.h"
@@ -24,7 +24,7 @@
 #include "testing.h"
 
 using namespace reel;
-using dist::ProcessGroup;
+using distributed::ProcessGroup;
 
 namespace {
 
@@ -122,9 +122,9 @@ TEST_CASE("data parallel (plain and ZeRO-1): an inf on one rank skips the window
       auto model = make_model(dev);
       const Dense& last = static_cast<const Dense&>((*model)[1]);
       const std::vector<Tensor> p = model->parameters();
-      dist::DataParallel dp(p, {512, true, zero});
+      distributed::DataParallel dp(p, {512, true, zero});
       std::unique_ptr<optim::Optimizer> opt;
-      if (zero == 1) opt = std::make_unique<dist::ZeroAdamW>(dp, 0.01);
+      if (zero == 1) opt = std::make_unique<distributed::ZeroAdamW>(dp, 0.01);
       else opt = std::make_unique<optim::AdamW>(p, 0.01);
       optim::GradScaler scaler({256.0, 2.0, 0.5, 100});
       optim::Accumulator acc(*opt, {1.0, nullptr, false, &dp, &scaler});
@@ -139,7 +139,7 @@ TEST_CASE("FSDP (ZeRO-2 and ZeRO-3): an inf in one rank's shard skips the window
       CAPTURE(stage);
       auto model = make_model(dev);
       const Dense& last = static_cast<const Dense&>((*model)[1]);
-      dist::FullyShardedDataParallel fsdp(*model, {&(*model)[0], &(*model)[1]}, {stage, {}, true, {}, {}});
+      distributed::FullyShardedDataParallel fsdp(*model, {&(*model)[0], &(*model)[1]}, {stage, {}, true, {}, {}});
       optim::AdamW opt(fsdp.shard_parameters(), 0.01);
       optim::GradScaler scaler({256.0, 2.0, 0.5, 100});
       optim::Accumulator acc(opt, {1.0, nullptr, false, &fsdp, &scaler});

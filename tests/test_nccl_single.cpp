@@ -1,9 +1,9 @@
-// dist's NCCL backend (dist/nccl_backend.h) on its own, without a launcher: a communicator of one
+// distributed's NCCL backend (distributed/nccl_backend.h) on its own, without a launcher: a communicator of one
 // rank on cuda:0 and every collective reel issues through it, out of place, so a collective that
 // does nothing leaves zeros and fails. The same lines run on the emulated NCCL (CI: the world of
 // one is MPI's singleton, MPI_Init without mpirun, since the emulation runs over MPI) and on the
 // real libnccl (tools/gpu_check.sh on a GPU, where the build may have no MPI at all: then CMake
-// compiles dist/nccl_backend.cpp into this program instead of linking reel_dist).
+// compiles distributed/nccl_backend.cpp into this program instead of linking reel_distributed).
 // With the real NCCL a second case asks for two ranks on one device (ncclCommInitAll on cuda:0
 // twice, one rank on reel's compute stream, the other on its copy stream): NCCL refuses that
 // ("Duplicate GPU detected"), which the case prints as "two ranks on one device: refused by
@@ -13,15 +13,15 @@
 #include <thread>
 
 #include "core/stream.h"
-#include "dist/nccl.h"
-#include "dist/nccl_backend.h"
+#include "distributed/nccl.h"
+#include "distributed/nccl_backend.h"
 #include "testing.h"
 #if defined(REEL_DIST_NCCL_EMULATED)
 #include <mpi.h>
 #endif
 
 using namespace reel;
-namespace nccl = reel::dist::nccl;
+namespace nccl = reel::distributed::nccl;
 
 REEL_TEST_REQUIRES_CUDA();
 
@@ -67,18 +67,18 @@ TEST_CASE("NCCL, a world of one without a launcher: every collective of reel's b
     CAPTURE(dtype);
     const Tensor send = arange(1, 7, 1, dtype, cuda);  // 1..6: a collective that does nothing leaves zeros
     const Tensor recv = zeros({6}, dtype, cuda);
-    comm.all_reduce(send.data_ptr(), recv.data_ptr(), 6, dtype, dist::ReduceOp::Sum);
+    comm.all_reduce(send.data_ptr(), recv.data_ptr(), 6, dtype, distributed::ReduceOp::Sum);
     wait_done(comm);
     reel::testing::check_close(recv, {1, 2, 3, 4, 5, 6}, 0, 0);
     if (dtype == DType::f32 || dtype == DType::f64) {
       const Tensor avg = zeros({6}, dtype, cuda);
-      comm.all_reduce(send.data_ptr(), avg.data_ptr(), 6, dtype, dist::ReduceOp::Average);
+      comm.all_reduce(send.data_ptr(), avg.data_ptr(), 6, dtype, distributed::ReduceOp::Average);
       wait_done(comm);
       CHECK(comm.average_scale(1) == 1.0);
       reel::testing::check_close(avg, {1, 2, 3, 4, 5, 6}, 0, 0);
     }
     const Tensor scattered = zeros({6}, dtype, cuda);
-    comm.reduce_scatter(send.data_ptr(), scattered.data_ptr(), 6, dtype, dist::ReduceOp::Sum);
+    comm.reduce_scatter(send.data_ptr(), scattered.data_ptr(), 6, dtype, distributed::ReduceOp::Sum);
     wait_done(comm);
     reel::testing::check_close(scattered, {1, 2, 3, 4, 5, 6}, 0, 0);
     const Tensor gathered = zeros({6}, dtype, cuda);

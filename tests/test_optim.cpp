@@ -76,7 +76,7 @@ TEST_CASE("Adam and AdamW match hand-computed steps") {
 
 TEST_CASE("an element's AdamW update does not depend on where it sits in the tensor (f32, cpu)") {
   // 200 parameters of 31 values stepped on their own, and the same values as one flat tensor (as
-  // parameters are inside a flat shard, dist/fsdp.h): the same bits. On its own each parameter ends
+  // parameters are inside a flat shard, distributed/fsdp.h): the same bits. On its own each parameter ends
   // in 15 values past the last whole vector of 16, which the update once ran through scalar code
   // that the compiler contracts into multiply-adds (rounding differently from the vector code).
   constexpr int64_t kParams = 200, kSize = 31;

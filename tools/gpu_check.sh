@@ -53,7 +53,7 @@ prepare() {
   cp /usr/share/datasets/fashion-mnist/*-ubyte.gz .deps/fashion-mnist/
   echo "gpu_check: .deps/ ready ($(du -sh .deps | cut -f1)): doctest, eigen3, nlohmann, CLI11, zlib, ninja," \
     "fortunes ($(ls .deps/fortunes | wc -l) files), fashion-mnist"
-  echo "gpu_check: not bundled (the GPU machine has them or the part is skipped): MPI (dist/ and its tests)," \
+  echo "gpu_check: not bundled (the GPU machine has them or the part is skipped): MPI (distributed/ and its tests)," \
     "cuDNN, NCCL, compute-sanitizer, ccache"
 }
 
@@ -159,8 +159,8 @@ part_build() {
   local found
   found=$(grep -qE "^-- reel: cuDNN found" "$logs/configure.log" && echo "cuDNN" || echo "no cuDNN")
   found+=", $(grep -qE "^-- reel: NCCL found" "$logs/configure.log" && echo "NCCL" || echo "no NCCL (or no dist)")"
-  found+=", $(grep -q "^REEL_DIST:BOOL=ON" "$dir/CMakeCache.txt" && echo "MPI" || echo "no MPI")"
-  [ "$mode" = emulated ] && found="emulated cuDNN/NCCL, $(grep -q "^REEL_DIST:BOOL=ON" "$dir/CMakeCache.txt" && echo MPI || echo "no MPI")"
+  found+=", $(grep -q "^REEL_DISTRIBUTED:BOOL=ON" "$dir/CMakeCache.txt" && echo "MPI" || echo "no MPI")"
+  [ "$mode" = emulated ] && found="emulated cuDNN/NCCL, $(grep -q "^REEL_DISTRIBUTED:BOOL=ON" "$dir/CMakeCache.txt" && echo MPI || echo "no MPI")"
   # -k 0: build everything that builds, so that one broken file still leaves the rest testable.
   local keep=(-- -k 0)
   [ "${gen[*]:-}" = "-G Unix Makefiles" ] && keep=(-- -k)

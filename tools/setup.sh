@@ -18,7 +18,7 @@ packages=(
   libcli11-dev           # command lines of the examples
   dataset-fashion-mnist  # real data for the MLP example
   fortunes               # real text for the character GPT example
-  libopenmpi-dev openmpi-bin  # dist/: data parallel over MPI (its tests run under mpirun)
+  libopenmpi-dev openmpi-bin  # distributed/: data parallel over MPI (its tests run under mpirun)
   chromium               # renders the memory timeline page headless (tests/check_page.sh)
 )
 

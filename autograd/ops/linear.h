@@ -48,7 +48,7 @@ struct Linear final : autograd::Op {
     const Tensor g = grad[0].reshape({-1, n_out});  // G (N, out)
     Tensors grads(ctx.num_inputs());
     if (ctx.needs_input_grad(0)) grads[0] = kernels::matmul(g, ctx.saved(0)).view(x_shape);
-    ctx.release_saved(0);  // W is read no more: a sharded W (dist/fsdp.h) is freed before dW exists
+    ctx.release_saved(0);  // W is read no more: a sharded W (distributed/fsdp.h) is freed before dW exists
     if (ctx.needs_input_grad(1)) {  // dW (out, in) = G^T X
       const Tensor x = ctx.saved(1).reshape({-1, n_in});
       grads[1] = ctx.grad_write_or_add(

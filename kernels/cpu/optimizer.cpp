@@ -95,7 +95,7 @@ void adam_chunk(T* p, const T* g, acc_t* m, acc_t* v, int64_t n, const AdamScala
   // Eigen then runs every element through its packet code, with no scalar prologue (for an
   // unaligned start) or epilogue, whose rounding differs (the compiler contracts the scalar code's
   // multiply-adds). So an element's update does not depend on where it sits in the tensor: a
-  // parameter stepped inside a flat shard (dist/fsdp.h) gets the same bits as stepped on its own.
+  // parameter stepped inside a flat shard (distributed/fsdp.h) gets the same bits as stepped on its own.
   constexpr int64_t kBlock = 512, kLanes = 64 / static_cast<int64_t>(sizeof(A));
   alignas(64) A pb[kBlock], mb[kBlock], vb[kBlock], gb[kBlock];
   for (int64_t b = 0; b < n; b += kBlock) {

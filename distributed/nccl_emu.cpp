@@ -1,4 +1,4 @@
-// The emulated NCCL (see dist/nccl.h): communicators over a duplicate of MPI_COMM_WORLD, each
+// The emulated NCCL (see distributed/nccl.h): communicators over a duplicate of MPI_COMM_WORLD, each
 // collective one non-blocking MPI collective. Compiled in the emulated build only.
 //
 // A communicator does one thing at a time, as the real API requires of the caller: `pending` is the
@@ -8,7 +8,7 @@
 // a non-blocking one polls once and leaves the rest to ncclCommGetAsyncError. Types: the integers,
 // f32 and f64 everywhere; f16 and bf16 in AllGather and Broadcast (moved as 16-bit words), not in
 // reductions; 8-bit floats nowhere.
-#include "dist/nccl.h"
+#include "distributed/nccl.h"
 
 #if defined(REEL_DIST_NCCL_EMULATED)
 #include <mpi.h>

@@ -1,8 +1,8 @@
-// dist's NCCL backend, as plain C++ for dist/process_group.cpp (no CUDA or NCCL header here): one
+// distributed's NCCL backend, as plain C++ for distributed/process_group.cpp (no CUDA or NCCL header here): one
 // NCCL communicator per cuda device, its collectives enqueued on the device's compute stream
 // (core/stream.h, where the kernels run too), and an event recorded there after each so that a
 // Work can tell when it is done without blocking. The same code runs on the real NCCL (nvcc build) and on the emulated
-// one (dist/nccl.h); in a build with neither, built() is false and nothing else may be called.
+// one (distributed/nccl.h); in a build with neither, built() is false and nothing else may be called.
 //
 // Every NCCL or CUDA call is checked: a failure raises reel::Error "<call>: <ncclGetErrorString>
 // (<ncclGetLastError>)". Communicators are non-blocking (config.blocking = 0): a call may leave the
@@ -16,9 +16,9 @@
 
 #include "core/stream.h"
 #include "core/tensor.h"
-#include "dist/process_group.h"
+#include "distributed/process_group.h"
 
-namespace reel::dist::nccl {
+namespace reel::distributed::nccl {
 
 // Whether this build has NCCL (the real library, or the emulation).
 bool built();
@@ -70,4 +70,4 @@ class Event {
   reel::Event event_;
 };
 
-}  // namespace reel::dist::nccl
+}  // namespace reel::distributed::nccl

@@ -2,7 +2,7 @@
 // window, and the ranks' gradients are summed so that every rank steps with the gradients of the
 // whole global window.
 //
-//   dist::DataParallel dp(model.parameters());            // broadcasts rank 0's parameters
+//   distributed::DataParallel dp(model.parameters());            // broadcasts rank 0's parameters
 //   optim::Accumulator acc(opt, {.clip_norm = 1, .sync = &dp});
 //   acc.step(my_micro_batches, count, loss);              // as on one process
 //
@@ -21,12 +21,12 @@
 //      exactly one all-reduce per bucket per window;
 //   4. clipping uses the global norm (the gradients are the same on every rank).
 //
-// ZeRO-1 (Options::zero_stage = 1, with dist::ZeroAdamW): step 3 reduce-scatters each bucket
+// ZeRO-1 (Options::zero_stage = 1, with distributed::ZeroAdamW): step 3 reduce-scatters each bucket
 // instead, so rank r receives only its chunk of the summed gradients; ZeroAdamW keeps the AdamW
 // moments of that chunk alone (the optimizer state per rank is 1/world of plain AdamW's), steps it,
 // and all-gathers the updated parameters. The global norm is the square root of the ranks' summed
-// squared chunk norms (dist/sharding.h). ZeRO-2 and ZeRO-3 (gradients and parameters sharded too,
-// any optimizer) are dist::FullyShardedDataParallel (dist/fsdp.h).
+// squared chunk norms (distributed/sharding.h). ZeRO-2 and ZeRO-3 (gradients and parameters sharded too,
+// any optimizer) are distributed::FullyShardedDataParallel (distributed/fsdp.h).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -35,18 +35,18 @@
 
 #include "autograd/hooks.h"
 #include "core/profile.h"
-#include "dist/process_group.h"
+#include "distributed/process_group.h"
 #include "optim/accumulator.h"
 #include "optim/optimizer.h"
 
-namespace reel::dist {
+namespace reel::distributed {
 
 class DataParallel final : public optim::WindowSync {
  public:
   struct Options {
     int64_t bucket_bytes = int64_t{1} << 20;  // gradient bytes per bucket (a parameter is never split)
     bool overlap = true;  // false: every bucket starts after backward (for comparison)
-    int zero_stage = 0;   // 1: reduce-scatter the gradients for dist::ZeroAdamW
+    int zero_stage = 0;   // 1: reduce-scatter the gradients for distributed::ZeroAdamW
   };
   // The parameters (each requires grad, contiguous) are overwritten with rank 0's values.
   DataParallel(std::vector<Tensor> params, Options options, ProcessGroup& group = ProcessGroup::world());
@@ -144,4 +144,4 @@ class ZeroAdamW final : public optim::Optimizer {
 std::vector<int64_t> shard_indices(int64_t size, int rank, int world, uint64_t seed, int64_t epoch,
                                    bool shuffle = true);
 
-}  // namespace reel::dist
+}  // namespace reel::distributed

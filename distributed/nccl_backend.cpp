@@ -1,16 +1,16 @@
-// dist's NCCL backend (see nccl_backend.h): the only file that calls NCCL, against dist/nccl.h, so
+// distributed's NCCL backend (see nccl_backend.h): the only file that calls NCCL, against distributed/nccl.h, so
 // that the real library and the emulation run the same lines. Plain host C++: the device, its
 // stream and the events come from core's stream API (core/stream.h), not from kernels/cuda.
-#include "dist/nccl_backend.h"
+#include "distributed/nccl_backend.h"
 
 #include <algorithm>
 #include <chrono>
 #include <string>
 #include <thread>
 
-#include "dist/nccl.h"
+#include "distributed/nccl.h"
 
-namespace reel::dist::nccl {
+namespace reel::distributed::nccl {
 
 #if REEL_DIST_NCCL
 
@@ -175,4 +175,4 @@ bool Event::done() { return true; }
 
 #endif
 
-}  // namespace reel::dist::nccl
+}  // namespace reel::distributed::nccl

@@ -1,7 +1,7 @@
 // Sharded data parallel, ZeRO-2 and ZeRO-3 (see fsdp.h): units and their flat storages, the module
 // hooks and the backward observer that gather and release them, the reduce-scatters, the window's
 // synchronisation and the gathered checkpoints.
-#include "dist/fsdp.h"
+#include "distributed/fsdp.h"
 
 #include <algorithm>
 #include <map>
@@ -20,7 +20,7 @@
 #include "kernels/optimizer.h"
 #include "nn/safetensors.h"
 
-namespace reel::dist {
+namespace reel::distributed {
 
 namespace {
 Tensor piece(const Tensor& flat, int64_t offset, const Tensor& like) {  // like's shape, at offset in flat
@@ -80,7 +80,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(nn::Module& model, const std:
     : model_(model), options_(std::move(options)), group_(group) {
   REEL_CHECK(options_.stage == 2 || options_.stage == 3, "FullyShardedDataParallel: stage ", options_.stage,
              " is not supported (2: gradients and optimizer state sharded, 3: parameters too; ZeRO-1 is "
-             "dist::DataParallel with dist::ZeroAdamW)");
+             "distributed::DataParallel with distributed::ZeroAdamW)");
   params_ = model.named_parameters();
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& [name, p] = params_[i];
@@ -689,4 +689,4 @@ void FullyShardedDataParallel::save(const std::string& path, const nn::Metadata&
 
 void FullyShardedDataParallel::load(const std::string& path) { load_full_state_dict(nn::load_safetensors(path)); }
 
-}  // namespace reel::dist
+}  // namespace reel::distributed

@@ -1,6 +1,6 @@
 // Data parallel and ZeRO-1 (see data_parallel.h): buckets, the tape hook that starts them, the
 // window's synchronisation, the sharded AdamW and the dataset sharding.
-#include "dist/data_parallel.h"
+#include "distributed/data_parallel.h"
 
 #include <chrono>
 #include <functional>
@@ -15,10 +15,10 @@
 #include "autograd/tape.h"
 #include "core/allocator.h"
 #include "core/profile.h"
-#include "dist/sharding.h"
+#include "distributed/sharding.h"
 #include "kernels/optimizer.h"
 
-namespace reel::dist {
+namespace reel::distributed {
 
 namespace {
 Tensor flat_view(const Tensor& t) { return untracked::reshape(t, {t.numel()}); }
@@ -313,4 +313,4 @@ std::vector<int64_t> shard_indices(int64_t size, int rank, int world, uint64_t s
   return mine;
 }
 
-}  // namespace reel::dist
+}  // namespace reel::distributed

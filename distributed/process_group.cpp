@@ -1,7 +1,7 @@
 // The process group (see process_group.h): MPI and its staging, the NCCL path's communicators,
 // collectives polled against a timeout, and the abort path that keeps a failed rank from leaving
 // the others waiting.
-#include "dist/process_group.h"
+#include "distributed/process_group.h"
 
 #include <mpi.h>
 
@@ -12,10 +12,10 @@
 #include <sstream>
 #include <thread>
 
-#include "dist/nccl_backend.h"
+#include "distributed/nccl_backend.h"
 #include "kernels/optimizer.h"
 
-namespace reel::dist {
+namespace reel::distributed {
 
 const char* collective_name(Collective c) {
   switch (c) {
@@ -617,4 +617,4 @@ int64_t ProcessGroup::all_reduce(int64_t value) {
   return t.to_vector<int64_t>()[0];
 }
 
-}  // namespace reel::dist
+}  // namespace reel::distributed

@@ -1,4 +1,4 @@
-// dist::ProcessGroup: the collectives data-parallel training needs (all_reduce, reduce_scatter,
+// distributed::ProcessGroup: the collectives data-parallel training needs (all_reduce, reduce_scatter,
 // all_gather, broadcast, barrier) on reel Tensors, over MPI and NCCL.
 //
 // The world comes from the launcher: `mpirun -np N prog` (Open MPI's OMPI_COMM_WORLD_* or a PMI
@@ -9,7 +9,7 @@
 //   cpu tensors   MPI on host memory. A contiguous tensor is communicated in place, a strided view
 //                 through a contiguous host copy written back with reel's copy API.
 //   cuda tensors  NCCL where the build has it (nccl_built(): the nvcc build with libnccl found, or
-//                 the emulated build, whose NCCL is dist/nccl_emu.cpp over MPI): one communicator per
+//                 the emulated build, whose NCCL is distributed/nccl_emu.cpp over MPI): one communicator per
 //                 device, created at the device's first collective from an ncclUniqueId that rank 0
 //                 broadcasts over MPI; collectives enqueued on reel's CUDA stream, a strided tensor
 //                 through a contiguous device copy. Else, or with REEL_DIST_BACKEND=mpi (or
@@ -32,7 +32,7 @@
 
 #include "core/tensor.h"
 
-namespace reel::dist {
+namespace reel::distributed {
 
 enum class ReduceOp { Sum, Average };  // Average: the sum divided by the world size
 
@@ -52,7 +52,7 @@ enum class Write { Update, Restore };
 
 class ProcessGroup;
 namespace nccl {
-class Comm;  // dist/nccl_backend.h
+class Comm;  // distributed/nccl_backend.h
 }
 
 // A collective in flight (the *_async calls). wait() returns once the result is in the tensors
@@ -66,7 +66,7 @@ class Work {
   bool test();
   void wait();
   bool defined() const { return state_ != nullptr; }
-  struct State;  // dist/process_group.cpp
+  struct State;  // distributed/process_group.cpp
 
  private:
   friend class ProcessGroup;
@@ -160,4 +160,4 @@ class ProcessGroup {
   std::vector<std::shared_ptr<Work::State>> in_flight_;  // started, maybe not done (pruned by start())
 };
 
-}  // namespace reel::dist
+}  // namespace reel::distributed

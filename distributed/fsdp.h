@@ -1,7 +1,7 @@
 // Sharded data parallel: ZeRO-2 (gradients and optimizer state split across ranks) and ZeRO-3 / FSDP
 // (parameters too), over a model cut into units.
 //
-//   dist::FullyShardedDataParallel fsdp(model, {blocks...}, {.stage = 3});  // rank 0's values everywhere
+//   distributed::FullyShardedDataParallel fsdp(model, {blocks...}, {.stage = 3});  // rank 0's values everywhere
 //   optim::AdamW opt(fsdp.shard_parameters(), 3e-4);    // any optimizer: it steps the shards
 //   optim::Accumulator acc(opt, {.clip_norm = 1, .sync = &fsdp});
 //   acc.step(my_micro_batches, count, loss);            // as on one process
@@ -12,7 +12,7 @@
 // parameter belongs to the first unit listed that has it (a tied weight to the first of its modules);
 // a named unit left with no parameter of its own is refused. A unit's parameters are flattened into
 // one flat buffer (its dtype and device, padded with zeros to a multiple of the world size,
-// dist/sharding.h): the parameter tensors become views of that buffer's storage (same tensors, same
+// distributed/sharding.h): the parameter tensors become views of that buffer's storage (same tensors, same
 // identity; under Options::param_dtype the buffer, and so the parameters, are 16-bit: see Mixed
 // precision). Rank r owns chunk r of it as a leaf tensor, its shard (in the parameters' own dtype),
 // with a persistent .grad: the optimizer is given shard_parameters() and steps only those.
@@ -52,7 +52,7 @@
 //   after the optimizer's step (WindowSync::after_step) every unit still gathered (the kept ones) is
 //   gathered again: the shards changed.
 // A re-gather in backward (a replay, a rule, a prefetch) writes back exactly the values forward read:
-// the all-gather's Write::Restore (dist/process_group.h; as Tensor::restore_, no version bump), so the
+// the all-gather's Write::Restore (distributed/process_group.h; as Tensor::restore_, no version bump), so the
 // tape's saved-tensor version checks hold; a forward, after-step or gather_all gather writes new
 // values (Write::Update) and bumps the version.
 //
@@ -136,8 +136,8 @@
 #include <vector>
 
 #include "core/profile.h"
-#include "dist/process_group.h"
-#include "dist/sharding.h"
+#include "distributed/process_group.h"
+#include "distributed/sharding.h"
 #include "nn/module.h"
 #include "optim/accumulator.h"
 
@@ -145,7 +145,7 @@ namespace reel::autograd {
 struct Node;  // autograd/node.h
 }
 
-namespace reel::dist {
+namespace reel::distributed {
 
 class FullyShardedDataParallel final : public optim::WindowSync {
  public:
@@ -311,4 +311,4 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   int64_t reduce_scatters_ = 0;
 };
 
-}  // namespace reel::dist
+}  // namespace reel::distributed

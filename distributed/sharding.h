@@ -1,13 +1,13 @@
-// Shard arithmetic shared by ZeRO-1 (dist/data_parallel.h) and FSDP (dist/fsdp.h): how a flat
+// Shard arithmetic shared by ZeRO-1 (distributed/data_parallel.h) and FSDP (distributed/fsdp.h): how a flat
 // buffer is cut into per-rank chunks, and the global norm of gradients held as such chunks.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "core/tensor.h"
-#include "dist/process_group.h"
+#include "distributed/process_group.h"
 
-namespace reel::dist {
+namespace reel::distributed {
 
 // A flat buffer of `numel` elements, padded with zeros to `padded` (the next multiple of the world
 // size) so that every rank owns an equal chunk: rank r owns elements [begin, begin + chunk), with
@@ -21,4 +21,4 @@ FlatShard flat_shard(int64_t numel, int rank, int world);
 // global gradient norm when the summed gradients live sharded. A collective: every rank calls it.
 double sharded_norm(const std::vector<Tensor>& shards, ProcessGroup& group);
 
-}  // namespace reel::dist
+}  // namespace reel::distributed

@@ -1,11 +1,11 @@
 // Shard arithmetic (see sharding.h).
-#include "dist/sharding.h"
+#include "distributed/sharding.h"
 
 #include <cmath>
 
 #include "kernels/optimizer.h"
 
-namespace reel::dist {
+namespace reel::distributed {
 
 FlatShard flat_shard(int64_t numel, int rank, int world) {
   REEL_CHECK(numel >= 0 && world > 0 && rank >= 0 && rank < world, "flat_shard: ", numel, " elements, rank ", rank,
@@ -23,4 +23,4 @@ double sharded_norm(const std::vector<Tensor>& shards, ProcessGroup& group) {
   return std::sqrt(group.all_reduce(local * local, ReduceOp::Sum));
 }
 
-}  // namespace reel::dist
+}  // namespace reel::distributed

@@ -1,8 +1,8 @@
-// dist/nccl.h: the NCCL API reel's NCCL backend (dist/nccl_backend.cu) is written against, so
+// distributed/nccl.h: the NCCL API reel's NCCL backend (distributed/nccl_backend.cpp) is written against, so
 // that the backend is the same code in both build flavours, as kernels/simt/cudnn.h does for cuDNN:
 //   nvcc build (REEL_CUDA_NVCC) with NCCL found (REEL_HAVE_NCCL)  the real <nccl.h> and libnccl;
 //   emulated build (SIMT_EMULATE)  the same names, types, enum values and result codes, declared
-//                                  here and implemented over MPI in dist/nccl_emu.cpp (one process
+//                                  here and implemented over MPI in distributed/nccl_emu.cpp (one process
 //                                  per rank, cuda:0 memory is host memory);
 //   otherwise                      no NCCL: REEL_DIST_NCCL is 0 and cuda tensors are staged
 //                                  through the host over MPI.
