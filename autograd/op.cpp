@@ -20,7 +20,7 @@ bool ForwardCtx::any_input_needs_grad() const { return node_.any_input_needs_gra
 bool ForwardCtx::keeps_saves() const { return node_.keep_saved; }
 
 // The slots are final (packed, outputs and kept inputs marked) only once the forward returned:
-// autograd/tape.cpp, finish_saves.
+// autograd/checkpoint.cpp, run_forward.
 void ForwardCtx::save(const Tensors& tensors) {
   if (!node_.keep_saved) return;
   for (const Tensor& t : tensors) node_.saved.emplace_back(t);

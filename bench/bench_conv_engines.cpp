@@ -152,7 +152,7 @@ dnnl::stream& strm() {
 }
 
 // A primitive with its arguments, plus (blocked variant) the reorders into its layouts before and
-// out of them after; run_reorders_only() times the reorders alone.
+// out of them after; run_reorders() runs the reorders alone.
 struct DnnlPass {
   dnnl::primitive prim;
   std::unordered_map<int, dnnl::memory> args;

@@ -345,7 +345,7 @@ std::vector<Engine> make_engines() {
   e.push_back({"reel+add", true, [](Problem& p) {
                  auto y = std::make_shared<Tensor>();
                  Runner r;
-                 r.run = [&p, y] {  // what reel's Linear forward runs (autograd/ops/linear.cpp)
+                 r.run = [&p, y] {  // what reel's Linear forward runs (autograd/ops/linear.h)
                    Eigen::setNbThreads(1);
                    *y = kernels::matmul(p.a, p.b, p.g.ta, p.g.tb);
                    kernels::binary_(kernels::BinaryOp::Add, *y, p.bias);

@@ -1,6 +1,6 @@
 // Kernel times from a device's own activity log (CUPTI activity records in the nvcc build), turned
 // into the profiler's kernel runs. Pure: no device, no CUPTI; the glue that fills an ActivityLog is
-// kernels/cuda/cupti.cu, compiled only in the nvcc flavour when the toolkit has libcupti.
+// kernels/cuda/cupti_log.cu, compiled only in the nvcc flavour when the toolkit has libcupti.
 //
 // How records meet runs: while a kernel run (core/profile.h, KernelRun) is open, the glue has
 // pushed the run's id as CUPTI's external correlation id on the launching thread; CUPTI then tags

@@ -16,8 +16,8 @@
 namespace reel::kernels {
 
 // The window, each as (along H, along W). The output plane is (OH, OW) with, PyTorch's rule,
-//   OH = floor_or_ceil((H + 2 * padding[0] - dilation[0] * (kernel[0] - 1) - 1) / stride[0]) + 1
-// (OW likewise): floor, or ceil with ceil_mode, in which case the last window is dropped when it
+//   OH = rnd((H + 2 * padding[0] - dilation[0] * (kernel[0] - 1) - 1) / stride[0]) + 1
+// (OW likewise), rnd being floor, or ceil with ceil_mode, in which case the last window is dropped when it
 // would start past the input and its left padding ((OH - 1) * stride[0] >= H + padding[0]).
 // Windows may then hang past the padded edge: that part is neither read nor counted.
 // Rules, PyTorch's: kernel, stride, dilation positive; 0 <= padding <= kernel / 2; OH, OW >= 1

@@ -143,6 +143,8 @@ case "$mode" in
     trap phase_end EXIT  # the times so far, also when a phase fails
     phase "layer includes (tools/check_layers.sh)"
     tools/check_layers.sh  # no layer includes one above it (the link-time check is in the build)
+    phase "comments and docs name what exists (tools/check_refs.pl)"
+    perl tools/check_refs.pl  # every repository path, file name and reel:: function they name
     # The full suite runs last, so the last CTest summary printed is the whole suite's.
     nvcc_bin=$(command -v nvcc || true)
     [ -z "$nvcc_bin" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc_bin=/usr/local/cuda/bin/nvcc

@@ -4,7 +4,7 @@
 // bias), not by a second pass over Y.
 //   dX = G W          (N, out) @ (out, in)
 //   dW = G^T X        one GEMM with a transpose flag, summed over all N rows
-//   db = sum_rows(G)  a column reduction (kernels::sum over dim 0); for bf16 / f16, whose
+//   db = 1^T G        a column reduction (kernels::sum over dim 0); for bf16 / f16, whose
 //                     reductions are not ported yet, the GEMM ones (1, N) @ G (f32 sums)
 // dW and db go straight into W's and b's .grad when those exist (their gradient sinks): the GEMM
 // and the column sum add into them (or, after zero_grad, write them), no temporary, no add pass.

@@ -354,7 +354,7 @@ std::string where(const void* pc) {
     }
     result = result.substr(0, result.find_first_of(" \n"));  // drop " (discriminator n)"
     const size_t colon = result.rfind(':');
-    if (colon != std::string::npos) {  // build/../tests/x.cu -> tests/x.cu
+    if (colon != std::string::npos) {  // build/../tests/<file>.cu -> tests/<file>.cu
       if (char* real = realpath(result.substr(0, colon).c_str(), nullptr)) {
         result = real + result.substr(colon);
         std::free(real);
