@@ -2,16 +2,12 @@
 // device: SGD (momentum, dampening, Nesterov, weight decay), AdamW (and Adam's L2 form), the
 // global gradient norm and in-place scaling for clipping, over f32, f64, bf16 and f16 parameters.
 //
-// Multi-tensor apply (as PyTorch's _foreach kernels): each tensor is cut into fixed chunks of
-// kChunk elements, and one launch covers up to kMaxBlocks chunks of up to kMaxTensors tensors,
-// their pointers and sizes passed by value in ListArgs (2.3 KB of kernel parameters), so a
-// model's hundred bias vectors cost a few launches, not a hundred. Block b handles chunk
-// chunk_of[b] of tensor slot tensor_of[b]. Each update is one fused sweep (param, grad and
-// state read once, param and state written once): these kernels are bound by memory bandwidth.
-// A list may mix f32, f64, bf16 and f16 tensors: each dtype's go through their own launches, in
-// that order. The update arithmetic runs in acc_t = reel::acc_type_t<T> (T itself for f32 and
-// f64, f32 for the 16-bit types), and a parameter's state is stored as acc_t (a 16-bit parameter
-// keeps f32 moments: kernels/optimizer.h); a 16-bit parameter is rounded once, at its store.
+// Multi-tensor apply (kernels/cuda/multi_tensor.h, shared with the unscale): one launch covers
+// many chunks of many tensors. Each update is one fused sweep (param, grad and state read once,
+// param and state written once): these kernels are bound by memory bandwidth. The update
+// arithmetic runs in acc_t = reel::acc_type_t<T> (T itself for f32 and f64, f32 for the 16-bit
+// types), and a parameter's state is stored as acc_t (a 16-bit parameter keeps f32 moments:
+// kernels/optimizer.h); a 16-bit parameter is rounded once, at its store.
 //
 // The norm is a deterministic two-pass reduction: pass 1 writes one double partial per chunk,
 // a fixed tree over the chunk's elements, at the chunk's index in list order; pass 2, one block,
@@ -27,37 +23,11 @@
 #include "kernels/backends.h"
 #include "kernels/cuda/block_reduce.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/multi_tensor.h"
 
 namespace reel::kernels::cuda {
 
 namespace {
-
-constexpr int64_t kChunk = 1 << 14;  // elements per block (fixed: the norm's partials depend on it)
-constexpr int kMaxTensors = 16;      // tensor slots per launch
-constexpr int kMaxBlocks = 320;      // chunks per launch
-constexpr int kListThreads = 256;
-
-// The tensors and chunks of one launch. ptr[k][s]: list k's tensor in slot s (null for a list
-// that is not used, e.g. no momentum buffers), untyped: a kernel casts each list to its element
-// type (a parameter's T, its state's acc_t); chunk_base[s]: the index, in list order over ALL
-// the tensors, of that tensor's first chunk (where the norm writes its partials).
-template <int N>
-struct ListArgs {
-  void* ptr[N][kMaxTensors];
-  int64_t numel[kMaxTensors];
-  int64_t chunk_base[kMaxTensors];
-  int tensor_of[kMaxBlocks];
-  int chunk_of[kMaxBlocks];
-};
-
-// The element range [begin, end) of this block's chunk, and its tensor slot.
-template <int N>
-__device__ __forceinline__ int block_chunk(const ListArgs<N>& a, int64_t& begin, int64_t& end) {
-  const int s = a.tensor_of[blockIdx.x];
-  begin = a.chunk_of[blockIdx.x] * kChunk;
-  end = min_i64(a.numel[s], begin + kChunk);
-  return s;
-}
 
 // ---- kernels ---------------------------------------------------------------------------------
 
@@ -147,62 +117,12 @@ __global__ void __launch_bounds__(kListThreads) scale_kernel(ListArgs<1> a, acc_
 
 // ---- launchers -------------------------------------------------------------------------------
 
-int64_t chunks_of(const Tensor& t) { return (t.numel() + kChunk - 1) / kChunk; }
-
-// Calls run(args, blocks) for batches of the chunks of the tensors of dtype T, in list order.
-// lists[k] may be null (ptr[k] then stays null); index i of every list is the same parameter.
-template <typename T, int N, typename Run>
-void list_apply(const std::array<const std::vector<Tensor>*, N>& lists, Run run) {
-  constexpr DType dtype = dtype_of<T>::value;
-  const std::vector<Tensor>& first = *lists[0];
-  ListArgs<N> a{};
-  int slot = 0, blocks = 0;
-  int64_t base = 0;  // chunk index of tensor i's first chunk, over all tensors in list order
-  for (size_t i = 0; i < first.size(); ++i) {
-    const int64_t chunks = chunks_of(first[i]);
-    if (first[i].dtype() != dtype || chunks == 0) {
-      base += chunks;
-      continue;
-    }
-    for (int k = 0; k < N; ++k) a.ptr[k][slot] = lists[k] ? (*lists[k])[i].data_ptr() : nullptr;
-    a.numel[slot] = first[i].numel();
-    a.chunk_base[slot] = base;
-    for (int64_t c = 0; c < chunks; ++c) {
-      a.tensor_of[blocks] = slot;
-      a.chunk_of[blocks] = static_cast<int>(c);
-      ++blocks;
-      const bool last_chunk = c + 1 == chunks;
-      if (blocks == kMaxBlocks || (last_chunk && slot + 1 == kMaxTensors)) {
-        run(a, blocks);
-        blocks = 0;
-        if (!last_chunk) {  // the tensor goes on in slot 0 of the next launch
-          for (int k = 0; k < N; ++k) a.ptr[k][0] = a.ptr[k][slot];
-          a.numel[0] = a.numel[slot];
-          a.chunk_base[0] = a.chunk_base[slot];
-          slot = 0;
-        } else {
-          slot = -1;  // the next tensor starts at slot 0
-        }
-      }
-    }
-    base += chunks;
-    ++slot;
-  }
-  if (blocks > 0) run(a, blocks);
-}
-
-Device device_of(const std::vector<Tensor>& tensors) {
-  for (const Tensor& t : tensors)
-    if (t.numel() > 0) return t.device();
-  return Device::cpu();  // nothing to do
-}
-
 }  // namespace
 
 void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                 const std::vector<Tensor>& momentum_bufs, double lr, double momentum, double dampening,
                 double weight_decay, bool nesterov, int64_t step) {
-  const Device device = device_of(params);
+  const Device device = list_device(params);
   if (device.is_cpu()) return;
   set_device(device);
   const bool use_buf = momentum != 0;
@@ -215,16 +135,13 @@ void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
              static_cast<A>(1 - dampening), static_cast<A>(weight_decay), nesterov, step <= 1);
     });
   };
-  go(float{});
-  go(double{});
-  go(bf16{});
-  go(f16{});
+  for_each_floating_type(go);
 }
 
 void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
                   const std::vector<Tensor>& v, double lr, double beta1, double beta2, double eps,
                   double weight_decay, int64_t step, bool decoupled_weight_decay) {
-  const Device device = device_of(params);
+  const Device device = list_device(params);
   if (device.is_cpu()) return;
   set_device(device);
   const AdamScalars sc = adam_scalars(lr, beta1, beta2, eps, weight_decay, step, decoupled_weight_decay);
@@ -235,14 +152,11 @@ void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& 
       launch("adamw_kernel", adamw_kernel<T, acc_type_t<T>>, blocks, kListThreads, 0, a, sc);
     });
   };
-  go(float{});
-  go(double{});
-  go(bf16{});
-  go(f16{});
+  for_each_floating_type(go);
 }
 
 double sum_of_squares(const std::vector<Tensor>& tensors) {
-  const Device device = device_of(tensors);
+  const Device device = list_device(tensors);
   if (device.is_cpu()) return 0;
   set_device(device);
   int64_t total = 0;
@@ -257,16 +171,13 @@ double sum_of_squares(const std::vector<Tensor>& tensors) {
       launch("sum_squares_kernel", sum_squares_kernel<T>, blocks, kListThreads, 0, a, pp);
     });
   };
-  go(float{});
-  go(double{});
-  go(bf16{});
-  go(f16{});
+  for_each_floating_type(go);
   launch("sum_partials_kernel", sum_partials_kernel, 1, 1024, 0, static_cast<const double*>(pp), total, pp + total);
   return untracked::slice(partial, 0, total, total + 1).to(Device::cpu()).data<double>()[0];
 }
 
 void scale_(const std::vector<Tensor>& tensors, double factor) {
-  const Device device = device_of(tensors);
+  const Device device = list_device(tensors);
   if (device.is_cpu()) return;
   set_device(device);
   const std::array<const std::vector<Tensor>*, 1> lists{&tensors};
@@ -277,10 +188,7 @@ void scale_(const std::vector<Tensor>& tensors, double factor) {
              static_cast<acc_type_t<T>>(factor));
     });
   };
-  go(float{});
-  go(double{});
-  go(bf16{});
-  go(f16{});
+  for_each_floating_type(go);
 }
 
 }  // namespace reel::kernels::cuda
