@@ -1,6 +1,7 @@
 // Optimizer update kernels on the CPU: SGD (momentum, dampening, Nesterov, weight decay), AdamW
-// (and Adam's L2 form), the global gradient norm and in-place scaling for clipping, over f32, f64,
-// bf16 and f16 parameters (a 16-bit parameter's state is f32: see kernels/optimizer.h).
+// (and Adam's L2 form), the rules of kernels/optimizer_rules.h (one loop for all), the global
+// gradient norm and in-place scaling for clipping, over f32, f64, bf16 and f16 parameters (a
+// 16-bit parameter's state is f32: see kernels/optimizer.h).
 //
 // Every kernel works over a flat list of tensors, in the chunks of kernels/cpu/multi_tensor.h
 // (the unscale's too), which threads take. Each update is one fused sweep per chunk (param, grad
@@ -11,7 +12,9 @@
 // and f64, where acc_t is T; one rounding for bf16 and f16), and the state is stored as acc_t;
 // the norm's partials are double, wider than acc_t.
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include <Eigen/Core>
@@ -19,6 +22,7 @@
 #include "kernels/adam_scalars.h"
 #include "kernels/backends.h"
 #include "kernels/cpu/multi_tensor.h"
+#include "kernels/optimizer_rules.h"
 
 namespace reel::kernels::cpu {
 
@@ -96,6 +100,20 @@ void adam_chunk(T* p, const T* g, acc_t* m, acc_t* v, int64_t n, const AdamScala
   }
 }
 
+// One chunk of a rule of kernels/optimizer_rules.h: each element loaded into acc_t (the state is
+// acc_t already), updated by Rule::apply, stored back (a 16-bit p rounded once).
+template <typename Rule, typename T, typename A = acc_type_t<T>>
+void rule_chunk(T* p, const T* g, A* const* s, int64_t n, const typename Rule::template Coeffs<A>& c) {
+  constexpr int K = Rule::kSlots;
+  for (int64_t i = 0; i < n; ++i) {
+    A pv = static_cast<A>(p[i]), sv[K];
+    for (int k = 0; k < K; ++k) sv[k] = s[k][i];
+    Rule::apply(pv, static_cast<A>(g[i]), sv, c);
+    p[i] = static_cast<T>(pv);
+    for (int k = 0; k < K; ++k) s[k][i] = sv[k];
+  }
+}
+
 template <typename T>
 double sum_squares_chunk(const T* x, int64_t n) {
   double s = 0;
@@ -139,6 +157,35 @@ void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& 
     adam_chunk(c.ptr<T>(0), c.ptr<const T>(1), c.ptr<A>(2), c.ptr<A>(3), c.n, args);
   });
 }
+
+template <typename Rule>
+void rule_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<std::vector<Tensor>>& state, const typename Rule::Options& options, double lr,
+                 int64_t step) {
+  constexpr size_t N = 2 + Rule::kSlots;  // params, grads, the slots
+  std::array<const std::vector<Tensor>*, N> ptrs{&params, &grads};
+  for (size_t k = 0; k < static_cast<size_t>(Rule::kSlots); ++k) ptrs[2 + k] = &state[k];
+  const TensorLists<N> lists(ptrs);
+  // The step's coefficients in both update types (f32 for f32, bf16 and f16 parameters; f64).
+  const auto c32 = Rule::template coeffs<float>(options, lr, step);
+  const auto c64 = Rule::template coeffs<double>(options, lr, step);
+  lists.apply([&](auto zero, const ListChunk<N>& c) {
+    using T = decltype(zero);
+    using A = acc_type_t<T>;
+    std::array<A*, static_cast<size_t>(Rule::kSlots)> s;
+    for (size_t k = 0; k < s.size(); ++k) s[k] = c.template ptr<A>(2 + k);
+    T* p = c.template ptr<T>(0);
+    const T* g = c.template ptr<const T>(1);
+    if constexpr (std::is_same_v<A, float>) rule_chunk<Rule>(p, g, s.data(), c.n, c32);
+    else rule_chunk<Rule>(p, g, s.data(), c.n, c64);
+  });
+}
+
+#define REEL_INSTANTIATE_RULE_UPDATE(Rule)                                                                     \
+  template void rule_update<Rule>(const std::vector<Tensor>&, const std::vector<Tensor>&,                      \
+                                  const std::vector<std::vector<Tensor>>&, const Rule::Options&, double, int64_t);
+REEL_OPTIMIZER_RULES(REEL_INSTANTIATE_RULE_UPDATE)
+#undef REEL_INSTANTIATE_RULE_UPDATE
 
 double sum_of_squares(const std::vector<Tensor>& tensors) {
   const TensorLists<1> lists({&tensors});

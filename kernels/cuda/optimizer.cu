@@ -1,6 +1,7 @@
 // kernels/cuda/optimizer.cu: the optimizer updates over a flat list of parameters on a CUDA
 // device: SGD (momentum, dampening, Nesterov, weight decay), AdamW (and Adam's L2 form), the
-// global gradient norm and in-place scaling for clipping, over f32, f64, bf16 and f16 parameters.
+// rules of kernels/optimizer_rules.h (one kernel template for all), the global gradient norm and
+// in-place scaling for clipping, over f32, f64, bf16 and f16 parameters.
 //
 // Multi-tensor apply (kernels/cuda/multi_tensor.h, shared with the unscale): one launch covers
 // many chunks of many tensors. Each update is one fused sweep (param, grad and state read once,
@@ -24,6 +25,7 @@
 #include "kernels/cuda/block_reduce.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/multi_tensor.h"
+#include "kernels/optimizer_rules.h"
 
 namespace reel::kernels::cuda {
 
@@ -81,6 +83,25 @@ __global__ void __launch_bounds__(kListThreads) adamw_kernel(ListArgs<4> a, Adam
     v[i] = V;
     const A update = step_size * M / (sqrt(V) * inv_bc2_sqrt + eps);
     p[i] = static_cast<T>(decay_p ? P * decay - update : P - update);
+  }
+}
+
+// Lists: 0 params (T), 1 grads (T), 2.. the rule's state slots (acc_t). One element at a time
+// through Rule::apply (kernels/optimizer_rules.h) in acc_t; p is stored as T.
+template <typename Rule, typename T, typename A>
+__global__ void __launch_bounds__(kListThreads)
+    rule_kernel(ListArgs<2 + Rule::kSlots> a, typename Rule::template Coeffs<A> c) {
+  constexpr int K = Rule::kSlots;
+  int64_t begin, end;
+  const int s = block_chunk(a, begin, end);
+  T* p = static_cast<T*>(a.ptr[0][s]);
+  const T* g = static_cast<const T*>(a.ptr[1][s]);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    A pv = static_cast<A>(p[i]), sv[K];
+    for (int k = 0; k < K; ++k) sv[k] = static_cast<const A*>(a.ptr[2 + k][s])[i];
+    Rule::apply(pv, static_cast<A>(g[i]), sv, c);
+    p[i] = static_cast<T>(pv);
+    for (int k = 0; k < K; ++k) static_cast<A*>(a.ptr[2 + k][s])[i] = sv[k];
   }
 }
 
@@ -154,6 +175,32 @@ void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& 
   };
   for_each_floating_type(go);
 }
+
+template <typename Rule>
+void rule_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<std::vector<Tensor>>& state, const typename Rule::Options& options, double lr,
+                 int64_t step) {
+  const Device device = list_device(params);
+  if (device.is_cpu()) return;
+  set_device(device);
+  constexpr int N = 2 + Rule::kSlots;  // params, grads, the slots
+  std::array<const std::vector<Tensor>*, N> lists{&params, &grads};
+  for (int k = 0; k < Rule::kSlots; ++k) lists[static_cast<size_t>(2 + k)] = &state[static_cast<size_t>(k)];
+  for_each_floating_type([&](auto zero) {
+    using T = decltype(zero);
+    using A = acc_type_t<T>;
+    const auto c = Rule::template coeffs<A>(options, lr, step);
+    list_apply<T, N>(lists, [&](const ListArgs<N>& a, int blocks) {
+      launch(Rule::kName, rule_kernel<Rule, T, A>, blocks, kListThreads, 0, a, c);
+    });
+  });
+}
+
+#define REEL_INSTANTIATE_RULE_UPDATE(Rule)                                                                     \
+  template void rule_update<Rule>(const std::vector<Tensor>&, const std::vector<Tensor>&,                      \
+                                  const std::vector<std::vector<Tensor>>&, const Rule::Options&, double, int64_t);
+REEL_OPTIMIZER_RULES(REEL_INSTANTIATE_RULE_UPDATE)
+#undef REEL_INSTANTIATE_RULE_UPDATE
 
 double sum_of_squares(const std::vector<Tensor>& tensors) {
   const Device device = list_device(tensors);

@@ -5,11 +5,13 @@
 // their lists mix; the "16bit" lists hold bf16 and f16 parameters (f32 state), with the 16-bit
 // tolerances of with_16bit() below.
 #include <cmath>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "kernels/ops.h"
+#include "kernels/optimizer_rules.h"
 #include "op_table.h"
 
 namespace reel::op_table {
@@ -136,6 +138,64 @@ Values adam_ref(const Tensors& p, const Tensors& g, const Tensors& m, const Tens
   rp.insert(rp.end(), rm.begin(), rm.end());
   rp.insert(rp.end(), rv.begin(), rv.end());
   return rp;
+}
+
+// ==== the rules of kernels/optimizer_rules.h ======================================================
+
+// A rule's formula for one element, in f64, written in the test as its paper or reference library
+// writes it: p and the state values s[0..kSlots) updated in place for the gradient g at `step`.
+using RuleRef = std::function<void(double& p, double g, double* s, int64_t step)>;
+
+// The row of kernels::rule_update<Rule>: `steps` steps over the lists of `kind` (params and grads
+// drawn in [-1, 1], state slot k in slot_ranges[k]) with `options` and `lr`, its parameters and then
+// each slot's state against `ref` run element by element in f64, and on every device against the
+// cpu. `reach` bounds how far the steps move a parameter in all (the 16-bit tolerances: with_16bit).
+template <typename Rule>
+OpCase rule_row(const typename Rule::Options& options, double lr, const std::string& kind,
+                const std::vector<int64_t>& steps, const std::vector<std::pair<double, double>>& slot_ranges,
+                RuleRef ref, double reach) {
+  constexpr size_t K = Rule::kSlots;
+  const size_t n = param_list(kind).size();
+  std::vector<std::pair<double, double>> ranges{{-1, 1}, {-1, 1}};  // params, grads
+  ranges.insert(ranges.end(), slot_ranges.begin(), slot_ranges.end());
+  // f32 elements against the f64 formula; f64 elements to a few ulps of the same formula.
+  const Tols upd = tols({1e-6, 1e-7}, {1e-12, 1e-12}), prec = tols(1e-6, 1e-14);
+  const double n_steps = static_cast<double>(steps.size());
+  std::vector<Tols> device(n, with_16bit(upd, n_steps, reach, true));  // the params, 16-bit ones too
+  device.push_back(upd);                                                // the state: acc_t
+  OpCase row(std::string(Rule::kName) + " lr " + str(lr) + " steps " + std::to_string(steps.front()) + ".." +
+                 std::to_string(steps.back()) + ", " + kind + " list",
+             [kind, ranges](Generator& g) { return make_lists(g, kind, ranges); },
+             [options, lr, steps, n](const Tensors& in, Device) {
+               const Tensors p = clones(slice_of(in, 0, n));
+               std::vector<Tensors> state;
+               for (size_t k = 0; k < K; ++k) state.push_back(clones(slice_of(in, 2 + k, n)));
+               for (int64_t step : steps) kernels::rule_update<Rule>(p, slice_of(in, 1, n), state, options, lr, step);
+               Tensors out = p;
+               for (const Tensors& slot : state) out.insert(out.end(), slot.begin(), slot.end());
+               return out;
+             },
+             device);
+  row.with_dtypes({}).with_reference(
+      [steps, n, ref](const Tensors& in) {
+        Values out(n * (1 + K));
+        for (size_t i = 0; i < n; ++i) {
+          std::vector<double> p = values(in[i]), g = values(in[n + i]);
+          std::vector<std::vector<double>> s;
+          for (size_t k = 0; k < K; ++k) s.push_back(values(in[(2 + k) * n + i]));
+          for (size_t j = 0; j < p.size(); ++j) {
+            double sj[K > 0 ? K : 1];
+            for (size_t k = 0; k < K; ++k) sj[k] = s[k][j];
+            for (int64_t step : steps) ref(p[j], g[j], sj, step);
+            for (size_t k = 0; k < K; ++k) s[k][j] = sj[k];
+          }
+          out[i] = p;
+          for (size_t k = 0; k < K; ++k) out[(1 + k) * n + i] = s[k];
+        }
+        return out;
+      },
+      {with_16bit(prec, n_steps, reach, false)});
+  return row;
 }
 
 std::vector<OpCase> optimizer_cases() {
