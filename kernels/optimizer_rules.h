@@ -32,8 +32,45 @@
 
 namespace reel::kernels {
 
+// Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms", its Program 1): the
+// update is the sign of an interpolation of the momentum and the gradient, so every element moves
+// by lr exactly (or not at all); one state tensor, where AdamW keeps two.
+//   p *= 1 - lr * weight_decay;  p -= lr * sign(b1 m + (1 - b1) g);  m = b2 m + (1 - b2) g
+// sign(0) is 0 and a NaN stays NaN (torch.sign's). Its lr is usually 3-10x smaller than AdamW's.
+struct Lion {
+  static constexpr const char* kName = "lion_update";
+  static constexpr const char* kTitle = "Lion";
+  static constexpr int kSlots = 1;
+  static constexpr const char* kSlotNames[kSlots] = {"exp_avg"};
+  static constexpr int kFlops = 10;  // decay 1, interpolation 3, sign 1, step 2, momentum 3
+  struct Options {
+    double beta1 = 0.9, beta2 = 0.99, weight_decay = 0;
+  };
+  static void check(const Options& o) {
+    REEL_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, kTitle, ": betas (", o.beta1, ", ",
+               o.beta2, ") must be in [0, 1)");
+    REEL_CHECK(o.weight_decay >= 0, kTitle, ": weight_decay (", o.weight_decay, ") must be >= 0");
+  }
+  template <typename A>
+  struct Coeffs {
+    A lr, decay, b1, one_minus_b1, b2, one_minus_b2;
+  };
+  template <typename A>
+  static Coeffs<A> coeffs(const Options& o, double lr, int64_t /*step: Lion has no bias correction*/) {
+    return {static_cast<A>(lr),       static_cast<A>(1 - lr * o.weight_decay), static_cast<A>(o.beta1),
+            static_cast<A>(1 - o.beta1), static_cast<A>(o.beta2),              static_cast<A>(1 - o.beta2)};
+  }
+  template <typename A>
+  REEL_HOST_DEVICE static void apply(A& p, A g, A* s, const Coeffs<A>& c) {
+    const A u = c.b1 * s[0] + c.one_minus_b1 * g;
+    const A sign = u > A(0) ? A(1) : u < A(0) ? A(-1) : u;  // u itself: 0 (or -0) and NaN
+    p = p * c.decay - c.lr * sign;
+    s[0] = c.b2 * s[0] + c.one_minus_b2 * g;
+  }
+};
+
 // Every rule, once: the backends and kernels::rule_update are instantiated for each.
-#define REEL_OPTIMIZER_RULES(X)
+#define REEL_OPTIMIZER_RULES(X) X(Lion)
 
 // ---- the entry point and its backend kernels ---------------------------------------------------
 // Declared here, not in kernels/optimizer.h, so that only the optimizer's own files include the

@@ -134,6 +134,10 @@ class RuleOptimizer final : public Optimizer {
   Options options_;
 };
 
+// Lion (kernels/optimizer_rules.h): the sign of interpolated momentum; Options{beta1 0.9, beta2 0.99,
+// weight_decay 0}, state "exp_avg".
+using Lion = RuleOptimizer<kernels::Lion>;
+
 // By name, for command lines: the optimizers of the registry (optim/registry.h: "sgd" with momentum
 // 0.9, "adam", "adamw" with weight decay 0.01, ...), each with its help's settings;
 // reel::Error quoting the name and listing the choices for anything else.

@@ -20,6 +20,11 @@ const std::vector<OptimizerEntry>& optimizer_registry() {
        [](std::vector<Tensor> params, double lr) -> std::unique_ptr<Optimizer> {
          return std::make_unique<AdamW>(std::move(params), lr);
        }},
+      {"lion", "Lion (Chen et al. 2023): the sign of interpolated momentum, betas (0.9, 0.99), no weight decay; "
+               "one state tensor (AdamW: two); an lr 3-10x smaller than AdamW's",
+       [](std::vector<Tensor> params, double lr) -> std::unique_ptr<Optimizer> {
+         return std::make_unique<Lion>(std::move(params), lr);
+       }},
   };
   return entries;
 }

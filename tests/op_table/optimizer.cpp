@@ -1,5 +1,6 @@
 // tests/op_table/optimizer.cpp: the op table's optimizer kernels: sgd_update (momentum, dampening,
-// weight decay, Nesterov) and adamw_update (decoupled and Adam's L2 form) over several steps, the
+// weight decay, Nesterov), adamw_update (decoupled and Adam's L2 form) and the rules of
+// kernels/optimizer_rules.h (rule_row: each against its f64 formula) over several steps, the
 // global gradient norm and scale_, over long mixed-dtype lists (more tensors than one launch
 // takes, chunks past one launch), against the torch formulas in f64. Their rows run in the dtypes
 // their lists mix; the "16bit" lists hold bf16 and f16 parameters (f32 state), with the 16-bit
@@ -283,6 +284,30 @@ std::vector<OpCase> optimizer_cases() {
         {with_16bit(ref, steps, reach, false)});
     cases.push_back(row);
   }
+  // Lion against its paper's formula in f64: decoupled decay, the sign of the interpolation, then
+  // the momentum. A parameter moves by lr per step (reach 1: the parameters' own range).
+  struct LionRow {
+    kernels::Lion::Options o;
+    double lr;
+    std::string list;
+    std::vector<int64_t> steps;
+  };
+  const std::vector<LionRow> lions = {{{0.9, 0.99, 0}, 1e-2, "long", {1, 2, 3}},
+                                      {{0.95, 0.98, 0.1}, 1e-3, "chunked", {1, 2}},
+                                      // beta1 0.87, not 0.9: with 0.9 a tie b1 m = -(1 - b1) g is
+                                      // exact for some bf16 g and m (g = -9 m), where f32 and f64
+                                      // round the interpolation to opposite signs of 0.
+                                      {{0.87, 0.99, 0.1}, 1e-2, "16bit", {1, 2, 3}}};
+  for (const LionRow& r : lions)
+    cases.push_back(rule_row<kernels::Lion>(
+        r.o, r.lr, r.list, r.steps, {{-0.1, 0.1}},  // exp_avg
+        [o = r.o, lr = r.lr](double& p, double g, double* s, int64_t) {
+          p *= 1 - lr * o.weight_decay;
+          const double u = o.beta1 * s[0] + (1 - o.beta1) * g;
+          p -= lr * (u > 0 ? 1.0 : u < 0 ? -1.0 : 0.0);
+          s[0] = o.beta2 * s[0] + (1 - o.beta2) * g;
+        },
+        1));
   // The global norm (accumulated in double: the cpu's value to 1e-12 on every device) and scale_.
   for (const std::string kind : {"long", "big", "chunked", "strided", "16bit"}) {
     OpCase row("global_grad_norm and scale_ by 0.37, " + kind + " list",
