@@ -140,11 +140,7 @@ void rule_update(const std::vector<Tensor>& params, const std::vector<Tensor>& g
       step);
 }
 
-#define REEL_INSTANTIATE_RULE_UPDATE(Rule)                                                                     \
-  template void rule_update<Rule>(const std::vector<Tensor>&, const std::vector<Tensor>&,                      \
-                                  const std::vector<std::vector<Tensor>>&, const Rule::Options&, double, int64_t);
 REEL_OPTIMIZER_RULES(REEL_INSTANTIATE_RULE_UPDATE)
-#undef REEL_INSTANTIATE_RULE_UPDATE
 
 double global_grad_norm(const std::vector<Tensor>& grads) {
   const Device device = check_tensor_list("global_grad_norm", grads, false);

@@ -82,24 +82,23 @@ struct Lion {
 // One step of Rule over the lists, in place: params[i] and grads[i] as kernels/optimizer.h's
 // updates take them (one device, contiguous, grads in the param's dtype), state[k] slot k's list
 // (Rule::kSlotNames[k]), each tensor in acc_dtype of its param's. lr finite and >= 0, step from 1,
-// options passing Rule::check: reel::Error naming Rule::kName otherwise.
+// options passing Rule::check: reel::Error naming Rule::kName otherwise. The backends (cpu::, cuda::)
+// take the same arguments, checked by the entry point.
+#define REEL_RULE_UPDATE_PARAMS(Rule)                                                                   \
+  (const std::vector<Tensor>& params, const std::vector<Tensor>& grads,                                  \
+   const std::vector<std::vector<Tensor>>& state, const typename Rule::Options& options, double lr, int64_t step)
 template <typename Rule>
-void rule_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                 const std::vector<std::vector<Tensor>>& state, const typename Rule::Options& options, double lr,
-                 int64_t step);
-
-// The backends: the lists arrive checked by the entry point; state holds Rule::kSlots lists.
+void rule_update REEL_RULE_UPDATE_PARAMS(Rule);
 namespace cpu {
 template <typename Rule>
-void rule_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                 const std::vector<std::vector<Tensor>>& state, const typename Rule::Options& options, double lr,
-                 int64_t step);
+void rule_update REEL_RULE_UPDATE_PARAMS(Rule);
 }  // namespace cpu
 namespace cuda {
 template <typename Rule>
-void rule_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-                 const std::vector<std::vector<Tensor>>& state, const typename Rule::Options& options, double lr,
-                 int64_t step);
+void rule_update REEL_RULE_UPDATE_PARAMS(Rule);
 }  // namespace cuda
+
+// The file defining each of them instantiates it for every rule: REEL_OPTIMIZER_RULES(REEL_INSTANTIATE_RULE_UPDATE).
+#define REEL_INSTANTIATE_RULE_UPDATE(R) template void rule_update<R> REEL_RULE_UPDATE_PARAMS(R);
 
 }  // namespace reel::kernels

@@ -181,11 +181,7 @@ void rule_update(const std::vector<Tensor>& params, const std::vector<Tensor>& g
   });
 }
 
-#define REEL_INSTANTIATE_RULE_UPDATE(Rule)                                                                     \
-  template void rule_update<Rule>(const std::vector<Tensor>&, const std::vector<Tensor>&,                      \
-                                  const std::vector<std::vector<Tensor>>&, const Rule::Options&, double, int64_t);
 REEL_OPTIMIZER_RULES(REEL_INSTANTIATE_RULE_UPDATE)
-#undef REEL_INSTANTIATE_RULE_UPDATE
 
 double sum_of_squares(const std::vector<Tensor>& tensors) {
   const TensorLists<1> lists({&tensors});
