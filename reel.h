@@ -24,6 +24,7 @@
 #include "optim/accumulator.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "optim/registry.h"
 #include "report/memory_timeline.h"
 #include "report/profile.h"
 #include "report/svg_chart.h"

@@ -31,6 +31,7 @@
 #include "optim/grad_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "optim/registry.h"
 #include "report/memory_timeline.h"
 #include "report/predict.h"
 #include "report/profile.h"
@@ -124,8 +125,10 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str()->check(CLI::IsMember({"none", "boundaries", "all", "auto"}));
   app.add_option("--epochs", o.epochs, "passes over the training data")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--max-steps", o.max_steps, "stop after this many optimizer steps (0: no limit)")->capture_default_str();
-  app.add_option("--optimizer", o.optimizer, "sgd, adam or adamw")->capture_default_str()
-      ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  // The names, the help and the check come from the one registry (optim/registry.h).
+  app.add_option("--optimizer", o.optimizer, "the optimizer, one of:\n" + reel::optim::optimizer_help())
+      ->capture_default_str()
+      ->check(CLI::IsMember(reel::optim::optimizer_names()));
   app.add_option("--lr", o.lr, "learning rate (the peak of the cosine schedule)")->capture_default_str();
   app.add_option("--schedule", o.schedule, "learning rate: constant, or cosine (warm-up, then cosine decay to lr/10)")
       ->capture_default_str()->check(CLI::IsMember({"constant", "cosine"}));

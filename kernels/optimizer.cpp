@@ -4,8 +4,10 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "kernels/entry_point.h"
+#include "kernels/optimizer_rules.h"
 
 namespace reel::kernels {
 
@@ -25,7 +27,7 @@ Device list_device(const char* op, const char* what, const std::vector<Tensor>& 
 // params[i]'s dtype, every state list's [i] in acc_dtype of it (a 16-bit parameter keeps f32 state;
 // f32 and f64 their own); every param on one device, which is returned.
 Device check_param_lists(const char* op, const std::vector<Tensor>& params,
-                       std::initializer_list<std::pair<const char*, const std::vector<Tensor>*>> lists) {
+                         const std::vector<std::pair<const char*, const std::vector<Tensor>*>>& lists) {
   for (const auto& [name, list] : lists)
     REEL_CHECK(list->size() == params.size(), op, ": ", params.size(), " params but ", list->size(), " ", name);
   for (size_t i = 0; i < params.size(); ++i) {
@@ -49,8 +51,8 @@ Device check_param_lists(const char* op, const std::vector<Tensor>& params,
 }
 
 // The profiler's cost of a kernel over whole lists: each list in `in` read once, in `out` written once.
-profile::KernelCost optimizer_cost(std::initializer_list<const std::vector<Tensor>*> in,
-                                   std::initializer_list<const std::vector<Tensor>*> out, int64_t flops) {
+profile::KernelCost optimizer_cost(const std::vector<const std::vector<Tensor>*>& in,
+                                   const std::vector<const std::vector<Tensor>*>& out, int64_t flops) {
   profile::KernelCost c;
   for (const std::vector<Tensor>* list : in) c.bytes_read += bytes_of(*list);
   for (const std::vector<Tensor>* list : out) c.bytes_written += bytes_of(*list);
@@ -113,6 +115,32 @@ void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& 
                        optimizer_cost({&params, &grads, &m, &v}, {&params, &m, &v}, 14 * numel_of(params)), params,
                        grads, m, v, lr, beta1, beta2, eps, weight_decay, step, decoupled_weight_decay);
 }
+
+template <typename Rule>
+void rule_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<std::vector<Tensor>>& state, const typename Rule::Options& options, double lr,
+                 int64_t step) {
+  const char* op = Rule::kName;
+  REEL_CHECK(step >= 1, op, ": step ", step, " must count from 1");
+  REEL_CHECK(std::isfinite(lr) && lr >= 0, op, ": lr (", lr, ") must be a finite number >= 0");
+  REEL_CHECK(state.size() == static_cast<size_t>(Rule::kSlots), op, ": ", state.size(), " state lists but ",
+             Rule::kSlots, " expected (one per slot)");
+  Rule::check(options);
+  // Each list under its name in the checks' messages: "grads", then the rule's slots.
+  std::vector<std::pair<const char*, const std::vector<Tensor>*>> lists{{"grads", &grads}};
+  for (int k = 0; k < Rule::kSlots; ++k) lists.push_back({Rule::kSlotNames[k], &state[static_cast<size_t>(k)]});
+  const Device device = check_param_lists(op, params, lists);
+  std::vector<const std::vector<Tensor>*> in{&params, &grads}, out{&params};
+  for (const std::vector<Tensor>& slot : state) in.push_back(&slot), out.push_back(&slot);
+  for (const std::vector<Tensor>* list : out) bump_versions({list});
+  detail::dispatch(
+      op, device, [&] { return optimizer_cost(in, out, Rule::kFlops * numel_of(params)); },
+      [](auto&&... a) { cpu::rule_update<Rule>(std::forward<decltype(a)>(a)...); },
+      [](auto&&... a) { cuda::rule_update<Rule>(std::forward<decltype(a)>(a)...); }, params, grads, state, options, lr,
+      step);
+}
+
+REEL_OPTIMIZER_RULES(REEL_INSTANTIATE_RULE_UPDATE)
 
 double global_grad_norm(const std::vector<Tensor>& grads) {
   const Device device = check_tensor_list("global_grad_norm", grads, false);

@@ -1,4 +1,4 @@
-// Optimizer base, SGD, Adam/AdamW and gradient clipping (see optimizer.h).
+// Optimizer base, SGD, Adam/AdamW and gradient clipping (see optimizer.h; make_optimizer is in registry.cpp).
 #include "optim/optimizer.h"
 
 #include <algorithm>
@@ -158,13 +158,6 @@ void Adam::update(const std::vector<size_t>& with_grad) {
 }
 
 // ---- clipping ----------------------------------------------------------------
-
-std::unique_ptr<Optimizer> make_optimizer(const std::string& name, std::vector<Tensor> params, double lr) {
-  if (name == "sgd") return std::make_unique<SGD>(std::move(params), lr, SGD::Options{0.9, 0, 0, false});
-  if (name == "adam") return std::make_unique<Adam>(std::move(params), lr);
-  if (name == "adamw") return std::make_unique<AdamW>(std::move(params), lr);
-  REEL_FAIL("make_optimizer: unknown optimizer '", name, "' (choose sgd, adam or adamw)");
-}
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   REEL_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm);

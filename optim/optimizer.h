@@ -1,17 +1,21 @@
 // Optimizers: they read each parameter's persistent .grad buffer (filled, possibly over several
 // micro-batches, by autograd::backward) and update the parameters in place with the fused update
-// kernels of kernels/optimizer.h. They never touch the tape. Their state (momentum, Adam moments)
+// kernels of kernels/optimizer.h (SGD, Adam, AdamW, and RuleOptimizer over the rules of
+// kernels/optimizer_rules.h); optim/registry.h names them for command lines. They never touch the tape. Their state (momentum, Adam moments)
 // is allocated on first use under Category::OptimizerState, so the memory report shows it. A bf16
 // or f16 parameter (a model held in 16 bits, Module::to) keeps its state in f32 and is updated in
 // f32, rounded once to its type; f32 and f64 parameters keep state in their own type.
 #pragma once
 #include <cstdint>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/optimizer.h"
+#include "kernels/optimizer_rules.h"
 
 namespace reel::optim {
 
@@ -99,8 +103,44 @@ class AdamW final : public Adam {
       : Adam(std::move(params), lr, options, true) {}
 };
 
-// By name, for command lines: "sgd" (momentum 0.9), "adam", "adamw" (weight decay 0.01), each
-// with the library defaults otherwise; reel::Error naming the choices for anything else.
+// An optimizer whose update is a rule of kernels/optimizer_rules.h: its hyper-parameters (Options,
+// with their defaults), their checks, its state slots and its fused kernel on cpu and cuda all come
+// from the rule. The aliases below name each one.
+template <typename Rule>
+class RuleOptimizer final : public Optimizer {
+ public:
+  using Options = typename Rule::Options;
+  RuleOptimizer(std::vector<Tensor> params, double lr, Options options = Options{})
+      : Optimizer(std::move(params), lr), options_(options) {
+    check_lr(Rule::kTitle, lr);
+    Rule::check(options);
+  }
+  const Options& options() const { return options_; }
+
+ private:
+  void update(const std::vector<size_t>& with_grad) override {
+    std::vector<Tensor> p, g;
+    std::vector<std::vector<Tensor>> slots(static_cast<size_t>(Rule::kSlots));
+    for (size_t i : with_grad) {
+      p.push_back(params_[i]);
+      g.push_back(params_[i].grad());
+      for (int k = 0; k < Rule::kSlots; ++k) slots[static_cast<size_t>(k)].push_back(state(Rule::kSlotNames[k], i));
+    }
+    kernels::rule_update<Rule>(p, g, slots, options_, lr_, steps_);
+  }
+  std::vector<std::string> state_slots() const override {
+    return std::vector<std::string>(std::begin(Rule::kSlotNames), std::end(Rule::kSlotNames));
+  }
+  Options options_;
+};
+
+// Lion (kernels/optimizer_rules.h): the sign of interpolated momentum; Options{beta1 0.9, beta2 0.99,
+// weight_decay 0}, state "exp_avg".
+using Lion = RuleOptimizer<kernels::Lion>;
+
+// By name, for command lines: the optimizers of the registry (optim/registry.h: "sgd" with momentum
+// 0.9, "adam", "adamw" with weight decay 0.01, ...), each with its help's settings;
+// reel::Error quoting the name and listing the choices for anything else.
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, std::vector<Tensor> params, double lr);
 
 // Scales all gradients together so that their global L2 norm is at most max_norm (one pass to

@@ -4,10 +4,12 @@
 // gradients) and scale_ for clipping; bad lists. (Updates of lists that span several chunks and mix
 // f32 and f64 against per-element f64 formulas, the norm's value and scale_, on every device, are
 // rows of tests/op_table/optimizer.cpp.) bf16 and f16 parameters with f32 state, by hand, and their
-// state refused in the parameter's own type.
+// state refused in the parameter's own type. The rules of kernels/optimizer_rules.h through
+// rule_update: Lion by hand (sign 0, NaN, weight decay, a 16-bit parameter) and bad lists and options.
 #include <cmath>
 
 #include "kernels/ops.h"
+#include "kernels/optimizer_rules.h"
 #include "testing.h"
 
 using namespace reel;
@@ -157,4 +159,51 @@ TEST_CASE("16-bit parameters: state in the parameter's own type is refused, nami
   CHECK_REEL_ERROR(sgd_update({zeros({3}, DType::f16)}, {zeros({3}, DType::f16)}, {zeros({3}, DType::f16)}, 0.1, 0.9, 0,
                               0, false, 1),
                    "its momentum_bufs (3) f16 on cpu differ (momentum_bufs of a f16 param: f32)");
+}
+
+TEST_CASE("rule_update<Lion> over two steps, by hand: the sign of the interpolation, weight decay, 0 and NaN") {
+  using kernels::Lion;
+  for (Device d : devices()) {
+    CAPTURE(d);
+    // lr 0.1, betas (0.9, 0.99): u = 0.1 g on step 1 (m = 0): sign +1, p = 0.9, m = 0.005; step 2,
+    // g = -0.3: u = 0.0045 - 0.03 < 0, p = 1.0, m = 0.00495 - 0.003.
+    Tensor p = vec({1.0, 2.0, 3.0}).to(d), m = zeros({3}, DType::f64, d);
+    rule_update<Lion>({p}, {vec({0.5, 0.0, NAN}).to(d)}, {{m}}, Lion::Options{}, 0.1, 1);
+    std::vector<double> pv = values(p);
+    CHECK(pv[0] == doctest::Approx(0.9).epsilon(1e-15));
+    CHECK(pv[1] == 2.0);  // u = 0: no move
+    CHECK(std::isnan(pv[2]));
+    rule_update<Lion>({p}, {vec({-0.3, 0.0, 0.0}).to(d)}, {{m}}, Lion::Options{}, 0.1, 2);
+    check_close(p.narrow(0, 0, 2), {1.0, 2.0}, 1e-15, 1e-15);
+    check_close(m.narrow(0, 0, 1), {0.99 * 0.005 - 0.01 * 0.3}, 1e-15, 1e-17);
+    // Decoupled weight decay first: p = 2 (1 - 0.1 x 0.5) - 0.1.
+    Tensor q = vec({2.0}).to(d), mq = zeros({1}, DType::f64, d);
+    rule_update<Lion>({q}, {vec({1.0}).to(d)}, {{mq}}, Lion::Options{0.9, 0.99, 0.5}, 0.1, 1);
+    check_close(q, {2.0 * 0.95 - 0.1}, 1e-15, 1e-15);
+    // A bf16 parameter, f32 state: 1 - 2^-6 is exact in bf16.
+    Tensor h = vec({1.0}).to(DType::bf16).to(d), mh = zeros({1}, DType::f32, d);
+    rule_update<Lion>({h}, {vec({0.5}).to(DType::bf16).to(d)}, {{mh}}, Lion::Options{}, 0x1p-6, 1);
+    CHECK(values(h) == std::vector<double>{1 - 0x1p-6});
+    CHECK(values(mh) == std::vector<double>{static_cast<double>(0.01f * 0.5f)});
+  }
+}
+
+TEST_CASE("rule_update: bad lists and options raise reel::Error naming the rule") {
+  using kernels::Lion;
+  const Tensor p = zeros({3}), g = zeros({3});
+  CHECK_REEL_ERROR(rule_update<Lion>({p}, {g}, {}, Lion::Options{}, 0.1, 1),
+                   "lion_update: 0 state lists but 1 expected (one per slot)");
+  CHECK_REEL_ERROR(rule_update<Lion>({p}, {g}, {{zeros({3}, DType::f64)}}, Lion::Options{}, 0.1, 1),
+                   "lion_update: param 0 (3) f32 on cpu and its exp_avg (3) f64 on cpu differ (exp_avg of a f32 "
+                   "param: f32)");
+  CHECK_REEL_ERROR(rule_update<Lion>({p}, {g}, std::vector<std::vector<Tensor>>(1), Lion::Options{}, 0.1, 1),
+                   "lion_update: 1 params but 0 exp_avg");
+  CHECK_REEL_ERROR(rule_update<Lion>({p}, {g}, {{zeros({3})}}, Lion::Options{}, 0.1, 0),
+                   "lion_update: step 0 must count from 1");
+  CHECK_REEL_ERROR(rule_update<Lion>({p}, {g}, {{zeros({3})}}, Lion::Options{}, -1, 1),
+                   "lion_update: lr (-1) must be a finite number >= 0");
+  CHECK_REEL_ERROR(rule_update<Lion>({p}, {g}, {{zeros({3})}}, Lion::Options{1.5, 0.99, 0}, 0.1, 1),
+                   "Lion: betas (1.5, 0.99) must be in [0, 1)");
+  CHECK_REEL_ERROR(rule_update<Lion>({p}, {g}, {{zeros({3})}}, Lion::Options{0.9, 0.99, -1}, 0.1, 1),
+                   "Lion: weight_decay (-1) must be >= 0");
 }

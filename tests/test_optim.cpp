@@ -1,13 +1,18 @@
 // Optimizers against hand-computed steps, AdamW's bits independent of an element's position, optimizer
 // state memory and state_dict (f32 state for a bf16 / f16 model), gradient
 // clipping, and the accumulation window (equal to one big batch; a per-micro-batch mean differs;
-// its gradient hook sees the window's gradients and what it changes is stepped).
+// its gradient hook sees the window's gradients and what it changes is stepped). Every optimizer
+// of the registry (optim/registry.h), by the same tests: a new entry is tested without a line here.
+#include <algorithm>
 #include <cmath>
+#include <memory>
+#include <string>
 
 #include "autograd/functions.h"
 #include "autograd/tape.h"
 #include "optim/accumulator.h"
 #include "optim/optimizer.h"
+#include "optim/registry.h"
 #include "testing.h"
 
 using namespace reel;
@@ -367,4 +372,69 @@ TEST_CASE("an optimizer step between forward and backward makes that backward ra
       CHECK_NOTHROW(opt->step());
     }
   }
+}
+
+// ---- the registry: every entry by the same tests -------------------------------------------------
+
+TEST_CASE("the registry: unique lowercase names with help; an unknown name quotes it and lists the choices") {
+  const std::vector<std::string> names = optimizer_names();
+  REQUIRE(names.size() == optimizer_registry().size());
+  std::string choices;
+  for (size_t i = 0; i < names.size(); ++i) {
+    CAPTURE(names[i]);
+    CHECK(!names[i].empty());
+    for (char c : names[i]) CHECK(((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'));
+    for (size_t j = 0; j < i; ++j) CHECK(names[j] != names[i]);
+    CHECK(!optimizer_registry()[i].help.empty());
+    CHECK(&find_optimizer(names[i]) == &optimizer_registry()[i]);
+    CHECK(optimizer_help().find(names[i] + ": " + optimizer_registry()[i].help) != std::string::npos);
+    choices += (i ? ", " : "") + names[i];
+  }
+  for (const char* name : {"sgd", "adam", "adamw"}) CHECK(std::find(names.begin(), names.end(), name) != names.end());
+  Tensor a = param({1, 2});
+  const std::string refused = "unknown optimizer 'AdamW ' (choose one of " + choices + ")";
+  CHECK_REEL_ERROR(make_optimizer("AdamW ", {a}, 0.1), refused.c_str());
+}
+
+TEST_CASE("every registered optimizer descends a quadratic, refuses a bad lr, and resumes from its state_dict bit for bit") {
+  // loss = sum((p - t)^2) / 2, gradient p - t: a few steps at lr 1e-2 from |p - t| ~ 1 must lower it.
+  const std::vector<double> p0 = {1.0, -2.0, 0.5, 3.0}, t = {0.0, 0.5, -1.0, 2.0};
+  const auto loss_of = [&](const Tensor& p) {
+    double l = 0;
+    const std::vector<double> v = reel::testing::values(p);
+    for (size_t i = 0; i < v.size(); ++i) l += 0.5 * (v[i] - t[i]) * (v[i] - t[i]);
+    return l;
+  };
+  const auto set_grad = [&](const Tensor& p) {
+    std::vector<double> g = reel::testing::values(p);
+    for (size_t i = 0; i < g.size(); ++i) g[i] -= t[i];
+    set_gradient(p, g);
+  };
+  for (const OptimizerEntry& e : optimizer_registry())
+    for (Device d : reel::testing::devices()) {
+      CAPTURE(e.name);
+      CAPTURE(d);
+      CHECK_REEL_ERROR(e.make({param(p0, d)}, -1.0), "lr (-1) must be a finite number >= 0");
+      Tensor p = param(p0, d), q = param(p0, d);
+      std::unique_ptr<Optimizer> opt = e.make({p}, 1e-2);
+      for (int step = 0; step < 3; ++step) {
+        opt->zero_grad();
+        set_grad(p);
+        opt->step();
+      }
+      CHECK(loss_of(p) < loss_of(param(p0, d)));
+      // A fresh optimizer over a copy of p, loaded from the state_dict, takes the same next step.
+      q.copy_(p);
+      std::unique_ptr<Optimizer> resumed = e.make({q}, 1e-2);
+      resumed->load_state_dict(opt->state_dict());
+      CHECK(resumed->steps() == 3);
+      opt->zero_grad();
+      resumed->zero_grad();
+      set_grad(p);
+      set_grad(q);
+      opt->step();
+      resumed->step();
+      CHECK(reel::testing::values(q) == reel::testing::values(p));
+      CHECK(opt->state_dict().size() == resumed->state_dict().size());
+    }
 }

@@ -1,52 +1,32 @@
 // Optimizer update kernels on the CPU: SGD (momentum, dampening, Nesterov, weight decay), AdamW
-// (and Adam's L2 form), the global gradient norm and in-place scaling for clipping, over f32, f64,
-// bf16 and f16 parameters (a 16-bit parameter's state is f32: see kernels/optimizer.h).
+// (and Adam's L2 form), the rules of kernels/optimizer_rules.h (one loop for all), the global
+// gradient norm and in-place scaling for clipping, over f32, f64, bf16 and f16 parameters (a
+// 16-bit parameter's state is f32: see kernels/optimizer.h).
 //
-// Every kernel works over a flat list of tensors: the list is cut into fixed chunks of kChunk
-// elements (a chunk never spans two tensors) and threads take chunks, so ten thousand small bias
-// vectors parallelise as well as one big embedding. Each update is one fused sweep per chunk
-// (param, grad and state read once, param and state written once): these kernels are bound by
-// memory bandwidth. The norm adds per-chunk double partials in chunk order, so it is bit-identical
-// for any number of threads. The update arithmetic (Adam's moments' temporaries, SGD's buffer
+// Every kernel works over a flat list of tensors, in the chunks of kernels/cpu/multi_tensor.h
+// (the unscale's too), which threads take. Each update is one fused sweep per chunk (param, grad
+// and state read once, param and state written once): these kernels are bound by memory
+// bandwidth. The norm adds per-chunk double partials in chunk order, so it is bit-identical for
+// any number of threads. The update arithmetic (Adam's moments' temporaries, SGD's buffer
 // math) runs in acc_t = reel::acc_type_t<T>: loads T -> acc_t, stores acc_t -> T (no-ops for f32
 // and f64, where acc_t is T; one rounding for bf16 and f16), and the state is stored as acc_t;
 // the norm's partials are double, wider than acc_t.
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include <Eigen/Core>
 
 #include "kernels/adam_scalars.h"
 #include "kernels/backends.h"
-#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/multi_tensor.h"
+#include "kernels/optimizer_rules.h"
 
 namespace reel::kernels::cpu {
 
 namespace {
-
-constexpr int64_t kChunk = 1 << 14;  // 64 KB of f32 per operand: four operands stay in L2
-
-struct Chunk {
-  size_t tensor;
-  int64_t begin, end;
-};
-
-// The chunks of a list of tensors, in list order (the order of the norm's partial sums).
-std::vector<Chunk> make_chunks(const std::vector<Tensor>& tensors) {
-  std::vector<Chunk> chunks;
-  for (size_t i = 0; i < tensors.size(); ++i)
-    for (int64_t b = 0; b < tensors[i].numel(); b += kChunk)
-      chunks.push_back({i, b, std::min(tensors[i].numel(), b + kChunk)});
-  return chunks;
-}
-
-// Raw pointers taken before the parallel region: nothing inside it may throw.
-std::vector<void*> pointers(const std::vector<Tensor>& tensors) {
-  std::vector<void*> p(tensors.size());
-  for (size_t i = 0; i < tensors.size(); ++i) p[i] = tensors[i].numel() > 0 ? tensors[i].data_ptr() : nullptr;
-  return p;
-}
 
 template <typename T>
 using Arr = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
@@ -120,6 +100,20 @@ void adam_chunk(T* p, const T* g, acc_t* m, acc_t* v, int64_t n, const AdamScala
   }
 }
 
+// One chunk of a rule of kernels/optimizer_rules.h: each element loaded into acc_t (the state is
+// acc_t already), updated by Rule::apply, stored back (a 16-bit p rounded once).
+template <typename Rule, typename T, typename A = acc_type_t<T>>
+void rule_chunk(T* p, const T* g, A* const* s, int64_t n, const typename Rule::template Coeffs<A>& c) {
+  constexpr int K = Rule::kSlots;
+  for (int64_t i = 0; i < n; ++i) {
+    A pv = static_cast<A>(p[i]), sv[K];
+    for (int k = 0; k < K; ++k) sv[k] = s[k][i];
+    Rule::apply(pv, static_cast<A>(g[i]), sv, c);
+    p[i] = static_cast<T>(pv);
+    for (int k = 0; k < K; ++k) s[k][i] = sv[k];
+  }
+}
+
 template <typename T>
 double sum_squares_chunk(const T* x, int64_t n) {
   double s = 0;
@@ -135,27 +129,6 @@ void scale_chunk(T* x, int64_t n, double factor) {
   for (int64_t i = 0; i < n; ++i) x[i] = static_cast<T>(acc_t(x[i]) * f);
 }
 
-std::vector<DType> dtypes_of(const std::vector<Tensor>& tensors) {
-  std::vector<DType> d(tensors.size());
-  for (size_t i = 0; i < tensors.size(); ++i) d[i] = tensors[i].dtype();
-  return d;
-}
-
-// fn(T{}) with T the C++ type of a floating dtype; nothing for another (the entry points let only
-// floating dtypes through). Called inside the parallel regions: never throws.
-template <typename Fn>
-void by_dtype(DType dt, Fn&& fn) {
-  switch (dt) {
-    case DType::f32: fn(float{}); break;
-    case DType::f64: fn(double{}); break;
-    case DType::bf16: fn(bf16{}); break;
-    case DType::f16: fn(f16{}); break;
-    default: break;
-  }
-}
-
-bool parallel(const std::vector<Chunk>& chunks) { return chunks.size() > 1; }
-
 }  // namespace
 
 // ---- launchers ----------------------------------------------------------------------------------
@@ -163,59 +136,59 @@ bool parallel(const std::vector<Chunk>& chunks) { return chunks.size() > 1; }
 void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                 const std::vector<Tensor>& momentum_bufs, double lr, double momentum, double dampening,
                 double weight_decay, bool nesterov, int64_t step) {
-  const std::vector<Chunk> chunks = make_chunks(params);
-  const std::vector<void*> p = pointers(params), g = pointers(grads);
   const bool use_buf = momentum != 0;
-  const std::vector<void*> b = use_buf ? pointers(momentum_bufs) : std::vector<void*>(params.size(), nullptr);
-  const std::vector<DType> dt = dtypes_of(params);
+  const TensorLists<3> lists({&params, &grads, use_buf ? &momentum_bufs : nullptr});
   const SgdArgs args{lr, momentum, dampening, weight_decay, nesterov, step <= 1};
-  const int64_t n_chunks = static_cast<int64_t>(chunks.size());
-  parallel_for(n_chunks, parallel(chunks), [&](int64_t c) {
-    const Chunk& k = chunks[static_cast<size_t>(c)];
-    const int64_t n = k.end - k.begin;
-    by_dtype(dt[k.tensor], [&](auto zero) {
-      using T = decltype(zero);
-      using S = acc_type_t<T>;  // the buffer's type
-      sgd_chunk(static_cast<T*>(p[k.tensor]) + k.begin, static_cast<const T*>(g[k.tensor]) + k.begin,
-                use_buf ? static_cast<S*>(b[k.tensor]) + k.begin : nullptr, n, args);
-    });
+  lists.apply([&](auto zero, const ListChunk<3>& c) {
+    using T = decltype(zero);
+    using S = acc_type_t<T>;  // the buffer's type
+    sgd_chunk(c.ptr<T>(0), c.ptr<const T>(1), c.ptr<S>(2), c.n, args);
   });
 }
 
 void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
                   const std::vector<Tensor>& v, double lr, double beta1, double beta2, double eps,
                   double weight_decay, int64_t step, bool decoupled_weight_decay) {
-  const std::vector<Chunk> chunks = make_chunks(params);
-  const std::vector<void*> p = pointers(params), g = pointers(grads), pm = pointers(m), pv = pointers(v);
-  const std::vector<DType> dt = dtypes_of(params);
+  const TensorLists<4> lists({&params, &grads, &m, &v});
   const AdamScalars args = adam_scalars(lr, beta1, beta2, eps, weight_decay, step, decoupled_weight_decay);
-  const int64_t n_chunks = static_cast<int64_t>(chunks.size());
-  parallel_for(n_chunks, parallel(chunks), [&](int64_t c) {
-    const Chunk& k = chunks[static_cast<size_t>(c)];
-    const int64_t n = k.end - k.begin;
-    const size_t t = k.tensor;
-    by_dtype(dt[t], [&](auto zero) {
-      using T = decltype(zero);
-      using A = acc_type_t<T>;  // the moments' type
-      adam_chunk(static_cast<T*>(p[t]) + k.begin, static_cast<const T*>(g[t]) + k.begin,
-                 static_cast<A*>(pm[t]) + k.begin, static_cast<A*>(pv[t]) + k.begin, n, args);
-    });
+  lists.apply([&](auto zero, const ListChunk<4>& c) {
+    using T = decltype(zero);
+    using A = acc_type_t<T>;  // the moments' type
+    adam_chunk(c.ptr<T>(0), c.ptr<const T>(1), c.ptr<A>(2), c.ptr<A>(3), c.n, args);
   });
 }
 
+template <typename Rule>
+void rule_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<std::vector<Tensor>>& state, const typename Rule::Options& options, double lr,
+                 int64_t step) {
+  constexpr size_t N = 2 + Rule::kSlots;  // params, grads, the slots
+  std::array<const std::vector<Tensor>*, N> ptrs{&params, &grads};
+  for (size_t k = 0; k < static_cast<size_t>(Rule::kSlots); ++k) ptrs[2 + k] = &state[k];
+  const TensorLists<N> lists(ptrs);
+  // The step's coefficients in both update types (f32 for f32, bf16 and f16 parameters; f64).
+  const auto c32 = Rule::template coeffs<float>(options, lr, step);
+  const auto c64 = Rule::template coeffs<double>(options, lr, step);
+  lists.apply([&](auto zero, const ListChunk<N>& c) {
+    using T = decltype(zero);
+    using A = acc_type_t<T>;
+    std::array<A*, static_cast<size_t>(Rule::kSlots)> s;
+    for (size_t k = 0; k < s.size(); ++k) s[k] = c.template ptr<A>(2 + k);
+    T* p = c.template ptr<T>(0);
+    const T* g = c.template ptr<const T>(1);
+    if constexpr (std::is_same_v<A, float>) rule_chunk<Rule>(p, g, s.data(), c.n, c32);
+    else rule_chunk<Rule>(p, g, s.data(), c.n, c64);
+  });
+}
+
+REEL_OPTIMIZER_RULES(REEL_INSTANTIATE_RULE_UPDATE)
+
 double sum_of_squares(const std::vector<Tensor>& tensors) {
-  const std::vector<Chunk> chunks = make_chunks(tensors);
-  const std::vector<void*> x = pointers(tensors);
-  const std::vector<DType> dt = dtypes_of(tensors);
-  std::vector<double> partial(chunks.size(), 0.0);
-  const int64_t n_chunks = static_cast<int64_t>(chunks.size());
-  parallel_for(n_chunks, parallel(chunks), [&](int64_t c) {
-    const Chunk& k = chunks[static_cast<size_t>(c)];
-    const size_t t = k.tensor;
-    by_dtype(dt[t], [&](auto zero) {
-      using T = decltype(zero);
-      partial[static_cast<size_t>(c)] = sum_squares_chunk(static_cast<const T*>(x[t]) + k.begin, k.end - k.begin);
-    });
+  const TensorLists<1> lists({&tensors});
+  std::vector<double> partial(static_cast<size_t>(lists.chunks()), 0.0);
+  lists.apply([&](auto zero, const ListChunk<1>& c) {
+    using T = decltype(zero);
+    partial[static_cast<size_t>(c.index)] = sum_squares_chunk(c.ptr<const T>(0), c.n);
   });
   double s = 0;
   for (double v : partial) s += v;  // chunk order: the same bits for any thread count
@@ -223,17 +196,10 @@ double sum_of_squares(const std::vector<Tensor>& tensors) {
 }
 
 void scale_(const std::vector<Tensor>& tensors, double factor) {
-  const std::vector<Chunk> chunks = make_chunks(tensors);
-  const std::vector<void*> x = pointers(tensors);
-  const std::vector<DType> dt = dtypes_of(tensors);
-  const int64_t n_chunks = static_cast<int64_t>(chunks.size());
-  parallel_for(n_chunks, parallel(chunks), [&](int64_t c) {
-    const Chunk& k = chunks[static_cast<size_t>(c)];
-    const size_t t = k.tensor;
-    by_dtype(dt[t], [&](auto zero) {
-      using T = decltype(zero);
-      scale_chunk(static_cast<T*>(x[t]) + k.begin, k.end - k.begin, factor);
-    });
+  const TensorLists<1> lists({&tensors});
+  lists.apply([&](auto zero, const ListChunk<1>& c) {
+    using T = decltype(zero);
+    scale_chunk(c.ptr<T>(0), c.n, factor);
   });
 }
 

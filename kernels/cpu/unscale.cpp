@@ -1,28 +1,20 @@
 // The loss scaler's unscale on the CPU (kernels/unscale.h): g *= inv_scale over a list of
 // gradients, in place, finding any inf or NaN in the same sweep.
 //
-// The list is cut into chunks of kChunk elements (a chunk never spans two tensors) and threads
-// take chunks, so a model's many small bias gradients parallelise as well as one big embedding's.
-// Each chunk is read and written once; its found flag goes into its own slot (no shared write
-// inside the parallel region), and the flags are OR-ed after it.
+// The list goes in the chunks of kernels/cpu/multi_tensor.h (the optimizer kernels' too), which
+// threads take. Each chunk is read and written once; its found flag goes into its own slot (no
+// shared write inside the parallel region), and the flags are OR-ed after it.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "kernels/backends.h"
-#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/multi_tensor.h"
 
 namespace reel::kernels::cpu {
 
 namespace {
-
-constexpr int64_t kChunk = 1 << 14;
-
-struct Chunk {
-  size_t tensor;
-  int64_t begin, end;
-};
 
 // Whether x is inf or NaN, from its bits (all exponent bits set): independent of -ffast-math.
 inline bool nonfinite(float x) {
@@ -53,30 +45,11 @@ bool unscale_chunk(T* x, int64_t n, double factor) {
 }  // namespace
 
 bool unscale_grads_(const std::vector<Tensor>& grads, double inv_scale) {
-  std::vector<Chunk> chunks;
-  std::vector<void*> ptr(grads.size(), nullptr);
-  std::vector<DType> dtype(grads.size());
-  for (size_t i = 0; i < grads.size(); ++i) {  // raw pointers before the region: nothing in it throws
-    if (grads[i].numel() > 0) ptr[i] = grads[i].data_ptr();
-    dtype[i] = grads[i].dtype();
-    for (int64_t b = 0; b < grads[i].numel(); b += kChunk)
-      chunks.push_back({i, b, std::min(grads[i].numel(), b + kChunk)});
-  }
-  std::vector<char> found(chunks.size(), 0);
-  const int64_t n_chunks = static_cast<int64_t>(chunks.size());
-  parallel_for(n_chunks, n_chunks > 1, [&](int64_t c) {
-    const Chunk& k = chunks[static_cast<size_t>(c)];
-    const int64_t n = k.end - k.begin;
-    bool f = false;
-    void* p = ptr[k.tensor];
-    switch (dtype[k.tensor]) {
-      case DType::f32: f = unscale_chunk(static_cast<float*>(p) + k.begin, n, inv_scale); break;
-      case DType::f64: f = unscale_chunk(static_cast<double*>(p) + k.begin, n, inv_scale); break;
-      case DType::bf16: f = unscale_chunk(static_cast<bf16*>(p) + k.begin, n, inv_scale); break;
-      case DType::f16: f = unscale_chunk(static_cast<f16*>(p) + k.begin, n, inv_scale); break;
-      default: break;  // the entry point let floating dtypes through only
-    }
-    found[static_cast<size_t>(c)] = f ? 1 : 0;
+  const TensorLists<1> lists({&grads});
+  std::vector<char> found(static_cast<size_t>(lists.chunks()), 0);
+  lists.apply([&](auto zero, const ListChunk<1>& c) {
+    using T = decltype(zero);
+    found[static_cast<size_t>(c.index)] = unscale_chunk(c.ptr<T>(0), c.n, inv_scale) ? 1 : 0;
   });
   return std::any_of(found.begin(), found.end(), [](char f) { return f != 0; });
 }

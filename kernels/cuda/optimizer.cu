@@ -1,17 +1,14 @@
 // kernels/cuda/optimizer.cu: the optimizer updates over a flat list of parameters on a CUDA
 // device: SGD (momentum, dampening, Nesterov, weight decay), AdamW (and Adam's L2 form), the
-// global gradient norm and in-place scaling for clipping, over f32, f64, bf16 and f16 parameters.
+// rules of kernels/optimizer_rules.h (one kernel template for all), the global gradient norm and
+// in-place scaling for clipping, over f32, f64, bf16 and f16 parameters.
 //
-// Multi-tensor apply (as PyTorch's _foreach kernels): each tensor is cut into fixed chunks of
-// kChunk elements, and one launch covers up to kMaxBlocks chunks of up to kMaxTensors tensors,
-// their pointers and sizes passed by value in ListArgs (2.3 KB of kernel parameters), so a
-// model's hundred bias vectors cost a few launches, not a hundred. Block b handles chunk
-// chunk_of[b] of tensor slot tensor_of[b]. Each update is one fused sweep (param, grad and
-// state read once, param and state written once): these kernels are bound by memory bandwidth.
-// A list may mix f32, f64, bf16 and f16 tensors: each dtype's go through their own launches, in
-// that order. The update arithmetic runs in acc_t = reel::acc_type_t<T> (T itself for f32 and
-// f64, f32 for the 16-bit types), and a parameter's state is stored as acc_t (a 16-bit parameter
-// keeps f32 moments: kernels/optimizer.h); a 16-bit parameter is rounded once, at its store.
+// Multi-tensor apply (kernels/cuda/multi_tensor.h, shared with the unscale): one launch covers
+// many chunks of many tensors. Each update is one fused sweep (param, grad and state read once,
+// param and state written once): these kernels are bound by memory bandwidth. The update
+// arithmetic runs in acc_t = reel::acc_type_t<T> (T itself for f32 and f64, f32 for the 16-bit
+// types), and a parameter's state is stored as acc_t (a 16-bit parameter keeps f32 moments:
+// kernels/optimizer.h); a 16-bit parameter is rounded once, at its store.
 //
 // The norm is a deterministic two-pass reduction: pass 1 writes one double partial per chunk,
 // a fixed tree over the chunk's elements, at the chunk's index in list order; pass 2, one block,
@@ -27,37 +24,12 @@
 #include "kernels/backends.h"
 #include "kernels/cuda/block_reduce.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/multi_tensor.h"
+#include "kernels/optimizer_rules.h"
 
 namespace reel::kernels::cuda {
 
 namespace {
-
-constexpr int64_t kChunk = 1 << 14;  // elements per block (fixed: the norm's partials depend on it)
-constexpr int kMaxTensors = 16;      // tensor slots per launch
-constexpr int kMaxBlocks = 320;      // chunks per launch
-constexpr int kListThreads = 256;
-
-// The tensors and chunks of one launch. ptr[k][s]: list k's tensor in slot s (null for a list
-// that is not used, e.g. no momentum buffers), untyped: a kernel casts each list to its element
-// type (a parameter's T, its state's acc_t); chunk_base[s]: the index, in list order over ALL
-// the tensors, of that tensor's first chunk (where the norm writes its partials).
-template <int N>
-struct ListArgs {
-  void* ptr[N][kMaxTensors];
-  int64_t numel[kMaxTensors];
-  int64_t chunk_base[kMaxTensors];
-  int tensor_of[kMaxBlocks];
-  int chunk_of[kMaxBlocks];
-};
-
-// The element range [begin, end) of this block's chunk, and its tensor slot.
-template <int N>
-__device__ __forceinline__ int block_chunk(const ListArgs<N>& a, int64_t& begin, int64_t& end) {
-  const int s = a.tensor_of[blockIdx.x];
-  begin = a.chunk_of[blockIdx.x] * kChunk;
-  end = min_i64(a.numel[s], begin + kChunk);
-  return s;
-}
 
 // ---- kernels ---------------------------------------------------------------------------------
 
@@ -114,6 +86,25 @@ __global__ void __launch_bounds__(kListThreads) adamw_kernel(ListArgs<4> a, Adam
   }
 }
 
+// Lists: 0 params (T), 1 grads (T), 2.. the rule's state slots (acc_t). One element at a time
+// through Rule::apply (kernels/optimizer_rules.h) in acc_t; p is stored as T.
+template <typename Rule, typename T, typename A>
+__global__ void __launch_bounds__(kListThreads)
+    rule_kernel(ListArgs<2 + Rule::kSlots> a, typename Rule::template Coeffs<A> c) {
+  constexpr int K = Rule::kSlots;
+  int64_t begin, end;
+  const int s = block_chunk(a, begin, end);
+  T* p = static_cast<T*>(a.ptr[0][s]);
+  const T* g = static_cast<const T*>(a.ptr[1][s]);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    A pv = static_cast<A>(p[i]), sv[K];
+    for (int k = 0; k < K; ++k) sv[k] = static_cast<const A*>(a.ptr[2 + k][s])[i];
+    Rule::apply(pv, static_cast<A>(g[i]), sv, c);
+    p[i] = static_cast<T>(pv);
+    for (int k = 0; k < K; ++k) static_cast<A*>(a.ptr[2 + k][s])[i] = sv[k];
+  }
+}
+
 // partial[chunk_base[s] + chunk] = sum of x^2 over this block's chunk, in double.
 template <typename T>
 __global__ void __launch_bounds__(kListThreads) sum_squares_kernel(ListArgs<1> a, double* partial) {
@@ -147,62 +138,12 @@ __global__ void __launch_bounds__(kListThreads) scale_kernel(ListArgs<1> a, acc_
 
 // ---- launchers -------------------------------------------------------------------------------
 
-int64_t chunks_of(const Tensor& t) { return (t.numel() + kChunk - 1) / kChunk; }
-
-// Calls run(args, blocks) for batches of the chunks of the tensors of dtype T, in list order.
-// lists[k] may be null (ptr[k] then stays null); index i of every list is the same parameter.
-template <typename T, int N, typename Run>
-void list_apply(const std::array<const std::vector<Tensor>*, N>& lists, Run run) {
-  constexpr DType dtype = dtype_of<T>::value;
-  const std::vector<Tensor>& first = *lists[0];
-  ListArgs<N> a{};
-  int slot = 0, blocks = 0;
-  int64_t base = 0;  // chunk index of tensor i's first chunk, over all tensors in list order
-  for (size_t i = 0; i < first.size(); ++i) {
-    const int64_t chunks = chunks_of(first[i]);
-    if (first[i].dtype() != dtype || chunks == 0) {
-      base += chunks;
-      continue;
-    }
-    for (int k = 0; k < N; ++k) a.ptr[k][slot] = lists[k] ? (*lists[k])[i].data_ptr() : nullptr;
-    a.numel[slot] = first[i].numel();
-    a.chunk_base[slot] = base;
-    for (int64_t c = 0; c < chunks; ++c) {
-      a.tensor_of[blocks] = slot;
-      a.chunk_of[blocks] = static_cast<int>(c);
-      ++blocks;
-      const bool last_chunk = c + 1 == chunks;
-      if (blocks == kMaxBlocks || (last_chunk && slot + 1 == kMaxTensors)) {
-        run(a, blocks);
-        blocks = 0;
-        if (!last_chunk) {  // the tensor goes on in slot 0 of the next launch
-          for (int k = 0; k < N; ++k) a.ptr[k][0] = a.ptr[k][slot];
-          a.numel[0] = a.numel[slot];
-          a.chunk_base[0] = a.chunk_base[slot];
-          slot = 0;
-        } else {
-          slot = -1;  // the next tensor starts at slot 0
-        }
-      }
-    }
-    base += chunks;
-    ++slot;
-  }
-  if (blocks > 0) run(a, blocks);
-}
-
-Device device_of(const std::vector<Tensor>& tensors) {
-  for (const Tensor& t : tensors)
-    if (t.numel() > 0) return t.device();
-  return Device::cpu();  // nothing to do
-}
-
 }  // namespace
 
 void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                 const std::vector<Tensor>& momentum_bufs, double lr, double momentum, double dampening,
                 double weight_decay, bool nesterov, int64_t step) {
-  const Device device = device_of(params);
+  const Device device = list_device(params);
   if (device.is_cpu()) return;
   set_device(device);
   const bool use_buf = momentum != 0;
@@ -215,16 +156,13 @@ void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
              static_cast<A>(1 - dampening), static_cast<A>(weight_decay), nesterov, step <= 1);
     });
   };
-  go(float{});
-  go(double{});
-  go(bf16{});
-  go(f16{});
+  for_each_floating_type(go);
 }
 
 void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
                   const std::vector<Tensor>& v, double lr, double beta1, double beta2, double eps,
                   double weight_decay, int64_t step, bool decoupled_weight_decay) {
-  const Device device = device_of(params);
+  const Device device = list_device(params);
   if (device.is_cpu()) return;
   set_device(device);
   const AdamScalars sc = adam_scalars(lr, beta1, beta2, eps, weight_decay, step, decoupled_weight_decay);
@@ -235,14 +173,33 @@ void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& 
       launch("adamw_kernel", adamw_kernel<T, acc_type_t<T>>, blocks, kListThreads, 0, a, sc);
     });
   };
-  go(float{});
-  go(double{});
-  go(bf16{});
-  go(f16{});
+  for_each_floating_type(go);
 }
 
+template <typename Rule>
+void rule_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<std::vector<Tensor>>& state, const typename Rule::Options& options, double lr,
+                 int64_t step) {
+  const Device device = list_device(params);
+  if (device.is_cpu()) return;
+  set_device(device);
+  constexpr int N = 2 + Rule::kSlots;  // params, grads, the slots
+  std::array<const std::vector<Tensor>*, N> lists{&params, &grads};
+  for (int k = 0; k < Rule::kSlots; ++k) lists[static_cast<size_t>(2 + k)] = &state[static_cast<size_t>(k)];
+  for_each_floating_type([&](auto zero) {
+    using T = decltype(zero);
+    using A = acc_type_t<T>;
+    const auto c = Rule::template coeffs<A>(options, lr, step);
+    list_apply<T, N>(lists, [&](const ListArgs<N>& a, int blocks) {
+      launch(Rule::kName, rule_kernel<Rule, T, A>, blocks, kListThreads, 0, a, c);
+    });
+  });
+}
+
+REEL_OPTIMIZER_RULES(REEL_INSTANTIATE_RULE_UPDATE)
+
 double sum_of_squares(const std::vector<Tensor>& tensors) {
-  const Device device = device_of(tensors);
+  const Device device = list_device(tensors);
   if (device.is_cpu()) return 0;
   set_device(device);
   int64_t total = 0;
@@ -257,16 +214,13 @@ double sum_of_squares(const std::vector<Tensor>& tensors) {
       launch("sum_squares_kernel", sum_squares_kernel<T>, blocks, kListThreads, 0, a, pp);
     });
   };
-  go(float{});
-  go(double{});
-  go(bf16{});
-  go(f16{});
+  for_each_floating_type(go);
   launch("sum_partials_kernel", sum_partials_kernel, 1, 1024, 0, static_cast<const double*>(pp), total, pp + total);
   return untracked::slice(partial, 0, total, total + 1).to(Device::cpu()).data<double>()[0];
 }
 
 void scale_(const std::vector<Tensor>& tensors, double factor) {
-  const Device device = device_of(tensors);
+  const Device device = list_device(tensors);
   if (device.is_cpu()) return;
   set_device(device);
   const std::array<const std::vector<Tensor>*, 1> lists{&tensors};
@@ -277,10 +231,7 @@ void scale_(const std::vector<Tensor>& tensors, double factor) {
              static_cast<acc_type_t<T>>(factor));
     });
   };
-  go(float{});
-  go(double{});
-  go(bf16{});
-  go(f16{});
+  for_each_floating_type(go);
 }
 
 }  // namespace reel::kernels::cuda

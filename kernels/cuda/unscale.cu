@@ -1,16 +1,18 @@
 // kernels/cuda/unscale.cu: the loss scaler's unscale on a CUDA device (kernels/unscale.h):
 // g *= inv_scale over a list of gradients, in place, finding any inf or NaN in the same sweep.
 //
-// One grid-stride launch per gradient, all of them writing to one device flag (atomicMax to 1 by a
-// thread that stored a non-finite value), and one copy of that flag to the host after the last
-// launch: each gradient is read and written once and the host waits once per window, not once per
-// tensor. (A multi-tensor launch as kernels/cuda/optimizer.cu's would save the launches of small
-// tensors; the unscale runs once per window, so it is not worth its complexity here.)
+// The list goes through the multi-tensor launches of kernels/cuda/multi_tensor.h (the optimizer
+// kernels' too): a model's hundred small gradients cost a few launches, not a hundred. Every
+// launch writes to one device flag (atomicMax to 1 by a block that stored a non-finite value), and
+// one copy of that flag goes to the host after the last launch: each gradient is read and written
+// once and the host waits once per window, not once per tensor.
+#include <array>
 #include <cstdint>
 
 #include "core/half.h"
 #include "kernels/backends.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/multi_tensor.h"
 
 namespace reel::kernels::cuda {
 
@@ -26,11 +28,14 @@ __device__ __forceinline__ bool nonfinite(double x) {
 
 // ---- kernels ---------------------------------------------------------------------------------
 
-// x (n) *= factor in acc_t, rounded once to T; *found = 1 when any stored value is non-finite.
+// Each chunk of the launch's gradients (ListArgs: kernels/cuda/multi_tensor.h) *= factor in
+// acc_t, rounded once to T; *found = 1 when any stored value is non-finite.
 template <typename T, typename acc_t>
-__global__ void __launch_bounds__(kThreads) unscale_kernel(T* x, int64_t n, acc_t factor, int* found) {
+__global__ void __launch_bounds__(kListThreads) unscale_kernel(ListArgs<1> a, acc_t factor, int* found) {
+  int64_t begin, end;
+  T* x = static_cast<T*>(a.ptr[0][block_chunk(a, begin, end)]);
   bool f = false;
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     const T y = static_cast<T>(acc_t(x[i]) * factor);
     x[i] = y;
     f = f || nonfinite(static_cast<acc_t>(y));
@@ -38,36 +43,24 @@ __global__ void __launch_bounds__(kThreads) unscale_kernel(T* x, int64_t n, acc_
   if (f) atomicMax(found, 1);
 }
 
-// ---- launchers -------------------------------------------------------------------------------
-
-template <typename T>
-void unscale_one(const Tensor& g, double inv_scale, int* found) {
-  using A = acc_type_t<T>;
-  const int64_t n = g.numel();
-  launch("unscale_kernel", unscale_kernel<T, A>, grid_for(n, kThreads), kThreads, 0, g.data<T>(), n,
-         static_cast<A>(inv_scale), found);
-}
-
 }  // namespace
 
+// ---- launchers -------------------------------------------------------------------------------
+
 bool unscale_grads_(const std::vector<Tensor>& grads, double inv_scale) {
-  Device device = Device::cpu();
-  for (const Tensor& g : grads)
-    if (g.numel() > 0) device = g.device();
+  const Device device = list_device(grads);
   if (device.is_cpu()) return false;  // nothing to unscale
   set_device(device);
   const Tensor flag = zeros({1}, DType::i32, device);  // (1): 1 once any value is non-finite
   int* found = flag.data<int32_t>();
-  for (const Tensor& g : grads) {
-    if (g.numel() == 0) continue;
-    switch (g.dtype()) {
-      case DType::f32: unscale_one<float>(g, inv_scale, found); break;
-      case DType::f64: unscale_one<double>(g, inv_scale, found); break;
-      case DType::bf16: unscale_one<bf16>(g, inv_scale, found); break;
-      case DType::f16: unscale_one<f16>(g, inv_scale, found); break;
-      default: break;  // the entry point let floating dtypes through only
-    }
-  }
+  const std::array<const std::vector<Tensor>*, 1> lists{&grads};
+  for_each_floating_type([&](auto zero) {
+    using T = decltype(zero);
+    using A = acc_type_t<T>;
+    list_apply<T, 1>(lists, [&](const ListArgs<1>& a, int blocks) {
+      launch("unscale_kernel", unscale_kernel<T, A>, blocks, kListThreads, 0, a, static_cast<A>(inv_scale), found);
+    });
+  });
   return flag.to(Device::cpu()).data<int32_t>()[0] != 0;
 }
 

@@ -1,15 +1,18 @@
 // tests/op_table/optimizer.cpp: the op table's optimizer kernels: sgd_update (momentum, dampening,
-// weight decay, Nesterov) and adamw_update (decoupled and Adam's L2 form) over several steps, the
+// weight decay, Nesterov), adamw_update (decoupled and Adam's L2 form) and the rules of
+// kernels/optimizer_rules.h (rule_row: each against its f64 formula) over several steps, the
 // global gradient norm and scale_, over long mixed-dtype lists (more tensors than one launch
 // takes, chunks past one launch), against the torch formulas in f64. Their rows run in the dtypes
 // their lists mix; the "16bit" lists hold bf16 and f16 parameters (f32 state), with the 16-bit
 // tolerances of with_16bit() below.
 #include <cmath>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "kernels/ops.h"
+#include "kernels/optimizer_rules.h"
 #include "op_table.h"
 
 namespace reel::op_table {
@@ -138,6 +141,64 @@ Values adam_ref(const Tensors& p, const Tensors& g, const Tensors& m, const Tens
   return rp;
 }
 
+// ==== the rules of kernels/optimizer_rules.h ======================================================
+
+// A rule's formula for one element, in f64, written in the test as its paper or reference library
+// writes it: p and the state values s[0..kSlots) updated in place for the gradient g at `step`.
+using RuleRef = std::function<void(double& p, double g, double* s, int64_t step)>;
+
+// The row of kernels::rule_update<Rule>: `steps` steps over the lists of `kind` (params and grads
+// drawn in [-1, 1], state slot k in slot_ranges[k]) with `options` and `lr`, its parameters and then
+// each slot's state against `ref` run element by element in f64, and on every device against the
+// cpu. `reach` bounds how far the steps move a parameter in all (the 16-bit tolerances: with_16bit).
+template <typename Rule>
+OpCase rule_row(const typename Rule::Options& options, double lr, const std::string& kind,
+                const std::vector<int64_t>& steps, const std::vector<std::pair<double, double>>& slot_ranges,
+                RuleRef ref, double reach) {
+  constexpr size_t K = Rule::kSlots;
+  const size_t n = param_list(kind).size();
+  std::vector<std::pair<double, double>> ranges{{-1, 1}, {-1, 1}};  // params, grads
+  ranges.insert(ranges.end(), slot_ranges.begin(), slot_ranges.end());
+  // f32 elements against the f64 formula; f64 elements to a few ulps of the same formula.
+  const Tols upd = tols({1e-6, 1e-7}, {1e-12, 1e-12}), prec = tols(1e-6, 1e-14);
+  const double n_steps = static_cast<double>(steps.size());
+  std::vector<Tols> device(n, with_16bit(upd, n_steps, reach, true));  // the params, 16-bit ones too
+  device.push_back(upd);                                                // the state: acc_t
+  OpCase row(std::string(Rule::kName) + " lr " + str(lr) + " steps " + std::to_string(steps.front()) + ".." +
+                 std::to_string(steps.back()) + ", " + kind + " list",
+             [kind, ranges](Generator& g) { return make_lists(g, kind, ranges); },
+             [options, lr, steps, n](const Tensors& in, Device) {
+               const Tensors p = clones(slice_of(in, 0, n));
+               std::vector<Tensors> state;
+               for (size_t k = 0; k < K; ++k) state.push_back(clones(slice_of(in, 2 + k, n)));
+               for (int64_t step : steps) kernels::rule_update<Rule>(p, slice_of(in, 1, n), state, options, lr, step);
+               Tensors out = p;
+               for (const Tensors& slot : state) out.insert(out.end(), slot.begin(), slot.end());
+               return out;
+             },
+             device);
+  row.with_dtypes({}).with_reference(
+      [steps, n, ref](const Tensors& in) {
+        Values out(n * (1 + K));
+        for (size_t i = 0; i < n; ++i) {
+          std::vector<double> p = values(in[i]), g = values(in[n + i]);
+          std::vector<std::vector<double>> s;
+          for (size_t k = 0; k < K; ++k) s.push_back(values(in[(2 + k) * n + i]));
+          for (size_t j = 0; j < p.size(); ++j) {
+            double sj[K > 0 ? K : 1];
+            for (size_t k = 0; k < K; ++k) sj[k] = s[k][j];
+            for (int64_t step : steps) ref(p[j], g[j], sj, step);
+            for (size_t k = 0; k < K; ++k) s[k][j] = sj[k];
+          }
+          out[i] = p;
+          for (size_t k = 0; k < K; ++k) out[(1 + k) * n + i] = s[k];
+        }
+        return out;
+      },
+      {with_16bit(prec, n_steps, reach, false)});
+  return row;
+}
+
 std::vector<OpCase> optimizer_cases() {
   using namespace kernels;
   std::vector<OpCase> cases;
@@ -223,6 +284,30 @@ std::vector<OpCase> optimizer_cases() {
         {with_16bit(ref, steps, reach, false)});
     cases.push_back(row);
   }
+  // Lion against its paper's formula in f64: decoupled decay, the sign of the interpolation, then
+  // the momentum. A parameter moves by lr per step (reach 1: the parameters' own range).
+  struct LionRow {
+    kernels::Lion::Options o;
+    double lr;
+    std::string list;
+    std::vector<int64_t> steps;
+  };
+  const std::vector<LionRow> lions = {{{0.9, 0.99, 0}, 1e-2, "long", {1, 2, 3}},
+                                      {{0.95, 0.98, 0.1}, 1e-3, "chunked", {1, 2}},
+                                      // beta1 0.87, not 0.9: with 0.9 a tie b1 m = -(1 - b1) g is
+                                      // exact for some bf16 g and m (g = -9 m), where f32 and f64
+                                      // round the interpolation to opposite signs of 0.
+                                      {{0.87, 0.99, 0.1}, 1e-2, "16bit", {1, 2, 3}}};
+  for (const LionRow& r : lions)
+    cases.push_back(rule_row<kernels::Lion>(
+        r.o, r.lr, r.list, r.steps, {{-0.1, 0.1}},  // exp_avg
+        [o = r.o, lr = r.lr](double& p, double g, double* s, int64_t) {
+          p *= 1 - lr * o.weight_decay;
+          const double u = o.beta1 * s[0] + (1 - o.beta1) * g;
+          p -= lr * (u > 0 ? 1.0 : u < 0 ? -1.0 : 0.0);
+          s[0] = o.beta2 * s[0] + (1 - o.beta2) * g;
+        },
+        1));
   // The global norm (accumulated in double: the cpu's value to 1e-12 on every device) and scale_.
   for (const std::string kind : {"long", "big", "chunked", "strided", "16bit"}) {
     OpCase row("global_grad_norm and scale_ by 0.37, " + kind + " list",
