@@ -81,7 +81,8 @@ class BackwardObserver {
   virtual void after_replay(const ReplayEvent&, bool /*threw*/) {}
   virtual void leaf_grad_ready(const AutogradMeta&) {}
   virtual void before_leaf_grad(const AutogradMeta&) {}
-  // `value`: what the slot kept (the saved tensor, or the Tensor a pack hook made of it).
+  // `value`: what the slot kept (the saved tensor, or the Tensor a pack hook made of it). A slot
+  // whose pack hook made something else of it (Offload's host copy, not yet unpacked) goes unannounced.
   virtual void saved_released(const NodeEvent&, const Tensor& /*value*/) {}
   // leaf_grad_ready costs the walk a pass over the tape to find each leaf's last user: only an
   // observer that says so here pays for it.

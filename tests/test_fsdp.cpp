@@ -5,7 +5,8 @@
 // block units; a replayed checkpoint segment re-gathers its freed parameters (gradients bit-identical
 // to an unsharded checkpointed run); the all-gather and reduce-scatter counts of fsdp.h's formula
 // (2U - 1 + R - S - N per micro-batch: a unit no rule reads is not gathered in backward); a Linear's
-// weight released before its weight gradient exists; per-rank parameter,
+// weight released before its weight gradient exists; the backward observer events in order around
+// ZeRO-3 (begin_backward, rules, replays and releases, end_backward with every unit released); per-rank parameter,
 // gradient and optimizer bytes about half a single process's; a released parameter refused by
 // kernels; gathered checkpoints loading into one process bit for bit, and back; every collective a
 // span on the trace's communication lanes; gather_all keeping the model whole; mixed precision
