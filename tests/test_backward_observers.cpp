@@ -1,7 +1,8 @@
 // The backward observers' events in the order a lever sees them (begin_backward, the rules and
 // replays, the saves a rule lets go of, end_backward) under gradient accumulation, a checkpoint
 // replay, a rule that throws and a loss that is a leaf; the tape queries of autograd/inspect.h
-// that a lever reads at those events; Offload's observer present only while an offload state lives.
+// that a lever reads at those events; Offload's observer present only while an offload state lives,
+// and still told of the replay during which its last state went.
 // (ZeRO-3's view of the same events: tests/test_fsdp.cpp, under mpirun.)
 #include <algorithm>
 #include <any>
@@ -231,4 +232,30 @@ TEST_CASE("Offload's observer is added by the Offload that turns offload on and 
   autograd::backward(loss);
   CHECK(offload_listed() == 0);  // the tape let go of the last save: the last state went
   CHECK(autograd::backward_observers().size() == built_in);
+}
+
+TEST_CASE("Offload's observer removed inside a replay still hears that replay end: the next step offloads again") {
+  // The held input is the segment's boundary: its unpack at the replay frees the last entry of the
+  // closed scope's state, which removes the observer mid-replay. Its after_replay must still come
+  // (it counts the replays whose saves stay on the device), else the next scope offloads nothing.
+  const Device cuda = Device::cuda(0);
+  const Tensor w = randn({16, 16}, DType::f32, cuda).set_requires_grad();
+  for (int step = 0; step < 2; ++step) {
+    CAPTURE(step);
+    const Tensor x = randn({8, 16}, DType::f32, cuda);
+    Tensor loss;
+    int64_t offloaded = 0;
+    {
+      autograd::Offload scope(autograd::OffloadWhat::Boundaries);
+      {
+        autograd::Checkpoint segment;
+        loss = sum(gelu(matmul(gelu(x), w)));
+      }
+      offloaded = scope.stats().tensors;
+    }
+    CHECK(offloaded > 0);
+    autograd::backward(loss);
+    const auto& list = autograd::backward_observers();
+    CHECK(std::count(list.begin(), list.end(), autograd::offload_observer()) == 0);
+  }
 }
