@@ -7,12 +7,13 @@
 #include <utility>
 
 #include "autograd/anomaly.h"
-#include "autograd/offload.h"
 #include "core/profile.h"
 
 namespace reel::autograd {
 
 namespace {
+
+using Observers = std::vector<std::shared_ptr<BackwardObserver>>;
 
 // The profiler's scopes (core/profile.h) around each rule, replayed forward and replay: what the
 // kernel table, the trace and the memory timeline attribute their records to. Scopes nest, so
@@ -29,10 +30,18 @@ class ProfileScopes final : public BackwardObserver {
   std::deque<profile::PhaseScope> phases_;
 };
 
+// Set once the thread's list is destroyed at thread exit: a lever's state that dies later (with the
+// thread's tape) removes its observer from nothing then.
+thread_local bool t_list_gone = false;
+
+struct List {
+  std::vector<std::shared_ptr<BackwardObserver>> observers{anomaly_observer(), std::make_shared<ProfileScopes>()};
+  ~List() { t_list_gone = true; }
+};
+
 std::vector<std::shared_ptr<BackwardObserver>>& observers() {
-  thread_local std::vector<std::shared_ptr<BackwardObserver>> list{
-      anomaly_observer(), std::make_shared<ProfileScopes>(), offload_observer()};
-  return list;
+  thread_local List list;
+  return list.observers;
 }
 
 }  // namespace
@@ -45,6 +54,7 @@ void add_backward_observer(std::shared_ptr<BackwardObserver> observer) {
 }
 
 void remove_backward_observer(const BackwardObserver* observer) {
+  if (t_list_gone) return;
   auto& list = observers();
   list.erase(std::remove_if(list.begin(), list.end(), [&](const auto& o) { return o.get() == observer; }),
              list.end());
@@ -55,33 +65,43 @@ ObserveBackward::ObserveBackward(std::shared_ptr<BackwardObserver> observer) : o
 }
 ObserveBackward::~ObserveBackward() { remove_backward_observer(observer_); }
 
-// before_* in order, after_* in reverse order, so observers that open scopes close them nested.
-ObservedNode::ObservedNode(const NodeEvent& event) : event_(event) {
-  for (const auto& o : observers()) o->before_node(event_);
+// before_* in order, after_* in reverse order, so observers that open scopes close them nested. The
+// after_* go to the observers the before_* went to (a snapshot), even if one was removed meanwhile:
+// Offload's observer goes when its last state does, which may be a save a replay just unpacked.
+ObservedNode::ObservedNode(const NodeEvent& event) : event_(event), told_(observers()) {
+  for (const auto& o : told_) o->before_node(event_);
 }
 
 void ObservedNode::finish(const Tensors& produced) {
-  const auto& list = observers();
-  for (; told_ < list.size(); ++told_) list[list.size() - 1 - told_]->after_node(event_, &produced);
+  for (; !told_.empty(); told_.pop_back()) told_.back()->after_node(event_, &produced);
 }
 
 ObservedNode::~ObservedNode() {
-  const auto& list = observers();
-  for (; told_ < list.size(); ++told_) list[list.size() - 1 - told_]->after_node(event_, nullptr);
+  for (; !told_.empty(); told_.pop_back()) told_.back()->after_node(event_, nullptr);
 }
 
-ObservedReplay::ObservedReplay(const ReplayEvent& event) : event_(event) {
-  for (const auto& o : observers()) o->before_replay(event_);
+ObservedBackward::ObservedBackward(const BackwardEvent& event) : event_(event), told_(observers()) {
+  for (const auto& o : told_) o->begin_backward(event_);
+}
+
+void ObservedBackward::finish() {
+  for (; !told_.empty(); told_.pop_back()) told_.back()->end_backward(event_, false);
+}
+
+ObservedBackward::~ObservedBackward() {
+  for (; !told_.empty(); told_.pop_back()) told_.back()->end_backward(event_, true);
+}
+
+ObservedReplay::ObservedReplay(const ReplayEvent& event) : event_(event), told_(observers()) {
+  for (const auto& o : told_) o->before_replay(event_);
 }
 
 void ObservedReplay::finish() {
-  const auto& list = observers();
-  for (; told_ < list.size(); ++told_) list[list.size() - 1 - told_]->after_replay(event_, false);
+  for (; !told_.empty(); told_.pop_back()) told_.back()->after_replay(event_, false);
 }
 
 ObservedReplay::~ObservedReplay() {
-  const auto& list = observers();
-  for (; told_ < list.size(); ++told_) list[list.size() - 1 - told_]->after_replay(event_, true);
+  for (; !told_.empty(); told_.pop_back()) told_.back()->after_replay(event_, true);
 }
 
 bool any_observer_wants_leaf_grad_ready() {
@@ -90,16 +110,17 @@ bool any_observer_wants_leaf_grad_ready() {
   return false;
 }
 
+// Over a snapshot: an event may free the last state of a lever, which removes its observer.
 void notify_leaf_grad_ready(const AutogradMeta& leaf) {
-  for (const auto& o : observers()) o->leaf_grad_ready(leaf);
+  for (const auto& o : Observers(observers())) o->leaf_grad_ready(leaf);
 }
 
 void notify_before_leaf_grad(const AutogradMeta& leaf) {
-  for (const auto& o : observers()) o->before_leaf_grad(leaf);
+  for (const auto& o : Observers(observers())) o->before_leaf_grad(leaf);
 }
 
 void notify_saved_released(const NodeEvent& event, const Tensor& value) {
-  for (const auto& o : observers()) o->saved_released(event, value);
+  for (const auto& o : Observers(observers())) o->saved_released(event, value);
 }
 
 }  // namespace reel::autograd

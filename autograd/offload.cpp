@@ -53,6 +53,17 @@ struct Group {
   bool operator==(const Group& o) const { return held == o.held && id == o.id; }
 };
 
+// Offload's observer watches this thread's backwards while an offload state lives: added with the
+// first, removed with the last (a scope's state outlives it while the tape holds its saves).
+thread_local int g_states = 0;
+struct Observing {
+  const BackwardObserver* observer = nullptr;
+  Observing();
+  ~Observing() {
+    if (--g_states == 0) remove_backward_observer(observer);
+  }
+};
+
 }  // namespace
 
 struct Offload::State {
@@ -70,6 +81,7 @@ struct Offload::State {
 
   std::vector<std::weak_ptr<Entry>> in_flight;  // D2H copies whose device side is still held
   std::vector<Retired> retiring;                // copies of entries already gone, not yet done
+  Observing observing;                          // offload_observer() registered while this lives
 
   ~State() {
     for (Retired& r : retiring) r.done.synchronize();  // their memory goes back to the pools now
@@ -408,6 +420,12 @@ std::shared_ptr<BackwardObserver> offload_observer() {
   thread_local std::shared_ptr<BackwardObserver> observer = std::make_shared<Observer>();
   return observer;
 }
+
+namespace {
+Observing::Observing() : observer(offload_observer().get()) {
+  if (g_states++ == 0) add_backward_observer(offload_observer());
+}
+}  // namespace
 
 Offload::Stats Offload::stats() const { return state_->stats; }
 

@@ -92,7 +92,7 @@ void release_landed_offloads();
 double host_link_bytes_per_s(Device device);
 
 // The backward observer (autograd/hooks.h) over every offload state of the thread, alive or whose
-// scope has closed: one of each thread's built-in observers.
+// scope has closed: an Offload adds it to the thread's observers, until the thread's last state is gone.
 std::shared_ptr<BackwardObserver> offload_observer();
 
 // ---- for tests only ----------------------------------------------------------------------

@@ -406,7 +406,9 @@ void Tape::backward(const Tensor& loss, const Tensor& grad) {
   Autocast autocast_off(std::nullopt);
   const auto& meta = loss.autograd_meta();
   if (meta->is_leaf) {  // d(leaf)/d(leaf) = 1: nothing recorded to walk
+    ObservedBackward observed({-1, meta->grad.defined() && !meta->grad_is_zero});
     accumulate_into_leaf(*meta, grad);
+    observed.finish();
     return;
   }
   const std::shared_ptr<Node> root = meta->producer.lock();
@@ -418,16 +420,21 @@ void Tape::backward(const Tensor& loss, const Tensor& grad) {
   std::vector<bool> needed(root->index + 1, false);
   needed[root->index] = true;
   const auto moved = [this](const AutogradMeta* leaf) { return moved_leaves_.empty() ? nullptr : moved_to(leaf); };
+  bool accumulates = false;  // a leaf it reaches holds a gradient already (BackwardEvent)
   for (size_t i = root->index + 1; i-- > 0;) {
     if (!needed[i]) continue;
     check_node(*nodes_[i], moved);
     for (const Node::Input& in : nodes_[i]->inputs) {
       const Node* producer = in.producer();
       if (producer && producer->index < i) needed[producer->index] = true;
+      if (in.meta && in.meta->is_leaf && in.meta->grad.defined() && !in.meta->grad_is_zero) accumulates = true;
     }
   }
   const profile::PhaseScope profiled_phase(profile::Phase::Backward);
+  // end_backward comes once run_backward has cleared the tape, or with threw = true as its error leaves.
+  ObservedBackward observed({static_cast<int64_t>(root->index), accumulates});
   run_backward(*root, meta->output_index, grad);
+  observed.finish();
 }
 
 namespace {
@@ -453,8 +460,8 @@ bool reached(const Node& node) {  // does any gradient flow into this node?
 }  // namespace
 
 // The reverse walk. Observers (autograd/hooks.h) see each rule, each replay and each leaf whose
-// gradient is final; what they do (anomaly checks, profiler scopes, data parallel's buckets) is
-// not written here.
+// gradient is final (and the walk's begin and end, from backward()); what they do (anomaly checks,
+// profiler scopes, data parallel's buckets) is not written here.
 void Tape::run_backward(const Node& root, int output_index, const Tensor& seed) {
   // Whatever happens (an error in a kernel included), the tape is spent afterwards.
   struct ClearAtExit {

@@ -9,7 +9,7 @@
 namespace reel {
 
 namespace autograd {
-struct Node;  // autograd/node.h
+struct Node;  // the tape's record of one op run (autograd/); only autograd reads it
 }
 
 // Leaves (tensors no recorded op made, e.g. parameters) own a persistent gradient buffer;

@@ -141,8 +141,12 @@
 #include "nn/module.h"
 #include "optim/accumulator.h"
 
+namespace reel {
+class Storage;
+}
 namespace reel::autograd {
-struct Node;  // autograd/node.h
+class BackwardObserver;  // autograd/hooks.h
+struct RecordedInput;    // autograd/inspect.h
 }
 
 namespace reel::distributed {
@@ -247,11 +251,14 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   void install_grads(size_t u);      // the parameters' .grad become views of units_[u].grad_flat
   void reduce(size_t u);             // full gradients -> shard .grad, full gradients dropped
   void reduce_ready();               // reduces, in order, the units whose gradients are final
-  void start_backward(size_t root);  // on a backward's first event: what each tape node reads
+  void observe();                    // creates observer_ and adds it to this thread's backward observers
+  void start_backward(size_t root);  // begin_backward: what each tape position up to root reads
   void end_backward();
-  // The units node's input j is or views (a parameter, or a view whose producer reads one).
-  void add_input_units(const autograd::Node& node, size_t j, std::vector<size_t>& units) const;
-  std::vector<size_t> units_saved_by(const autograd::Node& node) const;  // whose values its saves hold
+  // The units that input `in` of the op at tape position i is or views (a parameter, or a view
+  // whose producer reads one), added to `units`.
+  void add_input_units(size_t i, const autograd::RecordedInput& in, std::vector<size_t>& units) const;
+  std::vector<size_t> units_saved_by(size_t i) const;  // whose values the saves of position i hold
+  size_t unit_of_storage(const Storage* storage) const;  // the unit whose flat storage it is, or SIZE_MAX
   size_t unit_holding(const Tensor& t) const;  // the unit whose flat storage t views, or SIZE_MAX
   bool read_below(size_t u, int64_t index) const;  // does a rule of a node below `index` read u's values?
   void release_unread(size_t u, int64_t index);   // stage 3: released if gathered, not kept, not read below index
@@ -275,11 +282,11 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   size_t last_unit_ = 0;              // the unit whose forward ends last: not released after forward
   std::vector<size_t> reduce_order_;  // reverse of the list, root last
   std::vector<nn::HookHandle> hooks_;
-  std::shared_ptr<Observer> observer_;
+  std::shared_ptr<autograd::BackwardObserver> observer_;  // an Observer (fsdp_backward.cpp)
 
   // This forward: the units in the order their forwards began.
   std::vector<size_t> forward_order_;
-  // This backward (from its first event): the units each tape node reads, and per unit the distinct
+  // This backward (begin_backward to end_backward): the units each tape position reads, and per unit the distinct
   // parameters the tape uses and how many of them have their final gradient.
   bool in_backward_ = false;
   std::vector<std::vector<size_t>> reads_;

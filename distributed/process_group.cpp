@@ -1,6 +1,7 @@
-// The process group (see process_group.h): MPI and its staging, the NCCL path's communicators,
-// collectives polled against a timeout, and the abort path that keeps a failed rank from leaving
-// the others waiting.
+// The process group (see process_group.h), its setup and completion: MPI's start and the world's
+// rank and size, the NCCL path's communicators, a collective's Work polled against the timeout and
+// completed (staged results written back), and the abort path that keeps a failed rank from leaving
+// the others waiting. The collectives themselves: process_group_collectives.cpp.
 #include "distributed/process_group.h"
 
 #include <mpi.h>
@@ -13,9 +14,12 @@
 #include <thread>
 
 #include "distributed/nccl_backend.h"
+#include "distributed/process_group_internal.h"
 #include "kernels/optimizer.h"
 
 namespace reel::distributed {
+
+using process_group_detail::mpi_error;
 
 const char* collective_name(Collective c) {
   switch (c) {
@@ -28,24 +32,6 @@ const char* collective_name(Collective c) {
   return "?";
 }
 
-// One collective: where its result goes, the buffers the backend reads and writes, and how to tell
-// that it is done (an MPI request, or an NCCL communicator and a CUDA event).
-struct Work::State {
-  ProcessGroup* group = nullptr;
-  Collective kind = Collective::Barrier;
-  std::string what;  // "all_reduce (sum) of f32 (3, 4) on cpu", for errors
-  MPI_Request request = MPI_REQUEST_NULL;
-  nccl::Comm* comm = nullptr;          // the NCCL path: the communicator it was enqueued on
-  std::unique_ptr<nccl::Event> event;  // recorded on reel's stream once the enqueue finished
-  Tensor user;     // the tensor the result belongs in (undefined: none, as for a barrier)
-  Tensor buf_out;  // contiguous buffer the backend writes (host for MPI, the device for NCCL);
-                   // user itself when communicated in place
-  Tensor buf_in;   // the send buffer, kept alive while the backend reads it
-  double scale = 1;  // ReduceOp::Average without a native average: 1 / size, applied when the sum is in
-  bool restore = false;  // Write::Restore: the result goes into `user` without a version bump
-  bool done = false;
-  std::chrono::steady_clock::time_point started;
-};
 
 namespace {
 
@@ -59,45 +45,6 @@ int env_int(const char* name) {
   return static_cast<int>(x);
 }
 
-// The MPI type of t's elements. 16-bit floats travel as 16-bit words where nothing adds them (an
-// all-gather, a broadcast: `reduces` false); MPI has no 16-bit floating type to sum them with.
-MPI_Datatype mpi_type(DType t, const std::string& what, bool reduces) {
-  switch (t) {
-    case DType::f32: return MPI_FLOAT;
-    case DType::f64: return MPI_DOUBLE;
-    case DType::i32: return MPI_INT32_T;
-    case DType::i64: return MPI_INT64_T;
-    case DType::bf16:
-    case DType::f16:
-      if (!reduces) return MPI_UINT16_T;
-      break;
-  }
-  REEL_FAIL("dist: ", what, ": dtype ", t, " has no MPI type to reduce with (reduce 16-bit values in f32)");
-}
-
-std::string describe(Collective c, ReduceOp op, const Tensor& t, bool reduces, bool nccl) {
-  std::ostringstream os;
-  os << collective_name(c);
-  if (reduces) os << (op == ReduceOp::Sum ? " (sum)" : " (average)");
-  os << " of " << t.dtype() << " " << shape_str(t.shape()) << " on " << t.device();
-  if (nccl) os << " through NCCL";
-  return os.str();
-}
-
-// A contiguous host tensor with t's values: t itself when it is one already (communicated in place).
-Tensor host_copy(const Tensor& t) {
-  if (t.device().is_cpu()) return t.contiguous();
-  return t.to(Device::cpu()).contiguous();
-}
-// A contiguous host tensor MPI may write for t: t itself when it is one, else a fresh buffer.
-Tensor host_target(const Tensor& t) {
-  if (t.device().is_cpu() && t.is_contiguous()) return t;
-  return empty(t.shape(), t.dtype(), Device::cpu());
-}
-// The same on t's own device, for NCCL.
-Tensor device_copy(const Tensor& t) { return t.contiguous(); }
-Tensor device_target(const Tensor& t) { return t.is_contiguous() ? t : empty(t.shape(), t.dtype(), t.device()); }
-
 // REEL_DIST_BACKEND: "mpi" stages cuda tensors through the host; "nccl" insists on NCCL; unset or
 // empty: NCCL where built.
 CudaPath default_cuda_path() {
@@ -109,26 +56,6 @@ CudaPath default_cuda_path() {
   REEL_CHECK(ProcessGroup::nccl_built(), "dist: REEL_DIST_BACKEND=nccl, but this build has no NCCL (build with "
              "-DREEL_CUDA=ON where libnccl is found, or the default emulated build)");
   return CudaPath::Nccl;
-}
-
-// Reductions of 16-bit floats are refused on every path (MPI and the emulated NCCL have no 16-bit
-// sum, and a real NCCL's would round at every step): reduce in f32.
-void check_not_16bit(const Tensor& t, const std::string& what) {
-  REEL_CHECK(t.dtype() != DType::bf16 && t.dtype() != DType::f16, "dist: ", what,
-             ": 16-bit floats are gathered and broadcast, not reduced; reduce them in f32");
-}
-
-int count_of(const Tensor& t, const std::string& what) {
-  REEL_CHECK(t.numel() <= INT32_MAX, "dist: ", what, ": ", t.numel(),
-             " elements is more than one MPI call takes (2^31 - 1); split the tensor");
-  return static_cast<int>(t.numel());
-}
-
-std::string mpi_error(int rc) {
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, text, &len);
-  return std::string(text, static_cast<size_t>(len));
 }
 
 bool g_mpi_initialised_here = false;
@@ -419,202 +346,6 @@ Work ProcessGroup::start_nccl(Collective c, std::shared_ptr<Work::State> state) 
   Work work = start(c, state);
   poll_until(*state, [&] { return nccl_enqueued(*state); });
   return work;
-}
-
-// ---- the collectives ------------------------------------------------------------------------
-// Each checks its arguments on this rank before any communication, then takes the NCCL path (cuda
-// tensors, NCCL chosen) or MPI (host buffers: in place, or staged).
-
-Work ProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op) {
-  REEL_CHECK(t.defined(), "dist: all_reduce of an undefined tensor");
-  const bool nccl = takes_nccl(t.device());
-  auto s = std::make_shared<Work::State>();
-  s->what = describe(Collective::AllReduce, op, t, true, nccl);
-  REEL_CHECK(op == ReduceOp::Sum || t.dtype() == DType::f32 || t.dtype() == DType::f64, "dist: ", s->what,
-             ": an average needs a floating-point tensor");
-  check_not_16bit(t, s->what);
-  s->user = t;
-  if (!mpi_) return start(Collective::AllReduce, std::move(s));  // the sum over one rank
-  if (nccl) {
-    nccl::Comm& comm = nccl_comm(t.device());
-    s->comm = &comm;
-    s->buf_out = device_copy(t);
-    if (op == ReduceOp::Average) s->scale = comm.average_scale(size_);
-    try {
-      comm.all_reduce(s->buf_out.data_ptr(), s->buf_out.data_ptr(), static_cast<size_t>(t.numel()), t.dtype(), op);
-    } catch (const Error& e) {
-      fail(*s, std::string("failed to start (") + e.what() + ")");
-    }
-    return start_nccl(Collective::AllReduce, std::move(s));
-  }
-  const MPI_Datatype type = mpi_type(t.dtype(), s->what, true);
-  const int n = count_of(t, s->what);
-  s->buf_out = host_copy(t);
-  if (op == ReduceOp::Average) s->scale = 1.0 / size_;
-  if (const int rc = MPI_Iallreduce(MPI_IN_PLACE, s->buf_out.data_ptr(), n, type, MPI_SUM, MPI_COMM_WORLD,
-                                    &s->request);
-      rc != MPI_SUCCESS)
-    fail(*s, "failed to start (MPI: " + mpi_error(rc) + ")");
-  return start(Collective::AllReduce, std::move(s));
-}
-
-void ProcessGroup::all_reduce(const Tensor& t, ReduceOp op) { all_reduce_async(t, op).wait(); }
-
-Work ProcessGroup::reduce_scatter_async(const Tensor& output, const Tensor& input, ReduceOp op) {
-  REEL_CHECK(output.defined() && input.defined(), "dist: reduce_scatter of an undefined tensor");
-  const bool nccl = takes_nccl(input.device()) && output.device() == input.device();
-  auto s = std::make_shared<Work::State>();
-  s->what = describe(Collective::ReduceScatter, op, input, true, nccl);
-  REEL_CHECK(input.numel() == output.numel() * size_ && input.dtype() == output.dtype(), "dist: ", s->what,
-             ": the output must hold 1/", size_, " of the input's ", input.numel(), " elements in its dtype; got ",
-             output.dtype(), " ", output.shape());
-  REEL_CHECK(op == ReduceOp::Sum || input.dtype() == DType::f32 || input.dtype() == DType::f64, "dist: ", s->what,
-             ": an average needs a floating-point tensor");
-  check_not_16bit(input, s->what);
-  s->user = output;
-  if (!mpi_) {
-    output.copy_(input.reshape(output.shape()));
-    return start(Collective::ReduceScatter, std::move(s));
-  }
-  if (nccl) {
-    nccl::Comm& comm = nccl_comm(input.device());
-    s->comm = &comm;
-    s->buf_in = device_copy(input);
-    s->buf_out = device_target(output);
-    if (op == ReduceOp::Average) s->scale = comm.average_scale(size_);
-    try {
-      comm.reduce_scatter(s->buf_in.data_ptr(), s->buf_out.data_ptr(), static_cast<size_t>(output.numel()),
-                          input.dtype(), op);
-    } catch (const Error& e) {
-      fail(*s, std::string("failed to start (") + e.what() + ")");
-    }
-    return start_nccl(Collective::ReduceScatter, std::move(s));
-  }
-  const MPI_Datatype type = mpi_type(input.dtype(), s->what, true);
-  const int n = count_of(output, s->what);
-  count_of(input, s->what);
-  s->buf_in = host_copy(input);
-  s->buf_out = host_target(output);
-  if (op == ReduceOp::Average) s->scale = 1.0 / size_;
-  if (const int rc = MPI_Ireduce_scatter_block(s->buf_in.data_ptr(), s->buf_out.data_ptr(), n, type, MPI_SUM,
-                                               MPI_COMM_WORLD, &s->request);
-      rc != MPI_SUCCESS)
-    fail(*s, "failed to start (MPI: " + mpi_error(rc) + ")");
-  return start(Collective::ReduceScatter, std::move(s));
-}
-
-void ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) {
-  reduce_scatter_async(output, input, op).wait();
-}
-
-Work ProcessGroup::all_gather_async(const Tensor& output, const Tensor& input, Write write) {
-  REEL_CHECK(output.defined() && input.defined(), "dist: all_gather of an undefined tensor");
-  const bool nccl = takes_nccl(input.device()) && output.device() == input.device();
-  auto s = std::make_shared<Work::State>();
-  s->what = describe(Collective::AllGather, ReduceOp::Sum, input, false, nccl);
-  REEL_CHECK(output.numel() == input.numel() * size_ && input.dtype() == output.dtype(), "dist: ", s->what,
-             ": the output must hold ", size_, " times the input's ", input.numel(), " elements in its dtype; got ",
-             output.dtype(), " ", output.shape());
-  s->user = output;
-  s->restore = write == Write::Restore;
-  // In place: the input is this rank's own slot of a contiguous output (MPI_IN_PLACE, NCCL's in-place
-  // form), so no send buffer exists besides the output.
-  const bool in_place = output.is_contiguous() && input.is_contiguous() && input.storage() == output.storage() &&
-                        input.offset() == output.offset() + rank_ * input.numel();
-  if (!mpi_) {
-    if (in_place) {
-      if (!s->restore) output.bump_version();
-    } else if (s->restore) {
-      output.restore_(input.reshape(output.shape()));
-    } else {
-      output.copy_(input.reshape(output.shape()));
-    }
-    return start(Collective::AllGather, std::move(s));
-  }
-  if (nccl) {
-    nccl::Comm& comm = nccl_comm(input.device());
-    s->comm = &comm;
-    s->buf_in = device_copy(input);
-    s->buf_out = device_target(output);
-    try {
-      comm.all_gather(s->buf_in.data_ptr(), s->buf_out.data_ptr(), static_cast<size_t>(input.numel()), input.dtype());
-    } catch (const Error& e) {
-      fail(*s, std::string("failed to start (") + e.what() + ")");
-    }
-    return start_nccl(Collective::AllGather, std::move(s));
-  }
-  const MPI_Datatype type = mpi_type(input.dtype(), s->what, false);
-  const int n = count_of(input, s->what);
-  count_of(output, s->what);
-  s->buf_out = host_target(output);
-  const bool mpi_in_place = in_place && s->buf_out.same(output);  // else staged: the input is copied out
-  if (!mpi_in_place) s->buf_in = host_copy(input);
-  if (const int rc = MPI_Iallgather(mpi_in_place ? MPI_IN_PLACE : s->buf_in.data_ptr(), n, type,
-                                    s->buf_out.data_ptr(), n, type, MPI_COMM_WORLD, &s->request);
-      rc != MPI_SUCCESS)
-    fail(*s, "failed to start (MPI: " + mpi_error(rc) + ")");
-  return start(Collective::AllGather, std::move(s));
-}
-
-void ProcessGroup::all_gather(const Tensor& output, const Tensor& input, Write write) {
-  all_gather_async(output, input, write).wait();
-}
-
-void ProcessGroup::broadcast(const Tensor& t, int root) {
-  REEL_CHECK(t.defined(), "dist: broadcast of an undefined tensor");
-  const bool nccl = takes_nccl(t.device());
-  auto s = std::make_shared<Work::State>();
-  s->what = describe(Collective::Broadcast, ReduceOp::Sum, t, false, nccl) + " from rank " + std::to_string(root);
-  REEL_CHECK(root >= 0 && root < size_, "dist: ", s->what, ": the root must be a rank in [0, ", size_, ")");
-  s->user = t;
-  if (!mpi_) {
-    start(Collective::Broadcast, std::move(s));
-    return;
-  }
-  if (nccl) {
-    nccl::Comm& comm = nccl_comm(t.device());
-    s->comm = &comm;
-    s->buf_out = device_copy(t);
-    try {
-      comm.broadcast(s->buf_out.data_ptr(), static_cast<size_t>(t.numel()), t.dtype(), root);
-    } catch (const Error& e) {
-      fail(*s, std::string("failed to start (") + e.what() + ")");
-    }
-    start_nccl(Collective::Broadcast, s);
-    wait_state(*s);
-    return;
-  }
-  const MPI_Datatype type = mpi_type(t.dtype(), s->what, false);
-  const int n = count_of(t, s->what);
-  s->buf_out = host_copy(t);
-  if (const int rc = MPI_Ibcast(s->buf_out.data_ptr(), n, type, root, MPI_COMM_WORLD, &s->request);
-      rc != MPI_SUCCESS)
-    fail(*s, "failed to start (MPI: " + mpi_error(rc) + ")");
-  start(Collective::Broadcast, s);
-  wait_state(*s);
-}
-
-void ProcessGroup::barrier() {
-  auto s = std::make_shared<Work::State>();
-  s->what = "barrier";
-  if (mpi_) {
-    if (const int rc = MPI_Ibarrier(MPI_COMM_WORLD, &s->request); rc != MPI_SUCCESS)
-      fail(*s, "failed to start (MPI: " + mpi_error(rc) + ")");
-  }
-  start(Collective::Barrier, s);
-  wait_state(*s);
-}
-
-double ProcessGroup::all_reduce(double value, ReduceOp op) {
-  const Tensor t = from_vector<double>({value}, {1});
-  all_reduce(t, op);
-  return t.item();
-}
-
-int64_t ProcessGroup::all_reduce(int64_t value) {
-  const Tensor t = from_vector<int64_t>({value}, {1});
-  all_reduce(t, ReduceOp::Sum);
-  return t.to_vector<int64_t>()[0];
 }
 
 }  // namespace reel::distributed

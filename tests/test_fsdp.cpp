@@ -5,7 +5,8 @@
 // block units; a replayed checkpoint segment re-gathers its freed parameters (gradients bit-identical
 // to an unsharded checkpointed run); the all-gather and reduce-scatter counts of fsdp.h's formula
 // (2U - 1 + R - S - N per micro-batch: a unit no rule reads is not gathered in backward); a Linear's
-// weight released before its weight gradient exists; per-rank parameter,
+// weight released before its weight gradient exists; the backward observer events in order around
+// ZeRO-3 (begin_backward, rules, replays and releases, end_backward with every unit released); per-rank parameter,
 // gradient and optimizer bytes about half a single process's; a released parameter refused by
 // kernels; gathered checkpoints loading into one process bit for bit, and back; every collective a
 // span on the trace's communication lanes; gather_all keeping the model whole; mixed precision
@@ -424,6 +425,64 @@ TEST_CASE("fsdp: a Linear's gathered weight is released inside its rule, before 
   CHECK(watch->installed == 8);
   CHECK(watch->released_first == 8);   // W gone when its gradient buffer comes
   CHECK(watch->released_saves == 8);   // each released by its own rule
+}
+
+TEST_CASE("fsdp: ZeRO-3 hears begin_backward, the rules, replays and releases, then end_backward, per micro-batch") {
+  // Two micro-batches per window (PerWindow: the second adds to the first's gradients), every layer
+  // checkpointed: each backward is one begin ... end, and FSDP has released every unit by its end.
+  const Batch d = global_batch(DType::f64, Device::cpu());
+  const std::vector<Batch> window = my_window(d, {6, 10});
+  auto model = make_model(DType::f64, Device::cpu(), 1 + world().rank());
+  model->set_checkpoint(autograd::CheckpointPolicy::parse("every:1"));
+  FSDP fsdp(*model, units_of(*model), {3, FSDP::ReduceMode::PerWindow, false, {}, {}});
+  struct Watch final : autograd::BackwardObserver {  // added after FSDP's: told after it, ends before it
+    const FSDP* fsdp = nullptr;
+    std::vector<std::string> lines;
+    void begin_backward(const autograd::BackwardEvent& e) override {
+      lines.push_back(e.accumulates ? "begin accumulates" : "begin fresh");
+    }
+    void before_node(const autograd::NodeEvent& e) override {
+      if (e.pass == autograd::Pass::Backward) lines.push_back("rule");
+    }
+    void before_replay(const autograd::ReplayEvent&) override { lines.push_back("replay"); }
+    void saved_released(const autograd::NodeEvent&, const Tensor&) override { lines.push_back("released"); }
+    void end_backward(const autograd::BackwardEvent&, bool threw) override {
+      int gathered = 0;
+      for (const FSDP::Unit& k : fsdp->units()) gathered += !k.flat.storage()->released();
+      lines.push_back(std::string(threw ? "end threw, " : "end ok, ") + std::to_string(gathered) + " gathered");
+    }
+  };
+  auto watch = std::make_shared<Watch>();
+  watch->fsdp = &fsdp;
+  autograd::ObserveBackward observe(watch);
+  Capture cap(fsdp.shard_parameters());
+  optim::Accumulator acc(cap, {0.0, nullptr, false, &fsdp});
+  REQUIRE(acc.step(window, tokens, [&](const Batch& b) { return loss_of(*model, b); }).stepped);
+  const std::vector<std::string>& lines = watch->lines;
+  std::vector<size_t> begins, ends;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].rfind("begin", 0) == 0) begins.push_back(i);
+    if (lines[i].rfind("end", 0) == 0) ends.push_back(i);
+  }
+  REQUIRE(begins.size() == 2);
+  REQUIRE(ends.size() == 2);
+  CHECK(begins[0] == 0);
+  CHECK(ends[1] == lines.size() - 1);
+  CHECK(lines[begins[0]] == "begin fresh");
+  CHECK(lines[begins[1]] == "begin accumulates");  // the first micro-batch's gradients wait in the units
+  for (int b = 0; b < 2; ++b) {
+    CAPTURE(b);
+    CHECK(begins[b] < ends[b]);
+    if (b == 0) CHECK(ends[0] < begins[1]);
+    CHECK(lines[ends[b]] == "end ok, 0 gathered");
+    CHECK(lines[begins[b] + 1] == "rule");  // the loss's own rule comes first
+    const auto from = lines.begin() + static_cast<std::ptrdiff_t>(begins[b]);
+    const auto to = lines.begin() + static_cast<std::ptrdiff_t>(ends[b]);
+    CHECK(std::count(from, to, "replay") == 3);  // every Dense its own segment but the last (kept)
+    const auto first_release = std::find(from, to, "released");
+    CHECK(first_release != to);                      // matmul lets W go after dX
+    CHECK(std::find(from, first_release, "rule") != first_release);  // inside a rule
+  }
 }
 
 TEST_CASE("fsdp: leaf layers as units give one process's gradients (f64 1e-12); all-gathers as fsdp.h counts") {
