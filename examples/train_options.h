@@ -47,6 +47,7 @@ struct TrainOptions {
   int64_t accum_steps = 1;    // micro-batches per window; each holds about batch / accum_steps
   std::string checkpoint = "none";  // none | every:K | sqrt | list:i,j | selective | budget:SIZE
   std::string offload = "none";     // none | boundaries | all | auto: saved activations to host memory
+  std::string offload_inflight = "8MiB";  // SIZE | none: the device bytes waiting for their copy to the host
   int64_t epochs = 1;
   int64_t max_steps = 0;      // > 0: stop after this many optimizer steps
   std::string optimizer = "adam";
@@ -122,6 +123,12 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
                  "checkpointed run's input), all (every run's saves) or auto (the budget:SIZE planner chooses); "
                  "not on the cpu device")
       ->capture_default_str()->check(CLI::IsMember({"none", "boundaries", "all", "auto"}));
+  app.add_option("--offload-inflight", o.offload_inflight,
+                 "with --offload: the most device bytes left waiting for their copy to the host (SIZE as in "
+                 "budget:SIZE, e.g. 8MiB, or none); past it the compute stream waits for the oldest copies (a stall "
+                 "the profile counts and --predict prices), so the forward's activation peak is bounded whatever the "
+                 "host link's speed")
+      ->capture_default_str();
   app.add_option("--epochs", o.epochs, "passes over the training data")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--max-steps", o.max_steps, "stop after this many optimizer steps (0: no limit)")->capture_default_str();
   app.add_option("--optimizer", o.optimizer, "sgd, adam or adamw")->capture_default_str()
@@ -208,7 +215,15 @@ void apply_offload(Chain& model, const TrainOptions& o, reel::Device device) {
   REEL_CHECK(mode == reel::autograd::OffloadMode::None || !device.is_cpu(), "--offload ", o.offload, " on ",
              device.str(), ": offload moves saved activations from device memory to host memory, and cpu tensors are "
              "in host memory already (use --device cuda, or --offload none)");
-  model.set_offload(mode);
+  int64_t inflight = reel::autograd::kNoOffloadInflightBound;
+  if (o.offload_inflight != "none") {
+    try {  // the checkpoint policy's size parser (budget:SIZE), so both read sizes alike
+      inflight = reel::autograd::CheckpointPolicy::parse("budget:" + o.offload_inflight).budget_bytes;
+    } catch (const reel::Error& e) {
+      REEL_FAIL("--offload-inflight '", o.offload_inflight, "': not a size (", e.what(), "); use e.g. 8MiB, or none");
+    }
+  }
+  model.set_offload(mode, inflight);
 }
 
 // Set once --dist has started the process group (Distributed's constructor).

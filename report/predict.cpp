@@ -71,6 +71,10 @@ Prediction predict_kernel(const DeviceSpec& spec, const KernelCost& cost, DType 
 }
 
 Prediction predict_record(const DeviceSpec& spec, const KernelRecord& record, bool tensor_cores) {
+  // On its own, an offload stall is priced as if none of the copies it waits for had overlapped
+  // compute: their bytes over the host link (predict_step simulates the copy stream instead).
+  if (record.kernel == kOffloadStallKernel)
+    return {static_cast<double>(record.cost.bytes_written) / spec.host_link_bytes_per_s, Bound::Memory};
   // A transfer moves its bytes once over the host link (bytes_read and bytes_written are the same
   // bytes at its two ends).
   if (is_host_transfer(record.kernel))
@@ -103,7 +107,25 @@ StepPrediction predict_step(const std::vector<KernelRecord>& records, const Devi
   std::map<std::string, PredictedGroup> kernels, ops;
   DeviceSpec no_launch = spec;  // for the roofline alone: what fusing launches away could reach
   no_launch.launch_s = 0;
+  out.offload_stalls.key = kOffloadStallKernel;
+  // The copy stream beside the compute stream, in the order the host enqueued the work: each copy
+  // starts once the copy stream is free and the compute work enqueued before it has run (offload's
+  // copies wait on a compute event), and a stall holds the compute stream until the copies it
+  // waits for are done: the copy stream's end less the bytes queued behind them.
+  double compute_end = 0, copy_end = 0;
   for (const KernelRecord& r : records) {
+    if (r.kernel == kOffloadStallKernel) {
+      const double target = copy_end - static_cast<double>(r.cost.bytes_read) / spec.host_link_bytes_per_s;
+      const Prediction p{std::max(0.0, target - compute_end), Bound::Memory};
+      compute_end += p.seconds;
+      add(out.offload_stalls, r, p);
+      add(kernels[r.kernel], r, p);
+      add(ops[op_key(r)], r, p);
+      add(out.total, r, p);
+      out.tf32_s += p.seconds;
+      out.roofline_s += p.seconds;
+      continue;
+    }
     if (cuda_run && !r.device.is_cuda() && r.kernel != "copy_to_host") {
       ++out.host_runs;  // host work of a CUDA run: it stays on the host
       out.host_measured_s += static_cast<double>(r.dur_ns) * 1e-9;
@@ -114,8 +136,10 @@ StepPrediction predict_step(const std::vector<KernelRecord>& records, const Devi
       // The copy stream runs beside compute: its copies are listed, not added to the step.
       add(kernels[r.kernel], r, p);
       add(out.copy_stream, r, p);
+      copy_end = std::max(copy_end, compute_end) + p.seconds;
       continue;
     }
+    compute_end += p.seconds;
     add(kernels[r.kernel], r, p);
     add(ops[op_key(r)], r, p);
     add(out.total, r, p);
@@ -195,6 +219,11 @@ void print_prediction(std::ostream& os, const Profiler& profiler, const DeviceSp
     std::snprintf(line, sizeof line,
                   "  copy stream: %s copies a step, %.1f us over the host link, beside compute (not in the step)\n",
                   calls(sp.copy_stream.calls).c_str(), us(sp.copy_stream.predicted_s));
+    os << line;
+    std::snprintf(line, sizeof line,
+                  "  offload stalls (the compute stream waiting for copies to the host, past Offload's bound on the "
+                  "bytes waiting): %s a step, %.1f us predicted (in the step)\n",
+                  calls(sp.offload_stalls.calls).c_str(), us(sp.offload_stalls.predicted_s));
     os << line;
   }
   if (sp.host_runs > 0) {
