@@ -207,6 +207,17 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str()->check(CLI::IsMember({0, 1}));
 }
 
+// --offload-inflight in bytes (autograd::kNoOffloadInflightBound for none); reel::Error quoting a
+// text that is not a size.
+inline int64_t offload_inflight_bytes(const TrainOptions& o) {
+  if (o.offload_inflight == "none") return reel::autograd::kNoOffloadInflightBound;
+  try {  // the checkpoint policy's size parser (budget:SIZE), so both read sizes alike
+    return reel::autograd::CheckpointPolicy::parse("budget:" + o.offload_inflight).budget_bytes;
+  } catch (const reel::Error& e) {
+    REEL_FAIL("--offload-inflight '", o.offload_inflight, "': not a size (", e.what(), "); use e.g. 8MiB, or none");
+  }
+}
+
 // --offload on `model` (an nn::Sequential or nn::GPT) whose parameters are on `device`: refused on
 // the cpu device, where the tensors are in host memory already.
 template <typename Chain>
@@ -215,15 +226,7 @@ void apply_offload(Chain& model, const TrainOptions& o, reel::Device device) {
   REEL_CHECK(mode == reel::autograd::OffloadMode::None || !device.is_cpu(), "--offload ", o.offload, " on ",
              device.str(), ": offload moves saved activations from device memory to host memory, and cpu tensors are "
              "in host memory already (use --device cuda, or --offload none)");
-  int64_t inflight = reel::autograd::kNoOffloadInflightBound;
-  if (o.offload_inflight != "none") {
-    try {  // the checkpoint policy's size parser (budget:SIZE), so both read sizes alike
-      inflight = reel::autograd::CheckpointPolicy::parse("budget:" + o.offload_inflight).budget_bytes;
-    } catch (const reel::Error& e) {
-      REEL_FAIL("--offload-inflight '", o.offload_inflight, "': not a size (", e.what(), "); use e.g. 8MiB, or none");
-    }
-  }
-  model.set_offload(mode, inflight);
+  model.set_offload(mode, offload_inflight_bytes(o));
 }
 
 // Set once --dist has started the process group (Distributed's constructor).
@@ -512,7 +515,8 @@ class StepProfiler : public StepCollector {
   static constexpr int64_t kProfileWarmup = 2;
   explicit StepProfiler(const TrainOptions& o)
       : StepCollector(!o.profile.empty(), kProfileWarmup, o.profile_steps), path_(o.profile),
-        predict_(o.predict.empty() ? nullptr : &reel::profile::device_spec(o.predict)) {}
+        predict_(o.predict.empty() ? nullptr : &reel::profile::device_spec(o.predict)),
+        offload_bound_(o.offload == "none" || o.offload_inflight == "none" ? 0 : offload_inflight_bytes(o)) {}
 
  private:
   void start() override { profiler_ = std::make_unique<reel::Profiler>(); }
@@ -522,7 +526,7 @@ class StepProfiler : public StepCollector {
     reel::profile::print_table(std::cout, *profiler_);
     if (predict_) {
       std::printf("\n");
-      reel::profile::print_prediction(std::cout, *profiler_, *predict_, steps_collected());
+      reel::profile::print_prediction(std::cout, *profiler_, *predict_, steps_collected(), offload_bound_);
     }
     reel::profile::write_trace(path_, *profiler_);
     std::printf("profile: trace of %zu kernel runs written to %s (open in https://ui.perfetto.dev)\n",
@@ -532,6 +536,7 @@ class StepProfiler : public StepCollector {
 
   std::string path_;
   const reel::profile::DeviceSpec* predict_;
+  int64_t offload_bound_;  // --offload-inflight under --offload (0: none): the predictor re-decides the stalls at it
   std::unique_ptr<reel::Profiler> profiler_;
 };
 

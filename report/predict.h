@@ -95,11 +95,19 @@ struct StepPrediction {
   bool emulated = false;      // some placed record is an emulated CUDA run
   bool from_cpu = false;      // the placed records are a CPU run's
 };
-StepPrediction predict_step(const std::vector<KernelRecord>& records, const DeviceSpec& spec);
+// offload_inflight_bytes > 0: the bound Offload ran under (max_inflight_bytes). The stalls are then
+// re-decided at this device's speeds: each copy out (copy_async.d2h) joins the bytes waiting, the
+// ones predicted done by then leave, and past the bound the compute stream waits for the oldest,
+// as Offload does; the profiled run's own stalls (decided by its own timing, an emulator's
+// included) are set aside. 0: the recorded stalls are priced as they are.
+StepPrediction predict_step(const std::vector<KernelRecord>& records, const DeviceSpec& spec,
+                            int64_t offload_inflight_bytes = 0);
 
 // Prints the spec and the model, the kernel table (the 20 largest predicted), the op table and the
 // step, per step (the profiled steps' totals divided by `steps`), each beside the measured time of
 // the run; then the step with the f32 GEMMs on TF32 and the roofline alone (no launch floor).
-void print_prediction(std::ostream& os, const Profiler& profiler, const DeviceSpec& spec, int64_t steps = 1);
+// offload_inflight_bytes: as predict_step's.
+void print_prediction(std::ostream& os, const Profiler& profiler, const DeviceSpec& spec, int64_t steps = 1,
+                      int64_t offload_inflight_bytes = 0);
 
 }  // namespace reel::profile
