@@ -333,7 +333,8 @@ void fetch(Entry& e, bool ahead) {
   }
   // Alive elsewhere at the version saved (the caller's batch, a slot that kept it, a live view):
   // those bytes are on the device anyway, so they are read where they are, not copied back.
-  if (const std::shared_ptr<Storage> live = e.origin.lock(); live && live->version() == e.version && !live->released()) {
+  const std::shared_ptr<Storage> live = e.origin.lock();
+  if (live && live->version() == e.version && !live->released()) {
     auto impl = std::make_shared<TensorImpl>();
     impl->storage = live;
     impl->shape = {e.numel};
@@ -488,8 +489,8 @@ const char* offload_what_name(OffloadWhat what) {
 Offload::Offload(OffloadWhat what, int64_t min_bytes, OffloadPrefetch prefetch, int64_t max_inflight_bytes)
     : state_(std::make_shared<State>()) {
   REEL_CHECK(min_bytes >= 0, "Offload: min_bytes must be >= 0, got ", min_bytes);
-  REEL_CHECK(max_inflight_bytes > 0, "Offload: max_inflight_bytes must be > 0 (kNoOffloadInflightBound for no bound), got ",
-             max_inflight_bytes);
+  REEL_CHECK(max_inflight_bytes > 0,
+             "Offload: max_inflight_bytes must be > 0 (kNoOffloadInflightBound for no bound), got ", max_inflight_bytes);
   state_->max_inflight_bytes = max_inflight_bytes;
   state_->what = what;
   state_->min_bytes = min_bytes;

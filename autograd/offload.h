@@ -21,9 +21,11 @@
 // for a Profiler as an "offload_stall" run on the compute stream, which report/predict.h prices
 // from the host link's bandwidth. So a copy stream that falls behind costs at most the bound in
 // device memory, and past it time: the forward's activation peak is at most what stays on the
-// device plus the bound (plus the save being made), whatever the timing. What is copied is the save's whole storage: saves that view one storage (at one
-// version; attention's q, k, v and the projection's input, say) share one host copy and come back
-// as views of one device copy, so the bytes that return are those a kept save holds.
+// device plus the bound (plus the save being made), whatever the timing. What is copied is the
+// save's whole storage: saves that view one storage (at one version; attention's q, k, v and the
+// projection's input, say) share one host copy, in whichever live Offload scope of the thread it was
+// made, and come back as views of one device copy, so the bytes that return are those a kept save
+// holds.
 //
 // Backward: when a rule unpacks an offloaded save, or a segment's replay begins
 // (BackwardObserver::before_replay), the copies back to the device (H2D, on the copy stream) of
@@ -38,10 +40,11 @@
 //           (autograd/checkpoint_planner.h), and the copy back of run k-1 hides behind run k's
 //           backward. So one Scope scope around a whole model lowers nothing in backward: its
 //           first unpack brings every save back, at the plain peak; that is why nn::Sequential
-//           under OffloadMode::All gives each plain child its own scope. The compute stream waits on the
-// copy's event (Stream::wait): no host or device-wide synchronisation. A host copy is returned to
-// the pinned pool once its slot is done with it (unpacked, or the tape cleared at the end of the
-// backward) and its copies have completed, so the pool's blocks are reused step after step.
+//           under OffloadMode::All gives each plain child its own scope.
+// The compute stream waits on the copy's event (Stream::wait): no host or device-wide
+// synchronisation. A host copy is returned to the pinned pool once its slot is done with it
+// (unpacked, or the tape cleared at the end of the backward) and its copies have completed, so the
+// pool's blocks are reused step after step.
 //
 // Alive elsewhere: a save whose storage is still alive when backward needs it, at the version it was
 // saved at (the caller still holds the input batch, another slot kept it on the device, a view of it

@@ -415,4 +415,17 @@ TEST_CASE("the bytes waiting for their copy to the host stay within the bound; e
   CHECK(p.offload_stalls.calls == s.stalls);
   CHECK(p.offload_stalls.predicted_s > 0);  // a bound of 1 byte: each copy out is waited for whole
   CHECK(p.offload_stalls.predicted_s <= p.copy_stream.predicted_s);
+
+  // The emulator's copies land when asked, so an unbounded run stalls nowhere; the predictor
+  // re-decides the stalls at a device's speeds for a given bound: at 1 byte, every copy out waits.
+  Profiler unbounded;
+  const autograd::Offload::Stats none = bounded(autograd::kNoOffloadInflightBound);
+  unbounded.stop();
+  CHECK(none.stalls == 0);
+  const profile::DeviceSpec& h100 = profile::device_spec("h100");
+  CHECK(profile::predict_step(unbounded.kernels(), h100).offload_stalls.calls == 0);
+  const profile::StepPrediction at_one_byte = profile::predict_step(unbounded.kernels(), h100, 1);
+  CHECK(at_one_byte.offload_stalls.calls == none.tensors);
+  CHECK(at_one_byte.offload_stalls.predicted_s > 0);
+  CHECK(profile::predict_step(unbounded.kernels(), h100, int64_t{1} << 40).offload_stalls.calls == 0);
 }
