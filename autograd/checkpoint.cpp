@@ -88,7 +88,7 @@ void prepare_saves(Node& node, const Tensors& in) {
   for (size_t i = 0; i < in.size(); ++i) {
     if (inside(node.inputs[i].producer(), collapsed)) continue;
     node.inputs[i].held = SavedTensor(in[i]);  // its version: the replay refuses a later write
-    node.inputs[i].held.pack({nullptr, static_cast<int64_t>(node.index), collapsed->id});
+    node.inputs[i].held.pack({nullptr, static_cast<int64_t>(node.index), collapsed->id, static_cast<int>(i)});
   }
 }
 
@@ -118,7 +118,9 @@ Tensors run_forward(Node& node, const Tensors& in) {
   ForwardCtx ctx(node);
   Tensors out = node.op->forward(in, ctx);
   const bool drop_inputs = node.kept && node.keep_saved;
+  int index = -1;  // the slot's position among the node's saves (KeptBy::index)
   for (SavedTensor& slot : node.saved) {
+    ++index;
     const Tensor* t = slot.kept_tensor();
     if (!t) continue;
     if (recast_parameter_save(node, slot, *t, in)) continue;
@@ -129,7 +131,7 @@ Tensors run_forward(Node& node, const Tensors& in) {
         continue;
       }
     if (std::any_of(out.begin(), out.end(), same)) slot.mark_output();
-    slot.pack({node.op->name(), static_cast<int64_t>(node.index), -1});
+    slot.pack({node.op->name(), static_cast<int64_t>(node.index), -1, index});
   }
   return out;
 }
@@ -159,9 +161,12 @@ void Tape::place(Node& node) {
 namespace {
 // A kept node's saves that are its inputs, from the inputs its piece's replay re-made.
 void refill_kept_saves(Node& node, const Tensors& in) {
-  for (SavedTensor& slot : node.saved)
+  for (size_t k = 0; k < node.saved.size(); ++k) {
+    SavedTensor& slot = node.saved[k];
     if (!slot.defined() && slot.input() >= 0)
-      slot.refill(in[static_cast<size_t>(slot.input())], {node.op->name(), static_cast<int64_t>(node.index), -1});
+      slot.refill(in[static_cast<size_t>(slot.input())],
+                  {node.op->name(), static_cast<int64_t>(node.index), -1, static_cast<int>(k)});
+  }
 }
 }  // namespace
 

@@ -220,20 +220,17 @@ void check_offload(const ChainCost& cost, OffloadMode offload) {
 
 }  // namespace
 
-OffloadMode parse_offload_mode(const std::string& text) {
-  for (OffloadMode m : {OffloadMode::None, OffloadMode::Boundaries, OffloadMode::All, OffloadMode::Auto})
-    if (text == offload_mode_name(m)) return m;
-  REEL_FAIL("offload mode '", text, "': expected none, boundaries, all or auto");
-}
-
-const char* offload_mode_name(OffloadMode mode) {
-  switch (mode) {
-    case OffloadMode::None: return "none";
-    case OffloadMode::Boundaries: return "boundaries";
-    case OffloadMode::All: return "all";
-    case OffloadMode::Auto: return "auto";
+std::vector<Run> fixed_runs(const CheckpointPolicy& policy, int64_t n, OffloadMode offload) {
+  std::vector<Run> runs;
+  for (Run r : policy.plan(n)) {
+    r.offloaded = offload == OffloadMode::All || (offload == OffloadMode::Boundaries && r.checkpointed);
+    if (!r.offloaded || r.checkpointed || r.selective) {  // a segment or selective scope needs its whole span
+      runs.push_back(r);
+      continue;
+    }
+    for (int64_t i = r.begin; i < r.end; ++i) runs.push_back({i, i + 1, false, false, true});
   }
-  return "?";
+  return runs;
 }
 
 Prediction predict(const ChainCost& cost, const std::vector<Run>& runs) {

@@ -26,7 +26,11 @@
 // first rule, and its copy back hides behind nothing). A run's copy to the host, still in flight
 // while the next run's forward saves, is within that next run's backward term, so forward adds no
 // term of its own (the model assumes each copy lands within the next run's forward, the head's for
-// the last run; what does not is charged as time below).
+// the last run; what does not is charged as time below). autograd::Offload makes the assumption
+// hold whatever the timing: the device bytes waiting for their copy out never exceed its
+// max_inflight_bytes (the compute stream waits past it), so with a bound no larger than the
+// smallest offloaded run's held bytes the forward stays within the terms above, and the waiting it
+// costs is the unhidden copy-out time charged below.
 //
 // Time: a segment re-runs its forward (sum t), a selective scope its recomputed ops (sum t_sel),
 // both when nested. An offloaded run copies held(r) bytes each way at the host link's bandwidth
@@ -47,6 +51,7 @@
 #include <vector>
 
 #include "autograd/checkpoint.h"
+#include "autograd/offload.h"  // OffloadMode
 
 namespace reel::autograd {
 
@@ -66,12 +71,11 @@ struct ChainCost {
   double host_bytes_per_s = 0;  // the device<->host link, each way; 0: no run may be offloaded (cpu)
 };
 
-// Which runs go to host memory: none; every checkpointed run's boundary; every run; or as the
-// planner finds fastest (auto). Outside a budget plan, auto offloads nothing.
-enum class OffloadMode { None, Boundaries, All, Auto };
-// "none" | "boundaries" | "all" | "auto"; reel::Error naming those for anything else.
-OffloadMode parse_offload_mode(const std::string& text);
-const char* offload_mode_name(OffloadMode mode);
+// The runs a fixed policy (not a budget) makes of n units under `offload`, as nn::Sequential runs
+// them: boundaries offloads the checkpointed runs; all offloads every run, a plain run split into
+// one run per unit (each its own offload scope, brought back one unit ahead: one run over the whole
+// chain would come back at once, at the plain peak); none and auto offload nothing.
+std::vector<CheckpointPolicy::Run> fixed_runs(const CheckpointPolicy& policy, int64_t n, OffloadMode offload);
 
 struct Prediction {
   int64_t peak_bytes = 0;

@@ -1,5 +1,6 @@
 // Activation offload (autograd/offload.h): the pack and unpack hooks, the host copies with their
-// events, the prefetch window, and the host link's measured bandwidth.
+// events, the bound on the bytes waiting for their copy out, the reuse of storages still alive, the
+// prefetch window, and the host link's measured bandwidth.
 #include "autograd/offload.h"
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -19,6 +21,7 @@
 #include "core/allocator.h"
 #include "core/autograd_meta.h"
 #include "core/error.h"
+#include "core/profile.h"
 #include "core/stream.h"
 #include "core/tensor.h"
 
@@ -70,6 +73,7 @@ struct Offload::State {
   OffloadWhat what = OffloadWhat::All;
   int64_t min_bytes = 0;
   OffloadPrefetch prefetch = OffloadPrefetch::Window;
+  int64_t max_inflight_bytes = kDefaultOffloadInflightBytes;
   Stats stats;
 
   // This step's offloaded saves in pack order (the prefetch walks it downward), and by storage for
@@ -104,9 +108,10 @@ struct Entry {
   std::weak_ptr<Storage> origin;
   uint64_t version = 0;
 
-  Tensor out;       // the whole storage on the device, until the copy from it is known done
+  Tensor out;       // the whole storage on the device, until the copy from it is known done (or waited for)
   PinnedBuffer host;
   Event offloaded;  // the D2H copy is done
+  bool landed = false;  // ...and the host has seen it done (a stall only made the compute stream wait)
   Tensor back;      // the device tensor copied back into (or `out` itself, still alive)
   Event fetched;    // the H2D copy is done
   bool fetch_started = false;
@@ -121,10 +126,11 @@ struct Entry {
     // copies, which would hide a missing wait in the unpack that just returned.
     if (fetch_started && !unpacked) {
       Stream::compute(device).wait(fetched);
-      if (fetched.query()) return;
+      if (fetched.recorded() && fetched.query()) return;
     }
-    if (out.defined()) state->retiring.push_back({std::move(host), std::move(out), std::move(offloaded)});
-    else if (fetched.recorded()) state->retiring.push_back({std::move(host), Tensor(), std::move(fetched)});
+    // The copy stream runs in order: a copy back recorded after the copy out covers both.
+    if (fetched.recorded()) state->retiring.push_back({std::move(host), Tensor(), std::move(fetched)});
+    else if (!landed) state->retiring.push_back({std::move(host), std::move(out), std::move(offloaded)});
   }
 };
 
@@ -138,6 +144,7 @@ void poll(State& s) {
     if (!e) continue;
     if (e->offloaded.query()) {
       e->out = Tensor();
+      e->landed = true;
       continue;
     }
     s.in_flight[kept++] = s.in_flight[i];
@@ -167,6 +174,59 @@ void poll_all() {
   states.resize(kept);
 }
 
+int64_t entry_bytes(const Entry& e) { return e.numel * static_cast<int64_t>(dtype_size(e.dtype)); }
+
+// Past `s`'s bound on the device bytes waiting for their copy out (every live state of the thread
+// together, oldest first): the compute stream waits for the oldest copies until what is left is
+// within it, and their device sides go now (kernels that reuse the memory run after the wait). One
+// stall, recorded for a Profiler as "offload_stall" on the compute stream: bytes_written the copies
+// it waits for, bytes_read those queued behind them (report/predict.h simulates the copy stream from
+// these). The host still has to see each waited copy done before its pinned block is reused (~Entry).
+void bound_inflight(State& s, Device device) {
+  std::vector<std::pair<State*, std::shared_ptr<Entry>>> waiting;
+  int64_t total = 0;
+  for (const std::weak_ptr<State>& weak : live_states()) {
+    const std::shared_ptr<State> state = weak.lock();
+    if (!state) continue;
+    for (const std::weak_ptr<Entry>& we : state->in_flight)
+      if (std::shared_ptr<Entry> e = we.lock(); e && e->out.defined()) {
+        total += entry_bytes(*e);
+        waiting.emplace_back(state.get(), std::move(e));
+      }
+  }
+  if (total > s.max_inflight_bytes) {
+    size_t k = 0;
+    int64_t waited = 0;
+    while (total > s.max_inflight_bytes && k < waiting.size()) {
+      total -= entry_bytes(*waiting[k].second);
+      waited += entry_bytes(*waiting[k].second);
+      ++k;
+    }
+    {
+      std::optional<profile::KernelRun> run;
+      if (profile::enabled()) {
+        profile::KernelCost cost;
+        cost.bytes_written = waited;
+        cost.bytes_read = total;
+        run.emplace("offload_stall", device, DType::f32, std::string(), cost);
+      }
+      const Stream compute = Stream::compute(device);
+      for (size_t i = 0; i < k; ++i) compute.wait(waiting[i].second->offloaded);
+    }
+    for (size_t i = 0; i < k; ++i) {
+      Entry& e = *waiting[i].second;
+      e.out = Tensor();
+      std::vector<std::weak_ptr<Entry>>& in_flight = waiting[i].first->in_flight;
+      in_flight.erase(std::remove_if(in_flight.begin(), in_flight.end(),
+                                     [&e](const std::weak_ptr<Entry>& w) { return w.lock().get() == &e; }),
+                      in_flight.end());
+    }
+    ++s.stats.stalls;
+    s.stats.stalled_bytes += waited;
+  }
+  s.stats.peak_inflight_bytes = std::max(s.stats.peak_inflight_bytes, total);
+}
+
 // Memory the tape may offload: not a parameter's, gradient's or optimizer state's (they stay on the
 // device anyway), nor a leaf that requires grad or a view of one.
 bool activation_memory(const Tensor& t) {
@@ -177,15 +237,24 @@ bool activation_memory(const Tensor& t) {
   return !(meta && ((meta->is_leaf && meta->requires_grad) || meta->views_leaf));
 }
 
-// The entry already offloading t's storage at t's version, or null.
+// The entry already offloading t's storage at t's version, or null: in any live scope of the
+// thread, not only `s` (nn::Sequential gives each child its own scope, and a ReLU's saved output is
+// the next Linear's saved input: two copies of it would come back, where keeping it holds one).
 std::shared_ptr<Entry> shared_copy(State& s, const Tensor& t) {
-  const auto it = s.by_storage.find(t.storage().get());
-  if (it == s.by_storage.end()) return nullptr;
-  for (const std::weak_ptr<Entry>& weak : it->second) {
-    const std::shared_ptr<Entry> e = weak.lock();
-    if (e && !e->unpacked && e->origin.lock() == t.storage() && e->dtype == t.dtype() && e->version == t.version())
-      return e;
-  }
+  const auto find = [&t](const State& state) -> std::shared_ptr<Entry> {
+    const auto it = state.by_storage.find(t.storage().get());
+    if (it == state.by_storage.end()) return nullptr;
+    for (const std::weak_ptr<Entry>& weak : it->second) {
+      const std::shared_ptr<Entry> e = weak.lock();
+      if (e && !e->unpacked && e->origin.lock() == t.storage() && e->dtype == t.dtype() && e->version == t.version())
+        return e;
+    }
+    return nullptr;
+  };
+  if (std::shared_ptr<Entry> e = find(s)) return e;
+  for (const std::weak_ptr<State>& weak : live_states())
+    if (const std::shared_ptr<State> state = weak.lock(); state && state.get() != &s)
+      if (std::shared_ptr<Entry> e = find(*state)) return e;
   return nullptr;
 }
 
@@ -261,6 +330,7 @@ std::any pack(const std::shared_ptr<State>& state, const Tensor& t, const KeptBy
   s.step_bytes += static_cast<int64_t>(storage_bytes);
   ++s.stats.tensors;
   s.stats.bytes += static_cast<int64_t>(storage_bytes);
+  bound_inflight(s, dev);
   return packed;
 }
 
@@ -271,6 +341,20 @@ void fetch(Entry& e, bool ahead) {
   if (ahead) ++e.state->stats.prefetched;
   if (e.out.defined()) {
     e.back = e.out;  // the D2H copy only reads it: no need to wait for that
+    return;
+  }
+  // Alive elsewhere at the version saved (the caller's batch, a slot that kept it, a live view):
+  // those bytes are on the device anyway, so they are read where they are, not copied back.
+  const std::shared_ptr<Storage> live = e.origin.lock();
+  if (live && live->version() == e.version && !live->released()) {
+    auto impl = std::make_shared<TensorImpl>();
+    impl->storage = live;
+    impl->shape = {e.numel};
+    impl->strides = {1};
+    impl->dtype = e.dtype;
+    impl->device = e.device;
+    e.back = Tensor(std::move(impl));
+    ++e.state->stats.reused;
     return;
   }
   NoGrad no_grad;
@@ -390,6 +474,22 @@ struct Observer : BackwardObserver {
 
 }  // namespace
 
+OffloadMode parse_offload_mode(const std::string& text) {
+  for (OffloadMode m : {OffloadMode::None, OffloadMode::Boundaries, OffloadMode::All, OffloadMode::Auto})
+    if (text == offload_mode_name(m)) return m;
+  REEL_FAIL("offload mode '", text, "': expected none, boundaries, all or auto");
+}
+
+const char* offload_mode_name(OffloadMode mode) {
+  switch (mode) {
+    case OffloadMode::None: return "none";
+    case OffloadMode::Boundaries: return "boundaries";
+    case OffloadMode::All: return "all";
+    case OffloadMode::Auto: return "auto";
+  }
+  return "?";
+}
+
 const char* offload_what_name(OffloadWhat what) {
   switch (what) {
     case OffloadWhat::All: return "all";
@@ -398,8 +498,12 @@ const char* offload_what_name(OffloadWhat what) {
   return "?";
 }
 
-Offload::Offload(OffloadWhat what, int64_t min_bytes, OffloadPrefetch prefetch) : state_(std::make_shared<State>()) {
+Offload::Offload(OffloadWhat what, int64_t min_bytes, OffloadPrefetch prefetch, int64_t max_inflight_bytes)
+    : state_(std::make_shared<State>()) {
   REEL_CHECK(min_bytes >= 0, "Offload: min_bytes must be >= 0, got ", min_bytes);
+  REEL_CHECK(max_inflight_bytes > 0,
+             "Offload: max_inflight_bytes must be > 0 (kNoOffloadInflightBound for no bound), got ", max_inflight_bytes);
+  state_->max_inflight_bytes = max_inflight_bytes;
   state_->what = what;
   state_->min_bytes = min_bytes;
   state_->prefetch = prefetch;

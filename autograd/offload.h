@@ -12,10 +12,20 @@
 // category Offloaded, in the pinned pool) on the device's copy stream, after an event on the
 // compute stream (the kernels that wrote it come first). The device copy stays alive (counted as an
 // activation) until that copy's event is done; it is dropped at the first later pack, unpack or
-// backward rule where Event::query() says so, so a copy stream that falls behind costs memory, never
-// correctness. What is copied is the save's whole storage: saves that view one storage (at one
-// version; attention's q, k, v and the projection's input, say) share one host copy and come back
-// as views of one device copy, so the bytes that return are those a kept save holds.
+// backward rule where Event::query() says so. The bytes still waiting for their copy (the device
+// side of every save of this thread whose copy has not been seen done) are bounded by
+// max_inflight_bytes: when a pack leaves more than that waiting, the compute stream waits
+// (Stream::wait, no host synchronisation) for the oldest copies until what is left is within the
+// bound, and their device sides are dropped at once (the allocator may hand them to the next
+// kernel: it runs after the wait). Each such wait is a stall: counted in Stats::stalls and recorded
+// for a Profiler as an "offload_stall" run on the compute stream, which report/predict.h prices
+// from the host link's bandwidth. So a copy stream that falls behind costs at most the bound in
+// device memory, and past it time: the forward's activation peak is at most what stays on the
+// device plus the bound (plus the save being made), whatever the timing. What is copied is the
+// save's whole storage: saves that view one storage (at one version; attention's q, k, v and the
+// projection's input, say) share one host copy, in whichever live Offload scope of the thread it was
+// made, and come back as views of one device copy, so the bytes that return are those a kept save
+// holds.
 //
 // Backward: when a rule unpacks an offloaded save, or a segment's replay begins
 // (BackwardObserver::before_replay), the copies back to the device (H2D, on the copy stream) of
@@ -28,10 +38,22 @@
 //           before it on this thread (if it prefetches by Scope too): one scope ahead. nn::Sequential
 //           opens one scope per offloaded run, so this is the checkpoint planner's model of a run
 //           (autograd/checkpoint_planner.h), and the copy back of run k-1 hides behind run k's
-//           backward. The compute stream waits on the
-// copy's event (Stream::wait): no host or device-wide synchronisation. A host copy is returned to
-// the pinned pool once its slot is done with it (unpacked, or the tape cleared at the end of the
-// backward) and its copies have completed, so the pool's blocks are reused step after step.
+//           backward. So one Scope scope around a whole model lowers nothing in backward: its
+//           first unpack brings every save back, at the plain peak; that is why nn::Sequential
+//           under OffloadMode::All gives each plain child its own scope.
+// The compute stream waits on the copy's event (Stream::wait): no host or device-wide
+// synchronisation. A host copy is returned to the pinned pool once its slot is done with it
+// (unpacked, or the tape cleared at the end of the backward) and its copies have completed, so the
+// pool's blocks are reused step after step.
+//
+// Alive elsewhere: a save whose storage is still alive when backward needs it, at the version it was
+// saved at (the caller still holds the input batch, another slot kept it on the device, a view of it
+// lives on), is not copied back: its unpack returns a view of that live storage, so offload never
+// makes a second device copy of bytes that are on the device anyway. What is decided when: at pack
+// time the copy out always starts (whether the caller will drop the tensor later is unknown then,
+// and only an offloaded save frees its bytes when the caller does); when the copy back would start,
+// the storage is looked up (a weak reference, taken at pack time) and reused if alive at that
+// version. Its host copy is then simply returned to the pool.
 //
 // What is offloaded: All, every save; Boundaries, only the inputs a collapsed checkpoint segment
 // holds for its replay (KeptBy::segment >= 0). Never: saves smaller than min_bytes, parameter,
@@ -45,7 +67,9 @@
 // (backward outside the scope), then prefetched at each unpack only.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <memory>
+#include <string>
 
 #include "core/device.h"
 
@@ -58,11 +82,27 @@ enum class OffloadWhat : uint8_t { All, Boundaries };  // every save; only check
 const char* offload_what_name(OffloadWhat what);        // "all", "boundaries"
 enum class OffloadPrefetch : uint8_t { Window, Scope };  // how far ahead backward brings saves back (above)
 
+// What nn::Sequential::set_offload (and the examples' --offload) asks: which runs of a chain go to
+// host memory. None; every checkpointed run's boundary; every run; or as the checkpoint planner
+// finds fastest (auto, autograd/checkpoint_planner.h). Outside a budget plan, auto offloads nothing.
+enum class OffloadMode { None, Boundaries, All, Auto };
+// "none" | "boundaries" | "all" | "auto"; reel::Error naming those for anything else.
+OffloadMode parse_offload_mode(const std::string& text);
+const char* offload_mode_name(OffloadMode mode);
+
+// The default bound on the device bytes waiting for their copy to the host (Offload's
+// max_inflight_bytes): enough for a few large saves to overlap their copies with compute, small
+// beside a step's activations (char_gpt's six blocks save 72 MiB).
+constexpr int64_t kDefaultOffloadInflightBytes = int64_t{8} << 20;
+constexpr int64_t kNoOffloadInflightBound = std::numeric_limits<int64_t>::max();
+
 class Offload {
  public:
-  // Saves smaller than min_bytes stay on the device.
+  // Saves smaller than min_bytes stay on the device. max_inflight_bytes (> 0) bounds the device bytes
+  // waiting for their copy to the host (above); kNoOffloadInflightBound: no bound.
   explicit Offload(OffloadWhat what = OffloadWhat::All, int64_t min_bytes = 0,
-                   OffloadPrefetch prefetch = OffloadPrefetch::Window);
+                   OffloadPrefetch prefetch = OffloadPrefetch::Window,
+                   int64_t max_inflight_bytes = kDefaultOffloadInflightBytes);
   ~Offload();
   Offload(const Offload&) = delete;
   Offload& operator=(const Offload&) = delete;
@@ -72,6 +112,10 @@ class Offload {
     int64_t bytes = 0;            // their bytes
     int64_t prefetched = 0;       // copies back started before the unpack that needed them
     int64_t waited_on_fetch = 0;  // unpacks that had to start their copy back themselves
+    int64_t reused = 0;           // saves whose storage was alive on the device when needed: not copied back
+    int64_t stalls = 0;           // packs past max_inflight_bytes: the compute stream waited for copies out
+    int64_t stalled_bytes = 0;    // the bytes of the copies those stalls waited for
+    int64_t peak_inflight_bytes = 0;  // the most device bytes left waiting for their copy when a pack returned
   };
   Stats stats() const;  // since construction, all steps together
 

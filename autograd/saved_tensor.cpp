@@ -72,6 +72,20 @@ void SavedTensor::recast_from(const Tensor& source) {
   version_ = source.version();
 }
 
+const char* saved_kind_name(SavedKind kind) { return kind == SavedKind::Parameter ? "parameter" : "activation"; }
+
+namespace {
+// A parameter's, gradient's or optimizer state's memory, or a leaf that requires grad or a view of
+// one (parameters even when made outside a MemoryCategory scope): what mark_activation leaves alone.
+bool parameter_memory(const Tensor& t) {
+  const auto& meta = t.autograd_meta();
+  if (meta && ((meta->is_leaf && meta->requires_grad) || meta->views_leaf)) return true;
+  if (!t.storage()) return false;
+  const Category c = t.storage()->category();
+  return c != Category::Temporary && c != Category::Activation;
+}
+}  // namespace
+
 void SavedTensor::pack(const KeptBy& by) {
   if (!data_.defined()) return;
   if (t_hooks.empty()) {
@@ -79,7 +93,9 @@ void SavedTensor::pack(const KeptBy& by) {
     return;
   }
   const HookPair& hooks = t_hooks.back();
-  packed_ = std::make_shared<std::any>(hooks.pack(data_, by));
+  KeptBy told = by;
+  told.kind = parameter_memory(data_) ? SavedKind::Parameter : SavedKind::Activation;
+  packed_ = std::make_shared<std::any>(hooks.pack(data_, told));
   unpack_ = hooks.unpack;
   data_ = Tensor();  // the original's bytes go once nothing else holds them
   if (const Tensor* t = kept_tensor()) mark_activation(*t, by);  // counted where the hook put it

@@ -18,7 +18,8 @@
 // its unpack function. Scopes nest; the innermost pair applies. Memory stays attributed: a packed
 // value that is a Tensor is counted as an activation where the hook put it (its device), and the
 // original's bytes are freed once nothing else holds them. A pack hook may take the slot's KeptBy
-// too (PackHookBy): a segment's held input has segment >= 0. autograd::Offload (autograd/offload.h)
+// too (PackHookBy): a segment's held input has segment >= 0, a parameter's memory kind Parameter,
+// and slot_id() names the slot the same way at every step. autograd::Offload (autograd/offload.h)
 // is such a pair, with copies on the copy stream and prefetch.
 //
 //   autograd::SavedTensorHooks offload(
@@ -37,12 +38,26 @@
 
 namespace reel::autograd {
 
+// What a slot keeps: an activation (memory the tape keeps alive for backward), or a parameter's
+// memory (a leaf that requires grad, a view of one, or parameter/gradient/optimizer-state storage),
+// which lives on the device anyway: a pack hook that moves memory has nothing to gain there.
+enum class SavedKind : uint8_t { Activation, Parameter };
+const char* saved_kind_name(SavedKind kind);  // "activation", "parameter"
+
 // Who keeps a slot, for the memory timeline's notes (autograd::mark_activation) and for a pack
-// hook that treats a segment's held inputs apart (autograd::Offload's Boundaries).
+// hook: a segment's held inputs apart (autograd::Offload's Boundaries), parameters apart from
+// activations (kind), and a name for the slot that is the same at every step of the same graph
+// (node, index, segment >= 0 or not): a hook may key per-slot state (a compression choice, a
+// measured size) on it. The tape fills the fields when it packs; SavedTensor::pack sets kind.
 struct KeptBy {
   const char* op = nullptr;  // saved by this op...
   int64_t node = -1;         // ...at this tape position (or: the node whose input is held)
   int segment = -1;          // held by this collapsed checkpoint segment
+  int index = -1;            // the slot's position among the node's saves (held: the input's number)
+  SavedKind kind = SavedKind::Activation;
+  // node, index and whether it is a held input in one number, stable across steps: (node * 2 +
+  // held) * 1024 + index (index < 1024, as an op saves a handful), -1 when the tape did not say.
+  int64_t slot_id() const { return node < 0 || index < 0 ? -1 : ((node * 2 + (segment >= 0)) << 10) + index; }
 };
 
 using PackHook = std::function<std::any(const Tensor& t)>;

@@ -205,10 +205,7 @@ void measure_plans(Model& model, reel::Device device, int rounds, const std::fun
     if (r.plan) {
       r.runs = r.plan->runs;
     } else {
-      r.runs = r.policy.plan(n);
-      for (CheckpointPolicy::Run& run : r.runs)  // as nn::Sequential marks a fixed policy's runs
-        run.offloaded = r.offload == autograd::OffloadMode::All ||
-                        (r.offload == autograd::OffloadMode::Boundaries && run.checkpointed);
+      r.runs = autograd::fixed_runs(r.policy, n, r.offload);  // as nn::Sequential runs a fixed policy
     }
     r.predicted = autograd::predict(cost, r.runs);
     apply_plan(model, r);

@@ -48,6 +48,7 @@ struct TrainOptions {
   int64_t accum_steps = 1;    // micro-batches per window; each holds about batch / accum_steps
   std::string checkpoint = "none";  // none | every:K | sqrt | list:i,j | selective | budget:SIZE
   std::string offload = "none";     // none | boundaries | all | auto: saved activations to host memory
+  std::string offload_inflight = "8MiB";  // SIZE | none: the device bytes waiting for their copy to the host
   int64_t epochs = 1;
   int64_t max_steps = 0;      // > 0: stop after this many optimizer steps
   std::string optimizer = "adam";
@@ -123,6 +124,12 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
                  "checkpointed run's input), all (every run's saves) or auto (the budget:SIZE planner chooses); "
                  "not on the cpu device")
       ->capture_default_str()->check(CLI::IsMember({"none", "boundaries", "all", "auto"}));
+  app.add_option("--offload-inflight", o.offload_inflight,
+                 "with --offload: the most device bytes left waiting for their copy to the host (SIZE as in "
+                 "budget:SIZE, e.g. 8MiB, or none); past it the compute stream waits for the oldest copies (a stall "
+                 "the profile counts and --predict prices), so the forward's activation peak is bounded whatever the "
+                 "host link's speed")
+      ->capture_default_str();
   app.add_option("--epochs", o.epochs, "passes over the training data")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--max-steps", o.max_steps, "stop after this many optimizer steps (0: no limit)")->capture_default_str();
   // The names, the help and the check come from the one registry (optim/registry.h).
@@ -203,6 +210,17 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
       ->capture_default_str()->check(CLI::IsMember({0, 1}));
 }
 
+// --offload-inflight in bytes (autograd::kNoOffloadInflightBound for none); reel::Error quoting a
+// text that is not a size.
+inline int64_t offload_inflight_bytes(const TrainOptions& o) {
+  if (o.offload_inflight == "none") return reel::autograd::kNoOffloadInflightBound;
+  try {  // the checkpoint policy's size parser (budget:SIZE), so both read sizes alike
+    return reel::autograd::CheckpointPolicy::parse("budget:" + o.offload_inflight).budget_bytes;
+  } catch (const reel::Error& e) {
+    REEL_FAIL("--offload-inflight '", o.offload_inflight, "': not a size (", e.what(), "); use e.g. 8MiB, or none");
+  }
+}
+
 // --offload on `model` (an nn::Sequential or nn::GPT) whose parameters are on `device`: refused on
 // the cpu device, where the tensors are in host memory already.
 template <typename Chain>
@@ -211,7 +229,7 @@ void apply_offload(Chain& model, const TrainOptions& o, reel::Device device) {
   REEL_CHECK(mode == reel::autograd::OffloadMode::None || !device.is_cpu(), "--offload ", o.offload, " on ",
              device.str(), ": offload moves saved activations from device memory to host memory, and cpu tensors are "
              "in host memory already (use --device cuda, or --offload none)");
-  model.set_offload(mode);
+  model.set_offload(mode, offload_inflight_bytes(o));
 }
 
 // Set once --dist has started the process group (Distributed's constructor).
@@ -500,7 +518,8 @@ class StepProfiler : public StepCollector {
   static constexpr int64_t kProfileWarmup = 2;
   explicit StepProfiler(const TrainOptions& o)
       : StepCollector(!o.profile.empty(), kProfileWarmup, o.profile_steps), path_(o.profile),
-        predict_(o.predict.empty() ? nullptr : &reel::profile::device_spec(o.predict)) {}
+        predict_(o.predict.empty() ? nullptr : &reel::profile::device_spec(o.predict)),
+        offload_bound_(o.offload == "none" || o.offload_inflight == "none" ? 0 : offload_inflight_bytes(o)) {}
 
  private:
   void start() override { profiler_ = std::make_unique<reel::Profiler>(); }
@@ -510,7 +529,7 @@ class StepProfiler : public StepCollector {
     reel::profile::print_table(std::cout, *profiler_);
     if (predict_) {
       std::printf("\n");
-      reel::profile::print_prediction(std::cout, *profiler_, *predict_, steps_collected());
+      reel::profile::print_prediction(std::cout, *profiler_, *predict_, steps_collected(), offload_bound_);
     }
     reel::profile::write_trace(path_, *profiler_);
     std::printf("profile: trace of %zu kernel runs written to %s (open in https://ui.perfetto.dev)\n",
@@ -520,6 +539,7 @@ class StepProfiler : public StepCollector {
 
   std::string path_;
   const reel::profile::DeviceSpec* predict_;
+  int64_t offload_bound_;  // --offload-inflight under --offload (0: none): the predictor re-decides the stalls at it
   std::unique_ptr<reel::Profiler> profiler_;
 };
 

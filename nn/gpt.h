@@ -88,7 +88,9 @@ class GPT : public Module {
   void set_checkpoint(const CheckpointPolicy& policy) { h->set_checkpoint(policy); }
   const CheckpointPolicy& checkpoint() const { return h->checkpoint(); }
   // Offloads the blocks' saves to host memory (Sequential::set_offload).
-  void set_offload(autograd::OffloadMode mode) { h->set_offload(mode); }
+  void set_offload(autograd::OffloadMode mode, int64_t max_inflight_bytes = autograd::kDefaultOffloadInflightBytes) {
+    h->set_offload(mode, max_inflight_bytes);
+  }
   autograd::OffloadMode offload() const { return h->offload(); }
   // Under a budget:SIZE policy: measures the blocks once and plans them (Sequential::plan_checkpoint).
   const autograd::CheckpointPlan& plan_checkpoint(const std::function<Tensor()>& forward_loss) {

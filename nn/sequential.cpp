@@ -33,8 +33,21 @@ void Sequential::set_checkpoint(const CheckpointPolicy& policy) {
   plan_.reset();
 }
 
-void Sequential::set_offload(autograd::OffloadMode mode) {
+void Sequential::set_offload(autograd::OffloadMode mode, int64_t max_inflight_bytes) {
+  REEL_CHECK(max_inflight_bytes > 0, name(), ".set_offload(", autograd::offload_mode_name(mode),
+             "): max_inflight_bytes must be > 0 (autograd::kNoOffloadInflightBound for no bound), got ",
+             max_inflight_bytes);
+  // auto may offload nothing (the planner offloads nothing without a host link); the others must.
+  if ((mode == autograd::OffloadMode::Boundaries || mode == autograd::OffloadMode::All) && !parameters().empty()) {
+    const Device device = parameters().front().device();
+    REEL_CHECK(!device.is_cpu(), name(), ".set_offload(", autograd::offload_mode_name(mode), "): the model is on ",
+               device.str(), ", and offload moves saved activations from device memory to host memory, which is "
+               "where cpu tensors already are (nothing would be freed). Move the model to a cuda device first "
+               "(model.to(Device::cuda(0))), or use offload none; on cpu, checkpointing is what lowers the "
+               "activation memory");
+  }
   offload_ = mode;
+  max_inflight_bytes_ = max_inflight_bytes;
   plan_.reset();
 }
 
@@ -69,11 +82,9 @@ struct Sequential::Measuring {
 std::vector<CheckpointPolicy::Run> Sequential::runs() const {
   if (measuring_) return measuring_->runs;
   if (policy_.kind != CheckpointPolicy::Kind::Budget) {
-    // A fixed policy's runs, offloaded as the mode says (auto: only a budget plan chooses).
-    std::vector<CheckpointPolicy::Run> runs = policy_.plan(size());
-    for (CheckpointPolicy::Run& r : runs)
-      r.offloaded = offload_ == autograd::OffloadMode::All || (offload_ == autograd::OffloadMode::Boundaries && r.checkpointed);
-    return runs;
+    // A fixed policy's runs, offloaded as the mode says (auto: only a budget plan chooses); under
+    // all, plain runs one child each (autograd::fixed_runs).
+    return autograd::fixed_runs(policy_, size(), offload_);
   }
   REEL_CHECK(plan_, name(), ": checkpoint policy ", policy_.str(),
              " has no plan yet; call plan_checkpoint(forward_loss) once before training");
@@ -93,7 +104,7 @@ Tensor Sequential::forward(const Tensor& x) {
     std::optional<autograd::Offload> offload;
     if (run.offloaded)
       offload.emplace(run.checkpointed ? autograd::OffloadWhat::Boundaries : autograd::OffloadWhat::All, 0,
-                      autograd::OffloadPrefetch::Scope);
+                      autograd::OffloadPrefetch::Scope, max_inflight_bytes_);
     std::optional<autograd::Checkpoint> segment, selective;  // the selective scope nests inside
     if (run.checkpointed) segment.emplace();
     if (run.selective) selective.emplace(policy_.keep_rule());

@@ -13,8 +13,12 @@
 //   model.set_offload(autograd::OffloadMode::Boundaries);  // every checkpointed run's boundary
 //   model.set_offload(autograd::OffloadMode::All);         // every run's saves
 // An offloaded run's forward runs inside an autograd::Offload scope (Boundaries for a checkpointed
-// run, All for a plain or selective one). Refused on the cpu device, whose tensors are already in
-// host memory (auto there plans without offload).
+// run, All for a plain or selective one), with OffloadPrefetch::Scope: backward brings a run back
+// whole, one run ahead. So under all with a fixed policy each plain run is split into one run per
+// child (one scope over a whole chain would bring everything back at once, at the plain peak);
+// segments and selective scopes stay whole. Boundaries and all are refused at set_offload when the
+// model's parameters are on the cpu device, whose tensors are already in host memory (auto there
+// plans without offload).
 //
 // Each child is called through its operator(), so its hooks (nn/module.h) run at forward, inside
 // the segment when it is checkpointed; backward's replay re-runs the ops recorded on the tape, not
@@ -29,6 +33,7 @@
 
 #include "autograd/checkpoint.h"
 #include "autograd/checkpoint_planner.h"
+#include "autograd/offload.h"
 #include "nn/module.h"
 
 namespace reel::nn {
@@ -51,10 +56,14 @@ class Sequential : public Module {
   const CheckpointPolicy& checkpoint() const { return policy_; }
 
   // Which runs go to host memory during forward (see the top of this file): under a fixed policy
-  // (sqrt, every:K, ...) boundaries offloads its checkpointed runs, all every run, auto none; under a
-  // budget the plan says. Drops a previous plan.
-  void set_offload(autograd::OffloadMode mode);
+  // (sqrt, every:K, ...) boundaries offloads its checkpointed runs, all every run (plain runs one
+  // child each), auto none; under a budget the plan says. max_inflight_bytes bounds the device bytes
+  // waiting for their copy to the host (autograd::Offload). Drops a previous plan. reel::Error for
+  // boundaries or all when the parameters are on cpu (naming the device; auto plans without offload
+  // there), or a bound <= 0.
+  void set_offload(autograd::OffloadMode mode, int64_t max_inflight_bytes = autograd::kDefaultOffloadInflightBytes);
   autograd::OffloadMode offload() const { return offload_; }
+  int64_t offload_inflight_bytes() const { return max_inflight_bytes_; }
 
   // Measures this chain once and plans its checkpointing for the budget of a Budget policy
   // (autograd/checkpoint_planner.h); forward runs the plan from then on. `forward_loss` runs the
@@ -89,6 +98,7 @@ class Sequential : public Module {
 
   CheckpointPolicy policy_;
   autograd::OffloadMode offload_ = autograd::OffloadMode::None;
+  int64_t max_inflight_bytes_ = autograd::kDefaultOffloadInflightBytes;
   std::optional<autograd::CheckpointPlan> plan_;
   std::optional<autograd::ChainCost> cost_;  // the last plan_checkpoint's measurements
   Measuring* measuring_ = nullptr;  // set while plan_checkpoint's forwards run

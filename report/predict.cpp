@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <deque>
 #include <map>
+#include <string>
+#include <utility>
 
 namespace reel::profile {
 
@@ -71,6 +74,10 @@ Prediction predict_kernel(const DeviceSpec& spec, const KernelCost& cost, DType 
 }
 
 Prediction predict_record(const DeviceSpec& spec, const KernelRecord& record, bool tensor_cores) {
+  // On its own, an offload stall is priced as if none of the copies it waits for had overlapped
+  // compute: their bytes over the host link (predict_step simulates the copy stream instead).
+  if (record.kernel == kOffloadStallKernel)
+    return {static_cast<double>(record.cost.bytes_written) / spec.host_link_bytes_per_s, Bound::Memory};
   // A transfer moves its bytes once over the host link (bytes_read and bytes_written are the same
   // bytes at its two ends).
   if (is_host_transfer(record.kernel))
@@ -94,7 +101,8 @@ bool PredictedGroup::mixed() const {
   return std::count_if(std::begin(bound_s), std::end(bound_s), [](double s) { return s > 0; }) > 1;
 }
 
-StepPrediction predict_step(const std::vector<KernelRecord>& records, const DeviceSpec& spec) {
+StepPrediction predict_step(const std::vector<KernelRecord>& records, const DeviceSpec& spec,
+                            int64_t offload_inflight_bytes) {
   StepPrediction out;
   out.total.key = "step";
   const bool cuda_run =
@@ -103,7 +111,61 @@ StepPrediction predict_step(const std::vector<KernelRecord>& records, const Devi
   std::map<std::string, PredictedGroup> kernels, ops;
   DeviceSpec no_launch = spec;  // for the roofline alone: what fusing launches away could reach
   no_launch.launch_s = 0;
+  out.offload_stalls.key = kOffloadStallKernel;
+  // The copy stream beside the compute stream, in the order the host enqueued the work: each copy
+  // starts once the copy stream is free and the compute work enqueued before it has run (offload's
+  // copies wait on a compute event), and a stall holds the compute stream until the copies it
+  // waits for are done: the copy stream's end less the bytes queued behind them.
+  double compute_end = 0, copy_end = 0;
+  // With a bound: offload's copies out still waiting, oldest first (predicted end, bytes), as
+  // Offload counts them at each pack: those done by the time the next one is enqueued are gone.
+  std::deque<std::pair<double, int64_t>> waiting;
+  int64_t waiting_bytes = 0;
+  const auto bounded_copy_out = [&](const KernelRecord& r, double end) {
+    while (!waiting.empty() && waiting.front().first <= compute_end) {
+      waiting_bytes -= waiting.front().second;
+      waiting.pop_front();
+    }
+    waiting.emplace_back(end, r.cost.bytes_written);
+    waiting_bytes += r.cost.bytes_written;
+    double until = compute_end;
+    int64_t waited = 0;
+    while (waiting_bytes > offload_inflight_bytes && !waiting.empty()) {
+      until = std::max(until, waiting.front().first);
+      waited += waiting.front().second;
+      waiting_bytes -= waiting.front().second;
+      waiting.pop_front();
+    }
+    if (waited == 0) return;
+    KernelRecord stall = r;  // a stall of the compute stream, made here rather than recorded
+    stall.kernel = kOffloadStallKernel;
+    stall.stream = StreamKind::Compute;
+    stall.dur_ns = 0;
+    stall.cost = KernelCost{};
+    stall.cost.bytes_written = waited;
+    const Prediction p{until - compute_end, Bound::Memory};
+    compute_end = until;
+    add(out.offload_stalls, stall, p);
+    add(kernels[stall.kernel], stall, p);
+    add(ops[op_key(stall)], stall, p);
+    add(out.total, stall, p);
+    out.tf32_s += p.seconds;
+    out.roofline_s += p.seconds;
+  };
   for (const KernelRecord& r : records) {
+    if (r.kernel == kOffloadStallKernel && offload_inflight_bytes > 0) continue;  // re-decided below
+    if (r.kernel == kOffloadStallKernel) {
+      const double target = copy_end - static_cast<double>(r.cost.bytes_read) / spec.host_link_bytes_per_s;
+      const Prediction p{std::max(0.0, target - compute_end), Bound::Memory};
+      compute_end += p.seconds;
+      add(out.offload_stalls, r, p);
+      add(kernels[r.kernel], r, p);
+      add(ops[op_key(r)], r, p);
+      add(out.total, r, p);
+      out.tf32_s += p.seconds;
+      out.roofline_s += p.seconds;
+      continue;
+    }
     if (cuda_run && !r.device.is_cuda() && r.kernel != "copy_to_host") {
       ++out.host_runs;  // host work of a CUDA run: it stays on the host
       out.host_measured_s += static_cast<double>(r.dur_ns) * 1e-9;
@@ -114,8 +176,11 @@ StepPrediction predict_step(const std::vector<KernelRecord>& records, const Devi
       // The copy stream runs beside compute: its copies are listed, not added to the step.
       add(kernels[r.kernel], r, p);
       add(out.copy_stream, r, p);
+      copy_end = std::max(copy_end, compute_end) + p.seconds;
+      if (offload_inflight_bytes > 0 && r.kernel == "copy_async.d2h") bounded_copy_out(r, copy_end);
       continue;
     }
+    compute_end += p.seconds;
     add(kernels[r.kernel], r, p);
     add(ops[op_key(r)], r, p);
     add(out.total, r, p);
@@ -128,9 +193,10 @@ StepPrediction predict_step(const std::vector<KernelRecord>& records, const Devi
   return out;
 }
 
-void print_prediction(std::ostream& os, const Profiler& profiler, const DeviceSpec& spec, int64_t steps) {
+void print_prediction(std::ostream& os, const Profiler& profiler, const DeviceSpec& spec, int64_t steps,
+                      int64_t offload_inflight_bytes) {
   constexpr int kTop = 20;
-  const StepPrediction sp = predict_step(profiler.kernels(), spec);
+  const StepPrediction sp = predict_step(profiler.kernels(), spec, offload_inflight_bytes);
   const double n = static_cast<double>(std::max<int64_t>(steps, 1));
   char line[320];
   std::snprintf(line, sizeof line,
@@ -195,6 +261,14 @@ void print_prediction(std::ostream& os, const Profiler& profiler, const DeviceSp
     std::snprintf(line, sizeof line,
                   "  copy stream: %s copies a step, %.1f us over the host link, beside compute (not in the step)\n",
                   calls(sp.copy_stream.calls).c_str(), us(sp.copy_stream.predicted_s));
+    os << line;
+    const std::string bound = offload_inflight_bytes > 0
+                                  ? "at a bound of " + format_bytes(offload_inflight_bytes) + " waiting, on this device"
+                                  : "as the profiled run stalled";
+    std::snprintf(line, sizeof line,
+                  "  offload stalls (the compute stream waiting for copies to the host, %s): %s a step, %.1f us "
+                  "predicted (in the step)\n",
+                  bound.c_str(), calls(sp.offload_stalls.calls).c_str(), us(sp.offload_stalls.predicted_s));
     os << line;
   }
   if (sp.host_runs > 0) {

@@ -15,7 +15,11 @@
 // (copy_from_host, copy_to_host, and the copy stream's copy_async.h2d/.d2h) move their bytes over
 // the host link instead of device memory. The bound says which of the three terms is the largest.
 // Runs on the compute stream do not overlap: the step is the sum of its runs; the copy stream's
-// copies run beside it and are summed apart (StepPrediction::copy_stream). So the prediction is a floor for a kernel that reaches its roof: it ignores caches
+// copies run beside it and are summed apart (StepPrediction::copy_stream). The copy stream is
+// simulated beside the compute stream so that an offload stall ("offload_stall", recorded by
+// autograd::Offload when the bytes waiting for their copy to the host pass its bound) is priced:
+// the compute stream waits until the copies it waited for are predicted done over the host link
+// (StepPrediction::offload_stalls, in the step). So the prediction is a floor for a kernel that reaches its roof: it ignores caches
 // (a kernel whose data stays in L2 can beat bytes / bandwidth), occupancy, tails of small grids,
 // and the host work between launches (the tape, allocation), which the first GPU run measures.
 //
@@ -59,6 +63,9 @@ struct Prediction {
 Prediction predict_kernel(const DeviceSpec& spec, const KernelCost& cost, DType dtype, bool tensor_cores = false);
 // One recorded run: predict_kernel, except that host transfers go over the host link.
 Prediction predict_record(const DeviceSpec& spec, const KernelRecord& record, bool tensor_cores = false);
+// The record autograd::Offload makes for a stall: cost.bytes_written the copies the compute stream
+// waits for, cost.bytes_read the copies queued behind them on the copy stream (not waited for).
+inline constexpr const char* kOffloadStallKernel = "offload_stall";
 // The kernels that could take the tensor cores: the GEMMs (matmul, the cuDNN convolutions).
 bool is_gemm_kernel(const std::string& kernel);
 
@@ -80,6 +87,7 @@ struct StepPrediction {
   PredictedGroup total;                 // key "step": all placed runs on the compute stream
   PredictedGroup copy_stream;           // the copy stream's copies (copy_async): over the host link,
                                         // beside compute, so not in total
+  PredictedGroup offload_stalls;        // the compute stream's waits for offload's copies (in total)
   double tf32_s = 0;          // the total with the f32 GEMMs on TF32 tensor cores
   double roofline_s = 0;      // the total without the launch floor: max(bytes / bandwidth, FLOPs / rate)
   int64_t host_runs = 0;      // CPU records of a CUDA run, not placed
@@ -87,11 +95,19 @@ struct StepPrediction {
   bool emulated = false;      // some placed record is an emulated CUDA run
   bool from_cpu = false;      // the placed records are a CPU run's
 };
-StepPrediction predict_step(const std::vector<KernelRecord>& records, const DeviceSpec& spec);
+// offload_inflight_bytes > 0: the bound Offload ran under (max_inflight_bytes). The stalls are then
+// re-decided at this device's speeds: each copy out (copy_async.d2h) joins the bytes waiting, the
+// ones predicted done by then leave, and past the bound the compute stream waits for the oldest,
+// as Offload does; the profiled run's own stalls (decided by its own timing, an emulator's
+// included) are set aside. 0: the recorded stalls are priced as they are.
+StepPrediction predict_step(const std::vector<KernelRecord>& records, const DeviceSpec& spec,
+                            int64_t offload_inflight_bytes = 0);
 
 // Prints the spec and the model, the kernel table (the 20 largest predicted), the op table and the
 // step, per step (the profiled steps' totals divided by `steps`), each beside the measured time of
 // the run; then the step with the f32 GEMMs on TF32 and the roofline alone (no launch floor).
-void print_prediction(std::ostream& os, const Profiler& profiler, const DeviceSpec& spec, int64_t steps = 1);
+// offload_inflight_bytes: as predict_step's.
+void print_prediction(std::ostream& os, const Profiler& profiler, const DeviceSpec& spec, int64_t steps = 1,
+                      int64_t offload_inflight_bytes = 0);
 
 }  // namespace reel::profile

@@ -5,7 +5,9 @@
 // error through an offloaded save is the plain one; host memory is returned at the end of each step
 // and the pinned pool reused over 1,000 steps; accumulation frees each micro-batch's host copies
 // before the next forward; the device activation peak drops; views of one storage share one copy;
-// Scope prefetch brings a scope back whole with the one before it; the cpu refusal.
+// Scope prefetch brings a scope back whole with the one before it; the cpu refusal, at set_offload
+// too; a caller-held input comes back as the caller's storage, not a second device copy; the bound
+// on the bytes waiting for their copy out is honoured, its stalls counted, recorded and priced.
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -20,6 +22,7 @@
 #include "core/stream.h"
 #include "nn/gpt.h"
 #include "nn/sequential.h"
+#include "report/predict.h"
 #include "testing.h"
 
 using namespace reel;
@@ -325,4 +328,104 @@ TEST_CASE("on the cpu device offload is refused, saying why") {
   autograd::Tape::current().clear();
   CHECK_REEL_ERROR(autograd::host_link_bytes_per_s(Device::cpu()), "no device<->host link");
   CHECK(std::string(autograd::offload_what_name(autograd::OffloadWhat::Boundaries)) == "boundaries");
+}
+
+TEST_CASE("set_offload on a model whose parameters are on cpu is refused at the call, naming the device") {
+  auto mlp = make_mlp(Device::cpu());
+  CHECK_REEL_ERROR(mlp->set_offload(autograd::OffloadMode::All), "MLP.set_offload(all): the model is on cpu");
+  CHECK_REEL_ERROR(mlp->set_offload(autograd::OffloadMode::Boundaries), "the model is on cpu");
+  mlp->set_offload(autograd::OffloadMode::Auto);  // plans without offload there
+  mlp->set_offload(autograd::OffloadMode::None);
+  auto on_cuda = make_mlp(kCuda);
+  CHECK_REEL_ERROR(on_cuda->set_offload(autograd::OffloadMode::All, 0), "max_inflight_bytes must be > 0");
+  CHECK(autograd::parse_offload_mode("all") == autograd::OffloadMode::All);  // declared in offload.h
+  CHECK_REEL_ERROR(autograd::parse_offload_mode("some"), "offload mode 'some': expected none, boundaries, all or auto");
+}
+
+TEST_CASE("a saved input the caller still holds is read where it is, not brought back as a second device copy") {
+  // One scope over the whole step, prefetching by Scope: at backward's first unpack every save
+  // comes back at once, so the step's peak is the plain one. The batch x, which the caller holds
+  // throughout, was copied out with the rest; brought back, it would be a second device copy of x
+  // on top of that peak (the MLP: 144 KiB plain, 156 KiB offloaded).
+  auto mlp = make_mlp(kCuda, {96, 64, 64, 64, 10});
+  const Tensor x = batch(64, 96, kCuda), target = targets(64, kCuda);  // x: 24 KiB, held here
+  const auto run = [&](bool offloaded) {
+    autograd::zero_grad(mlp->parameters());
+    manual_seed(42);
+    reset_peak_memory(kCuda);
+    const int64_t before = memory_stats(kCuda).current_bytes;
+    autograd::Offload::Stats stats;
+    {
+      std::optional<autograd::Offload> offload;
+      if (offloaded) offload.emplace(autograd::OffloadWhat::All, 0, autograd::OffloadPrefetch::Scope);
+      const Tensor loss = cross_entropy((*mlp)(x), target);
+      Stream::copy(kCuda).synchronize();  // every copy out landed: each device side can go
+      autograd::release_landed_offloads();
+      autograd::backward(loss);
+      if (offload) stats = offload->stats();
+    }
+    return std::make_pair(memory_stats(kCuda).peak_bytes - before, stats);
+  };
+  const auto [plain_peak, none] = run(false);
+  const auto [offload_peak, stats] = run(true);
+  MESSAGE("device peak: plain " << format_bytes(plain_peak) << ", offloaded " << format_bytes(offload_peak) << "; "
+                                << stats.reused << " of " << stats.tensors << " saves reused on the device");
+  CHECK(offload_peak <= plain_peak);
+  CHECK(stats.reused >= 1);  // x
+  CHECK(same_bits(mlp_step(*mlp, Where::None, autograd::OffloadWhat::All, 64).grads,
+                  mlp_step(*mlp, Where::Whole, autograd::OffloadWhat::All, 64, 0, true).grads));
+}
+
+TEST_CASE("the bytes waiting for their copy to the host stay within the bound; each stall is counted, recorded and priced") {
+  auto mlp = make_mlp(kCuda);
+  const Run plain = mlp_step(*mlp, Where::None);
+  const auto bounded = [&](int64_t bound) {
+    const Tensor x = batch(16, 24, kCuda), target = targets(16, kCuda);
+    autograd::zero_grad(mlp->parameters());
+    manual_seed(42);
+    autograd::Offload::Stats stats;
+    {
+      autograd::Offload offload(autograd::OffloadWhat::All, 0, autograd::OffloadPrefetch::Window, bound);
+      const Tensor loss = cross_entropy((*mlp)(x), target);
+      autograd::backward(loss);
+      stats = offload.stats();
+    }
+    CHECK(same_bits(grads_of(*mlp), plain.grads));
+    return stats;
+  };
+  for (const int64_t bound : {int64_t{1}, int64_t{3} << 10, int64_t{16} << 10}) {  // saves here are 2 KiB
+    CAPTURE(bound);
+    const autograd::Offload::Stats s = bounded(bound);
+    CHECK(s.tensors > 0);
+    CHECK(s.peak_inflight_bytes <= bound);
+    if (bound == 1) CHECK(s.stalls == s.tensors);  // every copy out is waited for as soon as it starts
+    CHECK(s.stalled_bytes >= s.stalls);
+  }
+  CHECK(bounded(autograd::kNoOffloadInflightBound).stalls == 0);
+
+  // Under a Profiler each stall is an "offload_stall" run on the compute stream, which the
+  // predictor prices from the host link: the compute stream waits for those copies to finish.
+  Profiler prof;
+  const autograd::Offload::Stats s = bounded(1);
+  prof.stop();
+  int64_t recorded = 0;
+  for (const profile::KernelRecord& k : prof.kernels()) recorded += k.kernel == profile::kOffloadStallKernel;
+  CHECK(recorded == s.stalls);
+  const profile::StepPrediction p = profile::predict_step(prof.kernels(), profile::device_spec("h100"));
+  CHECK(p.offload_stalls.calls == s.stalls);
+  CHECK(p.offload_stalls.predicted_s > 0);  // a bound of 1 byte: each copy out is waited for whole
+  CHECK(p.offload_stalls.predicted_s <= p.copy_stream.predicted_s);
+
+  // The emulator's copies land when asked, so an unbounded run stalls nowhere; the predictor
+  // re-decides the stalls at a device's speeds for a given bound: at 1 byte, every copy out waits.
+  Profiler unbounded;
+  const autograd::Offload::Stats none = bounded(autograd::kNoOffloadInflightBound);
+  unbounded.stop();
+  CHECK(none.stalls == 0);
+  const profile::DeviceSpec& h100 = profile::device_spec("h100");
+  CHECK(profile::predict_step(unbounded.kernels(), h100).offload_stalls.calls == 0);
+  const profile::StepPrediction at_one_byte = profile::predict_step(unbounded.kernels(), h100, 1);
+  CHECK(at_one_byte.offload_stalls.calls == none.tensors);
+  CHECK(at_one_byte.offload_stalls.predicted_s > 0);
+  CHECK(profile::predict_step(unbounded.kernels(), h100, int64_t{1} << 40).offload_stalls.calls == 0);
 }

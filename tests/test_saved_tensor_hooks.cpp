@@ -4,7 +4,8 @@
 // device, with the memory statistics showing where the bytes went; backward observers that count
 // rules and replays, and one that installs a .grad at a rule's first write (before_leaf_grad) and
 // hears Linear release its saved W before dW (saved_released); the version check through a packed
-// slot; hooks that unpack the wrong tensor.
+// slot; hooks that unpack the wrong tensor; a pack hook told whether it packs a parameter or an
+// activation, with a slot id that is the same at every step.
 #include <algorithm>
 #include <any>
 #include <cstring>
@@ -293,4 +294,47 @@ TEST_CASE("an observer installs a .grad at a rule's first write to it, and hears
     CHECK(w.grad().same(lazy->buffer));
     CHECK(reel::testing::bit_identical(w.grad(), want));
   }
+}
+
+TEST_CASE("a pack hook is told what it packs: parameter or activation, and a slot id stable across steps") {
+  auto mlp = make_mlp(Device::cpu());
+  mlp->set_checkpoint(nn::CheckpointPolicy::parse("every:2"));  // held inputs too (segment >= 0)
+  const auto one_step = [&] {
+    std::vector<std::pair<int64_t, autograd::SavedKind>> seen;  // (slot id, kind) in pack order
+    int held = 0;
+    Generator data(3);
+    const Tensor x = randn({16, 24}, DType::f32, Device::cpu(), &data);
+    manual_seed(42);
+    Tensor loss;
+    {
+      autograd::SavedTensorHooks scope(
+          autograd::PackHookBy([&](const Tensor& t, const autograd::KeptBy& by) -> std::any {
+            seen.emplace_back(by.slot_id(), by.kind);
+            held += by.segment >= 0;
+            const auto& m = t.autograd_meta();
+            const bool leaf = m && ((m->is_leaf && m->requires_grad) || m->views_leaf);
+            CHECK((by.kind == autograd::SavedKind::Parameter) == leaf);  // a Linear's W, not its input
+            return t;
+          }),
+          [](const std::any& p) { return std::any_cast<const Tensor&>(p); });
+      loss = cross_entropy((*mlp)(x), targets(Device::cpu()));
+    }
+    autograd::backward(loss);
+    CHECK(held > 0);
+    return seen;
+  };
+  const auto first = one_step(), second = one_step();
+  CHECK(first == second);  // the same slots, named alike, every step
+  std::vector<int64_t> ids;
+  int parameters = 0;
+  for (const auto& [id, kind] : first) {
+    CHECK(id >= 0);
+    ids.push_back(id);
+    parameters += kind == autograd::SavedKind::Parameter;
+  }
+  std::sort(ids.begin(), ids.end());
+  CHECK(std::adjacent_find(ids.begin(), ids.end()) == ids.end());  // one id per slot
+  CHECK(parameters > 0);
+  CHECK(parameters < static_cast<int>(first.size()));
+  CHECK(std::string(autograd::saved_kind_name(autograd::SavedKind::Parameter)) == "parameter");
 }
