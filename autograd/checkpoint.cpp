@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <limits>
 #include <map>
+#include <numeric>
 #include <set>
 #include <sstream>
 
@@ -50,17 +52,42 @@ int64_t parse_int(const std::string& text, const std::string& whole) {
   return v;
 }
 
-// "48MiB", "1.5GiB", "512KiB", "1000000" (bytes), "64B".
+// "48MiB", "1.5GiB", "300MB", "512KiB", "1000000" (bytes), "64B": digits with an optional
+// fraction, then an optional unit, binary (KiB, MiB, GiB: 1024^n) or decimal (KB, MB, GB: 1000^n).
+// Read exactly, in integers: the size must be a whole, positive number of bytes below 2^63.
 int64_t parse_size(const std::string& text, const std::string& whole) {
-  const auto [v, used] = leading_number(text, [](const std::string& t, size_t* n) { return std::stod(t, n); });
-  const std::string unit = used ? text.substr(used) : "";
-  const std::map<std::string, double> units = {{"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1024.0 * 1024},
-                                               {"GiB", 1024.0 * 1024 * 1024}};
+  const char* const help = "a positive size is bytes, or a number with B, KiB, MiB, GiB, KB, MB or GB: budget:48MiB";
+  const auto digit = [&](size_t i) { return i < text.size() && text[i] >= '0' && text[i] <= '9'; };
+  int64_t mantissa = 0, ten_f = 1;  // the number is mantissa / ten_f
+  int digits = 0;
+  bool fraction_ok = true;  // a '.' has a digit after it
+  size_t i = 0;
+  for (; digit(i) && digits < 18; ++i, ++digits) mantissa = mantissa * 10 + (text[i] - '0');
+  if (i < text.size() && text[i] == '.') {
+    fraction_ok = digit(++i);
+    for (; digit(i) && digits < 18; ++i, ++digits) {
+      mantissa = mantissa * 10 + (text[i] - '0');
+      ten_f *= 10;
+    }
+  }
+  REEL_CHECK(!digit(i), "checkpoint policy '", whole, "': '", text,
+             "' has more than 18 digits (", help, ")");
+  const std::string unit = text.substr(i);
+  static const std::map<std::string, int64_t> units = {
+      {"", 1},           {"B", 1},          {"KiB", int64_t{1} << 10}, {"MiB", int64_t{1} << 20},
+      {"GiB", int64_t{1} << 30}, {"KB", 1000}, {"MB", 1000000},        {"GB", 1000000000}};
   const auto it = units.find(unit);
-  REEL_CHECK(used > 0 && it != units.end() && std::isfinite(v) && v > 0 && v * it->second < 9e18,
-             "checkpoint policy '", whole, "': '", text,
-             "' is not a positive size (bytes, or a number with B, KiB, MiB or GiB: budget:48MiB)");
-  return static_cast<int64_t>(v * it->second);
+  REEL_CHECK(digits > 0 && fraction_ok && it != units.end(), "checkpoint policy '", whole, "': '", text,
+             "' is not a positive size (", help, ")");
+  // bytes = mantissa * unit / ten_f, whole exactly when ten_f / gcd(unit, ten_f) divides mantissa.
+  const int64_t g = std::gcd(it->second, ten_f), den = ten_f / g, mul = it->second / g;
+  REEL_CHECK(mantissa % den == 0, "checkpoint policy '", whole, "': '", text,
+             "' is not a whole number of bytes (give whole bytes, or a finer unit: budget:1536KiB)");
+  const int64_t q = mantissa / den;
+  REEL_CHECK(q > 0, "checkpoint policy '", whole, "': '", text, "' is not a positive size (", help, ")");
+  REEL_CHECK(q <= std::numeric_limits<int64_t>::max() / mul, "checkpoint policy '", whole, "': '", text,
+             "' is too large (2^63 bytes or more)");
+  return q * mul;
 }
 
 }  // namespace

@@ -90,8 +90,8 @@ struct CheckpointPolicy {
   KeepRule keep;               // Selective: the ops kept (null: keep_costly_outputs)
   int64_t budget_bytes = 0;    // Budget: the step's activation peak may not exceed it
 
-  // "none" | "every:K" (K >= 1) | "sqrt" | "list:i,j,..." | "selective" | "budget:SIZE" (SIZE in
-  // bytes, or with a unit: 48MiB, 1.5GiB, 512KiB) ; reel::Error naming the accepted forms.
+  // "none" | "every:K" (K >= 1) | "sqrt" | "list:i,j,..." | "selective" | "budget:SIZE" (SIZE: whole bytes, 48MiB,
+  // 1.5GiB, 300MB; KiB/MiB/GiB 1024^n, KB/MB/GB 1000^n); reel::Error quoting the refused text.
   static CheckpointPolicy parse(const std::string& text);
   static CheckpointPolicy selective(KeepRule keep);
   static CheckpointPolicy budget(int64_t bytes);

@@ -130,8 +130,10 @@ class CachingAllocator {
 // without one raises reel::Error.
 CachingAllocator& allocator_for(Device device);
 
-MemoryStats memory_stats(Device device = Device::cpu());
-void reset_peak_memory(Device device = Device::cpu());
+// The device is named, never defaulted: a default of cpu would silently report the host while a
+// model trains on cuda.
+MemoryStats memory_stats(Device device);
+void reset_peak_memory(Device device);
 void set_memory_limit(Device device, int64_t bytes);
 
 // The pinned pool: page-locked host memory, one pool for the process (created on first use). Its

@@ -105,7 +105,7 @@ struct MemoryPeak {
 // Collects the memory events of one device from construction to stop() (or destruction), then
 // analyses them. One at a time in the process: a second one while one collects raises reel::Error.
 // Blocks allocated before it started (parameters, gradients, optimizer state) are the snapshot of
-// memory_stats() at the start (and of the pinned pool's Offloaded bytes, for the host side); their
+// memory_stats(device) at the start (and of the pinned pool's Offloaded bytes, for the host side); their
 // frees and retags move bytes out of and between those.
 //
 //   reel::reset_peak_memory(device);

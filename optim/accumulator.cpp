@@ -1,4 +1,5 @@
-// The end of an accumulation window (see accumulator.h).
+// The end of an accumulation window (see accumulator.h): unscale, the gradient hook, the
+// non-finite decision, clipping, the learning rate, the step and zeroing, in that order.
 #include "optim/accumulator.h"
 
 #include <cmath>
@@ -7,16 +8,12 @@
 
 namespace reel::optim {
 
-bool Accumulator::unscale_found_inf() {
+std::vector<Tensor> Accumulator::step_grads() const {
   std::vector<Tensor> grads = options_.sync ? options_.sync->step_grads() : std::vector<Tensor>{};
   if (grads.empty())
     for (const Tensor& p : optimizer_.params())
       if (p.grad().defined()) grads.push_back(p.grad());
-  const bool found = options_.scaler->unscale(grads);
-  // Shards (FSDP, ZeRO-1) differ by rank: one rank's inf must skip the window everywhere.
-  const bool any = options_.sync ? options_.sync->global_sum(found ? 1.0 : 0.0) > 0 : found;
-  options_.scaler->update(any);
-  return any;
+  return grads;
 }
 
 void Accumulator::skip(WindowResult& r) {
@@ -27,28 +24,34 @@ void Accumulator::skip(WindowResult& r) {
 
 void Accumulator::finish(WindowResult& r) {
   const profile::PhaseScope profiled(profile::Phase::Optimizer);  // the hook, clipping and zeroing too
-  if (options_.scaler && unscale_found_inf()) return skip(r);
-  if (grad_hook_) grad_hook_(optimizer_.params(), r);
   WindowSync* sync = options_.sync;
-  double norm = -1;  // the global norm, once measured (across ranks it costs a collective)
-  if (options_.skip_nonfinite) {
-    if (sync) {
-      norm = sync->grad_norm();  // the same on every rank, so every rank skips or none does
-    } else {
-      std::vector<Tensor> grads;
-      for (const Tensor& p : optimizer_.params())
-        if (p.grad().defined()) grads.push_back(p.grad());
-      norm = kernels::global_grad_norm(grads);
+  // 1. Unscale what the optimizer will read; the pass also finds inf/NaN, the answer while no hook
+  // changes the gradients after it.
+  bool found = options_.scaler && options_.scaler->unscale(step_grads());
+  // 2. The hook, on the unscaled gradients.
+  if (grad_hook_) grad_hook_(optimizer_.params(), r);
+  // 3. The non-finite decision, on the gradients as the hook left them (it may have written an inf,
+  // replaced a .grad or cleaned one). Across ranks one rank's inf skips the window everywhere: the
+  // flag is summed over the ranks, since a replicated gradient's norm is taken on each rank alone
+  // and the hook may change one rank's gradients only.
+  if (options_.scaler || options_.skip_nonfinite) {
+    if (grad_hook_ || !options_.scaler) {
+      const std::vector<Tensor> grads = step_grads();
+      found = !grads.empty() && !std::isfinite(kernels::global_grad_norm(grads));
     }
-    if (!std::isfinite(norm)) return skip(r);
+    if (sync) found = sync->global_sum(found ? 1.0 : 0.0) > 0;
+    if (options_.scaler) options_.scaler->update(found);  // once per window: back off, or one clean window
+    if (found) return skip(r);
   }
-  if (options_.clip_norm > 0 && sync) {  // clip_grad_norm's rule, on the global norm
-    r.grad_norm = norm >= 0 ? norm : sync->grad_norm();
+  // 4. Clipping, clip_grad_norm's rule on the global norm.
+  if (options_.clip_norm > 0 && sync) {
+    r.grad_norm = sync->grad_norm();
     const double factor = options_.clip_norm / (r.grad_norm + 1e-6);
     if (factor < 1.0) sync->scale_grads(factor);
   } else if (options_.clip_norm > 0) {
     r.grad_norm = clip_grad_norm(optimizer_.params(), options_.clip_norm);
   }
+  // 5. The learning rate, 6. the step, 7. zeroing.
   optimizer_.set_lr(r.lr);
   optimizer_.step();
   if (sync) sync->after_step();

@@ -5,42 +5,57 @@
 // per-micro-batch mean weights a token of a short batch more than one of a long batch (the bug
 // Hugging Face's Trainer had until 2024). So the window counts first, then runs each
 // micro-batch's forward with a SUM-reduced loss and backward with scale 1/total; the gradients add
-// up in the parameters' .grad buffers. Then it calls the gradient hook (set_grad_hook), checks
-// for non-finite gradients, clips once, sets the learning rate from the schedule once, steps once
-// and zeroes the gradients. A last, shorter window works the same way.
+// up in the parameters' .grad buffers. A last, shorter window works the same way. The window's
+// end (finish) then runs, in this order:
+//   1. unscale (Options::scaler only): the gradients the optimizer will read are divided by the
+//      scale, in place;
+//   2. the gradient hook (set_grad_hook), on those unscaled gradients;
+//   3. the non-finite decision (Options::scaler or Options::skip_nonfinite): an inf or NaN in the
+//      gradients the optimizer will read, AS THE HOOK LEFT THEM, on any rank, skips the window;
+//   4. clipping (Options::clip_norm), on the global norm;
+//   5. the learning rate from the schedule;
+//   6. the optimizer's step (and the sync's after_step);
+//   7. zeroing the gradients.
+// A window of count 0 runs none of it (no backward, no step, the scaler untouched).
 //
-// The gradient hook sees the window's gradients where the optimizer will read them, in each
-// parameter's .grad: the sum over the window's micro-batches, already normalised by the window's
-// total count (so, the gradient of the window's mean loss, as one big batch would give), and
-// across processes already synchronised. It may inspect or log them, or change them in place or
-// with set_grad (scale them, zero one): the non-finite check, clipping and the step see what it
-// leaves. A parameter no micro-batch reached may have no .grad (undefined). Not called for a window
-// of count 0 (no step), nor for one the loss scaler skips; with a scaler it sees unscaled gradients.
+// What the hook sees: the optimizer's parameters, and in each one's .grad the sum over the
+// window's micro-batches, normalised by the window's total count (so, the gradient of the window's
+// mean loss, as one big batch would give), across processes already synchronised, and with a
+// scaler already unscaled (the true gradients, as without a scaler). A parameter no micro-batch
+// reached may have no .grad (undefined). The hook runs on every window of count > 0, also one that
+// step 3 will skip: it may see an inf or NaN there. It may inspect or log the gradients, or change
+// them in place or with set_grad (scale them, zero one, write an inf): steps 3 to 6 see what it
+// leaves. So an inf the hook writes skips the window, and an inf the hook overwrites with finite
+// values does not (the step reads finite gradients, and the scaler counts the window clean).
 //   acc.set_grad_hook([](const std::vector<Tensor>& params, const WindowResult& w) { log(params, w.count); });
 //
-// Across processes (Options::sync, set by distributed::DataParallel or distributed::FullyShardedDataParallel), the
-// window spans every rank: the count is summed over the ranks before any backward, so every rank's
-// loss is normalised by the global count (exact with uneven shards), the gradients are synchronised
-// (DataParallel: once per window, during the window's last backward; FSDP: per micro-batch or per
-// window, its option), and clipping and the non-finite check use the global norm.
-// Across processes the hook runs on every rank with the same gradients; it must change them the same
-// way on every rank, or the replicas drift apart. Under ZeRO-1 (distributed::ZeroAdamW) the summed
-// gradients live in DataParallel's shards, not in .grad: there the hook sees only this rank's own,
-// unsynchronised part of the window, and what it changes is not what the optimizer steps. Under
-// distributed::FullyShardedDataParallel the optimizer's parameters ARE the shards: the hook sees each rank's
-// shard of the summed gradients, and the sync's after_step() runs after the optimizer's step.
+// A skipped window: no clipping, no step (parameters, optimizer state and the optimizer's step
+// count bit for bit untouched), the gradients zeroed, WindowResult::skipped_nonfinite set and
+// stepped false, counted once in skipped_steps(), and with a scaler backed off once (counted once
+// in GradScaler::skipped_windows()); every counter agrees, whether the scaler, skip_nonfinite or
+// both asked for the check. A window that steps counts once towards the scaler's growth.
+//
+// Across processes (Options::sync, set by distributed::DataParallel or
+// distributed::FullyShardedDataParallel), the window spans every rank: the count is summed over the
+// ranks before any backward, so every rank's loss is normalised by the global count (exact with
+// uneven shards), the gradients are synchronised (DataParallel: once per window, during the
+// window's last backward; FSDP: per micro-batch or per window, its option), the non-finite flag is
+// summed over the ranks (WindowSync::global_sum: one rank's inf, found in its shard or written by
+// its hook alone, skips the window on every rank), and clipping uses the global norm. The hook runs
+// on every rank with the same gradients; it must change them the same way on every rank, or the
+// replicas drift apart. Under ZeRO-1 (distributed::ZeroAdamW) the summed gradients live in
+// DataParallel's shards (WindowSync::step_grads()), not in .grad: there the hook's .grad are only
+// this rank's own, unsynchronised part of the window (with a scaler, still scaled); the optimizer,
+// the unscale and the non-finite decision read the shards, which a hook may reach through
+// DataParallel::step_grads() (unscaled there, and each rank's own chunk). Under distributed::FullyShardedDataParallel the optimizer's parameters
+// ARE the shards: the hook sees each rank's shard of the summed gradients, and the sync's
+// after_step() runs after the optimizer's step.
 //
 // Loss scaling (Options::scaler, an optim::GradScaler: f16 training): the window's loss is scaled
-// once, by folding the scale into each backward's seed (backward(loss, scale / total)); at the
-// window's end, before the hook, the gradients the optimizer will read are unscaled in one fused
-// pass that also finds inf/NaN (kernels::unscale_grads_), and across processes the found flag is
-// summed through the sync (global_sum), so every rank skips or none does. A window with an inf or
-// NaN is skipped as a whole: no hook, no step (parameters, optimizer state and step count
-// untouched), gradients zeroed, WindowResult::skipped_nonfinite set, counted in skipped_steps(),
-// and the scaler backs off; a clean window counts towards its growth. The hook, the non-finite
-// check and clipping then see the true (unscaled) gradients, and WindowResult::loss is unscaled.
-// The scaler's scale() is read when the window starts and updated when it ends (not for a window
-// of count 0, which takes no backward).
+// once, by folding the scale into each backward's seed (backward(loss, scale / total)); step 1
+// unscales in one fused pass that also finds inf/NaN (kernels::unscale_grads_; without a hook that
+// pass's answer is step 3's, with one the gradients are checked again after it). WindowResult::loss
+// is unscaled. The scaler's scale() is read when the window starts and updated once when it ends.
 //
 // Exact only for layers without batch statistics (no BatchNorm): those see each micro-batch alone.
 #pragma once
@@ -63,7 +78,8 @@ struct WindowResult {
   double grad_norm = 0;   // global gradient norm before clipping (0 when not clipping)
   double lr = 0;          // the learning rate this step used
   bool stepped = false;   // false when the window held nothing to learn from (count 0), or was skipped
-  // Options::skip_nonfinite or Options::scaler: a gradient was NaN or Inf, no step taken.
+  // Options::skip_nonfinite or Options::scaler: a gradient the optimizer would read was NaN or Inf
+  // after the hook, on some rank; no step taken.
   bool skipped_nonfinite = false;
   double loss_scale = 1;  // what the window's loss was multiplied by (Options::scaler's scale, else 1)
 };
@@ -97,8 +113,9 @@ class Accumulator {
   struct Options {
     double clip_norm = 0;                  // > 0: clip the global gradient norm once per window
     const LrSchedule* schedule = nullptr;  // null: keep the optimizer's learning rate
-    // true: a window whose gradients are not all finite (an overflow, a bad batch) zeroes them and
-    // takes no step, instead of writing NaN into every parameter; counted in skipped_steps().
+    // true: a window whose gradients are not all finite after the hook (an overflow, a bad batch)
+    // zeroes them and takes no step, instead of writing NaN into every parameter; counted in
+    // skipped_steps(). A scaler implies this check.
     bool skip_nonfinite = false;
     WindowSync* sync = nullptr;  // distributed::DataParallel or FSDP: the window spans every rank (see above)
     // Dynamic loss scaling (see above); not owned, must outlive the Accumulator. null: none.
@@ -144,20 +161,24 @@ class Accumulator {
     return r;
   }
 
-  // Called once per window with the optimizer's parameters (their .grad the window's gradients,
-  // see above) and the window so far (loss, count and lr set; grad_norm and stepped not yet). One
-  // hook: a new one replaces the last; an empty one removes it.
+  // Called once per window of count > 0, after the unscale and before the non-finite decision
+  // (see above), with the optimizer's parameters (their .grad the window's gradients) and the
+  // window so far (loss, count, lr and loss_scale set; grad_norm, stepped and skipped_nonfinite
+  // not yet). One hook: a new one replaces the last; an empty one removes it.
   using GradHook = std::function<void(const std::vector<Tensor>& params, const WindowResult& window)>;
   void set_grad_hook(GradHook hook) { grad_hook_ = std::move(hook); }
 
   int64_t steps() const { return optimizer_.steps(); }
-  // Windows skipped for an inf or NaN gradient (Options::skip_nonfinite or Options::scaler).
+  // Windows skipped for an inf or NaN gradient (Options::skip_nonfinite or Options::scaler); with a
+  // scaler used by this Accumulator alone, from its start, the same as its skipped_windows().
   int64_t skipped_steps() const { return skipped_; }
 
  private:
-  void finish(WindowResult& r);  // unscale, the gradient hook, clip, set lr, step, zero_grad
-  bool unscale_found_inf();      // Options::scaler: unscale, and whether any rank found inf/NaN
-  void skip(WindowResult& r);    // zero the gradients, no step
+  void finish(WindowResult& r);  // unscale, hook, non-finite decision, clip, set lr, step, zero_grad
+  // The gradient buffers the optimizer will step from: the sync's step_grads() (ZeRO-1's shards),
+  // else each of the optimizer's parameters' defined .grad.
+  std::vector<Tensor> step_grads() const;
+  void skip(WindowResult& r);    // zero the gradients, no step, counted
 
   Optimizer& optimizer_;
   Options options_;

@@ -4,15 +4,20 @@
 //     backward(loss, scale / total), so the gradients accumulate as scale x the true ones (small
 //     f16 gradients that would flush to zero stay representable);
 //   * at the window's end its gradients are unscaled once, in ONE fused pass over all of them that
-//     also finds any inf or NaN (kernels::unscale_grads_); across ranks the found flag is summed
-//     through the WindowSync, so every rank skips or none does;
+//     also finds any inf or NaN (kernels::unscale_grads_); then the window's gradient hook runs on
+//     the unscaled gradients, and the window decides on the gradients as the hook left them
+//     (checked again when there is a hook), the found flag summed over the ranks through the
+//     WindowSync, so every rank skips or none does;
 //   * a window with an inf or NaN is skipped as a whole (no step: parameters, optimizer state and
-//     its step count untouched; gradients zeroed) and the scale is multiplied by backoff_factor;
-//     after growth_interval clean windows in a row it is multiplied by growth_factor.
-// Clipping and the gradient hook run after the unscale, on the true gradients. A power-of-two scale
-// (the defaults keep it one) makes the scaling exact: the unscaled gradients are bit for bit those
-// of the unscaled run, unless a scaled value overflows (the window is then skipped) or an unscaled
-// one falls below the dtype's smallest normal.
+//     its step count untouched; gradients zeroed) and update(true) multiplies the scale by
+//     backoff_factor, once per skipped window, whether the scaler or Options::skip_nonfinite asked
+//     for the check; after growth_interval clean windows in a row it is multiplied by
+//     growth_factor.
+// Clipping and the gradient hook run after the unscale, on the true gradients (the order:
+// optim/accumulator.h). A power-of-two scale (the defaults keep it one) makes the scaling exact:
+// the unscaled gradients are bit for bit those of the unscaled run, unless a scaled value
+// overflows (the window is then skipped) or an unscaled one falls below the dtype's smallest
+// normal.
 //
 //   optim::GradScaler scaler;                                     // 2^16, x2 after 2000 clean, x0.5
 //   optim::Accumulator::Options options;

@@ -153,7 +153,7 @@ TEST_CASE("out of system memory is an error, not a crash") {
 }
 
 TEST_CASE("tensors are attributed to the category of the enclosing scope") {
-  const MemoryStats before = memory_stats();
+  const MemoryStats before = memory_stats(Device::cpu());
   {
     MemoryCategory scope(Category::Parameter);
     CHECK(MemoryCategory::current() == Category::Parameter);
@@ -161,18 +161,19 @@ TEST_CASE("tensors are attributed to the category of the enclosing scope") {
     {
       MemoryCategory inner(Category::OptimizerState);
       Tensor m = zeros({10, 10}, DType::f64);  // 800 bytes
-      const MemoryStats s = memory_stats();
+      const MemoryStats s = memory_stats(Device::cpu());
       CHECK(s[Category::OptimizerState].current_bytes - before[Category::OptimizerState].current_bytes == 800);
     }
     CHECK(MemoryCategory::current() == Category::Parameter);
-    const MemoryStats s = memory_stats();
+    const MemoryStats s = memory_stats(Device::cpu());
     CHECK(s[Category::Parameter].current_bytes - before[Category::Parameter].current_bytes == 400);
     CHECK(s[Category::OptimizerState].current_bytes == before[Category::OptimizerState].current_bytes);
     w.storage()->set_category(Category::Gradient);
-    CHECK(memory_stats()[Category::Gradient].current_bytes - before[Category::Gradient].current_bytes == 400);
+    CHECK(memory_stats(Device::cpu())[Category::Gradient].current_bytes - before[Category::Gradient].current_bytes ==
+          400);
   }
   CHECK(MemoryCategory::current() == Category::Temporary);
-  CHECK(memory_stats().current_bytes == before.current_bytes);
+  CHECK(memory_stats(Device::cpu()).current_bytes == before.current_bytes);
   CHECK(memory_report().find("parameter") != std::string::npos);
 }
 

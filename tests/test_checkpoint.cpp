@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "autograd/checkpoint_planner.h"
 #include "autograd/functions.h"
 #include "autograd/nn_functions.h"
 #include "autograd/tape.h"
@@ -623,8 +624,50 @@ TEST_CASE("checkpoint policies: selective and budget parse, print and refuse bad
   for (const char* bad : {"budget:", "budget:-3MiB", "budget:12XB", "budget:0", "budget:nan"})
     CHECK_REEL_ERROR(P::parse(bad), "is not a positive size");
   CHECK_REEL_ERROR(P::parse("budget:1MiB").plan(4), "a budget has no plan before the chain is measured");
+  // Decimal units (1000^n) as well as binary ones (1024^n), read exactly.
+  CHECK(P::parse("budget:300MB").budget_bytes == 300000000);
+  CHECK(P::parse("budget:1.5GB").budget_bytes == 1500000000);
+  CHECK(P::parse("budget:2KB").budget_bytes == 2000);
+  CHECK(P::parse("budget:1.005KB").budget_bytes == 1005);  // 1.005 * 1000 in double is 1004.999...
+  CHECK(P::parse("budget:0.5KiB").budget_bytes == 512);
+  CHECK(P::parse("budget:1.50GiB").budget_bytes == int64_t{3} << 29);
+  CHECK(P::parse("budget:64B").budget_bytes == 64);
+  CHECK(P::parse("budget:8589934591GiB").budget_bytes == (int64_t{8589934591} << 30));  // 2^63 - 2^30
+  for (const char* text : {"budget:300MB", "budget:1.5GB", "budget:1.005KB", "budget:7"}) {
+    CAPTURE(text);
+    const P p = P::parse(text);
+    CHECK(P::parse(p.str()) == p);  // decimal sizes print as bytes, and parse back
+  }
+  // A size whose byte count is not whole is refused, not truncated (budget:0.4 was 0 bytes).
+  for (const char* bad : {"budget:1.5", "budget:0.4", "budget:0.3KiB", "budget:1.0005KB", "budget:1.5B"}) {
+    CAPTURE(bad);
+    CHECK_REEL_ERROR(P::parse(bad), (std::string("checkpoint policy '") + bad + "'").c_str());
+    CHECK_REEL_ERROR(P::parse(bad), "is not a whole number of bytes");
+  }
+  for (const char* bad : {"budget:.", "budget:1.", "budget:1.5.2MiB", "budget: 5MiB", "budget:+5", "budget:1e6",
+                          "budget:0x10", "budget:inf", "budget:5mb", "budget:5 MiB", "budget:0.0GiB"}) {
+    CAPTURE(bad);
+    CHECK_REEL_ERROR(P::parse(bad), (std::string("checkpoint policy '") + bad + "'").c_str());
+    CHECK_REEL_ERROR(P::parse(bad), "is not a positive size");
+  }
+  CHECK_REEL_ERROR(P::parse("budget:8589934592GiB"), "'8589934592GiB' is too large");
+  CHECK_REEL_ERROR(P::parse("budget:1234567890123456789"), "'1234567890123456789' has more than 18 digits");
   CHECK_REEL_ERROR(P::selective(nullptr), "the keep rule is empty");
   CHECK_REEL_ERROR(P::budget(0), "the budget must be positive");
+}
+
+TEST_CASE("checkpoint policies: every parse error quotes the text it refused") {
+  using P = autograd::CheckpointPolicy;
+  for (const char* bad : {"every:", "every:0", "every:-3", "every:x", "every:99999999999999999999", "list:1,,2",
+                          "list:-1", "list:a", "budget:", "budget:0", "budget:0.4", "budget:12XB", "half", ":",
+                          "sqrt:2", "None"}) {
+    CAPTURE(bad);
+    CHECK_REEL_ERROR(P::parse(bad), (std::string("checkpoint policy '") + bad + "'").c_str());
+  }
+  for (const char* bad : {"host", "", "All", "auto "}) {
+    CAPTURE(bad);
+    CHECK_REEL_ERROR(autograd::parse_offload_mode(bad), (std::string("offload mode '") + bad + "'").c_str());
+  }
 }
 
 namespace {

@@ -4,7 +4,11 @@
 // both), makes EVERY rank skip the window
 // together: parameters and optimizer state untouched on both, the scale halved on both, and the next
 // window steps on both to the same values. The found flag is combined through the WindowSync
-// (optim/accumulator.h). Every rank runs every case in the same order.
+// (optim/accumulator.h). Then a gradient hook that plants an inf on rank 1 only, after the
+// synchronisation (in .grad under plain data parallel, where every rank's gradient norm is taken
+// locally; in the gradient shards under ZeRO-1; in the shard gradients under FSDP ZeRO-2/3), with
+// the scaler, skip_nonfinite or both: every rank skips, and WindowResult, skipped_steps() and the
+// scaler's counters agree on both. Every rank runs every case in the same order.
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -22,6 +26,9 @@
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
 #include "testing.h"
+
+// Which check the window asks for: the scaler alone, skip_nonfinite alone, or both.
+enum class Check { Scaler, SkipNonfinite, Both };
 
 using namespace reel;
 using distributed::ProcessGroup;
@@ -112,6 +119,64 @@ void check_skip_together(optim::Accumulator& acc, optim::GradScaler& scaler, con
   CHECK(opt.steps() == 2);
 }
 
+// A clean window, a window whose hook plants an inf into element 0 of `target()` on rank 1 only,
+// and a clean one again; `scaler` null when the window has none.
+void check_hook_skips_together(optim::Accumulator& acc, optim::GradScaler* scaler, const optim::Optimizer& opt,
+                               const std::vector<Tensor>& stepped, const std::function<Tensor(const Batch&)>& loss,
+                               const std::function<Tensor()>& target, Device dev) {
+  REQUIRE(acc.step(my_window(dev, 1, false), rows, loss).stepped);
+  const auto params = values_of(stepped);
+  std::vector<Tensor> state;
+  for (const auto& [key, t] : opt.state_dict()) state.push_back(t);
+  const auto state_values = values_of(state);
+
+  int calls = 0;
+  acc.set_grad_hook([&](const std::vector<Tensor>&, const optim::WindowResult&) {
+    ++calls;
+    if (world().rank() != 1) return;
+    const Tensor g = target();
+    std::vector<double> v = reel::testing::values(g);
+    v[0] = std::numeric_limits<double>::infinity();
+    g.copy_(from_vector(v, g.shape()));
+  });
+  const optim::WindowResult r = acc.step(my_window(dev, 2, false), rows, loss);
+  CHECK(calls == 1);
+  CHECK(r.skipped_nonfinite);
+  CHECK_FALSE(r.stepped);
+  CHECK(acc.skipped_steps() == 1);
+  CHECK(opt.steps() == 1);
+  CHECK(values_of(stepped) == params);
+  std::vector<Tensor> state_after;
+  for (const auto& [key, t] : opt.state_dict()) state_after.push_back(t);
+  CHECK(values_of(state_after) == state_values);
+  if (scaler) {
+    CHECK(r.loss_scale == 256.0);
+    CHECK(scaler->scale() == 128.0);
+    CHECK(scaler->skipped_windows() == 1);
+    CHECK(scaler->clean_windows_in_a_row() == 0);
+  }
+  // Every rank skipped: the sum of the ranks' skipped counts is the world's size.
+  CHECK(world().all_reduce(static_cast<double>(acc.skipped_steps()), distributed::ReduceOp::Sum) ==
+        static_cast<double>(world().size()));
+
+  acc.set_grad_hook({});
+  const optim::WindowResult next = acc.step(my_window(dev, 3, false), rows, loss);
+  CHECK(next.stepped);
+  CHECK(opt.steps() == 2);
+  if (scaler) {
+    CHECK(next.loss_scale == 128.0);
+    CHECK(scaler->clean_windows_in_a_row() == 2);
+  }
+  bool finite = true;  // CHECK, not REQUIRE: a rank leaving the case early would hang the other's collectives
+  for (const auto& v : values_of(stepped))
+    for (double x : v) finite = finite && std::isfinite(x);
+  CHECK(finite);
+}
+
+const char* name(Check c) {
+  return c == Check::Scaler ? "scaler" : c == Check::SkipNonfinite ? "skip_nonfinite" : "scaler + skip_nonfinite";
+}
+
 }  // namespace
 
 TEST_CASE("data parallel (plain and ZeRO-1): an inf on one rank skips the window on every rank") {
@@ -146,4 +211,48 @@ TEST_CASE("FSDP (ZeRO-2 and ZeRO-3): an inf in one rank's shard skips the window
       check_skip_together(acc, scaler, opt, fsdp.shard_parameters(),
                           [&](const Batch& b) { return loss_of(*model, last, b); }, dev);
     }
+}
+
+TEST_CASE("data parallel (plain and ZeRO-1): a hook's inf on one rank skips the window on every rank") {
+  for (Device dev : reel::testing::devices())
+    for (const int zero : {0, 1})
+      for (Check check : {Check::Scaler, Check::SkipNonfinite, Check::Both}) {
+        CAPTURE(dev);
+        CAPTURE(zero);
+        CAPTURE(name(check));
+        auto model = make_model(dev);
+        const Dense& last = static_cast<const Dense&>((*model)[1]);
+        const std::vector<Tensor> p = model->parameters();
+        distributed::DataParallel dp(p, {512, true, zero});
+        std::unique_ptr<optim::Optimizer> opt;
+        if (zero == 1) opt = std::make_unique<distributed::ZeroAdamW>(dp, 0.01);
+        else opt = std::make_unique<optim::AdamW>(p, 0.01);
+        optim::GradScaler scaler({256.0, 2.0, 0.5, 100});
+        optim::GradScaler* s = check == Check::SkipNonfinite ? nullptr : &scaler;
+        optim::Accumulator acc(*opt, {1.0, nullptr, check != Check::Scaler, &dp, s});
+        // What the optimizer reads: the synchronised .grad (plain), this rank's gradient shard (ZeRO-1).
+        const std::function<Tensor()> target = [&] { return zero == 1 ? dp.step_grads()[0] : p[0].grad(); };
+        check_hook_skips_together(acc, s, *opt, p, [&](const Batch& b) { return loss_of(*model, last, b); }, target,
+                                  dev);
+      }
+}
+
+TEST_CASE("FSDP (ZeRO-2 and ZeRO-3): a hook's inf in one rank's shard skips the window on every rank") {
+  for (Device dev : reel::testing::devices())
+    for (const int stage : {2, 3})
+      for (Check check : {Check::Scaler, Check::SkipNonfinite, Check::Both}) {
+        CAPTURE(dev);
+        CAPTURE(stage);
+        CAPTURE(name(check));
+        auto model = make_model(dev);
+        const Dense& last = static_cast<const Dense&>((*model)[1]);
+        distributed::FullyShardedDataParallel fsdp(*model, {&(*model)[0], &(*model)[1]}, {stage, {}, true, {}, {}});
+        const std::vector<Tensor> shards = fsdp.shard_parameters();
+        optim::AdamW opt(shards, 0.01);
+        optim::GradScaler scaler({256.0, 2.0, 0.5, 100});
+        optim::GradScaler* s = check == Check::SkipNonfinite ? nullptr : &scaler;
+        optim::Accumulator acc(opt, {1.0, nullptr, check != Check::Scaler, &fsdp, s});
+        check_hook_skips_together(acc, s, opt, shards, [&](const Batch& b) { return loss_of(*model, last, b); },
+                                  [&] { return shards[0].grad(); }, dev);
+      }
 }

@@ -49,7 +49,7 @@ std::string temp_path(const std::string& name) { return "test_module_" + name + 
 
 TEST_CASE("parameters register under dotted names, depth first, once each") {
   manual_seed(1);
-  const int64_t before = memory_stats()[Category::Parameter].current_bytes;
+  const int64_t before = memory_stats(Device::cpu())[Category::Parameter].current_bytes;
   Net net;
   CHECK(names_of(net) == std::vector<std::string>{"scale", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"});
   CHECK(net.num_parameters() == 2 + 4 * 3 + 3 + 3 * 2 + 2);
@@ -58,7 +58,7 @@ TEST_CASE("parameters register under dotted names, depth first, once each") {
     CHECK(p.is_leaf());
     CHECK(p.storage()->category() == Category::Parameter);
   }
-  CHECK(memory_stats()[Category::Parameter].current_bytes - before >= 25 * 4);
+  CHECK(memory_stats(Device::cpu())[Category::Parameter].current_bytes - before >= 25 * 4);
   CHECK(net.fc1->weight.shape() == Shape{3, 4});  // (out, in), as torch.nn.Linear
 
   nn::MLP mlp({4, 8, 8, 2});

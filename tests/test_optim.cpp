@@ -121,13 +121,13 @@ TEST_CASE("an element's AdamW update does not depend on where it sits in the ten
 }
 
 TEST_CASE("optimizer state is counted as optimizer state and round-trips through state_dict") {
-  const int64_t before = memory_stats()[Category::OptimizerState].current_bytes;
+  const int64_t before = memory_stats(Device::cpu())[Category::OptimizerState].current_bytes;
   Tensor a = param({1, 2, 3}), b = param({4, 5, 6});
   AdamW opt({a, b}, 0.1);
   set_gradient(a, {1, 1, 1});
   set_gradient(b, {1, -1, 1});
   opt.step();
-  CHECK(memory_stats()[Category::OptimizerState].current_bytes - before == 2 * 2 * 3 * 8);
+  CHECK(memory_stats(Device::cpu())[Category::OptimizerState].current_bytes - before == 2 * 2 * 3 * 8);
   const StateDict saved = opt.state_dict();
   CHECK(saved.count("exp_avg.0"));
   CHECK(saved.count("exp_avg_sq.1"));

@@ -260,10 +260,10 @@ TEST_CASE("the activation peak of a window is that of one micro-batch") {
     nn::MLP mlp({8, 256, 256, 3});
     optim::SGD opt(mlp.parameters(), 0.01);
     train_mlp(mlp, opt, data, 1, 256, accum);  // allocates gradients once
-    reset_peak_memory();
-    const int64_t base = memory_stats()[Category::Activation].current_bytes;
+    reset_peak_memory(Device::cpu());
+    const int64_t base = memory_stats(Device::cpu())[Category::Activation].current_bytes;
     train_mlp(mlp, opt, data, 1, 256, accum);
-    peaks.push_back(memory_stats()[Category::Activation].peak_bytes - base);
+    peaks.push_back(memory_stats(Device::cpu())[Category::Activation].peak_bytes - base);
   }
   CAPTURE(peaks[0]);
   CAPTURE(peaks[1]);
