@@ -8,7 +8,7 @@
 //                                                // replays them from the boundary inputs
 //
 // One tape per thread. Memory: what nodes save is counted as Category::Activation by the
-// allocator (reel::memory_stats()); leaf gradients as Category::Gradient. What the tape keeps is
+// allocator (reel::memory_stats(device)); leaf gradients as Category::Gradient. What the tape keeps is
 // one slot type (autograd/saved_tensor.h), which SavedTensorHooks may move elsewhere; backward
 // observers (autograd/hooks.h) watch the walk.
 //

@@ -92,8 +92,9 @@
 // evaluated and saved after training is what the optimizer stepped.
 //
 // As DataParallel: the window's count is summed over ranks before any backward (the loss normalised
-// by the global count, exact with uneven shards); clipping and the non-finite check use the global
-// norm, sqrt of the ranks' summed squared shard-gradient norms.
+// by the global count, exact with uneven shards); clipping uses the global norm, sqrt of the ranks'
+// summed squared shard-gradient norms, and the non-finite decision a flag summed over the ranks
+// (optim/accumulator.h), so a shard that alone holds an inf skips the window on every rank.
 //
 // Counting all-gathers (all_gathers(phase)). Stage 3, prefetch off, Options::keep empty, a model of U
 // units whose every unit is used by each micro-batch's loss, R of them read by replayed checkpoint
