@@ -133,15 +133,17 @@ void unary_backward_contiguous(const T* dy, const T* s, T* dx, int64_t n) {
 }
 
 // The same for bf16 / f16, as unary_contiguous_16: dy and s widened a chunk at a time, the f32
-// code run on them (dx into dy's buffer), each result rounded once on store.
+// code run on them (dx into dy's buffer), each result rounded once on store. An op whose backward
+// reads nothing (UnarySaves::Nothing: neg) does not widen s: reading it cost a third of the time.
 template <UnaryOp op, typename T>
 void unary_backward_contiguous_16(const T* dy, const T* s, T* dx, int64_t n) {
+  constexpr bool kReadsSaved = unary_saves(op) != UnarySaves::Nothing;
   alignas(64) float g[kWidenChunk], x[kWidenChunk];
   for (int64_t i0 = 0; i0 < n; i0 += kWidenChunk) {
     const int64_t m = std::min(kWidenChunk, n - i0);
     widen(dy + i0, g, m);
-    widen(s + i0, x, m);
-    unary_backward_contiguous<op, float>(g, x, g, m);
+    if constexpr (kReadsSaved) widen(s + i0, x, m);
+    unary_backward_contiguous<op, float>(g, kReadsSaved ? x : g, g, m);
     narrow(g, dx + i0, m);
   }
 }
