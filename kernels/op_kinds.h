@@ -12,7 +12,12 @@
 //      then its forward in unary_fn and its backward dx = dy * f'(saved) in unary_backward_fn
 //      (each chain of `if constexpr` ends in a static_assert: an op without its math does not
 //      compile). Backends call them with T = the dispatch's acc_t (loads converted from the
-//      element type, results stored back), so the math is written once for every dtype.
+//      element type, results stored back), so the math is written once for every dtype; the CPU's
+//      contiguous loops call them with T = kernels/cpu/vec.h's Vec<float> (a SIMD register), so
+//      write them with what both offer: + - * /, unary -, x > y and x < y inside select_fn (no
+//      ?: on T: a register has no single truth value), T(constant), and the functions imported
+//      by the `using std::` line (exp, log, log1p, tanh, sqrt, fabs; a new one needs its Vec
+//      overload in vec.h).
 //      Every backend, kernels::unary and kernels::unary_backward, and the autograd op pick it up.
 //   2. autograd/functions.h: the declaration `Tensor softplus(const Tensor& x);` (the definition
 //      is generated from the list; the build fails until the declaration exists).
@@ -133,6 +138,16 @@ inline constexpr auto kBinaryOps = all_ops<BinaryOp>();
 inline constexpr auto kCompareOps = all_ops<CompareOp>();
 
 // ---- scalar math --------------------------------------------------------------------------------
+// Each formula is a template on T: a float or double (every backend's per-element code) or
+// kernels/cpu/vec.h's Vec (the CPU's contiguous loops, a SIMD register at a time), which finds its
+// own exp, tanh, select_fn, ... by argument-dependent lookup.
+
+// c ? a : b, written as a call so that a formula also runs on a SIMD register (vec.h's overload
+// takes a lane mask).
+template <typename T>
+REEL_HOST_DEVICE inline T select_fn(bool c, T a, T b) {
+  return c ? a : b;
+}
 
 namespace gelu_constants {
 constexpr double kSqrt2OverPi = 0.7978845608028654;  // k = sqrt(2 / pi)
@@ -146,7 +161,7 @@ REEL_HOST_DEVICE inline T unary_fn(T x) {
   else if constexpr (op == UnaryOp::Exp) return exp(x);
   else if constexpr (op == UnaryOp::Log) return log(x);
   else if constexpr (op == UnaryOp::Tanh) return tanh(x);
-  else if constexpr (op == UnaryOp::Relu) return x > T(0) ? x : T(0);
+  else if constexpr (op == UnaryOp::Relu) return select_fn(x > T(0), x, T(0));  // NaN -> 0
   else if constexpr (op == UnaryOp::Gelu) {  // tanh approximation, as GPT-2
     const T k = T(gelu_constants::kSqrt2OverPi);
     return T(0.5) * x * (T(1) + tanh(k * (x + T(gelu_constants::kCubic) * x * x * x)));
@@ -159,7 +174,7 @@ REEL_HOST_DEVICE inline T unary_fn(T x) {
   else if constexpr (op == UnaryOp::Softplus) {
     // log(1 + e^x) as max(x, 0) + log1p(e^-|x|), which neither overflows nor loses small x
     using std::log1p;
-    return (x > T(0) ? x : T(0)) + log1p(exp(-fabs(x)));
+    return select_fn(x > T(0), x, T(0)) + log1p(exp(-fabs(x)));
   } else static_assert(dependent_false_v<op>, "unary_fn: a unary op without its forward math");
 }
 
@@ -191,7 +206,7 @@ REEL_HOST_DEVICE inline T unary_backward_fn(T dy, T s) {
   else if constexpr (op == UnaryOp::Log) return dy / s;                      // s = x
   else if constexpr (op == UnaryOp::Tanh) return dy * (T(1) - s * s);        // s = y
   else if constexpr (op == UnaryOp::Relu) {                                  // s = y: where(y > 0, dy, 0)
-    return where_fn(T(compare_fn<CompareOp::Gt>(s, T(0))), dy, T(0));
+    return select_fn(s > T(0), dy, T(0));
   } else if constexpr (op == UnaryOp::Gelu) {  // s = x; t = tanh(k (x + c x^3))
     // f' = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 c x^2)
     const T k = T(gelu_constants::kSqrt2OverPi);
@@ -205,7 +220,7 @@ REEL_HOST_DEVICE inline T unary_backward_fn(T dy, T s) {
     return dy * (sg * (s * (T(1) - sg) + T(1)));
   } else if constexpr (op == UnaryOp::Sqrt) return dy / (T(2) * s);          // s = y
   else if constexpr (op == UnaryOp::Abs) {  // s = x; sign(x), 0 at 0, NaN stays NaN
-    return dy * (s > T(0) ? T(1) : s < T(0) ? T(-1) : s * T(0));
+    return dy * select_fn(s > T(0), T(1), select_fn(s < T(0), T(-1), s * T(0)));
   } else if constexpr (op == UnaryOp::Square) return dy * (T(2) * s);       // s = x
   else if constexpr (op == UnaryOp::Reciprocal) return -(dy * (s * s));     // s = y
   else if constexpr (op == UnaryOp::Softplus) return dy * (T(1) / (T(1) + exp(-s)));  // s = x: sigmoid(x)

@@ -2,48 +2,35 @@
 // to the output shape), tensor-scalar, where. One StridedLoop; the innermost run is a plain loop
 // the compiler vectorises when the strides are 1. The op math runs in the dispatch's acc_t (loads
 // convert T -> acc_t, stores acc_t -> T); for f32 and f64 acc_t is T and the conversions vanish.
+// Unary ops and their backward are kernels/op_kinds.h's formulas (unary_fn, unary_backward_fn),
+// the same ones the CUDA kernels run: on one element in strided runs, and on a contiguous run a
+// SIMD register at a time (T = kernels/cpu/vec.h's Vec, whose exp, log and tanh are Eigen's
+// vectorised ones: glibc's scalar tanhf made GELU 10x slower than its memory traffic), so a new
+// unary op needs nothing here.
 // bf16 and f16 (acc_t f32): each element widened to f32, computed, rounded once on store (RNE,
-// core/half.h); their contiguous runs of the Eigen-vectorised ops go through a small f32 buffer
-// and the f32 code, so a 16-bit result is the f32 path's result rounded once. Comparisons and
-// where compare the widened values (exact) and store 0, 1 or an input's bits.
+// core/half.h); their contiguous unary runs go a chunk at a time through an f32 buffer
+// (kernels/cpu/half_simd.h's widen / narrow) and the f32 code, so a 16-bit result is the f32
+// path's result rounded once. Comparisons and where compare the widened values (exact) and store
+// 0, 1 or an input's bits.
 #include <algorithm>
 #include <type_traits>
 
-#include <Eigen/Core>
-
 #include "kernels/backends.h"
-#include "kernels/cpu/exp_ftz.h"
+#include "kernels/cpu/half_simd.h"  // kIs16, widen, narrow
 #include "kernels/cpu/strided_loop.h"
+#include "kernels/cpu/vec.h"
 
 namespace reel::kernels::cpu {
 
 namespace {
 
-template <typename T>
-constexpr bool kIs16 = std::is_same_v<T, bf16> || std::is_same_v<T, f16>;
-
 // Chunk of a 16-bit contiguous run widened into f32 stack buffers (fits in L1 with two inputs).
 constexpr int64_t kWidenChunk = 256;
 
-// A contiguous run through Eigen's array expressions, which vectorise exp/log/tanh (glibc's
-// scalar tanhf made GELU 10x slower than its memory traffic); the rest is a plain loop.
-// The ops without an Eigen formula here take the plain loop of unary_fn.
-template <UnaryOp op, typename T, typename acc_t>
+// f32 or f64 (acc_t is T): y = unary_fn(x) over a contiguous run, a register at a time.
+template <UnaryOp op, typename T>
 void unary_contiguous(const T* a, T* o, int64_t n) {
-  using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
-  using A = acc_t;
-  const Eigen::Map<const Arr> xt(a, n);
-  const auto& x = xt.template cast<A>();  // xt itself when A is T
-  Eigen::Map<Arr> y(o, n);
-  if constexpr (op == UnaryOp::Exp) y = exp_ftz(x).template cast<T>();  // exp(-inf) exactly 0 (see exp_ftz.h)
-  else if constexpr (op == UnaryOp::Log) y = x.log().template cast<T>();
-  else if constexpr (op == UnaryOp::Tanh) y = x.tanh().template cast<T>();
-  else if constexpr (op == UnaryOp::Gelu)
-    y = (A(0.5) * x * (A(1) + (A(0.7978845608028654) * (x + A(0.044715) * x * x * x)).tanh())).template cast<T>();
-  else if constexpr (op == UnaryOp::Sigmoid) y = (A(1) / (A(1) + (-x).exp())).template cast<T>();
-  else if constexpr (op == UnaryOp::Silu) y = (x / (A(1) + (-x).exp())).template cast<T>();
-  else
-    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(unary_fn<op>(static_cast<A>(a[i])));
+  vec_map(a, o, n, [](const Vec<T>& x) { return unary_fn<op>(x); });
 }
 
 // The same for bf16 / f16: a chunk widened to f32 in a stack buffer, the f32 code run on it in
@@ -53,9 +40,9 @@ void unary_contiguous_16(const T* a, T* o, int64_t n) {
   alignas(64) float buf[kWidenChunk];
   for (int64_t i0 = 0; i0 < n; i0 += kWidenChunk) {
     const int64_t m = std::min(kWidenChunk, n - i0);
-    for (int64_t i = 0; i < m; ++i) buf[i] = static_cast<float>(a[i0 + i]);
-    unary_contiguous<op, float, float>(buf, buf, m);
-    for (int64_t i = 0; i < m; ++i) o[i0 + i] = static_cast<T>(buf[i]);
+    widen(a + i0, buf, m);
+    unary_contiguous<op, float>(buf, buf, m);
+    narrow(buf, o + i0, m);
   }
 }
 
@@ -121,7 +108,7 @@ void unary_loop(const Tensor& x, const Tensor& out) {
       x, out, [](T v) { return static_cast<T>(unary_fn<op>(static_cast<acc_t>(v))); },
       [](const T* a, T* o, int64_t n) {
         if constexpr (kIs16<T>) unary_contiguous_16<op>(a, o, n);
-        else unary_contiguous<op, T, acc_t>(a, o, n);
+        else unary_contiguous<op, T>(a, o, n);
       });
 }
 
@@ -138,54 +125,26 @@ void scalar_loop(const Tensor& a, double s, bool scalar_left, const Tensor& out)
   else map1<T>(a, out, [sv](T x) { return static_cast<T>(binary_fn<op>(static_cast<acc_t>(x), sv)); });
 }
 
-// dx = unary_backward_fn(dy, s) over a contiguous run. GELU and SiLU recompute tanh / a sigmoid:
-// those go through Eigen's vectorised tanh/exp a chunk at a time (t kept in a stack buffer, since
-// it is used twice), the rest of the formula as in unary_backward_fn; the other ops are a plain
-// loop of arithmetic the compiler vectorises.
-// The formula runs in acc_t (t's buffer too); the other ops are the plain loop of
-// unary_backward_fn.
-template <UnaryOp op, typename T, typename acc_t>
+// f32 or f64 (acc_t is T): dx = unary_backward_fn(dy, s) over a contiguous run, a register at a
+// time.
+template <UnaryOp op, typename T>
 void unary_backward_contiguous(const T* dy, const T* s, T* dx, int64_t n) {
-  using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
-  using A = acc_t;
-  if constexpr (op == UnaryOp::Gelu || op == UnaryOp::Silu) {
-    constexpr int64_t kChunk = 256;
-    alignas(64) A buf[kChunk];
-    for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
-      const int64_t m = std::min(kChunk, n - i0);
-      const Eigen::Map<const Arr> gt(dy + i0, m), xt(s + i0, m);
-      const auto& g = gt.template cast<A>();  // the maps themselves when A is T
-      const auto& x = xt.template cast<A>();
-      Eigen::Map<Eigen::Array<A, Eigen::Dynamic, 1>> t(buf, m);
-      Eigen::Map<Arr> o(dx + i0, m);
-      if constexpr (op == UnaryOp::Gelu) {  // t = tanh(k (x + c x^3))
-        const A k = A(gelu_constants::kSqrt2OverPi);
-        t = ((x + x * x * x * A(gelu_constants::kCubic)) * k).tanh();
-        const A k3c = A(3 * gelu_constants::kCubic * gelu_constants::kSqrt2OverPi);
-        o = (g * ((t + A(1)) * A(0.5) + x * (A(1) - t * t) * (x * x * k3c + k) * A(0.5))).template cast<T>();
-      } else if constexpr (op == UnaryOp::Silu) {  // t = sigmoid(x)
-        t = A(1) / (A(1) + (-x).exp());
-        o = (g * (t * (x * (A(1) - t) + A(1)))).template cast<T>();
-      } else {
-        static_assert(dependent_false_v<op>, "unary_backward_contiguous: an op in the outer test without its formula");
-      }
-    }
-  } else {
-    for (int64_t i = 0; i < n; ++i)
-      dx[i] = static_cast<T>(unary_backward_fn<op>(static_cast<A>(dy[i]), static_cast<A>(s[i])));
-  }
+  vec_map2(dy, s, dx, n, [](const Vec<T>& g, const Vec<T>& x) { return unary_backward_fn<op>(g, x); });
 }
 
 // The same for bf16 / f16, as unary_contiguous_16: dy and s widened a chunk at a time, the f32
-// code run on them (dx into dy's buffer), each result rounded once on store.
+// code run on them (dx into dy's buffer), each result rounded once on store. An op whose backward
+// reads nothing (UnarySaves::Nothing: neg) does not widen s: reading it cost a third of the time.
 template <UnaryOp op, typename T>
 void unary_backward_contiguous_16(const T* dy, const T* s, T* dx, int64_t n) {
+  constexpr bool kReadsSaved = unary_saves(op) != UnarySaves::Nothing;
   alignas(64) float g[kWidenChunk], x[kWidenChunk];
   for (int64_t i0 = 0; i0 < n; i0 += kWidenChunk) {
     const int64_t m = std::min(kWidenChunk, n - i0);
-    for (int64_t i = 0; i < m; ++i) g[i] = static_cast<float>(dy[i0 + i]), x[i] = static_cast<float>(s[i0 + i]);
-    unary_backward_contiguous<op, float, float>(g, x, g, m);
-    for (int64_t i = 0; i < m; ++i) dx[i0 + i] = static_cast<T>(g[i]);
+    widen(dy + i0, g, m);
+    if constexpr (kReadsSaved) widen(s + i0, x, m);
+    unary_backward_contiguous<op, float>(g, kReadsSaved ? x : g, g, m);
+    narrow(g, dx + i0, m);
   }
 }
 
@@ -196,7 +155,7 @@ void unary_backward_loop(const Tensor& dy, const Tensor& saved, const Tensor& ou
       [](T g, T x) { return static_cast<T>(unary_backward_fn<op>(static_cast<acc_t>(g), static_cast<acc_t>(x))); },
       [](const T* g, const T* x, T* o, int64_t n) {
         if constexpr (kIs16<T>) unary_backward_contiguous_16<op>(g, x, o, n);
-        else unary_backward_contiguous<op, T, acc_t>(g, x, o, n);
+        else unary_backward_contiguous<op, T>(g, x, o, n);
       });
 }
 

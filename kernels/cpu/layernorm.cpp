@@ -14,9 +14,8 @@
 // bf16 and f16 (LayerNorm and RMSNorm, forward and backward; GroupNorm still converts per
 // element): rows are widened to f32 a block at a time (block_rows: up to 8 rows, 16 KB) into
 // per-thread buffers, the same f32 sweeps run on them, and each output (y, dx) is rounded once on
-// store; w and b are widened once per call. The conversions are vector code (half.h's branch-free
-// bf16 shortcut, vectorised by the compiler; F16C for f16 where the build has it, else half.h per
-// element), the same bits as core/half.h.
+// store; w and b are widened once per call. The conversions are kernels/cpu/half_simd.h's vector
+// code (the same bits as core/half.h).
 // Converting per element inside the sweeps ran 7x (bf16) and 30x (f16) the f32 time at C = 96.
 //
 // Backward fuses dx with the weight/bias gradients: per row, one sweep for the two row sums
@@ -38,11 +37,8 @@
 #include <utility>
 #include <vector>
 
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
-
 #include "kernels/backends.h"
+#include "kernels/cpu/half_simd.h"  // widen, narrow, kIs16
 #include "kernels/cpu/parallel.h"
 
 namespace reel::kernels::cpu {
@@ -54,49 +50,6 @@ constexpr int64_t kFlush = 16;             // rows summed in acc_t before a flus
 // Rows per dw/db partial: at most ~64 partials (so the final sum stays cheap and the partials
 // (64, C) doubles fit in L2) and at least 32 rows each. Never a function of the thread count.
 int64_t rows_per_chunk(int64_t R) { return std::max<int64_t>(32, (R + 63) / 64); }
-
-template <typename T>
-constexpr bool kIs16 = std::is_same_v<T, bf16> || std::is_same_v<T, f16>;
-
-// The 16-bit paths widen rows to f32 in per-thread buffers, run the f32 arithmetic on them and
-// round each result once on store. The conversions: bf16 through core/half.h's branch-free
-// shortcut (a plain loop the compiler vectorises); f16 through the F16C instructions where the
-// build has them (exact both ways, to nearest even, NaN quieted with its payload: the same bits as
-// core/half.h's integer code for every one of the 2^16 and 2^32 inputs, checked exhaustively; one
-// instruction per 8 or 16 values, where half.h's branch-free f16 code, vectorised too, takes a
-// dozen), else and for the tails through half.h.
-template <typename T>
-void widen(const T* src, float* dst, int64_t n) {
-  int64_t i = 0;
-#if defined(__F16C__)
-  if constexpr (std::is_same_v<T, f16>) {
-#if defined(__AVX512F__)
-    for (const int64_t n16 = n / 16 * 16; i < n16; i += 16)
-      _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
-#endif
-    for (const int64_t n8 = n / 8 * 8; i < n8; i += 8)
-      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
-  }
-#endif
-  for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
-}
-
-template <typename T>
-void narrow(const float* src, T* dst, int64_t n) {
-  int64_t i = 0;
-#if defined(__F16C__)
-  if constexpr (std::is_same_v<T, f16>) {
-    constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-#if defined(__AVX512F__)
-    for (const int64_t n16 = n / 16 * 16; i < n16; i += 16)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtps_ph(_mm512_loadu_ps(src + i), kRne));
-#endif
-    for (const int64_t n8 = n / 8 * 8; i < n8; i += 8)
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), kRne));
-  }
-#endif
-  for (; i < n; ++i) dst[i] = static_cast<T>(src[i]);
-}
 
 // n floats of `buf`, starting on a 64-byte boundary (buf grows to fit), so that the vector loads
 // and stores of a widened row do not straddle cache lines.

@@ -3,8 +3,9 @@
 // dimensions and batch strides cost no copies; Eigen does the GEMM, at the call, after the work
 // queued on the handle's stream. GemmEx (16-bit or TF32) converts its operands to f32 matrices
 // first (16-bit values exactly; TF32: rounded to 10 fraction bits, to nearest even), multiplies in
-// f32 and rounds the result once to C's type (to nearest even), with conversions of its own: the
-// emulator shares no code with reel's core/half.h, so each checks the other.
+// f32 and rounds the result once to C's type (to nearest even), with reel's conversions
+// (core/half.h: the one source of the 16-bit bit code, which tests/test_half.cpp checks against an
+// independent ldexp reference).
 #include <Eigen/Dense>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/half.h"  // reel::bf16, reel::f16: the 16-bit conversions
 #include "cublas.h"
 
 struct cublasContext {
@@ -112,36 +114,6 @@ float from_bits(uint32_t u) {
   return f;
 }
 
-float bf16_to_float(uint16_t h) { return from_bits(uint32_t{h} << 16); }
-
-float f16_to_float(uint16_t h) {
-  const uint32_t sign = uint32_t{h & 0x8000u} << 16, exp = (h >> 10) & 0x1f, frac = h & 0x3ffu;
-  if (exp == 0) return std::copysign(std::ldexp(static_cast<float>(frac), -24), sign ? -1.0f : 1.0f);
-  if (exp == 31) return from_bits(sign | 0x7f800000u | frac << 13);
-  return from_bits(sign | (exp + 112) << 23 | frac << 13);
-}
-
-// Round to nearest, ties to even; NaN keeps its sign and top payload bits, quieted.
-uint16_t float_to_bf16(float f) {
-  const uint32_t u = bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // a carry into the exponent is right
-}
-
-uint16_t float_to_f16(float f) {
-  const uint32_t u = bits(f), a = u & 0x7fffffffu;
-  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
-  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // NaN
-  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520: the tie above 65504 and up: inf
-  if (a >= 0x38800000u) {  // a normal f16 (>= 2^-14): rebias the exponent, round off 13 bits
-    const uint32_t r = a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u;
-    return static_cast<uint16_t>(sign | (r >> 13));
-  }
-  // A subnormal (or 0) in units of 2^-24: exact in double, rounded to nearest even by rint (the
-  // default rounding mode); 1024 is the smallest normal, which the bits say too.
-  return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::rint(std::ldexp(static_cast<double>(from_bits(a)), 24))));
-}
-
 // f32 rounded to TF32 (1 sign, 8 exponent, 10 fraction bits), to nearest even; inf and NaN unchanged.
 float round_to_tf32(float f) {
   const uint32_t u = bits(f);
@@ -151,8 +123,8 @@ float round_to_tf32(float f) {
 
 float load(const void* p, cudaDataType t, long long i, bool tf32) {
   switch (t) {
-    case CUDA_R_16BF: return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
-    case CUDA_R_16F: return f16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case CUDA_R_16BF: return reel::bf16::from_bits(static_cast<const uint16_t*>(p)[i]);
+    case CUDA_R_16F: return reel::f16::from_bits(static_cast<const uint16_t*>(p)[i]);
     default: {
       const float v = static_cast<const float*>(p)[i];
       return tf32 ? round_to_tf32(v) : v;
@@ -162,8 +134,8 @@ float load(const void* p, cudaDataType t, long long i, bool tf32) {
 
 void store(void* p, cudaDataType t, long long i, float v) {
   switch (t) {
-    case CUDA_R_16BF: static_cast<uint16_t*>(p)[i] = float_to_bf16(v); break;
-    case CUDA_R_16F: static_cast<uint16_t*>(p)[i] = float_to_f16(v); break;
+    case CUDA_R_16BF: static_cast<uint16_t*>(p)[i] = reel::bf16(v).bits; break;
+    case CUDA_R_16F: static_cast<uint16_t*>(p)[i] = reel::f16(v).bits; break;
     default: static_cast<float*>(p)[i] = v; break;
   }
 }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/half.h"  // reel::bf16, reel::f16: the 16-bit conversions
 #include "cudnn.h"
 
 struct cudnnContext {
@@ -54,41 +55,14 @@ inline bool is_16bit(cudnnDataType_t t) { return t == CUDNN_DATA_HALF || t == CU
 inline bool descriptor_type(cudnnDataType_t t) { return supported_type(t) || is_16bit(t); }
 
 // ---- 16-bit conversions ------------------------------------------------------------------------
-// Exact widening and round-to-nearest-even narrowing (NaN quieted, sign and top payload kept), of
-// the emulator's own, as cublas_emu.cpp has for GemmEx: the emulated libraries share no code with
-// reel's core/half.h, so the tests comparing cuda with cpu check one against the other.
-inline uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-inline float float_of(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
+// Exact widening and round-to-nearest-even narrowing (NaN quieted, sign and top payload kept):
+// reel's own (core/half.h, the one source of the 16-bit bit code, checked by tests/test_half.cpp
+// against an independent ldexp reference), as cublas_emu.cpp's GemmEx uses them.
 inline float widen16(cudnnDataType_t t, uint16_t h) {
-  if (t == CUDNN_DATA_BFLOAT16) return float_of(uint32_t{h} << 16);
-  const uint32_t sign = uint32_t{h & 0x8000u} << 16, exp = (h >> 10) & 0x1f, frac = h & 0x3ffu;
-  if (exp == 0) return std::copysign(std::ldexp(static_cast<float>(frac), -24), sign ? -1.0f : 1.0f);
-  if (exp == 31) return float_of(sign | 0x7f800000u | frac << 13);
-  return float_of(sign | (exp + 112) << 23 | frac << 13);
+  return t == CUDNN_DATA_BFLOAT16 ? static_cast<float>(reel::bf16::from_bits(h)) : static_cast<float>(reel::f16::from_bits(h));
 }
 inline uint16_t narrow16(cudnnDataType_t t, float f) {
-  const uint32_t u = bits_of(f), a = u & 0x7fffffffu;
-  if (t == CUDNN_DATA_BFLOAT16) {
-    if (a > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-    return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // a carry into the exponent is right
-  }
-  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
-  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // NaN
-  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520: inf
-  if (a >= 0x38800000u) {  // a normal f16: rebias the exponent, round off 13 bits
-    const uint32_t r = a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u;
-    return static_cast<uint16_t>(sign | (r >> 13));
-  }
-  // A subnormal (or 0) in units of 2^-24, rounded to nearest even by rint.
-  return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::rint(std::ldexp(static_cast<double>(float_of(a)), 24))));
+  return t == CUDNN_DATA_BFLOAT16 ? reel::bf16(f).bits : reel::f16(f).bits;
 }
 // n 16-bit values of type t widened to float; null (an output beta == 0 does not read): zeros.
 inline std::vector<float> widened(cudnnDataType_t t, const void* p, size_t n) {
