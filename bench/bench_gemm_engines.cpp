@@ -12,7 +12,7 @@
 //   --wall: time 1-thread cells on the wall clock too (see time_calls)
 //   --min: a cell is its fastest round, not the median: on a loaded machine, the round the
 //          neighbours disturbed least (2 threads need both cores: a busy one stalls a parallel
-//          region for a whole scheduler slice, ~8 ms on this VM); pair it with many short rounds
+//          region for a whole scheduler slice); pair it with many short rounds
 //   --blis-arch skx|zen3|haswell|...: BLIS's kernels, when it detects none for the CPU ("generic")
 //   OPENBLAS_CORETYPE=SkylakeX (environment): OpenBLAS's kernels, chosen when it is loaded
 // The header says which kernels each library runs; with a CPU newer than the library (Zen 5 for

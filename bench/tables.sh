@@ -21,7 +21,8 @@ cd "$(dirname "$0")/.."
 
 # name | doc | command (run from the checkout's root; BUILD is the build dir)
 tables=(
-  "gemm16|docs/benchmarks.md|BUILD/bench/bench_gemm16 --rounds 3"
+  "gemm16|docs/benchmarks.md|BUILD/bench/bench_gemm16 --rounds 3 --backward"
+  "gemm_engines|docs/benchmarks.md|BUILD/bench/bench_gemm_engines --rounds 5 --threads 1,2"
   "attention|docs/benchmarks.md|BUILD/bench/bench_attention --threads 2"
   "op_overhead|docs/benchmarks.md|BUILD/bench/bench_op_overhead 5"
   "checkpoint|docs/benchmarks.md|BUILD/bench/bench_checkpoint cpu"
@@ -30,6 +31,7 @@ tables=(
   "linear_cross_entropy|docs/benchmarks.md|BUILD/bench/bench_linear_cross_entropy cpu 5"
   "conv_engines|docs/benchmarks.md|BUILD/bench/bench_conv_engines --rounds 3 --threads 1 --min"
   "profiler|docs/benchmarks.md|BUILD/bench/bench_profiler cpu 20"
+  "char_gpt|docs/benchmarks.md|BUILD/examples/char_gpt --sample-chars 0"
   "precision|docs/benchmarks.md|bench/precision_table.sh BUILD"
   "zero|docs/benchmarks.md|bench/zero_table.sh BUILD 20"
   "vs_torch|docs/benchmarks.md|bench/vs_torch/run.sh --rounds 3"

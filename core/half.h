@@ -30,7 +30,7 @@
 #include "core/host_device.h"  // REEL_HOST_DEVICE
 
 // The f32 <-> 16-bit conversions are forced inline: in a file of many kernels GCC kept f16's out of
-// line, and a call per element keeps a conversion loop from vectorising (10x slower).
+// line, and a call per element keeps a conversion loop from vectorising.
 #if defined(__CUDACC__)
 #define REEL_HALF_INLINE __forceinline__
 #else

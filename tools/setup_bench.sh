@@ -2,8 +2,9 @@
 # Installs, from Debian's packages, what the comparative benchmarks need beyond tools/setup.sh:
 # the candidate CPU GEMM libraries (OpenBLAS, BLIS, oneDNN, libxsmm) and PyTorch for the side-by-side
 # runs of bench/vs_torch. Idempotent. PyTorch must run on OpenBLAS: Debian's default BLAS is the
-# reference implementation, about 30x slower, which would make any comparison meaningless, so the
-# system BLAS alternative is pointed at OpenBLAS's OpenMP build explicitly.
+# reference implementation (no blocking, no vector kernels), far slower, which would make any
+# comparison meaningless, so the system BLAS alternative is pointed at OpenBLAS's OpenMP build
+# explicitly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh

@@ -27,9 +27,9 @@
 # Both frameworks run with glibc's malloc told to keep what is freed (MALLOC_MMAP_THRESHOLD_ at its
 # 32 MiB maximum, no heap trimming). By default glibc serves blocks above a threshold with mmap and
 # trims the heap, so a step that frees and reallocates its large buffers faults them back in,
-# zeroed, step after step; PyTorch's CPU tensors come straight from malloc and lose up to half their
+# zeroed, step after step; PyTorch's CPU tensors come straight from malloc and lose much of their
 # speed to it, in a bimodal way that makes medians swing from run to run (reel's small MLP steps lose
-# about 2 ms too). That is the allocator, not the framework; --glibc-malloc measures it anyway.
+# time to it too). That is the allocator, not the framework; --glibc-malloc measures it anyway.
 #
 # Environment: BUILD_DIR (default build), PYTHON (default /usr/bin/python3: Debian's python3-torch),
 # THREADS (default 2, for both frameworks).

@@ -33,9 +33,9 @@ namespace {
 
 // Channels per task: a block of channels walks the rows together, so that for S = 1 ((N, C)
 // activations) each row contributes a contiguous run of kBlock values instead of one value at a
-// stride of C (one cache miss per value: 20x slower at (8192, 768)). With long runs (S >= 16) a
-// task per channel already reads contiguous memory. A function of S only, never of the thread
-// count; and a channel's sums run over its values in the same order (n, then k) whatever the block.
+// stride of C (one cache miss per value). With long runs (S >= 16) a task per channel already
+// reads contiguous memory. A function of S only, never of the thread count; and a channel's sums
+// run over its values in the same order (n, then k) whatever the block.
 constexpr int64_t kBlock = 64;
 int64_t channels_per_task(int64_t S) { return S >= 16 ? 1 : kBlock; }
 

@@ -68,14 +68,15 @@ struct OneThread {
 };
 
 // A leading dimension that is a multiple of 256 floats (1 KiB) puts the rows oneDNN's packing
-// walks down into the same few cache sets: a (256, 1024) @ (1024, 256)^T block ran at half speed
-// with lda = 256 and at full speed with lda = 272. Such an operand is copied into a buffer with
-// 16 floats more per row first (its copy costs one pass over the operand, the GEMM reads it n
-// times); oneDNN's results do not depend on the leading dimension, so the bits stay the same.
-// Not when the GEMM reads the operand fewer than kMinReuse times (the other operand's outer dim:
-// a batch of 16 rows, a layer of 10 outputs): then the copy is most of the work. Without it the
-// MLP's (16, 512) @ (512, 512)^T ran 1.25x and its (512, 512) @ (512, 10) 1.2-1.4x faster
-// (bench/bench_gemm_engines, fastest of 7 rounds, two runs).
+// walks down into the same few cache sets, so a block such as (256, 1024) @ (1024, 256)^T runs
+// far below its rate with lda = 256 and at its rate with lda = 272. Such an operand is copied into
+// a buffer with 16 floats more per row first (its copy costs one pass over the operand, the GEMM
+// reads it n times); oneDNN's results do not depend on the leading dimension, so the bits stay
+// the same. Not when the GEMM reads the operand fewer than kMinReuse times (the other operand's
+// outer dim: a batch of 16 rows, a layer of 10 outputs): then the copy is most of the work, and
+// the MLP's (16, 512) @ (512, 512)^T and (512, 512) @ (512, 10) ran faster without it. The table
+// "CPU GEMM engines" of docs/benchmarks.md times reel's matmul, with this copy, against oneDNN's
+// sgemm called directly on the same operands.
 constexpr int64_t kConflictingLd = 256, kLdPad = 16, kMinReuse = 64;
 
 // op's storage (rows, cols, ld) copied with a padded ld into `buffer`, or the operand itself. reuse:
@@ -152,8 +153,9 @@ void onednn_matmul16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T*
   OneThread one;
   // The primitive with its memory objects and argument map, made once: a call only points the
   // memories at its operands (set_data_handle). Making three dnnl::memory objects and the map per
-  // call had cost about 1.5 us (a tiny product: 2.0 us a call, 0.6 with them kept), 6-9 % of a
-  // 17-23 us block of char_gpt's forward products.
+  // call is a fixed cost of the size of a tiny product's whole call, a visible share of a block of
+  // char_gpt's forward products (the table "CPU GEMM in 16 bits against f32" of
+  // docs/benchmarks.md has those products' rates).
   struct Primitive {
     dnnl::matmul matmul;
     dnnl::memory a, b, bias, c;

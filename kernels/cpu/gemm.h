@@ -5,9 +5,10 @@
 //
 // Engine: f32 goes to oneDNN's sgemm (dnnl_sgemm) when reel is built with it (REEL_ONEDNN), f64
 // and every product of a build without oneDNN to Eigen's GEMM. Why oneDNN for f32: on this
-// project's shapes its AVX2 / AVX-512 kernels ran 1.3-2x faster than Eigen's at one thread
-// (bench/bench_gemm_engines); its results depend only on the shapes (not on the operands'
-// alignment or leading dimensions, not on the thread count once it runs on one thread).
+// project's shapes its AVX2 / AVX-512 kernels are faster than Eigen's at one thread (the table
+// "CPU GEMM engines" of docs/benchmarks.md times both on reel's products); its results depend only
+// on the shapes (not on the operands' alignment or leading dimensions, not on the thread count
+// once it runs on one thread).
 //
 // bf16 and f16 operands accumulate in f32 and the product is written in f32 (acc_t), for the caller
 // to round once to the 16-bit output; or, on oneDNN's 16-bit matmul, rounded once by it straight

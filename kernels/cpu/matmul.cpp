@@ -3,10 +3,10 @@
 // reel's threads.
 //
 // Work split. Batches of small products: one product per task. One large product (>= 2^21
-// multiply-adds, ~4 MFLOP, 40-100 us on one core, where a parallel region's start-up is noise:
-// the MLP's (512, 512) @ (512, 10) ran 1.7x faster cut in two than whole): cut along its longer
-// output dim into an even number of parts of at least kMinBlock rows (or columns; twice that for
-// a wide layer's weight gradient over a short batch, see split_of), at most
+// multiply-adds, ~4 MFLOP, tens of microseconds on one core, where a parallel region's start-up is
+// noise: even the MLP's thin (512, 512) @ (512, 10) runs faster cut in two than whole): cut along
+// its longer output dim into an even number of parts of at least kMinBlock rows (or columns; twice
+// that for a wide layer's weight gradient over a short batch, see split_of), at most
 // kMaxParts of them, edges on multiples of kAlign; one whose output is too small for two such
 // parts but whose K is long is cut along K into up to kMaxKParts slices of at least kMinKBlock,
 // summed into the output in slice order. The parts come from the shape alone, never from the thread count: a
@@ -70,13 +70,13 @@ Split split_of(int64_t M, int64_t N, int64_t K, int64_t batches, bool a_transpos
   s.dim = s.rows ? M : N;
   if (M * N * K < (int64_t{1} << 21)) return s;  // ~4 MFLOP: a parallel region's start-up is noise above
   // A weight gradient G^T X of a wide layer over a short batch (transposed A, K <= kShortK) takes
-  // blocks of at least 2 kMinBlock: oneDNN ran the chain's (1024, 1024) gradient over 256 rows at
-  // 92-120 GFLOP/s in 4 blocks of 256 rows and at 124-138 in 2 blocks of 512 (three alternating
-  // runs), while its forward and dX products, K = 1024, ran best in blocks of 256.
+  // blocks of at least 2 kMinBlock: oneDNN ran the chain's (1024, 1024) gradient over 256 rows
+  // faster in 2 blocks of 512 than in 4 of 256 (alternating runs of both), while its forward and
+  // dX products, K = 1024, ran best in blocks of 256. The "chain b256" rows of the table "CPU GEMM
+  // engines" of docs/benchmarks.md give these products' rates as split here.
   const int64_t min_block = a_transposed && K <= kShortK && s.dim >= 4 * kMinBlock ? 2 * kMinBlock : kMinBlock;
   s.parts = std::clamp<int64_t>(s.dim / min_block, 1, kMaxParts);
-  // An even count: 3 blocks on 2 threads leave one thread idle for a third of the product (the
-  // MLP's (512, 784) weight gradient ran at 0.8x BLIS's rate).
+  // An even count: 3 blocks on 2 threads leave one thread idle for a third of the product.
   if (s.parts > 1 && s.parts % 2 == 1) --s.parts;
   // One product with no output block to share out but a long K (a weight gradient G^T X over many
   // rows, e.g. the char GPT's (288, 96) sums over 2048 tokens), cut along K instead: each slice
@@ -84,11 +84,11 @@ Split split_of(int64_t M, int64_t N, int64_t K, int64_t batches, bool a_transpos
   // slice order after. Without it the product ran on one thread.
   if (s.parts == 1 && batches == 1 && K >= 2 * kMinKBlock) s.kparts = std::min(K / kMinKBlock, kMaxKParts);
   // In 16 bits the slices are twice as long (but still 2 from K = 2 kMinKBlock) and their edges on
-  // multiples of 32 (bf16 pairs along K, the brgemm kernel's K blocks): a slice's GEMM runs about
-  // twice as fast, so its fixed costs (oneDNN packing A and B, writing its f32 output) weigh twice
-  // as much. char_gpt's dW products over 2048 rows, 2 equal slices rather than 4 of 480-528: the
-  // (80, 96) head's 1.63-1.64x f32's rate -> 1.74x, (96, 96) 1.64x -> 1.73x, (384, 96)
-  // 1.73x -> 1.80x (the fastest of 6-10 alternating runs of each; one-product timings).
+  // multiples of 32 (bf16 pairs along K, the brgemm kernel's K blocks): a slice's GEMM runs faster
+  // than f32's, so its fixed costs (oneDNN packing A and B, writing its f32 output) weigh more.
+  // char_gpt's dW products over 2048 rows take 2 equal slices rather than 4 of 480-528, which
+  // raised each one's rate over f32 in alternating one-product timings of both splits; the dW
+  // rows of the table "CPU GEMM in 16 bits against f32" of docs/benchmarks.md give those ratios.
   if (is16 && s.kparts > 1) {
     s.kparts = std::clamp<int64_t>(K / kMinKBlock16, 2, kMaxKParts);
     s.kalign = kAlignK16;
@@ -138,7 +138,8 @@ void gemm_batches(const MatmulOperand& A, const MatmulOperand& B, const Tensor& 
   // A 16-bit product's slices, slice 0's first, go to a buffer the calling thread keeps (at most
   // kMaxKParts x 511 x 511 f32: only an output too small for two blocks is sliced), written by the
   // GEMMs without a zero fill first: the zeroed vectors (the f32 copy of out and the partials)
-  // and the separate summing and rounding passes had cost char_gpt's dW products 10-25% of their time.
+  // and the separate summing and rounding passes had cost char_gpt's dW products a large share of
+  // their time.
   thread_local std::vector<acc_t> slices;
   std::vector<acc_t> partials;
   acc_t* ppartials = nullptr;

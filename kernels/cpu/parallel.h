@@ -1,23 +1,24 @@
 // kernels/cpu/parallel.h: when a CPU kernel uses OpenMP threads, and how it stays off them.
 //
 // A kernel below the threshold runs its loop inline, without entering an OpenMP construct at
-// all: `#pragma omp parallel if (false)` still costs a team set-up per call (with libgomp ~1.5 us:
-// a malloc, a free and a futex syscall), which was three quarters of a one-element add's 2 us and
-// what small micro-batches paid on every kernel (bench/bench_op_overhead prints both).
+// all: `#pragma omp parallel if (false)` still costs a team set-up per call (with libgomp: a
+// malloc, a free and a futex syscall), a cost of the size of a small op's whole fixed cost, which
+// small micro-batches would pay on every kernel. docs/benchmarks.md, "The fixed cost of an op",
+// has that fixed cost per call (bench/bench_op_overhead).
 //
 // The thresholds, in elements: below them a second thread costs more than it saves (a region's
-// start and end, ~2-5 us on 2 cores, and far more when the machine is loaded and a team member
-// waits for a time slice). A row-wise kernel (LayerNorm, softmax, cross-entropy: several passes
-// over each row) pays from kMinParallelElements; a one-pass kernel (elementwise, reductions)
-// moves less per element and pays from kMinParallelStreamElements. bench/bench_op_overhead prints
-// the time with 2 threads over 1 at each size. Kernels with another unit of work (FLOPs, chunks)
-// keep their own threshold.
+// start and end, and far more when the machine is loaded and a team member waits for a time
+// slice). A row-wise kernel (LayerNorm, softmax, cross-entropy: several passes over each row) pays
+// from kMinParallelElements; a one-pass kernel (elementwise, reductions) moves less per element
+// and pays from kMinParallelStreamElements. The same table's second part gives the time with 2
+// threads over the time with 1 at sizes on both sides of them (about 1 below them, where both run
+// one thread). Kernels with another unit of work (FLOPs, chunks) keep their own threshold.
 //
 // The kernels whose parallel part is a region with per-thread scratch and an inner `omp for`
 // (LayerNorm/RMSNorm backward, cross-entropy forward, attention, embedding backward) keep a plain
 // `#pragma omp parallel if (...)`: the same region written as a lambda called inside the
-// construct ran LayerNorm backward 1.5-3x slower with one thread (bench_nn_kernels), and their
-// work per call dwarfs the team set-up.
+// construct ran LayerNorm backward slower with one thread (timed with bench/bench_nn_kernels, both
+// forms), and their work per call dwarfs the team set-up.
 #pragma once
 #include <cstdint>
 

@@ -4,7 +4,8 @@
 // the CPU backend the f32 compute roof (kernels/cpu/gemm.h: oneDNN's sgemm, or Eigen's GEMM in a
 // build without oneDNN), and 512^3 GEMMs in f64, bf16 and f16 the other dtypes' compute roofs (the
 // 16-bit ones through the path this CPU takes: oneDNN's native matmul, or converted to f32; see
-// kernels/cpu/gemm.h gemm16_path); each is the best of a few runs. About 0.3 s, once.
+// kernels/cpu/gemm.h gemm16_path); each is the best of a few runs: a short calibration, which
+// report/profile.h roof_for runs once per process.
 #include <algorithm>
 #include <chrono>
 #include <string>
