@@ -285,8 +285,8 @@ void ProcessGroup::poll_until(Work::State& s, Done done) {
       fail(s, why.str());
     }
     // A non-blocking collective advances only while its ranks are inside MPI calls, so poll
-    // without sleeping (a sleeping rank stalls its peers too: on an oversubscribed machine 50 us
-    // sleeps made a 64 KiB all_reduce take 20 ms instead of 0.04), yielding the core to whoever
+    // without sleeping (a sleeping rank stalls its peers too: on an oversubscribed machine short
+    // sleeps made a small all_reduce hundreds of times slower), yielding the core to whoever
     // is runnable. A rank left waiting longer than that (a peer still computing) polls gently.
     if (waited < 0.25) std::this_thread::yield();
     else std::this_thread::sleep_for(std::chrono::microseconds(200));

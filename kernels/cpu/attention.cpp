@@ -31,12 +31,12 @@
 // B * H (96 for GPT-2 small at B = 8) is plenty of parallelism for a CPU; with fewer (b, h) than
 // threads the backward leaves threads idle.
 //
-// Tile sizes, measured with bench/bench_attention at 1 thread: the forward runs best with kBr = 32
-// queries, which keeps the causal waste (the scores above the diagonal inside a diagonal tile) at
-// a quarter of a tile while a (32, T) score product still runs near oneDNN's large-GEMM rate. The
-// backward's dK and dV products sum over the tile's queries, so they want more of them: 64 ran
-// its GPT-2-small shape (T = 256) 1.4x faster than 32 or 128. kBc = 512 keys puts the whole key
-// range of T <= 512 in one tile.
+// Tile sizes, chosen on bench/bench_attention's kernel table at 1 thread (docs/benchmarks.md, "Fused
+// attention against the composed op"): the forward takes kBr = 32 queries, which keeps the causal
+// waste (the scores above the diagonal inside a diagonal tile) at a quarter of a tile while a
+// (32, T) score product still runs near oneDNN's large-GEMM rate. The backward's dK and dV products
+// sum over the tile's queries, so they want more of them: 64, the fastest of 32, 64 and 128 at
+// GPT-2 small's T = 256. kBc = 512 keys puts the whole key range of T <= 512 in one tile.
 #include <algorithm>
 #include <cmath>
 #include <limits>

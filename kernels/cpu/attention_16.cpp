@@ -9,10 +9,9 @@
 // sums run in their own fixed order (not oneDNN's), so the 16-bit results are within an ulp of the
 // f32 kernels' results rounded, not equal to them; they are the same for any thread count. At
 // char_gpt's shape (T = 64, D = 24) the per-call overheads of the tile-by-tile gemm_serial calls
-// dominated: the 16-bit path used to widen whole tensors and run the f32 kernels, ~1.45x the f32
-// time (bf16; f16 ~3.5x); it now takes ~0.55-0.6x the f32 time there, and ~0.85-0.9x at GPT-2
-// small's (T = 256, D = 64), where the f32 GEMMs run near their large-GEMM rate (bench/
-// bench_attention --kernels 1).
+// dominated: widening whole tensors and running the f32 kernels made the 16-bit path slower than
+// f32, where its own kernels, which read half the bytes, make it faster (bench_attention's kernel
+// table, docs/benchmarks.md).
 // Without AVX-512 (forward_16 / backward_16 at the end) the operands are widened whole and
 // attention.cpp's f32 kernels run on them.
 //

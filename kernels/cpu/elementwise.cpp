@@ -5,7 +5,7 @@
 // Unary ops and their backward are kernels/op_kinds.h's formulas (unary_fn, unary_backward_fn),
 // the same ones the CUDA kernels run: on one element in strided runs, and on a contiguous run a
 // SIMD register at a time (T = kernels/cpu/vec.h's Vec, whose exp, log and tanh are Eigen's
-// vectorised ones: glibc's scalar tanhf made GELU 10x slower than its memory traffic), so a new
+// vectorised ones: glibc's scalar tanhf would make GELU compute-bound, not memory-bound), so a new
 // unary op needs nothing here.
 // bf16 and f16 (acc_t f32): each element widened to f32, computed, rounded once on store (RNE,
 // core/half.h); their contiguous unary runs go a chunk at a time through an f32 buffer

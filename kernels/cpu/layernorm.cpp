@@ -16,7 +16,8 @@
 // per-thread buffers, the same f32 sweeps run on them, and each output (y, dx) is rounded once on
 // store; w and b are widened once per call. The conversions are kernels/cpu/half_simd.h's vector
 // code (the same bits as core/half.h).
-// Converting per element inside the sweeps ran 7x (bf16) and 30x (f16) the f32 time at C = 96.
+// Converting per element inside the sweeps made the 16-bit rows several times slower than f32's at
+// C = 96: the conversions, not the arithmetic, bounded the loop.
 //
 // Backward fuses dx with the weight/bias gradients: per row, one sweep for the two row sums
 //   dxhat = dy * w,  a = mean(dxhat),  c = mean(dxhat * xhat)
@@ -66,7 +67,7 @@ inline int64_t round_up_16(int64_t n) { return (n + 15) / 16 * 16; }
 // fill at most 16 KB of L1. A row's statistics end in a chain of dependent adds (the lane sums
 // folded one by one), a divide and a square root, which in the f32 loop overlap the next rows'
 // loads; with a widen and a narrow between them the out-of-order window no longer reached the next
-// row, and the bf16 forward took 2x the f32 one. Widening a block first and then running its rows'
+// row, and the bf16 forward ran well behind the f32 one. Widening a block first and then running its rows'
 // chains back to back lets them overlap again.
 constexpr int64_t kBlockRows = 8;
 inline int64_t block_rows(int64_t Cp) { return std::max<int64_t>(1, std::min<int64_t>(kBlockRows, 4096 / Cp)); }
