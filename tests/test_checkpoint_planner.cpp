@@ -2,8 +2,10 @@
 // chains (with offloaded runs too), the dynamic program against brute force over every plan of
 // small chains (N <= 10 without offload, N <= 7 with it, under each offload mode), the least
 // feasible peak, the error for a budget below it, and the plan's text; nn::Sequential's offload
-// switch (which runs it offloads, the refusal on cpu). Planning a real chain from measurements, and
-// the measured peak against the budget, are in test_module.cpp.
+// switch (which runs it offloads, the refusal on cpu); the registry of run levers (the built-in
+// entries, refused registrations, a lever registered at run time planned only when inexact levers
+// are allowed). Planning a real chain from measurements, and the measured peak against the budget,
+// are in test_module.cpp.
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -404,4 +406,101 @@ TEST_CASE("Sequential's offload switch: refused on cpu, the runs it offloads, gr
     }
     chain->set_offload(OffloadMode::None);
   }
+}
+
+TEST_CASE("the run levers: the four built in come first, runs name them by their flags, bad entries are refused") {
+  const std::vector<autograd::RunLever>& levers = autograd::run_levers();
+  REQUIRE(levers.size() >= 4);
+  const char* names[] = {"plain", "segment", "selective", "segment around selective"};
+  for (int k = 0; k < 4; ++k) {
+    CAPTURE(k);
+    const autograd::RunLever& l = levers[static_cast<size_t>(k)];
+    CHECK(l.name == names[k]);
+    CHECK(l.checkpointed == ((k & 1) != 0));
+    CHECK(l.selective == ((k & 2) != 0));
+    CHECK(l.exact);
+    CHECK(l.offloadable);
+    const Run r = autograd::make_lever_run(l, 2, 5);
+    CHECK(r.lever.empty());  // a built-in is named by its flags
+    CHECK(&autograd::run_lever(r) == &l);
+  }
+  CHECK(levers[0].open == nullptr);  // a plain run opens no scope
+  for (size_t k = 4; k < levers.size(); ++k) {  // the library's others: named by Run::lever
+    const Run r = autograd::make_lever_run(levers[k], 0, 1);
+    CHECK(r.lever == levers[k].name);
+    CHECK(&autograd::run_lever(r) == &levers[k]);
+  }
+  Run unknown{0, 1, false, false, false, "zstd saves"};
+  CHECK_REEL_ERROR(autograd::run_lever(unknown), "run [0, 1) names lever \"zstd saves\", which is not registered");
+  ChainCost c = uniform_chain(2);
+  CHECK_REEL_ERROR(autograd::predict(c, {unknown, {1, 2}}), "which is not registered");
+
+  autograd::RunLever bad;
+  bad.cost = [](const ChainCost&, int64_t, int64_t) { return autograd::LeverCost{}; };
+  CHECK_REEL_ERROR(autograd::register_run_lever(bad), "register_run_lever: a lever needs a name");
+  bad.name = "segment";
+  CHECK_REEL_ERROR(autograd::register_run_lever(bad), "a lever named \"segment\" is registered already");
+  bad.name = "mine";
+  bad.checkpointed = true;
+  CHECK_REEL_ERROR(autograd::register_run_lever(bad), "sets checkpointed or selective, which name the four built-in");
+  bad.checkpointed = false;
+  bad.cost = nullptr;
+  CHECK_REEL_ERROR(autograd::register_run_lever(bad), "lever \"mine\" has no cost function");
+  CHECK(autograd::run_levers().size() == levers.size());  // none of them was added
+}
+
+TEST_CASE("a lever registered at run time: the planner and predict read its entry; inexact only when allowed") {
+  // A lever that keeps a quarter of a plain run's bytes (as a lossy compression might) for a
+  // quarter of its forward time, not exact and not offloadable.
+  const std::string name = "quarter saves (test)";
+  bool registered = false;
+  for (const autograd::RunLever& l : autograd::run_levers()) registered |= l.name == name;
+  if (!registered) {
+    autograd::RunLever quarter;
+    quarter.name = name;
+    quarter.code = "q";
+    quarter.exact = false;
+    quarter.offloadable = false;
+    quarter.cost = [](const ChainCost& c, int64_t i, int64_t j) {
+      autograd::LeverCost lc;
+      int64_t widest = 0;
+      for (int64_t u = i; u < j; ++u) {
+        lc.held += c.units[static_cast<size_t>(u)].saved_bytes / 4;
+        lc.time += c.units[static_cast<size_t>(u)].forward_ns / 4;
+        widest = std::max(widest, c.units[static_cast<size_t>(u)].saved_bytes);
+      }
+      lc.work = lc.held + widest;
+      return lc;
+    };
+    autograd::register_run_lever(quarter);
+  }
+  const autograd::RunLever& quarter = autograd::run_levers().back();
+  REQUIRE(quarter.name == name);
+  // Hand-worked: 4 units of a = 200, t = 10 (uniform_chain), one quarter run: held 200, work 400,
+  // time 10; after it the head's 0 bytes.
+  ChainCost c = uniform_chain(4);
+  const autograd::Prediction p = autograd::predict(c, {autograd::make_lever_run(quarter, 0, 4)});
+  CHECK(p.peak_bytes == 400);
+  CHECK(p.recompute_ns == 10);
+  // Exact levers only: the least peak is what they reach; the quarter lever is never chosen.
+  const int64_t exact_least = autograd::min_feasible_peak(c);
+  CHECK(exact_least > 400);
+  for (int64_t budget = exact_least; budget <= 800; budget += 50)
+    for (const Run& r : autograd::plan_checkpoint(c, budget).runs) CHECK(r.lever.empty());
+  // Allowed: a lower least peak, and below the exact one the plan uses it (never offloaded).
+  const int64_t inexact_least = autograd::min_feasible_peak(c, autograd::OffloadMode::Auto, true);
+  CHECK(inexact_least < exact_least);
+  const autograd::CheckpointPlan plan = autograd::plan_checkpoint(c, exact_least - 1, autograd::OffloadMode::Auto, true);
+  CHECK(plan.inexact);
+  CHECK(plan.predicted.peak_bytes <= exact_least - 1);
+  bool uses = false;
+  for (const Run& r : plan.runs) uses |= r.lever == name;
+  CHECK(uses);
+  CHECK(plan.str().find(name) != std::string::npos);
+  c.host_bytes_per_s = 4e9;
+  const int64_t all_least = autograd::min_feasible_peak(c, autograd::OffloadMode::All, true);
+  for (const Run& r : autograd::plan_checkpoint(c, all_least, autograd::OffloadMode::All, true).runs)
+    CHECK((r.lever.empty() && r.offloaded));  // all: every run offloaded, so never the quarter lever
+  Run offloaded = autograd::make_lever_run(quarter, 0, 4, true);
+  CHECK_REEL_ERROR(autograd::predict(c, {offloaded}), "its lever \"quarter saves (test)\" may not be offloaded");
 }
