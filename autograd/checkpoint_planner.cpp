@@ -9,7 +9,6 @@
 #include <map>
 #include <optional>
 
-#include "autograd/tape.h"  // grad_enabled
 #include "core/allocator.h"
 #include "core/error.h"
 
