@@ -314,6 +314,19 @@ void register_run_lever(RunLever lever) {
   registry().push_back(std::move(lever));
 }
 
+void unregister_run_lever(const std::string& name) {
+  std::vector<RunLever>& levers = registry();
+  const size_t fixed = 4 + library_levers().size();  // the built-in and the library's
+  for (size_t k = 0; k < levers.size(); ++k) {
+    if (levers[k].name != name) continue;
+    REEL_CHECK(k >= fixed, "unregister_run_lever: \"", name,
+               "\" is one of the library's levers, not one registered at run time");
+    levers.erase(levers.begin() + static_cast<std::ptrdiff_t>(k));
+    return;
+  }
+  REEL_FAIL("unregister_run_lever: no lever named \"", name, "\" is registered");
+}
+
 const RunLever& run_lever(const Run& run) {
   const std::vector<RunLever>& levers = registry();
   if (run.lever.empty()) return levers[(run.checkpointed ? 1u : 0u) + (run.selective ? 2u : 0u)];  // the built-ins' order

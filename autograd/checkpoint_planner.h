@@ -115,6 +115,9 @@ const std::vector<RunLever>& run_levers();
 // start-up: not while another thread plans or runs a plan.
 // reel::Error for an empty or taken name, a missing cost, or the flags set (they name the built-ins).
 void register_run_lever(RunLever lever);
+// Removes a lever registered at run time (as register_run_lever, not while another thread plans).
+// reel::Error for a lever of the library, or a name no lever has.
+void unregister_run_lever(const std::string& name);
 // The lever `run` executes through: Run::lever by name, else the built-in its flags name.
 // reel::Error for a name no lever has.
 const RunLever& run_lever(const CheckpointPolicy::Run& run);

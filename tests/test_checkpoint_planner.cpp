@@ -453,9 +453,7 @@ TEST_CASE("a lever registered at run time: the planner and predict read its entr
   // A lever that keeps a quarter of a plain run's bytes (as a lossy compression might) for a
   // quarter of its forward time, not exact and not offloadable.
   const std::string name = "quarter saves (test)";
-  bool registered = false;
-  for (const autograd::RunLever& l : autograd::run_levers()) registered |= l.name == name;
-  if (!registered) {
+  {
     autograd::RunLever quarter;
     quarter.name = name;
     quarter.code = "q";
@@ -503,4 +501,9 @@ TEST_CASE("a lever registered at run time: the planner and predict read its entr
     CHECK((r.lever.empty() && r.offloaded));  // all: every run offloaded, so never the quarter lever
   Run offloaded = autograd::make_lever_run(quarter, 0, 4, true);
   CHECK_REEL_ERROR(autograd::predict(c, {offloaded}), "its lever \"quarter saves (test)\" may not be offloaded");
+  // Unregistered again: it is no real lever, and the registry is the process's.
+  autograd::unregister_run_lever(name);
+  CHECK_REEL_ERROR(autograd::run_lever(offloaded), "which is not registered");
+  CHECK_REEL_ERROR(autograd::unregister_run_lever(name), "no lever named \"quarter saves (test)\" is registered");
+  CHECK_REEL_ERROR(autograd::unregister_run_lever("segment"), "\"segment\" is one of the library's levers");
 }
