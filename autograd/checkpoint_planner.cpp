@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 
+#include "autograd/bf16_saves.h"
 #include "core/allocator.h"
 #include "core/error.h"
 
@@ -131,7 +132,9 @@ void check_lever(const RunLever& lever, const std::vector<RunLever>& levers) {
 // The library's levers beyond the four built in, one line each, defined in their own files: a new
 // lever adds its line here (naming it also makes the linker keep its file from the static library).
 std::vector<RunLever> library_levers() {
-  return {};
+  return {
+      bf16_saves_lever(),  // autograd/bf16_saves.h
+  };
 }
 
 // The registry: the built-in levers, the library's others, then those registered at run time.

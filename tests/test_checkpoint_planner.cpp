@@ -4,13 +4,14 @@
 // feasible peak, the error for a budget below it, and the plan's text; nn::Sequential's offload
 // switch (which runs it offloads, the refusal on cpu); the registry of run levers (the built-in
 // entries, refused registrations, a lever registered at run time planned only when inexact levers
-// are allowed). Planning a real chain from measurements, and the measured peak against the budget,
-// are in test_module.cpp.
+// are allowed); the bf16 saves lever (autograd/bf16_saves.h) on a real chain, last. Planning a real
+// chain from measurements, and the measured peak against the budget, are in test_module.cpp.
 #include <algorithm>
 #include <functional>
 #include <map>
 #include <random>
 
+#include "autograd/bf16_saves.h"
 #include "autograd/checkpoint_planner.h"
 #include "reel.h"
 #include "testing.h"
@@ -506,4 +507,133 @@ TEST_CASE("a lever registered at run time: the planner and predict read its entr
   CHECK_REEL_ERROR(autograd::run_lever(offloaded), "which is not registered");
   CHECK_REEL_ERROR(autograd::unregister_run_lever(name), "no lever named \"quarter saves (test)\" is registered");
   CHECK_REEL_ERROR(autograd::unregister_run_lever("segment"), "\"segment\" is one of the library's levers");
+}
+
+TEST_CASE("bf16 saves: half the held bytes, gradients within bf16's rounding, the measured peak within the prediction") {
+  for (const Device& device : reel::testing::devices()) {
+    CAPTURE(device);
+    manual_seed(17);
+    const int n = 8;
+    auto chain = block_chain(n, 32);
+    chain->to(device);
+    const Tensor x = randn({16, 32}, DType::f32, device), target = randn({16, 32}, DType::f32, device);
+    auto forward_loss = [&] { return sum(mul(tanh((*chain)(x)), target)); };
+    struct Step {
+      std::vector<double> grads;
+      int64_t peak = 0;  // the step's activation peak
+    };
+    auto step = [&] {
+      for (const Tensor& p : chain->parameters()) p.set_grad(Tensor());
+      const int64_t before = memory_stats(device)[Category::Activation].current_bytes;
+      reset_peak_memory(device);
+      autograd::backward(forward_loss());
+      Step s;
+      s.peak = memory_stats(device)[Category::Activation].peak_bytes - before;
+      for (const Tensor& p : chain->parameters()) {
+        const std::vector<double> v = reel::testing::values(p.grad());
+        s.grads.insert(s.grads.end(), v.begin(), v.end());
+      }
+      return s;
+    };
+    // Within bf16's rounding of each saved value (2^-9 relative): the gradients' error relative
+    // to their norm, and not bit-identical (the saves were compressed).
+    auto close = [](const std::vector<double>& got, const std::vector<double>& want) {
+      REQUIRE(got.size() == want.size());
+      double err = 0, norm = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        err += (got[i] - want[i]) * (got[i] - want[i]);
+        norm += want[i] * want[i];
+      }
+      return std::sqrt(err) <= 1e-2 * std::sqrt(norm);
+    };
+    chain->set_checkpoint(nn::CheckpointPolicy::parse("none"));
+    const Step plain = step();
+
+    // The scope alone: every f32 activation of the forward kept at half its bytes.
+    {
+      const int64_t before = memory_stats(device)[Category::Activation].current_bytes;
+      Tensor loss = forward_loss();
+      const int64_t full = memory_stats(device)[Category::Activation].current_bytes - before;
+      loss = Tensor();
+      autograd::Tape::current().clear();
+      autograd::Bf16Saves half;
+      loss = forward_loss();
+      const int64_t compressed = memory_stats(device)[Category::Activation].current_bytes - before;
+      CAPTURE(full);
+      CAPTURE(compressed);
+      CHECK(compressed * 10 <= full * 6);  // half, and the caller's x and the loss at full size
+      CHECK(compressed * 10 >= full * 4);
+      loss = Tensor();
+      autograd::Tape::current().clear();
+    }
+
+    // The planner: the lever is not exact, so it is planned only when allowed.
+    chain->set_checkpoint(nn::CheckpointPolicy::budget(plain.peak));
+    const int64_t exact_least = chain->plan_checkpoint(forward_loss).least_peak_bytes;
+    const autograd::ChainCost cost = *chain->chain_cost();
+    const autograd::RunLever* bf16 = nullptr;
+    for (const autograd::RunLever& l : autograd::run_levers())
+      if (l.name == "bf16 saves") bf16 = &l;
+    REQUIRE(bf16 != nullptr);
+    CHECK_FALSE(bf16->exact);
+    // The whole chain as one bf16 run: the model's peak against the measured one.
+    {
+      autograd::CheckpointPlan one;
+      one.runs = {autograd::make_lever_run(*bf16, 0, n)};
+      one.predicted = autograd::predict(cost, one.runs);
+      one.budget_bytes = one.predicted.peak_bytes;
+      chain->use_checkpoint_plan(one);
+      const Step s = step();
+      CAPTURE(s.peak);
+      CAPTURE(one.predicted.peak_bytes);
+      MESSAGE(device.str() << ": one bf16 run over the chain, peak " << s.peak << " bytes (predicted "
+                           << one.predicted.peak_bytes << "), plain " << plain.peak);
+      CHECK(s.peak <= one.predicted.peak_bytes);
+      CHECK(s.peak * 10 <= plain.peak * 7);  // the saves at half size
+      CHECK(close(s.grads, plain.grads));
+      CHECK(s.grads != plain.grads);
+    }
+    // A budget between the least peak and the plain one: the exact levers recompute to meet it.
+    // Allowed, the planner may take bf16 runs where their casts cost less than a recompute (on a
+    // chain this small, the measured times decide); never slower on the same measurements.
+    const int64_t budget = plain.peak * 6 / 10;
+    REQUIRE(budget > exact_least);
+    chain->set_checkpoint(nn::CheckpointPolicy::budget(budget));
+    chain->set_inexact_levers(true);
+    const autograd::CheckpointPlan& plan = chain->plan_checkpoint(forward_loss);
+    MESSAGE(device.str() << ", inexact levers allowed: " << plan.str());
+    CHECK(plan.inexact);
+    autograd::ChainCost measured = *chain->chain_cost();
+    CHECK(measured.device_bytes_per_s > 0);  // the casts were priced
+    const autograd::CheckpointPlan exact = autograd::plan_checkpoint(measured, budget, autograd::OffloadMode::None);
+    CHECK(plan.predicted.time_ns() <= exact.predicted.time_ns());
+    CHECK(plan.least_peak_bytes <= exact.least_peak_bytes);
+    {
+      const Step planned = step();
+      CHECK(planned.peak <= plan.predicted.peak_bytes);
+      CHECK(planned.peak <= budget);
+      CHECK(close(planned.grads, plain.grads));
+    }
+    // Where the casts cost next to nothing (a wide chain, whose GEMMs dwarf them), bf16 runs win
+    // at that budget: the plan runs them, its peak within the prediction.
+    measured.device_bytes_per_s = 1e18;
+    const autograd::CheckpointPlan cheap = autograd::plan_checkpoint(measured, budget, autograd::OffloadMode::None, true);
+    CAPTURE(cheap.str());
+    bool uses = false;
+    for (const Run& r : cheap.runs) uses |= r.lever == "bf16 saves";
+    CHECK(uses);
+    CHECK(cheap.str().find("bf16 saves") != std::string::npos);
+    CHECK(cheap.predicted.time_ns() < exact.predicted.time_ns());
+    chain->use_checkpoint_plan(cheap);
+    {
+      const Step planned = step();
+      CHECK(planned.peak <= cheap.predicted.peak_bytes);
+      CHECK(planned.peak <= budget);
+      CHECK(close(planned.grads, plain.grads));
+      CHECK(planned.grads != plain.grads);
+    }
+    chain->set_inexact_levers(false);
+    CHECK(chain->checkpoint_plan() == nullptr);  // the switch drops the plan
+    CHECK(autograd::Tape::current().empty());
+  }
 }
