@@ -132,7 +132,7 @@ std::vector<CheckpointPolicy::Run> fixed_runs(const CheckpointPolicy& policy, in
 
 struct Prediction {
   int64_t peak_bytes = 0;
-  double recompute_ns = 0;
+  double recompute_ns = 0;  // the levers' added time: segments' and selective scopes' recompute, casts
   double copy_ns = 0;      // the offloaded runs' copy time not hidden behind compute
   int64_t host_bytes = 0;  // what the offloaded runs move to the host (and back) per step
   double time_ns() const { return recompute_ns + copy_ns; }  // what the planner minimises
