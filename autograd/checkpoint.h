@@ -110,6 +110,9 @@ struct CheckpointPolicy {
     // plain or selective run's saves, a checkpointed run's boundary. Only a plan sets it (the
     // planner, or nn::Sequential::set_offload): the policy text has no runs.
     bool offloaded = false;
+    // The lever it runs through when not one of the four the flags name (a name of
+    // autograd::run_levers(), autograd/checkpoint_planner.h); empty: the flags say. Only a plan sets it.
+    std::string lever = {};
   };
   // How n units run. Every:K and Sqrt cut the units into runs of K and checkpoint all but the
   // last run: backward would replay the last one at once, so keeping its activations costs no

@@ -1,4 +1,5 @@
-// The checkpoint planner (autograd/checkpoint_planner.h): the peak model, the dynamic program over
+// The checkpoint planner (autograd/checkpoint_planner.h): the registry of run levers (the four
+// built in, and the list of the library's other levers), the peak model, the dynamic program over
 // (units done, bytes held) and the least feasible peak.
 #include "autograd/checkpoint_planner.h"
 
@@ -8,6 +9,7 @@
 #include <map>
 #include <optional>
 
+#include "autograd/bf16_saves.h"
 #include "core/allocator.h"
 #include "core/error.h"
 
@@ -17,33 +19,27 @@ namespace {
 
 using Run = CheckpointPolicy::Run;
 
-// Units [i, j) run one way: held(r) and work(r) (the table in the header), the recompute time, and
-// the compute an offloaded neighbour's copies hide behind: its forward, and its backward (its
-// replay included).
+// Units [i, j) run through one lever: held(r) and work(r) (the table in the header), the time it
+// adds, and the compute an offloaded neighbour's copies hide behind: its forward, and its backward
+// (its replay and the lever's time included).
 struct RunCost {
   int64_t held = 0, work = 0;
   double time = 0;
   double forward = 0, backward = 0;
 };
 
-RunCost run_cost(const ChainCost& cost, int64_t i, int64_t j, bool checkpointed, bool selective) {
-  int64_t saved = 0, kept = 0, largest = 0;
-  double forward = 0, recompute = 0, backward = 0;
+RunCost run_cost(const ChainCost& cost, int64_t i, int64_t j, const RunLever& lever) {
+  double forward = 0, backward = 0;
   for (int64_t u = i; u < j; ++u) {
     const UnitCost& c = cost.units[static_cast<size_t>(u)];
-    saved += c.saved_bytes;
-    kept += c.selective_bytes;
-    largest = std::max(largest, c.saved_bytes);
     forward += c.forward_ns;
-    recompute += c.selective_ns;
     backward += c.backward_ns > 0 ? c.backward_ns : 2 * c.forward_ns;
   }
-  const int64_t boundary = cost.units[static_cast<size_t>(i)].input_bytes;
+  const LeverCost lc = lever.cost(cost, i, j);
   RunCost rc;
-  if (!checkpointed && !selective) rc = {saved, saved, 0, 0, 0};
-  else if (checkpointed && !selective) rc = {boundary, boundary + saved, forward, 0, 0};
-  else if (!checkpointed) rc = {boundary + kept, boundary + kept + largest, recompute, 0, 0};
-  else rc = {boundary, boundary + kept + largest, forward + recompute, 0, 0};
+  rc.held = lc.held;
+  rc.work = lc.work;
+  rc.time = lc.time;
   rc.forward = forward;
   rc.backward = backward + rc.time;
   return rc;
@@ -57,28 +53,119 @@ double unhidden_copy(const ChainCost& cost, int64_t bytes, double next_forward, 
   return std::max(0.0, copy - next_forward) + std::max(0.0, copy - next_backward);
 }
 
-// The eight ways to run a stretch of units: bit 0 checkpointed, bit 1 selective, bit 2 offloaded.
-constexpr int kModes = 8;
-Run make_run(int64_t begin, int64_t end, int mode) {
-  return {begin, end, (mode & 1) != 0, (mode & 2) != 0, (mode & 4) != 0};
+// The sums over units [i, j) the built-in levers read.
+struct Sums {
+  int64_t saved = 0, kept = 0, largest = 0, boundary = 0;
+  double forward = 0, recompute = 0;
+};
+Sums sums(const ChainCost& cost, int64_t i, int64_t j) {
+  Sums s;
+  for (int64_t u = i; u < j; ++u) {
+    const UnitCost& c = cost.units[static_cast<size_t>(u)];
+    s.saved += c.saved_bytes;
+    s.kept += c.selective_bytes;
+    s.largest = std::max(s.largest, c.saved_bytes);
+    s.forward += c.forward_ns;
+    s.recompute += c.selective_ns;
+  }
+  s.boundary = cost.units[static_cast<size_t>(i)].input_bytes;
+  return s;
 }
-// Whether `offload` lets a run of `mode` be planned (`host` says whether there is a link at all).
-bool allowed(OffloadMode offload, bool host, int mode) {
-  const bool checkpointed = (mode & 1) != 0, offloaded = (mode & 4) != 0;
+
+// The scopes of the built-in levers: a segment, with a selective scope nested inside when both.
+struct CheckpointScopes : RunScope {
+  std::optional<Checkpoint> segment, selective;
+  ~CheckpointScopes() override { selective.reset(); }  // innermost first
+};
+std::function<std::unique_ptr<RunScope>(const CheckpointPolicy&)> checkpoint_scopes(bool checkpointed, bool selective) {
+  return [checkpointed, selective](const CheckpointPolicy& policy) {
+    auto scopes = std::make_unique<CheckpointScopes>();
+    if (checkpointed) scopes->segment.emplace();
+    if (selective) scopes->selective.emplace(policy.keep_rule());
+    return std::unique_ptr<RunScope>(std::move(scopes));
+  };
+}
+
+std::vector<RunLever> builtin_levers() {
+  std::vector<RunLever> levers(4);
+  levers[0].name = "plain";
+  levers[0].cost = [](const ChainCost& c, int64_t i, int64_t j) {
+    const Sums s = sums(c, i, j);
+    return LeverCost{s.saved, s.saved, 0};
+  };
+  levers[1].name = "segment";
+  levers[1].code = "c";
+  levers[1].checkpointed = true;
+  levers[1].cost = [](const ChainCost& c, int64_t i, int64_t j) {
+    const Sums s = sums(c, i, j);
+    return LeverCost{s.boundary, s.boundary + s.saved, s.forward};
+  };
+  levers[2].name = "selective";
+  levers[2].code = "s";
+  levers[2].selective = true;
+  levers[2].cost = [](const ChainCost& c, int64_t i, int64_t j) {
+    const Sums s = sums(c, i, j);
+    return LeverCost{s.boundary + s.kept, s.boundary + s.kept + s.largest, s.recompute};
+  };
+  levers[3].name = "segment around selective";
+  levers[3].code = "cs";
+  levers[3].checkpointed = levers[3].selective = true;
+  levers[3].cost = [](const ChainCost& c, int64_t i, int64_t j) {
+    const Sums s = sums(c, i, j);
+    return LeverCost{s.boundary, s.boundary + s.kept + s.largest, s.forward + s.recompute};
+  };
+  for (RunLever& l : levers) l.open = checkpoint_scopes(l.checkpointed, l.selective);
+  levers[0].open = nullptr;  // a plain run opens nothing
+  return levers;
+}
+
+void check_lever(const RunLever& lever, const std::vector<RunLever>& levers) {
+  REEL_CHECK(!lever.name.empty(), "register_run_lever: a lever needs a name");
+  REEL_CHECK(lever.cost, "register_run_lever: lever \"", lever.name, "\" has no cost function");
+  REEL_CHECK(!lever.checkpointed && !lever.selective, "register_run_lever: lever \"", lever.name,
+             "\" sets checkpointed or selective, which name the four built-in levers; a lever added later is named "
+             "by Run::lever (its scopes open a segment or selective scope themselves if it needs one)");
+  for (const RunLever& l : levers)
+    REEL_CHECK(l.name != lever.name, "register_run_lever: a lever named \"", lever.name, "\" is registered already");
+}
+
+// The library's levers beyond the four built in, one line each, defined in their own files: a new
+// lever adds its line here (naming it also makes the linker keep its file from the static library).
+std::vector<RunLever> library_levers() {
+  return {
+      bf16_saves_lever(),  // autograd/bf16_saves.h
+  };
+}
+
+// The registry: the built-in levers, the library's others, then those registered at run time.
+std::vector<RunLever>& registry() {
+  static std::vector<RunLever> levers = [] {
+    std::vector<RunLever> all = builtin_levers();
+    for (RunLever& l : library_levers()) {
+      check_lever(l, all);
+      all.push_back(std::move(l));
+    }
+    return all;
+  }();
+  return levers;
+}
+
+// Whether `offload` and `inexact` let a run through `lever`, offloaded or not, be planned (`host`
+// says whether there is a link at all).
+bool allowed(OffloadMode offload, bool inexact, bool host, const RunLever& lever, bool offloaded) {
+  if (!lever.exact && !inexact) return false;
+  if (offloaded && !lever.offloadable) return false;
   switch (offload) {
     case OffloadMode::None: return !offloaded;
     case OffloadMode::Auto: return !offloaded || host;
-    case OffloadMode::Boundaries: return offloaded == checkpointed;
+    case OffloadMode::Boundaries: return offloaded == lever.checkpointed;
     case OffloadMode::All: return offloaded;
   }
   return false;
 }
 
 std::string run_name(const Run& r) {
-  std::string name = r.checkpointed && r.selective ? "segment around selective"
-                     : r.checkpointed              ? "segment"
-                     : r.selective                 ? "selective"
-                                                   : "plain";
+  const std::string name = run_lever(r).name;
   return r.offloaded ? name + "+offload" : name;
 }
 
@@ -95,7 +182,8 @@ struct State {
   int64_t pending;  // what the last run offloaded (0 if it did not): its prefetch and copy come next
   int64_t from_units;  // the prefix it extends
   int from_state;      // index in that prefix's frontier
-  int mode;            // the last run's mode (make_run)
+  int lever;           // the last run's lever (its index in run_levers())
+  bool offloaded;      // ...and whether it is offloaded
 };
 
 // Keeps the states no other state beats (or equals) on held bytes, time and pending bytes: the
@@ -141,7 +229,7 @@ void prune(std::vector<State>& states, size_t limit) {
 // offloaded run (whose prefetch and copy depend on the run after it alone).
 std::vector<Run> merge_plain(const std::vector<Run>& runs) {
   std::vector<Run> merged;
-  auto plain = [](const Run& r) { return !r.checkpointed && !r.selective && !r.offloaded; };
+  auto plain = [](const Run& r) { return !r.checkpointed && !r.selective && !r.offloaded && r.lever.empty(); };
   for (const Run& r : runs) {
     const bool after_offloaded = merged.size() >= 2 && merged[merged.size() - 2].offloaded;
     if (!merged.empty() && plain(r) && plain(merged.back()) && !after_offloaded) merged.back().end = r.end;
@@ -150,30 +238,32 @@ std::vector<Run> merge_plain(const std::vector<Run>& runs) {
   return merged;
 }
 
-// The fastest runs `offload` allows with predicted peak <= budget, or none.
-std::optional<std::vector<Run>> solve(const ChainCost& cost, int64_t budget, OffloadMode offload) {
+// The fastest runs `offload` and `inexact` allow with predicted peak <= budget, or none.
+std::optional<std::vector<Run>> solve(const ChainCost& cost, int64_t budget, OffloadMode offload, bool inexact) {
   const int64_t n = static_cast<int64_t>(cost.units.size());
   const int64_t cap = budget - cost.before_bytes;  // what the chain (and the head) may use
   if (cap < 0) return std::nullopt;
   const bool host = cost.host_bytes_per_s > 0;
   std::vector<std::vector<State>> frontier(static_cast<size_t>(n + 1));
-  frontier[0].push_back({0, 0, 0, -1, -1, 0});
+  const std::vector<RunLever>& levers = run_levers();
+  frontier[0].push_back({0, 0, 0, -1, -1, 0, false});
   for (int64_t j = 1; j <= n; ++j) {
     std::vector<State>& here = frontier[static_cast<size_t>(j)];
     for (int64_t i = 0; i < j; ++i) {
       const std::vector<State>& prefix = frontier[static_cast<size_t>(i)];
       if (prefix.empty()) continue;
-      for (int m = 0; m < kModes; ++m) {
-        if (!allowed(offload, host, m)) continue;
-        const bool offloaded = (m & 4) != 0;
-        const RunCost rc = run_cost(cost, i, j, (m & 1) != 0, (m & 2) != 0);
-        for (size_t k = 0; k < prefix.size(); ++k) {
-          const State& s = prefix[k];
-          if (s.held + s.pending + rc.work > cap) break;  // sorted by held + pending: the rest fail too
-          const double time = s.time + rc.time + unhidden_copy(cost, s.pending, rc.forward, rc.backward);
-          here.push_back({s.held + (offloaded ? 0 : rc.held), time, offloaded ? rc.held : 0, i, static_cast<int>(k), m});
+      for (const bool offloaded : {false, true})
+        for (size_t l = 0; l < levers.size(); ++l) {
+          if (!allowed(offload, inexact, host, levers[l], offloaded)) continue;
+          const RunCost rc = run_cost(cost, i, j, levers[l]);
+          for (size_t k = 0; k < prefix.size(); ++k) {
+            const State& s = prefix[k];
+            if (s.held + s.pending + rc.work > cap) break;  // sorted by held + pending: the rest fail too
+            const double time = s.time + rc.time + unhidden_copy(cost, s.pending, rc.forward, rc.backward);
+            here.push_back({s.held + (offloaded ? 0 : rc.held), time, offloaded ? rc.held : 0, i, static_cast<int>(k),
+                            static_cast<int>(l), offloaded});
+          }
         }
-      }
     }
     prune(here, 1 << 14);
   }
@@ -193,7 +283,7 @@ std::optional<std::vector<Run>> solve(const ChainCost& cost, int64_t budget, Off
   std::vector<Run> runs;
   for (int64_t j = n; j > 0;) {
     const State& s = frontier[static_cast<size_t>(j)][static_cast<size_t>(best)];
-    runs.push_back(make_run(s.from_units, j, s.mode));
+    runs.push_back(make_lever_run(levers[static_cast<size_t>(s.lever)], s.from_units, j, s.offloaded));
     best = s.from_state;
     j = s.from_units;
   }
@@ -220,6 +310,43 @@ void check_offload(const ChainCost& cost, OffloadMode offload) {
 
 }  // namespace
 
+const std::vector<RunLever>& run_levers() { return registry(); }
+
+void register_run_lever(RunLever lever) {
+  check_lever(lever, registry());
+  registry().push_back(std::move(lever));
+}
+
+void unregister_run_lever(const std::string& name) {
+  std::vector<RunLever>& levers = registry();
+  const size_t fixed = 4 + library_levers().size();  // the built-in and the library's
+  for (size_t k = 0; k < levers.size(); ++k) {
+    if (levers[k].name != name) continue;
+    REEL_CHECK(k >= fixed, "unregister_run_lever: \"", name,
+               "\" is one of the library's levers, not one registered at run time");
+    levers.erase(levers.begin() + static_cast<std::ptrdiff_t>(k));
+    return;
+  }
+  REEL_FAIL("unregister_run_lever: no lever named \"", name, "\" is registered");
+}
+
+const RunLever& run_lever(const Run& run) {
+  const std::vector<RunLever>& levers = registry();
+  if (run.lever.empty()) return levers[(run.checkpointed ? 1u : 0u) + (run.selective ? 2u : 0u)];  // the built-ins' order
+  for (const RunLever& l : levers)
+    if (l.name == run.lever) return l;
+  std::string names;
+  for (const RunLever& l : levers) names += (names.empty() ? "\"" : ", \"") + l.name + "\"";
+  REEL_FAIL("checkpoint plan: run [", run.begin, ", ", run.end, ") names lever \"", run.lever,
+            "\", which is not registered (the levers: ", names, ")");
+}
+
+Run make_lever_run(const RunLever& lever, int64_t begin, int64_t end, bool offloaded) {
+  Run r{begin, end, lever.checkpointed, lever.selective, offloaded};
+  if (!lever.checkpointed && !lever.selective && lever.name != "plain") r.lever = lever.name;
+  return r;
+}
+
 std::vector<Run> fixed_runs(const CheckpointPolicy& policy, int64_t n, OffloadMode offload) {
   std::vector<Run> runs;
   for (Run r : policy.plan(n)) {
@@ -243,7 +370,10 @@ Prediction predict(const ChainCost& cost, const std::vector<Run>& runs) {
                next, " of ", cost.units.size(), ")");
     REEL_CHECK(!r.offloaded || cost.host_bytes_per_s > 0, "checkpoint plan: run [", r.begin, ", ", r.end,
                ") is offloaded, but the chain has no host link (host_bytes_per_s is 0)");
-    const RunCost rc = run_cost(cost, r.begin, r.end, r.checkpointed, r.selective);
+    const RunLever& lever = run_lever(r);
+    REEL_CHECK(!r.offloaded || lever.offloadable, "checkpoint plan: run [", r.begin, ", ", r.end,
+               ") is offloaded, but its lever \"", lever.name, "\" may not be offloaded");
+    const RunCost rc = run_cost(cost, r.begin, r.end, lever);
     peak = std::max(peak, held + pending + rc.work);  // pending: the run before, prefetched now
     copy += unhidden_copy(cost, pending, rc.forward, rc.backward);
     held += r.offloaded ? 0 : rc.held;
@@ -258,7 +388,7 @@ Prediction predict(const ChainCost& cost, const std::vector<Run>& runs) {
   return {cost.before_bytes + std::max(peak, held + cost.after_bytes), time, copy, host};
 }
 
-int64_t min_feasible_peak(const ChainCost& cost, OffloadMode offload) {
+int64_t min_feasible_peak(const ChainCost& cost, OffloadMode offload, bool inexact) {
   check_offload(cost, offload);
   if (cost.units.empty()) return cost.before_bytes + cost.after_bytes;
   // Feasibility is monotone in the budget: bisect between 0 and the one-run plan's peak (the plain
@@ -266,18 +396,18 @@ int64_t min_feasible_peak(const ChainCost& cost, OffloadMode offload) {
   int64_t lo = 0, hi = predict(cost, one_run(cost, offload)).peak_bytes;
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo) / 2;
-    if (solve(cost, mid, offload)) hi = mid;
+    if (solve(cost, mid, offload, inexact)) hi = mid;
     else lo = mid + 1;
   }
   return hi;
 }
 
-CheckpointPlan plan_checkpoint(const ChainCost& cost, int64_t budget_bytes, OffloadMode offload) {
+CheckpointPlan plan_checkpoint(const ChainCost& cost, int64_t budget_bytes, OffloadMode offload, bool inexact) {
   REEL_CHECK(!cost.units.empty(), "checkpoint planner: the chain has no units to plan");
   check_offload(cost, offload);
-  const std::optional<std::vector<Run>> runs = solve(cost, budget_bytes, offload);
+  const std::optional<std::vector<Run>> runs = solve(cost, budget_bytes, offload, inexact);
   if (!runs) {
-    const int64_t least = min_feasible_peak(cost, offload);
+    const int64_t least = min_feasible_peak(cost, offload, inexact);
     const bool host = offload != OffloadMode::None && cost.host_bytes_per_s > 0;
     REEL_FAIL("checkpoint planner: no plan fits a budget of ", format_bytes(budget_bytes),
               "; the least activation peak any plan reaches on this chain is ", format_bytes(least), " (", least,
@@ -289,7 +419,8 @@ CheckpointPlan plan_checkpoint(const ChainCost& cost, int64_t budget_bytes, Offl
   plan.predicted = predict(cost, plan.runs);
   plan.plain_peak_bytes = predict(cost, {{0, static_cast<int64_t>(cost.units.size()), false, false}}).peak_bytes;
   plan.forward_ns = chain_forward_ns(cost);
-  plan.least_peak_bytes = min_feasible_peak(cost, offload);
+  plan.least_peak_bytes = min_feasible_peak(cost, offload, inexact);
+  plan.inexact = inexact;
   plan.offload = cost.host_bytes_per_s > 0 ? offload : OffloadMode::None;
   plan.host_bytes_per_s = cost.host_bytes_per_s;
   return plan;

@@ -1,9 +1,15 @@
 // The checkpoint planner: given what each unit of a chain (the children of an nn::Sequential, the
 // blocks of a GPT) saves and costs, the runs that cost the least time while the step's activation
-// peak on the device stays within a memory budget. A run is plain, checkpointed (one segment),
-// selective (matmul outputs kept, the rest recomputed), or a segment around a selective scope; each
-// may also be offloaded (autograd/offload.h): a plain or selective run's saves, or a segment's
-// boundary, go to host memory during forward and come back before backward needs them.
+// peak on the device stays within a memory budget. A run executes through one lever, an entry of a
+// registry (run_levers() below): plain, segment (checkpointed), selective (matmul outputs kept, the
+// rest recomputed), a segment around a selective scope, and the levers added since (the list in
+// autograd/checkpoint_planner.cpp, or register_run_lever). Each lever says what its run holds, what is live during its backward,
+// the time it adds, whether its gradients are exact, and opens its scopes around the run's forward;
+// the planner's dynamic program, predict() and nn::Sequential all read those entries. Offload stays
+// a modifier orthogonal to the levers, not an entry: any lever whose entry allows it may also be
+// offloaded (autograd/offload.h): a plain or selective run's saves, or a segment's boundary, go to
+// host memory during forward and come back before backward needs them (it wraps the lever's scopes
+// from outside, and its copies and prefetch are a term of the model below, not of one run).
 //
 // The model of the peak, for runs r_1 .. r_m walked back by backward:
 //   held(r)  what r keeps once its forward is done      work(r)  what is live while backward is in r
@@ -11,6 +17,7 @@
 //   segment     b_first                                    b_first + sum a
 //   selective   b_first + sum s                            held + max a
 //   seg + sel   b_first                                    b_first + sum s + max a
+//   (a lever)   its cost()                                 its cost()
 //   offloaded   0 on the device (held(r) is on the host)   work unchanged (its bytes are back)
 // (a: a unit's saved bytes run plain, s: run selective, b: its input, the boundary a segment
 // holds). An offloaded run comes back whole when backward first needs it, and is prefetched one
@@ -33,7 +40,7 @@
 // costs is the unhidden copy-out time charged below.
 //
 // Time: a segment re-runs its forward (sum t), a selective scope its recomputed ops (sum t_sel),
-// both when nested. An offloaded run copies held(r) bytes each way at the host link's bandwidth
+// both when nested; another lever says its own (a lever that casts its saves: the casts). An offloaded run copies held(r) bytes each way at the host link's bandwidth
 // (c = held / host_bytes_per_s); the copy out hides behind the next run's forward (sum t), the copy
 // back behind the next run's backward (its replay plus sum t_bwd, t_bwd = 2 t unless measured), so
 // it costs max(0, c - forward(r_{k+1})) + max(0, c - backward(r_{k+1})) (the head counts as 0).
@@ -42,11 +49,14 @@
 // plan_checkpoint minimises the time subject to peak <= budget by dynamic programming over
 // (units done, bytes held, bytes the last run has offloaded): for each prefix it keeps the triples
 // no other triple beats on all three (the third decides the next run's prefetch term and how much
-// of its copy hides, so the DP stays exact). Chen et al. (2016) give the sqrt(N) rule this
+// of its copy hides, so the DP stays exact). Each run it tries is one lever of run_levers(), offloaded
+// or not; a lever that is not exact only when the caller allows inexact levers. Chen et al. (2016) give the sqrt(N) rule this
 // generalises; the chain DP is in the spirit of Beaumont et al.'s rotor, with selective and
 // offloaded runs as further choices per run.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -69,7 +79,50 @@ struct ChainCost {
   int64_t before_bytes = 0;  // activations the step saved before the chain starts
   int64_t after_bytes = 0;   // activations it saves after the chain (head, loss)
   double host_bytes_per_s = 0;  // the device<->host link, each way; 0: no run may be offloaded (cpu)
+  // The device memory's bandwidth for a memory-bound pass (bytes read plus written per second), for
+  // levers that price passes over the saves (casts); 0: not measured, such passes are free.
+  double device_bytes_per_s = 0;
 };
+
+// ---- the levers: the ways a run of units may be executed --------------------------------------
+// What a run of units [begin, end) costs under a lever (the table above): the device bytes it
+// holds once its forward is done, what is live while backward is in it, and the time it adds.
+struct LeverCost {
+  int64_t held = 0, work = 0;
+  double time = 0;
+};
+// The scopes a lever opens around its run's forward; destroying it closes them (innermost first).
+struct RunScope {
+  virtual ~RunScope() = default;
+};
+struct RunLever {
+  std::string name;  // a run's name in a plan's text ("segment", "segment around selective"); unique
+  std::string code;  // a short code for tables ("c" segment, "s" selective, "cs" both, "" plain)
+  // The flags of CheckpointPolicy::Run its runs carry: the four built-in levers are named by them
+  // (Run::lever empty); a lever added later is named by Run::lever and carries neither.
+  bool checkpointed = false, selective = false;
+  bool exact = true;        // gradients bit-identical to the plain run's; if not, planned only when allowed
+  bool offloadable = true;  // may be offloaded (checkpointed: its boundary; else its saves)
+  std::function<LeverCost(const ChainCost& cost, int64_t begin, int64_t end)> cost;
+  // Opens the lever's scopes for one run's forward (`policy` gives the selective keep rule); null:
+  // it opens none (a plain run). An offloaded run's Offload scope is opened outside it.
+  std::function<std::unique_ptr<RunScope>(const CheckpointPolicy& policy)> open;
+};
+// Every lever, the four built-in first (plain, segment, selective, segment around selective), then
+// those of the list in autograd/checkpoint_planner.cpp, then those registered since, in order.
+const std::vector<RunLever>& run_levers();
+// Adds a lever (for a lever defined outside the library; the library's own are in that list), at
+// start-up: not while another thread plans or runs a plan.
+// reel::Error for an empty or taken name, a missing cost, or the flags set (they name the built-ins).
+void register_run_lever(RunLever lever);
+// Removes a lever registered at run time (as register_run_lever, not while another thread plans).
+// reel::Error for a lever of the library, or a name no lever has.
+void unregister_run_lever(const std::string& name);
+// The lever `run` executes through: Run::lever by name, else the built-in its flags name.
+// reel::Error for a name no lever has.
+const RunLever& run_lever(const CheckpointPolicy::Run& run);
+// A run of units [begin, end) through `lever`, offloaded or not.
+CheckpointPolicy::Run make_lever_run(const RunLever& lever, int64_t begin, int64_t end, bool offloaded = false);
 
 // The runs a fixed policy (not a budget) makes of n units under `offload`, as nn::Sequential runs
 // them: boundaries offloads the checkpointed runs; all offloads every run, a plain run split into
@@ -79,13 +132,13 @@ std::vector<CheckpointPolicy::Run> fixed_runs(const CheckpointPolicy& policy, in
 
 struct Prediction {
   int64_t peak_bytes = 0;
-  double recompute_ns = 0;
+  double recompute_ns = 0;  // the levers' added time: segments' and selective scopes' recompute, casts
   double copy_ns = 0;      // the offloaded runs' copy time not hidden behind compute
   int64_t host_bytes = 0;  // what the offloaded runs move to the host (and back) per step
   double time_ns() const { return recompute_ns + copy_ns; }  // what the planner minimises
 };
 // The model above for `runs`, which must cover the chain's units in order. reel::Error for an
-// offloaded run when cost.host_bytes_per_s is 0.
+// offloaded run when cost.host_bytes_per_s is 0, or one whose lever may not be offloaded.
 Prediction predict(const ChainCost& cost, const std::vector<CheckpointPolicy::Run>& runs);
 
 struct CheckpointPlan {
@@ -96,6 +149,7 @@ struct CheckpointPlan {
   int64_t least_peak_bytes = 0;  // the least peak any plan reaches (min_feasible_peak)
   double forward_ns = 0;         // the chain's forward, for scale
   OffloadMode offload = OffloadMode::None;  // what the planner was allowed (None when no host link)
+  bool inexact = false;                     // whether it was allowed levers that are not exact
   double host_bytes_per_s = 0;
   // "budget 48.00 MiB: [0,8) segment, [8,64) selective; predicted peak 46.2 MiB (plain 120 MiB,
   // least 20 MiB), recompute 3.1 ms (forward 40.0 ms)"; with offload the runs read
@@ -107,10 +161,12 @@ struct CheckpointPlan {
 // The plan with the least predicted time (recompute plus unhidden copy) whose predicted peak is at
 // most budget_bytes. `offload` says which runs may (auto) or must (boundaries: every checkpointed
 // run, all: every run) be offloaded; auto with cost.host_bytes_per_s == 0 offloads nothing, and
-// boundaries or all need it > 0 (reel::Error). reel::Error naming the least peak any plan reaches
-// when the budget is below it.
-CheckpointPlan plan_checkpoint(const ChainCost& cost, int64_t budget_bytes, OffloadMode offload = OffloadMode::Auto);
-// The least predicted peak of any plan `offload` allows.
-int64_t min_feasible_peak(const ChainCost& cost, OffloadMode offload = OffloadMode::Auto);
+// boundaries or all need it > 0 (reel::Error). `inexact` lets it choose levers whose gradients are
+// not bit-identical to the plain run's (RunLever::exact false: saves kept in lower precision). reel::Error naming the
+// least peak any plan reaches when the budget is below it.
+CheckpointPlan plan_checkpoint(const ChainCost& cost, int64_t budget_bytes, OffloadMode offload = OffloadMode::Auto,
+                               bool inexact = false);
+// The least predicted peak of any plan `offload` (and `inexact`) allows.
+int64_t min_feasible_peak(const ChainCost& cost, OffloadMode offload = OffloadMode::Auto, bool inexact = false);
 
 }  // namespace reel::autograd

@@ -90,13 +90,13 @@ std::vector<PolicyRow> sweep_policies(Model& model, reel::Device device, int rou
   return rows;
 }
 
-// "[0,8)co [8,64)s ...": c a segment, s a selective scope, cs a segment around a selective scope;
-// o offloaded (a segment's boundary, or a plain or selective run's saves, in host memory).
+// "[0,8)co [8,64)s ...": each run's lever by its code (autograd::RunLever::code: c a segment, s a
+// selective scope, cs a segment around a selective scope, nothing for plain, and the added levers'
+// own); o offloaded (a segment's boundary, or a plain or selective run's saves, in host memory).
 inline std::string runs_str(const std::vector<reel::autograd::CheckpointPolicy::Run>& runs) {
   std::string s;
   for (const auto& r : runs)
-    s += "[" + std::to_string(r.begin) + "," + std::to_string(r.end) + ")" +
-         (r.checkpointed && r.selective ? "cs" : r.checkpointed ? "c" : r.selective ? "s" : "") +
+    s += "[" + std::to_string(r.begin) + "," + std::to_string(r.end) + ")" + reel::autograd::run_lever(r).code +
          (r.offloaded ? "o" : "") + " ";
   return s;
 }

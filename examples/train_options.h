@@ -49,6 +49,7 @@ struct TrainOptions {
   std::string checkpoint = "none";  // none | every:K | sqrt | list:i,j | selective | budget:SIZE
   std::string offload = "none";     // none | boundaries | all | auto: saved activations to host memory
   std::string offload_inflight = "8MiB";  // SIZE | none: the device bytes waiting for their copy to the host
+  bool inexact_levers = false;  // budget:SIZE may plan levers that are not exact (bf16 saves)
   int64_t epochs = 1;
   int64_t max_steps = 0;      // > 0: stop after this many optimizer steps
   std::string optimizer = "adam";
@@ -130,6 +131,9 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
                  "the profile counts and --predict prices), so the forward's activation peak is bounded whatever the "
                  "host link's speed")
       ->capture_default_str();
+  app.add_flag("--inexact-levers", o.inexact_levers,
+               "with --checkpoint budget:SIZE: the planner may also choose levers whose gradients are not "
+               "bit-identical to the plain run's (bf16 saves: a run's f32 activations kept as bf16)");
   app.add_option("--epochs", o.epochs, "passes over the training data")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--max-steps", o.max_steps, "stop after this many optimizer steps (0: no limit)")->capture_default_str();
   // The names, the help and the check come from the one registry (optim/registry.h).
@@ -222,7 +226,8 @@ inline int64_t offload_inflight_bytes(const TrainOptions& o) {
 }
 
 // --offload on `model` (an nn::Sequential or nn::GPT) whose parameters are on `device`: refused on
-// the cpu device, where the tensors are in host memory already.
+// the cpu device, where the tensors are in host memory already. --inexact-levers with it: both say
+// what the budget planner may choose, so they are applied before it plans.
 template <typename Chain>
 void apply_offload(Chain& model, const TrainOptions& o, reel::Device device) {
   const reel::autograd::OffloadMode mode = reel::autograd::parse_offload_mode(o.offload);
@@ -230,6 +235,7 @@ void apply_offload(Chain& model, const TrainOptions& o, reel::Device device) {
              device.str(), ": offload moves saved activations from device memory to host memory, and cpu tensors are "
              "in host memory already (use --device cuda, or --offload none)");
   model.set_offload(mode, offload_inflight_bytes(o));
+  model.set_inexact_levers(o.inexact_levers);
 }
 
 // Set once --dist has started the process group (Distributed's constructor).

@@ -92,6 +92,8 @@ class GPT : public Module {
     h->set_offload(mode, max_inflight_bytes);
   }
   autograd::OffloadMode offload() const { return h->offload(); }
+  // Lets the planner choose levers whose gradients are not bit-identical (Sequential::set_inexact_levers).
+  void set_inexact_levers(bool allow) { h->set_inexact_levers(allow); }
   // Under a budget:SIZE policy: measures the blocks once and plans them (Sequential::plan_checkpoint).
   const autograd::CheckpointPlan& plan_checkpoint(const std::function<Tensor()>& forward_loss) {
     return h->plan_checkpoint(forward_loss);

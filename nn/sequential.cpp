@@ -33,6 +33,11 @@ void Sequential::set_checkpoint(const CheckpointPolicy& policy) {
   plan_.reset();
 }
 
+void Sequential::set_inexact_levers(bool allow) {
+  inexact_ = allow;
+  plan_.reset();
+}
+
 void Sequential::set_offload(autograd::OffloadMode mode, int64_t max_inflight_bytes) {
   REEL_CHECK(max_inflight_bytes > 0, name(), ".set_offload(", autograd::offload_mode_name(mode),
              "): max_inflight_bytes must be > 0 (autograd::kNoOffloadInflightBound for no bound), got ",
@@ -98,23 +103,24 @@ Tensor Sequential::forward(const Tensor& x) {
                ") is offloaded (offload ", autograd::offload_mode_name(offload_), "), but its input is on ",
                h.device().str(), ": host memory is where cpu tensors already are, so there is nothing to move; "
                "use offload none there");
-    // An offloaded run moves its saves (a checkpointed run: only the boundary it holds) to host
-    // memory; the scope opens around the run's scopes below and closes after them. In backward the
-    // run comes back whole, with the offloaded run before it: the planner's model of a run.
+    // The run's lever (autograd::run_levers()) opens its scopes: a segment, a selective scope inside
+    // it, or whatever an added lever needs. An offloaded run moves its saves (a checkpointed run:
+    // only the boundary it holds) to host memory; that scope opens around the lever's and closes
+    // after them. In backward the run comes back whole, with the offloaded run before it: the
+    // planner's model of a run.
+    const autograd::RunLever& lever = autograd::run_lever(run);
     std::optional<autograd::Offload> offload;
     if (run.offloaded)
       offload.emplace(run.checkpointed ? autograd::OffloadWhat::Boundaries : autograd::OffloadWhat::All, 0,
                       autograd::OffloadPrefetch::Scope, max_inflight_bytes_);
-    std::optional<autograd::Checkpoint> segment, selective;  // the selective scope nests inside
-    if (run.checkpointed) segment.emplace();
-    if (run.selective) selective.emplace(policy_.keep_rule());
+    std::unique_ptr<autograd::RunScope> scopes = lever.open ? lever.open(policy_) : nullptr;
     for (int64_t i = run.begin; i < run.end; ++i) {
       if (measuring_) measuring_->enter(i, h);
       h = (*this)[i](h);
       if (measuring_) measuring_->leave(i);
       autograd::release_landed_offloads();  // copies of earlier runs that landed free device memory now
     }
-    selective.reset();  // innermost first
+    scopes.reset();  // inside the offload scope
   }
   return h;
 }
@@ -227,8 +233,25 @@ const autograd::CheckpointPlan& Sequential::plan_checkpoint(const std::function<
   cost.before_bytes = plain.entry_level;
   cost.after_bytes = std::max<int64_t>(0, plain_end - plain.entry_level - chain_bytes);
   if (offload_ != autograd::OffloadMode::None && !plain.device.is_cpu()) cost.host_bytes_per_s = autograd::host_link_bytes_per_s(plain.device);
+  if (inexact_) {
+    // What an inexact lever's passes over the saves (casts) cost: the bandwidth the chain's
+    // memory-bound ops reached in the measured forward (those a selective scope recomputes;
+    // all of the chain's when there are none).
+    double bytes[2] = {0, 0}, ns[2] = {0, 0};  // [0] the recomputed ops', [1] all the chain's
+    for (const profile::KernelRecord& k : prof->kernels()) {
+      if (k.op_backward || k.node < 0 || static_cast<size_t>(k.node) >= child_of.size() ||
+          child_of[static_cast<size_t>(k.node)] < 0)
+        continue;
+      for (int a = recomputed[static_cast<size_t>(k.node)] ? 0 : 1; a < 2; ++a) {
+        bytes[a] += static_cast<double>(k.cost.bytes());
+        ns[a] += static_cast<double>(k.dur_ns);
+      }
+    }
+    const int a = bytes[0] > 0 && ns[0] > 0 ? 0 : 1;
+    if (ns[a] > 0) cost.device_bytes_per_s = bytes[a] * 1e9 / ns[a];
+  }
   cost_ = cost;
-  plan_ = autograd::plan_checkpoint(cost, policy_.budget_bytes, offload_);
+  plan_ = autograd::plan_checkpoint(cost, policy_.budget_bytes, offload_, inexact_);
   return *plan_;
 }
 

@@ -7,6 +7,9 @@
 //                                                            // "selective", "budget:48MiB"
 // Inside a segment only the segment's input is kept in forward; backward replays the segment. A
 // budget is planned once from measurements: model.plan_checkpoint([&] { return loss_of(batch); }).
+// Each planned run executes through its lever (autograd::run_lever): the lever opens its scopes
+// (a segment, a selective scope, ...) around the run's children; set_inexact_levers(true) lets the
+// planner choose levers whose gradients are not bit-identical.
 //
 // The offload switch moves saved activations to host memory during forward (autograd/offload.h):
 //   model.set_offload(autograd::OffloadMode::Auto);        // the planner may offload runs
@@ -63,6 +66,11 @@ class Sequential : public Module {
   // there), or a bound <= 0.
   void set_offload(autograd::OffloadMode mode, int64_t max_inflight_bytes = autograd::kDefaultOffloadInflightBytes);
   autograd::OffloadMode offload() const { return offload_; }
+  // Whether plan_checkpoint may choose levers whose gradients are not bit-identical to the plain
+  // run's (autograd::RunLever::exact false: saves kept in lower precision). Off by default: a plan
+  // then changes memory and time only. Drops a previous plan.
+  void set_inexact_levers(bool allow);
+  bool inexact_levers() const { return inexact_; }
   int64_t offload_inflight_bytes() const { return max_inflight_bytes_; }
 
   // Measures this chain once and plans its checkpointing for the budget of a Budget policy
@@ -98,6 +106,7 @@ class Sequential : public Module {
 
   CheckpointPolicy policy_;
   autograd::OffloadMode offload_ = autograd::OffloadMode::None;
+  bool inexact_ = false;
   int64_t max_inflight_bytes_ = autograd::kDefaultOffloadInflightBytes;
   std::optional<autograd::CheckpointPlan> plan_;
   std::optional<autograd::ChainCost> cost_;  // the last plan_checkpoint's measurements

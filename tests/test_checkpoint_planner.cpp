@@ -2,13 +2,16 @@
 // chains (with offloaded runs too), the dynamic program against brute force over every plan of
 // small chains (N <= 10 without offload, N <= 7 with it, under each offload mode), the least
 // feasible peak, the error for a budget below it, and the plan's text; nn::Sequential's offload
-// switch (which runs it offloads, the refusal on cpu). Planning a real chain from measurements, and
-// the measured peak against the budget, are in test_module.cpp.
+// switch (which runs it offloads, the refusal on cpu); the registry of run levers (the built-in
+// entries, refused registrations, a lever registered at run time planned only when inexact levers
+// are allowed); the bf16 saves lever (autograd/bf16_saves.h) on a real chain, last. Planning a real
+// chain from measurements, and the measured peak against the budget, are in test_module.cpp.
 #include <algorithm>
 #include <functional>
 #include <map>
 #include <random>
 
+#include "autograd/bf16_saves.h"
 #include "autograd/checkpoint_planner.h"
 #include "reel.h"
 #include "testing.h"
@@ -403,5 +406,234 @@ TEST_CASE("Sequential's offload switch: refused on cpu, the runs it offloads, gr
       CHECK(chain->checkpoint_plan() == nullptr);  // set_offload drops the plan
     }
     chain->set_offload(OffloadMode::None);
+  }
+}
+
+TEST_CASE("the run levers: the four built in come first, runs name them by their flags, bad entries are refused") {
+  const std::vector<autograd::RunLever>& levers = autograd::run_levers();
+  REQUIRE(levers.size() >= 4);
+  const char* names[] = {"plain", "segment", "selective", "segment around selective"};
+  for (int k = 0; k < 4; ++k) {
+    CAPTURE(k);
+    const autograd::RunLever& l = levers[static_cast<size_t>(k)];
+    CHECK(l.name == names[k]);
+    CHECK(l.checkpointed == ((k & 1) != 0));
+    CHECK(l.selective == ((k & 2) != 0));
+    CHECK(l.exact);
+    CHECK(l.offloadable);
+    const Run r = autograd::make_lever_run(l, 2, 5);
+    CHECK(r.lever.empty());  // a built-in is named by its flags
+    CHECK(&autograd::run_lever(r) == &l);
+  }
+  CHECK(levers[0].open == nullptr);  // a plain run opens no scope
+  for (size_t k = 4; k < levers.size(); ++k) {  // the library's others: named by Run::lever
+    const Run r = autograd::make_lever_run(levers[k], 0, 1);
+    CHECK(r.lever == levers[k].name);
+    CHECK(&autograd::run_lever(r) == &levers[k]);
+  }
+  Run unknown{0, 1, false, false, false, "zstd saves"};
+  CHECK_REEL_ERROR(autograd::run_lever(unknown), "run [0, 1) names lever \"zstd saves\", which is not registered");
+  ChainCost c = uniform_chain(2);
+  CHECK_REEL_ERROR(autograd::predict(c, {unknown, {1, 2}}), "which is not registered");
+
+  autograd::RunLever bad;
+  bad.cost = [](const ChainCost&, int64_t, int64_t) { return autograd::LeverCost{}; };
+  CHECK_REEL_ERROR(autograd::register_run_lever(bad), "register_run_lever: a lever needs a name");
+  bad.name = "segment";
+  CHECK_REEL_ERROR(autograd::register_run_lever(bad), "a lever named \"segment\" is registered already");
+  bad.name = "mine";
+  bad.checkpointed = true;
+  CHECK_REEL_ERROR(autograd::register_run_lever(bad), "sets checkpointed or selective, which name the four built-in");
+  bad.checkpointed = false;
+  bad.cost = nullptr;
+  CHECK_REEL_ERROR(autograd::register_run_lever(bad), "lever \"mine\" has no cost function");
+  CHECK(autograd::run_levers().size() == levers.size());  // none of them was added
+}
+
+TEST_CASE("a lever registered at run time: the planner and predict read its entry; inexact only when allowed") {
+  // A lever that keeps a quarter of a plain run's bytes (as a lossy compression might) for a
+  // quarter of its forward time, not exact and not offloadable.
+  const std::string name = "quarter saves (test)";
+  {
+    autograd::RunLever quarter;
+    quarter.name = name;
+    quarter.code = "q";
+    quarter.exact = false;
+    quarter.offloadable = false;
+    quarter.cost = [](const ChainCost& c, int64_t i, int64_t j) {
+      autograd::LeverCost lc;
+      int64_t widest = 0;
+      for (int64_t u = i; u < j; ++u) {
+        lc.held += c.units[static_cast<size_t>(u)].saved_bytes / 4;
+        lc.time += c.units[static_cast<size_t>(u)].forward_ns / 4;
+        widest = std::max(widest, c.units[static_cast<size_t>(u)].saved_bytes);
+      }
+      lc.work = lc.held + widest;
+      return lc;
+    };
+    autograd::register_run_lever(quarter);
+  }
+  const autograd::RunLever& quarter = autograd::run_levers().back();
+  REQUIRE(quarter.name == name);
+  // Hand-worked: 4 units of a = 200, t = 10 (uniform_chain), one quarter run: held 200, work 400,
+  // time 10; after it the head's 0 bytes.
+  ChainCost c = uniform_chain(4);
+  const autograd::Prediction p = autograd::predict(c, {autograd::make_lever_run(quarter, 0, 4)});
+  CHECK(p.peak_bytes == 400);
+  CHECK(p.recompute_ns == 10);
+  // Exact levers only: the least peak is what they reach; the quarter lever is never chosen.
+  const int64_t exact_least = autograd::min_feasible_peak(c);
+  CHECK(exact_least > 400);
+  for (int64_t budget = exact_least; budget <= 800; budget += 50)
+    for (const Run& r : autograd::plan_checkpoint(c, budget).runs) CHECK(r.lever.empty());
+  // Allowed: a lower least peak, and below the exact one the plan uses it (never offloaded).
+  const int64_t inexact_least = autograd::min_feasible_peak(c, autograd::OffloadMode::Auto, true);
+  CHECK(inexact_least < exact_least);
+  const autograd::CheckpointPlan plan = autograd::plan_checkpoint(c, exact_least - 1, autograd::OffloadMode::Auto, true);
+  CHECK(plan.inexact);
+  CHECK(plan.predicted.peak_bytes <= exact_least - 1);
+  bool uses = false;
+  for (const Run& r : plan.runs) uses |= r.lever == name;
+  CHECK(uses);
+  CHECK(plan.str().find(name) != std::string::npos);
+  c.host_bytes_per_s = 4e9;
+  const int64_t all_least = autograd::min_feasible_peak(c, autograd::OffloadMode::All, true);
+  for (const Run& r : autograd::plan_checkpoint(c, all_least, autograd::OffloadMode::All, true).runs)
+    CHECK((r.lever.empty() && r.offloaded));  // all: every run offloaded, so never the quarter lever
+  Run offloaded = autograd::make_lever_run(quarter, 0, 4, true);
+  CHECK_REEL_ERROR(autograd::predict(c, {offloaded}), "its lever \"quarter saves (test)\" may not be offloaded");
+  // Unregistered again: it is no real lever, and the registry is the process's.
+  autograd::unregister_run_lever(name);
+  CHECK_REEL_ERROR(autograd::run_lever(offloaded), "which is not registered");
+  CHECK_REEL_ERROR(autograd::unregister_run_lever(name), "no lever named \"quarter saves (test)\" is registered");
+  CHECK_REEL_ERROR(autograd::unregister_run_lever("segment"), "\"segment\" is one of the library's levers");
+}
+
+TEST_CASE("bf16 saves: half the held bytes, gradients within bf16's rounding, the measured peak within the prediction") {
+  for (const Device& device : reel::testing::devices()) {
+    CAPTURE(device);
+    manual_seed(17);
+    const int n = 8;
+    auto chain = block_chain(n, 32);
+    chain->to(device);
+    const Tensor x = randn({16, 32}, DType::f32, device), target = randn({16, 32}, DType::f32, device);
+    auto forward_loss = [&] { return sum(mul(tanh((*chain)(x)), target)); };
+    struct Step {
+      std::vector<double> grads;
+      int64_t peak = 0;  // the step's activation peak
+    };
+    auto step = [&] {
+      for (const Tensor& p : chain->parameters()) p.set_grad(Tensor());
+      const int64_t before = memory_stats(device)[Category::Activation].current_bytes;
+      reset_peak_memory(device);
+      autograd::backward(forward_loss());
+      Step s;
+      s.peak = memory_stats(device)[Category::Activation].peak_bytes - before;
+      for (const Tensor& p : chain->parameters()) {
+        const std::vector<double> v = reel::testing::values(p.grad());
+        s.grads.insert(s.grads.end(), v.begin(), v.end());
+      }
+      return s;
+    };
+    // Within bf16's rounding of each saved value (2^-9 relative): the gradients' error relative
+    // to their norm, and not bit-identical (the saves were compressed).
+    auto close = [](const std::vector<double>& got, const std::vector<double>& want) {
+      REQUIRE(got.size() == want.size());
+      double err = 0, norm = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        err += (got[i] - want[i]) * (got[i] - want[i]);
+        norm += want[i] * want[i];
+      }
+      return std::sqrt(err) <= 1e-2 * std::sqrt(norm);
+    };
+    chain->set_checkpoint(nn::CheckpointPolicy::parse("none"));
+    const Step plain = step();
+
+    // The scope alone: every f32 activation of the forward kept at half its bytes.
+    {
+      const int64_t before = memory_stats(device)[Category::Activation].current_bytes;
+      Tensor loss = forward_loss();
+      const int64_t full = memory_stats(device)[Category::Activation].current_bytes - before;
+      loss = Tensor();
+      autograd::Tape::current().clear();
+      autograd::Bf16Saves half;
+      loss = forward_loss();
+      const int64_t compressed = memory_stats(device)[Category::Activation].current_bytes - before;
+      CAPTURE(full);
+      CAPTURE(compressed);
+      CHECK(compressed * 10 <= full * 6);  // half, and the caller's x and the loss at full size
+      CHECK(compressed * 10 >= full * 4);
+      loss = Tensor();
+      autograd::Tape::current().clear();
+    }
+
+    // The planner: the lever is not exact, so it is planned only when allowed.
+    chain->set_checkpoint(nn::CheckpointPolicy::budget(plain.peak));
+    const int64_t exact_least = chain->plan_checkpoint(forward_loss).least_peak_bytes;
+    const autograd::ChainCost cost = *chain->chain_cost();
+    const autograd::RunLever* bf16 = nullptr;
+    for (const autograd::RunLever& l : autograd::run_levers())
+      if (l.name == "bf16 saves") bf16 = &l;
+    REQUIRE(bf16 != nullptr);
+    CHECK_FALSE(bf16->exact);
+    // The whole chain as one bf16 run: the model's peak against the measured one.
+    {
+      autograd::CheckpointPlan one;
+      one.runs = {autograd::make_lever_run(*bf16, 0, n)};
+      one.predicted = autograd::predict(cost, one.runs);
+      one.budget_bytes = one.predicted.peak_bytes;
+      chain->use_checkpoint_plan(one);
+      const Step s = step();
+      CAPTURE(s.peak);
+      CAPTURE(one.predicted.peak_bytes);
+      MESSAGE(device.str() << ": one bf16 run over the chain, peak " << s.peak << " bytes (predicted "
+                           << one.predicted.peak_bytes << "), plain " << plain.peak);
+      CHECK(s.peak <= one.predicted.peak_bytes);
+      CHECK(s.peak * 10 <= plain.peak * 7);  // the saves at half size
+      CHECK(close(s.grads, plain.grads));
+      CHECK(s.grads != plain.grads);
+    }
+    // A budget between the least peak and the plain one: the exact levers recompute to meet it.
+    // Allowed, the planner may take bf16 runs where their casts cost less than a recompute (on a
+    // chain this small, the measured times decide); never slower on the same measurements.
+    const int64_t budget = plain.peak * 6 / 10;
+    REQUIRE(budget > exact_least);
+    chain->set_checkpoint(nn::CheckpointPolicy::budget(budget));
+    chain->set_inexact_levers(true);
+    const autograd::CheckpointPlan& plan = chain->plan_checkpoint(forward_loss);
+    MESSAGE(device.str() << ", inexact levers allowed: " << plan.str());
+    CHECK(plan.inexact);
+    autograd::ChainCost measured = *chain->chain_cost();
+    CHECK(measured.device_bytes_per_s > 0);  // the casts were priced
+    const autograd::CheckpointPlan exact = autograd::plan_checkpoint(measured, budget, autograd::OffloadMode::None);
+    CHECK(plan.predicted.time_ns() <= exact.predicted.time_ns());
+    CHECK(plan.least_peak_bytes <= exact.least_peak_bytes);
+    {
+      const Step planned = step();
+      CHECK(planned.peak <= plan.predicted.peak_bytes);
+      CHECK(planned.peak <= budget);
+      CHECK(close(planned.grads, plain.grads));
+    }
+    // Where the casts cost next to nothing (a wide chain, whose GEMMs dwarf them), bf16 runs win
+    // at that budget: the plan runs them, its peak within the prediction.
+    measured.device_bytes_per_s = 1e18;
+    const autograd::CheckpointPlan cheap = autograd::plan_checkpoint(measured, budget, autograd::OffloadMode::None, true);
+    CAPTURE(cheap.str());
+    bool uses = false;
+    for (const Run& r : cheap.runs) uses |= r.lever == "bf16 saves";
+    CHECK(uses);
+    CHECK(cheap.str().find("bf16 saves") != std::string::npos);
+    CHECK(cheap.predicted.time_ns() < exact.predicted.time_ns());
+    chain->use_checkpoint_plan(cheap);
+    {
+      const Step planned = step();
+      CHECK(planned.peak <= cheap.predicted.peak_bytes);
+      CHECK(planned.peak <= budget);
+      CHECK(close(planned.grads, plain.grads));
+      CHECK(planned.grads != plain.grads);
+    }
+    chain->set_inexact_levers(false);
+    CHECK(chain->checkpoint_plan() == nullptr);  // the switch drops the plan
+    CHECK(autograd::Tape::current().empty());
   }
 }
