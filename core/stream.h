@@ -62,7 +62,7 @@ class Stream {
   // True when everything enqueued so far has run (never blocks).
   bool query() const;
 
-  // For code that enqueues on the stream through a device library itself (dist's NCCL calls): the
+  // For code that enqueues on the stream through a device library itself (distributed's NCCL calls): the
   // backend's handle, a cudaStream_t (null for the CUDA compute stream, which is the legacy default
   // stream, and for every cpu stream).
   void* native() const;
