@@ -165,7 +165,7 @@ void check_hook_skips_together(optim::Accumulator& acc, optim::GradScaler* scale
   CHECK(opt.steps() == 2);
   if (scaler) {
     CHECK(next.loss_scale == 128.0);
-    CHECK(scaler->clean_windows_in_a_row() == 2);
+    CHECK(scaler->clean_windows_in_a_row() == 1);  // the skip restarted the count
   }
   bool finite = true;  // CHECK, not REQUIRE: a rank leaving the case early would hang the other's collectives
   for (const auto& v : values_of(stepped))
@@ -219,7 +219,7 @@ TEST_CASE("data parallel (plain and ZeRO-1): a hook's inf on one rank skips the 
       for (Check check : {Check::Scaler, Check::SkipNonfinite, Check::Both}) {
         CAPTURE(dev);
         CAPTURE(zero);
-        CAPTURE(name(check));
+        CAPTURE(std::string(name(check)));
         auto model = make_model(dev);
         const Dense& last = static_cast<const Dense&>((*model)[1]);
         const std::vector<Tensor> p = model->parameters();
@@ -243,7 +243,7 @@ TEST_CASE("FSDP (ZeRO-2 and ZeRO-3): a hook's inf in one rank's shard skips the 
       for (Check check : {Check::Scaler, Check::SkipNonfinite, Check::Both}) {
         CAPTURE(dev);
         CAPTURE(stage);
-        CAPTURE(name(check));
+        CAPTURE(std::string(name(check)));
         auto model = make_model(dev);
         const Dense& last = static_cast<const Dense&>((*model)[1]);
         distributed::FullyShardedDataParallel fsdp(*model, {&(*model)[0], &(*model)[1]}, {stage, {}, true, {}, {}});

@@ -116,7 +116,7 @@ TEST_CASE("a hook planting inf or NaN skips the window: nothing stepped, the sca
       for (double bad : {std::numeric_limits<double>::infinity(), std::nan("")})
         for (bool in_place : {true, false}) {
           CAPTURE(d);
-          CAPTURE(name(check));
+          CAPTURE(std::string(name(check)));
           CAPTURE(bad);
           CAPTURE(in_place);
           Mlp m(d);
@@ -164,7 +164,7 @@ TEST_CASE("a hook planting inf or NaN skips the window: nothing stepped, the sca
             CHECK(next.loss_scale == 512.0);
             CHECK(scaler.scale() == 512.0);
             CHECK(scaler.skipped_windows() == 1);
-            CHECK(scaler.clean_windows_in_a_row() == 2);  // the first window and this one
+            CHECK(scaler.clean_windows_in_a_row() == 1);  // the skip restarted the count
           }
         }
 }
