@@ -155,7 +155,7 @@ template <typename Rule>
 OpCase rule_row(const typename Rule::Options& options, double lr, const std::string& kind,
                 const std::vector<int64_t>& steps, const std::vector<std::pair<double, double>>& slot_ranges,
                 RuleRef ref, double reach) {
-  constexpr size_t K = Rule::kSlots;
+  static constexpr size_t K = Rule::kSlots;  // static: lambdas read it without capturing (clang)
   const size_t n = param_list(kind).size();
   std::vector<std::pair<double, double>> ranges{{-1, 1}, {-1, 1}};  // params, grads
   ranges.insert(ranges.end(), slot_ranges.begin(), slot_ranges.end());
