@@ -121,6 +121,15 @@ StepPrediction predict_step(const std::vector<KernelRecord>& records, const Devi
   // Offload counts them at each pack: those done by the time the next one is enqueued are gone.
   std::deque<std::pair<double, int64_t>> waiting;
   int64_t waiting_bytes = 0;
+  // A stall of the compute stream, predicted or recorded: its time in every table it belongs to.
+  const auto add_stall = [&](const KernelRecord& r, const Prediction& p) {
+    add(out.offload_stalls, r, p);
+    add(kernels[r.kernel], r, p);
+    add(ops[op_key(r)], r, p);
+    add(out.total, r, p);
+    out.tf32_s += p.seconds;
+    out.roofline_s += p.seconds;
+  };
   const auto bounded_copy_out = [&](const KernelRecord& r, double end) {
     while (!waiting.empty() && waiting.front().first <= compute_end) {
       waiting_bytes -= waiting.front().second;
@@ -145,12 +154,7 @@ StepPrediction predict_step(const std::vector<KernelRecord>& records, const Devi
     stall.cost.bytes_written = waited;
     const Prediction p{until - compute_end, Bound::Memory};
     compute_end = until;
-    add(out.offload_stalls, stall, p);
-    add(kernels[stall.kernel], stall, p);
-    add(ops[op_key(stall)], stall, p);
-    add(out.total, stall, p);
-    out.tf32_s += p.seconds;
-    out.roofline_s += p.seconds;
+    add_stall(stall, p);
   };
   for (const KernelRecord& r : records) {
     if (r.kernel == kOffloadStallKernel && offload_inflight_bytes > 0) continue;  // re-decided below
@@ -158,12 +162,7 @@ StepPrediction predict_step(const std::vector<KernelRecord>& records, const Devi
       const double target = copy_end - static_cast<double>(r.cost.bytes_read) / spec.host_link_bytes_per_s;
       const Prediction p{std::max(0.0, target - compute_end), Bound::Memory};
       compute_end += p.seconds;
-      add(out.offload_stalls, r, p);
-      add(kernels[r.kernel], r, p);
-      add(ops[op_key(r)], r, p);
-      add(out.total, r, p);
-      out.tf32_s += p.seconds;
-      out.roofline_s += p.seconds;
+      add_stall(r, p);
       continue;
     }
     if (cuda_run && !r.device.is_cuda() && r.kernel != "copy_to_host") {
