@@ -24,6 +24,11 @@ const char* recorded_op(size_t position) {
   return node.op ? node.op->name() : "";
 }
 
+const Op* recorded_op_object(size_t position) {
+  const Node& node = at(position, "recorded_op_object");
+  return node.op.get();
+}
+
 std::vector<RecordedInput> recorded_inputs(size_t position) {
   const Node& node = at(position, "recorded_inputs");
   std::vector<RecordedInput> out;

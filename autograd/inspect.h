@@ -30,11 +30,17 @@ class Storage;
 
 namespace reel::autograd {
 
+class Op;
+
 // The length of this thread's tape: the ops recorded since the last backward or clear().
 size_t recorded_ops();
 
 // The op's name at `position` ("matmul", "linear", ...).
 const char* recorded_op(size_t position);
+// The op itself (autograd/op.h: its name, its costs, what it keeps), as a KeepRule
+// (autograd/checkpoint.h) is asked about it; a released node keeps its op (only what it saved or
+// held goes). Null only where recorded_op() answers "".
+const Op* recorded_op_object(size_t position);
 
 // One input of a recorded op, in the op's input order.
 struct RecordedInput {

@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 
+#include "autograd/inspect.h"
 #include "autograd/offload.h"
 #include "autograd/tape.h"
 #include "core/profile.h"
@@ -181,10 +182,12 @@ const autograd::CheckpointPlan& Sequential::plan_checkpoint(const std::function<
     if (prof) prof->stop();
     const int64_t end = memory_stats(device)[Category::Activation].current_bytes;
     if (recomputed) {  // per tape node: would a selective scope recompute its op?
-      const autograd::Tape& tape = autograd::Tape::current();
       const autograd::KeepRule keep = policy_.keep_rule();
-      recomputed->assign(tape.size(), false);
-      for (size_t k = 0; k < tape.size(); ++k) (*recomputed)[k] = !keep(*tape.node(k).op);
+      recomputed->assign(autograd::recorded_ops(), false);
+      for (size_t k = 0; k < recomputed->size(); ++k) {
+        const autograd::Op* op = autograd::recorded_op_object(k);
+        (*recomputed)[k] = op && !keep(*op);
+      }
     }
     loss = Tensor();
     gen.set_offset(offset);

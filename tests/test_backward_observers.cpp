@@ -106,6 +106,12 @@ TEST_CASE("observer events around a checkpoint replay; the saves query turns liv
     }
     const Tensor loss = sum(h * p.c);
     REQUIRE(std::string(autograd::recorded_op(0)) == "linear");
+    // The op object itself, as a selective checkpoint's keep rule is asked about it.
+    REQUIRE(autograd::recorded_op_object(0) != nullptr);
+    CHECK(std::string(autograd::recorded_op_object(0)->name()) == "linear");
+    CHECK(autograd::CheckpointPolicy::parse("selective").keep_rule()(*autograd::recorded_op_object(0)));
+    CHECK_FALSE(autograd::CheckpointPolicy::parse("selective").keep_rule()(*autograd::recorded_op_object(1)));
+    CHECK_REEL_ERROR((void)autograd::recorded_op_object(99), "recorded_op_object: tape position 99");
     CHECK_FALSE(autograd::recorded_saves_live(0));  // collapsed: re-made by the replay
     CHECK_FALSE(autograd::recorded_saves(0).live);
     CHECK(autograd::recorded_saves(0).storages.empty());
