@@ -52,16 +52,18 @@ int64_t left_waiting(const ChainCost& cost, int64_t held) {
   return bound > 0 ? std::min(held, bound) : held;
 }
 
-// The copy time a run does not hide (the header's model): `pending`, what the run before it
+// The copy time a run does not hide (the header's out and back): `pending`, what the run before it
 // offloaded, comes back behind this run's backward, and its bytes left waiting (left_waiting) go out
 // behind this run's forward, as the bytes of this run's own `offloaded` beyond what may be left
-// waiting do (they queue behind them, FIFO). After the last run (forward and backward 0): the head
-// is not timed. `copy_out`, if not null, is added the part of it the compute waits for copies out.
+// waiting do (they queue behind them, FIFO); never less than with no bound (all of `pending` out
+// behind this forward). After the last run (forward and backward 0): the head is not timed.
+// `copy_out`, if not null, is added the part of it the compute waits for copies out.
 double unhidden_copy(const ChainCost& cost, int64_t pending, int64_t offloaded, double forward, double backward,
                      double* copy_out = nullptr) {
   if (pending == 0 && offloaded == 0) return 0;
   const auto ns = [&](int64_t bytes) { return static_cast<double>(bytes) * 1e9 / cost.host_bytes_per_s; };
-  const double out = std::max(0.0, ns(left_waiting(cost, pending) + offloaded - left_waiting(cost, offloaded)) - forward);
+  const int64_t bounded = left_waiting(cost, pending) + offloaded - left_waiting(cost, offloaded);
+  const double out = std::max(0.0, ns(std::max(bounded, pending)) - forward);
   if (copy_out) *copy_out += out;
   return out + (pending > 0 ? std::max(0.0, ns(pending) - backward) : 0.0);
 }

@@ -50,18 +50,19 @@
 // out during r's own forward, behind the run before's w (they queue behind it). The compute
 // waits, at the end of each run's forward, for both (a fluid model of the copy stream at the
 // granularity of runs: the bytes waiting grow through a forward that saves faster than B moves
-// them, so the bound binds at its end, and shrink through one that does not):
-//   out(r_k)  = max(0, (w(r_{k-1}) + h(r_k) - w(r_k)) / B - forward(r_k))
-//   back(r_k) = max(0, held(r_{k-1}) / B - backward(r_k))      (r_{k-1} offloaded, else 0)
+// them, so the bound binds at its end, and shrink through one that does not), and never less than
+// with no bound (a bound only adds waiting; where the model without one is pessimistic, crediting
+// no run's own forward, it stays so):
+//   out(r_k)  = max(0, max(w(r_{k-1}) + h(r_k) - w(r_k), h(r_{k-1})) / B - forward(r_k))
+//   back(r_k) = max(0, h(r_{k-1}) / B - backward(r_k))
 // with h(r) = held(r) and w(r) as above when r is offloaded (0 and 0 when not), forward the sum of
 // its units' t and backward its replay plus sum t_bwd (t_bwd = 2 t unless measured); after the
 // last run the head counts as a run with no compute and nothing offloaded. With no bound, or one
 // at least every offloaded run's held bytes, w = h and out(r_k) = max(0, held(r_{k-1}) / B -
 // forward(r_k)): the copy out hides behind the next run's forward alone. A bound below a run's held
 // bytes moves part of its copy out into its own forward: a run that saves much in a short forward
-// (where the next run's is long) then stalls, which recompute may beat (Prediction::copy_out_ns).
-// The model credits a run's own forward only with the bytes past the bound (pessimistic elsewhere,
-// as without one); report/predict.h simulates the copy stream kernel by kernel instead.
+// then stalls however long the next run's forward is, and recompute may beat that
+// (Prediction::copy_out_ns). report/predict.h simulates the copy stream kernel by kernel instead.
 // The predicted step time is the recompute plus that unhidden copy.
 //
 // plan_checkpoint minimises the time subject to peak <= budget by dynamic programming over
