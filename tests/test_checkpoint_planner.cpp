@@ -1,7 +1,10 @@
 // The checkpoint planner (autograd/checkpoint_planner.h) on its own: the peak model on hand-worked
 // chains (with offloaded runs too), the dynamic program against brute force over every plan of
 // small chains (N <= 10 without offload, N <= 7 with it, under each offload mode), the least
-// feasible peak, the error for a budget below it, and the plan's text; nn::Sequential's offload
+// feasible peak, the error for a budget below it, and the plan's text; the in-flight bound on the
+// copies out (prices unchanged at a large bound, the model's waits against a simulation of the copy
+// stream, the planner choosing recompute over a stalling offload, the DP against brute force under a
+// bound); nn::Sequential's offload
 // switch (which runs it offloads, the refusal on cpu); the registry of run levers (the built-in
 // entries, refused registrations, a lever registered at run time planned only when inexact levers
 // are allowed); the bf16 saves lever (autograd/bf16_saves.h) on a real chain, last. Planning a real

@@ -1,6 +1,7 @@
 // The predicted device step (report/predict.h) on synthetic kernel records and a made-up device:
 // memory- and compute-bound runs take their closed-form times, a tiny one the launch floor, host
-// copies the host link; the per-kernel, per-op and step sums of a Profiler; the printed table;
+// copies the host link; backward's waits for offload's copies back; the per-kernel, per-op and
+// step sums of a Profiler; the printed table;
 // the specs table and its error for an unknown device.
 #include <sstream>
 
