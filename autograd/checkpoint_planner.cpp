@@ -325,8 +325,10 @@ void check_offload(const ChainCost& cost, OffloadMode offload) {
 }
 
 void check_bound(const ChainCost& cost) {
-  REEL_CHECK(cost.offload_inflight_bytes >= 0, "checkpoint planner: ChainCost::offload_inflight_bytes must be >= 0 "
-             "(0 or kNoOffloadInflightBound: no bound), got ", cost.offload_inflight_bytes);
+  REEL_CHECK(cost.offload_inflight_bytes >= 0,
+             "checkpoint planner: ChainCost::offload_inflight_bytes must be >= 0 "
+             "(0 or kNoOffloadInflightBound: no bound), got ",
+             cost.offload_inflight_bytes);
 }
 
 }  // namespace

@@ -68,10 +68,11 @@
 // plan_checkpoint minimises the time subject to peak <= budget by dynamic programming over
 // (units done, bytes held, bytes the last run has offloaded): for each prefix it keeps the triples
 // no other triple beats on all three (the third decides the next run's prefetch term and how much
-// of its copy hides, its w included, so the DP stays exact under a bound too). Each run it tries is one lever of run_levers(), offloaded
-// or not; a lever that is not exact only when the caller allows inexact levers. Chen et al. (2016) give the sqrt(N) rule this
-// generalises; the chain DP is in the spirit of Beaumont et al.'s rotor, with selective and
-// offloaded runs as further choices per run.
+// of its copy hides, its w included, so the DP stays exact under a bound too). Each run it tries
+// is one lever of run_levers(), offloaded or not; a lever that is not exact only when the caller
+// allows inexact levers. Chen et al. (2016) give the sqrt(N) rule this generalises; the chain DP is
+// in the spirit of Beaumont et al.'s rotor, with selective and offloaded runs as further choices
+// per run.
 #pragma once
 #include <cstdint>
 #include <functional>

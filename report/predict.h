@@ -22,9 +22,10 @@
 // (StepPrediction::offload_stalls, in the step). Backward's waits for copies back are priced the
 // same way: autograd::Offload records an "offload_fetch_wait" run where a rule first reads a save
 // copied back (h2d), and the compute stream waits there until that copy is predicted done
-// (StepPrediction::fetch_waits, in the step). So the prediction is a floor for a kernel that reaches its roof: it ignores caches
-// (a kernel whose data stays in L2 can beat bytes / bandwidth), occupancy, tails of small grids,
-// and the host work between launches (the tape, allocation), which the first GPU run measures.
+// (StepPrediction::fetch_waits, in the step). So the prediction is a floor for a kernel that
+// reaches its roof: it ignores caches (a kernel whose data stays in L2 can beat bytes / bandwidth),
+// occupancy, tails of small grids, and the host work between launches (the tape, allocation),
+// which the first GPU run measures.
 //
 // Which records are placed: a run that used a CUDA device is predicted from its CUDA records (and
 // the copies back to the host); its other CPU records are host work and are counted apart. A CPU

@@ -431,7 +431,8 @@ TEST_CASE("the bytes waiting for their copy to the host stay within the bound; e
   // Backward's waits for copies back are recorded too, one per save copied back (not those reused
   // on the device), and priced: the first rule waits at least for its copy over the link.
   int64_t fetch_waits = 0;
-  for (const profile::KernelRecord& k : unbounded.kernels()) fetch_waits += k.kernel == profile::kOffloadFetchWaitKernel;
+  for (const profile::KernelRecord& k : unbounded.kernels())
+    fetch_waits += k.kernel == profile::kOffloadFetchWaitKernel;
   CHECK(fetch_waits > 0);
   CHECK(fetch_waits <= none.tensors - none.reused);
   const profile::StepPrediction waits = profile::predict_step(unbounded.kernels(), h100);
