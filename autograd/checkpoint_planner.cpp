@@ -193,7 +193,7 @@ std::string ms(double ns) {
 // One state of the DP for a prefix of the chain, with the run that reached it.
 struct State {
   int64_t held;     // device bytes the prefix's runs hold
-  double time;      // their recompute and unhidden copy, but for the last run's copy
+  double time;      // their recompute and unhidden copy, but for the last run's copy back and what it left waiting
   int64_t pending;  // what the last run offloaded (0 if it did not): its prefetch and copy come next
   int64_t from_units;  // the prefix it extends
   int from_state;      // index in that prefix's frontier
