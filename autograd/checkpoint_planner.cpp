@@ -45,12 +45,27 @@ RunCost run_cost(const ChainCost& cost, int64_t i, int64_t j, const RunLever& le
   return rc;
 }
 
-// The time an offloaded run's `bytes` do not hide: the copy out behind the next run's forward, the
-// copy back behind its backward (0 and 0 after the last run: the head is not timed).
-double unhidden_copy(const ChainCost& cost, int64_t bytes, double next_forward, double next_backward) {
-  if (bytes == 0) return 0;
-  const double copy = static_cast<double>(bytes) * 1e9 / cost.host_bytes_per_s;
-  return std::max(0.0, copy - next_forward) + std::max(0.0, copy - next_backward);
+// Of an offloaded run's `held` bytes, those still waiting for their copy out when its forward ends:
+// all of them with no bound (or one at least as large), else the bound's worth (the header's model).
+int64_t left_waiting(const ChainCost& cost, int64_t held) {
+  const int64_t bound = cost.offload_inflight_bytes;
+  return bound > 0 ? std::min(held, bound) : held;
+}
+
+// The copy time a run does not hide (the header's out and back): `pending`, what the run before it
+// offloaded, comes back behind this run's backward, and its bytes left waiting (left_waiting) go out
+// behind this run's forward, as the bytes of this run's own `offloaded` beyond what may be left
+// waiting do (they queue behind them, FIFO); never less than with no bound (all of `pending` out
+// behind this forward). After the last run (forward and backward 0): the head is not timed.
+// `copy_out`, if not null, is added the part of it the compute waits for copies out.
+double unhidden_copy(const ChainCost& cost, int64_t pending, int64_t offloaded, double forward, double backward,
+                     double* copy_out = nullptr) {
+  if (pending == 0 && offloaded == 0) return 0;
+  const auto ns = [&](int64_t bytes) { return static_cast<double>(bytes) * 1e9 / cost.host_bytes_per_s; };
+  const int64_t bounded = left_waiting(cost, pending) + offloaded - left_waiting(cost, offloaded);
+  const double out = std::max(0.0, ns(std::max(bounded, pending)) - forward);
+  if (copy_out) *copy_out += out;
+  return out + (pending > 0 ? std::max(0.0, ns(pending) - backward) : 0.0);
 }
 
 // The sums over units [i, j) the built-in levers read.
@@ -178,7 +193,7 @@ std::string ms(double ns) {
 // One state of the DP for a prefix of the chain, with the run that reached it.
 struct State {
   int64_t held;     // device bytes the prefix's runs hold
-  double time;      // their recompute and unhidden copy, but for the last run's copy
+  double time;      // their recompute and unhidden copy, but for the last run's copy back and what it left waiting
   int64_t pending;  // what the last run offloaded (0 if it did not): its prefetch and copy come next
   int64_t from_units;  // the prefix it extends
   int from_state;      // index in that prefix's frontier
@@ -259,7 +274,8 @@ std::optional<std::vector<Run>> solve(const ChainCost& cost, int64_t budget, Off
           for (size_t k = 0; k < prefix.size(); ++k) {
             const State& s = prefix[k];
             if (s.held + s.pending + rc.work > cap) break;  // sorted by held + pending: the rest fail too
-            const double time = s.time + rc.time + unhidden_copy(cost, s.pending, rc.forward, rc.backward);
+            const double time =
+                s.time + rc.time + unhidden_copy(cost, s.pending, offloaded ? rc.held : 0, rc.forward, rc.backward);
             here.push_back({s.held + (offloaded ? 0 : rc.held), time, offloaded ? rc.held : 0, i, static_cast<int>(k),
                             static_cast<int>(l), offloaded});
           }
@@ -273,7 +289,7 @@ std::optional<std::vector<Run>> solve(const ChainCost& cost, int64_t budget, Off
   for (size_t k = 0; k < done.size(); ++k) {
     const State& s = done[k];
     if (s.held + cost.after_bytes > cap) continue;
-    const double time = s.time + unhidden_copy(cost, s.pending, 0, 0);
+    const double time = s.time + unhidden_copy(cost, s.pending, 0, 0, 0);
     if (best < 0 || time < best_time) {
       best = static_cast<int>(k);
       best_time = time;
@@ -306,6 +322,13 @@ void check_offload(const ChainCost& cost, OffloadMode offload) {
   REEL_CHECK(cost.host_bytes_per_s > 0 || offload == OffloadMode::None || offload == OffloadMode::Auto,
              "checkpoint planner: offload ", offload_mode_name(offload),
              " needs the host link's bandwidth (ChainCost::host_bytes_per_s is 0: no host link, as on the cpu device)");
+}
+
+void check_bound(const ChainCost& cost) {
+  REEL_CHECK(cost.offload_inflight_bytes >= 0,
+             "checkpoint planner: ChainCost::offload_inflight_bytes must be >= 0 "
+             "(0 or kNoOffloadInflightBound: no bound), got ",
+             cost.offload_inflight_bytes);
 }
 
 }  // namespace
@@ -361,8 +384,9 @@ std::vector<Run> fixed_runs(const CheckpointPolicy& policy, int64_t n, OffloadMo
 }
 
 Prediction predict(const ChainCost& cost, const std::vector<Run>& runs) {
+  check_bound(cost);
   int64_t held = 0, peak = 0, pending = 0, host = 0;
-  double time = 0, copy = 0;
+  double time = 0, copy = 0, copy_out = 0;
   int64_t next = 0;
   for (const Run& r : runs) {
     REEL_CHECK(r.begin == next && r.end > r.begin && r.end <= static_cast<int64_t>(cost.units.size()),
@@ -375,7 +399,7 @@ Prediction predict(const ChainCost& cost, const std::vector<Run>& runs) {
                ") is offloaded, but its lever \"", lever.name, "\" may not be offloaded");
     const RunCost rc = run_cost(cost, r.begin, r.end, lever);
     peak = std::max(peak, held + pending + rc.work);  // pending: the run before, prefetched now
-    copy += unhidden_copy(cost, pending, rc.forward, rc.backward);
+    copy += unhidden_copy(cost, pending, r.offloaded ? rc.held : 0, rc.forward, rc.backward, &copy_out);
     held += r.offloaded ? 0 : rc.held;
     pending = r.offloaded ? rc.held : 0;
     host += pending;
@@ -384,12 +408,13 @@ Prediction predict(const ChainCost& cost, const std::vector<Run>& runs) {
   }
   REEL_CHECK(next == static_cast<int64_t>(cost.units.size()), "checkpoint plan: the runs cover units [0, ", next,
              ") of ", cost.units.size());
-  copy += unhidden_copy(cost, pending, 0, 0);
-  return {cost.before_bytes + std::max(peak, held + cost.after_bytes), time, copy, host};
+  copy += unhidden_copy(cost, pending, 0, 0, 0, &copy_out);
+  return {cost.before_bytes + std::max(peak, held + cost.after_bytes), time, copy, host, copy_out};
 }
 
 int64_t min_feasible_peak(const ChainCost& cost, OffloadMode offload, bool inexact) {
   check_offload(cost, offload);
+  check_bound(cost);
   if (cost.units.empty()) return cost.before_bytes + cost.after_bytes;
   // Feasibility is monotone in the budget: bisect between 0 and the one-run plan's peak (the plain
   // peak, always feasible).
@@ -405,6 +430,7 @@ int64_t min_feasible_peak(const ChainCost& cost, OffloadMode offload, bool inexa
 CheckpointPlan plan_checkpoint(const ChainCost& cost, int64_t budget_bytes, OffloadMode offload, bool inexact) {
   REEL_CHECK(!cost.units.empty(), "checkpoint planner: the chain has no units to plan");
   check_offload(cost, offload);
+  check_bound(cost);
   const std::optional<std::vector<Run>> runs = solve(cost, budget_bytes, offload, inexact);
   if (!runs) {
     const int64_t least = min_feasible_peak(cost, offload, inexact);

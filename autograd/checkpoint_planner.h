@@ -40,19 +40,39 @@
 // costs is the unhidden copy-out time charged below.
 //
 // Time: a segment re-runs its forward (sum t), a selective scope its recomputed ops (sum t_sel),
-// both when nested; another lever says its own (a lever that casts its saves: the casts). An offloaded run copies held(r) bytes each way at the host link's bandwidth
-// (c = held / host_bytes_per_s); the copy out hides behind the next run's forward (sum t), the copy
-// back behind the next run's backward (its replay plus sum t_bwd, t_bwd = 2 t unless measured), so
-// it costs max(0, c - forward(r_{k+1})) + max(0, c - backward(r_{k+1})) (the head counts as 0).
+// both when nested; another lever says its own (a lever that casts its saves: the casts). An
+// offloaded run copies held(r) bytes each way at the host link's bandwidth B (host_bytes_per_s).
+// The copy stream, in order: each run's saves are made over its forward and wait for their copy
+// out; with no bound (ChainCost::offload_inflight_bytes 0) the model takes them as all waiting when
+// the forward ends (none credited to the run's own forward), to go out behind the next run's
+// forward. With a bound L the compute stream waits whenever more than L bytes wait, so at most
+// w(r) = min(held(r), L) of them are left when r's forward ends, and the rest, held(r) - w(r), go
+// out during r's own forward, behind the run before's w (they queue behind it). The compute
+// waits, at the end of each run's forward, for both (a fluid model of the copy stream at the
+// granularity of runs: the bytes waiting grow through a forward that saves faster than B moves
+// them, so the bound binds at its end, and shrink through one that does not), and never less than
+// with no bound (a bound only adds waiting; where the model without one is pessimistic, crediting
+// no run's own forward, it stays so):
+//   out(r_k)  = max(0, max(w(r_{k-1}) + h(r_k) - w(r_k), h(r_{k-1})) / B - forward(r_k))
+//   back(r_k) = max(0, h(r_{k-1}) / B - backward(r_k))
+// with h(r) = held(r) and w(r) as above when r is offloaded (0 and 0 when not), forward the sum of
+// its units' t and backward its replay plus sum t_bwd (t_bwd = 2 t unless measured); after the
+// last run the head counts as a run with no compute and nothing offloaded. With no bound, or one
+// at least every offloaded run's held bytes, w = h and out(r_k) = max(0, held(r_{k-1}) / B -
+// forward(r_k)): the copy out hides behind the next run's forward alone. A bound below a run's held
+// bytes moves part of its copy out into its own forward: a run that saves much in a short forward
+// then stalls however long the next run's forward is, and recompute may beat that
+// (Prediction::copy_out_ns). report/predict.h simulates the copy stream kernel by kernel instead.
 // The predicted step time is the recompute plus that unhidden copy.
 //
 // plan_checkpoint minimises the time subject to peak <= budget by dynamic programming over
 // (units done, bytes held, bytes the last run has offloaded): for each prefix it keeps the triples
 // no other triple beats on all three (the third decides the next run's prefetch term and how much
-// of its copy hides, so the DP stays exact). Each run it tries is one lever of run_levers(), offloaded
-// or not; a lever that is not exact only when the caller allows inexact levers. Chen et al. (2016) give the sqrt(N) rule this
-// generalises; the chain DP is in the spirit of Beaumont et al.'s rotor, with selective and
-// offloaded runs as further choices per run.
+// of its copy hides, its w included, so the DP stays exact under a bound too). Each run it tries
+// is one lever of run_levers(), offloaded or not; a lever that is not exact only when the caller
+// allows inexact levers. Chen et al. (2016) give the sqrt(N) rule this generalises; the chain DP is
+// in the spirit of Beaumont et al.'s rotor, with selective and offloaded runs as further choices
+// per run.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -82,6 +102,9 @@ struct ChainCost {
   // The device memory's bandwidth for a memory-bound pass (bytes read plus written per second), for
   // levers that price passes over the saves (casts); 0: not measured, such passes are free.
   double device_bytes_per_s = 0;
+  // The bound on the device bytes waiting for their copy out that offloaded runs execute under
+  // (autograd::Offload's max_inflight_bytes); 0 or kNoOffloadInflightBound: no bound (the model above).
+  int64_t offload_inflight_bytes = 0;
 };
 
 // ---- the levers: the ways a run of units may be executed --------------------------------------
@@ -135,6 +158,9 @@ struct Prediction {
   double recompute_ns = 0;  // the levers' added time: segments' and selective scopes' recompute, casts
   double copy_ns = 0;      // the offloaded runs' copy time not hidden behind compute
   int64_t host_bytes = 0;  // what the offloaded runs move to the host (and back) per step
+  // Of copy_ns, the compute waiting for copies out (in forward: the stalls the in-flight bound
+  // causes, and the run before's copy landing within a run's forward); the rest waits for copies back.
+  double copy_out_ns = 0;
   double time_ns() const { return recompute_ns + copy_ns; }  // what the planner minimises
 };
 // The model above for `runs`, which must cover the chain's units in order. reel::Error for an

@@ -116,6 +116,7 @@ struct Entry {
   Event fetched;    // the H2D copy is done
   bool fetch_started = false;
   bool unpacked = false;
+  int64_t fetch_mark = 0;  // copy_enqueued(device) once its copy back was enqueued
 
   ~Entry() {
     --state->live;
@@ -133,6 +134,13 @@ struct Entry {
     else if (!landed) state->retiring.push_back({std::move(host), std::move(out), std::move(offloaded)});
   }
 };
+
+// The bytes this thread's offload has enqueued on `device`'s copy stream (copies out and back), so
+// that a wait for one copy back can say how many were enqueued after it (report/predict.h).
+int64_t& copy_enqueued(Device device) {
+  thread_local std::map<int, int64_t> bytes;
+  return bytes[device.index];
+}
 
 // Drops the device side of each save whose copy to the host has landed, and the memory of gone
 // entries whose copies are done. Every pending event is asked (in the emulated build a query is
@@ -322,6 +330,7 @@ std::any pack(const std::shared_ptr<State>& state, const Tensor& t, const KeptBy
   copy.wait(Stream::compute(dev).record());  // after the kernels that wrote it
   copy_async(e->out, e->host, copy);
   e->offloaded.record(copy);
+  copy_enqueued(dev) += static_cast<int64_t>(storage_bytes);
   mark_activation(e->out, by);  // kept for backward until the copy has landed
 
   s.order.push_back(e);
@@ -364,6 +373,7 @@ void fetch(Entry& e, bool ahead) {
   copy.wait(Stream::compute(e.device).record());
   copy_async(e.host, e.back, copy);
   e.fetched.record(copy);
+  e.fetch_mark = copy_enqueued(e.device) += entry_bytes(e);
   mark_activation(e.back, e.by);
 }
 
@@ -439,10 +449,21 @@ Tensor unpack(const std::any& value) {
   State& s = *e->state;
   poll_all();
   if (!e->fetch_started) ++s.stats.waited_on_fetch;
-  if (!e->unpacked) bring_back(s, *e);
+  const bool first = !e->unpacked;
+  if (first) bring_back(s, *e);
   fetch(*e, false);
   e->unpacked = true;
+  // Recorded for a Profiler (report/predict.h prices the wait): where compute first waits for a
+  // copy back, with the bytes this thread enqueued on the copy stream after it.
+  std::optional<profile::KernelRun> run;
+  if (first && e->fetched.recorded() && profile::enabled()) {
+    profile::KernelCost cost;
+    cost.bytes_written = entry_bytes(*e);
+    cost.bytes_read = copy_enqueued(e->device) - e->fetch_mark;
+    run.emplace("offload_fetch_wait", e->device, DType::f32, std::string(), cost);
+  }
   if (!g_skip_fetch_wait) Stream::compute(e->device).wait(e->fetched);  // compute reads it after it landed
+  run.reset();
   return view_of(e->back, packed);
 }
 

@@ -42,9 +42,12 @@
 //           first unpack brings every save back, at the plain peak; that is why nn::Sequential
 //           under OffloadMode::All gives each plain child its own scope.
 // The compute stream waits on the copy's event (Stream::wait): no host or device-wide
-// synchronisation. A host copy is returned to the pinned pool once its slot is done with it
-// (unpacked, or the tape cleared at the end of the backward) and its copies have completed, so the
-// pool's blocks are reused step after step.
+// synchronisation. Where a save is first read after a copy back, the wait is recorded for a
+// Profiler as an "offload_fetch_wait" run on the compute stream (bytes_written the copy waited for,
+// bytes_read what this thread enqueued on the copy stream after it), which report/predict.h prices.
+// A host copy is returned to the pinned pool once its slot is done with it (unpacked, or the tape
+// cleared at the end of the backward) and its copies have completed, so the pool's blocks are
+// reused step after step.
 //
 // Alive elsewhere: a save whose storage is still alive when backward needs it, at the version it was
 // saved at (the caller still holds the input batch, another slot kept it on the device, a view of it

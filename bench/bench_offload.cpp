@@ -11,12 +11,13 @@
 // on an H200, at 25 % of its plain peak, for a host link of 64 GB/s (PCIe Gen5) and 450 GB/s
 // (NVLink-C2C), with the unfused head (cross_entropy on the logits) and the fused one
 // (linear_cross_entropy): the planner's plan and time against sqrt N recomputation's, sqrt N with
-// its boundaries offloaded, and every block offloaded. Per-block bytes are measured (one
+// its boundaries offloaded, and every block offloaded (with the copy time the planner predicts at
+// Offload's default in-flight bound, autograd/checkpoint_planner.h). Per-block bytes are measured (one
 // GPT-2-small block's forward on cpu at batch 1, scaled by B: every saved tensor is linear in B);
 // the head's and loss's saves are measured at batch 1 and 2 and two small vocabularies and
-// extrapolated bilinearly to batch B and GPT-2's 50257; per-block forward time is each recorded kernel's H200 prediction
-// (report/predict.h predict_record: max(bytes / HBM bandwidth, FLOPs / f32 rate, launch)), and a
-// selective scope's recompute is the non-GEMM kernels' share of it.
+// extrapolated bilinearly to batch B and GPT-2's 50257; per-block forward time is each recorded kernel's H200
+// prediction (report/predict.h predict_record: max(bytes / HBM bandwidth, FLOPs / f32 rate, launch)), and a selective
+// scope's recompute is the non-GEMM kernels' share of it.
 //
 //   bench_offload [rounds=3] [n_embd=64] [batch=16]    # part 1 about a minute on two cores; rounds 0: part 2 only
 #include <cmath>
@@ -179,6 +180,16 @@ void h200(int64_t batch) {
     for (int64_t i = 0; i < 12; ++i) every_offloaded.push_back({i, i + 1, false, false, true});
     row("sqrt, boundaries off", sqrt_offloaded);
     row("every block offloaded", every_offloaded);
+    {  // ...at Offload's default in-flight bound: what the planner prices as the compute waiting
+      autograd::ChainCost bounded = cost;
+      bounded.offload_inflight_bytes = autograd::kDefaultOffloadInflightBytes;
+      const autograd::Prediction p = autograd::predict(bounded, every_offloaded);
+      std::printf(
+          "    %-20s copy %.2f ms at the default %s in-flight bound, of which waiting for copies out "
+          "%.2f ms (%.2f ms with no bound)\n",
+          "", p.copy_ns * 1e-6, format_bytes(bounded.offload_inflight_bytes).c_str(), p.copy_out_ns * 1e-6,
+          autograd::predict(cost, every_offloaded).copy_out_ns * 1e-6);
+    }
     for (const autograd::OffloadMode mode : {autograd::OffloadMode::None, autograd::OffloadMode::Auto}) {
       try {
         const autograd::CheckpointPlan p = autograd::plan_checkpoint(cost, budget, mode);

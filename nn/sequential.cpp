@@ -236,6 +236,7 @@ const autograd::CheckpointPlan& Sequential::plan_checkpoint(const std::function<
   cost.before_bytes = plain.entry_level;
   cost.after_bytes = std::max<int64_t>(0, plain_end - plain.entry_level - chain_bytes);
   if (offload_ != autograd::OffloadMode::None && !plain.device.is_cpu()) cost.host_bytes_per_s = autograd::host_link_bytes_per_s(plain.device);
+  cost.offload_inflight_bytes = max_inflight_bytes_;  // the bound its offloaded runs execute under
   if (inexact_) {
     // What an inexact lever's passes over the saves (casts) cost: the bandwidth the chain's
     // memory-bound ops reached in the measured forward (those a selective scope recomputes;

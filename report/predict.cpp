@@ -74,9 +74,10 @@ Prediction predict_kernel(const DeviceSpec& spec, const KernelCost& cost, DType 
 }
 
 Prediction predict_record(const DeviceSpec& spec, const KernelRecord& record, bool tensor_cores) {
-  // On its own, an offload stall is priced as if none of the copies it waits for had overlapped
-  // compute: their bytes over the host link (predict_step simulates the copy stream instead).
-  if (record.kernel == kOffloadStallKernel)
+  // On its own, an offload stall (or a wait for a copy back) is priced as if none of the copies it
+  // waits for had overlapped compute: their bytes over the host link (predict_step simulates the
+  // copy stream instead).
+  if (record.kernel == kOffloadStallKernel || record.kernel == kOffloadFetchWaitKernel)
     return {static_cast<double>(record.cost.bytes_written) / spec.host_link_bytes_per_s, Bound::Memory};
   // A transfer moves its bytes once over the host link (bytes_read and bytes_written are the same
   // bytes at its two ends).
@@ -112,6 +113,7 @@ StepPrediction predict_step(const std::vector<KernelRecord>& records, const Devi
   DeviceSpec no_launch = spec;  // for the roofline alone: what fusing launches away could reach
   no_launch.launch_s = 0;
   out.offload_stalls.key = kOffloadStallKernel;
+  out.fetch_waits.key = kOffloadFetchWaitKernel;
   // The copy stream beside the compute stream, in the order the host enqueued the work: each copy
   // starts once the copy stream is free and the compute work enqueued before it has run (offload's
   // copies wait on a compute event), and a stall holds the compute stream until the copies it
@@ -121,9 +123,10 @@ StepPrediction predict_step(const std::vector<KernelRecord>& records, const Devi
   // Offload counts them at each pack: those done by the time the next one is enqueued are gone.
   std::deque<std::pair<double, int64_t>> waiting;
   int64_t waiting_bytes = 0;
-  // A stall of the compute stream, predicted or recorded: its time in every table it belongs to.
+  // A wait of the compute stream for offload's copies (a stall, predicted or recorded, or a wait
+  // for a copy back): its time in every table it belongs to.
   const auto add_stall = [&](const KernelRecord& r, const Prediction& p) {
-    add(out.offload_stalls, r, p);
+    add(r.kernel == kOffloadFetchWaitKernel ? out.fetch_waits : out.offload_stalls, r, p);
     add(kernels[r.kernel], r, p);
     add(ops[op_key(r)], r, p);
     add(out.total, r, p);
@@ -158,7 +161,7 @@ StepPrediction predict_step(const std::vector<KernelRecord>& records, const Devi
   };
   for (const KernelRecord& r : records) {
     if (r.kernel == kOffloadStallKernel && offload_inflight_bytes > 0) continue;  // re-decided below
-    if (r.kernel == kOffloadStallKernel) {
+    if (r.kernel == kOffloadStallKernel || r.kernel == kOffloadFetchWaitKernel) {  // until its copies are done
       const double target = copy_end - static_cast<double>(r.cost.bytes_read) / spec.host_link_bytes_per_s;
       const Prediction p{std::max(0.0, target - compute_end), Bound::Memory};
       compute_end += p.seconds;
@@ -269,6 +272,13 @@ void print_prediction(std::ostream& os, const Profiler& profiler, const DeviceSp
                   "predicted (in the step)\n",
                   bound.c_str(), calls(sp.offload_stalls.calls).c_str(), us(sp.offload_stalls.predicted_s));
     os << line;
+    if (sp.fetch_waits.calls > 0) {
+      std::snprintf(line, sizeof line,
+                    "  waits for copies back (backward's rules reading offloaded saves before their copy has "
+                    "landed): %s a step, %.1f us predicted (in the step)\n",
+                    calls(sp.fetch_waits.calls).c_str(), us(sp.fetch_waits.predicted_s));
+      os << line;
+    }
   }
   if (sp.host_runs > 0) {
     std::snprintf(line, sizeof line, "  not placed: the run's host work, CPU kernel runs a step: %s (%.3f ms)\n",

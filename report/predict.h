@@ -19,9 +19,13 @@
 // simulated beside the compute stream so that an offload stall ("offload_stall", recorded by
 // autograd::Offload when the bytes waiting for their copy to the host pass its bound) is priced:
 // the compute stream waits until the copies it waited for are predicted done over the host link
-// (StepPrediction::offload_stalls, in the step). So the prediction is a floor for a kernel that reaches its roof: it ignores caches
-// (a kernel whose data stays in L2 can beat bytes / bandwidth), occupancy, tails of small grids,
-// and the host work between launches (the tape, allocation), which the first GPU run measures.
+// (StepPrediction::offload_stalls, in the step). Backward's waits for copies back are priced the
+// same way: autograd::Offload records an "offload_fetch_wait" run where a rule first reads a save
+// copied back (h2d), and the compute stream waits there until that copy is predicted done
+// (StepPrediction::fetch_waits, in the step). So the prediction is a floor for a kernel that
+// reaches its roof: it ignores caches (a kernel whose data stays in L2 can beat bytes / bandwidth),
+// occupancy, tails of small grids, and the host work between launches (the tape, allocation),
+// which the first GPU run measures.
 //
 // Which records are placed: a run that used a CUDA device is predicted from its CUDA records (and
 // the copies back to the host); its other CPU records are host work and are counted apart. A CPU
@@ -66,6 +70,10 @@ Prediction predict_record(const DeviceSpec& spec, const KernelRecord& record, bo
 // The record autograd::Offload makes for a stall: cost.bytes_written the copies the compute stream
 // waits for, cost.bytes_read the copies queued behind them on the copy stream (not waited for).
 inline constexpr const char* kOffloadStallKernel = "offload_stall";
+// The record autograd::Offload makes where the compute stream waits for a save's copy back before
+// the rule that reads it: cost.bytes_written the copy waited for, cost.bytes_read the copies its
+// thread's offload enqueued on the copy stream after it (not waited for).
+inline constexpr const char* kOffloadFetchWaitKernel = "offload_fetch_wait";
 // The kernels that could take the tensor cores: the GEMMs (matmul, the cuDNN convolutions).
 bool is_gemm_kernel(const std::string& kernel);
 
@@ -87,7 +95,8 @@ struct StepPrediction {
   PredictedGroup total;                 // key "step": all placed runs on the compute stream
   PredictedGroup copy_stream;           // the copy stream's copies (copy_async): over the host link,
                                         // beside compute, so not in total
-  PredictedGroup offload_stalls;        // the compute stream's waits for offload's copies (in total)
+  PredictedGroup offload_stalls;        // the compute stream's waits for offload's copies out (in total)
+  PredictedGroup fetch_waits;           // ...and for its copies back, in backward (in total)
   double tf32_s = 0;          // the total with the f32 GEMMs on TF32 tensor cores
   double roofline_s = 0;      // the total without the launch floor: max(bytes / bandwidth, FLOPs / rate)
   int64_t host_runs = 0;      // CPU records of a CUDA run, not placed

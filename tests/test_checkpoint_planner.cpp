@@ -1,7 +1,10 @@
 // The checkpoint planner (autograd/checkpoint_planner.h) on its own: the peak model on hand-worked
 // chains (with offloaded runs too), the dynamic program against brute force over every plan of
 // small chains (N <= 10 without offload, N <= 7 with it, under each offload mode), the least
-// feasible peak, the error for a budget below it, and the plan's text; nn::Sequential's offload
+// feasible peak, the error for a budget below it, and the plan's text; the in-flight bound on the
+// copies out (prices unchanged at a large bound, the model's waits against a simulation of the copy
+// stream, the planner choosing recompute over a stalling offload, the DP against brute force under a
+// bound); nn::Sequential's offload
 // switch (which runs it offloads, the refusal on cpu); the registry of run levers (the built-in
 // entries, refused registrations, a lever registered at run time planned only when inexact levers
 // are allowed); the bf16 saves lever (autograd/bf16_saves.h) on a real chain, last. Planning a real
@@ -277,6 +280,206 @@ TEST_CASE("offload is never chosen without a host link, and forced modes need on
     CHECK_REEL_ERROR(autograd::min_feasible_peak(c, OffloadMode::Boundaries),
                      "offload boundaries needs the host link's bandwidth");
   }
+}
+
+namespace {
+
+// An independent simulation of a step's copy stream for `runs`, every one offloaded (one unit each),
+// as autograd::Offload and nn::Sequential execute it: each run's forward makes `saves` equal saves
+// evenly over its forward time; each save's copy out goes on the copy stream (in order, B bytes a
+// ns) and past `bound` bytes waiting the compute waits for the oldest; backward walks the runs back,
+// each run's first rule bringing it and the run before it back (OffloadPrefetch::Scope) behind
+// whatever the copy stream still holds, and waiting for its own. Returns the compute's waiting (ns).
+double simulate_copy_waits(const ChainCost& c, int64_t bound, int saves) {
+  const double B = c.host_bytes_per_s * 1e-9;
+  const size_t n = c.units.size();
+  double now = 0, copy_end = 0, waited = 0;
+  std::vector<std::pair<double, int64_t>> waiting;  // copies out not seen done: (end, bytes), oldest first
+  for (const UnitCost& u : c.units) {
+    const int64_t each = u.saved_bytes / saves;
+    for (int k = 0; k < saves; ++k) {
+      now += u.forward_ns / saves;
+      copy_end = std::max(copy_end, now) + static_cast<double>(each) / B;
+      waiting.emplace_back(copy_end, each);
+      int64_t total = 0;
+      for (auto it = waiting.begin(); it != waiting.end();)
+        if (it->first <= now) it = waiting.erase(it);
+        else total += (it++)->second;
+      while (total > bound) {
+        waited += std::max(0.0, waiting.front().first - now);
+        now = std::max(now, waiting.front().first);
+        total -= waiting.front().second;
+        waiting.erase(waiting.begin());
+      }
+    }
+  }
+  std::vector<double> back(n);  // when each run's copy back lands
+  const auto fetch = [&](size_t r) {
+    copy_end = std::max(copy_end, now) + static_cast<double>(c.units[r].saved_bytes) / B;
+    back[r] = copy_end;
+  };
+  for (size_t r = n; r-- > 0;) {
+    if (r == n - 1) fetch(r);
+    if (r > 0) fetch(r - 1);
+    waited += std::max(0.0, back[r] - now);
+    now = std::max(now, back[r]);
+    const UnitCost& u = c.units[r];
+    now += u.backward_ns > 0 ? u.backward_ns : 2 * u.forward_ns;
+  }
+  return waited;
+}
+
+// Runs that save much in a short forward between runs that save little in a long one: 12 MiB in
+// 0.1 ms, 1 MiB in 2 ms, over a 10 GB/s link (12 MiB take 1.26 ms).
+ChainCost bursty_chain(int pairs) {
+  ChainCost c;
+  for (int i = 0; i < pairs; ++i) {
+    c.units.push_back({12 << 20, 12 << 20, 1 << 20, 100e3, 0});
+    c.units.push_back({1 << 20, 1 << 20, 1 << 20, 2e6, 0});
+  }
+  c.host_bytes_per_s = 10e9;
+  return c;
+}
+
+std::vector<Run> all_offloaded(int64_t n) {
+  std::vector<Run> runs;
+  for (int64_t i = 0; i < n; ++i) runs.push_back({i, i + 1, false, false, true});
+  return runs;
+}
+
+}  // namespace
+
+TEST_CASE("the in-flight bound: at or above every run's held bytes the prices are those with no bound, never below") {
+  std::mt19937 rng(97531);
+  for (int trial = 0; trial < 40; ++trial) {
+    CAPTURE(trial);
+    const int n = 1 + trial % 6;
+    ChainCost c = random_chain(n, rng, 4e9);
+    ChainCost bounded = c;
+    int64_t largest = 0;  // the most a run of this chain can hold: all of its saves and inputs
+    for (const UnitCost& u : c.units) largest += u.saved_bytes + u.input_bytes;
+    bounded.offload_inflight_bytes = trial % 2 ? largest : autograd::kNoOffloadInflightBound;
+    if (n <= 3)  // every plan of the small chains
+      for_each_plan(
+          n,
+          [&](const std::vector<Run>& runs) {
+            const autograd::Prediction a = autograd::predict(c, runs), b = autograd::predict(bounded, runs);
+            CHECK(a.peak_bytes == b.peak_bytes);
+            CHECK(a.copy_ns == b.copy_ns);
+            CHECK(a.copy_out_ns == b.copy_out_ns);
+          },
+          true);
+    const int64_t budget = autograd::min_feasible_peak(c);
+    CHECK(autograd::min_feasible_peak(bounded) == budget);
+    const autograd::CheckpointPlan p = autograd::plan_checkpoint(c, budget),
+                                   q = autograd::plan_checkpoint(bounded, budget);
+    CHECK(p.str() == q.str());
+    CHECK(p.predicted.time_ns() == q.predicted.time_ns());
+  }
+  // Any bound: never priced below no bound (a bound only adds waiting), the peak unchanged.
+  for (int trial = 0; trial < 40; ++trial) {
+    CAPTURE(trial);
+    const ChainCost c = random_chain(3, rng, 4e9);
+    ChainCost bounded = c;
+    bounded.offload_inflight_bytes = 4 * (1 + trial);
+    for_each_plan(
+        3,
+        [&](const std::vector<Run>& runs) {
+          const autograd::Prediction a = autograd::predict(c, runs), b = autograd::predict(bounded, runs);
+          CHECK(a.peak_bytes == b.peak_bytes);
+          CHECK(b.copy_out_ns >= a.copy_out_ns);
+          CHECK(b.copy_ns - b.copy_out_ns == a.copy_ns - a.copy_out_ns);  // the copies back are as before
+        },
+        true);
+  }
+  ChainCost c = uniform_chain(2);
+  c.offload_inflight_bytes = -1;
+  CHECK_REEL_ERROR(autograd::predict(c, {{0, 2, false, false}}), "offload_inflight_bytes must be >= 0");
+}
+
+TEST_CASE("the in-flight bound: the model's copy waits agree with a simulation of the copy stream") {
+  // Three pairs, every run offloaded, at a bound of 2 MiB: each 12 MiB run's 10 MiB past the bound
+  // go out during its own 0.1 ms forward (about 0.95 ms of stall each), which the model without the
+  // bound hides behind the next run's 2 ms forward. The simulation makes 64 saves a run.
+  ChainCost c = bursty_chain(3);
+  const int64_t n = static_cast<int64_t>(c.units.size());
+  c.offload_inflight_bytes = 2 << 20;
+  const double simulated = simulate_copy_waits(c, c.offload_inflight_bytes, 64);
+  const autograd::Prediction p = autograd::predict(c, all_offloaded(n));
+  CAPTURE(simulated);
+  CAPTURE(p.copy_ns);
+  MESSAGE("bound 2 MiB: simulated waits " << simulated * 1e-6 << " ms, the model's " << p.copy_ns * 1e-6 << " ms");
+  CHECK(std::abs(p.copy_ns - simulated) <= 0.1 * simulated);  // within 10%
+  CHECK(p.copy_ns >= simulated);           // pessimistic: what a run leaves waiting is taken as the bound's worth
+  CHECK(p.copy_out_ns > 0.8 * p.copy_ns);  // mostly the stalls
+  // Without the bound the model hides those copies (and so does the simulation, within 10%).
+  c.offload_inflight_bytes = 0;
+  const double free = simulate_copy_waits(c, autograd::kNoOffloadInflightBound, 64);
+  const autograd::Prediction q = autograd::predict(c, all_offloaded(n));
+  CAPTURE(free);
+  CAPTURE(q.copy_ns);
+  MESSAGE("no bound: simulated waits " << free * 1e-6 << " ms, the model's " << q.copy_ns * 1e-6 << " ms");
+  CHECK(q.copy_ns < 0.15 * p.copy_ns);
+  CHECK(free < 0.15 * simulated);
+}
+
+TEST_CASE("the in-flight bound: the planner weighs the stall against recompute") {
+  // Unit 0 saves 12 MiB in 0.3 ms; unit 1 saves 1 MiB in 5 ms; unit 2 saves 12 MiB. A budget of
+  // 14 MiB needs unit 0 offloaded (its copy hides behind unit 1's forward and backward: free) or
+  // recomputed (a segment: 0.3 ms). At a bound of 1 MiB, 11 MiB must go out during unit 0's own
+  // forward: about 0.85 ms of stall, so the segment is faster.
+  ChainCost c;
+  c.units.push_back({12 << 20, 12 << 20, 1 << 20, 0.3e6, 0});
+  c.units.push_back({1 << 20, 1 << 20, 1 << 20, 5e6, 0});
+  c.units.push_back({12 << 20, 12 << 20, 1 << 20, 0.3e6, 0});
+  c.host_bytes_per_s = 10e9;
+  const int64_t budget = 14 << 20;
+  const autograd::CheckpointPlan free = autograd::plan_checkpoint(c, budget);
+  CAPTURE(free.str());
+  REQUIRE(!free.runs.empty());
+  CHECK(free.runs[0].offloaded);
+  CHECK(!free.runs[0].checkpointed);
+  CHECK(free.predicted.time_ns() == 0);
+  c.offload_inflight_bytes = 1 << 20;
+  const autograd::CheckpointPlan bound = autograd::plan_checkpoint(c, budget);
+  CAPTURE(bound.str());
+  REQUIRE(!bound.runs.empty());
+  CHECK(bound.runs[0].checkpointed);  // (its 1 MiB boundary may go to the host: that copy hides)
+  CHECK(bound.predicted.host_bytes < (12 << 20));
+  CHECK(bound.predicted.time_ns() == doctest::Approx(0.3e6));
+  // The offloaded plan at that bound: the stall the planner weighed.
+  const double stall = autograd::predict(c, free.runs).copy_out_ns;
+  CHECK(stall == doctest::Approx((11 << 20) / 10.0 - 0.3e6));
+}
+
+TEST_CASE("the in-flight bound: dynamic program against brute force") {
+  std::mt19937 rng(8642);
+  for (int n = 1; n <= 5; ++n)
+    for (int trial = 0; trial < 3; ++trial) {
+      CAPTURE(n);
+      CAPTURE(trial);
+      ChainCost c = random_chain(n, rng, 4e9);
+      c.offload_inflight_bytes = 4 * (20 + trial * 16);  // below many runs' held bytes (a multiple of 4)
+      std::map<int64_t, double> fastest;
+      for_each_plan(
+          n,
+          [&](const std::vector<Run>& runs) {
+            const autograd::Prediction p = autograd::predict(c, runs);
+            auto [it, fresh] = fastest.emplace(p.peak_bytes, p.time_ns());
+            if (!fresh) it->second = std::min(it->second, p.time_ns());
+          },
+          true);
+      const int64_t least = fastest.begin()->first;
+      CHECK(autograd::min_feasible_peak(c) == least);
+      const int64_t plain = autograd::predict(c, {{0, n, false, false}}).peak_bytes;
+      for (int64_t budget = least; budget <= plain + 1; budget += std::max<int64_t>(1, (plain - least) / 7)) {
+        CAPTURE(budget);
+        double best = std::numeric_limits<double>::infinity();
+        for (auto it = fastest.begin(); it != fastest.end() && it->first <= budget; ++it)
+          best = std::min(best, it->second);
+        CHECK(autograd::plan_checkpoint(c, budget).predicted.time_ns() == best);
+      }
+    }
 }
 
 TEST_CASE("the planner with offload on a long uniform chain: a lower least peak, never slower") {

@@ -428,4 +428,15 @@ TEST_CASE("the bytes waiting for their copy to the host stay within the bound; e
   CHECK(at_one_byte.offload_stalls.calls == none.tensors);
   CHECK(at_one_byte.offload_stalls.predicted_s > 0);
   CHECK(profile::predict_step(unbounded.kernels(), h100, int64_t{1} << 40).offload_stalls.calls == 0);
+  // Backward's waits for copies back are recorded too, one per save copied back (not those reused
+  // on the device), and priced: the first rule waits at least for its copy over the link.
+  int64_t fetch_waits = 0;
+  for (const profile::KernelRecord& k : unbounded.kernels())
+    fetch_waits += k.kernel == profile::kOffloadFetchWaitKernel;
+  CHECK(fetch_waits > 0);
+  CHECK(fetch_waits <= none.tensors - none.reused);
+  const profile::StepPrediction waits = profile::predict_step(unbounded.kernels(), h100);
+  CHECK(waits.fetch_waits.calls == fetch_waits);
+  CHECK(waits.fetch_waits.predicted_s > 0);
+  CHECK(waits.fetch_waits.predicted_s <= waits.copy_stream.predicted_s);
 }

@@ -1,6 +1,7 @@
 // The predicted device step (report/predict.h) on synthetic kernel records and a made-up device:
 // memory- and compute-bound runs take their closed-form times, a tiny one the launch floor, host
-// copies the host link; the per-kernel, per-op and step sums of a Profiler; the printed table;
+// copies the host link; backward's waits for offload's copies back; the per-kernel, per-op and
+// step sums of a Profiler; the printed table;
 // the specs table and its error for an unknown device.
 #include <sstream>
 
@@ -203,6 +204,45 @@ TEST_CASE("predict_step: the copy stream's copies go over the host link, beside 
   CHECK(sp.copy_stream.predicted_s == doctest::Approx(300e-6).epsilon(1e-9));
   REQUIRE(sp.kernels.size() == 2);
   CHECK(sp.kernels[0].key == "copy_async.d2h");  // listed, largest first
+}
+
+TEST_CASE("predict_step: backward waits for a copy back until it is predicted done") {
+  // A rule (100 us) runs while two copies back go over the 10 GB/s link: 300 us for the save the
+  // next rule reads, then 200 us for one after it. The wait for the first lasts until it lands:
+  // 300 - 100 = 200 us, whatever is queued behind it; the second is then read after a 50 us rule,
+  // its copy done at 500 us: 500 - 350 = 150 us more.
+  const auto record = [](const char* kernel, StreamKind stream, KernelCost c) {
+    KernelRecord r;
+    r.kernel = kernel;
+    r.device = Device::cuda(0);
+    r.stream = stream;
+    r.cost = c;
+    return r;
+  };
+  std::vector<KernelRecord> records;
+  records.push_back(record("copy_async.h2d", StreamKind::Copy, cost(0, 3'000'000, 3'000'000)));
+  records.push_back(record("copy_async.h2d", StreamKind::Copy, cost(0, 2'000'000, 2'000'000)));
+  records.push_back(record("matmul", StreamKind::Compute, cost(1'000'000'000, 0, 0)));  // 100 us
+  records.push_back(record(kOffloadFetchWaitKernel, StreamKind::Compute, cost(0, 2'000'000, 3'000'000)));
+  records.push_back(record("matmul", StreamKind::Compute, cost(500'000'000, 0, 0)));  // 50 us
+  records.push_back(record(kOffloadFetchWaitKernel, StreamKind::Compute, cost(0, 0, 2'000'000)));
+  const StepPrediction sp = predict_step(records, made_up());
+  CHECK(sp.fetch_waits.calls == 2);
+  CHECK(sp.fetch_waits.predicted_s == doctest::Approx(350e-6).epsilon(1e-9));
+  CHECK(sp.offload_stalls.calls == 0);
+  CHECK(sp.total.predicted_s == doctest::Approx(500e-6).epsilon(1e-9));  // the rules and the waits
+  // A copy that has landed costs no wait: the same rules after a 1 ms one.
+  records.insert(records.begin() + 2, record("matmul", StreamKind::Compute, cost(10'000'000'000, 0, 0)));
+  const StepPrediction late = predict_step(records, made_up());
+  CHECK(late.fetch_waits.calls == 2);
+  CHECK(late.fetch_waits.predicted_s == 0);
+  // On its own the wait is priced as its copy over the link.
+  CHECK(predict_record(made_up(), records[4]).seconds == doctest::Approx(300e-6).epsilon(1e-9));
+  std::ostringstream os;
+  Profiler prof;  // print_prediction reads a Profiler's records; an empty one prints no copy lines
+  prof.stop();
+  print_prediction(os, prof, made_up());
+  CHECK(os.str().find("waits for copies back") == std::string::npos);
 }
 
 TEST_CASE("device_spec: the table's devices, and an unknown name lists them") {
