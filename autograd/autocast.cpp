@@ -34,6 +34,7 @@ constexpr PolicyRow kPolicy[] = {
     {"log_softmax", CastPolicy::F32},
     {"cross_entropy", CastPolicy::F32},
     {"linear_cross_entropy", CastPolicy::F32},  // see autocast.h: its dW accumulates over chunks
+    {"mse_loss", CastPolicy::F32},
     {"sum", CastPolicy::F32},
     {"mean", CastPolicy::F32},
     // Several inputs combined elementwise: the widest dtype among them.

@@ -10,8 +10,8 @@
 //   Lower    linear, matmul, conv2d, attention, layer_norm, rms_norm, group_norm, batch_norm: f32
 //            and 16-bit inputs to the scope's dtype (the GEMMs run in 16 bits with f32 accumulation,
 //            the norms compute and save their statistics in f32; outputs in 16 bits);
-//   F32      softmax, log_softmax, cross_entropy, linear_cross_entropy, sum, mean: 16-bit
-//            inputs up to f32, output f32;
+//   F32      softmax, log_softmax, cross_entropy, linear_cross_entropy, mse_loss, sum, mean:
+//            16-bit inputs up to f32, output f32;
 //   Promote  add, sub, mul, div, where, concat: inputs of mixed floating dtypes go to the widest
 //            (f64 > f32 > 16 bits; bf16 with f16 gives f32), e.g. an f32 residual plus a bf16
 //            block output is f32.

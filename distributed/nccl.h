@@ -13,9 +13,10 @@
 //   ranks are 0..nranks-1 once each (ncclInvalidUsage); nranks < 1 or a rank outside [0, nranks),
 //   a config not made from NCCL_CONFIG_INITIALIZER: ncclInvalidArgument.
 // * Collectives: a null or uninitialised communicator, a datatype or reduction outside the enums,
-//   a root outside [0, nranks), a null buffer with count > 0, or a call while the communicator's
-//   previous operation is still ncclInProgress: ncclInvalidArgument (as the real argument checks
-//   and ncclCommEnsureReady answer); an aborted or destroyed communicator: ncclInvalidUsage.
+//   a root outside [0, nranks), a null buffer with count > 0 (Reduce's recvbuff: on the root
+//   only), or a call while the communicator's previous operation is still ncclInProgress:
+//   ncclInvalidArgument (as the real argument checks and ncclCommEnsureReady answer); an aborted or
+//   destroyed communicator: ncclInvalidUsage.
 //   count == 0 does nothing and succeeds. In-place calls (sendbuff == recvbuff, or the rank's slot
 //   of recvbuff for all_gather) work as documented.
 // * Stream order: the emulated stream runs everything when it is enqueued, so a collective runs
@@ -171,6 +172,8 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
                            ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                        int root, ncclComm_t comm, cudaStream_t stream);
 
 }  // extern "C"
 

@@ -152,6 +152,11 @@ void Comm::broadcast(void* buffer, size_t count, DType dtype, int root) {
   REEL_NCCL_CHECK(ncclBroadcast(buffer, buffer, count, nccl_type(dtype), root, handle(comm_), compute_stream(device_)));
 }
 
+void Comm::reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, int root) {
+  REEL_NCCL_CHECK(ncclReduce(send, recv, count, nccl_type(dtype), nccl_op(op), root, handle(comm_),
+                             compute_stream(device_)));
+}
+
 void Event::record(int device) { event_.record(Stream::compute(Device::cuda(device))); }
 
 bool Event::done() { return event_.query(); }
@@ -170,6 +175,7 @@ void Comm::all_reduce(const void*, void*, size_t, DType, ReduceOp) { REEL_FAIL("
 void Comm::reduce_scatter(const void*, void*, size_t, DType, ReduceOp) { REEL_FAIL("dist: this build has no NCCL"); }
 void Comm::all_gather(const void*, void*, size_t, DType) { REEL_FAIL("dist: this build has no NCCL"); }
 void Comm::broadcast(void*, size_t, DType, int) { REEL_FAIL("dist: this build has no NCCL"); }
+void Comm::reduce(const void*, void*, size_t, DType, ReduceOp, int) { REEL_FAIL("dist: this build has no NCCL"); }
 void Event::record(int) { REEL_FAIL("dist: this build has no NCCL"); }
 bool Event::done() { return true; }
 

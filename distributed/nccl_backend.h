@@ -49,6 +49,8 @@ class Comm {
   void reduce_scatter(const void* send, void* recv, size_t recv_count, DType dtype, ReduceOp op);
   void all_gather(const void* send, void* recv, size_t send_count, DType dtype);
   void broadcast(void* buffer, size_t count, DType dtype, int root);
+  // recv is written on root only (the others' is not touched; they may pass send).
+  void reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, int root);
   // The factor the caller must still apply to an Average's result (1 with ncclAvg).
   double average_scale(int nranks) const;
 

@@ -1,5 +1,5 @@
-// The emulated NCCL's collectives (see distributed/nccl.h): Broadcast, AllReduce, ReduceScatter and
-// AllGather, each one non-blocking MPI collective on the communicator's duplicate of
+// The emulated NCCL's collectives (see distributed/nccl.h): Broadcast, AllReduce, ReduceScatter,
+// AllGather and Reduce, each one non-blocking MPI collective on the communicator's duplicate of
 // MPI_COMM_WORLD, checked as the real argument checks answer (nccl_emu.cpp: the communicators).
 // Types: the integers, f32 and f64 everywhere; f16 and bf16 in AllGather and Broadcast (moved as
 // 16-bit words), not in reductions; 8-bit floats nowhere. Compiled in the emulated build only.
@@ -49,7 +49,7 @@ size_t type_size(ncclDataType_t t) {
   }
 }
 
-// `reduces`: AllReduce and ReduceScatter, which MPI cannot sum 16-bit floats for (AllGather and
+// `reduces`: AllReduce, ReduceScatter and Reduce, which MPI cannot sum 16-bit floats for (AllGather and
 // Broadcast move them as 16-bit words).
 ncclResult_t check_type(ncclDataType_t t, const char* op, bool reduces) {
   if (static_cast<int>(t) < 0 || static_cast<int>(t) >= ncclNumTypes)
@@ -238,6 +238,41 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
       r != ncclSuccess)
     return r;
   return begin(comm, request, nullptr);
+}
+
+ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                        int root, ncclComm_t comm, cudaStream_t) {
+  const char* name = "Reduce";
+  if (const ncclResult_t r = ready(comm, name); r != ncclSuccess) return r;
+  if (root < 0 || root >= comm->nranks)
+    return failure(ncclInvalidArgument, "%s : invalid root %d (root should be in the 0..%d range)", name, root,
+                   comm->nranks);
+  if (const ncclResult_t r = check_type(datatype, name, true); r != ncclSuccess) return r;
+  if (const ncclResult_t r = check_op(op, name); r != ncclSuccess) return r;
+  if (const ncclResult_t r = check_count(count, name); r != ncclSuccess) return r;
+  if (count == 0) return ncclSuccess;
+  if (const ncclResult_t r = check_buffer(sendbuff, name, "sendbuff"); r != ncclSuccess) return r;
+  const bool is_root = comm->rank == root;
+  // recvbuff is the root's alone (NCCL reads it nowhere else).
+  if (is_root)
+    if (const ncclResult_t r = check_buffer(recvbuff, name, "recvbuff"); r != ncclSuccess) return r;
+  const size_t bytes = count * type_size(datatype);
+  const void* send = sendbuff;
+  if (is_root && sendbuff == recvbuff) {
+    send = MPI_IN_PLACE;
+  } else if (is_root && overlap(sendbuff, bytes, recvbuff, bytes)) {  // partly overlapping: read a copy
+    comm->scratch.assign(static_cast<const char*>(sendbuff), static_cast<const char*>(sendbuff) + bytes);
+    send = comm->scratch.data();
+  }
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (const ncclResult_t r = from_mpi(comm,
+                                      MPI_Ireduce(send, is_root ? recvbuff : nullptr, static_cast<int>(count),
+                                                  mpi_type(datatype), mpi_op(op), root, comm->mpi, &request),
+                                      name);
+      r != ncclSuccess)
+    return r;
+  // Only the root holds a result for ncclAvg to divide.
+  return is_root ? begin_reduction(comm, request, op, recvbuff, count, datatype) : begin(comm, request, nullptr);
 }
 
 }  // extern "C"

@@ -28,6 +28,7 @@ const char* collective_name(Collective c) {
     case Collective::AllGather: return "all_gather";
     case Collective::Broadcast: return "broadcast";
     case Collective::Barrier: return "barrier";
+    case Collective::Reduce: return "reduce";
   }
   return "?";
 }

@@ -1,5 +1,6 @@
 // distributed::ProcessGroup: the collectives data-parallel training needs (all_reduce, reduce_scatter,
-// all_gather, broadcast, barrier) on reel Tensors, over MPI and NCCL.
+// all_gather, broadcast, barrier) and reduce (to one root: a metric, a checkpoint's sum) on reel
+// Tensors, over MPI and NCCL.
 //
 // The world comes from the launcher: `mpirun -np N prog` (Open MPI's OMPI_COMM_WORLD_* or a PMI
 // launcher's variables) initialises MPI; RANK / WORLD_SIZE, when set, must agree with it. Without a
@@ -36,8 +37,8 @@ namespace reel::distributed {
 
 enum class ReduceOp { Sum, Average };  // Average: the sum divided by the world size
 
-enum class Collective { AllReduce, ReduceScatter, AllGather, Broadcast, Barrier };
-constexpr int kNumCollectives = 5;
+enum class Collective { AllReduce, ReduceScatter, AllGather, Broadcast, Barrier, Reduce };
+constexpr int kNumCollectives = 6;
 const char* collective_name(Collective c);
 
 // How collectives on cuda tensors travel: NCCL, or staged through host copies over MPI.
@@ -93,8 +94,9 @@ class ProcessGroup {
   CudaPath cuda_path() const { return cuda_path_; }
   void set_cuda_path(CudaPath path);
 
-  // Dtypes: all_gather and broadcast take any (bf16 and f16 travel as 16-bit words); all_reduce and
-  // reduce_scatter any but bf16 and f16 (reel::Error before any communication: reduce in f32).
+  // Dtypes: all_gather and broadcast take any (bf16 and f16 travel as 16-bit words); all_reduce,
+  // reduce_scatter and reduce any but bf16 and f16 (reel::Error before any communication: reduce in
+  // f32).
   // t = op over ranks of t, in place. Any device; any layout.
   void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::Sum);
   Work all_reduce_async(const Tensor& t, ReduceOp op = ReduceOp::Sum);
@@ -109,6 +111,10 @@ class ProcessGroup {
   // in place (MPI_IN_PLACE, NCCL's in-place form): no send buffer at all.
   void all_gather(const Tensor& output, const Tensor& input, Write write = Write::Update);
   Work all_gather_async(const Tensor& output, const Tensor& input, Write write = Write::Update);
+  // On root: t = op over ranks of t, in place (any device, any layout). On every other rank t is
+  // only read and keeps its values. root in [0, size()): reel::Error naming the collective otherwise.
+  void reduce(const Tensor& t, int root = 0, ReduceOp op = ReduceOp::Sum);
+  Work reduce_async(const Tensor& t, int root = 0, ReduceOp op = ReduceOp::Sum);
   // t = root's t on every rank.
   void broadcast(const Tensor& t, int root = 0);
   void barrier();

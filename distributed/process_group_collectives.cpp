@@ -1,5 +1,5 @@
 // ProcessGroup's collectives (see process_group.h): all_reduce, reduce_scatter, all_gather,
-// broadcast, barrier. Each checks its arguments on this rank before any communication, then takes
+// reduce, broadcast, barrier. Each checks its arguments on this rank before any communication, then takes
 // the NCCL path (cuda tensors, NCCL chosen) or MPI (host buffers: in place, or staged through the
 // host); process_group.cpp polls and completes what they start.
 #include <mpi.h>
@@ -205,6 +205,50 @@ Work ProcessGroup::all_gather_async(const Tensor& output, const Tensor& input, W
 void ProcessGroup::all_gather(const Tensor& output, const Tensor& input, Write write) {
   all_gather_async(output, input, write).wait();
 }
+
+Work ProcessGroup::reduce_async(const Tensor& t, int root, ReduceOp op) {
+  REEL_CHECK(t.defined(), "dist: reduce of an undefined tensor");
+  const bool nccl = takes_nccl(t.device());
+  auto s = std::make_shared<Work::State>();
+  s->what = describe(Collective::Reduce, op, t, true, nccl) + " to rank " + std::to_string(root);
+  REEL_CHECK(root >= 0 && root < size_, "dist: ", s->what, ": the root must be a rank in [0, ", size_, ")");
+  REEL_CHECK(op == ReduceOp::Sum || t.dtype() == DType::f32 || t.dtype() == DType::f64, "dist: ", s->what,
+             ": an average needs a floating-point tensor");
+  check_not_16bit(t, s->what);
+  const bool is_root = rank_ == root;
+  if (is_root) s->user = t;  // elsewhere t is only sent: no result to write back
+  if (!mpi_) return start(Collective::Reduce, std::move(s));  // the sum over one rank
+  if (nccl) {
+    nccl::Comm& comm = nccl_comm(t.device());
+    s->comm = &comm;
+    // Root reduces into its copy (t itself when contiguous); the others send theirs.
+    (is_root ? s->buf_out : s->buf_in) = device_copy(t);
+    void* buf = is_root ? s->buf_out.data_ptr() : s->buf_in.data_ptr();
+    if (op == ReduceOp::Average && is_root) s->scale = comm.average_scale(size_);
+    try {
+      comm.reduce(buf, buf, static_cast<size_t>(t.numel()), t.dtype(), op, root);
+    } catch (const Error& e) {
+      fail(*s, std::string("failed to start (") + e.what() + ")");
+    }
+    return start_nccl(Collective::Reduce, std::move(s));
+  }
+  const MPI_Datatype type = mpi_type(t.dtype(), s->what, true);
+  const int n = count_of(t, s->what);
+  if (is_root) {
+    s->buf_out = host_copy(t);
+    if (op == ReduceOp::Average) s->scale = 1.0 / size_;
+  } else {
+    s->buf_in = host_copy(t);
+  }
+  if (const int rc = MPI_Ireduce(is_root ? MPI_IN_PLACE : s->buf_in.data_ptr(),
+                                 is_root ? s->buf_out.data_ptr() : nullptr, n, type, MPI_SUM, root, MPI_COMM_WORLD,
+                                 &s->request);
+      rc != MPI_SUCCESS)
+    fail(*s, "failed to start (MPI: " + mpi_error(rc) + ")");
+  return start(Collective::Reduce, std::move(s));
+}
+
+void ProcessGroup::reduce(const Tensor& t, int root, ReduceOp op) { reduce_async(t, root, op).wait(); }
 
 void ProcessGroup::broadcast(const Tensor& t, int root) {
   REEL_CHECK(t.defined(), "dist: broadcast of an undefined tensor");

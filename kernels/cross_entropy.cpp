@@ -1,12 +1,15 @@
 // Entry points of the cross_entropy family (kernels/cross_entropy.h): checks (targets in range:
 // kernels/index_check.h), the Mean divisor, contiguous (N, V) rows, outputs, the backend kernel,
-// and the reduction of the per-row losses.
+// and the reduction of the per-row losses; mse_loss's checks, its squares' kernel and their sum.
 #include "kernels/cross_entropy.h"
 
+#include <algorithm>
 #include <vector>
 
+#include "kernels/elementwise.h"
 #include "kernels/entry_point.h"
 #include "kernels/index_check.h"
+#include "kernels/reduce.h"
 
 namespace reel::kernels {
 
@@ -19,11 +22,11 @@ const char* reduction_name(Reduction r) {
   return "?";
 }
 
-Reduction parse_reduction(const std::string& name) {
+Reduction parse_reduction(const std::string& name, const char* op) {
   if (name == "none") return Reduction::None;
   if (name == "mean") return Reduction::Mean;
   if (name == "sum") return Reduction::Sum;
-  REEL_FAIL("cross_entropy: reduction \"", name, "\" is not one of \"none\", \"mean\", \"sum\"");
+  REEL_FAIL(op, ": reduction \"", name, "\" is not one of \"none\", \"mean\", \"sum\"");
 }
 
 namespace {
@@ -116,6 +119,55 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const T
                            contiguous_as(lse, {N}), ignore_index, as_rows(dlogits, N, V));
     });
   return dlogits;
+}
+
+namespace {
+void check_mse_loss(const char* op, const Tensor& input, const Tensor& target) {
+  check_same_device(op, {&input, &target});
+  check_same_floating_dtype(op, {&input, &target});
+  REEL_CHECK(input.shape() == target.shape(), op, ": input ", input.shape(), " and target ", target.shape(),
+             " do not match: target of the input's shape ", input.shape(), " expected");
+}
+}  // namespace
+
+Tensor mse_loss_forward(const Tensor& input, const Tensor& target, Reduction reduction) {
+  const char* op = "mse_loss_forward";
+  check_mse_loss(op, input, target);
+  const int64_t N = input.numel();
+  const DType acc = acc_dtype(input.dtype());
+  if (N == 0 && reduction != Reduction::None) return scalar_tensor(0.0, input.dtype(), input.device());
+  const Tensor sq = empty(input.shape(), acc, input.device());
+  if (N > 0)
+    // Per element: a difference and a square, 2 FLOPs.
+    REEL_DEVICE_DISPATCH(input.device(), mse_loss_forward, kernel_cost({&input, &target}, {&sq}, 2 * N),
+                         contiguous_as(input, {N}), contiguous_as(target, {N}), untracked::view(sq, {N}));
+  if (reduction == Reduction::None) return acc == input.dtype() ? sq : sq.to(input.dtype());
+  Tensor total = sum(sq);  // () in acc, deterministic on every device
+  if (reduction == Reduction::Mean) total = binary(BinaryOp::Div, total, static_cast<double>(N));
+  return acc == input.dtype() ? total : total.to(input.dtype());
+}
+
+Tensor mse_loss_backward(const Tensor& dloss, const Tensor& input, const Tensor& target, Reduction reduction) {
+  const char* op = "mse_loss_backward";
+  check_mse_loss(op, input, target);
+  check_same_device(op, {&input, &dloss});
+  check_same_floating_dtype(op, {&input, &dloss});
+  if (reduction == Reduction::None)
+    REEL_CHECK(dloss.shape() == input.shape(), op, ": dloss ", dloss.shape(),
+               " with reduction \"none\" must have the input's shape ", input.shape());
+  else
+    REEL_CHECK(dloss.numel() == 1, op, ": dloss ", dloss.shape(), " with reduction \"", reduction_name(reduction),
+               "\" must be a single value");
+  const int64_t N = input.numel();
+  Tensor dinput = empty(input.shape(), input.dtype(), input.device());
+  const double scale = reduction == Reduction::Mean ? 1.0 / static_cast<double>(std::max<int64_t>(N, 1)) : 1.0;
+  if (N > 0)
+    // Per element: a difference and two multiplies, 3 FLOPs.
+    REEL_DEVICE_DISPATCH(input.device(), mse_loss_backward,
+                         kernel_cost({&dloss, &input, &target}, {&dinput}, 3 * N),
+                         contiguous_as(dloss, {dloss.numel()}), scale, contiguous_as(input, {N}),
+                         contiguous_as(target, {N}), untracked::view(dinput, {N}));
+  return dinput;
 }
 
 }  // namespace reel::kernels

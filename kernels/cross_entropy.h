@@ -1,6 +1,6 @@
-// The cross_entropy family: fused cross-entropy over logits with integer targets (i32 or i64),
-// forward (optionally with the gradient in the same sweep) and backward. Plain kernels, no
-// autograd.
+// The cross_entropy family, reel's losses: fused cross-entropy over logits with integer targets
+// (i32 or i64), forward (optionally with the gradient in the same sweep) and backward; and the mean
+// squared error of two tensors (mse_loss), forward and backward. Plain kernels, no autograd.
 //
 // Each entry point checks its inputs (shapes, dtypes, devices: reel::Error naming the op and
 // them), makes them contiguous where the kernel needs it, allocates the outputs on the inputs'
@@ -16,7 +16,8 @@ namespace reel::kernels {
 
 enum class Reduction { None, Mean, Sum };
 const char* reduction_name(Reduction r);
-Reduction parse_reduction(const std::string& name);  // "none" | "mean" | "sum", else reel::Error
+// "none" | "mean" | "sum", else reel::Error naming `op` (the loss the text was given to).
+Reduction parse_reduction(const std::string& name, const char* op = "cross_entropy");
 
 // Dtypes: loss, losses and dlogits have the logits' dtype; lse has the accumulation dtype
 // (acc_dtype: f32 for bf16 / f16 logits, else the logits' own), so that the backward's
@@ -50,6 +51,19 @@ CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& ta
 Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const Tensor& targets, const Tensor& lse,
                               Reduction reduction = Reduction::Mean, int64_t ignore_index = -100);
 
+// Mean squared error: input and target of the same shape, the same floating dtype and device
+// (reel::Error naming the op, both shapes, dtypes or devices otherwise). Returns, in their dtype,
+//   None: (input - target)^2 elementwise, input's shape;
+//   Sum:  the sum of those, a scalar ();   Mean: that sum / numel, a scalar (0 for an empty input).
+// The squares are formed in the accumulation dtype (f32 for bf16 / f16) and, for Sum and Mean,
+// summed there by kernels::sum (deterministic on every device) before the one rounding to the dtype.
+Tensor mse_loss_forward(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+// dloss: for None input's shape; for Mean/Sum one element. Returns dinput = 2 (input - target) g,
+// input's shape and dtype, with g = dloss (None), dloss (Sum) or dloss / numel (Mean); d target is
+// its negation (the caller's: the tape op negates it only when target needs a gradient).
+Tensor mse_loss_backward(const Tensor& dloss, const Tensor& input, const Tensor& target,
+                         Reduction reduction = Reduction::Mean);
+
 }  // namespace reel::kernels
 #endif  // REEL_KERNELS_CROSS_ENTROPY_H
 
@@ -68,4 +82,11 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t 
 // dloss (N) or one element (the same for every row), times `scale`, and lse (N) of acc_t -> dlogits (N, V).
 void cross_entropy_backward(const Tensor& dloss, double scale, const Tensor& logits, const Tensor& targets,
                             const Tensor& lse, int64_t ignore_index, const Tensor& dlogits);
+// input, target (N) -> sq (N) of the dispatch's acc_t: (input - target)^2, the difference and its
+// square in acc_t.
+void mse_loss_forward(const Tensor& input, const Tensor& target, const Tensor& sq);
+// dloss (N) or one element (the same for every element), times `scale`, input, target (N) ->
+// dinput (N) = 2 (input - target) g in acc_t, g = dloss * scale rounded to T first, stored as T.
+void mse_loss_backward(const Tensor& dloss, double scale, const Tensor& input, const Tensor& target,
+                       const Tensor& dinput);
 #endif  // REEL_BACKEND_KERNELS

@@ -97,7 +97,8 @@ TEST_CASE("the policy table: every row, at bf16 and f16, on the inputs it casts"
       CHECK(r[3].dtype() == DType::f64);  // f64 is never cast
       CHECK(r[4].dtype() == DType::i64);  // nor are indices
     }
-    for (const char* op : {"softmax", "log_softmax", "cross_entropy", "linear_cross_entropy", "sum", "mean"}) {
+    for (const char* op :
+         {"softmax", "log_softmax", "cross_entropy", "linear_cross_entropy", "mse_loss", "sum", "mean"}) {
       CAPTURE(op);
       CHECK(*autograd::autocast_policy(op) == autograd::CastPolicy::F32);
       const autograd::Tensors r = autograd::autocast(op, {b16, a, d, ids});
@@ -152,6 +153,8 @@ TEST_CASE("the dtype each op produces under autocast, and the casts it records")
       CHECK(sum(y).dtype() == DType::f32);
       CHECK(mean(y, {1}).dtype() == DType::f32);
       CHECK(cross_entropy(y, targets).dtype() == DType::f32);
+      CHECK(mse_loss(y, y.detach() * 0.5).dtype() == DType::f32);  // both low, up to f32
+      CHECK(mse_loss(y, zeros({4, 6}, DType::f32, dev), "none").dtype() == DType::f32);
       const Tensor h = matmul(x, w, false, true);  // (4, 6) low
       // The norms: 16-bit in and out, whatever the dtypes of x and the weights (statistics in f32).
       CHECK(layer_norm(h, ones({6}, DType::f32, dev), zeros({6}, DType::f32, dev)).dtype() == low);

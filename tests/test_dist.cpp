@@ -3,11 +3,11 @@
 // to 1e-6, uneven token counts and micro-batches per rank), one gradient collective per bucket per
 // window, buckets started from the tape during backward, checkpoint replay, global-norm clipping,
 // ZeRO-1 against plain AdamW, and the dataset sharding. On cuda:0 (emulated, or a GPU): every
-// collective through NCCL equal to the host-staged MPI path, and DataParallel / ZeroAdamW through
-// NCCL against one process, one NCCL collective per bucket per window. CTest runs the suite twice:
-// as built (NCCL for cuda tensors where the build has it) and with REEL_DIST_BACKEND=mpi. Every rank
-// runs every case in the same order (each collective needs all ranks); a rank is told apart by
-// group.rank().
+// collective (reduce to either root too) through NCCL equal to the host-staged MPI path, and
+// DataParallel / ZeroAdamW through NCCL against one process, one NCCL collective per bucket per
+// window. CTest runs the suite twice: as built (NCCL for cuda tensors where the build has it) and
+// with REEL_DIST_BACKEND=mpi. Every rank runs every case in the same order (each collective needs
+// all ranks); a rank is told apart by group.rank().
 #include <unistd.h>
 
 #include <algorithm>
@@ -258,6 +258,48 @@ TEST_CASE("process group: reduce_scatter, all_gather, broadcast, barrier") {
   CHECK(g.issued(distributed::Collective::Barrier) == before + 1);
 }
 
+TEST_CASE("process group: reduce to either root, sum and average, dtypes, a view, async; the others keep theirs") {
+  ProcessGroup& g = world();
+  const int r = g.rank();
+  for (const Device dev : reel::testing::devices())
+    for (const int root : {0, 1}) {
+      CAPTURE(dev);
+      CAPTURE(root);
+      const bool is_root = r == root;
+      std::vector<double> mine;  // rank r holds i + r: the sum is 2i + 1, the average i + 0.5
+      for (int i = 0; i < 6; ++i) mine.push_back(i + r);
+      for (const DType dt : {DType::f32, DType::f64, DType::i32, DType::i64}) {
+        CAPTURE(dt);
+        const Tensor t = (arange(6, DType::f64) + r).to(dt).to(dev).reshape({2, 3});
+        g.reduce(t, root);
+        reel::testing::check_close(t, is_root ? std::vector<double>{1, 3, 5, 7, 9, 11} : mine, 0, 0);
+      }
+      const Tensor a = (arange(6, DType::f64) + r).to(dev);
+      g.reduce(a, root, distributed::ReduceOp::Average);
+      reel::testing::check_close(a, is_root ? std::vector<double>{0.5, 1.5, 2.5, 3.5, 4.5, 5.5} : mine, 0, 0);
+      // A strided view through a contiguous copy: on root only its elements (1 and 4) change.
+      const Tensor base = (arange(6, DType::f64) * (r + 1)).to(DType::f32).to(dev).reshape({2, 3});
+      g.reduce(base.slice(1, 1, 2), root);
+      const double k = r + 1;
+      reel::testing::check_close(base, {0, is_root ? 3 : k, 2 * k, 3 * k, is_root ? 12 : 4 * k, 5 * k}, 0, 0);
+      // Asynchronous: the result is in place once wait() returns.
+      const Tensor w = (arange(6, DType::f64) + r).to(dev);
+      distributed::Work work = g.reduce_async(w, root);
+      work.wait();
+      CHECK(work.test());
+      reel::testing::check_close(w, is_root ? std::vector<double>{1, 3, 5, 7, 9, 11} : mine, 0, 0);
+    }
+  // Refused before any communication, naming the collective and the root.
+  const int64_t issued = g.issued(distributed::Collective::Reduce);
+  check_error([&] { g.reduce(zeros({2}), 2); },
+              {"dist: reduce (sum) of f32 (2) on cpu to rank 2", "the root must be a rank in [0, 2)"});
+  check_error([&] { g.reduce(zeros({2}, DType::bf16), 0); }, {"reduce (sum) of bf16 (2)", "reduce them in f32"});
+  check_error([&] { g.reduce(zeros({2}, DType::i64), 0, distributed::ReduceOp::Average); },
+              {"reduce (average) of i64 (2) on cpu to rank 0", "an average needs a floating-point tensor"});
+  CHECK(g.issued(distributed::Collective::Reduce) == issued);
+  CHECK_FALSE(g.broken());
+}
+
 TEST_CASE("process group: all_gather writes a contiguous output in place; Restore leaves its version alone") {
   ProcessGroup& g = world();
   const int r = g.rank();
@@ -406,6 +448,21 @@ TEST_CASE("process group on cuda:0: every collective through NCCL equals the sta
         world().reduce_scatter(out, data(12, 4).reshape({4, 3}), op);
         return out;
       });
+      for (const int root : {0, 1}) {
+        CAPTURE(root);
+        // A view (columns 1..3 of each row) to either root; the other rank's tensor stays as it was.
+        check_paths_agree(distributed::Collective::Reduce, [&] {
+          const Tensor t = data(10, 7).reshape({2, 5});
+          world().reduce(t.slice(1, 1, 4), root, op);
+          return t;
+        });
+        check_paths_agree(distributed::Collective::Reduce, [&] {
+          const Tensor t = data(6, 8);
+          distributed::Work w = world().reduce_async(t, root, op);
+          w.wait();
+          return t;
+        });
+      }
     }
     check_paths_agree(distributed::Collective::AllGather, [&] {
       const Tensor out = zeros({2, 5}, dt, cuda);
@@ -437,6 +494,8 @@ TEST_CASE("process group on cuda:0 through NCCL: bad arguments are refused befor
   check_error([&] { world().reduce_scatter(zeros({3}, DType::f32, cuda), zeros({8}, DType::f32, cuda)); },
               {"reduce_scatter (sum) of f32 (8) on cuda:0 through NCCL", "1/2 of the input's 8 elements"});
   check_error([&] { world().broadcast(zeros({2}, DType::f32, cuda), 2); }, {"on cuda:0 through NCCL", "from rank 2"});
+  check_error([&] { world().reduce(zeros({2}, DType::f32, cuda), -1); },
+              {"reduce (sum) of f32 (2) on cuda:0 through NCCL to rank -1", "the root must be a rank"});
   check_error([&] { world().all_reduce(zeros({2}, DType::i32, cuda), distributed::ReduceOp::Average); },
               {"all_reduce (average) of i32 (2) on cuda:0 through NCCL", "floating-point"});
   CHECK(world().nccl_issued(distributed::Collective::ReduceScatter) == before);

@@ -1,8 +1,9 @@
 // The emulated NCCL (distributed/nccl.h, distributed/nccl_emu.cpp) against NCCL's documented contract, under
 // `mpirun -np 2` in the emulated build: communicators from one ncclGetUniqueId (and refused when
-// the ranks' ids differ), NCCL ranks ordered apart from MPI ranks, every collective in and out of
-// place with every reduction, non-blocking communicators (ncclInProgress, then ncclSuccess through
-// ncclCommGetAsyncError; a call in between refused), and the result codes of bad arguments.
+// the ranks' ids differ), NCCL ranks ordered apart from MPI ranks, every collective (reduce to
+// each root too) in and out of place with every reduction, non-blocking communicators
+// (ncclInProgress, then ncclSuccess through ncclCommGetAsyncError; a call in between refused), and
+// the result codes of bad arguments.
 // Buffers are host memory, as cuda:0's are in this build.
 #include <mpi.h>
 
@@ -202,6 +203,25 @@ TEST_CASE("emulated NCCL: every collective and reduction, in and out of place") 
   REQUIRE(ncclBroadcast(&big, &big, 1, ncclUint64, 1, comm, nullptr) == ncclSuccess);
   CHECK(big == (uint64_t{1} << 63));
 
+  // reduce to each root, every reduction, out of place and in place: the same values as all_reduce
+  // on the root; elsewhere recvbuff is not touched (and may be null)
+  for (const int root : {0, 1})
+    for (const Case& c : {Case{ncclSum, {3, 9, -1}}, Case{ncclProd, {2, 20, -2}}, Case{ncclMax, {2, 5, 1}},
+                          Case{ncclMin, {1, 4, -2}}, Case{ncclAvg, {1, 4, 0}}}) {
+      CAPTURE(root);
+      CAPTURE(static_cast<int>(c.op));
+      std::vector<int32_t> out(3, -99);
+      REQUIRE(ncclReduce(in.data(), r == root ? out.data() : nullptr, 3, ncclInt32, c.op, root, comm, nullptr) ==
+              ncclSuccess);
+      CHECK(out == (r == root ? c.want : std::vector<int32_t>(3, -99)));
+      std::vector<int32_t> inplace = in;
+      REQUIRE(ncclReduce(inplace.data(), inplace.data(), 3, ncclInt32, c.op, root, comm, nullptr) == ncclSuccess);
+      CHECK(inplace == (r == root ? c.want : in));
+    }
+  std::vector<double> avg{0.25 * (r + 1), -1.5 * r};
+  REQUIRE(ncclReduce(avg.data(), avg.data(), 2, ncclFloat64, ncclAvg, 1, comm, nullptr) == ncclSuccess);
+  CHECK(avg == (r == 1 ? std::vector<double>{0.375, -0.75} : std::vector<double>{0.25, 0}));
+
   // count 0: nothing to do, and no buffer needed
   CHECK(ncclAllReduce(nullptr, nullptr, 0, ncclFloat32, ncclSum, comm, nullptr) == ncclSuccess);
   CHECK(ncclCommDestroy(comm) == ncclSuccess);
@@ -228,6 +248,12 @@ TEST_CASE("emulated NCCL: bad arguments are refused on the rank with the documen
   CHECK(ncclBroadcast(x, x, 4, ncclFloat32, -1, comm, nullptr) == ncclInvalidArgument);
   CHECK(ncclReduceScatter(x, nullptr, 2, ncclFloat32, ncclSum, comm, nullptr) == ncclInvalidArgument);
   CHECK(ncclAllGather(nullptr, x, 2, ncclFloat32, comm, nullptr) == ncclInvalidArgument);
+  CHECK(ncclReduce(x, x, 4, ncclFloat32, ncclSum, 2, comm, nullptr) == ncclInvalidArgument);
+  CHECK(last_error().find("Reduce : invalid root 2") != std::string::npos);
+  CHECK(ncclReduce(x, x, 4, ncclBfloat16, ncclSum, 0, comm, nullptr) == ncclInvalidArgument);
+  CHECK(ncclReduce(nullptr, x, 4, ncclFloat32, ncclSum, 0, comm, nullptr) == ncclInvalidArgument);
+  CHECK(ncclReduce(x, nullptr, 4, ncclFloat32, ncclSum, rank(), comm, nullptr) == ncclInvalidArgument);  // the root's
+  CHECK(last_error().find("recvbuff") != std::string::npos);
   CHECK(ncclAllReduce(x, x, size_t{1} << 31, ncclFloat32, ncclSum, comm, nullptr) == ncclInvalidArgument);
   CHECK(ncclAllReduce(x, x, 4, ncclFloat32, ncclSum, nullptr, nullptr) == ncclInvalidArgument);
   ncclResult_t state = ncclInternalError;

@@ -1,6 +1,7 @@
 // distributed/ without a launcher (CTest runs this as a plain process): a world of one in which every
 // collective is local and MPI is never initialised, so --dist programs run unchanged on one
-// process; and a launcher's RANK / WORLD_SIZE without mpirun refused by name.
+// process (reduce's root must still be rank 0); and a launcher's RANK / WORLD_SIZE without mpirun
+// refused by name.
 #include <cstdlib>
 
 #include "autograd/functions.h"
@@ -29,6 +30,12 @@ TEST_CASE("a world of one: collectives are local, counted, and leave their resul
     reel::testing::check_close(all, {0, 1, 2, 3}, 0, 0);
     g.broadcast(t, 0);
     reel::testing::check_close(t, {0, 1, 2, 3}, 0, 0);
+    const int64_t reduces = g.issued(distributed::Collective::Reduce);
+    g.reduce(t, 0, distributed::ReduceOp::Average);
+    g.reduce_async(t.slice(0, 1, 3)).wait();
+    reel::testing::check_close(t, {0, 1, 2, 3}, 0, 0);
+    CHECK(g.issued(distributed::Collective::Reduce) == reduces + 2);
+    CHECK_REEL_ERROR(g.reduce(t, 1), "dist: reduce (sum) of f32 (4) on ");
   }
   const int64_t before = g.issued(distributed::Collective::AllReduce);
   CHECK(g.all_reduce(int64_t{7}) == 7);

@@ -89,6 +89,10 @@ TEST_CASE("NCCL, a world of one without a launcher: every collective of reel's b
     comm.broadcast(root.data_ptr(), 6, dtype, 0);
     wait_done(comm);
     reel::testing::check_close(root, {1, 2, 3, 4, 5, 6}, 0, 0);
+    const Tensor reduced = zeros({6}, dtype, cuda);
+    comm.reduce(send.data_ptr(), reduced.data_ptr(), 6, dtype, distributed::ReduceOp::Sum, 0);
+    wait_done(comm);
+    reel::testing::check_close(reduced, {1, 2, 3, 4, 5, 6}, 0, 0);
   }
 }
 

@@ -4,9 +4,14 @@
 // targets, ignored rows, each reduction, rows wider than the online-softmax block, huge and masked
 // logits, and the backward against finite differences, on every device, are rows of
 // tests/op_table/softmax.cpp.) bf16 / f16 logits: the outputs' dtypes, lse in f32.
+// mse_loss, the family's other loss: values by hand, an empty input, 16-bit dtypes, and bad inputs
+// (shapes, dtypes, devices, dloss, reduction) on every device (its values and gradients against
+// f64 and finite differences are rows of tests/op_table/softmax.cpp).
 #include <cmath>
 #include <string>
 
+#include "autograd/nn_functions.h"
+#include "autograd/tape.h"
 #include "kernels/ops.h"
 #include "testing.h"
 
@@ -143,4 +148,57 @@ TEST_CASE("bad cross-entropy inputs raise reel::Error naming op, values and shap
                    "cross_entropy_backward: dloss (4) with reduction \"mean\" must be a single value");
   CHECK_REEL_ERROR(cross_entropy_backward(zeros({4}), logits, t, zeros({5}), Reduction::None),
                    "cross_entropy_backward: lse (5) does not match logits (4, 10)");
+}
+
+TEST_CASE("mse_loss: values by hand, every reduction, an empty input, 16-bit dtypes") {
+  for (Device dev : devices()) {
+    CAPTURE(dev);
+    const Tensor x = from_vector<double>({1, 2, 3, 4}, {2, 2}).to(dev), t = from_vector<double>({0, 2, 5, 1}, {2, 2}).to(dev);
+    CHECK(values(mse_loss_forward(x, t, Reduction::None)) == std::vector<double>{1, 0, 4, 9});
+    CHECK(mse_loss_forward(x, t, Reduction::Sum).item() == 14.0);
+    CHECK(mse_loss_forward(x, t).item() == 3.5);
+    CHECK(mse_loss_forward(x, t).shape() == Shape{});
+    // d mean / dx = 2 (x - t) / 4, times dloss 2.
+    CHECK(values(mse_loss_backward(scalar_tensor(2.0, DType::f64, dev), x, t)) == std::vector<double>{1, 0, -2, 3});
+    CHECK(values(mse_loss_backward(from_vector<double>({1, 1, 0, 2}, {2, 2}).to(dev), x, t, Reduction::None)) ==
+          std::vector<double>{2, 0, 0, 12});
+    const Tensor e = zeros({0, 3}, DType::f32, dev);
+    CHECK(mse_loss_forward(e, e).item() == 0.0);  // 0, not 0/0
+    CHECK(mse_loss_forward(e, e, Reduction::None).shape() == Shape{0, 3});
+    CHECK(mse_loss_backward(scalar_tensor(1.0, DType::f32, dev), e, e).shape() == Shape{0, 3});
+    for (DType low : {DType::bf16, DType::f16}) {
+      const Tensor l = mse_loss_forward(x.to(low), t.to(low));
+      CHECK(l.dtype() == low);
+      CHECK(l.item() == 3.5);
+      CHECK(mse_loss_backward(scalar_tensor(1.0, low, dev), x.to(low), t.to(low)).dtype() == low);
+    }
+    // The tape op: both inputs get gradients, target's the negation of input's.
+    const Tensor xr = x.detach().set_requires_grad(), tr = t.detach().set_requires_grad();
+    autograd::backward(mse_loss(xr, tr, "sum"));
+    CHECK(values(xr.grad()) == std::vector<double>{2, 0, -4, 6});
+    CHECK(values(tr.grad()) == std::vector<double>{-2, 0, 4, -6});
+  }
+}
+
+TEST_CASE("bad mse_loss inputs raise reel::Error naming op, shapes, dtypes and devices") {
+  const Tensor x = zeros({4, 3});
+  CHECK_REEL_ERROR(mse_loss_forward(x, zeros({3, 4})),
+                   "mse_loss_forward: input (4, 3) and target (3, 4) do not match: target of the input's shape (4, 3) "
+                   "expected");
+  CHECK_REEL_ERROR(mse_loss_forward(x, zeros({4, 3}, DType::f64)), "mse_loss_forward: dtypes differ: f32 and f64");
+  CHECK_REEL_ERROR(mse_loss_forward(zeros({4, 3}, DType::i32), zeros({4, 3}, DType::i32)),
+                   "mse_loss_forward: dtype i32 of the (4, 3) tensor is not supported");
+  CHECK_REEL_ERROR(mse_loss_backward(zeros({4}), x, x), "mse_loss_backward: dloss (4) with reduction \"mean\" must be a single value");
+  CHECK_REEL_ERROR(mse_loss_backward(zeros({3}), x, x, Reduction::None),
+                   "mse_loss_backward: dloss (3) with reduction \"none\" must have the input's shape (4, 3)");
+  CHECK_REEL_ERROR(mse_loss_backward(scalar_tensor(1.0, DType::f64), x, x), "mse_loss_backward: dtypes differ: f32 and f64");
+  CHECK_REEL_ERROR(mse_loss(x, x, "avg"), "mse_loss: reduction \"avg\" is not one of");
+  CHECK_REEL_ERROR(mse_loss(x, zeros({4, 2})), "mse_loss_forward: input (4, 3) and target (4, 2) do not match");
+  if (cuda_available()) {
+    const Device cuda = Device::cuda(0);
+    CHECK_REEL_ERROR(mse_loss_forward(x, zeros({4, 3}, DType::f32, cuda)),
+                     "mse_loss_forward: expected all tensors on one device, got (4, 3) on cpu (4, 3) on cuda:0");
+    CHECK_REEL_ERROR(mse_loss_backward(scalar_tensor(1.0, DType::f32, cuda), x, x),
+                     "mse_loss_backward: expected all tensors on one device, got (4, 3) on cpu () on cuda:0");
+  }
 }

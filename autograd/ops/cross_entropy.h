@@ -12,6 +12,10 @@
 // for large logits (see kernels/cpu/cross_entropy.cpp). The price: the forward writes N*V more
 // when logits need a gradient, so the sweep only does it when the node keeps its saves (not in
 // eval or under NoGrad, nor in a collapsed checkpoint segment, where the replay computes it).
+//
+// mse_loss(input, target), the family's other loss, saves its two inputs: its backward,
+// 2 (input - target) g, is one pass over them, and a difference saved instead would cost the same
+// memory as the two when target needs no gradient and a kernel of its own.
 #pragma once
 #include <optional>
 #include <string>
@@ -49,6 +53,22 @@ struct CrossEntropy final : autograd::Op {
   }
 };
 
+struct MseLoss final : autograd::Op {
+  Reduction reduction;
+  explicit MseLoss(Reduction reduction) : reduction(reduction) {}
+  const char* name() const override { return "mse_loss"; }
+  std::string attributes() const override { return std::string("reduction=") + kernels::reduction_name(reduction); }
+  Tensors forward(const Tensors& in, ForwardCtx& ctx) const override {
+    ctx.save({in[0], in[1]});  // input, target (the same shape)
+    return {kernels::mse_loss_forward(in[0], in[1], reduction)};
+  }
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
+    const Tensor dinput = kernels::mse_loss_backward(grad[0], ctx.saved(0), ctx.saved(1), reduction);
+    return {ctx.needs_input_grad(0) ? dinput : Tensor(),
+            ctx.needs_input_grad(1) ? kernels::unary(kernels::UnaryOp::Neg, dinput) : Tensor()};
+  }
+};
+
 }  // namespace autograd::ops
 
 // ---- cross-entropy ----
@@ -61,6 +81,16 @@ inline Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t
                             const std::string& reduction = "mean") {
   return autograd::apply(autograd::ops::CrossEntropy(kernels::parse_reduction(reduction), ignore_index),
                          autograd::autocast("cross_entropy", {logits, targets}));
+}
+
+// ---- mean squared error ----
+// input and target of the same shape and floating dtype, on one device: the mean over every
+// element of (input - target)^2 ("mean", a scalar), their sum ("sum") or the squares themselves
+// ("none", input's shape). Both get gradients (target's is the negation of input's). An empty
+// input gives 0 for "mean" (not NaN). Autocast F32: 16-bit inputs run in f32, the loss is f32.
+inline Tensor mse_loss(const Tensor& input, const Tensor& target, const std::string& reduction = "mean") {
+  return autograd::apply(autograd::ops::MseLoss(kernels::parse_reduction(reduction, "mse_loss")),
+                         autograd::autocast("mse_loss", {input, target}));
 }
 
 }  // namespace reel

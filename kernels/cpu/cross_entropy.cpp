@@ -18,6 +18,9 @@
 // the per-row losses are written in acc_t (the entry point rounds the losses to T).
 // bf16 and f16: each row is widened into per-thread f32 buffers and run through the f32 code (the
 // fused exps kept in f32 too), and dlogits rounded once to T on store.
+//
+// mse_loss: one pass per element, forward (x - t)^2 into acc_t, backward 2 (x - t) g stored as T;
+// the entry point sums the squares (kernels::sum) for Sum and Mean.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -173,6 +176,25 @@ void backward_impl(const T* dloss, bool per_row, double scale, const T* logits, 
   });
 }
 
+// x, t, sq: (n). sq = (x - t)^2 in acc_t.
+template <typename T, typename acc_t>
+void mse_forward_impl(const T* x, const T* t, acc_t* sq, int64_t n) {
+  parallel_for(n, n >= kMinParallelStreamElements, [&](int64_t i) {
+    const acc_t d = static_cast<acc_t>(x[i]) - static_cast<acc_t>(t[i]);
+    sq[i] = d * d;
+  });
+}
+
+// dloss: (n) when per_element, else one value; x, t, dx: (n). dx = 2 (x - t) g.
+template <typename T, typename acc_t>
+void mse_backward_impl(const T* dloss, bool per_element, double scale, const T* x, const T* t, T* dx, int64_t n) {
+  parallel_for(n, n >= kMinParallelStreamElements, [&](int64_t i) {
+    // g rounded to T first, as the gradient tensor it stands for would be.
+    const acc_t g = static_cast<T>(static_cast<double>(dloss[per_element ? i : 0]) * scale);
+    dx[i] = static_cast<T>(acc_t(2) * (static_cast<acc_t>(x[i]) - static_cast<acc_t>(t[i])) * g);
+  });
+}
+
 }  // namespace
 
 // ---- launchers ----------------------------------------------------------------------------------
@@ -204,6 +226,22 @@ void cross_entropy_backward(const Tensor& dloss, double scale, const Tensor& log
       backward_impl<scalar_t, acc_t>(dloss.data<scalar_t>(), per_row, scale, logits.data<scalar_t>(),
                               targets.data<int64_t>(), lse.data<acc_t>(), ignore_index,
                               dlogits.data<scalar_t>(), N, V);
+  })
+}
+
+void mse_loss_forward(const Tensor& input, const Tensor& target, const Tensor& sq) {
+  REEL_DISPATCH_FLOATING_AND_16(input.dtype(), "mse_loss_forward", {
+    mse_forward_impl<scalar_t, acc_t>(input.data<scalar_t>(), target.data<scalar_t>(), sq.data<acc_t>(),
+                                      input.numel());
+  })
+}
+
+void mse_loss_backward(const Tensor& dloss, double scale, const Tensor& input, const Tensor& target,
+                       const Tensor& dinput) {
+  const bool per_element = dloss.numel() > 1;  // else one gradient for every element
+  REEL_DISPATCH_FLOATING_AND_16(input.dtype(), "mse_loss_backward", {
+    mse_backward_impl<scalar_t, acc_t>(dloss.data<scalar_t>(), per_element, scale, input.data<scalar_t>(),
+                                       target.data<scalar_t>(), dinput.data<scalar_t>(), input.numel());
   })
 }
 

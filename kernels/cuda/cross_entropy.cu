@@ -17,6 +17,9 @@
 // acc_t -> T (no-ops for f32 and f64, where acc_t is T; bf16 and f16 widen to f32 and dlogits
 // round once on store). lse and the per-row losses are acc_t (the entry point rounds the losses).
 //
+// mse_loss: grid-stride, one thread per element: forward (x - t)^2 into acc_t (the entry point
+// sums the squares for Sum and Mean), backward 2 (x - t) g stored as T.
+//
 // Targets: the kernels check each target they read; an out-of-range one (not ignore_index) is
 // never used as an index: the kernel reports its row through the device error buffer and writes
 // NaN (loss) or zeros (dlogits) for it, and the launcher throws IndexOutOfRange. The entry point
@@ -110,6 +113,26 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_backward_kernel(con
   }
 }
 
+// x, t, sq: (n). sq = (x - t)^2 in acc_t.
+template <typename T, typename acc_t>
+__global__ void __launch_bounds__(kThreads) mse_loss_forward_kernel(const T* x, const T* t, acc_t* sq, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x) {
+    const acc_t d = static_cast<acc_t>(x[i]) - static_cast<acc_t>(t[i]);
+    sq[i] = d * d;
+  }
+}
+
+// dloss: (n) when per_element, else one value for every element; x, t, dx: (n). dx = 2 (x - t) g.
+template <typename T, typename acc_t>
+__global__ void __launch_bounds__(kThreads) mse_loss_backward_kernel(const T* dloss, bool per_element, double scale,
+                                                                     const T* x, const T* t, T* dx, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x) {
+    // g rounded to T first, as the gradient tensor it stands for would be.
+    const acc_t g = static_cast<T>(static_cast<double>(dloss[per_element ? i : 0]) * scale);
+    dx[i] = static_cast<T>(acc_t(2) * (static_cast<acc_t>(x[i]) - static_cast<acc_t>(t[i])) * g);
+  }
+}
+
 // ---- launchers -------------------------------------------------------------------------------
 
 unsigned row_blocks(int64_t N) { return static_cast<unsigned>(std::min(N, kMaxRowBlocks)); }
@@ -170,6 +193,27 @@ void cross_entropy_backward(const Tensor& dloss, double scale, const Tensor& log
     });
   })
   error.check(targets);
+}
+
+void mse_loss_forward(const Tensor& input, const Tensor& target, const Tensor& sq) {
+  const int64_t n = input.numel();
+  set_device(input.device());
+  REEL_DISPATCH_FLOATING_AND_16(input.dtype(), "mse_loss_forward", {
+    launch("mse_loss_forward_kernel", mse_loss_forward_kernel<scalar_t, acc_t>, grid_for(n, kThreads), kThreads, 0,
+           input.data<scalar_t>(), target.data<scalar_t>(), sq.data<acc_t>(), n);
+  })
+}
+
+void mse_loss_backward(const Tensor& dloss, double scale, const Tensor& input, const Tensor& target,
+                       const Tensor& dinput) {
+  const int64_t n = input.numel();
+  const bool per_element = dloss.numel() > 1;  // else one gradient for every element
+  set_device(input.device());
+  REEL_DISPATCH_FLOATING_AND_16(input.dtype(), "mse_loss_backward", {
+    launch("mse_loss_backward_kernel", mse_loss_backward_kernel<scalar_t, acc_t>, grid_for(n, kThreads), kThreads, 0,
+           dloss.data<scalar_t>(), per_element, scale, input.data<scalar_t>(), target.data<scalar_t>(),
+           dinput.data<scalar_t>(), n);
+  })
 }
 
 }  // namespace reel::kernels::cuda

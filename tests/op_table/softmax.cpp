@@ -1,7 +1,8 @@
 // tests/op_table/softmax.cpp: the op table's softmax and cross-entropy family. Kernel rows: softmax
 // and log-softmax forward and backward (large, masked and huge logits), cross-entropy in every
-// reduction with i32 and i64 targets, ignored rows, the fused and the separate dlogits. Tape rows:
-// softmax and log_softmax along any dim, softmax composed from exp/sum/div, cross_entropy.
+// reduction with i32 and i64 targets, ignored rows, the fused and the separate dlogits; mse_loss
+// forward and backward in every reduction. Tape rows: softmax and log_softmax along any dim,
+// softmax composed from exp/sum/div, cross_entropy, mse_loss against mean((x - t)^2).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -200,6 +201,48 @@ std::vector<OpCase> cross_entropy_cases() {
   return cases;
 }
 
+// ==== mse_loss =====================================================================================
+
+// The loss of input x and target t in f64: the squares (None), their sum or their mean.
+Values mse_ref(const Tensor& xt, const Tensor& tt, Reduction red) {
+  const std::vector<double> x = values(xt), t = values(tt);
+  std::vector<double> sq;
+  double sum = 0;
+  for (size_t i = 0; i < x.size(); ++i) sum += sq.emplace_back((x[i] - t[i]) * (x[i] - t[i]));
+  if (red == Reduction::None) return {sq};
+  return {{red == Reduction::Sum ? sum : x.empty() ? 0.0 : sum / static_cast<double>(x.size())}};
+}
+
+std::vector<OpCase> mse_loss_cases() {
+  using namespace kernels;
+  // {257, 160}: past the CPU's threshold for threads and many CUDA blocks of the grid-stride loop.
+  const std::vector<std::pair<Shape, bool>> configs = {{{1}, true},       {{7}, true},        {{3, 5}, true},
+                                                       {{2, 3, 33}, false}, {{4, 1013}, false}, {{257, 160}, false}};
+  std::vector<OpCase> cases;
+  for (const auto& [shape, fd] : configs)
+    for (Reduction red : {Reduction::None, Reduction::Sum, Reduction::Mean}) {
+      const Tols tl = with_16bit(tols(1e-5), true);
+      OpCase row("mse_loss " + shape_str(shape) + " " + reduction_name(red),
+                 [shape = shape, red](Generator& g) {
+                   const Tensor dloss = red == Reduction::None ? uniform_f64(g, shape) : scalar_tensor(0.37, DType::f64);
+                   // In [-1, 1): the sum over (257, 160), about 2.7e4, stays below f16's largest 65504.
+                   return Tensors{uniform_f64(g, shape), uniform_f64(g, shape), dloss};
+                 },
+                 [red](const Tensors& in, Device) {
+                   const Tensor loss = mse_loss_forward(in[0], in[1], red);
+                   CHECK(loss.dtype() == in[0].dtype());
+                   CHECK(loss.shape() == (red == Reduction::None ? in[0].shape() : Shape{}));
+                   return Tensors{loss, mse_loss_backward(in[2], in[0], in[1], red)};
+                 },
+                 {tl, tl});
+      row.with_reference([red](const Tensors& in) { return mse_ref(in[0], in[1], red); },
+                         {with_16bit(tols(1e-5, 1e-12), false)});
+      if (fd) row.with_finite_diff({0, 2, {{0, 1}}});
+      cases.push_back(row);
+    }
+  return cases;
+}
+
 std::vector<OpCase> softmax_tape_cases() {
   // Integer inputs (targets, token ids) are constants captured by f, moved to its inputs' device.
   auto on = [](const Tensor& constant, const Tensor& like) { return constant.to(like.device()); };
@@ -224,6 +267,20 @@ std::vector<OpCase> softmax_tape_cases() {
                  [=](const Tensor& x) { return cross_entropy(x, on(targets23, x)); }, {2, 3, 5}),
       tape_unary("cross_entropy none (2, 3, V) ignore_index 3",
                  [=](const Tensor& x) { return cross_entropy(x, on(targets23_ignore3, x), 3, "none"); }, {2, 3, 5}),
+
+      // ---- mse_loss, against mean / sum of (x - t)^2 composed ----
+      with_composed(tape_binary("mse_loss mean", [](const Tensor& x, const Tensor& t) { return mse_loss(x, t); },
+                                {3, 5}, {3, 5}),
+                    [](const Tensors& x) { return mean((x[0] - x[1]) * (x[0] - x[1])); }),
+      with_composed(tape_binary("mse_loss sum", [](const Tensor& x, const Tensor& t) { return mse_loss(x, t, "sum"); },
+                                {2, 3, 4}, {2, 3, 4}),
+                    [](const Tensors& x) { return sum((x[0] - x[1]) * (x[0] - x[1])); }),
+      with_composed(tape_binary("mse_loss none", [](const Tensor& x, const Tensor& t) { return mse_loss(x, t, "none"); },
+                                {4, 3}, {4, 3}),
+                    [](const Tensors& x) { return (x[0] - x[1]) * (x[0] - x[1]); }),
+      tape_binary("mse_loss mean, target without a gradient",
+                  [](const Tensor& x, const Tensor& t) { return mse_loss(x * 2.0, t); }, {5}, {5}, Domain::Any,
+                  {true, false}),
   };
 }
 
@@ -231,6 +288,7 @@ TEST_CASE("softmax and log-softmax: forward and backward, large logits") { run_c
 TEST_CASE("cross-entropy: every reduction, i32 and i64 targets, ignored rows, fused and separate dlogits") {
   run_cases(cross_entropy_cases(), kDTypes);
 }
+TEST_CASE("mse_loss: every reduction, forward and backward") { run_cases(mse_loss_cases(), kDTypes); }
 TEST_CASE("softmax and cross-entropy tape ops") { run_cases(softmax_tape_cases(), kDTypes); }
 }  // namespace
 }  // namespace reel::op_table
