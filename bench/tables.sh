@@ -27,6 +27,7 @@ tables=(
   "op_overhead|docs/benchmarks.md|BUILD/bench/bench_op_overhead 5"
   "checkpoint|docs/benchmarks.md|BUILD/bench/bench_checkpoint cpu"
   "memory_plan|docs/benchmarks.md|BUILD/bench/bench_memory_plan cpu 16 256 64 3"
+  "memory_lab|docs/benchmarks.md|BUILD/examples/memory_lab --out BUILD/memory_lab"
   "offload|docs/benchmarks.md|BUILD/bench/bench_offload 3"
   "linear_cross_entropy|docs/benchmarks.md|BUILD/bench/bench_linear_cross_entropy cpu 5"
   "conv_engines|docs/benchmarks.md|BUILD/bench/bench_conv_engines --rounds 3 --threads 1 --min"
@@ -34,6 +35,7 @@ tables=(
   "char_gpt|docs/benchmarks.md|BUILD/examples/char_gpt --sample-chars 0"
   "precision|docs/benchmarks.md|bench/precision_table.sh BUILD"
   "zero|docs/benchmarks.md|bench/zero_table.sh BUILD 20"
+  "simt|docs/benchmarks.md|bench/simt_table.sh BUILD"
   "vs_torch|docs/benchmarks.md|bench/vs_torch/run.sh --rounds 3"
 )
 
