@@ -30,7 +30,7 @@ printf "test_simt -tc='simt: timings', ms, best of 3 launches\n"
 printf "%-52s %10s %10s %22s" kernel "1 worker" "2 workers" "2, SIMT_CHECK=race,uninit"
 if [ -n "$plain" ]; then printf " %24s" "2, RACECHECK=OFF build"; fi
 printf "\n"
-paste -d'|' <(echo "$names") <(echo "$w1") <(echo "$w2") <(echo "$checked") <(if [ -n "$plain" ]; then echo "$extra"; else echo "$names" | sed 's/.*//'; fi) |
+paste -d'|' <(echo "$names") <(echo "$w1") <(echo "$w2") <(echo "$checked") <(if [ -n "$plain" ]; then echo "$extra"; else printf '%s\n' '' '' '' ''; fi) |
   while IFS='|' read -r name a b c d; do
     printf "%-52s %10s %10s %22s" "$name" "$a" "$b" "$c"
     if [ -n "$d" ]; then printf " %24s" "$d"; fi

@@ -30,6 +30,7 @@ tables=(
   "memory_lab|docs/benchmarks.md|BUILD/examples/memory_lab --out BUILD/memory_lab"
   "memory_lab_quick|docs/benchmarks.md|BUILD/examples/memory_lab --quick --out BUILD/memory_lab_quick"
   "offload|docs/benchmarks.md|BUILD/bench/bench_offload 3"
+  "offload_gpt|docs/benchmarks.md|bench/offload_gpt_table.sh BUILD h100"
   "linear_cross_entropy|docs/benchmarks.md|BUILD/bench/bench_linear_cross_entropy cpu 5"
   "conv_engines|docs/benchmarks.md|BUILD/bench/bench_conv_engines --rounds 3 --threads 1 --min"
   "profiler|docs/benchmarks.md|BUILD/bench/bench_profiler cpu 20"
