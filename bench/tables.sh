@@ -13,7 +13,8 @@
 #   <!-- /bench -->
 # and the caption says where and when it was measured: the CPU model, its cores, the lscpu flags
 # that decide the kernels' paths (AVX2, AVX-512 and its bf16/fp16, AMX), the load average before
-# the run, the date and the exact command. A table whose benchmark is not built here, or whose
+# and after the run (a neighbour's load that came during a long run shows only in the second), the
+# date and the exact command. A table whose benchmark is not built here, or whose
 # tools are missing (mpirun, PyTorch), keeps its old text and the script says so; a benchmark that
 # fails stops the script with its output, the doc untouched.
 set -euo pipefail
@@ -89,7 +90,7 @@ for t in "${tables[@]}"; do
   body=$(mktemp)
   if ! (eval "$cmd") >"$out" 2>&1; then cat "$out" >&2; echo "tables: $name failed: $cmd" >&2; exit 1; fi
   {
-    echo "Measured $(date -u +%Y-%m-%d) on $(cpu_caption); load average $load before the run;"
+    echo "Measured $(date -u +%Y-%m-%d) on $(cpu_caption); load average $load before the run, $(cut -d' ' -f1-3 /proc/loadavg) after;"
     echo "\`${cmd//$build/build}\`:"
     echo
     echo '```'
