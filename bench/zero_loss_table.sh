@@ -25,10 +25,10 @@ row() {
   out=$("$@" 2>&1) || { echo "$out" >&2; echo "zero_loss_table: failed: $*" >&2; exit 1; }
   loss=$(grep -m1 "^val loss:" <<<"$out" | awk '{print $3}')
   scaler=$(grep -m1 "^loss scaler:" <<<"$out" | sed -E 's/^loss scaler: //' || true)
-  printf "%-42s %9s  %s\n" "$label" "$loss" "${scaler:--}"
+  printf "%-46s %9s  %s\n" "$label" "$loss" "${scaler:--}"
 }
 printf "char_gpt, %s steps of 2 micro-batches, seed 3: validation loss\n" "$steps"
-printf "%-42s %9s  %s\n" run "val loss" "loss scaler"
+printf "%-46s %9s  %s\n" run "val loss" "loss scaler"
 row "1 process, f32" "$gpt" "${common[@]}"
 row "1 process, bf16 autocast" "$gpt" "${common[@]}" --precision bf16
 row "1 process, f16 autocast + loss scaler" "$gpt" "${common[@]}" --precision f16
