@@ -13,7 +13,8 @@
 #   <!-- /bench -->
 # and the caption says where and when it was measured: the CPU model, its cores, the lscpu flags
 # that decide the kernels' paths (AVX2, AVX-512 and its bf16/fp16, AMX), the load average before
-# the run, the date and the exact command. A table whose benchmark is not built here, or whose
+# and after the run (a neighbour's load that came during a long run shows only in the second), the
+# date and the exact command. A table whose benchmark is not built here, or whose
 # tools are missing (mpirun, PyTorch), keeps its old text and the script says so; a benchmark that
 # fails stops the script with its output, the doc untouched.
 set -euo pipefail
@@ -27,13 +28,20 @@ tables=(
   "op_overhead|docs/benchmarks.md|BUILD/bench/bench_op_overhead 5"
   "checkpoint|docs/benchmarks.md|BUILD/bench/bench_checkpoint cpu"
   "memory_plan|docs/benchmarks.md|BUILD/bench/bench_memory_plan cpu 16 256 64 3"
+  "memory_lab|docs/benchmarks.md|BUILD/examples/memory_lab --out BUILD/memory_lab"
+  "memory_lab_quick|docs/benchmarks.md|BUILD/examples/memory_lab --quick --out BUILD/memory_lab_quick"
   "offload|docs/benchmarks.md|BUILD/bench/bench_offload 3"
+  "offload_gpt|docs/benchmarks.md|bench/offload_gpt_table.sh BUILD h100"
   "linear_cross_entropy|docs/benchmarks.md|BUILD/bench/bench_linear_cross_entropy cpu 5"
   "conv_engines|docs/benchmarks.md|BUILD/bench/bench_conv_engines --rounds 3 --threads 1 --min"
   "profiler|docs/benchmarks.md|BUILD/bench/bench_profiler cpu 20"
   "char_gpt|docs/benchmarks.md|BUILD/examples/char_gpt --sample-chars 0"
   "precision|docs/benchmarks.md|bench/precision_table.sh BUILD"
+  "precision_2000|docs/benchmarks.md|bench/precision_table.sh BUILD 2000 0"
+  "precision_2000_seed1|docs/benchmarks.md|bench/precision_table.sh BUILD 2000 1"
   "zero|docs/benchmarks.md|bench/zero_table.sh BUILD 20"
+  "zero_loss|docs/benchmarks.md|bench/zero_loss_table.sh BUILD 100"
+  "simt|docs/benchmarks.md|bench/simt_table.sh BUILD"
   "vs_torch|docs/benchmarks.md|bench/vs_torch/run.sh --rounds 3"
 )
 
@@ -72,7 +80,7 @@ for t in "${tables[@]}"; do
   cmd=${cmd//BUILD/$build}
   exe=${cmd%% *}
   if [ ! -x "$exe" ]; then echo "tables: $name skipped: $exe is not built"; continue; fi
-  if [ "$name" = zero ] && ! command -v mpirun >/dev/null; then echo "tables: $name skipped: no mpirun"; continue; fi
+  if [[ $name = zero* ]] && ! command -v mpirun >/dev/null; then echo "tables: $name skipped: no mpirun"; continue; fi
   if [ "$name" = vs_torch ] && ! python3 -c "import torch" 2>/dev/null; then
     echo "tables: $name skipped: no PyTorch (tools/setup_bench.sh installs it)"; continue
   fi
@@ -82,7 +90,7 @@ for t in "${tables[@]}"; do
   body=$(mktemp)
   if ! (eval "$cmd") >"$out" 2>&1; then cat "$out" >&2; echo "tables: $name failed: $cmd" >&2; exit 1; fi
   {
-    echo "Measured $(date -u +%Y-%m-%d) on $(cpu_caption); load average $load before the run;"
+    echo "Measured $(date -u +%Y-%m-%d) on $(cpu_caption); load average $load before the run, $(cut -d' ' -f1-3 /proc/loadavg) after;"
     echo "\`${cmd//$build/build}\`:"
     echo
     echo '```'

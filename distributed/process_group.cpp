@@ -287,7 +287,7 @@ void ProcessGroup::poll_until(Work::State& s, Done done) {
     }
     // A non-blocking collective advances only while its ranks are inside MPI calls, so poll
     // without sleeping (a sleeping rank stalls its peers too: on an oversubscribed machine short
-    // sleeps made a small all_reduce hundreds of times slower), yielding the core to whoever
+    // sleeps made a small all_reduce orders of magnitude slower), yielding the core to whoever
     // is runnable. A rank left waiting longer than that (a peer still computing) polls gently.
     if (waited < 0.25) std::this_thread::yield();
     else std::this_thread::sleep_for(std::chrono::microseconds(200));

@@ -30,7 +30,7 @@
 
 // On the loops below: inline everything they call. In a file of many instantiations (elementwise.cpp)
 // GCC stopped inlining Eigen's packet tanh into the loop body, and a call per register (its
-// argument spilled to memory) made GELU's backward 1.5x slower than Eigen's own array loop.
+// argument spilled to memory) made GELU's backward slower than Eigen's own array loop.
 #if defined(__GNUC__)
 #define REEL_VEC_FLATTEN __attribute__((flatten))
 #else
