@@ -106,7 +106,7 @@ StepPrediction predict_step(const std::vector<KernelRecord>& records, const Devi
   StepPrediction out;
   out.total.key = "step";
   const bool cuda_run =
-      std::any_of(records.begin(), records.end(), [](const KernelRecord& r) { return r.device.is_cuda(); });
+      std::any_of(records.begin(), records.end(), [](const KernelRecord& r) { return !r.device.is_cpu(); });  // cuda or meta
   out.from_cpu = !cuda_run && !records.empty();
   std::map<std::string, PredictedGroup> kernels, ops;
   DeviceSpec no_launch = spec;  // for the roofline alone: what fusing launches away could reach
@@ -165,7 +165,7 @@ StepPrediction predict_step(const std::vector<KernelRecord>& records, const Devi
       add_stall(r, p);
       continue;
     }
-    if (cuda_run && !r.device.is_cuda() && r.kernel != "copy_to_host") {
+    if (cuda_run && r.device.is_cpu() && r.kernel != "copy_to_host") {
       ++out.host_runs;  // host work of a CUDA run: it stays on the host
       out.host_measured_s += static_cast<double>(r.dur_ns) * 1e-9;
       continue;
