@@ -140,7 +140,7 @@ KernelRun::KernelRun(const char* kernel, Device device, DType dtype, std::string
   record_.cost = cost;
   const MemoryStats mem = memory_stats(device);
   for (int i = 0; i < kNumCategories; ++i) record_.memory[i] = mem.by_category[i].current_bytes;
-  if (!device.is_cpu()) clock_ = backend_for(device).clock();  // none on meta: host-timed
+  if (!device.is_cpu()) clock_ = backend_for(device).clock();
   if (clock_) {
     record_.emulated = clock_->emulated();
     record_.track = (stream == StreamKind::Copy ? kCopyTrack : kDeviceTrack) + device.index;
