@@ -330,7 +330,9 @@ void Profiler::stop() {
   for (auto& [clock, origin] : ses.device_origins) {
     const profile::ActivityLog log = clock->take_activity();
     if (clock->emulated()) {
-      time_sources_[origin.device.str()] = "emulated on the host by simt";
+      time_sources_[origin.device.str()] = origin.device.is_meta()
+                                               ? "not run (the meta device's dry run): host times of nothing"
+                                               : "emulated on the host by simt";
       continue;
     }
     std::vector<const profile::PendingKernel*> mine;

@@ -224,3 +224,19 @@ TEST_CASE("meta device: tensors have sizes and storage, their values read as zer
   // Mixing devices is the usual error, naming both.
   CHECK_REEL_ERROR((void)matmul(a, randn({32, 8})), "meta");
 }
+
+TEST_CASE("meta device: clipping records the launches of a step that clips") {
+  // A norm read back from meta is 0, which would never clip: a dry run assumes the clip binds, so
+  // its step has the launches of the larger step (scale_ at 1).
+  Tensor w = randn({4, 3}, DType::f32, Device::meta()).set_requires_grad();
+  autograd::backward(sum(w * w));
+  Profiler prof;
+  CHECK(optim::clip_grad_norm({w}, 1.0) == 0.0);
+  prof.stop();
+  int scaled = 0;
+  for (const KernelRecord& r : prof.kernels()) scaled += r.kernel == "scale_";
+  CHECK(scaled == 1);
+  CHECK(optim::clip_scales(0.5, Device::cuda(0)));
+  CHECK_FALSE(optim::clip_scales(2.0, Device::cuda(0)));
+  CHECK(optim::clip_scales(2.0, Device::meta()));
+}
