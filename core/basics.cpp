@@ -64,6 +64,14 @@ std::string Device::str() const {
 }
 
 namespace {
+thread_local Device t_default_device = Device::cpu();  // DeviceScope's
+}  // namespace
+
+Device default_device() { return t_default_device; }
+DeviceScope::DeviceScope(Device device) : previous_(t_default_device) { t_default_device = device; }
+DeviceScope::~DeviceScope() { t_default_device = previous_; }
+
+namespace {
 DeviceBackends g_backends{};  // empty until kernels registers: constant-initialised, so safe at start-up
 
 const DeviceBackends& registered_backends() {

@@ -36,6 +36,25 @@ struct Device {
 
 inline std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
 
+// The device new modules are made on: nn::Module's parameters and buffers are created there (and
+// their initialisers run there) while a DeviceScope lives on this thread; cpu outside any. So a
+// model too big for the host is made straight on a GPU, or on meta for a dry run, as under
+// `with torch.device("meta"):`:
+//   { reel::DeviceScope on(Device::meta()); nn::GPT gpt(config); }  // 1.5B parameters, no host bytes
+// Unlike PyTorch's, the scope does not change the tensor factories' default (cpu): a tensor's device
+// is named where it is made, so library code that makes host scratch stays on the host.
+Device default_device();
+class DeviceScope {
+ public:
+  explicit DeviceScope(Device device);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  Device previous_;
+};
+
 // True when the build has a CUDA backend and a device answers: a real GPU in the nvcc build,
 // always in the emulated build, false in the nvcc build on a machine without a GPU.
 bool cuda_available();

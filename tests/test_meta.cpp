@@ -240,3 +240,28 @@ TEST_CASE("meta device: clipping records the launches of a step that clips") {
   CHECK_FALSE(optim::clip_scales(2.0, Device::cuda(0)));
   CHECK(optim::clip_scales(2.0, Device::meta()));
 }
+
+TEST_CASE("DeviceScope: modules made inside it live on its device; tensors keep naming theirs") {
+  const int64_t host_params = memory_stats(Device::cpu())[Category::Parameter].current_bytes;
+  const int64_t meta_params = memory_stats(Device::meta())[Category::Parameter].current_bytes;
+  CHECK(default_device() == Device::cpu());
+  {
+    DeviceScope on(Device::meta());
+    CHECK(default_device() == Device::meta());
+    nn::GPTConfig c{/*vocab_size*/ 50257, /*block_size*/ 1024, /*n_layer*/ 2, /*n_head*/ 4, /*n_embd*/ 256};
+    nn::GPT gpt(c);
+    nn::BatchNorm2d norm(8);
+    for (const Tensor& p : gpt.parameters()) CHECK(p.device() == Device::meta());
+    for (const auto& named : norm.named_buffers()) CHECK(named.second.device() == Device::meta());
+    CHECK(memory_stats(Device::cpu())[Category::Parameter].current_bytes == host_params);  // no host copy made
+    CHECK(memory_stats(Device::meta())[Category::Parameter].current_bytes - meta_params >=
+          static_cast<int64_t>(gpt.num_parameters()) * 4);
+    CHECK(zeros({2}).device() == Device::cpu());  // factories take their device explicitly
+    {
+      DeviceScope nested(Device::cpu());
+      CHECK(default_device() == Device::cpu());
+    }
+    CHECK(default_device() == Device::meta());
+  }
+  CHECK(default_device() == Device::cpu());
+}
