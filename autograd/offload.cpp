@@ -557,6 +557,9 @@ Offload::Stats Offload::stats() const { return state_->stats; }
 void offload_skip_fetch_wait_for_testing(bool on) { g_skip_fetch_wait = on; }
 
 double host_link_bytes_per_s(Device device) {
+  // meta computes nothing, its copies take no time: it answers what cuda:0 would (so a dry run's
+  // plan is the plan of the run it stands for)
+  if (device.is_meta()) return host_link_bytes_per_s(Device::cuda(0));
   REEL_CHECK(!device.is_cpu(), "host_link_bytes_per_s: ", device,
              " is host memory itself; there is no device<->host link to measure (offload needs a cuda device)");
   static std::mutex mutex;

@@ -40,6 +40,11 @@ Device::Device(const std::string& spec) {
     index = 0;
     return;
   }
+  if (spec == "meta") {
+    type = Type::meta;
+    index = 0;
+    return;
+  }
   if (spec.rfind("cuda:", 0) == 0 && spec.size() > 5) {
     char* end = nullptr;
     const long i = std::strtol(spec.c_str() + 5, &end, 10);
@@ -49,10 +54,22 @@ Device::Device(const std::string& spec) {
       return;
     }
   }
-  REEL_FAIL("device: cannot parse '", spec, "': expected cpu, cuda or cuda:N");
+  REEL_FAIL("device: cannot parse '", spec, "': expected cpu, cuda, cuda:N or meta");
 }
 
-std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
+std::string Device::str() const {
+  if (is_cpu()) return "cpu";
+  if (is_meta()) return "meta";
+  return "cuda:" + std::to_string(index);
+}
+
+namespace {
+thread_local Device t_default_device = Device::cpu();  // DeviceScope's
+}  // namespace
+
+Device default_device() { return t_default_device; }
+DeviceScope::DeviceScope(Device device) : previous_(t_default_device) { t_default_device = device; }
+DeviceScope::~DeviceScope() { t_default_device = previous_; }
 
 namespace {
 DeviceBackends g_backends{};  // empty until kernels registers: constant-initialised, so safe at start-up
@@ -74,6 +91,12 @@ bool cuda_available() { return cuda_device_count() > 0; }
 
 DeviceBackend& backend_for(Device device) {
   if (device.is_cpu()) return *registered_backends().cpu;
+  if (device.is_meta()) {
+    DeviceBackend* meta = registered_backends().meta ? registered_backends().meta() : nullptr;
+    REEL_CHECK(meta != nullptr, "device meta is not available: this build has no emulated CUDA backend to run "
+               "dry (the meta device runs the CUDA code of the default build, REEL_CUDA=OFF)");
+    return *meta;
+  }
   const int count = cuda_device_count();
   REEL_CHECK(device.index < count, "device ", device, " is not available: ",
              count == 0 ? "this build or machine has no CUDA device"

@@ -66,12 +66,13 @@ class DeviceBackend {
 // The backend serving a device; reel::Error when the build or the machine has none.
 DeviceBackend& backend_for(Device device);
 
-// What kernels registers (kernels::register_device_backends()): the CPU's backend, and for CUDA
-// the number of devices that answer and the backend of one of them.
+// What kernels registers (kernels::register_device_backends()): the CPU's backend, for CUDA the
+// number of devices that answer and the backend of one of them, and the meta device's.
 struct DeviceBackends {
   DeviceBackend* cpu = nullptr;
   int (*cuda_device_count)() = nullptr;
   DeviceBackend* (*cuda)(int index) = nullptr;
+  DeviceBackend* (*meta)() = nullptr;  // the meta device (kernels/meta.h); null: the build has none
 };
 void register_device_backends(const DeviceBackends& backends);
 

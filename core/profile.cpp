@@ -140,7 +140,7 @@ KernelRun::KernelRun(const char* kernel, Device device, DType dtype, std::string
   record_.cost = cost;
   const MemoryStats mem = memory_stats(device);
   for (int i = 0; i < kNumCategories; ++i) record_.memory[i] = mem.by_category[i].current_bytes;
-  if (device.is_cuda()) clock_ = backend_for(device).clock();
+  if (!device.is_cpu()) clock_ = backend_for(device).clock();
   if (clock_) {
     record_.emulated = clock_->emulated();
     record_.track = (stream == StreamKind::Copy ? kCopyTrack : kDeviceTrack) + device.index;
@@ -330,7 +330,9 @@ void Profiler::stop() {
   for (auto& [clock, origin] : ses.device_origins) {
     const profile::ActivityLog log = clock->take_activity();
     if (clock->emulated()) {
-      time_sources_[origin.device.str()] = "emulated on the host by simt";
+      time_sources_[origin.device.str()] = origin.device.is_meta()
+                                               ? "not run (the meta device's dry run): host times of nothing"
+                                               : "emulated on the host by simt";
       continue;
     }
     std::vector<const profile::PendingKernel*> mine;

@@ -522,7 +522,7 @@ Tensor empty(const Shape& shape, DType dtype, Device device) {
   Shape strides = contiguous_strides(shape, "empty");
   const int64_t bytes = checked_mul(shape_numel(shape, "empty"), static_cast<int64_t>(dtype_size(dtype)), "empty", shape);
   auto impl = std::make_shared<TensorImpl>();
-  if (device.is_cuda()) backend_for(device);  // a clear error for an unavailable device, even at 0 bytes
+  if (!device.is_cpu()) backend_for(device);  // a clear error for an unavailable device, even at 0 bytes
   impl->storage = std::make_shared<Storage>(static_cast<size_t>(bytes), device);
   impl->shape = shape;
   impl->strides = std::move(strides);

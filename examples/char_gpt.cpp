@@ -10,6 +10,8 @@
 //   mpirun -np 2 ./char_gpt --dist --zero 3 --fsdp-units block   # ... by block: fewer collectives, more in flight
 //   ./char_gpt --fused-loss                      # LM head + loss chunked (GPT::loss): no (B, T, V) logits kept
 //   ./char_gpt --precision bf16                  # forwards (training and validation) under autograd::Autocast
+//   ./char_gpt --device meta --preset gpt2-xl --batch 8 --max-steps 2 --profile t.json --predict h100
+//                                                # a dry run: GPT-2 XL's memory and H100 step, no GPU
 //   mpirun -np 2 ./char_gpt --dist --zero 3 --precision bf16   # and bf16 parameters gathered from f32 master shards
 //
 // Data: every byte value of the corpus is a token. The text is cut into 100 blocks at line ends
@@ -56,6 +58,7 @@ namespace {
 struct Options {
   examples::TrainOptions train;
   int64_t n_layer = 3, n_head = 4, n_embd = 96, block_size = 64;
+  std::string preset;  // gpt2, gpt2-medium, gpt2-large, gpt2-xl: GPT-2's shapes (overrides the four above)
   double dropout = 0.0;
   int64_t eval_every = 250;
   int64_t eval_windows = 256;
@@ -258,6 +261,30 @@ void check_vocab(const Vocab& stored, const Vocab& corpus, const std::string& pa
             (only_file.empty() && only_corpus.empty()) ? "; same characters in another order" : "");
 }
 
+// GPT-2's shapes (Radford et al. 2019, the released checkpoints): vocabulary 50,257, context 1,024,
+// the head tied to the token embedding; the characters' ids are a small part of the vocabulary.
+void apply_preset(const std::string& name, nn::GPTConfig& config) {
+  struct Preset {
+    const char* name;
+    int64_t n_layer, n_head, n_embd;
+  };
+  static const Preset presets[] = {
+      {"gpt2", 12, 12, 768}, {"gpt2-medium", 24, 16, 1024}, {"gpt2-large", 36, 20, 1280}, {"gpt2-xl", 48, 25, 1600}};
+  for (const Preset& p : presets)
+    if (name == p.name) {
+      REEL_CHECK(config.vocab_size <= 50257, "--preset ", name, ": the corpus has ", config.vocab_size,
+                 " distinct tokens, more than GPT-2's 50,257");
+      config.vocab_size = 50257;
+      config.block_size = 1024;
+      config.n_layer = p.n_layer;
+      config.n_head = p.n_head;
+      config.n_embd = p.n_embd;
+      config.tie_weights = true;
+      return;
+    }
+  REEL_FAIL("--preset '", name, "': expected gpt2, gpt2-medium, gpt2-large or gpt2-xl");
+}
+
 int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
   const Device device(o.train.device);
   const std::optional<DType> precision = examples::autocast_dtype(o.train);  // --precision
@@ -284,6 +311,7 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
   config.n_embd = o.n_embd;
   config.block_size = o.block_size;
   config.dropout = o.dropout;
+  if (!o.preset.empty()) apply_preset(o.preset, config);
   nn::Metadata loaded_meta;
   nn::TensorDict loaded;
   if (!o.train.load.empty()) {
@@ -297,7 +325,12 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
   REEL_CHECK(static_cast<int64_t>(val_ids.size()) > T + 1 && static_cast<int64_t>(train_ids.size()) > T + 1,
              "the corpus is too small for --block-size ", T, ": train ", train_ids.size(), " and val ",
              val_ids.size(), " characters");
+  // On meta the model is made there (no host bytes: a 1.5B-parameter dry run fits any host), its
+  // initialisers recorded as the launches they would be.
+  std::optional<DeviceScope> made_on;
+  if (device.is_meta()) made_on.emplace(device);
   nn::GPT gpt(config);
+  made_on.reset();
   if (!o.train.load.empty()) {
     gpt.load_state_dict(loaded);
     loaded.clear();
@@ -468,6 +501,11 @@ int main(int argc, char** argv) {
   app.get_option("--batch")->description("sequences per optimizer step (split over --accum-steps micro-batches)");
   app.get_option("--max-steps")->description("optimizer steps (0: no training; with --load, evaluate and sample)");
   app.add_option("--n-layer", o.n_layer, "transformer blocks")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--preset", o.preset,
+                 "GPT-2's shapes instead of --n-layer/--n-head/--n-embd/--block-size: gpt2 (124M), gpt2-medium "
+                 "(350M), gpt2-large (774M) or gpt2-xl (1.5B); vocabulary 50,257, context 1,024, tied head. With "
+                 "--device meta a dry run: memory and predicted step without a GPU")
+      ->check(CLI::IsMember({"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"}));
   app.add_option("--n-head", o.n_head, "attention heads (must divide --n-embd)")
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--n-embd", o.n_embd, "embedding width")->capture_default_str()->check(CLI::PositiveNumber);

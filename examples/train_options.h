@@ -113,7 +113,7 @@ inline void report_skipped(const reel::optim::Accumulator& acc, const reel::opti
 
 // Registers the options on `app`; the values already in `o` are the defaults shown by --help.
 inline void add_train_options(CLI::App& app, TrainOptions& o) {
-  app.add_option("--device", o.device, "cpu, cuda or cuda:N")->capture_default_str();
+  app.add_option("--device", o.device, "cpu, cuda, cuda:N, or meta (a dry run: cuda:0's memory and kernels, nothing computed; losses read 0)")->capture_default_str();
   app.add_option("--batch", o.batch, "samples per optimizer step (split over --accum-steps micro-batches)")
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--accum-steps", o.accum_steps, "micro-batches per optimizer step (gradient accumulation)")

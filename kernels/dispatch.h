@@ -1,7 +1,8 @@
 // Device dispatch of the kernel entry points, and the profiler's hook on every kernel run:
 //   REEL_DEVICE_DISPATCH(device, FN, COST, args...)
 // calls kernels::cpu::FN(args...) or kernels::cuda::FN(args...) (declared once for both in
-// kernels/backends.h) for the device the (already validated) tensors live on. It is an
+// kernels/backends.h) for the device the (already validated) tensors live on; on the meta device,
+// kernels::cuda::FN run dry (kernels/meta.h). It is an
 // expression with the kernel's value (void or not), so an entry point never branches on the
 // device by hand. COST is an expression of type profile::KernelCost (what the kernel reads,
 // writes and computes; see kernel_cost() in kernels/entry_point.h), written next to the call and
@@ -20,6 +21,7 @@
 #include "core/profile.h"
 #include "core/tensor.h"
 #include "kernels/backends.h"
+#include "kernels/meta.h"
 
 namespace reel::kernels::detail {
 // reel::Error unless `device` is the cpu: the only device of a build without a CUDA backend.
@@ -53,7 +55,12 @@ decltype(auto) dispatch(const char* kernel, Device device, Cost&& cost, Cpu&& cp
                         Args&&... args) {
   const auto run = [&]() -> decltype(auto) {
 #if defined(REEL_HAS_CUDA_BACKEND)
-    return device.is_cpu() ? cpu(std::forward<Args>(args)...) : cuda(std::forward<Args>(args)...);
+    if (device.is_cpu()) return cpu(std::forward<Args>(args)...);
+    if (device.is_meta()) {  // the CUDA kernel's host code, run dry (kernels/meta.h)
+      const MetaScope dry;
+      return cuda(std::forward<Args>(args)...);
+    }
+    return cuda(std::forward<Args>(args)...);
 #else
     require_cpu_only_build(device, kernel);
     return cpu(std::forward<Args>(args)...);

@@ -2,8 +2,11 @@
 // check through cuda::check_indices, and the one message both give.
 #include "kernels/index_check.h"
 
+#include <optional>
 #include <sstream>
 #include <string>
+
+#include "kernels/meta.h"
 
 namespace reel::kernels {
 
@@ -54,6 +57,8 @@ int64_t check_range(const IndexRange& r, const Tensor& idx) {
   // loop below, which raises the message itself.
 #if defined(REEL_HAS_CUDA_BACKEND)
   if (!idx.device().is_cpu()) {
+    std::optional<MetaScope> dry;  // meta: the CUDA check's host code, run dry (kernels/meta.h)
+    if (idx.device().is_meta()) dry.emplace();
     try {
       return cuda::check_indices(untracked::view(idx, {idx.numel()}), r.limit, r.ignore.has_value(),
                                  r.ignore.value_or(0));

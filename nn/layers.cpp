@@ -10,9 +10,10 @@ namespace reel::nn {
 
 namespace {
 
+// On default_device(): the innermost DeviceScope's, else cpu.
 Tensor new_parameter(const Shape& shape) {
   MemoryCategory scope(Category::Parameter);
-  return zeros(shape);
+  return zeros(shape, DType::f32, default_device());
 }
 
 }  // namespace
@@ -90,9 +91,9 @@ BatchNorm::BatchNorm(int64_t features, double eps_, std::optional<double> moment
     bias = register_parameter("bias", new_parameter({features}));
   }
   if (track) {
-    running_mean = register_buffer("running_mean", zeros({features}));
-    running_var = register_buffer("running_var", ones({features}));
-    num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, DType::i64));
+    running_mean = register_buffer("running_mean", zeros({features}, DType::f32, default_device()));
+    running_var = register_buffer("running_var", ones({features}, DType::f32, default_device()));
+    num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, DType::i64, default_device()));
   }
 }
 

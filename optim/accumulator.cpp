@@ -2,6 +2,7 @@
 // non-finite decision, clipping, the learning rate, the step and zeroing, in that order.
 #include "optim/accumulator.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/optimizer.h"
@@ -47,7 +48,8 @@ void Accumulator::finish(WindowResult& r) {
   if (options_.clip_norm > 0 && sync) {
     r.grad_norm = sync->grad_norm();
     const double factor = options_.clip_norm / (r.grad_norm + 1e-6);
-    if (factor < 1.0) sync->scale_grads(factor);
+    const std::vector<Tensor>& params = optimizer_.params();
+    if (!params.empty() && clip_scales(factor, params.front().device())) sync->scale_grads(std::min(factor, 1.0));
   } else if (options_.clip_norm > 0) {
     r.grad_norm = clip_grad_norm(optimizer_.params(), options_.clip_norm);
   }

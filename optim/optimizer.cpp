@@ -165,8 +165,10 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   if (grads.empty()) return 0.0;
   const double norm = kernels::global_grad_norm(grads);
   const double factor = max_norm / (norm + 1e-6);
-  if (factor < 1.0) kernels::scale_(grads, factor);
+  if (clip_scales(factor, grads.front().device())) kernels::scale_(grads, std::min(factor, 1.0));
   return norm;
 }
+
+bool clip_scales(double factor, Device device) { return factor < 1.0 || device.is_meta(); }
 
 }  // namespace reel::optim

@@ -146,5 +146,9 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, std::vector<T
 // Scales all gradients together so that their global L2 norm is at most max_norm (one pass to
 // measure, one to scale, as torch.nn.utils.clip_grad_norm_). Returns the norm before clipping.
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
+// Whether clipping by `factor` (max_norm / (norm + 1e-6)) scales gradients on `device`: when the
+// factor is below 1; and always on the meta device, whose norm is a placeholder (0), so that a dry
+// run records the launches of a step that clips (the larger of the two steps; the scale is 1).
+bool clip_scales(double factor, Device device);
 
 }  // namespace reel::optim

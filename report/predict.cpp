@@ -107,7 +107,7 @@ StepPrediction predict_step(const std::vector<KernelRecord>& records, const Devi
   StepPrediction out;
   out.total.key = "step";
   const bool cuda_run =
-      std::any_of(records.begin(), records.end(), [](const KernelRecord& r) { return r.device.is_cuda(); });
+      std::any_of(records.begin(), records.end(), [](const KernelRecord& r) { return !r.device.is_cpu(); });  // cuda or meta
   out.from_cpu = !cuda_run && !records.empty();
   std::map<std::string, PredictedGroup> kernels, ops;
   DeviceSpec no_launch = spec;  // for the roofline alone: what fusing launches away could reach
@@ -168,7 +168,7 @@ StepPrediction predict_step(const std::vector<KernelRecord>& records, const Devi
       add_stall(r, p);
       continue;
     }
-    if (cuda_run && !r.device.is_cuda() && r.kernel != "copy_to_host") {
+    if (cuda_run && r.device.is_cpu() && r.kernel != "copy_to_host") {
       ++out.host_runs;  // host work of a CUDA run: it stays on the host
       out.host_measured_s += static_cast<double>(r.dur_ns) * 1e-9;
       continue;
@@ -189,6 +189,7 @@ StepPrediction predict_step(const std::vector<KernelRecord>& records, const Devi
     out.tf32_s += predict_record(spec, r, true).seconds;
     out.roofline_s += predict_record(no_launch, r).seconds;
     out.emulated = out.emulated || r.emulated;
+    out.dry = out.dry || r.device.is_meta();
   }
   out.kernels = largest_first(kernels);
   out.ops = largest_first(ops);
@@ -210,7 +211,8 @@ void print_prediction(std::ostream& os, const Profiler& profiler, const DeviceSp
   os << line;
   os << "model: each kernel run takes max(bytes / bandwidth, FLOPs / its dtype's rate (f32: FP32 CUDA cores), "
         "launch latency), one after another; host copies over the host link\n";
-  const char* source = sp.emulated ? "cuda emulated by simt (measured: host times)"
+  const char* source = sp.dry        ? "meta, a dry run (nothing measured)"
+                       : sp.emulated ? "cuda emulated by simt (measured: host times)"
                        : sp.from_cpu ? "cpu (measured: this host's times)"
                                      : "cuda";
   std::snprintf(line, sizeof line, "placed: %lld kernel runs of %lld step%s, recorded on %s\n",
@@ -251,7 +253,8 @@ void print_prediction(std::ostream& os, const Profiler& profiler, const DeviceSp
   std::snprintf(line, sizeof line,
                 "step on %s: predicted %.1f us (memory %.1f, compute %.1f, launch %.1f us); measured %.3f ms%s\n",
                 spec.name.c_str(), us(t.predicted_s), us(t.bound_s[0]), us(t.bound_s[1]), us(t.bound_s[2]),
-                t.measured_s * 1e3 / n, sp.emulated ? " (emulated, host time)" : sp.from_cpu ? " (cpu)" : "");
+                t.measured_s * 1e3 / n,
+                sp.dry ? " (meta: a dry run, not a time)" : sp.emulated ? " (emulated, host time)" : sp.from_cpu ? " (cpu)" : "");
   os << line;
   std::snprintf(line, sizeof line, "  with the f32 GEMMs (matmul, convolutions) on TF32 tensor cores: %.1f us\n",
                 us(sp.tf32_s));

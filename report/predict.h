@@ -102,6 +102,7 @@ struct StepPrediction {
   int64_t host_runs = 0;      // CPU records of a CUDA run, not placed
   double host_measured_s = 0;
   bool emulated = false;      // some placed record is an emulated CUDA run
+  bool dry = false;           // some placed record is the meta device's: nothing ran, nothing was measured
   bool from_cpu = false;      // the placed records are a CPU run's
 };
 // offload_inflight_bytes > 0: the bound Offload ran under (max_inflight_bytes). The stalls are then

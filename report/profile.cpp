@@ -219,8 +219,10 @@ void print_table(std::ostream& os, const Profiler& profiler, int top) {
     os << line;
   }
   const auto any = [&](auto pred) { return std::any_of(kernels.begin(), kernels.end(), pred); };
-  if (any([](const KernelSummary& s) { return s.emulated; }))
+  if (any([](const KernelSummary& s) { return s.emulated && !s.device.is_meta(); }))
     os << "  * cuda emulated on the host by simt: host times, not GPU times; % roof against the host's roof\n";
+  if (any([](const KernelSummary& s) { return s.device.is_meta(); }))
+    os << "  * meta: a dry run, no kernel ran; its times and % roof mean nothing (--predict prices the records)\n";
   // A memory-bound kernel over its roof; a compute-bound one over 100 % only beat the measured SGEMM.
   if (any([](const KernelSummary& s) { return s.roof_fraction > 1 && !s.compute_bound; }))
     os << "  % roof over 100: the kernel's data was served from cache, faster than the memory roof\n";

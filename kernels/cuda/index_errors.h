@@ -39,7 +39,8 @@ class IndexErrorBuffer {
   unsigned long long* ptr() const { return reinterpret_cast<unsigned long long*>(buf_.data<int64_t>()); }
   void check(const Tensor& idx) const {
     const int64_t position = buf_.to(Device::cpu()).data<int64_t>()[0];
-    if (position < 0) return;  // still all ones
+    // still all ones; or meta, where nothing ran and no index was read (kernels/meta.h)
+    if (position < 0 || buf_.device().is_meta()) return;
     const Tensor v = untracked::slice(untracked::view(idx, {idx.numel()}), 0, position, position + 1)
                          .to(Device::cpu())
                          .to(DType::i64);

@@ -22,6 +22,9 @@ struct cublasContext {
   cublasMath_t math_mode = CUBLAS_DEFAULT_MATH;
 };
 
+namespace simt {
+bool dry_run();  // simt.h: the meta device's dry run (computes nothing)
+}
 namespace simt::detail {
 void before_host_work(cudaStream_t stream);  // simt.h (which cublas.h does not include)
 }
@@ -95,6 +98,7 @@ cublasStatus_t gemm_strided_batched(cublasHandle_t handle, cublasOperation_t tra
   simt::detail::before_host_work(handle->stream);
   if (m == 0 || n == 0 || batch_count == 0) return CUBLAS_STATUS_SUCCESS;
   if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
+  if (simt::dry_run()) return CUBLAS_STATUS_SUCCESS;  // checked; computes nothing
   for (int i = 0; i < batch_count; ++i)
     gemm(transa, transb, m, n, k, *alpha, A + i * stride_a, lda, B + i * stride_b, ldb, *beta, C + i * stride_c,
          ldc);
@@ -284,6 +288,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
   if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
   // TF32 applies to f32 inputs only: asked by the compute type, or by the handle's math mode
   // (not under the pedantic compute type).
+  if (simt::dry_run()) return CUBLAS_STATUS_SUCCESS;  // checked; computes nothing
   const bool tf32 = f32_in && (computeType == CUBLAS_COMPUTE_32F_FAST_TF32 ||
                                (computeType == CUBLAS_COMPUTE_32F && handle->math_mode == CUBLAS_TF32_TENSOR_OP_MATH));
   return gemm_ex_f32(handle, transa, transb, m, n, k, *static_cast<const float*>(alpha), A, Atype, lda, strideA, B,

@@ -16,6 +16,9 @@ struct cudnnContext {
   cudaStream_t stream = nullptr;
 };
 
+namespace simt {
+bool dry_run();  // simt.h: the meta device's dry run (computes nothing)
+}
 namespace simt::detail {
 void before_host_work(cudaStream_t stream);  // simt.h (which cudnn.h does not include)
 }

@@ -237,6 +237,7 @@ cudnnStatus_t cudnnPoolingForward(cudnnHandle_t handle, const cudnnPoolingDescri
   Geom g{};
   const cudnnStatus_t s = check(poolingDesc, xDesc, yDesc, g);
   if (s != CUDNN_STATUS_SUCCESS) return s;
+  if (simt::dry_run()) return CUDNN_STATUS_SUCCESS;  // checked; computes nothing
   if (g.type == CUDNN_DATA_DOUBLE)
     forward(g, static_cast<const double*>(x), static_cast<double*>(y), read_scalar<double>(alpha),
             read_scalar<double>(beta));
@@ -256,6 +257,7 @@ cudnnStatus_t cudnnPoolingBackward(cudnnHandle_t handle, const cudnnPoolingDescr
   Geom g{};
   const cudnnStatus_t s = check(poolingDesc, xDesc, yDesc, g, dyDesc, dxDesc, true);
   if (s != CUDNN_STATUS_SUCCESS) return s;
+  if (simt::dry_run()) return CUDNN_STATUS_SUCCESS;  // checked; computes nothing
   if (g.type == CUDNN_DATA_DOUBLE)
     backward(g, static_cast<const double*>(dy), static_cast<const double*>(x), static_cast<double*>(dx),
              read_scalar<double>(alpha), read_scalar<double>(beta));

@@ -309,6 +309,23 @@ class CheckScope {
 // The report of the last launch that failed a check ("" after a launch that did not), any thread.
 std::string last_error_detail();
 
+// A dry run, the meta device's way of running CUDA code (kernels/meta.h): while a DryRun lives on
+// this thread, the API checks what it checks (launch sizes, copy directions, cuBLAS and cuDNN
+// arguments and workspace sizes) and orders work on streams as ever, but touches no device memory:
+// a launch runs no thread, cuBLAS and cuDNN compute nothing, copies and memsets move nothing, and a
+// copy to the host writes zeros there (the placeholder of a value never computed). The pointers may
+// then name memory that is never backed.
+bool dry_run();
+void enter_dry_run();  // DryRun's constructor and destructor, for a scope that cannot name simt.h
+void leave_dry_run();
+class DryRun {
+ public:
+  DryRun() { enter_dry_run(); }
+  ~DryRun() { leave_dry_run(); }
+  DryRun(const DryRun&) = delete;
+  DryRun& operator=(const DryRun&) = delete;
+};
+
 namespace detail {
 // Set by the scheduler before it resumes a fiber; fibers never migrate, so plain TLS suffices.
 inline thread_local uint3 t_threadIdx{0, 0, 0};
@@ -405,6 +422,7 @@ inline cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_
     std::apply(c.kernel, c.params);
   };
   const void* const id = reinterpret_cast<const void*>(kernel);
+  if (dry_run()) return detail::check_grid(id, grid, block, shmem);  // nothing runs
   if (detail::is_deferred(stream)) {
     if (const cudaError_t err = detail::check_grid(id, grid, block, shmem)) return err;
     auto held = std::make_shared<const Closure>(closure);

@@ -635,6 +635,13 @@ cudaError_t run_grid(const void* kernel, dim3 grid, dim3 block, size_t shmem, Th
 
 }  // namespace detail
 
+namespace {
+thread_local int t_dry_runs = 0;  // DryRun scopes alive on this thread
+}  // namespace
+bool dry_run() { return t_dry_runs > 0; }
+void enter_dry_run() { ++t_dry_runs; }
+void leave_dry_run() { --t_dry_runs; }
+
 void set_order(Order order) { detail::order_setting().store(int(order)); }
 Order order() { return Order(detail::order_setting().load()); }
 unsigned workers() { return detail::configured_workers(); }

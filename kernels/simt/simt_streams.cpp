@@ -153,6 +153,10 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   if (bytes == 0) return cudaSuccess;
   if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return record_error(cudaErrorInvalidMemcpyDirection);
   if (!dst || !src) return record_error(cudaErrorInvalidValue);
+  if (simt::dry_run())  // in order on the stream, as a copy; only the host side is real memory
+    return simt::detail::enqueue(stream, [dst, bytes, to_host = kind == cudaMemcpyDeviceToHost] {
+      if (to_host) std::memset(dst, 0, bytes);
+    });
   // The bytes are read when the copy runs, not now: as on a GPU.
   return simt::detail::enqueue(stream, [dst, src, bytes] { std::memcpy(dst, src, bytes); });
 }
@@ -161,6 +165,7 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t str
   if (simt::detail::synchronous(stream)) return cudaMemset(ptr, value, bytes);
   if (bytes == 0) return cudaSuccess;
   if (!ptr) return record_error(cudaErrorInvalidValue);
+  if (simt::dry_run()) return simt::detail::enqueue(stream, [] {});  // ordered, touches nothing
   return simt::detail::enqueue(stream, [ptr, value, bytes] { std::memset(ptr, value, bytes); });
 }
 

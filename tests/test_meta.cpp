@@ -1,0 +1,267 @@
+// The meta device (core/device.h, kernels/meta.h): tensors with no data whose memory, kernels and
+// costs are cuda:0's exactly. A step run on meta allocates what the same step on emulated cuda:0
+// allocates, in the same order and categories, and records the same kernels with the same costs
+// (so the predicted step is the same); its values read back as zeros; nothing dereferences its
+// memory (each allocation is an inaccessible mapping: a read would fault, under ASan too).
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "autograd/autocast.h"
+#include "autograd/functions.h"
+#include "autograd/nn_functions.h"
+#include "autograd/tape.h"
+#include "core/allocator.h"
+#include "core/stream.h"
+#include "autograd/offload.h"
+#include "nn/gpt.h"
+#include "nn/layers.h"
+#include "nn/sequential.h"
+#include "optim/optimizer.h"
+#include "report/profile.h"
+#include "testing.h"
+
+using namespace reel;
+using profile::KernelRecord;
+
+REEL_TEST_REQUIRES_CUDA();  // meta runs the emulated CUDA backend dry
+
+namespace {
+
+Tensor token_ids(int64_t B, int64_t T, int64_t V, uint64_t seed, Device device) {
+  Generator g(seed);
+  std::vector<int64_t> ids;
+  for (double u : reel::testing::values(rand({B, T}, DType::f64, Device::cpu(), &g)))
+    ids.push_back(static_cast<int64_t>(u * static_cast<double>(V)));
+  return from_vector(ids, {B, T}, device);
+}
+
+struct Step {
+  std::vector<KernelRecord> kernels;
+  MemoryStats memory;
+  double loss = 0;
+};
+
+struct Levers {
+  std::string policy = "none";
+  std::optional<DType> autocast;
+  autograd::OffloadMode offload = autograd::OffloadMode::None;
+  int micro_batches = 1;  // accumulated into each optimizer step
+};
+
+// Two optimizer steps of a tiny GPT on `device` (parameters made on the host from one seed, then
+// moved) under `levers`, profiled; the device's statistics after.
+Step gpt_steps(Device device, const Levers& levers) {
+  nn::GPTConfig c{/*vocab_size*/ 13, /*block_size*/ 8, /*n_layer*/ 4, /*n_head*/ 2, /*n_embd*/ 16};
+  manual_seed(7);
+  nn::GPT gpt(c);
+  gpt.to(device);
+  gpt.set_checkpoint(nn::CheckpointPolicy::parse(levers.policy));
+  if (levers.offload != autograd::OffloadMode::None) gpt.set_offload(levers.offload);
+  optim::AdamW opt(gpt.parameters(), 1e-3);
+  const Tensor ids = token_ids(2, 8, 13, 1, device), targets = token_ids(2, 8, 13, 2, device);
+  // Both devices share the emulated copy stream, where a query runs one queued item: start each run
+  // with it empty, so that what an earlier run left there does not delay this one's copies.
+  Stream::copy(device).synchronize();
+  reset_peak_memory(device);
+  Step s;
+  Profiler prof;
+  for (int step = 0; step < 2; ++step) {
+    for (int micro = 0; micro < levers.micro_batches; ++micro) {
+      Tensor loss;
+      {
+        autograd::Autocast cast(levers.autocast);
+        loss = cross_entropy(gpt(ids), targets);
+      }
+      autograd::backward(loss, 1.0 / levers.micro_batches);
+      s.loss = loss.item();
+    }
+    opt.step();
+    opt.zero_grad();
+  }
+  prof.stop();
+  s.kernels = prof.kernels();
+  s.memory = memory_stats(device);
+  return s;
+}
+
+// Two SGD steps of a small CNN (convolution, batch norm, max pooling: the cuDNN paths) on `device`.
+Step cnn_steps(Device device) {
+  manual_seed(5);
+  nn::Sequential net;
+  net.push_back(std::make_shared<nn::Conv2d>(1, 4, 3, 1, 1, 1, 1, false));
+  net.push_back(std::make_shared<nn::BatchNorm2d>(4));
+  net.push_back(std::make_shared<nn::ReLU>());
+  net.push_back(std::make_shared<nn::MaxPool2d>(2));
+  net.push_back(std::make_shared<nn::Flatten>());
+  net.push_back(std::make_shared<nn::Linear>(4 * 4 * 4, 3));
+  net.to(device);
+  optim::SGD::Options momentum;
+  momentum.momentum = 0.9;
+  optim::SGD opt(net.parameters(), 0.1, momentum);
+  Generator g(9);
+  const Tensor x = randn({2, 1, 8, 8}, DType::f32, Device::cpu(), &g).to(device);
+  const Tensor y = from_vector<int64_t>({0, 2}, {2}, device);
+  reset_peak_memory(device);
+  Step s;
+  Profiler prof;
+  for (int step = 0; step < 2; ++step) {
+    const Tensor loss = cross_entropy(net(x), y);
+    autograd::backward(loss);
+    opt.step();
+    opt.zero_grad();
+    s.loss = loss.item();
+  }
+  prof.stop();
+  s.kernels = prof.kernels();
+  s.memory = memory_stats(device);
+  return s;
+}
+
+void check_same_step(const Step& cuda, const Step& meta) {
+  // Where the two sequences part, first: the kernel each device ran there.
+  size_t same = 0;
+  while (same < std::min(cuda.kernels.size(), meta.kernels.size()) &&
+         cuda.kernels[same].kernel == meta.kernels[same].kernel)
+    ++same;
+  INFO("first difference at record " << same << ": "
+                                     << (same < cuda.kernels.size() ? cuda.kernels[same].kernel : "(end)") << " on cuda, "
+                                     << (same < meta.kernels.size() ? meta.kernels[same].kernel : "(end)") << " on meta");
+  REQUIRE(cuda.kernels.size() == meta.kernels.size());
+  for (size_t i = 0; i < cuda.kernels.size(); ++i) {
+    const KernelRecord &a = cuda.kernels[i], &b = meta.kernels[i];
+    INFO("record " << i << ": " << a.kernel << " (" << a.op << ") on cuda, " << b.kernel << " (" << b.op
+                   << ") on meta");
+    CHECK(a.kernel == b.kernel);
+    CHECK(a.op == b.op);
+    CHECK(a.phase == b.phase);
+    CHECK(a.node == b.node);
+    CHECK(a.shapes == b.shapes);
+    CHECK(a.dtype == b.dtype);
+    CHECK(a.stream == b.stream);
+    CHECK(a.cost.flops == b.cost.flops);
+    CHECK(a.cost.bytes_read == b.cost.bytes_read);
+    CHECK(a.cost.bytes_written == b.cost.bytes_written);
+    for (int c = 0; c < kNumCategories; ++c) {  // the bytes by category in use at each launch
+      INFO("in use at the launch: " << std::string(category_name(static_cast<Category>(c))));
+      CHECK(a.memory[static_cast<size_t>(c)] == b.memory[static_cast<size_t>(c)]);
+    }
+    CHECK(b.device == (a.device.is_cpu() ? Device::cpu() : Device::meta()));  // host work stays on the host
+  }
+  for (int c = 0; c < kNumCategories; ++c) {
+    INFO("category " << std::string(category_name(static_cast<Category>(c))));
+    CHECK(cuda.memory.by_category[c].peak_bytes == meta.memory.by_category[c].peak_bytes);
+    CHECK(cuda.memory.by_category[c].alloc_count == meta.memory.by_category[c].alloc_count);
+  }
+  CHECK(cuda.memory.peak_bytes == meta.memory.peak_bytes);
+  CHECK(cuda.memory.model_state_peak_bytes == meta.memory.model_state_peak_bytes);
+  CHECK(meta.loss == 0.0);  // the placeholder of a value never computed
+}
+
+}  // namespace
+
+TEST_CASE("meta device: parsed, printed, and made from a spec") {
+  CHECK(Device("meta") == Device::meta());
+  CHECK(Device::meta().str() == "meta");
+  CHECK(Device::meta().is_meta());
+  CHECK_FALSE(Device::meta().is_cuda());
+  CHECK_FALSE(Device::meta().is_cpu());
+  CHECK_REEL_ERROR((void)Device("meta:1"), "cpu, cuda, cuda:N or meta");
+}
+
+TEST_CASE("meta device: a GPT's steps allocate and launch exactly what cuda:0's do") {
+  for (const std::string policy : {"none", "sqrt", "selective"}) {
+    INFO("policy " << policy);
+    Levers levers;
+    levers.policy = policy;
+    const Step cuda = gpt_steps(Device::cuda(0), levers);
+    const Step meta = gpt_steps(Device::meta(), levers);
+    CHECK(cuda.loss != 0.0);
+    check_same_step(cuda, meta);
+  }
+}
+
+TEST_CASE("meta device: the same under bf16 autocast, accumulation and offload") {
+  Levers bf16;
+  bf16.policy = "every:2";
+  bf16.autocast = DType::bf16;
+  Levers accumulated;
+  accumulated.policy = "sqrt";
+  accumulated.micro_batches = 3;
+  Levers offloaded;
+  offloaded.policy = "sqrt";
+  offloaded.offload = autograd::OffloadMode::Boundaries;
+  Levers all;
+  all.offload = autograd::OffloadMode::All;
+  for (const Levers& levers : {bf16, accumulated, offloaded, all}) {
+    INFO("policy " << levers.policy << ", " << levers.micro_batches << " micro-batches, offload "
+                   << std::string(autograd::offload_mode_name(levers.offload)));
+    check_same_step(gpt_steps(Device::cuda(0), levers), gpt_steps(Device::meta(), levers));
+  }
+}
+
+TEST_CASE("meta device: a CNN's steps (cuDNN's convolution, batch norm, pooling) as cuda:0's") {
+  check_same_step(cnn_steps(Device::cuda(0)), cnn_steps(Device::meta()));
+}
+
+TEST_CASE("meta device: tensors have sizes and storage, their values read as zeros") {
+  const int64_t before = memory_stats(Device::meta()).current_bytes;
+  Tensor a = randn({64, 32}, DType::f32, Device::meta());
+  const Tensor b = full({32, 8}, 3.0, DType::f32, Device::meta());
+  CHECK(a.device() == Device::meta());
+  CHECK(a.shape() == Shape{64, 32});
+  CHECK(memory_stats(Device::meta()).current_bytes - before >= 64 * 32 * 4 + 32 * 8 * 4);
+  const Tensor c = matmul(a, b);  // runs nothing, allocates its output
+  CHECK(c.shape() == Shape{64, 8});
+  const Tensor host = c.to(Device::cpu());
+  for (double v : reel::testing::values(host)) CHECK(v == 0.0);
+  CHECK(sum(c).item() == 0.0);
+  // From the host to meta and back: the data does not travel.
+  const Tensor from_host = from_vector(std::vector<float>{1, 2, 3}, {3}, Device::meta());
+  for (double v : reel::testing::values(from_host)) CHECK(v == 0.0);
+  // Mixing devices is the usual error, naming both.
+  CHECK_REEL_ERROR((void)matmul(a, randn({32, 8})), "meta");
+}
+
+TEST_CASE("meta device: clipping records the launches of a step that clips") {
+  // A norm read back from meta is 0, which would never clip: a dry run assumes the clip binds, so
+  // its step has the launches of the larger step (scale_ at 1).
+  Tensor w = randn({4, 3}, DType::f32, Device::meta()).set_requires_grad();
+  autograd::backward(sum(w * w));
+  Profiler prof;
+  CHECK(optim::clip_grad_norm({w}, 1.0) == 0.0);
+  prof.stop();
+  int scaled = 0;
+  for (const KernelRecord& r : prof.kernels()) scaled += r.kernel == "scale_";
+  CHECK(scaled == 1);
+  CHECK(optim::clip_scales(0.5, Device::cuda(0)));
+  CHECK_FALSE(optim::clip_scales(2.0, Device::cuda(0)));
+  CHECK(optim::clip_scales(2.0, Device::meta()));
+}
+
+TEST_CASE("DeviceScope: modules made inside it live on its device; tensors keep naming theirs") {
+  const int64_t host_params = memory_stats(Device::cpu())[Category::Parameter].current_bytes;
+  const int64_t meta_params = memory_stats(Device::meta())[Category::Parameter].current_bytes;
+  CHECK(default_device() == Device::cpu());
+  {
+    DeviceScope on(Device::meta());
+    CHECK(default_device() == Device::meta());
+    nn::GPTConfig c{/*vocab_size*/ 50257, /*block_size*/ 1024, /*n_layer*/ 2, /*n_head*/ 4, /*n_embd*/ 256};
+    nn::GPT gpt(c);
+    nn::BatchNorm2d norm(8);
+    for (const Tensor& p : gpt.parameters()) CHECK(p.device() == Device::meta());
+    for (const auto& named : norm.named_buffers()) CHECK(named.second.device() == Device::meta());
+    CHECK(memory_stats(Device::cpu())[Category::Parameter].current_bytes == host_params);  // no host copy made
+    CHECK(memory_stats(Device::meta())[Category::Parameter].current_bytes - meta_params >=
+          static_cast<int64_t>(gpt.num_parameters()) * 4);
+    CHECK(zeros({2}).device() == Device::cpu());  // factories take their device explicitly
+    {
+      DeviceScope nested(Device::cpu());
+      CHECK(default_device() == Device::cpu());
+    }
+    CHECK(default_device() == Device::meta());
+  }
+  CHECK(default_device() == Device::cpu());
+}
