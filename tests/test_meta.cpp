@@ -26,6 +26,7 @@
 using namespace reel;
 using profile::KernelRecord;
 
+#if defined(REEL_CUDA_EMULATED)
 REEL_TEST_REQUIRES_CUDA();  // meta runs the emulated CUDA backend dry
 
 namespace {
@@ -265,3 +266,12 @@ TEST_CASE("DeviceScope: modules made inside it live on its device; tensors keep 
   }
   CHECK(default_device() == Device::cpu());
 }
+
+#else  // an nvcc build: no meta device, and saying so clearly
+
+TEST_CASE("meta device: an nvcc build has none, and says so") {
+  CHECK(Device("meta") == Device::meta());
+  CHECK_REEL_ERROR((void)empty({2}, DType::f32, Device::meta()), "device meta is not available");
+}
+
+#endif
