@@ -449,6 +449,7 @@ CheckpointPlan plan_checkpoint(const ChainCost& cost, int64_t budget_bytes, Offl
   plan.inexact = inexact;
   plan.offload = cost.host_bytes_per_s > 0 ? offload : OffloadMode::None;
   plan.host_bytes_per_s = cost.host_bytes_per_s;
+  plan.priced_on = cost.priced_on;
   return plan;
 }
 
@@ -459,12 +460,14 @@ std::string CheckpointPlan::str() const {
          run_name(runs[k]);
   s += "; predicted peak " + format_bytes(predicted.peak_bytes) + " (plain " + format_bytes(plain_peak_bytes) +
        ", least " + format_bytes(least_peak_bytes) + "), ";
-  if (predicted.host_bytes == 0) return s + "recompute " + ms(predicted.recompute_ns) + " (forward " + ms(forward_ns) + ")";
+  const std::string source = priced_on.empty() ? "" : "; times predicted on " + priced_on;
+  if (predicted.host_bytes == 0)
+    return s + "recompute " + ms(predicted.recompute_ns) + " (forward " + ms(forward_ns) + ")" + source;
   char link[48];
   std::snprintf(link, sizeof link, "%.1f GB/s", host_bytes_per_s * 1e-9);
   return s + "time " + ms(predicted.time_ns()) + " = recompute " + ms(predicted.recompute_ns) + " + unhidden copy " +
          ms(predicted.copy_ns) + " (forward " + ms(forward_ns) + "), " + format_bytes(predicted.host_bytes) +
-         " to host and back at " + link;
+         " to host and back at " + link + source;
 }
 
 }  // namespace reel::autograd

@@ -39,7 +39,10 @@
 // smallest offloaded run's held bytes the forward stays within the terms above, and the waiting it
 // costs is the unhidden copy-out time charged below.
 //
-// Time: a segment re-runs its forward (sum t), a selective scope its recomputed ops (sum t_sel),
+// Time: each unit's t and t_sel are its kernels' times in one measured forward, host-measured or,
+// given a GPU (ChainCost::priced_on), that GPU's predicted times for the same kernel records
+// (nn::Sequential::set_cost_device; core/kernel_price.h's roofline, the one report/predict.h uses).
+// A segment re-runs its forward (sum t), a selective scope its recomputed ops (sum t_sel),
 // both when nested; another lever says its own (a lever that casts its saves: the casts). An
 // offloaded run copies held(r) bytes each way at the host link's bandwidth B (host_bytes_per_s).
 // The copy stream, in order: each run's saves are made over its forward and wait for their copy
@@ -105,6 +108,11 @@ struct ChainCost {
   // The bound on the device bytes waiting for their copy out that offloaded runs execute under
   // (autograd::Offload's max_inflight_bytes); 0 or kNoOffloadInflightBound: no bound (the model above).
   int64_t offload_inflight_bytes = 0;
+  // Where the units' times came from: empty, measured on the host that ran them (host clocks: an
+  // emulated CUDA kernel's is the emulator's); else the name of the profile::DeviceSpec whose
+  // predicted times (core/kernel_price.h) priced the measuring forward's kernel records
+  // (nn::Sequential::set_cost_device; on the meta device always, its host times being nothing).
+  std::string priced_on;
 };
 
 // ---- the levers: the ways a run of units may be executed --------------------------------------
@@ -177,10 +185,12 @@ struct CheckpointPlan {
   OffloadMode offload = OffloadMode::None;  // what the planner was allowed (None when no host link)
   bool inexact = false;                     // whether it was allowed levers that are not exact
   double host_bytes_per_s = 0;
+  std::string priced_on;  // ChainCost::priced_on: empty, host-measured times; else the GPU predicted
   // "budget 48.00 MiB: [0,8) segment, [8,64) selective; predicted peak 46.2 MiB (plain 120 MiB,
   // least 20 MiB), recompute 3.1 ms (forward 40.0 ms)"; with offload the runs read
   // "[0,4) segment+offload" and the time "time 3.50 ms = recompute 3.10 ms + unhidden copy 0.40 ms
-  // (forward 40.00 ms), 12.00 MiB to host and back at 64.0 GB/s".
+  // (forward 40.00 ms), 12.00 MiB to host and back at 64.0 GB/s"; times priced on a GPU end in
+  // "; times predicted on h100".
   std::string str() const;
 };
 

@@ -94,11 +94,16 @@ class GPT : public Module {
   autograd::OffloadMode offload() const { return h->offload(); }
   // Lets the planner choose levers whose gradients are not bit-identical (Sequential::set_inexact_levers).
   void set_inexact_levers(bool allow) { h->set_inexact_levers(allow); }
+  // The GPU whose predicted kernel times price the blocks for the planner; null: host times
+  // (Sequential::set_cost_device; required on the meta device).
+  void set_cost_device(const profile::DeviceSpec* spec) { h->set_cost_device(spec); }
+  const profile::DeviceSpec* cost_device() const { return h->cost_device(); }
   // Under a budget:SIZE policy: measures the blocks once and plans them (Sequential::plan_checkpoint).
   const autograd::CheckpointPlan& plan_checkpoint(const std::function<Tensor()>& forward_loss) {
     return h->plan_checkpoint(forward_loss);
   }
   void use_checkpoint_plan(const autograd::CheckpointPlan& plan) { h->use_checkpoint_plan(plan); }
+  const autograd::CheckpointPlan* checkpoint_plan() const { return h->checkpoint_plan(); }  // Sequential's
   const autograd::ChainCost* chain_cost() const { return h->chain_cost(); }  // Sequential::chain_cost
 
   // Appends n tokens to `prompt` (1-D ids), sampling from softmax(logits / temperature) restricted

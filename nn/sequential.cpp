@@ -7,6 +7,7 @@
 #include "autograd/inspect.h"
 #include "autograd/offload.h"
 #include "autograd/tape.h"
+#include "core/kernel_price.h"
 #include "core/profile.h"
 #include "core/random.h"
 #include "nn/layers.h"
@@ -36,6 +37,12 @@ void Sequential::set_checkpoint(const CheckpointPolicy& policy) {
 
 void Sequential::set_inexact_levers(bool allow) {
   inexact_ = allow;
+  plan_.reset();
+}
+
+void Sequential::set_cost_device(const profile::DeviceSpec* spec) {
+  if (spec) cost_device_ = *spec;
+  else cost_device_.reset();
   plan_.reset();
 }
 
@@ -147,9 +154,14 @@ const autograd::CheckpointPlan& Sequential::plan_checkpoint(const std::function<
   REEL_CHECK(autograd::grad_enabled(), name(), ".plan_checkpoint: called under NoGrad, where nothing is saved to measure");
   const int64_t n = size();
   REEL_CHECK(n > 0, name(), ".plan_checkpoint: no children to plan");
+  const Device model_device = parameters().empty() ? Device::cpu() : parameters().front().device();
+  REEL_CHECK(!model_device.is_meta() || cost_device_, name(), ".plan_checkpoint(", policy_.str(), ") on ",
+             model_device.str(), ": the meta device runs no kernel, so its host times are nothing to plan with; "
+             "give the GPU to price the units on: set_cost_device(&profile::device_spec(\"h100\")) (in the "
+             "examples, --predict DEVICE)");
   const bool forced = offload_ == autograd::OffloadMode::Boundaries || offload_ == autograd::OffloadMode::All;
   if (forced) {
-    const Device device = parameters().empty() ? Device::cpu() : parameters().front().device();
+    const Device device = model_device;
     REEL_CHECK(!device.is_cpu(), name(), ".plan_checkpoint: offload ", autograd::offload_mode_name(offload_), " on ",
                device.str(), ": host memory is where cpu tensors already are, so there is nothing to move; use "
                "offload none (or auto, which offloads nothing there)");
@@ -225,19 +237,33 @@ const autograd::CheckpointPlan& Sequential::plan_checkpoint(const std::function<
     const Measuring::Child& p = plain.children[static_cast<size_t>(i)];
     for (size_t node = p.first_node; node < p.end_node && node < child_of.size(); ++node) child_of[node] = i;
   }
+  // A kernel run's time: measured on this host, or predicted on the cost device from its record
+  // (core/kernel_price.h, the formula report/predict.h sums). Priced, a CUDA run's host records
+  // are host work, which report/predict.h does not place either: not a unit's device time.
+  const profile::DeviceSpec* spec = cost_device();
+  const auto run_ns = [&](const profile::KernelRecord& k) {
+    if (!spec) return static_cast<double>(k.dur_ns);
+    if (!plain.device.is_cpu() && k.device.is_cpu()) return 0.0;
+    return profile::predict_record(*spec, k).seconds * 1e9;
+  };
   for (const profile::KernelRecord& k : prof->kernels()) {
     if (k.op_backward || k.node < 0 || static_cast<size_t>(k.node) >= child_of.size()) continue;
     const size_t node = static_cast<size_t>(k.node);
     if (child_of[node] < 0) continue;  // before or after the chain
     autograd::UnitCost& u = cost.units[static_cast<size_t>(child_of[node])];
-    u.forward_ns += static_cast<double>(k.dur_ns);
-    if (recomputed[node]) u.selective_ns += static_cast<double>(k.dur_ns);
+    const double ns = run_ns(k);
+    u.forward_ns += ns;
+    if (recomputed[node]) u.selective_ns += ns;
   }
+  if (spec) cost.priced_on = spec->name;
   cost.before_bytes = plain.entry_level;
   cost.after_bytes = std::max<int64_t>(0, plain_end - plain.entry_level - chain_bytes);
-  if (offload_ != autograd::OffloadMode::None && !plain.device.is_cpu()) cost.host_bytes_per_s = autograd::host_link_bytes_per_s(plain.device);
+  if (offload_ != autograd::OffloadMode::None && !plain.device.is_cpu())
+    cost.host_bytes_per_s = spec ? spec->host_link_bytes_per_s : autograd::host_link_bytes_per_s(plain.device);
   cost.offload_inflight_bytes = max_inflight_bytes_;  // the bound its offloaded runs execute under
-  if (inexact_) {
+  if (inexact_ && spec) {
+    cost.device_bytes_per_s = spec->bytes_per_s;  // the cost device's memory: its casts' roof
+  } else if (inexact_) {
     // What an inexact lever's passes over the saves (casts) cost: the bandwidth the chain's
     // memory-bound ops reached in the measured forward (those a selective scope recomputes;
     // all of the chain's when there are none).
@@ -248,7 +274,7 @@ const autograd::CheckpointPlan& Sequential::plan_checkpoint(const std::function<
         continue;
       for (int a = recomputed[static_cast<size_t>(k.node)] ? 0 : 1; a < 2; ++a) {
         bytes[a] += static_cast<double>(k.cost.bytes());
-        ns[a] += static_cast<double>(k.dur_ns);
+        ns[a] += run_ns(k);
       }
     }
     const int a = bytes[0] > 0 && ns[0] > 0 ? 0 : 1;

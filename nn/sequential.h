@@ -6,7 +6,9 @@
 //   model.set_checkpoint(CheckpointPolicy::parse("sqrt"));  // or "every:4", "list:0,2", "none",
 //                                                            // "selective", "budget:48MiB"
 // Inside a segment only the segment's input is kept in forward; backward replays the segment. A
-// budget is planned once from measurements: model.plan_checkpoint([&] { return loss_of(batch); }).
+// budget is planned once from measurements: model.plan_checkpoint([&] { return loss_of(batch); }),
+// with its units' times measured on this host or, after model.set_cost_device(&spec), predicted on
+// a GPU from the measuring forward's kernel records (required on the meta device).
 // Each planned run executes through its lever (autograd::run_lever): the lever opens its scopes
 // (a segment, a selective scope, ...) around the run's children; set_inexact_levers(true) lets the
 // planner choose levers whose gradients are not bit-identical.
@@ -37,6 +39,7 @@
 #include "autograd/checkpoint.h"
 #include "autograd/checkpoint_planner.h"
 #include "autograd/offload.h"
+#include "core/kernel_price.h"
 #include "nn/module.h"
 
 namespace reel::nn {
@@ -73,17 +76,30 @@ class Sequential : public Module {
   bool inexact_levers() const { return inexact_; }
   int64_t offload_inflight_bytes() const { return max_inflight_bytes_; }
 
+  // Where plan_checkpoint takes its units' times from. Null (the default): the measuring forward's
+  // kernel times on this host. A spec (report/device_specs.cpp's table, profile::device_spec("h100")):
+  // the times core/kernel_price.h predicts on that GPU for the kernel records the measuring forward
+  // made, unit by unit, so the plan is the one for that GPU, whatever device measured it; the host
+  // link's bandwidth and the device memory's (for inexact levers' casts) are the spec's too. On the
+  // meta device, whose kernels never run (host times of nothing), a spec is required. The spec is
+  // copied. Drops a previous plan.
+  void set_cost_device(const profile::DeviceSpec* spec);
+  const profile::DeviceSpec* cost_device() const { return cost_device_ ? &*cost_device_ : nullptr; }
+
   // Measures this chain once and plans its checkpointing for the budget of a Budget policy
   // (autograd/checkpoint_planner.h); forward runs the plan from then on. `forward_loss` runs the
   // step's forward, the code around this Sequential included (what it saves counts against the
   // budget too), and returns the loss, which is dropped again, so no gradient is touched. Two
   // forwards run: one selective (what each child keeps there), then one plain under a Profiler
-  // (each child's saved bytes, input bytes and kernel time, and which of its ops a selective scope
-  // would recompute). The default generator and the buffers (BatchNorm's running statistics) are
-  // put back after each. The offload mode says what the planner may offload (auto) or must
-  // (boundaries, all), at the host link's bandwidth measured once (autograd::host_link_bytes_per_s).
+  // (each child's saved bytes, input bytes and kernels, and which of its ops a selective scope
+  // would recompute). A unit's time is its kernels' host time, or with set_cost_device their
+  // predicted time on that GPU (its backward is taken as twice its forward either way). The
+  // default generator and the buffers (BatchNorm's running statistics) are put back after each.
+  // The offload mode says what the planner may offload (auto) or must (boundaries, all), at the
+  // host link's bandwidth: the cost device's, else measured once (autograd::host_link_bytes_per_s).
   // reel::Error for another policy, while a Profiler collects, when no plan fits the budget (naming
-  // the least peak), or for offload boundaries or all on the cpu device.
+  // the least peak), for offload boundaries or all on the cpu device, or on the meta device without
+  // a cost device.
   const autograd::CheckpointPlan& plan_checkpoint(const std::function<Tensor()>& forward_loss);
   // The plan forward runs under a Budget policy; null before plan_checkpoint.
   const autograd::CheckpointPlan* checkpoint_plan() const { return plan_ ? &*plan_ : nullptr; }
@@ -110,6 +126,7 @@ class Sequential : public Module {
   int64_t max_inflight_bytes_ = autograd::kDefaultOffloadInflightBytes;
   std::optional<autograd::CheckpointPlan> plan_;
   std::optional<autograd::ChainCost> cost_;  // the last plan_checkpoint's measurements
+  std::optional<profile::DeviceSpec> cost_device_;  // set_cost_device's; none: host times
   Measuring* measuring_ = nullptr;  // set while plan_checkpoint's forwards run
 };
 

@@ -11,30 +11,7 @@
 
 namespace reel::profile {
 
-const char* bound_name(Bound bound) {
-  switch (bound) {
-    case Bound::Memory: return "memory";
-    case Bound::Compute: return "compute";
-    case Bound::Launch: return "launch";
-  }
-  return "?";
-}
-
 namespace {
-
-// The largest of the three terms, and which it is (the launch floor wins ties: nothing to speed up).
-Prediction largest(double memory_s, double compute_s, double launch_s) {
-  Prediction p{launch_s, Bound::Launch};
-  if (memory_s > p.seconds) p = {memory_s, Bound::Memory};
-  if (compute_s > p.seconds) p = {compute_s, Bound::Compute};
-  return p;
-}
-
-// Copies over the host link: the compute stream's synchronous ones and the copy stream's
-// asynchronous ones (copy_async.h2d, copy_async.d2h).
-bool is_host_transfer(const std::string& kernel) {
-  return kernel == "copy_from_host" || kernel == "copy_to_host" || kernel.rfind("copy_async.", 0) == 0;
-}
 
 std::string op_key(const KernelRecord& r) {
   if (r.op.empty()) return "(outside ops)";
@@ -62,34 +39,6 @@ std::vector<PredictedGroup> largest_first(std::map<std::string, PredictedGroup>&
 }
 
 }  // namespace
-
-Prediction predict_kernel(const DeviceSpec& spec, const KernelCost& cost, DType dtype, bool tensor_cores) {
-  // f32 on the CUDA cores unless its GEMM may use TF32; integers (indices, masks) are counted at
-  // the FP32 rate, and their kernels are memory-bound anyway. A 16-bit dtype takes bf16/fp16 here.
-  double rate = spec.fp32_flops_per_s;
-  if (dtype == DType::f64) rate = spec.fp64_flops_per_s;
-  else if (dtype == DType::f32 && tensor_cores) rate = spec.tf32_flops_per_s;
-  return largest(static_cast<double>(cost.bytes()) / spec.bytes_per_s, static_cast<double>(cost.flops) / rate,
-                 spec.launch_s);
-}
-
-Prediction predict_record(const DeviceSpec& spec, const KernelRecord& record, bool tensor_cores) {
-  // On its own, an offload stall (or a wait for a copy back) is priced as if none of the copies it
-  // waits for had overlapped compute: their bytes over the host link (predict_step simulates the
-  // copy stream instead).
-  if (record.kernel == kOffloadStallKernel || record.kernel == kOffloadFetchWaitKernel)
-    return {static_cast<double>(record.cost.bytes_written) / spec.host_link_bytes_per_s, Bound::Memory};
-  // A transfer moves its bytes once over the host link (bytes_read and bytes_written are the same
-  // bytes at its two ends).
-  if (is_host_transfer(record.kernel))
-    return largest(static_cast<double>(record.cost.bytes_written) / spec.host_link_bytes_per_s, 0, spec.launch_s);
-  return predict_kernel(spec, record.cost, record.dtype, tensor_cores && is_gemm_kernel(record.kernel));
-}
-
-bool is_gemm_kernel(const std::string& kernel) {
-  return kernel == "matmul" || kernel == "conv2d_forward" || kernel == "conv2d_backward_input" ||
-         kernel == "conv2d_backward_weight";
-}
 
 Bound PredictedGroup::bound() const {
   int best = static_cast<int>(Bound::Launch);

@@ -3,17 +3,11 @@
 // (report/device_specs.cpp: h200, h100, a100, rtx4090), with the predicted time per kernel, per op
 // and for the step, and what bounds each.
 //
-// The model, per kernel run (a roofline with a launch floor, nothing else):
+// The model, per kernel run, is core/kernel_price.h's (a roofline with a launch floor, nothing
+// else: max(bytes / bandwidth, FLOPs / rate, launch latency), host transfers over the host link);
+// it lives there so that the checkpoint planner (nn::Sequential::plan_checkpoint) prices its units
+// with the same formula. This file sums it over a step.
 //
-//   predicted = max(bytes / bandwidth, FLOPs / rate, launch latency)
-//
-// bytes and FLOPs are the run's KernelCost (every input read once, every output written once, a
-// multiply-add as 2 FLOPs: the least the kernel must do); rate is that of the run's dtype: f64 the
-// FP64 vector rate, f32 the FP32 CUDA-core rate, or the TF32 tensor-core rate when tensor cores
-// are asked for (16-bit dtypes, when DType has them, would take the BF16/FP16 tensor rates for
-// GEMMs); launch latency is DeviceSpec::launch_s (about 3 us a launch). Host transfers
-// (copy_from_host, copy_to_host, and the copy stream's copy_async.h2d/.d2h) move their bytes over
-// the host link instead of device memory. The bound says which of the three terms is the largest.
 // Runs on the compute stream do not overlap: the step is the sum of its runs; the copy stream's
 // copies run beside it and are summed apart (StepPrediction::copy_stream). The copy stream is
 // simulated beside the compute stream so that an offload stall ("offload_stall", recorded by
@@ -37,45 +31,14 @@
 #include <string>
 #include <vector>
 
+#include "core/kernel_price.h"  // DeviceSpec, Bound, Prediction, predict_kernel, predict_record
 #include "core/profile.h"
 
 namespace reel::profile {
 
-// A GPU's peaks: what the prediction divides by. Rates are dense (no 2:4 sparsity), in FLOP/s.
-struct DeviceSpec {
-  std::string name;             // "h200"
-  std::string description;      // "NVIDIA H200 SXM (141 GB HBM3e)"
-  double bytes_per_s;           // memory bandwidth
-  double fp32_flops_per_s, fp64_flops_per_s, tf32_flops_per_s, bf16_flops_per_s, fp16_flops_per_s;  // dense
-  int sms;
-  double host_link_bytes_per_s;  // each way
-  double launch_s;              // per-launch latency floor, 3e-6
-};
 // The spec named `name` (report/device_specs.cpp); reel::Error listing the known names otherwise.
 const DeviceSpec& device_spec(const std::string& name);
 const std::vector<DeviceSpec>& device_specs();
-
-enum class Bound { Memory, Compute, Launch };
-const char* bound_name(Bound bound);  // "memory", "compute", "launch"
-
-struct Prediction {
-  double seconds = 0;
-  Bound bound = Bound::Launch;
-};
-// One kernel run of `cost` in `dtype` on `spec`: max(bytes / bandwidth, FLOPs / rate, launch).
-// tensor_cores: the run is a GEMM allowed onto the tensor cores (f32: TF32).
-Prediction predict_kernel(const DeviceSpec& spec, const KernelCost& cost, DType dtype, bool tensor_cores = false);
-// One recorded run: predict_kernel, except that host transfers go over the host link.
-Prediction predict_record(const DeviceSpec& spec, const KernelRecord& record, bool tensor_cores = false);
-// The record autograd::Offload makes for a stall: cost.bytes_written the copies the compute stream
-// waits for, cost.bytes_read the copies queued behind them on the copy stream (not waited for).
-inline constexpr const char* kOffloadStallKernel = "offload_stall";
-// The record autograd::Offload makes where the compute stream waits for a save's copy back before
-// the rule that reads it: cost.bytes_written the copy waited for, cost.bytes_read the copies its
-// thread's offload enqueued on the copy stream after it (not waited for).
-inline constexpr const char* kOffloadFetchWaitKernel = "offload_fetch_wait";
-// The kernels that could take the tensor cores: the GEMMs (matmul, the cuDNN convolutions).
-bool is_gemm_kernel(const std::string& kernel);
 
 // A group of runs (one kernel, or one op) measured and predicted.
 struct PredictedGroup {

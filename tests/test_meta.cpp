@@ -20,6 +20,7 @@
 #include "nn/layers.h"
 #include "nn/sequential.h"
 #include "optim/optimizer.h"
+#include "report/predict.h"
 #include "report/profile.h"
 #include "testing.h"
 
@@ -265,6 +266,141 @@ TEST_CASE("DeviceScope: modules made inside it live on its device; tensors keep 
     CHECK(default_device() == Device::meta());
   }
   CHECK(default_device() == Device::cpu());
+}
+
+// A tiny GPT's budget plan on `device`, its units priced on `spec` (null: host times), under
+// `offload` (auto: over the spec's host link); `budget` 0: halfway between the least peak and the
+// plain one. The plan and the chain's costs it was made from.
+std::pair<autograd::CheckpointPlan, autograd::ChainCost> gpt_budget_plan(
+    Device device, const profile::DeviceSpec* spec, autograd::OffloadMode offload = autograd::OffloadMode::None,
+    int64_t budget = 0) {
+  nn::GPTConfig c{/*vocab_size*/ 13, /*block_size*/ 8, /*n_layer*/ 6, /*n_head*/ 2, /*n_embd*/ 16};
+  manual_seed(7);
+  nn::GPT gpt(c);
+  gpt.to(device);
+  gpt.set_offload(offload);
+  gpt.set_cost_device(spec);
+  const Tensor ids = token_ids(2, 8, 13, 1, device), targets = token_ids(2, 8, 13, 2, device);
+  const auto forward_loss = [&] { return cross_entropy(gpt(ids), targets); };
+  if (budget == 0) {  // measure once under a budget every plan meets, then ask for the middle
+    gpt.set_checkpoint(nn::CheckpointPolicy::budget(int64_t{1} << 40));
+    const autograd::CheckpointPlan& loose = gpt.plan_checkpoint(forward_loss);
+    budget = (loose.least_peak_bytes + loose.plain_peak_bytes) / 2;
+  }
+  gpt.set_checkpoint(nn::CheckpointPolicy::budget(budget));
+  const autograd::CheckpointPlan plan = gpt.plan_checkpoint(forward_loss);
+  return {plan, *gpt.chain_cost()};
+}
+
+TEST_CASE("meta device: a budget plan priced on a GPU is emulated cuda:0's plan for it") {
+  // Both price the same kernel records on the same spec, so the units' times, the link and the
+  // plan are the same; host clocks (nothing on meta, the emulator's on cuda:0) play no part.
+  const profile::DeviceSpec& h100 = profile::device_spec("h100");
+  for (const autograd::OffloadMode offload : {autograd::OffloadMode::None, autograd::OffloadMode::Auto}) {
+    INFO("offload " << std::string(autograd::offload_mode_name(offload)));
+    const auto [cuda_plan, cuda_cost] = gpt_budget_plan(Device::cuda(0), &h100, offload);
+    const auto [meta_plan, meta_cost] = gpt_budget_plan(Device::meta(), &h100, offload);
+    REQUIRE(cuda_cost.units.size() == meta_cost.units.size());
+    for (size_t i = 0; i < cuda_cost.units.size(); ++i) {
+      INFO("unit " << i);
+      CHECK(meta_cost.units[i].forward_ns == cuda_cost.units[i].forward_ns);
+      CHECK(meta_cost.units[i].selective_ns == cuda_cost.units[i].selective_ns);
+      CHECK(meta_cost.units[i].saved_bytes == cuda_cost.units[i].saved_bytes);
+      CHECK(meta_cost.units[i].selective_bytes == cuda_cost.units[i].selective_bytes);
+    }
+    // Offload prices its copies over the spec's host link (none: no link, nothing offloaded).
+    const double link = offload == autograd::OffloadMode::None ? 0 : h100.host_link_bytes_per_s;
+    CHECK(meta_cost.host_bytes_per_s == link);
+    CHECK(cuda_cost.host_bytes_per_s == link);
+    CHECK(meta_cost.priced_on == "h100");
+    CHECK(meta_plan.budget_bytes == cuda_plan.budget_bytes);
+    REQUIRE(meta_plan.runs.size() == cuda_plan.runs.size());
+    for (size_t k = 0; k < meta_plan.runs.size(); ++k) {
+      const autograd::CheckpointPolicy::Run &m = meta_plan.runs[k], &c = cuda_plan.runs[k];
+      CHECK(m.begin == c.begin);
+      CHECK(m.end == c.end);
+      CHECK(m.checkpointed == c.checkpointed);
+      CHECK(m.selective == c.selective);
+      CHECK(m.offloaded == c.offloaded);
+      CHECK(m.lever == c.lever);
+    }
+    CHECK(meta_plan.predicted.peak_bytes == cuda_plan.predicted.peak_bytes);
+    CHECK(meta_plan.predicted.time_ns() == cuda_plan.predicted.time_ns());
+    CHECK(meta_plan.str() == cuda_plan.str());
+    CHECK(meta_plan.str().find("times predicted on h100") != std::string::npos);
+    CHECK(meta_plan.predicted.peak_bytes < meta_plan.plain_peak_bytes);
+    // Without offload the budget (below the plain peak) is met by recomputing: a priced time.
+    if (offload == autograd::OffloadMode::None) CHECK(meta_plan.predicted.recompute_ns > 0);
+  }
+}
+
+TEST_CASE("meta device: a budget plan's unit times are the spec's predicted ones, and scale with it") {
+  const profile::DeviceSpec& h100 = profile::device_spec("h100");
+  profile::DeviceSpec slow = h100;  // every roof and the launch floor at half the speed
+  slow.name = "h100-at-half";
+  slow.bytes_per_s /= 2;
+  slow.fp32_flops_per_s /= 2;
+  slow.fp64_flops_per_s /= 2;
+  slow.tf32_flops_per_s /= 2;
+  slow.host_link_bytes_per_s /= 2;
+  slow.launch_s *= 2;
+  const auto fast = gpt_budget_plan(Device::meta(), &h100, autograd::OffloadMode::Auto);
+  const auto half = gpt_budget_plan(Device::meta(), &slow, autograd::OffloadMode::Auto, fast.first.budget_bytes);
+  const autograd::ChainCost &f = fast.second, &h = half.second;
+  REQUIRE(f.units.size() == 6);
+  for (size_t i = 0; i < f.units.size(); ++i) {
+    INFO("unit " << i);
+    // A block's forward launches about ten kernels: at least 3 us each on an H100 (this block is
+    // that small), never the ~0 of meta's host clock.
+    CHECK(f.units[i].forward_ns >= 5 * h100.launch_s * 1e9);
+    CHECK(f.units[i].selective_ns > 0);
+    CHECK(f.units[i].selective_ns < f.units[i].forward_ns);  // the kept matmuls are not recomputed
+    CHECK(h.units[i].forward_ns == doctest::Approx(2 * f.units[i].forward_ns).epsilon(1e-12));
+    CHECK(h.units[i].selective_ns == doctest::Approx(2 * f.units[i].selective_ns).epsilon(1e-12));
+  }
+  CHECK(h.host_bytes_per_s == f.host_bytes_per_s / 2);
+}
+
+TEST_CASE("meta device: a unit's priced time is the sum of its forward kernels' predicted times") {
+  // One child (an MLP: Linear, GELU, Linear): its unit's time is what
+  // core/kernel_price.h predicts for the kernels its forward launched, nothing else (the loss's
+  // sum after the chain is not the unit's).
+  const profile::DeviceSpec& h100 = profile::device_spec("h100");
+  manual_seed(3);
+  nn::Sequential net;
+  net.push_back(std::make_shared<nn::MLP>(std::vector<int64_t>{64, 256, 64}, "gelu"));
+  net.to(Device::meta());
+  const Tensor x = randn({32, 64}, DType::f32, Device::meta());
+  Profiler prof;
+  (void)net(x);
+  prof.stop();
+  double expected_ns = 0;
+  for (const KernelRecord& r : prof.kernels()) expected_ns += profile::predict_record(h100, r).seconds * 1e9;
+  CHECK(expected_ns >= h100.launch_s * 1e9);
+  net.set_cost_device(&h100);
+  net.set_checkpoint(nn::CheckpointPolicy::budget(int64_t{1} << 30));
+  net.plan_checkpoint([&] { return sum(net(x)); });
+  REQUIRE(net.chain_cost()->units.size() == 1);
+  CHECK(net.chain_cost()->units[0].forward_ns == doctest::Approx(expected_ns).epsilon(1e-12));
+}
+
+TEST_CASE("meta device: a budget plan without a GPU to price it on is a clear error") {
+  nn::GPTConfig c{/*vocab_size*/ 13, /*block_size*/ 8, /*n_layer*/ 2, /*n_head*/ 2, /*n_embd*/ 16};
+  manual_seed(7);
+  nn::GPT gpt(c);
+  gpt.to(Device::meta());
+  gpt.set_checkpoint(nn::CheckpointPolicy::budget(int64_t{1} << 20));
+  const Tensor ids = token_ids(2, 8, 13, 1, Device::meta()), targets = token_ids(2, 8, 13, 2, Device::meta());
+  const auto forward_loss = [&] { return cross_entropy(gpt(ids), targets); };
+  CHECK_REEL_ERROR(gpt.plan_checkpoint(forward_loss), "the meta device runs no kernel");
+  CHECK_REEL_ERROR(gpt.plan_checkpoint(forward_loss), "set_cost_device");
+  CHECK(gpt.checkpoint_plan() == nullptr);
+  // Given one, it plans; taking it away again refuses again (and drops the plan).
+  gpt.set_cost_device(&profile::device_spec("h100"));
+  CHECK(gpt.plan_checkpoint(forward_loss).priced_on == "h100");
+  gpt.set_cost_device(nullptr);
+  CHECK(gpt.checkpoint_plan() == nullptr);
+  CHECK_REEL_ERROR(gpt.plan_checkpoint(forward_loss), "--predict");
 }
 
 #else  // an nvcc build: no meta device, and saying so clearly
