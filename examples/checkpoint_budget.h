@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <string>
 
 #include "core/stream.h"
 #include "reel.h"
@@ -40,10 +41,15 @@ const reel::autograd::CheckpointPlan* plan_checkpoint_budget(Chain& model,
   double replay_ns = 0;
   for (const profile::KernelRecord& k : prof.kernels())
     if (k.phase == profile::Phase::Replay) replay_ns += static_cast<double>(k.dur_ns);
-  std::printf("checkpoint plan, one step measured: activation peak %s (predicted %s), recompute %.2f ms "
-              "(predicted %.2f ms)",
+  // On meta nothing runs: its replays' host time is not a recompute time (the plan's is the
+  // --predict GPU's).
+  std::printf("checkpoint plan, one step measured: activation peak %s (predicted %s), recompute ",
               format_bytes(memory_stats(device)[Category::Activation].peak_bytes - before).c_str(),
-              format_bytes(plan.predicted.peak_bytes).c_str(), replay_ns * 1e-6, plan.predicted.recompute_ns * 1e-6);
+              format_bytes(plan.predicted.peak_bytes).c_str());
+  if (device.is_meta()) std::printf("not run on meta");
+  else std::printf("%.2f ms", replay_ns * 1e-6);
+  std::printf(" (predicted %.2f ms%s)", plan.predicted.recompute_ns * 1e-6,
+              plan.priced_on.empty() ? "" : (" on " + plan.priced_on).c_str());
   if (plan.predicted.host_bytes > 0)
     std::printf(", %s offloaded (predicted unhidden copy %.2f ms, time %.2f ms over keep-all)",
                 format_bytes(plan.predicted.host_bytes).c_str(), plan.predicted.copy_ns * 1e-6,

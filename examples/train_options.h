@@ -65,7 +65,8 @@ struct TrainOptions {
   bool skip_nonfinite = false; // a step whose gradients are not finite is skipped (and counted)
   std::string profile;        // trace path; empty: no profiling
   int64_t profile_steps = 3;  // optimizer steps profiled, after kProfileWarmup steps of warm-up
-  std::string predict;        // with --profile: a device of report/device_specs.cpp to predict the step on
+  std::string predict;        // a device of report/device_specs.cpp: with --profile the step predicted on it;
+                              // a budget:SIZE plan's unit times are its predicted ones
   std::string memory_timeline;  // page path (HTML; the JSON beside it); empty: no timeline
   bool dist = false;          // data parallel over the ranks mpirun started (see Distributed)
   int zero = 0;               // with dist: 1 AdamW state, 2 + gradients, 3 + parameters sharded (ZeRO-1/2/3)
@@ -156,7 +157,7 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_flag("--detect-anomaly", o.detect_anomaly,
                "check every op's outputs and gradients for NaN/Inf; the first raises, naming the op (slow)");
   app.add_flag("--skip-nonfinite", o.skip_nonfinite, "skip (and count) a step whose gradients are not all finite");
-  CLI::Option* profile = app.add_option(
+  app.add_option(
       "--profile", o.profile,
       "profile --profile-steps steps after warm-up: print the kernel table, write a Chrome trace here");
   app.add_option("--profile-steps", o.profile_steps, "optimizer steps to profile")->capture_default_str()
@@ -166,8 +167,8 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
     devices += (devices.empty() ? "" : ", ") + d.name;
   app.add_option("--predict", o.predict,
                  "with --profile: the profiled step's predicted time on this GPU, per kernel and op, with what "
-                 "bounds each (" + devices + ")")
-      ->needs(profile)
+                 "bounds each; with --checkpoint budget:SIZE: the planner prices its units at this GPU's predicted "
+                 "kernel times (required with --device meta) (" + devices + ")")
       ->check(CLI::Validator(
           [](std::string& name) -> std::string {
             try {
@@ -225,9 +226,22 @@ inline int64_t offload_inflight_bytes(const TrainOptions& o) {
   }
 }
 
+// --predict for a --checkpoint budget:SIZE plan: the GPU whose predicted kernel times price the
+// planner's units (nn::Sequential::set_cost_device), on any device. On meta, where nothing runs and
+// host times are nothing, a budget needs it: reel::Error naming the option otherwise.
+template <typename Chain>
+void apply_cost_device(Chain& model, const TrainOptions& o, reel::Device device) {
+  const bool budget = model.checkpoint().kind == reel::autograd::CheckpointPolicy::Kind::Budget;
+  REEL_CHECK(!budget || !device.is_meta() || !o.predict.empty(), "--checkpoint ", o.checkpoint, " on --device ",
+             device.str(), ": the budget planner prices each unit by its kernels' times, and the meta device runs "
+             "none; name the GPU to plan for with --predict (e.g. --predict h100)");
+  model.set_cost_device(o.predict.empty() ? nullptr : &reel::profile::device_spec(o.predict));
+}
+
 // --offload on `model` (an nn::Sequential or nn::GPT) whose parameters are on `device`: refused on
-// the cpu device, where the tensors are in host memory already. --inexact-levers with it: both say
-// what the budget planner may choose, so they are applied before it plans.
+// the cpu device, where the tensors are in host memory already. --inexact-levers and --predict with
+// it (apply_cost_device): all say what the budget planner may choose or how it prices, so they are
+// applied before it plans.
 template <typename Chain>
 void apply_offload(Chain& model, const TrainOptions& o, reel::Device device) {
   const reel::autograd::OffloadMode mode = reel::autograd::parse_offload_mode(o.offload);
@@ -236,6 +250,7 @@ void apply_offload(Chain& model, const TrainOptions& o, reel::Device device) {
              "in host memory already (use --device cuda, or --offload none)");
   model.set_offload(mode, offload_inflight_bytes(o));
   model.set_inexact_levers(o.inexact_levers);
+  apply_cost_device(model, o, device);
 }
 
 // Set once --dist has started the process group (Distributed's constructor).
