@@ -239,11 +239,12 @@ const autograd::CheckpointPlan& Sequential::plan_checkpoint(const std::function<
   }
   // A kernel run's time: measured on this host, or predicted on the cost device from its record
   // (core/kernel_price.h, the formula report/predict.h sums). Priced, a CUDA run's host records
-  // are host work, which report/predict.h does not place either: not a unit's device time.
+  // but its copies back to the host are host work, which report/predict.h does not place either:
+  // not a unit's device time.
   const profile::DeviceSpec* spec = cost_device();
   const auto run_ns = [&](const profile::KernelRecord& k) {
     if (!spec) return static_cast<double>(k.dur_ns);
-    if (!plain.device.is_cpu() && k.device.is_cpu()) return 0.0;
+    if (!plain.device.is_cpu() && k.device.is_cpu() && k.kernel != "copy_to_host") return 0.0;
     return profile::predict_record(*spec, k).seconds * 1e9;
   };
   for (const profile::KernelRecord& k : prof->kernels()) {
