@@ -161,10 +161,9 @@ const autograd::CheckpointPlan& Sequential::plan_checkpoint(const std::function<
              "examples, --predict DEVICE)");
   const bool forced = offload_ == autograd::OffloadMode::Boundaries || offload_ == autograd::OffloadMode::All;
   if (forced) {
-    const Device device = model_device;
-    REEL_CHECK(!device.is_cpu(), name(), ".plan_checkpoint: offload ", autograd::offload_mode_name(offload_), " on ",
-               device.str(), ": host memory is where cpu tensors already are, so there is nothing to move; use "
-               "offload none (or auto, which offloads nothing there)");
+    REEL_CHECK(!model_device.is_cpu(), name(), ".plan_checkpoint: offload ", autograd::offload_mode_name(offload_),
+               " on ", model_device.str(), ": host memory is where cpu tensors already are, so there is nothing to "
+               "move; use offload none (or auto, which offloads nothing there)");
   }
   // Runs forward_loss once with every child measured and `runs`; returns the activation bytes in
   // use at its end, counted from before it. The loss is dropped inside, and the tape with it.
@@ -275,7 +274,7 @@ const autograd::CheckpointPlan& Sequential::plan_checkpoint(const std::function<
         continue;
       for (int a = recomputed[static_cast<size_t>(k.node)] ? 0 : 1; a < 2; ++a) {
         bytes[a] += static_cast<double>(k.cost.bytes());
-        ns[a] += run_ns(k);
+        ns[a] += static_cast<double>(k.dur_ns);
       }
     }
     const int a = bytes[0] > 0 && ns[0] > 0 ? 0 : 1;
