@@ -10,8 +10,8 @@
 // bytes and FLOPs are the run's KernelCost (every input read once, every output written once, a
 // multiply-add as 2 FLOPs: the least the kernel must do); rate is that of the run's dtype: f64 the
 // FP64 vector rate, f32 the FP32 CUDA-core rate, or the TF32 tensor-core rate when tensor cores
-// are asked for (16-bit dtypes, when DType has them, would take the BF16/FP16 tensor rates for
-// GEMMs); launch latency is DeviceSpec::launch_s (about 3 us a launch). Host transfers
+// are asked for (--tf32), bf16 and f16 GEMMs the BF16/FP16 tensor-core rates always (other 16-bit
+// runs the FP32 rate: they are memory-bound); launch latency is DeviceSpec::launch_s (about 3 us a launch). Host transfers
 // (copy_from_host, copy_to_host, and the copy stream's copy_async.h2d/.d2h) move their bytes over
 // the host link instead of device memory. The bound says which of the three terms is the largest.
 // Runs on the compute stream do not overlap: the step is the sum of its runs; the copy stream's
@@ -63,9 +63,10 @@ struct Prediction {
   Bound bound = Bound::Launch;
 };
 // One kernel run of `cost` in `dtype` on `spec`: max(bytes / bandwidth, FLOPs / rate, launch).
-// tensor_cores: the run is a GEMM allowed onto the tensor cores (f32: TF32).
+// tensor_cores: the run is a GEMM on the tensor cores (f32: TF32; bf16, f16: their tensor rates).
 Prediction predict_kernel(const DeviceSpec& spec, const KernelCost& cost, DType dtype, bool tensor_cores = false);
-// One recorded run: predict_kernel, except that host transfers go over the host link.
+// One recorded run: predict_kernel, except that host transfers go over the host link. A 16-bit
+// GEMM is on the tensor cores whatever `tensor_cores` (the f32 GEMMs' TF32) says.
 Prediction predict_record(const DeviceSpec& spec, const KernelRecord& record, bool tensor_cores = false);
 // The record autograd::Offload makes for a stall: cost.bytes_written the copies the compute stream
 // waits for, cost.bytes_read the copies queued behind them on the copy stream (not waited for).
