@@ -16,11 +16,13 @@
 // The levers: micro-batches (--accum-steps, each divisor of --batch), precision (f32, bf16),
 // checkpointing (none, selective, sqrt, every:1, every:2; a policy whose runs over the model's units
 // are another's is run once) and offload (none, and boundaries where the policy checkpoints a run).
-// For each setting of the last three, micro-batch counts are tried from the fewest up, and the
-// search stops at the first that fits: more micro-batches never predict faster (the same FLOPs and
-// activation bytes in more launches, and the weights read once per micro-batch), so they could
-// not be the answer. Likewise offload is tried only with fewer micro-batches than the same
-// precision and policy fit without it: it adds copies and waits to the same kernels.
+// For each setting of the last three the search looks for the fewest micro-batches that fit: more
+// never predict faster (the same FLOPs and activation bytes in more launches, and the weights read
+// once per micro-batch), so they could not be the answer, and fewer than a count that does not fit
+// do not fit either (a micro-batch's activations and temporaries shrink with it; the model state
+// stays). It tries the fewest, then the most (when they do not fit, none does: the chain costs two
+// dry runs), then halves the range between. Offload is tried only with fewer micro-batches than
+// the same precision and policy fit without it: it adds copies and waits to the same kernels.
 #pragma once
 #include <CLI/CLI.hpp>
 
@@ -209,26 +211,43 @@ inline int run_fit(const TrainOptions& o, const std::string& fit, int64_t units,
   // precision + policy -> the fewest micro-batches that fit without offload (a chain without offload
   // runs before its twin with it).
   std::map<std::string, int64_t> fits_without_offload;
-  for (const std::vector<FitLevers>& chain : fit_candidates(o, units)) {
+  for (std::vector<FitLevers> chain : fit_candidates(o, units)) {
     candidates += static_cast<int64_t>(chain.size());
     const std::string twin = chain.front().precision + " " + chain.front().checkpoint;
-    for (const FitLevers& levers : chain) {
-      // Offload adds copies and waits to the same kernels: never faster than its twin without it.
-      const auto it = fits_without_offload.find(twin);
-      if (levers.offload != "none" && it != fits_without_offload.end() && levers.accum_steps >= it->second) break;
-      rows.push_back(measure_fit_candidate(o, levers, setup, spec, items_per_step));
+    // Offload adds copies and waits to the same kernels: never faster than its twin without it.
+    const auto twin_fits = fits_without_offload.find(twin);
+    if (chain.front().offload != "none" && twin_fits != fits_without_offload.end())
+      chain.erase(std::remove_if(chain.begin(), chain.end(),
+                                 [&](const FitLevers& l) { return l.accum_steps >= twin_fits->second; }),
+                  chain.end());
+    if (chain.empty()) continue;
+    const auto fits = [&](size_t i) {
+      rows.push_back(measure_fit_candidate(o, chain[i], setup, spec, items_per_step));
       rows.back().fits = rows.back().peak <= budget;
-      if (!rows.back().fits) continue;
-      if (levers.offload == "none") fits_without_offload.emplace(twin, levers.accum_steps);
-      break;  // more micro-batches: never faster
+      return rows.back().fits;
+    };
+    // The fewest micro-batches that fit: the fewest first (often enough), then the most (when they
+    // do not fit, nothing in the chain does), then halving the range between.
+    size_t first = chain.size();
+    if (fits(0)) {
+      first = 0;
+    } else if (chain.size() > 1 && fits(chain.size() - 1)) {
+      size_t lo = 1, hi = chain.size() - 1;  // hi fits; below lo nothing does
+      while (lo < hi) {
+        const size_t mid = (lo + hi) / 2;
+        if (fits(mid)) hi = mid;
+        else lo = mid + 1;
+      }
+      first = hi;
     }
+    if (first < chain.size() && chain[first].offload == "none") fits_without_offload.emplace(twin, chain[first].accum_steps);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::stable_sort(rows.begin(), rows.end(), [](const FitRow& a, const FitRow& b) { return a.step_s < b.step_s; });
 
-  std::printf("fit: %s on %s (%s): %zu of %lld candidates run as dry runs on meta in %.1f s (the rest have more "
-              "micro-batches than one that fits, or offload where the same levers without it fit: never predicted "
-              "faster)\n",
+  std::printf("fit: %s on %s (%s): %zu of %lld candidates run as dry runs on meta in %.1f s (the others have more "
+              "micro-batches than one that fits, fewer than one that does not, or offload where the same levers fit "
+              "without it: none of them can be the fastest that fits)\n",
               format_bytes(budget).c_str(), spec.name.c_str(), spec.description.c_str(), rows.size(),
               static_cast<long long>(candidates), seconds);
   std::printf("%5s %-9s %-10s %-10s | %11s %11s %11s %11s %11s %11s | %11s %11s | %10s %12s  %s\n", "accum",
