@@ -59,7 +59,7 @@ struct FitRow {
   int64_t parameter = 0, gradient = 0, optimizer_state = 0, activation = 0, temporary = 0;  // each its own peak
   int64_t reserved = 0;               // held from the device after the two steps (cache included)
   int64_t offloaded = 0;              // peak host (pinned) bytes of offloaded activations
-  double step_s = 0;                  // predicted optimizer step on the --predict device
+  double step_s = 0;                  // predicted optimizer step on the --predict device (--tf32: TF32 GEMMs)
   double items_per_s = 0;             // samples or tokens per second at that step
   bool fits = false;                  // peak <= the budget
 };
@@ -170,7 +170,8 @@ inline FitRow measure_fit_candidate(const TrainOptions& base, const FitLevers& l
     // The stalls re-decided at the device's speeds under the bound the candidate ran with, as
     // --profile --predict does.
     const int64_t bound = t.offload == "none" || t.offload_inflight == "none" ? 0 : offload_inflight_bytes(t);
-    row.step_s = profile::predict_step(prof.kernels(), spec, bound).total.predicted_s;
+    const profile::StepPrediction p = profile::predict_step(prof.kernels(), spec, bound);
+    row.step_s = t.tf32 ? p.tf32_s : p.total.predicted_s;  // --tf32: the f32 GEMMs on TF32 tensor cores
   }
   row.items_per_s = row.step_s > 0 ? items_per_step / row.step_s : 0;
   return row;
