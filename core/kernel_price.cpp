@@ -32,11 +32,14 @@ bool is_host_transfer(const std::string& kernel) {
 }  // namespace
 
 Prediction predict_kernel(const DeviceSpec& spec, const KernelCost& cost, DType dtype, bool tensor_cores) {
-  // f32 on the CUDA cores unless its GEMM may use TF32; integers (indices, masks) are counted at
-  // the FP32 rate, and their kernels are memory-bound anyway; so is a 16-bit dtype here.
+  // f32 on the CUDA cores unless its GEMM may use TF32; a 16-bit GEMM on the tensor cores at the
+  // BF16/FP16 rate; other 16-bit runs and integers (indices, masks) are counted at the FP32 rate,
+  // and their kernels are memory-bound anyway.
   double rate = spec.fp32_flops_per_s;
   if (dtype == DType::f64) rate = spec.fp64_flops_per_s;
   else if (dtype == DType::f32 && tensor_cores) rate = spec.tf32_flops_per_s;
+  else if (dtype == DType::bf16 && tensor_cores) rate = spec.bf16_flops_per_s;
+  else if (dtype == DType::f16 && tensor_cores) rate = spec.fp16_flops_per_s;
   return largest(static_cast<double>(cost.bytes()) / spec.bytes_per_s, static_cast<double>(cost.flops) / rate,
                  spec.launch_s);
 }
@@ -51,7 +54,9 @@ Prediction predict_record(const DeviceSpec& spec, const KernelRecord& record, bo
   // bytes at its two ends).
   if (is_host_transfer(record.kernel))
     return largest(static_cast<double>(record.cost.bytes_written) / spec.host_link_bytes_per_s, 0, spec.launch_s);
-  return predict_kernel(spec, record.cost, record.dtype, tensor_cores && is_gemm_kernel(record.kernel));
+  // A 16-bit GEMM takes the tensor cores whatever --tf32 says (cuBLAS does); an f32 one only when asked.
+  const bool tensor = is_gemm_kernel(record.kernel) && (tensor_cores || is_16bit_floating(record.dtype));
+  return predict_kernel(spec, record.cost, record.dtype, tensor);
 }
 
 bool is_gemm_kernel(const std::string& kernel) {

@@ -41,9 +41,10 @@ struct Prediction {
   Bound bound = Bound::Launch;
 };
 // One kernel run of `cost` in `dtype` on `spec`: max(bytes / bandwidth, FLOPs / rate, launch).
-// tensor_cores: the run is a GEMM allowed onto the tensor cores (f32: TF32).
+// tensor_cores: the run is a GEMM on the tensor cores (f32: TF32; bf16, f16: their tensor rates).
 Prediction predict_kernel(const DeviceSpec& spec, const KernelCost& cost, DType dtype, bool tensor_cores = false);
-// One recorded run: predict_kernel, except that host transfers go over the host link, and an
+// One recorded run: predict_kernel (a 16-bit GEMM on the tensor cores whatever `tensor_cores`, the f32
+// GEMMs' TF32, says), except that host transfers go over the host link, and an
 // offload stall or fetch wait (below), priced on its own, waits for its copies' bytes over the
 // host link as if none had overlapped compute.
 Prediction predict_record(const DeviceSpec& spec, const KernelRecord& record, bool tensor_cores = false);

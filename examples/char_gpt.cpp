@@ -12,6 +12,8 @@
 //   ./char_gpt --precision bf16                  # forwards (training and validation) under autograd::Autocast
 //   ./char_gpt --device meta --preset gpt2-xl --batch 8 --max-steps 2 --profile t.json --predict h100
 //                                                # a dry run: GPT-2 XL's memory and H100 step, no GPU
+//   ./char_gpt --preset gpt2-medium --batch 16 --fit 24GiB --predict h100
+//                                                # the levers that fit a 24 GiB card, fastest first (examples/fit.h)
 //   mpirun -np 2 ./char_gpt --dist --zero 3 --precision bf16   # and bf16 parameters gathered from f32 master shards
 //
 // Data: every byte value of the corpus is a token. The text is cut into 100 blocks at line ends
@@ -48,6 +50,7 @@
 #include <vector>
 
 #include "checkpoint_budget.h"
+#include "fit.h"
 #include "reel.h"
 #include "train_options.h"
 
@@ -68,6 +71,7 @@ struct Options {
   std::string corpus_dir = nn::kFortunesDir;
   double min_gain = 0;  // checked only when given
   bool fused_loss = false;  // GPT::loss (linear_cross_entropy) instead of cross_entropy(gpt(x), y)
+  std::string fit;  // --fit SIZE: the levers searched on meta (examples/fit.h) instead of training
 };
 
 // One micro-batch's loss, SUM-reduced over its tokens: the head and the loss fused and chunked
@@ -285,7 +289,42 @@ void apply_preset(const std::string& name, nn::GPTConfig& config) {
   REEL_FAIL("--preset '", name, "': expected gpt2, gpt2-medium, gpt2-large or gpt2-xl");
 }
 
-int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
+// --fit's candidate (examples/fit.h): the GPT made on `t`'s device (meta) with its levers, the
+// optimizer and accumulation window as training makes them, and the function that runs one
+// optimizer step of --batch windows (their positions do not matter on meta: nothing is read).
+examples::FitStep fit_step(const examples::TrainOptions& t, const nn::GPTConfig& config,
+                           const std::vector<int32_t>& ids, bool fused_loss) {
+  struct Candidate {  // destroyed in reverse: the accumulator and optimizer before the model
+    std::unique_ptr<nn::GPT> gpt;
+    std::unique_ptr<optim::Optimizer> opt;
+    std::unique_ptr<optim::Accumulator> acc;
+  };
+  const Device device(t.device);
+  auto c = std::make_shared<Candidate>();
+  {
+    DeviceScope on(device);
+    c->gpt = std::make_unique<nn::GPT>(config);
+  }
+  c->gpt->set_checkpoint(nn::CheckpointPolicy::parse(t.checkpoint));
+  examples::apply_offload(*c->gpt, t, device);
+  c->opt = optim::make_optimizer(t.optimizer, c->gpt->parameters(), t.lr);
+  optim::Accumulator::Options options;
+  options.clip_norm = t.clip;
+  c->acc = std::make_unique<optim::Accumulator>(*c->opt, options);
+  const std::vector<int64_t> sizes = examples::micro_batch_sizes(t.batch, t.accum_steps);
+  const std::optional<DType> precision = examples::autocast_dtype(t);
+  const int64_t T = config.block_size;
+  return [c, sizes, precision, fused_loss, &ids, device, T] {
+    std::vector<Batch> micro;
+    for (int64_t b : sizes) micro.push_back(make_batch(ids, std::vector<size_t>(static_cast<size_t>(b), 0), T, device));
+    c->acc->step<Batch>(
+        micro, [](const Batch& b) { return b.y.numel(); },
+        [&](const Batch& b) { return batch_loss(*c->gpt, b.x, b.y, fused_loss, precision); });
+  };
+}
+
+int run(const Options& o, const CLI::App& app, examples::Distributed& dist, int argc, char** argv) {
+  examples::check_fit_options(o.train, o.fit);
   const Device device(o.train.device);
   const std::optional<DType> precision = examples::autocast_dtype(o.train);  // --precision
   manual_seed(o.train.seed);
@@ -325,6 +364,10 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist) {
   REEL_CHECK(static_cast<int64_t>(val_ids.size()) > T + 1 && static_cast<int64_t>(train_ids.size()) > T + 1,
              "the corpus is too small for --block-size ", T, ": train ", train_ids.size(), " and val ",
              val_ids.size(), " characters");
+  if (!o.fit.empty())  // no model made here: each candidate makes its own on meta
+    return examples::run_fit(o.train, o.fit, config.n_layer, static_cast<double>(o.train.batch * T), "tokens",
+                             [&](const examples::TrainOptions& t) { return fit_step(t, config, train_ids, o.fused_loss); },
+                             argc, argv);
   // On meta the model is made there (no host bytes: a 1.5B-parameter dry run fits any host), its
   // initialisers recorded as the launches they would be.
   std::optional<DeviceScope> made_on;
@@ -529,10 +572,11 @@ int main(int argc, char** argv) {
                  "exit 1 unless the final val loss is at least this many nats below the unigram entropy");
   app.add_flag("--fused-loss", o.fused_loss,
                "LM head and cross-entropy fused and chunked (GPT::loss): the tape keeps no (B, T, V) logits gradient");
+  examples::add_fit_option(app, o.fit);
   CLI11_PARSE(app, argc, argv);
   try {
     examples::Distributed dist(o.train);
-    return run(o, app, dist);
+    return run(o, app, dist, argc, argv);
   } catch (const std::exception& e) {
     return examples::report_error("char_gpt", e);
   }

@@ -1,7 +1,7 @@
 // What the Fashion-MNIST examples share (fashion_mnist_mlp, fashion_mnist_cnn): the dataset on the
 // host, batches gathered from it in the shape the model takes, the test accuracy, and the whole
 // training run (options, accumulation windows, checkpointing, profiling, the memory report) around
-// a model the example builds.
+// a model the example builds; or, with --fit SIZE, the levers searched on meta (examples/fit.h).
 //
 // One optimizer step is one window of --batch samples, cut into --accum-steps micro-batches and
 // run through optim::Accumulator: each micro-batch's loss is a SUM over its samples and the
@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "examples/checkpoint_budget.h"
+#include "examples/fit.h"
 #include "examples/train_options.h"
 #include "reel.h"
 
@@ -157,6 +158,9 @@ struct FashionMnistOptions {
   std::string data_dir = reel::nn::kFashionMnistDir;
   int64_t train_limit = 0, test_limit = 0;
   double min_accuracy = 0;
+  std::string fit;            // --fit SIZE: the levers searched on meta (examples/fit.h) instead of training
+  int argc = 0;               // the command line, for --fit's answer
+  char** argv = nullptr;
 };
 
 inline void add_fashion_mnist_options(CLI::App& app, FashionMnistOptions& f) {
@@ -167,6 +171,7 @@ inline void add_fashion_mnist_options(CLI::App& app, FashionMnistOptions& f) {
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--min-accuracy", f.min_accuracy, "exit 1 when the final test accuracy is below this (for tests)")
       ->capture_default_str();
+  add_fit_option(app, f.fit);
 }
 
 // What an example trains: its program name (messages), a one-line description, the shape of one
@@ -176,6 +181,47 @@ struct FashionMnistModel {
   reel::Shape image;
   std::function<std::shared_ptr<reel::nn::Sequential>()> make;
 };
+
+// --fit's candidate (examples/fit.h): `spec`'s model made on `t`'s device (meta) with its levers,
+// the optimizer and accumulation window as training makes them, and one optimizer step of --batch
+// samples (zeros: nothing is read on meta), each micro-batch copied from the host as gather does.
+inline FitStep fashion_mnist_fit_step(const FashionMnistModel& spec, const TrainOptions& t) {
+  using namespace reel;
+  struct Candidate {  // destroyed in reverse: the accumulator and optimizer before the model
+    std::shared_ptr<nn::Sequential> model;
+    std::unique_ptr<optim::Optimizer> opt;
+    std::unique_ptr<optim::Accumulator> acc;
+  };
+  const Device device(t.device);
+  auto c = std::make_shared<Candidate>();
+  {
+    DeviceScope on(device);
+    c->model = spec.make();
+  }
+  c->model->set_checkpoint(nn::CheckpointPolicy::parse(t.checkpoint));
+  apply_offload(*c->model, t, device);
+  c->model->train();
+  c->opt = optim::make_optimizer(t.optimizer, c->model->parameters(), t.lr);
+  optim::Accumulator::Options options;
+  options.clip_norm = t.clip;
+  c->acc = std::make_unique<optim::Accumulator>(*c->opt, options);
+  auto data = std::make_shared<HostData>();
+  data->n = t.batch;
+  data->images.assign(static_cast<size_t>(t.batch * kPixels), 0.0f);
+  data->labels.assign(static_cast<size_t>(t.batch), 0);
+  const std::vector<MicroBatch> window = window_of(0, t.batch, t.accum_steps);
+  const std::optional<DType> precision = autocast_dtype(t);
+  return [c, data, window, precision, device, image = spec.image] {
+    const std::vector<int64_t> order = identity_order(data->n);
+    c->acc->step<MicroBatch>(
+        window, [](const MicroBatch& b) { return b.size; },
+        [&](const MicroBatch& b) {
+          const auto batch = gather(*data, order, b.begin, b.size, image, device);
+          autograd::Autocast amp(precision);
+          return cross_entropy((*c->model)(batch.first), batch.second, -100, "sum");
+        });
+  };
+}
 
 // The whole run: data, model, training windows, the test accuracy after each epoch, the memory
 // report, --save; returns the process exit status (1: an error, or accuracy below --min-accuracy).
@@ -187,6 +233,18 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
     Distributed dist(o);  // --dist: only rank 0 prints and saves from here
     const Device device(o.device);
     apply_runtime_options(o);
+    check_fit_options(o, f.fit);
+    if (!f.fit.empty()) {  // no data loaded: each candidate makes its model and zero batches on meta
+      std::shared_ptr<nn::Sequential> probe;
+      {
+        DeviceScope on(Device::meta());
+        probe = spec.make();  // what its checkpoint policies count
+      }
+      const int64_t units = probe->size();
+      probe.reset();
+      return run_fit(o, f.fit, units, static_cast<double>(o.batch), "samples",
+                     [&](const TrainOptions& t) { return fashion_mnist_fit_step(spec, t); }, f.argc, f.argv);
+    }
     const HostData train = load_split("train", f.data_dir, f.train_limit);
     const HostData test = load_split("test", f.data_dir, f.test_limit);
     REEL_CHECK(train.n > 0, "no training images");

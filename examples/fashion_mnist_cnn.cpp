@@ -63,6 +63,8 @@ int main(int argc, char** argv) {
   app.add_option("--norm", norm, "normalisation after each convolution: batch (BatchNorm2d), group (GroupNorm, 8 groups) or none")
       ->capture_default_str()->check(CLI::IsMember({"batch", "group", "none"}));
   CLI11_PARSE(app, argc, argv);
+  f.argc = argc;  // --fit prints the command line to run
+  f.argv = argv;
   const std::string names = norm == "batch" ? "BatchNorm2d" : norm == "group" ? "GroupNorm(8)" : "no norm";
   const examples::FashionMnistModel cnn{"fashion_mnist_cnn",
                                         "CNN conv32-conv64-fc128 with " + names,

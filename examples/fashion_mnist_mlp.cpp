@@ -7,6 +7,7 @@
 //   mpirun -np 2 ./fashion_mnist_mlp --dist              # data parallel: each rank half of each window
 //   ./fashion_mnist_mlp --precision bf16                 # forwards under autocast: GEMMs in bf16, f32 weights
 //   mpirun -np 2 ./fashion_mnist_mlp --dist --zero 2 --precision f16   # f16 parameters, f32 master shards
+//   ./fashion_mnist_mlp --fit 16MiB --predict h100        # the fastest levers whose step fits in 16 MiB
 //
 // Accumulation (optim::Accumulator) gives the big batch's update up to float rounding, and only
 // one micro-batch's activations are alive at a time: that is what it buys. Checkpointing
@@ -23,6 +24,8 @@ int main(int argc, char** argv) {
   examples::add_train_options(app, o);
   examples::add_fashion_mnist_options(app, f);
   CLI11_PARSE(app, argc, argv);
+  f.argc = argc;  // --fit prints the command line to run
+  f.argv = argv;
   const examples::FashionMnistModel mlp{"fashion_mnist_mlp", "MLP 784-512-512-10", {examples::kPixels}, [] {
     return std::make_shared<reel::nn::MLP>(std::vector<int64_t>{examples::kPixels, 512, 512, examples::kClasses});
   }};

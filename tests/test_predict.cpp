@@ -98,6 +98,29 @@ TEST_CASE("predict_record: host copies over the host link; only GEMMs take the t
   CHECK(predict_record(d, attention, true).seconds == doctest::Approx(8.0 * (1 << 30) / 10e12).epsilon(1e-12));
 }
 
+TEST_CASE("predict_record: a bf16 or f16 GEMM takes its tensor-core rate, with or without TF32") {
+  // Autocast's GEMMs: priced at FP32's CUDA-core rate they would make bf16 look no faster than f32,
+  // and --fit would never choose it.
+  const DeviceSpec d = made_up();
+  KernelRecord gemm;
+  gemm.kernel = "matmul";
+  gemm.cost = cost(int64_t{8} << 30, 1 << 20, 1 << 20);
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    CAPTURE(dtype_name(dtype));
+    gemm.dtype = dtype;
+    for (bool tf32 : {false, true}) {
+      const Prediction p = predict_record(d, gemm, tf32);
+      CHECK(p.bound == Bound::Compute);
+      CHECK(p.seconds == doctest::Approx(8.0 * (1 << 30) / 160e12).epsilon(1e-12));
+    }
+    KernelRecord gelu = gemm;  // not a GEMM: the FP32 rate
+    gelu.kernel = "unary.gelu";
+    CHECK(predict_record(d, gelu).seconds == doctest::Approx(8.0 * (1 << 30) / 10e12).epsilon(1e-12));
+  }
+  CHECK(predict_kernel(d, gemm.cost, DType::bf16, true).seconds ==
+        doctest::Approx(8.0 * (1 << 30) / 160e12).epsilon(1e-12));
+}
+
 TEST_CASE("predict_step: per kernel, per op and step sums of a Profiler's records") {
   const DeviceSpec d = made_up();
   Profiler prof;

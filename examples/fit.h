@@ -1,0 +1,282 @@
+// --fit SIZE in the training examples: which levers make the step fit in SIZE bytes of device
+// memory, and which of those is fastest on the --predict device. Every candidate is one dry run on
+// the meta device (docs/design.md, "The meta device"): the example makes its model there afresh
+// with the candidate's levers and runs a warm-up optimizer step then a measured one, whose peak
+// bytes by category the allocator gives exactly (cuda:0's, the bytes a GPU would hold) and whose
+// kernel records report/predict.h prices on the named GPU. Nothing is computed, so a GPT-2 medium
+// candidate takes well under a second on the host.
+//
+// The search runs in the example's own process: the example hands over a function that builds a
+// fresh model, optimizer and batches for a candidate's TrainOptions and returns its optimizer step
+// (a FitStep; everything it made dies with it, and the cache is emptied before the next), so the
+// corpus, the vocabulary and the model's shape are read once, not once per candidate as a
+// subprocess per candidate would, and the measurements are the allocator's and the profiler's own
+// values, not text parsed back from a child's output.
+//
+// The levers: micro-batches (--accum-steps, each divisor of --batch), precision (f32, bf16),
+// checkpointing (none, selective, sqrt, every:1, every:2; a policy whose runs over the model's units
+// are another's is run once) and offload (none, and boundaries where the policy checkpoints a run).
+// For each setting of the last three the search looks for the fewest micro-batches that fit: more
+// never predict faster (the same FLOPs and activation bytes in more launches, and the weights read
+// once per micro-batch), so they could not be the answer, and fewer than a count that does not fit
+// do not fit either (a micro-batch's activations and temporaries shrink with it; the model state
+// stays). It tries the fewest, then the most (when they do not fit, none does: the chain costs two
+// dry runs), then halves the range between. Offload is tried only with fewer micro-batches than
+// the same precision and policy fit without it: it adds copies and waits to the same kernels.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "reel.h"
+#include "report/predict.h"
+#include "train_options.h"
+
+namespace examples {
+
+// One candidate: the levers a command line sets.
+struct FitLevers {
+  int64_t accum_steps = 1;
+  std::string precision = "f32", checkpoint = "none", offload = "none";
+  // "--accum-steps 2 --precision bf16 --checkpoint sqrt --offload none": what the command line takes.
+  std::string args() const {
+    return "--accum-steps " + std::to_string(accum_steps) + " --precision " + precision + " --checkpoint " +
+           checkpoint + " --offload " + offload;
+  }
+};
+
+// A candidate's measured dry-run step.
+struct FitRow {
+  FitLevers levers;
+  int64_t peak = 0;                   // all categories at once, on the device (MemoryStats::peak_bytes)
+  int64_t parameter = 0, gradient = 0, optimizer_state = 0, activation = 0, temporary = 0;  // each its own peak
+  int64_t reserved = 0;               // held from the device after the two steps (cache included)
+  int64_t offloaded = 0;              // peak host (pinned) bytes of offloaded activations
+  double step_s = 0;                  // predicted optimizer step on the --predict device (--tf32: TF32 GEMMs)
+  double items_per_s = 0;             // samples or tokens per second at that step
+  bool fits = false;                  // peak <= the budget
+};
+
+// The example's part: for `candidate` (the example's own options with the levers set and device
+// meta), a fresh model, optimizer and data on the meta device, and the function that runs one
+// optimizer step of them. What it captures is released when the returned function is.
+using FitStep = std::function<void()>;
+using FitSetup = std::function<FitStep(const TrainOptions& candidate)>;
+
+// Registers --fit on `app` (for the examples that call run_fit). --predict, which otherwise needs
+// --profile, may come with --fit instead: check_fit_options then checks the pair.
+inline void add_fit_option(CLI::App& app, std::string& fit) {
+  app.add_option("--fit", fit,
+                 "with --predict DEVICE: search the levers (--accum-steps, --precision, --checkpoint, --offload) "
+                 "for the fastest predicted step whose device memory peak fits in SIZE (as in budget:SIZE, e.g. "
+                 "24GiB), each candidate a dry run on the meta device; prints them all and the command line to run");
+  CLI::Option* predict = app.get_option("--predict");
+  predict->remove_needs(app.get_option("--profile"));
+}
+
+// --fit's size in bytes (reel::Error quoting a text that is not one), and --predict's pairing:
+// --predict needs --profile or --fit, --fit needs --predict and is not --dist's.
+inline int64_t check_fit_options(const TrainOptions& o, const std::string& fit) {
+  REEL_CHECK(o.predict.empty() || !o.profile.empty() || !fit.empty(),
+             "--predict ", o.predict, " needs --profile (the profiled step predicted) or --fit (the levers searched)");
+  if (fit.empty()) return 0;
+  REEL_CHECK(!o.predict.empty(), "--fit ", fit, " needs --predict DEVICE: the GPU whose predicted step ranks the candidates");
+  REEL_CHECK(!o.dist, "--fit searches one process's levers on the meta device: drop --dist");
+  try {  // the checkpoint policy's size parser, so --fit reads sizes as budget:SIZE does
+    return reel::autograd::CheckpointPolicy::parse("budget:" + fit).budget_bytes;
+  } catch (const reel::Error&) {
+    REEL_FAIL("--fit '", fit, "': expected a size such as 24GiB, 80GB or 512MiB");
+  }
+}
+
+// The candidates for a model whose checkpoint policies count `units` units (a GPT's blocks), in
+// the order the search tries them: for each precision, policy and offload, the micro-batch counts
+// from the fewest up.
+inline std::vector<std::vector<FitLevers>> fit_candidates(const TrainOptions& o, int64_t units) {
+  using reel::autograd::CheckpointPolicy;
+  std::vector<int64_t> accums;
+  for (int64_t d = 1; d <= o.batch; ++d)
+    if (o.batch % d == 0) accums.push_back(d);
+  // Policies whose runs over `units` are the same as an earlier one's are the same step: once.
+  std::vector<std::pair<std::string, std::vector<CheckpointPolicy::Run>>> policies;
+  for (const char* text : {"none", "selective", "sqrt", "every:1", "every:2"}) {
+    const std::vector<CheckpointPolicy::Run> runs = CheckpointPolicy::parse(text).plan(units);
+    const bool seen = std::any_of(policies.begin(), policies.end(), [&](const auto& p) {
+      return p.second.size() == runs.size() &&
+             std::equal(runs.begin(), runs.end(), p.second.begin(), [](const auto& a, const auto& b) {
+               return a.begin == b.begin && a.end == b.end && a.checkpointed == b.checkpointed &&
+                      a.selective == b.selective;
+             });
+    });
+    if (!seen) policies.emplace_back(text, runs);
+  }
+  std::vector<std::vector<FitLevers>> chains;
+  for (const char* precision : {"f32", "bf16"})
+    for (const auto& [policy, runs] : policies) {
+      const bool checkpoints = std::any_of(runs.begin(), runs.end(), [](const auto& r) { return r.checkpointed; });
+      for (const char* offload : {"none", "boundaries"}) {
+        if (std::string(offload) == "boundaries" && !checkpoints) continue;  // no boundary to offload
+        std::vector<FitLevers> chain;
+        for (int64_t a : accums) chain.push_back({a, precision, policy, offload});
+        chains.push_back(chain);
+      }
+    }
+  return chains;
+}
+
+// One candidate's dry run: `setup` builds it on meta (after the meta and pinned caches are
+// emptied, so the reserved bytes are its own), a warm-up step makes the gradients and the optimizer
+// state, then the peaks are reset and the measured step profiled and predicted on `spec`.
+inline FitRow measure_fit_candidate(const TrainOptions& base, const FitLevers& levers, const FitSetup& setup,
+                                    const reel::profile::DeviceSpec& spec, double items_per_step) {
+  using namespace reel;
+  TrainOptions t = base;
+  t.device = "meta";
+  t.accum_steps = levers.accum_steps;
+  t.precision = levers.precision;
+  t.checkpoint = levers.checkpoint;
+  t.offload = levers.offload;
+  t.profile.clear();
+  t.memory_timeline.clear();
+  const Device meta = Device::meta();
+  allocator_for(meta).empty_cache();
+  pinned_allocator().empty_cache();
+  FitRow row;
+  row.levers = levers;
+  {
+    const FitStep step = setup(t);
+    step();
+    reset_peak_memory(meta);
+    pinned_allocator().reset_peak();
+    Profiler prof;
+    step();
+    prof.stop();
+    const MemoryStats m = memory_stats(meta);
+    row.peak = m.peak_bytes;
+    row.parameter = m[Category::Parameter].peak_bytes;
+    row.gradient = m[Category::Gradient].peak_bytes;
+    row.optimizer_state = m[Category::OptimizerState].peak_bytes;
+    row.activation = m[Category::Activation].peak_bytes;
+    row.temporary = m[Category::Temporary].peak_bytes;
+    row.reserved = m.reserved_bytes;
+    row.offloaded = pinned_memory_stats()[Category::Offloaded].peak_bytes;
+    // The stalls re-decided at the device's speeds under the bound the candidate ran with, as
+    // --profile --predict does.
+    const int64_t bound = t.offload == "none" || t.offload_inflight == "none" ? 0 : offload_inflight_bytes(t);
+    const profile::StepPrediction p = profile::predict_step(prof.kernels(), spec, bound);
+    row.step_s = t.tf32 ? p.tf32_s : p.total.predicted_s;  // --tf32: the f32 GEMMs on TF32 tensor cores
+  }
+  row.items_per_s = row.step_s > 0 ? items_per_step / row.step_s : 0;
+  return row;
+}
+
+// `argv` as the command line of the run `levers` asks for: --fit, --predict, --device and the
+// levers' own options dropped (both "--opt value" and "--opt=value"), then --device (cuda, or the
+// cuda:N given) and the levers appended.
+inline std::string fit_command_line(int argc, char** argv, const TrainOptions& o, const FitLevers& levers) {
+  const std::vector<std::string> dropped = {"--fit", "--predict", "--device", "--accum-steps",
+                                            "--precision", "--checkpoint", "--offload"};
+  std::string line = argc > 0 ? argv[0] : "example";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const std::string name = arg.substr(0, arg.find('='));
+    if (std::find(dropped.begin(), dropped.end(), name) != dropped.end()) {
+      if (name == arg) ++i;  // its value is the next argument
+      continue;
+    }
+    line += " " + arg;
+  }
+  const std::string device = o.device.rfind("cuda", 0) == 0 ? o.device : "cuda";
+  return line + " --device " + device + " " + levers.args();
+}
+
+// --fit: runs the search, prints the table (sorted by predicted step, the candidates that fit
+// marked) and the command line of the fastest that fits; 0. With none that fits, says so, names
+// the smallest peak and its levers, and returns 1. `units`: what the model's checkpoint policies
+// count; `items_per_step` / `unit`: what one optimizer step processes ("tokens").
+inline int run_fit(const TrainOptions& o, const std::string& fit, int64_t units, double items_per_step,
+                   const char* unit, const FitSetup& setup, int argc, char** argv) {
+  using namespace reel;
+  const int64_t budget = check_fit_options(o, fit);
+  const profile::DeviceSpec& spec = profile::device_spec(o.predict);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<FitRow> rows;
+  int64_t candidates = 0;
+  // precision + policy -> the fewest micro-batches that fit without offload (a chain without offload
+  // runs before its twin with it).
+  std::map<std::string, int64_t> fits_without_offload;
+  for (std::vector<FitLevers> chain : fit_candidates(o, units)) {
+    candidates += static_cast<int64_t>(chain.size());
+    const std::string twin = chain.front().precision + " " + chain.front().checkpoint;
+    // Offload adds copies and waits to the same kernels: never faster than its twin without it.
+    const auto twin_fits = fits_without_offload.find(twin);
+    if (chain.front().offload != "none" && twin_fits != fits_without_offload.end())
+      chain.erase(std::remove_if(chain.begin(), chain.end(),
+                                 [&](const FitLevers& l) { return l.accum_steps >= twin_fits->second; }),
+                  chain.end());
+    if (chain.empty()) continue;
+    const auto fits = [&](size_t i) {
+      rows.push_back(measure_fit_candidate(o, chain[i], setup, spec, items_per_step));
+      rows.back().fits = rows.back().peak <= budget;
+      return rows.back().fits;
+    };
+    // The fewest micro-batches that fit: the fewest first (often enough), then the most (when they
+    // do not fit, nothing in the chain does), then halving the range between.
+    size_t first = chain.size();
+    if (fits(0)) {
+      first = 0;
+    } else if (chain.size() > 1 && fits(chain.size() - 1)) {
+      size_t lo = 1, hi = chain.size() - 1;  // hi fits; below lo nothing does
+      while (lo < hi) {
+        const size_t mid = (lo + hi) / 2;
+        if (fits(mid)) hi = mid;
+        else lo = mid + 1;
+      }
+      first = hi;
+    }
+    if (first < chain.size() && chain[first].offload == "none") fits_without_offload.emplace(twin, chain[first].accum_steps);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::stable_sort(rows.begin(), rows.end(), [](const FitRow& a, const FitRow& b) { return a.step_s < b.step_s; });
+
+  std::printf("fit: %s on %s (%s): %zu of %lld candidates run as dry runs on meta in %.1f s (the others have more "
+              "micro-batches than one that fits, fewer than one that does not, or offload where the same levers fit "
+              "without it: none of them can be the fastest that fits)\n",
+              format_bytes(budget).c_str(), spec.name.c_str(), spec.description.c_str(), rows.size(),
+              static_cast<long long>(candidates), seconds);
+  std::printf("%5s %-9s %-10s %-10s | %11s %11s %11s %11s %11s %11s | %11s %11s | %10s %12s  %s\n", "accum",
+              "precision", "checkpoint", "offload", "peak", "parameter", "gradient", "optimizer", "activation",
+              "temporary", "reserved", "host offl.", "step ms", std::string(unit).append("/s").c_str(), "fits");
+  for (const FitRow& r : rows)
+    std::printf("%5lld %-9s %-10s %-10s | %11s %11s %11s %11s %11s %11s | %11s %11s | %10.2f %12.0f  %s\n",
+                static_cast<long long>(r.levers.accum_steps), r.levers.precision.c_str(), r.levers.checkpoint.c_str(),
+                r.levers.offload.c_str(), format_bytes(r.peak).c_str(), format_bytes(r.parameter).c_str(),
+                format_bytes(r.gradient).c_str(), format_bytes(r.optimizer_state).c_str(),
+                format_bytes(r.activation).c_str(), format_bytes(r.temporary).c_str(),
+                format_bytes(r.reserved).c_str(), format_bytes(r.offloaded).c_str(), r.step_s * 1e3, r.items_per_s,
+                r.fits ? "fits" : "");
+  const auto best = std::find_if(rows.begin(), rows.end(), [](const FitRow& r) { return r.fits; });
+  if (best != rows.end()) {
+    std::printf("fastest that fits in %s: %s, peak %s (%lld B), predicted step %.2f ms on %s (%.0f %s/s)\n",
+                format_bytes(budget).c_str(), best->levers.args().c_str(), format_bytes(best->peak).c_str(),
+                static_cast<long long>(best->peak), best->step_s * 1e3, spec.name.c_str(), best->items_per_s, unit);
+    std::printf("run: %s\n", fit_command_line(argc, argv, o, best->levers).c_str());
+    return 0;
+  }
+  const auto least = std::min_element(rows.begin(), rows.end(),
+                                      [](const FitRow& a, const FitRow& b) { return a.peak < b.peak; });
+  std::fflush(stdout);
+  std::fprintf(stderr, "fit: nothing fits in %s (%lld B); the smallest peak is %s (%lld B), with %s\n",
+               format_bytes(budget).c_str(), static_cast<long long>(budget), format_bytes(least->peak).c_str(),
+               static_cast<long long>(least->peak), least->levers.args().c_str());
+  return 1;
+}
+
+}  // namespace examples
