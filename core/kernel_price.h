@@ -6,8 +6,8 @@
 // bytes and FLOPs are the run's KernelCost (every input read once, every output written once, a
 // multiply-add as 2 FLOPs: the least the kernel must do); rate is that of the run's dtype: f64 the
 // FP64 vector rate, f32 the FP32 CUDA-core rate, or the TF32 tensor-core rate when tensor cores
-// are asked for (16-bit dtypes take the FP32 rate here; their GEMMs could take the BF16/FP16
-// tensor rates); launch latency is DeviceSpec::launch_s (about 3 us a launch). Host transfers
+// are asked for (--tf32), bf16 and f16 GEMMs the BF16/FP16 tensor-core rates always (other 16-bit
+// runs the FP32 rate: they are memory-bound); launch latency is DeviceSpec::launch_s (about 3 us a launch). Host transfers
 // (copy_from_host, copy_to_host, and the copy stream's copy_async.h2d/.d2h) move their bytes over
 // the host link instead of device memory. The bound says which of the three terms is the largest.
 //
