@@ -324,7 +324,7 @@ std::any pack(const std::shared_ptr<State>& state, const Tensor& t, const KeptBy
   e->out = view_of(t, Packed{nullptr, {e->numel}, {1}, 0});
   {
     MemoryCategory offloaded(Category::Offloaded);
-    e->host = PinnedBuffer(storage_bytes);
+    e->host = PinnedBuffer(storage_bytes, dev);  // meta: meta's pool, never backed
   }
   const Stream copy = Stream::copy(dev);
   copy.wait(Stream::compute(dev).record());  // after the kernels that wrote it

@@ -236,6 +236,7 @@ struct Registry {
   std::mutex mutex;
   std::map<std::pair<int, int>, CachingAllocator*> allocators;  // never destroyed (see above)
   CachingAllocator* pinned = nullptr;                             // the pinned pool, once used
+  CachingAllocator* meta_pinned = nullptr;                        // the meta device's, once used
 };
 Registry& registry() {
   static Registry* r = new Registry;
@@ -259,8 +260,15 @@ MemoryStats memory_stats(Device device) { return allocator_for(device).stats(); 
 void reset_peak_memory(Device device) { allocator_for(device).reset_peak(); }
 void set_memory_limit(Device device, int64_t bytes) { allocator_for(device).set_limit(bytes); }
 
-CachingAllocator& pinned_allocator() {
+CachingAllocator& pinned_allocator(Device serves) {
   Registry& r = registry();
+  if (serves.is_meta()) {
+    DeviceBackend& meta = backend_for(serves);  // before the lock: it may allocate nothing, but may fail
+    std::lock_guard<std::mutex> lock(r.mutex);
+    // On meta's own device, so a poisoning fill runs dry and touches none of it.
+    if (!r.meta_pinned) r.meta_pinned = new CachingAllocator(serves, &meta.pinned_memory(), "pinned host memory (meta)");
+    return *r.meta_pinned;
+  }
   std::lock_guard<std::mutex> lock(r.mutex);
   if (!r.pinned) {
     // Page-locked memory is the CUDA runtime's to give; without a CUDA device, plain host memory
@@ -271,7 +279,7 @@ CachingAllocator& pinned_allocator() {
   return *r.pinned;
 }
 
-MemoryStats pinned_memory_stats() { return pinned_allocator().stats(); }
+MemoryStats pinned_memory_stats(Device serves) { return pinned_allocator(serves).stats(); }
 
 std::string memory_report() {
   std::vector<std::pair<std::string, MemoryStats>> rows;
@@ -280,6 +288,7 @@ std::string memory_report() {
     std::lock_guard<std::mutex> lock(r.mutex);
     for (auto& [key, a] : r.allocators) rows.emplace_back("on " + a->name(), a->stats());
     if (r.pinned) rows.emplace_back("in " + r.pinned->name(), r.pinned->stats());
+    if (r.meta_pinned) rows.emplace_back("in " + r.meta_pinned->name(), r.meta_pinned->stats());
   }
   std::ostringstream os;
   char line[160];

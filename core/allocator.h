@@ -139,11 +139,14 @@ void set_memory_limit(Device device, int64_t bytes);
 // The pinned pool: page-locked host memory, one pool for the process (created on first use). Its
 // raw memory comes from the CUDA backend (cudaHostAlloc, usable by every device) when a CUDA device
 // answers, else from the CPU's backend (ordinary host memory). Blocks are 64-byte aligned.
-CachingAllocator& pinned_allocator();
-MemoryStats pinned_memory_stats();
+// `serves` = Device::meta() names the meta device's own pool instead, "pinned host memory (meta)":
+// the host side of a dry run, counted the same way, over memory that is reserved, reads as zeros
+// and is never written (kernels/meta.h), so a dry run's offloaded gigabytes cost the host nothing.
+CachingAllocator& pinned_allocator(Device serves = Device::cpu());
+MemoryStats pinned_memory_stats(Device serves = Device::cpu());
 
 // A table of current and peak bytes by category for every device used so far, then for the
-// pinned pool ("pinned host memory") once used.
+// pinned pools ("pinned host memory", "pinned host memory (meta)") once used.
 std::string memory_report();
 
 // Testing aid, off by default: every block any allocator hands out is first filled with 0xFF

@@ -128,7 +128,7 @@ MemoryTimeline::MemoryTimeline(Device device) : device_(device) {
   const MemoryStats start = allocator.start_timeline();
   for (int c = 0; c < kNumCategories; ++c) start_levels_[c] = start.by_category[c].current_bytes;
   if (has_host_side()) {
-    const MemoryStats host = pinned_allocator().start_timeline(/*host_offloaded=*/true);
+    const MemoryStats host = pinned_allocator(device_).start_timeline(/*host_offloaded=*/true);
     start_levels_[static_cast<int>(Category::Offloaded)] += host[Category::Offloaded].current_bytes;
   }
 }
@@ -144,7 +144,7 @@ void MemoryTimeline::stop() {
   if (!running_) return;
   running_ = false;
   allocator_for(device_).stop_timeline();
-  if (has_host_side()) pinned_allocator().stop_timeline();
+  if (has_host_side()) pinned_allocator(device_).stop_timeline();
   detail::g_timeline_collecting.store(false, std::memory_order_relaxed);
   profile::detail::g_tracking.fetch_sub(1, std::memory_order_relaxed);
   Session& ses = session();

@@ -85,20 +85,24 @@ void Event::synchronize() const {
 
 // ---- PinnedBuffer ------------------------------------------------------------------------------
 
-PinnedBuffer::PinnedBuffer(size_t bytes) : bytes_(bytes), category_(MemoryCategory::current()) {
-  data_ = pinned_allocator().allocate(bytes, category_);
+PinnedBuffer::PinnedBuffer(size_t bytes, Device device)
+    : bytes_(bytes), category_(MemoryCategory::current()), meta_(device.is_meta()) {
+  data_ = pinned_allocator(meta_ ? Device::meta() : Device::cpu()).allocate(bytes, category_);
 }
 
 PinnedBuffer::~PinnedBuffer() { release(); }
 
 void PinnedBuffer::release() {
-  if (data_) pinned_allocator().deallocate(data_, bytes_, category_);
+  if (data_) pinned_allocator(meta_ ? Device::meta() : Device::cpu()).deallocate(data_, bytes_, category_);
   data_ = nullptr;
   bytes_ = 0;
 }
 
 PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)), category_(other.category_) {}
+    : data_(std::exchange(other.data_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)),
+      category_(other.category_),
+      meta_(other.meta_) {}
 
 PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
   if (this != &other) {
@@ -106,6 +110,7 @@ PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
     data_ = std::exchange(other.data_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
     category_ = other.category_;
+    meta_ = other.meta_;
   }
   return *this;
 }

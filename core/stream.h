@@ -117,7 +117,9 @@ class Event {
 class PinnedBuffer {
  public:
   PinnedBuffer() = default;
-  explicit PinnedBuffer(size_t bytes);
+  // From the pinned pool of the device whose copies it takes (pinned_allocator(device)): meta's
+  // for the meta device, the process's otherwise.
+  explicit PinnedBuffer(size_t bytes, Device device = Device::cpu());
   ~PinnedBuffer();
   PinnedBuffer(PinnedBuffer&& other) noexcept;
   PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
@@ -135,6 +137,7 @@ class PinnedBuffer {
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Category category_ = Category::Temporary;
+  bool meta_ = false;  // from meta's pool
 };
 
 // Asynchronous copies between a tensor and pinned host memory, enqueued on `stream`, whose device

@@ -147,14 +147,14 @@ inline FitRow measure_fit_candidate(const TrainOptions& base, const FitLevers& l
   t.memory_timeline.clear();
   const Device meta = Device::meta();
   allocator_for(meta).empty_cache();
-  pinned_allocator().empty_cache();
+  pinned_allocator(reel::Device::meta()).empty_cache();
   FitRow row;
   row.levers = levers;
   {
     const FitStep step = setup(t);
     step();
     reset_peak_memory(meta);
-    pinned_allocator().reset_peak();
+    pinned_allocator(reel::Device::meta()).reset_peak();
     Profiler prof;
     step();
     prof.stop();
@@ -166,7 +166,7 @@ inline FitRow measure_fit_candidate(const TrainOptions& base, const FitLevers& l
     row.activation = m[Category::Activation].peak_bytes;
     row.temporary = m[Category::Temporary].peak_bytes;
     row.reserved = m.reserved_bytes;
-    row.offloaded = pinned_memory_stats()[Category::Offloaded].peak_bytes;
+    row.offloaded = pinned_memory_stats(reel::Device::meta())[Category::Offloaded].peak_bytes;
     // The stalls re-decided at the device's speeds under the bound the candidate ran with, as
     // --profile --predict does.
     const int64_t bound = t.offload == "none" || t.offload_inflight == "none" ? 0 : offload_inflight_bytes(t);

@@ -4,7 +4,9 @@
 // same host code as on cuda:0, so it allocates the same outputs, temporaries and workspaces in the
 // same order, and the profiler records the same kernels with the same costs, while the emulator
 // (kernels/simt, simt::DryRun) launches no thread, computes no cuBLAS or cuDNN call and moves no
-// byte. A copy to the host reads zeros: the placeholder of every meta value (item() of a meta loss
+// byte. Its pinned host side (pinned_allocator(Device::meta()), where offload copies go) is zero
+// pages reserved and never written, so a dry run's offloaded bytes are counted but cost nothing.
+// A copy to the host reads zeros: the placeholder of every meta value (item() of a meta loss
 // is 0, a non-finite check finds nothing, a norm is 0). The CUDA code that reads a result back to
 // decide (kernels/cuda/index_errors.h's range checks, cross_entropy's count of targets not
 // ignored) asks is_meta() first: no index was read, so none is out of range, and every target counts.

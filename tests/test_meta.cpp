@@ -43,6 +43,7 @@ Tensor token_ids(int64_t B, int64_t T, int64_t V, uint64_t seed, Device device) 
 struct Step {
   std::vector<KernelRecord> kernels;
   MemoryStats memory;
+  int64_t host_offloaded_peak = 0;  // the pinned pool's Offloaded peak: the process's, or meta's own
   double loss = 0;
 };
 
@@ -68,6 +69,7 @@ Step gpt_steps(Device device, const Levers& levers) {
   // with it empty, so that what an earlier run left there does not delay this one's copies.
   Stream::copy(device).synchronize();
   reset_peak_memory(device);
+  pinned_allocator(device).reset_peak();
   Step s;
   Profiler prof;
   for (int step = 0; step < 2; ++step) {
@@ -86,6 +88,7 @@ Step gpt_steps(Device device, const Levers& levers) {
   prof.stop();
   s.kernels = prof.kernels();
   s.memory = memory_stats(device);
+  s.host_offloaded_peak = pinned_memory_stats(device)[Category::Offloaded].peak_bytes;
   return s;
 }
 
@@ -158,6 +161,7 @@ void check_same_step(const Step& cuda, const Step& meta) {
     CHECK(cuda.memory.by_category[c].alloc_count == meta.memory.by_category[c].alloc_count);
   }
   CHECK(cuda.memory.peak_bytes == meta.memory.peak_bytes);
+  CHECK(cuda.host_offloaded_peak == meta.host_offloaded_peak);  // the host side, in meta's own pool
   CHECK(cuda.memory.model_state_peak_bytes == meta.memory.model_state_peak_bytes);
   CHECK(meta.loss == 0.0);  // the placeholder of a value never computed
 }
@@ -200,7 +204,9 @@ TEST_CASE("meta device: the same under bf16 autocast, accumulation and offload")
   for (const Levers& levers : {bf16, accumulated, offloaded, all}) {
     INFO("policy " << levers.policy << ", " << levers.micro_batches << " micro-batches, offload "
                    << std::string(autograd::offload_mode_name(levers.offload)));
-    check_same_step(gpt_steps(Device::cuda(0), levers), gpt_steps(Device::meta(), levers));
+    const Step cuda = gpt_steps(Device::cuda(0), levers), meta = gpt_steps(Device::meta(), levers);
+    if (levers.offload != autograd::OffloadMode::None) CHECK(meta.host_offloaded_peak > 0);
+    check_same_step(cuda, meta);
   }
 }
 
@@ -241,6 +247,24 @@ TEST_CASE("meta device: clipping records the launches of a step that clips") {
   CHECK(optim::clip_scales(0.5, Device::cuda(0)));
   CHECK_FALSE(optim::clip_scales(2.0, Device::cuda(0)));
   CHECK(optim::clip_scales(2.0, Device::meta()));
+}
+
+TEST_CASE("meta device: its pinned host side is a pool of its own, zero pages never written") {
+  const int64_t process_before = pinned_memory_stats()[Category::Offloaded].current_bytes;
+  {
+    MemoryCategory offloaded(Category::Offloaded);
+    PinnedBuffer host(size_t{1} << 30, Device::meta());  // 1 GiB: reserved, never resident
+    const Tensor x = randn({256}, DType::f32, Device::meta());
+    PinnedBuffer small(256 * 4, Device::meta());
+    const Stream copy = Stream::copy(Device::meta());
+    copy_async(x, small, copy);
+    copy.synchronize();
+    for (int i = 0; i < 256; ++i) CHECK(small.data_as<float>()[i] == 0.0f);  // a meta value reads 0
+    CHECK(host.data_as<float>()[(size_t{1} << 28) - 1] == 0.0f);
+    CHECK(pinned_memory_stats(Device::meta())[Category::Offloaded].current_bytes >= int64_t{1} << 30);
+    CHECK(pinned_memory_stats()[Category::Offloaded].current_bytes == process_before);
+  }
+  CHECK(memory_report().find("pinned host memory (meta)") != std::string::npos);
 }
 
 TEST_CASE("DeviceScope: modules made inside it live on its device; tensors keep naming theirs") {

@@ -1,5 +1,6 @@
 // kernels/cuda/meta_backend.cu: the meta device's backend (kernels/meta.h): cuda:0's backend run
-// dry over unbacked address ranges. Only in the emulated build; the nvcc build has none.
+// dry over unbacked address ranges, device and pinned host side alike. Only in the emulated build;
+// the nvcc build has none.
 #include "kernels/meta.h"
 
 #include "core/error.h"
@@ -18,13 +19,16 @@ namespace reel::kernels {
 #if defined(REEL_CUDA_EMULATED)
 namespace {
 
-// Address ranges and nothing behind them: each allocation is its own inaccessible, unreserved
-// mapping (PROT_NONE, MAP_NORESERVE), so it costs no memory, gets an address no other allocation
-// has, and faults at once if anything reads or writes it.
+// Address ranges and nothing behind them: each allocation is its own unreserved mapping
+// (MAP_NORESERVE), so it costs no memory and gets an address no other allocation has. The device's
+// are inaccessible (PROT_NONE: anything that reads or writes them faults at once); the pinned
+// host side's are readable zero pages (a dry run's copies never write them: simt::DryRun), so host
+// code reading an offloaded meta value reads zeros, and gigabytes of them cost nothing.
 class AddressRanges final : public RawMemory {
  public:
+  explicit AddressRanges(int protection) : protection_(protection) {}
   void* allocate(size_t bytes) override {
-    void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void* p = mmap(nullptr, bytes, protection_, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return nullptr;  // out of address space: the caching allocator reports it
     std::lock_guard<std::mutex> lock(mutex_);
     sizes_[p] = bytes;
@@ -43,6 +47,7 @@ class AddressRanges final : public RawMemory {
   }
 
  private:
+  int protection_;
   std::mutex mutex_;
   std::unordered_map<void*, size_t> sizes_;
 };
@@ -95,7 +100,7 @@ class MetaBackend final : public DeviceBackend {
   }
   void* native_stream(StreamKind stream) override { return cuda_.native_stream(stream); }
   void make_current() override { cuda_.make_current(); }
-  RawMemory& pinned_memory() override { return cuda_.pinned_memory(); }
+  RawMemory& pinned_memory() override { return pinned_; }  // core's meta pinned pool (pinned_allocator(meta))
   // cuda:0's clock: its marks are events on the streams, as on cuda:0, so the streams hold the same
   // items (in the emulator a query runs one queued item: an offloaded copy lands at the same point
   // of the step). The times it measures are those of work not done: the predictor prices records.
@@ -104,7 +109,8 @@ class MetaBackend final : public DeviceBackend {
 
  private:
   DeviceBackend& cuda_;
-  AddressRanges memory_;
+  AddressRanges memory_{PROT_NONE};
+  AddressRanges pinned_{PROT_READ};
 };
 
 }  // namespace

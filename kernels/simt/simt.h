@@ -313,8 +313,8 @@ std::string last_error_detail();
 // this thread, the API checks what it checks (launch sizes, copy directions, cuBLAS and cuDNN
 // arguments and workspace sizes) and orders work on streams as ever, but touches no device memory:
 // a launch runs no thread, cuBLAS and cuDNN compute nothing, copies and memsets move nothing, and a
-// copy to the host writes zeros there (the placeholder of a value never computed). The pointers may
-// then name memory that is never backed.
+// synchronous copy to the host writes zeros there (the placeholder of a value never computed; an
+// asynchronous one, into pinned memory, writes nothing). The pointers may name memory never backed.
 bool dry_run();
 void enter_dry_run();  // DryRun's constructor and destructor, for a scope that cannot name simt.h
 void leave_dry_run();
