@@ -82,10 +82,13 @@ inline void add_fit_option(CLI::App& app, std::string& fit) {
 }
 
 // --fit's size in bytes (reel::Error quoting a text that is not one), and --predict's pairing:
-// --predict needs --profile or --fit, --fit needs --predict and is not --dist's.
+// --predict needs --profile, --fit or a budget:SIZE plan (whose units it prices), --fit needs
+// --predict and is not --dist's.
 inline int64_t check_fit_options(const TrainOptions& o, const std::string& fit) {
-  REEL_CHECK(o.predict.empty() || !o.profile.empty() || !fit.empty(),
-             "--predict ", o.predict, " needs --profile (the profiled step predicted) or --fit (the levers searched)");
+  const bool budget = o.checkpoint.rfind("budget:", 0) == 0;
+  REEL_CHECK(o.predict.empty() || !o.profile.empty() || !fit.empty() || budget, "--predict ", o.predict,
+             " needs --profile (the profiled step predicted), --fit (the levers searched) or --checkpoint "
+             "budget:SIZE (the plan's units priced)");
   if (fit.empty()) return 0;
   REEL_CHECK(!o.predict.empty(), "--fit ", fit, " needs --predict DEVICE: the GPU whose predicted step ranks the candidates");
   REEL_CHECK(!o.dist, "--fit searches one process's levers on the meta device: drop --dist");
