@@ -12,6 +12,7 @@
 
 using namespace reel;
 using reel::testing::check_close;
+using reel::testing::random_ids;
 using reel::testing::values;
 
 namespace {
@@ -20,13 +21,6 @@ nn::GPTConfig tiny_config() {
   return nn::GPTConfig{/*vocab_size*/ 11, /*block_size*/ 8, /*n_layer*/ 4, /*n_head*/ 2, /*n_embd*/ 16};
 }
 
-Tensor random_ids(int64_t B, int64_t T, int64_t V, uint64_t seed, Device device = Device::cpu()) {
-  Generator g(seed);
-  const std::vector<double> u = values(rand({B, T}, DType::f64, Device::cpu(), &g));
-  std::vector<int64_t> ids;
-  for (double x : u) ids.push_back(static_cast<int64_t>(x * static_cast<double>(V)));
-  return from_vector(ids, {B, T}, device);
-}
 
 std::vector<double> all_grads(const nn::Module& m) {
   std::vector<double> out;

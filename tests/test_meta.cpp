@@ -32,14 +32,6 @@ REEL_TEST_REQUIRES_CUDA();  // meta runs the emulated CUDA backend dry
 
 namespace {
 
-Tensor token_ids(int64_t B, int64_t T, int64_t V, uint64_t seed, Device device) {
-  Generator g(seed);
-  std::vector<int64_t> ids;
-  for (double u : reel::testing::values(rand({B, T}, DType::f64, Device::cpu(), &g)))
-    ids.push_back(static_cast<int64_t>(u * static_cast<double>(V)));
-  return from_vector(ids, {B, T}, device);
-}
-
 struct Step {
   std::vector<KernelRecord> kernels;
   MemoryStats memory;
@@ -64,7 +56,7 @@ Step gpt_steps(Device device, const Levers& levers) {
   gpt.set_checkpoint(nn::CheckpointPolicy::parse(levers.policy));
   if (levers.offload != autograd::OffloadMode::None) gpt.set_offload(levers.offload);
   optim::AdamW opt(gpt.parameters(), 1e-3);
-  const Tensor ids = token_ids(2, 8, 13, 1, device), targets = token_ids(2, 8, 13, 2, device);
+  const Tensor ids = reel::testing::random_ids(2, 8, 13, 1, device), targets = reel::testing::random_ids(2, 8, 13, 2, device);
   // Both devices share the emulated copy stream, where a query runs one queued item: start each run
   // with it empty, so that what an earlier run left there does not delay this one's copies.
   Stream::copy(device).synchronize();
@@ -304,7 +296,7 @@ std::pair<autograd::CheckpointPlan, autograd::ChainCost> gpt_budget_plan(
   gpt.to(device);
   gpt.set_offload(offload);
   gpt.set_cost_device(spec);
-  const Tensor ids = token_ids(2, 8, 13, 1, device), targets = token_ids(2, 8, 13, 2, device);
+  const Tensor ids = reel::testing::random_ids(2, 8, 13, 1, device), targets = reel::testing::random_ids(2, 8, 13, 2, device);
   const auto forward_loss = [&] { return cross_entropy(gpt(ids), targets); };
   if (budget == 0) {  // measure once under a budget every plan meets, then ask for the middle
     gpt.set_checkpoint(nn::CheckpointPolicy::budget(int64_t{1} << 40));
@@ -414,7 +406,7 @@ TEST_CASE("meta device: a budget plan without a GPU to price it on is a clear er
   nn::GPT gpt(c);
   gpt.to(Device::meta());
   gpt.set_checkpoint(nn::CheckpointPolicy::budget(int64_t{1} << 20));
-  const Tensor ids = token_ids(2, 8, 13, 1, Device::meta()), targets = token_ids(2, 8, 13, 2, Device::meta());
+  const Tensor ids = reel::testing::random_ids(2, 8, 13, 1, Device::meta()), targets = reel::testing::random_ids(2, 8, 13, 2, Device::meta());
   const auto forward_loss = [&] { return cross_entropy(gpt(ids), targets); };
   CHECK_REEL_ERROR(gpt.plan_checkpoint(forward_loss), "the meta device runs no kernel");
   CHECK_REEL_ERROR(gpt.plan_checkpoint(forward_loss), "set_cost_device");

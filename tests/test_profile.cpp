@@ -20,6 +20,7 @@
 
 using namespace reel;
 using profile::KernelRecord;
+using reel::testing::random_ids;
 using profile::Phase;
 
 namespace {
@@ -31,13 +32,6 @@ std::vector<KernelRecord> records_of(const Profiler& p, const std::string& kerne
   return out;
 }
 
-Tensor random_ids(int64_t B, int64_t T, int64_t V, uint64_t seed, Device device) {
-  Generator g(seed);
-  std::vector<int64_t> ids;
-  for (double u : reel::testing::values(rand({B, T}, DType::f64, Device::cpu(), &g)))
-    ids.push_back(static_cast<int64_t>(u * static_cast<double>(V)));
-  return from_vector(ids, {B, T}, device);
-}
 
 // One training step of a tiny GPT with sqrt checkpointing, profiled; `checkpointed` gets the tape
 // positions of the nodes inside checkpoint segments.

@@ -94,6 +94,15 @@ inline Tensor uniform_f64(const Shape& shape, uint64_t seed, double lo = -1.0, d
   Generator g(seed);
   return uniform_f64(g, shape, lo, hi);
 }
+// (B, T) i64 token ids uniform in [0, V), drawn on the host from `seed`, then put on `device`: the
+// same ids on every device.
+inline Tensor random_ids(int64_t B, int64_t T, int64_t V, uint64_t seed, Device device = Device::cpu()) {
+  Generator g(seed);
+  std::vector<int64_t> ids;
+  for (double u : values(rand({B, T}, DType::f64, Device::cpu(), &g)))
+    ids.push_back(static_cast<int64_t>(u * static_cast<double>(V)));
+  return from_vector(ids, {B, T}, device);
+}
 // N(0, 1) values drawn from `g`.
 inline Tensor normal_f64(Generator& g, const Shape& shape) { return randn(shape, DType::f64, Device::cpu(), &g); }
 
