@@ -464,7 +464,7 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist, int 
     std::printf("trained: %lld steps, %lld tokens in %.1f s\n", static_cast<long long>(steps),
                 static_cast<long long>(tokens), train_seconds);
     examples::report_skipped(acc, scaler.get());
-    std::printf("tokens/s: %.0f\n", static_cast<double>(tokens) / train_seconds);
+    examples::report_rate("tokens", static_cast<double>(tokens), train_seconds, device);
     dist.report(steps, device);
     dist.finish_training();
     examples::report_checkpoint_budget(budget_plan, device);

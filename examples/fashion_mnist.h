@@ -356,7 +356,7 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
     report_skipped(accumulator, scaler.get());
     const MemoryStats stats = memory_stats(device);
     std::printf("test accuracy: %.4f\n", test_acc);
-    std::printf("train samples/s: %.0f\n", static_cast<double>(samples) / std::max(train_seconds, 1e-9));
+    report_rate("train samples", static_cast<double>(samples), train_seconds, device);
     dist.report(step, device);
     dist.finish_training();
     std::printf("peak activation bytes: %lld (%s)\n",

@@ -103,6 +103,15 @@ inline std::unique_ptr<reel::optim::GradScaler> make_scaler(const TrainOptions& 
   return std::make_unique<reel::optim::GradScaler>();
 }
 
+// The run's closing rate line, "tokens/s: 5123" (`what` the unit): measured on the host clock, which
+// on the meta device times nothing, so there the line says where the rate comes from instead.
+inline void report_rate(const char* what, double count, double seconds, reel::Device device) {
+  if (device.is_meta())
+    std::printf("%s/s: not measured (a dry run on meta: --profile PATH --predict GPU gives the predicted step)\n", what);
+  else
+    std::printf("%s/s: %.0f\n", what, count / std::max(seconds, 1e-9));
+}
+
 // The run's closing line for skipped windows and the loss scale (nothing to say for a run with
 // neither).
 inline void report_skipped(const reel::optim::Accumulator& acc, const reel::optim::GradScaler* scaler) {
