@@ -19,6 +19,8 @@
 #include "nn/gpt.h"
 #include "nn/layers.h"
 #include "nn/sequential.h"
+#include "optim/accumulator.h"
+#include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
 #include "report/predict.h"
 #include "report/profile.h"
@@ -257,6 +259,34 @@ TEST_CASE("meta device: its pinned host side is a pool of its own, zero pages ne
     CHECK(pinned_memory_stats()[Category::Offloaded].current_bytes == process_before);
   }
   CHECK(memory_report().find("pinned host memory (meta)") != std::string::npos);
+}
+
+TEST_CASE("meta device: the loss scaler never skips (a meta gradient reads finite), and grows as on a clean run") {
+  nn::GPTConfig c{/*vocab_size*/ 13, /*block_size*/ 8, /*n_layer*/ 2, /*n_head*/ 2, /*n_embd*/ 16};
+  DeviceScope on(Device::meta());
+  nn::GPT gpt(c);
+  optim::AdamW opt(gpt.parameters(), 1e-3);
+  optim::GradScaler::Options grow_every_window;
+  grow_every_window.growth_interval = 1;
+  optim::GradScaler scaler(grow_every_window);
+  optim::Accumulator::Options options;
+  options.scaler = &scaler;
+  options.clip_norm = 1.0;
+  optim::Accumulator acc(opt, options);
+  const double first_scale = scaler.scale();
+  const std::vector<Tensor> batches{reel::testing::random_ids(2, 8, 13, 3, Device::meta())};
+  for (int window = 0; window < 3; ++window) {
+    const optim::WindowResult r = acc.step(
+        batches, [](const Tensor& ids) { return ids.numel(); },
+        [&](const Tensor& ids) {
+          autograd::Autocast cast(DType::f16);
+          return cross_entropy(gpt(ids), ids, -100, "sum");
+        });
+    CHECK(r.stepped);
+    CHECK_FALSE(r.skipped_nonfinite);
+  }
+  CHECK(acc.skipped_steps() == 0);
+  CHECK(scaler.scale() == first_scale * 8);  // three clean windows, each growing it
 }
 
 TEST_CASE("DeviceScope: modules made inside it live on its device; tensors keep naming theirs") {
