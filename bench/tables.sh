@@ -41,6 +41,7 @@ tables=(
   "precision_2000_seed1|docs/benchmarks.md|bench/precision_table.sh BUILD 2000 1"
   "zero|docs/benchmarks.md|bench/zero_table.sh BUILD 20"
   "zero_loss|docs/benchmarks.md|bench/zero_loss_table.sh BUILD 100"
+  "meta|docs/benchmarks.md|bench/meta_table.sh BUILD"
   "simt|docs/benchmarks.md|bench/simt_table.sh BUILD"
   "vs_torch|docs/benchmarks.md|bench/vs_torch/run.sh --rounds 3"
 )

@@ -368,10 +368,12 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist, int 
     return examples::run_fit(o.train, o.fit, config.n_layer, static_cast<double>(o.train.batch * T), "tokens",
                              [&](const examples::TrainOptions& t) { return fit_step(t, config, train_ids, o.fused_loss); },
                              argc, argv);
-  // On meta the model is made there (no host bytes: a 1.5B-parameter dry run fits any host), its
-  // initialisers recorded as the launches they would be.
+  // On a device the model is made there (on meta no host bytes: a 1.5B-parameter dry run fits any
+  // host), its initialisers run (on meta: recorded) as launches; the same values as made on the host
+  // (Philox numbers are a function of seed, offset and index alone). A model to --load is made on
+  // the host, where the file's tensors are.
   std::optional<DeviceScope> made_on;
-  if (device.is_meta()) made_on.emplace(device);
+  if (device.is_meta() || (!device.is_cpu() && o.train.load.empty())) made_on.emplace(device);
   nn::GPT gpt(config);
   made_on.reset();
   if (!o.train.load.empty()) {
