@@ -1,5 +1,6 @@
 // kernels/cuda/cross_entropy.cu: the fused cross-entropy over logits (N, V) with integer
-// targets, forward (optionally with dlogits in the same kernel) and the separate backward.
+// targets, forward (optionally with dlogits in the same kernel) and the separate backward; and
+// mse_loss's two elementwise kernels (squared differences in f32, and the gradient).
 //
 // Forward, one 256-thread block per row (llm.c's fused classifier): each thread sweeps its
 // strided share of the row once with the online softmax (running max m, s = sum(exp(x - m))),

@@ -6,6 +6,7 @@
 // f32 and rounds the result once to C's type (to nearest even), with reel's conversions
 // (core/half.h: the one source of the 16-bit bit code, which tests/test_half.cpp checks against an
 // independent ldexp reference).
+// Under simt::DryRun (reel's meta device) each call checks its arguments as ever and computes nothing.
 #include <Eigen/Dense>
 
 #include <algorithm>

@@ -16,6 +16,7 @@
 // FLOAT compute type (cuDNN's pseudo-half configurations): the calls widen their 16-bit operands
 // (and an output that beta != 0 reads) to float exactly, run the float computation with float
 // alpha and beta, and round each output once to the data type (to nearest even).
+// Under simt::DryRun (reel's meta device) each call checks its arguments as ever and computes nothing.
 #include <Eigen/Core>
 
 #include <algorithm>

@@ -14,6 +14,7 @@
 // variance: the mean first, then the centred squares), so the results are the same bits on every
 // run; each output is computed in double, rounded once to the data type, then blended with
 // alpha / beta in the data type (beta == 0: the output is not read).
+// Under simt::DryRun (reel's meta device) each call checks its arguments as ever and computes nothing.
 #include <cmath>
 #include <cstdint>
 #include <vector>

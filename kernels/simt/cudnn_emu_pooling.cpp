@@ -5,6 +5,7 @@
 // outputs whose window covers it by division (reel's kernels walk the window offsets instead).
 // Every call checks its descriptors as cuDNN does and returns the status cuDNN would, writing
 // nothing on a failure.
+// Under simt::DryRun (reel's meta device) each call checks its arguments as ever and computes nothing.
 #include <algorithm>
 #include <cstdint>
 #include <vector>

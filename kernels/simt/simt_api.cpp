@@ -1,7 +1,8 @@
 // kernels/simt/simt_api.cpp: the CUDA runtime API subset of simt.h's emulation branch, but for
 // streams and events (simt_streams.cpp). "Device" memory is host memory, every call here is
 // synchronous (legacy-stream work: it first runs what blocking streams have queued), and the
-// device reports sm_90-like limits with one multiprocessor per worker thread.
+// device reports sm_90-like limits with one multiprocessor per worker thread. Under simt::DryRun
+// (reel's meta device) copies and memsets move nothing; a copy to the host writes zeros there.
 #include <unistd.h>
 
 #include <cstdio>

@@ -1,4 +1,5 @@
-// kernels/simt/simt_runtime.cpp: the engine behind simt.h's emulation branch.
+// kernels/simt/simt_runtime.cpp: the engine behind simt.h's emulation branch (and the flag of its dry
+// runs, simt::DryRun, under which a launch is checked and runs nothing).
 // A launch hands its blocks to a pool of worker threads (an atomic block counter); a worker runs
 // one block at a time, as one fiber (Boost.Context fcontext) per CUDA thread. __syncthreads() and
 // the warp intrinsics are fiber barriers: a fiber that reaches one switches back to its worker's

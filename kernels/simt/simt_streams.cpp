@@ -1,4 +1,5 @@
 // kernels/simt/simt_streams.cpp: streams and events of simt.h's emulation branch, with real ordering.
+// Under simt::DryRun an async copy or memset still takes its place on its stream, and does nothing.
 //
 // The model (kernels/simt/README.md, "Streams and events"): the legacy default stream (null,
 // cudaStreamLegacy, and here cudaStreamPerThread too) runs its work when it is enqueued, as every
