@@ -294,23 +294,8 @@ void apply_preset(const std::string& name, nn::GPTConfig& config) {
 // optimizer step of --batch windows (their positions do not matter on meta: nothing is read).
 examples::FitStep fit_step(const examples::TrainOptions& t, const nn::GPTConfig& config,
                            const std::vector<int32_t>& ids, bool fused_loss) {
-  struct Candidate {  // destroyed in reverse: the accumulator and optimizer before the model
-    std::unique_ptr<nn::GPT> gpt;
-    std::unique_ptr<optim::Optimizer> opt;
-    std::unique_ptr<optim::Accumulator> acc;
-  };
   const Device device(t.device);
-  auto c = std::make_shared<Candidate>();
-  {
-    DeviceScope on(device);
-    c->gpt = std::make_unique<nn::GPT>(config);
-  }
-  c->gpt->set_checkpoint(nn::CheckpointPolicy::parse(t.checkpoint));
-  examples::apply_offload(*c->gpt, t, device);
-  c->opt = optim::make_optimizer(t.optimizer, c->gpt->parameters(), t.lr);
-  optim::Accumulator::Options options;
-  options.clip_norm = t.clip;
-  c->acc = std::make_unique<optim::Accumulator>(*c->opt, options);
+  const auto c = examples::make_fit_candidate<nn::GPT>(t, [&] { return std::make_shared<nn::GPT>(config); });
   const std::vector<int64_t> sizes = examples::micro_batch_sizes(t.batch, t.accum_steps);
   const std::optional<DType> precision = examples::autocast_dtype(t);
   const int64_t T = config.block_size;
@@ -319,7 +304,7 @@ examples::FitStep fit_step(const examples::TrainOptions& t, const nn::GPTConfig&
     for (int64_t b : sizes) micro.push_back(make_batch(ids, std::vector<size_t>(static_cast<size_t>(b), 0), T, device));
     c->acc->step<Batch>(
         micro, [](const Batch& b) { return b.y.numel(); },
-        [&](const Batch& b) { return batch_loss(*c->gpt, b.x, b.y, fused_loss, precision); });
+        [&](const Batch& b) { return batch_loss(*c->model, b.x, b.y, fused_loss, precision); });
   };
 }
 

@@ -187,24 +187,9 @@ struct FashionMnistModel {
 // samples (zeros: nothing is read on meta), each micro-batch copied from the host as gather does.
 inline FitStep fashion_mnist_fit_step(const FashionMnistModel& spec, const TrainOptions& t) {
   using namespace reel;
-  struct Candidate {  // destroyed in reverse: the accumulator and optimizer before the model
-    std::shared_ptr<nn::Sequential> model;
-    std::unique_ptr<optim::Optimizer> opt;
-    std::unique_ptr<optim::Accumulator> acc;
-  };
   const Device device(t.device);
-  auto c = std::make_shared<Candidate>();
-  {
-    DeviceScope on(device);
-    c->model = spec.make();
-  }
-  c->model->set_checkpoint(nn::CheckpointPolicy::parse(t.checkpoint));
-  apply_offload(*c->model, t, device);
+  const auto c = make_fit_candidate<nn::Sequential>(t, [&] { return spec.make(); });
   c->model->train();
-  c->opt = optim::make_optimizer(t.optimizer, c->model->parameters(), t.lr);
-  optim::Accumulator::Options options;
-  options.clip_norm = t.clip;
-  c->acc = std::make_unique<optim::Accumulator>(*c->opt, options);
   auto data = std::make_shared<HostData>();
   data->n = t.batch;
   data->images.assign(static_cast<size_t>(t.batch * kPixels), 0.0f);

@@ -70,6 +70,33 @@ struct FitRow {
 using FitStep = std::function<void()>;
 using FitSetup = std::function<FitStep(const TrainOptions& candidate)>;
 
+// What an example's FitSetup makes first, as training makes it: the model built by `make()` on the
+// candidate's device (inside a DeviceScope: on meta no host bytes), its checkpoint policy and
+// offload, the optimizer and the accumulation window (clipping as --clip). The example adds its data
+// and the step that runs them.
+template <class Model>
+struct FitCandidate {  // destroyed in reverse: the accumulator and optimizer before the model
+  std::shared_ptr<Model> model;
+  std::unique_ptr<reel::optim::Optimizer> opt;
+  std::unique_ptr<reel::optim::Accumulator> acc;
+};
+template <class Model, class Make>
+std::shared_ptr<FitCandidate<Model>> make_fit_candidate(const TrainOptions& t, Make&& make) {
+  const reel::Device device(t.device);
+  auto c = std::make_shared<FitCandidate<Model>>();
+  {
+    reel::DeviceScope on(device);
+    c->model = make();
+  }
+  c->model->set_checkpoint(reel::nn::CheckpointPolicy::parse(t.checkpoint));
+  apply_offload(*c->model, t, device);
+  c->opt = reel::optim::make_optimizer(t.optimizer, c->model->parameters(), t.lr);
+  reel::optim::Accumulator::Options options;
+  options.clip_norm = t.clip;
+  c->acc = std::make_unique<reel::optim::Accumulator>(*c->opt, options);
+  return c;
+}
+
 // Registers --fit on `app` (for the examples that call run_fit). --predict, which otherwise needs
 // --profile, may come with --fit instead: check_fit_options then checks the pair.
 inline void add_fit_option(CLI::App& app, std::string& fit) {
