@@ -18,14 +18,8 @@ trap 'rm -rf "$tmp"' EXIT
 common=(--n-layer 4 --n-head 2 --n-embd 32 --block-size 32 --batch 8 --max-steps 4 --eval-windows 8
         --sample-chars 0 --quiet --profile "$tmp/trace.json" --profile-steps 1 --predict h100)
 
-# The device's memory report and its pinned pool's (names blanked: meta's pool is its own) and the
-# predicted step, from a run's output.
-digest() {
-  awk '/^memory on (cuda:0|meta)$/ {on = 1; print "memory on DEVICE"; next}
-       on && /^memory on / {on = 0}
-       on {sub(/^memory in pinned host memory \(meta\)$/, "memory in pinned host memory"); print}
-       /^step on h100: predicted/ {sub(/; measured.*/, ""); print}' "$1"
-}
+# What the two runs must print alike (tools/meta_digest.awk).
+digest() { awk -f "$(dirname "$0")/../tools/meta_digest.awk" "$1"; }
 
 # row <levers...>: both runs, the comparison, the times.
 row() {

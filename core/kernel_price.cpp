@@ -1,6 +1,9 @@
 // The price of one recorded kernel run on a device spec (core/kernel_price.h): the largest of its
-// memory, compute and launch terms, host transfers over the host link.
+// memory, compute and launch terms, host transfers over the host link, collectives over the
+// interconnect.
 #include "core/kernel_price.h"
+
+#include <algorithm>
 
 namespace reel::profile {
 
@@ -9,6 +12,7 @@ const char* bound_name(Bound bound) {
     case Bound::Memory: return "memory";
     case Bound::Compute: return "compute";
     case Bound::Launch: return "launch";
+    case Bound::Interconnect: return "interconnect";
   }
   return "?";
 }
@@ -54,10 +58,19 @@ Prediction predict_record(const DeviceSpec& spec, const KernelRecord& record, bo
   // bytes at its two ends).
   if (is_host_transfer(record.kernel))
     return largest(static_cast<double>(record.cost.bytes_written) / spec.host_link_bytes_per_s, 0, spec.launch_s);
+  // A collective sends and receives at once, each way at the interconnect's rate.
+  if (is_collective_kernel(record.kernel)) {
+    const double moved = static_cast<double>(std::max(record.cost.bytes_read, record.cost.bytes_written));
+    const double link_s = moved / spec.interconnect_bytes_per_s;
+    if (link_s > spec.launch_s) return {link_s, Bound::Interconnect};
+    return {spec.launch_s, Bound::Launch};
+  }
   // A 16-bit GEMM takes the tensor cores whatever --tf32 says (cuBLAS does); an f32 one only when asked.
   const bool tensor = is_gemm_kernel(record.kernel) && (tensor_cores || is_16bit_floating(record.dtype));
   return predict_kernel(spec, record.cost, record.dtype, tensor);
 }
+
+bool is_collective_kernel(const std::string& kernel) { return kernel.rfind("nccl_", 0) == 0; }
 
 bool is_gemm_kernel(const std::string& kernel) {
   return kernel == "matmul" || kernel == "conv2d_forward" || kernel == "conv2d_backward_input" ||

@@ -9,7 +9,9 @@
 // are asked for (--tf32), bf16 and f16 GEMMs the BF16/FP16 tensor-core rates always (other 16-bit
 // runs the FP32 rate: they are memory-bound); launch latency is DeviceSpec::launch_s (about 3 us a launch). Host transfers
 // (copy_from_host, copy_to_host, and the copy stream's copy_async.h2d/.d2h) move their bytes over
-// the host link instead of device memory. The bound says which of the three terms is the largest.
+// the host link instead of device memory, collectives (nccl_*) over the GPU interconnect
+// (DeviceSpec::interconnect_bytes_per_s, each way: a rank sends and receives at once). The bound says
+// which term is the largest.
 //
 // It lives in core, below both of its users: report/predict.h sums it over a profiled step (with
 // the copy stream simulated beside compute; the table of specs is report/device_specs.cpp), and
@@ -31,10 +33,13 @@ struct DeviceSpec {
   int sms;
   double host_link_bytes_per_s;  // each way
   double launch_s;               // per-launch latency floor, 3e-6
+  double interconnect_bytes_per_s;  // GPU to GPU, each way (NVLink, or PCIe where a card has none)
 };
 
-enum class Bound { Memory, Compute, Launch };
-const char* bound_name(Bound bound);  // "memory", "compute", "launch"
+// Interconnect: a collective (ProcessGroup's nccl_* launches), its bytes over the GPU interconnect.
+enum class Bound { Memory, Compute, Launch, Interconnect };
+constexpr int kNumBounds = 4;
+const char* bound_name(Bound bound);  // "memory", "compute", "launch", "interconnect"
 
 struct Prediction {
   double seconds = 0;
@@ -44,7 +49,8 @@ struct Prediction {
 // tensor_cores: the run is a GEMM on the tensor cores (f32: TF32; bf16, f16: their tensor rates).
 Prediction predict_kernel(const DeviceSpec& spec, const KernelCost& cost, DType dtype, bool tensor_cores = false);
 // One recorded run: predict_kernel (a 16-bit GEMM on the tensor cores whatever `tensor_cores`, the f32
-// GEMMs' TF32, says), except that host transfers go over the host link, and an
+// GEMMs' TF32, says), except that host transfers go over the host link, a collective (is_collective_kernel)
+// sends and receives its bytes over the interconnect at once (the larger of the two, or the launch floor), and an
 // offload stall or fetch wait (below), priced on its own, waits for its copies' bytes over the
 // host link as if none had overlapped compute.
 Prediction predict_record(const DeviceSpec& spec, const KernelRecord& record, bool tensor_cores = false);
@@ -57,5 +63,7 @@ inline constexpr const char* kOffloadStallKernel = "offload_stall";
 inline constexpr const char* kOffloadFetchWaitKernel = "offload_fetch_wait";
 // The kernels that could take the tensor cores: the GEMMs (matmul, the cuDNN convolutions).
 bool is_gemm_kernel(const std::string& kernel);
+// The collectives distributed::ProcessGroup records: "nccl_all_reduce", "nccl_all_gather", ...
+bool is_collective_kernel(const std::string& kernel);
 
 }  // namespace reel::profile

@@ -133,7 +133,7 @@ void Comm::abort() {
   check(ncclCommAbort(handle(comm_)), "ncclCommAbort", true);
 }
 
-double Comm::average_scale(int nranks) const { return kHasAvg ? 1.0 : 1.0 / nranks; }
+double Comm::average_scale(int nranks) { return kHasAvg ? 1.0 : 1.0 / nranks; }
 
 void Comm::all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
   REEL_NCCL_CHECK(ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), handle(comm_), compute_stream(device_)));
@@ -170,7 +170,7 @@ Comm::Comm(const Id&, int, int, int) { REEL_FAIL("dist: this build has no NCCL")
 Comm::~Comm() = default;
 bool Comm::ready() { return true; }
 void Comm::abort() {}
-double Comm::average_scale(int) const { return 1; }
+double Comm::average_scale(int) { return 1; }
 void Comm::all_reduce(const void*, void*, size_t, DType, ReduceOp) { REEL_FAIL("dist: this build has no NCCL"); }
 void Comm::reduce_scatter(const void*, void*, size_t, DType, ReduceOp) { REEL_FAIL("dist: this build has no NCCL"); }
 void Comm::all_gather(const void*, void*, size_t, DType) { REEL_FAIL("dist: this build has no NCCL"); }

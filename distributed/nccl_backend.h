@@ -52,7 +52,7 @@ class Comm {
   // recv is written on root only (the others' is not touched; they may pass send).
   void reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, int root);
   // The factor the caller must still apply to an Average's result (1 with ncclAvg).
-  double average_scale(int nranks) const;
+  static double average_scale(int nranks);
 
  private:
   // ncclComm_t. [[maybe_unused]]: a build without NCCL compiles the stubs, which never touch it.

@@ -34,7 +34,27 @@ const char* collective_name(Collective c) {
 }
 
 
+profile::KernelCost collective_cost(Collective c, int64_t count, DType dtype, int world) {
+  const int64_t n = world;
+  const int64_t bytes = count * dtype_size(dtype);
+  profile::KernelCost cost;
+  int64_t moved = 0, adds = 0;
+  switch (c) {
+    case Collective::AllReduce: moved = 2 * (n - 1) * bytes / n, adds = (n - 1) * count / n; break;
+    case Collective::ReduceScatter: moved = (n - 1) * bytes / n, adds = (n - 1) * count / n; break;
+    case Collective::AllGather: moved = (n - 1) * bytes / n; break;
+    case Collective::Broadcast: moved = n > 1 ? bytes : 0; break;
+    case Collective::Reduce: moved = n > 1 ? bytes : 0, adds = n > 1 ? count : 0; break;
+    case Collective::Barrier: break;
+  }
+  cost.bytes_read = cost.bytes_written = moved;
+  cost.flops = adds;
+  return cost;
+}
+
 namespace {
+
+int g_simulated_size = 0;  // ProcessGroup::simulate's world size, 0: none
 
 int env_int(const char* name) {
   const char* v = std::getenv(name);
@@ -87,12 +107,28 @@ ProcessGroup& ProcessGroup::world() {
   return group;
 }
 
+void ProcessGroup::simulate(int world_size) {
+  REEL_CHECK(world_size >= 1, "dist: a simulated world needs at least 1 rank, got ", world_size);
+  REEL_CHECK(g_world == nullptr && g_simulated_size == 0,
+             "dist: simulate(", world_size, ") after the world was made: call it first, once");
+  g_simulated_size = world_size;
+}
+
 ProcessGroup::ProcessGroup() {
   const int env_rank = env_int("RANK"), env_size = env_int("WORLD_SIZE");
   // A launcher says so through its own variables: Open MPI's mpirun, or a PMI/PMIx launcher (srun).
   const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
   if (const int t = env_int("REEL_DIST_TIMEOUT_S"); t >= 0) set_timeout_s(t);
   cuda_path_ = default_cuda_path();
+  if (g_simulated_size > 0) {
+    REEL_CHECK(!launched, "dist: a simulated world of ", g_simulated_size,
+               " ranks (--simulate-ranks) runs in one process; this one was started by an MPI launcher");
+    REEL_CHECK(env_size <= 1 && env_rank <= 0, "dist: a simulated world of ", g_simulated_size,
+               " ranks, but RANK=", env_rank, " WORLD_SIZE=", env_size, " are set");
+    simulated_ = true;
+    size_ = g_simulated_size;
+    return;
+  }
   if (!launched) {
     REEL_CHECK(env_size <= 1 && env_rank <= 0, "dist: RANK=", env_rank, " WORLD_SIZE=", env_size,
                " but no MPI launcher started this process; start the ranks with mpirun -np ", env_size,
@@ -231,7 +267,7 @@ void Work::wait() {
 }
 
 bool ProcessGroup::nccl_enqueued(Work::State& s) {
-  if (s.event) return true;
+  if (s.event || !s.comm) return true;  // no communicator: simulated, nothing was enqueued
   REEL_CHECK(!broken_, "dist: ", s.what, " cannot complete: an earlier collective failed on rank ", rank_);
   try {
     if (!s.comm->ready()) return false;  // ncclInProgress: the enqueue is still going on
@@ -302,7 +338,12 @@ void ProcessGroup::progress() {
 // ---- the NCCL path ---------------------------------------------------------------------------
 
 bool ProcessGroup::takes_nccl(const Device& device) const {
-  return mpi_ && device.is_cuda() && cuda_path_ == CudaPath::Nccl;
+  return (mpi_ && device.is_cuda() && cuda_path_ == CudaPath::Nccl) || (simulated_ && device.is_meta());
+}
+
+void ProcessGroup::check_simulable(const Work::State& s, const Tensor& t) const {
+  REEL_CHECK(!simulated_ || t.device().is_meta(), "dist: ", s.what, ": this is a simulated world of ", size_,
+             " ranks (--simulate-ranks), whose other ranks hold no values; only meta tensors can be communicated");
 }
 
 nccl::Comm& ProcessGroup::nccl_comm(const Device& device) {

@@ -16,6 +16,19 @@
 //                 through a contiguous device copy. Else, or with REEL_DIST_BACKEND=mpi (or
 //                 set_cuda_path(CudaPath::Staged)), staged through a contiguous host copy over MPI.
 //
+// A simulated world (ProcessGroup::simulate(N), the examples' --simulate-ranks N): this process is
+// rank 0 of N ranks that do not exist, for a dry run on the meta device (kernels/meta.h). Collectives
+// on meta tensors take the NCCL path's steps (the same staging buffers, the same average scaling,
+// the same recorded launch) with no communicator: nothing moves, so rank 0's memory timeline and
+// predicted step are those of a real N-rank run. Host numbers summed over ranks (window counts)
+// are taken as every rank's being this one's. A collective that would need the other ranks' values
+// on a cpu or cuda tensor is refused (a broadcast from rank 0 and a barrier need none).
+//
+// Every collective on the NCCL path is recorded for a Profiler as a launch on the device's compute
+// stream ("nccl_all_reduce", ...), priced by the ring algorithm's traffic (collective_cost): what
+// this rank sends (cost.bytes_read) and receives (cost.bytes_written) over the GPU interconnect,
+// and the additions a reduction makes (report/predict.h prices it on the interconnect).
+//
 // Failure: every collective is polled (MPI_Test; for NCCL the communicator's state and a CUDA event
 // recorded after the collective) until it completes or until the timeout (REEL_DIST_TIMEOUT_S,
 // default 300 s; set_timeout_s). A timeout or a backend error raises a reel::Error naming the
@@ -31,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "core/profile.h"
 #include "core/tensor.h"
 
 namespace reel::distributed {
@@ -40,6 +54,12 @@ enum class ReduceOp { Sum, Average };  // Average: the sum divided by the world 
 enum class Collective { AllReduce, ReduceScatter, AllGather, Broadcast, Barrier, Reduce };
 constexpr int kNumCollectives = 6;
 const char* collective_name(Collective c);
+// What one of `world` ranks moves and computes in collective c over a buffer of `count` elements of
+// `dtype` (the all-reduced, broadcast or reduced tensor; a reduce-scatter's input; an all-gather's
+// output), by NCCL's ring algorithm, the model nccl-tests' bus bandwidth assumes: an all-reduce sends
+// and receives 2 (N - 1) / N of the buffer, a reduce-scatter or all-gather (N - 1) / N, a broadcast
+// or reduce the whole buffer once. bytes_read: sent; bytes_written: received; flops: the additions.
+profile::KernelCost collective_cost(Collective c, int64_t count, DType dtype, int world);
 
 // How collectives on cuda tensors travel: NCCL, or staged through host copies over MPI.
 enum class CudaPath { Nccl, Staged };
@@ -79,6 +99,10 @@ class ProcessGroup {
  public:
   // Every process of the launch (MPI_COMM_WORLD), initialised on first use.
   static ProcessGroup& world();
+  // Makes world() a simulated world of `world_size` ranks (this process rank 0): before world()'s
+  // first use, in a process no launcher started. reel::Error otherwise.
+  static void simulate(int world_size);
+  bool simulated() const { return simulated_; }
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -153,11 +177,18 @@ class ProcessGroup {
   // and the wait until a call on it has been enqueued (the communicator left ncclInProgress).
   bool takes_nccl(const Device& device) const;
   nccl::Comm& nccl_comm(const Device& device);
+  // The NCCL path's start: s.comm set to the device's communicator (none in a simulated world), the
+  // launch recorded for a Profiler, then `enqueue` on the communicator (not called when simulated).
+  template <typename Enqueue>
+  void enqueue_nccl(Work::State& s, Collective c, const Tensor& t, int64_t count, Enqueue enqueue);
+  // A simulated world refuses a collective on a tensor that is not on meta (s.what names it).
+  void check_simulable(const Work::State& s, const Tensor& t) const;
   bool nccl_enqueued(Work::State& s);
   Work start_nccl(Collective c, std::shared_ptr<Work::State> state);
 
   int rank_ = 0, size_ = 1;
   bool mpi_ = false;
+  bool simulated_ = false;  // simulate(): rank 0 of size_ ranks that do not exist
   bool broken_ = false;
   double timeout_s_ = 300;
   CudaPath cuda_path_ = CudaPath::Staged;

@@ -1,7 +1,8 @@
 // ProcessGroup's collectives (see process_group.h): all_reduce, reduce_scatter, all_gather,
 // reduce, broadcast, barrier. Each checks its arguments on this rank before any communication, then takes
-// the NCCL path (cuda tensors, NCCL chosen) or MPI (host buffers: in place, or staged through the
-// host); process_group.cpp polls and completes what they start.
+// the NCCL path (cuda tensors, NCCL chosen; meta tensors in a simulated world, the same steps with no
+// communicator) or MPI (host buffers: in place, or staged through the host); process_group.cpp polls
+// and completes what they start.
 #include <mpi.h>
 
 #include <sstream>
@@ -80,19 +81,16 @@ Work ProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op) {
              ": an average needs a floating-point tensor");
   check_not_16bit(t, s->what);
   s->user = t;
-  if (!mpi_) return start(Collective::AllReduce, std::move(s));  // the sum over one rank
+  check_simulable(*s, t);
   if (nccl) {
-    nccl::Comm& comm = nccl_comm(t.device());
-    s->comm = &comm;
     s->buf_out = device_copy(t);
-    if (op == ReduceOp::Average) s->scale = comm.average_scale(size_);
-    try {
+    if (op == ReduceOp::Average) s->scale = nccl::Comm::average_scale(size_);
+    enqueue_nccl(*s, Collective::AllReduce, t, t.numel(), [&](nccl::Comm& comm) {
       comm.all_reduce(s->buf_out.data_ptr(), s->buf_out.data_ptr(), static_cast<size_t>(t.numel()), t.dtype(), op);
-    } catch (const Error& e) {
-      fail(*s, std::string("failed to start (") + e.what() + ")");
-    }
+    });
     return start_nccl(Collective::AllReduce, std::move(s));
   }
+  if (!mpi_) return start(Collective::AllReduce, std::move(s));  // the sum over one rank
   const MPI_Datatype type = mpi_type(t.dtype(), s->what, true);
   const int n = count_of(t, s->what);
   s->buf_out = host_copy(t);
@@ -118,23 +116,20 @@ Work ProcessGroup::reduce_scatter_async(const Tensor& output, const Tensor& inpu
              ": an average needs a floating-point tensor");
   check_not_16bit(input, s->what);
   s->user = output;
+  check_simulable(*s, input);
+  if (nccl) {
+    s->buf_in = device_copy(input);
+    s->buf_out = device_target(output);
+    if (op == ReduceOp::Average) s->scale = nccl::Comm::average_scale(size_);
+    enqueue_nccl(*s, Collective::ReduceScatter, input, input.numel(), [&](nccl::Comm& comm) {
+      comm.reduce_scatter(s->buf_in.data_ptr(), s->buf_out.data_ptr(), static_cast<size_t>(output.numel()),
+                          input.dtype(), op);
+    });
+    return start_nccl(Collective::ReduceScatter, std::move(s));
+  }
   if (!mpi_) {
     output.copy_(input.reshape(output.shape()));
     return start(Collective::ReduceScatter, std::move(s));
-  }
-  if (nccl) {
-    nccl::Comm& comm = nccl_comm(input.device());
-    s->comm = &comm;
-    s->buf_in = device_copy(input);
-    s->buf_out = device_target(output);
-    if (op == ReduceOp::Average) s->scale = comm.average_scale(size_);
-    try {
-      comm.reduce_scatter(s->buf_in.data_ptr(), s->buf_out.data_ptr(), static_cast<size_t>(output.numel()),
-                          input.dtype(), op);
-    } catch (const Error& e) {
-      fail(*s, std::string("failed to start (") + e.what() + ")");
-    }
-    return start_nccl(Collective::ReduceScatter, std::move(s));
   }
   const MPI_Datatype type = mpi_type(input.dtype(), s->what, true);
   const int n = count_of(output, s->what);
@@ -167,6 +162,15 @@ Work ProcessGroup::all_gather_async(const Tensor& output, const Tensor& input, W
   // form), so no send buffer exists besides the output.
   const bool in_place = output.is_contiguous() && input.is_contiguous() && input.storage() == output.storage() &&
                         input.offset() == output.offset() + rank_ * input.numel();
+  check_simulable(*s, input);
+  if (nccl) {
+    s->buf_in = device_copy(input);
+    s->buf_out = device_target(output);
+    enqueue_nccl(*s, Collective::AllGather, output, output.numel(), [&](nccl::Comm& comm) {
+      comm.all_gather(s->buf_in.data_ptr(), s->buf_out.data_ptr(), static_cast<size_t>(input.numel()), input.dtype());
+    });
+    return start_nccl(Collective::AllGather, std::move(s));
+  }
   if (!mpi_) {
     if (in_place) {
       if (!s->restore) output.bump_version();
@@ -176,18 +180,6 @@ Work ProcessGroup::all_gather_async(const Tensor& output, const Tensor& input, W
       output.copy_(input.reshape(output.shape()));
     }
     return start(Collective::AllGather, std::move(s));
-  }
-  if (nccl) {
-    nccl::Comm& comm = nccl_comm(input.device());
-    s->comm = &comm;
-    s->buf_in = device_copy(input);
-    s->buf_out = device_target(output);
-    try {
-      comm.all_gather(s->buf_in.data_ptr(), s->buf_out.data_ptr(), static_cast<size_t>(input.numel()), input.dtype());
-    } catch (const Error& e) {
-      fail(*s, std::string("failed to start (") + e.what() + ")");
-    }
-    return start_nccl(Collective::AllGather, std::move(s));
   }
   const MPI_Datatype type = mpi_type(input.dtype(), s->what, false);
   const int n = count_of(input, s->what);
@@ -217,21 +209,18 @@ Work ProcessGroup::reduce_async(const Tensor& t, int root, ReduceOp op) {
   check_not_16bit(t, s->what);
   const bool is_root = rank_ == root;
   if (is_root) s->user = t;  // elsewhere t is only sent: no result to write back
-  if (!mpi_) return start(Collective::Reduce, std::move(s));  // the sum over one rank
+  check_simulable(*s, t);
   if (nccl) {
-    nccl::Comm& comm = nccl_comm(t.device());
-    s->comm = &comm;
     // Root reduces into its copy (t itself when contiguous); the others send theirs.
     (is_root ? s->buf_out : s->buf_in) = device_copy(t);
     void* buf = is_root ? s->buf_out.data_ptr() : s->buf_in.data_ptr();
-    if (op == ReduceOp::Average && is_root) s->scale = comm.average_scale(size_);
-    try {
+    if (op == ReduceOp::Average && is_root) s->scale = nccl::Comm::average_scale(size_);
+    enqueue_nccl(*s, Collective::Reduce, t, t.numel(), [&](nccl::Comm& comm) {
       comm.reduce(buf, buf, static_cast<size_t>(t.numel()), t.dtype(), op, root);
-    } catch (const Error& e) {
-      fail(*s, std::string("failed to start (") + e.what() + ")");
-    }
+    });
     return start_nccl(Collective::Reduce, std::move(s));
   }
+  if (!mpi_) return start(Collective::Reduce, std::move(s));  // the sum over one rank
   const MPI_Datatype type = mpi_type(t.dtype(), s->what, true);
   const int n = count_of(t, s->what);
   if (is_root) {
@@ -257,21 +246,18 @@ void ProcessGroup::broadcast(const Tensor& t, int root) {
   s->what = describe(Collective::Broadcast, ReduceOp::Sum, t, false, nccl) + " from rank " + std::to_string(root);
   REEL_CHECK(root >= 0 && root < size_, "dist: ", s->what, ": the root must be a rank in [0, ", size_, ")");
   s->user = t;
-  if (!mpi_) {
-    start(Collective::Broadcast, std::move(s));
-    return;
-  }
+  if (simulated_ && root != 0) check_simulable(*s, t);  // rank 0's own values need nobody else's
   if (nccl) {
-    nccl::Comm& comm = nccl_comm(t.device());
-    s->comm = &comm;
     s->buf_out = device_copy(t);
-    try {
+    enqueue_nccl(*s, Collective::Broadcast, t, t.numel(), [&](nccl::Comm& comm) {
       comm.broadcast(s->buf_out.data_ptr(), static_cast<size_t>(t.numel()), t.dtype(), root);
-    } catch (const Error& e) {
-      fail(*s, std::string("failed to start (") + e.what() + ")");
-    }
+    });
     start_nccl(Collective::Broadcast, s);
     wait_state(*s);
+    return;
+  }
+  if (!mpi_) {
+    start(Collective::Broadcast, std::move(s));
     return;
   }
   const MPI_Datatype type = mpi_type(t.dtype(), s->what, false);
@@ -296,12 +282,14 @@ void ProcessGroup::barrier() {
 }
 
 double ProcessGroup::all_reduce(double value, ReduceOp op) {
+  if (simulated_) return op == ReduceOp::Sum ? value * size_ : value;  // every rank's taken as this one's
   const Tensor t = from_vector<double>({value}, {1});
   all_reduce(t, op);
   return t.item();
 }
 
 int64_t ProcessGroup::all_reduce(int64_t value) {
+  if (simulated_) return value * size_;
   const Tensor t = from_vector<int64_t>({value}, {1});
   all_reduce(t, ReduceOp::Sum);
   return t.to_vector<int64_t>()[0];

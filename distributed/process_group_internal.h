@@ -1,10 +1,11 @@
 // What the files of ProcessGroup (distributed/process_group*.cpp) share and nothing else uses: one
-// collective's state (Work::State) and MPI's error text.
+// collective's state (Work::State), MPI's error text, and the NCCL path's start (enqueue_nccl).
 #pragma once
 #include <mpi.h>
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "distributed/nccl_backend.h"
@@ -38,6 +39,33 @@ inline std::string mpi_error(int rc) {
   MPI_Error_string(rc, text, &len);
   return std::string(text, static_cast<size_t>(len));
 }
+// The name of collective c's recorded launch: "nccl_all_reduce", ...
+inline const char* nccl_kernel_name(Collective c) {
+  switch (c) {
+    case Collective::AllReduce: return "nccl_all_reduce";
+    case Collective::ReduceScatter: return "nccl_reduce_scatter";
+    case Collective::AllGather: return "nccl_all_gather";
+    case Collective::Broadcast: return "nccl_broadcast";
+    case Collective::Reduce: return "nccl_reduce";
+    case Collective::Barrier: break;
+  }
+  return "nccl_barrier";
+}
 }  // namespace process_group_detail
+
+template <typename Enqueue>
+void ProcessGroup::enqueue_nccl(Work::State& s, Collective c, const Tensor& t, int64_t count, Enqueue enqueue) {
+  s.comm = simulated_ ? nullptr : &nccl_comm(t.device());
+  std::optional<profile::KernelRun> run;
+  if (profile::enabled())
+    run.emplace(process_group_detail::nccl_kernel_name(c), t.device(), t.dtype(), shape_str(t.shape()),
+                collective_cost(c, count, t.dtype(), size_));
+  if (!s.comm) return;
+  try {
+    enqueue(*s.comm);
+  } catch (const Error& e) {
+    fail(s, std::string("failed to start (") + e.what() + ")");
+  }
+}
 
 }  // namespace reel::distributed

@@ -5,7 +5,7 @@
 // micro-batches, the one-line progress display, the profiler and the memory timeline around a few
 // training steps, and --dist (data parallel over the ranks of mpirun, when reel was built with distributed/;
 // --zero 1/2/3, --reduce, --fsdp-units and --fsdp-prefetch shard it, and every run ends with rank 0's
-// peak bytes by category), --precision (the forwards under autograd::Autocast, autocast_dtype
+// peak bytes by category; --simulate-ranks N dry-runs it on meta as rank 0 of N), --precision (the forwards under autograd::Autocast, autocast_dtype
 // below; f16 with the loss scaler of make_scaler; with --zero 2/3 also FSDP's param_dtype: 16-bit
 // gathered parameters over f32 master shards) and --tf32.
 #pragma once
@@ -69,6 +69,7 @@ struct TrainOptions {
                               // a budget:SIZE plan's unit times are its predicted ones
   std::string memory_timeline;  // page path (HTML; the JSON beside it); empty: no timeline
   bool dist = false;          // data parallel over the ranks mpirun started (see Distributed)
+  int simulate_ranks = 0;     // --device meta: data parallel as rank 0 of this many simulated ranks (implies dist)
   int zero = 0;               // with dist: 1 AdamW state, 2 + gradients, 3 + parameters sharded (ZeRO-1/2/3)
   std::string reduce = "per-micro-batch";  // --zero 2/3: reduce-scatter after each micro-batch, or once per window
   std::string fsdp_units;  // --zero 2/3: "block" (the example's blocks as units) or "layer" (each leaf, leaf_units; "": layer)
@@ -193,6 +194,11 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_flag("--dist", o.dist,
                "data parallel: run under mpirun -np N; each rank trains on 1/N of every window (--batch is the "
                "global batch), only rank 0 prints and saves");
+  app.add_option("--simulate-ranks", o.simulate_ranks,
+                 "with --device meta: a dry run of --dist as rank 0 of N ranks in this one process (collectives "
+                 "allocate and record what NCCL's would, move nothing, and --predict prices them on the GPU's "
+                 "interconnect); takes --zero and the other --dist options")
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--zero", o.zero,
                  "with --dist: 1 shards the AdamW state across ranks (ZeRO-1, --optimizer adamw), 2 also the gradients "
                  "(ZeRO-2), 3 also the parameters (ZeRO-3 / FSDP: gathered per unit for forward, replay and backward)")
@@ -308,6 +314,14 @@ class Distributed {
         param_dtype_(autocast_dtype(o)) {
     REEL_CHECK(zero_ >= 2 || (o.fsdp_units.empty() && o.fsdp_prefetch < 0),
                "--fsdp-units and --fsdp-prefetch need --zero 2 or 3");
+    if (o.simulate_ranks > 0) {
+      REEL_CHECK(reel::Device(o.device).is_meta(), "--simulate-ranks ", o.simulate_ranks,
+                 " needs --device meta (a simulated rank has no peers to compute with); got --device ", o.device);
+#if REEL_HAS_DISTRIBUTED
+      reel::distributed::ProcessGroup::simulate(o.simulate_ranks);
+#endif
+      wanted_ = o.dist = true;
+    }
     if (!o.dist) {
       REEL_CHECK(o.zero == 0 && o.dist_overlap == 1, "--zero and --dist-overlap need --dist");
       return;
@@ -324,6 +338,9 @@ class Distributed {
       REEL_CHECK(std::freopen("/dev/null", "w", stdout) != nullptr, "--dist: cannot silence rank ", rank_);
       o.quiet = true;
       o.save.clear();
+      // --predict prices rank 0's profile here (its other use, a budget plan's unit costs, stays:
+      // every rank must plan alike).
+      if (o.checkpoint.rfind("budget:", 0) != 0) o.predict.clear();
       o.profile.clear();
       o.memory_timeline.clear();
     }
@@ -439,7 +456,8 @@ class Distributed {
   // How collectives on tensors of this kind travel: cuda ones through NCCL unless
   // REEL_DIST_BACKEND=mpi.
   static const char* backend(const reel::distributed::ProcessGroup& group, bool cuda) {
-    return !group.uses_mpi() ? "local"
+    return group.simulated() ? "a simulated world (allocated and recorded as NCCL's, nothing moved)"
+           : !group.uses_mpi() ? "local"
            : cuda && group.cuda_path() == reel::distributed::CudaPath::Nccl ? "NCCL"
            : cuda ? "MPI, staged through the host"
                   : "MPI";

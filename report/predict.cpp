@@ -42,7 +42,7 @@ std::vector<PredictedGroup> largest_first(std::map<std::string, PredictedGroup>&
 
 Bound PredictedGroup::bound() const {
   int best = static_cast<int>(Bound::Launch);
-  for (int b = 0; b < 3; ++b)
+  for (int b = 0; b < kNumBounds; ++b)
     if (bound_s[b] > bound_s[best]) best = b;
   return static_cast<Bound>(best);
 }
@@ -199,9 +199,12 @@ void print_prediction(std::ostream& os, const Profiler& profiler, const DeviceSp
 
   const PredictedGroup& t = sp.total;
   const auto us = [&](double s) { return s * 1e6 / n; };
+  const double link_us = us(t.bound_s[static_cast<int>(Bound::Interconnect)]);
+  char link[64] = "";  // collectives (a --dist run, or one simulated on meta): the interconnect's share
+  if (link_us > 0) std::snprintf(link, sizeof link, "; interconnect %.1f us", link_us);
   std::snprintf(line, sizeof line,
-                "step on %s: predicted %.1f us (memory %.1f, compute %.1f, launch %.1f us); measured %.3f ms%s\n",
-                spec.name.c_str(), us(t.predicted_s), us(t.bound_s[0]), us(t.bound_s[1]), us(t.bound_s[2]),
+                "step on %s: predicted %.1f us (memory %.1f, compute %.1f, launch %.1f us%s); measured %.3f ms%s\n",
+                spec.name.c_str(), us(t.predicted_s), us(t.bound_s[0]), us(t.bound_s[1]), us(t.bound_s[2]), link,
                 t.measured_s * 1e3 / n,
                 sp.dry ? " (meta: a dry run, not a time)" : sp.emulated ? " (emulated, host time)" : sp.from_cpu ? " (cpu)" : "");
   os << line;

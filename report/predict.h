@@ -46,7 +46,7 @@ struct PredictedGroup {
   int64_t calls = 0;
   double measured_s = 0;     // of the profiled run (host times for emulated or CPU records)
   double predicted_s = 0;    // FP32 CUDA cores for f32
-  double bound_s[3] = {0, 0, 0};  // predicted seconds by Bound
+  double bound_s[kNumBounds] = {};  // predicted seconds by Bound
   int64_t flops = 0, bytes = 0;
   Bound bound() const;       // the bound holding most of predicted_s
   bool mixed() const;        // runs of the group differ in bound

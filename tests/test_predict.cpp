@@ -13,7 +13,8 @@ using namespace reel::profile;
 
 namespace {
 
-// Round numbers: 1 TB/s, 10 TFLOP/s FP32, 5 FP64, 80 TF32; 10 GB/s host link; 2 us a launch.
+// Round numbers: 1 TB/s, 10 TFLOP/s FP32, 5 FP64, 80 TF32; 10 GB/s host link; 2 us a launch; 100 GB/s
+// interconnect.
 DeviceSpec made_up() {
   DeviceSpec d;
   d.name = "made-up";
@@ -27,6 +28,7 @@ DeviceSpec made_up() {
   d.sms = 10;
   d.host_link_bytes_per_s = 10e9;
   d.launch_s = 2e-6;
+  d.interconnect_bytes_per_s = 100e9;
   return d;
 }
 
