@@ -42,6 +42,8 @@ tables=(
   "zero|docs/benchmarks.md|bench/zero_table.sh BUILD 20"
   "zero_loss|docs/benchmarks.md|bench/zero_loss_table.sh BUILD 100"
   "meta|docs/benchmarks.md|bench/meta_table.sh BUILD"
+  "fit_presets|docs/memory.md|bench/fit_presets.sh BUILD"
+  "estimators|docs/memory.md|bench/estimators_table.sh BUILD"
   "simt|docs/benchmarks.md|bench/simt_table.sh BUILD"
   "vs_torch|docs/benchmarks.md|bench/vs_torch/run.sh --rounds 3"
 )

@@ -55,6 +55,7 @@ profile::KernelCost collective_cost(Collective c, int64_t count, DType dtype, in
 namespace {
 
 int g_simulated_size = 0;  // ProcessGroup::simulate's world size, 0: none
+bool g_world_made = false;  // world() was constructed (simulated, one process, or the launcher's)
 
 int env_int(const char* name) {
   const char* v = std::getenv(name);
@@ -109,12 +110,14 @@ ProcessGroup& ProcessGroup::world() {
 
 void ProcessGroup::simulate(int world_size) {
   REEL_CHECK(world_size >= 1, "dist: a simulated world needs at least 1 rank, got ", world_size);
-  REEL_CHECK(g_world == nullptr && g_simulated_size == 0,
+  if (g_simulated_size == world_size) return;  // asked again (each of --fit's candidates): the same world
+  REEL_CHECK(!g_world_made && g_simulated_size == 0,
              "dist: simulate(", world_size, ") after the world was made: call it first, once");
   g_simulated_size = world_size;
 }
 
 ProcessGroup::ProcessGroup() {
+  g_world_made = true;
   const int env_rank = env_int("RANK"), env_size = env_int("WORLD_SIZE");
   // A launcher says so through its own variables: Open MPI's mpirun, or a PMI/PMIx launcher (srun).
   const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");

@@ -100,7 +100,8 @@ class ProcessGroup {
   // Every process of the launch (MPI_COMM_WORLD), initialised on first use.
   static ProcessGroup& world();
   // Makes world() a simulated world of `world_size` ranks (this process rank 0): before world()'s
-  // first use, in a process no launcher started. reel::Error otherwise.
+  // first use, in a process no launcher started; again with the same size, nothing. reel::Error
+  // otherwise.
   static void simulate(int world_size);
   bool simulated() const { return simulated_; }
 

@@ -289,16 +289,32 @@ void apply_preset(const std::string& name, nn::GPTConfig& config) {
   REEL_FAIL("--preset '", name, "': expected gpt2, gpt2-medium, gpt2-large or gpt2-xl");
 }
 
+// What --zero 2/3 shard the GPT by: its blocks (under --fsdp-units block), and the modules kept whole
+// in the root unit (wte, read again by the tied head; an untied head, whose weight the fused loss
+// reads directly).
+examples::FitUnits sharding_units(nn::GPT& gpt) {
+  examples::FitUnits u;
+  for (int64_t i = 0; i < gpt.h->size(); ++i) u.blocks.push_back(&(*gpt.h)[i]);
+  u.keep_whole.push_back(gpt.wte.get());
+  if (gpt.lm_head) u.keep_whole.push_back(gpt.lm_head.get());
+  return u;
+}
+
 // --fit's candidate (examples/fit.h): the GPT made on `t`'s device (meta) with its levers, the
 // optimizer and accumulation window as training makes them, and the function that runs one
 // optimizer step of --batch windows (their positions do not matter on meta: nothing is read).
 examples::FitStep fit_step(const examples::TrainOptions& t, const nn::GPTConfig& config,
                            const std::vector<int32_t>& ids, bool fused_loss) {
   const Device device(t.device);
-  const auto c = examples::make_fit_candidate<nn::GPT>(t, [&] { return std::make_shared<nn::GPT>(config); });
-  const std::vector<int64_t> sizes = examples::micro_batch_sizes(t.batch, t.accum_steps);
+  const auto c = examples::make_fit_candidate<nn::GPT>(
+      t, [&] { return std::make_shared<nn::GPT>(config); }, [](nn::GPT& gpt) { return sharding_units(gpt); });
+  const std::vector<int64_t> sizes = examples::micro_batch_sizes(c->batch, t.accum_steps);
   const std::optional<DType> precision = examples::autocast_dtype(t);
   const int64_t T = config.block_size;
+  c->plan([&] {
+    const Batch b = make_batch(ids, std::vector<size_t>(static_cast<size_t>(sizes.front()), 0), T, device);
+    return batch_loss(*c->model, b.x, b.y, fused_loss, precision);
+  });
   return [c, sizes, precision, fused_loss, &ids, device, T] {
     std::vector<Batch> micro;
     for (int64_t b : sizes) micro.push_back(make_batch(ids, std::vector<size_t>(static_cast<size_t>(b), 0), T, device));
@@ -382,12 +398,9 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist, int 
     // --dist: rank 0's weights everywhere; each rank takes its share of every window's sequences.
     // --zero 2/3 shard by each Linear, LayerNorm and wpe (wte, read again by the tied head, stays in the
     // root), or under --fsdp-units block by block (the tied embeddings and the final norm form the root unit).
-    std::vector<nn::Module*> blocks;
-    for (int64_t i = 0; i < gpt.h->size(); ++i) blocks.push_back(&(*gpt.h)[i]);
-    std::vector<nn::Module*> keep_whole{gpt.wte.get()};
-    if (gpt.lm_head) keep_whole.push_back(gpt.lm_head.get());  // the fused loss reads its weight directly
+    const examples::FitUnits units = sharding_units(gpt);
     std::unique_ptr<optim::Optimizer> opt =
-        dist.make_optimizer(o.train.optimizer, gpt, blocks, o.train.lr, keep_whole);
+        dist.make_optimizer(o.train.optimizer, gpt, units.blocks, o.train.lr, units.keep_whole);
     const std::unique_ptr<optim::LrSchedule> schedule = examples::make_schedule(o.train, steps);
     const std::unique_ptr<optim::GradScaler> scaler = examples::make_scaler(o.train);  // f16 only
     optim::Accumulator acc(*opt, {o.train.clip, schedule.get(), o.train.skip_nonfinite, dist.sync(), scaler.get()});
@@ -559,7 +572,7 @@ int main(int argc, char** argv) {
                  "exit 1 unless the final val loss is at least this many nats below the unigram entropy");
   app.add_flag("--fused-loss", o.fused_loss,
                "LM head and cross-entropy fused and chunked (GPT::loss): the tape keeps no (B, T, V) logits gradient");
-  examples::add_fit_option(app, o.fit);
+  examples::add_fit_option(app, o.fit, o.train);
   CLI11_PARSE(app, argc, argv);
   try {
     examples::Distributed dist(o.train);

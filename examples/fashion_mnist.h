@@ -163,7 +163,7 @@ struct FashionMnistOptions {
   char** argv = nullptr;
 };
 
-inline void add_fashion_mnist_options(CLI::App& app, FashionMnistOptions& f) {
+inline void add_fashion_mnist_options(CLI::App& app, FashionMnistOptions& f, TrainOptions& o) {
   app.add_option("--data-dir", f.data_dir, "folder of the Fashion-MNIST IDX files")->capture_default_str();
   app.add_option("--train-limit", f.train_limit, "use only the first N training images (0: all 60000)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
@@ -171,7 +171,7 @@ inline void add_fashion_mnist_options(CLI::App& app, FashionMnistOptions& f) {
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--min-accuracy", f.min_accuracy, "exit 1 when the final test accuracy is below this (for tests)")
       ->capture_default_str();
-  add_fit_option(app, f.fit);
+  add_fit_option(app, f.fit, o);
 }
 
 // What an example trains: its program name (messages), a one-line description, the shape of one
@@ -182,20 +182,35 @@ struct FashionMnistModel {
   std::function<std::shared_ptr<reel::nn::Sequential>()> make;
 };
 
+// --zero 2/3's units under --fsdp-units block: each child of `model` with parameters.
+inline std::vector<reel::nn::Module*> layers_of(reel::nn::Sequential& model) {
+  std::vector<reel::nn::Module*> layers;
+  for (int64_t i = 0; i < model.size(); ++i)
+    if (!model[i].parameters().empty()) layers.push_back(&model[i]);
+  return layers;
+}
+
 // --fit's candidate (examples/fit.h): `spec`'s model made on `t`'s device (meta) with its levers,
 // the optimizer and accumulation window as training makes them, and one optimizer step of --batch
 // samples (zeros: nothing is read on meta), each micro-batch copied from the host as gather does.
 inline FitStep fashion_mnist_fit_step(const FashionMnistModel& spec, const TrainOptions& t) {
   using namespace reel;
   const Device device(t.device);
-  const auto c = make_fit_candidate<nn::Sequential>(t, [&] { return spec.make(); });
+  const auto c = make_fit_candidate<nn::Sequential>(t, [&] { return spec.make(); },
+                                                    [](nn::Sequential& model) { return FitUnits{layers_of(model), {}}; });
   c->model->train();
   auto data = std::make_shared<HostData>();
-  data->n = t.batch;
-  data->images.assign(static_cast<size_t>(t.batch * kPixels), 0.0f);
-  data->labels.assign(static_cast<size_t>(t.batch), 0);
-  const std::vector<MicroBatch> window = window_of(0, t.batch, t.accum_steps);
+  data->n = c->batch;  // rank 0's share under --simulate-ranks
+  data->images.assign(static_cast<size_t>(c->batch * kPixels), 0.0f);
+  data->labels.assign(static_cast<size_t>(c->batch), 0);
+  const std::vector<MicroBatch> window = window_of(0, c->batch, t.accum_steps);
   const std::optional<DType> precision = autocast_dtype(t);
+  c->plan([&] {
+    const std::vector<int64_t> order = identity_order(data->n);
+    const auto batch = gather(*data, order, 0, window.front().size, spec.image, device);
+    autograd::Autocast amp(precision);
+    return cross_entropy((*c->model)(batch.first), batch.second, -100, "sum");
+  });
   return [c, data, window, precision, device, image = spec.image] {
     const std::vector<int64_t> order = identity_order(data->n);
     c->acc->step<MicroBatch>(
@@ -246,10 +261,7 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
     const int64_t steps_per_epoch = (train.n + o.batch - 1) / o.batch;
     int64_t total_steps = o.epochs * steps_per_epoch;
     if (o.max_steps > 0) total_steps = std::min(total_steps, o.max_steps);
-    std::vector<nn::Module*> layers;  // --zero 2/3 units under --fsdp-units block: each child with parameters
-    for (int64_t i = 0; i < model.size(); ++i)
-      if (!model[i].parameters().empty()) layers.push_back(&model[i]);
-    auto optimizer = dist.make_optimizer(o.optimizer, model, layers, o.lr);
+    auto optimizer = dist.make_optimizer(o.optimizer, model, layers_of(model), o.lr);
     const std::unique_ptr<optim::LrSchedule> schedule = make_schedule(o, total_steps);
     const std::unique_ptr<optim::GradScaler> scaler = make_scaler(o);  // --precision f16 only
     optim::Accumulator accumulator(*optimizer, {o.clip, schedule.get(), o.skip_nonfinite, dist.sync(), scaler.get()});

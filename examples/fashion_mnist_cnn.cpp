@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   std::string norm = "batch";
   CLI::App app{"Train a small CNN on Fashion-MNIST and report accuracy, speed, memory and BatchNorm's accumulation gap."};
   examples::add_train_options(app, o);
-  examples::add_fashion_mnist_options(app, f);
+  examples::add_fashion_mnist_options(app, f, o);
   app.add_option("--norm", norm, "normalisation after each convolution: batch (BatchNorm2d), group (GroupNorm, 8 groups) or none")
       ->capture_default_str()->check(CLI::IsMember({"batch", "group", "none"}));
   CLI11_PARSE(app, argc, argv);

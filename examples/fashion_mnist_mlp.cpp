@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   examples::FashionMnistOptions f;
   CLI::App app{"Train an MLP (784-512-512-10) on Fashion-MNIST and report accuracy, speed and memory."};
   examples::add_train_options(app, o);
-  examples::add_fashion_mnist_options(app, f);
+  examples::add_fashion_mnist_options(app, f, o);
   CLI11_PARSE(app, argc, argv);
   f.argc = argc;  // --fit prints the command line to run
   f.argv = argv;

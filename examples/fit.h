@@ -13,9 +13,14 @@
 // subprocess per candidate would, and the measurements are the allocator's and the profiler's own
 // values, not text parsed back from a child's output.
 //
-// The levers: micro-batches (--accum-steps, each divisor of --batch), precision (f32, bf16),
-// checkpointing (none, selective, sqrt, every:1, every:2; a policy whose runs over the model's units
-// are another's is run once) and offload (none, and boundaries where the policy checkpoints a run).
+// The levers: micro-batches (--accum-steps, each divisor of --batch, or of rank 0's share of it),
+// precision (f32, bf16), checkpointing (none, selective, sqrt, every:1, every:2; a policy whose runs
+// over the model's units are another's is run once), offload (none, and boundaries where the policy
+// checkpoints a run) and, with --simulate-ranks N, the ZeRO stage (0-3; 1 with AdamW only: each
+// candidate then rank 0 of N simulated ranks, docs/design.md "The meta device"). Then a budget plan
+// for what remains: where a step without checkpointing does not fit, budget:SIZE with SIZE the bytes
+// the budget leaves beside the rest of that step's peak, with offload none and auto (the planner
+// chooses what to recompute and what to offload).
 // For each setting of the last three the search looks for the fewest micro-batches that fit: more
 // never predict faster (the same FLOPs and activation bytes in more launches, and the weights read
 // once per micro-batch), so they could not be the answer, and fewer than a count that does not fit
@@ -45,10 +50,12 @@ namespace examples {
 struct FitLevers {
   int64_t accum_steps = 1;
   std::string precision = "f32", checkpoint = "none", offload = "none";
-  // "--accum-steps 2 --precision bf16 --checkpoint sqrt --offload none": what the command line takes.
+  int zero = -1;  // with --simulate-ranks: the ZeRO stage (0: DataParallel's all-reduce); -1: one process
+  // "--accum-steps 2 --precision bf16 --checkpoint sqrt --offload none [--zero 3]": what the command
+  // line takes.
   std::string args() const {
     return "--accum-steps " + std::to_string(accum_steps) + " --precision " + precision + " --checkpoint " +
-           checkpoint + " --offload " + offload;
+           checkpoint + " --offload " + offload + (zero >= 0 ? " --zero " + std::to_string(zero) : "");
   }
 };
 
@@ -70,18 +77,33 @@ struct FitRow {
 using FitStep = std::function<void()>;
 using FitSetup = std::function<FitStep(const TrainOptions& candidate)>;
 
+// The modules --zero 2/3 shard by (Distributed::make_optimizer's `blocks` and `keep_whole`), as the
+// example's training names them.
+struct FitUnits {
+  std::vector<reel::nn::Module*> blocks, keep_whole;
+};
+
 // What an example's FitSetup makes first, as training makes it: the model built by `make()` on the
 // candidate's device (inside a DeviceScope: on meta no host bytes), its checkpoint policy and
-// offload, the optimizer and the accumulation window (clipping as --clip). The example adds its data
-// and the step that runs them.
+// offload, the optimizer and the accumulation window (clipping as --clip). Under --simulate-ranks
+// also the candidate's Distributed (its --zero: DataParallel or FSDP over `units(model)`, as
+// training makes them), whose window sync the accumulator takes; `batch` is then rank 0's share of
+// --batch. The example adds its data and the step that runs them.
 template <class Model>
-struct FitCandidate {  // destroyed in reverse: the accumulator and optimizer before the model
+struct FitCandidate {  // destroyed in reverse: the accumulator, optimizer and sharding before the model
   std::shared_ptr<Model> model;
+  std::unique_ptr<Distributed> dist;
   std::unique_ptr<reel::optim::Optimizer> opt;
   std::unique_ptr<reel::optim::Accumulator> acc;
+  int64_t batch = 0;  // the samples this rank takes of each window
+  // A budget:SIZE policy is planned before the first step, as training plans it, from the forward
+  // of one micro-batch (only its shapes matter); any other policy needs nothing.
+  void plan(const std::function<reel::Tensor()>& forward_loss) {
+    if (model->checkpoint().kind == reel::autograd::CheckpointPolicy::Kind::Budget) model->plan_checkpoint(forward_loss);
+  }
 };
-template <class Model, class Make>
-std::shared_ptr<FitCandidate<Model>> make_fit_candidate(const TrainOptions& t, Make&& make) {
+template <class Model, class Make, class Units>
+std::shared_ptr<FitCandidate<Model>> make_fit_candidate(const TrainOptions& t, Make&& make, Units&& units) {
   const reel::Device device(t.device);
   auto c = std::make_shared<FitCandidate<Model>>();
   {
@@ -90,20 +112,32 @@ std::shared_ptr<FitCandidate<Model>> make_fit_candidate(const TrainOptions& t, M
   }
   c->model->set_checkpoint(reel::nn::CheckpointPolicy::parse(t.checkpoint));
   apply_offload(*c->model, t, device);
-  c->opt = reel::optim::make_optimizer(t.optimizer, c->model->parameters(), t.lr);
   reel::optim::Accumulator::Options options;
   options.clip_norm = t.clip;
+  c->batch = t.batch;
+  if (t.simulate_ranks > 0) {
+    TrainOptions d = t;
+    c->dist = std::make_unique<Distributed>(d);
+    const FitUnits u = units(*c->model);
+    c->opt = c->dist->make_optimizer(t.optimizer, *c->model, u.blocks, t.lr, u.keep_whole);
+    options.sync = c->dist->sync();
+    c->batch = static_cast<int64_t>(c->dist->share(t.batch).size());
+    REEL_CHECK(c->batch > 0, "--batch ", t.batch, " is smaller than the ", t.simulate_ranks, " simulated ranks");
+  } else {
+    c->opt = reel::optim::make_optimizer(t.optimizer, c->model->parameters(), t.lr);
+  }
   c->acc = std::make_unique<reel::optim::Accumulator>(*c->opt, options);
   return c;
 }
 
 // Registers --fit on `app` (for the examples that call run_fit). --predict, which otherwise needs
 // --profile, may come with --fit instead: check_fit_options then checks the pair.
-inline void add_fit_option(CLI::App& app, std::string& fit) {
+inline void add_fit_option(CLI::App& app, std::string& fit, TrainOptions& o) {
   app.add_option("--fit", fit,
                  "with --predict DEVICE: search the levers (--accum-steps, --precision, --checkpoint, --offload) "
                  "for the fastest predicted step whose device memory peak fits in SIZE (as in budget:SIZE, e.g. "
-                 "24GiB), each candidate a dry run on the meta device; prints them all and the command line to run");
+                 "24GiB), each candidate a dry run on the meta device; prints them all and the command line to run")
+      ->each([&o](const std::string&) { o.fit = true; });
   CLI::Option* predict = app.get_option("--predict");
   predict->remove_needs(app.get_option("--profile"));
 }
@@ -118,7 +152,8 @@ inline int64_t check_fit_options(const TrainOptions& o, const std::string& fit) 
              "budget:SIZE (the plan's units priced)");
   if (fit.empty()) return 0;
   REEL_CHECK(!o.predict.empty(), "--fit ", fit, " needs --predict DEVICE: the GPU whose predicted step ranks the candidates");
-  REEL_CHECK(!o.dist, "--fit searches one process's levers on the meta device: drop --dist");
+  REEL_CHECK(!o.dist || o.simulate_ranks > 0, "--fit searches the levers on the meta device in this process: for "
+             "a data-parallel job's, drop --dist and give --simulate-ranks N");
   try {  // the checkpoint policy's size parser, so --fit reads sizes as budget:SIZE does
     return reel::autograd::CheckpointPolicy::parse("budget:" + fit).budget_bytes;
   } catch (const reel::Error&) {
@@ -131,9 +166,11 @@ inline int64_t check_fit_options(const TrainOptions& o, const std::string& fit) 
 // from the fewest up.
 inline std::vector<std::vector<FitLevers>> fit_candidates(const TrainOptions& o, int64_t units) {
   using reel::autograd::CheckpointPolicy;
+  // Micro-batches cut this rank's share of --batch (round robin: rank 0 takes the most).
+  const int64_t share = o.simulate_ranks > 0 ? (o.batch + o.simulate_ranks - 1) / o.simulate_ranks : o.batch;
   std::vector<int64_t> accums;
-  for (int64_t d = 1; d <= o.batch; ++d)
-    if (o.batch % d == 0) accums.push_back(d);
+  for (int64_t d = 1; d <= share; ++d)
+    if (share % d == 0) accums.push_back(d);
   // Policies whose runs over `units` are the same as an earlier one's are the same step: once.
   std::vector<std::pair<std::string, std::vector<CheckpointPolicy::Run>>> policies;
   for (const char* text : {"none", "selective", "sqrt", "every:1", "every:2"}) {
@@ -147,17 +184,24 @@ inline std::vector<std::vector<FitLevers>> fit_candidates(const TrainOptions& o,
     });
     if (!seen) policies.emplace_back(text, runs);
   }
+  // Under --simulate-ranks every ZeRO stage (1 shards AdamW's state only), as rank 0 of the job.
+  std::vector<int> stages{-1};
+  if (o.simulate_ranks > 0) {
+    stages = {0, 2, 3};
+    if (o.optimizer == "adamw") stages.insert(stages.begin() + 1, 1);
+  }
   std::vector<std::vector<FitLevers>> chains;
-  for (const char* precision : {"f32", "bf16"})
-    for (const auto& [policy, runs] : policies) {
-      const bool checkpoints = std::any_of(runs.begin(), runs.end(), [](const auto& r) { return r.checkpointed; });
-      for (const char* offload : {"none", "boundaries"}) {
-        if (std::string(offload) == "boundaries" && !checkpoints) continue;  // no boundary to offload
-        std::vector<FitLevers> chain;
-        for (int64_t a : accums) chain.push_back({a, precision, policy, offload});
-        chains.push_back(chain);
+  for (int zero : stages)
+    for (const char* precision : {"f32", "bf16"})
+      for (const auto& [policy, runs] : policies) {
+        const bool checkpoints = std::any_of(runs.begin(), runs.end(), [](const auto& r) { return r.checkpointed; });
+        for (const char* offload : {"none", "boundaries"}) {
+          if (std::string(offload) == "boundaries" && !checkpoints) continue;  // no boundary to offload
+          std::vector<FitLevers> chain;
+          for (int64_t a : accums) chain.push_back({a, precision, policy, offload, zero});
+          chains.push_back(chain);
+        }
       }
-    }
   return chains;
 }
 
@@ -173,6 +217,7 @@ inline FitRow measure_fit_candidate(const TrainOptions& base, const FitLevers& l
   t.precision = levers.precision;
   t.checkpoint = levers.checkpoint;
   t.offload = levers.offload;
+  t.zero = std::max(levers.zero, 0);
   t.profile.clear();
   t.memory_timeline.clear();
   const Device meta = Device::meta();
@@ -182,6 +227,7 @@ inline FitRow measure_fit_candidate(const TrainOptions& base, const FitLevers& l
   row.levers = levers;
   {
     const FitStep step = setup(t);
+    allocator_for(meta).empty_cache();  // a budget plan's measuring forward cached blocks the steps may not need
     step();
     reset_peak_memory(meta);
     pinned_allocator(reel::Device::meta()).reset_peak();
@@ -211,9 +257,14 @@ inline FitRow measure_fit_candidate(const TrainOptions& base, const FitLevers& l
 // levers' own options dropped (both "--opt value" and "--opt=value"), then --device (cuda, or the
 // cuda:N given) and the levers appended.
 inline std::string fit_command_line(int argc, char** argv, const TrainOptions& o, const FitLevers& levers) {
-  const std::vector<std::string> dropped = {"--fit", "--predict", "--device", "--accum-steps",
-                                            "--precision", "--checkpoint", "--offload"};
-  std::string line = argc > 0 ? argv[0] : "example";
+  const std::vector<std::string> dropped = {"--fit", "--predict", "--device", "--accum-steps", "--precision",
+                                            "--checkpoint", "--offload", "--simulate-ranks", "--zero"};
+  // A simulated job runs as a real one: its ranks started by mpirun, --dist.
+  std::string line = levers.zero >= 0 ? "mpirun -np " + std::to_string(o.simulate_ranks) + " " : "";
+  line += argc > 0 ? argv[0] : "example";
+  bool dist = false;
+  for (int i = 1; i < argc; ++i) dist = dist || std::string(argv[i]) == "--dist";
+  if (levers.zero >= 0 && !dist) line += " --dist";
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const std::string name = arg.substr(0, arg.find('='));
@@ -224,7 +275,9 @@ inline std::string fit_command_line(int argc, char** argv, const TrainOptions& o
     line += " " + arg;
   }
   const std::string device = o.device.rfind("cuda", 0) == 0 ? o.device : "cuda";
-  return line + " --device " + device + " " + levers.args();
+  // A budget plan priced on the --predict GPU, as the search priced it (host times would plan another).
+  const bool budget = levers.checkpoint.rfind("budget:", 0) == 0;
+  return line + " --device " + device + " " + levers.args() + (budget ? " --predict " + o.predict : "");
 }
 
 // --fit: runs the search, prints the table (sorted by predicted step, the candidates that fit
@@ -244,7 +297,8 @@ inline int run_fit(const TrainOptions& o, const std::string& fit, int64_t units,
   std::map<std::string, int64_t> fits_without_offload;
   for (std::vector<FitLevers> chain : fit_candidates(o, units)) {
     candidates += static_cast<int64_t>(chain.size());
-    const std::string twin = chain.front().precision + " " + chain.front().checkpoint;
+    const std::string twin =
+        chain.front().precision + " " + chain.front().checkpoint + " " + std::to_string(chain.front().zero);
     // Offload adds copies and waits to the same kernels: never faster than its twin without it.
     const auto twin_fits = fits_without_offload.find(twin);
     if (chain.front().offload != "none" && twin_fits != fits_without_offload.end())
@@ -273,6 +327,31 @@ inline int run_fit(const TrainOptions& o, const std::string& fit, int64_t units,
     }
     if (first < chain.size() && chain[first].offload == "none") fits_without_offload.emplace(twin, chain[first].accum_steps);
   }
+  // A budget plan for what remains: where a step without checkpointing did not fit, the planner is
+  // given the bytes the budget leaves its activations beside the rest of that step's peak (model
+  // state, temporaries), keeping what it can and recomputing or (offload auto) offloading the rest.
+  std::vector<FitLevers> whole_unfit;
+  for (const FitRow& r : rows)
+    if (r.levers.checkpoint == "none" && r.levers.offload == "none" && !r.fits) {
+      const int64_t left = budget - (r.peak - r.activation);
+      if (left < 1024) continue;  // no room for a plan: the rest alone is over the budget
+      FitLevers l = r.levers;  // rounded down, in MiB from 64 MiB up (a command line's size)
+      l.checkpoint = "budget:" + (left >= 64 << 20 ? std::to_string(left >> 20) + "MiB" : std::to_string(left >> 10) + "KiB");
+      whole_unfit.push_back(l);
+    }
+  int64_t unplannable = 0;  // budgets below what the chain's smallest plan keeps: no step to run
+  for (FitLevers l : whole_unfit)
+    for (const char* offload : {"none", "auto"}) {
+      l.offload = offload;
+      ++candidates;
+      try {
+        rows.push_back(measure_fit_candidate(o, l, setup, spec, items_per_step));
+        rows.back().fits = rows.back().peak <= budget;
+      } catch (const reel::Error& e) {
+        if (std::string(e.what()).find("no plan fits") == std::string::npos) throw;
+        ++unplannable;
+      }
+    }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::stable_sort(rows.begin(), rows.end(), [](const FitRow& a, const FitRow& b) { return a.step_s < b.step_s; });
 
@@ -281,17 +360,24 @@ inline int run_fit(const TrainOptions& o, const std::string& fit, int64_t units,
               "without it: none of them can be the fastest that fits)\n",
               format_bytes(budget).c_str(), spec.name.c_str(), spec.description.c_str(), rows.size(),
               static_cast<long long>(candidates), seconds);
-  std::printf("%5s %-9s %-10s %-10s | %11s %11s %11s %11s %11s %11s | %11s %11s | %10s %12s  %s\n", "accum",
+  if (unplannable > 0)
+    std::printf("fit: %lld budget plan%s had no plan within its budget (the chain's least is more)\n",
+                static_cast<long long>(unplannable), unplannable > 1 ? "s" : "");
+  const bool zero = o.simulate_ranks > 0;  // a zero column for a simulated job's rank 0
+  if (zero) std::printf("%-4s ", "zero");
+  std::printf("%5s %-9s %-14s %-10s | %11s %11s %11s %11s %11s %11s | %11s %11s | %10s %12s  %s\n", "accum",
               "precision", "checkpoint", "offload", "peak", "parameter", "gradient", "optimizer", "activation",
               "temporary", "reserved", "host offl.", "step ms", std::string(unit).append("/s").c_str(), "fits");
-  for (const FitRow& r : rows)
-    std::printf("%5lld %-9s %-10s %-10s | %11s %11s %11s %11s %11s %11s | %11s %11s | %10.2f %12.0f  %s\n",
+  for (const FitRow& r : rows) {
+    if (zero) std::printf("%-4d ", r.levers.zero);
+    std::printf("%5lld %-9s %-14s %-10s | %11s %11s %11s %11s %11s %11s | %11s %11s | %10.2f %12.0f  %s\n",
                 static_cast<long long>(r.levers.accum_steps), r.levers.precision.c_str(), r.levers.checkpoint.c_str(),
                 r.levers.offload.c_str(), format_bytes(r.peak).c_str(), format_bytes(r.parameter).c_str(),
                 format_bytes(r.gradient).c_str(), format_bytes(r.optimizer_state).c_str(),
                 format_bytes(r.activation).c_str(), format_bytes(r.temporary).c_str(),
                 format_bytes(r.reserved).c_str(), format_bytes(r.offloaded).c_str(), r.step_s * 1e3, r.items_per_s,
                 r.fits ? "fits" : "");
+  }
   const auto best = std::find_if(rows.begin(), rows.end(), [](const FitRow& r) { return r.fits; });
   if (best != rows.end()) {
     std::printf("fastest that fits in %s: %s, peak %s (%lld B), predicted step %.2f ms on %s (%.0f %s/s)\n",

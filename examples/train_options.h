@@ -69,7 +69,8 @@ struct TrainOptions {
                               // a budget:SIZE plan's unit times are its predicted ones
   std::string memory_timeline;  // page path (HTML; the JSON beside it); empty: no timeline
   bool dist = false;          // data parallel over the ranks mpirun started (see Distributed)
-  int simulate_ranks = 0;     // --device meta: data parallel as rank 0 of this many simulated ranks (implies dist)
+  int simulate_ranks = 0;     // --device meta or --fit: data parallel as rank 0 of this many simulated ranks (implies dist)
+  bool fit = false;           // --fit SIZE was given (examples/fit.h): every candidate a dry run on meta
   int zero = 0;               // with dist: 1 AdamW state, 2 + gradients, 3 + parameters sharded (ZeRO-1/2/3)
   std::string reduce = "per-micro-batch";  // --zero 2/3: reduce-scatter after each micro-batch, or once per window
   std::string fsdp_units;  // --zero 2/3: "block" (the example's blocks as units) or "layer" (each leaf, leaf_units; "": layer)
@@ -195,7 +196,7 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
                "data parallel: run under mpirun -np N; each rank trains on 1/N of every window (--batch is the "
                "global batch), only rank 0 prints and saves");
   app.add_option("--simulate-ranks", o.simulate_ranks,
-                 "with --device meta: a dry run of --dist as rank 0 of N ranks in this one process (collectives "
+                 "with --device meta (or --fit): a dry run of --dist as rank 0 of N ranks in this one process (collectives "
                  "allocate and record what NCCL's would, move nothing, and --predict prices them on the GPU's "
                  "interconnect); takes --zero and the other --dist options")
       ->check(CLI::Range(1, 1 << 20));
@@ -315,8 +316,8 @@ class Distributed {
     REEL_CHECK(zero_ >= 2 || (o.fsdp_units.empty() && o.fsdp_prefetch < 0),
                "--fsdp-units and --fsdp-prefetch need --zero 2 or 3");
     if (o.simulate_ranks > 0) {
-      REEL_CHECK(reel::Device(o.device).is_meta(), "--simulate-ranks ", o.simulate_ranks,
-                 " needs --device meta (a simulated rank has no peers to compute with); got --device ", o.device);
+      REEL_CHECK(reel::Device(o.device).is_meta() || o.fit, "--simulate-ranks ", o.simulate_ranks,
+                 " needs --device meta or --fit (a simulated rank has no peers to compute with); got --device ", o.device);
 #if REEL_HAS_DISTRIBUTED
       reel::distributed::ProcessGroup::simulate(o.simulate_ranks);
 #endif

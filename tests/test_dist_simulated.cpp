@@ -59,6 +59,7 @@ TEST_CASE("a simulated world of 4: rank 0, collectives on meta recorded and movi
   CHECK(world.size() == 4);
   CHECK(!world.uses_mpi());
   CHECK_THROWS_WITH_AS(ProcessGroup::simulate(2), doctest::Contains("after the world was made"), Error);
+  ProcessGroup::simulate(4);  // the same world again: nothing to do
 
   const Device meta = Device::meta();
   Profiler prof;
