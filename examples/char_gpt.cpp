@@ -429,7 +429,7 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist, int 
     examples::Progress progress(steps, "tokens", o.train.quiet);
     double train_seconds = 0;
     int64_t tokens = 0;
-    examples::StepProfiler profiler(o.train);
+    examples::StepProfiler profiler(o.train, "tokens", static_cast<double>(o.train.batch * T));
     examples::StepMemoryTimeline memory_timeline(o.train, device, "char_gpt");
     for (int64_t step = 1; step <= steps; ++step) {
       profiler.before_step(step);
@@ -464,7 +464,8 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist, int 
     std::printf("trained: %lld steps, %lld tokens in %.1f s\n", static_cast<long long>(steps),
                 static_cast<long long>(tokens), train_seconds);
     examples::report_skipped(acc, scaler.get());
-    examples::report_rate("tokens", static_cast<double>(tokens), train_seconds, device);
+    examples::report_rate("tokens", static_cast<double>(tokens), train_seconds, device, profiler.predicted_rate(),
+                          profiler.predicted_on());
     dist.report(steps, device);
     dist.finish_training();
     examples::report_checkpoint_budget(budget_plan, device);

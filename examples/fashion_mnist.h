@@ -306,7 +306,7 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
     reset_peak_memory(device);  // from here the activation peak is that of the largest training step
     int64_t step = 0, samples = 0;
     double train_seconds = 0, test_acc = 0;
-    StepProfiler profiler(o);
+    StepProfiler profiler(o, "samples", static_cast<double>(o.batch));
     StepMemoryTimeline memory_timeline(o, device, spec.program);
     for (int64_t epoch = 1; epoch <= o.epochs && step < total_steps; ++epoch) {
       order = identity_order(train.n);
@@ -353,7 +353,8 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
     report_skipped(accumulator, scaler.get());
     const MemoryStats stats = memory_stats(device);
     std::printf("test accuracy: %.4f\n", test_acc);
-    report_rate("train samples", static_cast<double>(samples), train_seconds, device);
+    report_rate("train samples", static_cast<double>(samples), train_seconds, device, profiler.predicted_rate(),
+                profiler.predicted_on());
     dist.report(step, device);
     dist.finish_training();
     std::printf("peak activation bytes: %lld (%s)\n",

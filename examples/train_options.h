@@ -106,9 +106,13 @@ inline std::unique_ptr<reel::optim::GradScaler> make_scaler(const TrainOptions& 
 }
 
 // The run's closing rate line, "tokens/s: 5123" (`what` the unit): measured on the host clock, which
-// on the meta device times nothing, so there the line says where the rate comes from instead.
-inline void report_rate(const char* what, double count, double seconds, reel::Device device) {
-  if (device.is_meta())
+// on the meta device times nothing, so there the line gives the rate of the step --profile
+// --predict predicted (`predicted_rate`, 0: none, on the device `predicted_on`) or says how to get one.
+inline void report_rate(const char* what, double count, double seconds, reel::Device device,
+                        double predicted_rate = 0, const char* predicted_on = "") {
+  if (device.is_meta() && predicted_rate > 0)
+    std::printf("%s/s: not measured (a dry run on meta); predicted on %s: %.0f\n", what, predicted_on, predicted_rate);
+  else if (device.is_meta())
     std::printf("%s/s: not measured (a dry run on meta: --profile PATH --predict GPU gives the predicted step)\n", what);
   else
     std::printf("%s/s: %.0f\n", what, count / std::max(seconds, 1e-9));
@@ -562,13 +566,20 @@ class StepCollector {
 // --profile: a reel::Profiler around optimizer steps kProfileWarmup + 1 .. + --profile-steps
 // (warm-up first: the allocator's cache, OpenMP's threads and the CPU's clocks settle), then the
 // table on stdout and the trace file; with --predict, the step predicted on that device too.
+// `unit` and `items_per_step` (the tokens or samples one optimizer step takes, over every rank):
+// with them, the predicted step is also a rate, printed after the prediction and kept for
+// report_rate (on meta the only rate there is).
 class StepProfiler : public StepCollector {
  public:
   static constexpr int64_t kProfileWarmup = 2;
-  explicit StepProfiler(const TrainOptions& o)
+  explicit StepProfiler(const TrainOptions& o, const char* unit = nullptr, double items_per_step = 0)
       : StepCollector(!o.profile.empty(), kProfileWarmup, o.profile_steps), path_(o.profile),
         predict_(o.predict.empty() ? nullptr : &reel::profile::device_spec(o.predict)),
-        offload_bound_(o.offload == "none" || o.offload_inflight == "none" ? 0 : offload_inflight_bytes(o)) {}
+        offload_bound_(o.offload == "none" || o.offload_inflight == "none" ? 0 : offload_inflight_bytes(o)),
+        tf32_(o.tf32), unit_(unit), items_per_step_(items_per_step) {}
+  // The rate the predicted step gives (0: no prediction made), and on which device.
+  double predicted_rate() const { return predicted_rate_; }
+  const char* predicted_on() const { return predict_ ? predict_->name.c_str() : ""; }
 
  private:
   void start() override { profiler_ = std::make_unique<reel::Profiler>(); }
@@ -579,6 +590,13 @@ class StepProfiler : public StepCollector {
     if (predict_) {
       std::printf("\n");
       reel::profile::print_prediction(std::cout, *profiler_, *predict_, steps_collected(), offload_bound_);
+      if (unit_ && items_per_step_ > 0) {
+        const reel::profile::StepPrediction p = reel::profile::predict_step(profiler_->kernels(), *predict_, offload_bound_);
+        const double step_s = (tf32_ ? p.tf32_s : p.total.predicted_s) / static_cast<double>(steps_collected());
+        if (step_s > 0) predicted_rate_ = items_per_step_ / step_s;
+        std::printf("predicted on %s: %.2f ms a step%s, %.0f %s/s\n", predict_->name.c_str(), step_s * 1e3,
+                    tf32_ ? " (f32 GEMMs on TF32)" : "", predicted_rate_, unit_);
+      }
     }
     reel::profile::write_trace(path_, *profiler_);
     std::printf("profile: trace of %zu kernel runs written to %s (open in https://ui.perfetto.dev)\n",
@@ -589,6 +607,10 @@ class StepProfiler : public StepCollector {
   std::string path_;
   const reel::profile::DeviceSpec* predict_;
   int64_t offload_bound_;  // --offload-inflight under --offload (0: none): the predictor re-decides the stalls at it
+  bool tf32_;
+  const char* unit_;
+  double items_per_step_;
+  double predicted_rate_ = 0;
   std::unique_ptr<reel::Profiler> profiler_;
 };
 
