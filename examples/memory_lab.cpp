@@ -490,7 +490,7 @@ int main(int argc, char** argv) {
   lab.out = "memory_lab";
   std::string device = "cpu", data_dir = nn::kFashionMnistDir;
   CLI::App app{"memory_lab: where backprop memory goes, demonstrated by measurement (docs/memory.md)."};
-  app.add_option("--device", device, "cpu or cuda")->capture_default_str();
+  app.add_option("--device", device, "cpu or cuda (not meta: the claims need values and times)")->capture_default_str();
   app.add_option("--out", lab.out, "folder for the pictures")->capture_default_str();
   app.add_option("--steps", lab.steps, "timed rounds per measurement (median)")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_flag("--quick", lab.quick, "small sizes: seconds instead of a minute (for tests)");
@@ -498,6 +498,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     lab.device = Device(device);
+    // Its claims compare values (gradients, losses) and measured times, which a dry run has not.
+    REEL_CHECK(!lab.device.is_meta(), "memory_lab: --device meta computes nothing, and the lab's claims compare "
+               "gradients, losses and measured times; run it on cpu or cuda (char_gpt and fashion_mnist_mlp/cnn take "
+               "--device meta for a dry run's memory and predicted step)");
     std::filesystem::create_directories(lab.out);
     nn::ImageDataset data;
     {  // the first 512 test images are all the lab uses: the rest would only crowd the timeline

@@ -15,6 +15,7 @@ packages=(
   libdnnl-dev                                 # oneDNN: matmul primitive with bias and post-ops
   libxsmm-dev                                 # small-matrix JIT GEMM
   python3-torch python3-numpy                 # the reference framework
+  time                                        # GNU time: peak resident memory (bench/meta_table.sh)
 )
 missing=()
 for p in "${packages[@]}"; do
