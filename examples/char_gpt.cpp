@@ -46,12 +46,14 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "checkpoint_budget.h"
 #include "fit.h"
 #include "reel.h"
+#include "run_checkpoints.h"
 #include "train_options.h"
 
 using namespace reel;
@@ -425,13 +427,37 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist, int 
       const Batch b = make_batch(train_ids, std::vector<size_t>(static_cast<size_t>(sizes.front()), 0), T, device);
       return batch_loss(gpt, b.x, b.y, o.fused_loss, precision);  // one micro-batch: only its shapes matter
     });
+    // --resume: the whole state of the run as it was after `done` steps (the windows' stream, `rng`,
+    // included), put back just before the loop, after everything above that draws random streams.
+    examples::RunCheckpoints checkpoints(o.train, "char_gpt");
+    nn::Metadata resumed;
+    const int64_t done = checkpoints.resume(gpt, *opt, scaler.get(), acc, &resumed);
+    if (done > 0) {
+      std::istringstream state(resumed.at("data.rng"));
+      state >> rng;
+      REEL_CHECK(!state.fail(), "resume: the windows' random stream in the checkpoint does not read back");
+      if (done >= steps)
+        std::printf("resume: the run finished at step %lld of %lld: nothing left to do\n", static_cast<long long>(done),
+                    static_cast<long long>(steps));
+    }
+    const auto run_metadata = [&] {
+      std::ostringstream state;
+      state << rng;
+      return nn::Metadata{{"data.rng", state.str()},
+                          {"vocab", vocab.str()},
+                          {"corpus", corpus_hash(text)},
+                          {"n_layer", std::to_string(config.n_layer)},
+                          {"n_head", std::to_string(config.n_head)},
+                          {"n_embd", std::to_string(config.n_embd)},
+                          {"block_size", std::to_string(config.block_size)}};
+    };
     reset_peak_memory(device);
     examples::Progress progress(steps, "tokens", o.train.quiet);
     double train_seconds = 0;
     int64_t tokens = 0;
     examples::StepProfiler profiler(o.train, "tokens", static_cast<double>(o.train.batch * T));
     examples::StepMemoryTimeline memory_timeline(o.train, device, "char_gpt");
-    for (int64_t step = 1; step <= steps; ++step) {
+    for (int64_t step = done + 1; step <= steps; ++step) {
       profiler.before_step(step);
       memory_timeline.before_step(step);
       const auto t0 = std::chrono::steady_clock::now();
@@ -449,6 +475,8 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist, int 
       progress.update(step, r.loss, tokens);
       profiler.after_step(step);
       memory_timeline.after_step(step);
+      checkpoints.after_step(step, steps, gpt, *opt, scaler.get(), acc, run_metadata);
+      if (checkpoints.stop_after(step)) break;
       if (step % o.eval_every == 0 && step < steps) {
         progress.finish();
         val_loss = evaluate(gpt, val_ids, T, o.eval_windows, device, o.fused_loss, precision);
@@ -464,6 +492,7 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist, int 
     std::printf("trained: %lld steps, %lld tokens in %.1f s\n", static_cast<long long>(steps),
                 static_cast<long long>(tokens), train_seconds);
     examples::report_skipped(acc, scaler.get());
+    checkpoints.report();
     examples::report_rate("tokens", static_cast<double>(tokens), train_seconds, device, profiler.predicted_rate(),
                           profiler.predicted_on());
     dist.report(steps, device);

@@ -21,12 +21,14 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "examples/checkpoint_budget.h"
 #include "examples/fit.h"
+#include "examples/run_checkpoints.h"
 #include "examples/train_options.h"
 #include "reel.h"
 
@@ -303,19 +305,49 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
       std::printf("accumulation gap: %.3g (max |accumulated - one batch| / max |one batch| over the gradients of one window; ~1e-7 is f32 rounding, more is batch statistics)\n",
                   gap);
     }
+    // --resume: the run's whole state after `step` steps, put back just before the loop (after the
+    // plan and the gap above, which draw random streams as the unstopped run's did). The data order
+    // is the shuffling stream at the start of the epoch it was in, and the next window's place.
+    RunCheckpoints checkpoints(o, spec.program);
+    nn::Metadata resumed;
+    int64_t step = checkpoints.resume(model, *optimizer, scaler.get(), accumulator, &resumed);
+    int64_t first_epoch = 1, first_window = 0;
+    std::mt19937_64 epoch_rng = rng;  // the stream as this epoch's shuffle found it
+    if (step > 0) {
+      const auto read_rng = [&](const char* key) {
+        std::istringstream in(resumed.at(key));
+        std::mt19937_64 r;
+        in >> r;
+        REEL_CHECK(!in.fail(), "resume: '", key, "' in the checkpoint does not read back");
+        return r;
+      };
+      first_epoch = std::stoll(resumed.at("data.epoch"));
+      first_window = std::stoll(resumed.at("data.next_window"));
+      rng = read_rng("data.epoch_rng");
+      if (first_window >= train.n) {  // the epoch was over: the next one, its shuffle still to come
+        ++first_epoch;
+        first_window = 0;
+        rng = read_rng("data.rng");
+      }
+      if (step >= total_steps)
+        std::printf("resume: the run finished at step %lld of %lld: nothing left to do\n", static_cast<long long>(step),
+                    static_cast<long long>(total_steps));
+    }
     reset_peak_memory(device);  // from here the activation peak is that of the largest training step
-    int64_t step = 0, samples = 0;
+    int64_t samples = 0;
     double train_seconds = 0, test_acc = 0;
     StepProfiler profiler(o, "samples", static_cast<double>(o.batch));
     StepMemoryTimeline memory_timeline(o, device, spec.program);
-    for (int64_t epoch = 1; epoch <= o.epochs && step < total_steps; ++epoch) {
+    bool stopped = false;
+    for (int64_t epoch = first_epoch; epoch <= o.epochs && step < total_steps && !stopped; ++epoch) {
+      epoch_rng = rng;
       order = identity_order(train.n);
       shuffle(order, rng);
       Progress progress(std::min(steps_per_epoch, total_steps - step), "samples", o.quiet);
       const auto start = std::chrono::steady_clock::now();
       double loss_sum = 0;
       int64_t epoch_samples = 0, epoch_steps = 0;
-      for (int64_t w = 0; w < train.n && step < total_steps; w += o.batch) {
+      for (int64_t w = epoch == first_epoch ? first_window : 0; w < train.n && step < total_steps; w += o.batch) {
         // The distributed sampler: every rank shuffles the same order (the same seed); under --dist
         // this rank takes its round-robin share of the window, laid out from `w` in `order` (the
         // window's rows are only permuted), so the ranks' windows together are the one-process window.
@@ -336,6 +368,19 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
         loss_sum += r.loss * static_cast<double>(r.count);
         epoch_samples += r.count;
         progress.update(epoch_steps, loss_sum / static_cast<double>(epoch_samples), epoch_samples);
+        checkpoints.after_step(step, total_steps, model, *optimizer, scaler.get(), accumulator, [&] {
+          std::ostringstream at_start, now;
+          at_start << epoch_rng;
+          now << rng;
+          return nn::Metadata{{"data.epoch", std::to_string(epoch)},
+                              {"data.next_window", std::to_string(w + o.batch)},
+                              {"data.epoch_rng", at_start.str()},
+                              {"data.rng", now.str()}};
+        });
+        if (checkpoints.stop_after(step)) {
+          stopped = true;
+          break;
+        }
       }
       progress.finish();
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -351,6 +396,7 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
     profiler.finish();
     memory_timeline.finish();
     report_skipped(accumulator, scaler.get());
+    checkpoints.report();
     const MemoryStats stats = memory_stats(device);
     std::printf("test accuracy: %.4f\n", test_acc);
     report_rate("train samples", static_cast<double>(samples), train_seconds, device, profiler.predicted_rate(),

@@ -1,6 +1,7 @@
 // What the training examples share: their common command-line options (device, batch,
 // accumulation, checkpointing and offload, optimizer, learning-rate schedule, clipping, run length, seed,
-// threads, save/load, profiling and its predicted device step, the memory timeline), parsed with
+// threads, save/load, the run's checkpoints (--checkpoint-dir, --save-every, --keep, --stop-at,
+// --resume: run_checkpoints.h), profiling and its predicted device step, the memory timeline), parsed with
 // CLI11, the schedule and thread count they ask for, how a window's samples are cut into
 // micro-batches, the one-line progress display, the profiler and the memory timeline around a few
 // training steps, and --dist (data parallel over the ranks of mpirun, when reel was built with distributed/;
@@ -60,6 +61,11 @@ struct TrainOptions {
   int threads = 0;            // OpenMP threads of the CPU kernels; 0: OpenMP's default (all cores)
   uint64_t seed = 0;
   std::string save, load;     // safetensors paths; empty: none
+  std::string checkpoint_dir;  // the run's whole state, every --save-every steps and at the end (run_checkpoints.h)
+  int64_t save_every = 0;      // 0: only at the end
+  int keep = 2;                // checkpoints kept in checkpoint_dir
+  bool resume = false;         // continue from checkpoint_dir's newest checkpoint that verifies
+  int64_t stop_at = 0;         // end the run after this optimizer step (checkpointed), as a time-limited job would
   bool quiet = false;         // no progress line (for logs and tests)
   bool detect_anomaly = false; // autograd::DetectAnomaly around training: NaN/Inf raise, naming the op
   bool skip_nonfinite = false; // a step whose gradients are not finite is skipped (and counted)
@@ -168,6 +174,20 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--seed", o.seed, "seed of the initialisation, shuffling and dropout")->capture_default_str();
   app.add_option("--save", o.save, "write the trained weights to this safetensors file");
   app.add_option("--load", o.load, "start from the weights in this safetensors file");
+  app.add_option("--checkpoint-dir", o.checkpoint_dir,
+                 "write the run's whole state (weights, optimizer, scaler, random streams, data order) here, "
+                 "atomically and checksummed, every --save-every steps and when the run ends");
+  app.add_option("--save-every", o.save_every, "with --checkpoint-dir: a checkpoint every N optimizer steps")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--keep", o.keep, "with --checkpoint-dir: how many of the newest checkpoints to keep")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--stop-at", o.stop_at,
+                 "with --checkpoint-dir: end after this optimizer step of the --max-steps run, with a checkpoint "
+                 "(a run in pieces: --resume goes on from it)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--resume", o.resume,
+               "with --checkpoint-dir: continue from its newest checkpoint that verifies (bit for bit the run that "
+               "was not stopped); a checkpoint that does not verify is reported and the one before it used");
   app.add_flag("--quiet", o.quiet, "no progress line");
   app.add_flag("--detect-anomaly", o.detect_anomaly,
                "check every op's outputs and gradients for NaN/Inf; the first raises, naming the op (slow)");

@@ -172,6 +172,8 @@ class Accumulator {
   // Windows skipped for an inf or NaN gradient (Options::skip_nonfinite or Options::scaler); with a
   // scaler used by this Accumulator alone, from its start, the same as its skipped_windows().
   int64_t skipped_steps() const { return skipped_; }
+  // A resumed run's count so far (optim/training_state.h).
+  void set_skipped_steps(int64_t skipped) { skipped_ = skipped; }
 
  private:
   void finish(WindowResult& r);  // unscale, hook, non-finite decision, clip, set lr, step, zero_grad

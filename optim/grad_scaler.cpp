@@ -44,12 +44,13 @@ void GradScaler::update(bool found_inf) {
   if (std::isfinite(grown)) scale_ = grown;  // as torch: a scale that would overflow stays
 }
 
-void GradScaler::load(double scale, int64_t clean_windows_in_a_row) {
+void GradScaler::load(double scale, int64_t clean_windows_in_a_row, int64_t skipped_windows) {
   check_scale("GradScaler::load", scale);
-  REEL_CHECK(clean_windows_in_a_row >= 0, "GradScaler::load: clean window count ", clean_windows_in_a_row,
-             " must be >= 0");
+  REEL_CHECK(clean_windows_in_a_row >= 0 && skipped_windows >= 0, "GradScaler::load: clean window count ",
+             clean_windows_in_a_row, " and skipped window count ", skipped_windows, " must be >= 0");
   scale_ = scale;
   growth_tracker_ = clean_windows_in_a_row;
+  skipped_ = skipped_windows;
 }
 
 std::string scaler_summary(const GradScaler& scaler) {

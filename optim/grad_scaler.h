@@ -63,8 +63,9 @@ class GradScaler {
   int64_t skipped_windows() const { return skipped_; }        // windows update() saw with an inf/NaN
   int64_t clean_windows_in_a_row() const { return growth_tracker_; }
 
-  // For checkpoints: the scale and the clean count (torch's "scale" and "_growth_tracker").
-  void load(double scale, int64_t clean_windows_in_a_row);
+  // For checkpoints: the scale and the clean count (torch's "scale" and "_growth_tracker"), and the
+  // skipped windows counted so far (for the report).
+  void load(double scale, int64_t clean_windows_in_a_row, int64_t skipped_windows = 0);
 
  private:
   Options options_;
