@@ -44,6 +44,7 @@ tables=(
   "meta|docs/benchmarks.md|bench/meta_table.sh BUILD"
   "fit_presets|docs/memory.md|bench/fit_presets.sh BUILD"
   "estimators|docs/memory.md|bench/estimators_table.sh BUILD"
+  "kill_resume|docs/benchmarks.md|bench/kill_resume.sh BUILD 20"
   "simt|docs/benchmarks.md|bench/simt_table.sh BUILD"
   "vs_torch|docs/benchmarks.md|bench/vs_torch/run.sh --rounds 3"
 )

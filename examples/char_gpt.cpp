@@ -10,6 +10,8 @@
 //   mpirun -np 2 ./char_gpt --dist --zero 3 --fsdp-units block   # ... by block: fewer collectives, more in flight
 //   ./char_gpt --fused-loss                      # LM head + loss chunked (GPT::loss): no (B, T, V) logits kept
 //   ./char_gpt --precision bf16                  # forwards (training and validation) under autograd::Autocast
+//   ./char_gpt --text book.txt --checkpoint-dir run --save-every 100 --metrics run/metrics.jsonl
+//                                                # your own text; killed, the same command with --resume goes on
 //   ./char_gpt --device meta --preset gpt2-xl --batch 8 --max-steps 2 --profile t.json --predict h100
 //                                                # a dry run: GPT-2 XL's memory and H100 step, no GPU
 //   ./char_gpt --preset gpt2-medium --batch 16 --fit 24GiB --predict h100
@@ -18,7 +20,7 @@
 //
 // Data: every byte value of the corpus is a token. The text is cut into 100 blocks at line ends
 // and every 10th block goes to validation (an interleaved 90/10 split, so both halves hold the
-// same mix of fortune files). Training draws random windows of block_size + 1 characters; the
+// same mix of fortune files); a --text file's last tenth is its validation split. Training draws random windows of block_size + 1 characters; the
 // validation loss is measured on a fixed set of evenly spaced windows, so two runs (or a run and
 // a reloaded model) see exactly the same tokens. The unigram entropy of the training text is
 // the loss of a model that ignores context: what the model learns beyond it is context.
@@ -42,6 +44,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -52,6 +56,7 @@
 
 #include "checkpoint_budget.h"
 #include "fit.h"
+#include "metrics.h"
 #include "reel.h"
 #include "run_checkpoints.h"
 #include "train_options.h"
@@ -71,6 +76,7 @@ struct Options {
   double temperature = 0.8;
   int64_t top_k = 0;
   std::string corpus_dir = nn::kFortunesDir;
+  std::string text_file;  // --text: train on this UTF-8 file instead of the fortunes
   double min_gain = 0;  // checked only when given
   bool fused_loss = false;  // GPT::loss (linear_cross_entropy) instead of cross_entropy(gpt(x), y)
   std::string fit;  // --fit SIZE: the levers searched on meta (examples/fit.h) instead of training
@@ -154,6 +160,45 @@ void split_corpus(const std::string& text, std::string& train, std::string& val)
     (i % 10 == 9 ? val : train).append(text, begin, end - begin);
     begin = end;
   }
+}
+
+// --text FILE: the file's bytes, which must be UTF-8 text; reel::Error for a file that is missing,
+// empty or not UTF-8, naming it (and the first bad byte's offset).
+std::string read_text_file(const std::string& path) {
+  std::error_code ec;
+  REEL_CHECK(std::filesystem::is_regular_file(path, ec), "--text '", path, "': no such file");
+  std::ifstream f(path, std::ios::binary);
+  REEL_CHECK(f.good(), "--text '", path, "': cannot open it");
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  REEL_CHECK(!text.empty(), "--text '", path, "': the file is empty");
+  // UTF-8: a lead byte and its continuation bytes; no overlong forms, surrogates or values past U+10FFFF.
+  for (size_t i = 0; i < text.size();) {
+    const auto b = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+    const unsigned char c = b(i);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    bool ok = n > 0 && i + n <= text.size();
+    for (size_t k = 1; ok && k < n; ++k) ok = (b(i + k) & 0xc0) == 0x80;
+    if (ok && n == 2) ok = c >= 0xc2;
+    if (ok && n == 3) ok = !(c == 0xe0 && b(i + 1) < 0xa0) && !(c == 0xed && b(i + 1) >= 0xa0);
+    if (ok && n == 4) ok = c <= 0xf4 && !(c == 0xf0 && b(i + 1) < 0x90) && !(c == 0xf4 && b(i + 1) >= 0x90);
+    if (!ok) {
+      char byte[8];
+      std::snprintf(byte, sizeof byte, "0x%02x", c);
+      REEL_FAIL("--text '", path, "': not UTF-8 text (byte ", i, ", ", byte, ", begins no valid character)");
+    }
+    i += n;
+  }
+  return text;
+}
+
+// --text's split: the last tenth (from the line start nearest it) is validation, the rest training.
+void split_tail(const std::string& text, std::string& train, std::string& val) {
+  size_t cut = text.size() - text.size() / 10;
+  const size_t line = text.rfind('\n', cut);
+  if (line != std::string::npos && line + 1 < text.size() && line > text.size() / 2) cut = line + 1;
+  while (cut < text.size() && (static_cast<unsigned char>(text[cut]) & 0xc0) == 0x80) ++cut;  // a character's start
+  train = text.substr(0, cut);
+  val = text.substr(cut);
 }
 
 // Entropy (nats) of the byte frequencies of `text`.
@@ -334,13 +379,15 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist, int 
   examples::apply_runtime_options(o.train);
 
   // ---- data ----
-  const std::string text = nn::load_fortunes(o.corpus_dir);
+  const std::string text = o.text_file.empty() ? nn::load_fortunes(o.corpus_dir) : read_text_file(o.text_file);
+  const std::string source = o.text_file.empty() ? o.corpus_dir : o.text_file;
   const Vocab vocab = Vocab::of(text);
   std::string train_text, val_text;
-  split_corpus(text, train_text, val_text);
+  if (o.text_file.empty()) split_corpus(text, train_text, val_text);
+  else split_tail(text, train_text, val_text);
   const std::vector<int32_t> train_ids = vocab.encode(train_text), val_ids = vocab.encode(val_text);
   const double entropy = unigram_entropy(train_text);
-  std::printf("corpus: %zu characters from %s (train %zu, val %zu)\n", text.size(), o.corpus_dir.c_str(),
+  std::printf("corpus: %zu characters from %s (train %zu, val %zu)\n", text.size(), source.c_str(),
               train_text.size(), val_text.size());
   std::printf("vocab size: %lld\n", static_cast<long long>(vocab.size()));
   std::printf("unigram entropy: %.4f nats\n", entropy);
@@ -360,7 +407,7 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist, int 
     loaded = nn::load_safetensors(o.train.load, Device::cpu(), &loaded_meta);
     const auto it = loaded_meta.find("vocab");
     REEL_CHECK(it != loaded_meta.end(), "'", o.train.load, "' has no 'vocab' in its metadata: not a char_gpt file");
-    check_vocab(Vocab::parse(it->second, o.train.load), vocab, o.train.load, o.corpus_dir);
+    check_vocab(Vocab::parse(it->second, o.train.load), vocab, o.train.load, source);
     config_from_metadata(loaded_meta, o.train.load, app, config);
   }
   const int64_t T = config.block_size;
@@ -452,7 +499,8 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist, int 
                           {"block_size", std::to_string(config.block_size)}};
     };
     reset_peak_memory(device);
-    examples::Progress progress(steps, "tokens", o.train.quiet);
+    examples::Progress progress(steps, "tokens", o.train.quiet, done);
+    examples::MetricsLog metrics(o.train.metrics, done, "tokens");
     double train_seconds = 0;
     int64_t tokens = 0;
     examples::StepProfiler profiler(o.train, "tokens", static_cast<double>(o.train.batch * T));
@@ -470,8 +518,10 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist, int 
       const optim::WindowResult r = acc.step<Batch>(
           micro, [](const Batch& b) { return b.y.numel(); },
           [&](const Batch& b) { return batch_loss(gpt, b.x, b.y, o.fused_loss, precision); });
-      train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      train_seconds += step_seconds;
       tokens += r.count;
+      metrics.log(step, r, step_seconds, memory_stats(device).peak_bytes);
       progress.update(step, r.loss, tokens);
       profiler.after_step(step);
       memory_timeline.after_step(step);
@@ -489,6 +539,7 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist, int 
     progress.finish();
     profiler.finish();
     memory_timeline.finish();
+    metrics.finish("char_gpt: training loss");
     std::printf("trained: %lld steps, %lld tokens in %.1f s\n", static_cast<long long>(steps),
                 static_cast<long long>(tokens), train_seconds);
     examples::report_skipped(acc, scaler.get());
@@ -596,6 +647,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--top-k", o.top_k, "sample among the k most likely characters (0: all)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--text", o.text_file,
+                 "train on this UTF-8 text file instead of the fortunes (its last tenth is the validation split)");
   app.add_option("--corpus-dir", o.corpus_dir, "directory of fortune files (Debian package fortunes)")
       ->capture_default_str();
   app.add_option("--min-gain", o.min_gain,

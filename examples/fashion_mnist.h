@@ -28,6 +28,7 @@
 
 #include "examples/checkpoint_budget.h"
 #include "examples/fit.h"
+#include "examples/metrics.h"
 #include "examples/run_checkpoints.h"
 #include "examples/train_options.h"
 #include "reel.h"
@@ -339,6 +340,7 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
     StepProfiler profiler(o, "samples", static_cast<double>(o.batch));
     StepMemoryTimeline memory_timeline(o, device, spec.program);
     bool stopped = false;
+    MetricsLog metrics(o.metrics, step, "samples");
     for (int64_t epoch = first_epoch; epoch <= o.epochs && step < total_steps && !stopped; ++epoch) {
       epoch_rng = rng;
       order = identity_order(train.n);
@@ -361,8 +363,11 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
         const std::vector<MicroBatch> window = my_n > 0 ? window_of(w, my_n, o.accum_steps) : std::vector<MicroBatch>{};
         profiler.before_step(step + 1);
         memory_timeline.before_step(step + 1);
+        const auto window_start = std::chrono::steady_clock::now();
         const optim::WindowResult r = accumulator.step<MicroBatch>(window, count, loss);
         ++step, ++epoch_steps;
+        metrics.log(step, r, std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count(),
+                    memory_stats(device).peak_bytes);
         profiler.after_step(step);
         memory_timeline.after_step(step);
         loss_sum += r.loss * static_cast<double>(r.count);
@@ -395,6 +400,7 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
 
     profiler.finish();
     memory_timeline.finish();
+    metrics.finish(spec.program + ": training loss");
     report_skipped(accumulator, scaler.get());
     checkpoints.report();
     const MemoryStats stats = memory_stats(device);

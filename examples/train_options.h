@@ -1,9 +1,10 @@
 // What the training examples share: their common command-line options (device, batch,
 // accumulation, checkpointing and offload, optimizer, learning-rate schedule, clipping, run length, seed,
 // threads, save/load, the run's checkpoints (--checkpoint-dir, --save-every, --keep, --stop-at,
-// --resume: run_checkpoints.h), profiling and its predicted device step, the memory timeline), parsed with
-// CLI11, the schedule and thread count they ask for, how a window's samples are cut into
-// micro-batches, the one-line progress display, the profiler and the memory timeline around a few
+// --resume: run_checkpoints.h), --metrics (metrics.h), profiling and its predicted device step, the
+// memory timeline), parsed with CLI11, the schedule and thread count they ask for, how a window's
+// samples are cut into micro-batches, the progress display (a bar on a terminal, plain lines in a
+// log), the profiler and the memory timeline around a few
 // training steps, and --dist (data parallel over the ranks of mpirun, when reel was built with distributed/;
 // --zero 1/2/3, --reduce, --fsdp-units and --fsdp-prefetch shard it, and every run ends with rank 0's
 // peak bytes by category; --simulate-ranks N dry-runs it on meta as rank 0 of N), --precision (the forwards under autograd::Autocast, autocast_dtype
@@ -66,6 +67,7 @@ struct TrainOptions {
   int keep = 2;                // checkpoints kept in checkpoint_dir
   bool resume = false;         // continue from checkpoint_dir's newest checkpoint that verifies
   int64_t stop_at = 0;         // end the run after this optimizer step (checkpointed), as a time-limited job would
+  std::string metrics;         // one JSON line per step here, and the loss curve beside it (metrics.h)
   bool quiet = false;         // no progress line (for logs and tests)
   bool detect_anomaly = false; // autograd::DetectAnomaly around training: NaN/Inf raise, naming the op
   bool skip_nonfinite = false; // a step whose gradients are not finite is skipped (and counted)
@@ -185,6 +187,9 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
                  "with --checkpoint-dir: end after this optimizer step of the --max-steps run, with a checkpoint "
                  "(a run in pieces: --resume goes on from it)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--metrics", o.metrics,
+                 "write one JSON line per optimizer step here (step, loss, lr, grad_norm, scale, skipped, rate, "
+                 "peak_bytes) and, at the end, the loss curve beside it (.svg)");
   app.add_flag("--resume", o.resume,
                "with --checkpoint-dir: continue from its newest checkpoint that verifies (bit for bit the run that "
                "was not stopped); a checkpoint that does not verify is reported and the one before it used");
@@ -668,30 +673,40 @@ class StepMemoryTimeline : public StepCollector {
 // "\r[=========>          ] 45%  step 120/267  loss 0.4321  5123 samples/s" on stderr.
 class Progress {
  public:
-  // Drawn only on a terminal (a log gets the examples' summary lines instead), at most 10 times a
-  // second and at the last step.
-  Progress(int64_t total_steps, const char* unit, bool quiet)
-      : total_(total_steps), unit_(unit), quiet_(quiet || !isatty(fileno(stderr))),
-        start_(std::chrono::steady_clock::now()) {}
+  // On a terminal a bar redrawn at most 10 times a second and at the last step; in a log (stdout
+  // not a terminal) a plain line every tenth of the run and at the last step. `first_step`: the
+  // step a resumed run continues after (its rate and time left count this process's steps).
+  Progress(int64_t total_steps, const char* unit, bool quiet, int64_t first_step = 0)
+      : total_(total_steps), first_(first_step), unit_(unit), quiet_(quiet),
+        terminal_(isatty(fileno(stderr)) != 0), start_(std::chrono::steady_clock::now()) {}
 
   // After each optimizer step: `items` samples/tokens done since the start.
   void update(int64_t step, double loss, int64_t items) {
     items_ = items;
     if (quiet_) return;
     const double now = seconds();
+    const double left = step > first_ ? now / static_cast<double>(step - first_) * static_cast<double>(total_ - step) : 0;
+    if (!terminal_) {
+      const int64_t every = std::max<int64_t>(1, (total_ - first_ + 9) / 10);
+      if (step != total_ && (step - first_) % every != 0) return;
+      std::printf("step %lld/%lld  loss %.4f  %.0f %s/s  elapsed %s  left %s\n", static_cast<long long>(step),
+                  static_cast<long long>(total_), loss, rate(), unit_, clock(now).c_str(), clock(left).c_str());
+      std::fflush(stdout);
+      return;
+    }
     if (step < total_ && now - drawn_at_ < 0.1) return;
     drawn_at_ = now;
     const int width = 30;
     const int filled = total_ > 0 ? static_cast<int>(width * step / total_) : width;
     std::string bar(static_cast<size_t>(filled), '=');
     if (filled < width) bar += '>' + std::string(static_cast<size_t>(width - filled - 1), ' ');
-    std::fprintf(stderr, "\r[%s] %3d%%  step %lld/%lld  loss %.4f  %.0f %s/s ", bar.c_str(),
+    std::fprintf(stderr, "\r[%s] %3d%%  step %lld/%lld  loss %.4f  %.0f %s/s  %s elapsed, %s left ", bar.c_str(),
                  total_ > 0 ? static_cast<int>(100 * step / total_) : 100, static_cast<long long>(step),
-                 static_cast<long long>(total_), loss, rate(), unit_);
+                 static_cast<long long>(total_), loss, rate(), unit_, clock(now).c_str(), clock(left).c_str());
     std::fflush(stderr);
   }
   void finish() {
-    if (!quiet_) std::fprintf(stderr, "\n");
+    if (!quiet_ && terminal_) std::fprintf(stderr, "\n");
   }
   double seconds() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -699,9 +714,18 @@ class Progress {
   double rate() const { return static_cast<double>(items_) / std::max(seconds(), 1e-9); }
 
  private:
-  int64_t total_;
+  // "1:05:09", "4:07": hours only when there are any.
+  static std::string clock(double seconds) {
+    const auto s = static_cast<long long>(seconds + 0.5);
+    char text[32];
+    if (s >= 3600) std::snprintf(text, sizeof text, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+    else std::snprintf(text, sizeof text, "%lld:%02lld", s / 60, s % 60);
+    return text;
+  }
+
+  int64_t total_, first_;
   const char* unit_;
-  bool quiet_;
+  bool quiet_, terminal_;
   int64_t items_ = 0;
   double drawn_at_ = -1;
   std::chrono::steady_clock::time_point start_;

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Kill and resume, bit for bit (docs/benchmarks.md, "Runs that survive a kill"): each case runs a
+# training once uninterrupted (--save), then again with --checkpoint-dir, --save-every and
+# --resume, killed with SIGKILL at random moments and started again each time with the same
+# command, until a start runs to the end; the final weights must equal the uninterrupted run's bit
+# for bit (safetensors_diff --atol 0). A kill that finds a checkpoint's temporary in the folder
+# came during a save. Cases: char_gpt f32 with dropout, sqrt recomputation and 4 micro-batches;
+# char_gpt f16 on (emulated) cuda with its loss scaler; fashion_mnist_mlp over 3 epochs with a
+# cosine schedule. The last column is what the checkpoints cost at that --save-every: the last
+# start's saves' time against a whole run's. Then the cost at --save-every 100 on char_gpt's default
+# model (KILL_RESUME_CASES picks the parts: gpt,gpt_f16,mlp,cost).
+#
+#   bench/kill_resume.sh [build dir=build] [kills per case=20] [seed=1]
+# tests/CMakeLists.txt runs it with 3 kills per case on char_gpt only (example_gpt_kill_resume).
+set -euo pipefail
+build=${1:-build}
+kills=${2:-20}
+seed=${3:-1}
+cases=${KILL_RESUME_CASES:-gpt,gpt_f16,mlp,cost}
+gpt="$build/examples/char_gpt" mlp="$build/examples/fashion_mnist_mlp" diff_tool="$build/examples/safetensors_diff"
+for p in "$gpt" "$mlp" "$diff_tool"; do [ -x "$p" ] || { echo "kill_resume: $p not built" >&2; exit 1; }; done
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+RANDOM=$seed
+
+# one_case <name> <save every> <program and args...>
+one_case() {
+  local name=$1 every=$2
+  shift 2
+  local dir=$tmp/$name start whole_s killed=0 in_save=0 starts=0 status
+  mkdir -p "$dir"
+  start=$(date +%s.%N)
+  "$@" --save "$dir/whole.safetensors" >"$dir/whole.log" 2>&1 || { cat "$dir/whole.log" >&2; exit 1; }
+  whole_s=$(echo "$(date +%s.%N) - $start" | bc)
+  while :; do
+    starts=$((starts + 1))
+    "$@" --checkpoint-dir "$dir/checkpoints" --save-every "$every" --resume --save "$dir/pieces.safetensors" \
+      >"$dir/start_$starts.log" 2>&1 &
+    local pid=$!
+    if ((killed < kills)); then
+      # A moment up to twice a whole run's time over the kills: the kills together take about one
+      # run's time, so the run is killed `kills` times (some during a save) before a start finishes.
+      sleep "$(awk -v w="$whole_s" -v k="$kills" -v r=$RANDOM 'BEGIN {printf "%.3f", 0.05 + 2 * w / k * r / 32768}')"
+      if kill -0 "$pid" 2>/dev/null; then
+        compgen -G "$dir/checkpoints/*.tmp" >/dev/null && in_save=$((in_save + 1))
+        kill -9 "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+        killed=$((killed + 1))
+        continue
+      fi
+    fi
+    status=0
+    wait "$pid" || status=$?
+    [ "$status" = 0 ] || { cat "$dir/start_$starts.log" >&2; echo "kill_resume: $name: start $starts failed" >&2; exit 1; }
+    break
+  done
+  local same saves
+  if "$diff_tool" "$dir/whole.safetensors" "$dir/pieces.safetensors" --atol 0 >"$dir/diff.log"; then same=yes; else same=NO; fi
+  saves=$(sed -n 's/^checkpoints: \([0-9]*\) written .*, \([0-9.]*\) ms each on average$/\1 \2/p' "$dir/start_$starts.log")
+  local cost
+  cost=$(awk -v s="$saves" -v w="$whole_s" 'BEGIN {split(s, a, " "); printf "%.1f ms a save, %.2f %% of the run", a[2], 100 * a[1] * a[2] / 1000 / w}')
+  printf "%-44s %6d %9d %7d  %-5s %s\n" "$name" "$killed" "$in_save" "$starts" "$same" "$cost"
+  [ "$same" = yes ] || { tail -3 "$dir/diff.log" >&2; exit 1; }
+}
+
+printf "kill -9 at random moments (seed %d), each start the same command with --resume; weights against the uninterrupted run's\n" "$seed"
+printf "%-44s %6s %9s %7s  %-5s %s\n" case kills "in a save" starts same "the last start's saves (their share of a whole run)"
+gpt_args=(--n-layer 2 --n-head 2 --n-embd 64 --block-size 64 --batch 16 --eval-windows 8 --sample-chars 0 --quiet
+)
+[[ ",$cases," == *",gpt,"* ]] &&
+  one_case "char_gpt f32, dropout, sqrt, 4 micro-batches" 3 "$gpt" "${gpt_args[@]}" --dropout 0.1 --checkpoint sqrt \
+    --accum-steps 4 --max-steps 200
+[[ ",$cases," == *",gpt_f16,"* ]] &&
+  one_case "char_gpt f16 with the scaler, cuda (emulated)" 3 "$gpt" "${gpt_args[@]}" --precision f16 --device cuda \
+    --max-steps 40
+[[ ",$cases," == *",mlp,"* ]] &&
+  one_case "fashion_mnist_mlp, 3 epochs, cosine" 4 "$mlp" --train-limit 2000 --test-limit 100 --batch 64 \
+    --epochs 3 --quiet --schedule cosine
+
+# What the checkpoints cost a default char_gpt run (3 blocks of width 96, 32 x 64 tokens a step):
+# --save-every 100 over 300 steps, its saves' time against the run's.
+if [[ ",$cases," == *",cost,"* ]]; then
+  dir=$tmp/cost
+  start=$(date +%s.%N)
+  "$gpt" --max-steps 300 --eval-windows 8 --sample-chars 0 --quiet --checkpoint-dir "$dir" --save-every 100 \
+    >"$tmp/cost.log" 2>&1 || { cat "$tmp/cost.log" >&2; exit 1; }
+  run_s=$(echo "$(date +%s.%N) - $start" | bc)
+  line=$(grep "^checkpoints:" "$tmp/cost.log")
+  read -r n ms bytes < <(sed -n 's/^checkpoints: \([0-9]*\) written .*, \([0-9]*\) bytes), \([0-9.]*\) ms each.*/\1 \3 \2/p' <<<"$line")
+  printf "\nchar_gpt's default model, 300 steps, --save-every 100: %d checkpoints of %d bytes, %.1f ms each, %.2f %% of the run's %.1f s\n" \
+    "$n" "$bytes" "$ms" "$(echo "100 * $n * $ms / 1000 / $run_s" | bc -l)" "$run_s"
+fi
+exit 0
