@@ -85,6 +85,7 @@ struct TrainOptions {
   int fsdp_prefetch = -1;  // --zero 3: 0 none, 1 the next unit when the current is gathered, 2 after its gradients (-1: 2)
   int dist_overlap = 1;       // with dist: 1 starts gradient all-reduces during backward, 0 after it
   std::string precision = "f32";  // f32 | bf16 | f16: the forwards under autograd::Autocast (f32 master weights)
+  double loss_scale = 65536;       // f16: the loss scaler's starting scale (PyTorch's init_scale)
   bool tf32 = false;              // f32 GEMMs on cuda through TF32 tensor cores (reel::set_allow_tf32)
 };
 
@@ -105,12 +106,15 @@ inline std::string precision_str(const TrainOptions& o) {
          (o.precision == "f16" ? ", dynamic loss scaling)" : ")");
 }
 
-// The loss scaler of --precision f16 (optim::GradScaler with PyTorch's defaults: 2^16, halved on a
-// window with inf/NaN gradients, doubled after 2000 clean windows), given to the Accumulator as
-// Options::scaler; null otherwise. f16's gradients underflow below 2^-24 without it.
+// The loss scaler of --precision f16 (optim::GradScaler with PyTorch's defaults: starting at
+// --loss-scale, 2^16, halved on a window with inf/NaN gradients, doubled after 2000 clean
+// windows), given to the Accumulator as Options::scaler; null otherwise. f16's gradients underflow
+// below 2^-24 without it.
 inline std::unique_ptr<reel::optim::GradScaler> make_scaler(const TrainOptions& o) {
   if (o.precision != "f16") return nullptr;
-  return std::make_unique<reel::optim::GradScaler>();
+  reel::optim::GradScaler::Options options;
+  options.init_scale = o.loss_scale;
+  return std::make_unique<reel::optim::GradScaler>(options);
 }
 
 // The run's closing rate line, "tokens/s: 5123" (`what` the unit): measured on the host clock, which
@@ -245,6 +249,10 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
                  "parameters, gradients and optimizer state in f32; with --zero 2 or 3 the sharded parameters are "
                  "gathered in 16 bits (f32 master shards, f32 gradients reduced in f32)")
       ->capture_default_str()->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  app.add_option("--loss-scale", o.loss_scale,
+                 "with --precision f16: the loss scaler's first scale (halved after each window whose gradients "
+                 "overflow, which is skipped; doubled after 2000 clean windows)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--fsdp-units", o.fsdp_units,
                  "with --zero 2 or 3: layer (the default) shards by each leaf module holding parameters (each Linear, "
                  "LayerNorm, Embedding), block by the model's blocks (a GPT block, an MLP layer): fewer collectives, "

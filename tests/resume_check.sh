@@ -21,4 +21,5 @@ done
 "$@" --checkpoint-dir "$out/checkpoints" --resume --save "$out/pieces.safetensors" >"$out/last.log" 2>&1 ||
   { cat "$out/last.log"; exit 1; }
 grep "^resume:" "$out"/piece_*.log "$out/last.log" || true
+grep -h "skipped window" "$out/whole.log" "$out/last.log" || true  # the scaler's counts, whole and resumed
 "$diff_tool" "$out/whole.safetensors" "$out/pieces.safetensors" --atol 0 | tail -1
