@@ -476,7 +476,7 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist, int 
     });
     // --resume: the whole state of the run as it was after `done` steps (the windows' stream, `rng`,
     // included), put back just before the loop, after everything above that draws random streams.
-    examples::RunCheckpoints checkpoints(o.train, "char_gpt");
+    examples::RunCheckpoints checkpoints(o.train, "char_gpt", dist, /*data_per_rank*/ true);
     nn::Metadata resumed;
     const int64_t done = checkpoints.resume(gpt, *opt, scaler.get(), acc, &resumed);
     if (done > 0) {

@@ -309,7 +309,7 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
     // --resume: the run's whole state after `step` steps, put back just before the loop (after the
     // plan and the gap above, which draw random streams as the unstopped run's did). The data order
     // is the shuffling stream at the start of the epoch it was in, and the next window's place.
-    RunCheckpoints checkpoints(o, spec.program);
+    RunCheckpoints checkpoints(o, spec.program, dist, /*data_per_rank*/ false);
     nn::Metadata resumed;
     int64_t step = checkpoints.resume(model, *optimizer, scaler.get(), accumulator, &resumed);
     int64_t first_epoch = 1, first_window = 0;

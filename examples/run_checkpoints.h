@@ -9,12 +9,20 @@
 // draws random streams, so the restored generator is where the unstopped run's was) and
 // after_step() after each optimizer step. A checkpoint records the program, the precision and the
 // world size; resuming with another precision or world size is refused with both named, and
-// another model shape fails the weights' load with the names and shapes that differ. Under --dist
-// each rank's data stream differs and ZeRO shards the state: not written yet (reel::Error).
+// another model shape fails the weights' load with the names and shapes that differ.
+//
+// Under --dist every rank calls both. With the parameters replicated (--zero 0 and 1) rank 0 writes
+// one checkpoint: the model, the optimizer's whole state (ZeRO-1's moments gathered from every
+// rank's chunks, Distributed::full_optimizer_state) and every rank's own metadata (its data
+// stream: "rank.<r>.<key>"); on resume each rank reads it, keeps its chunks and takes its own
+// stream back (or, where every rank's data state is the same, a checkpoint resumes on another number
+// of ranks: re-sharded). Under --zero 2/3 the parameters and their state are sharded by FSDP: not
+// written yet (reel::Error).
 #pragma once
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
@@ -27,21 +35,26 @@ namespace examples {
 
 class RunCheckpoints {
  public:
-  RunCheckpoints(const TrainOptions& o, std::string program)
+  // `data_per_rank`: each rank draws its own data stream (char_gpt), so a checkpoint resumes only on
+  // as many ranks as made it; false: every rank's data state is the same (fashion_mnist's shuffled
+  // order, dealt round robin), so it resumes on any number of ranks, re-sharded (ZeRO-1's moments
+  // cut anew from the whole state), the windows the same samples and only the sums' order new.
+  RunCheckpoints(const TrainOptions& o, std::string program, const Distributed& dist, bool data_per_rank)
       : program_(std::move(program)), precision_(o.precision), every_(o.save_every), stop_at_(o.stop_at),
-        resume_(o.resume) {
+        resume_(o.resume), data_per_rank_(data_per_rank), dist_(dist) {
     REEL_CHECK(!o.checkpoint_dir.empty() || (!o.resume && o.save_every == 0 && o.stop_at == 0),
                "--resume, --save-every and --stop-at need --checkpoint-dir DIR");
     if (o.checkpoint_dir.empty()) return;
-    REEL_CHECK(!o.dist, "--checkpoint-dir with --dist: each rank's data stream and ZeRO's shards are not written yet; "
-               "checkpoint a one-process run");
+    REEL_CHECK(dist.zero() < 2, "--checkpoint-dir with --zero ", dist.zero(), ": FSDP's sharded parameters and their ",
+               "optimizer state are not written yet; checkpoint --zero 0 or 1");
     folder_.emplace(o.checkpoint_dir, o.keep);
   }
   bool enabled() const { return folder_.has_value(); }
 
   // --resume: the newest checkpoint that verifies, put back into the model, optimizer, scaler and
-  // accumulator; its metadata (the example's own keys included) in *metadata. The optimizer step it
-  // was taken after; 0 when not resuming or when the folder holds no checkpoint yet (a fresh start).
+  // accumulator; its metadata (the example's own keys included, this rank's own under --dist) in
+  // *metadata. The optimizer step it was taken after; 0 when not resuming or when the folder holds
+  // no checkpoint yet (a fresh start).
   int64_t resume(reel::nn::Module& model, reel::optim::Optimizer& opt, reel::optim::GradScaler* scaler,
                  reel::optim::Accumulator& acc, reel::nn::Metadata* metadata) {
     if (!folder_ || !resume_) return 0;
@@ -52,7 +65,7 @@ class RunCheckpoints {
       std::printf("resume: no checkpoint in '%s' yet: starting from step 0\n", folder_->dir().c_str());
       return 0;
     }
-    const auto field = [&](const char* key) {
+    const auto field = [&](const std::string& key) {
       const auto it = l->metadata.find(key);
       return it == l->metadata.end() ? std::string("(none)") : it->second;
     };
@@ -60,12 +73,22 @@ class RunCheckpoints {
                ", not of ", program_);
     REEL_CHECK(field("run.precision") == precision_, "resume: '", l->path, "' was made with --precision ",
                field("run.precision"), "; this run has --precision ", precision_, ": resume with the precision it was made with");
-    REEL_CHECK(field("run.world_size") == "1", "resume: '", l->path, "' was made by ", field("run.world_size"),
-               " ranks; this run is one process");
+    const std::string world = std::to_string(dist_.world());
+    REEL_CHECK(!data_per_rank_ || field("run.world_size") == world, "resume: '", l->path, "' was made by ",
+               field("run.world_size"), " rank(s); this run has ", world, ": each rank's data stream is its own");
+    if (field("run.world_size") != world)
+      std::printf("resume: made by %s rank(s), resumed on %s: the state re-sharded, the sums' order new\n",
+                  field("run.world_size").c_str(), world.c_str());
     reel::optim::restore_training_state(
         {l->tensors, l->metadata}, [&](const reel::optim::StateDict& weights) { model.load_state_dict(weights); },
-        opt, scaler, &acc, l->path);
-    if (metadata) *metadata = l->metadata;
+        opt, scaler, &acc, l->path,
+        [&](const reel::optim::StateDict& state) { dist_.load_full_optimizer_state(opt, state); });
+    if (metadata) {
+      *metadata = l->metadata;
+      const std::string mine = "rank." + std::to_string(data_per_rank_ ? dist_.rank() : 0) + ".";
+      for (const auto& [key, value] : l->metadata)
+        if (key.rfind(mine, 0) == 0) (*metadata)[key.substr(mine.size())] = value;
+    }
     std::printf("resume: from '%s', after optimizer step %lld\n", l->path.c_str(), static_cast<long long>(l->step));
     std::fflush(stdout);
     return l->step;
@@ -73,17 +96,26 @@ class RunCheckpoints {
 
   // After optimizer step `step` of `last`: a checkpoint when one is due (every --save-every steps,
   // after the last, and at --stop-at), with the example's metadata `extra()` (its data cursor and
-  // order, its configuration).
+  // order, its configuration). Every rank calls it (the collectives of a --dist run).
   void after_step(int64_t step, int64_t last, const reel::nn::Module& model, const reel::optim::Optimizer& opt,
                   const reel::optim::GradScaler* scaler, const reel::optim::Accumulator& acc,
                   const std::function<reel::nn::Metadata()>& extra) {
     if (!folder_ || !(step == last || step == stop_at_ || (every_ > 0 && step % every_ == 0))) return;
     const auto start = std::chrono::steady_clock::now();
     reel::nn::Metadata m = extra();
+    const reel::optim::StateDict optimizer_state = dist_.full_optimizer_state(opt);  // ZeRO-1: a collective
+    if (dist_.world() > 1) {  // every rank's own keys (its data stream), under rank.<r>.
+      const std::vector<std::string> all = dist_.gather_strings(nlohmann::json(m).dump());
+      for (size_t r = 0; r < all.size(); ++r)
+        for (const auto& [key, value] : nlohmann::json::parse(all[r]).get<reel::nn::Metadata>())
+          m["rank." + std::to_string(r) + "." + key] = value;
+    }
+    if (dist_.rank() != 0) return;  // the rest is replicated: rank 0's to write
     m["run.program"] = program_;
     m["run.precision"] = precision_;
-    m["run.world_size"] = "1";
-    const reel::optim::TrainingState s = reel::optim::gather_training_state(model.state_dict(), opt, scaler, &acc, m);
+    m["run.world_size"] = std::to_string(dist_.world());
+    const reel::optim::TrainingState s =
+        reel::optim::gather_training_state(model.state_dict(), optimizer_state, opt.lr(), scaler, &acc, m);
     const int64_t bytes = folder_->save(step, s.tensors, s.metadata);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     save_ms_ += ms;
@@ -111,7 +143,8 @@ class RunCheckpoints {
  private:
   std::string program_, precision_;
   int64_t every_, stop_at_;
-  bool resume_;
+  bool resume_, data_per_rank_;
+  const Distributed& dist_;
   std::optional<reel::nn::CheckpointFolder> folder_;
   int64_t saves_ = 0, bytes_ = 0;
   double save_ms_ = 0;

@@ -388,6 +388,48 @@ class Distributed {
   }
   int rank() const { return rank_; }
   int world() const { return world_; }
+  bool enabled() const { return wanted_; }  // --dist (or --simulate-ranks)
+  int zero() const { return zero_; }
+  // The optimizer's whole state (run_checkpoints.h): ZeRO-1's moments gathered from every rank's
+  // chunks (a collective: every rank calls it), else the optimizer's own state_dict.
+  reel::optim::StateDict full_optimizer_state(const reel::optim::Optimizer& opt) const {
+#if REEL_HAS_DISTRIBUTED
+    if (zero_ == 1 && dp_) return static_cast<reel::distributed::ZeroAdamW&>(const_cast<reel::optim::Optimizer&>(opt)).full_state_dict();
+#endif
+    return opt.state_dict();
+  }
+  // Loads a whole state as full_optimizer_state gives it: under ZeRO-1 each rank keeps its chunks.
+  void load_full_optimizer_state(reel::optim::Optimizer& opt, const reel::optim::StateDict& state) const {
+#if REEL_HAS_DISTRIBUTED
+    if (zero_ == 1 && dp_) return static_cast<reel::distributed::ZeroAdamW&>(opt).load_full_state_dict(state);
+#endif
+    opt.load_state_dict(state);
+  }
+  // Every rank's `mine`, in rank order (a collective under --dist; {mine} in one process).
+  std::vector<std::string> gather_strings(const std::string& mine) const {
+    if (world_ == 1) return {mine};
+#if REEL_HAS_DISTRIBUTED
+    reel::distributed::ProcessGroup& group = reel::distributed::ProcessGroup::world();
+    const reel::Tensor lengths = reel::empty({world_}, reel::DType::i64);
+    group.all_gather(lengths, reel::from_vector<int64_t>({static_cast<int64_t>(mine.size())}, {1}));
+    const std::vector<int64_t> n = lengths.to_vector<int64_t>();
+    const int64_t longest = *std::max_element(n.begin(), n.end());
+    std::vector<int32_t> padded(static_cast<size_t>(longest), 0);
+    for (size_t i = 0; i < mine.size(); ++i) padded[i] = static_cast<unsigned char>(mine[i]);
+    const reel::Tensor all = reel::empty({world_ * longest}, reel::DType::i32);
+    group.all_gather(all, reel::from_vector<int32_t>(padded, {longest}));
+    const std::vector<int32_t> chars = all.to_vector<int32_t>();
+    std::vector<std::string> out;
+    for (int r = 0; r < world_; ++r) {
+      std::string s;
+      for (int64_t i = 0; i < n[static_cast<size_t>(r)]; ++i) s += static_cast<char>(chars[static_cast<size_t>(r * longest + i)]);
+      out.push_back(s);
+    }
+    return out;
+#else
+    return {mine};
+#endif
+  }
   // The optimizer over `model`'s parameters (rank 0's values everywhere from here on, under
   // --dist). Under --zero 2 and 3 the sharding units (distributed/fsdp.h) are leaf_units(model, keep_whole)
   // or, under --fsdp-units block, `blocks` (the GPT's blocks, an MLP's layers); the optimizer steps

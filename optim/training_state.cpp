@@ -45,17 +45,17 @@ T number(const Metadata& m, const std::string& key, const std::string& source) {
 
 }  // namespace
 
-TrainingState gather_training_state(const StateDict& model_state, const Optimizer& optimizer,
+TrainingState gather_training_state(const StateDict& model_state, const StateDict& optimizer_state, double lr,
                                     const GradScaler* scaler, const Accumulator* accumulator, const Metadata& extra) {
   TrainingState s;
   s.metadata = extra;
   for (const auto& [name, t] : model_state) s.tensors[kModel + name] = t;
-  for (const auto& [key, t] : optimizer.state_dict()) s.tensors[kOptimizer + key] = t;
+  for (const auto& [key, t] : optimizer_state) s.tensors[kOptimizer + key] = t;
   Generator& g = default_generator();
   s.metadata["reel.format"] = kFormat;
   s.metadata["generator.seed"] = std::to_string(g.seed());
   s.metadata["generator.offset"] = std::to_string(g.offset());
-  s.metadata["optimizer.lr"] = exact(optimizer.lr());
+  s.metadata["optimizer.lr"] = exact(lr);
   if (scaler) {
     s.metadata["scaler.scale"] = exact(scaler->scale());
     s.metadata["scaler.clean_windows"] = std::to_string(scaler->clean_windows_in_a_row());
@@ -65,9 +65,15 @@ TrainingState gather_training_state(const StateDict& model_state, const Optimize
   return s;
 }
 
+TrainingState gather_training_state(const StateDict& model_state, const Optimizer& optimizer,
+                                    const GradScaler* scaler, const Accumulator* accumulator, const Metadata& extra) {
+  return gather_training_state(model_state, optimizer.state_dict(), optimizer.lr(), scaler, accumulator, extra);
+}
+
 Metadata restore_training_state(const TrainingState& state, const std::function<void(const StateDict&)>& load_model,
                                 Optimizer& optimizer, GradScaler* scaler, Accumulator* accumulator,
-                                const std::string& source) {
+                                const std::string& source,
+                                const std::function<void(const StateDict&)>& load_optimizer) {
   const Metadata& m = state.metadata;
   REEL_CHECK(need(m, "reel.format", source) == kFormat, "resume from '", source, "': format '", m.at("reel.format"),
              "', this reel reads '", kFormat, "'");
@@ -83,7 +89,8 @@ Metadata restore_training_state(const TrainingState& state, const std::function<
   }
   try {
     load_model(weights);
-    optimizer.load_state_dict(slots);
+    if (load_optimizer) load_optimizer(slots);
+    else optimizer.load_state_dict(slots);
   } catch (const Error& e) {
     REEL_FAIL("resume from '", source, "': it holds another model or optimizer than this run's: ", e.what());
   }

@@ -33,19 +33,27 @@ struct TrainingState {
   Metadata metadata;
 };
 
-// The state of a run now: `model_state` is the model's state_dict (nn::Module::state_dict).
-// `scaler` and `accumulator` may be null (none in this run). The tensors are the run's own, not
-// copies (a checkpoint writes them out at once): the next step changes them.
+// The state of a run now: `model_state` is the model's state_dict (nn::Module::state_dict),
+// `optimizer_state` the optimizer's (Optimizer::state_dict, or a sharded optimizer's gathered
+// whole: distributed::ZeroAdamW::full_state_dict), `lr` its rate. `scaler` and `accumulator` may be
+// null (none in this run). The tensors are the run's own, not copies (a checkpoint writes them out
+// at once): the next step changes them.
+TrainingState gather_training_state(const StateDict& model_state, const StateDict& optimizer_state, double lr,
+                                    const GradScaler* scaler, const Accumulator* accumulator,
+                                    const Metadata& extra = {});
+// The same for a plain optimizer (its state_dict and rate).
 TrainingState gather_training_state(const StateDict& model_state, const Optimizer& optimizer,
                                     const GradScaler* scaler, const Accumulator* accumulator,
                                     const Metadata& extra = {});
 
 // Puts `state` back: first the model's tensors through `load_model` (nn::Module::load_state_dict,
-// which checks names and shapes), then the optimizer, the scaler, the accumulator's count and the
-// default generator (reseeded and set to the saved stream); returns the metadata, `extra`
-// included. `source` names the checkpoint in errors.
+// which checks names and shapes), then the optimizer's through `load_optimizer` (null:
+// optimizer.load_state_dict; a sharded optimizer keeps its part of the whole) and its rate, the
+// scaler, the accumulator's count and the default generator (reseeded and set to the saved
+// stream); returns the metadata, `extra` included. `source` names the checkpoint in errors.
 Metadata restore_training_state(const TrainingState& state, const std::function<void(const StateDict&)>& load_model,
                                 Optimizer& optimizer, GradScaler* scaler, Accumulator* accumulator,
-                                const std::string& source);
+                                const std::string& source,
+                                const std::function<void(const StateDict&)>& load_optimizer = nullptr);
 
 }  // namespace reel::optim
