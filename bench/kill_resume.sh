@@ -5,10 +5,11 @@
 # command, until a start runs to the end; the final weights must equal the uninterrupted run's bit
 # for bit (safetensors_diff --atol 0). A kill that finds a checkpoint's temporary in the folder
 # came during a save. Cases: char_gpt f32 with dropout, sqrt recomputation and 4 micro-batches;
-# char_gpt f16 on (emulated) cuda with its loss scaler; fashion_mnist_mlp over 3 epochs with a
-# cosine schedule. The last column is what the checkpoints cost at that --save-every: the last
+# char_gpt f16 on (emulated) cuda with its loss scaler; mpirun -np 2 char_gpt --dist --zero 3 (each
+# start in its own session, killed whole: mpirun and both ranks); fashion_mnist_mlp over 3 epochs with
+# a cosine schedule. The last column is what the checkpoints cost at that --save-every: the last
 # start's saves' time against a whole run's. Then the cost at --save-every 100 on char_gpt's default
-# model (KILL_RESUME_CASES picks the parts: gpt,gpt_f16,mlp,cost).
+# model (KILL_RESUME_CASES picks the parts: gpt,gpt_f16,gpt_zero3,mlp,cost).
 #
 #   bench/kill_resume.sh [build dir=build] [kills per case=20] [seed=1]
 # tests/CMakeLists.txt runs it with 3 kills per case on char_gpt only (example_gpt_kill_resume).
@@ -16,7 +17,7 @@ set -euo pipefail
 build=${1:-build}
 kills=${2:-20}
 seed=${3:-1}
-cases=${KILL_RESUME_CASES:-gpt,gpt_f16,mlp,cost}
+cases=${KILL_RESUME_CASES:-gpt,gpt_f16,gpt_zero3,mlp,cost}
 gpt="$build/examples/char_gpt" mlp="$build/examples/fashion_mnist_mlp" diff_tool="$build/examples/safetensors_diff"
 for p in "$gpt" "$mlp" "$diff_tool"; do [ -x "$p" ] || { echo "kill_resume: $p not built" >&2; exit 1; }; done
 tmp=$(mktemp -d)
@@ -34,7 +35,9 @@ one_case() {
   whole_s=$(echo "$(date +%s.%N) - $start" | bc)
   while :; do
     starts=$((starts + 1))
-    "$@" --checkpoint-dir "$dir/checkpoints" --save-every "$every" --resume --save "$dir/pieces.safetensors" \
+    # Its own session (setsid), so that the kill takes mpirun and every rank at once, as a lost
+    # machine would.
+    setsid "$@" --checkpoint-dir "$dir/checkpoints" --save-every "$every" --resume --save "$dir/pieces.safetensors" \
       >"$dir/start_$starts.log" 2>&1 &
     local pid=$!
     if ((killed < kills)); then
@@ -43,7 +46,7 @@ one_case() {
       sleep "$(awk -v w="$whole_s" -v k="$kills" -v r=$RANDOM 'BEGIN {printf "%.3f", 0.05 + 2 * w / k * r / 32768}')"
       if kill -0 "$pid" 2>/dev/null; then
         compgen -G "$dir/checkpoints/*.tmp" >/dev/null && in_save=$((in_save + 1))
-        kill -9 "$pid" 2>/dev/null || true
+        kill -9 -- "-$pid" 2>/dev/null || kill -9 "$pid" 2>/dev/null || true
         wait "$pid" 2>/dev/null || true
         killed=$((killed + 1))
         continue
@@ -73,6 +76,10 @@ gpt_args=(--n-layer 2 --n-head 2 --n-embd 64 --block-size 64 --batch 16 --eval-w
 [[ ",$cases," == *",gpt_f16,"* ]] &&
   one_case "char_gpt f16 with the scaler, cuda (emulated)" 3 "$gpt" "${gpt_args[@]}" --precision f16 --device cuda \
     --max-steps 40
+[[ ",$cases," == *",gpt_zero3,"* ]] && command -v mpirun >/dev/null &&
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
+  one_case "mpirun -np 2 char_gpt --dist --zero 3, sqrt" 3 mpirun -np 2 --oversubscribe "$gpt" "${gpt_args[@]}" \
+    --dist --zero 3 --optimizer adamw --checkpoint sqrt --max-steps 100
 [[ ",$cases," == *",mlp,"* ]] &&
   one_case "fashion_mnist_mlp, 3 epochs, cosine" 4 "$mlp" --train-limit 2000 --test-limit 100 --batch 64 \
     --epochs 3 --quiet --schedule cosine

@@ -253,6 +253,54 @@ optim::StateDict ZeroAdamW::full_state_dict() {
   return out;
 }
 
+optim::StateDict ZeroAdamW::shard_checkpoint() const {
+  optim::StateDict out;
+  out["step"] = from_vector<int64_t>({steps_}, {});
+  for (size_t b = 0; b < exp_avg_.size(); ++b) {
+    out["exp_avg." + std::to_string(b)] = exp_avg_[b];
+    out["exp_avg_sq." + std::to_string(b)] = exp_avg_sq_[b];
+  }
+  return out;
+}
+
+void ZeroAdamW::load_shard_checkpoint(const std::vector<optim::StateDict>& parts) {
+  REEL_CHECK(!parts.empty() && parts[0].count("step"), "ZeroAdamW load_shard_checkpoint: no parts, or no 'step'");
+  optim::StateDict full;
+  full["step"] = parts[0].at("step");
+  const std::vector<DataParallel::Bucket>& buckets = dp_.bucket_list();
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const DataParallel::Bucket& k = buckets[b];
+    for (const char* slot : {"exp_avg", "exp_avg_sq"}) {
+      const std::string key = std::string(slot) + "." + std::to_string(b);
+      std::vector<Tensor> chunks;
+      int64_t total = 0;
+      for (size_t r = 0; r < parts.size(); ++r) {
+        const auto it = parts[r].find(key);
+        if (it == parts[r].end()) break;
+        chunks.push_back(it->second);
+        total += it->second.numel();
+      }
+      if (chunks.empty()) continue;  // no moments yet (saved before the first step)
+      REEL_CHECK(chunks.size() == parts.size(), "ZeroAdamW load_shard_checkpoint: '", key, "' is in ", chunks.size(),
+                 " of the ", parts.size(), " parts");
+      const Tensor whole = empty({total}, chunks[0].dtype());
+      int64_t at = 0;
+      for (const Tensor& c : chunks) {
+        untracked::slice(whole, 0, at, at + c.numel()).copy_(c.reshape({c.numel()}));
+        at += c.numel();
+      }
+      for (size_t j = 0; j < k.params.size(); ++j) {
+        const Tensor& p = params_[k.params[j]];
+        REEL_CHECK(k.offset[j] + p.numel() <= total, "ZeroAdamW load_shard_checkpoint: '", key, "' holds ", total,
+                   " elements, bucket ", b, " of this run needs ", k.offset[j] + p.numel(), ": another model");
+        full[std::string(slot) + "." + std::to_string(k.params[j])] =
+            untracked::reshape(untracked::slice(whole, 0, k.offset[j], k.offset[j] + p.numel()), p.shape());
+      }
+    }
+  }
+  load_full_state_dict(full);
+}
+
 void ZeroAdamW::load_full_state_dict(const optim::StateDict& state) {
   REEL_CHECK(state.count("step") && state.at("step").numel() == 1, "ZeroAdamW load_full_state_dict: missing key 'step'");
   // Every key is the step or a moment of a parameter, in its shape.

@@ -129,6 +129,14 @@ class ZeroAdamW final : public optim::Optimizer {
   // one): each rank keeps its chunk of the moments, without communicating. reel::Error for a
   // missing "step", an unexpected key, a wrong shape, or moments of some parameters only.
   void load_full_state_dict(const optim::StateDict& state);
+  // A sharded checkpoint's part (examples/run_checkpoints.h, one file a rank): "step" and this
+  // rank's chunk of each bucket's moments ("exp_avg.<bucket>", "exp_avg_sq.<bucket>"); no
+  // collective, the tensors are the optimizer's own.
+  optim::StateDict shard_checkpoint() const;
+  // Puts back the parts some number of ranks wrote (every part, in rank order): each bucket's
+  // moments joined from the parts' chunks (their padding dropped) and loaded as
+  // load_full_state_dict does, so this rank keeps its own cut for this world size. No collective.
+  void load_shard_checkpoint(const std::vector<optim::StateDict>& parts);
 
  private:
   void update(const std::vector<size_t>& with_grad) override;

@@ -238,6 +238,18 @@ class FullyShardedDataParallel final : public optim::WindowSync {
   void save(const std::string& path, const nn::Metadata& metadata = {});
   void load(const std::string& path);
 
+  // A sharded checkpoint's part (examples/run_checkpoints.h writes one file a rank): this rank's
+  // shards ("shard.<unit>", the masters), the optimizer's state over them ("optimizer.<key>", its
+  // state_dict over shard_parameters()) and the model's buffers ("buffer.<name>", replicated).
+  // No collective: the tensors are the run's own.
+  nn::TensorDict shard_checkpoint(const optim::Optimizer& optimizer) const;
+  // Puts back the parts that some number of ranks wrote (every part, in rank order): each unit's
+  // whole flat rebuilt from the parts' shards (their padding dropped) and cut anew for this rank and
+  // world size, the optimizer's slots the same way, the buffers from part 0, the gathered units made
+  // whole. No collective (every rank reads every part). reel::Error naming what does not match this
+  // model's units.
+  void load_shard_checkpoint(const std::vector<nn::TensorDict>& parts, optim::Optimizer& optimizer);
+
  private:
   class Observer;
   friend class Observer;

@@ -1,6 +1,7 @@
 // FullyShardedDataParallel (fsdp.h) and checkpoints: every unit gathered for good (gather_all), the
-// whole model's state dict gathered from the shards and loaded back into them, and the safetensors
-// file rank 0 writes.
+// whole model's state dict gathered from the shards and loaded back into them, the safetensors
+// file rank 0 writes, and a sharded checkpoint's parts (one a rank) written and put back on any
+// number of ranks.
 #include <map>
 #include <sstream>
 #include <string>
@@ -10,6 +11,7 @@
 #include "distributed/fsdp.h"
 #include "distributed/fsdp_internal.h"
 #include "nn/safetensors.h"
+#include "optim/optimizer.h"
 
 namespace reel::distributed {
 
@@ -87,4 +89,73 @@ void FullyShardedDataParallel::save(const std::string& path, const nn::Metadata&
 }
 
 void FullyShardedDataParallel::load(const std::string& path) { load_full_state_dict(nn::load_safetensors(path)); }
+
+nn::TensorDict FullyShardedDataParallel::shard_checkpoint(const optim::Optimizer& optimizer) const {
+  nn::TensorDict out;
+  for (size_t u = 0; u < units_.size(); ++u) out["shard." + std::to_string(u)] = units_[u].shard;
+  for (const auto& [key, t] : optimizer.state_dict()) out["optimizer." + key] = t;
+  for (const auto& [name, b] : model_.named_buffers()) out["buffer." + name] = b;
+  return out;
+}
+
+void FullyShardedDataParallel::load_shard_checkpoint(const std::vector<nn::TensorDict>& parts,
+                                                     optim::Optimizer& optimizer) {
+  REEL_CHECK(!parts.empty(), "FullyShardedDataParallel load_shard_checkpoint: no parts");
+  const auto tensor = [&](size_t r, const std::string& key) -> const Tensor& {
+    const auto it = parts[r].find(key);
+    REEL_CHECK(it != parts[r].end(), "FullyShardedDataParallel load_shard_checkpoint: part ", r, " of ", parts.size(),
+               " has no '", key, "' (a checkpoint of another model or other units)");
+    return it->second;
+  };
+  // The parts' chunks of one flat buffer, in rank order, as the whole of `numel` elements (padding dropped).
+  const auto whole = [&](const std::string& key, int64_t numel) {
+    int64_t total = 0;
+    for (size_t r = 0; r < parts.size(); ++r) total += tensor(r, key).numel();
+    REEL_CHECK(total >= numel, "FullyShardedDataParallel load_shard_checkpoint: '", key, "' holds ", total,
+               " elements over ", parts.size(), " parts, the unit ", numel);
+    const Tensor flat = empty({total}, tensor(0, key).dtype());
+    int64_t at = 0;
+    for (size_t r = 0; r < parts.size(); ++r) {
+      const Tensor& t = tensor(r, key);
+      untracked::slice(flat, 0, at, at + t.numel()).copy_(t.reshape({t.numel()}));
+      at += t.numel();
+    }
+    return untracked::slice(flat, 0, 0, numel);
+  };
+  autograd::NoGrad no_grad;
+  nn::TensorDict state;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const Unit& k = units_[u];
+    const Tensor flat = whole("shard." + std::to_string(u), k.layout.numel);
+    for (size_t j = 0; j < k.params.size(); ++j) {
+      const auto& [name, p] = params_[k.params[j]];
+      state[name] = piece(flat, k.offset[j], p);
+    }
+  }
+  for (const auto& [name, b] : model_.named_buffers()) state[name] = tensor(0, "buffer." + name);
+  load_full_state_dict(state);
+  // The optimizer's slots over the shards: each unit's whole state, cut as its shard is.
+  optim::StateDict slots;
+  for (const auto& [key, t] : parts[0]) {
+    if (key.rfind("optimizer.", 0) != 0) continue;
+    const std::string name = key.substr(std::string("optimizer.").size());
+    if (name == "step") {
+      slots[name] = t;
+      continue;
+    }
+    const size_t dot = name.rfind('.');
+    size_t u = units_.size();
+    try {
+      u = dot == std::string::npos ? units_.size() : std::stoul(name.substr(dot + 1));
+    } catch (const std::exception&) {
+    }
+    REEL_CHECK(u < units_.size(), "FullyShardedDataParallel load_shard_checkpoint: optimizer state '", name,
+               "' names no unit of this model's ", units_.size());
+    const Unit& k = units_[u];
+    const Tensor padded = zeros({k.layout.padded}, t.dtype());
+    untracked::slice(padded, 0, 0, k.layout.numel).copy_(whole(key, k.layout.numel));
+    slots[name] = untracked::slice(padded, 0, k.layout.begin, k.layout.begin + k.layout.chunk).clone();
+  }
+  optimizer.load_state_dict(slots);
+}
 }  // namespace reel::distributed

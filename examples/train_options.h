@@ -390,20 +390,51 @@ class Distributed {
   int world() const { return world_; }
   bool enabled() const { return wanted_; }  // --dist (or --simulate-ranks)
   int zero() const { return zero_; }
-  // The optimizer's whole state (run_checkpoints.h): ZeRO-1's moments gathered from every rank's
-  // chunks (a collective: every rank calls it), else the optimizer's own state_dict.
-  reel::optim::StateDict full_optimizer_state(const reel::optim::Optimizer& opt) const {
-#if REEL_HAS_DISTRIBUTED
-    if (zero_ == 1 && dp_) return static_cast<reel::distributed::ZeroAdamW&>(const_cast<reel::optim::Optimizer&>(opt)).full_state_dict();
-#endif
-    return opt.state_dict();
-  }
-  // Loads a whole state as full_optimizer_state gives it: under ZeRO-1 each rank keeps its chunks.
+  // Loads a whole optimizer state (an unsharded run's checkpoint, run_checkpoints.h): under ZeRO-1
+  // each rank keeps its chunks of the moments.
   void load_full_optimizer_state(reel::optim::Optimizer& opt, const reel::optim::StateDict& state) const {
 #if REEL_HAS_DISTRIBUTED
     if (zero_ == 1 && dp_) return static_cast<reel::distributed::ZeroAdamW&>(opt).load_full_state_dict(state);
 #endif
     opt.load_state_dict(state);
+  }
+  // --zero 2/3: this rank's part of a sharded checkpoint, and the parts put back (fsdp.h).
+  // --zero 1: ZeroAdamW's chunks of the moments (its "step" and "<slot>.<bucket>", under
+  // "optimizer."); --zero 2/3: FSDP's shards, their optimizer state and the buffers (fsdp.h).
+  reel::nn::TensorDict shard_checkpoint(const reel::optim::Optimizer& opt) const {
+#if REEL_HAS_DISTRIBUTED
+    if (fsdp_) return fsdp_->shard_checkpoint(opt);
+    if (zero_ == 1 && dp_) {
+      reel::nn::TensorDict out;
+      for (const auto& [key, t] : static_cast<const reel::distributed::ZeroAdamW&>(opt).shard_checkpoint())
+        out["optimizer." + key] = t;
+      return out;
+    }
+#endif
+    (void)opt;
+    REEL_FAIL("shard_checkpoint: this run shards nothing (--zero 1, 2 or 3)");
+  }
+  void load_shard_checkpoint(const std::vector<reel::nn::TensorDict>& parts, reel::optim::Optimizer& opt) const {
+#if REEL_HAS_DISTRIBUTED
+    if (fsdp_) return fsdp_->load_shard_checkpoint(parts, opt);
+    if (zero_ == 1 && dp_) {
+      std::vector<reel::optim::StateDict> states;
+      for (const reel::nn::TensorDict& part : parts) {
+        reel::optim::StateDict s;
+        for (const auto& [key, t] : part)
+          if (key.rfind("optimizer.", 0) == 0) s[key.substr(std::string("optimizer.").size())] = t;
+        states.push_back(s);
+      }
+      return static_cast<reel::distributed::ZeroAdamW&>(opt).load_shard_checkpoint(states);
+    }
+#endif
+    (void)parts, (void)opt;
+    REEL_FAIL("load_shard_checkpoint: this run shards nothing (--zero 1, 2 or 3)");
+  }
+  void barrier() const {
+#if REEL_HAS_DISTRIBUTED
+    if (wanted_) reel::distributed::ProcessGroup::world().barrier();
+#endif
   }
   // Every rank's `mine`, in rank order (a collective under --dist; {mine} in one process).
   std::vector<std::string> gather_strings(const std::string& mine) const {

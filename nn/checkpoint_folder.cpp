@@ -111,7 +111,14 @@ std::vector<int64_t> CheckpointFolder::steps() const {
   return out;
 }
 
-int64_t CheckpointFolder::save(int64_t step, const TensorDict& tensors, Metadata metadata) const {
+std::string CheckpointFolder::part_path(int64_t step, int rank) const {
+  char name[56];
+  std::snprintf(name, sizeof name, "step-%09lld.rank-%05d.safetensors", static_cast<long long>(step), rank);
+  return (fs::path(dir_) / name).string();
+}
+
+int64_t CheckpointFolder::write(const std::string& path, const TensorDict& tensors, Metadata metadata,
+                                int64_t step) const {
   REEL_CHECK(step >= 0 && step <= 999999999, "checkpoint folder '", dir_, "': step ", step, " is not in [0, 1e9)");
   nlohmann::json crcs = nlohmann::json::object();
   for (const auto& [name, t] : tensors) crcs[name] = hex32(tensor_crc32(t));
@@ -119,7 +126,7 @@ int64_t CheckpointFolder::save(int64_t step, const TensorDict& tensors, Metadata
   metadata[kCrcKey] = crcs.dump();
   const std::string bytes = to_safetensors_bytes(tensors, metadata);
 
-  const std::string path = path_of(step), tmp = path + ".tmp";
+  const std::string tmp = path + ".tmp";
   const auto fail = [&](const char* what) {
     const int err = errno;
     ::unlink(tmp.c_str());
@@ -150,19 +157,41 @@ int64_t CheckpointFolder::save(int64_t step, const TensorDict& tensors, Metadata
     (void)::fsync(dfd);
     ::close(dfd);
   }
-  // Keep the newest `keep_`; a temporary a killed save left behind goes too.
-  std::vector<int64_t> present = steps();
-  for (size_t i = 0; i + static_cast<size_t>(keep_) < present.size(); ++i) {
-    std::error_code ec;
-    fs::remove(path_of(present[i]), ec);
-  }
+  return static_cast<int64_t>(bytes.size());
+}
+
+int64_t CheckpointFolder::save_part(int64_t step, int rank, const TensorDict& tensors, Metadata metadata) const {
+  REEL_CHECK(rank >= 0 && rank <= 99999, "checkpoint folder '", dir_, "': rank ", rank, " is not in [0, 1e5)");
+  return write(part_path(step, rank), tensors, std::move(metadata), step);
+}
+
+int64_t CheckpointFolder::save(int64_t step, const TensorDict& tensors, Metadata metadata) const {
+  const int64_t bytes = write(path_of(step), tensors, std::move(metadata), step);
+  // Keep the newest `keep_` (and their parts); a temporary a killed save left behind goes too, and
+  // parts of an older step no checkpoint names (a sharded save killed before its checkpoint).
+  const std::vector<int64_t> present = steps();
+  const size_t drop = present.size() > static_cast<size_t>(keep_) ? present.size() - static_cast<size_t>(keep_) : 0;
   std::error_code ec;
+  for (size_t i = 0; i < drop; ++i) fs::remove(path_of(present[i]), ec);
+  const std::vector<int64_t> kept(present.begin() + static_cast<std::ptrdiff_t>(drop), present.end());
   for (const fs::directory_entry& e : fs::directory_iterator(dir_, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0 && step_of(name.substr(0, name.size() - 4)))
-      fs::remove(e.path(), ec);
+    if (name.rfind("step-", 0) != 0) continue;
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) {
+      fs::remove(e.path(), ec);  // nobody writes while a save runs: a killed save's leftover
+      continue;
+    }
+    const size_t dot = name.find(".rank-");
+    if (dot == std::string::npos || dot < 6) continue;
+    int64_t part_step = -1;
+    try {
+      part_step = std::stoll(name.substr(5, dot - 5));
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (part_step <= step && std::find(kept.begin(), kept.end(), part_step) == kept.end()) fs::remove(e.path(), ec);
   }
-  return static_cast<int64_t>(bytes.size());
+  return bytes;
 }
 
 CheckpointFolder::Loaded CheckpointFolder::load(const std::string& path, Device device) {

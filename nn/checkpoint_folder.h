@@ -38,8 +38,15 @@ class CheckpointFolder {
   std::vector<int64_t> steps() const;
 
   // Writes `tensors` and `metadata` (plus reel.step and reel.crc32) as the checkpoint of `step`,
-  // atomically, then prunes to the newest `keep`. Returns the bytes written.
+  // atomically, then prunes to the newest `keep` (their parts too). Returns the bytes written.
   int64_t save(int64_t step, const TensorDict& tensors, Metadata metadata) const;
+
+  // A sharded checkpoint: each rank writes its part of `step` first (atomically, as save() does;
+  // not a checkpoint on its own: steps() does not list it), then one rank writes the checkpoint
+  // itself with save(), last, naming the parts: a kill before it leaves the previous checkpoint the
+  // newest. <dir>/step-<step, 9 digits>.rank-<rank, 5 digits>.safetensors. Returns the bytes written.
+  std::string part_path(int64_t step, int rank) const;
+  int64_t save_part(int64_t step, int rank, const TensorDict& tensors, Metadata metadata) const;
 
   struct Loaded {
     int64_t step = 0;
@@ -56,6 +63,7 @@ class CheckpointFolder {
   static Loaded load(const std::string& path, Device device = Device::cpu());
 
  private:
+  int64_t write(const std::string& path, const TensorDict& tensors, Metadata metadata, int64_t step) const;
   std::string dir_;
   int keep_;
 };

@@ -1,5 +1,5 @@
 // A run's checkpoints (nn/checkpoint_folder.h, optim/training_state.h): written atomically and kept
-// to the newest K; a flipped byte, a truncated file or a leftover temporary never read as a
+// to the newest K (a sharded one's parts with it); a flipped byte, a truncated file or a leftover temporary never read as a
 // checkpoint (the one before is used, and the one passed over named with why); a write that fails
 // (here: past a file-size limit) is a clear error that leaves the earlier checkpoints loadable; and
 // a training state put back into fresh objects continues bit for bit.
@@ -87,6 +87,26 @@ TEST_CASE("checkpoint folder: a half-written temporary is never a checkpoint, an
   CHECK(folder.load_latest()->step == 4);
   folder.save(9, some_tensors(9), {});
   CHECK(!fs::exists(folder.path_of(8) + ".tmp"));
+}
+
+TEST_CASE("checkpoint folder: a sharded checkpoint's parts come before it, are pruned with it, and alone are none") {
+  nn::CheckpointFolder folder(fresh_dir("parts"), 1);
+  for (int64_t step : {3, 6}) {
+    for (int rank : {0, 1}) folder.save_part(step, rank, some_tensors(static_cast<float>(rank)), {});
+    folder.save(step, {}, {{"run.parts", "2"}});
+  }
+  CHECK(folder.steps() == std::vector<int64_t>{6});
+  CHECK(!fs::exists(folder.part_path(3, 0)));  // pruned with their checkpoint
+  CHECK(!fs::exists(folder.part_path(3, 1)));
+  CHECK(testing::values(nn::CheckpointFolder::load(folder.part_path(6, 1)).tensors.at("a"))[0] == 1.0);
+  // A sharded save killed between its parts and its checkpoint: the parts are no checkpoint, and the
+  // next save removes them.
+  folder.save_part(8, 0, some_tensors(8), {});
+  CHECK(folder.steps() == std::vector<int64_t>{6});
+  CHECK(folder.load_latest()->step == 6);
+  folder.save(9, {}, {});
+  CHECK(!fs::exists(folder.part_path(8, 0)));
+  CHECK(!fs::exists(folder.part_path(6, 0)));
 }
 
 TEST_CASE("checkpoint folder: a file that is not a reel checkpoint, and an empty folder") {
