@@ -4,8 +4,9 @@
 # --resume, killed with SIGKILL at random moments and started again each time with the same
 # command, until a start runs to the end; the final weights must equal the uninterrupted run's bit
 # for bit (safetensors_diff --atol 0). A kill that finds a checkpoint's temporary in the folder
-# came during a save. Cases: char_gpt f32 with dropout, sqrt recomputation and 4 micro-batches;
-# char_gpt f16 on (emulated) cuda with its loss scaler; mpirun -np 2 char_gpt --dist --zero 3 (each
+# came during a save. Cases: char_gpt f32 with dropout, sqrt recomputation and 4 micro-batches (a
+# checkpoint every step, so that kills land inside saves); char_gpt f16 on (emulated) cuda with its
+# loss scaler started at 10^6 (windows skipped for overflow inside the run); mpirun -np 2 char_gpt --dist --zero 3 (each
 # start in its own session, killed whole: mpirun and both ranks); fashion_mnist_mlp over 3 epochs with
 # a cosine schedule. The last column is what the checkpoints cost at that --save-every: the last
 # start's saves' time against a whole run's. Then the cost at --save-every 100 on char_gpt's default
@@ -62,20 +63,22 @@ one_case() {
   saves=$(sed -n 's/^checkpoints: \([0-9]*\) written .*, \([0-9.]*\) ms each on average$/\1 \2/p' "$dir/start_$starts.log")
   local cost
   cost=$(awk -v s="$saves" -v w="$whole_s" 'BEGIN {split(s, a, " "); printf "%.1f ms a save, %.2f %% of the run", a[2], 100 * a[1] * a[2] / 1000 / w}')
-  printf "%-44s %6d %9d %7d  %-5s %s\n" "$name" "$killed" "$in_save" "$starts" "$same" "$cost"
+  local skipped
+  skipped=$(sed -n 's/^loss scaler: .*, \([0-9]*\) skipped windows*$/, \1 windows skipped/p' "$dir/whole.log")
+  printf "%-48s %6d %9d %7d  %-5s %s%s\n" "$name" "$killed" "$in_save" "$starts" "$same" "$cost" "$skipped"
   [ "$same" = yes ] || { tail -3 "$dir/diff.log" >&2; exit 1; }
 }
 
 printf "kill -9 at random moments (seed %d), each start the same command with --resume; weights against the uninterrupted run's\n" "$seed"
-printf "%-44s %6s %9s %7s  %-5s %s\n" case kills "in a save" starts same "the last start's saves (their share of a whole run)"
+printf "%-48s %6s %9s %7s  %-5s %s\n" case kills "in a save" starts same "the last start's saves (their share of a whole run)"
 gpt_args=(--n-layer 2 --n-head 2 --n-embd 64 --block-size 64 --batch 16 --eval-windows 8 --sample-chars 0 --quiet
 )
 [[ ",$cases," == *",gpt,"* ]] &&
-  one_case "char_gpt f32, dropout, sqrt, 4 micro-batches" 3 "$gpt" "${gpt_args[@]}" --dropout 0.1 --checkpoint sqrt \
+  one_case "char_gpt f32, dropout, sqrt, 4 micro-batches" 1 "$gpt" "${gpt_args[@]}" --dropout 0.1 --checkpoint sqrt \
     --accum-steps 4 --max-steps 200
 [[ ",$cases," == *",gpt_f16,"* ]] &&
-  one_case "char_gpt f16 with the scaler, cuda (emulated)" 3 "$gpt" "${gpt_args[@]}" --precision f16 --device cuda \
-    --max-steps 40
+  one_case "char_gpt f16, scaler from 10^6, cuda (emulated)" 3 "$gpt" "${gpt_args[@]}" --precision f16 --device cuda \
+    --max-steps 40 --loss-scale 1e6
 [[ ",$cases," == *",gpt_zero3,"* ]] && command -v mpirun >/dev/null &&
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
   one_case "mpirun -np 2 char_gpt --dist --zero 3, sqrt" 3 mpirun -np 2 --oversubscribe "$gpt" "${gpt_args[@]}" \
