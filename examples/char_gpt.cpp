@@ -405,6 +405,14 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist, int 
   nn::TensorDict loaded;
   if (!o.train.load.empty()) {
     loaded = nn::load_safetensors(o.train.load, Device::cpu(), &loaded_meta);
+    if (loaded_meta.count("reel.format")) {  // a --checkpoint-dir checkpoint: its model's tensors, verified
+      const nn::CheckpointFolder::Loaded c = nn::CheckpointFolder::load(o.train.load);
+      REEL_CHECK(!c.metadata.count("run.parts"), "--load '", o.train.load, "': a sharded run's checkpoint (--zero ",
+                 "2/3) holds its model in parts; resume it with --resume, or --save the trained model");
+      loaded.clear();
+      for (const auto& [name, t] : c.tensors)
+        if (name.rfind("model.", 0) == 0) loaded[name.substr(6)] = t;
+    }
     const auto it = loaded_meta.find("vocab");
     REEL_CHECK(it != loaded_meta.end(), "'", o.train.load, "' has no 'vocab' in its metadata: not a char_gpt file");
     check_vocab(Vocab::parse(it->second, o.train.load), vocab, o.train.load, source);
