@@ -126,7 +126,10 @@
 // Checkpoints: full_state_dict() gathers the whole model (parameters and buffers, under the model's
 // dotted names, as Module::state_dict()) on every rank; save() writes it from rank 0 as one
 // safetensors file that nn::load reads into an unsharded model bit for bit; load() reads such a file
-// (from a sharded or an unsharded run, any world size) into the shards.
+// (from a sharded or an unsharded run, any world size) into the shards. A run's checkpoint
+// (examples/run_checkpoints.h) gathers nothing: shard_checkpoint() is this rank's part (its shards,
+// their optimizer state, the buffers), load_shard_checkpoint() cuts every rank's parts anew for
+// this rank and world size.
 #pragma once
 #include <array>
 #include <cstdint>

@@ -1,7 +1,8 @@
 // What the Fashion-MNIST examples share (fashion_mnist_mlp, fashion_mnist_cnn): the dataset on the
 // host, batches gathered from it in the shape the model takes, the test accuracy, and the whole
-// training run (options, accumulation windows, checkpointing, profiling, the memory report) around
-// a model the example builds; or, with --fit SIZE, the levers searched on meta (examples/fit.h).
+// training run (options, accumulation windows, checkpointing, profiling, the memory report, the
+// run's checkpoints and --resume with the data order's place, --metrics) around a model the example
+// builds; or, with --fit SIZE, the levers searched on meta (examples/fit.h).
 //
 // One optimizer step is one window of --batch samples, cut into --accum-steps micro-batches and
 // run through optim::Accumulator: each micro-batch's loss is a SUM over its samples and the
