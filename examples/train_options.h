@@ -341,7 +341,8 @@ inline int report_error(const char* program, const std::exception& e) {
 // optimizer (ZeroAdamW under --zero 1; under --zero 2 and 3 distributed::FullyShardedDataParallel over the
 // units the example names, and the optimizer over this rank's shards). Without --dist: rank 0 of 1,
 // no synchronisation. On ranks other than 0, stdout goes to /dev/null and --save, --profile,
-// --memory-timeline are dropped, so only rank 0 prints and writes files; errors still reach stderr.
+// --memory-timeline, --metrics are dropped, so only rank 0 prints and writes files (a run's
+// checkpoints are every rank's: run_checkpoints.h); errors still reach stderr.
 // After training, finish_training() gathers a sharded model whole on every rank, so evaluation,
 // sampling and saving run as on one process.
 class Distributed {
@@ -381,6 +382,7 @@ class Distributed {
       if (o.checkpoint.rfind("budget:", 0) != 0) o.predict.clear();
       o.profile.clear();
       o.memory_timeline.clear();
+      o.metrics.clear();  // one file, rank 0's (the run's checkpoints need every rank: kept)
     }
 #else
     REEL_FAIL("--dist: this reel was built without distributed/ (install MPI, libopenmpi-dev, and configure with -DREEL_DISTRIBUTED=ON)");
