@@ -54,24 +54,31 @@ int64_t parse_int(const std::string& text, const std::string& whole) {
 
 // "48MiB", "1.5GiB", "300MB", "512KiB", "1000000" (bytes), "64B": digits with an optional
 // fraction, then an optional unit, binary (KiB, MiB, GiB: 1024^n) or decimal (KB, MB, GB: 1000^n).
-// Read exactly, in integers: the size must be a whole, positive number of bytes below 2^63.
+// Read exactly, in integers: the size must be a whole, positive number of bytes below 2^63. Up to
+// 19 digits (every byte count str() prints: 2^63 - 1 has 19), at most 18 of them after the point.
 int64_t parse_size(const std::string& text, const std::string& whole) {
   const char* const help = "a positive size is bytes, or a number with B, KiB, MiB, GiB, KB, MB or GB: budget:48MiB";
   const auto digit = [&](size_t i) { return i < text.size() && text[i] >= '0' && text[i] <= '9'; };
   int64_t mantissa = 0, ten_f = 1;  // the number is mantissa / ten_f
-  int digits = 0;
+  int digits = 0, fraction_digits = 0;
   bool fraction_ok = true;  // a '.' has a digit after it
+  const auto take = [&](size_t i) {
+    const int d = text[i] - '0';
+    REEL_CHECK(mantissa <= (std::numeric_limits<int64_t>::max() - d) / 10, "checkpoint policy '", whole, "': '", text,
+               "' is too large (2^63 bytes or more)");
+    mantissa = mantissa * 10 + d;
+  };
   size_t i = 0;
-  for (; digit(i) && digits < 18; ++i, ++digits) mantissa = mantissa * 10 + (text[i] - '0');
+  for (; digit(i) && digits < 19; ++i, ++digits) take(i);
   if (i < text.size() && text[i] == '.') {
     fraction_ok = digit(++i);
-    for (; digit(i) && digits < 18; ++i, ++digits) {
-      mantissa = mantissa * 10 + (text[i] - '0');
+    for (; digit(i) && digits < 19 && fraction_digits < 18; ++i, ++digits, ++fraction_digits) {
+      take(i);
       ten_f *= 10;
     }
   }
   REEL_CHECK(!digit(i), "checkpoint policy '", whole, "': '", text,
-             "' has more than 18 digits (", help, ")");
+             "' has more than 19 digits, or 18 after the point (", help, ")");
   const std::string unit = text.substr(i);
   static const std::map<std::string, int64_t> units = {
       {"", 1},           {"B", 1},          {"KiB", int64_t{1} << 10}, {"MiB", int64_t{1} << 20},
