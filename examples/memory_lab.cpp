@@ -26,6 +26,8 @@
 // the program exits 1 naming any that fails. The timing claims (c, d) are printed, not checked:
 // they depend on the machine. docs/memory.md walks through the output.
 //
+// It runs on cpu or cuda, not on the meta device (a dry run has no values or times to compare).
+//
 //   ./memory_lab                       # about a minute on two CPU cores
 //   ./memory_lab --quick --out /tmp/ml # seconds (the CTest run)
 #include <CLI/CLI.hpp>

@@ -4,7 +4,8 @@
 // and for the step, and what bounds each.
 //
 // The model, per kernel run, is core/kernel_price.h's (a roofline with a launch floor, nothing
-// else: max(bytes / bandwidth, FLOPs / rate, launch latency), host transfers over the host link);
+// else: max(bytes / bandwidth, FLOPs / rate, launch latency), host transfers over the host link,
+// collectives (nccl_*) over the GPU interconnect);
 // it lives there so that the checkpoint planner (nn::Sequential::plan_checkpoint) prices its units
 // with the same formula. This file sums it over a step.
 //
