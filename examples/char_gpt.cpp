@@ -347,6 +347,18 @@ examples::FitUnits sharding_units(nn::GPT& gpt) {
   return u;
 }
 
+// What a saved model or a run's checkpoint says of the model: its format, vocabulary, shape and the
+// corpus it was trained on (config_from_metadata and check_vocab read it back).
+nn::Metadata model_metadata(const nn::GPTConfig& config, const Vocab& vocab, const std::string& corpus) {
+  return {{"format", "char_gpt"},
+          {"vocab", vocab.str()},
+          {"n_layer", std::to_string(config.n_layer)},
+          {"n_head", std::to_string(config.n_head)},
+          {"n_embd", std::to_string(config.n_embd)},
+          {"block_size", std::to_string(config.block_size)},
+          {"corpus", corpus}};
+}
+
 // --fit's candidate (examples/fit.h): the GPT made on `t`'s device (meta) with its levers, the
 // optimizer and accumulation window as training makes them, and the function that runs one
 // optimizer step of --batch windows (their positions do not matter on meta: nothing is read).
@@ -495,16 +507,13 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist, int 
         std::printf("resume: the run finished at step %lld of %lld: nothing left to do\n", static_cast<long long>(done),
                     static_cast<long long>(steps));
     }
+    const nn::Metadata model_meta = model_metadata(config, vocab, corpus_hash(text));  // hashed once
     const auto run_metadata = [&] {
       std::ostringstream state;
       state << rng;
-      return nn::Metadata{{"data.rng", state.str()},
-                          {"vocab", vocab.str()},
-                          {"corpus", corpus_hash(text)},
-                          {"n_layer", std::to_string(config.n_layer)},
-                          {"n_head", std::to_string(config.n_head)},
-                          {"n_embd", std::to_string(config.n_embd)},
-                          {"block_size", std::to_string(config.block_size)}};
+      nn::Metadata m = model_meta;
+      m["data.rng"] = state.str();
+      return m;
     };
     reset_peak_memory(device);
     examples::Progress progress(steps, "tokens", o.train.quiet, done);
@@ -579,17 +588,9 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist, int 
     }
   }
   if (!o.train.save.empty()) {
-    const nn::Metadata meta = {
-        {"format", "char_gpt"},
-        {"vocab", vocab.str()},
-        {"n_layer", std::to_string(config.n_layer)},
-        {"n_head", std::to_string(config.n_head)},
-        {"n_embd", std::to_string(config.n_embd)},
-        {"block_size", std::to_string(config.block_size)},
-        {"val_loss", std::to_string(val_loss)},
-        {"eval_windows", std::to_string(o.eval_windows)},
-        {"corpus", hash},
-    };
+    nn::Metadata meta = model_metadata(config, vocab, hash);
+    meta["val_loss"] = std::to_string(val_loss);
+    meta["eval_windows"] = std::to_string(o.eval_windows);
     nn::save(gpt, o.train.save, meta);
     std::printf("saved: %s\n", o.train.save.c_str());
   }
