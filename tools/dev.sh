@@ -17,6 +17,10 @@
 # same machine reuses the cache (ccache's own folder, `ccache -k cache_dir`, ~/.cache/ccache by
 # default; paths are hashed relative to this checkout, so a fresh clone elsewhere hits it too).
 # Each phase prints its time, and a table of them closes the run.
+# Disk: with REEL_DROP_BUILDS=1 (.ci/run sets it) each flavour's build folder is deleted once its
+# checks are done, after printing its size: with full debug info (-g) the sanitizer flavour's test
+# programs (~160 MB each) passed 9 GiB half-built, more than a CI machine sometimes has free. The sanitizer builds
+# keep -g1 (line tables: file:line in every report) rather than -g for the same reason.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-test}
@@ -72,6 +76,11 @@ phase_end() {
     echo "ccache: $((hits - ccache_hits0)) compiles served from the cache, $((misses - ccache_misses0)) compiled" \
       "(cache: $(ccache -k cache_dir))"
   fi
+}
+
+drop_build() {  # dir: prints its size, and deletes it where REEL_DROP_BUILDS=1
+  echo "$1: $(du -sh "$1" | cut -f1) on disk"
+  if [ "${REEL_DROP_BUILDS:-0}" = 1 ]; then rm -rf "$1"; fi
 }
 
 configure_only() {  # dir, cmake args...
@@ -163,6 +172,7 @@ case "$mode" in
         sed -n 's/^\(test_[A-Za-z0-9_]*\|layer_check_[A-Za-z0-9_]*\|bench_kernels\|kernel_resources\): phony$/\1/p')
       cmake --build build-nvcc -j "$jobs" --target "${nvcc_targets[@]}"
       if [ -f build-nvcc/kernel_resources.txt ]; then cat build-nvcc/kernel_resources.txt; fi  # sm_90 only
+      drop_build build-nvcc
     else
       phase "nvcc flavour skipped: no CUDA toolkit on this machine (nvcc not found)"
     fi
@@ -171,7 +181,7 @@ case "$mode" in
     # -march=native: a sanitizer build is for finding bugs). ASAN_TESTS narrows it. A leak fails
     # its test, except the third-party ones tools/lsan.supp names, each with its reason.
     asan_tests=${ASAN_TESTS:-^test_}
-    configure_only build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g -DNDEBUG" \
+    configure_only build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
       -DREEL_SANITIZE=address,undefined -DREEL_NATIVE=OFF -DREEL_BUILD_EXAMPLES=OFF -DREEL_BUILD_BENCH=OFF
     mapfile -t asan_targets < <(test_targets build-asan "$asan_tests")
     cmake --build build-asan -j "$jobs" --target "${asan_targets[@]}"
@@ -190,6 +200,7 @@ case "$mode" in
       (cd build-asan && ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 LSAN_OPTIONS=$lsan_options \
         ctest --output-on-failure -j "$jobs" -R "$asan_mpi_regex")
     fi
+    drop_build build-asan
     if command -v clang++ >/dev/null; then
       phase "the unit suite built with clang"
       # Without oneDNN (on by default where found), so that Eigen's f32 GEMM path is built and
@@ -197,9 +208,11 @@ case "$mode" in
       configure_and_build build-clang -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ \
         -DREEL_BUILD_EXAMPLES=OFF -DREEL_BUILD_BENCH=OFF -DREEL_ONEDNN=OFF
       (cd build-clang && ctest --output-on-failure -j "$jobs")
+      drop_build build-clang
     fi
     phase "the parsers under libFuzzer: committed corpora replayed, then ${FUZZ_SECONDS:-60} s per harness"
     tools/fuzz.sh
+    if [ -d build-fuzz ]; then drop_build build-fuzz; fi
     phase "default flavour (CPU + emulated CUDA): build everything (examples and benchmarks too)"
     configure_and_build build -DCMAKE_BUILD_TYPE=Release
     phase "install into a temporary prefix; an outside project builds against it and trains one step"

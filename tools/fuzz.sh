@@ -22,7 +22,7 @@ command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 harnesses=(fuzz_safetensors fuzz_state_dict fuzz_idx fuzz_checkpoint_policy)
 # Only what the harnesses link: CPU only, no distributed/, no tests, examples or benchmarks.
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER="$clangxx" "${launcher[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g -DNDEBUG" -DREEL_FUZZ=ON -DREEL_SANITIZE=address,undefined \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DREEL_FUZZ=ON -DREEL_SANITIZE=address,undefined \
   -DREEL_NATIVE=OFF -DREEL_EMULATE_CUDA=OFF -DREEL_DISTRIBUTED=OFF -DREEL_BUILD_TESTS=OFF -DREEL_BUILD_EXAMPLES=OFF \
   -DREEL_BUILD_BENCH=OFF >build-fuzz/configure.log 2>&1 || { cat build-fuzz/configure.log; exit 1; }
 cmake --build build-fuzz -j "$jobs" --target "${harnesses[@]}"
