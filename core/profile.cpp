@@ -52,6 +52,7 @@ struct Session {
   SteadyClock::time_point origin;
   std::vector<KernelRecord> kernels;
   std::vector<SpanRecord> spans;
+  std::vector<HostSyncRecord> host_syncs;
   std::vector<PendingKernel> pending;
   std::map<DeviceClock*, DeviceOrigin> device_origins;
   std::atomic<int> next_track{0};
@@ -120,6 +121,32 @@ const char* phase_name(Phase phase) {
 }
 
 Context current_context() { return t_context; }
+
+const char* host_sync_name(HostSyncKind kind) {
+  switch (kind) {
+    case HostSyncKind::CopyToHost: return "copy to host";
+    case HostSyncKind::CopyFromHost: return "blocking copy from host";
+    case HostSyncKind::StreamSync: return "stream synchronize";
+    case HostSyncKind::EventSync: return "event synchronize";
+  }
+  return "?";
+}
+
+void record_host_sync(HostSyncKind kind, Device device) {
+  if (!enabled() || device.is_cpu()) return;
+  const ThreadContext& c = t_context;
+  HostSyncRecord r;
+  r.kind = kind;
+  r.device = device;
+  r.op = c.op ? c.op : "";
+  r.op_backward = c.op_backward;
+  r.phase = c.effective_phase();
+  r.at_ns = now_ns();
+  r.track = this_thread_track();
+  Session& ses = session();
+  std::lock_guard<std::mutex> lock(ses.mutex);
+  if (ses.open) ses.host_syncs.push_back(std::move(r));
+}
 
 // ---- kernel runs --------------------------------------------------------------------------------
 
@@ -289,6 +316,7 @@ Profiler::Profiler() {
   ses.open = true;
   ses.kernels.clear();
   ses.spans.clear();
+  ses.host_syncs.clear();
   ses.pending.clear();
   ses.device_origins.clear();
   ses.lane_end_ns.clear();
@@ -352,8 +380,10 @@ void Profiler::stop() {
   for (auto& [clock, origin] : ses.device_origins) clock->reset();
   kernels_ = std::move(ses.kernels);
   spans_ = std::move(ses.spans);
+  host_syncs_ = std::move(ses.host_syncs);
   ses.kernels.clear();
   ses.spans.clear();
+  ses.host_syncs.clear();
   ses.pending.clear();
   ses.device_origins.clear();
 }

@@ -8,8 +8,8 @@
 // The hooks are placed once: kernel entry points time their backend call through
 // REEL_DEVICE_DISPATCH (kernels/dispatch.h) with the cost written next to them; the tape opens
 // op spans (autograd/tape.cpp) and the replay, backward and optimizer phases; core times its own
-// copies and fills, and each asynchronous copy (core/stream.h: copy_async) on the stream it was
-// enqueued on. Core only records: the reports (a table against the device's roof, a Chrome
+// copies and fills, each asynchronous copy (core/stream.h: copy_async) on the stream it was
+// enqueued on, and each host sync (a wait of the host for a device: HostSyncRecord). Core only records: the reports (a table against the device's roof, a Chrome
 // trace) are in report/profile.h, a layer above.
 //
 // Times: CPU kernels by a steady host clock around the call. CUDA kernels by markers the device
@@ -71,6 +71,30 @@ struct KernelRecord {
   int track = 0;         // host thread track (0, 1, ...), kDeviceTrack or kCopyTrack + device index
   std::array<int64_t, kNumCategories> memory{};  // bytes in use by category on the device at launch
 };
+
+// A host sync: a point where the host waits for a device, so it cannot run ahead of the GPU and a
+// step costs its host work plus its kernels rather than the larger of the two. Recorded by core
+// where the wait happens, for every device but the cpu (meta too: it is a CUDA device that
+// computes nothing, and its dry run must count what a GPU step would):
+enum class HostSyncKind : uint8_t {
+  CopyToHost,    // Tensor::to(cpu) of a device tensor: the host waits for the stream, then the copy
+  CopyFromHost,  // a blocking copy from pageable host memory: CUDA synchronizes the stream before it
+  StreamSync,    // Stream::synchronize()
+  EventSync,     // Event::synchronize() of a recorded event
+};
+constexpr int kNumHostSyncKinds = 4;
+const char* host_sync_name(HostSyncKind kind);  // "copy to host", ...
+struct HostSyncRecord {
+  HostSyncKind kind = HostSyncKind::CopyToHost;
+  Device device;         // the device waited for
+  std::string op;        // the tape op that waited, empty outside ops
+  bool op_backward = false;
+  Phase phase = Phase::None;
+  int64_t at_ns = 0;     // since the profiler started
+  int track = 0;         // the host thread's track
+};
+// Records a host sync on `device` while a Profiler collects (nothing for the cpu, or when off).
+void record_host_sync(HostSyncKind kind, Device device);
 
 // An op or phase around kernels, on the host thread that ran it.
 struct SpanRecord {
@@ -270,6 +294,7 @@ class Profiler {
 
   const std::vector<profile::KernelRecord>& kernels() const { return kernels_; }
   const std::vector<profile::SpanRecord>& spans() const { return spans_; }
+  const std::vector<profile::HostSyncRecord>& host_syncs() const { return host_syncs_; }
   int64_t wall_ns() const { return wall_ns_; }  // from construction to stop()
   // Names of the host threads and device tracks that appear in the records: a CUDA device's compute
   // stream "cuda:0 stream", its copy stream "cuda:0 copy stream" (emulated: "(emulated on the host)").
@@ -284,6 +309,7 @@ class Profiler {
   std::map<std::string, std::string> time_sources_;
   std::vector<profile::KernelRecord> kernels_;
   std::vector<profile::SpanRecord> spans_;
+  std::vector<profile::HostSyncRecord> host_syncs_;
 };
 
 }  // namespace reel

@@ -36,7 +36,10 @@ Event Stream::record() const {
   return event;
 }
 
-void Stream::synchronize() const { backend_for(device_).synchronize_stream(kind_); }
+void Stream::synchronize() const {
+  profile::record_host_sync(profile::HostSyncKind::StreamSync, device_);
+  backend_for(device_).synchronize_stream(kind_);
+}
 bool Stream::query() const { return backend_for(device_).query_stream(kind_); }
 void* Stream::native() const { return backend_for(device_).native_stream(kind_); }
 
@@ -80,7 +83,9 @@ void Event::record(const Stream& stream) {
 bool Event::query() const { return !recorded_ || backend_for(device_).query_event(handle_); }
 
 void Event::synchronize() const {
-  if (recorded_) backend_for(device_).synchronize_event(handle_);
+  if (!recorded_) return;
+  profile::record_host_sync(profile::HostSyncKind::EventSync, device_);
+  backend_for(device_).synchronize_event(handle_);
 }
 
 // ---- PinnedBuffer ------------------------------------------------------------------------------

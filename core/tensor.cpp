@@ -429,9 +429,11 @@ Tensor Tensor::to(Device target) const {
   if (numel() == 0) return out;
   const int64_t bytes = static_cast<int64_t>(nbytes());
   if (device().is_cpu()) {
+    profile::record_host_sync(profile::HostSyncKind::CopyFromHost, target);  // pageable: the stream first
     timed("copy_from_host", out, bytes,
           [&] { backend_for(target).copy_from_host(out.data_ptr(), src.data_ptr(), nbytes()); });
   } else if (target.is_cpu()) {
+    profile::record_host_sync(profile::HostSyncKind::CopyToHost, device());
     timed("copy_to_host", out, bytes,
           [&] { backend_for(device()).copy_to_host(out.data_ptr(), src.data_ptr(), nbytes()); });
   } else {  // between two CUDA devices: through the host, simple and rare

@@ -673,7 +673,7 @@ class StepCollector {
 
 // --profile: a reel::Profiler around optimizer steps kProfileWarmup + 1 .. + --profile-steps
 // (warm-up first: the allocator's cache, OpenMP's threads and the CPU's clocks settle), then the
-// table on stdout and the trace file; with --predict, the step predicted on that device too.
+// table on stdout, the line `per step: N launches, M host syncs (...)` and the trace file; with --predict, the step predicted on that device too.
 // `unit` and `items_per_step` (the tokens or samples one optimizer step takes, over every rank):
 // with them, the predicted step is also a rate, printed after the prediction and kept for
 // report_rate (on meta the only rate there is).
@@ -695,6 +695,7 @@ class StepProfiler : public StepCollector {
     profiler_->stop();
     std::printf("\n");
     reel::profile::print_table(std::cout, *profiler_);
+    std::printf("%s\n", reel::profile::format_step_counts(reel::profile::step_counts(*profiler_, steps_collected())).c_str());
     if (predict_) {
       std::printf("\n");
       reel::profile::print_prediction(std::cout, *profiler_, *predict_, steps_collected(), offload_bound_);

@@ -3,6 +3,7 @@
 #include "report/profile.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -11,6 +12,7 @@
 #include <set>
 
 #include "core/device_backend.h"
+#include "core/kernel_price.h"
 #include "core/error.h"
 
 namespace reel::profile {
@@ -183,6 +185,42 @@ std::vector<GroupSummary> summarize_phases(const Profiler& profiler) {
   return summarize_by(profiler, [](const KernelRecord& r) { return std::string(phase_name(r.phase)); });
 }
 
+StepCounts step_counts(const Profiler& profiler, int64_t steps) {
+  StepCounts c;
+  c.steps = static_cast<double>(std::max<int64_t>(1, steps));
+  const std::vector<KernelRecord>& records = profiler.kernels();
+  const bool device_run =
+      std::any_of(records.begin(), records.end(), [](const KernelRecord& r) { return !r.device.is_cpu(); });
+  for (const KernelRecord& r : records) {
+    // An offload stall is a stream waiting on an event, not a launch; a CPU kernel of a device
+    // run is host work (a copy to the host is recorded on its cpu destination).
+    if (r.kernel == kOffloadStallKernel || r.kernel == kOffloadFetchWaitKernel) continue;
+    if (device_run && r.device.is_cpu() && r.kernel != "copy_to_host") continue;
+    c.launches += 1;
+  }
+  for (const HostSyncRecord& h : profiler.host_syncs()) {
+    c.host_syncs += 1;
+    c.by_kind[static_cast<size_t>(h.kind)] += 1;
+  }
+  c.launches /= c.steps;
+  c.host_syncs /= c.steps;
+  for (double& k : c.by_kind) k /= c.steps;
+  return c;
+}
+
+std::string format_step_counts(const StepCounts& c) {
+  const auto count = [](double v) {
+    return std::abs(v - std::round(v)) < 1e-9 ? format("%.0f", v) : format("%.1f", v);
+  };
+  std::string line = "per step: " + count(c.launches) + " launches, " + count(c.host_syncs) + " host syncs";
+  std::string kinds;
+  for (int k = 0; k < kNumHostSyncKinds; ++k)
+    if (c.by_kind[k] > 0)
+      kinds += (kinds.empty() ? "" : ", ") + std::string(host_sync_name(static_cast<HostSyncKind>(k))) + " " +
+               count(c.by_kind[k]);
+  return kinds.empty() ? line : line + " (" + kinds + ")";
+}
+
 void print_table(std::ostream& os, const Profiler& profiler, int top) {
   const std::vector<KernelSummary> kernels = summarize_kernels(profiler);
   const double all_ns = static_cast<double>(total_kernel_ns(profiler));
@@ -191,7 +229,7 @@ void print_table(std::ostream& os, const Profiler& profiler, int top) {
   os << "profile: " << profiler.kernels().size() << " kernel runs, "
      << format("%.3f", all_ns * 1e-6) << " ms in kernels of " << format("%.3f", profiler.wall_ns() * 1e-6)
      << " ms profiled (" << format("%.1f", profiler.wall_ns() > 0 ? 100 * all_ns / profiler.wall_ns() : 0)
-     << " %)\n";
+     << " %); " << profiler.host_syncs().size() << " host syncs\n";
   for (const std::string& d : devices) {
     const Roof& roof = roof_for(Device(d));
     os << "roof " << d << ": " << format("%.1f", roof.bytes_per_s * 1e-9) << " GB/s, "
@@ -282,6 +320,13 @@ void write_trace(const std::string& path, const Profiler& profiler) {
     for (int c = 0; c < kNumCategories; ++c) memory[category_name(static_cast<Category>(c))] = r.memory[c];
     events.push_back({{"name", "memory " + r.device.str()}, {"ph", "C"}, {"ts", us(r.start_ns)}, {"pid", 1}, {"tid", 0},
                       {"args", memory}});
+  }
+  for (const HostSyncRecord& h : profiler.host_syncs()) {  // an instant on the host thread that waited
+    tracks.insert(h.track);
+    json args = {{"device", h.device.str()}, {"op", h.op + (h.op_backward ? ".backward" : "")},
+                 {"phase", phase_name(h.phase)}};
+    events.push_back({{"name", std::string("host sync: ") + host_sync_name(h.kind)}, {"cat", "host_sync"},
+                      {"ph", "i"}, {"s", "t"}, {"ts", us(h.at_ns)}, {"pid", 1}, {"tid", h.track}, {"args", args}});
   }
   events.push_back({{"name", "process_name"}, {"ph", "M"}, {"ts", 0}, {"pid", 1}, {"tid", 0},
                     {"args", {{"name", "reel"}}}});

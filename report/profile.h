@@ -3,6 +3,7 @@
 // chrome://tracing). Part of report/ (reel_report), the renderers' layer above autograd; the names
 // stay in `reel::profile`.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <ostream>
 #include <string>
@@ -80,15 +81,31 @@ struct CopySummary {
 // One row per device with records on its copy stream, in device order.
 std::vector<CopySummary> summarize_copies(const Profiler& profiler);
 
+// What a GPU step is made of beside its kernels' time: how many launches (kernel runs on a device,
+// copies to and from the host included: each one an API call and a launch floor) and how many host
+// syncs (core/profile.h: HostSyncRecord) the records hold, divided by the `steps` they cover. A run
+// on the cpu alone has no host syncs; its launches are its kernel runs.
+struct StepCounts {
+  double steps = 1;
+  double launches = 0;                              // per step
+  double host_syncs = 0;                            // per step
+  std::array<double, kNumHostSyncKinds> by_kind{};  // per step, by HostSyncKind
+};
+StepCounts step_counts(const Profiler& profiler, int64_t steps);
+// "per step: 142 launches, 9 host syncs (copy to host 9)": one line a script can read (counts that
+// are not whole numbers, when the steps differ, with one decimal).
+std::string format_step_counts(const StepCounts& counts);
+
 // Prints the roofs, where each device's kernel times came from (Profiler::time_sources), the kernel
 // table (the `top` largest rows; a row on a copy stream is marked `[copy]`), a line per device with
 // copies on its copy stream (copy time and the fraction hidden behind compute), the op table and the
-// phase table.
+// phase table; the first line also counts the host syncs.
 void print_table(std::ostream& os, const Profiler& profiler, int top = 20);
 
 // Writes the records as Chrome trace-event JSON: one track per host thread and device stream (a
 // device's copy stream right below its compute stream, each copy a span with its bytes), phase and
-// op spans enclosing their kernels, a counter track of memory by category per device.
+// op spans enclosing their kernels, a counter track of memory by category per device, and each host
+// sync as an instant ("host sync: copy to host") on the host thread that waited.
 // reel::Error when the file cannot be written.
 void write_trace(const std::string& path, const Profiler& profiler);
 

@@ -330,3 +330,63 @@ TEST_CASE("async spans: recorded at end() on in-flight lanes, overlapping ones a
   CHECK(by_name["b"]->start_ns >= by_name["a"]->start_ns);
   CHECK(prof.track_name(profile::kInFlightTrack + 1) == "in flight, lane 1");
 }
+
+TEST_CASE("host syncs: each wait of the host for a device is recorded once, with its kind and op; none on the cpu") {
+  // The cpu never syncs: its copies and waits are not recorded.
+  {
+    Profiler prof;
+    const Tensor a = randn({4, 4});
+    const double v = a.to(Device::cpu()).reshape({-1}).slice(0, 0, 1).item();
+    Stream::compute(Device::cpu()).synchronize();
+    prof.stop();
+    CHECK(prof.host_syncs().empty());
+    CHECK(std::isfinite(v));
+    CHECK(profile::format_step_counts(profile::step_counts(prof, 1)).find("0 host syncs") != std::string::npos);
+  }
+  for (const Device device : {Device::meta(), Device::cuda()}) {
+    if (device.is_cuda() && !cuda_available()) continue;
+    CAPTURE(device);
+    const Tensor host = randn({8, 8});
+    Profiler prof;
+    const Tensor x = host.to(device);                             // a blocking copy from pageable memory
+    const Tensor y = kernels::matmul(x, x);                       // a launch, no wait
+    const Tensor back = y.to(Device::cpu());                      // the host waits for the matmul
+    Stream::compute(device).synchronize();                        // a wait
+    Event done;
+    done.record(Stream::compute(device));
+    done.synchronize();                                           // a wait
+    const Tensor emb = embedding(random_ids(1, 4, 8, 1, device), x);  // range check: its flag read back
+    prof.stop();
+    std::map<profile::HostSyncKind, int> kinds;
+    for (const profile::HostSyncRecord& h : prof.host_syncs()) {
+      CHECK(h.device == device);
+      ++kinds[h.kind];
+    }
+    CHECK(kinds[profile::HostSyncKind::CopyFromHost] >= 2);  // x, and random_ids' upload
+    CHECK(kinds[profile::HostSyncKind::StreamSync] == 1);
+    CHECK(kinds[profile::HostSyncKind::EventSync] == 1);
+    CHECK(kinds[profile::HostSyncKind::CopyToHost] >= 1);
+    // The wait inside embedding is attributed to its op.
+    const bool in_embedding = std::any_of(prof.host_syncs().begin(), prof.host_syncs().end(),
+                                          [](const profile::HostSyncRecord& h) { return h.op == "embedding"; });
+    CHECK(in_embedding == (kinds[profile::HostSyncKind::CopyToHost] > 1));
+    // The per-step line counts launches (the device's kernel runs and the copies) and the syncs.
+    const profile::StepCounts c = profile::step_counts(prof, 2);
+    CHECK(c.host_syncs == doctest::Approx(static_cast<double>(prof.host_syncs().size()) / 2));
+    CHECK(c.launches >= 1.5);  // the upload, the matmul, the copy back at least, over 2 steps
+    const std::string line = profile::format_step_counts(c);
+    CHECK(line.rfind("per step: ", 0) == 0);
+    CHECK(line.find(" launches, ") != std::string::npos);
+    CHECK(line.find("stream synchronize 0.5") != std::string::npos);
+    // The trace shows each as an instant on the host thread.
+    const std::string path = "test_profile_host_syncs.json";
+    profile::write_trace(path, prof);
+    std::ifstream in(path);
+    const nlohmann::json trace = nlohmann::json::parse(in);
+    size_t instants = 0;
+    for (const auto& e : trace["traceEvents"])
+      if (e.value("cat", "") == "host_sync") ++instants;
+    CHECK(instants == prof.host_syncs().size());
+    std::remove(path.c_str());
+  }
+}
