@@ -262,7 +262,8 @@ TEST_CASE("layer_norm's and add_layer_norm's dw and db go into .grad from the ba
       const std::string dtype_label = dtype_name(dtype);
       CAPTURE(dtype_label);
       const Tensor w = uniform_f64({7}, 61).to(dtype).to(device), b = uniform_f64({7}, 62).to(dtype).to(device);
-      const Tensor x = uniform_f64({2, 3, 7}, 63).to(dtype).to(device), r = uniform_f64({2, 3, 7}, 64).to(dtype).to(device);
+      const Tensor x = uniform_f64({2, 3, 7}, 63).to(dtype).to(device);
+      const Tensor r = uniform_f64({2, 3, 7}, 64).to(dtype).to(device);
       const Tensor g_out = uniform_f64({2, 3, 7}, 65).to(dtype).to(device);
       w.set_requires_grad();
       b.set_requires_grad();

@@ -430,10 +430,10 @@ void add_layernorm_forward(const Tensor& x, const Tensor& r, const Tensor& w, co
                            const Tensor& s, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
   const int64_t R = x.size(0), C = x.size(1);
   REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "add_layernorm_forward",
-                         layernorm_forward_impl<scalar_t, acc_t>(x.data<scalar_t>(), w.data<scalar_t>(), b.data<scalar_t>(),
-                                                          eps, y.data<scalar_t>(), mean.data<acc_t>(),
-                                                          rstd.data<acc_t>(), R, C, r.data<scalar_t>(),
-                                                          s.data<scalar_t>()))
+                                layernorm_forward_impl<scalar_t, acc_t>(
+                                    x.data<scalar_t>(), w.data<scalar_t>(), b.data<scalar_t>(), eps,
+                                    y.data<scalar_t>(), mean.data<acc_t>(), rstd.data<acc_t>(), R, C,
+                                    r.data<scalar_t>(), s.data<scalar_t>()))
 }
 
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,

@@ -161,8 +161,8 @@ __global__ void __launch_bounds__(kBackThreads) norm_backward_kernel(const T* dy
 // then added; double holds both T values and rounds their sum once, as T's own add would). No
 // zero-fill is needed before: without add, out is never read.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) norm_params_kernel(const double* partial, T* dw, T* db, int64_t chunks, int64_t C,
-                                                               bool add_dw, bool add_db) {
+__global__ void __launch_bounds__(kThreads) norm_params_kernel(const double* partial, T* dw, T* db, int64_t chunks,
+                                                               int64_t C, bool add_dw, bool add_db) {
   const int64_t p = blockIdx.y;
   T* out = p == 0 ? dw : db;
   const bool add = p == 0 ? add_dw : add_db;
@@ -308,7 +308,8 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, cons
                         bool add_db) {
   set_device(x.device());
   REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "layernorm_backward",
-                         backward_launch<scalar_t, acc_t, true>(dy, x, w, mean, rstd, dx_add, dx, dw, db, add_dw, add_db))
+                                backward_launch<scalar_t, acc_t, true>(dy, x, w, mean, rstd, dx_add, dx, dw, db, add_dw,
+                                                                       add_db))
 }
 
 void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, const Tensor& y, const Tensor& rstd) {
