@@ -56,8 +56,47 @@ LayerNormForward layernorm_forward(const Tensor& x, const Tensor& w, const Tenso
   return r;
 }
 
+AddLayerNormForward add_layernorm_forward(const Tensor& x, const Tensor& r, const Tensor& w, const Tensor& b,
+                                          double eps) {
+  const char* op = "add_layernorm_forward";
+  check_same_device(op, {&x, &r, &w, &b});
+  check_same_floating_dtype(op, {&x, &r, &w, &b});
+  check_norm_shapes(op, x, w, &b);
+  REEL_CHECK(r.shape() == x.shape(), op, ": x ", x.shape(), " and the residual r ", r.shape(),
+             " differ in shape (the add does not broadcast)");
+  const int64_t C = x.size(-1), R = x.numel() / C;
+  const DType st = stat_dtype(x.dtype());
+  AddLayerNormForward out{empty(x.shape(), x.dtype(), x.device()), empty(x.shape(), x.dtype(), x.device()),
+                          empty(rows_of(x.shape()), st, x.device()), empty(rows_of(x.shape()), st, x.device())};
+  if (R > 0)
+    // Per element: the add (1 FLOP), then layernorm_forward's 8.
+    REEL_DEVICE_DISPATCH(x.device(), add_layernorm_forward,
+                         kernel_cost({&x, &r, &w, &b}, {&out.s, &out.y, &out.mean, &out.rstd}, 9 * R * C),
+                         as_rows(x, R, C), as_rows(r, R, C), untracked::contiguous(w), untracked::contiguous(b), eps,
+                         as_rows(out.s, R, C), as_rows(out.y, R, C), untracked::view(out.mean, {R}),
+                         untracked::view(out.rstd, {R}));
+  return out;
+}
+
+namespace {
+// A (C) gradient output: the caller's buffer (checked: contiguous (C), x's dtype and device) or a
+// fresh one, never zero-filled (the kernel writes every element), except for an x of no rows,
+// whose sums over no rows are zeros.
+Tensor grad_out_buffer(const char* op, const char* what, const NormGradOut& out, const Tensor& x, int64_t R) {
+  const int64_t C = x.size(-1);
+  if (!out.into.defined()) return R > 0 ? empty({C}, x.dtype(), x.device()) : zeros({C}, x.dtype(), x.device());
+  const Tensor& t = out.into;
+  REEL_CHECK(t.shape() == Shape{C} && t.is_contiguous() && t.dtype() == x.dtype() && t.device() == x.device(), op,
+             ": the ", what, " buffer ", t.shape(), " ", t.dtype(), " on ", t.device(),
+             " must be contiguous (", C, ") ", x.dtype(), " on ", x.device(), " (x ", x.shape(), ")");
+  if (R == 0 && !out.add) t.fill_(0.0);
+  return t;
+}
+}  // namespace
+
 LayerNormBackward layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
-                                     const Tensor& rstd) {
+                                     const Tensor& rstd, const NormGradOut& dw, const NormGradOut& db,
+                                     const Tensor& dx_add) {
   const char* op = "layernorm_backward";
   check_same_device(op, {&dy, &x, &w, &mean, &rstd});
   check_backward_dtypes(op, {&dy, &x, &w}, {&mean, &rstd});
@@ -65,16 +104,32 @@ LayerNormBackward layernorm_backward(const Tensor& dy, const Tensor& x, const Te
   REEL_CHECK(dy.shape() == x.shape(), op, ": dy ", dy.shape(), " and x ", x.shape(), " differ in shape");
   check_rows_stat(op, "mean", mean, x);
   check_rows_stat(op, "rstd", rstd, x);
+  if (dx_add.defined()) {
+    check_same_device(op, {&x, &dx_add});
+    check_same_floating_dtype(op, {&x, &dx_add});
+    REEL_CHECK(dx_add.shape() == x.shape(), op, ": the gradient to add to dx ", dx_add.shape(), " and x ",
+               x.shape(), " differ in shape");
+  }
   const int64_t C = x.size(-1), R = x.numel() / C;
-  LayerNormBackward r{empty(x.shape(), x.dtype(), x.device()), zeros({C}, x.dtype(), x.device()),
-                      zeros({C}, x.dtype(), x.device())};
-  if (R > 0)
-    // Per element: x^ and dy * w (3 FLOPs), the two row sums (4), dx (3), dw and db (3).
+  LayerNormBackward r{empty(x.shape(), x.dtype(), x.device()), grad_out_buffer(op, "dw", dw, x, R),
+                      grad_out_buffer(op, "db", db, x, R)};
+  if (R > 0) {
+    // A gradient buffer added to is read as well as written.
+    const Tensor none;
+    const Tensor* dw_read = dw.into.defined() && dw.add ? &r.dw : &none;
+    const Tensor* db_read = db.into.defined() && db.add ? &r.db : &none;
+    const Tensor dx_add_rows = dx_add.defined() ? as_rows(dx_add, R, C) : Tensor();
+    // Per element: x^ and dy * w (3 FLOPs), the two row sums (4), dx (3, one more with dx_add), dw
+    // and db (3).
     REEL_DEVICE_DISPATCH(x.device(), layernorm_backward,
-                         kernel_cost({&dy, &x, &w, &mean, &rstd}, {&r.dx, &r.dw, &r.db}, 13 * R * C),
+                         kernel_cost({&dy, &x, &w, &mean, &rstd, &dx_add, dw_read, db_read}, {&r.dx, &r.dw, &r.db},
+                                     (dx_add.defined() ? 14 : 13) * R * C),
                          as_rows(dy, R, C), as_rows(x, R, C),
-                         untracked::contiguous(w), contiguous_as(mean, {R}), contiguous_as(rstd, {R}),
-                         as_rows(r.dx, R, C), r.dw, r.db);
+                         untracked::contiguous(w), contiguous_as(mean, {R}), contiguous_as(rstd, {R}), dx_add_rows,
+                         as_rows(r.dx, R, C), r.dw, r.db, dw.into.defined() && dw.add, db.into.defined() && db.add);
+  }
+  if (dw.into.defined()) r.dw.bump_version();  // an in-place write, seen by the saved-tensor checks
+  if (db.into.defined()) r.db.bump_version();
   return r;
 }
 
@@ -101,7 +156,9 @@ RMSNormBackward rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor
   REEL_CHECK(dy.shape() == x.shape(), op, ": dy ", dy.shape(), " and x ", x.shape(), " differ in shape");
   check_rows_stat(op, "rstd", rstd, x);
   const int64_t C = x.size(-1), R = x.numel() / C;
-  RMSNormBackward r{empty(x.shape(), x.dtype(), x.device()), zeros({C}, x.dtype(), x.device())};
+  // dw: written whole by the kernel (zeros only for no rows: a sum over none).
+  RMSNormBackward r{empty(x.shape(), x.dtype(), x.device()),
+                    R > 0 ? empty({C}, x.dtype(), x.device()) : zeros({C}, x.dtype(), x.device())};
   if (R > 0)
     // Per element: x^ and dy * w (3 FLOPs), the row sum (2), dx (3), dw (2).
     REEL_DEVICE_DISPATCH(x.device(), rmsnorm_backward, kernel_cost({&dy, &x, &w, &rstd}, {&r.dx, &r.dw}, 10 * R * C),

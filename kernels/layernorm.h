@@ -1,6 +1,8 @@
 // The layernorm family: LayerNorm and RMSNorm over the last dim, GroupNorm over channel groups of
-// (N, C, spatial...) tensors, forward and backward, in f32, f64, bf16 and f16. Plain
-// kernels, no autograd: the tape (autograd/ops/layernorm.h) decides what to save.
+// (N, C, spatial...) tensors, forward and backward, in f32, f64, bf16 and f16, and LayerNorm with
+// the residual add before it fused in (add_layernorm_forward; its backward is layernorm_backward
+// with the residual's other gradient added to dx). Plain kernels, no autograd: the tape
+// (autograd/ops/layernorm.h) decides what to save and where dw/db go (a parameter's .grad).
 //
 // Each entry point checks its inputs (shapes, dtypes, devices: reel::Error naming the op and
 // them), makes them contiguous where the kernel needs it, allocates the outputs on the inputs'
@@ -27,11 +29,32 @@ struct RMSNormForward { Tensor y, rstd; };           // (N..., C), (N...)
 struct RMSNormBackward { Tensor dx, dw; };           // (N..., C), (C)
 
 LayerNormForward layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double eps = 1e-5);
+
+// The residual add fused into the LayerNorm after it: s = x + r (x, r (N..., C), one dtype, s
+// rounded to it as the add would), then y = layer_norm(s), in one kernel launch: s is written in
+// the sweep that reads x and r, and the statistics and y are the layernorm_forward's of s, bit for
+// bit. mean and rstd are s's rows' (what layernorm_backward wants, with s as its x).
+struct AddLayerNormForward { Tensor s, y, mean, rstd; };  // (N..., C) twice, (N...) twice
+AddLayerNormForward add_layernorm_forward(const Tensor& x, const Tensor& r, const Tensor& w, const Tensor& b,
+                                          double eps = 1e-5);
+
+// Where layernorm_backward puts dw or db (C): a fresh tensor (`into` undefined), or a buffer of the
+// caller's (`into`: contiguous (C), x's dtype and device; a parameter's .grad, its gradient sink),
+// written, or added to when `add` (the sum rounded to the dtype first, then added: the bits of
+// into + a fresh gradient). Either way the kernel writes every element: no zero-fill first.
+struct NormGradOut {
+  Tensor into;
+  bool add = false;
+};
+
 // dy (N..., C); x, w, mean, rstd as saved by the forward. dw and db are summed over all rows in
 // a fixed order (fixed row chunks, partials added in chunk order): bit-identical run to run and
-// for any number of threads.
+// for any number of threads. dx_add (x's shape, or undefined): a gradient that reaches x from
+// elsewhere, added in the same launch: dx = dx_add + the LayerNorm's dx (that one rounded to the
+// dtype first): add_layer_norm's ds = ds_ext + layernorm_backward(dy), no separate add pass.
 LayerNormBackward layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
-                                     const Tensor& rstd);
+                                     const Tensor& rstd, const NormGradOut& dw = {}, const NormGradOut& db = {},
+                                     const Tensor& dx_add = Tensor());
 RMSNormForward rmsnorm_forward(const Tensor& x, const Tensor& w, double eps = 1e-6);
 RMSNormBackward rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd);
 
@@ -67,11 +90,21 @@ void layernorm_forward(const Tensor& x,    // (R, C)
                        const Tensor& y,    // (R, C) out
                        const Tensor& mean, // (R) out
                        const Tensor& rstd);// (R) out
+// s = x + r, then s's LayerNorm (kernels/layernorm.h add_layernorm_forward), in one launch.
+void add_layernorm_forward(const Tensor& x, const Tensor& r,  // (R, C)
+                           const Tensor& w, const Tensor& b,  // (C)
+                           double eps,
+                           const Tensor& s, const Tensor& y,      // (R, C) out
+                           const Tensor& mean, const Tensor& rstd);// (R) out
+// dx_add: (R, C) or undefined (none): dx = dx_add + the LayerNorm's dx. dw, db: written, or added
+// to where add_dw / add_db (the sums rounded to T first); never read otherwise (need no zeroing).
 void layernorm_backward(const Tensor& dy, const Tensor& x,  // (R, C)
                         const Tensor& w,                     // (C)
                         const Tensor& mean, const Tensor& rstd,  // (R)
+                        const Tensor& dx_add,                // (R, C) or undefined
                         const Tensor& dx,                    // (R, C) out
-                        const Tensor& dw, const Tensor& db); // (C) out
+                        const Tensor& dw, const Tensor& db,  // (C) out
+                        bool add_dw, bool add_db);
 void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, const Tensor& y, const Tensor& rstd);
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dx,
                       const Tensor& dw);

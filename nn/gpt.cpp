@@ -53,9 +53,45 @@ TransformerBlock::TransformerBlock(const GPTConfig& c) {
   mlp = register_module("mlp", std::make_shared<FeedForward>(c));
 }
 
+namespace {
+// The same tensor: the same data and the same place on the tape.
+bool same_tensor(const Tensor& a, const Tensor& b) {
+  return a.defined() && b.defined() && a.storage() == b.storage() && a.offset() == b.offset() &&
+         a.shape() == b.shape() && a.strides() == b.strides() && a.autograd_meta() == b.autograd_meta();
+}
+
+// ln(x): y carried from the add before it when x is that add's sum, else ln called (its hooks).
+Tensor norm_of(LayerNorm& ln, const Tensor& x, ResidualCarry* carry) {
+  if (carry && carry->y.defined() && same_tensor(x, carry->s)) {
+    const Tensor y = carry->y;
+    carry->s = carry->y = Tensor();
+    return y;
+  }
+  if (carry) carry->s = carry->y = Tensor();
+  return ln(x);
+}
+
+// x + r, then ln of it: {s, y}, fused into one op when ln has no hooks to run.
+AddLayerNormResult add_then_norm(LayerNorm& ln, const Tensor& x, const Tensor& r) {
+  if (ln.has_hooks()) {
+    const Tensor s = x + r;
+    return {s, ln(s)};
+  }
+  return add_layer_norm(x, r, ln.weight, ln.bias, ln.eps);
+}
+}  // namespace
+
 Tensor TransformerBlock::forward(const Tensor& x) {
-  const Tensor h = x + (*attn)((*ln_1)(x));
-  return h + (*mlp)((*ln_2)(h));
+  const Tensor a = norm_of(*ln_1, x, carry.get());                                 // (B, T, C)
+  const AddLayerNormResult h = add_then_norm(*ln_2, x, (*attn)(a));                // h = x + attn(.), ln_2(h)
+  const Tensor f = (*mlp)(h.y);
+  if (!next_ln || !carry || !carry->fold || next_ln->has_hooks() || (next_owner && next_owner->has_hooks()))
+    return h.s + f;
+  // The next LayerNorm's (next block's ln_1, or ln_f) input is this block's output: fused with it.
+  const AddLayerNormResult out = add_layer_norm(h.s, f, next_ln->weight, next_ln->bias, next_ln->eps);
+  carry->s = out.s;
+  carry->y = out.y;
+  return out.s;
 }
 
 GPT::GPT(const GPTConfig& c) : config_(c) {
@@ -67,6 +103,18 @@ GPT::GPT(const GPTConfig& c) : config_(c) {
   h = register_module("h", std::make_shared<Sequential>());
   for (int64_t i = 0; i < c.n_layer; ++i) h->push_back(std::make_shared<TransformerBlock>(c));
   ln_f = register_module("ln_f", std::make_shared<LayerNorm>(c.n_embd, 1e-5, c.bias));
+  for (int64_t i = 0; i < c.n_layer; ++i) {  // each block's residual add may fold into the next LayerNorm
+    auto& block = static_cast<TransformerBlock&>((*h)[i]);
+    block.carry = carry_;
+    if (i + 1 < c.n_layer) {
+      auto& next = static_cast<TransformerBlock&>((*h)[i + 1]);
+      block.next_ln = next.ln_1.get();
+      block.next_owner = &next;
+    } else {
+      block.next_ln = ln_f.get();
+      block.next_owner = this;
+    }
+  }
   if (!c.tie_weights) lm_head = register_module("lm_head", std::make_shared<Linear>(c.n_embd, c.vocab_size, false));
 
   // GPT-2: N(0, 0.02) everywhere, the projections into the residual stream scaled by
@@ -91,7 +139,16 @@ Tensor GPT::features(const Tensor& ids) {
              config_.block_size, "]");
   const Tensor pos = arange(T, DType::i64, wpe->weight.device());  // (T)
   Tensor x = (*drop)((*wte)(ids) + (*wpe)(pos));                     // (B, T, C) + (T, C)
-  return (*ln_f)((*h)(x));  // the blocks, each through its operator() (its hooks), checkpointed as h's policy says
+  // A block folds its last residual add into the next LayerNorm only when the blocks run plainly:
+  // under a checkpoint policy or offload its carried output would cross a segment's boundary.
+  carry_->fold = h->checkpoint().kind == CheckpointPolicy::Kind::None && h->offload() == autograd::OffloadMode::None;
+  carry_->s = carry_->y = Tensor();
+  // The blocks, each through its operator() (its hooks), checkpointed as h's policy says; then ln_f,
+  // already applied by the last block's fused add when it could.
+  const Tensor y = norm_of(*ln_f, (*h)(x), carry_.get());
+  carry_->s = carry_->y = Tensor();  // no activation held past the forward
+  carry_->fold = false;              // the blocks called on their own (h(x)) stand alone
+  return y;
 }
 
 Tensor GPT::forward(const Tensor& ids) {

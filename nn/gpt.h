@@ -14,8 +14,10 @@
 //
 // Every submodule is called through its operator(), so a hook on any of them runs: a pre-hook on
 // (*gpt.h)[i] sees block i's input, one on "h.0.attn.c_attn" (found by named_modules()) that
-// Linear's. Under a checkpoint policy the hooks of a checkpointed block run at its forward,
-// not again when backward replays its segment (nn/module.h).
+// Linear's. (The one exception, invisible to hooks: a LayerNorm without hooks whose input is a
+// residual add's sum is applied by the block, fused with that add; see TransformerBlock.) Under a
+// checkpoint policy the hooks of a checkpointed block run at its forward, not again when backward
+// replays its segment (nn/module.h).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -64,7 +66,23 @@ class FeedForward : public Module {
   Tensor forward(const Tensor& x) override;
 };
 
-// Pre-LN: x + attn(ln_1(x)), then + mlp(ln_2(.)).
+// What a block whose last residual add was fused with the LayerNorm after it (the next block's
+// ln_1, or GPT's ln_f: add_layer_norm) leaves for that LayerNorm's user: the sum s, which is the
+// block's output, and the LayerNorm's output y. The user takes y only if its input is that very s
+// (a hook that replaced the tensor in between gets the plain LayerNorm of what it returned).
+// `fold` says whether a block may fold across its end: GPT sets it per forward, only when the
+// blocks run plainly (no checkpoint policy, no offload), so y never crosses a segment boundary.
+struct ResidualCarry {
+  bool fold = false;
+  Tensor s, y;  // (B, T, C) each; undefined when nothing is carried
+};
+
+// Pre-LN: x + attn(ln_1(x)), then + mlp(ln_2(.)). Each residual add runs fused with the LayerNorm
+// that reads its sum (add_layer_norm: one kernel instead of an add and a norm, and no add of the
+// two gradients of the sum in backward): the attention's with ln_2, the MLP's with `next_ln` (the
+// next block's ln_1, or GPT's ln_f) when the carry allows it. A LayerNorm with hooks (or whose
+// owner has hooks, for next_ln) is called through its operator() instead, unfused. The parameters,
+// their names and the values are the unfused block's.
 class TransformerBlock : public Module {
  public:
   explicit TransformerBlock(const GPTConfig& config);
@@ -72,6 +90,13 @@ class TransformerBlock : public Module {
   std::shared_ptr<LayerNorm> ln_1, ln_2;
   std::shared_ptr<CausalSelfAttention> attn;
   std::shared_ptr<FeedForward> mlp;
+  // Set by GPT: the LayerNorm after this block, the module that owns it (the next block, or GPT)
+  // and the carry the blocks and GPT share. Null: the block stands alone (its output is
+  // h + mlp(.), ln_1 is its own). No fold when next_ln or its owner has hooks: they may have to
+  // run first (distributed/fsdp.h gathers a unit's parameters in its pre-hook).
+  LayerNorm* next_ln = nullptr;
+  const Module* next_owner = nullptr;
+  std::shared_ptr<ResidualCarry> carry;
 
  protected:
   Tensor forward(const Tensor& x) override;
@@ -136,6 +161,7 @@ class GPT : public Module {
 
  private:
   GPTConfig config_;
+  std::shared_ptr<ResidualCarry> carry_ = std::make_shared<ResidualCarry>();  // shared with the blocks
 };
 
 }  // namespace reel::nn

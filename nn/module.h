@@ -92,6 +92,9 @@ class Module {
   HookHandle register_forward_hook(F&& hook) {
     return add_post_hook(optional_result<F, Module&, const Tensor&, const Tensor&>(std::forward<F>(hook)));
   }
+  // Whether a pre- or forward hook is registered (and not removed): a parent that would apply this
+  // module's computation fused into its own (nn/gpt.h's residual add + LayerNorm) calls it instead.
+  bool has_hooks() const;
 
   // Every parameter of this module and its descendants, depth first in registration order, each
   // once (a tensor shared by two modules keeps its first name).

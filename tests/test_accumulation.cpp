@@ -252,6 +252,78 @@ TEST_CASE("a Linear's weight and bias gradients are added into .grad by the GEMM
   }
 }
 
+TEST_CASE("layer_norm's and add_layer_norm's dw and db go into .grad from the backward kernel (sinks)") {
+  using testing::check_close;
+  using testing::devices;
+  using testing::uniform_f64;
+  for (Device device : devices()) {
+    for (DType dtype : {DType::f64, DType::f32}) {
+      CAPTURE(device);
+      const std::string dtype_label = dtype_name(dtype);
+      CAPTURE(dtype_label);
+      const Tensor w = uniform_f64({7}, 61).to(dtype).to(device), b = uniform_f64({7}, 62).to(dtype).to(device);
+      const Tensor x = uniform_f64({2, 3, 7}, 63).to(dtype).to(device);
+      const Tensor r = uniform_f64({2, 3, 7}, 64).to(dtype).to(device);
+      const Tensor g_out = uniform_f64({2, 3, 7}, 65).to(dtype).to(device);
+      w.set_requires_grad();
+      b.set_requires_grad();
+      Tensor ln_first;  // layer_norm(x, w, b)'s dw
+      for (bool fused : {false, true}) {
+        CAPTURE(fused);
+        const auto step = [&] {
+          autograd::backward(fused ? add_layer_norm(x, r, w, b).y : layer_norm(x, w, b), g_out);
+        };
+        autograd::zero_grad({w, b});
+        for (const Tensor* p : {&w, &b}) {  // no buffers: the first backward hands fresh gradients to the tape
+          p->autograd_meta()->grad = Tensor();
+          p->autograd_meta()->grad_is_zero = false;  // (else grad() would fill the clone with zeros)
+        }
+        step();
+        const Tensor first = w.grad().clone(), first_b = b.grad().clone();
+        if (!fused) ln_first = first;
+        const void* buffer = w.grad().data_ptr();
+        const void* buffer_b = b.grad().data_ptr();
+        const uint64_t version = w.grad().version(), version_b = b.grad().version();
+        // What the backward runs besides the norm's kernel: fills, copies and adds, in the rule or
+        // after it (the tape's), except the tape's zeros for add_layer_norm's unused output s.
+        const auto extra = [](const Profiler& prof) {
+          int n = 0;
+          for (const profile::KernelRecord& k : prof.kernels())
+            if (k.phase == profile::Phase::Backward)
+              n += (k.kernel == "fill" && !k.op.empty()) || k.kernel.rfind("copy", 0) == 0 ||
+                   k.kernel.rfind("binary", 0) == 0;
+          return n;
+        };
+        Profiler prof;
+        step();  // added into the buffers by the backward kernel's column sums
+        prof.stop();
+        CHECK(extra(prof) == 0);
+        CHECK(w.grad().data_ptr() == buffer);
+        CHECK(b.grad().data_ptr() == buffer_b);
+        CHECK(w.grad().version() > version);  // an in-place write, seen by saved-tensor checks
+        CHECK(b.grad().version() > version_b);
+        // first + first: the sum rounded first, then added, as the tape's add would.
+        CHECK(testing::bit_identical(w.grad(), first + first));
+        CHECK(testing::bit_identical(b.grad(), first_b + first_b));
+        autograd::zero_grad({w, b});
+        Profiler prof2;
+        step();  // written, not added: the buffers' stale values are never read
+        prof2.stop();
+        CHECK(extra(prof2) == 0);
+        CHECK(w.grad().data_ptr() == buffer);
+        CHECK(testing::bit_identical(w.grad(), first));
+        CHECK(testing::bit_identical(b.grad(), first_b));
+      }
+      // A frozen bias: no sink asked for it, no gradient; w's written as before.
+      const Tensor frozen = b.detach();
+      autograd::zero_grad({w});
+      autograd::backward(layer_norm(x, w, frozen), g_out);
+      CHECK_FALSE(frozen.grad().defined());
+      CHECK(testing::bit_identical(w.grad(), ln_first));
+    }
+  }
+}
+
 TEST_CASE("zero_grad defers its fill: the next backward writes .grad, a read before it sees zeros") {
   using testing::check_close;
   using testing::devices;

@@ -165,6 +165,75 @@ TEST_CASE("checkpointed GPT blocks (segments, selective, planned): bit-identical
   }
 }
 
+TEST_CASE("GPT's residual adds run fused with the LayerNorm after them; its norms' backwards fill and copy nothing") {
+  for (const Device& device : reel::testing::devices()) {
+    CAPTURE(device);
+    nn::GPTConfig c = tiny_config();
+    manual_seed(21);
+    nn::GPT gpt(c);
+    gpt.to(device);
+    const Tensor ids = random_ids(2, 8, 11, 22, device), targets = random_ids(2, 8, 11, 23, device);
+    // Forward LayerNorm kernels, the residual stream's adds (B, T, C) and, in backward, the extra
+    // kernels of the norms' rules and the copies of (C) gradients (the tape copying a LayerNorm's dw
+    // or db into a zeroed .grad: there were 2 per LayerNorm).
+    struct Counts {
+      int ln = 0, add_ln = 0, adds_forward = 0, adds_backward = 0, norm_extras = 0, copies = 0;
+    };
+    const std::string stream = "(2, 8, 16)", vector = "(16)";
+    const auto step = [&] {
+      autograd::zero_grad(gpt.parameters());
+      Profiler prof;
+      autograd::backward(gpt.loss(ids, targets));
+      prof.stop();
+      Counts n;
+      for (const profile::KernelRecord& k : prof.kernels()) {
+        const bool forward = k.phase == profile::Phase::Forward, backward = k.phase == profile::Phase::Backward;
+        n.ln += forward && k.kernel == "layernorm_forward";
+        n.add_ln += forward && k.kernel == "add_layernorm_forward";
+        if (k.kernel == "binary.add" && k.shapes.rfind(stream, 0) == 0) {
+          n.adds_forward += forward;
+          n.adds_backward += backward;
+        }
+        // Inside a norm's backward rule: anything but its one kernel (a zero-filled dw/db was 2 fills).
+        n.norm_extras +=
+            k.op_backward && k.op.find("layer_norm") != std::string::npos && k.kernel != "layernorm_backward";
+        n.copies += backward && k.kernel == "copy_strided" && k.shapes == vector;
+      }
+      return n;
+    };
+    step();  // makes the .grad buffers: from the next step on every norm writes its dw/db into them
+    const Counts plain = step();
+    // Block 0's ln_1 reads the embeddings' sum (not a residual add); every other LayerNorm runs
+    // with the add before it: two per block, the last block's second into ln_f.
+    CHECK(plain.ln == 1);
+    CHECK(plain.add_ln == 2 * c.n_layer);
+    CHECK(plain.adds_forward == 1);   // wte + wpe
+    CHECK(plain.adds_backward == 1);  // block 0's input: its ln_1's gradient + the residual's (was 2 per LayerNorm)
+    CHECK(plain.norm_extras == 0);
+    CHECK(plain.copies == 0);
+    const std::vector<double> grads = all_grads(gpt);
+    // Blocks in checkpoint segments: only the attention residual folds into ln_2 (block i's output
+    // may not carry its next LayerNorm's output across a segment boundary); the same gradients.
+    gpt.set_checkpoint(nn::CheckpointPolicy::parse("every:1"));
+    step();
+    const Counts segmented = step();
+    CHECK(segmented.add_ln == c.n_layer);  // at forward (the replays run them again)
+    CHECK(segmented.ln == c.n_layer + 1);  // the ln_1s and ln_f
+    CHECK(segmented.adds_forward == 1 + c.n_layer);
+    CHECK(all_grads(gpt) == grads);
+    gpt.set_checkpoint(nn::CheckpointPolicy::parse("none"));
+    // A hook on ln_f: the last block's add is not fused with it, ln_f runs (and its hook).
+    int calls = 0;
+    nn::HookHandle hook = gpt.ln_f->register_forward_hook([&](nn::Module&, const Tensor&, const Tensor&) { ++calls; });
+    const Counts hooked = step();
+    CHECK(calls == 1);
+    CHECK(hooked.ln == 2);
+    CHECK(hooked.add_ln == 2 * c.n_layer - 1);
+    CHECK(all_grads(gpt) == grads);
+    hook.remove();
+  }
+}
+
 TEST_CASE("forward hooks on GPT blocks replace a block's input and output, at forward only, under every policy") {
   manual_seed(15);
   nn::GPTConfig c = tiny_config();

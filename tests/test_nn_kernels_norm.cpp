@@ -50,6 +50,11 @@ TEST_CASE("empty rows give empty outputs and zero weight gradients") {
   CHECK(f.y.shape() == Shape{0, 4});
   LayerNormBackward g = layernorm_backward(x, x, w, f.mean, f.rstd);
   CHECK(values(g.dw) == std::vector<double>{0, 0, 0, 0});
+  // Into buffers: written as zeros, or left as they are when added to.
+  const Tensor dw = full({4}, 7.0), db = full({4}, 7.0);
+  layernorm_backward(x, x, w, f.mean, f.rstd, {dw, false}, {db, true});
+  CHECK(values(dw) == std::vector<double>{0, 0, 0, 0});
+  CHECK(values(db) == std::vector<double>{7, 7, 7, 7});
 }
 
 TEST_CASE("bad norm inputs raise reel::Error naming op and shapes") {
@@ -67,6 +72,17 @@ TEST_CASE("bad norm inputs raise reel::Error naming op and shapes") {
   CHECK_REEL_ERROR(layernorm_backward(x, x, w, zeros({4}), f.rstd),
                    "layernorm_backward: mean (4) does not match x (3, 4): (3) expected");
   CHECK_REEL_ERROR(rmsnorm_backward(x, x, w, zeros({3, 1})), "rmsnorm_backward: rstd (3, 1) does not match x (3, 4)");
+  // add_layernorm and the backward's gradient buffers and added dx.
+  CHECK_REEL_ERROR(add_layernorm_forward(x, zeros({1, 4}), w, b),
+                   "add_layernorm_forward: x (3, 4) and the residual r (1, 4) differ in shape");
+  CHECK_REEL_ERROR(add_layernorm_forward(x, zeros({3, 4}, DType::f64), w, b),
+                   "add_layernorm_forward: dtypes differ: f32 and f64");
+  CHECK_REEL_ERROR(layernorm_backward(x, x, w, f.mean, f.rstd, {zeros({5}), true}),
+                   "layernorm_backward: the dw buffer (5) f32 on cpu must be contiguous (4) f32 on cpu (x (3, 4))");
+  CHECK_REEL_ERROR(layernorm_backward(x, x, w, f.mean, f.rstd, {}, {zeros({8}).slice(0, 0, 8, 2), false}),
+                   "layernorm_backward: the db buffer (4) f32 on cpu must be contiguous (4) f32 on cpu");
+  CHECK_REEL_ERROR(layernorm_backward(x, x, w, f.mean, f.rstd, {}, {}, zeros({3, 1})),
+                   "layernorm_backward: the gradient to add to dx (3, 1) and x (3, 4) differ in shape");
   if (cuda_available()) {
     const Device cuda = Device::cuda(0);
     CHECK_REEL_ERROR(layernorm_forward(x.to(cuda), w, b), "layernorm_forward: expected all tensors on one device");

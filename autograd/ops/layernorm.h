@@ -5,9 +5,18 @@
 // 1/C of x), not the output: backward needs x-hat = (x - mean) * rstd, which x and the statistics
 // give in one pass without a second reduction, and the output would cost as much as x. The
 // weight is a parameter, so saving it costs nothing. The backward kernel returns dx, dw and db
-// together (dw and db summed over rows in a fixed order: bit-identical run to run). GroupNorm
-// saves the same: x, w and its (N, groups) statistics.
+// together (dw and db summed over rows in a fixed order: bit-identical run to run), dw and db
+// straight into the weight's and bias's .grad where those exist (their gradient sinks,
+// autograd/op.h): the kernel writes them (after zero_grad) or adds to them, no zero-fill, no
+// temporary, no copy by the tape. GroupNorm saves the same: x, w and its (N, groups) statistics.
+//
+// add_layer_norm is the residual add fused with the LayerNorm after it (a pre-LN transformer's
+// h = x + f(x) followed by ln(h)): (s, y) = (x + r, layer_norm(x + r)) in one kernel launch, and
+// a backward of one launch (plus the dw/db column sums) computing ds = ds_ext + the LayerNorm's dx,
+// where ds_ext is the gradient reaching s from its other users; ds is x's and r's gradient both
+// (the same tensor). It saves s (its own output), w and the statistics: what layer_norm(s) saves.
 #pragma once
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -19,6 +28,18 @@
 
 namespace reel {
 namespace autograd::ops {
+// Where a norm's backward kernel puts input i's (C) weight or bias gradient: the input's .grad
+// buffer when the tape offers it as a sink (grad_write_or_add: the kernel then writes it, or adds
+// to it when it holds a gradient already), else a fresh tensor the kernel makes (returned to the
+// tape). Nothing is asked for an input that needs no gradient. The sink is claimed here, before the
+// kernel runs; the kernel fills it before the rule returns.
+inline kernels::NormGradOut norm_grad_sink(BackwardCtx& ctx, size_t i) {
+  kernels::NormGradOut out;
+  if (i >= ctx.num_inputs() || !ctx.needs_input_grad(i)) return out;
+  ctx.grad_write_or_add(i, [&](const Tensor& sink, bool add) { out = {sink, add}; }, [] { return Tensor(); });
+  return out;
+}
+
 struct LayerNorm final : autograd::Op {
   double eps;
   explicit LayerNorm(double eps) : eps(eps) {}
@@ -32,10 +53,39 @@ struct LayerNorm final : autograd::Op {
     return {r.y};
   }
   Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
+    const kernels::NormGradOut dw = norm_grad_sink(ctx, 1), db = norm_grad_sink(ctx, 2);
     kernels::LayerNormBackward r = kernels::layernorm_backward(grad[0], ctx.saved(0), ctx.saved(1),
-                                                               ctx.saved(2), ctx.saved(3));
-    if (ctx.num_inputs() == 3) return {r.dx, r.dw, r.db};
-    return {r.dx, r.dw};
+                                                               ctx.saved(2), ctx.saved(3), dw, db);
+    Tensors grads{r.dx, ctx.needs_input_grad(1) ? r.dw : Tensor()};
+    if (ctx.num_inputs() == 3) grads.push_back(ctx.needs_input_grad(2) ? r.db : Tensor());
+    return grads;
+  }
+};
+
+// Inputs x, r, w (and b); outputs s = x + r and y = layer_norm(s).
+struct AddLayerNorm final : autograd::Op {
+  double eps;
+  explicit AddLayerNorm(double eps) : eps(eps) {}
+  const char* name() const override { return "add_layer_norm"; }
+  std::string attributes() const override { return "eps=" + std::to_string(eps); }
+  Tensors forward(const Tensors& in, ForwardCtx& ctx) const override {
+    // Without a bias (inputs x, r, w) the kernel adds zeros: C values, nothing next to x.
+    const Tensor b = in.size() == 4 ? in[3] : zeros({in[2].numel()}, in[2].dtype(), in[2].device());
+    kernels::AddLayerNormForward f = kernels::add_layernorm_forward(in[0], in[1], in[2], b, eps);
+    ctx.save({f.s, in[2], f.mean, f.rstd});  // layer_norm(s)'s saves: s is this op's output
+    return {f.s, f.y};
+  }
+  // grad: ds_ext (what reaches s from elsewhere; zeros from the tape when nothing does), dy.
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
+    const kernels::NormGradOut dw = norm_grad_sink(ctx, 2), db = norm_grad_sink(ctx, 3);
+    kernels::LayerNormBackward r = kernels::layernorm_backward(grad[1], ctx.saved(0), ctx.saved(1), ctx.saved(2),
+                                                               ctx.saved(3), dw, db, grad[0]);
+    // ds reaches x and r unchanged: one tensor for both (the tape never writes into a returned
+    // gradient: a leaf's .grad is a copy, a producer's slot sums out of place).
+    Tensors grads{ctx.needs_input_grad(0) ? r.dx : Tensor(), ctx.needs_input_grad(1) ? r.dx : Tensor(),
+                  ctx.needs_input_grad(2) ? r.dw : Tensor()};
+    if (ctx.num_inputs() == 4) grads.push_back(ctx.needs_input_grad(3) ? r.db : Tensor());
+    return grads;
   }
 };
 
@@ -96,6 +146,28 @@ inline Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bi
   autograd::Tensors in = autograd::autocast("layer_norm", {x, weight, bias});
   if (!bias.defined()) in.pop_back();
   return autograd::apply(autograd::ops::LayerNorm(eps), in);
+}
+
+// The residual add fused with the LayerNorm after it: {s, y} with s = x + r and
+// y = layer_norm(s, weight, bias, eps); x and r (..., C) of one shape, dtype and device. One kernel
+// forward, one backward (ds = the gradient reaching s + the LayerNorm's dx, given to x and r both).
+// The same values as the composition; under an autocast scope, or for x and r of other dtypes or
+// shapes (the add promotes and broadcasts, the norm casts its input down), it is that composition
+// (x + r, then layer_norm), recorded as two ops.
+struct AddLayerNormResult {
+  Tensor s, y;  // (..., C) each
+};
+inline AddLayerNormResult add_layer_norm(const Tensor& x, const Tensor& r, const Tensor& weight,
+                                         const Tensor& bias = Tensor(), double eps = 1e-5) {
+  REEL_CHECK(x.defined() && r.defined() && weight.defined(), "add_layer_norm: x, r and weight must be defined tensors");
+  if (autograd::autocast_dtype() || x.dtype() != r.dtype() || x.shape() != r.shape()) {
+    const Tensor s = x + r;
+    return {s, layer_norm(s, weight, bias, eps)};
+  }
+  autograd::Tensors in{x, r, weight, bias};
+  if (!bias.defined()) in.pop_back();
+  const autograd::Tensors out = autograd::record(std::make_unique<autograd::ops::AddLayerNorm>(eps), in);
+  return {out[0], out[1]};
 }
 
 inline Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6) {

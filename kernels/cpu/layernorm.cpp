@@ -1,4 +1,5 @@
-// LayerNorm and RMSNorm over the last dim, forward and backward, on the CPU.
+// LayerNorm and RMSNorm over the last dim, forward and backward, on the CPU, and LayerNorm with
+// the residual add before it fused in (each row's s = x + r made first, then normalised).
 //
 // Forward: one task per row (OpenMP over rows); the row (C = 768 floats = 3 KB) stays in L1
 // while it is swept three times (mean, variance, normalise), so memory sees one read of x and one
@@ -26,7 +27,9 @@
 // depends on R only, never on the thread count); a chunk adds its rows, in order, into a (C)
 // accumulator in acc_t that is flushed into the chunk's double partial every kFlush
 // rows (so f32 never sums more than kFlush terms); the final dw/db add the chunks' partials in
-// chunk order. The result is bit-identical run to run and for any number of threads.
+// chunk order. The result is bit-identical run to run and for any number of threads. dw/db are
+// written, or added to a parameter's .grad (its gradient sink, never zero-filled first); dx_add
+// (add_layer_norm's other gradient of s) is added to each dx row right after it is made.
 //
 // GroupNorm: the same sweeps with a (sample, group) in place of a row: its M = C/G * S values are
 // contiguous, so the statistics are LayerNorm's over M, and the per-channel affine walks the run
@@ -72,17 +75,33 @@ inline int64_t round_up_16(int64_t n) { return (n + 15) / 16 * 16; }
 constexpr int64_t kBlockRows = 8;
 inline int64_t block_rows(int64_t Cp) { return std::max<int64_t>(1, std::min<int64_t>(kBlockRows, 4096 / Cp)); }
 
+// Row `row` of s = x + res (x, res, s: (R, C)), each element rounded once to T, as the add would:
+// add_layernorm_forward's residual add, done in the sweep that first reads the row.
+template <typename T>
+void add_row(const T* x, const T* res, T* s, int64_t row, int64_t C) {
+  using acc_t = acc_type_t<T>;
+  const T* xr = x + row * C;
+  const T* rr = res + row * C;
+  T* sr = s + row * C;
+#pragma omp simd
+  for (int64_t c = 0; c < C; ++c) sr[c] = static_cast<T>(static_cast<acc_t>(xr[c]) + static_cast<acc_t>(rr[c]));
+}
+
 // The 16-bit forwards' rows, in parallel over blocks of block_rows(Cp) rows: each block widened to
 // f32 into a per-thread (n, Cp) buffer xb (rows r0 .. r0 + n), then fn(r0, n, xb, Cp) runs the f32
-// sweeps on it and rounds its results into the output.
+// sweeps on it and rounds its results into the output. With `res` (add_layernorm_forward), each
+// row of s = x + res is made first and s's row is the one widened.
 template <typename T, typename F>
-void for_widened_blocks(const T* x, int64_t R, int64_t C, F&& fn) {
+void for_widened_blocks(const T* x, int64_t R, int64_t C, F&& fn, const T* res = nullptr, T* s = nullptr) {
   const int64_t Cp = round_up_16(C), nb = block_rows(Cp), blocks = (R + nb - 1) / nb;
   parallel_for(blocks, blocks > 1 && R * C >= kMinParallelElements, [&](int64_t k) {
     thread_local std::vector<float> buf;
     const int64_t r0 = k * nb, n = std::min(nb, R - r0);
     float* const xb = aligned_floats(buf, n * Cp);  // (n, Cp): the block's rows in f32
-    for (int64_t i = 0; i < n; ++i) widen(x + (r0 + i) * C, xb + i * Cp, C);
+    for (int64_t i = 0; i < n; ++i) {
+      if (res) add_row(x, res, s, r0 + i, C);
+      widen((res ? s : x) + (r0 + i) * C, xb + i * Cp, C);
+    }
     fn(r0, n, xb, Cp);
   });
 }
@@ -115,9 +134,11 @@ std::pair<acc_t, acc_t> mean_rstd(const T* x, int64_t n, double eps) {
   return {m, static_cast<acc_t>(1.0 / std::sqrt(static_cast<double>(var) / static_cast<double>(n) + eps))};
 }
 
+// res and s: null, or add_layernorm_forward's residual (R, C) and the sum s = x + res (R, C) out,
+// which is then normalised in place of x.
 template <typename T, typename acc_t>
 void layernorm_forward_impl(const T* x, const T* w_t, const T* b_t, double eps, T* y, acc_t* mean, acc_t* rstd,
-                            int64_t R, int64_t C) {
+                            int64_t R, int64_t C, const T* res = nullptr, T* s = nullptr) {
   std::vector<acc_t> wbuf, bbuf;
   const acc_t* w = as_acc(w_t, wbuf, C);  // (C)
   const acc_t* b = as_acc(b_t, bbuf, C);  // (C)
@@ -136,11 +157,12 @@ void layernorm_forward_impl(const T* x, const T* w_t, const T* b_t, double eps, 
         for (int64_t c = 0; c < C; ++c) xr[c] = (xr[c] - m) * rs * w[c] + b[c];
         narrow(xr, y + (r0 + i) * C, C);
       }
-    });
+    }, res, s);
   } else {
     parallel_for(R, R > 1 && R * C >= kMinParallelElements, [&](int64_t r) {
-      const T* xr = x + r * C;  // (C)
-      T* yr = y + r * C;        // (C)
+      if (res) add_row(x, res, s, r, C);
+      const T* xr = (res ? s : x) + r * C;  // (C)
+      T* yr = y + r * C;                    // (C)
       const std::pair<acc_t, acc_t> stats = mean_rstd<acc_t>(xr, C, eps);
       const acc_t m = stats.first, rs = stats.second;
 #pragma omp simd
@@ -152,9 +174,12 @@ void layernorm_forward_impl(const T* x, const T* w_t, const T* b_t, double eps, 
 }
 
 // Shared by LayerNorm (xhat = (x - mean) * rstd, has db) and RMSNorm (xhat = x * rstd).
+// dx_add: null or (R, C), added to dx (the norm's dx rounded to T first). add_dw / add_db: dw / db
+// hold a gradient to add the sums to (each sum rounded to T first), else they are written.
 template <typename T, typename acc_t, bool kLayerNorm>
 void norm_backward_impl(const T* dy, const T* x, const T* w_t, const acc_t* mean, const acc_t* rstd, T* dx, T* dw,
-                        T* db, int64_t R, int64_t C) {
+                        T* db, int64_t R, int64_t C, const T* dx_add = nullptr, bool add_dw = false,
+                        bool add_db = false) {
   const int64_t rows = rows_per_chunk(R);
   const int64_t chunks = (R + rows - 1) / rows;
   // (chunks, C) double partial sums of dy * xhat and of dy, one slice per chunk. Scratch from the
@@ -233,6 +258,12 @@ void norm_backward_impl(const T* dy, const T* x, const T* w_t, const acc_t* mean
             if constexpr (kLayerNorm) adb[c] += dyr[c];
           }
           if constexpr (kIs16<T>) narrow(dxr, dx + r * C, C);
+          if (dx_add) {  // a second sweep over the row (in L1): dx = dx_add + dx, as the add would
+            const T* ar = dx_add + r * C;
+            T* dr = dx + r * C;
+#pragma omp simd
+            for (int64_t c = 0; c < C; ++c) dr[c] = static_cast<T>(acc_t(ar[c]) + acc_t(dr[c]));
+          }
           if ((r - r0) % kFlush == kFlush - 1 || r == r_end - 1) {  // fixed by r: deterministic
             if (first_flush) {  // (uninitialised memory may hold NaN: store, never 0 * old + new)
               std::copy(adw, adw + C, pdw);
@@ -267,8 +298,12 @@ void norm_backward_impl(const T* dy, const T* x, const T* w_t, const acc_t* mean
     }
   }
   for (int64_t c = 0; c < C; ++c) {
-    dw[c] = static_cast<T>(sum_dw[static_cast<size_t>(c)]);
-    if constexpr (kLayerNorm) db[c] = static_cast<T>(sum_db[static_cast<size_t>(c)]);
+    const T gw = static_cast<T>(sum_dw[static_cast<size_t>(c)]);
+    dw[c] = add_dw ? static_cast<T>(acc_t(dw[c]) + acc_t(gw)) : gw;
+    if constexpr (kLayerNorm) {
+      const T gb = static_cast<T>(sum_db[static_cast<size_t>(c)]);
+      db[c] = add_db ? static_cast<T>(acc_t(db[c]) + acc_t(gb)) : gb;
+    }
   }
 }
 
@@ -391,14 +426,27 @@ void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double
                                                           rstd.data<acc_t>(), R, C))
 }
 
+void add_layernorm_forward(const Tensor& x, const Tensor& r, const Tensor& w, const Tensor& b, double eps,
+                           const Tensor& s, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+  const int64_t R = x.size(0), C = x.size(1);
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "add_layernorm_forward",
+                                layernorm_forward_impl<scalar_t, acc_t>(
+                                    x.data<scalar_t>(), w.data<scalar_t>(), b.data<scalar_t>(), eps,
+                                    y.data<scalar_t>(), mean.data<acc_t>(), rstd.data<acc_t>(), R, C,
+                                    r.data<scalar_t>(), s.data<scalar_t>()))
+}
+
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
-                        const Tensor& dx, const Tensor& dw, const Tensor& db) {
+                        const Tensor& dx_add, const Tensor& dx, const Tensor& dw, const Tensor& db, bool add_dw,
+                        bool add_db) {
   const int64_t R = x.size(0), C = x.size(1);
   REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "layernorm_backward",
                          norm_backward_impl<scalar_t, acc_t, true>(dy.data<scalar_t>(), x.data<scalar_t>(), w.data<scalar_t>(),
                                                             mean.data<acc_t>(), rstd.data<acc_t>(),
                                                             dx.data<scalar_t>(), dw.data<scalar_t>(),
-                                                            db.data<scalar_t>(), R, C))
+                                                            db.data<scalar_t>(), R, C,
+                                                            dx_add.defined() ? dx_add.data<scalar_t>() : nullptr,
+                                                            add_dw, add_db))
 }
 
 void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, const Tensor& y, const Tensor& rstd) {

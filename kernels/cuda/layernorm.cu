@@ -1,4 +1,5 @@
-// kernels/cuda/layernorm.cu: LayerNorm and RMSNorm over the last dim, forward and backward.
+// kernels/cuda/layernorm.cu: LayerNorm and RMSNorm over the last dim, forward and backward, and
+// LayerNorm with the residual add before it fused in.
 //
 // Forward: one warp per row (8 rows per 256-thread block). The row is swept three times by the
 // same warp (mean, variance, normalise), so after the first sweep it comes from L1: memory sees
@@ -18,7 +19,13 @@
 // Phase 2 reads the chunk a second time, from L2 (a chunk is at most 512 rows). The partials
 // (chunks, C) go to a scratch buffer, and a second kernel adds them in chunk order, one thread
 // per column: the same bits on every run and every device. RMSNorm is the same kernel without
-// the mean, without a (it has no mean to subtract) and without db.
+// the mean, without a (it has no mean to subtract) and without db. The second kernel writes dw and
+// db, or adds them to a parameter's .grad (its gradient sink): no buffer is zero-filled first, and
+// the partials are all written by the first kernel. add_layer_norm's backward passes dx_add, which
+// phase 2 adds to each dx it writes.
+//
+// add_layernorm_forward is the forward kernel whose first sweep reads x and the residual r and
+// writes s = x + r, normalising s: one launch for the add and the norm.
 //
 // GroupNorm: one 256-thread block per (sample, group), whose M = C/G * S values are contiguous;
 // block reductions (a fixed tree) give the statistics, as LayerNorm's warp does for a row. Backward
@@ -50,19 +57,34 @@ int64_t rows_per_chunk(int64_t R) { return std::min<int64_t>(512, std::max<int64
 // ---- kernels ---------------------------------------------------------------------------------
 
 // Warp per row. x, y: (R, C); w, b: (C); mean, rstd: (R). kLayerNorm false: RMSNorm (no b, no
-// mean; rstd from mean(x^2)).
-template <typename T, typename acc_t, bool kLayerNorm>
+// mean; rstd from mean(x^2)). kAdd (LayerNorm only): res, s (R, C): the first sweep writes
+// s = x + res (rounded to T, as the add would) and the row normalised is s; each lane reads back
+// only the columns it wrote itself (the lane-to-column map is the same in every sweep), and the
+// shift is x[0] + res[0] made by every lane, so no lane reads another's write.
+template <typename T, typename acc_t, bool kLayerNorm, bool kAdd = false>
 __global__ void __launch_bounds__(kRowsPerBlock * 32) norm_forward_kernel(const T* x, const T* w, const T* b, acc_t eps, T* y, acc_t* mean, acc_t* rstd, int64_t R,
-                                    int64_t C) {
+                                    int64_t C, const T* res, T* s_out) {
   using std::sqrt;
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t{gridDim.x} * kRowsPerBlock;
   // The loop condition is uniform over the warp: all 32 lanes reach every shuffle.
   for (int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + (threadIdx.x >> 5); row < R; row += warps) {
-    const T* xr = x + row * C;  // (C)
-    T* yr = y + row * C;        // (C)
+    const T* xr = (kAdd ? s_out : x) + row * C;  // (C): the row normalised
+    T* yr = y + row * C;                         // (C)
     acc_t m = 0;
-    if (kLayerNorm) {
+    if (kAdd) {
+      const T* x0 = x + row * C;
+      const T* r0 = res + row * C;
+      T* sr = s_out + row * C;
+      const acc_t shift = acc_t(static_cast<T>(acc_t(x0[0]) + acc_t(r0[0])));
+      acc_t s = 0;
+      for (int64_t c = lane; c < C; c += 32) {
+        const T v = static_cast<T>(acc_t(x0[c]) + acc_t(r0[c]));
+        sr[c] = v;
+        s += acc_t(v) - shift;
+      }
+      m = shift + warp_sum(s) / static_cast<acc_t>(C);
+    } else if (kLayerNorm) {
       const acc_t shift = xr[0];
       acc_t s = 0;
       for (int64_t c = lane; c < C; c += 32) s += acc_t(xr[c]) - shift;
@@ -83,10 +105,11 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32) norm_forward_kernel(const 
 
 // Block per chunk of `rows` rows (phases 1 and 2 above). dy, x, dx: (R, C); w: (C); mean,
 // rstd: (R) (mean unused for RMSNorm); partial: (params, chunks, C) double, params = 2 (dw, db)
-// for LayerNorm, 1 for RMSNorm. Dynamic shared memory: 2 * rows acc_t.
+// for LayerNorm, 1 for RMSNorm, every element written. dx_add: null or (R, C): dx = dx_add + the
+// norm's dx (rounded to T first, as the add would). Dynamic shared memory: 2 * rows acc_t.
 template <typename T, typename acc_t, bool kLayerNorm>
 __global__ void __launch_bounds__(kBackThreads) norm_backward_kernel(const T* dy, const T* x, const T* w, const acc_t* mean, const acc_t* rstd, T* dx,
-                                     double* partial, int64_t R, int64_t C, int64_t rows) {
+                                     double* partial, int64_t R, int64_t C, int64_t rows, const T* dx_add) {
   SIMT_DYNAMIC_SHARED(acc_t, smem);
   acc_t* row_a = smem;         // (rows) mean(dxhat), LayerNorm only
   acc_t* row_c = smem + rows;  // (rows) mean(dxhat * xhat)
@@ -122,7 +145,8 @@ __global__ void __launch_bounds__(kBackThreads) norm_backward_kernel(const T* dy
       const acc_t m = kLayerNorm ? acc_t(mean[r]) : acc_t(0), rs = rstd[r];
       const acc_t d = dy[r * C + c];
       const acc_t xhat = (acc_t(x[r * C + c]) - m) * rs;
-      dx[r * C + c] = static_cast<T>(rs * (d * wc - row_a[r - r0] - xhat * row_c[r - r0]));
+      const T g = static_cast<T>(rs * (d * wc - row_a[r - r0] - xhat * row_c[r - r0]));
+      dx[r * C + c] = dx_add ? static_cast<T>(acc_t(dx_add[r * C + c]) + acc_t(g)) : g;
       acc_dw += static_cast<double>(d) * static_cast<double>(xhat);
       if (kLayerNorm) acc_db += static_cast<double>(d);
     }
@@ -132,16 +156,22 @@ __global__ void __launch_bounds__(kBackThreads) norm_backward_kernel(const T* dy
 }
 
 // Thread per column: out_p[c] = sum over chunks k, in order, of partial[p, k, c]; p = blockIdx.y
-// picks dw (0) or db (1). partial: (params, chunks, C) double; dw, db: (C).
+// picks dw (0) or db (1). partial: (params, chunks, C) double; dw, db: (C), written, or where
+// add_dw / add_db added to (a parameter's .grad holding a gradient: the sum rounded to T first,
+// then added; double holds both T values and rounds their sum once, as T's own add would). No
+// zero-fill is needed before: without add, out is never read.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) norm_params_kernel(const double* partial, T* dw, T* db, int64_t chunks, int64_t C) {
+__global__ void __launch_bounds__(kThreads) norm_params_kernel(const double* partial, T* dw, T* db, int64_t chunks,
+                                                               int64_t C, bool add_dw, bool add_db) {
   const int64_t p = blockIdx.y;
   T* out = p == 0 ? dw : db;
+  const bool add = p == 0 ? add_dw : add_db;
   const double* slab = partial + p * chunks * C;
   for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < C; c += int64_t{blockDim.x} * gridDim.x) {
     double s = 0;
     for (int64_t k = 0; k < chunks; ++k) s += slab[k * C + c];
-    out[c] = static_cast<T>(s);
+    const T g = static_cast<T>(s);
+    out[c] = add ? static_cast<T>(static_cast<double>(out[c]) + static_cast<double>(g)) : g;
   }
 }
 
@@ -228,12 +258,23 @@ void forward_launch(const Tensor& x, const Tensor& w, const Tensor& b, double ep
   const unsigned grid = grid_for(R, kRowsPerBlock);
   launch(kLayerNorm ? "layernorm_forward_kernel" : "rmsnorm_forward_kernel", norm_forward_kernel<T, acc_t, kLayerNorm>,
          grid, kRowsPerBlock * 32, 0, x.data<T>(), w.data<T>(), kLayerNorm ? b.data<T>() : nullptr,
-         static_cast<acc_t>(eps), y.data<T>(), kLayerNorm ? mean.data<acc_t>() : nullptr, rstd.data<acc_t>(), R, C);
+         static_cast<acc_t>(eps), y.data<T>(), kLayerNorm ? mean.data<acc_t>() : nullptr, rstd.data<acc_t>(), R, C,
+         static_cast<const T*>(nullptr), static_cast<T*>(nullptr));
+}
+
+template <typename T, typename acc_t>
+void add_forward_launch(const Tensor& x, const Tensor& r, const Tensor& w, const Tensor& b, double eps,
+                        const Tensor& s, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+  const int64_t R = x.size(0), C = x.size(1);
+  launch("add_layernorm_forward_kernel", norm_forward_kernel<T, acc_t, true, true>, grid_for(R, kRowsPerBlock),
+         kRowsPerBlock * 32, 0, x.data<T>(), w.data<T>(), b.data<T>(), static_cast<acc_t>(eps), y.data<T>(),
+         mean.data<acc_t>(), rstd.data<acc_t>(), R, C, r.data<T>(), s.data<T>());
 }
 
 template <typename T, typename acc_t, bool kLayerNorm>
 void backward_launch(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
-                     const Tensor& dx, const Tensor& dw, const Tensor& db) {
+                     const Tensor& dx_add, const Tensor& dx, const Tensor& dw, const Tensor& db, bool add_dw,
+                     bool add_db) {
   const int64_t R = x.size(0), C = x.size(1);
   const int64_t rows = rows_per_chunk(R), chunks = (R + rows - 1) / rows;
   const int params = kLayerNorm ? 2 : 1;
@@ -242,9 +283,9 @@ void backward_launch(const Tensor& dy, const Tensor& x, const Tensor& w, const T
   launch(kLayerNorm ? "layernorm_backward_kernel" : "rmsnorm_backward_kernel", norm_backward_kernel<T, acc_t, kLayerNorm>,
          dim3(static_cast<unsigned>(chunks)), kBackThreads, 2 * rows * sizeof(acc_t), dy.data<T>(), x.data<T>(),
          w.data<T>(), kLayerNorm ? mean.data<acc_t>() : nullptr, rstd.data<acc_t>(), dx.data<T>(), partial.data<double>(), R,
-         C, rows);
+         C, rows, dx_add.defined() ? dx_add.data<T>() : nullptr);
   launch("norm_params_kernel", norm_params_kernel<T>, dim3(grid_for(C, kThreads), params), kThreads, 0,
-         partial.data<double>(), dw.data<T>(), kLayerNorm ? db.data<T>() : nullptr, chunks, C);
+         partial.data<double>(), dw.data<T>(), kLayerNorm ? db.data<T>() : nullptr, chunks, C, add_dw, add_db);
 }
 
 }  // namespace
@@ -255,11 +296,20 @@ void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double
   REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "layernorm_forward", forward_launch<scalar_t, acc_t, true>(x, w, b, eps, y, mean, rstd))
 }
 
+void add_layernorm_forward(const Tensor& x, const Tensor& r, const Tensor& w, const Tensor& b, double eps,
+                           const Tensor& s, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+  set_device(x.device());
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "add_layernorm_forward",
+                                add_forward_launch<scalar_t, acc_t>(x, r, w, b, eps, s, y, mean, rstd))
+}
+
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
-                        const Tensor& dx, const Tensor& dw, const Tensor& db) {
+                        const Tensor& dx_add, const Tensor& dx, const Tensor& dw, const Tensor& db, bool add_dw,
+                        bool add_db) {
   set_device(x.device());
   REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "layernorm_backward",
-                         backward_launch<scalar_t, acc_t, true>(dy, x, w, mean, rstd, dx, dw, db))
+                                backward_launch<scalar_t, acc_t, true>(dy, x, w, mean, rstd, dx_add, dx, dw, db, add_dw,
+                                                                       add_db))
 }
 
 void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, const Tensor& y, const Tensor& rstd) {
@@ -272,7 +322,8 @@ void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const 
                       const Tensor& dw) {
   set_device(x.device());
   REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "rmsnorm_backward",
-                         backward_launch<scalar_t, acc_t, false>(dy, x, w, Tensor(), rstd, dx, dw, Tensor()))
+                         backward_launch<scalar_t, acc_t, false>(dy, x, w, Tensor(), rstd, Tensor(), dx, dw, Tensor(),
+                                                                 false, false))
 }
 
 namespace {
@@ -296,7 +347,7 @@ void group_norm_backward_launch(const Tensor& dy, const Tensor& x, const Tensor&
          x.data<T>(), w.data<T>(), mean.data<acc_t>(), rstd.data<acc_t>(), dx.data<T>(), partial.data<double>(), N * G, G,
          C / G, S);
   launch("norm_params_kernel", norm_params_kernel<T>, dim3(grid_for(C, kThreads), 2), kThreads, 0,
-         partial.data<double>(), dw.data<T>(), db.data<T>(), N, C);
+         partial.data<double>(), dw.data<T>(), db.data<T>(), N, C, false, false);
 }
 }  // namespace
 

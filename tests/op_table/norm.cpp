@@ -1,9 +1,12 @@
 // tests/op_table/norm.cpp: the op table's normalisation family. Kernel rows: layernorm and rmsnorm
 // forward (with their row statistics) and backward against f64 loops, strided inputs, a row mean of
-// 1000; batchnorm (training with the running-stat update, eval) forward, statistics, replay and
+// 1000; add_layernorm (the residual add fused in) forward and backward with a gradient added to dx
+// and dw/db written into or added to buffers, against the add and the unfused kernels in f64;
+// batchnorm (training with the running-stat update, eval) forward, statistics, replay and
 // backward against f64 loops, (N, C) to (N, C, H, W), a channel mean of 1000. Tape rows: layer_norm, rms_norm, group_norm and batch_norm (training, with running
 // statistics, eval, without affine parameters, frozen inputs), GroupNorm and BatchNorm against the
-// same function composed from mean, sqrt and broadcasting.
+// same function composed from mean, sqrt and broadcasting; add_layer_norm against x + r then
+// layer_norm (both outputs, y alone, no bias, frozen inputs), in every dtype layer_norm takes.
 #include <cmath>
 #include <string>
 #include <utility>
@@ -117,6 +120,74 @@ std::vector<OpCase> norm_cases() {
     }
     cases.push_back(ln);
     cases.push_back(rms);
+  }
+  return cases;
+}
+
+// ==== add_layernorm: the residual add fused into LayerNorm =========================================
+
+// Inputs x, r (R.., C), w, b, dw0, db0 (C), dy, ds (x's shape). Outputs s, y, then the backward
+// with ds added to dx and dw/db added to dw0/db0 (buffers of the row's, copies: the runner checks
+// that inputs come back unchanged), then dw/db written into fresh buffers (poisoned by the runner:
+// a kernel that added to them instead would read NaN), then mean and rstd. y, mean and rstd are
+// checked bit for bit against layernorm_forward of the kernel's s on the same device (the add
+// rounds s to the dtype; the reference's s, the exact sum of the rounded inputs, moves a 16-bit
+// run's f32 statistics by more than their f32 tolerance, so they have no reference).
+std::vector<OpCase> add_norm_cases() {
+  using namespace kernels;
+  const std::vector<Shape> shapes = {{1, 1}, {3, 31}, {2, 3, 33}, {7, 257}, {1100, 7}, {64, 768}};
+  std::vector<OpCase> cases;
+  for (const Shape& shape : shapes) {
+    const int64_t C = shape.back(), R = shape_numel(shape) / C;
+    const Tols tr = with_16bit(tols(1e-5 * std::sqrt(static_cast<double>(R)) + 1e-5), true),
+               t = with_16bit(tols(2e-5), true), tdx = with_16bit(tols(1e-4), true);
+    // Against the f64 reference: in f32 and f64 layernorm's own errors. In 16 bits the reference's
+    // s is the exact sum of the rounded x and r while the kernel's is rounded once more (as the add
+    // would): half an ulp of s (|s| < 4) in every x - mean, so y, dx and each term of dw/db carry a
+    // few ulps of the type, absolute (R-term sums: sqrt(R) times that).
+    const auto p16 = [R](double f32, bool sum) {
+      const double k = sum ? std::sqrt(static_cast<double>(R)) : 1.0;
+      Tols p = tols(f32, 1e-12);
+      p.by_dtype.push_back({DType::bf16, {0x1p-7, k * 0x1p-5}});
+      p.by_dtype.push_back({DType::f16, {0x1p-10, k * 0x1p-8}});
+      return p;
+    };
+    const Tols pt = p16(2e-5, false), pdx = p16(1e-4, false),
+               psum = p16(1e-5 * std::sqrt(static_cast<double>(R)) + 1e-5, true);
+    OpCase c("add_layernorm " + shape_str(shape),
+             [shape, C](Generator& g) {
+               return Tensors{uniform_f64(g, shape, -2, 3), uniform_f64(g, shape, -1, 1),
+                              uniform_f64(g, {C}, 0.5, 1.5), uniform_f64(g, {C}), uniform_f64(g, {C}),
+                              uniform_f64(g, {C}), uniform_f64(g, shape), uniform_f64(g, shape)};
+             },
+             [](const Tensors& in, Device) {
+               const AddLayerNormForward f = add_layernorm_forward(in[0], in[1], in[2], in[3]);
+               const LayerNormForward plain = layernorm_forward(f.s, in[2], in[3]);
+               CHECK(bit_identical(f.y, plain.y));
+               CHECK(bit_identical(f.mean, plain.mean));
+               CHECK(bit_identical(f.rstd, plain.rstd));
+               const Tensor dw = in[4].clone(), db = in[5].clone();
+               const LayerNormBackward b =
+                   layernorm_backward(in[6], f.s, in[2], f.mean, f.rstd, {dw, true}, {db, true}, in[7]);
+               CHECK(b.dw.data_ptr() == dw.data_ptr());  // into the buffers, no temporary
+               CHECK(b.db.data_ptr() == db.data_ptr());
+               const Tensor dw_w = empty({in[2].numel()}, in[2].dtype(), in[2].device()), db_w = empty_like(dw_w);
+               const LayerNormBackward w = layernorm_backward(in[6], f.s, in[2], f.mean, f.rstd, {dw_w, false},
+                                                              {db_w, false});
+               return Tensors{f.s, f.y, b.dx, dw, db, w.dx, dw_w, db_w, f.mean, f.rstd};
+             },
+             {t, t, tdx, tr, tr, tdx, tr, tr, t, t});
+    // f64: the add, then the unfused kernels (checked against f64 loops above).
+    c.with_reference(
+        [](const Tensors& in) {
+          const Tensor s = in[0] + in[1];
+          const LayerNormForward f = layernorm_forward(s, in[2], in[3]);
+          const LayerNormBackward b = layernorm_backward(in[6], s, in[2], f.mean, f.rstd);
+          return Values{values(s),    values(f.y),  values(b.dx + in[7]), values(b.dw + in[4]),
+                        values(b.db + in[5]), values(b.dx), values(b.dw),         values(b.db)};
+        },
+        {pt, pt, pdx, psum, psum, pdx, psum, psum});
+    cases.push_back(c);
   }
   return cases;
 }
@@ -342,7 +413,39 @@ std::vector<OpCase> norm_tape_cases() {
   };
 }
 
+// add_layer_norm's rows: f gives both outputs side by side (concat: s's gradient, ds_ext, is then
+// the loss weights' and reaches the fused backward) or y alone (ds_ext zeros); each against x + r
+// followed by layer_norm. In every dtype layer_norm takes.
+std::vector<OpCase> add_norm_tape_cases() {
+  const auto both = [](const Tensors& in) {
+    const AddLayerNormResult o = add_layer_norm(in[0], in[1], in[2], in.size() > 3 ? in[3] : Tensor());
+    return concat({o.s, o.y}, -1);
+  };
+  const auto both_composed = [](const Tensors& in) {
+    const Tensor s = in[0] + in[1];
+    return concat({s, layer_norm(s, in[2], in.size() > 3 ? in[3] : Tensor())}, -1);
+  };
+  const auto y_only = [](const Tensors& in) { return add_layer_norm(in[0], in[1], in[2], in[3]).y; };
+  const auto y_only_composed = [](const Tensors& in) { return layer_norm(in[0] + in[1], in[2], in[3]); };
+  std::vector<OpCase> rows = {
+      tape_row("add_layer_norm, s and y", {{4, 7}, {4, 7}, {7}, {7}}, both).with_composed(both_composed),
+      tape_row("add_layer_norm batched, s and y", {{2, 3, 5}, {2, 3, 5}, {5}, {5}}, both)
+          .with_composed(both_composed),
+      tape_row("add_layer_norm, y only", {{3, 6}, {3, 6}, {6}, {6}}, y_only).with_composed(y_only_composed),
+      tape_row("add_layer_norm without bias", {{3, 6}, {3, 6}, {6}}, both).with_composed(both_composed),
+      tape_row("add_layer_norm, x and b frozen", {{3, 5}, {3, 5}, {5}, {5}}, both, Domain::Any,
+               {false, true, true, false})
+          .with_composed(both_composed),
+  };
+  for (OpCase& c : rows) c.with_dtypes(kDTypes);
+  return rows;
+}
+
 TEST_CASE("layernorm and rmsnorm: forward and backward") { run_cases(norm_cases(), kDTypes); }
+TEST_CASE("add_layernorm: the residual add fused into LayerNorm, dw/db into buffers") {
+  run_cases(add_norm_cases(), kDTypes);
+}
+TEST_CASE("add_layer_norm tape op: against x + r then layer_norm") { run_cases(add_norm_tape_cases(), kDTypes); }
 TEST_CASE("batchnorm: statistics, running-stat update, forward, replay and backward") {
   run_cases(batch_norm_cases(), kDTypes);
 }
