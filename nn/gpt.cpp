@@ -44,7 +44,13 @@ FeedForward::FeedForward(const GPTConfig& c) {
   dropout = register_module("dropout", std::make_shared<Dropout>(c.dropout));
 }
 
-Tensor FeedForward::forward(const Tensor& x) { return (*dropout)((*c_proj)(gelu((*c_fc)(x)))); }
+// With biases, c_fc, GELU and c_proj run as one op (autograd/ops/linear.h: the GELU and its
+// gradient ride on the GEMMs' epilogues), so hooks on c_fc or c_proj themselves do not fire then.
+Tensor FeedForward::forward(const Tensor& x) {
+  if (c_fc->bias.defined() && c_proj->bias.defined())
+    return (*dropout)(linear_gelu_linear(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias));
+  return (*dropout)((*c_proj)(gelu((*c_fc)(x))));
+}
 
 TransformerBlock::TransformerBlock(const GPTConfig& c) {
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd, 1e-5, c.bias));
