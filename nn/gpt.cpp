@@ -45,9 +45,10 @@ FeedForward::FeedForward(const GPTConfig& c) {
 }
 
 // With biases, c_fc, GELU and c_proj run as one op (autograd/ops/linear.h: the GELU and its
-// gradient ride on the GEMMs' epilogues), so hooks on c_fc or c_proj themselves do not fire then.
+// gradient ride on the GEMMs' epilogues), unless c_fc or c_proj has hooks of its own (FSDP's layer
+// units gather each Linear in its hooks): those run as three ops, through the modules.
 Tensor FeedForward::forward(const Tensor& x) {
-  if (c_fc->bias.defined() && c_proj->bias.defined())
+  if (c_fc->bias.defined() && c_proj->bias.defined() && !c_fc->has_forward_hooks() && !c_proj->has_forward_hooks())
     return (*dropout)(linear_gelu_linear(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias));
   return (*dropout)((*c_proj)(gelu((*c_fc)(x))));
 }

@@ -93,6 +93,11 @@ class Module {
     return add_post_hook(optional_result<F, Module&, const Tensor&, const Tensor&>(std::forward<F>(hook)));
   }
 
+  // Whether a forward pre-hook or hook is registered on this module itself (not its descendants):
+  // a parent that would fuse this module's computation with a sibling's (GPT's FeedForward) runs
+  // it through operator() instead, so the hooks fire (FSDP gathers a unit's parameters in one).
+  bool has_forward_hooks() const;
+
   // Every parameter of this module and its descendants, depth first in registration order, each
   // once (a tensor shared by two modules keeps its first name).
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
