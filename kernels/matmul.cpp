@@ -102,6 +102,64 @@ void matmul_into_(const Tensor& out, const Tensor& a, const Tensor& b, bool tran
   out.bump_version();
 }
 
+namespace {
+// The fused GEMMs' common checks: one device and floating dtype, 2-D operands, named with op.
+void check_fused(const char* op, std::initializer_list<const Tensor*> ts, std::initializer_list<const Tensor*> mats) {
+  for (const Tensor* t : ts) REEL_CHECK(t->defined(), op, ": an undefined tensor");
+  check_same_device(op, ts);
+  check_same_floating_dtype(op, ts);
+  for (const Tensor* t : mats) REEL_CHECK(t->dim() == 2, op, ": ", t->shape(), ": a 2-D operand expected");
+}
+}  // namespace
+
+void linear_grad_into_(const Tensor& dw, const Tensor& db, const Tensor& g, const Tensor& x, bool accumulate_w,
+                       bool accumulate_b) {
+  check_fused("linear_grad_into_", {&dw, &db, &g, &x}, {&g, &x});
+  const int64_t N = g.size(0), out = g.size(1), in = x.size(1);
+  REEL_CHECK(x.size(0) == N && dw.shape() == Shape({out, in}) && db.shape() == Shape{out} && dw.is_contiguous() &&
+                 db.is_contiguous(),
+             "linear_grad_into_: g ", g.shape(), " and x ", x.shape(), " (N rows each) give dw (", out, ", ", in,
+             ") and db (", out, "), contiguous; got dw ", dw.shape(), " and db ", db.shape());
+  // The bias gradient rides on the GEMM's epilogue: with no product (no input features) there is
+  // no GEMM to carry it (linear sums the columns itself then).
+  REEL_CHECK(in > 0 && out > 0, "linear_grad_into_: g ", g.shape(), " and x ", x.shape(),
+             ": in and out features must be positive");
+  REEL_DEVICE_DISPATCH(g.device(), matmul_bgrad,
+                       kernel_cost({&g, &x}, {&dw, &db}, 2 * N * out * in + N * out + (accumulate_w ? out * in : 0)),
+                       g, x, dw, db, accumulate_w, accumulate_b);
+  dw.bump_version();
+  db.bump_version();
+}
+
+LinearGelu linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b) {
+  check_fused("linear_gelu", {&x, &w, &b}, {&x, &w});
+  const int64_t N = x.size(0), in = x.size(1), out = w.size(0);
+  REEL_CHECK(w.size(1) == in && b.shape() == Shape{out} && in > 0, "linear_gelu: x ", x.shape(), ", w ", w.shape(), " and b ",
+             b.shape(), " do not match: x (N, in), w (out, in), b (out), in > 0 expected");
+  LinearGelu r{empty({N, out}, x.dtype(), x.device()), empty({N, out}, x.dtype(), x.device())};
+  const Tensor bias = untracked::contiguous(b);
+  // 2 N out in for the product, one op for the bias and ~10 for the GELU per element.
+  REEL_DEVICE_DISPATCH(x.device(), matmul_gelu, kernel_cost({&x, &w, &bias}, {&r.y, &r.pre}, 2 * N * out * in + 11 * N * out),
+                       x, w, bias, r.y, r.pre);
+  return r;
+}
+
+Tensor linear_dgelu(const Tensor& g, const Tensor& w, const Tensor& pre, const Tensor& db, bool accumulate_b) {
+  check_fused("linear_dgelu", {&g, &w, &pre, &db}, {&g, &w, &pre});
+  const int64_t N = g.size(0), out = g.size(1), hidden = w.size(1);
+  REEL_CHECK(w.size(0) == out && pre.shape() == Shape({N, hidden}) && db.shape() == Shape{hidden} &&
+                 db.is_contiguous() && out > 0,
+             "linear_dgelu: g ", g.shape(), ", w ", w.shape(), ", pre ", pre.shape(), " and db ", db.shape(),
+             " do not match: g (N, out), w (out, hidden), pre (N, hidden), db (hidden) contiguous, out > 0 expected");
+  Tensor dpre = empty({N, hidden}, g.dtype(), g.device());
+  // 2 N out hidden for the product, ~12 per element for gelu' and the product, one for the sums.
+  REEL_DEVICE_DISPATCH(g.device(), matmul_dgelu,
+                       kernel_cost({&g, &w, &pre}, {&dpre, &db}, 2 * N * out * hidden + 13 * N * hidden), g, w, pre,
+                       dpre, db, accumulate_b);
+  db.bump_version();
+  return dpre;
+}
+
 const char* cpu_gemm16_path() { return cpu::gemm16_path(); }
 
 }  // namespace reel::kernels

@@ -33,6 +33,35 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool t
 void matmul_into_(const Tensor& out, const Tensor& a, const Tensor& b, bool transpose_a = false,
                   bool transpose_b = false, bool accumulate = true);
 
+// ---- linear's fused GEMMs (cuBLASLt epilogues on cuda: kernels/cuda/matmul.cu) ----
+// Each is one kernel run (one profiler record): the GEMM and what its epilogue fuses. All 2-D,
+// one dtype (f32, f64, bf16, f16) and device; 16-bit results are the f32 ones rounded once.
+
+// A linear's weight and bias gradients from its output gradient g (N, out) and input x (N, in):
+// dw (out, in) = g^T x and db (out) = the column sums of g (over the N rows, in acc_t, k ascending
+// on cuda, row blocks summed in a fixed order on the cpu: deterministic). dw gets the product
+// written (or added, accumulate_w), db the sums written (or added, accumulate_b): autograd's
+// gradient sinks put them straight into the parameters' .grad. dw and db contiguous. Bumps both
+// versions. cuBLASLt's CUBLASLT_EPILOGUE_BGRADB on cuda.
+void linear_grad_into_(const Tensor& dw, const Tensor& db, const Tensor& g, const Tensor& x, bool accumulate_w,
+                       bool accumulate_b);
+
+// The MLP's up-projection with its activation: pre = x w^T + b (N, out), y = gelu(pre) (the tanh
+// approximation, kernels/op_kinds.h), x (N, in), w (out, in), b (out). Returns {y, pre}: pre is what
+// the GELU's backward reads. CUBLASLT_EPILOGUE_GELU_AUX_BIAS on cuda (gelu of the f32 pre, pre
+// saved as the aux output); on the cpu the biased GEMM then the GELU pass over its output.
+struct LinearGelu {
+  Tensor y, pre;
+};
+LinearGelu linear_gelu(const Tensor& x, const Tensor& w, const Tensor& b);
+
+// The gradient into that GELU's input, made by the GEMM that produces the gradient of its output:
+// returns dpre (N, hidden) = (g @ w) * gelu'(pre), g (N, out) the gradient of the next linear's
+// output, w (out, hidden) its weight, pre (N, hidden) what linear_gelu returned; and db (hidden) =
+// the column sums of dpre (the up-projection's bias gradient), written or added (accumulate_b).
+// CUBLASLT_EPILOGUE_DGELU_BGRAD on cuda. Bumps db's version.
+Tensor linear_dgelu(const Tensor& g, const Tensor& w, const Tensor& pre, const Tensor& db, bool accumulate_b);
+
 // How this process's CPU runs bf16 and f16 products (oneDNN's matmul, or converted to f32 and run
 // in f32), chosen once on first use from what the CPU reports; printable (kernels/cpu/gemm.h).
 const char* cpu_gemm16_path();
@@ -57,6 +86,16 @@ bool allow_tf32();
 // (kernels/matmul_layout.h); out contiguous. bias: undefined, or (N) contiguous, added to every
 // row of out. accumulate (never with a bias): out += a @ b, out's values read, else out written.
 // oneDNN or Eigen on the cpu, cuBLAS on cuda.
+// The fused GEMMs of linear (the entry points above say what they compute). All 2-D; g, x, w, pre
+// any strides (kernels/matmul_layout.h); dw, db, y, pre's output and dpre contiguous.
+//   matmul_bgrad: g (N, out), x (N, in) -> dw (out, in), db (out)
+//   matmul_gelu:  x (N, in), w (out, in), b (out) -> y (N, out), pre (N, out)
+//   matmul_dgelu: g (N, out), w (out, hidden), pre (N, hidden) -> dpre (N, hidden), db (hidden)
 #ifdef REEL_BACKEND_KERNELS
 void matmul(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias, bool accumulate);
+void matmul_bgrad(const Tensor& g, const Tensor& x, const Tensor& dw, const Tensor& db, bool accumulate_w,
+                  bool accumulate_b);
+void matmul_gelu(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, const Tensor& pre);
+void matmul_dgelu(const Tensor& g, const Tensor& w, const Tensor& pre, const Tensor& dpre, const Tensor& db,
+                  bool accumulate_b);
 #endif  // REEL_BACKEND_KERNELS

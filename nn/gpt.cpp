@@ -44,7 +44,14 @@ FeedForward::FeedForward(const GPTConfig& c) {
   dropout = register_module("dropout", std::make_shared<Dropout>(c.dropout));
 }
 
-Tensor FeedForward::forward(const Tensor& x) { return (*dropout)((*c_proj)(gelu((*c_fc)(x)))); }
+// With biases, c_fc, GELU and c_proj run as one op (autograd/ops/linear.h: the GELU and its
+// gradient ride on the GEMMs' epilogues), unless c_fc or c_proj has hooks of its own (FSDP's layer
+// units gather each Linear in its hooks): those run as three ops, through the modules.
+Tensor FeedForward::forward(const Tensor& x) {
+  if (c_fc->bias.defined() && c_proj->bias.defined() && !c_fc->has_forward_hooks() && !c_proj->has_forward_hooks())
+    return (*dropout)(linear_gelu_linear(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias));
+  return (*dropout)((*c_proj)(gelu((*c_fc)(x))));
+}
 
 TransformerBlock::TransformerBlock(const GPTConfig& c) {
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd, 1e-5, c.bias));
@@ -73,7 +80,7 @@ Tensor norm_of(LayerNorm& ln, const Tensor& x, ResidualCarry* carry) {
 
 // x + r, then ln of it: {s, y}, fused into one op when ln has no hooks to run.
 AddLayerNormResult add_then_norm(LayerNorm& ln, const Tensor& x, const Tensor& r) {
-  if (ln.has_hooks()) {
+  if (ln.has_forward_hooks()) {
     const Tensor s = x + r;
     return {s, ln(s)};
   }
@@ -85,7 +92,7 @@ Tensor TransformerBlock::forward(const Tensor& x) {
   const Tensor a = norm_of(*ln_1, x, carry.get());                                 // (B, T, C)
   const AddLayerNormResult h = add_then_norm(*ln_2, x, (*attn)(a));                // h = x + attn(.), ln_2(h)
   const Tensor f = (*mlp)(h.y);
-  if (!next_ln || !carry || !carry->fold || next_ln->has_hooks() || (next_owner && next_owner->has_hooks()))
+  if (!next_ln || !carry || !carry->fold || next_ln->has_forward_hooks() || (next_owner && next_owner->has_forward_hooks()))
     return h.s + f;
   // The next LayerNorm's (next block's ln_1, or ln_f) input is this block's output: fused with it.
   const AddLayerNormResult out = add_layer_norm(h.s, f, next_ln->weight, next_ln->bias, next_ln->eps);

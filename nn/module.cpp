@@ -59,7 +59,7 @@ HookHandle Module::add_post_hook(ForwardHook hook) {
   return HookHandle(hooks_, id);
 }
 
-bool Module::has_hooks() const { return hooks_ && (!hooks_->pre.empty() || !hooks_->post.empty()); }
+bool Module::has_forward_hooks() const { return hooks_ && (!hooks_->pre.empty() || !hooks_->post.empty()); }
 
 Tensor Module::operator()(const Tensor& x) {
   if (!hooks_ || (hooks_->pre.empty() && hooks_->post.empty())) return forward(x);

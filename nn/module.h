@@ -92,9 +92,10 @@ class Module {
   HookHandle register_forward_hook(F&& hook) {
     return add_post_hook(optional_result<F, Module&, const Tensor&, const Tensor&>(std::forward<F>(hook)));
   }
-  // Whether a pre- or forward hook is registered (and not removed): a parent that would apply this
-  // module's computation fused into its own (nn/gpt.h's residual add + LayerNorm) calls it instead.
-  bool has_hooks() const;
+  // Whether a forward pre-hook or hook is registered on this module itself (not its descendants):
+  // a parent that would fuse this module's computation with a sibling's (GPT's FeedForward) runs
+  // it through operator() instead, so the hooks fire (FSDP gathers a unit's parameters in one).
+  bool has_forward_hooks() const;
 
   // Every parameter of this module and its descendants, depth first in registration order, each
   // once (a tensor shared by two modules keeps its first name).

@@ -203,7 +203,7 @@ TEST_CASE("BatchNorm breaks accumulation (per-micro-batch statistics); GroupNorm
   CHECK(ln < 1e-12);
 }
 
-TEST_CASE("a Linear's weight and bias gradients are added into .grad by the GEMM and the column sum (sinks)") {
+TEST_CASE("a Linear's weight and bias gradients are added into .grad by one fused GEMM (sinks)") {
   using testing::check_close;
   using testing::devices;
   using testing::uniform_f64;
@@ -224,17 +224,19 @@ TEST_CASE("a Linear's weight and bias gradients are added into .grad by the GEMM
       const void* buffer_b = b.grad().data_ptr();
       const uint64_t version = w.grad().version(), version_b = b.grad().version();
       Profiler prof;
-      autograd::backward(linear(x, w, b), g_out);  // second: added into the buffers by the GEMM and the sum
+      autograd::backward(linear(x, w, b), g_out);  // second: added into the buffers by the fused GEMM
       prof.stop();
-      int adds = 0, matmuls = 0, sums = 0;
+      int adds = 0, matmuls = 0, fused = 0, sums = 0;
       for (const profile::KernelRecord& k : prof.kernels()) {
         adds += k.kernel.rfind("binary", 0) == 0;
         matmuls += k.kernel == "matmul" && k.op_backward;
+        fused += k.kernel == "matmul_bgrad" && k.op_backward;
         sums += k.kernel == "reduce.sum" && k.op_backward;
       }
       CHECK(adds == 0);     // no separate pass adding a temporary into .grad
-      CHECK(matmuls == 1);  // the backward's dW only (x needs no gradient)
-      CHECK(sums == 1);     // db
+      CHECK(fused == 1);    // dW and db in one kernel (x needs no gradient)
+      CHECK(matmuls == 0);
+      CHECK(sums == 0);
       CHECK(w.grad().data_ptr() == buffer);
       CHECK(b.grad().data_ptr() == buffer_b);
       CHECK(w.grad().version() > version);  // an in-place write, seen by saved-tensor checks

@@ -4,7 +4,9 @@
 // bias), not by a second pass over Y.
 //   dX = G W          (N, out) @ (out, in)
 //   dW = G^T X        one GEMM with a transpose flag, summed over all N rows
-//   db = 1^T G        a column reduction (kernels::sum over dim 0); for bf16 / f16, whose
+//   db = 1^T G        the column sums of G, in the same kernel as dW (kernels::linear_grad_into_:
+//                     cuBLASLt's BGRADB epilogue on cuda) when both are wanted; alone (W frozen)
+//                     a column reduction (kernels::sum over dim 0), or for bf16 / f16, whose
 //                     reductions are not ported yet, the GEMM ones (1, N) @ G (f32 sums)
 // dW and db go straight into W's and b's .grad when those exist (their gradient sinks): the GEMM
 // and the column sum add into them (or, after zero_grad, write them), no temporary, no add pass.
@@ -12,6 +14,18 @@
 // (often a view of a tensor another node saves anyway, e.g. attention's output), not its (N, in)
 // copy, which backward re-makes when needed. Backward releases W once dX is made
 // (BackwardCtx::release_saved), before dW is written.
+//
+// linear_gelu_linear: the MLP z = gelu(x W1^T + b1) W2^T + b2 as one tape op, so that the GELU
+// and its gradient ride on the GEMMs' epilogues (kernels/matmul.h) instead of passes of their own:
+//   forward   act, pre = kernels::linear_gelu(X, W1, b1)   act = gelu(pre), pre = X W1^T + b1
+//             Z = act W2^T + b2                            (N, out)
+//   backward  dW2, db2 = G^T act, 1^T G                    one kernel (as linear's)
+//             dpre, db1 = (G W2) * gelu'(pre), 1^T dpre    one kernel (kernels::linear_dgelu)
+//             dX = dpre W1, dW1 = dpre^T X                 two GEMMs
+// Saves x (for dW1), W1 (for dX), pre (for gelu'), W2 (for dpre) and act (for dW2), each only when
+// a gradient reads it: what linear, gelu and linear save between them. Kept by selective
+// checkpointing as linear is (its outputs cost GEMMs to remake): a kept node keeps its saves that
+// are not its inputs (pre and act), where the unfused chain kept pre and Z and recomputed act.
 #pragma once
 #include <optional>
 #include <string>
@@ -27,6 +41,47 @@ inline Shape rows_with(const Shape& x, int64_t last) {
   Shape s(x.begin(), x.end() - 1);
   s.push_back(last);
   return s;
+}
+
+// Input b's gradient alone (its W frozen): the column sums of G (N, out), into b's .grad sink or fresh.
+inline Tensor linear_bias_grad(BackwardCtx& ctx, size_t b, const Tensor& g) {
+  const int64_t n_out = g.size(1);
+  if (is_16bit_floating(g.dtype())) {
+    // db (1, out) = ones (1, N) @ G: the reductions have no 16-bit kernels yet, the GEMM sums in
+    // f32 and rounds once.
+    const Tensor ones = full({1, g.size(0)}, 1.0, g.dtype(), g.device());
+    return ctx.grad_write_or_add(
+        b, [&](const Tensor& sink, bool add) { kernels::matmul_into_(sink.view({1, n_out}), ones, g, false, false, add); },
+        [&] { return kernels::matmul(ones, g).view({n_out}); });
+  }
+  return ctx.grad_write_or_add(
+      b, [&](const Tensor& sink, bool add) { kernels::sum_into_(sink, g, {0}, add); },
+      [&] { return kernels::sum(g, {0}); });
+}
+
+// Inputs w's and b's gradients (those a linear of G (N, out) over X (N, in) wants): dW = G^T X and
+// db = 1^T G, in one kernel when both are wanted, each into its .grad sink or a fresh tensor.
+inline void linear_param_grads(BackwardCtx& ctx, size_t w, size_t b, const Tensor& g, const Tensor& x,
+                               Tensors& grads) {
+  const bool want_w = ctx.needs_input_grad(w), want_b = b < grads.size() && ctx.needs_input_grad(b);
+  const int64_t n_out = g.size(1), n_in = x.size(1);
+  if (want_w && want_b && n_in > 0 && n_out > 0) {
+    Tensor dw, db;
+    bool add_w = false, add_b = false;
+    grads[w] = ctx.grad_write_or_add(
+        w, [&](const Tensor& sink, bool add) { dw = sink, add_w = add; },
+        [&] { return dw = empty({n_out, n_in}, g.dtype(), g.device()); });
+    grads[b] = ctx.grad_write_or_add(
+        b, [&](const Tensor& sink, bool add) { db = sink, add_b = add; },
+        [&] { return db = empty({n_out}, g.dtype(), g.device()); });
+    kernels::linear_grad_into_(dw, db, g, x, add_w, add_b);  // (out, in) and (out)
+    return;
+  }
+  if (want_w)  // dW (out, in) = G^T X
+    grads[w] = ctx.grad_write_or_add(
+        w, [&](const Tensor& sink, bool add) { kernels::matmul_into_(sink, g, x, true, false, add); },
+        [&] { return kernels::matmul(g, x, true, false); });
+  if (want_b) grads[b] = linear_bias_grad(ctx, b, g);
 }
 
 struct Linear final : autograd::Op {
@@ -49,23 +104,64 @@ struct Linear final : autograd::Op {
     Tensors grads(ctx.num_inputs());
     if (ctx.needs_input_grad(0)) grads[0] = kernels::matmul(g, ctx.saved(0)).view(x_shape);
     ctx.release_saved(0);  // W is read no more: a sharded W (distributed/fsdp.h) is freed before dW exists
-    if (ctx.needs_input_grad(1)) {  // dW (out, in) = G^T X
+    if (ctx.needs_input_grad(1)) {
+      linear_param_grads(ctx, 1, 2, g, ctx.saved(1).reshape({-1, n_in}), grads);
+    } else if (grads.size() == 3 && ctx.needs_input_grad(2)) {
+      grads[2] = linear_bias_grad(ctx, 2, g);
+    }
+    return grads;
+  }
+};
+
+struct LinearGeluLinear final : autograd::Op {
+  const char* name() const override { return "linear_gelu_linear"; }
+  bool kept_by_selective() const override { return true; }  // remade only at two GEMMs' cost
+  // in: x (..., in), W1 (hidden, in), b1 (hidden), W2 (out, hidden), b2 (out)
+  Tensors forward(const Tensors& in, ForwardCtx& ctx) const override {
+    const Tensor& x = in[0];
+    const int64_t n_in = in[1].size(1), n_out = in[3].size(0);
+    const bool up = ctx.needs_input_grad(0) || ctx.needs_input_grad(1) || ctx.needs_input_grad(2);
+    const kernels::LinearGelu h = kernels::linear_gelu(x.reshape({-1, n_in}), in[1], in[2]);  // (N, hidden) each
+    const Tensor z = kernels::matmul(h.y, in[3], false, true, in[4]);                       // (N, out)
+    // slots: 0 W1 (dX), 1 x (dW1), 2 pre (gelu'), 3 W2 (dpre), 4 act (dW2)
+    ctx.save({ctx.needs_input_grad(0) ? in[1] : Tensor(), ctx.needs_input_grad(1) ? x : Tensor(),
+              up ? h.pre : Tensor(), up ? in[3] : Tensor(), ctx.needs_input_grad(3) ? h.y : Tensor()});
+    return {z.view(rows_with(x.shape(), n_out))};
+  }
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
+    const Shape& x_shape = ctx.input_shape(0);
+    const int64_t n_in = x_shape.back(), hidden = ctx.input_shape(1)[0], n_out = ctx.input_shape(3)[0];
+    const Tensor g = grad[0].reshape({-1, n_out});  // G (N, out)
+    Tensors grads(ctx.num_inputs());
+    const bool up = ctx.needs_input_grad(0) || ctx.needs_input_grad(1) || ctx.needs_input_grad(2);
+    Tensor dpre;  // (N, hidden)
+    if (up) {
+      // dpre = (G W2) * gelu'(pre) and db1 = its column sums, in one GEMM; db1 into b1's .grad
+      // sink, a fresh tensor, or (b1 frozen) a scratch one.
+      Tensor db1;
+      bool add = false;
+      if (ctx.needs_input_grad(2))
+        grads[2] = ctx.grad_write_or_add(
+            2, [&](const Tensor& sink, bool a) { db1 = sink, add = a; },
+            [&] { return db1 = empty({hidden}, g.dtype(), g.device()); });
+      else
+        db1 = empty({hidden}, g.dtype(), g.device());
+      dpre = kernels::linear_dgelu(g, ctx.saved(3), ctx.saved(2), db1, add);
+      ctx.release_saved(3);  // W2 (a sharded W2 is freed before more is made)
+      ctx.release_saved(2);
+    }
+    if (ctx.needs_input_grad(3) || ctx.needs_input_grad(4)) {
+      const Tensor act = ctx.needs_input_grad(3) ? ctx.saved(4) : Tensor();
+      if (ctx.needs_input_grad(3)) linear_param_grads(ctx, 3, 4, g, act, grads);
+      else grads[4] = linear_bias_grad(ctx, 4, g);
+    }
+    if (ctx.needs_input_grad(0)) grads[0] = kernels::matmul(dpre, ctx.saved(0)).view(x_shape);
+    ctx.release_saved(0);
+    if (ctx.needs_input_grad(1)) {  // dW1 (hidden, in) = dpre^T X
       const Tensor x = ctx.saved(1).reshape({-1, n_in});
       grads[1] = ctx.grad_write_or_add(
-          1, [&](const Tensor& sink, bool add) { kernels::matmul_into_(sink, g, x, true, false, add); },
-          [&] { return kernels::matmul(g, x, true, false); });
-    }
-    if (grads.size() == 3 && ctx.needs_input_grad(2) && is_16bit_floating(g.dtype())) {
-      // db (1, out) = ones (1, N) @ G: the reductions have no 16-bit kernels yet, the GEMM sums in
-      // f32 and rounds once.
-      const Tensor ones = full({1, g.size(0)}, 1.0, g.dtype(), g.device());
-      grads[2] = ctx.grad_write_or_add(
-          2, [&](const Tensor& sink, bool add) { kernels::matmul_into_(sink.view({1, n_out}), ones, g, false, false, add); },
-          [&] { return kernels::matmul(ones, g).view({n_out}); });
-    } else if (grads.size() == 3 && ctx.needs_input_grad(2)) {  // db (out) = the column sums of G
-      grads[2] = ctx.grad_write_or_add(
-          2, [&](const Tensor& sink, bool add) { kernels::sum_into_(sink, g, {0}, add); },
-          [&] { return kernels::sum(g, {0}); });
+          1, [&](const Tensor& sink, bool add) { kernels::matmul_into_(sink, dpre, x, true, false, add); },
+          [&] { return kernels::matmul(dpre, x, true, false); });
     }
     return grads;
   }
@@ -91,6 +187,30 @@ inline Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& 
                t->dtype(), " on ", t->device(), ": one dtype and device expected");
   if (bias.defined()) return autograd::apply(autograd::ops::Linear{}, {x, weight, bias});
   return autograd::apply(autograd::ops::Linear{}, {x, weight});
+}
+
+// ---- linear_gelu_linear ----
+// The transformer MLP, linear(gelu(linear(x, w1, b1)), w2, b2), as one op whose GELU and GELU
+// gradient are GEMM epilogues (the op above): x (..., in), w1 (hidden, in), b1 (hidden),
+// w2 (out, hidden), b2 (out) -> (..., out). Both biases are required (a bias-less MLP composes
+// linear and gelu). Autocast treats it as linear.
+inline Tensor linear_gelu_linear(const Tensor& x_in, const Tensor& w1_in, const Tensor& b1_in, const Tensor& w2_in,
+                                 const Tensor& b2_in) {
+  const autograd::Tensors cast = autograd::autocast("linear", {x_in, w1_in, b1_in, w2_in, b2_in});
+  const Tensor &x = cast[0], &w1 = cast[1], &b1 = cast[2], &w2 = cast[3], &b2 = cast[4];
+  for (const Tensor* t : {&x, &w1, &b1, &w2, &b2})
+    REEL_CHECK(t->defined(), "linear_gelu_linear: x, w1, b1, w2 and b2 must be defined tensors");
+  REEL_CHECK(x.dim() >= 1 && w1.dim() == 2 && w2.dim() == 2 && x.size(-1) == w1.size(1) && w1.size(1) > 0 &&
+                 b1.shape() == Shape{w1.size(0)} && w2.size(1) == w1.size(0) && w2.size(0) > 0 &&
+                 b2.shape() == Shape{w2.size(0)},
+             "linear_gelu_linear: x ", x.shape(), ", w1 ", w1.shape(), ", b1 ", b1.shape(), ", w2 ", w2.shape(),
+             ", b2 ", b2.shape(), " do not match: x (..., in), w1 (hidden, in), b1 (hidden), w2 (out, hidden), b2 (out)",
+             " with in, out > 0 expected");
+  for (const Tensor* t : {&w1, &b1, &w2, &b2})
+    REEL_CHECK(t->dtype() == x.dtype() && t->device() == x.device(), "linear_gelu_linear: x ", x.shape(), " ",
+               x.dtype(), " on ", x.device(), " and ", t->shape(), " ", t->dtype(), " on ", t->device(),
+               ": one dtype and device expected");
+  return autograd::apply(autograd::ops::LinearGeluLinear{}, {x, w1, b1, w2, b2});
 }
 
 }  // namespace reel

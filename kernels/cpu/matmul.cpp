@@ -31,6 +31,14 @@
 // into out. Without a 16-bit engine the operands are
 // widened to f32 once and the f32 product runs, rounded into out the same way.
 //
+// linear's fused GEMMs (kernels/matmul.h), each one backend call and so one profiler record: the
+// bias gradient (matmul_bgrad) is the GEMM dW = G^T X then the column sums of G; GELU after the
+// biased GEMM (matmul_gelu) and its gradient after the GEMM dY = G W (matmul_dgelu) are the
+// elementwise backend's GELU passes (kernels/cpu/elementwise.cpp) over the GEMM's output, so the
+// fused ops give exactly the bits of linear then gelu on the cpu. Column sums: blocks of kSumCols
+// columns on reel's threads, each column summed over the rows in order, in acc_t (f32 for 16-bit,
+// rounded once): the same bits on any thread count.
+//
 // Operands are taken in place when one of their last two dims has stride 1 (row-major, or
 // column-major = a transposed view: kernels/matmul_layout.h), so transposes cost no copy; other
 // layouts are made contiguous first.
@@ -296,6 +304,54 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& b
   // K == 0 needs nothing special: the empty sum is zero, plus the bias (gemm_serial writes the
   // zeros, or leaves out as it is when accumulating).
   REEL_DISPATCH_FLOATING_AND_16(out.dtype(), "matmul", gemm_batches<scalar_t, acc_t>(A, B, out, bias, accumulate))
+}
+
+namespace {
+// db (C) = the column sums of g (N, C) (or db + them, accumulate), in acc_t, rows in order.
+template <typename T, typename acc_t>
+void column_sums(const Tensor& g_in, const Tensor& db, bool accumulate) {
+  const Tensor g = g_in.stride(1) == 1 ? g_in : untracked::contiguous(g_in);
+  const int64_t N = g.size(0), C = g.size(1), ld = g.stride(0);
+  const T* pg = g.data<T>();
+  T* pd = db.data<T>();
+  constexpr int64_t kSumCols = 64;
+  const int64_t chunks = (C + kSumCols - 1) / kSumCols;
+#pragma omp parallel for schedule(static) if (N * C >= (int64_t{1} << 16) && chunks > 1)
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    const int64_t j0 = ch * kSumCols, n = std::min(C, j0 + kSumCols) - j0;
+    acc_t sum[kSumCols] = {};
+    for (int64_t i = 0; i < N; ++i) {
+      const T* row = pg + i * ld + j0;
+      for (int64_t j = 0; j < n; ++j) sum[j] += static_cast<acc_t>(row[j]);
+    }
+    for (int64_t j = 0; j < n; ++j)
+      pd[j0 + j] = static_cast<T>(accumulate ? static_cast<acc_t>(pd[j0 + j]) + sum[j] : sum[j]);
+  }
+}
+}  // namespace
+
+void matmul_bgrad(const Tensor& g, const Tensor& x, const Tensor& dw, const Tensor& db, bool accumulate_w,
+                  bool accumulate_b) {
+  matmul(untracked::transpose(g, 0, 1), x, dw, Tensor(), accumulate_w);  // dW (out, in) = G^T X
+  if (db.numel() == 0) return;
+  REEL_DISPATCH_FLOATING_AND_16(db.dtype(), "matmul_bgrad", column_sums<scalar_t, acc_t>(g, db, accumulate_b))
+}
+
+void matmul_gelu(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, const Tensor& pre) {
+  if (pre.numel() == 0) return;
+  matmul(x, untracked::transpose(w, 0, 1), pre, b, false);  // pre (N, out) = x w^T + b
+  unary(UnaryOp::Gelu, pre, y);
+}
+
+void matmul_dgelu(const Tensor& g, const Tensor& w, const Tensor& pre, const Tensor& dpre, const Tensor& db,
+                  bool accumulate_b) {
+  if (dpre.numel() > 0) {
+    const Tensor dy = empty(dpre.shape(), dpre.dtype(), dpre.device());  // (N, hidden) = g w
+    matmul(g, w, dy, Tensor(), false);
+    unary_backward(UnaryOp::Gelu, dy, pre, dpre);
+  }
+  if (db.numel() == 0) return;
+  REEL_DISPATCH_FLOATING_AND_16(db.dtype(), "matmul_dgelu", column_sums<scalar_t, acc_t>(dpre, db, accumulate_b))
 }
 
 }  // namespace reel::kernels::cpu

@@ -9,6 +9,13 @@
 // Bias (an optional (N) vector added to every output row): a small kernel first fills out's rows
 // with the bias, then cuBLAS accumulates the product onto them with beta = 1 (PyTorch's addmm
 // does the same), so no second pass runs over the finished output.
+// linear's fused GEMMs (kernels/matmul.h) are one cublasLtMatmul each, its epilogue doing the rest
+// in the same kernel: CUBLASLT_EPILOGUE_BGRADB (dW = G^T X and db = the column sums of G),
+// GELU_AUX_BIAS (y = gelu(x W^T + b), the pre-activation written as the aux output) and
+// DGELU_BGRAD (dpre = (G W) * gelu'(pre) and its column sums). lt_gemm() holds their row-major <->
+// column-major translation, the same as gemm_batched()'s. cuBLASLt writes a bias gradient, never
+// adds it: a gradient that accumulates (a bias .grad not cleared since the last backward) goes to a
+// temporary first and one small kernel adds it; after zero_grad the epilogue writes .grad itself.
 // Teaching path: matmul_tiled(), the classic 16x16 shared-memory tiled kernel, checked against
 // cuBLAS and the CPU by the tests.
 #include <climits>
@@ -76,6 +83,14 @@ __global__ void __launch_bounds__(kThreads) bias_rows_kernel(T* out, const T* bi
     out[i] = bias[i % N];
 }
 
+// out[i] += x[i] (n elements), summed in acc_t: a bias gradient cuBLASLt wrote into x, added.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) add_into_kernel(T* out, const T* x, int64_t n) {
+  using acc_t = acc_type_t<T>;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x)
+    out[i] = static_cast<T>(static_cast<acc_t>(out[i]) + static_cast<acc_t>(x[i]));
+}
+
 // ---- cuBLAS ----------------------------------------------------------------------------------
 
 void check_cublas(cublasStatus_t status, const char* what) {
@@ -121,6 +136,7 @@ template <typename T>
 cudaDataType cuda_type() {
   if constexpr (std::is_same_v<T, bf16>) return CUDA_R_16BF;
   else if constexpr (std::is_same_v<T, f16>) return CUDA_R_16F;
+  else if constexpr (std::is_same_v<T, double>) return CUDA_R_64F;
   else return CUDA_R_32F;
 }
 
@@ -208,6 +224,123 @@ void matmul_cublas(const Tensor& a, const Tensor& b, const Tensor& out, const Te
   }
 }
 
+// ---- cuBLASLt -------------------------------------------------------------------------------------
+
+// The cuBLASLt handle of the current device, created on first use, never destroyed (as handle()).
+cublasLtHandle_t lt_handle() {
+  static std::mutex mutex;
+  static std::vector<cublasLtHandle_t>* handles = new std::vector<cublasLtHandle_t>;
+  int device = 0;
+  REEL_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mutex);
+  if (handles->size() <= static_cast<size_t>(device)) handles->resize(device + 1, nullptr);
+  cublasLtHandle_t& h = (*handles)[device];
+  if (!h) check_cublas(cublasLtCreate(&h), "cublasLtCreate");
+  return h;
+}
+
+// A cuBLASLt descriptor or layout, destroyed when it goes out of scope (also when a check throws).
+struct LtDesc {
+  cublasLtMatmulDesc_t d = nullptr;
+  ~LtDesc() { if (d) cublasLtMatmulDescDestroy(d); }
+};
+struct LtLayout {
+  cublasLtMatrixLayout_t l = nullptr;
+  ~LtLayout() { if (l) cublasLtMatrixLayoutDestroy(l); }
+};
+
+template <typename V>
+void set_attribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const V& value) {
+  check_cublas(cublasLtMatmulDescSetAttribute(d, attr, &value, sizeof value), "cublasLtMatmulDescSetAttribute");
+}
+
+// out (M, N) = a (M, K) @ b (K, N) (row-major; a and b any layout matmul_operand takes, out
+// contiguous), onto out's values when accumulate, with cuBLASLt epilogue `epilogue`: bias (its
+// vector: N values for BIAS / GELU_AUX_BIAS / DGELU_BGRAD, M... see the callers) and aux ((M, N)
+// contiguous, row stride N) as it reads them. Column-major, as gemm_batched(): C^T (N, M) =
+// op(b) op(a), b the first operand, m = N, n = M, k = K; an operand stored row-major is op N, a
+// transposed view (col_major) op T. So cuBLASLt's "rows of D" are reel's output columns (BIAS, the
+// DGELU bias gradient: one value per column of out) and its B is reel's a (BGRADB: sums over K of
+// a's columns, i.e. of a^T's rows when a is a transposed view).
+template <typename T>
+void lt_gemm(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate, cublasLtEpilogue_t epilogue,
+             void* bias, void* aux) {
+  const MatmulOperand A = matmul_operand(a), B = matmul_operand(b);
+  const int64_t M = out.size(0), N = out.size(1), K = a.size(1);
+  as_int(M, "M"), as_int(N, "N"), as_int(K, "K");
+  constexpr bool f64 = std::is_same_v<T, double>;
+  constexpr bool half = std::is_same_v<T, bf16> || std::is_same_v<T, f16>;
+  const cublasComputeType_t compute =
+      f64 ? CUBLAS_COMPUTE_64F : (!half && allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+  LtDesc desc;
+  check_cublas(cublasLtMatmulDescCreate(&desc.d, compute, f64 ? CUDA_R_64F : CUDA_R_32F), "cublasLtMatmulDescCreate");
+  const int32_t op_first = B.col_major ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = A.col_major ? CUBLAS_OP_T : CUBLAS_OP_N;
+  set_attribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSA, op_first);
+  set_attribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSB, op_second);
+  set_attribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+  if (bias) set_attribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  if (aux) {
+    set_attribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
+    set_attribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t{N});
+  }
+  // The stored matrices, column-major: b (K, N) row-major is (N, K) with ld B.ld, a transposed view
+  // of it (K, N); likewise a; out (N, M), ld N.
+  const cudaDataType t = cuda_type<T>();
+  LtLayout lf, ls, lc;
+  check_cublas(cublasLtMatrixLayoutCreate(&lf.l, t, B.col_major ? K : N, B.col_major ? N : K, B.ld),
+               "cublasLtMatrixLayoutCreate");
+  check_cublas(cublasLtMatrixLayoutCreate(&ls.l, t, A.col_major ? M : K, A.col_major ? K : M, A.ld),
+               "cublasLtMatrixLayoutCreate");
+  check_cublas(cublasLtMatrixLayoutCreate(&lc.l, t, N, M, N), "cublasLtMatrixLayoutCreate");
+  const acc_type_t<T> one = 1, beta = accumulate ? 1 : 0;
+  T* c = out.template data<T>();
+  check_cublas(cublasLtMatmul(lt_handle(), desc.d, &one, B.t.template data<T>(), lf.l, A.t.template data<T>(), ls.l,
+                              &beta, c, lc.l, c, lc.l, nullptr, nullptr, 0, stream()),
+               "cublasLtMatmul");
+}
+
+// out += x: both (n) contiguous.
+template <typename T>
+void add_into(const Tensor& out, const Tensor& x) {
+  const int64_t n = out.numel();
+  launch("add_into_kernel", add_into_kernel<T>, grid_for(n, kThreads), kThreads, 0, out.data<T>(), x.data<T>(), n);
+}
+
+// A bias gradient the epilogue writes: db itself, or, when it accumulates, a temporary that
+// finish_bias_grad() then adds into db.
+Tensor bias_grad_target(const Tensor& db, bool accumulate) {
+  return accumulate ? empty(db.shape(), db.dtype(), db.device()) : db;
+}
+template <typename T>
+void finish_bias_grad(const Tensor& db, const Tensor& target) {
+  if (!target.same(db)) add_into<T>(db, target);
+}
+
+template <typename T>
+void matmul_bgrad_impl(const Tensor& g, const Tensor& x, const Tensor& dw, const Tensor& db, bool accumulate_w,
+                       bool accumulate_b) {
+  // dW (out, in) = g^T (out, N) @ x (N, in): cuBLASLt's B is g^T, read as g, whose column sums
+  // over the N rows BGRADB writes (db: `out` values, one per column of D^T = row of dW).
+  const Tensor target = bias_grad_target(db, accumulate_b);
+  lt_gemm<T>(untracked::transpose(g, 0, 1), x, dw, accumulate_w, CUBLASLT_EPILOGUE_BGRADB, target.data<T>(), nullptr);
+  finish_bias_grad<T>(db, target);
+}
+
+template <typename T>
+void matmul_gelu_impl(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, const Tensor& pre) {
+  lt_gemm<T>(x, untracked::transpose(w, 0, 1), y, false, CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
+             const_cast<T*>(b.data<T>()), pre.data<T>());
+}
+
+template <typename T>
+void matmul_dgelu_impl(const Tensor& g, const Tensor& w, const Tensor& pre, const Tensor& dpre, const Tensor& db,
+                       bool accumulate_b) {
+  const Tensor target = bias_grad_target(db, accumulate_b);
+  const Tensor aux = untracked::contiguous(pre);  // read with row stride `hidden`
+  lt_gemm<T>(g, w, dpre, false, CUBLASLT_EPILOGUE_DGELU_BGRAD, target.data<T>(), const_cast<T*>(aux.data<T>()));
+  finish_bias_grad<T>(db, target);
+}
+
 template <typename T, typename acc_t>
 void matmul_tiled_impl(const Tensor& a, const Tensor& b, const Tensor& out) {
   const int64_t r = out.dim();
@@ -251,6 +384,37 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& b
     return;
   }
   REEL_DISPATCH_FLOATING_AND_16(out.dtype(), "matmul", matmul_cublas<scalar_t>(a, b, out, bias, accumulate))
+}
+
+void matmul_bgrad(const Tensor& g, const Tensor& x, const Tensor& dw, const Tensor& db, bool accumulate_w,
+                  bool accumulate_b) {
+  if (dw.numel() == 0 && db.numel() == 0) return;
+  set_device(dw.device());
+  if (g.size(0) == 0) {  // no rows: both gradients are empty sums, zero
+    if (!accumulate_w) dw.fill_(0.0);
+    if (!accumulate_b) db.fill_(0.0);
+    return;
+  }
+  REEL_DISPATCH_FLOATING_AND_16(dw.dtype(), "matmul_bgrad", matmul_bgrad_impl<scalar_t>(g, x, dw, db, accumulate_w,
+                                                                                        accumulate_b))
+}
+
+void matmul_gelu(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, const Tensor& pre) {
+  if (y.numel() == 0) return;
+  set_device(y.device());
+  REEL_DISPATCH_FLOATING_AND_16(y.dtype(), "matmul_gelu", matmul_gelu_impl<scalar_t>(x, w, b, y, pre))
+}
+
+void matmul_dgelu(const Tensor& g, const Tensor& w, const Tensor& pre, const Tensor& dpre, const Tensor& db,
+                  bool accumulate_b) {
+  if (db.numel() == 0) return;
+  set_device(db.device());
+  if (dpre.numel() == 0) {  // no rows: the sums are empty, zero
+    if (!accumulate_b) db.fill_(0.0);
+    return;
+  }
+  REEL_DISPATCH_FLOATING_AND_16(dpre.dtype(), "matmul_dgelu",
+                                matmul_dgelu_impl<scalar_t>(g, w, pre, dpre, db, accumulate_b))
 }
 
 void matmul_tiled(const Tensor& a, const Tensor& b, const Tensor& out) {

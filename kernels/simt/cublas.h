@@ -1,5 +1,6 @@
-// kernels/simt/cublas.h: the cuBLAS subset the project uses. Under nvcc (or any build without
-// SIMT_EMULATE) this is the real <cublas_v2.h>; in the emulated build it declares the same API,
+// kernels/simt/cublas.h: the cuBLAS and cuBLASLt subset the project uses. Under nvcc (or any build
+// without SIMT_EMULATE) this is the real <cublas_v2.h> and <cublasLt.h>; in the emulated build it
+// declares the same API,
 // implemented on the host with Eigen in cublas_emu.cpp, including the mixed-precision GemmEx calls
 // (16-bit inputs and outputs, f32 compute, TF32) with cuBLAS's rounding. Same contract as cuBLAS: column-major
 // matrices, op flags, leading dimensions, strides, alpha/beta read through pointers (host or
@@ -8,8 +9,11 @@
 #pragma once
 
 #if !defined(SIMT_EMULATE)
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #else
+#include <cstddef>
+#include <cstdint>
 
 typedef struct CUstream_st* cudaStream_t;  // the same declaration as in simt.h
 typedef struct cublasContext* cublasHandle_t;
@@ -110,5 +114,68 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
                                           long long int strideB, const void* beta, void* C, cudaDataType Ctype,
                                           int ldc, long long int strideC, int batchCount,
                                           cublasComputeType_t computeType, cublasGemmAlgo_t algo);
+
+// ---- cuBLASLt: one GEMM with a fused epilogue ---------------------------------------------------
+// cublasLtMatmul: D = epilogue(alpha * op(A) op(B) + beta * C), op(A) m x k, op(B) k x n, C and D
+// m x n, every matrix column-major as its layout (cublasLtMatrixLayoutCreate: type, rows, cols, ld
+// of the matrix as stored, before op) says; C may be D (in place, beta = 1 accumulates). The
+// epilogues emulated, with cuBLASLt's semantics (the bias and aux pointers and the aux leading
+// dimension set on the descriptor):
+//   DEFAULT        nothing more.
+//   BIAS           + bias[i] on every row i of D (bias: m values, D's type).
+//   GELU_AUX_BIAS  pre = ... + bias[i]; aux (m x n, ld EPILOGUE_AUX_LD, D's type) = pre;
+//                  D = gelu(pre), the tanh approximation, computed on the f32 (f64) pre.
+//   DGELU_BGRAD    D = (alpha op(A) op(B) + beta C) * gelu'(aux): aux is the pre-activation a
+//                  GELU_AUX epilogue saved; bias[i] = sum over the n columns of D's row i (the
+//                  bias gradient of that GELU's bias), summed in the compute type, rounded once.
+//   BGRADA         bias[i] = sum over k of op(A)[i, :] (m values), written, the GEMM unchanged.
+//   BGRADB         bias[j] = sum over k of op(B)[:, j] (n values), written, the GEMM unchanged.
+// A bias gradient is written, never accumulated (beta applies to C alone). Compute types as
+// GemmEx's (32F with 16-bit or f32 data, FAST_TF32, 64F); the scale type is the compute's (f32 or
+// f64). algo: null (cuBLASLt's heuristic: one algorithm here). The workspace may be null (0 bytes).
+// Batched layouts (CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT) are not emulated: one matrix per call.
+typedef struct cublasLtContext* cublasLtHandle_t;
+typedef struct cublasLtMatmulDescOpaque_st* cublasLtMatmulDesc_t;
+typedef struct cublasLtMatrixLayoutOpaque_st* cublasLtMatrixLayout_t;
+typedef struct cublasLtMatmulAlgo_st {
+  uint64_t data[8];
+} cublasLtMatmulAlgo_t;
+
+// cublasLt.h's values.
+typedef enum {
+  CUBLASLT_EPILOGUE_DEFAULT = 1,
+  CUBLASLT_EPILOGUE_BIAS = 4,
+  CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164,
+  CUBLASLT_EPILOGUE_DGELU_BGRAD = 208,
+  CUBLASLT_EPILOGUE_BGRADA = 256,
+  CUBLASLT_EPILOGUE_BGRADB = 512
+} cublasLtEpilogue_t;
+
+typedef enum {
+  CUBLASLT_MATMUL_DESC_COMPUTE_TYPE = 0,
+  CUBLASLT_MATMUL_DESC_SCALE_TYPE = 1,
+  CUBLASLT_MATMUL_DESC_TRANSA = 3,                // int32_t (cublasOperation_t)
+  CUBLASLT_MATMUL_DESC_TRANSB = 4,                // int32_t (cublasOperation_t)
+  CUBLASLT_MATMUL_DESC_EPILOGUE = 7,              // uint32_t (cublasLtEpilogue_t)
+  CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,          // void*
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,  // void*
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12       // int64_t
+} cublasLtMatmulDescAttributes_t;
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* lightHandle);
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t lightHandle);
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* matmulDesc, cublasComputeType_t computeType,
+                                        cudaDataType_t scaleType);
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t matmulDesc);
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc, cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, size_t sizeInBytes);
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* matLayout, cudaDataType type, uint64_t rows,
+                                          uint64_t cols, int64_t ld);
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t matLayout);
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void* alpha,
+                              const void* A, cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc,
+                              const void* beta, const void* C, cublasLtMatrixLayout_t Cdesc, void* D,
+                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t* algo, void* workspace,
+                              size_t workspaceSizeInBytes, cudaStream_t stream);
 
 #endif  // SIMT_EMULATE

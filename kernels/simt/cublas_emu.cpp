@@ -6,6 +6,9 @@
 // f32 and rounds the result once to C's type (to nearest even), with reel's conversions
 // (core/half.h: the one source of the 16-bit bit code, which tests/test_half.cpp checks against an
 // independent ldexp reference).
+// cuBLASLt's cublasLtMatmul (cublas.h lists the epilogues emulated: bias, GELU with its aux output,
+// the GELU gradient with the bias gradient, the bias gradients of A or B) runs the same f32 (f64)
+// product and applies the epilogue to each f32 (f64) element before the one rounding to D's type.
 // Under simt::DryRun (reel's meta device) each call checks its arguments as ever and computes nothing.
 #include <Eigen/Dense>
 
@@ -179,7 +182,237 @@ cublasStatus_t gemm_ex_f32(cublasHandle_t handle, cublasOperation_t transa, cubl
   return CUBLAS_STATUS_SUCCESS;
 }
 
+// ---- cuBLASLt --------------------------------------------------------------------------------------
+
+// cuBLASLt's GELU (the tanh approximation) and its derivative, in the compute type.
+constexpr double kGeluK = 0.7978845608028654, kGeluC = 0.044715;  // sqrt(2 / pi), the cubic's factor
+template <class A>
+A gelu(A x) {
+  return A(0.5) * x * (A(1) + std::tanh(A(kGeluK) * (x + A(kGeluC) * x * x * x)));
+}
+template <class A>
+A gelu_derivative(A x) {
+  const A x2 = x * x, t = std::tanh((x + x2 * x * A(kGeluC)) * A(kGeluK));
+  return (t + A(1)) * A(0.5) + x * (A(1) - t * t) * (x2 * A(3 * kGeluC * kGeluK) + A(kGeluK)) * A(0.5);
+}
+
+template <class A>
+A load_as(const void* p, cudaDataType t, long long i, bool tf32) {
+  if (t == CUDA_R_64F) return static_cast<A>(static_cast<const double*>(p)[i]);
+  return static_cast<A>(load(p, t, i, tf32));
+}
+template <class A>
+void store_as(void* p, cudaDataType t, long long i, A v) {
+  if (t == CUDA_R_64F) static_cast<double*>(p)[i] = static_cast<double>(v);
+  else store(p, t, i, static_cast<float>(v));
+}
+
+// op(X) of a stored column-major matrix (ld) as a dense (op_rows, op_cols) matrix in A.
+template <class A>
+Matrix<A> lt_op_matrix(const void* x, cudaDataType t, int64_t ld, bool trans, int op_rows, int op_cols, bool tf32) {
+  Matrix<A> m(op_rows, op_cols);
+  for (int j = 0; j < op_cols; ++j)
+    for (int i = 0; i < op_rows; ++i)
+      m(i, j) = load_as<A>(x, t, trans ? static_cast<long long>(i) * ld + j : static_cast<long long>(j) * ld + i, tf32);
+  return m;
+}
+
 }  // namespace
+
+struct cublasLtContext {};
+struct cublasLtMatmulDescOpaque_st {
+  cublasComputeType_t compute;
+  cudaDataType scale;
+  cublasOperation_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  void* bias = nullptr;
+  void* aux = nullptr;
+  int64_t aux_ld = 0;
+};
+struct cublasLtMatrixLayoutOpaque_st {
+  cudaDataType type;
+  uint64_t rows, cols;
+  int64_t ld;
+};
+
+namespace {
+
+// The product and its epilogue in the compute type A (float or double); the arguments are checked.
+template <class A>
+void lt_matmul(const cublasLtMatmulDescOpaque_st& d, A alpha, const void* a, const cublasLtMatrixLayoutOpaque_st& al,
+               const void* b, const cublasLtMatrixLayoutOpaque_st& bl, A beta, const void* c,
+               const cublasLtMatrixLayoutOpaque_st& cl, void* out, const cublasLtMatrixLayoutOpaque_st& dl, int k,
+               bool tf32) {
+  const int m = static_cast<int>(dl.rows), n = static_cast<int>(dl.cols);
+  const bool ta = d.transa != CUBLAS_OP_N, tb = d.transb != CUBLAS_OP_N;
+  Matrix<A> r = Matrix<A>::Zero(m, n);
+  if (alpha != A(0) && k > 0)
+    r.noalias() = lt_op_matrix<A>(a, al.type, al.ld, ta, m, k, tf32) * lt_op_matrix<A>(b, bl.type, bl.ld, tb, k, n, tf32);
+  const cudaDataType dt = dl.type;
+  // The bias gradients of the inputs: sums over k of the operands as given (not TF32-rounded).
+  if (d.epilogue == CUBLASLT_EPILOGUE_BGRADA || d.epilogue == CUBLASLT_EPILOGUE_BGRADB) {
+    const bool of_a = d.epilogue == CUBLASLT_EPILOGUE_BGRADA;
+    const Matrix<A> x = of_a ? lt_op_matrix<A>(a, al.type, al.ld, ta, m, k, false)
+                             : Matrix<A>(lt_op_matrix<A>(b, bl.type, bl.ld, tb, k, n, false).transpose());
+    for (int i = 0; i < x.rows(); ++i) {  // x: (m, k) or (n, k); row i's sum, k ascending
+      A sum = 0;
+      for (int kk = 0; kk < k; ++kk) sum += x(i, kk);
+      store_as<A>(d.bias, dt, i, sum);
+    }
+  }
+  for (int i = 0; i < m; ++i) {
+    A row_sum = 0;  // DGELU_BGRAD: row i of D summed over its columns
+    for (int j = 0; j < n; ++j) {
+      const long long at_d = static_cast<long long>(j) * dl.ld + i;
+      A v = alpha * r(i, j);
+      if (beta != A(0)) v += beta * load_as<A>(c, cl.type, static_cast<long long>(j) * cl.ld + i, false);
+      switch (d.epilogue) {
+        case CUBLASLT_EPILOGUE_BIAS: v += load_as<A>(d.bias, dt, i, false); break;
+        case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+          v += load_as<A>(d.bias, dt, i, false);
+          store_as<A>(d.aux, dt, static_cast<long long>(j) * d.aux_ld + i, v);
+          v = gelu(v);
+          break;
+        case CUBLASLT_EPILOGUE_DGELU_BGRAD:
+          v *= gelu_derivative(load_as<A>(d.aux, dt, static_cast<long long>(j) * d.aux_ld + i, false));
+          row_sum += v;
+          break;
+        default: break;
+      }
+      store_as<A>(out, dt, at_d, v);
+    }
+    if (d.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD) store_as<A>(d.bias, dt, i, row_sum);
+  }
+}
+
+}  // namespace
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* lightHandle) {
+  if (!lightHandle) return CUBLAS_STATUS_INVALID_VALUE;
+  *lightHandle = new cublasLtContext;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t lightHandle) {
+  if (!lightHandle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  delete lightHandle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* matmulDesc, cublasComputeType_t computeType,
+                                        cudaDataType_t scaleType) {
+  if (!matmulDesc) return CUBLAS_STATUS_INVALID_VALUE;
+  *matmulDesc = new cublasLtMatmulDescOpaque_st{computeType, scaleType};
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t matmulDesc) {
+  delete matmulDesc;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, size_t size) {
+  if (!d || !buf) return CUBLAS_STATUS_INVALID_VALUE;
+  const auto take = [&](auto& field) {
+    if (size != sizeof field) return CUBLAS_STATUS_INVALID_VALUE;
+    std::memcpy(&field, buf, size);
+    return CUBLAS_STATUS_SUCCESS;
+  };
+  switch (attr) {
+    case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE: {
+      int32_t v;
+      if (take(v) != CUBLAS_STATUS_SUCCESS) return CUBLAS_STATUS_INVALID_VALUE;
+      d->compute = static_cast<cublasComputeType_t>(v);
+      return CUBLAS_STATUS_SUCCESS;
+    }
+    case CUBLASLT_MATMUL_DESC_SCALE_TYPE:
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+    case CUBLASLT_MATMUL_DESC_TRANSB: {
+      int32_t v;
+      if (take(v) != CUBLAS_STATUS_SUCCESS) return CUBLAS_STATUS_INVALID_VALUE;
+      if (attr == CUBLASLT_MATMUL_DESC_SCALE_TYPE) {
+        d->scale = static_cast<cudaDataType>(v);
+        return CUBLAS_STATUS_SUCCESS;
+      }
+      const auto op = static_cast<cublasOperation_t>(v);
+      if (!valid_op(op)) return CUBLAS_STATUS_INVALID_VALUE;
+      (attr == CUBLASLT_MATMUL_DESC_TRANSA ? d->transa : d->transb) = op;
+      return CUBLAS_STATUS_SUCCESS;
+    }
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: {
+      uint32_t v;
+      if (take(v) != CUBLAS_STATUS_SUCCESS) return CUBLAS_STATUS_INVALID_VALUE;
+      switch (v) {
+        case CUBLASLT_EPILOGUE_DEFAULT: case CUBLASLT_EPILOGUE_BIAS: case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+        case CUBLASLT_EPILOGUE_DGELU_BGRAD: case CUBLASLT_EPILOGUE_BGRADA: case CUBLASLT_EPILOGUE_BGRADB:
+          d->epilogue = static_cast<cublasLtEpilogue_t>(v);
+          return CUBLAS_STATUS_SUCCESS;
+        default: return CUBLAS_STATUS_NOT_SUPPORTED;  // an epilogue this emulation lacks
+      }
+    }
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return take(d->bias);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return take(d->aux);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return take(d->aux_ld);
+  }
+  return CUBLAS_STATUS_INVALID_VALUE;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* matLayout, cudaDataType type, uint64_t rows,
+                                          uint64_t cols, int64_t ld) {
+  if (!matLayout || rows > INT32_MAX || cols > INT32_MAX || ld < std::max<int64_t>(1, static_cast<int64_t>(rows)))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  *matLayout = new cublasLtMatrixLayoutOpaque_st{type, rows, cols, ld};
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t matLayout) {
+  delete matLayout;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void* alpha,
+                              const void* A, cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc,
+                              const void* beta, const void* C, cublasLtMatrixLayout_t Cdesc, void* D,
+                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t* algo, void* workspace,
+                              size_t workspaceSizeInBytes, cudaStream_t stream) {
+  (void)algo, (void)workspace, (void)workspaceSizeInBytes;  // one algorithm, no workspace needed here
+  if (!lightHandle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (!computeDesc || !Adesc || !Bdesc || !Cdesc || !Ddesc) return CUBLAS_STATUS_INVALID_VALUE;
+  const cublasLtMatmulDescOpaque_st& d = *computeDesc;
+  const cublasLtMatrixLayoutOpaque_st &al = *Adesc, &bl = *Bdesc, &cl = *Cdesc, &dl = *Ddesc;
+  // Types: as GemmEx's (C and D alike).
+  const bool f64 = d.compute == CUBLAS_COMPUTE_64F;
+  if (f64) {
+    if (al.type != CUDA_R_64F || bl.type != CUDA_R_64F || cl.type != CUDA_R_64F || dl.type != CUDA_R_64F ||
+        d.scale != CUDA_R_64F)
+      return CUBLAS_STATUS_NOT_SUPPORTED;
+  } else {
+    if (d.compute != CUBLAS_COMPUTE_32F && d.compute != CUBLAS_COMPUTE_32F_PEDANTIC &&
+        d.compute != CUBLAS_COMPUTE_32F_FAST_TF32)
+      return CUBLAS_STATUS_NOT_SUPPORTED;
+    const bool half_in = al.type == bl.type && (al.type == CUDA_R_16BF || al.type == CUDA_R_16F) &&
+                         (dl.type == al.type || dl.type == CUDA_R_32F);
+    const bool f32_in = al.type == CUDA_R_32F && bl.type == CUDA_R_32F && dl.type == CUDA_R_32F;
+    if ((!half_in && !f32_in) || cl.type != dl.type || d.scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  // Shapes: op(A) m x k, op(B) k x n, C and D m x n.
+  const bool ta = d.transa != CUBLAS_OP_N, tb = d.transb != CUBLAS_OP_N;
+  const uint64_t m = dl.rows, n = dl.cols, k = ta ? al.rows : al.cols;
+  if ((ta ? al.cols : al.rows) != m || (tb ? bl.rows : bl.cols) != n || (tb ? bl.cols : bl.rows) != k ||
+      cl.rows != m || cl.cols != n)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  const bool needs_aux = d.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || d.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+  if ((d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && !d.bias) ||
+      (needs_aux && (!d.aux || d.aux_ld < std::max<int64_t>(1, static_cast<int64_t>(m)))))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  simt::detail::before_host_work(stream);
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
+  if (simt::dry_run()) return CUBLAS_STATUS_SUCCESS;  // checked; computes nothing
+  const bool tf32 = d.compute == CUBLAS_COMPUTE_32F_FAST_TF32 && al.type == CUDA_R_32F;
+  if (f64)
+    lt_matmul<double>(d, *static_cast<const double*>(alpha), A, al, B, bl, *static_cast<const double*>(beta), C, cl,
+                      D, dl, static_cast<int>(k), false);
+  else
+    lt_matmul<float>(d, *static_cast<const float*>(alpha), A, al, B, bl, *static_cast<const float*>(beta), C, cl, D,
+                     dl, static_cast<int>(k), tf32);
+  return CUBLAS_STATUS_SUCCESS;
+}
 
 const char* cublasGetStatusName(cublasStatus_t status) {
   switch (status) {

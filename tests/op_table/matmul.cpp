@@ -2,8 +2,12 @@
 // transposes (flags and views), 1-D operands, batched and broadcast batches, strided operands and
 // sizes the CPU cuts into uneven blocks, against an f64 loop; the tiled teaching SGEMM on cuda.
 // Tape rows: matmul in every layout, linear with and without bias and with frozen inputs.
+// linear's fused GEMMs (kernels::linear_grad_into_, linear_gelu, linear_dgelu: cuBLASLt epilogues on
+// cuda) against f64 loops, written and accumulated; the tape op linear_gelu_linear against linear,
+// gelu, linear.
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -190,7 +194,141 @@ std::vector<OpCase> matmul_cases() {
   return cases;
 }
 
+// ==== linear's fused GEMMs ===========================================================================
+
+double gelu_ref(double x) { return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+double gelu_grad_ref(double x) {  // d/dx of gelu_ref
+  const double k = 0.7978845608028654, c = 0.044715, t = std::tanh(k * (x + c * x * x * x));
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * c * x * x);
+}
+
+// Tolerances of a fused GEMM's outputs: f32 and f64 as matmul's (f32_atol for a K-term f32 sum);
+// bf16 / f16 a relative 2^-7 / 2^-10 plus f32_atol scaled by `scale16`: two roundings where the cpu
+// rounds the GEMM's output before the epilogue's GELU (the cuda epilogue computes on the f32 value),
+// and sums over the rows of rounded values.
+Tols fused_tols(double f32_atol, double scale16, bool device) {
+  Tols t = tols(Tol{1e-4, f32_atol}, device ? Tol{1e-11, 1e-11} : Tol{1e-12, 1e-12});
+  const double k = device ? 2 : 1;
+  t.by_dtype.push_back({DType::bf16, Tol{k * 0x1p-7, k * scale16 * 0x1p-8}});
+  t.by_dtype.push_back({DType::f16, Tol{k * 0x1p-10, k * scale16 * 0x1p-11}});
+  return t;
+}
+
+std::vector<OpCase> linear_fused_cases() {
+  std::vector<OpCase> cases;
+  const auto t_view = [](const Tensor& x) { return x.t().contiguous().t(); };  // the same values, column-major
+  // dW = G^T X and db = 1^T G in one kernel, written or added onto dw0 / db0.
+  for (auto [N, out, in] : std::vector<std::array<int64_t, 3>>{{5, 3, 4}, {64, 33, 17}, {1030, 96, 40}, {1, 7, 2}})
+    for (bool acc_w : {false, true})
+      for (bool acc_b : {false, true})
+        for (bool views : {false, true}) {
+          if (views && (acc_w || acc_b)) continue;
+          const double f32_atol = std::max(1e-4, 4 * 6e-8 * static_cast<double>(N));
+          const std::string name = std::string("linear_grad_into_ ") + (views ? "transposed g and x " : "") +
+                                   (acc_w ? "dw += " : "dw = ") + (acc_b ? "db += " : "db = ") + "g " +
+                                   shape_str({N, out}) + ", x " + shape_str({N, in});
+          cases.push_back(
+              OpCase(name,
+                     [N = N, out = out, in = in](Generator& g) {
+                       return Tensors{normal_f64(g, {N, out}), normal_f64(g, {N, in}), normal_f64(g, {out, in}),
+                                      normal_f64(g, {out})};
+                     },
+                     [=](const Tensors& x, Device) {
+                       const Tensor dw = x[2].clone(), db = x[3].clone();
+                       kernels::linear_grad_into_(dw, db, views ? t_view(x[0]) : x[0], views ? t_view(x[1]) : x[1],
+                                                  acc_w, acc_b);
+                       return Tensors{dw, db};
+                     },
+                     {fused_tols(f32_atol, 4 * std::sqrt(static_cast<double>(N)), true)})
+                  .with_reference(
+                      [=, N = N, out = out, in = in](const Tensors& x) {
+                        const std::vector<double> g = values(x[0]), xv = values(x[1]), dw0 = values(x[2]),
+                                                  db0 = values(x[3]);
+                        std::vector<double> dw(static_cast<size_t>(out * in)), db(static_cast<size_t>(out));
+                        for (int64_t o = 0; o < out; ++o) {
+                          double s = acc_b ? db0[o] : 0;
+                          for (int64_t n = 0; n < N; ++n) s += g[n * out + o];
+                          db[o] = s;
+                          for (int64_t i = 0; i < in; ++i) {
+                            double w = acc_w ? dw0[o * in + i] : 0;
+                            for (int64_t n = 0; n < N; ++n) w += g[n * out + o] * xv[n * in + i];
+                            dw[o * in + i] = w;
+                          }
+                        }
+                        return Values{dw, db};
+                      },
+                      {fused_tols(f32_atol, 4 * std::sqrt(static_cast<double>(N)), false)}));
+        }
+  // y = gelu(x w^T + b) and pre = x w^T + b.
+  for (auto [N, in, out] : std::vector<std::array<int64_t, 3>>{{5, 4, 3}, {64, 33, 17}, {130, 96, 384}})
+    for (bool views : {false, true}) {
+      const double f32_atol = std::max(1e-4, 4 * 6e-8 * static_cast<double>(in));
+      cases.push_back(
+          OpCase(std::string("linear_gelu ") + (views ? "transposed x " : "") + "x " + shape_str({N, in}) + ", w " +
+                     shape_str({out, in}),
+                 [N = N, in = in, out = out](Generator& g) {
+                   return Tensors{normal_f64(g, {N, in}), normal_f64(g, {out, in}), normal_f64(g, {out})};
+                 },
+                 [views, t_view](const Tensors& x, Device) {
+                   const kernels::LinearGelu r = kernels::linear_gelu(views ? t_view(x[0]) : x[0], x[1], x[2]);
+                   return Tensors{r.y, r.pre};
+                 },
+                 {fused_tols(f32_atol, 4 * std::sqrt(static_cast<double>(in)), true)})
+              .with_reference(
+                  [N = N, in = in, out = out](const Tensors& x) {
+                    const std::vector<double> pre_mm = ref_matmul(values(x[0]), values(x[1].t()), N, in, out);
+                    const std::vector<double> b = values(x[2]);
+                    std::vector<double> y(pre_mm.size()), pre(pre_mm.size());
+                    for (size_t i = 0; i < pre.size(); ++i) {
+                      pre[i] = pre_mm[i] + b[i % static_cast<size_t>(out)];
+                      y[i] = gelu_ref(pre[i]);
+                    }
+                    return Values{y, pre};
+                  },
+                  {fused_tols(f32_atol, 4 * std::sqrt(static_cast<double>(in)), false)}));
+    }
+  // dpre = (g w) * gelu'(pre) and db = 1^T dpre, written or added onto db0.
+  for (auto [N, out, hidden] : std::vector<std::array<int64_t, 3>>{{5, 3, 4}, {64, 17, 33}, {130, 96, 384}})
+    for (bool acc_b : {false, true}) {
+      // dpre: an out-term sum times gelu'; db: N of those summed (the 16-bit error a random walk).
+      const double f32_atol = std::max(1e-4, 4 * 6e-8 * static_cast<double>(out));
+      const double db_atol = std::max(1e-4, 4 * 6e-8 * static_cast<double>(out) * static_cast<double>(N));
+      const double scale16 = 4 * std::sqrt(static_cast<double>(out));
+      const double db_scale16 = scale16 * std::sqrt(static_cast<double>(N));
+      cases.push_back(
+          OpCase(std::string("linear_dgelu ") + (acc_b ? "db += " : "db = ") + "g " + shape_str({N, out}) + ", w " +
+                     shape_str({out, hidden}),
+                 [N = N, out = out, hidden = hidden](Generator& g) {
+                   return Tensors{normal_f64(g, {N, out}), normal_f64(g, {out, hidden}), normal_f64(g, {N, hidden}),
+                                  normal_f64(g, {hidden})};
+                 },
+                 [acc_b](const Tensors& x, Device) {
+                   const Tensor db = x[3].clone();
+                   const Tensor dpre = kernels::linear_dgelu(x[0], x[1], x[2], db, acc_b);
+                   return Tensors{dpre, db};
+                 },
+                 {fused_tols(f32_atol, scale16, true), fused_tols(db_atol, db_scale16, true)})
+              .with_reference(
+                  [=, N = N, out = out, hidden = hidden](const Tensors& x) {
+                    const std::vector<double> dy = ref_matmul(values(x[0]), values(x[1]), N, out, hidden);
+                    const std::vector<double> pre = values(x[2]), db0 = values(x[3]);
+                    std::vector<double> dpre(dy.size()), db(static_cast<size_t>(hidden));
+                    for (int64_t j = 0; j < hidden; ++j) db[j] = acc_b ? db0[j] : 0;
+                    for (int64_t n = 0; n < N; ++n)
+                      for (int64_t j = 0; j < hidden; ++j) {
+                        const size_t i = static_cast<size_t>(n * hidden + j);
+                        dpre[i] = dy[i] * gelu_grad_ref(pre[i]);
+                        db[j] += dpre[i];
+                      }
+                    return Values{dpre, db};
+                  },
+                  {fused_tols(f32_atol, scale16, false), fused_tols(db_atol, db_scale16, false)}));
+    }
+  return cases;
+}
+
 std::vector<OpCase> matmul_tape_cases() {
+  const TapeFn mlp = [](const Tensors& x) { return linear_gelu_linear(x[0], x[1], x[2], x[3], x[4]); };
   auto mm = [](bool ta, bool tb) {
     return [ta, tb](const Tensor& a, const Tensor& b) { return matmul(a, b, ta, tb); };
   };
@@ -224,12 +362,29 @@ std::vector<OpCase> matmul_tape_cases() {
       tape_ternary("linear, only x needs grad",
                    [](const Tensor& x, const Tensor& w, const Tensor& b) { return linear(x, w, b); }, {5, 4}, {3, 4}, {3},
                    {true, false, false}),
+      // The MLP as one op, against linear, gelu, linear composed.
+      with_composed(tape_row("linear_gelu_linear", {{5, 4}, {6, 4}, {6}, {3, 6}, {3}}, mlp),
+                    [](const Tensors& x) { return linear(gelu(linear(x[0], x[1], x[2])), x[3], x[4]); }),
+      with_composed(tape_row("linear_gelu_linear batched", {{2, 3, 4}, {8, 4}, {8}, {5, 8}, {5}}, mlp),
+                    [](const Tensors& x) { return linear(gelu(linear(x[0], x[1], x[2])), x[3], x[4]); }),
+      tape_row("linear_gelu_linear, only the weights and biases need grad", {{5, 4}, {6, 4}, {6}, {3, 6}, {3}}, mlp,
+               Domain::Any, {false, true, true, true, true}),
+      tape_row("linear_gelu_linear, W2 and b1 frozen", {{5, 4}, {6, 4}, {6}, {3, 6}, {3}}, mlp, Domain::Any,
+               {true, true, false, false, true}),
+      tape_row("linear_gelu_linear, only x needs grad", {{5, 4}, {6, 4}, {6}, {3, 6}, {3}}, mlp, Domain::Any,
+               {true, false, false, false, false}),
+      tape_row("linear_gelu_linear, only the proj needs grad", {{5, 4}, {6, 4}, {6}, {3, 6}, {3}}, mlp, Domain::Any,
+               {false, false, false, true, true}),
   };
 }
 
 TEST_CASE("matmul: transposes, 1-D, batched, broadcast batch, strided; the tiled SGEMM on cuda") {
   run_cases(matmul_cases(), kDTypes);
-}TEST_CASE("matmul and linear tape ops: layouts, batches, bias, frozen inputs") {
+}TEST_CASE("linear's fused GEMMs: dW with db, GELU with its pre-activation, dGELU with db; written and added") {
+  run_cases(linear_fused_cases(), kDTypes);
+}
+
+TEST_CASE("matmul and linear tape ops: layouts, batches, bias, frozen inputs") {
   run_cases(matmul_tape_cases(), kDTypes);
 }
 }  // namespace
