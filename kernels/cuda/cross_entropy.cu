@@ -27,8 +27,10 @@
 // order of kLossLanes (kernels/cross_entropy.h), the CPU's, so both give the same bits.
 //
 // Targets: the kernels check each target they read; an out-of-range one (not ignore_index) is
-// never used as an index: the kernel reports its row through the device error buffer and writes
-// NaN (loss) or zeros (dlogits) for it, and the launcher throws IndexOutOfRange.
+// never used as an index: the kernel records its row in the launch's slot of the device's error
+// slots and writes NaN (loss) or zeros (dlogits) for it; the host raises it at its next read of the
+// device (deferred: kernels/cuda/index_errors.h). check_indices (the synchronous check, for a
+// caller that needs the count on the host) reads its own result back at once.
 #include <algorithm>
 #include <cmath>
 
@@ -55,7 +57,7 @@ __global__ void __launch_bounds__(kThreads) check_indices_kernel(const I* idx, i
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x) {
     const int64_t v = static_cast<int64_t>(idx[i]);
     if (has_ignore && v == ignore) continue;
-    if (v < 0 || v >= limit) report_bad_index(error, i);
+    if (v < 0 || v >= limit) report_bad_position(error, i);
     else ++c;
   }
   c = warp_sum(c);
@@ -118,7 +120,7 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_forward_kernel(cons
     const acc_t log_s = log(ms.s);
     if (threadIdx.x == 0) {
       lse[row] = ms.m + log_s;
-      if (!valid) report_bad_index(error, row);
+      if (!valid) report_bad_index(error, row, t);
       losses[row] = !valid    ? static_cast<acc_t>(NAN)
                     : ignored ? acc_t(0)
                               : (ms.m - static_cast<acc_t>(xr[t])) + log_s;
@@ -145,7 +147,7 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_backward_kernel(con
   for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {
     const int64_t t = static_cast<int64_t>(targets[row]);
     const bool ignored = t == ignore_index, valid = ignored || (t >= 0 && t < V);
-    if (!valid && threadIdx.x == 0) report_bad_index(error, row);
+    if (!valid && threadIdx.x == 0) report_bad_index(error, row, t);
     // g rounded to T first, as the gradient tensor it stands for would be.
     const acc_t g = static_cast<T>(static_cast<double>(dloss[per_row ? row : 0]) * scale);
     const acc_t l = lse[row];

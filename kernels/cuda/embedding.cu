@@ -24,8 +24,8 @@
 // f16) into an f32 (V, C) buffer copied into dtable after, each sum rounded once.
 //
 // Ids: the kernels check each id they read; an out-of-range one is never used as an index
-// (forward writes zeros, backward skips it), its position goes to the device error buffer, and
-// the launcher throws IndexOutOfRange after the launch.
+// (forward writes zeros, backward skips it), its position goes to the launch's slot of the
+// device's error slots, raised at the host's next read of the device (kernels/cuda/index_errors.h).
 #include <algorithm>
 #include <optional>
 #include <type_traits>
@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kThreads) embedding_forward_kernel(const I* id
     const int64_t n = i / C, c = i - n * C;
     const int64_t id = static_cast<int64_t>(ids[n]);
     if (id < 0 || id >= V) {
-      if (c == 0) report_bad_index(error, n);
+      if (c == 0) report_bad_index(error, n, id);
       out[i] = T(0);
     } else {
       out[i] = table[id * C + c];
@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kScanThreads) embedding_backward_kernel(const 
     const int64_t n = n0 + tid;
     const int64_t id = n < N ? static_cast<int64_t>(ids[n]) : -1;
     if (n < N && (id < 0 || id >= V) && blockIdx.x == 0 && error != nullptr)
-      report_bad_index(error, n);  // block 0 sees every id
+      report_bad_index(error, n, id);  // block 0 sees every id
     const bool mine = n < N && id >= v0 && id < v1;
     // Ordered compaction: a thread's slot is the number of owned positions before it in the tile.
     const unsigned ballot = __ballot_sync(kFullMask, mine);
