@@ -1,10 +1,10 @@
 // Entry points of the cross_entropy family (kernels/cross_entropy.h): checks (targets in range:
-// kernels/index_check.h), the Mean divisor, contiguous (N, V) rows, outputs, the backend kernel,
-// and the reduction of the per-row losses; mse_loss's checks, its squares' kernel and their sum.
+// kernels/index_check.h), the Mean divisor counted on the device, contiguous (N, V) rows, outputs,
+// the backend kernel, and the reduction of the per-row losses (a kernel too); mse_loss's checks,
+// its squares' kernel and their sum.
 #include "kernels/cross_entropy.h"
 
 #include <algorithm>
-#include <vector>
 
 #include "kernels/elementwise.h"
 #include "kernels/entry_point.h"
@@ -34,9 +34,9 @@ IndexRange target_range(const char* op, const Tensor& logits, int64_t ignore_ind
   return {op, "target", logits.size(-1), ignore_index, "of the classes"};
 }
 
-// Shared checks of forward and backward; returns the number of non-ignored targets (on every
-// device, before the kernel: the mean divides by it).
-int64_t check_cross_entropy(const char* op, const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+// Shared checks of forward and backward. The targets' range: on the CPU a host loop here; on cuda
+// the kernels check what they read (kernels/index_check.h), so nothing reads the device here.
+void check_cross_entropy(const char* op, const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
   check_same_device(op, {&logits, &targets});
   check_same_floating_dtype(op, {&logits});
   check_index_dtype(op, "targets", targets);
@@ -45,17 +45,35 @@ int64_t check_cross_entropy(const char* op, const Tensor& logits, const Tensor& 
   REEL_CHECK(targets.shape() == rows_of(logits.shape()), op, ": logits ", logits.shape(), " and targets ",
              targets.shape(), " do not match: targets of shape ", rows_of(logits.shape()),
              " expected (one class index per row, classes along the last dim)");
-  return check_range(target_range(op, logits, ignore_index), untracked::contiguous(targets));
+  // The kernels run whenever there are rows (V > 0 was checked).
+  check_range_before(target_range(op, logits, ignore_index), untracked::contiguous(targets), logits.numel() > 0);
+}
+
+// () i64 on the targets' device: how many of the N targets are not ignore_index (a kernel on cuda).
+Tensor count_targets(const Tensor& targets, int64_t N, int64_t ignore_index) {
+  Tensor count = empty({}, DType::i64, targets.device());
+  if (N == 0) {
+    count.fill_(0.0);
+    return count;
+  }
+  // Reads the targets, writes one integer.
+  REEL_DEVICE_DISPATCH(targets.device(), cross_entropy_count, kernel_cost({&targets}, {&count}, N),
+                       contiguous_as(targets, {N}), ignore_index, count);
+  return count;
 }
 }  // namespace
 
 CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& targets, Reduction reduction,
                                           int64_t ignore_index, std::optional<double> grad_scale) {
   const char* op = "cross_entropy_forward";
+  check_cross_entropy(op, logits, targets, ignore_index);
   CrossEntropyForward r;
-  r.count = check_cross_entropy(op, logits, targets, ignore_index);
   const int64_t V = logits.size(-1), N = logits.numel() / V;
   const Shape rows = rows_of(logits.shape());
+  r.count = count_targets(targets, N, ignore_index);
+  // The Mean divides by the count (0 when every row is ignored: loss 0 and gradient 0, see
+  // kernels/cross_entropy.h, never 0/0); the kernels read it where it was counted.
+  const Tensor mean_count = reduction == Reduction::Mean ? r.count : Tensor();
   // The kernels write lse and the per-row losses in the accumulation dtype (f32 for bf16 / f16
   // logits; the logits' dtype otherwise, so nothing changes there); the losses are rounded to the
   // logits' dtype once, after the reduction has read them wide.
@@ -63,9 +81,6 @@ CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& ta
   const Tensor losses = empty(rows, acc, logits.device());
   r.lse = empty(rows, acc, logits.device());
   if (grad_scale) r.dlogits = empty(logits.shape(), logits.dtype(), logits.device());
-  // Mean with every row ignored: loss 0 and gradient 0 (see kernels/cross_entropy.h), never 0/0.
-  const double row_scale =
-      reduction == Reduction::Mean ? (r.count > 0 ? 1.0 / static_cast<double>(r.count) : 0.0) : 1.0;
   if (N > 0)
     run_indexed(target_range(op, logits, ignore_index), targets.shape(), [&] {
       // Per logit: max, exp(x - max), sum (4 FLOPs); with the gradient also softmax - onehot, scaled (2).
@@ -73,17 +88,19 @@ CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& ta
                            kernel_cost({&logits, &targets}, {&r.losses, &r.lse, &r.dlogits}, (grad_scale ? 6 : 4) * N * V),
                            as_rows(logits, N, V), contiguous_as(targets, {N}),
                            ignore_index, untracked::view(losses, {N}), untracked::view(r.lse, {N}),
-                           grad_scale ? as_rows(r.dlogits, N, V) : Tensor(), grad_scale.value_or(0.0) * row_scale);
+                           grad_scale ? as_rows(r.dlogits, N, V) : Tensor(), grad_scale.value_or(0.0), mean_count);
     });
   r.losses = acc == logits.dtype() ? losses : losses.to(logits.dtype());
   if (reduction == Reduction::None) {
     r.loss = r.losses;
+  } else if (N == 0) {
+    r.loss = scalar_tensor(0.0, logits.dtype(), logits.device());
   } else {
-    // N doubles added in row order on the host: deterministic, and cheap next to the N x V pass.
-    const std::vector<double> per_row = losses.to(DType::f64).contiguous().to_vector<double>();
-    double total = 0;
-    for (double l : per_row) total += l;
-    r.loss = scalar_tensor(total * row_scale, logits.dtype(), logits.device());
+    // N values widened and added in f64 in the fixed lane order (kLossLanes): deterministic, and
+    // cheap next to the N x V pass; on cuda one block, so the loss never leaves the device.
+    r.loss = empty({}, logits.dtype(), logits.device());
+    REEL_DEVICE_DISPATCH(logits.device(), cross_entropy_reduce, kernel_cost({&losses}, {&r.loss}, N),
+                         untracked::view(losses, {N}), mean_count, r.loss);
   }
   return r;
 }
@@ -96,7 +113,7 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const T
   REEL_CHECK(lse.dtype() == acc_dtype(logits.dtype()), op, ": lse ", lse.shape(), " is ", lse.dtype(), " for logits ",
              logits.shape(), " of ", logits.dtype(), ": ", acc_dtype(logits.dtype()),
              " expected (the accumulation dtype, as cross_entropy_forward writes it)");
-  const int64_t count = check_cross_entropy(op, logits, targets, ignore_index);
+  check_cross_entropy(op, logits, targets, ignore_index);
   const Shape rows = rows_of(logits.shape());
   REEL_CHECK(lse.shape() == rows, op, ": lse ", lse.shape(), " does not match logits ", logits.shape(), ": ", rows,
              " expected");
@@ -108,16 +125,17 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const T
                "\" must be a single value");
   const int64_t V = logits.size(-1), N = logits.numel() / V;
   Tensor dlogits = empty(logits.shape(), logits.dtype(), logits.device());
-  const double scale = reduction == Reduction::Mean ? (count > 0 ? 1.0 / static_cast<double>(count) : 0.0) : 1.0;
-  if (N > 0)
-    run_indexed(target_range(op, logits, ignore_index), targets.shape(), [&] {
-      // Per logit: exp(x - lse), minus the one-hot, times the row's scale: 3 FLOPs.
-      REEL_DEVICE_DISPATCH(logits.device(), cross_entropy_backward,
-                           kernel_cost({&dloss, &logits, &targets, &lse}, {&dlogits}, 3 * N * V),
-                           contiguous_as(dloss, {dloss.numel()}), scale,
-                           as_rows(logits, N, V), contiguous_as(targets, {N}),
-                           contiguous_as(lse, {N}), ignore_index, as_rows(dlogits, N, V));
-    });
+  if (N == 0) return dlogits;
+  // Mean: 1/count, counted on the device (no host read).
+  const Tensor mean_count = reduction == Reduction::Mean ? count_targets(targets, N, ignore_index) : Tensor();
+  run_indexed(target_range(op, logits, ignore_index), targets.shape(), [&] {
+    // Per logit: exp(x - lse), minus the one-hot, times the row's scale: 3 FLOPs.
+    REEL_DEVICE_DISPATCH(logits.device(), cross_entropy_backward,
+                         kernel_cost({&dloss, &logits, &targets, &lse}, {&dlogits}, 3 * N * V),
+                         contiguous_as(dloss, {dloss.numel()}), mean_count,
+                         as_rows(logits, N, V), contiguous_as(targets, {N}),
+                         contiguous_as(lse, {N}), ignore_index, as_rows(dlogits, N, V));
+  });
   return dlogits;
 }
 

@@ -29,7 +29,8 @@ struct CrossEntropyForward {
   Tensor losses;   // (N...) per-row loss lse - logit[target], 0 for ignored rows
   Tensor lse;      // (N...) log-sum-exp of each row (acc dtype): what backward needs, instead of the softmax
   Tensor dlogits;  // (N..., V) when a fused grad_scale was given, else undefined
-  int64_t count = 0;  // rows whose target is not ignore_index (the Mean divisor)
+  Tensor count;    // () i64 on the logits' device: rows whose target is not ignore_index (the Mean
+                   // divisor); counted there, so that nothing in the forward reads the device
 };
 // logits (N..., V) floating, classes along the LAST dim (llm.c's layout; PyTorch puts them in
 // dim 1); targets (N...) i32 or i64, each in [0, V) or equal to ignore_index.
@@ -42,6 +43,10 @@ struct CrossEntropyForward {
 // where g = grad_scale / count for Mean and grad_scale for Sum and None (for None that is the
 // gradient of the SUM of the per-row losses), i.e. the llm.c fused classifier: backward is free.
 // Out-of-range targets and non-integer targets raise reel::Error (naming the value and row).
+// No host read on any device: the count, the Mean's 1/count and the reduction of the per-row losses
+// are computed where the logits live (on cuda by kernels: no copy to or from the host in the step).
+// The reduction: the per-row losses widened to f64 and added in the fixed order of kLossLanes
+// below, on every device (so cpu and cuda give the same bits for the same per-row losses).
 CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                           Reduction reduction = Reduction::Mean, int64_t ignore_index = -100,
                                           std::optional<double> grad_scale = std::nullopt);
@@ -64,6 +69,15 @@ Tensor mse_loss_forward(const Tensor& input, const Tensor& target, Reduction red
 Tensor mse_loss_backward(const Tensor& dloss, const Tensor& input, const Tensor& target,
                          Reduction reduction = Reduction::Mean);
 
+// The order in which cross_entropy_reduce adds the N per-row losses (f64), the same on every
+// backend: lane t (of kLossLanes) sums rows t, t + kLossLanes, t + 2 kLossLanes, ... in increasing
+// order starting from 0, then lanes are folded pairwise, lane t += lane t + w for w = kLossLanes/2,
+// ..., 1. (On cuda: one block of kLossLanes threads, a shared-memory tree.)
+constexpr int kLossLanes = 256;
+// The Mean's row scale from the count c of non-ignored rows: 1 / c, 0 when c is 0. Evaluated on
+// the device (cuda) and on the host (cpu) in the same double arithmetic.
+#define REEL_MEAN_SCALE(c) ((c) > 0 ? 1.0 / static_cast<double>(c) : 0.0)
+
 }  // namespace reel::kernels
 #endif  // REEL_KERNELS_CROSS_ENTROPY_H
 
@@ -74,14 +88,21 @@ Tensor mse_loss_backward(const Tensor& dloss, const Tensor& input, const Tensor&
 // Inputs arrive validated by the entry points (kernels/cross_entropy.cpp), CONTIGUOUS and viewed as the
 // flat shapes written next to each argument; see kernels/backends.h for the common contract.
 #ifdef REEL_BACKEND_KERNELS
+// targets (N) i32/i64 -> count () i64: how many are not ignore_index. Deterministic (integers).
+void cross_entropy_count(const Tensor& targets, int64_t ignore_index, const Tensor& count);
 // logits (N, V), targets (N) i32/i64 (in [0, V) or ignore_index) -> losses (N), lse (N) (both of
-// the dispatch's acc_t); when
-// dlogits (N, V) is defined also dlogits = (softmax - onehot) * grad_scale per non-ignored row.
+// the dispatch's acc_t); when dlogits (N, V) is defined also dlogits = (softmax - onehot) * g per
+// non-ignored row, g = grad_scale, times REEL_MEAN_SCALE(count) when count (() i64) is defined.
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
-                           const Tensor& losses, const Tensor& lse, const Tensor& dlogits, double grad_scale);
-// dloss (N) or one element (the same for every row), times `scale`, and lse (N) of acc_t -> dlogits (N, V).
-void cross_entropy_backward(const Tensor& dloss, double scale, const Tensor& logits, const Tensor& targets,
+                           const Tensor& losses, const Tensor& lse, const Tensor& dlogits, double grad_scale,
+                           const Tensor& count);
+// dloss (N) or one element (the same for every row), times REEL_MEAN_SCALE(count) when count (()
+// i64) is defined (else 1), and lse (N) of acc_t -> dlogits (N, V).
+void cross_entropy_backward(const Tensor& dloss, const Tensor& count, const Tensor& logits, const Tensor& targets,
                             const Tensor& lse, int64_t ignore_index, const Tensor& dlogits);
+// losses (N) of acc_t -> loss () of the logits' dtype `loss.dtype()`: their f64 sum in the order of
+// kLossLanes, times REEL_MEAN_SCALE(count) when count (() i64) is defined, rounded once.
+void cross_entropy_reduce(const Tensor& losses, const Tensor& count, const Tensor& loss);
 // input, target (N) -> sq (N) of the dispatch's acc_t: (input - target)^2, the difference and its
 // square in acc_t.
 void mse_loss_forward(const Tensor& input, const Tensor& target, const Tensor& sq);

@@ -16,7 +16,10 @@ Tensor embedding_forward(const Tensor& ids, const Tensor& table);
 // dout (N..., C), ids (N...) -> dtable (V, C): row v = sum of dout rows at the positions where
 // ids == v, added in position order. Deterministic: no float atomics, the result is
 // bit-identical for any number of threads (see kernels/cpu/embedding.cpp for the strategy).
-Tensor embedding_backward(const Tensor& dout, const Tensor& ids, int64_t num_embeddings);
+// ids_checked: the caller vouches that every id is in [0, num_embeddings) (the tape's backward,
+// whose forward checked these very ids, unchanged since: saved tensors are version-checked), so
+// the ids are not range-checked again; a direct call leaves it false and gets the check.
+Tensor embedding_backward(const Tensor& dout, const Tensor& ids, int64_t num_embeddings, bool ids_checked = false);
 
 }  // namespace reel::kernels
 #endif  // REEL_KERNELS_EMBEDDING_H
@@ -31,7 +34,10 @@ Tensor embedding_backward(const Tensor& dout, const Tensor& ids, int64_t num_emb
 void embedding_forward(const Tensor& ids,    // (N) i32/i64 in [0, V)
                        const Tensor& table,  // (V, C)
                        const Tensor& out);   // (N, C) out
+// check_ids false: the entry point vouches for the ids (kernels/embedding.h's ids_checked), so
+// cuda reports nothing (a bad id is still never used as an index).
 void embedding_backward(const Tensor& dout,   // (N, C)
                         const Tensor& ids,    // (N)
-                        const Tensor& dtable);// (V, C) out
+                        const Tensor& dtable, // (V, C) out
+                        bool check_ids);
 #endif  // REEL_BACKEND_KERNELS

@@ -1,11 +1,13 @@
 // Range checking of index tensors (kernels/index_check.h): the host loop of the CPU, the CUDA
-// check through cuda::check_indices, and the one message both give.
+// check through cuda::check_indices, the one message both give, the entry point's description of
+// an indexed launch for the deferred CUDA check, and check_device_errors().
 #include "kernels/index_check.h"
 
 #include <optional>
 #include <sstream>
 #include <string>
 
+#include "core/device_backend.h"
 #include "kernels/meta.h"
 
 namespace reel::kernels {
@@ -70,8 +72,21 @@ int64_t check_range(const IndexRange& r, const Tensor& idx) {
   return idx.dtype() == DType::i32 ? check_range_typed<int32_t>(r, idx) : check_range_typed<int64_t>(r, idx);
 }
 
+namespace {
+thread_local const IndexedCall* t_indexed_call = nullptr;
+}
+const IndexedCall* current_indexed_call() { return t_indexed_call; }
+void set_indexed_call(const IndexedCall* call) { t_indexed_call = call; }
+
 void check_range_before(const IndexRange& r, const Tensor& idx, bool kernel_runs) {
   if (idx.device().is_cpu() || !kernel_runs) check_range(r, idx);
 }
 
 }  // namespace reel::kernels
+
+namespace reel {
+void check_device_errors(Device device) {
+  // The CUDA backend checks the error slots after every synchronize (kernels/cuda/backend.cu).
+  if (device.is_cuda()) backend_for(device).synchronize();
+}
+}  // namespace reel

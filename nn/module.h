@@ -93,7 +93,7 @@ class Module {
     return add_post_hook(optional_result<F, Module&, const Tensor&, const Tensor&>(std::forward<F>(hook)));
   }
   // Whether a forward pre-hook or hook is registered on this module itself (not its descendants):
-  // a parent that would fuse this module's computation with a sibling's (GPT's FeedForward) runs
+  // a parent that would fuse this module's computation with a sibling's (GPT's FeedForward, a block's residual add + LayerNorm) runs
   // it through operator() instead, so the hooks fire (FSDP gathers a unit's parameters in one).
   bool has_forward_hooks() const;
 

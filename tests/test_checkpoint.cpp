@@ -525,7 +525,9 @@ TEST_CASE("GPT: forwards whose loss is dropped, or that throw, keep no activatio
         { Tensor l = sum(gpt(ids)); }  // a validation pass without NoGrad
         CHECK(autograd::Tape::current().empty());
         CHECK(memory_stats(d)[Category::Activation].current_bytes == act0);
-        CHECK_THROWS_AS(gpt(bad_ids), Error);  // throws half-way (the embedding checks ids)
+        // cpu: throws half-way (the embedding checks ids); cuda: at the read of the output (the
+        // deferred index check, kernels/index_check.h), the output dropped as it unwinds
+        CHECK_THROWS_AS(reel::testing::values(gpt(bad_ids)), Error);
         CHECK(autograd::Tape::current().empty());
         CHECK(memory_stats(d)[Category::Activation].current_bytes == act0);
       }

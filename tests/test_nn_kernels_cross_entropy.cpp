@@ -34,7 +34,7 @@ TEST_CASE("all targets ignored: mean loss 0, zero gradients, no NaN") {
   Tensor logits = uniform_f64({4, 6}, 2).to(DType::f32);
   Tensor targets = from_vector<int64_t>({-100, -100, -100, -100}, {4});
   CrossEntropyForward f = cross_entropy_forward(logits, targets, Reduction::Mean, -100, 1.0);
-  CHECK(f.count == 0);
+  CHECK(f.count.item() == 0.0);
   CHECK(f.loss.item() == 0.0);
   for (double d : values(f.dlogits)) CHECK(d == 0.0);
   for (double d : values(cross_entropy_backward(scalar_tensor(1.0), logits, targets, f.lse))) CHECK(d == 0.0);
@@ -108,7 +108,7 @@ TEST_CASE("bf16 and f16 logits: loss, losses and dlogits in the logits' dtype, l
       CHECK(f.losses.dtype() == dt);
       CHECK(f.dlogits.dtype() == dt);
       CHECK(f.lse.dtype() == DType::f32);
-      CHECK(f.count == 3);
+      CHECK(f.count.item() == 3.0);
       // The f32 run on the widened logits: the same lse bits (the same f32 code on the same values),
       // and a loss that is the same f64 sum rounded once to the dtype, within half an ulp of f32's.
       const CrossEntropyForward w = cross_entropy_forward(logits.to(DType::f32), t, Reduction::Mean, -100, 1.0);
@@ -200,5 +200,32 @@ TEST_CASE("bad mse_loss inputs raise reel::Error naming op, shapes, dtypes and d
                      "mse_loss_forward: expected all tensors on one device, got (4, 3) on cpu (4, 3) on cuda:0");
     CHECK_REEL_ERROR(mse_loss_backward(scalar_tensor(1.0, DType::f32, cuda), x, x),
                      "mse_loss_backward: expected all tensors on one device, got (4, 3) on cpu () on cuda:0");
+  }
+}
+
+TEST_CASE("cross-entropy's reduction and count stay on the device; cuda's loss equals the cpu's bit for bit") {
+  // 700 rows (more than the kLossLanes lanes, not a multiple of them), every 7th ignored.
+  const int64_t N = 700, V = 13;
+  std::vector<int64_t> t(N);
+  for (int64_t n = 0; n < N; ++n) t[n] = n % 7 == 3 ? -100 : (n * 5) % V;
+  for (DType dt : {DType::f32, DType::f64, DType::bf16}) {
+    CAPTURE(dt);
+    const Tensor logits = uniform_f64({N, V}, 11).to(dt), targets = from_vector<int64_t>(t, {N});
+    for (Reduction red : {Reduction::Mean, Reduction::Sum}) {
+      const CrossEntropyForward cpu = cross_entropy_forward(logits, targets, red, -100, 1.0);
+      CHECK(cpu.count.item() == static_cast<double>(N - N / 7));
+      for (Device d : devices()) {
+        CAPTURE(d);
+        const CrossEntropyForward f = cross_entropy_forward(logits.to(d), targets.to(d), red, -100, 1.0);
+        CHECK(f.loss.device() == d);
+        CHECK(f.count.device() == d);
+        CHECK(bit_identical(f.loss, cpu.loss));
+        CHECK(bit_identical(f.count, cpu.count));
+        // The Mean's 1/count (here 1/600) scales the fused and the separate gradients alike (the
+        // two paths agree to a few ulps, kernels/cpu/cross_entropy.cpp).
+        check_close(cross_entropy_backward(scalar_tensor(1.0, dt, d), logits.to(d), targets.to(d), f.lse, red),
+                    values(f.dlogits), 2e-2, 1e-6);
+      }
+    }
   }
 }

@@ -3,6 +3,10 @@
 // position order), out-of-range ids and bad shapes. (The gather and the scatter-add against an f64
 // reference and finite differences, for i32 and i64 ids, on every device, are rows of
 // tests/op_table/embedding.cpp.) bf16 / f16 tables: the gather copies bits, the backward sums wide.
+#include "autograd/functions.h"
+#include "autograd/nn_functions.h"
+#include "autograd/tape.h"
+#include "core/profile.h"
 #include "kernels/ops.h"
 #include "testing.h"
 
@@ -47,6 +51,29 @@ TEST_CASE("embedding backward with repeated ids is bit-identical across runs and
   for_thread_counts({1, 2, 3, 8, 2}, [&] { runs.push_back(embedding_backward(dout, idt, V)); });
   CHECK(runs[0].to_vector<float>() == serial);
   for (const Tensor& r : runs) CHECK(bit_identical(r, runs[0]));
+}
+
+TEST_CASE("the tape's embedding backward does not check the ids its forward checked; a direct call does") {
+  for (Device d : devices()) {
+    CAPTURE(d);
+    const Tensor ids = from_vector<int64_t>({3, 0, 3, 5, 1}, {5}).to(d);
+    const Tensor dout = uniform_f64({5, 4}, 2).to(d);
+    // Vouched-for ids give the checked call's result, bit for bit.
+    CHECK(bit_identical(embedding_backward(dout, ids, 6, /*ids_checked=*/true), embedding_backward(dout, ids, 6)));
+    // Through the tape: the backward runs its one kernel and nothing else (no error buffer filled
+    // or copied back on cuda, no host loop on the cpu, which records nothing either way).
+    Tensor table = uniform_f64({6, 4}, 1).to(d);
+    table.set_requires_grad(true);
+    const Tensor y = embedding(ids, table);
+    Profiler prof;
+    autograd::backward(y, dout);
+    prof.stop();
+    std::vector<std::string> backward_kernels;
+    for (const profile::KernelRecord& k : prof.kernels())
+      if (k.op == "embedding") backward_kernels.push_back(k.kernel);
+    CHECK(backward_kernels == std::vector<std::string>{"embedding_backward"});
+    CHECK(bit_identical(table.grad(), embedding_backward(dout, ids, 6)));
+  }
 }
 
 TEST_CASE("bf16 and f16 tables: the gather copies bits; repeated ids sum in f32, rounded once") {

@@ -2,7 +2,8 @@
 // dtable[v] = sum of g over the positions where ids == v, added in position order by the
 // deterministic kernel of kernels/embedding.h (no float atomics: bit-identical for any thread count,
 // so checkpointed and plain backward agree to the bit). Saves the ids (N integers, C times less
-// than the output); the table's row count comes from its recorded shape.
+// than the output); the table's row count comes from its recorded shape. Backward trusts the ids
+// that forward range-checked and does not check them again.
 #pragma once
 #include <optional>
 #include <string>
@@ -20,7 +21,9 @@ struct Embedding final : autograd::Op {
     return {kernels::embedding_forward(in[0], in[1])};
   }
   Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
-    return {Tensor(), kernels::embedding_backward(grad[0], ctx.saved(0), ctx.input_shape(1)[0])};
+    // The ids were range-checked by forward and are unchanged (ctx.saved version-checks them):
+    // not checked again (on cuda that check was an error buffer fill and a copy back per call).
+    return {Tensor(), kernels::embedding_backward(grad[0], ctx.saved(0), ctx.input_shape(1)[0], /*ids_checked=*/true)};
   }
 };
 

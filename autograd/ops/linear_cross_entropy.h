@@ -10,7 +10,7 @@
 //   dW       += dlogits_c^T h_c                   (V, C)  one GEMM accumulating (beta = 1)
 //   db       += column sums of dlogits_c          (V)
 // then frees logits_c and dlogits_c before the next chunk. The loss is the per-row losses summed
-// in f64 in row order (as cross_entropy does) times 1/count ("mean") or 1 ("sum").
+// in f64 in row order (on the host) times 1/count ("mean") or 1 ("sum").
 //
 // What is saved, and why: dh and dW (and db) for d(loss) = 1; backward multiplies each in place
 // by the incoming scalar gradient (no (V, C) temporary) and hands it on. Neither the logits nor h nor W are kept. Memory for N rows, C
@@ -108,7 +108,8 @@ struct LinearCrossEntropy final : autograd::Op {
       if (want_dw) kernels::matmul_into_(dw, f.dlogits, h_c, true, false, true);                     // (V, C) +=
       if (want_db) kernels::sum_into_(db, f.dlogits, {0}, true);                                      // (V) +=
     }
-    // N doubles added in row order on the host, as cross_entropy's reduction does.
+    // N doubles added in row order on the host (cross_entropy's own reduction stays on the
+    // device, in kernels/cross_entropy.h's lane order; this op reads the count back anyway).
     double total = 0;
     if (N > 0)
       for (double l : losses.to(DType::f64).contiguous().to_vector<double>()) total += l;

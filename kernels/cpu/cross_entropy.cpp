@@ -19,6 +19,9 @@
 // bf16 and f16: each row is widened into per-thread f32 buffers and run through the f32 code (the
 // fused exps kept in f32 too), and dlogits rounded once to T on store.
 //
+// The count of non-ignored targets and the f64 reduction of the per-row losses (in kLossLanes'
+// order, the cuda block's) are small host loops.
+//
 // mse_loss: one pass per element, forward (x - t)^2 into acc_t, backward 2 (x - t) g stored as T;
 // the entry point sums the squares (kernels::sum) for Sum and Mean.
 #include <algorithm>
@@ -150,6 +153,9 @@ void forward_impl(const T* logits, const I* targets, int64_t ignore_index, acc_t
   }
 }
 
+// The Mean's row scale read from count (() i64, counted by cross_entropy_count), else 1.
+double count_scale(const Tensor& count) { return count.defined() ? REEL_MEAN_SCALE(count.data<int64_t>()[0]) : 1.0; }
+
 // dloss: (N) when per_row, else one value; logits, dlogits: (N, V); targets, lse: (N).
 template <typename T, typename acc_t, typename I>
 void backward_impl(const T* dloss, bool per_row, double scale, const T* logits, const I* targets, const acc_t* lse,
@@ -199,9 +205,20 @@ void mse_backward_impl(const T* dloss, bool per_element, double scale, const T* 
 
 // ---- launchers ----------------------------------------------------------------------------------
 
+void cross_entropy_count(const Tensor& targets, int64_t ignore_index, const Tensor& count) {
+  const int64_t N = targets.numel();
+  int64_t c = 0;
+  if (targets.dtype() == DType::i32)
+    for (int64_t n = 0; n < N; ++n) c += targets.data<int32_t>()[n] != ignore_index;
+  else
+    for (int64_t n = 0; n < N; ++n) c += targets.data<int64_t>()[n] != ignore_index;
+  count.data<int64_t>()[0] = c;
+}
+
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& losses,
-                           const Tensor& lse, const Tensor& dlogits, double grad_scale) {
+                           const Tensor& lse, const Tensor& dlogits, double grad_scale_, const Tensor& count) {
   const int64_t N = logits.size(0), V = logits.size(1);
+  const double grad_scale = grad_scale_ * count_scale(count);
   REEL_DISPATCH_FLOATING_AND_16(logits.dtype(), "cross_entropy_forward", {
     scalar_t* d = dlogits.defined() ? dlogits.data<scalar_t>() : nullptr;
     if (targets.dtype() == DType::i32)
@@ -213,9 +230,10 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t 
   })
 }
 
-void cross_entropy_backward(const Tensor& dloss, double scale, const Tensor& logits, const Tensor& targets,
+void cross_entropy_backward(const Tensor& dloss, const Tensor& count, const Tensor& logits, const Tensor& targets,
                             const Tensor& lse, int64_t ignore_index, const Tensor& dlogits) {
   const int64_t N = logits.size(0), V = logits.size(1);
+  const double scale = count_scale(count);
   const bool per_row = dloss.numel() > 1;  // else one gradient for every row
   REEL_DISPATCH_FLOATING_AND_16(logits.dtype(), "cross_entropy_backward", {
     if (targets.dtype() == DType::i32)
@@ -227,6 +245,20 @@ void cross_entropy_backward(const Tensor& dloss, double scale, const Tensor& log
                               targets.data<int64_t>(), lse.data<acc_t>(), ignore_index,
                               dlogits.data<scalar_t>(), N, V);
   })
+}
+
+void cross_entropy_reduce(const Tensor& losses, const Tensor& count, const Tensor& loss) {
+  const int64_t N = losses.numel();
+  // The order of kLossLanes (kernels/cross_entropy.h), the cuda block's: bit for bit its sum.
+  double lanes[kLossLanes] = {};
+  REEL_DISPATCH_FLOATING(losses.dtype(), "cross_entropy_reduce", {
+    const scalar_t* l = losses.data<scalar_t>();
+    for (int64_t i = 0; i < N; ++i) lanes[i % kLossLanes] += static_cast<double>(l[i]);
+  })
+  for (int w = kLossLanes / 2; w > 0; w /= 2)
+    for (int t = 0; t < w; ++t) lanes[t] += lanes[t + w];
+  const double total = lanes[0] * count_scale(count);
+  REEL_DISPATCH_FLOATING_AND_16(loss.dtype(), "cross_entropy_reduce", { loss.data<scalar_t>()[0] = static_cast<scalar_t>(total); })
 }
 
 void mse_loss_forward(const Tensor& input, const Tensor& target, const Tensor& sq) {

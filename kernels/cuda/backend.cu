@@ -9,7 +9,9 @@
 // event wait would go unnoticed). Events are cudaEvent_t without timing; asynchronous copies are
 // cudaMemcpyAsync; pinned memory is cudaHostAlloc(cudaHostAllocPortable), usable by every device. Uniform numbers are bit-
 // identical to the CPU's: both evaluate core/philox.h's host/device functions. Also here: the
-// checked-call and device helpers of launch.h.
+// checked-call and device helpers of launch.h. Every point where the host has waited for the
+// compute stream (a copy to the host, synchronize(), synchronize_stream(Compute)) also raises the
+// kernels' deferred index errors (kernels/cuda/index_errors.h).
 // The profiler's clock (profile::DeviceClock) is cudaEvent pairs on the stream timed; in the
 // nvcc flavour with libcupti (REEL_CUPTI) it also keeps CUPTI's activity log (kernels/cuda/cupti_log.h),
 // whose times the profiler prefers; without it, the log's absence says why.
@@ -21,6 +23,7 @@
 #include "kernels/device_backends.h"
 #include "core/philox.h"
 #include "core/tensor.h"
+#include "kernels/cuda/index_errors.h"
 #include "kernels/cuda/indexing.h"
 #include "kernels/cuda/launch.h"
 #if defined(REEL_CUPTI)
@@ -171,6 +174,7 @@ class CudaBackend final : public DeviceBackend {
   void synchronize_stream(StreamKind kind) override {
     set_device(index_);
     REEL_CUDA_CHECK(cudaStreamSynchronize(stream_of(kind)));
+    if (kind == StreamKind::Compute) check_index_errors(index_);  // the kernels' deferred index errors
   }
   bool query_stream(StreamKind kind) override {
     set_device(index_);
@@ -197,6 +201,7 @@ class CudaBackend final : public DeviceBackend {
     if (bytes == 0) return;
     set_device(index_);
     REEL_CUDA_CHECK(cudaMemcpy(host_dst, device_src, bytes, cudaMemcpyDeviceToHost));
+    check_index_errors(index_);  // the host waited for the compute stream: the deferred index errors
   }
   void copy_from_host(void* device_dst, const void* host_src, size_t bytes) override {
     if (bytes == 0) return;
@@ -267,6 +272,7 @@ class CudaBackend final : public DeviceBackend {
   void synchronize() override {
     set_device(index_);
     REEL_CUDA_CHECK(cudaDeviceSynchronize());
+    check_index_errors(index_);  // the kernels' deferred index errors (kernels/cuda/index_errors.h)
   }
 
   profile::DeviceClock* clock() override { return &clock_; }

@@ -21,11 +21,16 @@
 // mse_loss: grid-stride, one thread per element: forward (x - t)^2 into acc_t (the entry point
 // sums the squares for Sum and Mean), backward 2 (x - t) g stored as T.
 //
+// The count of non-ignored targets (the Mean's divisor) and the f64 reduction of the per-row losses
+// are one-block kernels (cross_entropy_count_kernel, cross_entropy_reduce_kernel): the forward and
+// the backward read 1/count from the device, and the loss stays there; the reduction adds in the
+// order of kLossLanes (kernels/cross_entropy.h), the CPU's, so both give the same bits.
+//
 // Targets: the kernels check each target they read; an out-of-range one (not ignore_index) is
-// never used as an index: the kernel reports its row through the device error buffer and writes
-// NaN (loss) or zeros (dlogits) for it, and the launcher throws IndexOutOfRange. The entry point
-// runs check_indices first anyway (it needs the count of non-ignored rows for the mean), so a bad
-// target is reported before these kernels run; their own check is what keeps a direct caller safe.
+// never used as an index: the kernel records its row in the launch's slot of the device's error
+// slots and writes NaN (loss) or zeros (dlogits) for it; the host raises it at its next read of the
+// device (deferred: kernels/cuda/index_errors.h). check_indices (the synchronous check, for a
+// caller that needs the count on the host) reads its own result back at once.
 #include <algorithm>
 #include <cmath>
 
@@ -52,22 +57,59 @@ __global__ void __launch_bounds__(kThreads) check_indices_kernel(const I* idx, i
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x) {
     const int64_t v = static_cast<int64_t>(idx[i]);
     if (has_ignore && v == ignore) continue;
-    if (v < 0 || v >= limit) report_bad_index(error, i);
+    if (v < 0 || v >= limit) report_bad_position(error, i);
     else ++c;
   }
   c = warp_sum(c);
   if ((threadIdx.x & 31) == 0 && c > 0) atomicAdd(count, c);
 }
 
+// targets: (n). *count = how many are not ignore_index. One block of kLossLanes threads: a
+// strided count per thread, then a shared-memory tree (integers: any order gives the same count).
+template <typename I>
+__global__ void __launch_bounds__(kLossLanes) cross_entropy_count_kernel(const I* targets, int64_t n, int64_t ignore_index,
+                                                                          int64_t* count) {
+  __shared__ int64_t lanes[kLossLanes];
+  int64_t c = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kLossLanes) c += static_cast<int64_t>(targets[i]) != ignore_index;
+  lanes[threadIdx.x] = c;
+  __syncthreads();
+  for (int w = kLossLanes / 2; w > 0; w >>= 1) {
+    if (static_cast<int>(threadIdx.x) < w) lanes[threadIdx.x] += lanes[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *count = lanes[0];
+}
+
+// losses: (n) of acc_t -> *loss = their f64 sum in kLossLanes' order (kernels/cross_entropy.h: the
+// CPU's too, bit for bit), times REEL_MEAN_SCALE(*count) when count is not null, rounded to T
+// once. One block of kLossLanes threads.
+template <typename T, typename acc_t>
+__global__ void __launch_bounds__(kLossLanes) cross_entropy_reduce_kernel(const acc_t* losses, int64_t n,
+                                                                           const int64_t* count, T* loss) {
+  __shared__ double lanes[kLossLanes];
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kLossLanes) s += static_cast<double>(losses[i]);
+  lanes[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = kLossLanes / 2; w > 0; w >>= 1) {
+    if (static_cast<int>(threadIdx.x) < w) lanes[threadIdx.x] += lanes[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *loss = static_cast<T>(lanes[0] * (count != nullptr ? REEL_MEAN_SCALE(*count) : 1.0));
+}
+
 // Block per row. logits: (N, V); targets, losses, lse: (N); dlogits: (N, V) or null (no fused
-// gradient); g: the gradient scale of every non-ignored row.
+// gradient). The gradient scale of every non-ignored row: grad_scale, times REEL_MEAN_SCALE(*count)
+// when count is not null (the Mean's, counted on the device), in double as the CPU computes it.
 template <typename T, typename acc_t, typename I>
 __global__ void __launch_bounds__(kRowThreads) cross_entropy_forward_kernel(const T* logits, const I* targets, int64_t ignore_index, acc_t* losses,
-                                             acc_t* lse, T* dlogits, acc_t g, unsigned long long* error, int64_t N,
-                                             int64_t V) {
+                                             acc_t* lse, T* dlogits, double grad_scale, const int64_t* count,
+                                             unsigned long long* error, int64_t N, int64_t V) {
   using std::exp;
   using std::log;
   __shared__ MaxSum<acc_t> scratch[32];
+  const acc_t g = static_cast<acc_t>(grad_scale * (count != nullptr ? REEL_MEAN_SCALE(*count) : 1.0));
   for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {  // uniform over the block
     const T* xr = logits + row * V;  // (V)
     MaxSum<acc_t> ms{static_cast<acc_t>(-INFINITY), acc_t(0)};
@@ -78,7 +120,7 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_forward_kernel(cons
     const acc_t log_s = log(ms.s);
     if (threadIdx.x == 0) {
       lse[row] = ms.m + log_s;
-      if (!valid) report_bad_index(error, row);
+      if (!valid) report_bad_index(error, row, t);
       losses[row] = !valid    ? static_cast<acc_t>(NAN)
                     : ignored ? acc_t(0)
                               : (ms.m - static_cast<acc_t>(xr[t])) + log_s;
@@ -95,15 +137,17 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_forward_kernel(cons
 
 // Block per row. dloss: (N) when per_row, else one value for every row; logits, dlogits:
 // (N, V); targets, lse: (N).
+// scale: REEL_MEAN_SCALE(*count) when count is not null, else 1.
 template <typename T, typename acc_t, typename I>
-__global__ void __launch_bounds__(kRowThreads) cross_entropy_backward_kernel(const T* dloss, bool per_row, double scale, const T* logits,
+__global__ void __launch_bounds__(kRowThreads) cross_entropy_backward_kernel(const T* dloss, bool per_row, const int64_t* count, const T* logits,
                                               const I* targets, const acc_t* lse, int64_t ignore_index, T* dlogits,
                                               unsigned long long* error, int64_t N, int64_t V) {
   using std::exp;
+  const double scale = count != nullptr ? REEL_MEAN_SCALE(*count) : 1.0;
   for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {
     const int64_t t = static_cast<int64_t>(targets[row]);
     const bool ignored = t == ignore_index, valid = ignored || (t >= 0 && t < V);
-    if (!valid && threadIdx.x == 0) report_bad_index(error, row);
+    if (!valid && threadIdx.x == 0) report_bad_index(error, row, t);
     // g rounded to T first, as the gradient tensor it stands for would be.
     const acc_t g = static_cast<T>(static_cast<double>(dloss[per_row ? row : 0]) * scale);
     const acc_t l = lse[row];
@@ -162,8 +206,26 @@ int64_t check_indices(const Tensor& idx, int64_t limit, bool has_ignore, int64_t
   return host[1];
 }
 
+void cross_entropy_count(const Tensor& targets, int64_t ignore_index, const Tensor& count) {
+  set_device(targets.device());
+  dispatch_index(targets.dtype(), [&](auto zero) {
+    using I = decltype(zero);
+    launch("cross_entropy_count_kernel", cross_entropy_count_kernel<I>, 1, kLossLanes, 0, targets.data<I>(),
+           targets.numel(), ignore_index, count.data<int64_t>());
+  });
+}
+
+void cross_entropy_reduce(const Tensor& losses, const Tensor& count, const Tensor& loss) {
+  set_device(losses.device());
+  const int64_t* c = count.defined() ? count.data<int64_t>() : nullptr;
+  REEL_DISPATCH_FLOATING_AND_16(loss.dtype(), "cross_entropy_reduce", {
+    launch("cross_entropy_reduce_kernel", cross_entropy_reduce_kernel<scalar_t, acc_t>, 1, kLossLanes, 0,
+           losses.data<acc_t>(), losses.numel(), c, loss.data<scalar_t>());
+  })
+}
+
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& losses,
-                           const Tensor& lse, const Tensor& dlogits, double grad_scale) {
+                           const Tensor& lse, const Tensor& dlogits, double grad_scale, const Tensor& count) {
   const int64_t N = logits.size(0), V = logits.size(1);
   set_device(logits.device());
   const IndexErrorBuffer error(logits.device());
@@ -173,13 +235,13 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t 
       launch("cross_entropy_forward_kernel", cross_entropy_forward_kernel<scalar_t, acc_t, I>, row_blocks(N), kRowThreads,
              0, logits.data<scalar_t>(), targets.data<I>(), ignore_index, losses.data<acc_t>(),
              lse.data<acc_t>(), dlogits.defined() ? dlogits.data<scalar_t>() : nullptr,
-             static_cast<acc_t>(grad_scale), error.ptr(), N, V);
+             grad_scale, count.defined() ? count.data<int64_t>() : nullptr, error.ptr(), N, V);
     });
   })
   error.check(targets);
 }
 
-void cross_entropy_backward(const Tensor& dloss, double scale, const Tensor& logits, const Tensor& targets,
+void cross_entropy_backward(const Tensor& dloss, const Tensor& count, const Tensor& logits, const Tensor& targets,
                             const Tensor& lse, int64_t ignore_index, const Tensor& dlogits) {
   const int64_t N = logits.size(0), V = logits.size(1);
   const bool per_row = dloss.numel() > 1;  // else one gradient for every row
@@ -189,7 +251,7 @@ void cross_entropy_backward(const Tensor& dloss, double scale, const Tensor& log
     dispatch_index(targets.dtype(), [&](auto zero) {
       using I = decltype(zero);
       launch("cross_entropy_backward_kernel", cross_entropy_backward_kernel<scalar_t, acc_t, I>, row_blocks(N),
-             kRowThreads, 0, dloss.data<scalar_t>(), per_row, scale,
+             kRowThreads, 0, dloss.data<scalar_t>(), per_row, count.defined() ? count.data<int64_t>() : nullptr,
              logits.data<scalar_t>(), targets.data<I>(), lse.data<acc_t>(), ignore_index,
              dlogits.data<scalar_t>(), error.ptr(), N, V);
     });

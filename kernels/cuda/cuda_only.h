@@ -4,8 +4,8 @@
 // Index tensors: the CPU entry points range-check them on the host before the kernel runs, which
 // a device cannot do without copying the indices back. The CUDA kernels check every index they
 // read instead, never use a bad one (no out-of-bounds access), and store the smallest flat
-// position of a bad one in a device error buffer (kernels/cuda/index_errors.h); the launcher
-// checks that buffer after the launch and throws IndexOutOfRange, which the entry points
+// position of a bad one in the device's error slots (kernels/cuda/index_errors.h); the host
+// reads them at its next wait for the device and throws IndexOutOfRange, which the entry points
 // (kernels/index_check.h) turn into the CPU's message.
 // Plain C++: no CUDA header is needed to call these.
 #pragma once

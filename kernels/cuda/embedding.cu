@@ -24,9 +24,10 @@
 // f16) into an f32 (V, C) buffer copied into dtable after, each sum rounded once.
 //
 // Ids: the kernels check each id they read; an out-of-range one is never used as an index
-// (forward writes zeros, backward skips it), its position goes to the device error buffer, and
-// the launcher throws IndexOutOfRange after the launch.
+// (forward writes zeros, backward skips it), its position goes to the launch's slot of the
+// device's error slots, raised at the host's next read of the device (kernels/cuda/index_errors.h).
 #include <algorithm>
+#include <optional>
 #include <type_traits>
 
 #include "kernels/backends.h"
@@ -52,7 +53,7 @@ __global__ void __launch_bounds__(kThreads) embedding_forward_kernel(const I* id
     const int64_t n = i / C, c = i - n * C;
     const int64_t id = static_cast<int64_t>(ids[n]);
     if (id < 0 || id >= V) {
-      if (c == 0) report_bad_index(error, n);
+      if (c == 0) report_bad_index(error, n, id);
       out[i] = T(0);
     } else {
       out[i] = table[id * C + c];
@@ -61,7 +62,7 @@ __global__ void __launch_bounds__(kThreads) embedding_forward_kernel(const I* id
 }
 
 // Block b owns table rows [b * rows, min(V, (b + 1) * rows)). dout: (N, C); ids: (N);
-// dtable: (V, C) acc_t. blockDim.x == kScanThreads.
+// dtable: (V, C) acc_t. blockDim.x == kScanThreads. error: null when the ids are vouched for.
 template <typename T, typename acc_t, typename I>
 __global__ void __launch_bounds__(kScanThreads) embedding_backward_kernel(const T* dout, const I* ids, acc_t* dtable, int64_t N, int64_t V,
                                           int64_t C, int64_t rows, unsigned long long* error) {
@@ -74,7 +75,8 @@ __global__ void __launch_bounds__(kScanThreads) embedding_backward_kernel(const 
   for (int64_t n0 = 0; n0 < N; n0 += kScanThreads) {  // uniform over the block
     const int64_t n = n0 + tid;
     const int64_t id = n < N ? static_cast<int64_t>(ids[n]) : -1;
-    if (n < N && (id < 0 || id >= V) && blockIdx.x == 0) report_bad_index(error, n);  // block 0 sees every id
+    if (n < N && (id < 0 || id >= V) && blockIdx.x == 0 && error != nullptr)
+      report_bad_index(error, n, id);  // block 0 sees every id
     const bool mine = n < N && id >= v0 && id < v1;
     // Ordered compaction: a thread's slot is the number of owned positions before it in the tile.
     const unsigned ballot = __ballot_sync(kFullMask, mine);
@@ -114,13 +116,14 @@ void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out
   error.check(ids);
 }
 
-void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable) {
+void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, bool check_ids) {
   const int64_t N = ids.numel(), V = dtable.size(0), C = dtable.size(1);
   set_device(dtable.device());
   // Rows per owner block: up to kMaxOwnerBlocks blocks, each scanning all N ids. The result does
   // not depend on this split (see above), only the balance does.
   const int64_t blocks = std::min(V, kMaxOwnerBlocks), rows = (V + blocks - 1) / blocks;
-  const IndexErrorBuffer error(dtable.device());
+  std::optional<IndexErrorBuffer> error;  // none when the entry point vouches for the ids
+  if (check_ids) error.emplace(dtable.device());
   REEL_DISPATCH_FLOATING_AND_16(dtable.dtype(), "embedding_backward", {
     constexpr bool in_place = std::is_same_v<scalar_t, acc_t>;
     const Tensor sums = in_place ? dtable : empty({V, C}, dtype_of<acc_t>::value, dtable.device());  // (V, C)
@@ -128,11 +131,11 @@ void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dta
       using I = decltype(zero);
       launch("embedding_backward_kernel", embedding_backward_kernel<scalar_t, acc_t, I>,
              static_cast<unsigned>((V + rows - 1) / rows), kScanThreads, 0, dout.data<scalar_t>(), ids.data<I>(),
-             sums.data<acc_t>(), N, V, C, rows, error.ptr());
+             sums.data<acc_t>(), N, V, C, rows, error ? error->ptr() : nullptr);
     });
     if (!in_place) dtable.copy_(sums);
   })
-  error.check(ids);
+  if (error) error->check(ids);
 }
 
 }  // namespace reel::kernels::cuda

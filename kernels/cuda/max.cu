@@ -11,8 +11,8 @@
 // the same answer as a scan.
 // Backward: dx is zero except dx[o, indices[o, i], i] = dy[o, i]. One thread per dx element
 // writes either dy or 0, so there is no separate zero fill and no scatter race. An index outside
-// [0, A) is never used: the kernel reports its position through the device error buffer (and
-// writes zeros), and the launcher throws IndexOutOfRange.
+// [0, A) is never used: the kernel records its position in the device's error slots (and writes
+// zeros), raised at the host's next read of the device (kernels/cuda/index_errors.h).
 // The forward compares and shuffles values as V = acc_t: T itself for f32 and f64, the exact f32
 // widening for bf16 and f16 (the winner narrowed back is the input's bits).
 #include <cstdint>
@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(kThreads) max_backward_kernel(const T* dy, con
     const int64_t k = o * I + i;  // the output this element belongs to
     const int64_t idx = indices[k];
     if (idx < 0 || idx >= A) {
-      if (a == 0) report_bad_index(error, k);
+      if (a == 0) report_bad_index(error, k, idx);
       dx[e] = T(0);
     } else {
       dx[e] = idx == a ? dy[k] : T(0);
