@@ -1,7 +1,9 @@
 // Optimizer update kernels on the CPU: SGD (momentum, dampening, Nesterov, weight decay), AdamW
 // (and Adam's L2 form), the rules of kernels/optimizer_rules.h (one loop for all), the global
 // gradient norm and in-place scaling for clipping, over f32, f64, bf16 and f16 parameters (a
-// 16-bit parameter's state is f32: see kernels/optimizer.h).
+// 16-bit parameter's state is f32: see kernels/optimizer.h); and the window's device decisions
+// (kernels::StepControl read by every update, the norm with its clip coefficient and flag, the loss
+// sum), whose "device" tensors are host memory here, read directly.
 //
 // Every kernel works over a flat list of tensors, in the chunks of kernels/cpu/multi_tensor.h
 // (the unscale's too), which threads take. Each update is one fused sweep per chunk (param, grad

@@ -1,7 +1,10 @@
 // kernels/cuda/optimizer.cu: the optimizer updates over a flat list of parameters on a CUDA
 // device: SGD (momentum, dampening, Nesterov, weight decay), AdamW (and Adam's L2 form), the
 // rules of kernels/optimizer_rules.h (one kernel template for all), the global gradient norm and
-// in-place scaling for clipping, over f32, f64, bf16 and f16 parameters.
+// in-place scaling for clipping, over f32, f64, bf16 and f16 parameters; and the window's device
+// decisions (kernels/optimizer.h): every update reads a kernels::StepControl (the clip coefficient,
+// the found_inf flag, the step count), the norm can stay on the device with its clip coefficient
+// (norm_partials_kernel), and the loss sum (accumulate_loss_kernel).
 //
 // Multi-tensor apply (kernels/cuda/multi_tensor.h, shared with the unscale): one launch covers
 // many chunks of many tensors. Each update is one fused sweep (param, grad and state read once,
