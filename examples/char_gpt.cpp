@@ -548,7 +548,7 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist, int 
         progress.finish();
         val_loss = evaluate(gpt, val_ids, T, o.eval_windows, device, o.fused_loss, precision);
         std::printf("step %lld/%lld  train loss %.4f  val loss: %.4f  lr %.2e  %.0f tokens/s\n",
-                    static_cast<long long>(step), static_cast<long long>(steps), r.loss, val_loss, r.lr,
+                    static_cast<long long>(step), static_cast<long long>(steps), r.loss.get(), val_loss, r.lr,
                     static_cast<double>(tokens) / train_seconds);
         std::fflush(stdout);
       }

@@ -44,11 +44,13 @@ class MetricsLog {
     if (path_.empty()) return;
     nlohmann::json j;
     j["step"] = step;
-    j["loss"] = r.loss;
+    // A line per step: its values are read here (the host waits for the step; --metrics asks for it).
+    j["loss"] = r.loss.get();
     j["lr"] = r.lr;
-    j["grad_norm"] = r.grad_norm > 0 ? nlohmann::json(r.grad_norm) : nlohmann::json(nullptr);
-    j["scale"] = r.loss_scale;
-    j["skipped"] = r.skipped_nonfinite;
+    const double grad_norm = r.grad_norm.get();
+    j["grad_norm"] = grad_norm > 0 ? nlohmann::json(grad_norm) : nlohmann::json(nullptr);
+    j["scale"] = r.loss_scale.get();
+    j["skipped"] = r.skipped_nonfinite.get();
     j[unit_ + "_per_s"] = seconds > 0 ? static_cast<double>(r.count) / seconds : 0.0;
     j["peak_bytes"] = peak_bytes;
     out_ << j.dump() << '\n';

@@ -31,6 +31,7 @@
 #include "kernels/matmul.h"  // set_allow_tf32
 #include "optim/accumulator.h"
 #include "optim/grad_scaler.h"
+#include "optim/lazy_scalar.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "optim/registry.h"
@@ -764,8 +765,10 @@ class Progress {
       : total_(total_steps), first_(first_step), unit_(unit), quiet_(quiet),
         terminal_(isatty(fileno(stderr)) != 0), start_(std::chrono::steady_clock::now()) {}
 
-  // After each optimizer step: `items` samples/tokens done since the start.
-  void update(int64_t step, double loss, int64_t items) {
+  // After each optimizer step: `items` samples/tokens done since the start. The loss (a window's,
+  // optim/lazy_scalar.h: on the device until read) is read only when a line or the bar is drawn,
+  // so the steps between waits for nothing.
+  void update(int64_t step, const reel::optim::Lazy<double>& loss, int64_t items) {
     items_ = items;
     if (quiet_) return;
     const double now = seconds();
@@ -774,7 +777,7 @@ class Progress {
       const int64_t every = std::max<int64_t>(1, (total_ - first_ + 9) / 10);
       if (step != total_ && (step - first_) % every != 0) return;
       std::printf("step %lld/%lld  loss %.4f  %.0f %s/s  elapsed %s  left %s\n", static_cast<long long>(step),
-                  static_cast<long long>(total_), loss, rate(), unit_, clock(now).c_str(), clock(left).c_str());
+                  static_cast<long long>(total_), loss.get(), rate(), unit_, clock(now).c_str(), clock(left).c_str());
       std::fflush(stdout);
       return;
     }
@@ -786,7 +789,7 @@ class Progress {
     if (filled < width) bar += '>' + std::string(static_cast<size_t>(width - filled - 1), ' ');
     std::fprintf(stderr, "\r[%s] %3d%%  step %lld/%lld  loss %.4f  %.0f %s/s  %s elapsed, %s left ", bar.c_str(),
                  total_ > 0 ? static_cast<int>(100 * step / total_) : 100, static_cast<long long>(step),
-                 static_cast<long long>(total_), loss, rate(), unit_, clock(now).c_str(), clock(left).c_str());
+                 static_cast<long long>(total_), loss.get(), rate(), unit_, clock(now).c_str(), clock(left).c_str());
     std::fflush(stderr);
   }
   void finish() {

@@ -79,11 +79,25 @@ void bump_versions(std::initializer_list<const std::vector<Tensor>*> lists) {
     for (const Tensor& t : *list) t.bump_version();
 }
 
+// StepControl's tensors: each defined one on `device` (the params'), with its dtype and size.
+void check_control(const char* op, const StepControl& c, Device device) {
+  const auto check = [&](const char* name, const Tensor& t, DType dtype, int64_t numel) {
+    if (!t.defined()) return;
+    REEL_CHECK(t.dtype() == dtype && t.numel() == numel && t.is_contiguous() && t.device() == device, op, ": ",
+               name, " ", t.shape(), " ", t.dtype(), " on ", t.device(), " must be ", dtype, " of ", numel,
+               " element(s), contiguous, on the params' device ", device);
+  };
+  check("coef", c.coef, DType::f64, 1);
+  check("found_inf", c.found_inf, DType::i32, 1);
+  check("steps", c.steps, DType::i64, 2);
+  REEL_CHECK(c.slot == 0 || c.slot == 1, op, ": steps slot ", c.slot, " must be 0 or 1");
+}
+
 }  // namespace
 
 void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                 const std::vector<Tensor>& momentum_bufs, double lr, double momentum, double dampening,
-                double weight_decay, bool nesterov, int64_t step) {
+                double weight_decay, bool nesterov, int64_t step, const StepControl& control) {
   const char* op = "sgd_update";
   REEL_CHECK(step >= 1, op, ": step ", step, " must count from 1");
   REEL_CHECK(!nesterov || (momentum > 0 && dampening == 0), op,
@@ -92,34 +106,36 @@ void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
   const Device device = momentum != 0
                             ? check_param_lists(op, params, {{"grads", &grads}, {"momentum_bufs", &momentum_bufs}})
                             : check_param_lists(op, params, {{"grads", &grads}});
+  check_control(op, control, device);
   // Per element: the update (2 FLOPs), weight decay (2), the momentum buffer (3, Nesterov 2 more).
   const int64_t per_element = 2 + (weight_decay != 0 ? 2 : 0) + (momentum != 0 ? (nesterov ? 5 : 3) : 0);
   bump_versions({&params, &momentum_bufs});
   REEL_DEVICE_DISPATCH(device, sgd_update,
                        optimizer_cost({&params, &grads, &momentum_bufs}, {&params, &momentum_bufs},
                                       per_element * numel_of(params)),
-                       params, grads, momentum_bufs, lr, momentum, dampening, weight_decay, nesterov, step);
+                       params, grads, momentum_bufs, lr, momentum, dampening, weight_decay, nesterov, step, control);
 }
 
 void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
                   const std::vector<Tensor>& v, double lr, double beta1, double beta2, double eps,
-                  double weight_decay, int64_t step, bool decoupled_weight_decay) {
+                  double weight_decay, int64_t step, bool decoupled_weight_decay, const StepControl& control) {
   const char* op = "adamw_update";
   REEL_CHECK(step >= 1, op, ": step ", step, " must count from 1 (bias correction divides by 1 - beta^step)");
   REEL_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, op, ": betas (", beta1, ", ", beta2,
              ") must be in [0, 1)");
   const Device device = check_param_lists(op, params, {{"grads", &grads}, {"exp_avg", &m}, {"exp_avg_sq", &v}});
+  check_control(op, control, device);
   bump_versions({&params, &m, &v});
   // Per element: weight decay (2 FLOPs), m (3), v (4), p -= lr * m^ / (sqrt(v^) + eps) (5): 14.
   REEL_DEVICE_DISPATCH(device, adamw_update,
                        optimizer_cost({&params, &grads, &m, &v}, {&params, &m, &v}, 14 * numel_of(params)), params,
-                       grads, m, v, lr, beta1, beta2, eps, weight_decay, step, decoupled_weight_decay);
+                       grads, m, v, lr, beta1, beta2, eps, weight_decay, step, decoupled_weight_decay, control);
 }
 
 template <typename Rule>
 void rule_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                  const std::vector<std::vector<Tensor>>& state, const typename Rule::Options& options, double lr,
-                 int64_t step) {
+                 int64_t step, const StepControl& control) {
   const char* op = Rule::kName;
   REEL_CHECK(step >= 1, op, ": step ", step, " must count from 1");
   REEL_CHECK(std::isfinite(lr) && lr >= 0, op, ": lr (", lr, ") must be a finite number >= 0");
@@ -130,6 +146,7 @@ void rule_update(const std::vector<Tensor>& params, const std::vector<Tensor>& g
   std::vector<std::pair<const char*, const std::vector<Tensor>*>> lists{{"grads", &grads}};
   for (int k = 0; k < Rule::kSlots; ++k) lists.push_back({Rule::kSlotNames[k], &state[static_cast<size_t>(k)]});
   const Device device = check_param_lists(op, params, lists);
+  check_control(op, control, device);
   std::vector<const std::vector<Tensor>*> in{&params, &grads}, out{&params};
   for (const std::vector<Tensor>& slot : state) in.push_back(&slot), out.push_back(&slot);
   for (const std::vector<Tensor>* list : out) bump_versions({list});
@@ -137,7 +154,7 @@ void rule_update(const std::vector<Tensor>& params, const std::vector<Tensor>& g
       op, device, [&] { return optimizer_cost(in, out, Rule::kFlops * numel_of(params)); },
       [](auto&&... a) { cpu::rule_update<Rule>(std::forward<decltype(a)>(a)...); },
       [](auto&&... a) { cuda::rule_update<Rule>(std::forward<decltype(a)>(a)...); }, params, grads, state, options, lr,
-      step);
+      step, control);
 }
 
 REEL_OPTIMIZER_RULES(REEL_INSTANTIATE_RULE_UPDATE)
@@ -149,6 +166,50 @@ double global_grad_norm(const std::vector<Tensor>& grads) {
   for (const Tensor& g : grads) flat.push_back(untracked::contiguous(g));
   return std::sqrt(
       REEL_DEVICE_DISPATCH(device, sum_of_squares, optimizer_cost({&flat}, {}, 2 * numel_of(flat)), flat));
+}
+
+void global_grad_norm_(const std::vector<Tensor>& grads, const Tensor& out, double max_norm, const Tensor& found_inf,
+                       bool set_found, const Tensor& skipped_count) {
+  const char* op = "global_grad_norm_";
+  check_tensor_list(op, grads, false);
+  REEL_CHECK(std::isfinite(max_norm) && max_norm >= 0, op, ": max_norm ", max_norm, " must be finite and >= 0");
+  REEL_CHECK(out.defined() && out.dtype() == DType::f64 && out.numel() == 2 && out.is_contiguous(), op,
+             ": out must be a contiguous f64 tensor of 2 elements (the norm, the clip coefficient)");
+  const Device device = out.device();
+  for (size_t i = 0; i < grads.size(); ++i)
+    REEL_CHECK(grads[i].device() == device, op, ": tensor ", i, " ", grads[i].shape(), " is on ", grads[i].device(),
+               " but out on ", device, ": one device expected");
+  REEL_CHECK(!found_inf.defined() || (found_inf.dtype() == DType::i32 && found_inf.numel() == 1 &&
+                                      found_inf.device() == device && found_inf.is_contiguous()),
+             op, ": found_inf must be an i32 tensor of 1 element on ", device);
+  REEL_CHECK(!set_found || found_inf.defined(), op, ": set_found without a found_inf tensor");
+  REEL_CHECK(!skipped_count.defined() || (found_inf.defined() && skipped_count.dtype() == DType::i64 &&
+                                          skipped_count.numel() == 1 && skipped_count.device() == device),
+             op, ": skipped_count must be an i64 tensor of 1 element on ", device, ", with a found_inf");
+  if (skipped_count.defined()) skipped_count.bump_version();
+  std::vector<Tensor> flat;
+  flat.reserve(grads.size());
+  for (const Tensor& g : grads) flat.push_back(untracked::contiguous(g));
+  if (set_found) found_inf.bump_version();
+  out.bump_version();
+  REEL_DEVICE_DISPATCH(device, grad_norm_device, optimizer_cost({&flat}, {}, 2 * numel_of(flat)), flat, out, max_norm,
+                       found_inf, set_found, skipped_count);
+}
+
+void accumulate_loss_(const Tensor& sum, const Tensor& value, double scale, bool first) {
+  const char* op = "accumulate_loss_";
+  REEL_CHECK(sum.defined() && sum.dtype() == DType::f64 && sum.numel() == 1 && sum.is_contiguous(), op,
+             ": sum must be a contiguous f64 tensor of 1 element");
+  REEL_CHECK(value.defined() && value.numel() == 1 && is_floating(value.dtype()) && value.device() == sum.device(), op,
+             ": value ", value.shape(), " ", value.dtype(), " on ", value.device(),
+             " must be one floating element on the sum's device ", sum.device());
+  REEL_CHECK(std::isfinite(scale), op, ": scale ", scale, " must be finite");
+  sum.bump_version();
+  profile::KernelCost c;
+  c.bytes_read = static_cast<int64_t>(value.nbytes() + (first ? 0 : 8));
+  c.bytes_written = 8;
+  c.flops = 2;
+  REEL_DEVICE_DISPATCH(sum.device(), accumulate_loss_, c, sum, value, scale, first);
 }
 
 void scale_(const std::vector<Tensor>& tensors, double factor) {

@@ -14,8 +14,9 @@
 //   Options               the hyper-parameters besides lr, with their defaults
 //   check(options)        reel::Error for a bad hyper-parameter, naming kTitle (host)
 //   Coeffs<A>             what one step needs, in the update's type A = acc_t (T itself for f32 and
-//                         f64, f32 for bf16 and f16); coeffs<A>(options, lr, step), on the host
-//                         once per step (step counts from 1)
+//                         f64, f32 for bf16 and f16); coeffs<A>(options, lr, step), REEL_HOST_DEVICE:
+//                         on the host once per step, or in the kernel when the step count is
+//                         read from the device (StepControl::steps); step counts from 1
 //   apply(p, g, s, c)     REEL_HOST_DEVICE: one element: p (in/out) and g in A, s[kSlots] (in/out)
 // A parameter is loaded into A, updated and rounded once to its type at the store.
 //
@@ -29,8 +30,39 @@
 #include "core/error.h"
 #include "core/host_device.h"  // REEL_HOST_DEVICE
 #include "core/tensor.h"
+#include "kernels/optimizer.h"  // StepControl
 
 namespace reel::kernels {
+
+// a * b rounded once as a multiply of its own, never contracted into an FMA with what follows
+// (the compilers contract a * b + c by default, on the host and in nvcc): the clip coefficient's
+// multiply inside an update (StepControl::coef) then gives the bits that scale_ before the update
+// gives.
+template <typename A>
+REEL_HOST_DEVICE inline A mul_rounded(A a, A b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(A) == 4) return __fmul_rn(a, b);
+  else return __dmul_rn(a, b);
+#else
+  A r = a * b;
+#if defined(__x86_64__) || defined(__i386__)
+  asm("" : "+x"(r));  // the product leaves the register as it is: no FMA across this point
+#elif defined(__aarch64__)
+  asm("" : "+w"(r));
+#else
+  volatile A v = r;
+  r = v;
+#endif
+  return r;
+#endif
+}
+
+// A gradient as an update reads it under StepControl::coef: g * coef in A, rounded once to the
+// gradient's type T (what scale_ stores) and loaded back into A.
+template <typename T, typename A>
+REEL_HOST_DEVICE inline A clipped_grad(A g, A coef) {
+  return static_cast<A>(static_cast<T>(mul_rounded(g, coef)));
+}
 
 // Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms", its Program 1): the
 // update is the sign of an interpolation of the momentum and the gradient, so every element moves
@@ -56,7 +88,7 @@ struct Lion {
     A lr, decay, b1, one_minus_b1, b2, one_minus_b2;
   };
   template <typename A>
-  static Coeffs<A> coeffs(const Options& o, double lr, int64_t /*step: Lion has no bias correction*/) {
+  REEL_HOST_DEVICE static Coeffs<A> coeffs(const Options& o, double lr, int64_t /*step: Lion has no bias correction*/) {
     return {static_cast<A>(lr),       static_cast<A>(1 - lr * o.weight_decay), static_cast<A>(o.beta1),
             static_cast<A>(1 - o.beta1), static_cast<A>(o.beta2),              static_cast<A>(1 - o.beta2)};
   }
@@ -82,13 +114,22 @@ struct Lion {
 // One step of Rule over the lists, in place: params[i] and grads[i] as kernels/optimizer.h's
 // updates take them (one device, contiguous, grads in the param's dtype), state[k] slot k's list
 // (Rule::kSlotNames[k]), each tensor in acc_dtype of its param's. lr finite and >= 0, step from 1,
-// options passing Rule::check: reel::Error naming Rule::kName otherwise. The backends (cpu::, cuda::)
+// options passing Rule::check: reel::Error naming Rule::kName otherwise; control as
+// kernels/optimizer.h's updates take it (pass StepControl{} for none). The backends (cpu::, cuda::)
 // take the same arguments, checked by the entry point.
 #define REEL_RULE_UPDATE_PARAMS(Rule)                                                                   \
   (const std::vector<Tensor>& params, const std::vector<Tensor>& grads,                                  \
-   const std::vector<std::vector<Tensor>>& state, const typename Rule::Options& options, double lr, int64_t step)
+   const std::vector<std::vector<Tensor>>& state, const typename Rule::Options& options, double lr, int64_t step, \
+   const StepControl& control)
 template <typename Rule>
 void rule_update REEL_RULE_UPDATE_PARAMS(Rule);
+// The plain update (no StepControl).
+template <typename Rule>
+void rule_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<std::vector<Tensor>>& state, const typename Rule::Options& options, double lr,
+                 int64_t step) {
+  rule_update<Rule>(params, grads, state, options, lr, step, StepControl{});
+}
 namespace cpu {
 template <typename Rule>
 void rule_update REEL_RULE_UPDATE_PARAMS(Rule);

@@ -1,5 +1,6 @@
 // The end of an accumulation window (see accumulator.h): unscale, the gradient hook, the
-// non-finite decision, clipping, the learning rate, the step and zeroing, in that order.
+// non-finite decision, clipping, the learning rate, the step and zeroing, in that order; decided on
+// the host (finish) or on the device (finish_on_device).
 #include "optim/accumulator.h"
 
 #include <algorithm>
@@ -20,7 +21,101 @@ std::vector<Tensor> Accumulator::step_grads() const {
 void Accumulator::skip(WindowResult& r) {
   optimizer_.zero_grad();
   r.skipped_nonfinite = true;
-  ++skipped_;
+  skipped_ = skipped_steps() + 1;
+  skipped_device_valid_ = false;
+}
+
+int64_t Accumulator::skipped_steps() const {
+  if (skipped_pending_) {
+    // The meta device skips nothing (its flags are placeholders): no read there.
+    if (!skipped_device_.device().is_meta()) skipped_ = static_cast<int64_t>(skipped_device_.item());
+    skipped_pending_ = false;
+  }
+  return skipped_;
+}
+
+void Accumulator::set_skipped_steps(int64_t skipped) {
+  skipped_ = skipped;
+  skipped_pending_ = false;
+  skipped_device_valid_ = false;
+}
+
+const Tensor& Accumulator::skipped_counter(Device device) {
+  if (!skipped_device_valid_ || skipped_device_.device() != device) {
+    skipped_ = skipped_steps();
+    skipped_device_ = from_vector<int64_t>({skipped_}, {1}).to(device);  // a copy from the host: no wait
+    skipped_device_valid_ = true;
+  }
+  skipped_pending_ = true;
+  return skipped_device_;
+}
+
+void Accumulator::add_loss(const Tensor& l, double scale, bool first) {
+  if (first) window_losses_ = empty({2}, DType::f64, l.device());  // a new one: the last window's results keep theirs
+  REEL_CHECK(l.device() == window_losses_.device(), "Accumulator: micro-batch losses on ", window_losses_.device(),
+             " and ", l.device(), ": one device per window expected");
+  kernels::accumulate_loss_(untracked::slice(window_losses_, 0, 0, 1), l, scale, first);
+}
+
+Tensor Accumulator::scaled_seed(const Tensor& l, double scale, bool first) {
+  return options_.scaler->seed(l, scale, first ? untracked::slice(window_losses_, 0, 1, 2) : Tensor());
+}
+
+void Accumulator::end_losses(WindowResult& r) {
+  if (!window_losses_.defined()) return;  // no micro-batch: nothing summed
+  // Copied back on the copy stream while the optimizer runs: the loss is read on log lines only.
+  r.loss = Lazy<double>::copied_back(untracked::slice(window_losses_, 0, 0, 1));
+  if (options_.scaler) r.loss_scale = Lazy<double>::on_device(window_losses_, 1);
+}
+
+// Device decisions: the order of finish() below, every decision a device value that the next
+// kernel reads (found_inf: the unscale and the norm write it; the scaler's update, the optimizer's
+// kernels and the skip counters read it), so the host enqueues the whole window and waits for none
+// of it. The hook is the one host step: what it reads of the gradients it reads itself.
+void Accumulator::finish_on_device(WindowResult& r) {
+  const profile::PhaseScope profiled(profile::Phase::Optimizer);  // the hook, clipping and zeroing too
+  GradScaler* scaler = options_.scaler;
+  const bool check = scaler || options_.skip_nonfinite;
+  std::vector<Tensor> grads = step_grads();
+  const std::vector<Tensor>& params = optimizer_.params();
+  const Device device = !grads.empty() ? grads.front().device()
+                        : window_losses_.defined() ? window_losses_.device()
+                        : !params.empty() ? params.front().device() : Device::cpu();
+  // 1. Unscale, writing the flag.
+  Tensor found;
+  if (check) found = zeros({1}, DType::i32, device);  // (1): 1 once a gradient is inf or NaN
+  if (scaler) scaler->unscale(grads, found);
+  // 2. The hook, on the unscaled gradients.
+  if (grad_hook_) {
+    grad_hook_(params, r);
+    grads = step_grads();
+  }
+  // 3 and 4. The non-finite check (again, as the hook left them, when there is a hook; the only one
+  // without a scaler) and the clip coefficient: one norm. A window skipped reports no norm.
+  const bool recheck = check && (grad_hook_ || !scaler);
+  const bool clip = options_.clip_norm > 0;
+  Tensor coef;
+  if ((clip || recheck) && !grads.empty()) {
+    const Tensor out = empty({2}, DType::f64, device);  // (2): the norm, the clip coefficient
+    kernels::global_grad_norm_(grads, out, clip ? options_.clip_norm : 0.0, found, recheck,
+                               check && !scaler ? skipped_counter(device) : Tensor());
+    if (clip) {
+      coef = untracked::slice(out, 0, 1, 2);
+      r.grad_norm = Lazy<double>::on_device(out, 0);
+    }
+  }
+  // The scaler's update once per window, the skip counted with it.
+  if (scaler) scaler->update(found, skipped_counter(device));
+  if (check) {
+    r.skipped_nonfinite = Lazy<bool>::on_device(found, 0);
+    r.stepped = Lazy<bool>::on_device(found, 0, true);
+  } else {
+    r.stepped = true;
+  }
+  // 5. The learning rate, 6. the step (nothing written when found), 7. zeroing.
+  optimizer_.set_lr(r.lr);
+  optimizer_.step(coef, found);
+  optimizer_.zero_grad();
 }
 
 void Accumulator::finish(WindowResult& r) {

@@ -55,7 +55,28 @@
 // once, by folding the scale into each backward's seed (backward(loss, scale / total)); step 1
 // unscales in one fused pass that also finds inf/NaN (kernels::unscale_grads_; without a hook that
 // pass's answer is step 3's, with one the gradients are checked again after it). WindowResult::loss
-// is unscaled. The scaler's scale() is read when the window starts and updated once when it ends.
+// is unscaled. The scaler's scale() is read when the window starts and updated once when it ends
+// (with device decisions: read and updated on the device).
+//
+// Device decisions (device_decisions(): no WindowSync, an optimizer with device_control() (SGD,
+// Adam/AdamW, RuleOptimizer), Options::host_decisions false): the same steps in the same order with
+// no read back to the host inside the window, as PyTorch's _amp_update_scale_ and fused optimizers
+// reading found_inf. The loss is summed on the device (kernels::accumulate_loss_) and copied back
+// asynchronously; the scaler's scale lives on the device (GradScaler's device side: each backward's
+// seed is made from it, the unscale writes a device found_inf flag, the update runs there); one
+// norm on the device gives the clip coefficient and, where needed (no scaler, or a hook), the
+// flag (kernels::global_grad_norm_); the optimizer's update kernels read the coefficient (clipping
+// folded into the update: no scale_ pass) and the flag (a skipped window writes no parameter, no
+// state, and leaves the step count, which then lives on the device, as it was: Optimizer::step(coef,
+// found_inf)); the skip counts are advanced by the kernel that decides. WindowResult's loss,
+// grad_norm, stepped, skipped_nonfinite and loss_scale are then optim::Lazy values, read (the host
+// waits) only when asked: the examples read them on their log lines. The results are the host
+// path's bit for bit. The host path stays under a WindowSync (distributed/ sums the flag, the
+// loss and the norm over the ranks on the host), with an optimizer without device control
+// (distributed::ZeroAdamW), and with Options::host_decisions. The hook runs on either path (what it
+// reads of the gradients, it reads itself). With a schedule, a window's lr comes from
+// optimizer.steps(): after a window that may have been skipped that reads the device's count once,
+// at the next window's start. The optimizer's lr() is set for a skipped window too.
 //
 // Exact only for layers without batch statistics (no BatchNorm): those see each micro-batch alone.
 #pragma once
@@ -67,21 +88,26 @@
 #include "autograd/tape.h"
 #include "core/profile.h"
 #include "optim/grad_scaler.h"
+#include "optim/lazy_scalar.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 
 namespace reel::optim {
 
+// What a window did. The loss, the norm and whether it stepped stay on the device until read
+// (optim/lazy_scalar.h: read with .get(), or as the double/bool they convert to) when the window
+// decided on the device (see "Device decisions" above); host values otherwise.
 struct WindowResult {
-  double loss = 0;        // sum of the micro-batch losses / total: the window's mean loss
-  int64_t count = 0;      // samples or non-ignored tokens in the window
-  double grad_norm = 0;   // global gradient norm before clipping (0 when not clipping)
-  double lr = 0;          // the learning rate this step used
-  bool stepped = false;   // false when the window held nothing to learn from (count 0), or was skipped
+  Lazy<double> loss = 0;      // sum of the micro-batch losses / total: the window's mean loss
+  int64_t count = 0;          // samples or non-ignored tokens in the window
+  Lazy<double> grad_norm = 0; // global gradient norm before clipping (0 when not clipping, or skipped)
+  double lr = 0;              // the learning rate this step used
+  // false when the window held nothing to learn from (count 0), or was skipped
+  Lazy<bool> stepped = false;
   // Options::skip_nonfinite or Options::scaler: a gradient the optimizer would read was NaN or Inf
   // after the hook, on some rank; no step taken.
-  bool skipped_nonfinite = false;
-  double loss_scale = 1;  // what the window's loss was multiplied by (Options::scaler's scale, else 1)
+  Lazy<bool> skipped_nonfinite = false;
+  Lazy<double> loss_scale = 1;  // what the window's loss was multiplied by (Options::scaler's scale, else 1)
 };
 
 // What a data-parallel wrapper does around a window (distributed::DataParallel implements it; optim knows
@@ -120,6 +146,10 @@ class Accumulator {
     WindowSync* sync = nullptr;  // distributed::DataParallel or FSDP: the window spans every rank (see above)
     // Dynamic loss scaling (see above); not owned, must outlive the Accumulator. null: none.
     GradScaler* scaler = nullptr;
+    // true: decide every window on the host even where the device could (see "Device decisions"
+    // above): the loss, the norm and the skip read back inside the window, as before device
+    // decisions existed (the same results bit for bit; the tests compare the two).
+    bool host_decisions = false;
   };
   Accumulator(Optimizer& optimizer, Options options) : optimizer_(optimizer), options_(options) {}
   explicit Accumulator(Optimizer& optimizer) : Accumulator(optimizer, Options{}) {}
@@ -141,23 +171,33 @@ class Accumulator {
     r.lr = options_.schedule ? options_.schedule->lr(optimizer_.steps()) : optimizer_.lr();
     if (r.count == 0) return r;
     const double scale = 1.0 / static_cast<double>(r.count);
-    r.loss_scale = options_.scaler ? options_.scaler->scale() : 1.0;
-    const double seed = scale * r.loss_scale;  // the loss scaled once: in the seed, not in the loss
+    const bool on_device = device_decisions();
+    if (options_.scaler && !on_device) r.loss_scale = options_.scaler->scale();
+    const double seed = scale * r.loss_scale.get();  // the loss scaled once: in the seed, not in the loss
+    double loss_sum = 0;  // host decisions
     for (size_t i = 0; i < micro_batches.size(); ++i) {
       const Tensor l = [&] {
         const profile::PhaseScope profiled(profile::Phase::Forward);
         return loss(micro_batches[i]);
       }();
-      r.loss += l.item() * scale;
+      if (on_device) add_loss(l, scale, i == 0);
+      else loss_sum += l.item() * scale;
       if (options_.sync && i + 1 == micro_batches.size()) options_.sync->before_last_backward();
-      autograd::backward(l, seed);
+      if (on_device && options_.scaler) autograd::backward(l, scaled_seed(l, scale, i == 0));
+      else autograd::backward(l, seed);
     }
     if (options_.sync) {
       if (micro_batches.empty()) options_.sync->before_last_backward();
       options_.sync->after_last_backward();
-      r.loss = options_.sync->global_sum(r.loss);
+      loss_sum = options_.sync->global_sum(loss_sum);
     }
-    finish(r);
+    if (on_device) {
+      end_losses(r);
+      finish_on_device(r);
+    } else {
+      r.loss = loss_sum;
+      finish(r);
+    }
     return r;
   }
 
@@ -170,13 +210,28 @@ class Accumulator {
 
   int64_t steps() const { return optimizer_.steps(); }
   // Windows skipped for an inf or NaN gradient (Options::skip_nonfinite or Options::scaler); with a
-  // scaler used by this Accumulator alone, from its start, the same as its skipped_windows().
-  int64_t skipped_steps() const { return skipped_; }
+  // scaler used by this Accumulator alone, from its start, the same as its skipped_windows(). After
+  // device decisions, a read of the device's count (the host waits), once.
+  int64_t skipped_steps() const;
   // A resumed run's count so far (optim/training_state.h).
-  void set_skipped_steps(int64_t skipped) { skipped_ = skipped; }
+  void set_skipped_steps(int64_t skipped);
+  // Whether the windows decide on the device (see above): without a WindowSync, with an optimizer
+  // that supports it (Optimizer::device_control()).
+  bool device_decisions() const {
+    return !options_.sync && !options_.host_decisions && optimizer_.device_control();
+  }
 
  private:
   void finish(WindowResult& r);  // unscale, hook, non-finite decision, clip, set lr, step, zero_grad
+  // The same, decided on the device (no host read).
+  void finish_on_device(WindowResult& r);
+  // Device decisions: micro-batch loss l (times scale) into the window's device sum (a new sum
+  // when first); the seed of its backward from the scaler's device scale; the sum copied back.
+  void add_loss(const Tensor& l, double scale, bool first);
+  Tensor scaled_seed(const Tensor& l, double scale, bool first);
+  void end_losses(WindowResult& r);
+  // The window's skip counter on `device` (i64 (1)), from the host count when stale.
+  const Tensor& skipped_counter(Device device);
   // The gradient buffers the optimizer will step from: the sync's step_grads() (ZeRO-1's shards),
   // else each of the optimizer's parameters' defined .grad.
   std::vector<Tensor> step_grads() const;
@@ -185,7 +240,11 @@ class Accumulator {
   Optimizer& optimizer_;
   Options options_;
   GradHook grad_hook_;
-  int64_t skipped_ = 0;
+  mutable int64_t skipped_ = 0;
+  Tensor window_losses_;              // device decisions: this window's f64 (2): the loss sum, the loss scale
+  Tensor skipped_device_;             // i64 (1): the skip count, advanced by the deciding kernel
+  bool skipped_device_valid_ = false; // skipped_device_ holds skipped_ (or newer)
+  mutable bool skipped_pending_ = false;  // skipped_device_ may be ahead of skipped_
 };
 
 }  // namespace reel::optim

@@ -1,4 +1,5 @@
-// Dynamic loss scaling (see grad_scaler.h): the scale's state machine and the unscale call.
+// Dynamic loss scaling (see grad_scaler.h): the scale's state machine on the host and on the
+// device, and the unscale calls.
 #include "optim/grad_scaler.h"
 
 #include <algorithm>
@@ -6,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "kernels/loss_scale_rule.h"
 #include "kernels/unscale.h"
 
 namespace reel::optim {
@@ -27,21 +29,82 @@ GradScaler::GradScaler(Options options) : options_(options), scale_(options.init
 }
 
 bool GradScaler::unscale(const std::vector<Tensor>& grads) const {
-  return kernels::unscale_grads_(grads, 1.0 / scale_);
+  return kernels::unscale_grads_(grads, 1.0 / scale());
 }
 
 void GradScaler::update(bool found_inf) {
-  if (found_inf) {
-    ++skipped_;
-    growth_tracker_ = 0;
-    // Never down to 0 or a subnormal: the unscale divides by it.
-    scale_ = std::max(scale_ * options_.backoff_factor, 1e-30);
+  read_device();
+  // The rule of kernels/loss_scale_rule.h, the device's, on the host values.
+  double s[3] = {scale_, static_cast<double>(growth_tracker_), static_cast<double>(skipped_)};
+  kernels::update_loss_scale(s, found_inf, nullptr, options_.growth_factor, options_.backoff_factor,
+                             options_.growth_interval);
+  scale_ = s[0];
+  growth_tracker_ = static_cast<int64_t>(s[1]);
+  skipped_ = static_cast<int64_t>(s[2]);
+  state_valid_ = false;  // the device state, if any, is behind now
+}
+
+double GradScaler::scale() const {
+  read_device();
+  return scale_;
+}
+int64_t GradScaler::skipped_windows() const {
+  read_device();
+  return skipped_;
+}
+int64_t GradScaler::clean_windows_in_a_row() const {
+  read_device();
+  return growth_tracker_;
+}
+
+void GradScaler::read_device() const {
+  if (host_known_) return;
+  const Tensor host = state_.to(Device::cpu());  // (3): the host waits for the device here
+  const double* s = host.data<double>();
+  scale_ = s[0];
+  growth_tracker_ = static_cast<int64_t>(s[1]);
+  skipped_ = static_cast<int64_t>(s[2]);
+  host_known_ = true;
+}
+
+const Tensor& GradScaler::device_state(Device device) {
+  if (!state_valid_ || state_.device() != device) {
+    read_device();
+    state_ = from_vector<double>({scale_, static_cast<double>(growth_tracker_), static_cast<double>(skipped_)}, {3})
+                 .to(device);  // a copy from the host: no wait
+    state_valid_ = true;
+  }
+  return state_;
+}
+
+Tensor GradScaler::seed(const Tensor& loss, double inv_count, const Tensor& window_scale) {
+  REEL_CHECK(loss.defined() && loss.numel() == 1, "GradScaler::seed: the loss must be one element, got ",
+             loss.defined() ? shape_str(loss.shape()) : std::string("undefined"));
+  const Tensor out = empty(loss.shape(), loss.dtype(), loss.device());
+  kernels::loss_scale_seed_(out, device_state(loss.device()), inv_count, window_scale);
+  return out;
+}
+
+void GradScaler::unscale(const std::vector<Tensor>& grads, const Tensor& found_inf) {
+  if (grads.empty()) return;
+  kernels::unscale_grads_(grads, device_state(grads.front().device()), found_inf);
+}
+
+void GradScaler::update(const Tensor& found_inf, const Tensor& skipped_count) {
+  REEL_CHECK(found_inf.defined(), "GradScaler::update: found_inf is undefined");
+  const Device device = found_inf.device();
+  kernels::update_loss_scale_(device_state(device), found_inf, skipped_count, options_.growth_factor,
+                              options_.backoff_factor, options_.growth_interval);
+  if (device.is_meta()) {  // nothing computed there, nothing skipped: the host follows a clean window
+    double s[3] = {scale_, static_cast<double>(growth_tracker_), static_cast<double>(skipped_)};
+    kernels::update_loss_scale(s, false, nullptr, options_.growth_factor, options_.backoff_factor,
+                               options_.growth_interval);
+    scale_ = s[0];
+    growth_tracker_ = static_cast<int64_t>(s[1]);
+    skipped_ = static_cast<int64_t>(s[2]);
     return;
   }
-  if (++growth_tracker_ < options_.growth_interval) return;
-  growth_tracker_ = 0;
-  const double grown = scale_ * options_.growth_factor;
-  if (std::isfinite(grown)) scale_ = grown;  // as torch: a scale that would overflow stays
+  host_known_ = false;
 }
 
 void GradScaler::load(double scale, int64_t clean_windows_in_a_row, int64_t skipped_windows) {
@@ -51,6 +114,8 @@ void GradScaler::load(double scale, int64_t clean_windows_in_a_row, int64_t skip
   scale_ = scale;
   growth_tracker_ = clean_windows_in_a_row;
   skipped_ = skipped_windows;
+  host_known_ = true;
+  state_valid_ = false;
 }
 
 std::string scaler_summary(const GradScaler& scaler) {

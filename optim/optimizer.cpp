@@ -52,9 +52,60 @@ void Optimizer::step() {
   std::vector<size_t> with_grad;
   for (size_t i = 0; i < params_.size(); ++i)
     if (params_[i].grad().defined()) with_grad.push_back(i);
+  read_device_steps();
   ++steps_;
+  device_steps_valid_ = false;  // counted on the host
   const profile::PhaseScope profiled(profile::Phase::Optimizer);
   if (!with_grad.empty()) update(with_grad);
+}
+
+void Optimizer::step(const Tensor& coef, const Tensor& found_inf) {
+  REEL_CHECK(device_control(), "optimizer: step(coef, found_inf) is not supported by this optimizer "
+                               "(its decisions are taken on the host: use step())");
+  std::vector<size_t> with_grad;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].grad().defined()) with_grad.push_back(i);
+  const profile::PhaseScope profiled(profile::Phase::Optimizer);
+  if (with_grad.empty() || !found_inf.defined()) {  // no skip to decide: the host's count stays exact
+    read_device_steps();
+    ++steps_;
+    device_steps_valid_ = false;
+    control_ = kernels::StepControl{coef, Tensor(), Tensor(), 0};
+    if (!with_grad.empty()) update(with_grad);
+    control_ = kernels::StepControl{};
+    return;
+  }
+  if (!device_steps_valid_) {  // the host's exact count, to the device (a copy from the host, no wait)
+    read_device_steps();
+    MemoryCategory scope(Category::OptimizerState);
+    device_steps_ = from_vector<int64_t>({steps_, steps_}, {2}).to(params_[with_grad.front()].device());
+    slot_ = 0;
+    device_steps_valid_ = true;
+  }
+  control_ = kernels::StepControl{coef, found_inf, device_steps_, slot_};
+  ++steps_;  // an upper bound until read_device_steps()
+  steps_pending_ = true;
+  try {
+    update(with_grad);
+  } catch (...) {
+    control_ = kernels::StepControl{};
+    throw;
+  }
+  control_ = kernels::StepControl{};
+  slot_ = 1 - slot_;
+}
+
+int64_t Optimizer::steps() const {
+  read_device_steps();
+  return steps_;
+}
+
+void Optimizer::read_device_steps() const {
+  if (!steps_pending_) return;
+  // The meta device computes nothing and skips nothing (its found_inf is a placeholder 0): the
+  // upper bound is its count, and no read is recorded.
+  if (!device_steps_.device().is_meta()) steps_ = device_steps_.to(Device::cpu()).data<int64_t>()[slot_];
+  steps_pending_ = false;
 }
 
 void Optimizer::zero_grad() { autograd::zero_grad(params_); }
@@ -72,7 +123,7 @@ const Tensor& Optimizer::state(const std::string& slot, size_t i) {
 
 StateDict Optimizer::state_dict() const {
   StateDict out;
-  out["step"] = from_vector<int64_t>({steps_}, {});
+  out["step"] = from_vector<int64_t>({steps()}, {});
   for (const auto& [slot, tensors] : state_)
     for (size_t i = 0; i < tensors.size(); ++i)
       if (tensors[i].defined()) out[slot + "." + std::to_string(i)] = tensors[i];
@@ -105,6 +156,8 @@ void Optimizer::load_state_dict(const StateDict& state) {
     tensors[i] = t.to(params_[i].device()).to(acc_dtype(params_[i].dtype())).clone();
   }
   steps_ = static_cast<int64_t>(state.at("step").item());
+  steps_pending_ = false;
+  device_steps_valid_ = false;
   state_ = std::move(loaded);
 }
 
@@ -129,7 +182,7 @@ void SGD::update(const std::vector<size_t>& with_grad) {
     if (options_.momentum != 0) buf.push_back(state("momentum_buffer", i));
   }
   kernels::sgd_update(p, g, buf, lr_, options_.momentum, options_.dampening, options_.weight_decay,
-                      options_.nesterov, steps_);
+                      options_.nesterov, steps_, control());
 }
 
 // ---- Adam / AdamW ------------------------------------------------------------
@@ -154,7 +207,7 @@ void Adam::update(const std::vector<size_t>& with_grad) {
     v.push_back(state("exp_avg_sq", i));
   }
   kernels::adamw_update(p, g, m, v, lr_, options_.beta1, options_.beta2, options_.eps, options_.weight_decay, steps_,
-                        decoupled_);
+                        decoupled_, control());
 }
 
 // ---- clipping ----------------------------------------------------------------

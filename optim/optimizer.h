@@ -28,13 +28,27 @@ class Optimizer {
 
   // One update from the current gradients; parameters without a gradient are left alone.
   void step();
+  // One update whose decisions stay on the device (optim/accumulator.h's window, as PyTorch's fused
+  // optimizers read found_inf), on the params' device: each gradient is first multiplied by
+  // coef[0] (f64 (1): clipping's coefficient, kernels::global_grad_norm_; undefined: not), exactly
+  // as kernels::scale_ before step() would, without writing the .grad; and when found_inf[0] (i32
+  // (1); undefined: never) is nonzero nothing is written: parameters, state and the step count
+  // stay as they were. The step count then lives on the device (kernels::StepControl::steps, the
+  // update kernels read it for bias correction and advance it) until steps() reads it back: the
+  // host does not wait here. reel::Error for an optimizer without device_control().
+  void step(const Tensor& coef, const Tensor& found_inf);
+  // Whether step(coef, found_inf) is supported: SGD, Adam/AdamW and RuleOptimizer; not by default
+  // (distributed::ZeroAdamW decides on the host).
+  virtual bool device_control() const { return false; }
   // Zeros every parameter's gradient buffer (kept allocated for the next window).
   void zero_grad();
 
   double lr() const { return lr_; }
   // reel::Error for a NaN, infinite or negative rate (the constructors' check), leaving lr() as it was.
   void set_lr(double lr);
-  int64_t steps() const { return steps_; }
+  // The steps taken; after a step(coef, found_inf) that might have been skipped, a read of the
+  // device's count (the host waits for it), once.
+  int64_t steps() const;
   const std::vector<Tensor>& params() const { return params_; }
 
   // "step" (a 0-d i64 tensor) plus each state tensor as "<slot>.<parameter index>".
@@ -52,12 +66,24 @@ class Optimizer {
   const Tensor& state(const std::string& slot, size_t i);
   // The one check of a learning rate, for the constructors ("SGD", ...) and set_lr ("set_lr").
   static void check_lr(const char* who, double lr);
+  // What update() passes its kernels: StepControl{} in step(), the device's decisions in
+  // step(coef, found_inf).
+  const kernels::StepControl& control() const { return control_; }
 
   std::vector<Tensor> params_;
   double lr_;
-  int64_t steps_ = 0;
+  // The step count, passed to the kernels (which ignore it when control().steps is defined). While
+  // steps_pending_, an upper bound (every window counted) and the device's count is the true one.
+  mutable int64_t steps_ = 0;
 
  private:
+  void read_device_steps() const;  // steps_ from the device when steps_pending_
+
+  kernels::StepControl control_;
+  Tensor device_steps_;  // i64 (2) on the params' device: kernels::StepControl::steps
+  int slot_ = 0;         // device_steps_[slot_] holds the count
+  bool device_steps_valid_ = false;  // device_steps_ matches steps_ (a host step() makes it stale)
+  mutable bool steps_pending_ = false;
   std::map<std::string, std::vector<Tensor>> state_;  // slot -> per parameter (undefined until used)
 };
 
@@ -70,6 +96,7 @@ class SGD final : public Optimizer {
   };
   SGD(std::vector<Tensor> params, double lr, Options options);
   SGD(std::vector<Tensor> params, double lr) : SGD(std::move(params), lr, Options{}) {}
+  bool device_control() const override { return true; }
 
  private:
   void update(const std::vector<size_t>& with_grad) override;
@@ -85,6 +112,7 @@ class Adam : public Optimizer {
   };
   Adam(std::vector<Tensor> params, double lr, Options options);
   Adam(std::vector<Tensor> params, double lr) : Adam(std::move(params), lr, Options{}) {}
+  bool device_control() const override { return true; }
 
  protected:
   Adam(std::vector<Tensor> params, double lr, Options options, bool decoupled);
@@ -116,6 +144,7 @@ class RuleOptimizer final : public Optimizer {
     Rule::check(options);
   }
   const Options& options() const { return options_; }
+  bool device_control() const override { return true; }
 
  private:
   void update(const std::vector<size_t>& with_grad) override {
@@ -126,7 +155,7 @@ class RuleOptimizer final : public Optimizer {
       g.push_back(params_[i].grad());
       for (int k = 0; k < Rule::kSlots; ++k) slots[static_cast<size_t>(k)].push_back(state(Rule::kSlotNames[k], i));
     }
-    kernels::rule_update<Rule>(p, g, slots, options_, lr_, steps_);
+    kernels::rule_update<Rule>(p, g, slots, options_, lr_, steps_, control());
   }
   std::vector<std::string> state_slots() const override {
     return std::vector<std::string>(std::begin(Rule::kSlotNames), std::end(Rule::kSlotNames));

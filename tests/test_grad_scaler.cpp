@@ -3,14 +3,22 @@
 // (parameters, AdamW moments and step count bit-untouched, gradients zeroed) and halves the scale;
 // the scale grows after K clean windows; the gradients the hook sees after the unscale, the
 // reported loss and the clip norm are bit for bit those of the unscaled run (a power-of-two scale);
-// the fused unscale in all four floating dtypes. Two ranks: tests/test_grad_scaler_dist.cpp.
+// the fused unscale in all four floating dtypes. Device decisions (optim/accumulator.h): the same
+// results bit for bit as the host-decided path over windows with and without skips (AdamW, SGD,
+// Lion; scaler, skip_nonfinite, a hook's NaN; clipping), no copy to the host inside a window (a
+// Profiler's copy_to_host records), and a state_dict round trip. Two ranks:
+// tests/test_grad_scaler_dist.cpp.
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "autograd/functions.h"
 #include "autograd/tape.h"
+#include "core/profile.h"
 #include "kernels/unscale.h"
 #include "optim/accumulator.h"
 #include "optim/grad_scaler.h"
@@ -242,4 +250,272 @@ TEST_CASE("GradScaler refuses options that cannot scale") {
   CHECK(s.scale() == 128.0);
   CHECK(s.clean_windows_in_a_row() == 5);
   CHECK(optim::scaler_summary(s) == "loss scale 128, 0 skipped windows");
+}
+
+// ---- device decisions (optim/accumulator.h): nothing read back inside a window ----------------
+
+namespace {
+
+// Copies to the host (copy_to_host records: a device value read back) while `prof` collected.
+int host_reads(const Profiler& prof) {
+  int n = 0;
+  for (const profile::KernelRecord& k : prof.kernels()) n += k.kernel == "copy_to_host";
+  return n;
+}
+
+struct Run {
+  std::vector<Tensor> params;
+  StateDict state;
+  std::vector<double> losses, norms, scales;
+  std::vector<bool> skipped, stepped;
+  double scale = 0;
+  int64_t clean = 0, scaler_skipped = 0, acc_skipped = 0, steps = 0;
+};
+
+// Seven windows, the 2nd and 5th with an inf (and the 6th with a NaN written by the hook when
+// `hook_nan`), through an Accumulator deciding on the device or (host_decisions) on the host.
+Run run_windows(Device d, const std::string& optimizer, bool scaled, bool skip_nonfinite, double clip,
+                bool host_decisions, bool hook_nan) {
+  Mlp m(DType::f32, d);
+  std::unique_ptr<Optimizer> opt;
+  if (optimizer == "adamw") opt = std::make_unique<AdamW>(m.params, 1e-2);
+  else if (optimizer == "sgd") opt = std::make_unique<SGD>(m.params, 1e-2, SGD::Options{0.9, 0, 0.01, false});
+  else opt = std::make_unique<Lion>(m.params, 1e-3);
+  GradScaler scaler({1024.0, 2.0, 0.5, 2});  // grows every 2 clean windows: growth and back-off both happen
+  Accumulator::Options o{clip, nullptr, skip_nonfinite, nullptr, scaled ? &scaler : nullptr};
+  o.host_decisions = host_decisions;
+  Accumulator acc(*opt, o);
+  REQUIRE(acc.device_decisions() == !host_decisions);
+  int window_index = 0;
+  if (hook_nan)
+    acc.set_grad_hook([&](const std::vector<Tensor>& ps, const WindowResult&) {
+      if (window_index == 5) ps[1].grad().fill_(std::numeric_limits<double>::quiet_NaN());
+    });
+  Run r;
+  for (window_index = 0; window_index < 7; ++window_index) {
+    const int poison = window_index == 1 || window_index == 4 ? 0 : -1;
+    const WindowResult w = acc.step(window(DType::f32, d, {3, 2}, 100 + static_cast<uint64_t>(window_index), poison),
+                                    rows, [&](const Batch& b) { return m.loss(b); });
+    r.losses.push_back(w.loss);
+    r.norms.push_back(w.grad_norm);
+    r.scales.push_back(w.loss_scale);
+    r.skipped.push_back(w.skipped_nonfinite);
+    r.stepped.push_back(w.stepped);
+  }
+  r.params = snapshot(m.params);
+  r.state = opt->state_dict();
+  r.scale = scaler.scale();
+  r.clean = scaler.clean_windows_in_a_row();
+  r.scaler_skipped = scaler.skipped_windows();
+  r.acc_skipped = acc.skipped_steps();
+  r.steps = opt->steps();
+  return r;
+}
+
+bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+}  // namespace
+
+TEST_CASE("device decisions give the host-decided path's results bit for bit, over windows with and without skips") {
+  for (Device d : reel::testing::devices())
+    for (const std::string optimizer : {"adamw", "sgd", "lion"})
+      for (const auto& [scaled, skip_nonfinite, hook_nan] :
+           std::vector<std::tuple<bool, bool, bool>>{{true, false, false}, {false, true, false}, {true, true, true}})
+        for (double clip : {0.0, 0.05}) {
+          CAPTURE(d);
+          CAPTURE(optimizer);
+          CAPTURE(scaled);
+          CAPTURE(skip_nonfinite);
+          CAPTURE(hook_nan);
+          CAPTURE(clip);
+          const Run host = run_windows(d, optimizer, scaled, skip_nonfinite, clip, true, hook_nan);
+          const Run dev = run_windows(d, optimizer, scaled, skip_nonfinite, clip, false, hook_nan);
+          CHECK(host.skipped == std::vector<bool>{false, true, false, false, true, hook_nan, false});
+          CHECK(dev.skipped == host.skipped);
+          CHECK(dev.stepped == host.stepped);
+          for (size_t i = 0; i < host.losses.size(); ++i) {
+            CAPTURE(i);
+            CHECK(same_bits(dev.losses[i], host.losses[i]));
+            CHECK(same_bits(dev.norms[i], host.norms[i]));
+            CHECK(same_bits(dev.scales[i], host.scales[i]));
+          }
+          if (clip > 0) CHECK(host.norms[0] > clip);  // it clipped
+          CHECK(all_bit_identical(dev.params, host.params));
+          REQUIRE(dev.state.size() == host.state.size());
+          for (const auto& [key, t] : host.state) {
+            CAPTURE(key);
+            CHECK(bit_identical(dev.state.at(key), t));  // the moments and "step"
+          }
+          CHECK(dev.steps == host.steps);
+          CHECK(dev.steps == (hook_nan ? 4 : 5));
+          CHECK(same_bits(dev.scale, host.scale));
+          CHECK(dev.clean == host.clean);
+          CHECK(dev.scaler_skipped == host.scaler_skipped);
+          CHECK(dev.acc_skipped == host.acc_skipped);
+          CHECK(dev.acc_skipped == (hook_nan ? 3 : 2));
+        }
+}
+
+TEST_CASE("a skipped window decided on the device reads nothing back and leaves params and state bit-untouched") {
+  for (Device d : reel::testing::devices())
+    for (double clip : {0.0, 0.05}) {
+      CAPTURE(d);
+      CAPTURE(clip);
+      Mlp m(DType::f32, d);
+      AdamW opt(m.params, 1e-2);
+      GradScaler scaler({1024.0, 2.0, 0.5, 100});
+      Accumulator acc(opt, {clip, nullptr, true, nullptr, &scaler});
+      REQUIRE(acc.device_decisions());
+      const auto lossf = [&](const Batch& b) { return m.loss(b); };
+      acc.step(window(DType::f32, d, {3, 5}, 1), rows, lossf);  // a clean one: moments and the device count exist
+      const std::vector<Tensor> params = snapshot(m.params);
+      std::vector<Tensor> state;
+      for (const auto& [key, t] : opt.state_dict()) state.push_back(t.clone());  // reads the count: before the profiler
+      const std::vector<Batch> poisoned = window(DType::f32, d, {3, 5}, 2, /*poison=*/1);
+      Profiler prof;
+      const WindowResult r = acc.step(poisoned, rows, lossf);
+      prof.stop();
+      CHECK(host_reads(prof) == 0);  // the window ran without the host waiting for the device
+      CHECK(r.skipped_nonfinite);    // read now, after it
+      CHECK_FALSE(r.stepped);
+      CHECK(r.grad_norm == 0.0);
+      CHECK(std::isfinite(r.loss.get()) == false);  // the poisoned micro-batch's loss
+      CHECK(all_bit_identical(m.params, params));
+      std::vector<Tensor> after;
+      for (const auto& [key, t] : opt.state_dict()) after.push_back(t);
+      CHECK(all_bit_identical(after, state));  // exp_avg, exp_avg_sq and "step"
+      CHECK(opt.steps() == 1);
+      CHECK(scaler.scale() == 512.0);
+      CHECK(acc.skipped_steps() == 1);
+      CHECK(all_zero(m.params));  // zero_grad still ran
+      // And a clean window: no read either; the loss arrives by the asynchronous copy.
+      const std::vector<Batch> clean = window(DType::f32, d, {4}, 3);
+      Profiler prof2;
+      const WindowResult r2 = acc.step(clean, rows, lossf);
+      prof2.stop();
+      CHECK(host_reads(prof2) == 0);
+      CHECK(r2.stepped);
+      CHECK(std::isfinite(r2.loss.get()));
+      CHECK(opt.steps() == 2);
+    }
+}
+
+TEST_CASE("the scaler's state and the step count survive a state_dict round trip after device decisions") {
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    Mlp m(DType::f32, d);
+    AdamW opt(m.params, 1e-2);
+    GradScaler scaler({1024.0, 2.0, 0.5, 2});
+    Accumulator acc(opt, {0.05, nullptr, false, nullptr, &scaler});
+    const auto lossf = [&](const Batch& b) { return m.loss(b); };
+    for (int i = 0; i < 4; ++i) acc.step(window(DType::f32, d, {3}, 200 + static_cast<uint64_t>(i), i == 2 ? 0 : -1), rows, lossf);
+    // A second optimizer and scaler loaded from the first: the next windows agree bit for bit.
+    Mlp m2(DType::f32, d);
+    for (size_t i = 0; i < m.params.size(); ++i) m2.params[i].detach().copy_(m.params[i]);
+    AdamW opt2(m2.params, 1e-2);
+    opt2.load_state_dict(opt.state_dict());
+    GradScaler scaler2({1024.0, 2.0, 0.5, 2});
+    scaler2.load(scaler.scale(), scaler.clean_windows_in_a_row(), scaler.skipped_windows());
+    Accumulator acc2(opt2, {0.05, nullptr, false, nullptr, &scaler2});
+    acc2.set_skipped_steps(acc.skipped_steps());
+    CHECK(opt2.steps() == 3);
+    CHECK(scaler2.scale() == 1024.0);  // x2 after windows 0-1, /2 at window 2, one clean since
+    for (int i = 4; i < 7; ++i) {
+      const auto w = window(DType::f32, d, {3}, 200 + static_cast<uint64_t>(i), i == 5 ? 0 : -1);
+      acc.step(w, rows, lossf);
+      acc2.step(w, rows, [&](const Batch& b) { return m2.loss(b); });
+    }
+    CHECK(all_bit_identical(m.params, m2.params));
+    CHECK(opt.steps() == opt2.steps());
+    CHECK(scaler.scale() == scaler2.scale());
+    CHECK(scaler.clean_windows_in_a_row() == scaler2.clean_windows_in_a_row());
+    CHECK(acc.skipped_steps() == acc2.skipped_steps());
+    CHECK(acc2.skipped_steps() == 2);
+  }
+}
+
+TEST_CASE("the scaler's device kernels: the unscale, the update rule and the seed give the host's bits") {
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    Generator g(13);
+    std::vector<Tensor> host;
+    for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16})
+      host.push_back((reel::testing::uniform_f64(g, {20011}, -3e3, 3e3)).to(dt));
+    const double scale = 3000.0;  // not a power of two: the division 1 / scale is rounded, as the host's
+    const Tensor state = from_vector<double>({scale, 0, 0}, {3}).to(d);
+    std::vector<Tensor> dev;
+    for (const Tensor& t : host) dev.push_back(t.to(d));
+    const Tensor found = zeros({1}, DType::i32, d);
+    kernels::unscale_grads_(dev, state, found);
+    CHECK_FALSE(kernels::unscale_grads_(host, 1.0 / scale));
+    for (size_t i = 0; i < host.size(); ++i) CHECK(bit_identical(dev[i].to(Device::cpu()), host[i]));
+    CHECK(found.item() == 0);
+    std::vector<Tensor> bad{full({3}, std::nan(""), DType::bf16, d)};
+    kernels::unscale_grads_(bad, state, found);
+    CHECK(found.item() == 1);
+    kernels::unscale_grads_(dev, state, found);  // a clean pass never clears it
+    CHECK(found.item() == 1);
+
+    // The update rule on the device against GradScaler::update(bool) on the host, over a sequence
+    // that backs off, grows (interval 2) and saturates (growth past f64's range stays).
+    GradScaler ref({0x1p1020, 4.0, 0.25, 2});
+    const Tensor st = from_vector<double>({0x1p1020, 0, 0}, {3}).to(d), count = zeros({1}, DType::i64, d);
+    for (bool f : {false, false, false, true, false, false, false, false, true, true}) {
+      CAPTURE(f);
+      ref.update(f);
+      kernels::update_loss_scale_(st, full({1}, f ? 1.0 : 0.0, DType::i32, d), count, 4.0, 0.25, 2);
+      const std::vector<double> s = reel::testing::values(st);
+      CHECK(same_bits(s[0], ref.scale()));
+      CHECK(s[1] == static_cast<double>(ref.clean_windows_in_a_row()));
+      CHECK(s[2] == static_cast<double>(ref.skipped_windows()));
+    }
+    CHECK(count.item() == 3);
+
+    // The seed: what backward(loss, inv_count * scale) fills, in the loss's dtype.
+    for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+      CAPTURE(dt);
+      const Tensor seed = empty({}, dt, d), window_scale = empty({1}, DType::f64, d);
+      kernels::loss_scale_seed_(seed, state, 1.0 / 7, window_scale);
+      CHECK(bit_identical(seed.to(Device::cpu()), full({}, (1.0 / 7) * scale, dt)));
+      CHECK(window_scale.item() == scale);
+    }
+    CHECK_THROWS_WITH_AS(kernels::unscale_grads_(dev, zeros({2}, DType::f64, d), found), doctest::Contains("state"),
+                         Error);
+    CHECK_THROWS_WITH_AS(kernels::update_loss_scale_(st, zeros({1}, DType::f32, d), Tensor(), 2.0, 0.5, 1),
+                         doctest::Contains("found_inf"), Error);
+    CHECK_THROWS_WITH_AS(kernels::loss_scale_seed_(empty({2}, DType::f32, d), state, 0.5, Tensor()),
+                         doctest::Contains("loss_scale_seed_: seed"), Error);
+  }
+}
+
+TEST_CASE("meta device: a window decided on the device records cuda:0's launches") {
+  if (!cuda_available()) return;
+  const auto run = [](Device d) {
+    Mlp m(DType::f32, d);
+    AdamW opt(m.params, 1e-2);
+    GradScaler scaler({1024.0, 2.0, 0.5, 1});
+    Accumulator acc(opt, {0.5, nullptr, true, nullptr, &scaler});
+    const auto lossf = [&](const Batch& b) { return m.loss(b); };
+    const std::vector<Batch> w1 = window(DType::f32, d, {3, 2}, 1), w2 = window(DType::f32, d, {4}, 2);
+    Profiler prof;
+    acc.step(w1, rows, lossf);
+    acc.step(w2, rows, lossf);
+    prof.stop();
+    CHECK(host_reads(prof) == 0);
+    CHECK(scaler.scale() == 4096.0);  // two clean windows (meta: the host follows them without a read)
+    CHECK(opt.steps() == 2);
+    CHECK(acc.skipped_steps() == 0);
+    std::vector<std::string> names;
+    for (const profile::KernelRecord& k : prof.kernels()) names.push_back(k.kernel + " " + k.shapes);
+    return names;
+  };
+  const std::vector<std::string> cuda = run(Device::cuda(0)), meta = run(Device::meta());
+  CHECK(cuda == meta);
+  int norms = 0, scales = 0;
+  for (const std::string& k : cuda) {
+    norms += k.rfind("grad_norm_device", 0) == 0;
+    scales += k.rfind("scale_ ", 0) == 0;
+  }
+  CHECK(norms == 2);   // one norm a window: the skip check and the clip coefficient together
+  CHECK(scales == 0);  // the clip folded into the update
 }

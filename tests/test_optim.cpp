@@ -1,8 +1,10 @@
 // Optimizers against hand-computed steps, AdamW's bits independent of an element's position, optimizer
 // state memory and state_dict (f32 state for a bf16 / f16 model), gradient
 // clipping, and the accumulation window (equal to one big batch; a per-micro-batch mean differs;
-// its gradient hook sees the window's gradients and what it changes is stepped). Every optimizer
-// of the registry (optim/registry.h), by the same tests: a new entry is tested without a line here.
+// its gradient hook sees the window's gradients and what it changes is stepped); clipping folded
+// into the update (Optimizer::step(coef, found_inf)) bit for bit equal to clip_grad_norm then
+// step(). Every optimizer of the registry (optim/registry.h), by the same tests: a new entry is
+// tested without a line here.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -437,4 +439,48 @@ TEST_CASE("every registered optimizer descends a quadratic, refuses a bad lr, an
       CHECK(reel::testing::values(q) == reel::testing::values(p));
       CHECK(opt->state_dict().size() == resumed->state_dict().size());
     }
+}
+
+TEST_CASE("clipping folded into the update (step(coef)) gives the bits of clip_grad_norm then step(), in every dtype") {
+  // Every registered optimizer; f32, f64 and a 16-bit model (whose clipped gradient is rounded to
+  // its dtype before the update, as scale_ stores it). Two steps: the second from moved state.
+  for (Device d : reel::testing::devices())
+    for (const OptimizerEntry& e : optimizer_registry())
+      for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+        CAPTURE(d);
+        CAPTURE(e.name);
+        CAPTURE(dt);
+        std::vector<std::vector<Tensor>> after(2);
+        std::vector<double> norms[2];
+        for (int fused = 0; fused < 2; ++fused) {
+          Generator g(17);
+          std::vector<Tensor> ps;
+          for (const Shape& s : std::vector<Shape>{{40000}, {7, 3}, {5}}) {
+            MemoryCategory scope(Category::Parameter);
+            ps.push_back(reel::testing::uniform_f64(g, s, -1, 1).to(dt).to(d).set_requires_grad());
+          }
+          const std::unique_ptr<Optimizer> opt = make_optimizer(e.name, ps, 1e-2);
+          REQUIRE(opt->device_control());
+          for (int step = 0; step < 2; ++step) {
+            for (const Tensor& p : ps) p.set_grad(reel::testing::uniform_f64(g, p.shape(), -3, 3).to(dt).to(d));
+            if (fused) {
+              std::vector<Tensor> grads;
+              for (const Tensor& p : ps) grads.push_back(p.grad());
+              const Tensor out = empty({2}, DType::f64, d);
+              kernels::global_grad_norm_(grads, out, 0.5, Tensor(), false);
+              norms[fused].push_back(out.to(Device::cpu()).data<double>()[0]);
+              opt->step(untracked::slice(out, 0, 1, 2), Tensor());
+            } else {
+              norms[fused].push_back(clip_grad_norm(ps, 0.5));
+              opt->step();
+            }
+            opt->zero_grad();
+          }
+          CHECK(opt->steps() == 2);
+          for (const Tensor& p : ps) after[static_cast<size_t>(fused)].push_back(p.detach().clone());
+        }
+        CHECK(norms[0] == norms[1]);
+        CHECK(norms[0][0] > 0.5);  // it clipped
+        for (size_t i = 0; i < after[0].size(); ++i) CHECK(reel::testing::bit_identical(after[0][i], after[1][i]));
+      }
 }

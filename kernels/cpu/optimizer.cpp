@@ -1,7 +1,9 @@
 // Optimizer update kernels on the CPU: SGD (momentum, dampening, Nesterov, weight decay), AdamW
 // (and Adam's L2 form), the rules of kernels/optimizer_rules.h (one loop for all), the global
 // gradient norm and in-place scaling for clipping, over f32, f64, bf16 and f16 parameters (a
-// 16-bit parameter's state is f32: see kernels/optimizer.h).
+// 16-bit parameter's state is f32: see kernels/optimizer.h); and the window's device decisions
+// (kernels::StepControl read by every update, the norm with its clip coefficient and flag, the loss
+// sum), whose "device" tensors are host memory here, read directly.
 //
 // Every kernel works over a flat list of tensors, in the chunks of kernels/cpu/multi_tensor.h
 // (the unscale's too), which threads take. Each update is one fused sweep per chunk (param, grad
@@ -122,11 +124,50 @@ double sum_squares_chunk(const T* x, int64_t n) {
   return s;
 }
 
+// out[i] = x[i] * factor in acc_t, rounded once to T (out may be x: scale_ in place).
 template <typename T, typename acc_t = acc_type_t<T>>
-void scale_chunk(T* x, int64_t n, double factor) {
+void scale_into(const T* x, T* out, int64_t n, double factor) {
   const acc_t f = static_cast<acc_t>(factor);
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<T>(acc_t(x[i]) * f);
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(acc_t(x[i]) * f);
+}
+template <typename T>
+void scale_chunk(T* x, int64_t n, double factor) {
+  scale_into(x, x, n, factor);
+}
+
+// StepControl (kernels/optimizer.h) on the cpu, whose tensors are host memory: read at once.
+struct Control {
+  bool skip;     // found_inf set: write nothing
+  int64_t step;  // the step the update runs at
+  bool clip;     // coef given: the gradients are scaled by it first
+  double coef;
+};
+// Called once per update, before any chunk: advances control.steps (steps[1 - slot]).
+Control resolve(const StepControl& c, int64_t step) {
+  const bool skip = c.found_inf.defined() && c.found_inf.data<int32_t>()[0] != 0;
+  if (c.steps.defined()) {
+    int64_t* s = c.steps.data<int64_t>();
+    step = s[c.slot] + 1;
+    s[1 - c.slot] = skip ? s[c.slot] : step;
+  }
+  return {skip, step, c.coef.defined(), c.coef.defined() ? c.coef.data<double>()[0] : 1.0};
+}
+
+// run(p, g, offset, n) over a chunk of n gradients at g: g itself, or, under a clip coefficient,
+// blocks of it scaled into a local buffer exactly as scale_ would scale the .grad (scale_into: the
+// same multiply and rounding), so that the update reads the bits it reads after scale_. The
+// blocks are whole multiples of adam_chunk's 512 elements: its blocks, and so its bits, stay put.
+template <typename T, typename Run>
+void with_grads(const T* g, int64_t n, const Control& ctl, Run&& run) {
+  if (!ctl.clip) return run(g, int64_t{0}, n);
+  constexpr int64_t kBlock = 4096;
+  alignas(64) T buf[kBlock];
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t nb = std::min(kBlock, n - b);
+    scale_into(g + b, buf, nb, ctl.coef);
+    run(static_cast<const T*>(buf), b, nb);
+  }
 }
 
 }  // namespace
@@ -135,33 +176,47 @@ void scale_chunk(T* x, int64_t n, double factor) {
 
 void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                 const std::vector<Tensor>& momentum_bufs, double lr, double momentum, double dampening,
-                double weight_decay, bool nesterov, int64_t step) {
+                double weight_decay, bool nesterov, int64_t step, const StepControl& control) {
+  const Control ctl = resolve(control, step);
+  if (ctl.skip) return;
   const bool use_buf = momentum != 0;
   const TensorLists<3> lists({&params, &grads, use_buf ? &momentum_bufs : nullptr});
-  const SgdArgs args{lr, momentum, dampening, weight_decay, nesterov, step <= 1};
+  const SgdArgs args{lr, momentum, dampening, weight_decay, nesterov, ctl.step <= 1};
   lists.apply([&](auto zero, const ListChunk<3>& c) {
     using T = decltype(zero);
     using S = acc_type_t<T>;  // the buffer's type
-    sgd_chunk(c.ptr<T>(0), c.ptr<const T>(1), c.ptr<S>(2), c.n, args);
+    T* p = c.ptr<T>(0);
+    S* buf = c.ptr<S>(2);
+    with_grads(c.ptr<const T>(1), c.n, ctl, [&](const T* g, int64_t o, int64_t n) {
+      sgd_chunk(p + o, g, buf ? buf + o : nullptr, n, args);
+    });
   });
 }
 
 void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
                   const std::vector<Tensor>& v, double lr, double beta1, double beta2, double eps,
-                  double weight_decay, int64_t step, bool decoupled_weight_decay) {
+                  double weight_decay, int64_t step, bool decoupled_weight_decay, const StepControl& control) {
+  const Control ctl = resolve(control, step);
+  if (ctl.skip) return;
   const TensorLists<4> lists({&params, &grads, &m, &v});
-  const AdamScalars args = adam_scalars(lr, beta1, beta2, eps, weight_decay, step, decoupled_weight_decay);
+  const AdamScalars args = adam_scalars(lr, beta1, beta2, eps, weight_decay, ctl.step, decoupled_weight_decay);
   lists.apply([&](auto zero, const ListChunk<4>& c) {
     using T = decltype(zero);
     using A = acc_type_t<T>;  // the moments' type
-    adam_chunk(c.ptr<T>(0), c.ptr<const T>(1), c.ptr<A>(2), c.ptr<A>(3), c.n, args);
+    T* p = c.ptr<T>(0);
+    A *mp = c.ptr<A>(2), *vp = c.ptr<A>(3);
+    with_grads(c.ptr<const T>(1), c.n, ctl,
+               [&](const T* g, int64_t o, int64_t n) { adam_chunk(p + o, g, mp + o, vp + o, n, args); });
   });
 }
 
 template <typename Rule>
 void rule_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                  const std::vector<std::vector<Tensor>>& state, const typename Rule::Options& options, double lr,
-                 int64_t step) {
+                 int64_t step, const StepControl& control) {
+  const Control ctl = resolve(control, step);
+  if (ctl.skip) return;
+  step = ctl.step;
   constexpr size_t N = 2 + Rule::kSlots;  // params, grads, the slots
   std::array<const std::vector<Tensor>*, N> ptrs{&params, &grads};
   for (size_t k = 0; k < static_cast<size_t>(Rule::kSlots); ++k) ptrs[2 + k] = &state[k];
@@ -175,9 +230,12 @@ void rule_update(const std::vector<Tensor>& params, const std::vector<Tensor>& g
     std::array<A*, static_cast<size_t>(Rule::kSlots)> s;
     for (size_t k = 0; k < s.size(); ++k) s[k] = c.template ptr<A>(2 + k);
     T* p = c.template ptr<T>(0);
-    const T* g = c.template ptr<const T>(1);
-    if constexpr (std::is_same_v<A, float>) rule_chunk<Rule>(p, g, s.data(), c.n, c32);
-    else rule_chunk<Rule>(p, g, s.data(), c.n, c64);
+    with_grads(c.template ptr<const T>(1), c.n, ctl, [&](const T* g, int64_t o, int64_t n) {
+      std::array<A*, static_cast<size_t>(Rule::kSlots)> so;
+      for (size_t k = 0; k < s.size(); ++k) so[k] = s[k] + o;
+      if constexpr (std::is_same_v<A, float>) rule_chunk<Rule>(p + o, g, so.data(), n, c32);
+      else rule_chunk<Rule>(p + o, g, so.data(), n, c64);
+    });
   });
 }
 
@@ -193,6 +251,26 @@ double sum_of_squares(const std::vector<Tensor>& tensors) {
   double s = 0;
   for (double v : partial) s += v;  // chunk order: the same bits for any thread count
   return s;
+}
+
+void grad_norm_device(const std::vector<Tensor>& tensors, const Tensor& out, double max_norm, const Tensor& found_inf,
+                      bool set_found, const Tensor& skipped_count) {
+  const double norm = std::sqrt(sum_of_squares(tensors));  // global_grad_norm's, bit for bit
+  int32_t* found = found_inf.defined() ? found_inf.data<int32_t>() : nullptr;
+  if (found && set_found) found[0] = std::isfinite(norm) ? 0 : 1;
+  const double factor = max_norm / (norm + 1e-6);
+  double* o = out.data<double>();
+  const bool skipped = found && found[0] != 0;
+  if (skipped && skipped_count.defined()) ++skipped_count.data<int64_t>()[0];
+  o[0] = skipped ? 0.0 : norm;
+  o[1] = max_norm > 0 && !skipped && factor < 1.0 ? factor : 1.0;  // clip_grad_norm's rule
+}
+
+void accumulate_loss_(const Tensor& sum, const Tensor& value, double scale, bool first) {
+  double* s = sum.data<double>();
+  double v = 0;
+  by_floating_dtype(value.dtype(), [&](auto zero) { v = static_cast<double>(value.data<decltype(zero)>()[0]); });
+  s[0] = (first ? 0.0 : s[0]) + mul_rounded(v, scale);
 }
 
 void scale_(const std::vector<Tensor>& tensors, double factor) {

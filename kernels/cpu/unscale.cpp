@@ -1,5 +1,6 @@
-// The loss scaler's unscale on the CPU (kernels/unscale.h): g *= inv_scale over a list of
-// gradients, in place, finding any inf or NaN in the same sweep.
+// The loss scaler's kernels on the CPU (kernels/unscale.h): g *= inv_scale over a list of
+// gradients, in place, finding any inf or NaN in the same sweep; the device-state forms (whose
+// "device" is host memory here: read and written directly).
 //
 // The list goes in the chunks of kernels/cpu/multi_tensor.h (the optimizer kernels' too), which
 // threads take. Each chunk is read and written once; its found flag goes into its own slot (no
@@ -11,6 +12,7 @@
 
 #include "kernels/backends.h"
 #include "kernels/cpu/multi_tensor.h"
+#include "kernels/loss_scale_rule.h"
 
 namespace reel::kernels::cpu {
 
@@ -52,6 +54,26 @@ bool unscale_grads_(const std::vector<Tensor>& grads, double inv_scale) {
     found[static_cast<size_t>(c.index)] = unscale_chunk(c.ptr<T>(0), c.n, inv_scale) ? 1 : 0;
   });
   return std::any_of(found.begin(), found.end(), [](char f) { return f != 0; });
+}
+
+void unscale_grads_(const std::vector<Tensor>& grads, const Tensor& state, const Tensor& found_inf) {
+  if (unscale_grads_(grads, 1.0 / state.data<double>()[0])) found_inf.data<int32_t>()[0] = 1;
+}
+
+void update_loss_scale_(const Tensor& state, const Tensor& found_inf, const Tensor& skipped_count,
+                        double growth_factor, double backoff_factor, int64_t growth_interval) {
+  update_loss_scale(state.data<double>(), found_inf.data<int32_t>()[0] != 0,
+                    skipped_count.defined() ? skipped_count.data<int64_t>() : nullptr, growth_factor, backoff_factor,
+                    growth_interval);
+}
+
+void loss_scale_seed_(const Tensor& seed, const Tensor& state, double inv_count, const Tensor& window_scale) {
+  const double scale = state.data<double>()[0];
+  by_floating_dtype(seed.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    seed.data<T>()[0] = static_cast<T>(inv_count * scale);  // as fill(value) rounds
+  });
+  if (window_scale.defined()) window_scale.data<double>()[0] = scale;
 }
 
 }  // namespace reel::kernels::cpu

@@ -1,7 +1,10 @@
 // kernels/cuda/optimizer.cu: the optimizer updates over a flat list of parameters on a CUDA
 // device: SGD (momentum, dampening, Nesterov, weight decay), AdamW (and Adam's L2 form), the
 // rules of kernels/optimizer_rules.h (one kernel template for all), the global gradient norm and
-// in-place scaling for clipping, over f32, f64, bf16 and f16 parameters.
+// in-place scaling for clipping, over f32, f64, bf16 and f16 parameters; and the window's device
+// decisions (kernels/optimizer.h): every update reads a kernels::StepControl (the clip coefficient,
+// the found_inf flag, the step count), the norm can stay on the device with its clip coefficient
+// (norm_partials_kernel), and the loss sum (accumulate_loss_kernel).
 //
 // Multi-tensor apply (kernels/cuda/multi_tensor.h, shared with the unscale): one launch covers
 // many chunks of many tensors. Each update is one fused sweep (param, grad and state read once,
@@ -31,6 +34,40 @@ namespace reel::kernels::cuda {
 
 namespace {
 
+// StepControl (kernels/optimizer.h) as a kernel reads it: device pointers, each null when unused.
+struct DeviceControl {
+  const double* coef;  // (1): the gradients' multiplier
+  const int* found;    // (1): nonzero: write nothing
+  int64_t* steps;      // (2): steps[slot] the count before the update, steps[1 - slot] after it
+  int slot;
+};
+DeviceControl device_control(const StepControl& c) {
+  return {c.coef.defined() ? c.coef.data<double>() : nullptr,
+          c.found_inf.defined() ? c.found_inf.data<int32_t>() : nullptr,
+          c.steps.defined() ? c.steps.data<int64_t>() : nullptr, c.slot};
+}
+
+// Whether this update is skipped (found_inf set), and the step it runs at (`host_step`, or the
+// device count + 1). Thread 0 of block 0 of every launch writes the count after the update into the
+// other slot (the same value from each launch of the update; no block reads that slot).
+__device__ __forceinline__ bool control_step(const DeviceControl& c, int64_t host_step, int64_t& step) {
+  const bool skip = c.found != nullptr && *c.found != 0;
+  step = host_step;
+  if (c.steps != nullptr) {
+    const int64_t before = c.steps[c.slot];
+    step = before + 1;
+    if (blockIdx.x == 0 && threadIdx.x == 0) c.steps[1 - c.slot] = skip ? before : step;
+  }
+  return skip;
+}
+
+// A gradient element as the update reads it: clipped (kernels/optimizer_rules.h: clipped_grad)
+// when a coefficient is given.
+template <typename T, typename A>
+__device__ __forceinline__ A read_grad(const T* g, int64_t i, const DeviceControl& c) {
+  return c.coef != nullptr ? clipped_grad<T>(static_cast<A>(g[i]), static_cast<A>(*c.coef)) : static_cast<A>(g[i]);
+}
+
 // ---- kernels ---------------------------------------------------------------------------------
 
 // Lists: 0 params (T), 1 grads (T), 2 momentum buffers (acc_t; null without momentum). As
@@ -38,7 +75,10 @@ namespace {
 // no-ops for f32, f64).
 template <typename T, typename acc_t>
 __global__ void __launch_bounds__(kListThreads) sgd_kernel(ListArgs<3> a, acc_t lr, acc_t mu, acc_t keep, acc_t wd, bool nesterov,
-                           bool first_step) {
+                           int64_t host_step, DeviceControl ctl) {
+  int64_t step;
+  if (control_step(ctl, host_step, step)) return;
+  const bool first_step = step <= 1;
   int64_t begin, end;
   const int s = block_chunk(a, begin, end);
   T* p = static_cast<T*>(a.ptr[0][s]);
@@ -46,7 +86,7 @@ __global__ void __launch_bounds__(kListThreads) sgd_kernel(ListArgs<3> a, acc_t 
   acc_t* buf = static_cast<acc_t*>(a.ptr[2][s]);
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     const acc_t P = p[i];
-    const acc_t d = acc_t(g[i]) + wd * P;
+    const acc_t d = read_grad<T, acc_t>(g, i, ctl) + wd * P;
     if (buf == nullptr) {  // plain SGD
       p[i] = static_cast<T>(P - lr * d);
     } else {
@@ -60,9 +100,14 @@ __global__ void __launch_bounds__(kListThreads) sgd_kernel(ListArgs<3> a, acc_t 
 // Lists: 0 params (T), 1 grads (T), 2 exp_avg, 3 exp_avg_sq (acc_t). As torch.optim.AdamW
 // (decoupled) or Adam. The moments and the update run in acc_t; p is stored as T.
 template <typename T, typename acc_t>
-__global__ void __launch_bounds__(kListThreads) adamw_kernel(ListArgs<4> a, AdamScalars sc) {
+__global__ void __launch_bounds__(kListThreads) adamw_kernel(ListArgs<4> a, AdamScalars sc, AdamHyper h,
+                                                             int64_t host_step, DeviceControl ctl) {
   using std::sqrt;
   using A = acc_t;
+  int64_t step;
+  if (control_step(ctl, host_step, step)) return;
+  // The step read from the device: its scalars here, by the host's function (kernels/adam_scalars.h).
+  if (ctl.steps != nullptr) sc = adam_scalars(h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, step, h.decoupled);
   const A step_size = static_cast<A>(sc.step_size), inv_bc2_sqrt = static_cast<A>(sc.inv_bc2_sqrt);
   const A one_minus_b1 = static_cast<A>(sc.one_minus_b1), b2 = static_cast<A>(sc.b2);
   const A one_minus_b2 = static_cast<A>(sc.one_minus_b2), eps = static_cast<A>(sc.eps);
@@ -76,7 +121,8 @@ __global__ void __launch_bounds__(kListThreads) adamw_kernel(ListArgs<4> a, Adam
   A* v = static_cast<A*>(a.ptr[3][s]);
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     const A P = p[i], m0 = m[i];
-    const A G = l2 ? A(g[i]) + wd * P : A(g[i]);  // Adam's L2 weight decay: the gradient itself gets + wd * p
+    const A g0 = read_grad<T, A>(g, i, ctl);
+    const A G = l2 ? g0 + wd * P : g0;  // Adam's L2 weight decay: the gradient itself gets + wd * p
     const A M = m0 + one_minus_b1 * (G - m0);  // torch's lerp form of b1 m + (1 - b1) g
     const A V = A(v[i]) * b2 + one_minus_b2 * G * G;
     m[i] = M;
@@ -90,8 +136,12 @@ __global__ void __launch_bounds__(kListThreads) adamw_kernel(ListArgs<4> a, Adam
 // through Rule::apply (kernels/optimizer_rules.h) in acc_t; p is stored as T.
 template <typename Rule, typename T, typename A>
 __global__ void __launch_bounds__(kListThreads)
-    rule_kernel(ListArgs<2 + Rule::kSlots> a, typename Rule::template Coeffs<A> c) {
+    rule_kernel(ListArgs<2 + Rule::kSlots> a, typename Rule::template Coeffs<A> c, typename Rule::Options o, double lr,
+                int64_t host_step, DeviceControl ctl) {
   constexpr int K = Rule::kSlots;
+  int64_t step;
+  if (control_step(ctl, host_step, step)) return;
+  if (ctl.steps != nullptr) c = Rule::template coeffs<A>(o, lr, step);
   int64_t begin, end;
   const int s = block_chunk(a, begin, end);
   T* p = static_cast<T*>(a.ptr[0][s]);
@@ -99,7 +149,7 @@ __global__ void __launch_bounds__(kListThreads)
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     A pv = static_cast<A>(p[i]), sv[K];
     for (int k = 0; k < K; ++k) sv[k] = static_cast<const A*>(a.ptr[2 + k][s])[i];
-    Rule::apply(pv, static_cast<A>(g[i]), sv, c);
+    Rule::apply(pv, read_grad<T, A>(g, i, ctl), sv, c);
     p[i] = static_cast<T>(pv);
     for (int k = 0; k < K; ++k) static_cast<A*>(a.ptr[2 + k][s])[i] = sv[k];
   }
@@ -128,6 +178,34 @@ __global__ void __launch_bounds__(1024) sum_partials_kernel(const double* partia
   if (threadIdx.x == 0) *out = acc;
 }
 
+// sum_partials_kernel's sum, then thread 0: out[0] the norm, out[1] the clip coefficient, found
+// (null: none) set from the norm when set_found, both masked when found (kernels/optimizer.h).
+__global__ void __launch_bounds__(1024) norm_partials_kernel(const double* partial, int64_t n, double* out,
+                                                             double max_norm, int* found, bool set_found,
+                                                             int64_t* skipped_count) {
+  __shared__ double scratch[32];
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
+  acc = block_reduce(acc, SumOp{}, scratch);
+  if (threadIdx.x != 0) return;
+  using std::isfinite;
+  using std::sqrt;
+  const double norm = sqrt(acc);
+  if (found != nullptr && set_found) *found = isfinite(norm) ? 0 : 1;
+  const bool skipped = found != nullptr && *found != 0;
+  if (skipped && skipped_count != nullptr) ++*skipped_count;
+  const double factor = max_norm / (norm + 1e-6);
+  out[0] = skipped ? 0.0 : norm;
+  out[1] = max_norm > 0 && !skipped && factor < 1.0 ? factor : 1.0;  // clip_grad_norm's rule
+}
+
+// One thread: sum[0] = (first ? 0 : sum[0]) + double(value[0]) * scale.
+template <typename T>
+__global__ void __launch_bounds__(32) accumulate_loss_kernel(double* sum, const T* value, double scale, bool first) {
+  if (threadIdx.x != 0) return;
+  sum[0] = (first ? 0.0 : sum[0]) + mul_rounded(static_cast<double>(value[0]), scale);
+}
+
 template <typename T, typename acc_t>
 __global__ void __launch_bounds__(kListThreads) scale_kernel(ListArgs<1> a, acc_t factor) {
   int64_t begin, end;
@@ -142,10 +220,11 @@ __global__ void __launch_bounds__(kListThreads) scale_kernel(ListArgs<1> a, acc_
 
 void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                 const std::vector<Tensor>& momentum_bufs, double lr, double momentum, double dampening,
-                double weight_decay, bool nesterov, int64_t step) {
+                double weight_decay, bool nesterov, int64_t step, const StepControl& control) {
   const Device device = list_device(params);
   if (device.is_cpu()) return;
   set_device(device);
+  const DeviceControl ctl = device_control(control);
   const bool use_buf = momentum != 0;
   const std::array<const std::vector<Tensor>*, 3> lists{&params, &grads, use_buf ? &momentum_bufs : nullptr};
   const auto go = [&](auto zero) {
@@ -153,7 +232,7 @@ void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
     using A = acc_type_t<T>;
     list_apply<T, 3>(lists, [&](const ListArgs<3>& a, int blocks) {
       launch("sgd_kernel", sgd_kernel<T, A>, blocks, kListThreads, 0, a, static_cast<A>(lr), static_cast<A>(momentum),
-             static_cast<A>(1 - dampening), static_cast<A>(weight_decay), nesterov, step <= 1);
+             static_cast<A>(1 - dampening), static_cast<A>(weight_decay), nesterov, step, ctl);
     });
   };
   for_each_floating_type(go);
@@ -161,16 +240,20 @@ void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
 
 void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
                   const std::vector<Tensor>& v, double lr, double beta1, double beta2, double eps,
-                  double weight_decay, int64_t step, bool decoupled_weight_decay) {
+                  double weight_decay, int64_t step, bool decoupled_weight_decay, const StepControl& control) {
   const Device device = list_device(params);
   if (device.is_cpu()) return;
   set_device(device);
+  const DeviceControl ctl = device_control(control);
+  const AdamHyper h{lr, beta1, beta2, eps, weight_decay, decoupled_weight_decay};
+  // With the step on the device (control.steps) the kernel computes these itself; `step` is then
+  // only a placeholder >= 1.
   const AdamScalars sc = adam_scalars(lr, beta1, beta2, eps, weight_decay, step, decoupled_weight_decay);
   const std::array<const std::vector<Tensor>*, 4> lists{&params, &grads, &m, &v};
   const auto go = [&](auto zero) {
     using T = decltype(zero);
     list_apply<T, 4>(lists, [&](const ListArgs<4>& a, int blocks) {
-      launch("adamw_kernel", adamw_kernel<T, acc_type_t<T>>, blocks, kListThreads, 0, a, sc);
+      launch("adamw_kernel", adamw_kernel<T, acc_type_t<T>>, blocks, kListThreads, 0, a, sc, h, step, ctl);
     });
   };
   for_each_floating_type(go);
@@ -179,10 +262,11 @@ void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& 
 template <typename Rule>
 void rule_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                  const std::vector<std::vector<Tensor>>& state, const typename Rule::Options& options, double lr,
-                 int64_t step) {
+                 int64_t step, const StepControl& control) {
   const Device device = list_device(params);
   if (device.is_cpu()) return;
   set_device(device);
+  const DeviceControl ctl = device_control(control);
   constexpr int N = 2 + Rule::kSlots;  // params, grads, the slots
   std::array<const std::vector<Tensor>*, N> lists{&params, &grads};
   for (int k = 0; k < Rule::kSlots; ++k) lists[static_cast<size_t>(2 + k)] = &state[static_cast<size_t>(k)];
@@ -191,7 +275,7 @@ void rule_update(const std::vector<Tensor>& params, const std::vector<Tensor>& g
     using A = acc_type_t<T>;
     const auto c = Rule::template coeffs<A>(options, lr, step);
     list_apply<T, N>(lists, [&](const ListArgs<N>& a, int blocks) {
-      launch(Rule::kName, rule_kernel<Rule, T, A>, blocks, kListThreads, 0, a, c);
+      launch(Rule::kName, rule_kernel<Rule, T, A>, blocks, kListThreads, 0, a, c, options, lr, step, ctl);
     });
   });
 }
@@ -217,6 +301,37 @@ double sum_of_squares(const std::vector<Tensor>& tensors) {
   for_each_floating_type(go);
   launch("sum_partials_kernel", sum_partials_kernel, 1, 1024, 0, static_cast<const double*>(pp), total, pp + total);
   return untracked::slice(partial, 0, total, total + 1).to(Device::cpu()).data<double>()[0];
+}
+
+void grad_norm_device(const std::vector<Tensor>& tensors, const Tensor& out, double max_norm, const Tensor& found_inf,
+                      bool set_found, const Tensor& skipped_count) {
+  const Device device = out.device();
+  set_device(device);
+  int64_t total = 0;
+  for (const Tensor& t : tensors) total += chunks_of(t);
+  const Tensor partial = empty({std::max<int64_t>(total, 1)}, DType::f64, device);  // (total) double partials
+  double* pp = partial.data<double>();
+  const std::array<const std::vector<Tensor>*, 1> lists{&tensors};
+  for_each_floating_type([&](auto zero) {
+    using T = decltype(zero);
+    list_apply<T, 1>(lists, [&](const ListArgs<1>& a, int blocks) {
+      launch("sum_squares_kernel", sum_squares_kernel<T>, blocks, kListThreads, 0, a, pp);
+    });
+  });
+  int* found = found_inf.defined() ? found_inf.data<int32_t>() : nullptr;
+  launch("norm_partials_kernel", norm_partials_kernel, 1, 1024, 0, static_cast<const double*>(pp), total,
+         out.data<double>(), max_norm, found, set_found,
+         skipped_count.defined() ? skipped_count.data<int64_t>() : nullptr);
+}
+
+void accumulate_loss_(const Tensor& sum, const Tensor& value, double scale, bool first) {
+  set_device(sum.device());
+  for_each_floating_type([&](auto zero) {
+    using T = decltype(zero);
+    if (value.dtype() == dtype_of<T>::value)
+      launch("accumulate_loss_kernel", accumulate_loss_kernel<T>, 1, 32, 0, sum.data<double>(), value.data<T>(), scale,
+             first);
+  });
 }
 
 void scale_(const std::vector<Tensor>& tensors, double factor) {

@@ -4,7 +4,10 @@
 // global gradient norm and scale_, over long mixed-dtype lists (more tensors than one launch
 // takes, chunks past one launch), against the torch formulas in f64. Their rows run in the dtypes
 // their lists mix; the "16bit" lists hold bf16 and f16 parameters (f32 state), with the 16-bit
-// tolerances of with_16bit() below.
+// tolerances of with_16bit() below. The window's device decisions: the updates under a
+// kernels::StepControl (a clip coefficient and the step count read from the device, and a skip),
+// global_grad_norm_ (the norm, the clip coefficient and the found flag on the device) and
+// accumulate_loss_.
 #include <cmath>
 #include <functional>
 #include <string>
@@ -339,6 +342,176 @@ std::vector<OpCase> optimizer_cases() {
         // half the smallest subnormal absolute (f16: 2^-25; bf16's subnormals are far below).
         {tols(1e-12, 1e-12), Tols{{{DType::f32, {1e-6, 1e-6}}, {DType::f64, {1e-15, 1e-15}},
                                    {DType::bf16, {0x1p-8, 1e-30}}, {DType::f16, {0x1p-11, 0x1p-25}}}}});
+    cases.push_back(row);
+  }
+  // The window's device decisions (kernels::StepControl): each update with a clip coefficient read
+  // from the device (0.37: as scale_(grads, 0.37) then the update) and the step count read from
+  // the device (steps {2, -1}, slot 0: the update runs at step 3 and writes 3 into slot 1), then
+  // the same with found_inf set (nothing written, slot 1 gets 2). Outputs: the params, the state
+  // and the steps (as f64).
+  for (const bool found : {false, true}) {
+    const std::string tag = std::string(found ? " skipped (found_inf 1)" : " coef 0.37, step 3 from the device");
+    const auto control = [found](Device d) {
+      return StepControl{full({1}, 0.37, DType::f64, d), full({1}, found ? 1.0 : 0.0, DType::i32, d),
+                         from_vector<int64_t>({2, -1}, {2}).to(d), 0};
+    };
+    const std::vector<int64_t> step3{3};
+    const auto scaled = [](const Tensors& g) {
+      Tensors r;
+      for (const Tensor& t : g) r.push_back(from_vector(map(t, [](double x) { return 0.37 * x; }), t.shape()));
+      return r;
+    };
+    const auto steps_out = [found]() { return std::vector<double>{2, found ? 2.0 : 3.0}; };
+    {
+      const Adam a{1e-3, 0.9, 0.95, 1e-8, 0.1, true};
+      const size_t n = param_list("long").size();
+      OpCase row("adamw_update under StepControl," + tag + ", long list",
+                 [](Generator& g) { return make_lists(g, "long", {{-1, 1}, {-1, 1}, {-0.1, 0.1}, {0, 0.01}}); },
+                 [a, n, control](const Tensors& in, Device d) {
+                   const Tensors p = clones(slice_of(in, 0, n)), m = clones(slice_of(in, 2, n)),
+                                 v = clones(slice_of(in, 3, n));
+                   const StepControl c = control(d);
+                   adamw_update(p, slice_of(in, 1, n), m, v, a.lr, a.b1, a.b2, a.eps, a.wd, 1, a.decoupled, c);
+                   Tensors out = p;
+                   out.insert(out.end(), m.begin(), m.end());
+                   out.insert(out.end(), v.begin(), v.end());
+                   out.push_back(c.steps.to(DType::f64));
+                   return out;
+                 },
+                 {upd});
+      row.device.assign(2 * n, upd);
+      row.device.push_back(tols({1e-6, 1e-9}, {1e-12, 1e-12}));
+      row.with_dtypes({}).with_reference(
+          [a, n, found, step3, scaled, steps_out](const Tensors& in) {
+            Values out;
+            if (found) {
+              for (size_t i = 0; i < 4 * n; ++i)
+                if (i < n || i >= 2 * n) out.push_back(values(in[i]));  // p, m, v as they were
+            } else {
+              out = adam_ref(slice_of(in, 0, n), scaled(slice_of(in, 1, n)), slice_of(in, 2, n), slice_of(in, 3, n), a,
+                             step3);
+            }
+            out.push_back(steps_out());
+            return out;
+          },
+          {ref});
+      cases.push_back(row);
+    }
+    {
+      const Sgd sg{0.1, 0.9, 0, 0.01, false};
+      const size_t n = param_list("long").size();
+      OpCase row("sgd_update under StepControl," + tag + ", long list",
+                 [](Generator& g) { return make_lists(g, "long", {{-1, 1}, {-1, 1}, {-1, 1}}); },
+                 [sg, n, control](const Tensors& in, Device d) {
+                   const Tensors p = clones(slice_of(in, 0, n)), buf = clones(slice_of(in, 2, n));
+                   const StepControl c = control(d);
+                   sgd_update(p, slice_of(in, 1, n), buf, sg.lr, sg.momentum, sg.dampening, sg.wd, sg.nesterov, 1, c);
+                   Tensors out = p;
+                   out.insert(out.end(), buf.begin(), buf.end());
+                   out.push_back(c.steps.to(DType::f64));
+                   return out;
+                 },
+                 {upd});
+      row.with_dtypes({}).with_reference(
+          [sg, n, found, step3, scaled, steps_out](const Tensors& in) {
+            Values out;
+            if (found) {
+              for (size_t i = 0; i < 3 * n; ++i)
+                if (i < n || i >= 2 * n) out.push_back(values(in[i]));  // p, buf as they were
+            } else {
+              out = sgd_ref(slice_of(in, 0, n), scaled(slice_of(in, 1, n)), slice_of(in, 2, n), sg, step3);
+            }
+            out.push_back(steps_out());
+            return out;
+          },
+          {ref});
+      cases.push_back(row);
+    }
+    {
+      const kernels::Lion::Options o{0.9, 0.99, 0.1};
+      const double lr = 1e-2;
+      const size_t n = param_list("long").size();
+      OpCase row("lion_update under StepControl," + tag + ", long list",
+                 [](Generator& g) { return make_lists(g, "long", {{-1, 1}, {-1, 1}, {-0.1, 0.1}}); },
+                 [o, lr, n, control](const Tensors& in, Device d) {
+                   const Tensors p = clones(slice_of(in, 0, n));
+                   std::vector<Tensors> state{clones(slice_of(in, 2, n))};
+                   const StepControl c = control(d);
+                   rule_update<kernels::Lion>(p, slice_of(in, 1, n), state, o, lr, 1, c);
+                   Tensors out = p;
+                   out.insert(out.end(), state[0].begin(), state[0].end());
+                   out.push_back(c.steps.to(DType::f64));
+                   return out;
+                 },
+                 {upd});
+      row.with_dtypes({}).with_reference(
+          [o, lr, n, found, steps_out](const Tensors& in) {
+            Values out;
+            for (size_t i = 0; i < 2 * n; ++i) out.push_back(values(in[i < n ? i : i + n]));
+            if (!found)
+              for (size_t i = 0; i < n; ++i) {
+                const std::vector<double> g = values(in[n + i]);
+                for (size_t j = 0; j < g.size(); ++j) {
+                  double& p = out[i][j];
+                  double& m = out[n + i][j];
+                  const double gj = 0.37 * g[j];
+                  p *= 1 - lr * o.weight_decay;
+                  const double u = o.beta1 * m + (1 - o.beta1) * gj;
+                  p -= lr * (u > 0 ? 1.0 : u < 0 ? -1.0 : 0.0);
+                  m = o.beta2 * m + (1 - o.beta2) * gj;
+                }
+              }
+            out.push_back(steps_out());
+            return out;
+          },
+          {ref});
+      cases.push_back(row);
+    }
+  }
+  // The device norm (global_grad_norm_): out = {norm, clip coefficient} for max_norm 0.5 (it clips:
+  // the norm of these lists is far above), the found flag set from the norm (0: finite), then a
+  // list with an inf: found 1, out {0, 1}.
+  for (const bool inf : {false, true}) {
+    OpCase row(std::string("global_grad_norm_ (device norm, clip coefficient, found_inf)") + (inf ? " with an inf" : "") +
+                   ", long list",
+               [inf](Generator& g) {
+                 Tensors l = make_list(g, "long", -1, 1);
+                 if (inf) l[3] = from_vector(std::vector<double>(l[3].numel(), INFINITY), l[3].shape()).to(l[3].dtype());
+                 return l;
+               },
+               [](const Tensors& in, Device d) {
+                 const Tensor out = empty({2}, DType::f64, d), found = zeros({1}, DType::i32, d);
+                 global_grad_norm_(in, out, 0.5, found, true);
+                 return Tensors{out, found.to(DType::f64)};
+               },
+               {tols(1e-12, 1e-12), kExact});
+    row.with_dtypes({}).with_reference(
+        [inf](const Tensors& in) {
+          double ss = 0;
+          for (const Tensor& t : in)
+            for (double x : values(t)) ss += x * x;
+          const double norm = std::sqrt(ss);
+          if (inf) return Values{{0.0, 1.0}, {1.0}};
+          return Values{{norm, 0.5 / (norm + 1e-6)}, {0.0}};
+        },
+        {tols(1e-12, 1e-12), kExact});
+    cases.push_back(row);
+  }
+  // The window's loss sum on the device (accumulate_loss_): 0.25 x a + 0.25 x b, as the host's
+  // double sum of item() x scale.
+  {
+    OpCase row("accumulate_loss_ (the window's loss sum on the device)",
+               [](Generator& g) { return Tensors{uniform_f64(g, {}, 1, 3).to(DType::f32), uniform_f64(g, {1}, 1, 3)}; },
+               [](const Tensors& in, Device d) {
+                 const Tensor sum = empty({1}, DType::f64, d);
+                 accumulate_loss_(sum, in[0], 0.25, true);
+                 accumulate_loss_(sum, in[1], 0.25, false);
+                 return Tensors{sum};
+               },
+               {kExact});
+    row.with_dtypes({}).with_reference(
+        [](const Tensors& in) { return Values{{values(in[0])[0] * 0.25 + values(in[1])[0] * 0.25}}; },
+        {tols(1e-7, 1e-15)});
     cases.push_back(row);
   }
   return cases;
