@@ -28,11 +28,14 @@ struct DeviceSlots {
 
 DeviceSlots& slots_of(int device) {
   static std::mutex mutex;
-  static std::vector<std::unique_ptr<DeviceSlots>> all;  // never destroyed with the backends
+  // Never destroyed: the slots live as long as the process's devices (a static destructor would
+  // run after the device runtime may be gone), and a global pointer keeps them reachable, so
+  // LeakSanitizer does not take the device memory behind them for a leak at exit.
+  static auto* const all = new std::vector<std::unique_ptr<DeviceSlots>>();
   std::lock_guard<std::mutex> lock(mutex);
-  if (all.size() <= static_cast<size_t>(device)) all.resize(device + 1);
-  if (!all[device]) all[device] = std::make_unique<DeviceSlots>();
-  return *all[device];
+  if (all->size() <= static_cast<size_t>(device)) all->resize(device + 1);
+  if (!(*all)[device]) (*all)[device] = std::make_unique<DeviceSlots>();
+  return *(*all)[device];
 }
 
 // Sets the first n slots to "no error" (kNoBadIndex, 0): raw copies, no recorded kernel.
