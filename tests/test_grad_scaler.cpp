@@ -319,9 +319,12 @@ bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; 
 TEST_CASE("device decisions give the host-decided path's results bit for bit, over windows with and without skips") {
   for (Device d : reel::testing::devices())
     for (const std::string optimizer : {"adamw", "sgd", "lion"})
-      for (const auto& [scaled, skip_nonfinite, hook_nan] :
+      for (const std::tuple<bool, bool, bool>& levers :
            std::vector<std::tuple<bool, bool, bool>>{{true, false, false}, {false, true, false}, {true, true, true}})
         for (double clip : {0.0, 0.05}) {
+          // Named copies, not structured bindings: CAPTURE's lambdas cannot capture those in C++17.
+          const bool scaled = std::get<0>(levers), skip_nonfinite = std::get<1>(levers),
+                     hook_nan = std::get<2>(levers);
           CAPTURE(d);
           CAPTURE(optimizer);
           CAPTURE(scaled);
@@ -342,9 +345,10 @@ TEST_CASE("device decisions give the host-decided path's results bit for bit, ov
           if (clip > 0) CHECK(host.norms[0] > clip);  // it clipped
           CHECK(all_bit_identical(dev.params, host.params));
           REQUIRE(dev.state.size() == host.state.size());
-          for (const auto& [key, t] : host.state) {
+          for (const auto& entry : host.state) {
+            const auto& key = entry.first;
             CAPTURE(key);
-            CHECK(bit_identical(dev.state.at(key), t));  // the moments and "step"
+            CHECK(bit_identical(dev.state.at(key), entry.second));  // the moments and "step"
           }
           CHECK(dev.steps == host.steps);
           CHECK(dev.steps == (hook_nan ? 4 : 5));
