@@ -39,15 +39,32 @@ kill_session() {
   return 0
 }
 
+# The newest checkpoint's step in a folder (0: none).
+newest_step() {  # in the shell alone: polled every 10 ms while saves come every 30 ms
+  local f n s=0
+  for f in "$1"/step-*.safetensors; do
+    [ -e "$f" ] || continue
+    n=${f##*/step-}
+    n=${n%.safetensors}
+    [[ $n =~ ^[0-9]+$ ]] || continue  # a rank's shard (step-N.rank-R): its manifest, written last, counts
+    n=$((10#$n))
+    ((n > s)) && s=$n
+  done
+  echo "$s"
+}
+
 # one_case <name> <save every> <program and args...>
 one_case() {
   local name=$1 every=$2
   shift 2
-  local dir=$tmp/$name start whole_s killed=0 in_save=0 starts=0 status
+  local dir=$tmp/$name start whole_s killed=0 in_save=0 starts=0 status interval=""
   mkdir -p "$dir"
   start=$(date +%s.%N)
   "$@" --save "$dir/whole.safetensors" >"$dir/whole.log" 2>&1 || { cat "$dir/whole.log" >&2; exit 1; }
   whole_s=$(echo "$(date +%s.%N) - $start" | bc)
+  local total  # the run's optimizer steps, as its log says ("training: N steps ...")
+  total=$(sed -n 's/^training: \([0-9]*\) steps.*/\1/p' "$dir/whole.log" | head -1)
+  [ -n "$total" ] || { cat "$dir/whole.log" >&2; echo "kill_resume: $name: no 'training: N steps' line" >&2; exit 1; }
   while :; do
     starts=$((starts + 1))
     # Its own session (setsid), so that the kill takes mpirun and every rank at once
@@ -56,9 +73,24 @@ one_case() {
       >"$dir/start_$starts.log" 2>&1 &
     local pid=$!
     if ((killed < kills)); then
-      # A moment up to twice a whole run's time over the kills: the kills together take about one
-      # run's time, so the run is killed `kills` times (some during a save) before a start finishes.
-      sleep "$(awk -v w="$whole_s" -v k="$kills" -v r=$RANDOM 'BEGIN {printf "%.3f", 0.05 + 2 * w / k * r / 32768}')"
+      # Kill i lands once this start has saved past the i-th of `kills` random steps spread over
+      # the run (progress, not time: a start that runs faster than the whole run did is still
+      # killed `kills` times), then at a random moment within one save interval (measured once,
+      # between two saves of the first start), so that kills land in saves as often as saves take
+      # the time; a start resumed past its step is killed that soon after it began.
+      local span=$((total > 4 * every ? total - 2 * every : total))
+      local target=$((span * killed / (kills + 1) + 1 + span * RANDOM / 32768 / (kills + 1)))
+      while (($(newest_step "$dir/checkpoints") < target)) && kill -0 "$pid" 2>/dev/null; do sleep 0.01; done
+      if [ -z "$interval" ]; then
+        local seen t0
+        seen=$(newest_step "$dir/checkpoints")
+        while (($(newest_step "$dir/checkpoints") == seen)) && kill -0 "$pid" 2>/dev/null; do sleep 0.01; done
+        seen=$(newest_step "$dir/checkpoints")
+        t0=$(date +%s.%N)
+        while (($(newest_step "$dir/checkpoints") == seen)) && kill -0 "$pid" 2>/dev/null; do sleep 0.01; done
+        interval=$(echo "$(date +%s.%N) - $t0" | bc)
+      fi
+      sleep "$(awk -v d="$interval" -v r=$RANDOM 'BEGIN {printf "%.3f", d * r / 32768}')"
       if kill -0 "$pid" 2>/dev/null; then
         compgen -G "$dir/checkpoints/*.tmp" >/dev/null && in_save=$((in_save + 1))
         kill_session "$pid"
@@ -81,13 +113,6 @@ one_case() {
   skipped=$(sed -n 's/^loss scaler: .*, \([0-9]*\) skipped windows*$/, \1 windows skipped/p' "$dir/whole.log")
   printf "%-48s %6d %9d %7d  %-5s %s%s\n" "$name" "$killed" "$in_save" "$starts" "$same" "$cost" "$skipped"
   [ "$same" = yes ] || { tail -3 "$dir/diff.log" >&2; exit 1; }
-}
-
-# The newest checkpoint's step in a folder (0: none).
-newest_step() {
-  local s
-  s=$(ls "$1" 2>/dev/null | sed -n 's/^step-0*\([0-9][0-9]*\)\.safetensors$/\1/p' | sort -n | tail -1)
-  echo "${s:-0}"
 }
 
 # reshard_case <name> <save every> <kills> <args...>: fashion_mnist_mlp under --zero 3 on 2 ranks,
