@@ -160,6 +160,7 @@ TEST_CASE("CudaGraph: cpu has none") {
   CHECK(contains(e, "device cpu has no CUDA graphs"));
 }
 
+#if defined(REEL_CUDA_EMULATED)  // the meta device exists in the emulated build only
 TEST_CASE("CudaGraph on meta: a replay is one profiler record of the graph's nodes") {
   if (!has_cuda()) return;  // the meta device runs cuda:0's backend dry
   const Device device = Device::meta();
@@ -192,6 +193,7 @@ TEST_CASE("CudaGraph on meta: a replay is one profiler record of the graph's nod
     CHECK(r.cost.bytes() > 0);  // the captured kernels' costs
   }
 }
+#endif
 
 TEST_CASE("CudaGraph: the predictor prices a graph launch at a graph node's overhead per node") {
   profile::DeviceSpec spec{};
