@@ -3,6 +3,7 @@
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/graph.h"
 #include "core/memory_timeline.h"
 #include "core/profile.h"
 #include "core/random.h"

@@ -113,12 +113,13 @@ bool poison_allocations() { return g_poison; }
 
 void* CachingAllocator::allocate(size_t bytes, Category category) {
   if (bytes == 0) return nullptr;
-  void* ptr = allocate_locked(bytes, category);
-  if (g_poison) poison(device_, ptr, size_class(bytes));
+  bool pooled = false;
+  void* ptr = allocate_locked(bytes, category, &pooled);
+  if (g_poison && !pooled) poison(device_, ptr, size_class(bytes));
   return ptr;
 }
 
-void* CachingAllocator::allocate_locked(size_t bytes, Category category) {
+void* CachingAllocator::allocate_locked(size_t bytes, Category category, bool* pooled) {
   std::lock_guard<std::mutex> lock(mutex_);
   // Compared as bytes <= limit - in use, which cannot overflow for any size_t request.
   REEL_CHECK(limit_ <= 0 || (stats_.current_bytes <= limit_ &&
@@ -129,18 +130,43 @@ void* CachingAllocator::allocate_locked(size_t bytes, Category category) {
   const size_t cls = size_class(bytes);
   void* ptr = nullptr;
   auto it = free_blocks_.find(cls);
-  if (it != free_blocks_.end() && !it->second.empty()) {
+  if (capturing_) {
+    // A CUDA graph captures: the pool's own free block, else one of the cache's, which joins the pool.
+    *pooled = true;
+    GraphPool& pool = pools_.at(capturing_);
+    auto own = pool.free_blocks.find(cls);
+    if (own != pool.free_blocks.end() && !own->second.empty()) {
+      ptr = own->second.back();
+      own->second.pop_back();
+    } else {
+      REEL_CHECK(it != free_blocks_.end() && !it->second.empty(), "allocator: cannot allocate ",
+                 format_bytes(static_cast<int64_t>(bytes)), " of ", category_name(category), " on ", name(),
+                 " during ", capture_, ": no cached block of ", format_bytes(static_cast<int64_t>(cls)),
+                 " is free, and a system allocation (cudaMalloc) cannot be captured; run the function once "
+                 "before capturing (a warm-up), so that the cache holds the blocks it needs; ",
+                 usage_locked());
+      ptr = it->second.back();
+      it->second.pop_back();
+      pool_of_[ptr] = capturing_;
+      pool.bytes += static_cast<int64_t>(cls);
+    }
+    stats_.cached_bytes -= static_cast<int64_t>(cls);
+  } else if (it != free_blocks_.end() && !it->second.empty()) {
     ptr = it->second.back();
     it->second.pop_back();
     stats_.cached_bytes -= static_cast<int64_t>(cls);
   } else {
     ptr = raw_->allocate(cls);
-    if (!ptr && stats_.cached_bytes > 0) {  // out of memory: give the cache back, then retry
+    if (!ptr && !free_blocks_.empty()) {  // out of memory: give the cache (not the graphs' pools) back, retry
+      int64_t released = 0;
       for (auto& [size, blocks] : free_blocks_)
-        for (void* p : blocks) raw_->release(p);
+        for (void* p : blocks) {
+          raw_->release(p);
+          released += static_cast<int64_t>(size);
+        }
       free_blocks_.clear();
-      stats_.reserved_bytes -= stats_.cached_bytes;
-      stats_.cached_bytes = 0;
+      stats_.reserved_bytes -= released;
+      stats_.cached_bytes -= released;
       ptr = raw_->allocate(cls);
     }
     REEL_CHECK(ptr != nullptr, "allocator: ", name(), " is out of memory allocating ",
@@ -161,7 +187,19 @@ void CachingAllocator::deallocate(void* ptr, size_t bytes, Category category) {
   if (!ptr) return;
   std::lock_guard<std::mutex> lock(mutex_);
   const size_t cls = size_class(bytes);
-  free_blocks_[cls].push_back(ptr);
+  const auto owner = pool_of_.find(ptr);
+  if (owner == pool_of_.end()) {
+    free_blocks_[cls].push_back(ptr);
+  } else {
+    // A CUDA graph's block: back to its pool while the graph lives, else to the cache.
+    const auto pool = pools_.find(owner->second);
+    if (pool != pools_.end()) {
+      pool->second.free_blocks[cls].push_back(ptr);
+    } else {
+      pool_of_.erase(owner);
+      free_blocks_[cls].push_back(ptr);
+    }
+  }
   stats_.cached_bytes += static_cast<int64_t>(cls);
   add_bytes(category, -static_cast<int64_t>(bytes));
   ++stats_.by_category[static_cast<int>(category)].free_count;
@@ -212,11 +250,49 @@ void CachingAllocator::reset_peak() {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
+  int64_t released = 0;  // the CUDA graphs' pools keep theirs (counted as cached too)
   for (auto& [size, blocks] : free_blocks_)
-    for (void* p : blocks) raw_->release(p);
+    for (void* p : blocks) {
+      raw_->release(p);
+      released += static_cast<int64_t>(size);
+    }
   free_blocks_.clear();
-  stats_.reserved_bytes -= stats_.cached_bytes;
-  stats_.cached_bytes = 0;
+  stats_.reserved_bytes -= released;
+  stats_.cached_bytes -= released;
+}
+
+int64_t CachingAllocator::begin_graph_pool(const std::string& capture) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  REEL_CHECK(!capturing_, "allocator: ", name(), " is in ", capture_, " already; ", capture, " cannot begin");
+  capturing_ = ++next_pool_;
+  pools_[capturing_];
+  capture_ = capture;
+  return capturing_;
+}
+
+void CachingAllocator::end_graph_capture() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  capturing_ = 0;
+  capture_.clear();
+}
+
+void CachingAllocator::release_graph_pool(int64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto pool = pools_.find(id);
+  if (pool == pools_.end()) return;
+  if (capturing_ == id) capturing_ = 0;
+  for (auto& [cls, blocks] : pool->second.free_blocks)
+    for (void* p : blocks) {
+      pool_of_.erase(p);
+      free_blocks_[cls].push_back(p);
+    }
+  pools_.erase(pool);  // its live blocks find no pool when freed: they go to the cache then
+}
+
+int64_t CachingAllocator::graph_pool_bytes(int64_t id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto pool = pools_.find(id);
+  return pool == pools_.end() ? 0 : pool->second.bytes;
 }
 
 void CachingAllocator::set_limit(int64_t bytes) {

@@ -110,8 +110,27 @@ class CachingAllocator {
   // per power of two (at most 25 % rounding).
   static size_t size_class(size_t bytes);
 
+  // CUDA graphs (core/graph.h): a private pool per graph, as PyTorch gives one. Between
+  // begin_graph_pool() and end_graph_capture() every allocation comes from the pool: a free block
+  // of the pool, else a free block of the cache (which then belongs to the pool), else none: the
+  // request would need a system allocation (cudaMalloc, which a capture cannot record), and raises
+  // reel::Error naming the capture. Run the captured function once before capturing (a warm-up) so
+  // the cache holds its blocks. A pool's blocks are never handed to code outside it: freed, they
+  // return to the pool, and stay reserved (their addresses valid for the graph's replays) until
+  // release_graph_pool(id), when its free blocks return to the cache and its live ones will when
+  // freed. empty_cache() leaves pools alone. Pool blocks are not poisoned (set_poison_allocations):
+  // that would be a synchronous copy in the capture. Returns the pool's id (> 0).
+  int64_t begin_graph_pool(const std::string& capture);
+  void end_graph_capture();
+  void release_graph_pool(int64_t id);
+  int64_t graph_pool_bytes(int64_t id) const;  // the bytes the pool holds (live and free blocks)
+
  private:
-  void* allocate_locked(size_t bytes, Category category);
+  struct GraphPool {
+    std::unordered_map<size_t, std::vector<void*>> free_blocks;  // size class -> its free blocks
+    int64_t bytes = 0;                                           // size classes it holds
+  };
+  void* allocate_locked(size_t bytes, Category category, bool* pooled);
   void add_bytes(Category c, int64_t bytes);
   std::string usage_locked() const;
 
@@ -124,6 +143,11 @@ class CachingAllocator {
   bool timeline_ = false;  // reporting events to the MemoryTimeline
   bool timeline_host_ = false;  // only the Offloaded ones, as the host side
   std::unordered_map<size_t, std::vector<void*>> free_blocks_;  // size class -> cached blocks
+  std::unordered_map<int64_t, GraphPool> pools_;                // CUDA graphs' private pools
+  std::unordered_map<const void*, int64_t> pool_of_;            // a pool's block -> its pool id
+  int64_t capturing_ = 0;                                       // the pool capturing, 0: none
+  int64_t next_pool_ = 0;
+  std::string capture_;                                         // what captures, for messages
 };
 
 // The allocator of a device (created on first use). A cuda device in a build or on a machine

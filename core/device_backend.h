@@ -9,6 +9,7 @@
 
 #include "core/allocator.h"
 #include "core/device.h"
+#include "core/error.h"
 #include "core/profile.h"
 #include "core/stream.h"
 
@@ -55,6 +56,24 @@ class DeviceBackend {
   // Pinned host memory this backend copies asynchronously (CUDA: cudaHostAlloc); the pinned pool
   // (core/allocator.h) caches on top of it. The CPU's is ordinary host memory.
   virtual RawMemory& pinned_memory() = 0;
+
+  // ---- CUDA graphs (core/graph.h). begin_capture: until end_capture, the compute-stream work this
+  // thread enqueues on this device (kernels, library calls) is captured as graph nodes, not run.
+  // end_capture ends it and returns the instantiated graph (an opaque handle) and its node count,
+  // or raises reel::Error with CUDA's reason (the capture is ended either way). abort_capture ends
+  // a capture after an error and discards it (never throws). launch_graph enqueues the graph on
+  // the compute stream. Default: the device has no CUDA graphs (reel::Error).
+  virtual void begin_capture() { REEL_FAIL("CUDA graphs: this device has none"); }
+  virtual void* end_capture(int64_t* nodes) {
+    (void)nodes;
+    REEL_FAIL("CUDA graphs: this device has none");
+  }
+  virtual void abort_capture() noexcept {}
+  virtual void launch_graph(void* graph) {
+    (void)graph;
+    REEL_FAIL("CUDA graphs: this device has none");
+  }
+  virtual void destroy_graph(void* graph) noexcept { (void)graph; }
 
   // Profiling (core/profile.h): the clock that times this device's kernels on its own stream
   // (null: they run synchronously and the host clock times them), and its peaks, measured or

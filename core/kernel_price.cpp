@@ -65,6 +65,14 @@ Prediction predict_record(const DeviceSpec& spec, const KernelRecord& record, bo
     if (link_s > spec.launch_s) return {link_s, Bound::Interconnect};
     return {spec.launch_s, Bound::Launch};
   }
+  // A CUDA graph's launch (core/graph.h): its nodes' summed cost at the f32 rate, floored at a graph
+  // node's overhead per node instead of an eager launch's floor per kernel.
+  if (record.graph_nodes > 0) {
+    const double rate = tensor_cores ? spec.tf32_flops_per_s : spec.fp32_flops_per_s;
+    return largest(static_cast<double>(record.cost.bytes()) / spec.bytes_per_s,
+                   static_cast<double>(record.cost.flops) / rate,
+                   static_cast<double>(record.graph_nodes) * kGraphNodeSeconds);
+  }
   // A 16-bit GEMM takes the tensor cores whatever --tf32 says (cuBLAS does); an f32 one only when asked.
   const bool tensor = is_gemm_kernel(record.kernel) && (tensor_cores || is_16bit_floating(record.dtype));
   return predict_kernel(spec, record.cost, record.dtype, tensor);

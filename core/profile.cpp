@@ -150,8 +150,22 @@ void record_host_sync(HostSyncKind kind, Device device) {
 
 // ---- kernel runs --------------------------------------------------------------------------------
 
+namespace {
+thread_local GraphCaptureScope* t_capture = nullptr;
+}
+GraphCaptureScope::GraphCaptureScope() : previous_(t_capture) { t_capture = this; }
+GraphCaptureScope::~GraphCaptureScope() { t_capture = previous_; }
+GraphCaptureScope* GraphCaptureScope::current() { return t_capture; }
+
 KernelRun::KernelRun(const char* kernel, Device device, DType dtype, std::string shapes, KernelCost cost,
                      StreamKind stream) {
+  if (GraphCaptureScope* capture = t_capture) {  // captured into a graph, not run: priced at replay
+    captured_ = true;
+    capture->cost_.flops += cost.flops;
+    capture->cost_.bytes_read += cost.bytes_read;
+    capture->cost_.bytes_written += cost.bytes_written;
+    return;
+  }
   const ThreadContext& c = t_context;
   record_.kernel = kernel;
   record_.op = c.op ? c.op : "";
@@ -187,6 +201,7 @@ KernelRun::KernelRun(const char* kernel, Device device, DType dtype, std::string
 }
 
 KernelRun::~KernelRun() {
+  if (captured_) return;
   Session& ses = session();
   if (clock_) {
     clock_->end_run();

@@ -70,7 +70,12 @@ struct KernelRecord {
   int64_t dur_ns = 0;
   int track = 0;         // host thread track (0, 1, ...), kDeviceTrack or kCopyTrack + device index
   std::array<int64_t, kNumCategories> memory{};  // bytes in use by category on the device at launch
+  // A CUDA graph's launch (core/graph.h: CudaGraph::replay) is one record, kernel kGraphKernel, of
+  // this many nodes (its cost: the captured kernels' costs summed, when a Profiler saw the capture);
+  // 0: one kernel.
+  int64_t graph_nodes = 0;
 };
+inline constexpr const char* kGraphKernel = "cuda_graph";
 
 // A host sync: a point where the host waits for a device, so it cannot run ahead of the GPU and a
 // step costs its host work plus its kernels rather than the larger of the two. Recorded by core
@@ -179,7 +184,8 @@ Context current_context();
 
 // RAII around one kernel run; built by the dispatch only while enabled(). `stream`: the device
 // stream the work inside is enqueued on (copy_async passes the copy stream's kind); a device with a
-// clock times it there, on that stream's track.
+// clock times it there, on that stream's track. While this thread captures a CUDA graph
+// (GraphCaptureScope) nothing runs: no record is made; the run's cost is added to the capture's.
 class KernelRun {
  public:
   KernelRun(const char* kernel, Device device, DType dtype, std::string shapes, KernelCost cost,
@@ -187,12 +193,31 @@ class KernelRun {
   ~KernelRun();
   KernelRun(const KernelRun&) = delete;
   KernelRun& operator=(const KernelRun&) = delete;
+  void set_graph_nodes(int64_t nodes) { record_.graph_nodes = nodes; }  // a graph launch's record
 
  private:
+  bool captured_ = false;  // made during a capture: records nothing
   KernelRecord record_;
   DeviceClock* clock_ = nullptr;
   int64_t start_mark_ = -1;
   uint64_t run_ = 0;  // its id for the device's activity log
+};
+
+// RAII (core/graph.h's CudaGraph::capture): while it lives on this thread, KernelRun records
+// nothing and sums the costs of the runs it sees (the kernels captured) into cost().
+class GraphCaptureScope {
+ public:
+  GraphCaptureScope();
+  ~GraphCaptureScope();
+  GraphCaptureScope(const GraphCaptureScope&) = delete;
+  GraphCaptureScope& operator=(const GraphCaptureScope&) = delete;
+  const KernelCost& cost() const { return cost_; }
+  static GraphCaptureScope* current();  // this thread's, or null
+
+ private:
+  friend class KernelRun;
+  KernelCost cost_;
+  GraphCaptureScope* previous_;
 };
 
 namespace detail {

@@ -3,7 +3,8 @@
 // statistics); host<->device copies are cudaMemcpy on the legacy default stream; fill, strided
 // copy with dtype conversion and Philox random numbers are kernels.
 // Streams (core/stream.h): the compute stream is the legacy default stream (launch.h's stream()),
-// where every kernel runs as before; the copy stream is created on first use with
+// where every kernel runs as before (but while a CUDA graph captures on a thread: the capture
+// stream, core/graph.h); the copy stream is created on first use with
 // cudaStreamNonBlocking, so that it neither waits for the compute stream nor makes it wait (a
 // blocking stream would be ordered with the legacy stream implicitly: no overlap, and a missing
 // event wait would go unnoticed). Events are cudaEvent_t without timing; asynchronous copies are
@@ -211,7 +212,8 @@ class CudaBackend final : public DeviceBackend {
   void copy_on_device(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
     set_device(index_);
-    REEL_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+    // On the compute stream, as a kernel would be: captured into a CUDA graph while one captures.
+    REEL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
   }
 
   void fill(const Tensor& out, double value) override {
@@ -267,6 +269,47 @@ class CudaBackend final : public DeviceBackend {
         launch("random_kernel", random_kernel<scalar_t, false>, grid_for(n, kThreads), kThreads, 0, p, n, seed,
                offset);
     })
+  }
+
+  // ---- CUDA graphs (core/graph.h): captured on a blocking stream of this backend, made on first
+  // use, in ThreadLocal mode (another thread's cudaMalloc is allowed, this thread's is refused);
+  // legacy-stream work during the capture breaks it (cudaErrorStreamCaptureImplicit). The graph
+  // is launched on the compute stream, in order with the kernels around it.
+  void begin_capture() override {
+    set_device(index_);
+    REEL_CHECK(!capture_stream(), "CudaGraph: this thread is capturing a CUDA graph already");
+    std::call_once(capture_stream_once_, [this] {
+      REEL_CUDA_CHECK(cudaStreamCreateWithFlags(&capture_stream_, cudaStreamDefault));
+    });
+    REEL_CUDA_CHECK(cudaStreamBeginCapture(capture_stream_, cudaStreamCaptureModeThreadLocal));
+    capture_stream() = capture_stream_;
+  }
+  void* end_capture(int64_t* nodes) override {
+    set_device(index_);
+    capture_stream() = nullptr;
+    cudaGraph_t graph = nullptr;
+    REEL_CUDA_CHECK(cudaStreamEndCapture(capture_stream_, &graph));
+    size_t count = 0;
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t counted = cudaGraphGetNodes(graph, nullptr, &count);
+    const cudaError_t made = counted ? counted : cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);  // the exec holds what it runs
+    check_cuda(made, "cudaGraphInstantiate");
+    *nodes = static_cast<int64_t>(count);
+    return exec;
+  }
+  void abort_capture() noexcept override {
+    capture_stream() = nullptr;
+    cudaGraph_t graph = nullptr;
+    if (cudaStreamEndCapture(capture_stream_, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+    cudaGetLastError();  // the refusal is reported by the error that got us here
+  }
+  void launch_graph(void* graph) override {
+    set_device(index_);
+    REEL_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), stream()));
+  }
+  void destroy_graph(void* graph) noexcept override {
+    if (graph) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
   }
 
   void synchronize() override {
@@ -398,6 +441,8 @@ class CudaBackend final : public DeviceBackend {
   EventClock clock_{this, index_};
   std::once_flag copy_stream_once_;
   cudaStream_t copy_stream_ = nullptr;  // never destroyed, like the backend
+  std::once_flag capture_stream_once_;
+  cudaStream_t capture_stream_ = nullptr;  // CUDA graph captures (core/graph.h); never destroyed
 };
 
 }  // namespace

@@ -24,10 +24,11 @@ cudnnHandle_t cudnn_handle() {
   std::lock_guard<std::mutex> lock(mutex);
   if (handles->size() <= static_cast<size_t>(device)) handles->resize(device + 1, nullptr);
   cudnnHandle_t& h = (*handles)[device];
-  if (!h) {
-    REEL_CUDNN(cudnnCreate, "the handle", &h);
-    REEL_CUDNN(cudnnSetStream, "the handle", h, stream());
-  }
+  if (!h) REEL_CUDNN(cudnnCreate, "the handle", &h);
+  // Bound to stream() at each call: the capture stream while a CUDA graph captures (core/graph.h).
+  cudaStream_t bound = nullptr;
+  REEL_CUDNN(cudnnGetStream, "the handle", h, &bound);
+  if (bound != stream()) REEL_CUDNN(cudnnSetStream, "the handle", h, stream());
   return h;
 }
 

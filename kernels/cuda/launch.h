@@ -28,11 +28,19 @@ void check_cuda(cudaError_t err, const char* what);
 // Makes CUDA device `index` current on this thread (a no-op when it already is).
 void set_device(int index);
 inline void set_device(Device device) { set_device(device.index); }
+// This thread's capture stream while a reel::CudaGraph captures on it (core/graph.h; set by
+// backend.cu's begin_capture and cleared by end_capture), else null.
+inline cudaStream_t& capture_stream() {
+  static thread_local cudaStream_t s = nullptr;
+  return s;
+}
 // The compute stream (core/stream.h), which every reel kernel, copy and cuBLAS call runs on: the
 // legacy default stream, so work is ordered and a block the caching allocator hands out again is
-// never in use. The device's copy stream is backend.cu's; code outside kernels/cuda reaches both
-// through reel::Stream, never through this header.
-inline cudaStream_t stream() { return nullptr; }
+// never in use; while this thread captures a CUDA graph, the created stream capturing it (so the
+// work becomes graph nodes; the graph is launched on the legacy stream, in order again). The
+// device's copy stream is backend.cu's; code outside kernels/cuda reaches both through
+// reel::Stream, never through this header.
+inline cudaStream_t stream() { return capture_stream(); }
 // Streaming multiprocessors of the current device (the emulator reports its worker threads).
 int sm_count();
 

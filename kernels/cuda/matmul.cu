@@ -98,8 +98,9 @@ void check_cublas(cublasStatus_t status, const char* what) {
     REEL_FAIL("cuBLAS error in ", what, ": ", cublasGetStatusName(status), ": ", cublasGetStatusString(status));
 }
 
-// The handle of the current device, created on first use and bound to stream(). Never destroyed:
-// tensors and their kernels may outlive main.
+// The handle of the current device, created on first use and bound to stream() at each call (the
+// capture stream while a CUDA graph captures, core/graph.h). Never destroyed: tensors and their
+// kernels may outlive main.
 cublasHandle_t handle() {
   static std::mutex mutex;
   static std::vector<cublasHandle_t>* handles = new std::vector<cublasHandle_t>;
@@ -108,10 +109,10 @@ cublasHandle_t handle() {
   std::lock_guard<std::mutex> lock(mutex);
   if (handles->size() <= static_cast<size_t>(device)) handles->resize(device + 1, nullptr);
   cublasHandle_t& h = (*handles)[device];
-  if (!h) {
-    check_cublas(cublasCreate(&h), "cublasCreate");
-    check_cublas(cublasSetStream(h, stream()), "cublasSetStream");
-  }
+  if (!h) check_cublas(cublasCreate(&h), "cublasCreate");
+  cudaStream_t bound = nullptr;
+  check_cublas(cublasGetStream(h, &bound), "cublasGetStream");
+  if (bound != stream()) check_cublas(cublasSetStream(h, stream()), "cublasSetStream");
   return h;
 }
 

@@ -99,6 +99,16 @@ class MetaBackend final : public DeviceBackend {
     cuda_.copy_from_host_async(device_dst, host_src, bytes, stream);
   }
   void* native_stream(StreamKind stream) override { return cuda_.native_stream(stream); }
+  // CUDA graphs: cuda:0's capture, of the dry run's launches (nodes that compute nothing); a
+  // replay launches them, dry. The profiler records the launch as one record of N nodes.
+  void begin_capture() override { cuda_.begin_capture(); }
+  void* end_capture(int64_t* nodes) override { return cuda_.end_capture(nodes); }
+  void abort_capture() noexcept override { cuda_.abort_capture(); }
+  void launch_graph(void* graph) override {
+    simt::DryRun dry;
+    cuda_.launch_graph(graph);
+  }
+  void destroy_graph(void* graph) noexcept override { cuda_.destroy_graph(graph); }
   void make_current() override { cuda_.make_current(); }
   RawMemory& pinned_memory() override { return pinned_; }  // core's meta pinned pool (pinned_allocator(meta))
   // cuda:0's clock: its marks are events on the streams, as on cuda:0, so the streams hold the same

@@ -20,6 +20,8 @@
 #include "core/half.h"  // reel::bf16, reel::f16: the 16-bit conversions
 #include "cublas.h"
 
+#include <functional>
+
 struct cublasContext {
   cudaStream_t stream = nullptr;
   cublasPointerMode_t pointer_mode = CUBLAS_POINTER_MODE_HOST;
@@ -30,7 +32,9 @@ namespace simt {
 bool dry_run();  // simt.h: the meta device's dry run (computes nothing)
 }
 namespace simt::detail {
-void before_host_work(cudaStream_t stream);  // simt.h (which cublas.h does not include)
+// simt.h (which cublas.h does not include): the computation now, after the work queued on its
+// stream, or a node of the stream's capture; false: refused by the capture rules.
+bool library_call(cudaStream_t stream, std::function<void()> work);
 }
 
 namespace {
@@ -90,6 +94,19 @@ void gemm(cublasOperation_t transa, cublasOperation_t transb, int m, int n, int 
     update(a.transpose(), b.transpose());
 }
 
+// alpha or beta as a captured call sees it: a host scalar's value is taken at the call (as cuBLAS
+// does, so that a graph replays it), a device scalar is read when the GEMM runs.
+template <class T>
+struct Scalar {
+  T value;
+  const T* device;
+  T get() const { return device ? *device : value; }
+};
+template <class T>
+Scalar<T> scalar(cublasHandle_t handle, const T* p) {
+  return handle->pointer_mode == CUBLAS_POINTER_MODE_HOST ? Scalar<T>{*p, nullptr} : Scalar<T>{T(), p};
+}
+
 template <class T>
 cublasStatus_t gemm_strided_batched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
                                     int n, int k, const T* alpha, const T* A, int lda, long long stride_a, const T* B,
@@ -97,16 +114,17 @@ cublasStatus_t gemm_strided_batched(cublasHandle_t handle, cublasOperation_t tra
                                     int batch_count) {
   const cublasStatus_t status = check_gemm(handle, transa, transb, m, n, k, lda, ldb, ldc, batch_count);
   if (status != CUBLAS_STATUS_SUCCESS) return status;
-  // The GEMM runs at once: after the work queued on its stream (or, on the legacy stream, after
-  // what blocking streams have queued), a schedule a GPU could take.
-  simt::detail::before_host_work(handle->stream);
   if (m == 0 || n == 0 || batch_count == 0) return CUBLAS_STATUS_SUCCESS;
   if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
-  if (simt::dry_run()) return CUBLAS_STATUS_SUCCESS;  // checked; computes nothing
-  for (int i = 0; i < batch_count; ++i)
-    gemm(transa, transb, m, n, k, *alpha, A + i * stride_a, lda, B + i * stride_b, ldb, *beta, C + i * stride_c,
-         ldc);
-  return CUBLAS_STATUS_SUCCESS;
+  const Scalar<T> a = scalar(handle, alpha), b = scalar(handle, beta);
+  // The GEMM runs at once: after the work queued on its stream (or, on the legacy stream, after
+  // what blocking streams have queued), a schedule a GPU could take; or it is captured.
+  const bool ok = simt::detail::library_call(handle->stream, [=] {
+    for (int i = 0; i < batch_count; ++i)
+      gemm(transa, transb, m, n, k, a.get(), A + i * stride_a, lda, B + i * stride_b, ldb, b.get(),
+           C + i * stride_c, ldc);
+  });
+  return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
 // ---- element conversions of GemmEx ----------------------------------------------------------------
@@ -400,18 +418,23 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
   if ((d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && !d.bias) ||
       (needs_aux && (!d.aux || d.aux_ld < std::max<int64_t>(1, static_cast<int64_t>(m)))))
     return CUBLAS_STATUS_INVALID_VALUE;
-  simt::detail::before_host_work(stream);
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
   if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
-  if (simt::dry_run()) return CUBLAS_STATUS_SUCCESS;  // checked; computes nothing
   const bool tf32 = d.compute == CUBLAS_COMPUTE_32F_FAST_TF32 && al.type == CUDA_R_32F;
-  if (f64)
-    lt_matmul<double>(d, *static_cast<const double*>(alpha), A, al, B, bl, *static_cast<const double*>(beta), C, cl,
-                      D, dl, static_cast<int>(k), false);
-  else
-    lt_matmul<float>(d, *static_cast<const float*>(alpha), A, al, B, bl, *static_cast<const float*>(beta), C, cl, D,
-                     dl, static_cast<int>(k), tf32);
-  return CUBLAS_STATUS_SUCCESS;
+  // The descriptors and the (host) scalars are copied: a captured call replays them after the
+  // caller has destroyed its descriptors, as a graph of the real library does.
+  const double a64 = f64 ? *static_cast<const double*>(alpha) : *static_cast<const float*>(alpha);
+  const double b64 = f64 ? *static_cast<const double*>(beta) : *static_cast<const float*>(beta);
+  const cublasLtMatmulDescOpaque_st dd = d;
+  const cublasLtMatrixLayoutOpaque_st ac = al, bc = bl, cc = cl, dc = dl;
+  const int kk = static_cast<int>(k);
+  const bool ok = simt::detail::library_call(stream, [=] {
+    if (f64)
+      lt_matmul<double>(dd, a64, A, ac, B, bc, b64, C, cc, D, dc, kk, false);
+    else  // the f32 scalars were widened exactly: narrowing gives them back
+      lt_matmul<float>(dd, static_cast<float>(a64), A, ac, B, bc, static_cast<float>(b64), C, cc, D, dc, kk, tf32);
+  });
+  return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
 const char* cublasGetStatusName(cublasStatus_t status) {
@@ -517,16 +540,18 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
   if (!half_in && !f32_in) return CUBLAS_STATUS_NOT_SUPPORTED;
   const cublasStatus_t status = check_gemm(handle, transa, transb, m, n, k, lda, ldb, ldc, batchCount);
   if (status != CUBLAS_STATUS_SUCCESS) return status;
-  simt::detail::before_host_work(handle->stream);
   if (m == 0 || n == 0 || batchCount == 0) return CUBLAS_STATUS_SUCCESS;
   if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
   // TF32 applies to f32 inputs only: asked by the compute type, or by the handle's math mode
   // (not under the pedantic compute type).
-  if (simt::dry_run()) return CUBLAS_STATUS_SUCCESS;  // checked; computes nothing
   const bool tf32 = f32_in && (computeType == CUBLAS_COMPUTE_32F_FAST_TF32 ||
                                (computeType == CUBLAS_COMPUTE_32F && handle->math_mode == CUBLAS_TF32_TENSOR_OP_MATH));
-  return gemm_ex_f32(handle, transa, transb, m, n, k, *static_cast<const float*>(alpha), A, Atype, lda, strideA, B,
-                     Btype, ldb, strideB, *static_cast<const float*>(beta), C, Ctype, ldc, strideC, batchCount, tf32);
+  const Scalar<float> a = scalar(handle, static_cast<const float*>(alpha)), b = scalar(handle, static_cast<const float*>(beta));
+  const bool ok = simt::detail::library_call(handle->stream, [=] {
+    gemm_ex_f32(handle, transa, transb, m, n, k, a.get(), A, Atype, lda, strideA, B, Btype, ldb, strideB, b.get(), C,
+                Ctype, ldc, strideC, batchCount, tf32);
+  });
+  return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
 cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,

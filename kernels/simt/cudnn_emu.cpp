@@ -39,7 +39,6 @@ using cudnn_emu::supported_type;
 template <class Run>
 void on_data(cudnnDataType_t t, const void* beta, const void* a, size_t na, const void* b, size_t nb, void* out,
              size_t nout, Run run) {
-  if (simt::dry_run()) return;  // the arguments were checked; nothing is computed
   if (t == CUDNN_DATA_DOUBLE) {
     run(0.0, static_cast<const double*>(a), static_cast<const double*>(b), static_cast<double*>(out));
   } else if (is_16bit(t)) {
@@ -522,7 +521,6 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha, c
                                       const cudnnConvolutionDescriptor_t convDesc, cudnnConvolutionFwdAlgo_t algo,
                                       void* workSpace, size_t workSpaceSizeInBytes, const void* beta,
                                       const cudnnTensorDescriptor_t yDesc, void* y) {
-  cudnn_emu::run_queued(handle);
   if (!handle || !alpha || !beta || !x || !w || !y) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
   Geom g{};
   const cudnnStatus_t s = check(xDesc, wDesc, convDesc, yDesc, g);
@@ -531,15 +529,17 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha, c
   size_t need = 0;
   if (!fwd_workspace(g, algo, need)) return CUDNN_STATUS_NOT_SUPPORTED;
   if (!workspace_ok(workSpace, workSpaceSizeInBytes, need)) return CUDNN_STATUS_BAD_PARAM;
-  on_data(g.type, beta, x, sizes(g).x, w, sizes(g).w, y, sizes(g).y, [&](auto zero, auto xp, auto wp, auto yp) {
-    using T = decltype(zero);
-    const T a = read_scalar<T>(alpha), b = read_scalar<T>(beta);
-    if (algo == CUDNN_CONVOLUTION_FWD_ALGO_GEMM)
-      forward_gemm(g, xp, wp, yp, a, b, static_cast<T*>(workSpace));
-    else
-      forward_direct(g, xp, wp, yp, a, b);
+  const cudnn_emu::HostScalar sa(g.type, alpha), sb(g.type, beta);
+  return cudnn_emu::call(handle, [=] {
+    on_data(g.type, sb.ptr(), x, sizes(g).x, w, sizes(g).w, y, sizes(g).y, [&](auto zero, auto xp, auto wp, auto yp) {
+      using T = decltype(zero);
+      const T a = read_scalar<T>(sa.ptr()), b = read_scalar<T>(sb.ptr());
+      if (algo == CUDNN_CONVOLUTION_FWD_ALGO_GEMM)
+        forward_gemm(g, xp, wp, yp, a, b, static_cast<T*>(workSpace));
+      else
+        forward_direct(g, xp, wp, yp, a, b);
+    });
   });
-  return CUDNN_STATUS_SUCCESS;
 }
 
 cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alpha,
@@ -549,7 +549,6 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alp
                                            cudnnConvolutionBwdDataAlgo_t algo, void* workSpace,
                                            size_t workSpaceSizeInBytes, const void* beta,
                                            const cudnnTensorDescriptor_t dxDesc, void* dx) {
-  cudnn_emu::run_queued(handle);
   if (!handle || !alpha || !beta || !w || !dy || !dx) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
   Geom g{};
   const cudnnStatus_t s = check(dxDesc, wDesc, convDesc, dyDesc, g);
@@ -557,11 +556,13 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alp
   if (!in_range(algo, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT)) return CUDNN_STATUS_BAD_PARAM;
   if (!listed(kDataAlgos, algo)) return CUDNN_STATUS_NOT_SUPPORTED;
   (void)workSpace, (void)workSpaceSizeInBytes;  // neither algorithm needs one
-  on_data(g.type, beta, w, sizes(g).w, dy, sizes(g).y, dx, sizes(g).x, [&](auto zero, auto wp, auto dyp, auto dxp) {
-    using T = decltype(zero);
-    backward_data(g, wp, dyp, dxp, read_scalar<T>(alpha), read_scalar<T>(beta));
+  const cudnn_emu::HostScalar sa(g.type, alpha), sb(g.type, beta);
+  return cudnn_emu::call(handle, [=] {
+    on_data(g.type, sb.ptr(), w, sizes(g).w, dy, sizes(g).y, dx, sizes(g).x, [&](auto zero, auto wp, auto dyp, auto dxp) {
+      using T = decltype(zero);
+      backward_data(g, wp, dyp, dxp, read_scalar<T>(sa.ptr()), read_scalar<T>(sb.ptr()));
+    });
   });
-  return CUDNN_STATUS_SUCCESS;
 }
 
 cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* alpha,
@@ -571,7 +572,6 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* a
                                              cudnnConvolutionBwdFilterAlgo_t algo, void* workSpace,
                                              size_t workSpaceSizeInBytes, const void* beta,
                                              const cudnnFilterDescriptor_t dwDesc, void* dw) {
-  cudnn_emu::run_queued(handle);
   if (!handle || !alpha || !beta || !x || !dy || !dw) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
   Geom g{};
   const cudnnStatus_t s = check(xDesc, dwDesc, convDesc, dyDesc, g);
@@ -579,56 +579,62 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* a
   if (!in_range(algo, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT)) return CUDNN_STATUS_BAD_PARAM;
   if (!listed(kFilterAlgos, algo)) return CUDNN_STATUS_NOT_SUPPORTED;
   (void)workSpace, (void)workSpaceSizeInBytes;
-  on_data(g.type, beta, x, sizes(g).x, dy, sizes(g).y, dw, sizes(g).w, [&](auto zero, auto xp, auto dyp, auto dwp) {
-    using T = decltype(zero);
-    backward_filter(g, xp, dyp, dwp, read_scalar<T>(alpha), read_scalar<T>(beta));
+  const cudnn_emu::HostScalar sa(g.type, alpha), sb(g.type, beta);
+  return cudnn_emu::call(handle, [=] {
+    on_data(g.type, sb.ptr(), x, sizes(g).x, dy, sizes(g).y, dw, sizes(g).w, [&](auto zero, auto xp, auto dyp, auto dwp) {
+      using T = decltype(zero);
+      backward_filter(g, xp, dyp, dwp, read_scalar<T>(sa.ptr()), read_scalar<T>(sb.ptr()));
+    });
   });
-  return CUDNN_STATUS_SUCCESS;
 }
 
 cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t handle, const void* alpha,
                                            const cudnnTensorDescriptor_t dyDesc, const void* dy, const void* beta,
                                            const cudnnTensorDescriptor_t dbDesc, void* db) {
-  cudnn_emu::run_queued(handle);
   if (!handle || !alpha || !beta || !dy || !db || !dyDesc || !dbDesc) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
   if (!dyDesc->set || !dbDesc->set || dyDesc->type != dbDesc->type) return CUDNN_STATUS_BAD_PARAM;
   if (dbDesc->n != 1 || dbDesc->c != dyDesc->c || dbDesc->h != 1 || dbDesc->w != 1) return CUDNN_STATUS_BAD_PARAM;
   const int64_t N = dyDesc->n, C = dyDesc->c, L = int64_t{dyDesc->h} * dyDesc->w;
   const size_t ndy = static_cast<size_t>(N * C * L), ndb = static_cast<size_t>(C);
-  on_data(dyDesc->type, beta, dy, ndy, nullptr, 0, db, ndb, [&](auto zero, auto g, auto, auto out) {
-    using T = decltype(zero);
-    for (int64_t c = 0; c < C; ++c) {
-      T acc = 0;
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t l = 0; l < L; ++l) acc += g[(n * C + c) * L + l];
-      blend(out[c], acc, read_scalar<T>(alpha), read_scalar<T>(beta));
-    }
+  const cudnnDataType_t type = dyDesc->type;
+  const cudnn_emu::HostScalar sa(type, alpha), sb(type, beta);
+  return cudnn_emu::call(handle, [=] {
+    on_data(type, sb.ptr(), dy, ndy, nullptr, 0, db, ndb, [&](auto zero, auto g, auto, auto out) {
+      using T = decltype(zero);
+      for (int64_t c = 0; c < C; ++c) {
+        T acc = 0;
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t l = 0; l < L; ++l) acc += g[(n * C + c) * L + l];
+        blend(out[c], acc, read_scalar<T>(sa.ptr()), read_scalar<T>(sb.ptr()));
+      }
+    });
   });
-  return CUDNN_STATUS_SUCCESS;
 }
 
 cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void* alpha, const cudnnTensorDescriptor_t aDesc,
                              const void* A, const void* beta, const cudnnTensorDescriptor_t cDesc, void* C) {
-  cudnn_emu::run_queued(handle);
   if (!handle || !alpha || !beta || !A || !C || !aDesc || !cDesc) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
   if (!aDesc->set || !cDesc->set || aDesc->type != cDesc->type) return CUDNN_STATUS_BAD_PARAM;
   const int a[4] = {aDesc->n, aDesc->c, aDesc->h, aDesc->w}, c[4] = {cDesc->n, cDesc->c, cDesc->h, cDesc->w};
   for (int i = 0; i < 4; ++i)
     if (a[i] != 1 && a[i] != c[i]) return CUDNN_STATUS_BAD_PARAM;
   const size_t na = static_cast<size_t>(a[0]) * a[1] * a[2] * a[3], nc = static_cast<size_t>(c[0]) * c[1] * c[2] * c[3];
-  on_data(cDesc->type, beta, A, na, nullptr, 0, C, nc, [&](auto zero, auto in, auto, auto out) {
-    using T = decltype(zero);
-    const T al = read_scalar<T>(alpha), be = read_scalar<T>(beta);
-    for (int64_t n = 0; n < c[0]; ++n)
-      for (int64_t ch = 0; ch < c[1]; ++ch)
-        for (int64_t h = 0; h < c[2]; ++h)
-          for (int64_t w = 0; w < c[3]; ++w) {
-            // A's index: 0 along each broadcast (size 1) dim.
-            const int64_t ai = (((a[0] == 1 ? 0 : n) * a[1] + (a[1] == 1 ? 0 : ch)) * a[2] + (a[2] == 1 ? 0 : h)) *
-                                   a[3] +
-                               (a[3] == 1 ? 0 : w);
-            blend(out[((n * c[1] + ch) * c[2] + h) * c[3] + w], in[ai], al, be);
-          }
+  const cudnnDataType_t type = cDesc->type;
+  const cudnn_emu::HostScalar sa(type, alpha), sb(type, beta);
+  return cudnn_emu::call(handle, [=] {
+    on_data(type, sb.ptr(), A, na, nullptr, 0, C, nc, [&](auto zero, auto in, auto, auto out) {
+      using T = decltype(zero);
+      const T al = read_scalar<T>(sa.ptr()), be = read_scalar<T>(sb.ptr());
+      for (int64_t n = 0; n < c[0]; ++n)
+        for (int64_t ch = 0; ch < c[1]; ++ch)
+          for (int64_t h = 0; h < c[2]; ++h)
+            for (int64_t w = 0; w < c[3]; ++w) {
+              // A's index: 0 along each broadcast (size 1) dim.
+              const int64_t ai =
+                  (((a[0] == 1 ? 0 : n) * a[1] + (a[1] == 1 ? 0 : ch)) * a[2] + (a[2] == 1 ? 0 : h)) * a[3] +
+                  (a[3] == 1 ? 0 : w);
+              blend(out[((n * c[1] + ch) * c[2] + h) * c[3] + w], in[ai], al, be);
+            }
+    });
   });
-  return CUDNN_STATUS_SUCCESS;
 }

@@ -182,7 +182,6 @@ cudnnStatus_t cudnnBatchNormalizationForwardTraining(
     const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const void* bnScale, const void* bnBias,
     double exponentialAverageFactor, void* resultRunningMean, void* resultRunningVariance, double epsilon,
     void* resultSaveMean, void* resultSaveInvVariance) {
-  cudnn_emu::run_queued(handle);
   if (!handle || !alpha || !beta || !xDesc || !x || !yDesc || !y || !bnScaleBiasMeanVarDesc || !bnScale || !bnBias)
     return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
   if ((resultRunningMean == nullptr) != (resultRunningVariance == nullptr)) return CUDNN_STATUS_BAD_PARAM;
@@ -190,18 +189,20 @@ cudnnStatus_t cudnnBatchNormalizationForwardTraining(
   const cudnnTensorStruct* datas[] = {xDesc, yDesc};
   const cudnnStatus_t s = check_common(mode, datas, 2, bnScaleBiasMeanVarDesc, epsilon);
   if (s != CUDNN_STATUS_SUCCESS) return s;
-  if (simt::dry_run()) return CUDNN_STATUS_SUCCESS;  // checked; computes nothing
   const Layout g(xDesc);
-  auto run = [&](auto zero) {
-    using T = decltype(zero);
-    forward_training<T>(g, static_cast<const T*>(x), static_cast<T*>(y), static_cast<const T*>(bnScale),
-                        static_cast<const T*>(bnBias), exponentialAverageFactor, static_cast<T*>(resultRunningMean),
-                        static_cast<T*>(resultRunningVariance), epsilon, static_cast<T*>(resultSaveMean),
-                        static_cast<T*>(resultSaveInvVariance), read_scalar<T>(alpha), read_scalar<T>(beta));
-  };
-  if (xDesc->type == CUDNN_DATA_DOUBLE) run(0.0);
-  else run(0.0f);
-  return CUDNN_STATUS_SUCCESS;
+  const cudnnDataType_t type = xDesc->type;
+  const cudnn_emu::HostScalar sa(type, alpha), sb(type, beta);
+  return cudnn_emu::call(handle, [=] {
+    auto run = [&](auto zero) {
+      using T = decltype(zero);
+      forward_training<T>(g, static_cast<const T*>(x), static_cast<T*>(y), static_cast<const T*>(bnScale),
+                          static_cast<const T*>(bnBias), exponentialAverageFactor, static_cast<T*>(resultRunningMean),
+                          static_cast<T*>(resultRunningVariance), epsilon, static_cast<T*>(resultSaveMean),
+                          static_cast<T*>(resultSaveInvVariance), read_scalar<T>(sa.ptr()), read_scalar<T>(sb.ptr()));
+    };
+    if (type == CUDNN_DATA_DOUBLE) run(0.0);
+    else run(0.0f);
+  });
 }
 
 cudnnStatus_t cudnnBatchNormalizationForwardInference(
@@ -209,25 +210,26 @@ cudnnStatus_t cudnnBatchNormalizationForwardInference(
     const cudnnTensorDescriptor_t xDesc, const void* x, const cudnnTensorDescriptor_t yDesc, void* y,
     const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const void* bnScale, const void* bnBias,
     const void* estimatedMean, const void* estimatedVariance, double epsilon) {
-  cudnn_emu::run_queued(handle);
   if (!handle || !alpha || !beta || !xDesc || !x || !yDesc || !y || !bnScaleBiasMeanVarDesc || !bnScale ||
       !bnBias || !estimatedMean || !estimatedVariance)
     return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
   const cudnnTensorStruct* datas[] = {xDesc, yDesc};
   const cudnnStatus_t s = check_common(mode, datas, 2, bnScaleBiasMeanVarDesc, epsilon);
   if (s != CUDNN_STATUS_SUCCESS) return s;
-  if (simt::dry_run()) return CUDNN_STATUS_SUCCESS;  // checked; computes nothing
   const Layout g(xDesc);
-  auto run = [&](auto zero) {
-    using T = decltype(zero);
-    forward_inference<T>(g, static_cast<const T*>(x), static_cast<T*>(y), static_cast<const T*>(bnScale),
-                         static_cast<const T*>(bnBias), static_cast<const T*>(estimatedMean),
-                         static_cast<const T*>(estimatedVariance), epsilon, read_scalar<T>(alpha),
-                         read_scalar<T>(beta));
-  };
-  if (xDesc->type == CUDNN_DATA_DOUBLE) run(0.0);
-  else run(0.0f);
-  return CUDNN_STATUS_SUCCESS;
+  const cudnnDataType_t type = xDesc->type;
+  const cudnn_emu::HostScalar sa(type, alpha), sb(type, beta);
+  return cudnn_emu::call(handle, [=] {
+    auto run = [&](auto zero) {
+      using T = decltype(zero);
+      forward_inference<T>(g, static_cast<const T*>(x), static_cast<T*>(y), static_cast<const T*>(bnScale),
+                           static_cast<const T*>(bnBias), static_cast<const T*>(estimatedMean),
+                           static_cast<const T*>(estimatedVariance), epsilon, read_scalar<T>(sa.ptr()),
+                           read_scalar<T>(sb.ptr()));
+    };
+    if (type == CUDNN_DATA_DOUBLE) run(0.0);
+    else run(0.0f);
+  });
 }
 
 cudnnStatus_t cudnnBatchNormalizationBackward(
@@ -236,7 +238,6 @@ cudnnStatus_t cudnnBatchNormalizationBackward(
     const cudnnTensorDescriptor_t dyDesc, const void* dy, const cudnnTensorDescriptor_t dxDesc, void* dx,
     const cudnnTensorDescriptor_t dBnScaleBiasDesc, const void* bnScale, void* dBnScaleResult, void* dBnBiasResult,
     double epsilon, const void* savedMean, const void* savedInvVariance) {
-  cudnn_emu::run_queued(handle);
   if (!handle || !alphaDataDiff || !betaDataDiff || !alphaParamDiff || !betaParamDiff || !xDesc || !x || !dyDesc ||
       !dy || !dxDesc || !dx || !dBnScaleBiasDesc || !bnScale || !dBnScaleResult || !dBnBiasResult)
     return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
@@ -244,17 +245,20 @@ cudnnStatus_t cudnnBatchNormalizationBackward(
   const cudnnTensorStruct* datas[] = {xDesc, dyDesc, dxDesc};
   const cudnnStatus_t s = check_common(mode, datas, 3, dBnScaleBiasDesc, epsilon);
   if (s != CUDNN_STATUS_SUCCESS) return s;
-  if (simt::dry_run()) return CUDNN_STATUS_SUCCESS;  // checked; computes nothing
   const Layout g(xDesc);
-  auto run = [&](auto zero) {
-    using T = decltype(zero);
-    backward<T>(g, static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dx),
-                static_cast<const T*>(bnScale), static_cast<T*>(dBnScaleResult), static_cast<T*>(dBnBiasResult),
-                epsilon, static_cast<const T*>(savedMean), static_cast<const T*>(savedInvVariance),
-                read_scalar<T>(alphaDataDiff), read_scalar<T>(betaDataDiff), read_scalar<T>(alphaParamDiff),
-                read_scalar<T>(betaParamDiff));
-  };
-  if (xDesc->type == CUDNN_DATA_DOUBLE) run(0.0);
-  else run(0.0f);
-  return CUDNN_STATUS_SUCCESS;
+  const cudnnDataType_t type = xDesc->type;
+  const cudnn_emu::HostScalar ad(type, alphaDataDiff), bd(type, betaDataDiff), ap(type, alphaParamDiff),
+      bp(type, betaParamDiff);
+  return cudnn_emu::call(handle, [=] {
+    auto run = [&](auto zero) {
+      using T = decltype(zero);
+      backward<T>(g, static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dx),
+                  static_cast<const T*>(bnScale), static_cast<T*>(dBnScaleResult), static_cast<T*>(dBnBiasResult),
+                  epsilon, static_cast<const T*>(savedMean), static_cast<const T*>(savedInvVariance),
+                  read_scalar<T>(ad.ptr()), read_scalar<T>(bd.ptr()), read_scalar<T>(ap.ptr()),
+                  read_scalar<T>(bp.ptr()));
+    };
+    if (type == CUDNN_DATA_DOUBLE) run(0.0);
+    else run(0.0f);
+  });
 }

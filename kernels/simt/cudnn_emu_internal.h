@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "core/half.h"  // reel::bf16, reel::f16: the 16-bit conversions
@@ -20,7 +21,9 @@ namespace simt {
 bool dry_run();  // simt.h: the meta device's dry run (computes nothing)
 }
 namespace simt::detail {
-void before_host_work(cudaStream_t stream);  // simt.h (which cudnn.h does not include)
+// simt.h (which cudnn.h does not include): the computation now, after the work queued on its
+// stream, or a node of the stream's capture; false: refused by the capture rules.
+bool library_call(cudaStream_t stream, std::function<void()> work);
 }
 struct cudnnTensorStruct {
   bool set = false;
@@ -43,11 +46,30 @@ struct cudnnConvolutionStruct {
 
 namespace cudnn_emu {
 
-// Before a call computes (at once): the work queued on its stream runs first, or, on the legacy
-// stream, what blocking streams have queued (kernels/simt/README.md, "Streams and events").
-inline void run_queued(cudnnHandle_t handle) {
-  if (handle) simt::detail::before_host_work(handle->stream);
+// A call's computation, once its arguments are checked: it runs at once, after the work queued on
+// its stream or, on the legacy stream, what blocking streams have queued (kernels/simt/README.md,
+// "Streams and events"); while the stream captures it is a graph node instead ("Graphs"), so it
+// must hold copies of everything it reads but device memory. Under DryRun it computes nothing.
+inline cudnnStatus_t call(cudnnHandle_t handle, std::function<void()> work) {
+  return simt::detail::library_call(handle->stream, std::move(work)) ? CUDNN_STATUS_SUCCESS
+                                                                      : CUDNN_STATUS_EXECUTION_FAILED;
 }
+
+// A host scalar (alpha, beta) copied at the call, as cuDNN reads it: double for DOUBLE data, float
+// otherwise. ptr() is what read_scalar reads.
+class HostScalar {
+ public:
+  HostScalar(cudnnDataType_t t, const void* p) : is_double_(t == CUDNN_DATA_DOUBLE) {
+    if (is_double_) std::memcpy(&d_, p, sizeof d_);
+    else std::memcpy(&f_, p, sizeof f_);
+  }
+  const void* ptr() const { return is_double_ ? static_cast<const void*>(&d_) : static_cast<const void*>(&f_); }
+
+ private:
+  bool is_double_;
+  double d_ = 0;
+  float f_ = 0;
+};
 
 // The data types pooling and batch normalization compute in (their compute type is the data type).
 inline bool supported_type(cudnnDataType_t t) { return t == CUDNN_DATA_FLOAT || t == CUDNN_DATA_DOUBLE; }

@@ -233,19 +233,19 @@ cudnnStatus_t cudnnGetPooling2dForwardOutputDim(const cudnnPoolingDescriptor_t p
 cudnnStatus_t cudnnPoolingForward(cudnnHandle_t handle, const cudnnPoolingDescriptor_t poolingDesc, const void* alpha,
                                   const cudnnTensorDescriptor_t xDesc, const void* x, const void* beta,
                                   const cudnnTensorDescriptor_t yDesc, void* y) {
-  cudnn_emu::run_queued(handle);
   if (!handle || !alpha || !beta || !x || !y) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
   Geom g{};
   const cudnnStatus_t s = check(poolingDesc, xDesc, yDesc, g);
   if (s != CUDNN_STATUS_SUCCESS) return s;
-  if (simt::dry_run()) return CUDNN_STATUS_SUCCESS;  // checked; computes nothing
-  if (g.type == CUDNN_DATA_DOUBLE)
-    forward(g, static_cast<const double*>(x), static_cast<double*>(y), read_scalar<double>(alpha),
-            read_scalar<double>(beta));
-  else
-    forward(g, static_cast<const float*>(x), static_cast<float*>(y), read_scalar<float>(alpha),
-            read_scalar<float>(beta));
-  return CUDNN_STATUS_SUCCESS;
+  const cudnn_emu::HostScalar sa(g.type, alpha), sb(g.type, beta);
+  return cudnn_emu::call(handle, [=] {
+    if (g.type == CUDNN_DATA_DOUBLE)
+      forward(g, static_cast<const double*>(x), static_cast<double*>(y), read_scalar<double>(sa.ptr()),
+              read_scalar<double>(sb.ptr()));
+    else
+      forward(g, static_cast<const float*>(x), static_cast<float*>(y), read_scalar<float>(sa.ptr()),
+              read_scalar<float>(sb.ptr()));
+  });
 }
 
 cudnnStatus_t cudnnPoolingBackward(cudnnHandle_t handle, const cudnnPoolingDescriptor_t poolingDesc,
@@ -253,17 +253,17 @@ cudnnStatus_t cudnnPoolingBackward(cudnnHandle_t handle, const cudnnPoolingDescr
                                    const cudnnTensorDescriptor_t dyDesc, const void* dy,
                                    const cudnnTensorDescriptor_t xDesc, const void* x, const void* beta,
                                    const cudnnTensorDescriptor_t dxDesc, void* dx) {
-  cudnn_emu::run_queued(handle);
   if (!handle || !alpha || !beta || !y || !dy || !x || !dx) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
   Geom g{};
   const cudnnStatus_t s = check(poolingDesc, xDesc, yDesc, g, dyDesc, dxDesc, true);
   if (s != CUDNN_STATUS_SUCCESS) return s;
-  if (simt::dry_run()) return CUDNN_STATUS_SUCCESS;  // checked; computes nothing
-  if (g.type == CUDNN_DATA_DOUBLE)
-    backward(g, static_cast<const double*>(dy), static_cast<const double*>(x), static_cast<double*>(dx),
-             read_scalar<double>(alpha), read_scalar<double>(beta));
-  else
-    backward(g, static_cast<const float*>(dy), static_cast<const float*>(x), static_cast<float*>(dx),
-             read_scalar<float>(alpha), read_scalar<float>(beta));
-  return CUDNN_STATUS_SUCCESS;
+  const cudnn_emu::HostScalar sa(g.type, alpha), sb(g.type, beta);
+  return cudnn_emu::call(handle, [=] {
+    if (g.type == CUDNN_DATA_DOUBLE)
+      backward(g, static_cast<const double*>(dy), static_cast<const double*>(x), static_cast<double*>(dx),
+               read_scalar<double>(sa.ptr()), read_scalar<double>(sb.ptr()));
+    else
+      backward(g, static_cast<const float*>(dy), static_cast<const float*>(x), static_cast<float*>(dx),
+               read_scalar<float>(sa.ptr()), read_scalar<float>(sb.ptr()));
+  });
 }

@@ -7,7 +7,8 @@
 //                        synchronisation or a query runs it. SIMT_CHECK=race,uninit (or
 //                        simt::set_check) fails a launch with a race or a read of unwritten
 //                        shared memory, naming lines and threads. Needs no CUDA toolkit header.
-//                        Engine: simt_runtime.cpp, simt_api.cpp, simt_streams.cpp, simt_check.cpp.
+//                        Engine: simt_runtime.cpp, simt_api.cpp, simt_streams.cpp, simt_graphs.cpp,
+//                        simt_check.cpp.
 // Rules for kernel authors and what cannot be emulated: kernels/simt/README.md.
 #pragma once
 
@@ -127,12 +128,21 @@ enum cudaError_t {
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
+  cudaErrorIllegalState = 401,
   cudaErrorNotReady = 600,
   cudaErrorIllegalAddress = 700,
   cudaErrorLaunchOutOfResources = 701,
   cudaErrorLaunchFailure = 719,
   cudaErrorNotPermitted = 800,
   cudaErrorNotSupported = 801,
+  // Stream capture (simt_graphs.cpp; the rules are in kernels/simt/README.md, "Graphs").
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureUnmatched = 903,
+  cudaErrorStreamCaptureIsolation = 905,
+  cudaErrorStreamCaptureImplicit = 906,
+  cudaErrorCapturedEvent = 907,
+  cudaErrorStreamCaptureWrongThread = 908,
   cudaErrorUnknown = 999,
 };
 typedef cudaError_t cudaError;
@@ -196,6 +206,28 @@ typedef struct CUevent_st* cudaEvent_t;
 #define cudaEventDefault 0x00
 #define cudaEventBlockingSync 0x01
 #define cudaEventDisableTiming 0x02
+typedef struct CUgraph_st* cudaGraph_t;
+typedef struct CUgraphExec_st* cudaGraphExec_t;
+typedef struct CUgraphNode_st* cudaGraphNode_t;
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2,
+};
+enum cudaStreamCaptureStatus {
+  cudaStreamCaptureStatusNone = 0,
+  cudaStreamCaptureStatusActive = 1,
+  cudaStreamCaptureStatusInvalidated = 2,
+};
+enum cudaGraphNodeType {
+  cudaGraphNodeTypeKernel = 0x00,
+  cudaGraphNodeTypeMemcpy = 0x01,
+  cudaGraphNodeTypeMemset = 0x02,
+  cudaGraphNodeTypeHost = 0x03,
+  cudaGraphNodeTypeGraph = 0x04,
+  cudaGraphNodeTypeEmpty = 0x05,
+};
+#define cudaGraphInstantiateFlagAutoFreeOnLaunch 1
 #define cudaHostAllocDefault 0x00
 #define cudaHostAllocPortable 0x01
 #define cudaHostAllocMapped 0x02
@@ -270,6 +302,22 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);  
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
+
+// Stream capture and graphs (simt_graphs.cpp; the rules and their errors: kernels/simt/README.md,
+// "Graphs"). While a created stream captures, its work becomes the nodes of a graph instead of
+// running; launching the graph's exec runs them, in capture order, with the captured arguments.
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags = 0);
+cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+// nodes null: *count gets the node count; else up to *count nodes are written and *count is the
+// number written (as CUDA's).
+cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count);
+cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, cudaGraphNodeType* type);
 
 // Dynamic shared memory above 48 KiB needs this opt-in, as on a GPU (up to 227 KiB).
 cudaError_t cudaFuncSetAttribute(const void* kernel, cudaFuncAttribute attr, int value);
@@ -364,8 +412,20 @@ cudaError_t run_grid(const void* kernel, dim3 grid, dim3 block, size_t shmem, Th
 // the legacy stream); on a created stream (a cuBLAS or cuDNN call there) it runs that stream's
 // queue, after which running the call at once is a schedule a GPU could take.
 bool is_deferred(cudaStream_t stream);
-cudaError_t enqueue(cudaStream_t stream, std::function<void()> work);
+cudaError_t enqueue(cudaStream_t stream, std::function<void()> work,
+                    cudaGraphNodeType node = cudaGraphNodeTypeKernel);  // node: its type if captured
 void before_host_work(cudaStream_t stream);
+// Capture (simt_graphs.cpp). A launch under DryRun computes nothing but is still a node of a
+// capture, and legacy-stream work still breaks one: cudaSuccess or the capture error.
+cudaError_t dry_launch(cudaStream_t stream);
+// Legacy-stream work while a blocking stream captures: cudaErrorStreamCaptureImplicit (and the
+// capture is invalidated), else cudaSuccess. Cheap when nothing captures.
+cudaError_t legacy_work_check();
+// A cuBLAS or cuDNN call's computation on `stream`: recorded as a node while the stream captures
+// (one that computes nothing under DryRun), else run now after the stream's queue
+// (before_host_work; not run under DryRun). false: refused by the capture rules (the thread's last
+// CUDA error says which).
+bool library_call(cudaStream_t stream, std::function<void()> work);
 
 inline unsigned lane_id() {
   const unsigned linear = t_threadIdx.x + t_blockDim.x * (t_threadIdx.y + t_blockDim.y * t_threadIdx.z);
@@ -422,7 +482,10 @@ inline cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_
     std::apply(c.kernel, c.params);
   };
   const void* const id = reinterpret_cast<const void*>(kernel);
-  if (dry_run()) return detail::check_grid(id, grid, block, shmem);  // nothing runs
+  if (dry_run()) {  // nothing runs
+    if (const cudaError_t err = detail::check_grid(id, grid, block, shmem)) return err;
+    return detail::dry_launch(stream);
+  }
   if (detail::is_deferred(stream)) {
     if (const cudaError_t err = detail::check_grid(id, grid, block, shmem)) return err;
     auto held = std::make_shared<const Closure>(closure);
@@ -430,6 +493,7 @@ inline cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_
       detail::record_error(detail::run_grid(id, grid, block, shmem, thunk, held.get()));
     });
   }
+  if (const cudaError_t err = detail::legacy_work_check()) return err;
   detail::before_host_work(stream);
   return detail::run_grid(id, grid, block, shmem, thunk, &closure);
 }

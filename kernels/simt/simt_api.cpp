@@ -13,6 +13,7 @@
 
 #include "simt.h"
 #include "simt_check.h"
+#include "simt_streams_internal.h"
 
 namespace simt {
 namespace detail {
@@ -71,12 +72,27 @@ constexpr ErrorText kErrors[] = {
     {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
     {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
     {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
+    {cudaErrorIllegalState, "cudaErrorIllegalState", "the operation cannot be performed in the present state"},
     {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
     {cudaErrorIllegalAddress, "cudaErrorIllegalAddress", "an illegal memory access was encountered"},
     {cudaErrorLaunchOutOfResources, "cudaErrorLaunchOutOfResources", "too many resources requested for launch"},
     {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
     {cudaErrorNotPermitted, "cudaErrorNotPermitted", "operation not permitted"},
     {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
+    {cudaErrorStreamCaptureUnsupported, "cudaErrorStreamCaptureUnsupported",
+     "operation not permitted when stream is capturing"},
+    {cudaErrorStreamCaptureInvalidated, "cudaErrorStreamCaptureInvalidated",
+     "operation failed due to a previous error during capture"},
+    {cudaErrorStreamCaptureUnmatched, "cudaErrorStreamCaptureUnmatched",
+     "capture was not initiated in this stream"},
+    {cudaErrorStreamCaptureIsolation, "cudaErrorStreamCaptureIsolation",
+     "dependency created on uncaptured work in another stream"},
+    {cudaErrorStreamCaptureImplicit, "cudaErrorStreamCaptureImplicit",
+     "operation would make the legacy stream depend on a capturing blocking stream"},
+    {cudaErrorCapturedEvent, "cudaErrorCapturedEvent",
+     "operation not permitted on an event last recorded in a capturing stream"},
+    {cudaErrorStreamCaptureWrongThread, "cudaErrorStreamCaptureWrongThread",
+     "attempt to terminate a thread-local capture sequence from another thread"},
     {cudaErrorUnknown, "cudaErrorUnknown", "unknown error"},
 };
 const ErrorText* find_error(cudaError_t error) {
@@ -106,6 +122,7 @@ cudaError_t cudaPeekAtLastError() { return simt::detail::t_last_error; }
 // cudaMalloc's, their contents are unspecified.
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   if (!ptr) return record_error(cudaErrorInvalidValue);
+  if (const cudaError_t err = simt::detail::unsafe_call_check()) return record_error(err);
   *ptr = nullptr;
   if (bytes == 0) return cudaSuccess;
   if (posix_memalign(ptr, 256, bytes)) {
@@ -118,7 +135,10 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
 }
 // cudaFree and cudaFreeHost synchronise the device in CUDA: queued work never outlives its memory.
 cudaError_t cudaFree(void* ptr) {
-  if (ptr) cudaDeviceSynchronize();
+  if (ptr) {
+    if (const cudaError_t err = simt::detail::unsafe_call_check()) return record_error(err);
+    if (const cudaError_t err = cudaDeviceSynchronize()) return err;  // not freed: a capture waits on it
+  }
   if (ptr) {
     std::lock_guard<std::mutex> lock(simt::detail::g_blocks_mutex);
     simt::detail::g_blocks.erase(reinterpret_cast<uintptr_t>(ptr));
@@ -138,6 +158,8 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
   if (bytes == 0) return cudaSuccess;  // before any other check, as in CUDA
   if (!simt::detail::valid_kind(kind)) return record_error(cudaErrorInvalidMemcpyDirection);
   if (!dst || !src) return record_error(cudaErrorInvalidValue);
+  if (const cudaError_t err = simt::detail::unsafe_call_check()) return record_error(err);
+  if (const cudaError_t err = simt::detail::legacy_work_check()) return record_error(err);
   simt::detail::before_host_work(nullptr);
   if (simt::dry_run()) {  // only the host side is real memory: a copy to it reads as zeros
     if (kind == cudaMemcpyDeviceToHost) std::memset(dst, 0, bytes);
@@ -149,6 +171,8 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
   if (bytes == 0) return cudaSuccess;
   if (!ptr) return record_error(cudaErrorInvalidValue);
+  if (const cudaError_t err = simt::detail::unsafe_call_check()) return record_error(err);
+  if (const cudaError_t err = simt::detail::legacy_work_check()) return record_error(err);
   simt::detail::before_host_work(nullptr);
   if (simt::dry_run()) return cudaSuccess;
   std::memset(ptr, value, bytes);

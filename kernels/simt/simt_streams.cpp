@@ -19,6 +19,8 @@
 //     cudaStreamNonBlocking), which CUDA orders with the legacy stream implicitly.
 // Nothing runs on its own: without a wait, the destination of an async copy keeps its old bytes,
 // deterministically. All of it is under one recursive mutex (a drain may drain another stream).
+// While a created stream captures (simt_graphs.cpp), its work becomes graph nodes instead, and the
+// calls that would wait for it are refused with CUDA's capture errors.
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -29,32 +31,12 @@
 #include <mutex>
 #include <unordered_set>
 
-#include "simt.h"
-
-struct CUstream_st {
-  unsigned flags;
-  uint64_t id;                              // unique over the process: addresses are reused
-  std::deque<std::function<void()>> queue;  // deferred work, oldest first
-  uint64_t enqueued = 0;                    // items ever enqueued
-  uint64_t completed = 0;                   // items run (always the oldest first)
-  bool running = false;                     // an item of this stream is running now
-};
-
-struct CUevent_st {
-  unsigned flags;
-  bool recorded = false;
-  CUstream_st* stream = nullptr;  // the created stream of the last record while pending, else null
-  uint64_t position = 0;          // done once stream->completed >= position
-  uint64_t record_id = 0;         // unique over the process: an older record's marker sets nothing
-  bool timed = false;             // `when` holds the time the last record's marker ran
-  std::chrono::steady_clock::time_point when;
-};
+#include "simt_streams_internal.h"
 
 using simt::detail::record_error;
 
 namespace simt {
 namespace detail {
-namespace {
 
 std::recursive_mutex& streams_mutex() {
   static std::recursive_mutex* m = new std::recursive_mutex;  // never destroyed: used until exit
@@ -68,14 +50,14 @@ std::unordered_set<CUevent_st*>& live_events() {
   static auto* s = new std::unordered_set<CUevent_st*>;
   return *s;
 }
+namespace {
 // Queued items of blocking streams: legacy-stream work checks it without the lock.
 std::atomic<uint64_t> g_blocking_pending{0};
-uint64_t g_next_id = 0;  // stream and record ids, under the lock
+uint64_t g_next_id = 0;  // stream, record and capture ids, under the lock
+}  // namespace
+uint64_t next_id() { return ++g_next_id; }
 
-bool synchronous(cudaStream_t stream) {
-  return stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
-}
-bool blocking(const CUstream_st* s) { return !(s->flags & cudaStreamNonBlocking); }
+namespace {
 
 // Runs the oldest queued item of s.
 void run_one(CUstream_st* s) {
@@ -97,15 +79,8 @@ void drain(CUstream_st* s, uint64_t upto) {
 }
 // The stream `s` if it still exists as the stream `id` (destroyed streams ran all their work).
 CUstream_st* alive(CUstream_st* s, uint64_t id) { return live_streams().count(s) && s->id == id ? s : nullptr; }
-void drain_all(CUstream_st* s) { drain(s, s->enqueued); }
 
 bool event_done(const CUevent_st* e) { return !e->stream || e->stream->completed >= e->position; }
-
-void enqueue_locked(CUstream_st* s, std::function<void()> work) {
-  s->queue.push_back(std::move(work));
-  ++s->enqueued;
-  if (blocking(s)) g_blocking_pending.fetch_add(1, std::memory_order_relaxed);
-}
 
 void synchronize_all_locked() {
   for (bool ran = true; ran;) {  // an item may (in principle) enqueue more: run until all are empty
@@ -118,13 +93,25 @@ void synchronize_all_locked() {
   }
 }
 
+// The capture that event `e`'s last record was in, if that capture is still in progress.
+Capture* captured_in(const CUevent_st* e) { return e->capture_id ? active_capture(e->capture_id) : nullptr; }
+
 }  // namespace
+
+void drain_all(CUstream_st* s) { drain(s, s->enqueued); }
+
+void enqueue_locked(CUstream_st* s, std::function<void()> work) {
+  s->queue.push_back(std::move(work));
+  ++s->enqueued;
+  if (blocking(s)) g_blocking_pending.fetch_add(1, std::memory_order_relaxed);
+}
 
 bool is_deferred(cudaStream_t stream) { return !synchronous(stream); }
 
-cudaError_t enqueue(cudaStream_t stream, std::function<void()> work) {
+cudaError_t enqueue(cudaStream_t stream, std::function<void()> work, cudaGraphNodeType node) {
   std::lock_guard<std::recursive_mutex> lock(streams_mutex());
   if (!live_streams().count(stream)) return record_error(cudaErrorInvalidResourceHandle);
+  if (stream->capture) return record_error(capture_node(stream, node, std::move(work)));
   enqueue_locked(stream, std::move(work));
   return cudaSuccess;
 }
@@ -154,23 +141,36 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   if (bytes == 0) return cudaSuccess;
   if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) return record_error(cudaErrorInvalidMemcpyDirection);
   if (!dst || !src) return record_error(cudaErrorInvalidValue);
+  if (simt::detail::captures_active() && !simt::dry_run()) {
+    // (Under DryRun the host side is reel's meta pinned memory, mapped zero pages: not checked.)
+    // A captured copy must not touch pageable memory: the graph may run after the caller's buffer
+    // is gone, and CUDA copies pageable memory synchronously, which capture cannot record.
+    Lock lock(streams_mutex());
+    if (simt::detail::live_streams().count(stream) && stream->capture &&
+        ((kind == cudaMemcpyHostToDevice && simt::detail::pageable(src)) ||
+         (kind == cudaMemcpyDeviceToHost && simt::detail::pageable(dst)) ||
+         (kind == cudaMemcpyHostToHost && (simt::detail::pageable(src) || simt::detail::pageable(dst)))))
+      return record_error(simt::detail::invalidate(stream->capture, cudaErrorStreamCaptureUnsupported));
+  }
   // In order on the stream, as a copy, and touching nothing: the host side of an asynchronous copy
   // is pinned memory, which on reel's meta device is zero pages never to be written.
-  if (simt::dry_run()) return simt::detail::enqueue(stream, [] {});
+  if (simt::dry_run()) return simt::detail::enqueue(stream, [] {}, cudaGraphNodeTypeMemcpy);
   // The bytes are read when the copy runs, not now: as on a GPU.
-  return simt::detail::enqueue(stream, [dst, src, bytes] { std::memcpy(dst, src, bytes); });
+  return simt::detail::enqueue(stream, [dst, src, bytes] { std::memcpy(dst, src, bytes); }, cudaGraphNodeTypeMemcpy);
 }
 
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
   if (simt::detail::synchronous(stream)) return cudaMemset(ptr, value, bytes);
   if (bytes == 0) return cudaSuccess;
   if (!ptr) return record_error(cudaErrorInvalidValue);
-  if (simt::dry_run()) return simt::detail::enqueue(stream, [] {});  // ordered, touches nothing
-  return simt::detail::enqueue(stream, [ptr, value, bytes] { std::memset(ptr, value, bytes); });
+  if (simt::dry_run()) return simt::detail::enqueue(stream, [] {}, cudaGraphNodeTypeMemset);  // ordered, touches nothing
+  return simt::detail::enqueue(stream, [ptr, value, bytes] { std::memset(ptr, value, bytes); },
+                               cudaGraphNodeTypeMemset);
 }
 
 // ---- device and streams -----------------------------------------------------------------------------
 cudaError_t cudaDeviceSynchronize() {
+  if (const cudaError_t err = simt::detail::device_sync_check()) return record_error(err);
   Lock lock(streams_mutex());
   simt::detail::synchronize_all_locked();
   return cudaSuccess;
@@ -180,7 +180,7 @@ cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWith
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
   if (!stream || flags > cudaStreamNonBlocking) return record_error(cudaErrorInvalidValue);
   Lock lock(streams_mutex());
-  *stream = new CUstream_st{flags, ++simt::detail::g_next_id, {}, 0, 0, false};
+  *stream = new CUstream_st{flags, simt::detail::next_id(), {}, 0, 0, false, nullptr};
   simt::detail::live_streams().insert(*stream);
   return cudaSuccess;
 }
@@ -190,6 +190,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   Lock lock(streams_mutex());
   if (!stream || simt::detail::synchronous(stream) || !simt::detail::live_streams().count(stream))
     return record_error(cudaErrorInvalidResourceHandle);
+  if (stream->capture)  // CUDA leaves a capturing stream alone; its capture is spoilt
+    return record_error(simt::detail::invalidate(stream->capture, cudaErrorStreamCaptureUnsupported));
   simt::detail::drain_all(stream);
   for (CUevent_st* e : simt::detail::live_events())
     if (e->stream == stream) e->stream = nullptr;  // done: its stream has run everything
@@ -202,6 +204,8 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (simt::detail::synchronous(stream)) return cudaSuccess;  // its work ran when it was enqueued
   Lock lock(streams_mutex());
   if (!simt::detail::live_streams().count(stream)) return record_error(cudaErrorInvalidResourceHandle);
+  if (stream->capture)  // its work is a graph: there is nothing to wait for
+    return record_error(simt::detail::invalidate(stream->capture, cudaErrorStreamCaptureUnsupported));
   simt::detail::drain_all(stream);
   return cudaSuccess;
 }
@@ -210,6 +214,8 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
   if (simt::detail::synchronous(stream)) return cudaSuccess;
   Lock lock(streams_mutex());
   if (!simt::detail::live_streams().count(stream)) return record_error(cudaErrorInvalidResourceHandle);
+  if (stream->capture)
+    return record_error(simt::detail::invalidate(stream->capture, cudaErrorStreamCaptureUnsupported));
   if (stream->queue.empty()) return cudaSuccess;
   simt::detail::run_one(stream);  // progress, so that polling ends
   return record_error(cudaErrorNotReady);
@@ -221,6 +227,19 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   Lock lock(streams_mutex());
   if (!simt::detail::synchronous(stream) && !simt::detail::live_streams().count(stream))
     return record_error(cudaErrorInvalidResourceHandle);
+  if (simt::detail::synchronous(stream)) {
+    if (const cudaError_t err = simt::detail::legacy_work_check()) return record_error(err);
+  }
+  if (simt::detail::Capture* c = simt::detail::captured_in(event)) {
+    // Recorded in a capture: a wait by the same capture orders nothing more (its nodes run in
+    // capture order); another stream would join the capture (a fork), which is not emulated.
+    if (!simt::detail::synchronous(stream) && stream->capture == c) return cudaSuccess;
+    return record_error(simt::detail::invalidate(c, simt::detail::synchronous(stream)
+                                                        ? cudaErrorStreamCaptureImplicit
+                                                        : cudaErrorNotSupported));
+  }
+  if (!simt::detail::synchronous(stream) && stream->capture)  // a dependency from outside the capture
+    return record_error(simt::detail::invalidate(stream->capture, cudaErrorStreamCaptureIsolation));
   if (simt::detail::event_done(event) || event->stream == stream) return cudaSuccess;  // nothing to order
   CUstream_st* const target = event->stream;
   const uint64_t id = target->id, position = event->position;  // the record current now
@@ -256,11 +275,26 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (!event) return record_error(cudaErrorInvalidResourceHandle);
-  if (simt::detail::synchronous(stream)) before_host_work(stream);  // after the blocking streams' work
+  if (simt::detail::synchronous(stream)) {
+    if (const cudaError_t err = simt::detail::legacy_work_check()) return record_error(err);
+    before_host_work(stream);  // after the blocking streams' work
+  }
   Lock lock(streams_mutex());
   if (!simt::detail::live_events().count(event)) return record_error(cudaErrorInvalidResourceHandle);
+  if (!simt::detail::synchronous(stream) && simt::detail::live_streams().count(stream) && stream->capture) {
+    // In a capture a record is no node: it marks the point for waits of the same capture.
+    if (const cudaError_t err = simt::detail::capture_node(stream, cudaGraphNodeTypeEmpty, nullptr))
+      return record_error(err);
+    event->recorded = true;
+    event->record_id = simt::detail::next_id();
+    event->stream = nullptr;
+    event->timed = false;
+    event->capture_id = simt::detail::capture_id(stream->capture);
+    return cudaSuccess;
+  }
+  event->capture_id = 0;
   event->recorded = true;
-  const uint64_t record_id = event->record_id = ++simt::detail::g_next_id;
+  const uint64_t record_id = event->record_id = simt::detail::next_id();
   if (simt::detail::synchronous(stream)) {  // everything before it has run
     event->stream = nullptr;
     event->timed = true;
@@ -283,6 +317,8 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (!event) return record_error(cudaErrorInvalidResourceHandle);
   Lock lock(streams_mutex());
+  if (simt::detail::Capture* c = simt::detail::captured_in(event))
+    return record_error(simt::detail::invalidate(c, cudaErrorCapturedEvent));
   if (event->stream) simt::detail::drain(event->stream, event->position);
   return cudaSuccess;
 }
@@ -290,6 +326,8 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (!event) return record_error(cudaErrorInvalidResourceHandle);
   Lock lock(streams_mutex());
+  if (simt::detail::Capture* c = simt::detail::captured_in(event))
+    return record_error(simt::detail::invalidate(c, cudaErrorCapturedEvent));
   if (simt::detail::event_done(event)) return cudaSuccess;
   simt::detail::run_one(event->stream);  // progress, so that polling ends
   return record_error(cudaErrorNotReady);
