@@ -17,6 +17,7 @@ namespace reel::kernels {
 struct AdamScalars {
   double step_size, inv_bc2_sqrt, one_minus_b1, b2, one_minus_b2, eps, wd, decay;
   bool decoupled;  // AdamW's p *= decay (= 1 - lr * wd); else Adam's L2 form g += wd * p
+  char unused[7] = {};  // no padding: every byte a launch passes is a value (kernels::cuda::LaunchLog)
 };
 
 // The hyper-parameters adam_scalars takes besides the step: what a kernel that reads the step from
@@ -24,6 +25,7 @@ struct AdamScalars {
 struct AdamHyper {
   double lr, beta1, beta2, eps, weight_decay;
   bool decoupled;
+  char unused[7] = {};  // no padding, as AdamScalars
 };
 
 REEL_HOST_DEVICE inline AdamScalars adam_scalars(double lr, double beta1, double beta2, double eps,

@@ -90,6 +90,7 @@ void check_control(const char* op, const StepControl& c, Device device) {
   check("coef", c.coef, DType::f64, 1);
   check("found_inf", c.found_inf, DType::i32, 1);
   check("steps", c.steps, DType::i64, 2);
+  check("lr", c.lr, DType::f64, 1);
   REEL_CHECK(c.slot == 0 || c.slot == 1, op, ": steps slot ", c.slot, " must be 0 or 1");
 }
 

@@ -25,9 +25,14 @@ namespace reel::kernels {
 //   steps     i64 (2), the step count double-buffered: steps[slot] is the count before this
 //             update (the `step` argument is then ignored; the update runs at steps[slot] + 1), and
 //             steps[1 - slot] gets the count after it (steps[slot], unchanged, when skipped).
+//   lr        f64 (1): the learning rate, read on the device (the `lr` argument is then ignored), so
+//             that a schedule's new rate each step reaches no kernel by value (docs/design.md,
+//             "Replay-safe steps"); whatever the step depends on (Adam's step size) is computed
+//             from it on the device, with the host's function (kernels/adam_scalars.h).
 struct StepControl {
   Tensor coef, found_inf, steps;
   int slot = 0;
+  Tensor lr = Tensor();
 };
 
 // Each params[i] has grads[i] of the same shape, dtype and device, and its state tensors (momentum

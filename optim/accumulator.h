@@ -16,7 +16,10 @@
 //   5. the learning rate from the schedule;
 //   6. the optimizer's step (and the sync's after_step);
 //   7. zeroing the gradients.
-// A window of count 0 runs none of it (no backward, no step, the scaler untouched).
+// A window of count 0 runs none of it (no backward, no step, the scaler untouched). Every window
+// starts with default_generator().begin_window(): dropout's streams in it are read by the kernels
+// from device memory as a base plus a delta that is the same every window (core/random.h;
+// docs/design.md, "Replay-safe steps").
 //
 // What the hook sees: the optimizer's parameters, and in each one's .grad the sum over the
 // window's micro-batches, normalised by the window's total count (so, the gradient of the window's
@@ -86,6 +89,7 @@
 #include <vector>
 
 #include "autograd/tape.h"
+#include "core/random.h"
 #include "core/profile.h"
 #include "optim/grad_scaler.h"
 #include "optim/lazy_scalar.h"
@@ -168,6 +172,7 @@ class Accumulator {
       r.count += n;
     }
     if (options_.sync) r.count = options_.sync->global_count(r.count);
+    default_generator().begin_window();  // dropout's device streams count from here (core/random.h)
     r.lr = options_.schedule ? options_.schedule->lr(optimizer_.steps()) : optimizer_.lr();
     if (r.count == 0) return r;
     const double scale = 1.0 / static_cast<double>(r.count);

@@ -66,25 +66,25 @@ void Optimizer::step(const Tensor& coef, const Tensor& found_inf) {
   for (size_t i = 0; i < params_.size(); ++i)
     if (params_[i].grad().defined()) with_grad.push_back(i);
   const profile::PhaseScope profiled(profile::Phase::Optimizer);
-  if (with_grad.empty() || !found_inf.defined()) {  // no skip to decide: the host's count stays exact
+  if (with_grad.empty()) {  // nothing to update: the host's count stays exact
     read_device_steps();
     ++steps_;
     device_steps_valid_ = false;
-    control_ = kernels::StepControl{coef, Tensor(), Tensor(), 0};
-    if (!with_grad.empty()) update(with_grad);
-    control_ = kernels::StepControl{};
     return;
   }
-  if (!device_steps_valid_) {  // the host's exact count, to the device (a copy from the host, no wait)
+  const Device device = params_[with_grad.front()].device();
+  if (!device_steps_valid_ || device_steps_.device() != device) {
+    // The host's exact count, to the device (an asynchronous copy: no wait).
     read_device_steps();
     MemoryCategory scope(Category::OptimizerState);
-    device_steps_ = from_vector<int64_t>({steps_, steps_}, {2}).to(params_[with_grad.front()].device());
-    slot_ = 0;
+    device_steps_ = empty({2}, DType::i64, device);
+    const int64_t counts[2] = {steps_, steps_};
+    upload_.write(device_steps_, counts, sizeof counts);
     device_steps_valid_ = true;
   }
-  control_ = kernels::StepControl{coef, found_inf, device_steps_, slot_};
-  ++steps_;  // an upper bound until read_device_steps()
-  steps_pending_ = true;
+  control_ = kernels::StepControl{coef, found_inf, device_steps_, 0, device_lr(device)};
+  ++steps_;  // exact without a found_inf (nothing skips); else an upper bound until read_device_steps()
+  if (found_inf.defined()) steps_pending_ = true;
   try {
     update(with_grad);
   } catch (...) {
@@ -92,7 +92,23 @@ void Optimizer::step(const Tensor& coef, const Tensor& found_inf) {
     throw;
   }
   control_ = kernels::StepControl{};
-  slot_ = 1 - slot_;
+  // The count after the update (slot 1) back into slot 0, on the device: every update reads slot 0,
+  // where a slot alternating on the host would reach the kernels by value, different every other step.
+  untracked::slice(device_steps_, 0, 0, 1).copy_(untracked::slice(device_steps_, 0, 1, 2));
+}
+
+const Tensor& Optimizer::device_lr(Device device) {
+  if (!device_lr_.defined() || device_lr_.device() != device) {
+    MemoryCategory scope(Category::OptimizerState);
+    device_lr_ = empty({1}, DType::f64, device);
+    device_lr_written_ = false;
+  }
+  if (!device_lr_written_ || device_lr_value_ != lr_) {  // a schedule's new rate: one small copy
+    upload_.write(device_lr_, &lr_, sizeof lr_);
+    device_lr_value_ = lr_;
+    device_lr_written_ = true;
+  }
+  return device_lr_;
 }
 
 int64_t Optimizer::steps() const {
@@ -104,7 +120,7 @@ void Optimizer::read_device_steps() const {
   if (!steps_pending_) return;
   // The meta device computes nothing and skips nothing (its found_inf is a placeholder 0): the
   // upper bound is its count, and no read is recorded.
-  if (!device_steps_.device().is_meta()) steps_ = device_steps_.to(Device::cpu()).data<int64_t>()[slot_];
+  if (!device_steps_.device().is_meta()) steps_ = device_steps_.to(Device::cpu()).data<int64_t>()[0];
   steps_pending_ = false;
 }
 

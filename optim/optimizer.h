@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/staged_upload.h"
 #include "core/tensor.h"
 #include "kernels/optimizer.h"
 #include "kernels/optimizer_rules.h"
@@ -35,7 +36,10 @@ class Optimizer {
   // (1); undefined: never) is nonzero nothing is written: parameters, state and the step count
   // stay as they were. The step count then lives on the device (kernels::StepControl::steps, the
   // update kernels read it for bias correction and advance it) until steps() reads it back: the
-  // host does not wait here. reel::Error for an optimizer without device_control().
+  // host does not wait here. The learning rate is read on the device too (kernels::StepControl::lr,
+  // written by an asynchronous copy when set_lr changed it), so no kernel takes a value by value
+  // that changes from step to step (docs/design.md, "Replay-safe steps"). Without a found_inf the
+  // host's count stays exact. reel::Error for an optimizer without device_control().
   void step(const Tensor& coef, const Tensor& found_inf);
   // Whether step(coef, found_inf) is supported: SGD, Adam/AdamW and RuleOptimizer; not by default
   // (distributed::ZeroAdamW decides on the host).
@@ -78,12 +82,16 @@ class Optimizer {
 
  private:
   void read_device_steps() const;  // steps_ from the device when steps_pending_
+  const Tensor& device_lr(Device device);  // lr_ in device_lr_ (f64 (1)), copied when it changed
 
   kernels::StepControl control_;
-  Tensor device_steps_;  // i64 (2) on the params' device: kernels::StepControl::steps
-  int slot_ = 0;         // device_steps_[slot_] holds the count
+  Tensor device_steps_;  // i64 (2) on the params' device: kernels::StepControl::steps, slot 0 the count
   bool device_steps_valid_ = false;  // device_steps_ matches steps_ (a host step() makes it stale)
   mutable bool steps_pending_ = false;
+  StagedUpload upload_;    // device_steps_ and device_lr_ from the host, no host sync
+  Tensor device_lr_;       // f64 (1) on the params' device: kernels::StepControl::lr
+  double device_lr_value_ = 0;  // what device_lr_ holds once written
+  bool device_lr_written_ = false;
   std::map<std::string, std::vector<Tensor>> state_;  // slot -> per parameter (undefined until used)
 };
 

@@ -15,7 +15,11 @@ void fill_mask(T* mask, int64_t n, double p, uint64_t seed, uint64_t offset) {
 }
 }  // namespace
 
-void dropout_mask(const Tensor& out, double p, uint64_t seed, uint64_t offset) {
+void dropout_mask(const Tensor& out, double p, uint64_t seed, uint64_t offset, const Tensor& stream) {
+  if (stream.defined()) {  // (seed, base) in memory, as the CUDA kernel reads it
+    seed = static_cast<uint64_t>(stream.data<int64_t>()[0]);
+    offset += static_cast<uint64_t>(stream.data<int64_t>()[1]);
+  }
   REEL_DISPATCH_FLOATING_AND_16(out.dtype(), "dropout_mask", fill_mask(out.data<scalar_t>(), out.numel(), p, seed, offset));
 }
 

@@ -142,16 +142,18 @@ struct Control {
   int64_t step;  // the step the update runs at
   bool clip;     // coef given: the gradients are scaled by it first
   double coef;
+  double lr;     // the rate: control.lr's, else the argument
 };
 // Called once per update, before any chunk: advances control.steps (steps[1 - slot]).
-Control resolve(const StepControl& c, int64_t step) {
+Control resolve(const StepControl& c, int64_t step, double lr) {
   const bool skip = c.found_inf.defined() && c.found_inf.data<int32_t>()[0] != 0;
   if (c.steps.defined()) {
     int64_t* s = c.steps.data<int64_t>();
     step = s[c.slot] + 1;
     s[1 - c.slot] = skip ? s[c.slot] : step;
   }
-  return {skip, step, c.coef.defined(), c.coef.defined() ? c.coef.data<double>()[0] : 1.0};
+  return {skip, step, c.coef.defined(), c.coef.defined() ? c.coef.data<double>()[0] : 1.0,
+          c.lr.defined() ? c.lr.data<double>()[0] : lr};
 }
 
 // run(p, g, offset, n) over a chunk of n gradients at g: g itself, or, under a clip coefficient,
@@ -177,11 +179,11 @@ void with_grads(const T* g, int64_t n, const Control& ctl, Run&& run) {
 void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                 const std::vector<Tensor>& momentum_bufs, double lr, double momentum, double dampening,
                 double weight_decay, bool nesterov, int64_t step, const StepControl& control) {
-  const Control ctl = resolve(control, step);
+  const Control ctl = resolve(control, step, lr);
   if (ctl.skip) return;
   const bool use_buf = momentum != 0;
   const TensorLists<3> lists({&params, &grads, use_buf ? &momentum_bufs : nullptr});
-  const SgdArgs args{lr, momentum, dampening, weight_decay, nesterov, ctl.step <= 1};
+  const SgdArgs args{ctl.lr, momentum, dampening, weight_decay, nesterov, ctl.step <= 1};
   lists.apply([&](auto zero, const ListChunk<3>& c) {
     using T = decltype(zero);
     using S = acc_type_t<T>;  // the buffer's type
@@ -196,10 +198,10 @@ void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
 void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, const std::vector<Tensor>& m,
                   const std::vector<Tensor>& v, double lr, double beta1, double beta2, double eps,
                   double weight_decay, int64_t step, bool decoupled_weight_decay, const StepControl& control) {
-  const Control ctl = resolve(control, step);
+  const Control ctl = resolve(control, step, lr);
   if (ctl.skip) return;
   const TensorLists<4> lists({&params, &grads, &m, &v});
-  const AdamScalars args = adam_scalars(lr, beta1, beta2, eps, weight_decay, ctl.step, decoupled_weight_decay);
+  const AdamScalars args = adam_scalars(ctl.lr, beta1, beta2, eps, weight_decay, ctl.step, decoupled_weight_decay);
   lists.apply([&](auto zero, const ListChunk<4>& c) {
     using T = decltype(zero);
     using A = acc_type_t<T>;  // the moments' type
@@ -214,7 +216,7 @@ template <typename Rule>
 void rule_update(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                  const std::vector<std::vector<Tensor>>& state, const typename Rule::Options& options, double lr,
                  int64_t step, const StepControl& control) {
-  const Control ctl = resolve(control, step);
+  const Control ctl = resolve(control, step, lr);
   if (ctl.skip) return;
   step = ctl.step;
   constexpr size_t N = 2 + Rule::kSlots;  // params, grads, the slots
@@ -222,8 +224,8 @@ void rule_update(const std::vector<Tensor>& params, const std::vector<Tensor>& g
   for (size_t k = 0; k < static_cast<size_t>(Rule::kSlots); ++k) ptrs[2 + k] = &state[k];
   const TensorLists<N> lists(ptrs);
   // The step's coefficients in both update types (f32 for f32, bf16 and f16 parameters; f64).
-  const auto c32 = Rule::template coeffs<float>(options, lr, step);
-  const auto c64 = Rule::template coeffs<double>(options, lr, step);
+  const auto c32 = Rule::template coeffs<float>(options, ctl.lr, step);
+  const auto c64 = Rule::template coeffs<double>(options, ctl.lr, step);
   lists.apply([&](auto zero, const ListChunk<N>& c) {
     using T = decltype(zero);
     using A = acc_type_t<T>;

@@ -12,7 +12,11 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "core/device.h"
 #include "core/error.h"
@@ -44,9 +48,33 @@ inline cudaStream_t stream() { return capture_stream(); }
 // Streaming multiprocessors of the current device (the emulator reports its worker threads).
 int sm_count();
 
+// What a captured CUDA graph would freeze: each launch's kernel, sizes and by-value parameters, as
+// bytes (a pointer as its address), logged while a LaunchLog is installed on this thread. A replayed
+// graph passes every kernel the parameters it was captured with, so a step is replay-safe when two
+// steps log the same (tests/test_replay_safe.cpp; docs/design.md, "Replay-safe steps").
+struct LaunchLog {
+  struct Entry {
+    std::string kernel;
+    unsigned grid[3], block[3];
+    size_t shmem;
+    std::vector<std::vector<unsigned char>> params;  // one per parameter, its bytes
+  };
+  std::vector<Entry> entries;
+  template <typename T>
+  static std::vector<unsigned char> bytes_of(const T& value) {
+    std::vector<unsigned char> b(sizeof(T));
+    std::memcpy(b.data(), &value, sizeof(T));
+    return b;
+  }
+};
+inline thread_local LaunchLog* launch_log = nullptr;  // installed by a test; null: nothing logged
+
 // Launches kernel<<<grid, block, shmem, stream()>>>(args...) through simt::launch and checks it.
 template <typename... KArgs, typename... Args>
 void launch(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shmem, Args&&... args) {
+  if (launch_log != nullptr)
+    launch_log->entries.push_back({name, {grid.x, grid.y, grid.z}, {block.x, block.y, block.z}, shmem,
+                                   {LaunchLog::bytes_of(static_cast<std::decay_t<KArgs>>(args))...}});
   const cudaError_t err = simt::launch(kernel, grid, block, shmem, stream(), std::forward<Args>(args)...);
   if (err != cudaSuccess)
     REEL_FAIL("cuda kernel ", name, " <<<(", grid.x, ", ", grid.y, ", ", grid.z, "), (", block.x, ", ", block.y,

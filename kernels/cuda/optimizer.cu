@@ -40,11 +40,13 @@ struct DeviceControl {
   const int* found;    // (1): nonzero: write nothing
   int64_t* steps;      // (2): steps[slot] the count before the update, steps[1 - slot] after it
   int slot;
+  const double* lr;    // (1): the learning rate (the by-value one is then a placeholder)
 };
 DeviceControl device_control(const StepControl& c) {
   return {c.coef.defined() ? c.coef.data<double>() : nullptr,
           c.found_inf.defined() ? c.found_inf.data<int32_t>() : nullptr,
-          c.steps.defined() ? c.steps.data<int64_t>() : nullptr, c.slot};
+          c.steps.defined() ? c.steps.data<int64_t>() : nullptr, c.slot,
+          c.lr.defined() ? static_cast<const double*>(c.lr.data<double>()) : nullptr};
 }
 
 // Whether this update is skipped (found_inf set), and the step it runs at (`host_step`, or the
@@ -79,6 +81,7 @@ __global__ void __launch_bounds__(kListThreads) sgd_kernel(ListArgs<3> a, acc_t 
   int64_t step;
   if (control_step(ctl, host_step, step)) return;
   const bool first_step = step <= 1;
+  if (ctl.lr != nullptr) lr = static_cast<acc_t>(*ctl.lr);
   int64_t begin, end;
   const int s = block_chunk(a, begin, end);
   T* p = static_cast<T*>(a.ptr[0][s]);
@@ -106,8 +109,10 @@ __global__ void __launch_bounds__(kListThreads) adamw_kernel(ListArgs<4> a, Adam
   using A = acc_t;
   int64_t step;
   if (control_step(ctl, host_step, step)) return;
-  // The step read from the device: its scalars here, by the host's function (kernels/adam_scalars.h).
-  if (ctl.steps != nullptr) sc = adam_scalars(h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, step, h.decoupled);
+  // The step or the rate read from the device: the scalars here, by the host's function
+  // (kernels/adam_scalars.h).
+  if (ctl.steps != nullptr || ctl.lr != nullptr)
+    sc = adam_scalars(ctl.lr != nullptr ? *ctl.lr : h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, step, h.decoupled);
   const A step_size = static_cast<A>(sc.step_size), inv_bc2_sqrt = static_cast<A>(sc.inv_bc2_sqrt);
   const A one_minus_b1 = static_cast<A>(sc.one_minus_b1), b2 = static_cast<A>(sc.b2);
   const A one_minus_b2 = static_cast<A>(sc.one_minus_b2), eps = static_cast<A>(sc.eps);
@@ -141,7 +146,7 @@ __global__ void __launch_bounds__(kListThreads)
   constexpr int K = Rule::kSlots;
   int64_t step;
   if (control_step(ctl, host_step, step)) return;
-  if (ctl.steps != nullptr) c = Rule::template coeffs<A>(o, lr, step);
+  if (ctl.steps != nullptr || ctl.lr != nullptr) c = Rule::template coeffs<A>(o, ctl.lr != nullptr ? *ctl.lr : lr, step);
   int64_t begin, end;
   const int s = block_chunk(a, begin, end);
   T* p = static_cast<T*>(a.ptr[0][s]);
@@ -225,6 +230,10 @@ void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
   if (device.is_cpu()) return;
   set_device(device);
   const DeviceControl ctl = device_control(control);
+  // What the device gives (control.steps, control.lr) reaches the kernel as a constant placeholder:
+  // a captured step's by-value arguments stay the same every step (docs/design.md, "Replay-safe steps").
+  step = control.steps.defined() ? 1 : step;
+  lr = control.lr.defined() ? 0.0 : lr;
   const bool use_buf = momentum != 0;
   const std::array<const std::vector<Tensor>*, 3> lists{&params, &grads, use_buf ? &momentum_bufs : nullptr};
   const auto go = [&](auto zero) {
@@ -245,9 +254,10 @@ void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& 
   if (device.is_cpu()) return;
   set_device(device);
   const DeviceControl ctl = device_control(control);
+  step = control.steps.defined() ? 1 : step;  // placeholders, as sgd_update's
+  lr = control.lr.defined() ? 0.0 : lr;
   const AdamHyper h{lr, beta1, beta2, eps, weight_decay, decoupled_weight_decay};
-  // With the step on the device (control.steps) the kernel computes these itself; `step` is then
-  // only a placeholder >= 1.
+  // With the step or the rate on the device the kernel computes these itself.
   const AdamScalars sc = adam_scalars(lr, beta1, beta2, eps, weight_decay, step, decoupled_weight_decay);
   const std::array<const std::vector<Tensor>*, 4> lists{&params, &grads, &m, &v};
   const auto go = [&](auto zero) {
@@ -267,6 +277,8 @@ void rule_update(const std::vector<Tensor>& params, const std::vector<Tensor>& g
   if (device.is_cpu()) return;
   set_device(device);
   const DeviceControl ctl = device_control(control);
+  step = control.steps.defined() ? 1 : step;  // placeholders, as sgd_update's
+  lr = control.lr.defined() ? 0.0 : lr;
   constexpr int N = 2 + Rule::kSlots;  // params, grads, the slots
   std::array<const std::vector<Tensor>*, N> lists{&params, &grads};
   for (int k = 0; k < Rule::kSlots; ++k) lists[static_cast<size_t>(2 + k)] = &state[static_cast<size_t>(k)];

@@ -48,6 +48,24 @@ std::vector<OpCase> dropout_cases() {
                            {DType::f64, {0, 0}},
                            {DType::bf16, {0x1p-8, 0}},
                            {DType::f16, {0x1p-11, 0}}}}}));
+  // The stream read from device memory (replay-safe: kernels/dropout.h): (seed 1234, base 5) on the
+  // device and delta 2 by value draw the stream (1234, 7), the same mask bit for bit.
+  for (double p : {0.1, 0.5})
+    for (const Shape& s : std::vector<Shape>{{257}, {31, 33}})
+      for (DType dt : kDTypes)
+        cases.push_back(
+            OpCase("dropout_mask from a device stream p=" + str(p) + " " + shape_str(s) + " " + dtype_name(dt),
+                   [](Generator&) { return Tensors{}; },
+                   [s, dt, p](const Tensors&, Device d) {
+                     return Tensors{dropout_mask(s, dt, d, p, from_vector<int64_t>({1234, 5}, {2}).to(d), 2)};
+                   },
+                   {kExact})
+                .with_dtypes({})
+                .with_reference(
+                    [s, dt, p](const Tensors&) {
+                      return Values{values(dropout_mask(s, dt, Device::cpu(), p, 1234, 7).to(DType::f64))};
+                    },
+                    {Tols{{{DType::f32, {0, 0}}, {DType::f64, {0, 0}}, {DType::bf16, {0, 0}}, {DType::f16, {0, 0}}}}}));
   return cases;
 }
 

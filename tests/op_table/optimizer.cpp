@@ -347,13 +347,14 @@ std::vector<OpCase> optimizer_cases() {
   // The window's device decisions (kernels::StepControl): each update with a clip coefficient read
   // from the device (0.37: as scale_(grads, 0.37) then the update) and the step count read from
   // the device (steps {2, -1}, slot 0: the update runs at step 3 and writes 3 into slot 1), then
-  // the same with found_inf set (nothing written, slot 1 gets 2). Outputs: the params, the state
-  // and the steps (as f64).
+  // the same with found_inf set (nothing written, slot 1 gets 2); the learning rate read from the
+  // device too (StepControl::lr; the by-value rate is then 0, ignored). Outputs: the params, the
+  // state and the steps (as f64).
   for (const bool found : {false, true}) {
     const std::string tag = std::string(found ? " skipped (found_inf 1)" : " coef 0.37, step 3 from the device");
-    const auto control = [found](Device d) {
+    const auto control = [found](Device d, double lr) {
       return StepControl{full({1}, 0.37, DType::f64, d), full({1}, found ? 1.0 : 0.0, DType::i32, d),
-                         from_vector<int64_t>({2, -1}, {2}).to(d), 0};
+                         from_vector<int64_t>({2, -1}, {2}).to(d), 0, full({1}, lr, DType::f64, d)};
     };
     const std::vector<int64_t> step3{3};
     const auto scaled = [](const Tensors& g) {
@@ -370,8 +371,8 @@ std::vector<OpCase> optimizer_cases() {
                  [a, n, control](const Tensors& in, Device d) {
                    const Tensors p = clones(slice_of(in, 0, n)), m = clones(slice_of(in, 2, n)),
                                  v = clones(slice_of(in, 3, n));
-                   const StepControl c = control(d);
-                   adamw_update(p, slice_of(in, 1, n), m, v, a.lr, a.b1, a.b2, a.eps, a.wd, 1, a.decoupled, c);
+                   const StepControl c = control(d, a.lr);
+                   adamw_update(p, slice_of(in, 1, n), m, v, 0.0, a.b1, a.b2, a.eps, a.wd, 1, a.decoupled, c);
                    Tensors out = p;
                    out.insert(out.end(), m.begin(), m.end());
                    out.insert(out.end(), v.begin(), v.end());
@@ -404,8 +405,8 @@ std::vector<OpCase> optimizer_cases() {
                  [](Generator& g) { return make_lists(g, "long", {{-1, 1}, {-1, 1}, {-1, 1}}); },
                  [sg, n, control](const Tensors& in, Device d) {
                    const Tensors p = clones(slice_of(in, 0, n)), buf = clones(slice_of(in, 2, n));
-                   const StepControl c = control(d);
-                   sgd_update(p, slice_of(in, 1, n), buf, sg.lr, sg.momentum, sg.dampening, sg.wd, sg.nesterov, 1, c);
+                   const StepControl c = control(d, sg.lr);
+                   sgd_update(p, slice_of(in, 1, n), buf, 0.0, sg.momentum, sg.dampening, sg.wd, sg.nesterov, 1, c);
                    Tensors out = p;
                    out.insert(out.end(), buf.begin(), buf.end());
                    out.push_back(c.steps.to(DType::f64));
@@ -436,8 +437,8 @@ std::vector<OpCase> optimizer_cases() {
                  [o, lr, n, control](const Tensors& in, Device d) {
                    const Tensors p = clones(slice_of(in, 0, n));
                    std::vector<Tensors> state{clones(slice_of(in, 2, n))};
-                   const StepControl c = control(d);
-                   rule_update<kernels::Lion>(p, slice_of(in, 1, n), state, o, lr, 1, c);
+                   const StepControl c = control(d, lr);
+                   rule_update<kernels::Lion>(p, slice_of(in, 1, n), state, o, 0.0, 1, c);
                    Tensors out = p;
                    out.insert(out.end(), state[0].begin(), state[0].end());
                    out.push_back(c.steps.to(DType::f64));
