@@ -348,7 +348,10 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
       shuffle(order, rng);
       Progress progress(std::min(steps_per_epoch, total_steps - step), "samples", o.quiet);
       const auto start = std::chrono::steady_clock::now();
-      double loss_sum = 0;
+      // The windows' mean losses stay on the device (optim::Lazy, copied back asynchronously) until
+      // the epoch's line reads them: a step reads nothing (the progress line reads its window's
+      // loss only when it draws).
+      std::vector<std::pair<optim::Lazy<double>, int64_t>> window_losses;  // (mean loss, samples)
       int64_t epoch_samples = 0, epoch_steps = 0;
       for (int64_t w = epoch == first_epoch ? first_window : 0; w < train.n && step < total_steps; w += o.batch) {
         // The distributed sampler: every rank shuffles the same order (the same seed); under --dist
@@ -371,9 +374,9 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
                     memory_stats(device).peak_bytes);
         profiler.after_step(step);
         memory_timeline.after_step(step);
-        loss_sum += r.loss * static_cast<double>(r.count);
+        window_losses.emplace_back(r.loss, r.count);
         epoch_samples += r.count;
-        progress.update(epoch_steps, loss_sum / static_cast<double>(epoch_samples), epoch_samples);
+        progress.update(epoch_steps, r.loss, epoch_samples);
         checkpoints.after_step(step, total_steps, model, *optimizer, scaler.get(), accumulator, [&] {
           std::ostringstream at_start, now;
           at_start << epoch_rng;
@@ -389,6 +392,8 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
         }
       }
       progress.finish();
+      double loss_sum = 0;  // the epoch's line: the windows' losses read now, in order
+      for (const auto& [loss, n] : window_losses) loss_sum += loss.get() * static_cast<double>(n);
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       train_seconds += seconds;
       samples += epoch_samples;

@@ -144,8 +144,16 @@ Tensor GPT::features(const Tensor& ids) {
   const int64_t T = ids.size(1);
   REEL_CHECK(T >= 1 && T <= config_.block_size, "GPT: sequence length ", T, " is outside [1, block_size = ",
              config_.block_size, "]");
-  const Tensor pos = arange(T, DType::i64, wpe->weight.device());  // (T)
-  Tensor x = (*drop)((*wte)(ids) + (*wpe)(pos));                     // (B, T, C) + (T, C)
+  // Token plus position embedding: one kernel each way (embedding_pos), the positions its own
+  // index (no position ids made or copied each step); through the modules when one has hooks.
+  Tensor e;
+  if (wte->has_forward_hooks() || wpe->has_forward_hooks()) {
+    const Tensor pos = arange(T, DType::i64, wpe->weight.device());  // (T)
+    e = (*wte)(ids) + (*wpe)(pos);                                     // (B, T, C) + (T, C)
+  } else {
+    e = embedding_pos(ids, wte->weight, wpe->weight);  // (B, T, C)
+  }
+  Tensor x = (*drop)(e);
   // A block folds its last residual add into the next LayerNorm only when the blocks run plainly:
   // under a checkpoint policy or offload its carried output would cross a segment's boundary.
   carry_->fold = h->checkpoint().kind == CheckpointPolicy::Kind::None && h->offload() == autograd::OffloadMode::None;
