@@ -4,12 +4,17 @@
 // so checkpointed and plain backward agree to the bit). Saves the ids (N integers, C times less
 // than the output); the table's row count comes from its recorded shape. Backward trusts the ids
 // that forward range-checked and does not check them again.
+// embedding_pos: table[ids] + pos[:T] in one kernel each way (GPT's token and position
+// embeddings); embedding_pos_layer_norm: that and the LayerNorm that reads it (block 0's ln_1),
+// whose backward adds the sum's other gradient into its dx.
 #pragma once
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "autograd/functions.h"
 #include "autograd/op.h"
+#include "autograd/ops/layernorm.h"
 #include "kernels/embedding.h"
 
 namespace reel {
@@ -39,8 +44,9 @@ struct EmbeddingPos final : autograd::Op {
     ctx.save({in[0]});
     return {kernels::embedding_pos_forward(in[0], in[1], in[2])};
   }
-  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
-    const Tensor& g = grad[0];
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override { return grads(grad[0], ctx); }
+  // {none, dtable, dpos} from g (B, T, C), the gradient of the sum; the ids are saved slot 0.
+  static Tensors grads(const Tensor& g, BackwardCtx& ctx) {
     // Where each gradient goes: its .grad (add says whether it holds one already), else fresh.
     auto target = [&](size_t i, bool& add) {
       if (!ctx.needs_input_grad(i)) return Tensor();
@@ -55,6 +61,38 @@ struct EmbeddingPos final : autograd::Op {
     // The ids were range-checked by forward and are unchanged (ctx.saved version-checks them).
     kernels::embedding_pos_backward(g, ctx.saved(0), dtable, add_table, dpos, add_pos, /*ids_checked=*/true);
     return {Tensor(), dtable, dpos};
+  }
+};
+
+// embedding_pos_layer_norm: e = table[ids] + pos[:T] and y = layer_norm(e), inputs {ids, table,
+// pos, w (, b)}, outputs {e, y}: GPT's embeddings and block 0's ln_1, whose input they are. e is
+// also the first residual stream, so its gradient has two parts, the residual's (de) and the
+// LayerNorm's; here the LayerNorm's backward kernel adds de into its dx in the same launch (as
+// add_layer_norm's does with its sum's gradient) and the embeddings' backward reads that one
+// tensor: no add of the two parts. Forward is two launches (embedding_pos, layernorm), backward two.
+struct EmbeddingPosLayerNorm final : autograd::Op {
+  double eps;
+  explicit EmbeddingPosLayerNorm(double eps) : eps(eps) {}
+  const char* name() const override { return "embedding_pos_layer_norm"; }
+  std::string attributes() const override { return "eps=" + std::to_string(eps); }
+  Tensors forward(const Tensors& in, ForwardCtx& ctx) const override {
+    const Tensor e = kernels::embedding_pos_forward(in[0], in[1], in[2]);  // (B, T, C)
+    // Without a bias (inputs ids, table, pos, w) the kernel adds zeros: C values.
+    const Tensor b = in.size() == 5 ? in[4] : zeros({in[3].numel()}, in[3].dtype(), in[3].device());
+    kernels::LayerNormForward f = kernels::layernorm_forward(e, in[3], b, eps);
+    ctx.save({in[0], e, in[3], f.mean, f.rstd});
+    return {e, f.y};
+  }
+  // grad: de (what reaches e from elsewhere, undefined when nothing does), dy.
+  bool accepts_absent_grad(size_t k) const override { return k == 0; }
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
+    const kernels::NormGradOut dw = norm_grad_sink(ctx, 3), db = norm_grad_sink(ctx, 4);
+    kernels::LayerNormBackward r = kernels::layernorm_backward(grad[1], ctx.saved(1), ctx.saved(2), ctx.saved(3),
+                                                               ctx.saved(4), dw, db, grad[0]);
+    Tensors grads = EmbeddingPos::grads(r.dx, ctx);
+    grads.push_back(ctx.needs_input_grad(3) ? r.dw : Tensor());
+    if (ctx.num_inputs() == 5) grads.push_back(ctx.needs_input_grad(4) ? r.db : Tensor());
+    return grads;
   }
 };
 
@@ -76,6 +114,24 @@ inline Tensor embedding_pos(const Tensor& ids, const Tensor& table, const Tensor
   REEL_CHECK(!(table.defined() && pos.defined() && table.storage() == pos.storage()),
              "embedding_pos: table ", table.shape(), " and pos ", pos.shape(), " share storage");
   return autograd::apply(autograd::ops::EmbeddingPos{}, {ids, table, pos});
+}
+
+// ---- embedding_pos_layer_norm ----
+// {e, y}: e = embedding_pos(ids, table, pos) (B, T, C) and y = layer_norm(e, w, b, eps), the
+// LayerNorm's backward adding e's other gradient into its dx (see EmbeddingPosLayerNorm). b may be
+// undefined (no bias). Under an autocast scope: embedding_pos, then layer_norm (two ops).
+inline AddLayerNormResult embedding_pos_layer_norm(const Tensor& ids, const Tensor& table, const Tensor& pos,
+                                                   const Tensor& w, const Tensor& b, double eps = 1e-5) {
+  REEL_CHECK(!(table.defined() && pos.defined() && table.storage() == pos.storage()),
+             "embedding_pos_layer_norm: table ", table.shape(), " and pos ", pos.shape(), " share storage");
+  if (autograd::autocast_dtype()) {  // the LayerNorm casts as autocast says: the composition
+    const Tensor e = embedding_pos(ids, table, pos);
+    return {e, layer_norm(e, w, b, eps)};
+  }
+  autograd::Tensors in{ids, table, pos, w, b};
+  if (!b.defined()) in.pop_back();
+  const autograd::Tensors out = autograd::record(std::make_unique<autograd::ops::EmbeddingPosLayerNorm>(eps), in);
+  return {out[0], out[1]};
 }
 
 }  // namespace reel

@@ -174,6 +174,36 @@ std::vector<OpCase> embedding_tape_cases() {
                     [=](const Tensors& in) {
                       return embedding(on(ids24, in[0]), in[0]) + embedding(arange(4, DType::i64, in[1].device()), in[1]);
                     }),
+      // With block 0's LayerNorm: y alone (the sum's gradient absent: the rule gets it undefined)
+      // and the sum used too (its gradient added inside the LayerNorm's backward), with and without
+      // a bias, against embedding_pos then layer_norm.
+      with_composed(tape_row("embedding_pos_layer_norm y", {{7, 3}, {6, 3}, {3}, {3}},
+                             [=](const Tensors& in) {
+                               return embedding_pos_layer_norm(on(ids24, in[0]), in[0], in[1], in[2], in[3]).y;
+                             }),
+                    [=](const Tensors& in) {
+                      return layer_norm(embedding_pos(on(ids24, in[0]), in[0], in[1]), in[2], in[3]);
+                    }),
+      with_composed(tape_row("embedding_pos_layer_norm s and y", {{7, 3}, {6, 3}, {3}, {3}},
+                             [=](const Tensors& in) {
+                               const AddLayerNormResult r =
+                                   embedding_pos_layer_norm(on(ids24, in[0]), in[0], in[1], in[2], in[3]);
+                               return r.y * r.s + r.s;
+                             }),
+                    [=](const Tensors& in) {
+                      const Tensor e = embedding_pos(on(ids24, in[0]), in[0], in[1]);
+                      return layer_norm(e, in[2], in[3]) * e + e;
+                    }),
+      with_composed(tape_row("embedding_pos_layer_norm s and y, no bias", {{7, 3}, {6, 3}, {3}},
+                             [=](const Tensors& in) {
+                               const AddLayerNormResult r =
+                                   embedding_pos_layer_norm(on(ids24, in[0]), in[0], in[1], in[2], Tensor());
+                               return r.y + r.s * 2.0;
+                             }),
+                    [=](const Tensors& in) {
+                      const Tensor e = embedding_pos(on(ids24, in[0]), in[0], in[1]);
+                      return layer_norm(e, in[2]) + e * 2.0;
+                    }),
   };
 }
 
