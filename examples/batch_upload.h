@@ -9,8 +9,8 @@
 // buffer and a device tensor. put() writes the host bytes into the pinned buffer, then enqueues on
 // the device's copy stream, after everything enqueued so far on the compute stream (the last step's
 // kernels that read the tensor), the copy into the tensor, and makes the compute stream wait for it.
-// The host waits only when it is about to rewrite a pinned buffer whose last copy has not run yet
-// (it ran ahead of the device by a whole window): query() first, synchronize() only then. The
+// The host waits only when it is about to rewrite (or free) a pinned buffer whose last copy has not
+// run yet (it ran ahead of the device by a whole window): query() first, synchronize() only then. The
 // tensor's address never changes for a slot of the same shape (what a captured CUDA graph needs).
 // On cpu the copy is done when put() returns.
 #pragma once
@@ -31,11 +31,11 @@ class BatchUpload {
     if (slots_.size() <= slot) slots_.resize(slot + 1);
     Slot& s = slots_[slot];
     if (!s.device.defined() || s.device.shape() != shape || s.device.dtype() != dtype || s.device.device() != device) {
-      s.copied.reset();  // (the old buffers' copies ran: their tensor was waited for by the compute stream)
+      settle(s);  // the old pinned buffer goes back to the pool: its copy must have run
       s.device = reel::empty(shape, dtype, device);
       s.host = reel::PinnedBuffer(s.device.nbytes(), device);
     }
-    if (s.copied && !s.copied->query()) s.copied->synchronize();  // the host ran a window ahead
+    settle(s);  // the host is about to rewrite the pinned buffer
     // (meta's pinned pages are read-only zeros: a dry run copies nothing, so nothing is written)
     if (!device.is_meta()) std::memcpy(s.host.data(), host, s.host.bytes());
     const reel::Stream compute = reel::Stream::compute(device), copy = reel::Stream::copy(device);
@@ -45,6 +45,12 @@ class BatchUpload {
     compute.wait(*s.copied);
     return s.device;
   }
+  BatchUpload() = default;
+  BatchUpload(const BatchUpload&) = delete;
+  BatchUpload& operator=(const BatchUpload&) = delete;
+  ~BatchUpload() {
+    for (Slot& s : slots_) settle(s);  // a copy still reading a pinned buffer outlives nothing
+  }
 
  private:
   struct Slot {
@@ -53,6 +59,12 @@ class BatchUpload {
     std::unique_ptr<reel::Event> copied;  // recorded on the copy stream after the last copy
   };
   std::vector<Slot> slots_;
+
+  // Waits (a host sync) only if the slot's last copy has not run yet: on a GPU, when the host is a
+  // whole window ahead of the device; in the emulated build the compute stream's wait ran it.
+  static void settle(Slot& s) {
+    if (s.copied && !s.copied->query()) s.copied->synchronize();
+  }
 };
 
 }  // namespace examples

@@ -109,10 +109,23 @@ inline Tensor embedding(const Tensor& ids, const Tensor& table) {
 // table[ids] + pos[:T]: ids (B, T) i32 or i64 in [0, V), table (V, C), pos (P, C) with T <= P ->
 // (B, T, C). Equal to embedding(ids, table) + embedding(arange(T), pos) up to rounding of the
 // position gradient's sum (here over b in order), in one kernel each way and without position ids.
+namespace autograd::ops {
+// One kernel writes both gradients: tables whose elements overlap (one tensor as both) would have
+// it write one element twice. Views of disjoint parts of one storage (FSDP's flat unit) are fine.
+inline void check_disjoint_tables(const char* op, const Tensor& table, const Tensor& pos) {
+  if (!table.defined() || !pos.defined() || table.storage() != pos.storage()) return;
+  auto end = [](const Tensor& t) {  // one past the last element t can reach
+    int64_t e = t.offset() + 1;
+    for (int64_t d = 0; d < t.dim(); ++d) e += (t.size(d) - 1) * t.stride(d);
+    return t.numel() == 0 ? t.offset() : e;
+  };
+  REEL_CHECK(end(table) <= pos.offset() || end(pos) <= table.offset(), op, ": table ", table.shape(), " and pos ",
+             pos.shape(), " overlap in one storage");
+}
+}  // namespace autograd::ops
+
 inline Tensor embedding_pos(const Tensor& ids, const Tensor& table, const Tensor& pos) {
-  // One kernel writes both gradients: one tensor as both tables would have it write one buffer twice.
-  REEL_CHECK(!(table.defined() && pos.defined() && table.storage() == pos.storage()),
-             "embedding_pos: table ", table.shape(), " and pos ", pos.shape(), " share storage");
+  autograd::ops::check_disjoint_tables("embedding_pos", table, pos);
   return autograd::apply(autograd::ops::EmbeddingPos{}, {ids, table, pos});
 }
 
@@ -122,8 +135,7 @@ inline Tensor embedding_pos(const Tensor& ids, const Tensor& table, const Tensor
 // undefined (no bias). Under an autocast scope: embedding_pos, then layer_norm (two ops).
 inline AddLayerNormResult embedding_pos_layer_norm(const Tensor& ids, const Tensor& table, const Tensor& pos,
                                                    const Tensor& w, const Tensor& b, double eps = 1e-5) {
-  REEL_CHECK(!(table.defined() && pos.defined() && table.storage() == pos.storage()),
-             "embedding_pos_layer_norm: table ", table.shape(), " and pos ", pos.shape(), " share storage");
+  autograd::ops::check_disjoint_tables("embedding_pos_layer_norm", table, pos);
   if (autograd::autocast_dtype()) {  // the LayerNorm casts as autocast says: the composition
     const Tensor e = embedding_pos(ids, table, pos);
     return {e, layer_norm(e, w, b, eps)};

@@ -15,6 +15,9 @@
 // thread count, without atomics and without per-thread (V, C) copies of the table. A row sums in
 // the dispatch's acc_t: in place when acc_t is T (f32, f64), else (bf16, f16: a 16-bit table and
 // dout) in a row of f32 rounded once on store. Forward copies rows bit for bit in every dtype.
+// embedding_pos: the forward adds pos[n % T] to each gathered row (in acc_t, rounded once); the
+// backward is the table's as above (added to dtable's values after the row's sum when it
+// accumulates) and each position row the sum over the batch in b order, as the CUDA kernel's.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>

@@ -23,6 +23,12 @@
 // The sums run in the dispatch's acc_t: into dtable itself when acc_t is T (f32, f64), else (bf16,
 // f16) into an f32 (V, C) buffer copied into dtable after, each sum rounded once.
 //
+// embedding_pos (token + position rows, GPT's input): forward as above with the position row
+// pos[n % T] added; backward is ONE launch for both gradients: the first blocks own table rows as
+// above (summing into an acc_t buffer and finishing each owned element as dtable + sum when the
+// gradient accumulates into a .grad), the blocks after them own position rows, each element the
+// sum over the batch in b order, so both are deterministic and the CPU's bits.
+//
 // Ids: the kernels check each id they read; an out-of-range one is never used as an index
 // (forward writes zeros, backward skips it), its position goes to the launch's slot of the
 // device's error slots, raised at the host's next read of the device (kernels/cuda/index_errors.h).

@@ -211,6 +211,16 @@ TEST_CASE("embedding: gather and the scatter-add of repeated ids") { run_cases(e
 TEST_CASE("embedding_pos: token and position rows, gradients written or added") {
   run_cases(embedding_pos_cases(), kDTypes);
 }
+TEST_CASE("embedding_pos: tables that overlap in one storage are an error; disjoint views of one are not") {
+  const Tensor flat = uniform_f64({40, 3}, 5).to(DType::f32);  // one storage, as FSDP's flat unit
+  const Tensor ids = from_vector<int64_t>({1, 0, 2, 1}, {2, 2});
+  const Tensor table = flat.narrow(0, 0, 10), pos = flat.narrow(0, 10, 4), overlapping = flat.narrow(0, 8, 4);
+  const Tensor y = embedding_pos(ids, table, pos);
+  CHECK(y.shape() == Shape{2, 2, 3});
+  CHECK_REEL_ERROR(embedding_pos(ids, table, overlapping), "embedding_pos: table (10, 3) and pos (4, 3) overlap");
+  CHECK_REEL_ERROR(embedding_pos_layer_norm(ids, table, table, full({3}, 1.0), Tensor()),
+                   "embedding_pos_layer_norm: table (10, 3) and pos (10, 3) overlap");
+}
 TEST_CASE("embedding tape op: repeated ids") { run_cases(embedding_tape_cases(), kDTypes); }
 }  // namespace
 }  // namespace reel::op_table
