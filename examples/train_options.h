@@ -72,6 +72,7 @@ struct TrainOptions {
   bool quiet = false;         // no progress line (for logs and tests)
   bool detect_anomaly = false; // autograd::DetectAnomaly around training: NaN/Inf raise, naming the op
   bool skip_nonfinite = false; // a step whose gradients are not finite is skipped (and counted)
+  bool cuda_graph = false;     // each full window captured once as a CUDA graph and replayed (optim/graphed_window.h)
   std::string profile;        // trace path; empty: no profiling
   int64_t profile_steps = 3;  // optimizer steps profiled, after kProfileWarmup steps of warm-up
   std::string predict;        // a device of report/device_specs.cpp: with --profile the step predicted on it;
@@ -202,6 +203,10 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_flag("--detect-anomaly", o.detect_anomaly,
                "check every op's outputs and gradients for NaN/Inf; the first raises, naming the op (slow)");
   app.add_flag("--skip-nonfinite", o.skip_nonfinite, "skip (and count) a step whose gradients are not all finite");
+  app.add_flag("--cuda-graph", o.cuda_graph,
+               "cuda or meta: after one eager warm-up step, capture a whole optimizer step (its micro-batches, "
+               "recomputation, the optimizer) as a CUDA graph and replay it each step, one launch (a step whose "
+               "batch shapes differ runs eagerly); needs a loss without host reads and no --dist");
   app.add_option(
       "--profile", o.profile,
       "profile --profile-steps steps after warm-up: print the kernel table, write a Chrome trace here");
