@@ -99,6 +99,9 @@ class Op {
   // left undefined where !ctx.needs_input_grad(i). Broadcast inputs get gradients of their own
   // shape (see sum_to).
   virtual Tensors backward(const Tensors& grad_out, BackwardCtx& ctx) const = 0;
+  // Whether backward takes output `k`'s gradient undefined when nothing reached that output (else
+  // the tape hands it zeros, a fill): for a rule that only adds it somewhere (add_layer_norm's sum).
+  virtual bool accepts_absent_grad(size_t /*k*/) const { return false; }
   // Attributes for the tape dump, e.g. "p=0.1 seed=5 offset=3".
   virtual std::string attributes() const { return ""; }
   // Selective checkpointing keeps this op's output instead of recomputing it: true for the ops

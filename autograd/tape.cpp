@@ -497,7 +497,8 @@ void Tape::run_rule(Node& node) {
   Tensors grad_out(node.outputs.size());
   for (size_t k = 0; k < grad_out.size(); ++k) {
     const Node::Output& out = node.outputs[k];
-    grad_out[k] = out.grad.defined() ? out.grad : zeros(out.shape, out.dtype, out.device);
+    if (out.grad.defined()) grad_out[k] = out.grad;
+    else if (!node.op->accepts_absent_grad(k)) grad_out[k] = zeros(out.shape, out.dtype, out.device);
   }
   BackwardCtx ctx(node);
   Tensors grad_in;

@@ -54,6 +54,7 @@
 #include <string>
 #include <vector>
 
+#include "batch_upload.h"
 #include "checkpoint_budget.h"
 #include "fit.h"
 #include "metrics.h"
@@ -229,16 +230,26 @@ struct Batch {
   Tensor x, y;  // (b, T) i32: input characters and the next character of each
 };
 
-Batch make_batch(const std::vector<int32_t>& ids, const std::vector<size_t>& starts, int64_t T, Device device) {
+// With `upload`, x and y go up together as its slot `slot`'s (2, b, T) tensor (one asynchronous
+// copy from pinned memory into a tensor that keeps its address: examples/batch_upload.h), x and y
+// its two halves; without, each by a blocking copy (evaluation, the dry runs of --fit).
+Batch make_batch(const std::vector<int32_t>& ids, const std::vector<size_t>& starts, int64_t T, Device device,
+                 examples::BatchUpload* upload = nullptr, size_t slot = 0) {
   const int64_t b = static_cast<int64_t>(starts.size());
-  std::vector<int32_t> x(static_cast<size_t>(b * T)), y(x.size());
+  std::vector<int32_t> xy(static_cast<size_t>(2 * b * T));  // (2, b, T): x then y
+  const auto y = xy.begin() + b * T;
   for (size_t i = 0; i < starts.size(); ++i) {
     const auto window = ids.begin() + static_cast<std::ptrdiff_t>(starts[i]);
     const std::ptrdiff_t row = static_cast<std::ptrdiff_t>(i) * T;
-    std::copy_n(window, T, x.begin() + row);
-    std::copy_n(window + 1, T, y.begin() + row);
+    std::copy_n(window, T, xy.begin() + row);
+    std::copy_n(window + 1, T, y + row);
   }
-  return {from_vector(x, {b, T}, device), from_vector(y, {b, T}, device)};
+  if (upload) {
+    const Tensor both = upload->put(slot, xy.data(), {2, b, T}, DType::i32, device);  // (2, b, T)
+    return {select(both, 0, 0), select(both, 0, 1)};
+  }
+  return {from_vector(std::vector<int32_t>(xy.begin(), y), {b, T}, device),
+          from_vector(std::vector<int32_t>(y, xy.end()), {b, T}, device)};
 }
 
 // Mean loss per character over `windows` evenly spaced windows of `ids`, in eval mode, 16 windows
@@ -527,6 +538,7 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist, int 
     int64_t tokens = 0;
     examples::StepProfiler profiler(o.train, "tokens", static_cast<double>(o.train.batch * T));
     examples::StepMemoryTimeline memory_timeline(o.train, device, "char_gpt");
+    examples::BatchUpload upload;  // the micro-batches' (2, b, T) device tensors, one per micro-batch
     for (int64_t step = done + 1; step <= steps; ++step) {
       profiler.before_step(step);
       memory_timeline.before_step(step);
@@ -535,7 +547,7 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist, int 
       for (int64_t b : sizes) {
         std::vector<size_t> starts(static_cast<size_t>(b));
         for (size_t& s : starts) s = pick(rng);
-        micro.push_back(make_batch(train_ids, starts, T, device));
+        micro.push_back(make_batch(train_ids, starts, T, device, &upload, micro.size()));
       }
       const auto count = [](const Batch& b) { return b.y.numel(); };
       const auto loss = [&](const Batch& b) { return batch_loss(gpt, b.x, b.y, o.fused_loss, precision); };

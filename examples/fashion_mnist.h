@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "examples/batch_upload.h"
 #include "examples/checkpoint_budget.h"
 #include "examples/fit.h"
 #include "examples/metrics.h"
@@ -59,10 +60,13 @@ inline HostData load_split(const std::string& split, const std::string& dir, int
 }
 
 // Rows order[begin, begin + size) of `d` as (size, image...) f32 images, `image` the shape of one
-// image as the model takes it ({784} or {1, 28, 28}), and (size) i32 labels, on `device`.
+// image as the model takes it ({784} or {1, 28, 28}), and (size) i32 labels, on `device`. With
+// `upload`, each goes up by an asynchronous copy from pinned memory into its slot's tensor (slots
+// 2 * slot and 2 * slot + 1: examples/batch_upload.h), else by a blocking copy.
 inline std::pair<reel::Tensor, reel::Tensor> gather(const HostData& d, const std::vector<int64_t>& order,
                                                     int64_t begin, int64_t size, const reel::Shape& image,
-                                                    reel::Device device) {
+                                                    reel::Device device, BatchUpload* upload = nullptr,
+                                                    size_t slot = 0) {
   std::vector<float> x(static_cast<size_t>(size * kPixels));
   std::vector<int32_t> y(static_cast<size_t>(size));
   for (int64_t i = 0; i < size; ++i) {
@@ -72,6 +76,9 @@ inline std::pair<reel::Tensor, reel::Tensor> gather(const HostData& d, const std
   }
   reel::Shape shape{size};
   shape.insert(shape.end(), image.begin(), image.end());
+  if (upload)
+    return {upload->put(2 * slot, x.data(), shape, reel::DType::f32, device),
+            upload->put(2 * slot + 1, y.data(), {size}, reel::DType::i32, device)};
   return {reel::from_vector(x, shape, device), reel::from_vector(y, {size}, device)};
 }
 
@@ -293,9 +300,15 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
     std::mt19937_64 rng(o.seed);  // the shuffling
     std::vector<int64_t> order = identity_order(train.n);
     const std::function<int64_t(const MicroBatch&)> count = [](const MicroBatch& b) { return b.size; };
+    // The training loop's batches go up asynchronously into static tensors, one slot per micro-batch
+    // of the window (`upload_slot` counts them; null `training_upload`: a blocking copy, for the
+    // plan's and the gap's calls).
+    BatchUpload upload;
+    BatchUpload* training_upload = nullptr;
+    size_t upload_slot = 0;
     const std::function<Tensor(const MicroBatch&)> loss = [&](const MicroBatch& b) {
       // only this micro-batch's input lives
-      const auto batch = gather(train, order, b.begin, b.size, spec.image, device);
+      const auto batch = gather(train, order, b.begin, b.size, spec.image, device, training_upload, upload_slot++);
       autograd::Autocast amp(autocast_dtype(o));  // --precision: the forward only, backward in its recorded dtypes
       return cross_entropy(model(batch.first), batch.second, -100, "sum");
     };
@@ -352,7 +365,10 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
       shuffle(order, rng);
       Progress progress(std::min(steps_per_epoch, total_steps - step), "samples", o.quiet);
       const auto start = std::chrono::steady_clock::now();
-      double loss_sum = 0;
+      // The windows' mean losses stay on the device (optim::Lazy, copied back asynchronously) until
+      // the epoch's line reads them: a step reads nothing (the progress line reads its window's
+      // loss only when it draws).
+      std::vector<std::pair<optim::Lazy<double>, int64_t>> window_losses;  // (mean loss, samples)
       int64_t epoch_samples = 0, epoch_steps = 0;
       for (int64_t w = epoch == first_epoch ? first_window : 0; w < train.n && step < total_steps; w += o.batch) {
         // The distributed sampler: every rank shuffles the same order (the same seed); under --dist
@@ -369,15 +385,18 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
         profiler.before_step(step + 1);
         memory_timeline.before_step(step + 1);
         const auto window_start = std::chrono::steady_clock::now();
+        training_upload = &upload;
+        upload_slot = 0;
         const optim::WindowResult r = accumulator.step<MicroBatch>(window, count, loss);
+        training_upload = nullptr;
         ++step, ++epoch_steps;
         metrics.log(step, r, std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count(),
                     memory_stats(device).peak_bytes);
         profiler.after_step(step);
         memory_timeline.after_step(step);
-        loss_sum += r.loss * static_cast<double>(r.count);
+        window_losses.emplace_back(r.loss, r.count);
         epoch_samples += r.count;
-        progress.update(epoch_steps, loss_sum / static_cast<double>(epoch_samples), epoch_samples);
+        progress.update(epoch_steps, r.loss, epoch_samples);
         checkpoints.after_step(step, total_steps, model, *optimizer, scaler.get(), accumulator, [&] {
           std::ostringstream at_start, now;
           at_start << epoch_rng;
@@ -393,6 +412,8 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
         }
       }
       progress.finish();
+      double loss_sum = 0;  // the epoch's line: the windows' losses read now, in order
+      for (const auto& [loss, n] : window_losses) loss_sum += loss.get() * static_cast<double>(n);
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       train_seconds += seconds;
       samples += epoch_samples;

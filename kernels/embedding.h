@@ -21,6 +21,22 @@ Tensor embedding_forward(const Tensor& ids, const Tensor& table);
 // the ids are not range-checked again; a direct call leaves it false and gets the check.
 Tensor embedding_backward(const Tensor& dout, const Tensor& ids, int64_t num_embeddings, bool ids_checked = false);
 
+// Token plus position embedding in one launch (GPT's input): ids (B, T) i32/i64 in [0, V),
+// table (V, C), pos (P, C) with T <= P and pos of table's dtype and device ->
+// out (B, T, C) = table[ids[b, t]] + pos[t], the sum in acc_t and rounded once (as
+// embedding_forward(ids, table) + embedding_forward(arange(T), pos) would add them). The
+// positions are t itself: no position ids exist.
+Tensor embedding_pos_forward(const Tensor& ids, const Tensor& table, const Tensor& pos);
+// Its backward, one launch for both gradients, each written into a given buffer:
+//   dtable (V, C): row v = the sum of dout's rows where ids == v, in position order (as
+//     embedding_backward), then added to dtable's values when accumulate_table (init + sum: the
+//     rounding of a separate backward and an add);
+//   dpos (P, C): row t < T = the sum over b of dout[b, t] in b order, rows t >= T zero, likewise
+//     added to dpos's values when accumulate_pos.
+// An undefined dtable or dpos is not computed. ids_checked as embedding_backward's.
+void embedding_pos_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, bool accumulate_table,
+                            const Tensor& dpos, bool accumulate_pos, bool ids_checked = false);
+
 }  // namespace reel::kernels
 #endif  // REEL_KERNELS_EMBEDDING_H
 
@@ -40,4 +56,10 @@ void embedding_backward(const Tensor& dout,   // (N, C)
                         const Tensor& ids,    // (N)
                         const Tensor& dtable, // (V, C) out
                         bool check_ids);
+// ids (N = B * T), table (V, C), pos (P, C), out (N, C): out[n] = table[ids[n]] + pos[n % T].
+void embedding_pos_forward(const Tensor& ids, const Tensor& table, const Tensor& pos, const Tensor& out, int64_t T);
+// dout (N, C), ids (N); dtable (V, C) and dpos (P, C), either undefined (not computed): see
+// kernels/embedding.h's embedding_pos_backward (position t of row n is n % T).
+void embedding_pos_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, bool accumulate_table,
+                            const Tensor& dpos, bool accumulate_pos, int64_t T, bool check_ids);
 #endif  // REEL_BACKEND_KERNELS

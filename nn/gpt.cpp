@@ -144,12 +144,30 @@ Tensor GPT::features(const Tensor& ids) {
   const int64_t T = ids.size(1);
   REEL_CHECK(T >= 1 && T <= config_.block_size, "GPT: sequence length ", T, " is outside [1, block_size = ",
              config_.block_size, "]");
-  const Tensor pos = arange(T, DType::i64, wpe->weight.device());  // (T)
-  Tensor x = (*drop)((*wte)(ids) + (*wpe)(pos));                     // (B, T, C) + (T, C)
   // A block folds its last residual add into the next LayerNorm only when the blocks run plainly:
   // under a checkpoint policy or offload its carried output would cross a segment's boundary.
   carry_->fold = h->checkpoint().kind == CheckpointPolicy::Kind::None && h->offload() == autograd::OffloadMode::None;
   carry_->s = carry_->y = Tensor();
+  // Token plus position embedding: one kernel each way (embedding_pos), the positions its own
+  // index (no position ids made or copied each step); through the modules when one has hooks.
+  // When the blocks fold, dropout is off (x is the sum itself) and nothing with hooks stands
+  // between, block 0's ln_1 runs with it (embedding_pos_layer_norm) and is carried to the block as
+  // a residual add's LayerNorm is: its backward then adds the residual's gradient of x in its kernel.
+  auto& block0 = static_cast<TransformerBlock&>((*h)[0]);
+  Tensor x;  // (B, T, C)
+  if (wte->has_forward_hooks() || wpe->has_forward_hooks()) {
+    const Tensor pos = arange(T, DType::i64, wpe->weight.device());  // (T)
+    x = (*drop)((*wte)(ids) + (*wpe)(pos));                           // (B, T, C) + (T, C)
+  } else if (carry_->fold && (drop->p == 0 || !drop->training()) && !drop->has_forward_hooks() &&
+             !h->has_forward_hooks() && !block0.has_forward_hooks() && !block0.ln_1->has_forward_hooks()) {
+    const AddLayerNormResult e = embedding_pos_layer_norm(ids, wte->weight, wpe->weight, block0.ln_1->weight,
+                                                          block0.ln_1->bias, block0.ln_1->eps);
+    x = e.s;
+    carry_->s = e.s;
+    carry_->y = e.y;
+  } else {
+    x = (*drop)(embedding_pos(ids, wte->weight, wpe->weight));
+  }
   // The blocks, each through its operator() (its hooks), checkpointed as h's policy says; then ln_f,
   // already applied by the last block's fused add when it could.
   const Tensor y = norm_of(*ln_f, (*h)(x), carry_.get());

@@ -15,7 +15,10 @@
 // Every submodule is called through its operator(), so a hook on any of them runs: a pre-hook on
 // (*gpt.h)[i] sees block i's input, one on "h.0.attn.c_attn" (found by named_modules()) that
 // Linear's. (The one exception, invisible to hooks: a LayerNorm without hooks whose input is a
-// residual add's sum is applied by the block, fused with that add; see TransformerBlock.) Under a
+// residual add's sum is applied by the block, fused with that add; see TransformerBlock. Likewise
+// wte and wpe, without hooks, run as one embedding_pos op: their forward() is not called; with the
+// blocks folding, no dropout and no hooks on h, h.0 or h.0.ln_1, block 0's ln_1 runs with them in
+// embedding_pos_layer_norm and is carried to block 0 as a fused add's LayerNorm is.) Under a
 // checkpoint policy the hooks of a checkpointed block run at its forward, not again when backward
 // replays its segment (nn/module.h).
 #pragma once

@@ -75,7 +75,8 @@ struct AddLayerNorm final : autograd::Op {
     ctx.save({f.s, in[2], f.mean, f.rstd});  // layer_norm(s)'s saves: s is this op's output
     return {f.s, f.y};
   }
-  // grad: ds_ext (what reaches s from elsewhere; zeros from the tape when nothing does), dy.
+  // grad: ds_ext (what reaches s from elsewhere; undefined when nothing does: no fill), dy.
+  bool accepts_absent_grad(size_t k) const override { return k == 0; }
   Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
     const kernels::NormGradOut dw = norm_grad_sink(ctx, 2), db = norm_grad_sink(ctx, 3);
     kernels::LayerNormBackward r = kernels::layernorm_backward(grad[1], ctx.saved(0), ctx.saved(1), ctx.saved(2),

@@ -23,6 +23,12 @@
 // The sums run in the dispatch's acc_t: into dtable itself when acc_t is T (f32, f64), else (bf16,
 // f16) into an f32 (V, C) buffer copied into dtable after, each sum rounded once.
 //
+// embedding_pos (token + position rows, GPT's input): forward as above with the position row
+// pos[n % T] added; backward is ONE launch for both gradients: the first blocks own table rows as
+// above (summing into an acc_t buffer and finishing each owned element as dtable + sum when the
+// gradient accumulates into a .grad), the blocks after them own position rows, each element the
+// sum over the batch in b order, so both are deterministic and the CPU's bits.
+//
 // Ids: the kernels check each id they read; an out-of-range one is never used as an index
 // (forward writes zeros, backward skips it), its position goes to the launch's slot of the
 // device's error slots, raised at the host's next read of the device (kernels/cuda/index_errors.h).
@@ -98,6 +104,88 @@ __global__ void __launch_bounds__(kScanThreads) embedding_backward_kernel(const 
   }
 }
 
+// out[n, c] = table[ids[n], c] + pos[n % T, c], summed in acc_t. ids: (N); table: (V, C);
+// pos: (P, C); out: (N, C). Grid-stride over the N * C outputs.
+template <typename T, typename I>
+__global__ void __launch_bounds__(kThreads) embedding_pos_forward_kernel(const I* ids, const T* table, const T* pos, T* out,
+                                                                         int64_t N, int64_t V, int64_t C, int64_t T_,
+                                                                         unsigned long long* error) {
+  using acc_t = acc_type_t<T>;
+  const int64_t total = N * C;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{blockDim.x} * gridDim.x) {
+    const int64_t n = i / C, c = i - n * C;
+    const int64_t id = static_cast<int64_t>(ids[n]);
+    if (id < 0 || id >= V) {
+      if (c == 0) report_bad_index(error, n, id);
+      out[i] = T(0);
+    } else {
+      out[i] = static_cast<T>(static_cast<acc_t>(table[id * C + c]) + static_cast<acc_t>(pos[(n % T_) * C + c]));
+    }
+  }
+}
+
+// embedding_pos_backward's one launch. Blocks [0, table_blocks) own rows of the table, as
+// embedding_backward_kernel's blocks do (sums: (V, C) acc_t, dtable itself when in_place), and
+// when `finish` each thread then writes its own elements of its rows into dtable as
+// (accumulate_table ? dtable + sum : sum), rounded once: no barrier, every element is one
+// thread's. Blocks [table_blocks, gridDim.x) own `pos_rows` rows of dpos (P, C) each: row t < T =
+// (dpos +) the sum over b of dout[b * T + t] in b order, rows >= T zero (kept when accumulating).
+template <typename T, typename acc_t, typename I>
+__global__ void __launch_bounds__(kScanThreads) embedding_pos_backward_kernel(
+    const T* dout, const I* ids, acc_t* sums, T* dtable, bool finish, bool accumulate_table, T* dpos,
+    bool accumulate_pos, int64_t N, int64_t V, int64_t C, int64_t T_, int64_t P, int64_t rows, int64_t table_blocks,
+    int64_t pos_rows, unsigned long long* error) {
+  __shared__ int64_t s_pos[kScanThreads];
+  __shared__ int s_warp_count[kScanThreads / 32];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (blockIdx.x >= table_blocks) {  // a block of position rows: uniform over the block
+    const int64_t t0 = (blockIdx.x - table_blocks) * pos_rows, t1 = t0 + pos_rows < P ? t0 + pos_rows : P;
+    const int64_t B = N / T_;
+    for (int64_t t = t0; t < t1; ++t)
+      for (int64_t c = tid; c < C; c += kScanThreads) {
+        if (t >= T_) {
+          if (!accumulate_pos) dpos[t * C + c] = T(0);
+          continue;
+        }
+        acc_t sum = B > 0 ? static_cast<acc_t>(dout[t * C + c]) : acc_t(0);
+        for (int64_t b = 1; b < B; ++b) sum += static_cast<acc_t>(dout[(b * T_ + t) * C + c]);
+        dpos[t * C + c] = static_cast<T>(accumulate_pos ? static_cast<acc_t>(dpos[t * C + c]) + sum : sum);
+      }
+    return;
+  }
+  const int64_t v0 = blockIdx.x * rows, v1 = v0 + rows < V ? v0 + rows : V;
+  for (int64_t v = v0; v < v1; ++v)
+    for (int64_t c = tid; c < C; c += kScanThreads) sums[v * C + c] = acc_t(0);
+  for (int64_t n0 = 0; n0 < N; n0 += kScanThreads) {  // as embedding_backward_kernel
+    const int64_t n = n0 + tid;
+    const int64_t id = n < N ? static_cast<int64_t>(ids[n]) : -1;
+    if (n < N && (id < 0 || id >= V) && blockIdx.x == 0 && error != nullptr) report_bad_index(error, n, id);
+    const bool mine = n < N && id >= v0 && id < v1;
+    const unsigned ballot = __ballot_sync(kFullMask, mine);
+    if (lane == 0) s_warp_count[warp] = __popc(ballot);
+    __syncthreads();
+    int before = 0, total = 0;
+    for (int w = 0; w < kScanThreads / 32; ++w) {
+      before += w < warp ? s_warp_count[w] : 0;
+      total += s_warp_count[w];
+    }
+    if (mine) s_pos[before + __popc(ballot & ((1u << lane) - 1u))] = n;
+    __syncthreads();
+    for (int j = 0; j < total; ++j) {
+      const int64_t p = s_pos[j];
+      const int64_t pid = static_cast<int64_t>(ids[p]);
+      for (int64_t c = tid; c < C; c += kScanThreads) sums[pid * C + c] += static_cast<acc_t>(dout[p * C + c]);
+    }
+    __syncthreads();
+  }
+  if (!finish) return;
+  for (int64_t v = v0; v < v1; ++v)
+    for (int64_t c = tid; c < C; c += kScanThreads) {
+      const acc_t sum = sums[v * C + c];
+      dtable[v * C + c] = static_cast<T>(accumulate_table ? static_cast<acc_t>(dtable[v * C + c]) + sum : sum);
+    }
+}
+
 }  // namespace
 
 // ---- launchers -------------------------------------------------------------------------------
@@ -134,6 +222,52 @@ void embedding_backward(const Tensor& dout, const Tensor& ids, const Tensor& dta
              sums.data<acc_t>(), N, V, C, rows, error ? error->ptr() : nullptr);
     });
     if (!in_place) dtable.copy_(sums);
+  })
+  if (error) error->check(ids);
+}
+
+void embedding_pos_forward(const Tensor& ids, const Tensor& table, const Tensor& pos, const Tensor& out, int64_t T) {
+  const int64_t N = ids.numel(), V = table.size(0), C = table.size(1);
+  set_device(table.device());
+  const IndexErrorBuffer error(table.device());
+  REEL_DISPATCH_FLOATING_AND_16(table.dtype(), "embedding_pos_forward", {
+    dispatch_index(ids.dtype(), [&](auto zero) {
+      using I = decltype(zero);
+      launch("embedding_pos_forward_kernel", embedding_pos_forward_kernel<scalar_t, I>, grid_for(N * C, kThreads),
+             kThreads, 0, ids.data<I>(), table.data<scalar_t>(), pos.data<scalar_t>(), out.data<scalar_t>(), N, V, C,
+             T, error.ptr());
+    });
+  })
+  error.check(ids);
+}
+
+void embedding_pos_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, bool accumulate_table,
+                            const Tensor& dpos, bool accumulate_pos, int64_t T, bool check_ids) {
+  const int64_t N = ids.numel(), C = dout.size(1);
+  const int64_t V = dtable.defined() ? dtable.size(0) : 0, P = dpos.defined() ? dpos.size(0) : 0;
+  set_device(dout.device());
+  // Table rows: as embedding_backward; position rows: 4 a block (P = block_size, up to thousands).
+  const int64_t table_blocks = dtable.defined() && V > 0 ? std::min(V, kMaxOwnerBlocks) : 0;
+  const int64_t rows = table_blocks > 0 ? (V + table_blocks - 1) / table_blocks : 1;
+  const int64_t used_table_blocks = table_blocks > 0 ? (V + rows - 1) / rows : 0;
+  const int64_t pos_rows = 4, pos_blocks = P > 0 ? (P + pos_rows - 1) / pos_rows : 0;
+  if (used_table_blocks + pos_blocks == 0) return;
+  std::optional<IndexErrorBuffer> error;
+  if (check_ids && dtable.defined()) error.emplace(dout.device());
+  REEL_DISPATCH_FLOATING_AND_16(dout.dtype(), "embedding_pos_backward", {
+    // The sums go into dtable itself when it is of acc_t and written (not added to); else into an
+    // acc_t buffer that the owner threads finish into dtable.
+    const bool in_place = std::is_same_v<scalar_t, acc_t> && !accumulate_table;
+    const Tensor sums = !dtable.defined() || in_place ? dtable : empty({V, C}, dtype_of<acc_t>::value, dout.device());
+    dispatch_index(ids.dtype(), [&](auto zero) {
+      using I = decltype(zero);
+      launch("embedding_pos_backward_kernel", embedding_pos_backward_kernel<scalar_t, acc_t, I>,
+             static_cast<unsigned>(used_table_blocks + pos_blocks), kScanThreads, 0, dout.data<scalar_t>(),
+             ids.data<I>(), sums.defined() ? sums.data<acc_t>() : nullptr,
+             dtable.defined() ? dtable.data<scalar_t>() : nullptr, !in_place, accumulate_table,
+             dpos.defined() ? dpos.data<scalar_t>() : nullptr, accumulate_pos, N, V, C, T, P, rows,
+             used_table_blocks, pos_rows, error ? error->ptr() : nullptr);
+    });
   })
   if (error) error->check(ids);
 }

@@ -1,6 +1,8 @@
 // tests/op_table/embedding.cpp: the op table's embedding family. Kernel rows: the gather and the
 // scatter-add of repeated ids (i32 and i64 ids, more rows than owner blocks, unused rows). Tape
-// rows: embedding, whose repeated ids' gradients add up.
+// rows: embedding, whose repeated ids' gradients add up. embedding_pos (token + position rows in one
+// kernel each way, its gradients written or added into given buffers): a kernel row against an f64
+// loop, a tape row against embedding(ids, table) + embedding(arange(T), pos).
 #include <string>
 #include <vector>
 
@@ -81,6 +83,82 @@ std::vector<OpCase> embedding_cases() {
   return cases;
 }
 
+// ==== embedding_pos ================================================================================
+
+std::vector<OpCase> embedding_pos_cases() {
+  using namespace kernels;
+  struct Config {
+    int64_t B, T, V, P, C;
+    bool add_table, add_pos;  // the backward adds into the gradient buffers' values (else writes them)
+  };
+  // 300 positions: two scan tiles; V = 1100: several table rows per owner block; P > T: position
+  // rows the batch does not reach (zero, or kept when adding); P = 9: a partial block of 4 rows.
+  const std::vector<Config> configs = {{1, 1, 1, 1, 1, false, false}, {2, 7, 13, 9, 31, true, false},
+                                       {3, 100, 1100, 128, 5, false, true}, {4, 5, 6, 5, 257, true, true},
+                                       {1, 300, 257, 300, 3, true, false}};
+  std::vector<OpCase> cases;
+  for (const Config& c : configs)
+    for (DType it : {DType::i32, DType::i64}) {
+      const int64_t N = c.B * c.T;
+      std::vector<int64_t> ids;
+      for (int64_t n = 0; n < N; ++n) ids.push_back(n % 4 == 0 ? c.V / 2 : (n * 7919) % c.V);
+      OpCase row("embedding_pos (" + std::to_string(c.B) + ", " + std::to_string(c.T) + ") " + dtype_name(it) +
+                     " ids, table (" + std::to_string(c.V) + ", " + std::to_string(c.C) + "), pos (" +
+                     std::to_string(c.P) + ", " + std::to_string(c.C) + ")" + (c.add_table ? ", adds dtable" : "") +
+                     (c.add_pos ? ", adds dpos" : ""),
+                 [c, ids, it](Generator& g) {
+                   return Tensors{indices(ids, {c.B, c.T}, it), uniform_f64(g, {c.V, c.C}), uniform_f64(g, {c.P, c.C}),
+                                  uniform_f64(g, {c.B, c.T, c.C}), uniform_f64(g, {c.V, c.C}),
+                                  uniform_f64(g, {c.P, c.C})};
+                 },
+                 [c](const Tensors& in, Device) {
+                   const Tensor y = embedding_pos_forward(in[0], in[1], in[2]);
+                   // The gradient buffers: the given values when the backward adds, else poisoned.
+                   const Tensor dtable = c.add_table ? in[4].clone() : empty(in[4].shape(), in[4].dtype(), in[4].device());
+                   const Tensor dpos = c.add_pos ? in[5].clone() : empty(in[5].shape(), in[5].dtype(), in[5].device());
+                   embedding_pos_backward(in[3], in[0], dtable, c.add_table, dpos, c.add_pos);
+                   return Tensors{y, dtable, dpos};
+                 },
+                 {kExact});
+      row.with_reference(
+          [c, ids](const Tensors& in) {
+            const std::vector<double> table = values(in[1]), pos = values(in[2]), dout = values(in[3]);
+            Values r(3);
+            r[1] = c.add_table ? values(in[4]) : std::vector<double>(static_cast<size_t>(c.V * c.C), 0.0);
+            r[2] = c.add_pos ? values(in[5]) : std::vector<double>(static_cast<size_t>(c.P * c.C), 0.0);
+            std::vector<double> sums_t(static_cast<size_t>(c.V * c.C), 0.0), sums_p(static_cast<size_t>(c.P * c.C), 0.0);
+            for (size_t n = 0; n < ids.size(); ++n) {
+              const int64_t t = static_cast<int64_t>(n) % c.T;
+              for (int64_t k = 0; k < c.C; ++k) {
+                const size_t at = static_cast<size_t>(ids[n] * c.C + k), pt = static_cast<size_t>(t * c.C + k);
+                r[0].push_back(table[at] + pos[pt]);
+                sums_t[at] += dout[n * c.C + k];
+                sums_p[pt] += dout[n * c.C + k];
+              }
+            }
+            for (size_t i = 0; i < sums_t.size(); ++i) r[1][i] += sums_t[i];
+            for (size_t i = 0; i < sums_p.size(); ++i) r[2][i] += sums_p[i];
+            return r;
+          },
+          // The sums as embedding's (f32 sums, one rounding to a 16-bit type); the forward's one add
+          // rounded once (bf16 / f16: half an ulp of the output).
+          {Tols{{{DType::f32, {1e-7, 1e-7}},
+                 {DType::f64, {1e-15, 1e-15}},
+                 {DType::bf16, {0x1p-8, 0x1p-8}},
+                 {DType::f16, {0x1p-11, 0x1p-11}}}},
+           Tols{{{DType::f32, {1e-5, 1e-5}},
+                 {DType::f64, {1e-12, 1e-12}},
+                 {DType::bf16, {0x1p-8 + 1e-5, 0x1p-8 + 1e-5}},
+                 {DType::f16, {0x1p-11 + 1e-5, 0x1p-11 + 1e-5}}}},
+           Tols{{{DType::f32, {1e-5, 1e-5}},
+                 {DType::f64, {1e-12, 1e-12}},
+                 {DType::bf16, {0x1p-8 + 1e-5, 0x1p-8 + 1e-5}},
+                 {DType::f16, {0x1p-11 + 1e-5, 0x1p-11 + 1e-5}}}}});
+      cases.push_back(row);
+    }
+  return cases;
+}
+
 std::vector<OpCase> embedding_tape_cases() {
   // Integer inputs (targets, token ids) are constants captured by f, moved to its inputs' device.
   auto on = [](const Tensor& constant, const Tensor& like) { return constant.to(like.device()); };
@@ -89,10 +167,60 @@ std::vector<OpCase> embedding_tape_cases() {
   return {
       tape_unary("embedding", [=](const Tensor& t) { return embedding(on(ids24, t), t); }, {7, 3}),
       tape_unary("embedding i32 ids", [=](const Tensor& t) { return embedding(on(ids5, t), t); }, {5, 2}),
+      // Token and position embedding in one op, against the two embeddings and the broadcast add.
+      with_composed(tape_binary("embedding_pos", [=](const Tensor& t, const Tensor& p) {
+                      return embedding_pos(on(ids24, t), t, p);
+                    }, {7, 3}, {6, 3}),
+                    [=](const Tensors& in) {
+                      return embedding(on(ids24, in[0]), in[0]) + embedding(arange(4, DType::i64, in[1].device()), in[1]);
+                    }),
+      // With block 0's LayerNorm: y alone (the sum's gradient absent: the rule gets it undefined)
+      // and the sum used too (its gradient added inside the LayerNorm's backward), with and without
+      // a bias, against embedding_pos then layer_norm.
+      with_composed(tape_row("embedding_pos_layer_norm y", {{7, 3}, {6, 3}, {3}, {3}},
+                             [=](const Tensors& in) {
+                               return embedding_pos_layer_norm(on(ids24, in[0]), in[0], in[1], in[2], in[3]).y;
+                             }),
+                    [=](const Tensors& in) {
+                      return layer_norm(embedding_pos(on(ids24, in[0]), in[0], in[1]), in[2], in[3]);
+                    }),
+      with_composed(tape_row("embedding_pos_layer_norm s and y", {{7, 3}, {6, 3}, {3}, {3}},
+                             [=](const Tensors& in) {
+                               const AddLayerNormResult r =
+                                   embedding_pos_layer_norm(on(ids24, in[0]), in[0], in[1], in[2], in[3]);
+                               return r.y * r.s + r.s;
+                             }),
+                    [=](const Tensors& in) {
+                      const Tensor e = embedding_pos(on(ids24, in[0]), in[0], in[1]);
+                      return layer_norm(e, in[2], in[3]) * e + e;
+                    }),
+      with_composed(tape_row("embedding_pos_layer_norm s and y, no bias", {{7, 3}, {6, 3}, {3}},
+                             [=](const Tensors& in) {
+                               const AddLayerNormResult r =
+                                   embedding_pos_layer_norm(on(ids24, in[0]), in[0], in[1], in[2], Tensor());
+                               return r.y + r.s * 2.0;
+                             }),
+                    [=](const Tensors& in) {
+                      const Tensor e = embedding_pos(on(ids24, in[0]), in[0], in[1]);
+                      return layer_norm(e, in[2]) + e * 2.0;
+                    }),
   };
 }
 
 TEST_CASE("embedding: gather and the scatter-add of repeated ids") { run_cases(embedding_cases(), kDTypes); }
+TEST_CASE("embedding_pos: token and position rows, gradients written or added") {
+  run_cases(embedding_pos_cases(), kDTypes);
+}
+TEST_CASE("embedding_pos: tables that overlap in one storage are an error; disjoint views of one are not") {
+  const Tensor flat = uniform_f64({40, 3}, 5).to(DType::f32);  // one storage, as FSDP's flat unit
+  const Tensor ids = from_vector<int64_t>({1, 0, 2, 1}, {2, 2});
+  const Tensor table = flat.narrow(0, 0, 10), pos = flat.narrow(0, 10, 4), overlapping = flat.narrow(0, 8, 4);
+  const Tensor y = embedding_pos(ids, table, pos);
+  CHECK(y.shape() == Shape{2, 2, 3});
+  CHECK_REEL_ERROR(embedding_pos(ids, table, overlapping), "embedding_pos: table (10, 3) and pos (4, 3) overlap");
+  CHECK_REEL_ERROR(embedding_pos_layer_norm(ids, table, table, full({3}, 1.0), Tensor()),
+                   "embedding_pos_layer_norm: table (10, 3) and pos (10, 3) overlap");
+}
 TEST_CASE("embedding tape op: repeated ids") { run_cases(embedding_tape_cases(), kDTypes); }
 }  // namespace
 }  // namespace reel::op_table
