@@ -60,6 +60,9 @@ void GraphedWindow::capture(const std::vector<int64_t>& counts, const std::funct
   const uint64_t base = gen.offset();
   acc_.capturing_ = true;
   acc_.outputs_ = Accumulator::Outputs{};
+  // The last window's loss sum, dropped before the capture makes the next: the warm-up window made
+  // its own with none alive, and the cache holds that many blocks, not one more.
+  acc_.window_losses_ = Tensor();
   try {
     graph_.capture(device_, run);
   } catch (const Error& e) {

@@ -12,9 +12,13 @@
 //   }
 //
 // Its steps:
-//   * warm-up: the first Options::warmup_windows (>= 1) windows run eagerly (Accumulator::step),
-//     so the caching allocator holds every block the window needs and the optimizer's state, the
-//     gradients, the scaler's and the skip counter's device tensors exist;
+//   * warm-up: the first Options::warmup_windows (3 by default, as PyTorch's graph examples) windows
+//     run eagerly (Accumulator::step), so the caching allocator holds every block the window needs
+//     and the optimizer's state, the gradients, the scaler's and the skip counter's device tensors
+//     exist. One is not enough: a window's first blocks are allocated while the last window's
+//     results (its loss sum, a dropout stream state, the scaler's) are alive, and a small GPT's
+//     cache stops growing at its third window (a capture short of a block raises the allocator's
+//     reel::Error, below);
 //   * capture: the next window's run() (Accumulator::run: forwards, backwards, the window's end) is
 //     captured (nothing runs), then replayed once, which is that window's step;
 //   * replay: each later window whose micro-batches count what the captured one's did (the same
@@ -66,7 +70,7 @@ namespace reel::optim {
 class GraphedWindow {
  public:
   struct Options {
-    int64_t warmup_windows = 1;  // eager windows before the capture (>= 1)
+    int64_t warmup_windows = 3;  // eager windows before the capture (>= 1; see above)
   };
   // reel::Error when acc does not decide on the device or warmup_windows < 1.
   GraphedWindow(Accumulator& acc, Options options);
