@@ -678,16 +678,21 @@ class StepCollector {
 };
 
 // --profile: a reel::Profiler around optimizer steps kProfileWarmup + 1 .. + --profile-steps
-// (warm-up first: the allocator's cache, OpenMP's threads and the CPU's clocks settle), then the
-// table on stdout, the line `per step: N launches, M host syncs (...)` and the trace file; with --predict, the step predicted on that device too.
+// (warm-up first: the allocator's cache, OpenMP's threads and the CPU's clocks settle; with
+// --cuda-graph kGraphProfileWarmup steps: optim::GraphedWindow's 3 eager windows and its capture,
+// so that the profiled steps are replays), then the table on stdout, the line
+// `per step: N launches, M host syncs (...)` (a replay: `per step: 1 graph launch (N nodes) ...`)
+// and the trace file; with --predict, the step predicted on that device too.
 // `unit` and `items_per_step` (the tokens or samples one optimizer step takes, over every rank):
 // with them, the predicted step is also a rate, printed after the prediction and kept for
 // report_rate (on meta the only rate there is).
 class StepProfiler : public StepCollector {
  public:
   static constexpr int64_t kProfileWarmup = 2;
+  static constexpr int64_t kGraphProfileWarmup = 4;
   explicit StepProfiler(const TrainOptions& o, const char* unit = nullptr, double items_per_step = 0)
-      : StepCollector(!o.profile.empty(), kProfileWarmup, o.profile_steps), path_(o.profile),
+      : StepCollector(!o.profile.empty(), o.cuda_graph ? kGraphProfileWarmup : kProfileWarmup, o.profile_steps),
+        path_(o.profile),
         predict_(o.predict.empty() ? nullptr : &reel::profile::device_spec(o.predict)),
         offload_bound_(o.offload == "none" || o.offload_inflight == "none" ? 0 : offload_inflight_bytes(o)),
         tf32_(o.tf32), unit_(unit), items_per_step_(items_per_step) {}
