@@ -53,7 +53,7 @@
 // the same static input tensors every step, no host read (item(), to(cpu)), no allocation the warm
 // cache cannot serve. A capture refused for any of those raises reel::Error naming what CUDA
 // refused (CudaGraph::capture's message) and the remedy; the run stops there rather than go on with
-// a window half run on the host (the error is the first step after the warm-up, early).
+// a window half run on the host (the error comes at the capture, right after the warm-up).
 #pragma once
 #include <cstdint>
 #include <functional>
