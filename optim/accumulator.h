@@ -81,6 +81,9 @@
 // optimizer.steps(): after a window that may have been skipped that reads the device's count once,
 // at the next window's start. The optimizer's lr() is set for a skipped window too.
 //
+// A whole window as one CUDA graph, replayed each step: optim::GraphedWindow (optim/graphed_window.h),
+// over start() and run() below (the step's two parts: the host's prologue, and what the graph holds).
+//
 // Exact only for layers without batch statistics (no BatchNorm): those see each micro-batch alone.
 #pragma once
 #include <cstdint>
