@@ -15,9 +15,9 @@
 //   * warm-up: the first Options::warmup_windows (3 by default, as PyTorch's graph examples) windows
 //     run eagerly (Accumulator::step), so the caching allocator holds every block the window needs
 //     and the optimizer's state, the gradients, the scaler's and the skip counter's device tensors
-//     exist. One is not enough: a window's first blocks are allocated while the last window's
-//     results (its loss sum, a dropout stream state, the scaler's) are alive, and a small GPT's
-//     cache stops growing at its third window (a capture short of a block raises the allocator's
+//     exist. One is not enough: a window's first blocks are allocated while some of the last
+//     window's tensors (its loss sum, its results) are alive, and a small GPT's cache stops
+//     growing at its third window (a capture short of a block raises the allocator's
 //     reel::Error, below);
 //   * capture: the next window's run() (Accumulator::run: forwards, backwards, the window's end) is
 //     captured (nothing runs), then replayed once, which is that window's step;
@@ -41,7 +41,7 @@
 // Host syncs: none in a replay. With a schedule and a window that may be skipped (a loss scaler or
 // skip_nonfinite), the schedule's rate needs the optimizer's step count, which then lives on the
 // device: the prologue reads it (Optimizer::steps(), one copy to the host a step), as the eager
-// window does at its start. Without a scaler, skip_nonfinite or a schedule, none.
+// window does at its start. Otherwise (no schedule, or nothing that can skip a window) none.
 //
 // The results: a replay's WindowResult reads the graph's static output tensors (the window's loss
 // sum and scale, the found flag, the norm) as optim::Lazy values on the device: read them before

@@ -4,7 +4,8 @@
 // autocast with the loss scaler (at the edge of f32's range, so that windows overflow and are skipped,
 // among the replays too), clipping, and a last, partial window that runs eagerly. The
 // parameters, the optimizer's state and step count and the scaler's state are compared to the bit.
-// A replayed step is one graph launch and no host sync; a capture that reads the host is refused
+// A replayed step is one graph launch (beside the prologue's two copies) and no host sync; a
+// capture that reads the host is refused
 // with a reel::Error naming the capture.
 #include <cstring>
 #include <string>
