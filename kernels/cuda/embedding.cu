@@ -67,24 +67,24 @@ __global__ void __launch_bounds__(kThreads) embedding_forward_kernel(const I* id
   }
 }
 
-// Block b owns table rows [b * rows, min(V, (b + 1) * rows)). dout: (N, C); ids: (N);
-// dtable: (V, C) acc_t. blockDim.x == kScanThreads. error: null when the ids are vouched for.
+// The table rows [v0, v1) of sums ((V, C) acc_t) set to the sum of dout's rows ((N, C)) whose id
+// falls there, each row's sum in increasing position order (deterministic). Each tile of
+// kScanThreads positions is compacted in order through shared memory: a thread's slot is the
+// number of owned positions before it in the tile. Block 0 sees every id and reports a bad one
+// (error null: the ids are vouched for). Called by a whole block (blockDim.x == kScanThreads).
 template <typename T, typename acc_t, typename I>
-__global__ void __launch_bounds__(kScanThreads) embedding_backward_kernel(const T* dout, const I* ids, acc_t* dtable, int64_t N, int64_t V,
-                                          int64_t C, int64_t rows, unsigned long long* error) {
+__device__ void sum_owned_rows(const T* dout, const I* ids, acc_t* sums, int64_t N, int64_t V, int64_t C, int64_t v0,
+                               int64_t v1, unsigned long long* error) {
   __shared__ int64_t s_pos[kScanThreads];           // owned positions of the tile, in order
   __shared__ int s_warp_count[kScanThreads / 32];  // owned positions per warp of the tile
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t v0 = blockIdx.x * rows, v1 = v0 + rows < V ? v0 + rows : V;
   for (int64_t v = v0; v < v1; ++v)
-    for (int64_t c = tid; c < C; c += kScanThreads) dtable[v * C + c] = acc_t(0);
+    for (int64_t c = tid; c < C; c += kScanThreads) sums[v * C + c] = acc_t(0);
   for (int64_t n0 = 0; n0 < N; n0 += kScanThreads) {  // uniform over the block
     const int64_t n = n0 + tid;
     const int64_t id = n < N ? static_cast<int64_t>(ids[n]) : -1;
-    if (n < N && (id < 0 || id >= V) && blockIdx.x == 0 && error != nullptr)
-      report_bad_index(error, n, id);  // block 0 sees every id
+    if (n < N && (id < 0 || id >= V) && blockIdx.x == 0 && error != nullptr) report_bad_index(error, n, id);
     const bool mine = n < N && id >= v0 && id < v1;
-    // Ordered compaction: a thread's slot is the number of owned positions before it in the tile.
     const unsigned ballot = __ballot_sync(kFullMask, mine);
     if (lane == 0) s_warp_count[warp] = __popc(ballot);
     __syncthreads();
@@ -98,10 +98,19 @@ __global__ void __launch_bounds__(kScanThreads) embedding_backward_kernel(const 
     for (int j = 0; j < total; ++j) {  // positions in increasing order
       const int64_t p = s_pos[j];
       const int64_t pid = static_cast<int64_t>(ids[p]);
-      for (int64_t c = tid; c < C; c += kScanThreads) dtable[pid * C + c] += static_cast<acc_t>(dout[p * C + c]);
+      for (int64_t c = tid; c < C; c += kScanThreads) sums[pid * C + c] += static_cast<acc_t>(dout[p * C + c]);
     }
     __syncthreads();  // s_pos and s_warp_count are rewritten by the next tile
   }
+}
+
+// Block b owns table rows [b * rows, min(V, (b + 1) * rows)). dout: (N, C); ids: (N);
+// dtable: (V, C) acc_t. blockDim.x == kScanThreads. error: null when the ids are vouched for.
+template <typename T, typename acc_t, typename I>
+__global__ void __launch_bounds__(kScanThreads) embedding_backward_kernel(const T* dout, const I* ids, acc_t* dtable, int64_t N, int64_t V,
+                                          int64_t C, int64_t rows, unsigned long long* error) {
+  const int64_t v0 = blockIdx.x * rows, v1 = v0 + rows < V ? v0 + rows : V;
+  sum_owned_rows(dout, ids, dtable, N, V, C, v0, v1, error);
 }
 
 // out[n, c] = table[ids[n], c] + pos[n % T, c], summed in acc_t. ids: (N); table: (V, C);
@@ -135,9 +144,7 @@ __global__ void __launch_bounds__(kScanThreads) embedding_pos_backward_kernel(
     const T* dout, const I* ids, acc_t* sums, T* dtable, bool finish, bool accumulate_table, T* dpos,
     bool accumulate_pos, int64_t N, int64_t V, int64_t C, int64_t T_, int64_t P, int64_t rows, int64_t table_blocks,
     int64_t pos_rows, unsigned long long* error) {
-  __shared__ int64_t s_pos[kScanThreads];
-  __shared__ int s_warp_count[kScanThreads / 32];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x;
   if (blockIdx.x >= table_blocks) {  // a block of position rows: uniform over the block
     const int64_t t0 = (blockIdx.x - table_blocks) * pos_rows, t1 = t0 + pos_rows < P ? t0 + pos_rows : P;
     const int64_t B = N / T_;
@@ -154,30 +161,7 @@ __global__ void __launch_bounds__(kScanThreads) embedding_pos_backward_kernel(
     return;
   }
   const int64_t v0 = blockIdx.x * rows, v1 = v0 + rows < V ? v0 + rows : V;
-  for (int64_t v = v0; v < v1; ++v)
-    for (int64_t c = tid; c < C; c += kScanThreads) sums[v * C + c] = acc_t(0);
-  for (int64_t n0 = 0; n0 < N; n0 += kScanThreads) {  // as embedding_backward_kernel
-    const int64_t n = n0 + tid;
-    const int64_t id = n < N ? static_cast<int64_t>(ids[n]) : -1;
-    if (n < N && (id < 0 || id >= V) && blockIdx.x == 0 && error != nullptr) report_bad_index(error, n, id);
-    const bool mine = n < N && id >= v0 && id < v1;
-    const unsigned ballot = __ballot_sync(kFullMask, mine);
-    if (lane == 0) s_warp_count[warp] = __popc(ballot);
-    __syncthreads();
-    int before = 0, total = 0;
-    for (int w = 0; w < kScanThreads / 32; ++w) {
-      before += w < warp ? s_warp_count[w] : 0;
-      total += s_warp_count[w];
-    }
-    if (mine) s_pos[before + __popc(ballot & ((1u << lane) - 1u))] = n;
-    __syncthreads();
-    for (int j = 0; j < total; ++j) {
-      const int64_t p = s_pos[j];
-      const int64_t pid = static_cast<int64_t>(ids[p]);
-      for (int64_t c = tid; c < C; c += kScanThreads) sums[pid * C + c] += static_cast<acc_t>(dout[p * C + c]);
-    }
-    __syncthreads();
-  }
+  sum_owned_rows(dout, ids, sums, N, V, C, v0, v1, error);
   if (!finish) return;
   for (int64_t v = v0; v < v1; ++v)
     for (int64_t c = tid; c < C; c += kScanThreads) {
