@@ -24,6 +24,7 @@
 #include "nn/safetensors.h"
 #include "nn/sequential.h"
 #include "optim/accumulator.h"
+#include "optim/graphed_window.h"
 #include "optim/grad_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"

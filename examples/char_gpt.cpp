@@ -484,6 +484,10 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist, int 
     const std::unique_ptr<optim::LrSchedule> schedule = examples::make_schedule(o.train, steps);
     const std::unique_ptr<optim::GradScaler> scaler = examples::make_scaler(o.train);  // f16 only
     optim::Accumulator acc(*opt, {o.train.clip, schedule.get(), o.train.skip_nonfinite, dist.sync(), scaler.get()});
+    // --cuda-graph: the window captured once after a warm-up step and replayed (optim/graphed_window.h),
+    // reading the micro-batches' upload slots (below), which keep their addresses.
+    std::optional<optim::GraphedWindow> graphed;
+    if (o.train.cuda_graph) graphed.emplace(acc);
     std::optional<autograd::DetectAnomaly> detect_anomaly;
     if (o.train.detect_anomaly) detect_anomaly.emplace();
     const int64_t my_batch = static_cast<int64_t>(dist.share(o.train.batch).size());
@@ -544,9 +548,10 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist, int 
         for (size_t& s : starts) s = pick(rng);
         micro.push_back(make_batch(train_ids, starts, T, device, &upload, micro.size()));
       }
-      const optim::WindowResult r = acc.step<Batch>(
-          micro, [](const Batch& b) { return b.y.numel(); },
-          [&](const Batch& b) { return batch_loss(gpt, b.x, b.y, o.fused_loss, precision); });
+      const auto count = [](const Batch& b) { return b.y.numel(); };
+      const auto loss = [&](const Batch& b) { return batch_loss(gpt, b.x, b.y, o.fused_loss, precision); };
+      // The micro-batches are `upload`'s slots, whose addresses stay: the graph's static inputs.
+      const optim::WindowResult r = graphed ? graphed->step<Batch>(micro, count, loss) : acc.step<Batch>(micro, count, loss);
       const double step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       train_seconds += step_seconds;
       tokens += r.count;

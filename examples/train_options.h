@@ -72,6 +72,7 @@ struct TrainOptions {
   bool quiet = false;         // no progress line (for logs and tests)
   bool detect_anomaly = false; // autograd::DetectAnomaly around training: NaN/Inf raise, naming the op
   bool skip_nonfinite = false; // a step whose gradients are not finite is skipped (and counted)
+  bool cuda_graph = false;     // each full window captured once as a CUDA graph and replayed (optim/graphed_window.h)
   std::string profile;        // trace path; empty: no profiling
   int64_t profile_steps = 3;  // optimizer steps profiled, after kProfileWarmup steps of warm-up
   std::string predict;        // a device of report/device_specs.cpp: with --profile the step predicted on it;
@@ -202,6 +203,10 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
   app.add_flag("--detect-anomaly", o.detect_anomaly,
                "check every op's outputs and gradients for NaN/Inf; the first raises, naming the op (slow)");
   app.add_flag("--skip-nonfinite", o.skip_nonfinite, "skip (and count) a step whose gradients are not all finite");
+  app.add_flag("--cuda-graph", o.cuda_graph,
+               "cuda or meta: after one eager warm-up step, capture a whole optimizer step (its micro-batches, "
+               "recomputation, the optimizer) as a CUDA graph and replay it each step, one launch (a step whose "
+               "batch shapes differ runs eagerly); needs a loss without host reads and no --dist");
   app.add_option(
       "--profile", o.profile,
       "profile --profile-steps steps after warm-up: print the kernel table, write a Chrome trace here");
@@ -673,16 +678,21 @@ class StepCollector {
 };
 
 // --profile: a reel::Profiler around optimizer steps kProfileWarmup + 1 .. + --profile-steps
-// (warm-up first: the allocator's cache, OpenMP's threads and the CPU's clocks settle), then the
-// table on stdout, the line `per step: N launches, M host syncs (...)` and the trace file; with --predict, the step predicted on that device too.
+// (warm-up first: the allocator's cache, OpenMP's threads and the CPU's clocks settle; with
+// --cuda-graph kGraphProfileWarmup steps: optim::GraphedWindow's 3 eager windows and its capture,
+// so that the profiled steps are replays), then the table on stdout, the line
+// `per step: N launches, M host syncs (...)` (a replay: `per step: 1 graph launch (N nodes) ...`)
+// and the trace file; with --predict, the step predicted on that device too.
 // `unit` and `items_per_step` (the tokens or samples one optimizer step takes, over every rank):
 // with them, the predicted step is also a rate, printed after the prediction and kept for
 // report_rate (on meta the only rate there is).
 class StepProfiler : public StepCollector {
  public:
   static constexpr int64_t kProfileWarmup = 2;
+  static constexpr int64_t kGraphProfileWarmup = 4;
   explicit StepProfiler(const TrainOptions& o, const char* unit = nullptr, double items_per_step = 0)
-      : StepCollector(!o.profile.empty(), kProfileWarmup, o.profile_steps), path_(o.profile),
+      : StepCollector(!o.profile.empty(), o.cuda_graph ? kGraphProfileWarmup : kProfileWarmup, o.profile_steps),
+        path_(o.profile),
         predict_(o.predict.empty() ? nullptr : &reel::profile::device_spec(o.predict)),
         offload_bound_(o.offload == "none" || o.offload_inflight == "none" ? 0 : offload_inflight_bytes(o)),
         tf32_(o.tf32), unit_(unit), items_per_step_(items_per_step) {}

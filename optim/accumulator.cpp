@@ -63,8 +63,14 @@ Tensor Accumulator::scaled_seed(const Tensor& l, double scale, bool first) {
 
 void Accumulator::end_losses(WindowResult& r) {
   if (!window_losses_.defined()) return;  // no micro-batch: nothing summed
-  // Copied back on the copy stream while the optimizer runs: the loss is read on log lines only.
-  r.loss = Lazy<double>::copied_back(untracked::slice(window_losses_, 0, 0, 1));
+  // Copied back on the copy stream while the optimizer runs: the loss is read on log lines only. A
+  // graph being captured reads it from the device (the copy stream's work is outside the capture).
+  if (capturing_) {
+    outputs_.losses = window_losses_;
+    r.loss = Lazy<double>::on_device(window_losses_, 0);
+  } else {
+    r.loss = Lazy<double>::copied_back(untracked::slice(window_losses_, 0, 0, 1));
+  }
   if (options_.scaler) r.loss_scale = Lazy<double>::on_device(window_losses_, 1);
 }
 
@@ -84,6 +90,7 @@ void Accumulator::finish_on_device(WindowResult& r) {
   // 1. Unscale, writing the flag.
   Tensor found;
   if (check) found = zeros({1}, DType::i32, device);  // (1): 1 once a gradient is inf or NaN
+  if (capturing_) outputs_.found = found;
   if (scaler) scaler->unscale(grads, found);
   // 2. The hook, on the unscaled gradients.
   if (grad_hook_) {
@@ -99,6 +106,7 @@ void Accumulator::finish_on_device(WindowResult& r) {
     const Tensor out = empty({2}, DType::f64, device);  // (2): the norm, the clip coefficient
     kernels::global_grad_norm_(grads, out, clip ? options_.clip_norm : 0.0, found, recheck,
                                check && !scaler ? skipped_counter(device) : Tensor());
+    if (capturing_) outputs_.norm = out;
     if (clip) {
       coef = untracked::slice(out, 0, 1, 2);
       r.grad_norm = Lazy<double>::on_device(out, 0);
@@ -116,6 +124,13 @@ void Accumulator::finish_on_device(WindowResult& r) {
   optimizer_.set_lr(r.lr);
   optimizer_.step(coef, found);
   optimizer_.zero_grad();
+}
+
+void Accumulator::replayed(Device device) {
+  const bool check = options_.scaler || options_.skip_nonfinite;
+  if (options_.scaler) options_.scaler->device_updated(device);
+  if (check) skipped_pending_ = true;  // the replay's deciding kernel advanced skipped_device_
+  optimizer_.device_stepped(check);
 }
 
 void Accumulator::finish(WindowResult& r) {

@@ -81,6 +81,9 @@
 // optimizer.steps(): after a window that may have been skipped that reads the device's count once,
 // at the next window's start. The optimizer's lr() is set for a skipped window too.
 //
+// A whole window as one CUDA graph, replayed each step: optim::GraphedWindow (optim/graphed_window.h),
+// over start() and run() below (the step's two parts: the host's prologue, and what the graph holds).
+//
 // Exact only for layers without batch statistics (no BatchNorm): those see each micro-batch alone.
 #pragma once
 #include <cstdint>
@@ -97,6 +100,8 @@
 #include "optim/optimizer.h"
 
 namespace reel::optim {
+
+class GraphedWindow;
 
 // What a window did. The loss, the norm and whether it stepped stay on the device until read
 // (optim/lazy_scalar.h: read with .get(), or as the double/bool they convert to) when the window
@@ -163,6 +168,17 @@ class Accumulator {
   // (lambdas, std::function) taking a const Batch&.
   template <typename Batch, typename CountFn, typename LossFn>
   WindowResult step(const std::vector<Batch>& micro_batches, CountFn&& count, LossFn&& loss) {
+    WindowResult r = start(micro_batches, count);
+    run(r, micro_batches, loss);
+    return r;
+  }
+
+  // step() in two parts, for optim::GraphedWindow (optim/graphed_window.h), whose CUDA graph holds
+  // run() and whose replay prologue is start(): the host's part of a window's start (the counts, the
+  // window's dropout base, the learning rate: after a window that may have been skipped, a read of
+  // the device's step count) ...
+  template <typename Batch, typename CountFn>
+  WindowResult start(const std::vector<Batch>& micro_batches, CountFn&& count) {
     WindowResult r;
     for (size_t i = 0; i < micro_batches.size(); ++i) {  // the whole window, before any backward
       const int64_t n = static_cast<int64_t>(count(micro_batches[i]));
@@ -174,7 +190,12 @@ class Accumulator {
     if (options_.sync) r.count = options_.sync->global_count(r.count);
     default_generator().begin_window();  // dropout's device streams count from here (core/random.h)
     r.lr = options_.schedule ? options_.schedule->lr(optimizer_.steps()) : optimizer_.lr();
-    if (r.count == 0) return r;
+    return r;
+  }
+  // ... and the rest: forwards, backwards and the window's end, with r from start().
+  template <typename Batch, typename LossFn>
+  void run(WindowResult& r, const std::vector<Batch>& micro_batches, LossFn&& loss) {
+    if (r.count == 0) return;
     const double scale = 1.0 / static_cast<double>(r.count);
     const bool on_device = device_decisions();
     if (options_.scaler && !on_device) r.loss_scale = options_.scaler->scale();
@@ -203,7 +224,6 @@ class Accumulator {
       r.loss = loss_sum;
       finish(r);
     }
-    return r;
   }
 
   // Called once per window of count > 0, after the unscale and before the non-finite decision
@@ -242,9 +262,22 @@ class Accumulator {
   std::vector<Tensor> step_grads() const;
   void skip(WindowResult& r);    // zero the gradients, no step, counted
 
+  friend class GraphedWindow;  // captures run() (outputs_) and replays it (replayed())
+  // The device tensors a window's results read (window_losses_, found, the norm's out), kept while
+  // a GraphedWindow captures (capturing_): its replays' static outputs. While capturing, the loss
+  // is not copied back (the copy stream is outside the graph): read from window_losses_ instead.
+  struct Outputs {
+    Tensor losses, found, norm;
+  };
+  // The host's part of a window that a graph replayed: the counts that a captured run() advanced on
+  // the host (the optimizer's step count, the scaler's state, the skip count) are the device's now.
+  void replayed(Device device);
+
   Optimizer& optimizer_;
   Options options_;
   GradHook grad_hook_;
+  bool capturing_ = false;
+  Outputs outputs_;
   mutable int64_t skipped_ = 0;
   Tensor window_losses_;              // device decisions: this window's f64 (2): the loss sum, the loss scale
   Tensor skipped_device_;             // i64 (1): the skip count, advanced by the deciding kernel

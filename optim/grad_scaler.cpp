@@ -95,6 +95,10 @@ void GradScaler::update(const Tensor& found_inf, const Tensor& skipped_count) {
   const Device device = found_inf.device();
   kernels::update_loss_scale_(device_state(device), found_inf, skipped_count, options_.growth_factor,
                               options_.backoff_factor, options_.growth_interval);
+  device_updated(device);
+}
+
+void GradScaler::device_updated(Device device) {
   if (device.is_meta()) {  // nothing computed there, nothing skipped: the host follows a clean window
     double s[3] = {scale_, static_cast<double>(growth_tracker_), static_cast<double>(skipped_)};
     kernels::update_loss_scale(s, false, nullptr, options_.growth_factor, options_.backoff_factor,

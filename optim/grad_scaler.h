@@ -82,6 +82,10 @@ class GradScaler {
   // update(found_inf[0] != 0) on the device, one launch; skipped_count (i64 (1), or undefined) is
   // incremented with a skip (the window's own counter: optim/accumulator.h).
   void update(const Tensor& found_inf, const Tensor& skipped_count);
+  // The host's part of update(found_inf, skipped_count) alone, for a CUDA graph's replay of it
+  // (optim/graphed_window.h): the host values are the device's now, read when asked (on meta, the
+  // host follows a clean window, as update does there).
+  void device_updated(Device device);
 
   int64_t skipped_windows() const;        // windows update() saw with an inf/NaN
   int64_t clean_windows_in_a_row() const;

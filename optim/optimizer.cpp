@@ -97,6 +97,11 @@ void Optimizer::step(const Tensor& coef, const Tensor& found_inf) {
   untracked::slice(device_steps_, 0, 0, 1).copy_(untracked::slice(device_steps_, 0, 1, 2));
 }
 
+void Optimizer::device_stepped(bool may_skip) {
+  ++steps_;
+  if (may_skip) steps_pending_ = true;
+}
+
 const Tensor& Optimizer::device_lr(Device device) {
   if (!device_lr_.defined() || device_lr_.device() != device) {
     MemoryCategory scope(Category::OptimizerState);

@@ -41,6 +41,15 @@ class Optimizer {
   // that changes from step to step (docs/design.md, "Replay-safe steps"). Without a found_inf the
   // host's count stays exact. reel::Error for an optimizer without device_control().
   void step(const Tensor& coef, const Tensor& found_inf);
+  // The host's part of step(coef, found_inf) alone, for a CUDA graph's replay of it
+  // (optim/graphed_window.h): the count advanced (an upper bound, read from the device when asked,
+  // when the step read a found_inf: may_skip).
+  void device_stepped(bool may_skip);
+  // The f64 (1) tensor on `device` that step(coef, found_inf)'s kernels read the learning rate from
+  // (kernels::StepControl::lr), holding lr() (made on first use; an asynchronous copy when lr()
+  // changed since it was written). A graph's replay prologue calls it after set_lr, outside the
+  // graph, so that the captured step finds it written and copies nothing.
+  const Tensor& device_lr(Device device);
   // Whether step(coef, found_inf) is supported: SGD, Adam/AdamW and RuleOptimizer; not by default
   // (distributed::ZeroAdamW decides on the host).
   virtual bool device_control() const { return false; }
@@ -82,7 +91,6 @@ class Optimizer {
 
  private:
   void read_device_steps() const;  // steps_ from the device when steps_pending_
-  const Tensor& device_lr(Device device);  // lr_ in device_lr_ (f64 (1)), copied when it changed
 
   kernels::StepControl control_;
   Tensor device_steps_;  // i64 (2) on the params' device: kernels::StepControl::steps, slot 0 the count

@@ -197,12 +197,18 @@ StepCounts step_counts(const Profiler& profiler, int64_t steps) {
     if (r.kernel == kOffloadStallKernel || r.kernel == kOffloadFetchWaitKernel) continue;
     if (device_run && r.device.is_cpu() && r.kernel != "copy_to_host") continue;
     c.launches += 1;
+    if (r.kernel == kGraphKernel) {
+      c.graph_launches += 1;
+      c.graph_nodes += static_cast<double>(r.graph_nodes);
+    }
   }
   for (const HostSyncRecord& h : profiler.host_syncs()) {
     c.host_syncs += 1;
     c.by_kind[static_cast<size_t>(h.kind)] += 1;
   }
   c.launches /= c.steps;
+  c.graph_launches /= c.steps;
+  c.graph_nodes /= c.steps;
   c.host_syncs /= c.steps;
   for (double& k : c.by_kind) k /= c.steps;
   return c;
@@ -213,6 +219,13 @@ std::string format_step_counts(const StepCounts& c) {
     return std::abs(v - std::round(v)) < 1e-9 ? format("%.0f", v) : format("%.1f", v);
   };
   std::string line = "per step: " + count(c.launches) + " launches, " + count(c.host_syncs) + " host syncs";
+  if (c.graph_launches > 0) {
+    const double others = c.launches - c.graph_launches;
+    line = "per step: " + count(c.graph_launches) + (c.graph_launches == 1 ? " graph launch (" : " graph launches (") +
+           count(c.graph_nodes) + " nodes)" +
+           (others > 1e-9 ? " + " + count(others) + (std::abs(others - 1) < 1e-9 ? " launch" : " launches") : "") +
+           ", " + count(c.host_syncs) + " host syncs";
+  }
   std::string kinds;
   for (int k = 0; k < kNumHostSyncKinds; ++k)
     if (c.by_kind[k] > 0)

@@ -84,16 +84,21 @@ std::vector<CopySummary> summarize_copies(const Profiler& profiler);
 // What a GPU step is made of beside its kernels' time: how many launches (kernel runs on a device,
 // copies to and from the host included: each one an API call and a launch floor) and how many host
 // syncs (core/profile.h: HostSyncRecord) the records hold, divided by the `steps` they cover. A run
-// on the cpu alone has no host syncs; its launches are its kernel runs.
+// on the cpu alone has no host syncs; its launches are its kernel runs. A CUDA graph's launch
+// (kGraphKernel) is one launch, counted in graph_launches too, its nodes in graph_nodes.
 struct StepCounts {
   double steps = 1;
-  double launches = 0;                              // per step
+  double launches = 0;                              // per step (graph launches included)
+  double graph_launches = 0;                        // per step
+  double graph_nodes = 0;                           // per step: the nodes those launches ran
   double host_syncs = 0;                            // per step
   std::array<double, kNumHostSyncKinds> by_kind{};  // per step, by HostSyncKind
 };
 StepCounts step_counts(const Profiler& profiler, int64_t steps);
 // "per step: 142 launches, 9 host syncs (copy to host 9)": one line a script can read (counts that
-// are not whole numbers, when the steps differ, with one decimal).
+// are not whole numbers, when the steps differ, with one decimal). With graph launches:
+// "per step: 1 graph launch (412 nodes), 0 host syncs", and "... (412 nodes) + 2 launches, ..."
+// when other launches (copies before a replay) remain beside it.
 std::string format_step_counts(const StepCounts& counts);
 
 // Prints the roofs, where each device's kernel times came from (Profiler::time_sources), the kernel
