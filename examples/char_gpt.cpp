@@ -484,7 +484,7 @@ int run(const Options& o, const CLI::App& app, examples::Distributed& dist, int 
     const std::unique_ptr<optim::LrSchedule> schedule = examples::make_schedule(o.train, steps);
     const std::unique_ptr<optim::GradScaler> scaler = examples::make_scaler(o.train);  // f16 only
     optim::Accumulator acc(*opt, {o.train.clip, schedule.get(), o.train.skip_nonfinite, dist.sync(), scaler.get()});
-    // --cuda-graph: the window captured once after a warm-up step and replayed (optim/graphed_window.h),
+    // --cuda-graph: the window captured once after the warm-up windows and replayed (optim/graphed_window.h),
     // reading the micro-batches' upload slots (below), which keep their addresses.
     std::optional<optim::GraphedWindow> graphed;
     if (o.train.cuda_graph) graphed.emplace(acc);

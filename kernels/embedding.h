@@ -1,5 +1,6 @@
 // The embedding family: gather rows of a table by integer ids (i32 or i64), and the
-// deterministic scatter-add backward. Plain kernels, no autograd. Tables of f32, f64, bf16 or f16:
+// deterministic scatter-add backward; embedding_pos adds the position table's row (n mod T) in
+// the same gather, and its backward writes both tables' gradients in one launch. Plain kernels, no autograd. Tables of f32, f64, bf16 or f16:
 // the gather copies bits; a 16-bit backward sums in f32 and rounds each row element once.
 //
 // Each entry point checks its inputs (shapes, dtypes, devices: reel::Error naming the op and

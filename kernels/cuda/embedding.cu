@@ -1,5 +1,7 @@
 // kernels/cuda/embedding.cu: embedding lookup (a row gather) and its backward (a row
-// scatter-add) on a CUDA device.
+// scatter-add) on a CUDA device, and the token + position embedding in one launch each way
+// (embedding_pos: the position is the row index within T; its backward sums dpos over the batch
+// in extra blocks beside the table's).
 //
 // Forward: out[n, c] = table[ids[n], c], one thread per output element (grid-stride), so a warp
 // copies 32 consecutive floats of a row.
