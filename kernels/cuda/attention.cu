@@ -95,6 +95,7 @@ struct Heads {
     return {data + (bh / H) * sb + (bh % H) * sh, st};
   }
 };
+static_assert(std::has_unique_object_representations_v<Heads<float>>);  // equal views are equal bytes
 
 // Stages rows [r0, r0 + n) of src, cols elements each, into shared memory (acc_t) with row pitch
 // `ld`, scaled by `scale`; rows past n are not touched. The whole block cooperates.

@@ -7,6 +7,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/tensor.h"
 #include "kernels/indexing.h"
@@ -19,7 +20,10 @@ constexpr int kMaxDims = 8;  // after coalescing; more goes through a fallback (
 template <int N>
 struct OffsetCalc {
   int rank = 0;         // coalesced dims, innermost last; 0 = a single element
-  bool small = true;    // every index fits in 32 bits: use 32-bit division
+  // 1 when every index fits in 32 bits: use 32-bit division. An int, not a bool: a bool here left
+  // three padding bytes that a copy need not keep, so two equal views could differ in their bytes
+  // (a replayed graph compares nothing, but tests/test_replay_safe.cpp compares launches bytewise).
+  int32_t small = 1;
   int64_t sizes[kMaxDims] = {};
   int64_t strides[kMaxDims][N] = {};  // elements
 
@@ -66,8 +70,13 @@ bool make_offset_calc(const Shape& shape, const std::array<const Shape*, N>& str
     numel *= c.sizes[d];
     for (int k = 0; k < N; ++k) out.strides[d][k] = c.strides[d][k];
   }
-  out.small = numel <= int64_t{0xffffffff};
+  out.small = numel <= int64_t{0xffffffff} ? 1 : 0;
   return true;
 }
+
+// No padding: equal views are equal bytes (checked here rather than under one compiler's copies).
+static_assert(std::has_unique_object_representations_v<OffsetCalc<1>> &&
+              std::has_unique_object_representations_v<OffsetCalc<2>> &&
+              std::has_unique_object_representations_v<OffsetCalc<3>>);
 
 }  // namespace reel::kernels::cuda

@@ -42,6 +42,7 @@ struct TiledArgs {
   int64_t b_row, b_col;
   OffsetCalc<2> batch;   // batch index -> offsets of a and b
 };
+static_assert(std::has_unique_object_representations_v<TiledArgs>);  // equal arguments are equal bytes
 
 // ---- kernels ---------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "core/tensor.h"
@@ -37,6 +38,8 @@ struct ListArgs {
   int tensor_of[kMaxBlocks];
   int chunk_of[kMaxBlocks];
 };
+static_assert(std::has_unique_object_representations_v<ListArgs<1>> &&  // equal lists are equal bytes
+              std::has_unique_object_representations_v<ListArgs<3>>);
 // CUDA's limit on a kernel's parameters (4 KB before Volta's 32 KB): every ListArgs a kernel takes fits.
 static_assert(sizeof(ListArgs<6>) <= 4096, "ListArgs outgrows the kernel parameter space");
 

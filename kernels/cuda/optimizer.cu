@@ -39,14 +39,15 @@ struct DeviceControl {
   const double* coef;  // (1): the gradients' multiplier
   const int* found;    // (1): nonzero: write nothing
   int64_t* steps;      // (2): steps[slot] the count before the update, steps[1 - slot] after it
-  int slot;
   const double* lr;    // (1): the learning rate (the by-value one is then a placeholder)
+  int64_t slot;        // 64 bits and last: no padding, so equal controls are equal bytes
 };
+static_assert(std::has_unique_object_representations_v<DeviceControl>);
 DeviceControl device_control(const StepControl& c) {
   return {c.coef.defined() ? c.coef.data<double>() : nullptr,
           c.found_inf.defined() ? c.found_inf.data<int32_t>() : nullptr,
-          c.steps.defined() ? c.steps.data<int64_t>() : nullptr, c.slot,
-          c.lr.defined() ? static_cast<const double*>(c.lr.data<double>()) : nullptr};
+          c.steps.defined() ? c.steps.data<int64_t>() : nullptr,
+          c.lr.defined() ? static_cast<const double*>(c.lr.data<double>()) : nullptr, c.slot};
 }
 
 // Whether this update is skipped (found_inf set), and the step it runs at (`host_step`, or the

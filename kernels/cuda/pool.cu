@@ -37,6 +37,7 @@
 #include <climits>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "kernels/backends.h"
 #include "kernels/cuda/cudnn_common.h"
@@ -51,6 +52,7 @@ namespace {
 struct Axis {
   int64_t k, s, pad, d;
 };
+static_assert(std::has_unique_object_representations_v<Axis>);  // equal axes are equal bytes
 
 Axis axis_of(const Pool2d& p, int i) { return Axis{p.kernel[i], p.stride[i], p.padding[i], p.dilation[i]}; }
 

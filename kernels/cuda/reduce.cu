@@ -31,8 +31,10 @@ struct ReduceArgs {
   int64_t chunk = 0;     // elements per split; splits = gridDim.y
   OffsetCalc<1> kept;    // o -> offset of output o's first element in x
   OffsetCalc<1> reduced; // r -> offset of its r-th element relative to that
-  bool accumulate = false;  // the final pass adds into out instead of writing it (sums only)
+  int64_t accumulate = 0;   // 1: the final pass adds into out instead of writing it (sums only).
+                            // Not a bool: no padding, so equal arguments are equal bytes.
 };
+static_assert(std::has_unique_object_representations_v<ReduceArgs>);
 
 constexpr int kRowsWarpMax = 512;  // rows this short take one warp each
 constexpr int kWarpsPerBlock = 8;  // rows_warp: block (32, 8), 8 outputs per block
@@ -198,7 +200,7 @@ void reduce_impl(bool mean, const Tensor& x_in, int64_t reduced_dims, const Tens
   const acc_t divisor = mean ? static_cast<acc_t>(R) : acc_t(1);
   const T* px = x.data<T>();
   if (splits == 1) {
-    args.accumulate = accumulate;
+    args.accumulate = accumulate ? 1 : 0;
     launch_pass<IsMax>(layout, px, out.data<T>(), args, 1, divisor);
     return;
   }
@@ -209,7 +211,7 @@ void reduce_impl(bool mean, const Tensor& x_in, int64_t reduced_dims, const Tens
   rows.outputs = O;
   rows.length = splits;
   rows.chunk = splits;
-  rows.accumulate = accumulate;
+  rows.accumulate = accumulate ? 1 : 0;
   const Shape kshape{O}, kstride{splits}, rshape{splits}, rstride{1};
   make_offset_calc<1>(kshape, {&kstride}, rows.kept);
   make_offset_calc<1>(rshape, {&rstride}, rows.reduced);
