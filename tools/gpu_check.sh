@@ -25,6 +25,9 @@
 #                  device -> device) beside the memory roof
 #     8 kernel_lab examples/kernel_lab: the three LayerNorm versions checked and timed on the device
 #                  beside their H200 prediction, and the planted race (docs/kernel_lab.md)
+#     9 graph      char_gpt's eager step and its --cuda-graph step side by side (the same run
+#                  otherwise): per step launches and host syncs, the predicted H200 step, the
+#                  profiled step and the wall step (from tokens/s), one row each
 #   tools/gpu_check.sh --emulated   the same parts on the default flavour (CPU + cuda emulated by
 #                                   kernels/simt, no nvcc) in build/, at small sizes, so that CI
 #                                   proves the script itself (tools/dev.sh test runs it after
@@ -336,6 +339,52 @@ part_bench() {
   [ $rc = 0 ] && [ -n "$d2d" ]
 }
 
+# ---- 9. the eager step beside the CUDA graph step ---------------------------------------------------
+# One char_gpt run each way with the same arguments; from each log: the profile's "per step:" line
+# (launches, or the graph launch and its nodes, and host syncs), its "step on h200" line (the
+# predicted step, and the profiled one: kernel times on a GPU, host time emulated) and the wall step,
+# batch x block size / tokens/s (every step of the run, log lines included).
+graph_row() {  # label log: one table row
+  local label=$1 log=$2 tokens per_step predicted profiled tps wall
+  # "training: N steps of B sequences x T characters ...": B x T tokens a step
+  tokens=$(sed -n 's/^training: [0-9]* steps of \([0-9]*\) sequences x \([0-9]*\) characters.*/\1 \2/p' "$log" |
+    awk '{ print $1 * $2 }')
+  per_step=$(sed -n 's/^per step: //p' "$log" | head -1)
+  predicted=$(sed -n 's/^step on h200: predicted \([0-9.]*\) us.*/\1 us/p' "$log" | head -1)
+  profiled=$(sed -n 's/^step on h200: .*; measured \([0-9.]* ms\).*/\1/p' "$log" | head -1)
+  tps=$(sed -n 's/^tokens\/s: \([0-9.]*\).*/\1/p' "$log" | head -1)
+  wall=$(awk -v t="${tokens:-0}" -v r="${tps:-0}" 'BEGIN { if (r > 0) printf "%.3f ms", 1000 * t / r; else print "?" }')
+  printf "%-6s %-62s %12s %12s %12s\n" "$label" "${per_step:-?}" "${predicted:-?}" "${profiled:-?}" "$wall"
+}
+part_graph() {
+  local exe="$dir/examples/char_gpt"
+  [ -x "$exe" ] || { figure="char_gpt was not built"; return 1; }
+  [ -n "$fortunes" ] || { figure="no fortunes corpus (Debian: fortunes; or gpu_check.sh --prepare)"; return 77; }
+  "$exe" --help 2>&1 | grep -q -- "--cuda-graph" || { figure="no --cuda-graph in this char_gpt"; return 77; }
+  local args=(--device cuda --sample-chars 0 --corpus-dir "$fortunes" --predict h200)
+  if [ "$mode" = emulated ]; then
+    args+=(--max-steps 12 --n-layer 1 --n-head 2 --n-embd 16 --block-size 32 --batch 16 --eval-windows 8)
+  else
+    args+=(--max-steps 200)  # char_gpt's default model: the step docs/profiling.md predicts
+  fi
+  local rc=0 mode_name
+  for mode_name in eager graph; do
+    local extra=()
+    [ $mode_name = graph ] && extra=(--cuda-graph)
+    "$exe" "${args[@]}" "${extra[@]}" --profile "$logs/graph_$mode_name.trace.json" >"$logs/graph_$mode_name.log" 2>&1 ||
+      { rc=$?; tail -5 "$logs/graph_$mode_name.log"; }
+  done
+  printf "%-6s %-62s %12s %12s %12s\n" step "per step" "predicted" "profiled" "wall"
+  graph_row eager "$logs/graph_eager.log" | tee "$logs/graph.table"
+  graph_row graph "$logs/graph_graph.log" | tee -a "$logs/graph.table"
+  [ $rc = 0 ] || { figure="exit $rc ($logs/graph_eager.log, $logs/graph_graph.log)"; return 1; }
+  # The key figure: each step's predicted and wall time.
+  figure=$(awk '{ printf "%s%s predicted %s %s, wall %s %s", sep, $1, $(NF-5), $(NF-4), $(NF-1), $NF; sep = "; " }' \
+    "$logs/graph.table")
+  grep -q "graph launch" "$logs/graph.table" || { figure+="; the graph run made no graph launch"; return 1; }
+  return 0
+}
+
 mkdir -p "$logs"
 echo "gpu_check ($mode): build folder $dir/, logs in $logs/, $jobs jobs"
 run_part build part_build
@@ -346,4 +395,5 @@ run_part char_gpt part_char_gpt
 run_part cnn part_cnn
 run_part bench part_bench
 run_part kernel_lab part_kernel_lab
+run_part graph part_graph
 summary
