@@ -62,6 +62,7 @@ void CudaGraph::capture(Device device, const std::function<void()>& fn) {
   nodes_ = nodes;
   pool_ = pool;
   cost_ = scope.cost();
+  runs_ = std::make_shared<const std::vector<profile::CapturedRun>>(scope.runs());
 }
 
 void CudaGraph::replay() {
@@ -70,7 +71,7 @@ void CudaGraph::replay() {
   std::optional<profile::KernelRun> run;  // one record for the whole graph
   if (profile::enabled()) {
     run.emplace(profile::kGraphKernel, device_, DType::f32, "", cost_);
-    run->set_graph_nodes(nodes_);
+    run->set_graph(nodes_, runs_);
   }
   backend.launch_graph(exec_);
 }

@@ -34,6 +34,8 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <vector>
 
 #include "core/device.h"
 #include "core/profile.h"
@@ -62,7 +64,8 @@ class CudaGraph {
   void* exec_ = nullptr;  // the backend's instantiated graph
   int64_t nodes_ = 0;
   int64_t pool_ = 0;           // the allocator's pool id, 0: none
-  profile::KernelCost cost_;   // the captured kernels' costs, summed (if a Profiler saw the capture)
+  profile::KernelCost cost_;   // the captured kernels' costs, summed
+  std::shared_ptr<const std::vector<profile::CapturedRun>> runs_;  // each captured kernel run
 };
 
 }  // namespace reel

@@ -4,6 +4,7 @@
 #include "core/kernel_price.h"
 
 #include <algorithm>
+#include <array>
 
 namespace reel::profile {
 
@@ -65,8 +66,34 @@ Prediction predict_record(const DeviceSpec& spec, const KernelRecord& record, bo
     if (link_s > spec.launch_s) return {link_s, Bound::Interconnect};
     return {spec.launch_s, Bound::Launch};
   }
-  // A CUDA graph's launch (core/graph.h): its nodes' summed cost at the f32 rate, floored at a graph
-  // node's overhead per node instead of an eager launch's floor per kernel.
+  // A CUDA graph's launch (core/graph.h): node by node where the capture's runs are known, each
+  // priced as its own launch would be but floored at a graph node's overhead instead of an eager
+  // launch's, one after another; the nodes no run stands for (memsets) cost the overhead alone.
+  // The bound: the term that took the most of the graph's time.
+  if (record.graph_nodes > 0 && record.graph_runs) {
+    DeviceSpec node_spec = spec;
+    node_spec.launch_s = kGraphNodeSeconds;
+    std::array<double, 4> by_bound{};  // seconds, by Bound
+    KernelRecord node;
+    for (const CapturedRun& run : *record.graph_runs) {
+      node.kernel = run.kernel;
+      node.dtype = run.dtype;
+      node.stream = run.stream;
+      node.cost = run.cost;
+      const Prediction p = predict_record(node_spec, node, tensor_cores);
+      by_bound[static_cast<size_t>(p.bound)] += p.seconds;
+    }
+    const int64_t bare = record.graph_nodes - static_cast<int64_t>(record.graph_runs->size());
+    if (bare > 0) by_bound[static_cast<size_t>(Bound::Launch)] += static_cast<double>(bare) * kGraphNodeSeconds;
+    Prediction p{0, Bound::Launch};
+    for (size_t b = 0; b < by_bound.size(); ++b) {
+      p.seconds += by_bound[b];
+      if (by_bound[b] > by_bound[static_cast<size_t>(p.bound)]) p.bound = static_cast<Bound>(b);
+    }
+    return p;
+  }
+  // A graph whose runs are not known (a record made by hand): its summed cost at the f32 rate,
+  // floored at a graph node's overhead per node.
   if (record.graph_nodes > 0) {
     const double rate = tensor_cores ? spec.tf32_flops_per_s : spec.fp32_flops_per_s;
     return largest(static_cast<double>(record.cost.bytes()) / spec.bytes_per_s,

@@ -61,13 +61,16 @@ inline constexpr const char* kOffloadStallKernel = "offload_stall";
 // the rule that reads it: cost.bytes_written the copy waited for, cost.bytes_read the copies its
 // thread's offload enqueued on the copy stream after it (not waited for).
 inline constexpr const char* kOffloadFetchWaitKernel = "offload_fetch_wait";
-// A CUDA graph's launch (KernelRecord::graph_nodes > 0, core/graph.h) is priced as
-// max(bytes / bandwidth, FLOPs / rate, nodes * kGraphNodeSeconds): its nodes run back to back on
-// the device with no host launch between them. The per-node overhead: NVIDIA's "Getting Started
-// with CUDA Graphs" (developer.nvidia.com/blog/cuda-graphs, 2019) measured a chain of short kernels
-// (about 2.9 us each) at about 3.4 us a kernel as a graph against 3.8 us launched on a stream: about
-// 0.5 us of overhead a node. The nodes' cost is summed, so a graph mixing memory-bound and
-// compute-bound kernels is priced low (the sum of maxima is more than the maximum of sums).
+// A CUDA graph's launch (KernelRecord::graph_nodes > 0, core/graph.h) is priced node by node: each
+// captured kernel run (KernelRecord::graph_runs) as predict_record prices it eagerly but with
+// kGraphNodeSeconds as its floor instead of DeviceSpec::launch_s, summed (the nodes run back to back
+// on the device with no host launch between them), plus kGraphNodeSeconds for each node no run
+// stands for (a memset). A record without its runs (made by hand) is priced as max(bytes /
+// bandwidth, FLOPs / the f32 rate, nodes * kGraphNodeSeconds), which prices a graph mixing memory-
+// and compute-bound kernels low. The per-node overhead: NVIDIA's "Getting Started with CUDA Graphs"
+// (developer.nvidia.com/blog/cuda-graphs, 2019) measured a chain of short kernels (about 2.9 us
+// each) at about 3.4 us a kernel as a graph against 3.8 us launched on a stream: about 0.5 us of
+// overhead a node.
 inline constexpr double kGraphNodeSeconds = 0.5e-6;
 // The kernels that could take the tensor cores: the GEMMs (matmul, the cuDNN convolutions).
 bool is_gemm_kernel(const std::string& kernel);

@@ -150,20 +150,18 @@ void record_host_sync(HostSyncKind kind, Device device) {
 
 // ---- kernel runs --------------------------------------------------------------------------------
 
-namespace {
-thread_local GraphCaptureScope* t_capture = nullptr;
-}
-GraphCaptureScope::GraphCaptureScope() : previous_(t_capture) { t_capture = this; }
-GraphCaptureScope::~GraphCaptureScope() { t_capture = previous_; }
-GraphCaptureScope* GraphCaptureScope::current() { return t_capture; }
+GraphCaptureScope::GraphCaptureScope() : previous_(detail::t_capture) { detail::t_capture = this; }
+GraphCaptureScope::~GraphCaptureScope() { detail::t_capture = previous_; }
+GraphCaptureScope* GraphCaptureScope::current() { return detail::t_capture; }
 
 KernelRun::KernelRun(const char* kernel, Device device, DType dtype, std::string shapes, KernelCost cost,
                      StreamKind stream) {
-  if (GraphCaptureScope* capture = t_capture) {  // captured into a graph, not run: priced at replay
+  if (GraphCaptureScope* capture = detail::t_capture) {  // captured into a graph, not run: priced at replay
     captured_ = true;
     capture->cost_.flops += cost.flops;
     capture->cost_.bytes_read += cost.bytes_read;
     capture->cost_.bytes_written += cost.bytes_written;
+    capture->runs_.push_back({kernel, dtype, stream, cost});
     return;
   }
   const ThreadContext& c = t_context;

@@ -52,6 +52,14 @@ struct KernelCost {
 enum class Phase : uint8_t { None, Forward, Backward, Replay, Optimizer, User };
 const char* phase_name(Phase phase);
 
+// One kernel run a capture saw (GraphCaptureScope): what KernelRecord would have said of it.
+struct CapturedRun {
+  std::string kernel;
+  DType dtype = DType::f32;
+  StreamKind stream = StreamKind::Compute;
+  KernelCost cost;
+};
+
 struct KernelRecord {
   std::string kernel;    // the backend kernel, e.g. "layernorm_forward"
   std::string op;        // the tape op running it ("layernorm"), empty outside ops
@@ -71,9 +79,12 @@ struct KernelRecord {
   int track = 0;         // host thread track (0, 1, ...), kDeviceTrack or kCopyTrack + device index
   std::array<int64_t, kNumCategories> memory{};  // bytes in use by category on the device at launch
   // A CUDA graph's launch (core/graph.h: CudaGraph::replay) is one record, kernel kGraphKernel, of
-  // this many nodes (its cost: the captured kernels' costs summed, when a Profiler saw the capture);
-  // 0: one kernel.
+  // this many nodes (its cost: the captured kernels' costs summed); 0: one kernel.
   int64_t graph_nodes = 0;
+  // A graph launch's captured kernel runs, each as its own launch would have recorded it (kernel,
+  // dtype, stream, cost): what the predictor prices node by node (core/kernel_price.h). Shared by
+  // every replay of one graph; null for a kernel, or a graph captured while nothing was profiled.
+  std::shared_ptr<const std::vector<CapturedRun>> graph_runs;
 };
 inline constexpr const char* kGraphKernel = "cuda_graph";
 
@@ -160,12 +171,18 @@ class DeviceClock {
   }
 };
 
+class GraphCaptureScope;
 namespace detail {
 extern std::atomic<bool> g_enabled;
 extern std::atomic<int> g_tracking;  // collectors alive that read the context: Profiler, MemoryTimeline
+inline thread_local GraphCaptureScope* t_capture = nullptr;  // this thread's innermost capture
 }
 // True while a Profiler collects: kernel records and spans.
 inline bool enabled() { return detail::g_enabled.load(std::memory_order_relaxed); }
+// True while kernel runs are wanted: a Profiler collects, or this thread captures a CUDA graph
+// (the capture keeps each run's cost for the predictor whether or not a Profiler sees it). The
+// dispatch builds a KernelRun only then.
+inline bool costing() { return enabled() || detail::t_capture != nullptr; }
 // True while a Profiler or a reel::MemoryTimeline (core/memory_timeline.h) collects: the scopes
 // below then keep the thread's context, which both stamp on what they record.
 inline bool tracking() { return detail::g_tracking.load(std::memory_order_relaxed) != 0; }
@@ -182,7 +199,7 @@ struct Context {
 };
 Context current_context();
 
-// RAII around one kernel run; built by the dispatch only while enabled(). `stream`: the device
+// RAII around one kernel run; built by the dispatch only while costing(). `stream`: the device
 // stream the work inside is enqueued on (copy_async passes the copy stream's kind); a device with a
 // clock times it there, on that stream's track. While this thread captures a CUDA graph
 // (GraphCaptureScope) nothing runs: no record is made; the run's cost is added to the capture's.
@@ -193,7 +210,11 @@ class KernelRun {
   ~KernelRun();
   KernelRun(const KernelRun&) = delete;
   KernelRun& operator=(const KernelRun&) = delete;
-  void set_graph_nodes(int64_t nodes) { record_.graph_nodes = nodes; }  // a graph launch's record
+  // A graph launch's record: its node count and the kernel runs its capture saw.
+  void set_graph(int64_t nodes, std::shared_ptr<const std::vector<CapturedRun>> runs) {
+    record_.graph_nodes = nodes;
+    record_.graph_runs = std::move(runs);
+  }
 
  private:
   bool captured_ = false;  // made during a capture: records nothing
@@ -204,7 +225,7 @@ class KernelRun {
 };
 
 // RAII (core/graph.h's CudaGraph::capture): while it lives on this thread, KernelRun records
-// nothing and sums the costs of the runs it sees (the kernels captured) into cost().
+// nothing; it keeps each run it sees (the kernels captured) in runs() and sums their costs into cost().
 class GraphCaptureScope {
  public:
   GraphCaptureScope();
@@ -212,11 +233,13 @@ class GraphCaptureScope {
   GraphCaptureScope(const GraphCaptureScope&) = delete;
   GraphCaptureScope& operator=(const GraphCaptureScope&) = delete;
   const KernelCost& cost() const { return cost_; }
+  const std::vector<CapturedRun>& runs() const { return runs_; }
   static GraphCaptureScope* current();  // this thread's, or null
 
  private:
   friend class KernelRun;
   KernelCost cost_;
+  std::vector<CapturedRun> runs_;
   GraphCaptureScope* previous_;
 };
 

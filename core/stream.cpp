@@ -139,7 +139,7 @@ void check_copy(const char* what, const Tensor& t, size_t buffer_bytes, const St
 // bytes, timed on `stream` (core/profile.h), so a trace shows it on the copy stream's track.
 template <typename Enqueue>
 void profiled(const char* kernel, const Tensor& t, const Stream& stream, Enqueue&& enqueue) {
-  if (!profile::enabled()) return enqueue();
+  if (!profile::costing()) return enqueue();
   profile::KernelCost cost;
   cost.bytes_read = cost.bytes_written = static_cast<int64_t>(t.nbytes());
   const profile::KernelRun run(kernel, stream.device(), t.dtype(), shape_str(t.shape()), cost, stream.kind());

@@ -57,7 +57,7 @@ template <typename Enqueue>
 void ProcessGroup::enqueue_nccl(Work::State& s, Collective c, const Tensor& t, int64_t count, Enqueue enqueue) {
   s.comm = simulated_ ? nullptr : &nccl_comm(t.device());
   std::optional<profile::KernelRun> run;
-  if (profile::enabled())
+  if (profile::costing())
     run.emplace(process_group_detail::nccl_kernel_name(c), t.device(), t.dtype(), shape_str(t.shape()),
                 collective_cost(c, count, t.dtype(), size_));
   if (!s.comm) return;

@@ -66,7 +66,7 @@ decltype(auto) dispatch(const char* kernel, Device device, Cost&& cost, Cpu&& cp
     return cpu(std::forward<Args>(args)...);
 #endif
   };
-  if (!profile::enabled()) return run();
+  if (!profile::costing()) return run();
   ArgSummary summary;
   (summary.add(args), ...);
   const profile::KernelCost c = cost();

@@ -191,6 +191,16 @@ TEST_CASE("CudaGraph on meta: a replay is one profiler record of the graph's nod
     CHECK(r.kernel == profile::kGraphKernel);
     CHECK(r.graph_nodes == graph.nodes());
     CHECK(r.cost.bytes() > 0);  // the captured kernels' costs
+    REQUIRE(r.graph_runs);      // and each captured run, for the predictor
+    CHECK(static_cast<int64_t>(r.graph_runs->size()) == eager_launches);
+    profile::KernelCost summed;
+    for (const auto& run : *r.graph_runs) {
+      summed.bytes_read += run.cost.bytes_read;
+      summed.bytes_written += run.cost.bytes_written;
+      summed.flops += run.cost.flops;
+    }
+    CHECK(summed.bytes() == r.cost.bytes());
+    CHECK(summed.flops == r.cost.flops);
   }
 }
 #endif
@@ -211,4 +221,39 @@ TEST_CASE("CudaGraph: the predictor prices a graph launch at a graph node's over
   const profile::Prediction big = profile::predict_record(spec, r);
   CHECK(big.bound == profile::Bound::Memory);
   CHECK(big.seconds == doctest::Approx(1e-3));
+}
+
+TEST_CASE("CudaGraph: the predictor prices a captured graph node by node") {
+  profile::DeviceSpec spec{};
+  spec.bytes_per_s = 1e12;
+  spec.fp32_flops_per_s = spec.tf32_flops_per_s = 1e13;
+  spec.launch_s = 3e-6;
+  spec.host_link_bytes_per_s = 1e10;
+  // Two nodes: one memory-bound (10 us of traffic), one compute-bound (20 us of f32 FLOPs), one
+  // tiny (its node's overhead), and one node no run stands for (a memset): 10 + 20 + 0.5 + 0.5 us,
+  // where the summed cost alone would say max(10, 20) us.
+  auto runs = std::make_shared<std::vector<profile::CapturedRun>>();
+  runs->push_back({"binary.add", DType::f32, StreamKind::Compute, {0, 10'000'000, 0}});
+  runs->push_back({"softmax_forward", DType::f32, StreamKind::Compute, {200'000'000, 0, 0}});
+  runs->push_back({"fill", DType::f32, StreamKind::Compute, {0, 0, 4}});
+  profile::KernelRecord r;
+  r.kernel = profile::kGraphKernel;
+  r.graph_nodes = 4;
+  for (const auto& run : *runs) {
+    r.cost.flops += run.cost.flops;
+    r.cost.bytes_read += run.cost.bytes_read;
+    r.cost.bytes_written += run.cost.bytes_written;
+  }
+  const double summed = profile::predict_record(spec, r).seconds;  // without the runs: max of sums
+  CHECK(summed == doctest::Approx(20e-6));
+  r.graph_runs = runs;
+  const profile::Prediction p = profile::predict_record(spec, r);
+  CHECK(p.seconds == doctest::Approx(10e-6 + 20e-6 + 2 * profile::kGraphNodeSeconds));
+  CHECK(p.bound == profile::Bound::Compute);  // the term that took most of the time
+  // A graph of tiny nodes is launch-bound at the node overhead, less than eager launches.
+  runs->assign(10, {"fill", DType::f32, StreamKind::Compute, {0, 0, 4}});
+  r.graph_nodes = 10;
+  const profile::Prediction tiny = profile::predict_record(spec, r);
+  CHECK(tiny.bound == profile::Bound::Launch);
+  CHECK(tiny.seconds == doctest::Approx(10 * profile::kGraphNodeSeconds));
 }
