@@ -12,6 +12,17 @@
 // alone. With --accum-steps > 1 the run first measures that difference on one window and prints
 // it ("accumulation gap"), so the caveat is a number, not a footnote (not under --zero 2/3, whose
 // gradients are scattered across the ranks).
+//
+// --cuda-graph (cuda or meta): each full window is captured once after optim::GraphedWindow's eager
+// warm-up windows and replayed (optim/graphed_window.h), as char_gpt's. Its micro-batches go up
+// before the window into examples/batch_upload.h's slots, static tensors the graph reads; a window
+// of another shape (an epoch's last, partial one) runs eagerly from slots of its own, so the full
+// windows' slots keep their addresses; the test accuracy stays eager. Each window's loss is copied
+// back to the host as the step ends (optim::Lazy::detach: from a replay's static output before the
+// next replay overwrites it), so the epoch's line holds no device memory and the step no host
+// sync. Not with a BatchNorm that tracks running statistics (the CNN's default --norm batch):
+// num_batches_tracked is written from the host's count, which a replay would write again as
+// captured; --norm group or none.
 #pragma once
 #include <algorithm>
 #include <chrono>
@@ -118,6 +129,22 @@ inline double accuracy(reel::nn::Module& model, const HostData& d, const reel::S
 struct MicroBatch {
   int64_t begin = 0, size = 0;
 };
+
+// A micro-batch on the device, as training's window takes it: (size, image...) f32 images and
+// (size) i32 labels.
+struct DeviceBatch {
+  reel::Tensor x, y;
+};
+
+// Whether `model` holds a BatchNorm that counts its batches: num_batches_tracked is written from the
+// host's count (nn/layers.cpp), a value a captured CUDA graph would write again at every replay.
+inline bool counts_batches_on_host(reel::nn::Sequential& model) {
+  for (int64_t i = 0; i < model.size(); ++i) {
+    const auto* norm = dynamic_cast<const reel::nn::BatchNorm*>(&model[i]);
+    if (norm && norm->track_running_stats) return true;
+  }
+  return false;
+}
 
 // The micro-batches of the window of `size` samples starting at sample `begin`.
 inline std::vector<MicroBatch> window_of(int64_t begin, int64_t size, int64_t accum_steps) {
@@ -237,7 +264,8 @@ inline FitStep fashion_mnist_fit_step(const FashionMnistModel& spec, const Train
 // The whole run: data, model, training windows, the test accuracy after each epoch, the memory
 // report, --save; returns the process exit status (1: an error, or accuracy below --min-accuracy).
 // Output lines for grep: "test accuracy: 0.8712", "train samples/s: 5123", "peak activation
-// bytes: ...", "accumulation gap: ...".
+// bytes: ...", "accumulation gap: ...", and with --cuda-graph "cuda graph: 5 windows replayed (47 nodes),
+// 4 eager".
 inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, const FashionMnistOptions& f) {
   using namespace reel;
   try {
@@ -276,13 +304,14 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
     const std::unique_ptr<optim::LrSchedule> schedule = make_schedule(o, total_steps);
     const std::unique_ptr<optim::GradScaler> scaler = make_scaler(o);  // --precision f16 only
     optim::Accumulator accumulator(*optimizer, {o.clip, schedule.get(), o.skip_nonfinite, dist.sync(), scaler.get()});
-    // Not yet: the loss below uploads each micro-batch inside the window (a copy-stream copy, which a
-    // CUDA graph cannot hold: the inputs must be uploaded before the window, char_gpt's way), and
-    // the epoch keeps every window's loss (optim::Lazy, holding its device tensor) until its line,
-    // so after the warm-up the cache has no free small block for the capture, and a replay's loss
-    // is the graph's static output, overwritten by the next replay.
-    REEL_CHECK(!o.cuda_graph, spec.program, ": --cuda-graph is not supported here yet (each micro-batch is uploaded "
-               "inside the step, and the epoch keeps every step's loss on the device); char_gpt supports it");
+    // --cuda-graph: each full window captured once after the warm-up windows and replayed
+    // (optim/graphed_window.h), reading the micro-batches' upload slots (below), which keep their
+    // addresses; a window whose micro-batches count otherwise (an epoch's last) runs eagerly.
+    REEL_CHECK(!o.cuda_graph || !counts_batches_on_host(model), "--cuda-graph with a BatchNorm that "
+               "tracks running statistics: its num_batches_tracked is written from the host's count, which a replayed "
+               "graph would write again as captured; use --norm group or --norm none");
+    std::optional<optim::GraphedWindow> graphed;
+    if (o.cuda_graph) graphed.emplace(accumulator);
     std::optional<autograd::DetectAnomaly> detect_anomaly;
     if (o.detect_anomaly) detect_anomaly.emplace();
     std::string plan;
@@ -302,19 +331,25 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
 
     std::mt19937_64 rng(o.seed);  // the shuffling
     std::vector<int64_t> order = identity_order(train.n);
-    const std::function<int64_t(const MicroBatch&)> count = [](const MicroBatch& b) { return b.size; };
-    // The training loop's batches go up asynchronously into static tensors, one slot per micro-batch
-    // of the window (`upload_slot` counts them; null `training_upload`: a blocking copy, for the
-    // plan's and the gap's calls).
-    BatchUpload upload;
-    BatchUpload* training_upload = nullptr;
-    size_t upload_slot = 0;
-    const std::function<Tensor(const MicroBatch&)> loss = [&](const MicroBatch& b) {
-      // only this micro-batch's input lives
-      const auto batch = gather(train, order, b.begin, b.size, spec.image, device, training_upload, upload_slot++);
+    // A micro-batch's SUM-reduced loss.
+    const auto batch_loss = [&](const Tensor& x, const Tensor& y) {
       autograd::Autocast amp(autocast_dtype(o));  // --precision: the forward only, backward in its recorded dtypes
-      return cross_entropy(model(batch.first), batch.second, -100, "sum");
+      return cross_entropy(model(x), y, -100, "sum");
     };
+    // The plan's and the gap's micro-batches: gathered and copied up by a blocking copy, only this
+    // micro-batch's input alive.
+    const std::function<Tensor(const MicroBatch&)> loss = [&](const MicroBatch& b) {
+      const auto batch = gather(train, order, b.begin, b.size, spec.image, device);
+      return batch_loss(batch.first, batch.second);
+    };
+    // The training windows' micro-batches go up asynchronously before the window into static
+    // tensors, one slot per micro-batch (examples/batch_upload.h): a full window's into `upload`'s,
+    // a window of another size (an epoch's last) into `tail_upload`'s, so that the full windows'
+    // slots never change shape, and keep the addresses a captured graph reads.
+    BatchUpload upload, tail_upload;
+    const int64_t full_window = static_cast<int64_t>(dist.share(std::min(o.batch, train.n)).size());
+    const auto count = [](const DeviceBatch& b) { return b.y.numel(); };
+    const auto step_loss = [&](const DeviceBatch& b) { return batch_loss(b.x, b.y); };
 
     const autograd::CheckpointPlan* budget_plan = plan_checkpoint_budget(model, [&] {
       // One micro-batch of the largest size (its images do not matter, only its shapes).
@@ -368,9 +403,10 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
       shuffle(order, rng);
       Progress progress(std::min(steps_per_epoch, total_steps - step), "samples", o.quiet);
       const auto start = std::chrono::steady_clock::now();
-      // The windows' mean losses stay on the device (optim::Lazy, copied back asynchronously) until
-      // the epoch's line reads them: a step reads nothing (the progress line reads its window's
-      // loss only when it draws).
+      // The windows' mean losses, each copied back to the host asynchronously as its step ends
+      // (optim::Lazy, detached: no device block held; a replay's copied from the graph's static
+      // output before the next replay overwrites it), read when the epoch's line reads them: a
+      // step waits for nothing (the progress line reads its window's loss only when it draws).
       std::vector<std::pair<optim::Lazy<double>, int64_t>> window_losses;  // (mean loss, samples)
       int64_t epoch_samples = 0, epoch_steps = 0;
       for (int64_t w = epoch == first_epoch ? first_window : 0; w < train.n && step < total_steps; w += o.batch) {
@@ -388,10 +424,15 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
         profiler.before_step(step + 1);
         memory_timeline.before_step(step + 1);
         const auto window_start = std::chrono::steady_clock::now();
-        training_upload = &upload;
-        upload_slot = 0;
-        const optim::WindowResult r = accumulator.step<MicroBatch>(window, count, loss);
-        training_upload = nullptr;
+        BatchUpload& slots = my_n == full_window ? upload : tail_upload;
+        std::vector<DeviceBatch> micro;
+        for (const MicroBatch& b : window) {
+          const auto xy = gather(train, order, b.begin, b.size, spec.image, device, &slots, micro.size());
+          micro.push_back({xy.first, xy.second});
+        }
+        const optim::WindowResult r = graphed ? graphed->step<DeviceBatch>(micro, count, step_loss)
+                                              : accumulator.step<DeviceBatch>(micro, count, step_loss);
+        r.loss.detach();  // copied back now: the next replay may overwrite it, the epoch keeps no device block
         ++step, ++epoch_steps;
         metrics.log(step, r, std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count(),
                     memory_stats(device).peak_bytes);
@@ -431,6 +472,10 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
     memory_timeline.finish();
     metrics.finish(spec.program + ": training loss");
     report_skipped(accumulator, scaler.get());
+    if (graphed)  // "cuda graph: 5 windows replayed (47 nodes), 4 eager" (the capture's window counts as replayed)
+      std::printf("cuda graph: %lld windows replayed (%lld nodes), %lld eager\n",
+                  static_cast<long long>(graphed->replays()), static_cast<long long>(graphed->graph().nodes()),
+                  static_cast<long long>(graphed->eager_windows()));
     checkpoints.report();
     const MemoryStats stats = memory_stats(device);
     std::printf("test accuracy: %.4f\n", test_acc);

@@ -8,6 +8,7 @@
 //   ./fashion_mnist_mlp --precision bf16                 # forwards under autocast: GEMMs in bf16, f32 weights
 //   mpirun -np 2 ./fashion_mnist_mlp --dist --zero 2 --precision f16   # f16 parameters, f32 master shards
 //   ./fashion_mnist_mlp --fit 16MiB --predict h100        # the fastest levers whose step fits in 16 MiB
+//   ./fashion_mnist_mlp --device cuda --cuda-graph       # each full step one CUDA graph launch
 //
 // Accumulation (optim::Accumulator) gives the big batch's update up to float rounding, and only
 // one micro-batch's activations are alive at a time: that is what it buys. Checkpointing

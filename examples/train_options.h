@@ -204,7 +204,7 @@ inline void add_train_options(CLI::App& app, TrainOptions& o) {
                "check every op's outputs and gradients for NaN/Inf; the first raises, naming the op (slow)");
   app.add_flag("--skip-nonfinite", o.skip_nonfinite, "skip (and count) a step whose gradients are not all finite");
   app.add_flag("--cuda-graph", o.cuda_graph,
-               "cuda or meta: after one eager warm-up step, capture a whole optimizer step (its micro-batches, "
+               "cuda or meta: after three eager warm-up steps, capture a whole optimizer step (its micro-batches, "
                "recomputation, the optimizer) as a CUDA graph and replay it each step, one launch (a step whose "
                "batch shapes differ runs eagerly); needs a loss without host reads and no --dist");
   app.add_option(

@@ -45,7 +45,9 @@
 //
 // The results: a replay's WindowResult reads the graph's static output tensors (the window's loss
 // sum and scale, the found flag, the norm) as optim::Lazy values on the device: read them before
-// the next step(), which overwrites them (as PyTorch's static outputs); lr and count are host values.
+// the next step(), which overwrites them (as PyTorch's static outputs), or keep one with
+// Lazy::detach() (copied back to the host now, the next replay ordered after the copy: an
+// epoch's losses, examples/fashion_mnist.h); lr and count are host values.
 //
 // What it needs: device decisions (Accumulator::device_decisions(): no WindowSync, an optimizer
 // with device control), a cuda or meta device (meta captures the dry run: a replay is one profiler

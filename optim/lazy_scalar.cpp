@@ -30,7 +30,7 @@ void release_done() {
 
 template <typename T>
 struct Lazy<T>::State {
-  Tensor source;  // one element (a view of the device tensor)
+  Tensor source;  // one element (a view of the device tensor); undefined once detached
   bool negate = false;
   bool async = false;  // copied_back: pinned and copied hold it
   PinnedBuffer pinned;
@@ -53,15 +53,13 @@ Lazy<T> Lazy<T>::on_device(const Tensor& source, int64_t index, bool negate) {
   return out;
 }
 
-template <typename T>
-Lazy<T> Lazy<T>::copied_back(const Tensor& source) {
-  REEL_CHECK(source.defined() && source.numel() == 1 && source.dtype() == DType::f64 && source.is_contiguous(),
-             "Lazy::copied_back: one contiguous f64 element expected, got ", source.shape(), " ", source.dtype());
-  Lazy out = on_device(source, 0);
-  const Device device = source.device();
-  if (device.is_cpu()) return out;  // host memory already
+namespace {
+// s.source (one f64 element on a device) copied into a new pinned buffer on the device's copy
+// stream, after the work enqueued so far on its compute stream (which writes it).
+template <typename State>
+void start_copy_back(State& s) {
+  const Device device = s.source.device();
   release_done();
-  State& s = *out.state_;
   s.async = true;
   s.pinned = PinnedBuffer(sizeof(double), device);
   Event computed(device);
@@ -70,7 +68,37 @@ Lazy<T> Lazy<T>::copied_back(const Tensor& source) {
   copy.wait(computed);
   copy_async(s.source, s.pinned, copy);
   s.copied = copy.record();
+}
+}  // namespace
+
+template <typename T>
+Lazy<T> Lazy<T>::copied_back(const Tensor& source) {
+  REEL_CHECK(source.defined() && source.numel() == 1 && source.dtype() == DType::f64 && source.is_contiguous(),
+             "Lazy::copied_back: one contiguous f64 element expected, got ", source.shape(), " ", source.dtype());
+  Lazy out = on_device(source, 0);
+  if (source.device().is_cpu()) return out;  // host memory already
+  start_copy_back(*out.state_);
   return out;
+}
+
+template <typename T>
+void Lazy<T>::detach() const {
+  if (!state_) return;  // a host value
+  State& s = *state_;
+  if (!s.source.defined()) return;  // detached already
+  const Device device = s.source.device();
+  if (s.cached || device.is_cpu()) {  // read already, or host memory: read now (no wait), keep the value
+    get();
+    s.source = Tensor();
+    return;
+  }
+  if (!s.async) {
+    REEL_CHECK(s.source.dtype() == DType::f64, "Lazy::detach: a device value of one f64 element expected, got ",
+               s.source.dtype(), " on ", device);
+    start_copy_back(s);
+  }
+  Stream::compute(device).wait(s.copied);  // whatever reuses the tensor's memory runs after the copy
+  s.source = Tensor();
 }
 
 template <typename T>

@@ -10,7 +10,8 @@
 // host on the first read (the host waits for the work enqueued so far); or a device value copied
 // back asynchronously when it was made (copied_back: pinned memory and an event, core/stream.h),
 // whose read waits for that copy only (one dropped unread keeps its buffer until the copy is done,
-// without waiting for it). The first read is kept: later reads are free. Copies share
+// without waiting for it). The first read is kept: later reads are free. detach() lets go of the
+// device tensor (copied back first where it was not). Copies share
 // the value (a WindowResult copied around reads its device once). On the meta device the read
 // gives its placeholder (0, false), as any meta value (kernels/meta.h).
 #pragma once
@@ -32,6 +33,18 @@ class Lazy {
   // Element 0 of `source` (f64, one element), copied to pinned host memory now, on its device's
   // copy stream after the work enqueued so far on its compute stream; a host tensor is read directly.
   static Lazy copied_back(const Tensor& source);
+
+  // Lets go of the device memory it reads, keeping the value: one read from a device tensor on the
+  // first get() (on_device: a replayed CUDA graph's static output, which the next replay
+  // overwrites) is copied back now, as copied_back() does (on the copy stream, after the work
+  // enqueued so far on the compute stream); then the device's compute stream waits for that copy
+  // (a wait on the device: no host sync), so the tensor may be overwritten or freed, its block
+  // reused, as soon as this returns. A value read already, or a host tensor's, is kept on the host.
+  // For values kept until a later log line (an epoch's window losses) that would otherwise hold a
+  // device block each (a warm cache short of one at a graph's capture) or read a static output
+  // after the next replay. A device value must be one f64 element (reel::Error otherwise). Copies
+  // share it: every copy of this Lazy reads the copied value.
+  void detach() const;
 
   T get() const;
   operator T() const { return get(); }  // NOLINT(google-explicit-constructor): reads as the value it stands for

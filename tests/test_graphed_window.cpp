@@ -6,7 +6,9 @@
 // parameters, the optimizer's state and step count and the scaler's state are compared to the bit.
 // A replayed step is one graph launch (beside the prologue's two copies) and no host sync; a
 // capture that reads the host is refused
-// with a reel::Error naming the capture.
+// with a reel::Error naming the capture. Results kept past later steps (an epoch's losses) with
+// optim::Lazy::detach read what their windows computed, not the static output the next replay
+// overwrote, and the held warm-up results leave the capture the cache it needs.
 #include <cstring>
 #include <string>
 #include <vector>
@@ -217,6 +219,60 @@ TEST_CASE("GraphedWindow: a replayed step is one graph launch and no host sync (
     CHECK(profile::format_step_counts(c).rfind("per step: 1 graph launch (" + std::to_string(graphed.graph().nodes()) +
                                                    " nodes) + 2 launches, 0 host syncs",
                                                0) == 0);
+  }
+}
+
+TEST_CASE("Lazy::detach: the value is kept on the host once the device tensor is overwritten (cpu, emulated cuda)") {
+  std::vector<Device> devices{Device::cpu()};
+  if (cuda_available()) devices.push_back(Device::cuda(0));
+  for (Device d : devices) {
+    CAPTURE(d);
+    const Tensor t = full({2}, 1.5, DType::f64, d);  // (2)
+    const optim::Lazy<double> v = optim::Lazy<double>::on_device(t, 1);
+    const optim::Lazy<double> shared = v;  // a copy shares the detached value
+    v.detach();
+    t.fill_(7.0);  // what a replay does to a static output (enqueued after the copy back)
+    CHECK(v.get() == 1.5);
+    CHECK(shared.get() == 1.5);
+    const optim::Lazy<double> read = optim::Lazy<double>::on_device(t, 0);
+    CHECK(read.get() == 7.0);
+    read.detach();  // read already: kept
+    t.fill_(8.0);
+    CHECK(read.get() == 7.0);
+  }
+  if (cuda_available()) {
+    const optim::Lazy<double> i32 = optim::Lazy<double>::on_device(zeros({1}, DType::i32, Device::cuda(0)), 0);
+    CHECK_REEL_ERROR(i32.detach(), "Lazy::detach: a device value of one f64 element expected");
+  }
+}
+
+TEST_CASE("GraphedWindow: every window's loss kept with Lazy::detach until the end (as an epoch's line) reads the "
+          "eager run's") {
+  if (!cuda_available()) return;
+  const Device d = Device::cuda(0);
+  const int windows = 9;
+  Run eager(d, /*scaled*/ false);
+  std::vector<double> expected;
+  const auto eager_loss = [&](const Batch& b) { return eager.loss(b); };
+  for (int step = 0; step < windows; ++step) {
+    eager.fill(step);
+    expected.push_back(eager.acc.step<Batch>(eager.micro, Run::count, eager_loss).loss.get());
+  }
+  Run run(d, /*scaled*/ false);
+  optim::GraphedWindow graphed(run.acc);
+  const auto loss = [&](const Batch& b) { return run.loss(b); };
+  std::vector<optim::Lazy<double>> kept;  // every window's, the warm-up's too, held while the graph is captured
+  for (int step = 0; step < windows; ++step) {
+    run.fill(step);
+    const optim::WindowResult r = graphed.step<Batch>(run.micro, Run::count, loss);
+    r.loss.detach();
+    kept.push_back(r.loss);
+  }
+  CHECK(graphed.replays() == windows - 3);
+  for (int i = 0; i < windows; ++i) {
+    CAPTURE(i);
+    const double got = kept[static_cast<size_t>(i)].get();
+    CHECK(std::memcmp(&got, &expected[static_cast<size_t>(i)], sizeof(double)) == 0);
   }
 }
 
