@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "autograd/op.h"
@@ -32,6 +33,10 @@ struct Node {
     DType dtype = DType::f32;
     Device device;
     Tensor grad;  // summed over consumers during backward, freed once this node has run
+    // The loss's seed as a host number instead of `grad`: set on the root's output alone, by
+    // backward(loss, scale) when the op accepts_host_seed (autograd/op.h); nothing else adds to it
+    // (every consumer of the loss comes after the root, and the walk starts there).
+    std::optional<double> host_grad;
     bool views_leaf = false;  // a view of a parameter's storage (AutogradMeta::views_leaf), for replays
     // The output tensor's autograd state, weakly: expired once no live tensor is this output and
     // no node on the tape consumes it (a consumer's Input::meta holds it), i.e. no live tensor

@@ -32,6 +32,9 @@ BackwardCtx::BackwardCtx(Node& node)
 size_t BackwardCtx::num_inputs() const { return node_.inputs.size(); }
 bool BackwardCtx::needs_input_grad(size_t i) const { return node_.inputs[i].meta != nullptr; }
 const Shape& BackwardCtx::input_shape(size_t i) const { return node_.inputs[i].shape; }
+std::optional<double> BackwardCtx::host_grad(size_t k) const {
+  return k < node_.outputs.size() ? node_.outputs[k].host_grad : std::nullopt;
+}
 
 const Tensor& BackwardCtx::saved(size_t slot) {
   const char* op = node_.op->name();

@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,11 @@ class BackwardCtx {
   size_t num_inputs() const;
   bool needs_input_grad(size_t i) const;
   const Shape& input_shape(size_t i) const;
+  // Output k's gradient as a host number, when the tape passed it so (grad_out[k] is then
+  // undefined): the seed `scale` of backward(loss, scale) where this node made the loss and its op
+  // accepts_host_seed(k). Empty otherwise (the gradient is the tensor grad_out[k]). Not rounded:
+  // kernels::binary(op, t, s) rounds it to t's dtype first, as the filled seed tensor was.
+  std::optional<double> host_grad(size_t k) const;
   // Saved slot `slot`, unpacked (its hook's unpack runs once) and version-checked; reel::Error if
   // forward did not save it (or the rule released it).
   const Tensor& saved(size_t slot);
@@ -95,13 +101,23 @@ class Op {
   // input's storage). Runs in forward and again when a checkpoint segment is replayed, so it may
   // depend only on `in` and the op's members; it runs under NoGrad, so nothing it calls records.
   virtual Tensors forward(const Tensors& in, ForwardCtx& ctx) const = 0;
-  // Input gradients from output gradients (each defined, shaped like its output). An entry may be
+  // Input gradients from output gradients (each defined, shaped like its output, except where
+  // accepts_absent_grad or accepts_host_seed says otherwise). An entry may be
   // left undefined where !ctx.needs_input_grad(i). Broadcast inputs get gradients of their own
-  // shape (see sum_to).
+  // shape (see sum_to). A returned gradient may be a tensor the rule owns (a save of its own, or
+  // grad_out itself): the tape never writes into a gradient it received (it sums out of place and
+  // copies into a leaf's new .grad), and a rule must not write into its grad_out either.
   virtual Tensors backward(const Tensors& grad_out, BackwardCtx& ctx) const = 0;
   // Whether backward takes output `k`'s gradient undefined when nothing reached that output (else
   // the tape hands it zeros, a fill): for a rule that only adds it somewhere (add_layer_norm's sum).
   virtual bool accepts_absent_grad(size_t /*k*/) const { return false; }
+  // Whether backward takes output `k`'s gradient as a host number (ctx.host_grad(k), grad_out[k]
+  // undefined) when that output is the scalar loss of backward(loss, scale): the seed is then a
+  // constant the host knows, and the tape makes no tensor of it (a fill launch). For a rule whose
+  // input gradients are a saved tensor times the seed (cross_entropy, linear_cross_entropy): it
+  // hands the save on as it is for a seed of 1 (no launch), or scales it by the number. Every other
+  // gradient, an explicit one (backward(loss, grad)) included, is a tensor as before.
+  virtual bool accepts_host_seed(size_t /*k*/) const { return false; }
   // Attributes for the tape dump, e.g. "p=0.1 seed=5 offset=3".
   virtual std::string attributes() const { return ""; }
   // Selective checkpointing keeps this op's output instead of recomputing it: true for the ops

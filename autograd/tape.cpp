@@ -4,13 +4,18 @@
 // Memory story of one step, in the order it happens:
 //   forward   each node saves what its backward needs (counted as activations); inside a
 //             checkpoint segment it saves nothing and the segment holds its boundary inputs;
-//   backward  walking the nodes in reverse, a node's output gradients are complete when it is
+//   backward  seeded at the loss: backward(loss, scale) hands the number itself to a loss op that
+//             takes it (Op::accepts_host_seed: no seed tensor, and cross_entropy's rule then
+//             launches nothing for 1), any other seed is a tensor;
+//             walking the nodes in reverse, a node's output gradients are complete when it is
 //             reached (every consumer comes later on the tape). Its backward runs (it may drop a
 //             save early, BackwardCtx::release_saved), then its saved tensors and output gradients
 //             are freed at once; input gradients are summed into the
 //             producers' output slots, or added into a leaf's persistent .grad (in f32 when the
 //             user gave a 16-bit parameter an f32 buffer: distributed/fsdp.h's mixed precision). Reaching a
-//             collapsed segment, the tape first replays its nodes from the held boundary inputs;
+//             collapsed segment, the tape first replays its nodes from the held boundary inputs.
+//             The tape never writes into a gradient a rule returned (sums are out of place; a
+//             leaf's .grad starts as a copy), so a rule may return a tensor it owns (a save);
 //   end       the tape is cleared, so the next micro-batch starts from nothing.
 #include "autograd/tape.h"
 
@@ -40,7 +45,10 @@ thread_local bool t_tape_alive = false;
 // Frees what a node holds once the walk is past it.
 void release(Node& node) {
   node.saved.clear();
-  for (Node::Output& out : node.outputs) out.grad = Tensor();
+  for (Node::Output& out : node.outputs) {
+    out.grad = Tensor();
+    out.host_grad.reset();
+  }
   for (Node::Input& in : node.inputs) in.held.clear();
 }
 
@@ -382,24 +390,42 @@ void check_loss_requires_grad(const Tensor& loss) {
 }
 }  // namespace
 
+void Tape::raise_deferred_error() {
+  if (deferred_error_.empty()) return;
+  // Once: the tape itself was repaired at the close.
+  const std::string message = std::move(deferred_error_);
+  deferred_error_.clear();
+  REEL_FAIL(message, " (raised by this backward: the scope's destructor found it and cannot throw)");
+}
+
+// The seed is a number the host knows: a loss whose op takes it so (Op::accepts_host_seed) gets it
+// as that number, and no tensor is made of it (a fill); any other loss gets it filled in.
 void Tape::backward(const Tensor& loss, double scale) {
+  raise_deferred_error();
   check_loss_requires_grad(loss);
   REEL_CHECK(loss.numel() == 1, "backward: the loss has shape ", loss.shape(),
              "; a non-scalar loss needs an explicit gradient: backward(loss, grad)");
-  backward(loss, full(loss.shape(), scale, loss.dtype(), loss.device()));
+  const auto& meta = loss.autograd_meta();
+  const std::shared_ptr<Node> root = meta->is_leaf ? nullptr : meta->producer.lock();
+  if (root && root->op->accepts_host_seed(static_cast<size_t>(meta->output_index)))
+    walk(loss, Tensor(), scale);
+  else
+    walk(loss, full(loss.shape(), scale, loss.dtype(), loss.device()), std::nullopt);
 }
 
 void Tape::backward(const Tensor& loss, const Tensor& grad) {
-  if (!deferred_error_.empty()) {  // once: the tape itself was repaired at the close
-    const std::string message = std::move(deferred_error_);
-    deferred_error_.clear();
-    REEL_FAIL(message, " (raised by this backward: the scope's destructor found it and cannot throw)");
-  }
+  raise_deferred_error();
   check_loss_requires_grad(loss);
   REEL_CHECK(grad.defined(), "backward: the gradient of the loss ", loss.shape(), " is an undefined tensor");
   REEL_CHECK(grad.shape() == loss.shape() && grad.dtype() == loss.dtype() && grad.device() == loss.device(),
              "backward: the gradient ", grad.shape(), " ", grad.dtype(), " on ", grad.device(),
              " does not match the loss ", loss.shape(), " ", loss.dtype(), " on ", loss.device());
+  walk(loss, grad, std::nullopt);
+}
+
+// The checks and the walk, with the seed either a tensor (`grad`) or a host number (`host_seed`,
+// only for a loss made by a node: a leaf loss has no rule to take it).
+void Tape::walk(const Tensor& loss, const Tensor& grad, std::optional<double> host_seed) {
   REEL_CHECK(!open_segment_, "backward: called inside an autograd::Checkpoint scope; close the segment first");
   // The walk computes in the dtypes the forward recorded (its casts are nodes, replayed as such): a
   // rule calling a user function must not be re-cast by a scope still open around backward.
@@ -433,7 +459,7 @@ void Tape::backward(const Tensor& loss, const Tensor& grad) {
   const profile::PhaseScope profiled_phase(profile::Phase::Backward);
   // end_backward comes once run_backward has cleared the tape, or with threw = true as its error leaves.
   ObservedBackward observed({static_cast<int64_t>(root->index), accumulates});
-  run_backward(*root, meta->output_index, grad);
+  run_backward(*root, meta->output_index, grad, host_seed);
   observed.finish();
 }
 
@@ -454,7 +480,7 @@ std::vector<std::vector<const AutogradMeta*>> leaves_final_after(
 
 bool reached(const Node& node) {  // does any gradient flow into this node?
   for (const Node::Output& out : node.outputs)
-    if (out.grad.defined()) return true;
+    if (out.grad.defined() || out.host_grad) return true;
   return false;
 }
 }  // namespace
@@ -462,7 +488,7 @@ bool reached(const Node& node) {  // does any gradient flow into this node?
 // The reverse walk. Observers (autograd/hooks.h) see each rule, each replay and each leaf whose
 // gradient is final (and the walk's begin and end, from backward()); what they do (anomaly checks,
 // profiler scopes, data parallel's buckets) is not written here.
-void Tape::run_backward(const Node& root, int output_index, const Tensor& seed) {
+void Tape::run_backward(const Node& root, int output_index, const Tensor& seed, std::optional<double> host_seed) {
   // Whatever happens (an error in a kernel included), the tape is spent afterwards.
   struct ClearAtExit {
     Tape& tape;
@@ -478,7 +504,9 @@ void Tape::run_backward(const Node& root, int output_index, const Tensor& seed) 
   NoGrad no_grad;  // backward rules and replays call kernels; nothing may record meanwhile
 
   const auto ready = leaves_final_after(nodes_, root.index);
-  nodes_[root.index]->outputs[output_index].grad = seed;
+  Node::Output& root_out = nodes_[root.index]->outputs[output_index];
+  if (host_seed) root_out.host_grad = host_seed;  // the rule reads the number (BackwardCtx::host_grad)
+  else root_out.grad = seed;
   for (size_t i = root.index + 1; i-- > 0;) {
     Node& node = *nodes_[i];
     if (reached(node)) {
@@ -498,6 +526,7 @@ void Tape::run_rule(Node& node) {
   for (size_t k = 0; k < grad_out.size(); ++k) {
     const Node::Output& out = node.outputs[k];
     if (out.grad.defined()) grad_out[k] = out.grad;
+    else if (out.host_grad) continue;  // handed as a number: the rule reads BackwardCtx::host_grad(k)
     else if (!node.op->accepts_absent_grad(k)) grad_out[k] = zeros(out.shape, out.dtype, out.device);
   }
   BackwardCtx ctx(node);

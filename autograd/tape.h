@@ -34,6 +34,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,7 +53,9 @@ class Tape {
   Tape(const Tape&) = delete;
   Tape& operator=(const Tape&) = delete;
 
-  // Backward from a scalar loss: seeds d(loss) = scale.
+  // Backward from a scalar loss: seeds d(loss) = scale, as a number where the loss's op takes one
+  // (Op::accepts_host_seed: cross_entropy's backward is then no launch for scale 1, one for
+  // another scale), else as a filled tensor.
   void backward(const Tensor& loss, double scale = 1.0);
   // Backward from any loss with an explicit gradient (loss's shape, dtype and device).
   void backward(const Tensor& loss, const Tensor& grad);
@@ -99,7 +102,11 @@ class Tape {
   void close(const std::shared_ptr<Segment>& segment, OnMisuse on_misuse);
 
  private:
-  void run_backward(const Node& root, int output_index, const Tensor& seed);
+  void raise_deferred_error();  // the error a Checkpoint destructor left, once
+  // backward's checks and walk: the seed a tensor `grad`, or the number `host_seed` (then `grad`
+  // is undefined; see Op::accepts_host_seed).
+  void walk(const Tensor& loss, const Tensor& grad, std::optional<double> host_seed);
+  void run_backward(const Node& root, int output_index, const Tensor& seed, std::optional<double> host_seed);
   void run_rule(Node& node);                   // one node's backward rule, its gradients summed
   void replay(Segment& segment, size_t last);  // autograd/checkpoint.cpp
   const Device* moved_to(const AutogradMeta* leaf) const;  // where leaf_moved() last put it, or null

@@ -6,7 +6,8 @@
 // logits and lse. Counting the memory for N rows of V classes (GPT-2: V = 50257, N = B*T):
 //   logits + lse:  N*V + N values, and backward re-reads the logits to recompute the softmax;
 //   dlogits:       N*V values, and backward is one multiply by the incoming gradient (a scalar,
-//                  or one value per row for "none"); the logits are not kept by the tape at all,
+//                  or one value per row for "none"), none at all for backward(loss) (a seed of
+//                  1, taken as a number: Op::accepts_host_seed); the logits are not kept by the tape at all,
 //                  so they are freed as soon as the caller drops them.
 // Equal memory, one exp per logit instead of two, and the fused path is the more precise one
 // for large logits (see kernels/cpu/cross_entropy.cpp). The price: the forward writes N*V more
@@ -46,7 +47,17 @@ struct CrossEntropy final : autograd::Op {
     if (fused) ctx.save({r.dlogits});  // (N..., V): d(loss)/d(logits) for d(loss) = 1
     return {r.loss};
   }
+  // backward(loss, s) hands s over as a number: no fill for it, and for s = 1 no launch at all.
+  bool accepts_host_seed(size_t /*k*/) const override { return true; }
   Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
+    if (const std::optional<double> s = ctx.host_grad(0)) {  // the loss's seed (one element, any reduction)
+      // s = 1: the save IS the gradient. Handed on as it is (dlogits * 1 would be the same bits):
+      // this node's own tensor, which the tape drops right after this rule, and the tape never
+      // writes into a gradient it receives (sums are out of place, a leaf's .grad is a copy).
+      if (*s == 1.0) return {ctx.saved(0), Tensor()};
+      // Otherwise one launch: s rounded to the dtype and multiplied as the filled seed would be.
+      return {kernels::binary(kernels::BinaryOp::Mul, ctx.saved(0), *s), Tensor()};
+    }
     // "none": the gradient of each row's loss scales that row; otherwise one scalar scales all.
     const Tensor g = reduction == Reduction::None ? grad[0].unsqueeze(-1) : grad[0];
     return {kernels::binary(kernels::BinaryOp::Mul, ctx.saved(0), g), Tensor()};

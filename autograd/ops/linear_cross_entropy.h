@@ -13,7 +13,8 @@
 // in f64 in row order (on the host) times 1/count ("mean") or 1 ("sum").
 //
 // What is saved, and why: dh and dW (and db) for d(loss) = 1; backward multiplies each in place
-// by the incoming scalar gradient (no (V, C) temporary) and hands it on. Neither the logits nor h nor W are kept. Memory for N rows, C
+// by the incoming scalar gradient (no (V, C) temporary) and hands it on (for backward(loss), a
+// seed of 1 taken as a number, Op::accepts_host_seed, it multiplies nothing: no launch). Neither the logits nor h nor W are kept. Memory for N rows, C
 // features, V classes, f32 (GPT-2 small: N = B*T = 8*1024, C = 768, V = 50257):
 //   linear + cross_entropy:  saves h (N*C, often another node's save already) and W (a parameter),
 //                            plus cross_entropy's dlogits N*V*4 = 1.53 GiB; the logits N*V*4 =
@@ -34,6 +35,7 @@
 // needs dlogits (N, V) again, the very memory this op exists to avoid (use linear + cross_entropy).
 #pragma once
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -117,14 +119,21 @@ struct LinearCrossEntropy final : autograd::Op {
     if (fused) ctx.save({want_dh ? dh.view(in[0].shape()) : Tensor(), dw, db});
     return {scalar_tensor(total * row_scale, h.dtype(), h.device())};
   }
+  // backward(loss, s) hands s over as a number: for s = 1 the saves are the gradients, no launch.
+  bool accepts_host_seed(size_t /*k*/) const override { return true; }
   Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
     // Each save scaled in place by the loss's gradient g () and handed on as the gradient: the
     // saves are this node's own, read once (unpacked once, version-checked at that unpack, freed
     // after this rule), and a fresh product would add a (V, C) temporary at the very start of
-    // backward, when every activation is still alive.
-    const Tensor& g = grad[0];
+    // backward, when every activation is still alive. The tape never writes into a gradient it
+    // receives (sums are out of place, a leaf's .grad is a copy), so handing a save on is safe.
+    const std::optional<double> s = ctx.host_grad(0);  // the seed as a number (accepts_host_seed)
+    Tensor g = s ? Tensor() : grad[0];
     auto scaled = [&](size_t slot) {
       Tensor t = ctx.saved(slot);
+      if (s && *s == 1.0) return t;  // t * 1 is t, bit for bit: nothing to launch
+      // The fill the tape would have made, here once (the saves have the loss's dtype and device).
+      if (!g.defined()) g = full({}, *s, t.dtype(), t.device());
       kernels::binary_(kernels::BinaryOp::Mul, t, g);
       return t;
     };
