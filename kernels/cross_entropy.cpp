@@ -1,7 +1,7 @@
 // Entry points of the cross_entropy family (kernels/cross_entropy.h): checks (targets in range:
-// kernels/index_check.h), the Mean divisor counted on the device, contiguous (N, V) rows, outputs,
-// the backend kernel, and the reduction of the per-row losses (a kernel too); mse_loss's checks,
-// its squares' kernel and their sum.
+// kernels/index_check.h), the forward's plan (one launch that also counts the Mean's divisor and
+// reduces the per-row losses on the device, or the count first), contiguous (N, V) rows, outputs,
+// the backend kernels; mse_loss's checks, its squares' kernel and their sum.
 #include "kernels/cross_entropy.h"
 
 #include <algorithm>
@@ -49,19 +49,31 @@ void check_cross_entropy(const char* op, const Tensor& logits, const Tensor& tar
   check_range_before(target_range(op, logits, ignore_index), untracked::contiguous(targets), logits.numel() > 0);
 }
 
-// () i64 on the targets' device: how many of the N targets are not ignore_index (a kernel on cuda).
-Tensor count_targets(const Tensor& targets, int64_t N, int64_t ignore_index) {
-  Tensor count = empty({}, DType::i64, targets.device());
-  if (N == 0) {
-    count.fill_(0.0);
-    return count;
-  }
+// count () i64 on the targets' device = how many of the N (> 0) targets are not ignore_index: a
+// launch of its own on cuda (the forward's fallback, and the separate backward's Mean divisor).
+void count_targets(const Tensor& targets, int64_t N, int64_t ignore_index, const Tensor& count) {
+  const Tensor t = contiguous_as(targets, {N});
   // Reads the targets, writes one integer.
-  REEL_DEVICE_DISPATCH(targets.device(), cross_entropy_count, kernel_cost({&targets}, {&count}, N),
-                       contiguous_as(targets, {N}), ignore_index, count);
-  return count;
+  REEL_DEVICE_DISPATCH(targets.device(), cross_entropy_count, kernel_cost({&t}, {&count}, N), t, ignore_index, count);
 }
+
 }  // namespace
+
+CrossEntropyPlan cross_entropy_plan(int64_t N, int64_t index_bytes, bool count_before_rows) {
+  CrossEntropyPlan p;
+  p.blocks = std::min(N, kCrossEntropyMaxBlocks);
+  if (!count_before_rows) return p;  // the last block counts: the rows do not need it
+  // Every block reading the N targets: blocks x N x index_bytes, within kRecountBytes (the division
+  // keeps blocks x N from overflowing for any N).
+  if (p.blocks <= kRecountBytes / (N * index_bytes)) {
+    p.count_in_blocks = true;
+    p.count_reads = p.blocks;
+  } else {
+    p.count_first = true;
+    p.count_reads = 0;
+  }
+  return p;
+}
 
 CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& targets, Reduction reduction,
                                           int64_t ignore_index, std::optional<double> grad_scale) {
@@ -70,38 +82,46 @@ CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& ta
   CrossEntropyForward r;
   const int64_t V = logits.size(-1), N = logits.numel() / V;
   const Shape rows = rows_of(logits.shape());
-  r.count = count_targets(targets, N, ignore_index);
-  // The Mean divides by the count (0 when every row is ignored: loss 0 and gradient 0, see
-  // kernels/cross_entropy.h, never 0/0); the kernels read it where it was counted.
-  const Tensor mean_count = reduction == Reduction::Mean ? r.count : Tensor();
   // The kernels write lse and the per-row losses in the accumulation dtype (f32 for bf16 / f16
   // logits; the logits' dtype otherwise, so nothing changes there); the losses are rounded to the
   // logits' dtype once, after the reduction has read them wide.
   const DType acc = acc_dtype(logits.dtype());
   const Tensor losses = empty(rows, acc, logits.device());
   r.lse = empty(rows, acc, logits.device());
+  // The count of targets not ignored, () i64 where the logits live: the Mean's divisor (0 when every
+  // row is ignored: loss 0 and gradient 0, see kernels/cross_entropy.h, never 0/0).
+  r.count = empty({}, DType::i64, logits.device());
   if (grad_scale) r.dlogits = empty(logits.shape(), logits.dtype(), logits.device());
-  if (N > 0)
-    run_indexed(target_range(op, logits, ignore_index), targets.shape(), [&] {
-      // Per logit: max, exp(x - max), sum (4 FLOPs); with the gradient also softmax - onehot, scaled (2).
-      REEL_DEVICE_DISPATCH(logits.device(), cross_entropy_forward,
-                           kernel_cost({&logits, &targets}, {&r.losses, &r.lse, &r.dlogits}, (grad_scale ? 6 : 4) * N * V),
-                           as_rows(logits, N, V), contiguous_as(targets, {N}),
-                           ignore_index, untracked::view(losses, {N}), untracked::view(r.lse, {N}),
-                           grad_scale ? as_rows(r.dlogits, N, V) : Tensor(), grad_scale.value_or(0.0), mean_count);
-    });
-  r.losses = acc == logits.dtype() ? losses : losses.to(logits.dtype());
-  if (reduction == Reduction::None) {
-    r.loss = r.losses;
-  } else if (N == 0) {
-    r.loss = scalar_tensor(0.0, logits.dtype(), logits.device());
-  } else {
-    // N values widened and added in f64 in the fixed lane order (kLossLanes): deterministic, and
-    // cheap next to the N x V pass; on cuda one block, so the loss never leaves the device.
-    r.loss = empty({}, logits.dtype(), logits.device());
-    REEL_DEVICE_DISPATCH(logits.device(), cross_entropy_reduce, kernel_cost({&losses}, {&r.loss}, N),
-                         untracked::view(losses, {N}), mean_count, r.loss);
+  const bool reduced = reduction != Reduction::None;
+  if (N == 0) {
+    r.count.fill_(0.0);
+    r.losses = acc == logits.dtype() ? losses : losses.to(logits.dtype());
+    r.loss = reduced ? scalar_tensor(0.0, logits.dtype(), logits.device()) : r.losses;
+    return r;
   }
+  const Tensor loss = reduced ? empty({}, logits.dtype(), logits.device()) : Tensor();  // ()
+  const Tensor t = contiguous_as(targets, {N});                                         // (N)
+  const bool mean = reduction == Reduction::Mean;
+  const CrossEntropyPlan plan =
+      cross_entropy_plan(N, static_cast<int64_t>(dtype_size(targets.dtype())), mean && grad_scale.has_value());
+  if (plan.count_first) count_targets(targets, N, ignore_index, r.count);
+  run_indexed(target_range(op, logits, ignore_index), targets.shape(), [&] {
+    // Per logit: max, exp(x - max), sum (4 FLOPs); with the gradient also softmax - onehot, scaled
+    // (2); per row the count's compare and the reduction's add. Bytes: beyond the inputs read and
+    // the outputs written once, what the count reads (the N targets count_reads times: on cuda every
+    // block's reads under count_in_blocks, the cpu's host loop reads them once) and the reduction
+    // re-reads (the N per-row losses, by cuda's last block).
+    profile::KernelCost cost = kernel_cost({&logits, &targets}, {&losses, &r.lse, &r.dlogits, &r.count, &loss},
+                                           (grad_scale ? 6 : 4) * N * V + 2 * N);
+    const int64_t count_reads = logits.device().is_cpu() ? std::min<int64_t>(plan.count_reads, 1) : plan.count_reads;
+    cost.bytes_read += count_reads * bytes_of(t) + (reduced ? bytes_of(losses) : 0);
+    REEL_DEVICE_DISPATCH(logits.device(), cross_entropy_forward, cost, as_rows(logits, N, V), t, ignore_index,
+                         untracked::view(losses, {N}), untracked::view(r.lse, {N}),
+                         grad_scale ? as_rows(r.dlogits, N, V) : Tensor(), grad_scale.value_or(0.0), mean, plan,
+                         r.count, loss);
+  });
+  r.losses = acc == logits.dtype() ? losses : losses.to(logits.dtype());
+  r.loss = reduced ? loss : r.losses;
   return r;
 }
 
@@ -127,7 +147,11 @@ Tensor cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const T
   Tensor dlogits = empty(logits.shape(), logits.dtype(), logits.device());
   if (N == 0) return dlogits;
   // Mean: 1/count, counted on the device (no host read).
-  const Tensor mean_count = reduction == Reduction::Mean ? count_targets(targets, N, ignore_index) : Tensor();
+  Tensor mean_count;
+  if (reduction == Reduction::Mean) {
+    mean_count = empty({}, DType::i64, logits.device());
+    count_targets(targets, N, ignore_index, mean_count);
+  }
   run_indexed(target_range(op, logits, ignore_index), targets.shape(), [&] {
     // Per logit: exp(x - lse), minus the one-hot, times the row's scale: 3 FLOPs.
     REEL_DEVICE_DISPATCH(logits.device(), cross_entropy_backward,

@@ -44,7 +44,8 @@ struct CrossEntropyForward {
 // gradient of the SUM of the per-row losses), i.e. the llm.c fused classifier: backward is free.
 // Out-of-range targets and non-integer targets raise reel::Error (naming the value and row).
 // No host read on any device: the count, the Mean's 1/count and the reduction of the per-row losses
-// are computed where the logits live (on cuda by kernels: no copy to or from the host in the step).
+// are computed where the logits live (on cuda in the forward's one launch, see CrossEntropyPlan
+// below: no copy to or from the host in the step, and no launch of their own).
 // The reduction: the per-row losses widened to f64 and added in the fixed order of kLossLanes
 // below, on every device (so cpu and cuda give the same bits for the same per-row losses).
 CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& targets,
@@ -69,14 +70,44 @@ Tensor mse_loss_forward(const Tensor& input, const Tensor& target, Reduction red
 Tensor mse_loss_backward(const Tensor& dloss, const Tensor& input, const Tensor& target,
                          Reduction reduction = Reduction::Mean);
 
-// The order in which cross_entropy_reduce adds the N per-row losses (f64), the same on every
-// backend: lane t (of kLossLanes) sums rows t, t + kLossLanes, t + 2 kLossLanes, ... in increasing
-// order starting from 0, then lanes are folded pairwise, lane t += lane t + w for w = kLossLanes/2,
-// ..., 1. (On cuda: one block of kLossLanes threads, a shared-memory tree.)
+// The order in which the forward adds the N per-row losses (f64) for Mean and Sum, the same on
+// every backend: lane t (of kLossLanes) sums rows t, t + kLossLanes, t + 2 kLossLanes, ... in
+// increasing order starting from 0, then lanes are folded pairwise, lane t += lane t + w for
+// w = kLossLanes/2, ..., 1. (On cuda: the forward grid's last block, whose kLossLanes threads are
+// the lanes, a shared-memory tree.)
 constexpr int kLossLanes = 256;
 // The Mean's row scale from the count c of non-ignored rows: 1 / c, 0 when c is 0. Evaluated on
 // the device (cuda) and on the host (cpu) in the same double arithmetic.
 #define REEL_MEAN_SCALE(c) ((c) > 0 ? 1.0 / static_cast<double>(c) : 0.0)
+
+// How the forward of N > 0 rows runs: one launch, or two under the fallback below. Decided by the
+// entry point (its launches and KernelCost) and passed to the backend (cuda's grid and count).
+//   On cuda one launch does it all: blocks of kLossLanes threads take rows b, b + blocks, ...
+// (blocks = min(N, kCrossEntropyMaxBlocks), one row per block up to there) and write each row's
+// loss, lse and dlogits; the block that finishes last (a ticket taken from a per-device counter,
+// kernels/cuda/last_block.h: no grid-wide barrier) then counts the targets not ignored and adds the
+// per-row losses in kLossLanes' order. That count comes too late for one case: the Mean's fused
+// gradient, whose g = grad_scale / count scales every row's dlogits as they are written. Writing
+// them unscaled and scaling later would round differently (and cost a pass); so there every block
+// counts all N targets itself before its rows (count_in_blocks; an exact integer count, the same
+// in every block): the targets are read blocks more times, blocks x N x 4 (i32) or 8 (i64) bytes,
+// mostly from L2. While that is at most kRecountBytes it is cheaper than the launch it saves (an
+// H100/H200 reads 4 MiB from L2 in well under a microsecond, a launch costs about 3 us, and the
+// blocks read in parallel); above it (e.g. N = 2048 i64 targets, 2048 blocks: 32 MiB) the count is
+// a launch of its own before the forward (count_first, cross_entropy_count: two launches). The grid
+// is never shrunk to fit the budget: rows per block, and so each row's arithmetic and the kernel's
+// parallelism, stay as they are. On cpu the same launches run (the count is a host loop, once).
+constexpr int64_t kCrossEntropyMaxBlocks = int64_t{1} << 16;  // more rows: the blocks loop over them
+constexpr int64_t kRecountBytes = int64_t{4} << 20;
+struct CrossEntropyPlan {
+  int64_t blocks = 1;            // cuda's grid: min(N, kCrossEntropyMaxBlocks)
+  bool count_in_blocks = false;  // every block counts the N targets before its rows (Mean's fused gradient)
+  bool count_first = false;      // the fallback: cross_entropy_count first, a launch of its own
+  int64_t count_reads = 1;       // how often the forward launch reads the N targets to count them:
+                                 // 0 (count_first), blocks (count_in_blocks), else 1 (the last block)
+};
+// N > 0 rows; index_bytes: 4 (i32 targets) or 8 (i64); count_before_rows: Mean with the fused gradient.
+CrossEntropyPlan cross_entropy_plan(int64_t N, int64_t index_bytes, bool count_before_rows);
 
 }  // namespace reel::kernels
 #endif  // REEL_KERNELS_CROSS_ENTROPY_H
@@ -89,20 +120,23 @@ constexpr int kLossLanes = 256;
 // flat shapes written next to each argument; see kernels/backends.h for the common contract.
 #ifdef REEL_BACKEND_KERNELS
 // targets (N) i32/i64 -> count () i64: how many are not ignore_index. Deterministic (integers).
+// The forward's first launch under CrossEntropyPlan::count_first (otherwise the forward counts),
+// and the separate backward's Mean divisor.
 void cross_entropy_count(const Tensor& targets, int64_t ignore_index, const Tensor& count);
-// logits (N, V), targets (N) i32/i64 (in [0, V) or ignore_index) -> losses (N), lse (N) (both of
-// the dispatch's acc_t); when dlogits (N, V) is defined also dlogits = (softmax - onehot) * g per
-// non-ignored row, g = grad_scale, times REEL_MEAN_SCALE(count) when count (() i64) is defined.
+// One launch (CrossEntropyPlan). logits (N, V), targets (N) i32/i64 (in [0, V) or ignore_index) ->
+// losses (N), lse (N) (both of the dispatch's acc_t); when dlogits (N, V) is defined also
+// dlogits = (softmax - onehot) * g per non-ignored row, g = grad_scale, times REEL_MEAN_SCALE(count)
+// when `mean`. count () i64: read when plan.count_first (cross_entropy_count wrote it), else written
+// (how many targets are not ignore_index). loss (), the logits' dtype, when defined (Mean and Sum):
+// the f64 sum of the losses in the order of kLossLanes, times REEL_MEAN_SCALE(count) when `mean`,
+// rounded once.
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
                            const Tensor& losses, const Tensor& lse, const Tensor& dlogits, double grad_scale,
-                           const Tensor& count);
+                           bool mean, const CrossEntropyPlan& plan, const Tensor& count, const Tensor& loss);
 // dloss (N) or one element (the same for every row), times REEL_MEAN_SCALE(count) when count (()
 // i64) is defined (else 1), and lse (N) of acc_t -> dlogits (N, V).
 void cross_entropy_backward(const Tensor& dloss, const Tensor& count, const Tensor& logits, const Tensor& targets,
                             const Tensor& lse, int64_t ignore_index, const Tensor& dlogits);
-// losses (N) of acc_t -> loss () of the logits' dtype `loss.dtype()`: their f64 sum in the order of
-// kLossLanes, times REEL_MEAN_SCALE(count) when count (() i64) is defined, rounded once.
-void cross_entropy_reduce(const Tensor& losses, const Tensor& count, const Tensor& loss);
 // input, target (N) -> sq (N) of the dispatch's acc_t: (input - target)^2, the difference and its
 // square in acc_t.
 void mse_loss_forward(const Tensor& input, const Tensor& target, const Tensor& sq);

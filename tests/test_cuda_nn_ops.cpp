@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -22,7 +23,11 @@
 #include "kernels/cuda/cuda_only.h"
 #endif
 #if defined(REEL_CUDA_EMULATED)
-#include "kernels/simt/simt.h"  // simt::set_order, last: it defines the CUDA keywords as macros
+// simt::set_order; the launch log and the ticket counter (host code of the emulated flavour only, as
+// in tests/test_replay_safe.cpp). Last: simt.h defines the CUDA keywords as macros.
+#include "kernels/cuda/last_block.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/simt/simt.h"
 #endif
 
 using namespace reel;
@@ -187,6 +192,100 @@ TEST_CASE("cross-entropy on cuda: all targets ignored give 0, logits of 1e4 stay
   check_cuda(g.dlogits, c.dlogits, 1e-6, 1e-6);
 }
 
+#if defined(REEL_CUDA_EMULATED)
+TEST_CASE("cross-entropy's forward is one launch on cuda and meta (two when the count goes first), ticket reset") {
+  // kernels/cross_entropy.h, CrossEntropyPlan: the rows, the count and the reduction in one launch,
+  // whose last block counts and reduces (kernels/cuda/last_block.h); the Mean's fused gradient
+  // counts in every block, or under the fallback in a launch of its own first.
+  Poisoned poison;
+  struct Case {
+    int64_t N, V;
+    DType tt;
+    Reduction red;
+    bool grad, all_ignored, count_first;
+  };
+  const std::vector<Case> cases = {
+      {37, 13, DType::i32, Reduction::Mean, true, false, false},  // every block counts
+      {37, 13, DType::i64, Reduction::Mean, true, true, false},   // every target ignored: loss 0, not NaN
+      {37, 13, DType::i64, Reduction::Sum, true, false, false},   // the last block counts
+      {300, 5, DType::i32, Reduction::Mean, false, false, false}, // Mean without the gradient: the last block
+      {300, 5, DType::i64, Reduction::None, true, false, false},  // no reduction, the count all the same
+      {300, 5, DType::i32, Reduction::Sum, false, true, false},
+      // 730 blocks x 730 i64 targets: 4.3 MB, over kRecountBytes: the count goes first.
+      {730, 3, DType::i64, Reduction::Mean, true, false, true},
+      {730, 3, DType::i64, Reduction::Mean, true, true, true},
+  };
+  unsigned* const ticket = kernels::cuda::last_block_ticket(kCuda);
+  for (const Case& c : cases) {
+    CAPTURE(c.N);
+    CAPTURE(c.tt);
+    CAPTURE(std::string(reduction_name(c.red)));
+    CAPTURE(c.all_ignored);
+    const int64_t ib = c.tt == DType::i32 ? 4 : 8;
+    REQUIRE(cross_entropy_plan(c.N, ib, c.red == Reduction::Mean && c.grad).count_first == c.count_first);
+    std::vector<int64_t> t(static_cast<size_t>(c.N));
+    for (int64_t n = 0; n < c.N; ++n) t[n] = c.all_ignored || n % 4 == 2 ? -100 : (n * 5) % c.V;
+    const Tensor logits = uniform_f64({c.N, c.V}, 3).to(DType::f32), targets = make_ids(t, {c.N}, c.tt);
+    const std::optional<double> g = c.grad ? std::optional<double>(0.37) : std::nullopt;
+    const CrossEntropyForward cpu = cross_entropy_forward(logits, targets, c.red, -100, g);
+    const std::vector<std::string> expected =
+        c.count_first ? std::vector<std::string>{"cross_entropy_count_kernel", "cross_entropy_forward_kernel"}
+                      : std::vector<std::string>{"cross_entropy_forward_kernel"};
+    const auto run = [&](Device d, kernels::cuda::LaunchLog& log) {
+      const Tensor x = logits.to(d), y = targets.to(d);
+      kernels::cuda::launch_log = &log;
+      CrossEntropyForward f = cross_entropy_forward(x, y, c.red, -100, g);
+      kernels::cuda::launch_log = nullptr;
+      std::vector<std::string> names;
+      for (const auto& e : log.entries) names.push_back(e.kernel);
+      CHECK(names == expected);
+      return f;
+    };
+    kernels::cuda::LaunchLog on_meta;
+    run(Device::meta(), on_meta);
+    const auto check_run = [&] {
+      kernels::cuda::LaunchLog first, second;
+      const CrossEntropyForward f = run(kCuda, first);
+      // The same grids as meta's (which records what cuda launches and computes nothing).
+      REQUIRE(first.entries.size() == on_meta.entries.size());
+      for (size_t i = 0; i < first.entries.size(); ++i) CHECK(first.entries[i].grid[0] == on_meta.entries[i].grid[0]);
+      // The count equals the cpu's; the loss is the f64 sum of cuda's own per-row losses (which may
+      // differ from the cpu's by an ulp: the rows' arithmetic differs) in kLossLanes' order, bit for bit.
+      CHECK(bit_identical(f.count, cpu.count));
+      if (c.red != Reduction::None) {
+        const std::vector<double> rows = values(f.losses);
+        std::vector<double> lanes(kLossLanes, 0.0);
+        for (size_t i = 0; i < rows.size(); ++i) lanes[i % kLossLanes] += rows[i];
+        for (int w = kLossLanes / 2; w > 0; w /= 2)
+          for (int l = 0; l < w; ++l) lanes[l] += lanes[l + w];
+        const double scale = c.red == Reduction::Mean ? REEL_MEAN_SCALE(cpu.count.item()) : 1.0;
+        CHECK(bit_identical(f.loss, scalar_tensor(lanes[0] * scale, DType::f32)));
+        check_cuda(f.loss, cpu.loss, 1e-6, 1e-6);
+      }
+      if (c.all_ignored) {
+        CHECK(f.count.item() == 0.0);
+        if (c.red != Reduction::None) CHECK(f.loss.item() == 0.0);
+        if (c.grad)
+          for (double v : values(f.dlogits)) CHECK(v == 0.0);
+      }
+      // The last block set the counter back to 0, so the next launch finds its last block again:
+      // the same bits (an unreset counter would leave the poisoned loss unwritten).
+      unsigned left = 1;
+      REQUIRE(cudaMemcpy(&left, ticket, sizeof left, cudaMemcpyDeviceToHost) == cudaSuccess);
+      CHECK(left == 0u);
+      const CrossEntropyForward again = run(kCuda, second);
+      CHECK(bit_identical(again.loss, f.loss));
+      CHECK(bit_identical(again.count, f.count));
+      CHECK(bit_identical(again.losses, f.losses));
+      CHECK(bit_identical(again.lse, f.lse));
+      if (c.grad) CHECK(bit_identical(again.dlogits, f.dlogits));
+    };
+    if (c.N > 300) check_run();  // the large grid once (the emulator's time)
+    else for_each_order(check_run);
+  }
+}
+#endif
+
 // ---- embedding ----------------------------------------------------------------------------------
 
 TEST_CASE("embedding backward on cuda with repeated ids is bit-identical in every scheduling order") {
@@ -291,9 +390,10 @@ TEST_CASE("out-of-range ids, targets and indices on cuda raise the cpu's reel::E
   // The kernels themselves, without the entry point's checks: a bad target or id is recorded, not
   // read (ASan would catch the read in the emulated build), and raised as IndexOutOfRange.
   Tensor losses = cu(empty({4})), lse = cu(empty({4})), dlogits = cu(empty({4, 10}));
+  Tensor count = cu(empty({}, DType::i64)), loss = cu(empty({}));
   try {
     kernels::cuda::cross_entropy_forward(logits, cu(from_vector<int64_t>({1, 2, 1000000, -5}, {4})), -100, losses,
-                                         lse, dlogits, 1.0, Tensor());
+                                         lse, dlogits, 1.0, false, cross_entropy_plan(4, 8, false), count, loss);
     check_device_errors(Device::cuda(0));
     FAIL("no error");
   } catch (const kernels::cuda::IndexOutOfRange& e) {

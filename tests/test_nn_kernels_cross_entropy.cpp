@@ -7,6 +7,7 @@
 // mse_loss, the family's other loss: values by hand, an empty input, 16-bit dtypes, and bad inputs
 // (shapes, dtypes, devices, dloss, reduction) on every device (its values and gradients against
 // f64 and finite differences are rows of tests/op_table/softmax.cpp).
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -228,4 +229,30 @@ TEST_CASE("cross-entropy's reduction and count stay on the device; cuda's loss e
       }
     }
   }
+}
+
+TEST_CASE("cross_entropy_plan: one launch unless every block counting would read more than kRecountBytes") {
+  // Without the Mean's fused gradient the grid's last block counts: one launch, whatever N.
+  for (int64_t N : {1, 2048, 100000}) {
+    const CrossEntropyPlan p = cross_entropy_plan(N, 8, false);
+    CHECK(p.blocks == std::min<int64_t>(N, kCrossEntropyMaxBlocks));
+    CHECK(!p.count_in_blocks);
+    CHECK(!p.count_first);
+    CHECK(p.count_reads == 1);
+  }
+  // With it every block counts all N targets while blocks x N x index bytes <= 4 MiB ...
+  const CrossEntropyPlan small = cross_entropy_plan(1024, 4, true);  // 1024 x 1024 x 4 = 4 MiB
+  CHECK(small.blocks == 1024);
+  CHECK(small.count_in_blocks);
+  CHECK(!small.count_first);
+  CHECK(small.count_reads == 1024);
+  // ... else the count goes first, and the grid stays one row per block.
+  const CrossEntropyPlan big = cross_entropy_plan(1025, 4, true);
+  CHECK(big.blocks == 1025);
+  CHECK(!big.count_in_blocks);
+  CHECK(big.count_first);
+  CHECK(big.count_reads == 0);
+  CHECK(cross_entropy_plan(724, 8, true).count_in_blocks);
+  CHECK(cross_entropy_plan(725, 8, true).count_first);
+  CHECK(cross_entropy_plan(int64_t{1} << 40, 8, true).count_first);  // no overflow of blocks x N
 }

@@ -20,7 +20,8 @@
 // fused exps kept in f32 too), and dlogits rounded once to T on store.
 //
 // The count of non-ignored targets and the f64 reduction of the per-row losses (in kLossLanes'
-// order, the cuda block's) are small host loops.
+// order, the cuda block's) are small host loops, run by the forward (the count by
+// cross_entropy_count, before it, under CrossEntropyPlan's fallback: cuda's launches).
 //
 // mse_loss: one pass per element, forward (x - t)^2 into acc_t, backward 2 (x - t) g stored as T;
 // the entry point sums the squares (kernels::sum) for Sum and Mean.
@@ -153,7 +154,18 @@ void forward_impl(const T* logits, const I* targets, int64_t ignore_index, acc_t
   }
 }
 
-// The Mean's row scale read from count (() i64, counted by cross_entropy_count), else 1.
+// The f64 sum of losses (n) in the order of kLossLanes (kernels/cross_entropy.h), the cuda block's:
+// bit for bit its sum.
+template <typename acc_t>
+double sum_in_lanes(const acc_t* losses, int64_t n) {
+  double lanes[kLossLanes] = {};
+  for (int64_t i = 0; i < n; ++i) lanes[i % kLossLanes] += static_cast<double>(losses[i]);
+  for (int w = kLossLanes / 2; w > 0; w /= 2)
+    for (int t = 0; t < w; ++t) lanes[t] += lanes[t + w];
+  return lanes[0];
+}
+
+// The Mean's row scale read from count (() i64), else 1.
 double count_scale(const Tensor& count) { return count.defined() ? REEL_MEAN_SCALE(count.data<int64_t>()[0]) : 1.0; }
 
 // dloss: (N) when per_row, else one value; logits, dlogits: (N, V); targets, lse: (N).
@@ -216,9 +228,12 @@ void cross_entropy_count(const Tensor& targets, int64_t ignore_index, const Tens
 }
 
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& losses,
-                           const Tensor& lse, const Tensor& dlogits, double grad_scale_, const Tensor& count) {
+                           const Tensor& lse, const Tensor& dlogits, double grad_scale_, bool mean,
+                           const CrossEntropyPlan& plan, const Tensor& count, const Tensor& loss) {
   const int64_t N = logits.size(0), V = logits.size(1);
-  const double grad_scale = grad_scale_ * count_scale(count);
+  if (!plan.count_first) cross_entropy_count(targets, ignore_index, count);
+  const double scale = mean ? count_scale(count) : 1.0;
+  const double grad_scale = grad_scale_ * scale;
   REEL_DISPATCH_FLOATING_AND_16(logits.dtype(), "cross_entropy_forward", {
     scalar_t* d = dlogits.defined() ? dlogits.data<scalar_t>() : nullptr;
     if (targets.dtype() == DType::i32)
@@ -227,6 +242,8 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t 
     else
       forward_impl<scalar_t, acc_t>(logits.data<scalar_t>(), targets.data<int64_t>(), ignore_index, losses.data<acc_t>(),
                              lse.data<acc_t>(), d, grad_scale, N, V);
+    if (loss.defined())
+      loss.data<scalar_t>()[0] = static_cast<scalar_t>(sum_in_lanes(losses.data<acc_t>(), N) * scale);
   })
 }
 
@@ -245,20 +262,6 @@ void cross_entropy_backward(const Tensor& dloss, const Tensor& count, const Tens
                               targets.data<int64_t>(), lse.data<acc_t>(), ignore_index,
                               dlogits.data<scalar_t>(), N, V);
   })
-}
-
-void cross_entropy_reduce(const Tensor& losses, const Tensor& count, const Tensor& loss) {
-  const int64_t N = losses.numel();
-  // The order of kLossLanes (kernels/cross_entropy.h), the cuda block's: bit for bit its sum.
-  double lanes[kLossLanes] = {};
-  REEL_DISPATCH_FLOATING(losses.dtype(), "cross_entropy_reduce", {
-    const scalar_t* l = losses.data<scalar_t>();
-    for (int64_t i = 0; i < N; ++i) lanes[i % kLossLanes] += static_cast<double>(l[i]);
-  })
-  for (int w = kLossLanes / 2; w > 0; w /= 2)
-    for (int t = 0; t < w; ++t) lanes[t] += lanes[t + w];
-  const double total = lanes[0] * count_scale(count);
-  REEL_DISPATCH_FLOATING_AND_16(loss.dtype(), "cross_entropy_reduce", { loss.data<scalar_t>()[0] = static_cast<scalar_t>(total); })
 }
 
 void mse_loss_forward(const Tensor& input, const Tensor& target, const Tensor& sq) {

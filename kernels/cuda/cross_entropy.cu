@@ -22,9 +22,11 @@
 // sums the squares for Sum and Mean), backward 2 (x - t) g stored as T.
 //
 // The count of non-ignored targets (the Mean's divisor) and the f64 reduction of the per-row losses
-// are one-block kernels (cross_entropy_count_kernel, cross_entropy_reduce_kernel): the forward and
-// the backward read 1/count from the device, and the loss stays there; the reduction adds in the
-// order of kLossLanes (kernels/cross_entropy.h), the CPU's, so both give the same bits.
+// run in the forward's launch (kernels/cross_entropy.h, CrossEntropyPlan): the grid's last block
+// (a ticket, kernels/cuda/last_block.h) counts, when the rows did not need the count, and reduces
+// in the order of kLossLanes, the CPU's, so both give the same bits; under the Mean's fused gradient
+// every block counts all the targets first (or, the fallback, cross_entropy_count_kernel does, a
+// launch of its own before). The backward reads 1/count from the device; the loss stays there.
 //
 // Targets: the kernels check each target they read; an out-of-range one (not ignore_index) is
 // never used as an index: the kernel records its row in the launch's slot of the device's error
@@ -37,6 +39,7 @@
 #include "kernels/backends.h"
 #include "kernels/cuda/block_reduce.h"
 #include "kernels/cuda/index_errors.h"
+#include "kernels/cuda/last_block.h"
 #include "kernels/cuda/launch.h"
 
 namespace reel::kernels::cuda {
@@ -44,7 +47,15 @@ namespace reel::kernels::cuda {
 namespace {
 
 constexpr int kRowThreads = 256;
-constexpr int64_t kMaxRowBlocks = 1 << 16;  // rows beyond it: the blocks loop
+// The forward's last block reduces with its threads as the lanes (and every block may count).
+static_assert(kRowThreads == kLossLanes, "the forward's blocks are the reduction's kLossLanes lanes");
+
+// Where the forward's rows find the count (CrossEntropyPlan).
+enum CountMode : int {
+  kCountGiven = 0,        // *count was written before the launch (count_first)
+  kCountInBlocks = 1,     // every block counts the targets before its rows (count_in_blocks)
+  kCountInLastBlock = 2,  // the last block counts, after the rows (which do not need it)
+};
 
 // ---- kernels ---------------------------------------------------------------------------------
 
@@ -64,12 +75,11 @@ __global__ void __launch_bounds__(kThreads) check_indices_kernel(const I* idx, i
   if ((threadIdx.x & 31) == 0 && c > 0) atomicAdd(count, c);
 }
 
-// targets: (n). *count = how many are not ignore_index. One block of kLossLanes threads: a
-// strided count per thread, then a shared-memory tree (integers: any order gives the same count).
+// targets: (n). How many are not ignore_index, in every thread of the calling block of kLossLanes
+// threads (all must call it: it has barriers): a strided count per thread, then a shared-memory
+// tree over `lanes` (kLossLanes; integers, so any order gives the same count).
 template <typename I>
-__global__ void __launch_bounds__(kLossLanes) cross_entropy_count_kernel(const I* targets, int64_t n, int64_t ignore_index,
-                                                                          int64_t* count) {
-  __shared__ int64_t lanes[kLossLanes];
+__device__ int64_t block_count_targets(const I* targets, int64_t n, int64_t ignore_index, int64_t* lanes) {
   int64_t c = 0;
   for (int64_t i = threadIdx.x; i < n; i += kLossLanes) c += static_cast<int64_t>(targets[i]) != ignore_index;
   lanes[threadIdx.x] = c;
@@ -78,16 +88,14 @@ __global__ void __launch_bounds__(kLossLanes) cross_entropy_count_kernel(const I
     if (static_cast<int>(threadIdx.x) < w) lanes[threadIdx.x] += lanes[threadIdx.x + w];
     __syncthreads();
   }
-  if (threadIdx.x == 0) *count = lanes[0];
+  return lanes[0];
 }
 
-// losses: (n) of acc_t -> *loss = their f64 sum in kLossLanes' order (kernels/cross_entropy.h: the
-// CPU's too, bit for bit), times REEL_MEAN_SCALE(*count) when count is not null, rounded to T
-// once. One block of kLossLanes threads.
-template <typename T, typename acc_t>
-__global__ void __launch_bounds__(kLossLanes) cross_entropy_reduce_kernel(const acc_t* losses, int64_t n,
-                                                                           const int64_t* count, T* loss) {
-  __shared__ double lanes[kLossLanes];
+// losses: (n) of acc_t. Their f64 sum in kLossLanes' order (kernels/cross_entropy.h: the CPU's
+// too, bit for bit), in thread 0 of the calling block of kLossLanes threads (all must call it);
+// `lanes`: (kLossLanes) shared scratch.
+template <typename acc_t>
+__device__ double block_sum_losses(const acc_t* losses, int64_t n, double* lanes) {
   double s = 0;
   for (int64_t i = threadIdx.x; i < n; i += kLossLanes) s += static_cast<double>(losses[i]);
   lanes[threadIdx.x] = s;
@@ -96,20 +104,41 @@ __global__ void __launch_bounds__(kLossLanes) cross_entropy_reduce_kernel(const 
     if (static_cast<int>(threadIdx.x) < w) lanes[threadIdx.x] += lanes[threadIdx.x + w];
     __syncthreads();
   }
-  if (threadIdx.x == 0) *loss = static_cast<T>(lanes[0] * (count != nullptr ? REEL_MEAN_SCALE(*count) : 1.0));
+  return lanes[0];
 }
 
-// Block per row. logits: (N, V); targets, losses, lse: (N); dlogits: (N, V) or null (no fused
-// gradient). The gradient scale of every non-ignored row: grad_scale, times REEL_MEAN_SCALE(*count)
-// when count is not null (the Mean's, counted on the device), in double as the CPU computes it.
+// targets: (n). *count = how many are not ignore_index: the fallback's launch before the forward
+// (CrossEntropyPlan::count_first). One block of kLossLanes threads.
+template <typename I>
+__global__ void __launch_bounds__(kLossLanes) cross_entropy_count_kernel(const I* targets, int64_t n, int64_t ignore_index,
+                                                                          int64_t* count) {
+  __shared__ int64_t lanes[kLossLanes];
+  const int64_t c = block_count_targets(targets, n, ignore_index, lanes);
+  if (threadIdx.x == 0) *count = c;
+}
+
+// The whole forward in one launch. Rows: block b takes rows b, b + gridDim.x, ... logits: (N, V);
+// targets, losses, lse: (N); dlogits: (N, V) or null (no fused gradient). The gradient scale of
+// every non-ignored row: grad_scale, times REEL_MEAN_SCALE(count) when `mean`, in double as the
+// CPU computes it. count: () read (kCountGiven) or written by the last block; loss: () or null
+// (reduction None), written by the last block: the f64 sum of the losses, times
+// REEL_MEAN_SCALE(count) when `mean`, rounded to T once. ticket: the device's last-block counter.
 template <typename T, typename acc_t, typename I>
 __global__ void __launch_bounds__(kRowThreads) cross_entropy_forward_kernel(const T* logits, const I* targets, int64_t ignore_index, acc_t* losses,
-                                             acc_t* lse, T* dlogits, double grad_scale, const int64_t* count,
+                                             acc_t* lse, T* dlogits, double grad_scale, bool mean, int count_mode,
+                                             int64_t* count, T* loss, unsigned* ticket,
                                              unsigned long long* error, int64_t N, int64_t V) {
   using std::exp;
   using std::log;
   __shared__ MaxSum<acc_t> scratch[32];
-  const acc_t g = static_cast<acc_t>(grad_scale * (count != nullptr ? REEL_MEAN_SCALE(*count) : 1.0));
+  __shared__ int64_t count_lanes[kLossLanes];
+  __shared__ double loss_lanes[kLossLanes];
+  __shared__ bool last;
+  // The count where the rows need it (the Mean's fused gradient), else known only at the end.
+  const int64_t rows_count = count_mode == kCountGiven      ? *count
+                             : count_mode == kCountInBlocks ? block_count_targets(targets, N, ignore_index, count_lanes)
+                                                            : 0;
+  const acc_t g = static_cast<acc_t>(grad_scale * (mean ? REEL_MEAN_SCALE(rows_count) : 1.0));
   for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {  // uniform over the block
     const T* xr = logits + row * V;  // (V)
     MaxSum<acc_t> ms{static_cast<acc_t>(-INFINITY), acc_t(0)};
@@ -131,6 +160,21 @@ __global__ void __launch_bounds__(kRowThreads) cross_entropy_forward_kernel(cons
       const acc_t f = g / ms.s;
       for (int64_t c = threadIdx.x; c < V; c += blockDim.x)
         d[c] = zero ? T(0) : static_cast<T>(exp(static_cast<acc_t>(xr[c]) - ms.m) * f - (c == t ? g : acc_t(0)));
+    }
+  }
+  // The grid's last block: thread 0 wrote this block's losses, and takes its ticket after them.
+  if (threadIdx.x == 0) last = take_last_ticket(ticket);
+  __syncthreads();
+  if (last) {  // uniform over the block: its barriers are reached by all its threads
+    // The count, read again rather than kept in a register across the rows (the f64 kernel spilled it).
+    const int64_t counted = count_mode == kCountGiven      ? *count
+                            : count_mode == kCountInBlocks ? count_lanes[0]  // unchanged since the start
+                                                           : block_count_targets(targets, N, ignore_index, count_lanes);
+    const double total = loss != nullptr ? block_sum_losses(losses, N, loss_lanes) : 0.0;
+    if (threadIdx.x == 0) {
+      if (count_mode != kCountGiven) *count = counted;
+      if (loss != nullptr) *loss = static_cast<T>(total * (mean ? REEL_MEAN_SCALE(counted) : 1.0));
+      reset_ticket(ticket);
     }
   }
 }
@@ -180,7 +224,7 @@ __global__ void __launch_bounds__(kThreads) mse_loss_backward_kernel(const T* dl
 
 // ---- launchers -------------------------------------------------------------------------------
 
-unsigned row_blocks(int64_t N) { return static_cast<unsigned>(std::min(N, kMaxRowBlocks)); }
+unsigned row_blocks(int64_t N) { return static_cast<unsigned>(std::min(N, kCrossEntropyMaxBlocks)); }
 
 }  // namespace
 
@@ -215,27 +259,22 @@ void cross_entropy_count(const Tensor& targets, int64_t ignore_index, const Tens
   });
 }
 
-void cross_entropy_reduce(const Tensor& losses, const Tensor& count, const Tensor& loss) {
-  set_device(losses.device());
-  const int64_t* c = count.defined() ? count.data<int64_t>() : nullptr;
-  REEL_DISPATCH_FLOATING_AND_16(loss.dtype(), "cross_entropy_reduce", {
-    launch("cross_entropy_reduce_kernel", cross_entropy_reduce_kernel<scalar_t, acc_t>, 1, kLossLanes, 0,
-           losses.data<acc_t>(), losses.numel(), c, loss.data<scalar_t>());
-  })
-}
-
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& losses,
-                           const Tensor& lse, const Tensor& dlogits, double grad_scale, const Tensor& count) {
+                           const Tensor& lse, const Tensor& dlogits, double grad_scale, bool mean,
+                           const CrossEntropyPlan& plan, const Tensor& count, const Tensor& loss) {
   const int64_t N = logits.size(0), V = logits.size(1);
   set_device(logits.device());
   const IndexErrorBuffer error(logits.device());
+  unsigned* const ticket = last_block_ticket(logits.device());
+  const int count_mode = plan.count_first ? kCountGiven : plan.count_in_blocks ? kCountInBlocks : kCountInLastBlock;
   REEL_DISPATCH_FLOATING_AND_16(logits.dtype(), "cross_entropy_forward", {
     dispatch_index(targets.dtype(), [&](auto zero) {
       using I = decltype(zero);
-      launch("cross_entropy_forward_kernel", cross_entropy_forward_kernel<scalar_t, acc_t, I>, row_blocks(N), kRowThreads,
-             0, logits.data<scalar_t>(), targets.data<I>(), ignore_index, losses.data<acc_t>(),
-             lse.data<acc_t>(), dlogits.defined() ? dlogits.data<scalar_t>() : nullptr,
-             grad_scale, count.defined() ? count.data<int64_t>() : nullptr, error.ptr(), N, V);
+      launch("cross_entropy_forward_kernel", cross_entropy_forward_kernel<scalar_t, acc_t, I>,
+             static_cast<unsigned>(plan.blocks), kRowThreads, 0, logits.data<scalar_t>(), targets.data<I>(),
+             ignore_index, losses.data<acc_t>(), lse.data<acc_t>(),
+             dlogits.defined() ? dlogits.data<scalar_t>() : nullptr, grad_scale, mean, count_mode,
+             count.data<int64_t>(), loss.defined() ? loss.data<scalar_t>() : nullptr, ticket, error.ptr(), N, V);
     });
   })
   error.check(targets);
