@@ -28,7 +28,8 @@
 //
 // Devices: cuda (a GPU, or the simt emulator, whose graphs are kernels/simt/simt_graphs.cpp); meta
 // captures the dry run's launches, and a replay is one profiler record of kGraphKernel with
-// graph_nodes = N (core/profile.h), which the predictor prices (core/kernel_price.h). On cpu there
+// graph_nodes = N and the kernel runs the capture saw (core/profile.h), which the predictor prices
+// node by node (core/kernel_price.h). On cpu there
 // is no graph to capture: capture() raises reel::Error (run the function itself instead), rather
 // than pretend that replays are cheaper than calls.
 #pragma once

@@ -2,7 +2,10 @@
 // tape node and phase of the step, how long, how many bytes and FLOPs), spans for the ops and
 // phases around them, and reel::Profiler, the scope that collects them.
 //
-// Off (no Profiler alive) every hook costs one predictable branch on a relaxed atomic load. The
+// Off (no Profiler alive, no CUDA graph captured on the thread) every hook costs one predictable
+// branch on a relaxed atomic load and a thread-local pointer (profile::costing()). While a thread
+// captures (GraphCaptureScope) a kernel run records nothing and is kept as one of the capture's
+// runs, which the graph's replay record carries for the predictor (core/kernel_price.h). The
 // scopes' context (phase, segment, op, node) is also kept while a MemoryTimeline collects, which
 // stamps it on the allocator's events (core/memory_timeline.h).
 // The hooks are placed once: kernel entry points time their backend call through
