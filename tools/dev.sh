@@ -3,15 +3,17 @@
 #   tools/dev.sh example   install what is missing, build, run the main example (fashion_mnist_mlp)
 #   tools/dev.sh test      install what is missing, build every flavour, run the whole suite
 # Build folders: build/ (default flavour: CPU + CUDA emulated through kernels/simt),
-# build-asan/ (the same with AddressSanitizer + UBSan + LeakSanitizer), build-nvcc/ (nvcc for sm_90), build-clang/
-# (the unit suite with clang), build-fuzz/ (tools/fuzz.sh: the libFuzzer harnesses).
+# build-asan/ (the unit suite built with clang, without oneDNN, under AddressSanitizer + UBSan +
+# LeakSanitizer), build-nvcc/ (nvcc for sm_90), build-fuzz/ (tools/fuzz.sh: the libFuzzer harnesses).
 #
 # Each flavour builds only what its own checks use: the examples and benchmarks are built once, in
 # the default flavour (the examples' end-to-end tests run there, tools/gpu_check.sh --emulated
 # proves the GPU check script on it, and the CUDA kernel tests run again under simt's race checker);
 # the nvcc flavour compiles what differs under nvcc (the library, the tests, bench_kernels) and
 # checks every kernel's registers, spills and occupancy (the kernel_resources target), the sanitizer
-# and clang flavours the unit tests, tools/fuzz.sh the CPU-only layers its harnesses link.
+# flavour the unit tests, tools/fuzz.sh the CPU-only layers its harnesses link. g++ builds the
+# default and nvcc flavours, clang the sanitizer flavour and the fuzz harnesses: both compilers
+# build the library and every unit test, one flavour each, which keeps a cold CI run under an hour.
 # Every compile goes through ccache where it is installed (tools/setup.sh installs it): a first run
 # gains from it too, since every test program compiles the same reel.cpp, and a later run on the
 # same machine reuses the cache (ccache's own folder, `ccache -k cache_dir`, ~/.cache/ccache by
@@ -176,12 +178,17 @@ case "$mode" in
     else
       phase "nvcc flavour skipped: no CUDA toolkit on this machine (nvcc not found)"
     fi
-    phase "the unit suite (emulated CUDA included) under AddressSanitizer + UBSan + LeakSanitizer"
+    phase "the unit suite (emulated CUDA included) built with clang, under AddressSanitizer + UBSan + LeakSanitizer"
     # Every unit test (test_*); the examples' end-to-end runs are not built here (-O1, no
     # -march=native: a sanitizer build is for finding bugs). ASAN_TESTS narrows it. A leak fails
-    # its test, except the third-party ones tools/lsan.supp names, each with its reason.
-    asan_tests=${ASAN_TESTS:-^test_}
+    # its test, except the third-party ones tools/lsan.supp names, each with its reason. Built by
+    # clang where it is installed (tools/setup.sh installs it), so that the one flavour proves the
+    # second compiler too, and without oneDNN (on by default where found), so that Eigen's f32 GEMM
+    # path is built and tested.
+    asan_compiler=()
+    if command -v clang++ >/dev/null; then asan_compiler=(-DCMAKE_CXX_COMPILER=clang++); fi
     configure_only build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+      "${asan_compiler[@]}" -DREEL_ONEDNN=OFF \
       -DREEL_SANITIZE=address,undefined -DREEL_NATIVE=OFF -DREEL_BUILD_EXAMPLES=OFF -DREEL_BUILD_BENCH=OFF
     mapfile -t asan_targets < <(test_targets build-asan "$asan_tests")
     cmake --build build-asan -j "$jobs" --target "${asan_targets[@]}"
@@ -201,15 +208,6 @@ case "$mode" in
         ctest --output-on-failure -j "$jobs" -R "$asan_mpi_regex")
     fi
     drop_build build-asan
-    if command -v clang++ >/dev/null; then
-      phase "the unit suite built with clang"
-      # Without oneDNN (on by default where found), so that Eigen's f32 GEMM path is built and
-      # tested. The layer checks and the unit tests are all it has (no examples, no benchmarks).
-      configure_and_build build-clang -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ \
-        -DREEL_BUILD_EXAMPLES=OFF -DREEL_BUILD_BENCH=OFF -DREEL_ONEDNN=OFF
-      (cd build-clang && ctest --output-on-failure -j "$jobs")
-      drop_build build-clang
-    fi
     phase "the parsers under libFuzzer: committed corpora replayed, then ${FUZZ_SECONDS:-60} s per harness"
     tools/fuzz.sh
     if [ -d build-fuzz ]; then drop_build build-fuzz; fi
