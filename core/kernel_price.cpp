@@ -57,14 +57,16 @@ Prediction predict_record(const DeviceSpec& spec, const KernelRecord& record, bo
     return {static_cast<double>(record.cost.bytes_written) / spec.host_link_bytes_per_s, Bound::Memory};
   // A transfer moves its bytes once over the host link (bytes_read and bytes_written are the same
   // bytes at its two ends).
+  // A record's launch floor is one latency for each launch it made (KernelRecord::launches).
+  const double floor_s = static_cast<double>(record.launches) * spec.launch_s;
   if (is_host_transfer(record.kernel))
-    return largest(static_cast<double>(record.cost.bytes_written) / spec.host_link_bytes_per_s, 0, spec.launch_s);
+    return largest(static_cast<double>(record.cost.bytes_written) / spec.host_link_bytes_per_s, 0, floor_s);
   // A collective sends and receives at once, each way at the interconnect's rate.
   if (is_collective_kernel(record.kernel)) {
     const double moved = static_cast<double>(std::max(record.cost.bytes_read, record.cost.bytes_written));
     const double link_s = moved / spec.interconnect_bytes_per_s;
-    if (link_s > spec.launch_s) return {link_s, Bound::Interconnect};
-    return {spec.launch_s, Bound::Launch};
+    if (link_s > floor_s) return {link_s, Bound::Interconnect};
+    return {floor_s, Bound::Launch};
   }
   // A CUDA graph's launch (core/graph.h): node by node where the capture's runs are known, each
   // priced as its own launch would be but floored at a graph node's overhead instead of an eager
@@ -75,15 +77,18 @@ Prediction predict_record(const DeviceSpec& spec, const KernelRecord& record, bo
     node_spec.launch_s = kGraphNodeSeconds;
     std::array<double, 4> by_bound{};  // seconds, by Bound
     KernelRecord node;
+    int64_t run_nodes = 0;
     for (const CapturedRun& run : *record.graph_runs) {
       node.kernel = run.kernel;
       node.dtype = run.dtype;
       node.stream = run.stream;
       node.cost = run.cost;
+      node.launches = run.launches;
+      run_nodes += run.launches;
       const Prediction p = predict_record(node_spec, node, tensor_cores);
       by_bound[static_cast<size_t>(p.bound)] += p.seconds;
     }
-    const int64_t bare = record.graph_nodes - static_cast<int64_t>(record.graph_runs->size());
+    const int64_t bare = record.graph_nodes - run_nodes;
     if (bare > 0) by_bound[static_cast<size_t>(Bound::Launch)] += static_cast<double>(bare) * kGraphNodeSeconds;
     Prediction p{0, Bound::Launch};
     for (size_t b = 0; b < by_bound.size(); ++b) {
@@ -102,7 +107,9 @@ Prediction predict_record(const DeviceSpec& spec, const KernelRecord& record, bo
   }
   // A 16-bit GEMM takes the tensor cores whatever --tf32 says (cuBLAS does); an f32 one only when asked.
   const bool tensor = is_gemm_kernel(record.kernel) && (tensor_cores || is_16bit_floating(record.dtype));
-  return predict_kernel(spec, record.cost, record.dtype, tensor);
+  DeviceSpec launched = spec;
+  launched.launch_s = floor_s;
+  return predict_kernel(launched, record.cost, record.dtype, tensor);
 }
 
 bool is_collective_kernel(const std::string& kernel) { return kernel.rfind("nccl_", 0) == 0; }

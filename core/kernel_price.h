@@ -1,13 +1,14 @@
 // The price of one recorded kernel run on a GPU reel has not run on: a GPU's peaks (DeviceSpec)
 // and the per-run model, a roofline with a launch floor:
 //
-//   predicted = max(bytes / bandwidth, FLOPs / rate, launch latency)
+//   predicted = max(bytes / bandwidth, FLOPs / rate, launches * launch latency)
 //
 // bytes and FLOPs are the run's KernelCost (every input read once, every output written once, a
 // multiply-add as 2 FLOPs: the least the kernel must do); rate is that of the run's dtype: f64 the
 // FP64 vector rate, f32 the FP32 CUDA-core rate, or the TF32 tensor-core rate when tensor cores
 // are asked for (--tf32), bf16 and f16 GEMMs the BF16/FP16 tensor-core rates always (other 16-bit
-// runs the FP32 rate: they are memory-bound); launch latency is DeviceSpec::launch_s (about 3 us a launch). Host transfers
+// runs the FP32 rate: they are memory-bound); launch latency is DeviceSpec::launch_s (about 3 us a launch), once for
+// each launch the run made (KernelRecord::launches). Host transfers
 // (copy_from_host, copy_to_host, and the copy stream's copy_async.h2d/.d2h) move their bytes over
 // the host link instead of device memory, collectives (nccl_*) over the GPU interconnect
 // (DeviceSpec::interconnect_bytes_per_s, each way: a rank sends and receives at once). The bound says
@@ -65,7 +66,8 @@ inline constexpr const char* kOffloadFetchWaitKernel = "offload_fetch_wait";
 // captured kernel run (KernelRecord::graph_runs) as predict_record prices it eagerly but with
 // kGraphNodeSeconds as its floor instead of DeviceSpec::launch_s, summed (the nodes run back to back
 // on the device with no host launch between them), plus kGraphNodeSeconds for each node no run
-// stands for (a memset). A record without its runs (made by hand) is priced as max(bytes /
+// stands for (work issued outside a profiled run). Each run (eager or captured) is floored at one
+// latency per launch it made (KernelRecord::launches: a GEMM and its bias pass are two). A record without its runs (made by hand) is priced as max(bytes /
 // bandwidth, FLOPs / the f32 rate, nodes * kGraphNodeSeconds), which prices a graph mixing memory-
 // and compute-bound kernels low. The per-node overhead: NVIDIA's "Getting Started with CUDA Graphs"
 // (developer.nvidia.com/blog/cuda-graphs, 2019) measured a chain of short kernels (about 2.9 us

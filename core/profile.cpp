@@ -3,6 +3,7 @@
 // (its marks, or its activity log where it keeps a whole one: core/profile_activity.h).
 #include "core/profile.h"
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -154,13 +155,26 @@ GraphCaptureScope::GraphCaptureScope() : previous_(detail::t_capture) { detail::
 GraphCaptureScope::~GraphCaptureScope() { detail::t_capture = previous_; }
 GraphCaptureScope* GraphCaptureScope::current() { return detail::t_capture; }
 
+namespace {
+std::atomic<int64_t (*)()> g_launch_counter{nullptr};
+thread_local KernelRun* t_current_run = nullptr;  // the innermost KernelRun alive on this thread
+}  // namespace
+
+void set_launch_counter(int64_t (*issued)()) { g_launch_counter.store(issued, std::memory_order_relaxed); }
+
 KernelRun::KernelRun(const char* kernel, Device device, DType dtype, std::string shapes, KernelCost cost,
                      StreamKind stream) {
+  // A cpu run is one launch: the host's work, or a copy to the host recorded on its destination.
+  if (int64_t (*issued)() = g_launch_counter.load(std::memory_order_relaxed); issued && !device.is_cpu())
+    issued_before_ = issued();
+  parent_ = t_current_run;
+  t_current_run = this;
   if (GraphCaptureScope* capture = detail::t_capture) {  // captured into a graph, not run: priced at replay
     captured_ = true;
     capture->cost_.flops += cost.flops;
     capture->cost_.bytes_read += cost.bytes_read;
     capture->cost_.bytes_written += cost.bytes_written;
+    captured_index_ = capture->runs_.size();
     capture->runs_.push_back({kernel, dtype, stream, cost});
     return;
   }
@@ -199,7 +213,19 @@ KernelRun::KernelRun(const char* kernel, Device device, DType dtype, std::string
 }
 
 KernelRun::~KernelRun() {
-  if (captured_) return;
+  t_current_run = parent_;
+  int64_t launches = 1;  // without a counter: one a run
+  if (issued_before_ >= 0) {
+    const int64_t issued = g_launch_counter.load(std::memory_order_relaxed)() - issued_before_;
+    launches = issued - inner_launches_;
+    if (parent_) parent_->inner_launches_ += issued;
+  }
+  if (captured_) {
+    if (GraphCaptureScope* capture = detail::t_capture; capture && captured_index_ < capture->runs_.size())
+      capture->runs_[captured_index_].launches = launches;
+    return;
+  }
+  record_.launches = launches;
   Session& ses = session();
   if (clock_) {
     clock_->end_run();

@@ -61,7 +61,14 @@ struct CapturedRun {
   DType dtype = DType::f32;
   StreamKind stream = StreamKind::Compute;
   KernelCost cost;
+  int64_t launches = 1;  // the graph nodes it made (KernelRecord::launches)
 };
+
+// Device launches: what a kernel entry point issued to its device's streams (kernel launches, each
+// cuBLAS or cuDNN call, copies and memsets, a graph's launch), counted per record. The CUDA
+// backend sets the counter where it can count (the emulated build: kernels/simt counts the work
+// this thread issues, simt::work_issued); without one each record counts as one launch.
+void set_launch_counter(int64_t (*issued)());
 
 struct KernelRecord {
   std::string kernel;    // the backend kernel, e.g. "layernorm_forward"
@@ -81,6 +88,10 @@ struct KernelRecord {
   int64_t dur_ns = 0;
   int track = 0;         // host thread track (0, 1, ...), kDeviceTrack or kCopyTrack + device index
   std::array<int64_t, kNumCategories> memory{};  // bytes in use by category on the device at launch
+  // The device launches the run issued (see set_launch_counter): an entry point may launch several
+  // kernels (a GEMM and a reduction, a multi-tensor list in slices), or none (an empty tensor). A
+  // record inside another counts its own launches only.
+  int64_t launches = 1;
   // A CUDA graph's launch (core/graph.h: CudaGraph::replay) is one record, kernel kGraphKernel, of
   // this many nodes (its cost: the captured kernels' costs summed); 0: one kernel.
   int64_t graph_nodes = 0;
@@ -221,7 +232,11 @@ class KernelRun {
 
  private:
   bool captured_ = false;  // made during a capture: records nothing
+  size_t captured_index_ = 0;  // its place in the capture's runs()
   KernelRecord record_;
+  KernelRun* parent_ = nullptr;   // the run this one is inside, on this thread
+  int64_t issued_before_ = -1;    // the launch counter at the start (-1: no counter)
+  int64_t inner_launches_ = 0;    // launches of the runs inside this one
   DeviceClock* clock_ = nullptr;
   int64_t start_mark_ = -1;
   uint64_t run_ = 0;  // its id for the device's activity log

@@ -196,7 +196,7 @@ StepCounts step_counts(const Profiler& profiler, int64_t steps) {
     // run is host work (a copy to the host is recorded on its cpu destination).
     if (r.kernel == kOffloadStallKernel || r.kernel == kOffloadFetchWaitKernel) continue;
     if (device_run && r.device.is_cpu() && r.kernel != "copy_to_host") continue;
-    c.launches += 1;
+    c.launches += static_cast<double>(r.launches);  // an entry point's several kernels (or none)
     if (r.kernel == kGraphKernel) {
       c.graph_launches += 1;
       c.graph_nodes += static_cast<double>(r.graph_nodes);

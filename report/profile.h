@@ -81,8 +81,9 @@ struct CopySummary {
 // One row per device with records on its copy stream, in device order.
 std::vector<CopySummary> summarize_copies(const Profiler& profiler);
 
-// What a GPU step is made of beside its kernels' time: how many launches (kernel runs on a device,
-// copies to and from the host included: each one an API call and a launch floor) and how many host
+// What a GPU step is made of beside its kernels' time: how many launches (each record's
+// KernelRecord::launches: the kernels, cuBLAS and cuDNN calls, copies and memsets its entry point
+// issued, copies to and from the host included: each one an API call and a launch floor) and how many host
 // syncs (core/profile.h: HostSyncRecord) the records hold, divided by the `steps` they cover. A run
 // on the cpu alone has no host syncs; its launches are its kernel runs. A CUDA graph's launch
 // (kGraphKernel) is one launch, counted in graph_launches too, its nodes in graph_nodes.

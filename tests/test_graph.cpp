@@ -167,12 +167,13 @@ TEST_CASE("CudaGraph on meta: a replay is one profiler record of the graph's nod
   Model m(device);
   optim::SGD opt({m.w1, m.w2}, 0.05);
   m.step(opt);  // warm-up
-  int64_t eager_launches = 0;
+  int64_t eager_runs = 0, eager_launches = 0;  // records, and the launches they made
   {
     Profiler prof;
     m.step(opt);
     prof.stop();
-    for (const auto& r : prof.kernels()) eager_launches += r.stream == StreamKind::Compute ? 1 : 0;
+    for (const auto& r : prof.kernels())
+      if (r.stream == StreamKind::Compute) ++eager_runs, eager_launches += r.launches;
   }
   CudaGraph graph;
   {
@@ -181,7 +182,7 @@ TEST_CASE("CudaGraph on meta: a replay is one profiler record of the graph's nod
     prof.stop();
     CHECK(prof.kernels().empty());
   }
-  CHECK(graph.nodes() == eager_launches);
+  CHECK(graph.nodes() == eager_launches);  // a node for each launch an eager step made
   Profiler prof;
   graph.replay();
   graph.replay();
@@ -192,15 +193,18 @@ TEST_CASE("CudaGraph on meta: a replay is one profiler record of the graph's nod
     CHECK(r.graph_nodes == graph.nodes());
     CHECK(r.cost.bytes() > 0);  // the captured kernels' costs
     REQUIRE(r.graph_runs);      // and each captured run, for the predictor
-    CHECK(static_cast<int64_t>(r.graph_runs->size()) == eager_launches);
+    CHECK(static_cast<int64_t>(r.graph_runs->size()) == eager_runs);
     profile::KernelCost summed;
+    int64_t run_launches = 0;
     for (const auto& run : *r.graph_runs) {
+      run_launches += run.launches;
       summed.bytes_read += run.cost.bytes_read;
       summed.bytes_written += run.cost.bytes_written;
       summed.flops += run.cost.flops;
     }
     CHECK(summed.bytes() == r.cost.bytes());
     CHECK(summed.flops == r.cost.flops);
+    CHECK(run_launches == graph.nodes());
   }
 }
 #endif

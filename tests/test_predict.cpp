@@ -81,6 +81,25 @@ TEST_CASE("predict_kernel: a tiny run takes the launch floor; no work at all too
   CHECK(std::string(bound_name(Bound::Launch)) == "launch");
 }
 
+TEST_CASE("predict_record: the launch floor is one latency for each launch the record made") {
+  const DeviceSpec d = made_up();
+  KernelRecord r;
+  r.kernel = "layernorm_backward";
+  r.cost = cost(256, 1024, 1024);
+  r.launches = 3;  // e.g. a reduction in three passes
+  Prediction p = predict_record(d, r);
+  CHECK(p.bound == Bound::Launch);
+  CHECK(p.seconds == doctest::Approx(6e-6).epsilon(1e-12));
+  r.launches = 0;  // an entry point that launched nothing (an empty tensor) costs nothing
+  p = predict_record(d, r);
+  CHECK(p.seconds == doctest::Approx(2048 / 1e12).epsilon(1e-12));
+  r.cost = cost(0, 10'000'000, 10'000'000);  // 20 us of memory: above two launches' floor
+  r.launches = 2;
+  p = predict_record(d, r);
+  CHECK(p.bound == Bound::Memory);
+  CHECK(p.seconds == doctest::Approx(20e-6).epsilon(1e-12));
+}
+
 TEST_CASE("predict_record: host copies over the host link; only GEMMs take the tensor cores") {
   const DeviceSpec d = made_up();
   KernelRecord copy;

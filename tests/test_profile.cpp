@@ -331,6 +331,37 @@ TEST_CASE("async spans: recorded at end() on in-flight lanes, overlapping ones a
   CHECK(prof.track_name(profile::kInFlightTrack + 1) == "in flight, lane 1");
 }
 
+TEST_CASE("a kernel record counts the device launches its entry point made") {
+  for (const Device device : {Device::meta(), Device::cuda()}) {
+    if (device.is_cuda() && !cuda_available()) continue;
+    CAPTURE(device);
+    // scale_ over 70 tensors: a launch holds 64 (kernels/cuda/multi_tensor.h), so two launches; over
+    // 3 tensors, one. attention's backward: the dq kernel, then dK and dV (two).
+    std::vector<Tensor> many, few;
+    for (int i = 0; i < 70; ++i) many.push_back(ones({3}, DType::f32, device));
+    for (int i = 0; i < 3; ++i) few.push_back(ones({3}, DType::f32, device));
+    const Tensor q = randn({1, 2, 5, 4}).to(device).set_requires_grad(true);
+    const Tensor out = attention(q, q, q);
+    Profiler prof;
+    kernels::scale_(many, 0.5);
+    kernels::scale_(few, 0.5);
+    autograd::backward(sum(out));
+    prof.stop();
+    const std::vector<KernelRecord> scales = records_of(prof, "scale_");
+    REQUIRE(scales.size() == 2);
+    CHECK(scales[0].launches == 2);
+    CHECK(scales[1].launches == 1);
+    const std::vector<KernelRecord> attention = records_of(prof, "attention_backward");
+    REQUIRE(attention.size() == 1);
+    CHECK(attention[0].launches == 2);
+    // The per-step line sums the launches, not the records.
+    int64_t launches = 0;
+    for (const KernelRecord& r : prof.kernels()) launches += r.launches;
+    CHECK(launches > static_cast<int64_t>(prof.kernels().size()));
+    CHECK(profile::step_counts(prof, 1).launches == doctest::Approx(static_cast<double>(launches)));
+  }
+}
+
 TEST_CASE("host syncs: each wait of the host for a device is recorded once, with its kind and op; none on the cpu") {
   // The cpu never syncs: its copies and waits are not recorded.
   {

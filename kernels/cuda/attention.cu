@@ -17,18 +17,20 @@
 // o_d = o_d exp(m - m') + sum_j p_j V[j, d] with the p_j read back from shared memory. At the end
 // out = o / l and lse = m + log l. Extra memory: lse, O(T) per (b, h); never the T x T scores.
 //
-// Backward (FlashAttention-2, three kernels): P is recomputed from the saved lse, and with
+// Backward (FlashAttention-2, two kernels): P is recomputed from the saved lse, and with
 // Di = rowsum(dout * out),
 //   dV_j = sum_i P_ij dO_i,  dP_ij = dO_i . V_j,  dS_ij = P_ij (dP_ij - Di),
 //   dK_j = scale sum_i dS_ij Q_i,  dQ_i = scale sum_j dS_ij K_j.
-//   1. di:    Di, one warp per query row.
+//   1. dq:    the forward's layout (warp per query, lane per key of a K/V tile in shared memory).
+//             Each query's warp first makes its Di (the lanes over the columns of its staged dO
+//             row and its out row, then warp_sum) and writes it for the next kernel, then
+//             recomputes dS_ij and adds sum_j dS_ij K[j, d]. (Di was a launch of its own, a warp
+//             per row the same way: folding it here saves one launch and reads out once.)
 //   2. dkdv:  a block owns kKeyWarps keys of one (b, h), one warp per key, and loops over the
 //             query tiles from the diagonal on; each query tile (scaled Q, dO, lse, Di of kBr rows)
 //             is staged in shared memory, lane i computes P_ij and dS_ij for query i, and each
 //             lane, owning dims d, adds sum_i P_ij dO[i, d] and sum_i dS_ij Q[i, d] into its
 //             registers. A key's dK and dV are written once, by the warp that owns it.
-//   3. dq:    the forward's layout (warp per query, lane per key of a K/V tile in shared memory)
-//             recomputing dS_ij and adding sum_j dS_ij K[j, d].
 // FlashAttention-2 on a GPU computes dQ in the dkdv kernel with float atomicAdd, whose order
 // changes the bits run to run; a separate dq pass recomputes S and dP once more (about 40% more
 // backward FLOPs) but every gradient is a fixed-order sum with no atomics: bit-identical runs.
@@ -245,24 +247,6 @@ __global__ void __launch_bounds__(AttnTiles<acc_t>::kWarps * 32) attention_forwa
   }
 }
 
-// Di = rowsum(dout * out). dout, out: (B, H, Tq, Dv); di: (B H, Tq) contiguous, row r = bh Tq + t.
-// Warp per row, 8 per block. Di is acc_t, a buffer of the kernels' own.
-template <typename T, typename acc_t>
-__global__ void __launch_bounds__(256) attention_backward_di_kernel(Heads<const T> dout, Heads<const T> out, acc_t* di, int64_t H,
-                                             int64_t Tq, int64_t rows, int Dv) {
-  const int lane = threadIdx.x & 31;
-  const int64_t warps = int64_t{gridDim.x} * (blockDim.x >> 5);
-  for (int64_t r = blockIdx.x * int64_t{blockDim.x >> 5} + (threadIdx.x >> 5); r < rows; r += warps) {
-    const int64_t bh = r / Tq, t = r - bh * Tq;
-    const T* dorow = dout.head(bh, H)[t];
-    const T* orow = out.head(bh, H)[t];
-    acc_t s = 0;
-    for (int d = lane; d < Dv; d += 32) s += static_cast<acc_t>(dorow[d]) * static_cast<acc_t>(orow[d]);
-    s = warp_sum(s);
-    if (lane == 0) di[r] = s;
-  }
-}
-
 // dK, dV for kKeyWarps keys of one (b, h); blockIdx.x = bh * k_tiles + key tile. q, k, v as in
 // the forward; dout (B, H, Tq, Dv); lse, di (B H, Tq) contiguous; dk (B, H, Tk, D), dv (B, H, Tk, Dv).
 // Dynamic shared memory: Qs (kBr, D + 1) scaled, dOs (kBr, Dv + 1), Kr (kKeyWarps, D),
@@ -339,11 +323,13 @@ __global__ void __launch_bounds__(AttnTiles<acc_t>::kKeyWarps * 32) attention_ba
 }
 
 // dQ for kWarps queries of one (b, h); blockIdx.x = bh * q_tiles + query tile. q, k, v, dout,
-// lse, di as in the dkdv kernel; dq (B, H, Tq, D). Dynamic shared memory:
+// lse as in the dkdv kernel; out (B, H, Tq, Dv); dq (B, H, Tq, D). It runs first: each query's warp
+// makes its Di = rowsum(dout * out) (lanes over the columns, then warp_sum) and writes it to di
+// (B H, Tq), which the dkdv kernel reads after it. Dynamic shared memory:
 //   Ks (kBc, D + 1), Vs (kBc, Dv + 1), Qs (kWarps, D) scaled, dOs (kWarps, Dv), dSs (kWarps, kBc).
 template <typename T, typename acc_t>
 __global__ void __launch_bounds__(AttnTiles<acc_t>::kWarps * 32) attention_backward_dq_kernel(Heads<const T> dout, Heads<const T> q, Heads<const T> k,
-                                             Heads<const T> v, const acc_t* lse, const acc_t* di, Heads<T> dq, int64_t H,
+                                             Heads<const T> v, Heads<const T> out, const acc_t* lse, acc_t* di, Heads<T> dq, int64_t H,
                                              int64_t Tq, int64_t Tk, int D, int Dv, acc_t scale, bool causal,
                                              int64_t q_tiles) {
   using std::exp;
@@ -360,7 +346,13 @@ __global__ void __launch_bounds__(AttnTiles<acc_t>::kWarps * 32) attention_backw
   const A* qrow = qt.stage_row(Qs, q.head(qt.bh, H), D, scale);
   const A* dorow = qt.stage_row(dOs, dout.head(qt.bh, H), Dv, A(1));
   const A lse_i = qt.active ? lse[qt.bh * Tq + qt.i] : A(0);
-  const A di_i = qt.active ? di[qt.bh * Tq + qt.i] : A(0);
+  A di_i = 0;  // uniform over the warp after warp_sum
+  if (qt.active) {
+    const T* orow = out.head(qt.bh, H)[qt.i];
+    for (int d = lane; d < Dv; d += 32) di_i += dorow[d] * static_cast<A>(orow[d]);
+  }
+  di_i = warp_sum(di_i);
+  if (qt.active && lane == 0) di[qt.bh * Tq + qt.i] = di_i;
   A* dsrow = dSs + qt.warp * kBc;
   A acc[kDimsPerLane] = {};
   for (int64_t j0 = 0; j0 < qt.kv_end; j0 += kBc) {  // uniform over the block
@@ -448,18 +440,17 @@ void backward_launch(const Tensor& dout, const Tensor& q, const Tensor& k, const
   const Heads<const T> dout_h = heads_of<const T>(op, dout), q_h = heads_of<const T>(op, q),
                        k_h = heads_of<const T>(op, k), v_h = heads_of<const T>(op, v);
   const Tensor di = empty({BH, Tq}, dtype_of<acc_t>::value, q.device());  // (B H, Tq): O(T) per (b, h)
-  launch("attention_backward_di_kernel", attention_backward_di_kernel<T, acc_t>, grid_for(BH * Tq, 8), 256, 0,
-         dout_h, heads_of<const T>(op, out), di.data<acc_t>(), H, Tq, BH * Tq, Dv);
   const size_t smem_kv = dkdv_smem<acc_t>(D, Dv), smem_q = dq_smem<acc_t>(D, Dv);
   REEL_CHECK(smem_kv <= kSmemLimit && smem_q <= kSmemLimit, "attention_backward: ", smem_kv, " and ", smem_q,
              " bytes of shared memory");
   const int64_t k_tiles = tiles(Tk, AttnTiles<acc_t>::kKeyWarps), q_tiles = tiles(Tq, AttnTiles<acc_t>::kWarps);
+  // dQ first: it writes Di, which dK and dV read (two launches; Di costs no launch of its own).
+  launch("attention_backward_dq_kernel", attention_backward_dq_kernel<T, acc_t>, grid_of(BH, q_tiles),
+         AttnTiles<acc_t>::kWarps * 32, smem_q, dout_h, q_h, k_h, v_h, heads_of<const T>(op, out), lse.data<acc_t>(),
+         di.data<acc_t>(), heads_of<T>(op, dq), H, Tq, Tk, D, Dv, s, causal, q_tiles);
   launch("attention_backward_dkdv_kernel", attention_backward_dkdv_kernel<T, acc_t>, grid_of(BH, k_tiles),
          AttnTiles<acc_t>::kKeyWarps * 32, smem_kv, dout_h, q_h, k_h, v_h, lse.data<acc_t>(), di.data<acc_t>(),
          heads_of<T>(op, dk), heads_of<T>(op, dv), H, Tq, Tk, D, Dv, s, causal, k_tiles);
-  launch("attention_backward_dq_kernel", attention_backward_dq_kernel<T, acc_t>, grid_of(BH, q_tiles),
-         AttnTiles<acc_t>::kWarps * 32, smem_q, dout_h, q_h, k_h, v_h, lse.data<acc_t>(), di.data<acc_t>(),
-         heads_of<T>(op, dq), H, Tq, Tk, D, Dv, s, causal, q_tiles);
 }
 
 }  // namespace

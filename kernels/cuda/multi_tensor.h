@@ -5,7 +5,7 @@
 //
 // Each tensor is cut into fixed chunks of kListChunk elements, and one launch covers up to
 // kMaxBlocks chunks of up to kMaxTensors tensors, their pointers and sizes passed by value in
-// ListArgs (kernel parameters), so a model's hundred bias vectors cost a few launches, not a
+// ListArgs (kernel parameters), so a model's hundred bias vectors cost two launches, not a
 // hundred. Block b handles chunk chunk_of[b] of tensor slot tensor_of[b] (block_chunk()). A list
 // may mix f32, f64, bf16 and f16 tensors: each dtype's go through their own launches
 // (for_each_floating_type()), in that order.
@@ -22,7 +22,7 @@
 namespace reel::kernels::cuda {
 
 constexpr int64_t kListChunk = 1 << 14;  // elements per block (fixed: the norm's partials depend on it)
-constexpr int kMaxTensors = 16;          // tensor slots per launch
+constexpr int kMaxTensors = 64;          // tensor slots per launch
 constexpr int kMaxBlocks = 320;          // chunks per launch
 constexpr int kListThreads = 256;
 
@@ -40,8 +40,11 @@ struct ListArgs {
 };
 static_assert(std::has_unique_object_representations_v<ListArgs<1>> &&  // equal lists are equal bytes
               std::has_unique_object_representations_v<ListArgs<3>>);
-// CUDA's limit on a kernel's parameters (4 KB before Volta's 32 KB): every ListArgs a kernel takes fits.
-static_assert(sizeof(ListArgs<6>) <= 4096, "ListArgs outgrows the kernel parameter space");
+// CUDA's limit on a kernel's parameters: 32,764 bytes on Volta and later since CUDA 12.1 (4 KB
+// before; reel's nvcc flavour builds for sm_90 with a later toolkit). 64 slots put a small model's
+// whole list in one launch (char_gpt's 40 parameters: AdamW was 3 launches with 16) at 6.5 KB of
+// parameters for the widest list (6): every ListArgs a kernel takes fits.
+static_assert(sizeof(ListArgs<6>) <= 32764, "ListArgs outgrows the kernel parameter space");
 
 // The element range [begin, end) of this block's chunk, and its tensor slot.
 template <int N>

@@ -364,6 +364,14 @@ std::string last_error_detail();
 // synchronous copy to the host writes zeros there (the placeholder of a value never computed; an
 // asynchronous one, into pinned memory, writes nothing). The pointers may name memory never backed.
 bool dry_run();
+// The device work this host thread has issued so far: kernel launches (dry ones too), cuBLAS and
+// cuDNN calls, copies and memsets, graph launches; what a capture of the same calls would make
+// nodes of (each graph launch one). The profiler counts a kernel entry point's launches with it
+// (core/profile.h, set_launch_counter).
+int64_t work_issued();
+namespace detail {
+void count_work();  // one more piece of work issued by this thread
+}  // namespace detail
 void enter_dry_run();  // DryRun's constructor and destructor, for a scope that cannot name simt.h
 void leave_dry_run();
 class DryRun {
@@ -482,6 +490,7 @@ inline cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_
     std::apply(c.kernel, c.params);
   };
   const void* const id = reinterpret_cast<const void*>(kernel);
+  detail::count_work();
   if (dry_run()) {  // nothing runs
     if (const cudaError_t err = detail::check_grid(id, grid, block, shmem)) return err;
     return detail::dry_launch(stream);

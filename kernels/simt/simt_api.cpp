@@ -160,6 +160,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
   if (!dst || !src) return record_error(cudaErrorInvalidValue);
   if (const cudaError_t err = simt::detail::unsafe_call_check()) return record_error(err);
   if (const cudaError_t err = simt::detail::legacy_work_check()) return record_error(err);
+  simt::detail::count_work();
   simt::detail::before_host_work(nullptr);
   if (simt::dry_run()) {  // only the host side is real memory: a copy to it reads as zeros
     if (kind == cudaMemcpyDeviceToHost) std::memset(dst, 0, bytes);
@@ -173,6 +174,7 @@ cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
   if (!ptr) return record_error(cudaErrorInvalidValue);
   if (const cudaError_t err = simt::detail::unsafe_call_check()) return record_error(err);
   if (const cudaError_t err = simt::detail::legacy_work_check()) return record_error(err);
+  simt::detail::count_work();
   simt::detail::before_host_work(nullptr);
   if (simt::dry_run()) return cudaSuccess;
   std::memset(ptr, value, bytes);

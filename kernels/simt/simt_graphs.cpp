@@ -102,6 +102,7 @@ cudaError_t dry_launch(cudaStream_t stream) {
 }
 
 bool library_call(cudaStream_t stream, std::function<void()> work) {
+  count_work();
   if (captures_active()) {
     if (synchronous(stream)) {
       if (const cudaError_t err = legacy_work_check()) return !record_error(err);
@@ -204,6 +205,7 @@ cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t* exec, cudaGraph_t gra
 // runs now. Into a capturing stream it becomes one node (a child graph) of that capture.
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   if (!exec) return record_error(cudaErrorInvalidResourceHandle);
+  simt::detail::count_work();
   std::shared_ptr<const std::vector<std::function<void()>>> work = exec->work;
   auto run = [work] {
     for (const auto& node : *work) node();

@@ -638,8 +638,11 @@ cudaError_t run_grid(const void* kernel, dim3 grid, dim3 block, size_t shmem, Th
 
 namespace {
 thread_local int t_dry_runs = 0;  // DryRun scopes alive on this thread
+thread_local int64_t t_work_issued = 0;
 }  // namespace
 bool dry_run() { return t_dry_runs > 0; }
+int64_t work_issued() { return t_work_issued; }
+void detail::count_work() { ++t_work_issued; }
 void enter_dry_run() { ++t_dry_runs; }
 void leave_dry_run() { --t_dry_runs; }
 

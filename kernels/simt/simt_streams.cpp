@@ -152,6 +152,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
          (kind == cudaMemcpyHostToHost && (simt::detail::pageable(src) || simt::detail::pageable(dst)))))
       return record_error(simt::detail::invalidate(stream->capture, cudaErrorStreamCaptureUnsupported));
   }
+  simt::detail::count_work();
   // In order on the stream, as a copy, and touching nothing: the host side of an asynchronous copy
   // is pinned memory, which on reel's meta device is zero pages never to be written.
   if (simt::dry_run()) return simt::detail::enqueue(stream, [] {}, cudaGraphNodeTypeMemcpy);
@@ -163,6 +164,7 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t str
   if (simt::detail::synchronous(stream)) return cudaMemset(ptr, value, bytes);
   if (bytes == 0) return cudaSuccess;
   if (!ptr) return record_error(cudaErrorInvalidValue);
+  simt::detail::count_work();
   if (simt::dry_run()) return simt::detail::enqueue(stream, [] {}, cudaGraphNodeTypeMemset);  // ordered, touches nothing
   return simt::detail::enqueue(stream, [ptr, value, bytes] { std::memset(ptr, value, bytes); },
                                cudaGraphNodeTypeMemset);

@@ -28,17 +28,17 @@ const std::vector<DType> kDTypes = {DType::f32, DType::f64};
 
 // ==== optimizer updates, the gradient norm, scale_ =================================================
 
-// A parameter list with what one launch does not hold: 20 tensors (a launch has 16 slots), a
+// A parameter list with what one launch does not hold: 70 tensors (a launch has 64 slots), a
 // tensor of 2 chunks of 16384 and, when `big`, one past the 320 chunks of a launch (5.3M elements);
 // sizes 1, 31 x 33, 257, and one f64 tensor among the f32 ones. The "chunked" list: 40000 elements
 // over three chunks, an empty tensor and a scalar, f64 and f32 alternating.
-// The "16bit" list: a model held in bf16 and f16 (Module::to) beside one f32 tensor, 20 tensors
-// (past a launch's 16 slots) and one of two chunks.
+// The "16bit" list: a model held in bf16 and f16 (Module::to) beside one f32 tensor, 135 tensors
+// (each 16-bit dtype past a launch's 64 slots) and one of two chunks.
 std::vector<std::pair<Shape, DType>> param_list(const std::string& kind) {
   std::vector<std::pair<Shape, DType>> l;
   if (kind == "16bit") {
     l = {{{1}, DType::bf16}, {{31, 33}, DType::f16}, {{257}, DType::f32}, {{20000}, DType::bf16}, {{5}, DType::f16}};
-    for (int i = 0; i < 15; ++i) l.push_back({{3 + i}, i % 2 ? DType::bf16 : DType::f16});
+    for (int i = 0; i < 130; ++i) l.push_back({{3 + i}, i % 2 ? DType::bf16 : DType::f16});
     return l;
   }
   if (kind == "chunked") {
@@ -48,7 +48,7 @@ std::vector<std::pair<Shape, DType>> param_list(const std::string& kind) {
   }
   l = {{{1}, DType::f32}, {{31, 33}, DType::f32}, {{257}, DType::f64}, {{20000}, DType::f32},
        {{kind == "big" ? 321 * 16384 + 5 : 5}, DType::f32}};
-  for (int i = 0; i < 15; ++i) l.push_back({{3 + i}, DType::f32});
+  for (int i = 0; i < 65; ++i) l.push_back({{3 + i}, DType::f32});
   return l;
 }
 Tensors make_list(Generator& g, const std::string& kind, double lo, double hi) {
