@@ -1,6 +1,6 @@
 // Entry points of the batchnorm family (kernels/batchnorm.h): BatchNorm's statistics (with the
-// running-stat update), its normalisation, its backward and its batch count. Checks, contiguous (N, C, S) views,
-// outputs, then the backend kernel.
+// running-stat update), its normalisation, its backward and its batch count. Checks, contiguous
+// (N, C, S) views, outputs, then the backend kernel.
 #include "kernels/batchnorm.h"
 
 #include "kernels/entry_point.h"

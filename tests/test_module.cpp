@@ -1,7 +1,9 @@
 // nn::Module and the basic layers: parameter registration and names, train/eval, to(device),
 // state_dict round trips and their errors, safetensors save/load, checkpoint policies, the layers
 // against the ops they wrap, forward hooks (on Sequential children, checkpointed or not; their
-// order; remove()) and named_modules().
+// order; remove()) and named_modules(); BatchNorm's device-side batch count (eval and failed
+// forwards not counted, state_dict round trips, a CUDA graph's replays counting, momentum None
+// refused under a capture).
 #include <cmath>
 #include <cstdio>
 #include <memory>

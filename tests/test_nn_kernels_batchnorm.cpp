@@ -5,7 +5,8 @@
 // cuDNN) against the CPU in f32 and f64, (N, C) and (N, C, H, W), training and eval, the replay
 // kernel giving the forward's bits on every device, the op under a checkpoint segment in training
 // and eval, bf16 and f16 (16-bit y and gradients, f32 statistics and running statistics; a 16-bit
-// BatchNorm2d from Module::to and under autocast), and bad inputs. (The backward against finite differences, on every device, is a row of
+// BatchNorm2d from Module::to and under autocast), batch_norm_count (the device count: += 1 on
+// every device, meta recording cuda's launches), and bad inputs. (The backward against finite differences, on every device, is a row of
 // tests/op_table/norm.cpp; the checkpoint replay through segments and selective scopes,
 // tests/test_checkpoint.cpp.)
 #include <cmath>
