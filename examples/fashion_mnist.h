@@ -20,9 +20,10 @@
 // windows' slots keep their addresses; the test accuracy stays eager. Each window's loss is copied
 // back to the host as the step ends (optim::Lazy::detach: from a replay's static output before the
 // next replay overwrites it), so the epoch's line holds no device memory and the step no host
-// sync. Not with a BatchNorm that tracks running statistics (the CNN's default --norm batch):
-// num_batches_tracked is written from the host's count, which a replay would write again as
-// captured; --norm group or none.
+// sync. The CNN's BatchNorm (--norm batch, momentum 0.1) counts its batches on the device
+// (num_batches_tracked += 1, a kernel a replay runs again), so its graph run equals the eager one,
+// running statistics and count included; a BatchNorm with momentum nullopt (the cumulative
+// average, whose factor 1 / count is a host number) is refused.
 #pragma once
 #include <algorithm>
 #include <chrono>
@@ -136,12 +137,14 @@ struct DeviceBatch {
   reel::Tensor x, y;
 };
 
-// Whether `model` holds a BatchNorm that counts its batches: num_batches_tracked is written from the
-// host's count (nn/layers.cpp), a value a captured CUDA graph would write again at every replay.
-inline bool counts_batches_on_host(reel::nn::Sequential& model) {
+// Whether `model` holds a BatchNorm with momentum nullopt that tracks running statistics: its
+// factor 1 / num_batches_tracked is a host number from the host's count (nn/layers.h), which a
+// captured CUDA graph would pass again at every replay. (With a momentum the count advances on the
+// device, and a replay counts.)
+inline bool has_cumulative_batchnorm(reel::nn::Sequential& model) {
   for (int64_t i = 0; i < model.size(); ++i) {
     const auto* norm = dynamic_cast<const reel::nn::BatchNorm*>(&model[i]);
-    if (norm && norm->track_running_stats) return true;
+    if (norm && norm->track_running_stats && !norm->momentum) return true;
   }
   return false;
 }
@@ -307,9 +310,9 @@ inline int train_fashion_mnist(const FashionMnistModel& spec, TrainOptions& o, c
     // --cuda-graph: each full window captured once after the warm-up windows and replayed
     // (optim/graphed_window.h), reading the micro-batches' upload slots (below), which keep their
     // addresses; a window whose micro-batches count otherwise (an epoch's last) runs eagerly.
-    REEL_CHECK(!o.cuda_graph || !counts_batches_on_host(model), "--cuda-graph with a BatchNorm that "
-               "tracks running statistics: its num_batches_tracked is written from the host's count, which a replayed "
-               "graph would write again as captured; use --norm group or --norm none");
+    REEL_CHECK(!o.cuda_graph || !has_cumulative_batchnorm(model), "--cuda-graph with a BatchNorm of momentum "
+               "None (the cumulative average): its factor 1 / num_batches_tracked is computed on the host, and a "
+               "replayed graph would reuse the captured one; give it a momentum, or use --norm group or --norm none");
     std::optional<optim::GraphedWindow> graphed;
     if (o.cuda_graph) graphed.emplace(accumulator);
     std::optional<autograd::DetectAnomaly> detect_anomaly;

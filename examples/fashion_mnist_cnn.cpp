@@ -9,8 +9,8 @@
 //   ./fashion_mnist_cnn --accum-steps 4 --norm group     # ... and with GroupNorm it is again
 //   ./fashion_mnist_cnn --checkpoint sqrt --device cuda  # recompute activations in backward
 //   ./fashion_mnist_cnn --precision bf16                 # convs, linears, BatchNorm in bf16 (statistics f32)
-//   ./fashion_mnist_cnn --device cuda --cuda-graph --norm group   # each full step one CUDA graph launch
-//                                                        # (not with BatchNorm: examples/fashion_mnist.h)
+//   ./fashion_mnist_cnn --device cuda --cuda-graph       # each full step one CUDA graph launch
+//                                                        # (BatchNorm counts its batches on the device)
 //
 // BatchNorm is where the two memory techniques meet batch statistics. Accumulation: each
 // micro-batch is normalised with its own mean and variance, so N micro-batches of b do not give

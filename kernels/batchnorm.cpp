@@ -1,6 +1,6 @@
 // Entry points of the batchnorm family (kernels/batchnorm.h): BatchNorm's statistics (with the
-// running-stat update), its normalisation and its backward. Checks, contiguous (N, C, S) views,
-// outputs, then the backend kernel.
+// running-stat update), its normalisation, its backward and its batch count. Checks, contiguous
+// (N, C, S) views, outputs, then the backend kernel.
 #include "kernels/batchnorm.h"
 
 #include "kernels/entry_point.h"
@@ -218,6 +218,16 @@ BatchNormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const T
                          untracked::contiguous(mean), untracked::contiguous(rstd), training, eps,
                          untracked::view(r.dx, {N, C, S}), r.dw, r.db);
   return r;
+}
+
+void batch_norm_count(const Tensor& count) {
+  const char* op = "batch_norm_count";
+  REEL_CHECK(count.defined(), op, ": count (num_batches_tracked) is undefined");
+  REEL_CHECK(count.dtype() == DType::i64 && count.numel() == 1, op, ": count ", count.shape(), " is ", count.dtype(),
+             ": a one-element i64 tensor (num_batches_tracked) expected");
+  // One element read and written, one integer add.
+  REEL_DEVICE_DISPATCH(count.device(), batch_norm_count, kernel_cost({&count}, {&count}, 1), count);
+  count.bump_version();  // in place: what the tape saved of it is stale from here on
 }
 
 }  // namespace reel::kernels

@@ -13,6 +13,8 @@
 //                       call);
 //   batch_norm_replay:  a replay's y, the bits of the first forward's, without the running-stat
 //                       update (cpu: the apply kernel alone; cuda: see kernels/cuda/batchnorm.cu).
+// And batch_norm_count, nn::BatchNorm's num_batches_tracked += 1 on the device (a CUDA graph's
+// replay advances it as an eager step does; the host never reads or writes the value).
 // Each entry point checks its inputs (shapes, dtypes, devices: reel::Error naming the op and
 // them), makes them contiguous, allocates the outputs on the inputs' device and runs the backend
 // kernel (declared at the end of this file) on cpu or cuda.
@@ -69,6 +71,10 @@ Tensor batch_norm_replay(const Tensor& x, const Tensor& w, const Tensor& b, cons
 // rstd are what the backward uses).
 BatchNormBackward batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
                                       const Tensor& rstd, bool training, double eps = 1e-5);
+// count (a one-element i64, BatchNorm's num_batches_tracked) += 1 in place, on its device, one
+// launch whose arguments are the same every call (so a captured CUDA graph's replay counts too);
+// bumps its version. Nothing is read back: the host does not wait.
+void batch_norm_count(const Tensor& count);
 
 }  // namespace reel::kernels
 #endif  // REEL_KERNELS_BATCHNORM_H
@@ -113,4 +119,5 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x,              // (N, 
                          bool training, double eps,
                          const Tensor& dx,                               // (N, C, S) out
                          const Tensor& dw, const Tensor& db);            // (C) out
+void batch_norm_count(const Tensor& count);                              // () or (1) i64 in/out: += 1
 #endif  // REEL_BACKEND_KERNELS

@@ -5,6 +5,8 @@
 
 #include "autograd/nn_functions.h"
 #include "core/allocator.h"
+#include "core/profile.h"
+#include "kernels/batchnorm.h"
 
 namespace reel::nn {
 
@@ -109,16 +111,27 @@ Tensor BatchNorm::forward(const Tensor& x) {
   // As torch.nn.modules.batchnorm._BatchNorm.forward.
   const bool update = training() && track_running_stats;
   double factor = momentum.value_or(0.0);
-  const int64_t count = update ? batches_tracked() + 1 : 0;
-  if (update && !momentum) factor = 1.0 / static_cast<double>(count);
+  if (update && !momentum) {
+    // The cumulative average's factor is a host number from the count: a captured graph would
+    // replay the captured one (and the count behind it) forever.
+    REEL_CHECK(profile::GraphCaptureScope::current() == nullptr, name(),
+               ": momentum=None (the cumulative average) cannot be captured in a CUDA graph: its factor "
+               "1 / num_batches_tracked is computed on the host from the count, and a replay would reuse the "
+               "captured one; give a momentum (the count then advances on the device), or run it eagerly");
+    factor = 1.0 / static_cast<double>(batches_tracked() + 1);
+  }
   const bool use_batch_stats = training() || !track_running_stats;
   Tensor y = batch_norm(x, track_running_stats ? running_mean : Tensor(), track_running_stats ? running_var : Tensor(),
                         weight, bias, use_batch_stats, factor, eps);
   if (update) {  // counted once the forward succeeded (PyTorch counts before it raises)
-    num_batches_tracked.fill_(static_cast<double>(count));
-    tracked_ = count;
-    tracked_storage_ = num_batches_tracked.storage();
-    tracked_version_ = num_batches_tracked.version();
+    kernels::batch_norm_count(num_batches_tracked);  // += 1 on the device: a graph replay counts too
+    if (momentum) {
+      tracked_storage_.reset();  // replays count unseen by the host: read back when next needed
+    } else {
+      tracked_ += 1;  // batches_tracked() was fresh above
+      tracked_storage_ = num_batches_tracked.storage();
+      tracked_version_ = num_batches_tracked.version();
+    }
   }
   return y;
 }

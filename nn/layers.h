@@ -91,6 +91,11 @@ class GroupNorm : public Module {
 // Without track_running_stats it always normalises with the batch's statistics.
 // Its statistics are per micro-batch: accumulating N micro-batches is NOT one batch of all their
 // samples (docs/design.md, "Optimizers and the accumulation window"); GroupNorm/LayerNorm are.
+// num_batches_tracked counts on its device: each training forward that succeeded adds 1 there
+// (kernels::batch_norm_count), so with a momentum a step neither reads nor writes the count from
+// the host and a captured CUDA graph (core/graph.h) counts at every replay. momentum nullopt needs
+// the count on the host (the factor 1 / count is a host number handed to the kernel): it keeps a
+// host copy, and a training forward under a CUDA graph capture is a reel::Error.
 class BatchNorm : public Module {
  public:
   Tensor weight, bias;                                    // (C), undefined without affine
@@ -106,9 +111,10 @@ class BatchNorm : public Module {
   virtual void check_input(const Tensor& x) const = 0;  // the dims the subclass accepts
 
  private:
-  // num_batches_tracked's value as last written here, the storage and version it had then: the
-  // count stays on the host, so a step does not wait for the device to read it, and is read back
-  // only when something else wrote the buffer (load_state_dict, to(device)).
+  // momentum nullopt: num_batches_tracked's value as last counted here, the storage and version
+  // it had then, so a step does not wait for the device to read it; read back (item()) only when
+  // something else wrote the buffer (load_state_dict, to(device)) or a forward with a momentum
+  // counted on the device alone (it resets tracked_storage_: graph replays count unseen).
   int64_t tracked_ = 0;
   std::weak_ptr<const void> tracked_storage_;
   uint64_t tracked_version_ = 0;

@@ -1,11 +1,15 @@
 // nn::Module and the basic layers: parameter registration and names, train/eval, to(device),
 // state_dict round trips and their errors, safetensors save/load, checkpoint policies, the layers
 // against the ops they wrap, forward hooks (on Sequential children, checkpointed or not; their
-// order; remove()) and named_modules().
+// order; remove()) and named_modules(); BatchNorm's device-side batch count (eval and failed
+// forwards not counted, state_dict round trips, a CUDA graph's replays counting, momentum None
+// refused under a capture).
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "reel.h"
 #include "testing.h"
@@ -633,6 +637,125 @@ TEST_CASE("BatchNorm: running statistics and the batch count save and load throu
   bad["num_batches_tracked"] = zeros({});
   CHECK_REEL_ERROR(b.load_state_dict(bad), "key 'num_batches_tracked' is f32, the buffer i64");
   std::remove(path.c_str());
+}
+
+TEST_CASE("BatchNorm counts on its device: training forwards count, eval and failed ones do not") {
+  for (const Device& device : reel::testing::devices()) {
+    CAPTURE(device);
+    manual_seed(32);
+    nn::BatchNorm2d bn(3);
+    bn.to(device);
+    const Tensor x = randn({4, 3, 2, 2}).to(device);
+    uint64_t version = bn.num_batches_tracked.version();
+    for (int i = 0; i < 5; ++i) {
+      bn(x);
+      CHECK(bn.num_batches_tracked.version() > version);  // written in place: a saved copy sees it
+      version = bn.num_batches_tracked.version();
+    }
+    CHECK(values(bn.num_batches_tracked) == std::vector<double>{5});
+    CHECK(values(bn.state_dict().at("num_batches_tracked")) == std::vector<double>{5});
+    CHECK(bn.num_batches_tracked.device() == device);
+    bn.eval();
+    bn(x);
+    bn(x);
+    CHECK(values(bn.num_batches_tracked) == std::vector<double>{5});
+    bn.train();
+    CHECK_REEL_ERROR(bn(zeros({2, 4, 3, 3}, DType::f32, device)), "does not match the 4 channels");
+    CHECK_REEL_ERROR(bn(zeros({2, 3, 3}, DType::f32, device)), "expected 4D input");
+    CHECK_REEL_ERROR(bn(zeros({1, 3, 1, 1}, DType::f32, device)), "Expected more than 1 value per channel");
+    CHECK(values(bn.num_batches_tracked) == std::vector<double>{5});
+    // momentum None after device-only counting: the factor is 1 / 6, from the device's count.
+    const Tensor rm = bn.running_mean.clone(), rv = bn.running_var.clone();
+    bn.momentum = std::nullopt;
+    const Tensor y = bn(x);
+    check_close(y, batch_norm(x, rm, rv, bn.weight, bn.bias, true, 1.0 / 6.0), 0, 0);
+    check_close(bn.running_mean, rm, 0, 0);
+    check_close(bn.running_var, rv, 0, 0);
+    CHECK(values(bn.num_batches_tracked) == std::vector<double>{6});
+    // ... and back to a momentum, then None again: the count read back once more (7, then 1 / 8).
+    bn.momentum = 0.1;
+    bn(x);
+    bn.momentum = std::nullopt;
+    const Tensor rm7 = bn.running_mean.clone(), rv7 = bn.running_var.clone();
+    bn(x);
+    batch_norm(x, rm7, rv7, bn.weight, bn.bias, true, 1.0 / 8.0);
+    check_close(bn.running_mean, rm7, 0, 0);
+    CHECK(values(bn.num_batches_tracked) == std::vector<double>{8});
+  }
+}
+
+TEST_CASE("BatchNorm's device count: state_dict and load_state_dict round trip, the loaded count continues") {
+  for (const Device& device : reel::testing::devices()) {
+    CAPTURE(device);
+    for (bool cumulative : {false, true}) {
+      CAPTURE(cumulative);
+      manual_seed(33);
+      const std::optional<double> momentum = cumulative ? std::nullopt : std::optional<double>(0.1);
+      nn::BatchNorm1d a(4, 1e-5, momentum), b(4, 1e-5, momentum);
+      a.to(device);
+      b.to(device);
+      const Tensor x = randn({6, 4}).to(device);
+      for (int i = 0; i < 3; ++i) a(x * static_cast<double>(i + 1));
+      b(x);  // b counted (and, for None, cached) a count of its own: the load must replace it
+      b.load_state_dict(a.state_dict());
+      for (const char* name : {"running_mean", "running_var", "num_batches_tracked"})
+        check_close(b.state_dict().at(name), a.state_dict().at(name), 0, 0);
+      a(x);
+      b(x);
+      CHECK(values(b.num_batches_tracked) == std::vector<double>{4});
+      for (const char* name : {"running_mean", "running_var", "num_batches_tracked"})
+        check_close(b.state_dict().at(name), a.state_dict().at(name), 0, 0);
+    }
+  }
+}
+
+TEST_CASE("BatchNorm under a CUDA graph: every replay counts its batch; momentum None is refused") {
+  if (cuda_device_count() == 0) return;
+  std::vector<Device> graph_devices{Device::cuda(0)};
+#if defined(REEL_CUDA_EMULATED)  // the meta device exists in the emulated build only
+  graph_devices.push_back(Device::meta());
+#endif
+  for (const Device& device : graph_devices) {
+    CAPTURE(device);
+    manual_seed(34);
+    nn::BatchNorm2d eager(3), graphed(3);
+    eager.to(device);
+    graphed.to(device);
+    const Tensor x = randn({4, 3, 2, 2}).to(device);
+    autograd::NoGrad no_grad;
+    for (int i = 0; i < 5; ++i) eager(x);
+    graphed(x);  // warm-up: the cache holds the forward's blocks
+    CudaGraph graph;
+    Tensor y;
+    graph.capture(device, [&] { y = graphed(x); });
+    if (device.is_meta()) {  // nothing to read on meta: the count kernel is one of the graph's nodes
+      Profiler prof;
+      graph.replay();
+      prof.stop();
+      REQUIRE(prof.kernels().size() == 1);
+      REQUIRE(prof.kernels()[0].graph_runs);
+      int counts = 0;
+      for (const auto& run : *prof.kernels()[0].graph_runs) counts += run.kernel == "batch_norm_count" ? 1 : 0;
+      CHECK(counts == 1);
+      continue;
+    }
+    CHECK(values(graphed.num_batches_tracked) == std::vector<double>{1});  // captured, not run
+    for (int i = 0; i < 4; ++i) graph.replay();
+    CHECK(values(graphed.num_batches_tracked) == std::vector<double>{5});
+    check_close(graphed.running_mean, eager.running_mean, 0, 0);
+    check_close(graphed.running_var, eager.running_var, 0, 0);
+    check_close(y, eager(x), 0, 0);  // eager's 6th forward normalises with the batch's statistics too
+    // momentum None: the factor 1 / count is a host number a replay would repeat; refused.
+    nn::BatchNorm2d avg(3, 1e-5, std::nullopt);
+    avg.to(device);
+    avg(x);
+    CudaGraph refused;
+    CHECK_REEL_ERROR(refused.capture(device, [&] { avg(x); }),
+                     "BatchNorm2d: momentum=None (the cumulative average) cannot be captured in a CUDA graph");
+    CHECK_FALSE(refused.captured());
+    avg(x);  // eagerly it still counts from the host's count
+    CHECK(values(avg.num_batches_tracked) == std::vector<double>{2});
+  }
 }
 
 TEST_CASE("a checkpointed Sequential with BatchNorm trains bit-identically: gradients, running stats, count") {

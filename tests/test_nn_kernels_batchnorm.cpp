@@ -5,11 +5,13 @@
 // cuDNN) against the CPU in f32 and f64, (N, C) and (N, C, H, W), training and eval, the replay
 // kernel giving the forward's bits on every device, the op under a checkpoint segment in training
 // and eval, bf16 and f16 (16-bit y and gradients, f32 statistics and running statistics; a 16-bit
-// BatchNorm2d from Module::to and under autocast), and bad inputs. (The backward against finite differences, on every device, is a row of
+// BatchNorm2d from Module::to and under autocast), batch_norm_count (the device count: += 1 on
+// every device, meta recording cuda's launches), and bad inputs. (The backward against finite differences, on every device, is a row of
 // tests/op_table/norm.cpp; the checkpoint replay through segments and selective scopes,
 // tests/test_checkpoint.cpp.)
 #include <cmath>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "autograd/autocast.h"
@@ -17,6 +19,7 @@
 #include "autograd/functions.h"
 #include "autograd/nn_functions.h"
 #include "autograd/tape.h"
+#include "core/profile.h"
 #include "kernels/ops.h"
 #include "nn/layers.h"
 #include "testing.h"
@@ -327,6 +330,39 @@ TEST_CASE("batch_norm under a checkpoint segment, training and eval: the replay 
       }
       CHECK(autograd::Tape::current().empty());
     }
+}
+
+TEST_CASE("batch_norm_count: += 1 in place on every device, one launch (meta records cuda's), bad counts refused") {
+  std::vector<Device> devs = devices();
+#if defined(REEL_CUDA_EMULATED)  // the meta device exists in the emulated build only
+  if (cuda_device_count() > 0) devs.push_back(Device::meta());
+#endif
+  std::vector<std::vector<std::string>> launches;  // per device: the kernels recorded
+  for (Device d : devs) {
+    CAPTURE(d);
+    const Tensor count = full({}, 41.0, DType::i64, d);
+    const Tensor in_vector = full({1}, 7.0, DType::i64, d);  // a one-element (1) counts too
+    const uint64_t version = count.version();
+    Profiler prof;
+    batch_norm_count(count);
+    batch_norm_count(count);
+    batch_norm_count(in_vector);
+    prof.stop();
+    CHECK(count.version() == version + 2);
+    if (!d.is_meta()) {
+      CHECK(values(count) == std::vector<double>{43});
+      CHECK(values(in_vector) == std::vector<double>{8});
+    }
+    std::vector<std::string> names;
+    for (const auto& r : prof.kernels()) names.push_back(r.kernel);
+    CHECK(names == std::vector<std::string>(3, "batch_norm_count"));
+    if (!d.is_cpu()) launches.push_back(names);
+  }
+  for (const auto& l : launches) CHECK(l == launches.front());
+  CHECK_REEL_ERROR(batch_norm_count(zeros({})),
+                   "batch_norm_count: count () is f32: a one-element i64 tensor (num_batches_tracked) expected");
+  CHECK_REEL_ERROR(batch_norm_count(zeros({2}, DType::i64)), "batch_norm_count: count (2) is i64");
+  CHECK_REEL_ERROR(batch_norm_count(Tensor()), "batch_norm_count: count (num_batches_tracked) is undefined");
 }
 
 TEST_CASE("bad batch_norm inputs raise reel::Error naming op and shapes, before any running-stat update") {

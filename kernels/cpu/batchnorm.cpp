@@ -1,4 +1,4 @@
-// BatchNorm on the CPU: per-channel statistics, normalisation and backward.
+// BatchNorm on the CPU: per-channel statistics, normalisation and backward, and the batch count.
 //
 // A channel's values are N runs of S contiguous values (x viewed as (N, C, S)), so every kernel
 // that sums over a channel gives a task a block of channels (OpenMP over the blocks) that walks
@@ -253,5 +253,8 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, con
                                     rstd.data<acc_t>(), training, dx.data<scalar_t>(), dw.data<scalar_t>(),
                                     db.data<scalar_t>(), x.size(0), x.size(1), x.size(2)))
 }
+
+// num_batches_tracked += 1: the same operation as the cuda kernel (no host copy of the count).
+void batch_norm_count(const Tensor& count) { *count.data<int64_t>() += 1; }
 
 }  // namespace reel::kernels::cpu

@@ -1,4 +1,5 @@
-// kernels/cuda/batchnorm.cu: BatchNorm's per-channel statistics, normalisation and backward.
+// kernels/cuda/batchnorm.cu: BatchNorm's per-channel statistics, normalisation and backward, and
+// its batch count.
 //
 // A channel's n = N * S values are N runs of S contiguous values (x viewed as (N, C, S)). The
 // kernels that sum over a channel give it one 256-thread block (a block-uniform grid-stride loop
@@ -12,6 +13,8 @@
 // Eval: a thread per channel from the running statistics.
 // Normalisation: a grid-stride loop over the elements, y = (x - mean) * (rstd * w) + b.
 // Backward: block per channel, the sums of dy and dy * xhat, then the block writes the channel's dx.
+// Count: one thread adds 1 to num_batches_tracked where it lives (its address and the 1 are the
+// launch's only arguments, the same every step: a CUDA graph's replay counts its batch too).
 // The sums are double (wider than the dispatch's acc_t); the elementwise math of apply and dx runs
 // in acc_t (loads T -> acc_t, stores acc_t -> T: no-ops for f32 and f64, where acc_t is T). The
 // per-channel statistics (mean, rstd, the running ones) are acc_t: f32 for a bf16 or f16 x
@@ -116,6 +119,9 @@ __global__ void __launch_bounds__(kThreads) batch_norm_stats_eval_kernel(const T
     rstd[c] = static_cast<T>(1.0 / sqrt(static_cast<double>(running_var[c]) + eps));
   }
 }
+
+// One thread: count (one i64, num_batches_tracked) += 1.
+__global__ void __launch_bounds__(1) batch_norm_count_kernel(int64_t* count) { *count += 1; }
 
 // Grid-stride over the elements. x, y: (N, C, S); w, b, mean, rstd: (C).
 template <typename T, typename acc_t>
@@ -366,6 +372,11 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, con
   set_device(x.device());
   REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "batch_norm_backward",
                          backward_dispatch<scalar_t>(dy, x, w, mean, rstd, training, eps, dx, dw, db))
+}
+
+void batch_norm_count(const Tensor& count) {
+  set_device(count.device());
+  launch("batch_norm_count_kernel", batch_norm_count_kernel, 1, 1, 0, count.data<int64_t>());
 }
 
 }  // namespace reel::kernels::cuda

@@ -3,7 +3,8 @@
 // 1000; add_layernorm (the residual add fused in) forward and backward with a gradient added to dx
 // and dw/db written into or added to buffers, against the add and the unfused kernels in f64;
 // batchnorm (training with the running-stat update, eval) forward, statistics, replay and
-// backward against f64 loops, (N, C) to (N, C, H, W), a channel mean of 1000. Tape rows: layer_norm, rms_norm, group_norm and batch_norm (training, with running
+// backward against f64 loops, (N, C) to (N, C, H, W), a channel mean of 1000; batchnorm count
+// (num_batches_tracked += 1), exact. Tape rows: layer_norm, rms_norm, group_norm and batch_norm (training, with running
 // statistics, eval, without affine parameters, frozen inputs), GroupNorm and BatchNorm against the
 // same function composed from mean, sqrt and broadcasting; add_layer_norm against x + r then
 // layer_norm (both outputs, y alone, no bias, frozen inputs), in every dtype layer_norm takes.
@@ -327,6 +328,17 @@ std::vector<OpCase> batch_norm_cases() {
       }
       cases.push_back(bn);
     }
+  // BatchNorm's num_batches_tracked += 1 on its device (nn::BatchNorm's count), twice: 41 -> 43.
+  cases.push_back(OpCase("batchnorm count", [](Generator&) { return Tensors{full({}, 41.0, DType::i64)}; },
+                         [](const Tensors& in, Device) {
+                           const Tensor count = in[0].clone();  // the runner checks its inputs come back unchanged
+                           batch_norm_count(count);
+                           batch_norm_count(count);
+                           return Tensors{count};
+                         },
+                         {kExact})
+                      .with_dtypes({})
+                      .with_reference([](const Tensors& in) { return Values{{values(in[0])[0] + 2}}; }, {kExact}));
   return cases;
 }
 
