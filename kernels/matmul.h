@@ -20,8 +20,9 @@ namespace reel::kernels {
 // a (..., M, K) @ b (..., K, N) -> (..., M, N); 1-D operands as in numpy.matmul; batch dims
 // broadcast. transpose_a / transpose_b use the transpose of the last two dims of a / b.
 // bias: undefined (none) or a (N) vector added to every row of the output, inside the GEMM
-// (oneDNN's epilogue on the cpu; on cuda the output starts as the bias rows and cuBLAS adds the
-// product with beta = 1), so no second pass runs over the finished output; same dtype and device.
+// (oneDNN's epilogue on the cpu; on cuda cuBLASLt's bias epilogue where the product is one 2-D GEMM,
+// else the output starts as the bias rows and cuBLAS adds the product with beta = 1: see
+// kernels/cuda/matmul.cu), so no second pass runs over the finished output; same dtype and device.
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false,
               const Tensor& bias = Tensor());
 

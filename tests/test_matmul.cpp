@@ -2,11 +2,17 @@
 // batch dims, transposes and strided operands on every device, are rows of tests/op_table/matmul.cpp): the
 // output shapes of broadcast batches, 1-D operands and empty dims as numpy.matmul, shape errors,
 // the fused bias (values vs an f64 reference on every device, its errors), matmul_into_ (the
-// product written or added into an existing output), thread-count bit identity (f32, f64, bf16, f16).
+// product written or added into an existing output), thread-count bit identity (f32, f64, bf16, f16),
+// and, on the emulated cuda, the bias epilogue's bits and launches against the composition it replaced.
 #include <algorithm>
 
 #include "kernels/ops.h"
 #include "testing.h"
+#if defined(REEL_CUDA_EMULATED)
+// The launch log (host code of the emulated flavour only). Last: simt.h defines the CUDA keywords
+// as macros.
+#include "kernels/cuda/launch.h"
+#endif
 
 using namespace reel;
 using namespace reel::kernels;
@@ -260,3 +266,83 @@ TEST_CASE("a bad matmul bias raises reel::Error naming the op, shapes and device
     CHECK_REEL_ERROR(matmul(a, b, false, false, zeros({5}).to(Device::cuda(0))),
                      "matmul: expected all tensors on one device, got (4, 3) on cpu (3, 5) on cpu (5) on cuda:0");
 }
+
+#if defined(REEL_CUDA_EMULATED)
+// On cuda a biased product that is one 2-D GEMM is one cublasLtMatmul whose epilogue adds the bias
+// (CUBLASLT_EPILOGUE_BIAS, kernels/cuda/matmul.cu): no kernel of reel's runs. Any other (a batch
+// that does not collapse into rows, f64) is the bias rows (bias_rows_kernel) with the product
+// accumulated onto them (beta = 1). cuda and meta launch the same (meta records what cuda does).
+// The bits, in the emulation: the epilogue adds the bias to each element's f32 sum and rounds once
+// to the output type, so out = (the unbiased f32 product of the same GEMM + bias, in f32) rounded:
+// the reference below, on widened operands (a (B, T, C) operand as its (B T, C) rows, the one GEMM
+// the epilogue runs). bf16 / f16 (and f64, and every fallback case) also give the bits of the
+// composition the epilogue replaced (matmul_into_ onto the bias rows): the emulated GemmEx forms the
+// product first too. f32 need not: the emulated Sgemm with beta = 1 lets Eigen add its depth blocks
+// onto the bias rows one by one (K = 1100 below), and a batch of small products may take Eigen's
+// coefficient-wise product where their (rows, K) whole takes its GEMM; a GPU's order differs again.
+// Shapes that take the epilogue (x W^T, a^T b, a batch of rows against one W^T, narrowed rows,
+// K past Eigen's depth block) and ones that do not (a broadcast batch, a batch whose rows are not
+// one run); f32 with and without TF32, bf16, f16, f64.
+TEST_CASE("cuda's bias epilogue gives the bits of the bias rows plus the product, in one launch") {
+  using reel::testing::bit_identical;
+  using reel::testing::uniform_f64;
+  struct Case {
+    Shape a, b;
+    bool ta, tb;
+    int64_t a_cols;     // a is narrowed to this many columns (0: a whole)
+    bool transpose_01;  // a is made (dim 1, dim 0, ...) of what was made: its rows are not one run
+    bool epilogue;      // expected to take the epilogue (in f32, bf16, f16)
+  };
+  const std::vector<Case> cases = {
+      {{37, 33}, {20, 33}, false, true, 0, false, true},        // x W^T
+      {{7, 6}, {7, 4}, true, false, 0, false, true},            // a^T b: a read transposed
+      {{3, 8, 5}, {6, 5}, false, true, 0, false, true},         // (B, T, C) against one W^T: rows 24
+      {{4, 6, 10}, {9, 8}, false, true, 8, false, true},        // narrowed rows, batch stride 60 = 6 * 10
+      {{64, 1100}, {1100, 48}, false, false, 0, false, true},   // K = 1100 (Eigen's GEMM cuts K into blocks)
+      {{2, 1, 5, 3}, {4, 3, 6}, false, false, 0, false, false}, // broadcast batch (2, 4): one batched call
+      {{6, 4, 8}, {8, 5}, false, false, 0, true, false},        // rows of a (4, 6, 8) view are not one run
+  };
+  struct Tf32Guard {  // restores the process-wide switch however the test ends
+    bool saved = allow_tf32();
+    ~Tf32Guard() { set_allow_tf32(saved); }
+  } guard;
+  uint64_t seed = 1300;
+  for (const Device device : {Device::cuda(0), Device::meta()}) {
+    for (DType dtype : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
+      for (const bool tf32 : {false, true}) {
+        if (tf32 && dtype != DType::f32) continue;
+        set_allow_tf32(tf32);
+        for (const Case& c : cases) {
+          const std::string what = shape_str(c.a) + " @ " + shape_str(c.b) + " " + dtype_name(dtype) + " on " +
+                                   device.str() + (tf32 ? " (TF32)" : "");
+          CAPTURE(what);
+          Tensor a = uniform_f64(c.a, ++seed).to(dtype).to(device);
+          if (c.a_cols) a = a.narrow(-1, 0, c.a_cols);
+          if (c.transpose_01) a = a.transpose(0, 1);
+          const Tensor b = uniform_f64(c.b, ++seed).to(dtype).to(device);
+          const Tensor bias = uniform_f64({c.tb ? c.b[c.b.size() - 2] : c.b.back()}, ++seed).to(dtype).to(device);
+          kernels::cuda::LaunchLog log;
+          kernels::cuda::launch_log = &log;
+          const Tensor out = matmul(a, b, c.ta, c.tb, bias);
+          kernels::cuda::launch_log = nullptr;
+          std::vector<std::string> names;
+          for (const auto& e : log.entries) names.push_back(e.kernel);
+          const bool epilogue = c.epilogue && dtype != DType::f64;
+          CHECK(names == (epilogue ? std::vector<std::string>{} : std::vector<std::string>{"bias_rows_kernel"}));
+          if (device.is_meta()) continue;  // nothing computed
+          // The composition: out's rows start as the bias, the GEMM accumulates onto them (beta = 1).
+          const Tensor composed = bias.expand(out.shape()).contiguous();
+          matmul_into_(composed, a, b, c.ta, c.tb, true);
+          if (dtype != DType::f32 || !epilogue) CHECK(bit_identical(out, composed));
+          if (dtype == DType::f64) continue;
+          // fl(acc + bias), acc the f32 sum of the GEMM that ran.
+          const Tensor rows = epilogue && a.dim() > 2 ? a.reshape({-1, a.size(-1)}) : a;
+          const Tensor acc = matmul(rows.to(DType::f32), b.to(DType::f32), c.ta, c.tb);
+          const Tensor expected = binary(BinaryOp::Add, acc, bias.to(DType::f32)).to(dtype).reshape(out.shape());
+          CHECK(bit_identical(out, expected));
+        }
+      }
+    }
+  }
+}
+#endif

@@ -1,7 +1,7 @@
 // The GEMM's reduced-precision paths beyond the op table's rows (tests/op_table/matmul.cpp):
 // bf16 / f16 with a bias, accumulating into an output, and cut along K on the CPU, each the f32
 // result rounded once; mixed dtypes refused; TF32 on cuda (off by default, emulated with TF32's
-// rounding) against the f64 product of TF32-rounded inputs.
+// rounding) against the f64 product of TF32-rounded inputs, with and without a bias.
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -135,18 +135,30 @@ TEST_CASE("TF32 on cuda: off by default; on, the f64 product of TF32-rounded inp
     return d;
   };
   CHECK(std::abs(plain[0] - rounded[0]) == doctest::Approx(K * 0x1p-12));  // the inputs show the difference
+  // With a bias (on cuda cuBLASLt's bias epilogue, kernels/cuda/matmul.cu): the same product, the
+  // bias (not rounded to TF32) added to each f32 sum.
+  const Tensor bias = randn({N}, DType::f32, Device::cpu(), &gen);
+  const std::vector<double> bias_v = values(bias);
+  std::vector<double> plain_b = plain, rounded_b = rounded;
+  for (int64_t i = 0; i < M * N; ++i) plain_b[i] += bias_v[i % N], rounded_b[i] += bias_v[i % N];
   for (Device dev : testing::devices()) {
     CAPTURE(dev);
     set_allow_tf32(false);
     const std::vector<double> off = values(kernels::matmul(a.to(dev), b.to(dev)));
+    const std::vector<double> off_b = values(kernels::matmul(a.to(dev), b.to(dev), false, false, bias.to(dev)));
     CHECK(max_diff(off, plain) <= atol);
+    CHECK(max_diff(off_b, plain_b) <= atol);
     set_allow_tf32(true);
     const std::vector<double> on = values(kernels::matmul(a.to(dev), b.to(dev)));
+    const std::vector<double> on_b = values(kernels::matmul(a.to(dev), b.to(dev), false, false, bias.to(dev)));
     if (dev.is_cpu()) {  // the CPU has no TF32: the switch leaves its f32 GEMM alone
       CHECK(max_diff(on, off) == 0);
+      CHECK(max_diff(on_b, off_b) == 0);
     } else {
       CHECK(max_diff(on, rounded) <= atol);
       CHECK(std::abs(on[0] - off[0]) >= K * 0x1p-12 / 2);
+      CHECK(max_diff(on_b, rounded_b) <= atol);
+      CHECK(std::abs(on_b[0] - off_b[0]) >= K * 0x1p-12 / 2);
     }
     set_allow_tf32(false);
   }

@@ -6,9 +6,13 @@
 // handles it); other layouts are made contiguous. Batch dims that collapse to one stride per
 // operand (contiguous, or broadcast with stride 0) go to cuBLAS in one call; the rest are
 // looped on the host, one strided-batched call per outer index.
-// Bias (an optional (N) vector added to every output row): a small kernel first fills out's rows
-// with the bias, then cuBLAS accumulates the product onto them with beta = 1 (PyTorch's addmm
-// does the same), so no second pass runs over the finished output.
+// Bias (an optional (N) vector added to every output row): where the product is one 2-D GEMM (2-D
+// operands, or a batch of a's rows against one b, as linear on (B, T, C) inputs: as_one_gemm()),
+// one cublasLtMatmul whose epilogue adds the bias (CUBLASLT_EPILOGUE_BIAS) to each f32 sum before
+// the one rounding: one launch, no pass over the output. Otherwise (a batch that does not collapse,
+// or f64, whose bias epilogue reel does not rely on) a small kernel fills out's rows with the bias
+// and cuBLAS accumulates the product onto them with beta = 1 (PyTorch's addmm does the same): two
+// launches, one rounding of the sum too. An empty K is the bias rows alone.
 // linear's fused GEMMs (kernels/matmul.h) are one cublasLtMatmul each, its epilogue doing the rest
 // in the same kernel: CUBLASLT_EPILOGUE_BGRADB (dW = G^T X and db = the column sums of G),
 // GELU_AUX_BIAS (y = gelu(x W^T + b), the pre-activation written as the aux output) and
@@ -77,7 +81,8 @@ __global__ void __launch_bounds__(kTile * kTile) matmul_tiled_kernel(const T* a,
 }
 
 // out[i] = bias[i % N]: every row of out (rows, N) starts as the bias, which cuBLAS then
-// accumulates the product onto (beta = 1). out: (n) contiguous, n = rows * N; bias: (N).
+// accumulates the product onto (beta = 1): the bias path where the epilogue's does not apply
+// (matmul_bias_impl). out: (n) contiguous, n = rows * N; bias: (N).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) bias_rows_kernel(T* out, const T* bias, int64_t n, int64_t N) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{blockDim.x} * gridDim.x)
@@ -187,6 +192,9 @@ void fill_bias_rows(const Tensor& out, const Tensor& bias) {
          out.size(-1));
 }
 
+// out = a @ b, or out += a @ b (accumulate); with a bias, the bias rows and the product onto them
+// (the biased product's fallback: matmul_bias_impl). The batch goes to gemm_batched() in as few
+// strided-batched calls as its strides allow.
 template <typename T>
 void matmul_cublas(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias, bool accumulate) {
   const int64_t r = out.dim(), nb = r - 2;
@@ -301,6 +309,47 @@ void lt_gemm(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulat
                "cublasLtMatmul");
 }
 
+// A batched product that is one 2-D GEMM, as linear's on (B, T, C) inputs: b the same (K, N)
+// matrix at every batch index (stride 0 or size 1 on every batch dim) and a's batch dims and rows
+// one run of rows (the flat row index i at i * a's row stride), so a (..., M, K) is a2 (rows, K),
+// b (..., K, N) is b2 (K, N) and out (..., M, N), contiguous, is out2 (rows, N); false otherwise.
+bool as_one_gemm(const Tensor& a, const Tensor& b, const Tensor& out, Tensor& a2, Tensor& b2, Tensor& out2) {
+  const int64_t r = out.dim(), nb = r - 2;
+  for (int64_t d = 0; d < nb; ++d)
+    if (out.size(d) != 1 && b.stride(d) != 0) return false;
+  int64_t rows = 1, inner_stride = 0;  // the run so far (dims d+1 .. r-2): its size and innermost stride
+  bool started = false;
+  for (int64_t d = r - 2; d >= 0; --d) {
+    if (a.size(d) == 1) continue;
+    if (started && a.stride(d) != inner_stride * rows) return false;
+    if (!started) inner_stride = a.stride(d), started = true;
+    rows *= a.size(d);
+  }
+  if (rows > INT_MAX) return false;  // lt_gemm's M is an int; the batched call takes the products apart
+  a2 = untracked::view(a, {rows, a.size(r - 1)});
+  b2 = b;
+  for (int64_t d = 0; d < nb; ++d) b2 = untracked::select(b2, 0, 0);
+  out2 = untracked::view(out, {rows, out.size(r - 1)});
+  return true;
+}
+
+// out = a @ b + bias, the bias (N, contiguous) added to every row. One cublasLtMatmul with
+// CUBLASLT_EPILOGUE_BIAS where the product is one 2-D GEMM (as_one_gemm) in f32, bf16 or f16: the
+// epilogue adds the bias to each f32 sum before its one rounding to out's type, as the fallback's
+// beta = 1 onto the bias rows does. Else (a batch that does not collapse, f64, whose bias epilogue
+// is not relied on) the fallback: the bias rows, then the product accumulated onto them (beta = 1).
+template <typename T>
+void matmul_bias_impl(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias) {
+  if constexpr (!std::is_same_v<T, double>) {
+    Tensor a2, b2, out2;
+    if (as_one_gemm(a, b, out, a2, b2, out2)) {
+      lt_gemm<T>(a2, b2, out2, false, CUBLASLT_EPILOGUE_BIAS, const_cast<T*>(bias.data<T>()), nullptr);
+      return;
+    }
+  }
+  matmul_cublas<T>(a, b, out, bias, false);
+}
+
 // out += x: both (n) contiguous.
 template <typename T>
 void add_into(const Tensor& out, const Tensor& x) {
@@ -385,7 +434,11 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& b
     }
     return;
   }
-  REEL_DISPATCH_FLOATING_AND_16(out.dtype(), "matmul", matmul_cublas<scalar_t>(a, b, out, bias, accumulate))
+  if (bias.defined() && !accumulate) {
+    REEL_DISPATCH_FLOATING_AND_16(out.dtype(), "matmul", matmul_bias_impl<scalar_t>(a, b, out, bias))
+  } else {
+    REEL_DISPATCH_FLOATING_AND_16(out.dtype(), "matmul", matmul_cublas<scalar_t>(a, b, out, bias, accumulate))
+  }
 }
 
 void matmul_bgrad(const Tensor& g, const Tensor& x, const Tensor& dw, const Tensor& db, bool accumulate_w,
