@@ -89,9 +89,13 @@ void check_control(const char* op, const StepControl& c, Device device) {
   };
   check("coef", c.coef, DType::f64, 1);
   check("found_inf", c.found_inf, DType::i32, 1);
-  check("steps", c.steps, DType::i64, 2);
+  check("steps", c.steps, DType::i64, 1);
   check("lr", c.lr, DType::f64, 1);
-  REEL_CHECK(c.slot == 0 || c.slot == 1, op, ": steps slot ", c.slot, " must be 0 or 1");
+  const int64_t kind = c.schedule.kind;
+  REEL_CHECK(kind == LrRule::kNone || kind == LrRule::kConstant || kind == LrRule::kWarmupCosine, op,
+             ": schedule kind ", kind, " is not an LrRule kind");
+  REEL_CHECK(kind == LrRule::kNone || c.steps.defined(), op,
+             ": a schedule evaluated on the device needs the step count there (StepControl::steps)");
 }
 
 }  // namespace

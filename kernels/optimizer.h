@@ -12,27 +12,35 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/lr_rule.h"
 
 namespace reel::kernels {
 
 // What an update reads from the device instead of the host (optim/accumulator.h's window, as
 // PyTorch's fused optimizers read found_inf): each tensor on the params' device, or undefined
-// (not used). The default (all undefined) is the plain update.
+// (not used). The default (all undefined, no schedule) is the plain update.
 //   coef      f64 (1): every gradient is first multiplied by coef[0] in acc_t and rounded once to
 //             its dtype, exactly as scale_(grads, coef) before the update would (clipping's
 //             coefficient: global_grad_norm_'s out[1]); the .grad buffers are not written.
 //   found_inf i32 (1): nonzero skips the update: params and state are not written.
-//   steps     i64 (2), the step count double-buffered: steps[slot] is the count before this
-//             update (the `step` argument is then ignored; the update runs at steps[slot] + 1), and
-//             steps[1 - slot] gets the count after it (steps[slot], unchanged, when skipped).
+//   steps     i64 (1): the step count before this update (the `step` argument is then ignored; the
+//             update runs at steps[0] + 1). The update advances it itself, once whatever the
+//             number of its launches (dtypes, long lists): on cuda the first launch's last block
+//             writes steps[0] + 1 once every block has read steps[0] (kernels/cuda/last_block.h),
+//             and its later launches read the advanced count; skipped, it stays as it was. So a
+//             step's kernels take the same by-value arguments every step and need no copy after.
 //   lr        f64 (1): the learning rate, read on the device (the `lr` argument is then ignored), so
 //             that a schedule's new rate each step reaches no kernel by value (docs/design.md,
 //             "Replay-safe steps"); whatever the step depends on (Adam's step size) is computed
 //             from it on the device, with the host's function (kernels/adam_scalars.h).
+//   schedule  kind other than LrRule::kNone (needs steps): the rate is kernels::scheduled_lr
+//             (kernels/lr_rule.h) at the step count read (0-based: steps[0] before the update),
+//             computed on the device by the host schedule's function: no copy of the rate at all
+//             (lr and the argument are then ignored).
 struct StepControl {
   Tensor coef, found_inf, steps;
-  int slot = 0;
   Tensor lr = Tensor();
+  LrRule schedule = LrRule{};
 };
 
 // Each params[i] has grads[i] of the same shape, dtype and device, and its state tensors (momentum

@@ -30,32 +30,10 @@
 #include "core/error.h"
 #include "core/host_device.h"  // REEL_HOST_DEVICE
 #include "core/tensor.h"
+#include "kernels/mul_rounded.h"
 #include "kernels/optimizer.h"  // StepControl
 
 namespace reel::kernels {
-
-// a * b rounded once as a multiply of its own, never contracted into an FMA with what follows
-// (the compilers contract a * b + c by default, on the host and in nvcc): the clip coefficient's
-// multiply inside an update (StepControl::coef) then gives the bits that scale_ before the update
-// gives.
-template <typename A>
-REEL_HOST_DEVICE inline A mul_rounded(A a, A b) {
-#if defined(__CUDA_ARCH__)
-  if constexpr (sizeof(A) == 4) return __fmul_rn(a, b);
-  else return __dmul_rn(a, b);
-#else
-  A r = a * b;
-#if defined(__x86_64__) || defined(__i386__)
-  asm("" : "+x"(r));  // the product leaves the register as it is: no FMA across this point
-#elif defined(__aarch64__)
-  asm("" : "+w"(r));
-#else
-  volatile A v = r;
-  r = v;
-#endif
-  return r;
-#endif
-}
 
 // A gradient as an update reads it under StepControl::coef: g * coef in A, rounded once to the
 // gradient's type T (what scale_ stores) and loaded back into A.

@@ -120,10 +120,16 @@ void Accumulator::finish_on_device(WindowResult& r) {
   } else {
     r.stepped = true;
   }
-  // 5. The learning rate, 6. the step (nothing written when found), 7. zeroing.
+  // 5. The learning rate (a schedule with a device form: evaluated by the update kernels from the
+  // device's count, the host's r.lr bit for bit; else copied when it changed), 6. the step (nothing
+  // written when found), 7. zeroing.
   optimizer_.set_lr(r.lr);
-  optimizer_.step(coef, found);
+  optimizer_.step(coef, found, device_schedule());
   optimizer_.zero_grad();
+}
+
+kernels::LrRule Accumulator::device_schedule() const {
+  return options_.schedule ? options_.schedule->device_rule() : kernels::LrRule{};
 }
 
 void Accumulator::replayed(Device device) {

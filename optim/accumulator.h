@@ -79,7 +79,10 @@
 // (distributed::ZeroAdamW), and with Options::host_decisions. The hook runs on either path (what it
 // reads of the gradients, it reads itself). With a schedule, a window's lr comes from
 // optimizer.steps(): after a window that may have been skipped that reads the device's count once,
-// at the next window's start. The optimizer's lr() is set for a skipped window too.
+// at the next window's start. The optimizer's lr() is set for a skipped window too. On the device,
+// a schedule with a device form (LrSchedule::device_rule(): ConstantLr, WarmupCosineLr) is
+// evaluated by the update kernels from the device's step count, the same rate bit for bit with no
+// copy from the host; another schedule's rate is copied when it changes (Optimizer::device_lr).
 //
 // A whole window as one CUDA graph, replayed each step: optim::GraphedWindow (optim/graphed_window.h),
 // over start() and run() below (the step's two parts: the host's prologue, and what the graph holds).
@@ -269,6 +272,9 @@ class Accumulator {
   struct Outputs {
     Tensor losses, found, norm;
   };
+  // The schedule's device form for Optimizer::step(coef, found_inf, schedule): kNone without a
+  // schedule or for one without a device form (its rate then goes through Optimizer::device_lr).
+  kernels::LrRule device_schedule() const;
   // The host's part of a window that a graph replayed: the counts that a captured run() advanced on
   // the host (the optimizer's step count, the scaler's state, the skip count) are the device's now.
   void replayed(Device device);

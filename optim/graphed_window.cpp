@@ -30,10 +30,12 @@ GraphedWindow::GraphedWindow(Accumulator& acc, Options options) : acc_(acc), opt
 
 void GraphedWindow::prologue(const WindowResult& r, bool capture) {
   Optimizer& optimizer = acc_.optimizer_;
-  // The learning rate: in the device scalar before the replay (a copy from pinned memory, enqueued
-  // ahead of the graph), so the captured step's set_lr finds it written and copies nothing.
+  // The learning rate. A schedule with a device form: nothing to write, the captured update
+  // kernels evaluate it from the device's count, each replay its own step's rate. Otherwise, in the
+  // device scalar before the replay (a copy from pinned memory, enqueued ahead of the graph), so the
+  // captured step's set_lr finds it written and copies nothing.
   optimizer.set_lr(r.lr);
-  optimizer.device_lr(device_);
+  if (acc_.device_schedule().kind == kernels::LrRule::kNone) optimizer.device_lr(device_);
   // Dropout's (seed, base) for this window, written now: the captured kernels read it. Drawing a
   // stream writes the device state; the stream id is put back, so the window draws what it would.
   if (draws_ == 0) return;  // the window draws no device streams

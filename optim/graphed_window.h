@@ -28,8 +28,11 @@
 //
 // The replay prologue (the host's per-step work, outside the graph, as PyTorch's): the counts;
 // Accumulator::start (the dropout window's base, Generator::begin_window; the schedule's learning
-// rate); Optimizer::set_lr and Optimizer::device_lr (the rate copied into the device scalar the
-// update kernels read, one asynchronous pinned copy, enqueued before the replay); dropout's device
+// rate); Optimizer::set_lr and, for a schedule without a device form, Optimizer::device_lr (the
+// rate copied into the device scalar the update kernels read, one asynchronous pinned copy, enqueued
+// before the replay; a schedule with one, LrSchedule::device_rule(), is evaluated by the captured
+// update kernels from the device's step count, which they advance: each replay gets its own step's
+// rate with nothing written); dropout's device
 // (seed, base) rewritten in place (Generator::next_device_stream, the stream id put back), so the
 // captured kernels, which read both from device memory with by-value deltas that are the same
 // every window (docs/design.md, "Replay-safe steps"), draw this window's streams. The captured

@@ -59,17 +59,24 @@ void Optimizer::step() {
   if (!with_grad.empty()) update(with_grad);
 }
 
-void Optimizer::step(const Tensor& coef, const Tensor& found_inf) {
+void Optimizer::step(const Tensor& coef, const Tensor& found_inf, const kernels::LrRule& schedule) {
   REEL_CHECK(device_control(), "optimizer: step(coef, found_inf) is not supported by this optimizer "
                                "(its decisions are taken on the host: use step())");
   std::vector<size_t> with_grad;
+  int64_t elements = 0;
   for (size_t i = 0; i < params_.size(); ++i)
-    if (params_[i].grad().defined()) with_grad.push_back(i);
+    if (params_[i].grad().defined()) {
+      with_grad.push_back(i);
+      elements += params_[i].numel();
+    }
   const profile::PhaseScope profiled(profile::Phase::Optimizer);
-  if (with_grad.empty()) {  // nothing to update: the host's count stays exact
+  // Nothing to update (no gradient, or only empty parameters: the update would launch nothing, so
+  // nothing would advance the device's count): the host's count stays exact.
+  if (elements == 0) {
     read_device_steps();
     ++steps_;
     device_steps_valid_ = false;
+    if (!with_grad.empty()) update(with_grad);  // the checks and versions of an update of nothing
     return;
   }
   const Device device = params_[with_grad.front()].device();
@@ -77,14 +84,17 @@ void Optimizer::step(const Tensor& coef, const Tensor& found_inf) {
     // The host's exact count, to the device (an asynchronous copy: no wait).
     read_device_steps();
     MemoryCategory scope(Category::OptimizerState);
-    device_steps_ = empty({2}, DType::i64, device);
-    const int64_t counts[2] = {steps_, steps_};
-    upload_.write(device_steps_, counts, sizeof counts);
+    device_steps_ = empty({1}, DType::i64, device);
+    upload_.write(device_steps_, &steps_, sizeof steps_);
     device_steps_valid_ = true;
   }
-  control_ = kernels::StepControl{coef, found_inf, device_steps_, 0, device_lr(device)};
+  // The rate: evaluated by the kernels from the count they read (a schedule with a device form), or
+  // read from the device scalar that device_lr keeps.
+  const bool scheduled = schedule.kind != kernels::LrRule::kNone;
+  control_ = kernels::StepControl{coef, found_inf, device_steps_, scheduled ? Tensor() : device_lr(device), schedule};
   ++steps_;  // exact without a found_inf (nothing skips); else an upper bound until read_device_steps()
   if (found_inf.defined()) steps_pending_ = true;
+  // The update's kernels advance the device's count themselves (kernels/optimizer.h: StepControl).
   try {
     update(with_grad);
   } catch (...) {
@@ -92,9 +102,6 @@ void Optimizer::step(const Tensor& coef, const Tensor& found_inf) {
     throw;
   }
   control_ = kernels::StepControl{};
-  // The count after the update (slot 1) back into slot 0, on the device: every update reads slot 0,
-  // where a slot alternating on the host would reach the kernels by value, different every other step.
-  untracked::slice(device_steps_, 0, 0, 1).copy_(untracked::slice(device_steps_, 0, 1, 2));
 }
 
 void Optimizer::device_stepped(bool may_skip) {

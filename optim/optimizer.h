@@ -34,21 +34,25 @@ class Optimizer {
   // coef[0] (f64 (1): clipping's coefficient, kernels::global_grad_norm_; undefined: not), exactly
   // as kernels::scale_ before step() would, without writing the .grad; and when found_inf[0] (i32
   // (1); undefined: never) is nonzero nothing is written: parameters, state and the step count
-  // stay as they were. The step count then lives on the device (kernels::StepControl::steps, the
-  // update kernels read it for bias correction and advance it) until steps() reads it back: the
-  // host does not wait here. The learning rate is read on the device too (kernels::StepControl::lr,
-  // written by an asynchronous copy when set_lr changed it), so no kernel takes a value by value
-  // that changes from step to step (docs/design.md, "Replay-safe steps"). Without a found_inf the
-  // host's count stays exact. reel::Error for an optimizer without device_control().
-  void step(const Tensor& coef, const Tensor& found_inf);
+  // stay as they were. The step count then lives on the device (kernels::StepControl::steps, i64
+  // (1): the update kernels read it for bias correction and advance it themselves, no launch of
+  // its own) until steps() reads it back: the host does not wait here. The learning rate is
+  // computed on the device too: with `schedule` (kind other than kNone: an LrSchedule's
+  // device_rule()) by the update kernels from the count they read, the schedule's lr(count) bit for
+  // bit (lr() is then only what the host reports); else read from a device scalar
+  // (kernels::StepControl::lr, written by an asynchronous copy when set_lr changed it). So no kernel
+  // takes a value by value that changes from step to step (docs/design.md, "Replay-safe steps").
+  // Without a found_inf the host's count stays exact. reel::Error for an optimizer without
+  // device_control().
+  void step(const Tensor& coef, const Tensor& found_inf, const kernels::LrRule& schedule = kernels::LrRule{});
   // The host's part of step(coef, found_inf) alone, for a CUDA graph's replay of it
   // (optim/graphed_window.h): the count advanced (an upper bound, read from the device when asked,
   // when the step read a found_inf: may_skip).
   void device_stepped(bool may_skip);
   // The f64 (1) tensor on `device` that step(coef, found_inf)'s kernels read the learning rate from
-  // (kernels::StepControl::lr), holding lr() (made on first use; an asynchronous copy when lr()
-  // changed since it was written). A graph's replay prologue calls it after set_lr, outside the
-  // graph, so that the captured step finds it written and copies nothing.
+  // when no schedule is given (kernels::StepControl::lr), holding lr() (made on first use; an
+  // asynchronous copy when lr() changed since it was written). A graph's replay prologue calls it
+  // after set_lr, outside the graph, so that the captured step finds it written and copies nothing.
   const Tensor& device_lr(Device device);
   // Whether step(coef, found_inf) is supported: SGD, Adam/AdamW and RuleOptimizer; not by default
   // (distributed::ZeroAdamW decides on the host).
@@ -93,7 +97,7 @@ class Optimizer {
   void read_device_steps() const;  // steps_ from the device when steps_pending_
 
   kernels::StepControl control_;
-  Tensor device_steps_;  // i64 (2) on the params' device: kernels::StepControl::steps, slot 0 the count
+  Tensor device_steps_;  // i64 (1) on the params' device: kernels::StepControl::steps, the count
   bool device_steps_valid_ = false;  // device_steps_ matches steps_ (a host step() makes it stale)
   mutable bool steps_pending_ = false;
   StagedUpload upload_;    // device_steps_ and device_lr_ from the host, no host sync

@@ -8,6 +8,7 @@
 // Lion; scaler, skip_nonfinite, a hook's NaN; clipping), no copy to the host inside a window (a
 // Profiler's copy_to_host records), and a state_dict round trip. Two ranks:
 // tests/test_grad_scaler_dist.cpp.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -266,7 +267,7 @@ int host_reads(const Profiler& prof) {
 struct Run {
   std::vector<Tensor> params;
   StateDict state;
-  std::vector<double> losses, norms, scales;
+  std::vector<double> losses, norms, scales, lrs;
   std::vector<bool> skipped, stepped;
   double scale = 0;
   int64_t clean = 0, scaler_skipped = 0, acc_skipped = 0, steps = 0;
@@ -275,14 +276,14 @@ struct Run {
 // Seven windows, the 2nd and 5th with an inf (and the 6th with a NaN written by the hook when
 // `hook_nan`), through an Accumulator deciding on the device or (host_decisions) on the host.
 Run run_windows(Device d, const std::string& optimizer, bool scaled, bool skip_nonfinite, double clip,
-                bool host_decisions, bool hook_nan) {
+                bool host_decisions, bool hook_nan, const LrSchedule* schedule = nullptr) {
   Mlp m(DType::f32, d);
   std::unique_ptr<Optimizer> opt;
   if (optimizer == "adamw") opt = std::make_unique<AdamW>(m.params, 1e-2);
   else if (optimizer == "sgd") opt = std::make_unique<SGD>(m.params, 1e-2, SGD::Options{0.9, 0, 0.01, false});
   else opt = std::make_unique<Lion>(m.params, 1e-3);
   GradScaler scaler({1024.0, 2.0, 0.5, 2});  // grows every 2 clean windows: growth and back-off both happen
-  Accumulator::Options o{clip, nullptr, skip_nonfinite, nullptr, scaled ? &scaler : nullptr};
+  Accumulator::Options o{clip, schedule, skip_nonfinite, nullptr, scaled ? &scaler : nullptr};
   o.host_decisions = host_decisions;
   Accumulator acc(*opt, o);
   REQUIRE(acc.device_decisions() == !host_decisions);
@@ -301,6 +302,7 @@ Run run_windows(Device d, const std::string& optimizer, bool scaled, bool skip_n
     r.scales.push_back(w.loss_scale);
     r.skipped.push_back(w.skipped_nonfinite);
     r.stepped.push_back(w.stepped);
+    r.lrs.push_back(w.lr);
   }
   r.params = snapshot(m.params);
   r.state = opt->state_dict();
@@ -358,6 +360,97 @@ TEST_CASE("device decisions give the host-decided path's results bit for bit, ov
           CHECK(dev.acc_skipped == host.acc_skipped);
           CHECK(dev.acc_skipped == (hook_nan ? 3 : 2));
         }
+}
+
+// A user's schedule without a device form (LrSchedule::device_rule's default): its rate goes to the
+// device by Optimizer::device_lr's copy, as every rate did before device schedules.
+class HalvingLr final : public LrSchedule {
+ public:
+  double lr(int64_t step) const override { return 1e-2 / static_cast<double>(int64_t{1} << std::min<int64_t>(step, 30)); }
+};
+
+// Records of `kernel` in the optimizer's phase (Accumulator's window end: the hook, the norm, the step).
+int optimizer_count_of(const Profiler& prof, const std::string& kernel) {
+  int n = 0;
+  for (const profile::KernelRecord& k : prof.kernels()) n += k.kernel == kernel && k.phase == profile::Phase::Optimizer;
+  return n;
+}
+
+TEST_CASE("a schedule evaluated by the update kernels gives the host path's bits; a skipped window keeps count and rate") {
+  const WarmupCosineLr cosine{1e-2, 1e-3, 2, 6};  // a new rate every stepped window, then min_lr
+  const HalvingLr halving;
+  REQUIRE(cosine.device_rule().kind == kernels::LrRule::kWarmupCosine);
+  REQUIRE(halving.device_rule().kind == kernels::LrRule::kNone);
+  for (Device d : reel::testing::devices())
+    for (const std::string optimizer : {"adamw", "sgd", "lion"})
+      for (const LrSchedule* schedule : {static_cast<const LrSchedule*>(&cosine), static_cast<const LrSchedule*>(&halving)}) {
+        CAPTURE(d);
+        CAPTURE(optimizer);
+        CAPTURE(schedule == &cosine);
+        const Run host = run_windows(d, optimizer, true, true, 0.05, true, false, schedule);
+        const Run dev = run_windows(d, optimizer, true, true, 0.05, false, false, schedule);
+        // Windows 1 and 4 are skipped: the count, and so the rate, stays where it was.
+        CHECK(host.skipped == std::vector<bool>{false, true, false, false, true, false, false});
+        const std::vector<int64_t> index{0, 1, 1, 2, 3, 3, 4};  // the count before each window
+        REQUIRE(host.lrs.size() == index.size());
+        for (size_t i = 0; i < index.size(); ++i) {
+          CAPTURE(i);
+          CHECK(same_bits(host.lrs[i], schedule->lr(index[i])));
+          CHECK(same_bits(dev.lrs[i], host.lrs[i]));
+          CHECK(same_bits(dev.losses[i], host.losses[i]));
+        }
+        CHECK(all_bit_identical(dev.params, host.params));
+        REQUIRE(dev.state.size() == host.state.size());
+        for (const auto& entry : host.state) {
+          CAPTURE(entry.first);
+          CHECK(bit_identical(dev.state.at(entry.first), entry.second));  // the moments and "step"
+        }
+        CHECK(dev.steps == 5);
+        CHECK(host.steps == 5);
+      }
+}
+
+TEST_CASE("a device schedule: the window's optimizer copies nothing up, and resumes from a state_dict bit for bit") {
+  for (Device d : reel::testing::devices()) {
+    CAPTURE(d);
+    const WarmupCosineLr cosine{1e-2, 1e-3, 1, 8};
+    Mlp m(DType::f32, d);
+    AdamW opt(m.params, 1e-2);
+    Accumulator acc(opt, {0.05, &cosine, true, nullptr, nullptr});
+    REQUIRE(acc.device_decisions());
+    const auto lossf = [&](const Batch& b) { return m.loss(b); };
+    for (int i = 0; i < 3; ++i) acc.step(window(DType::f32, d, {3, 2}, 300 + static_cast<uint64_t>(i)), rows, lossf);
+    CHECK(opt.steps() == 3);  // a read: the next window starts with the host's count exact
+    // A steady window: the rate is the kernels' (no copy of it), the count advanced by them (no copy
+    // after them), and no host read inside it.
+    Profiler prof;
+    const WindowResult r = acc.step(window(DType::f32, d, {3, 2}, 303), rows, lossf);
+    prof.stop();
+    CHECK(optimizer_count_of(prof, "adamw_update") == 1);  // the phase is the one recorded
+    CHECK(optimizer_count_of(prof, "copy_async.h2d") == 0);
+    CHECK(optimizer_count_of(prof, "copy_strided") == 0);
+    CHECK(optimizer_count_of(prof, "copy_from_host") == 0);
+    CHECK(host_reads(prof) == 0);
+    CHECK(r.lr == cosine.lr(3));
+    CHECK(opt.steps() == 4);
+    // Resumed from its state_dict (load_state_dict sets the count): a second run goes on with the
+    // schedule where the first is, window for window the same bits, a skipped window included.
+    Mlp m2(DType::f32, d);
+    for (size_t i = 0; i < m.params.size(); ++i) m2.params[i].detach().copy_(m.params[i]);
+    AdamW opt2(m2.params, 1e-2);
+    opt2.load_state_dict(opt.state_dict());
+    Accumulator acc2(opt2, {0.05, &cosine, true, nullptr, nullptr});
+    for (int i = 4; i < 9; ++i) {
+      const auto w = window(DType::f32, d, {3}, 300 + static_cast<uint64_t>(i), i == 6 ? 0 : -1);
+      const WindowResult a = acc.step(w, rows, lossf);
+      const WindowResult b = acc2.step(w, rows, [&](const Batch& x) { return m2.loss(x); });
+      CHECK(same_bits(a.lr, b.lr));
+      CHECK(all_bit_identical(m.params, m2.params));
+    }
+    CHECK(opt.steps() == 8);
+    CHECK(opt2.steps() == 8);
+    CHECK(acc2.skipped_steps() == 1);
+  }
 }
 
 TEST_CASE("a skipped window decided on the device reads nothing back and leaves params and state bit-untouched") {

@@ -2,8 +2,9 @@
 // (and Adam's L2 form), the rules of kernels/optimizer_rules.h (one loop for all), the global
 // gradient norm and in-place scaling for clipping, over f32, f64, bf16 and f16 parameters (a
 // 16-bit parameter's state is f32: see kernels/optimizer.h); and the window's device decisions
-// (kernels::StepControl read by every update, the norm with its clip coefficient and flag, the loss
-// sum), whose "device" tensors are host memory here, read directly.
+// (kernels::StepControl read by every update, its step count advanced and its schedule evaluated
+// once per update; the norm with its clip coefficient and flag, the loss sum), whose "device"
+// tensors are host memory here, read directly.
 //
 // Every kernel works over a flat list of tensors, in the chunks of kernels/cpu/multi_tensor.h
 // (the unscale's too), which threads take. Each update is one fused sweep per chunk (param, grad
@@ -24,6 +25,7 @@
 #include "kernels/adam_scalars.h"
 #include "kernels/backends.h"
 #include "kernels/cpu/multi_tensor.h"
+#include "kernels/lr_rule.h"
 #include "kernels/optimizer_rules.h"
 
 namespace reel::kernels::cpu {
@@ -142,18 +144,19 @@ struct Control {
   int64_t step;  // the step the update runs at
   bool clip;     // coef given: the gradients are scaled by it first
   double coef;
-  double lr;     // the rate: control.lr's, else the argument
+  double lr;     // the rate: control.schedule's at the count read, else control.lr's, else the argument
 };
-// Called once per update, before any chunk: advances control.steps (steps[1 - slot]).
+// Called once per update, before any chunk: advances control.steps (unless skipped).
 Control resolve(const StepControl& c, int64_t step, double lr) {
   const bool skip = c.found_inf.defined() && c.found_inf.data<int32_t>()[0] != 0;
   if (c.steps.defined()) {
     int64_t* s = c.steps.data<int64_t>();
-    step = s[c.slot] + 1;
-    s[1 - c.slot] = skip ? s[c.slot] : step;
+    step = s[0] + 1;
+    if (!skip) s[0] = step;
   }
-  return {skip, step, c.coef.defined(), c.coef.defined() ? c.coef.data<double>()[0] : 1.0,
-          c.lr.defined() ? c.lr.data<double>()[0] : lr};
+  if (c.schedule.kind != LrRule::kNone) lr = scheduled_lr(c.schedule, step - 1);
+  else if (c.lr.defined()) lr = c.lr.data<double>()[0];
+  return {skip, step, c.coef.defined(), c.coef.defined() ? c.coef.data<double>()[0] : 1.0, lr};
 }
 
 // run(p, g, offset, n) over a chunk of n gradients at g: g itself, or, under a clip coefficient,

@@ -3,7 +3,9 @@
 // rules of kernels/optimizer_rules.h (one kernel template for all), the global gradient norm and
 // in-place scaling for clipping, over f32, f64, bf16 and f16 parameters; and the window's device
 // decisions (kernels/optimizer.h): every update reads a kernels::StepControl (the clip coefficient,
-// the found_inf flag, the step count), the norm can stay on the device with its clip coefficient
+// the found_inf flag, the step count, which the update's first launch advances through the grid's
+// last block, and the rate: a device scalar, or a schedule evaluated from the count,
+// kernels/lr_rule.h), the norm can stay on the device with its clip coefficient
 // (norm_partials_kernel), and the loss sum (accumulate_loss_kernel).
 //
 // Multi-tensor apply (kernels/cuda/multi_tensor.h, shared with the unscale): one launch covers
@@ -26,8 +28,10 @@
 #include "kernels/adam_scalars.h"
 #include "kernels/backends.h"
 #include "kernels/cuda/block_reduce.h"
+#include "kernels/cuda/last_block.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/multi_tensor.h"
+#include "kernels/lr_rule.h"
 #include "kernels/optimizer_rules.h"
 
 namespace reel::kernels::cuda {
@@ -38,30 +42,57 @@ namespace {
 struct DeviceControl {
   const double* coef;  // (1): the gradients' multiplier
   const int* found;    // (1): nonzero: write nothing
-  int64_t* steps;      // (2): steps[slot] the count before the update, steps[1 - slot] after it
+  int64_t* steps;      // (1): the count before the update; advanced by the update's first launch
   const double* lr;    // (1): the learning rate (the by-value one is then a placeholder)
-  int64_t slot;        // 64 bits and last: no padding, so equal controls are equal bytes
+  unsigned* ticket;    // the device's last-block counter (kernels/cuda/last_block.h), with steps
+  // 0: this launch is the update's first and advances *steps; 1: an earlier launch of the update
+  // advanced it, so *steps is the count after the update. The same at each launch every step.
+  int64_t counted;
+  LrRule schedule;     // kind != kNone: the rate is scheduled_lr(schedule, step - 1)
 };
-static_assert(std::has_unique_object_representations_v<DeviceControl>);
-DeviceControl device_control(const StepControl& c) {
+// Pointers and 8-byte values only, so no padding: equal controls are equal bytes (LrRule's doubles
+// rule out has_unique_object_representations; they are the same schedule's every step).
+static_assert(sizeof(DeviceControl) == 6 * 8 + sizeof(LrRule), "DeviceControl must have no padding");
+DeviceControl device_control(const StepControl& c, Device device) {
   return {c.coef.defined() ? c.coef.data<double>() : nullptr,
           c.found_inf.defined() ? c.found_inf.data<int32_t>() : nullptr,
           c.steps.defined() ? c.steps.data<int64_t>() : nullptr,
-          c.lr.defined() ? static_cast<const double*>(c.lr.data<double>()) : nullptr, c.slot};
+          c.lr.defined() ? static_cast<const double*>(c.lr.data<double>()) : nullptr,
+          c.steps.defined() ? last_block_ticket(device) : nullptr,
+          0,
+          c.schedule};
 }
 
 // Whether this update is skipped (found_inf set), and the step it runs at (`host_step`, or the
-// device count + 1). Thread 0 of block 0 of every launch writes the count after the update into the
-// other slot (the same value from each launch of the update; no block reads that slot).
+// device count + 1). The update's first launch advances the count: thread 0 of each block reads it
+// (for the block, through shared memory) and then takes a ticket; the grid's last block, which
+// every other block's read came before, writes the count + 1. A skipped update writes nothing
+// (found is the same for every block and launch of it: no block takes a ticket). Called by every
+// thread at the kernel's start (its barrier is reached by the whole block).
 __device__ __forceinline__ bool control_step(const DeviceControl& c, int64_t host_step, int64_t& step) {
   const bool skip = c.found != nullptr && *c.found != 0;
   step = host_step;
-  if (c.steps != nullptr) {
-    const int64_t before = c.steps[c.slot];
-    step = before + 1;
-    if (blockIdx.x == 0 && threadIdx.x == 0) c.steps[1 - c.slot] = skip ? before : step;
+  if (c.steps == nullptr || skip) return skip;
+  if (c.counted != 0) {  // advanced by the update's first launch, which came before on the stream
+    step = *c.steps;
+    return false;
   }
-  return skip;
+  __shared__ int64_t before;
+  if (threadIdx.x == 0) before = *c.steps;
+  __syncthreads();
+  step = before + 1;
+  if (threadIdx.x == 0 && c.ticket != nullptr && take_last_ticket(c.ticket)) {
+    *c.steps = step;
+    reset_ticket(c.ticket);
+  }
+  return false;
+}
+
+// The rate the update uses (double): the schedule's at the step's 0-based index, the device
+// scalar's, or the by-value one.
+__device__ __forceinline__ double control_lr(const DeviceControl& c, double lr, int64_t step) {
+  if (c.schedule.kind != LrRule::kNone) return scheduled_lr(c.schedule, step - 1);
+  return c.lr != nullptr ? *c.lr : lr;
 }
 
 // A gradient element as the update reads it: clipped (kernels/optimizer_rules.h: clipped_grad)
@@ -82,7 +113,7 @@ __global__ void __launch_bounds__(kListThreads) sgd_kernel(ListArgs<3> a, acc_t 
   int64_t step;
   if (control_step(ctl, host_step, step)) return;
   const bool first_step = step <= 1;
-  if (ctl.lr != nullptr) lr = static_cast<acc_t>(*ctl.lr);
+  if (ctl.lr != nullptr || ctl.schedule.kind != LrRule::kNone) lr = static_cast<acc_t>(control_lr(ctl, 0.0, step));
   int64_t begin, end;
   const int s = block_chunk(a, begin, end);
   T* p = static_cast<T*>(a.ptr[0][s]);
@@ -113,7 +144,7 @@ __global__ void __launch_bounds__(kListThreads) adamw_kernel(ListArgs<4> a, Adam
   // The step or the rate read from the device: the scalars here, by the host's function
   // (kernels/adam_scalars.h).
   if (ctl.steps != nullptr || ctl.lr != nullptr)
-    sc = adam_scalars(ctl.lr != nullptr ? *ctl.lr : h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, step, h.decoupled);
+    sc = adam_scalars(control_lr(ctl, h.lr, step), h.beta1, h.beta2, h.eps, h.weight_decay, step, h.decoupled);
   const A step_size = static_cast<A>(sc.step_size), inv_bc2_sqrt = static_cast<A>(sc.inv_bc2_sqrt);
   const A one_minus_b1 = static_cast<A>(sc.one_minus_b1), b2 = static_cast<A>(sc.b2);
   const A one_minus_b2 = static_cast<A>(sc.one_minus_b2), eps = static_cast<A>(sc.eps);
@@ -147,7 +178,7 @@ __global__ void __launch_bounds__(kListThreads)
   constexpr int K = Rule::kSlots;
   int64_t step;
   if (control_step(ctl, host_step, step)) return;
-  if (ctl.steps != nullptr || ctl.lr != nullptr) c = Rule::template coeffs<A>(o, ctl.lr != nullptr ? *ctl.lr : lr, step);
+  if (ctl.steps != nullptr || ctl.lr != nullptr) c = Rule::template coeffs<A>(o, control_lr(ctl, lr, step), step);
   int64_t begin, end;
   const int s = block_chunk(a, begin, end);
   T* p = static_cast<T*>(a.ptr[0][s]);
@@ -230,11 +261,12 @@ void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
   const Device device = list_device(params);
   if (device.is_cpu()) return;
   set_device(device);
-  const DeviceControl ctl = device_control(control);
-  // What the device gives (control.steps, control.lr) reaches the kernel as a constant placeholder:
-  // a captured step's by-value arguments stay the same every step (docs/design.md, "Replay-safe steps").
+  DeviceControl ctl = device_control(control, device);
+  // What the device gives (control.steps, control.lr, the schedule's rate) reaches the kernel as a
+  // constant placeholder: a captured step's by-value arguments stay the same every step
+  // (docs/design.md, "Replay-safe steps").
   step = control.steps.defined() ? 1 : step;
-  lr = control.lr.defined() ? 0.0 : lr;
+  lr = control.lr.defined() || control.schedule.kind != LrRule::kNone ? 0.0 : lr;
   const bool use_buf = momentum != 0;
   const std::array<const std::vector<Tensor>*, 3> lists{&params, &grads, use_buf ? &momentum_bufs : nullptr};
   const auto go = [&](auto zero) {
@@ -243,6 +275,7 @@ void sgd_update(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
     list_apply<T, 3>(lists, [&](const ListArgs<3>& a, int blocks) {
       launch("sgd_kernel", sgd_kernel<T, A>, blocks, kListThreads, 0, a, static_cast<A>(lr), static_cast<A>(momentum),
              static_cast<A>(1 - dampening), static_cast<A>(weight_decay), nesterov, step, ctl);
+      ctl.counted = 1;  // the later launches find the count advanced
     });
   };
   for_each_floating_type(go);
@@ -254,9 +287,9 @@ void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& 
   const Device device = list_device(params);
   if (device.is_cpu()) return;
   set_device(device);
-  const DeviceControl ctl = device_control(control);
+  DeviceControl ctl = device_control(control, device);
   step = control.steps.defined() ? 1 : step;  // placeholders, as sgd_update's
-  lr = control.lr.defined() ? 0.0 : lr;
+  lr = control.lr.defined() || control.schedule.kind != LrRule::kNone ? 0.0 : lr;
   const AdamHyper h{lr, beta1, beta2, eps, weight_decay, decoupled_weight_decay};
   // With the step or the rate on the device the kernel computes these itself.
   const AdamScalars sc = adam_scalars(lr, beta1, beta2, eps, weight_decay, step, decoupled_weight_decay);
@@ -265,6 +298,7 @@ void adamw_update(const std::vector<Tensor>& params, const std::vector<Tensor>& 
     using T = decltype(zero);
     list_apply<T, 4>(lists, [&](const ListArgs<4>& a, int blocks) {
       launch("adamw_kernel", adamw_kernel<T, acc_type_t<T>>, blocks, kListThreads, 0, a, sc, h, step, ctl);
+      ctl.counted = 1;
     });
   };
   for_each_floating_type(go);
@@ -277,9 +311,9 @@ void rule_update(const std::vector<Tensor>& params, const std::vector<Tensor>& g
   const Device device = list_device(params);
   if (device.is_cpu()) return;
   set_device(device);
-  const DeviceControl ctl = device_control(control);
+  DeviceControl ctl = device_control(control, device);
   step = control.steps.defined() ? 1 : step;  // placeholders, as sgd_update's
-  lr = control.lr.defined() ? 0.0 : lr;
+  lr = control.lr.defined() || control.schedule.kind != LrRule::kNone ? 0.0 : lr;
   constexpr int N = 2 + Rule::kSlots;  // params, grads, the slots
   std::array<const std::vector<Tensor>*, N> lists{&params, &grads};
   for (int k = 0; k < Rule::kSlots; ++k) lists[static_cast<size_t>(2 + k)] = &state[static_cast<size_t>(k)];
@@ -289,6 +323,7 @@ void rule_update(const std::vector<Tensor>& params, const std::vector<Tensor>& g
     const auto c = Rule::template coeffs<A>(options, lr, step);
     list_apply<T, N>(lists, [&](const ListArgs<N>& a, int blocks) {
       launch(Rule::kName, rule_kernel<Rule, T, A>, blocks, kListThreads, 0, a, c, options, lr, step, ctl);
+      ctl.counted = 1;
     });
   });
 }

@@ -346,15 +346,27 @@ std::vector<OpCase> optimizer_cases() {
   }
   // The window's device decisions (kernels::StepControl): each update with a clip coefficient read
   // from the device (0.37: as scale_(grads, 0.37) then the update) and the step count read from
-  // the device (steps {2, -1}, slot 0: the update runs at step 3 and writes 3 into slot 1), then
-  // the same with found_inf set (nothing written, slot 1 gets 2); the learning rate read from the
-  // device too (StepControl::lr; the by-value rate is then 0, ignored). Outputs: the params, the
-  // state and the steps (as f64).
-  for (const bool found : {false, true}) {
-    const std::string tag = std::string(found ? " skipped (found_inf 1)" : " coef 0.37, step 3 from the device");
-    const auto control = [found](Device d, double lr) {
+  // the device (steps {2}: the update runs at step 3 and advances the count to 3, once over the
+  // long list's several launches), then the same with found_inf set (nothing written, the count
+  // stays 2); the learning rate read from the device too (StepControl::lr; the by-value rate is
+  // then 0, ignored), or, scheduled, computed there from the count (StepControl::schedule: a
+  // warm-up of 1 step and a cosine to step 10, at 0-based step 2). Outputs: the params, the state
+  // and the count (as f64).
+  for (const int mode : {0, 1, 2}) {
+    const bool found = mode == 1, scheduled = mode == 2;
+    const std::string tag = std::string(found       ? " skipped (found_inf 1)"
+                                        : scheduled ? " coef 0.37, step 3 and a cosine schedule from the device"
+                                                    : " coef 0.37, step 3 from the device");
+    // The schedule around a base rate: max 2 lr, min lr / 10; its rate at step index 2, as the
+    // reference computes it (WarmupCosineLr's formula written out).
+    const auto rule = [](double lr) { return LrRule{LrRule::kWarmupCosine, 2 * lr, lr / 10, 1, 10}; };
+    const auto rate = [scheduled](double lr) {
+      return scheduled ? lr / 10 + 0.5 * (2 * lr - lr / 10) * (1 + std::cos(M_PI * (2 - 1) / 9.0)) : lr;
+    };
+    const auto control = [found, scheduled, rule](Device d, double lr) {
       return StepControl{full({1}, 0.37, DType::f64, d), full({1}, found ? 1.0 : 0.0, DType::i32, d),
-                         from_vector<int64_t>({2, -1}, {2}).to(d), 0, full({1}, lr, DType::f64, d)};
+                         from_vector<int64_t>({2}, {1}).to(d), scheduled ? Tensor() : full({1}, lr, DType::f64, d),
+                         scheduled ? rule(lr) : LrRule{}};
     };
     const std::vector<int64_t> step3{3};
     const auto scaled = [](const Tensors& g) {
@@ -362,7 +374,7 @@ std::vector<OpCase> optimizer_cases() {
       for (const Tensor& t : g) r.push_back(from_vector(map(t, [](double x) { return 0.37 * x; }), t.shape()));
       return r;
     };
-    const auto steps_out = [found]() { return std::vector<double>{2, found ? 2.0 : 3.0}; };
+    const auto steps_out = [found]() { return std::vector<double>{found ? 2.0 : 3.0}; };
     {
       const Adam a{1e-3, 0.9, 0.95, 1e-8, 0.1, true};
       const size_t n = param_list("long").size();
@@ -383,13 +395,15 @@ std::vector<OpCase> optimizer_cases() {
       row.device.assign(2 * n, upd);
       row.device.push_back(tols({1e-6, 1e-9}, {1e-12, 1e-12}));
       row.with_dtypes({}).with_reference(
-          [a, n, found, step3, scaled, steps_out](const Tensors& in) {
+          [a, n, found, step3, scaled, steps_out, rate](const Tensors& in) {
             Values out;
             if (found) {
               for (size_t i = 0; i < 4 * n; ++i)
                 if (i < n || i >= 2 * n) out.push_back(values(in[i]));  // p, m, v as they were
             } else {
-              out = adam_ref(slice_of(in, 0, n), scaled(slice_of(in, 1, n)), slice_of(in, 2, n), slice_of(in, 3, n), a,
+              Adam at = a;
+              at.lr = rate(a.lr);
+              out = adam_ref(slice_of(in, 0, n), scaled(slice_of(in, 1, n)), slice_of(in, 2, n), slice_of(in, 3, n), at,
                              step3);
             }
             out.push_back(steps_out());
@@ -414,13 +428,15 @@ std::vector<OpCase> optimizer_cases() {
                  },
                  {upd});
       row.with_dtypes({}).with_reference(
-          [sg, n, found, step3, scaled, steps_out](const Tensors& in) {
+          [sg, n, found, step3, scaled, steps_out, rate](const Tensors& in) {
             Values out;
             if (found) {
               for (size_t i = 0; i < 3 * n; ++i)
                 if (i < n || i >= 2 * n) out.push_back(values(in[i]));  // p, buf as they were
             } else {
-              out = sgd_ref(slice_of(in, 0, n), scaled(slice_of(in, 1, n)), slice_of(in, 2, n), sg, step3);
+              Sgd st = sg;
+              st.lr = rate(sg.lr);
+              out = sgd_ref(slice_of(in, 0, n), scaled(slice_of(in, 1, n)), slice_of(in, 2, n), st, step3);
             }
             out.push_back(steps_out());
             return out;
@@ -446,7 +462,8 @@ std::vector<OpCase> optimizer_cases() {
                  },
                  {upd});
       row.with_dtypes({}).with_reference(
-          [o, lr, n, found, steps_out](const Tensors& in) {
+          [o, base_lr = lr, n, found, steps_out, rate](const Tensors& in) {
+            const double lr = rate(base_lr);
             Values out;
             for (size_t i = 0; i < 2 * n; ++i) out.push_back(values(in[i < n ? i : i + n]));
             if (!found)
