@@ -56,8 +56,7 @@ Tensor embedding_backward(const Tensor& dout, const Tensor& ids, int64_t num_emb
   return dtable;
 }
 
-Tensor embedding_pos_forward(const Tensor& ids, const Tensor& table, const Tensor& pos) {
-  const char* op = "embedding_pos_forward";
+void check_embedding_pos_inputs(const char* op, const Tensor& ids, const Tensor& table, const Tensor& pos) {
   check_same_device(op, {&ids, &table, &pos});
   check_same_floating_dtype(op, {&table, &pos});
   check_index_dtype(op, "ids", ids);
@@ -65,6 +64,11 @@ Tensor embedding_pos_forward(const Tensor& ids, const Tensor& table, const Tenso
              " and pos ", pos.shape(), " must be 2-D (rows, dim) of one dim");
   REEL_CHECK(ids.dim() == 2 && ids.size(1) <= pos.size(0), op, ": ids ", ids.shape(),
              " must be (B, T) with T at most pos's ", pos.size(0), " rows");
+}
+
+Tensor embedding_pos_forward(const Tensor& ids, const Tensor& table, const Tensor& pos) {
+  const char* op = "embedding_pos_forward";
+  check_embedding_pos_inputs(op, ids, table, pos);
   const Tensor idc = untracked::contiguous(ids);
   const int64_t V = table.size(0), C = table.size(1), N = idc.numel(), T = ids.size(1);
   const IndexRange range{op, "id", V, std::nullopt, "of the table's rows"};

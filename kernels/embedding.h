@@ -28,6 +28,9 @@ Tensor embedding_backward(const Tensor& dout, const Tensor& ids, int64_t num_emb
 // embedding_forward(ids, table) + embedding_forward(arange(T), pos) would add them). The
 // positions are t itself: no position ids exist.
 Tensor embedding_pos_forward(const Tensor& ids, const Tensor& table, const Tensor& pos);
+// embedding_pos_forward's input checks (devices, dtypes, shapes: reel::Error naming `op`), for it
+// and for the LayerNorm with the embeddings fused in (kernels/layernorm.h).
+void check_embedding_pos_inputs(const char* op, const Tensor& ids, const Tensor& table, const Tensor& pos);
 // Its backward, one launch for both gradients, each written into a given buffer:
 //   dtable (V, C): row v = the sum of dout's rows where ids == v, in position order (as
 //     embedding_backward), then added to dtable's values when accumulate_table (init + sum: the

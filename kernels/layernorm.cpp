@@ -1,11 +1,13 @@
 // Entry points of the layernorm family (kernels/layernorm.h): LayerNorm, RMSNorm and GroupNorm,
-// forward and backward. Checks, contiguous (R, C) rows or (N, C, S) samples, outputs, then the
-// backend kernel.
+// forward and backward, and LayerNorm with the residual add or the embeddings fused in. Checks,
+// contiguous (R, C) rows or (N, C, S) samples, outputs, then the backend kernel.
 #include "kernels/layernorm.h"
 
 #include <initializer_list>
 
+#include "kernels/embedding.h"
 #include "kernels/entry_point.h"
+#include "kernels/index_check.h"
 
 namespace reel::kernels {
 
@@ -75,6 +77,38 @@ AddLayerNormForward add_layernorm_forward(const Tensor& x, const Tensor& r, cons
                          as_rows(x, R, C), as_rows(r, R, C), untracked::contiguous(w), untracked::contiguous(b), eps,
                          as_rows(out.s, R, C), as_rows(out.y, R, C), untracked::view(out.mean, {R}),
                          untracked::view(out.rstd, {R}));
+  return out;
+}
+
+AddLayerNormForward embedding_pos_layernorm_forward(const Tensor& ids, const Tensor& table, const Tensor& pos,
+                                                    const Tensor& w, const Tensor& b, double eps) {
+  const char* op = "embedding_pos_layernorm_forward";
+  check_same_device(op, {&ids, &table, &pos, &w, &b});
+  check_embedding_pos_inputs(op, ids, table, pos);
+  check_same_floating_dtype(op, {&table, &pos, &w, &b});
+  REEL_CHECK(table.size(1) > 0, op, ": table ", table.shape(), " has no columns to normalise");
+  const int64_t V = table.size(0), C = table.size(1), R = ids.numel(), T = ids.size(1);
+  const Shape shape = with_last(ids.shape(), C);  // (B, T, C)
+  for (const Tensor* p : {&w, &b})
+    REEL_CHECK(p->shape() == Shape{C}, op, ": ", p == &w ? "weight " : "bias ", p->shape(),
+               " does not match the table ", table.shape(), ": (", C, ") expected");
+  const Tensor idc = untracked::contiguous(ids);
+  const IndexRange range{op, "id", V, std::nullopt, "of the table's rows"};
+  check_range_before(range, idc, R > 0);
+  const DType st = stat_dtype(table.dtype());
+  AddLayerNormForward out{empty(shape, table.dtype(), table.device()), empty(shape, table.dtype(), table.device()),
+                          empty(ids.shape(), st, table.device()), empty(ids.shape(), st, table.device())};
+  if (R > 0)
+    run_indexed(range, ids.shape(), [&] {
+      // Reads the ids, one table row and one position row per row, w and b; writes s and y and the
+      // statistics. Per element: the add (1 FLOP), then layernorm_forward's 8.
+      REEL_DEVICE_DISPATCH(table.device(), embedding_pos_layernorm_forward,
+                           kernel_cost({&idc, &out.s, &out.s, &w, &b}, {&out.s, &out.y, &out.mean, &out.rstd},
+                                       9 * R * C),
+                           untracked::view(idc, {R}), untracked::contiguous(table), untracked::contiguous(pos), T,
+                           untracked::contiguous(w), untracked::contiguous(b), eps, as_rows(out.s, R, C),
+                           as_rows(out.y, R, C), untracked::view(out.mean, {R}), untracked::view(out.rstd, {R}));
+    });
   return out;
 }
 

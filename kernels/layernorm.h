@@ -1,7 +1,8 @@
 // The layernorm family: LayerNorm and RMSNorm over the last dim, GroupNorm over channel groups of
 // (N, C, spatial...) tensors, forward and backward, in f32, f64, bf16 and f16, and LayerNorm with
-// the residual add before it fused in (add_layernorm_forward; its backward is layernorm_backward
-// with the residual's other gradient added to dx). Plain kernels, no autograd: the tape
+// what makes its input fused in: the residual add (add_layernorm_forward) or the token + position
+// embeddings (embedding_pos_layernorm_forward); their backward is layernorm_backward with the
+// sum's other gradient added to dx. Plain kernels, no autograd: the tape
 // (autograd/ops/layernorm.h) decides what to save and where dw/db go (a parameter's .grad).
 //
 // Each entry point checks its inputs (shapes, dtypes, devices: reel::Error naming the op and
@@ -37,6 +38,16 @@ LayerNormForward layernorm_forward(const Tensor& x, const Tensor& w, const Tenso
 struct AddLayerNormForward { Tensor s, y, mean, rstd; };  // (N..., C) twice, (N...) twice
 AddLayerNormForward add_layernorm_forward(const Tensor& x, const Tensor& r, const Tensor& w, const Tensor& b,
                                           double eps = 1e-5);
+
+// The token + position embeddings fused into the LayerNorm after them (GPT's input and block 0's
+// ln_1): s = embedding_pos_forward(ids, table, pos) (kernels/embedding.h: ids (B, T) i32/i64 in
+// [0, V), table (V, C), pos (P, C) with T <= P), then y = layer_norm(s, w, b), in one kernel
+// launch: s is written in the sweep that gathers the rows, and s, the statistics and y are the
+// bits of embedding_pos_forward then layernorm_forward. Returns s (B, T, C), y, mean and rstd (B, T)
+// (what layernorm_backward wants, with s as its x). A bad id: reel::Error naming this op and it,
+// as embedding_pos_forward's (on cuda at the host's next wait: kernels/index_check.h).
+AddLayerNormForward embedding_pos_layernorm_forward(const Tensor& ids, const Tensor& table, const Tensor& pos,
+                                                    const Tensor& w, const Tensor& b, double eps = 1e-5);
 
 // Where layernorm_backward puts dw or db (C): a fresh tensor (`into` undefined), or a buffer of the
 // caller's (`into`: contiguous (C), x's dtype and device; a parameter's .grad, its gradient sink),
@@ -96,6 +107,13 @@ void add_layernorm_forward(const Tensor& x, const Tensor& r,  // (R, C)
                            double eps,
                            const Tensor& s, const Tensor& y,      // (R, C) out
                            const Tensor& mean, const Tensor& rstd);// (R) out
+// s = table[ids[n]] + pos[n % T], then s's LayerNorm (kernels/layernorm.h
+// embedding_pos_layernorm_forward), in one launch; ids (N = B * T), table (V, C), pos (P, C).
+void embedding_pos_layernorm_forward(const Tensor& ids, const Tensor& table, const Tensor& pos, int64_t T,
+                                     const Tensor& w, const Tensor& b,       // (C)
+                                     double eps,
+                                     const Tensor& s, const Tensor& y,       // (N, C) out
+                                     const Tensor& mean, const Tensor& rstd);// (N) out
 // dx_add: (R, C) or undefined (none): dx = dx_add + the LayerNorm's dx. dw, db: written, or added
 // to where add_dw / add_db (the sums rounded to T first); never read otherwise (need no zeroing).
 void layernorm_backward(const Tensor& dy, const Tensor& x,  // (R, C)

@@ -69,19 +69,21 @@ struct EmbeddingPos final : autograd::Op {
 // also the first residual stream, so its gradient has two parts, the residual's (de) and the
 // LayerNorm's; here the LayerNorm's backward kernel adds de into its dx in the same launch (as
 // add_layer_norm's does with its sum's gradient) and the embeddings' backward reads that one
-// tensor: no add of the two parts. Forward is two launches (embedding_pos, layernorm), backward two.
+// tensor: no add of the two parts. Forward is one launch (kernels/layernorm.h
+// embedding_pos_layernorm_forward: e, y and the statistics, the bits of embedding_pos then
+// layer_norm), backward two (layernorm_backward, embedding_pos_backward). Saved: the ids, e, w and
+// the statistics, as the composition would save them (backward needs e as the LayerNorm's x).
 struct EmbeddingPosLayerNorm final : autograd::Op {
   double eps;
   explicit EmbeddingPosLayerNorm(double eps) : eps(eps) {}
   const char* name() const override { return "embedding_pos_layer_norm"; }
   std::string attributes() const override { return "eps=" + std::to_string(eps); }
   Tensors forward(const Tensors& in, ForwardCtx& ctx) const override {
-    const Tensor e = kernels::embedding_pos_forward(in[0], in[1], in[2]);  // (B, T, C)
     // Without a bias (inputs ids, table, pos, w) the kernel adds zeros: C values.
     const Tensor b = in.size() == 5 ? in[4] : zeros({in[3].numel()}, in[3].dtype(), in[3].device());
-    kernels::LayerNormForward f = kernels::layernorm_forward(e, in[3], b, eps);
-    ctx.save({in[0], e, in[3], f.mean, f.rstd});
-    return {e, f.y};
+    kernels::AddLayerNormForward f = kernels::embedding_pos_layernorm_forward(in[0], in[1], in[2], in[3], b, eps);
+    ctx.save({in[0], f.s, in[3], f.mean, f.rstd});  // f.s: e (B, T, C)
+    return {f.s, f.y};
   }
   // grad: de (what reaches e from elsewhere, undefined when nothing does), dy.
   bool accepts_absent_grad(size_t k) const override { return k == 0; }

@@ -1,5 +1,6 @@
 // LayerNorm and RMSNorm over the last dim, forward and backward, on the CPU, and LayerNorm with
-// the residual add before it fused in (each row's s = x + r made first, then normalised).
+// the residual add before it fused in (each row's s = x + r made first, then normalised); the
+// LayerNorm with the embeddings before it is the two kernels one after the other.
 //
 // Forward: one task per row (OpenMP over rows); the row (C = 768 floats = 3 KB) stays in L1
 // while it is swept three times (mean, variance, normalise), so memory sees one read of x and one
@@ -434,6 +435,15 @@ void add_layernorm_forward(const Tensor& x, const Tensor& r, const Tensor& w, co
                                     x.data<scalar_t>(), w.data<scalar_t>(), b.data<scalar_t>(), eps,
                                     y.data<scalar_t>(), mean.data<acc_t>(), rstd.data<acc_t>(), R, C,
                                     r.data<scalar_t>(), s.data<scalar_t>()))
+}
+
+// The composition itself, embedding_pos then the LayerNorm: the same bits as the two kernels, by
+// construction (on the CPU a launch costs nothing; cuda fuses them).
+void embedding_pos_layernorm_forward(const Tensor& ids, const Tensor& table, const Tensor& pos, int64_t T,
+                                     const Tensor& w, const Tensor& b, double eps, const Tensor& s, const Tensor& y,
+                                     const Tensor& mean, const Tensor& rstd) {
+  embedding_pos_forward(ids, table, pos, s, T);
+  layernorm_forward(s, w, b, eps, y, mean, rstd);
 }
 
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,

@@ -40,6 +40,7 @@
 
 #include "kernels/backends.h"
 #include "kernels/cuda/block_reduce.h"
+#include "kernels/cuda/embedding_pos_row.h"
 #include "kernels/cuda/index_errors.h"
 #include "kernels/cuda/launch.h"
 
@@ -115,23 +116,16 @@ __global__ void __launch_bounds__(kScanThreads) embedding_backward_kernel(const 
   sum_owned_rows(dout, ids, dtable, N, V, C, v0, v1, error);
 }
 
-// out[n, c] = table[ids[n], c] + pos[n % T, c], summed in acc_t. ids: (N); table: (V, C);
-// pos: (P, C); out: (N, C). Grid-stride over the N * C outputs.
+// out[n, c] = table[ids[n], c] + pos[n % T, c], summed in acc_t (rows: kernels/cuda/
+// embedding_pos_row.h, whose sum the LayerNorm with the embeddings fused in writes too).
+// out: (N, C). Grid-stride over the N * C outputs.
 template <typename T, typename I>
-__global__ void __launch_bounds__(kThreads) embedding_pos_forward_kernel(const I* ids, const T* table, const T* pos, T* out,
-                                                                         int64_t N, int64_t V, int64_t C, int64_t T_,
-                                                                         unsigned long long* error) {
-  using acc_t = acc_type_t<T>;
-  const int64_t total = N * C;
+__global__ void __launch_bounds__(kThreads) embedding_pos_forward_kernel(EmbeddingPosRows<T, I> rows, T* out,
+                                                                         int64_t N) {
+  const int64_t C = rows.C, total = N * C;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{blockDim.x} * gridDim.x) {
     const int64_t n = i / C, c = i - n * C;
-    const int64_t id = static_cast<int64_t>(ids[n]);
-    if (id < 0 || id >= V) {
-      if (c == 0) report_bad_index(error, n, id);
-      out[i] = T(0);
-    } else {
-      out[i] = static_cast<T>(static_cast<acc_t>(table[id * C + c]) + static_cast<acc_t>(pos[(n % T_) * C + c]));
-    }
+    out[i] = rows.row(n, /*report=*/c == 0)(c);
   }
 }
 
@@ -220,8 +214,10 @@ void embedding_pos_forward(const Tensor& ids, const Tensor& table, const Tensor&
     dispatch_index(ids.dtype(), [&](auto zero) {
       using I = decltype(zero);
       launch("embedding_pos_forward_kernel", embedding_pos_forward_kernel<scalar_t, I>, grid_for(N * C, kThreads),
-             kThreads, 0, ids.data<I>(), table.data<scalar_t>(), pos.data<scalar_t>(), out.data<scalar_t>(), N, V, C,
-             T, error.ptr());
+             kThreads, 0,
+             EmbeddingPosRows<scalar_t, I>{ids.data<I>(), table.data<scalar_t>(), pos.data<scalar_t>(), V, C, T,
+                                           error.ptr()},
+             out.data<scalar_t>(), N);
     });
   })
   error.check(ids);

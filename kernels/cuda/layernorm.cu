@@ -37,9 +37,12 @@
 // stores acc_t -> T; no-ops for f32 and f64), the dw/db partials in double.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/backends.h"
 #include "kernels/cuda/block_reduce.h"
+#include "kernels/cuda/embedding_pos_row.h"
+#include "kernels/cuda/index_errors.h"
 #include "kernels/cuda/launch.h"
 
 namespace reel::kernels::cuda {
@@ -56,39 +59,70 @@ int64_t rows_per_chunk(int64_t R) { return std::min<int64_t>(512, std::max<int64
 
 // ---- kernels ---------------------------------------------------------------------------------
 
-// Warp per row. x, y: (R, C); w, b: (C); mean, rstd: (R). kLayerNorm false: RMSNorm (no b, no
-// mean; rstd from mean(x^2)). kAdd (LayerNorm only): res, s (R, C): the first sweep writes
-// s = x + res (rounded to T, as the add would) and the row normalised is s; each lane reads back
-// only the columns it wrote itself (the lane-to-column map is the same in every sweep), and the
-// shift is x[0] + res[0] made by every lane, so no lane reads another's write.
-template <typename T, typename acc_t, bool kLayerNorm, bool kAdd = false>
-__global__ void __launch_bounds__(kRowsPerBlock * 32) norm_forward_kernel(const T* x, const T* w, const T* b, acc_t eps, T* y, acc_t* mean, acc_t* rstd, int64_t R,
-                                    int64_t C, const T* res, T* s_out) {
+// Where the forward kernel's rows come from (its template parameter Src):
+//   XRows: x (R, C) itself, read in every sweep;
+//   AddRows: s = x + res (x, res (R, C); each element rounded to T, as the add would);
+//   EmbeddingPosRows (kernels/cuda/embedding_pos_row.h): s = table[ids[row]] + pos[row % T].
+// A source other than XRows makes its row s in the first sweep (row(r, report)(c): element c),
+// writes it to s_out and normalises that.
+template <typename T>
+struct XRows {
+  const T* x;
+};
+template <typename T>
+struct AddRows {
+  const T* x;
+  const T* res;
+  int64_t C;
+  struct Row {
+    const T* x;    // (C)
+    const T* res;  // (C)
+    __device__ __forceinline__ T operator()(int64_t c) const {
+      using acc_t = acc_type_t<T>;
+      return static_cast<T>(acc_t(x[c]) + acc_t(res[c]));
+    }
+  };
+  __device__ __forceinline__ Row row(int64_t r, bool /*report*/) const { return Row{x + r * C, res + r * C}; }
+};
+
+// Warp per row. y: (R, C); w, b: (C); mean, rstd: (R). kLayerNorm false: RMSNorm (no b, no
+// mean; rstd from mean(x^2)). src: the rows (above); for a source that makes them (LayerNorm only),
+// s_out (R, C): the first sweep writes row s of the source there and the row normalised is s; each
+// lane reads back only the columns it wrote itself (the lane-to-column map is the same in every
+// sweep), and the shift is s[0], made by every lane, so no lane reads another's write. The
+// statistics and y are thus the same bits as those of the plain kernel run on s.
+template <typename T, typename acc_t, bool kLayerNorm, typename Src>
+__global__ void __launch_bounds__(kRowsPerBlock * 32) norm_forward_kernel(Src src, const T* w, const T* b, acc_t eps, T* y,
+                                                                          acc_t* mean, acc_t* rstd, int64_t R, int64_t C,
+                                                                          T* s_out) {
   using std::sqrt;
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t{gridDim.x} * kRowsPerBlock;
   // The loop condition is uniform over the warp: all 32 lanes reach every shuffle.
   for (int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + (threadIdx.x >> 5); row < R; row += warps) {
-    const T* xr = (kAdd ? s_out : x) + row * C;  // (C): the row normalised
-    T* yr = y + row * C;                         // (C)
+    const T* xr;  // (C): the row normalised
+    T* yr = y + row * C;  // (C)
     acc_t m = 0;
-    if (kAdd) {
-      const T* x0 = x + row * C;
-      const T* r0 = res + row * C;
+    if constexpr (!std::is_same_v<Src, XRows<T>>) {
+      const auto source = src.row(row, /*report=*/lane == 0);
       T* sr = s_out + row * C;
-      const acc_t shift = acc_t(static_cast<T>(acc_t(x0[0]) + acc_t(r0[0])));
+      const acc_t shift = acc_t(source(0));
       acc_t s = 0;
       for (int64_t c = lane; c < C; c += 32) {
-        const T v = static_cast<T>(acc_t(x0[c]) + acc_t(r0[c]));
+        const T v = source(c);
         sr[c] = v;
         s += acc_t(v) - shift;
       }
       m = shift + warp_sum(s) / static_cast<acc_t>(C);
-    } else if (kLayerNorm) {
-      const acc_t shift = xr[0];
-      acc_t s = 0;
-      for (int64_t c = lane; c < C; c += 32) s += acc_t(xr[c]) - shift;
-      m = shift + warp_sum(s) / static_cast<acc_t>(C);
+      xr = sr;
+    } else {
+      xr = src.x + row * C;
+      if (kLayerNorm) {
+        const acc_t shift = xr[0];
+        acc_t s = 0;
+        for (int64_t c = lane; c < C; c += 32) s += acc_t(xr[c]) - shift;
+        m = shift + warp_sum(s) / static_cast<acc_t>(C);
+      }
     }
     acc_t v = 0;  // sum of (x - m)^2; RMSNorm: of x^2
     for (int64_t c = lane; c < C; c += 32) v += (acc_t(xr[c]) - m) * (acc_t(xr[c]) - m);
@@ -256,19 +290,36 @@ void forward_launch(const Tensor& x, const Tensor& w, const Tensor& b, double ep
                     const Tensor& mean, const Tensor& rstd) {
   const int64_t R = x.size(0), C = x.size(1);
   const unsigned grid = grid_for(R, kRowsPerBlock);
-  launch(kLayerNorm ? "layernorm_forward_kernel" : "rmsnorm_forward_kernel", norm_forward_kernel<T, acc_t, kLayerNorm>,
-         grid, kRowsPerBlock * 32, 0, x.data<T>(), w.data<T>(), kLayerNorm ? b.data<T>() : nullptr,
-         static_cast<acc_t>(eps), y.data<T>(), kLayerNorm ? mean.data<acc_t>() : nullptr, rstd.data<acc_t>(), R, C,
-         static_cast<const T*>(nullptr), static_cast<T*>(nullptr));
+  launch(kLayerNorm ? "layernorm_forward_kernel" : "rmsnorm_forward_kernel",
+         norm_forward_kernel<T, acc_t, kLayerNorm, XRows<T>>, grid, kRowsPerBlock * 32, 0, XRows<T>{x.data<T>()},
+         w.data<T>(), kLayerNorm ? b.data<T>() : nullptr, static_cast<acc_t>(eps), y.data<T>(),
+         kLayerNorm ? mean.data<acc_t>() : nullptr, rstd.data<acc_t>(), R, C, static_cast<T*>(nullptr));
 }
 
 template <typename T, typename acc_t>
 void add_forward_launch(const Tensor& x, const Tensor& r, const Tensor& w, const Tensor& b, double eps,
                         const Tensor& s, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
   const int64_t R = x.size(0), C = x.size(1);
-  launch("add_layernorm_forward_kernel", norm_forward_kernel<T, acc_t, true, true>, grid_for(R, kRowsPerBlock),
-         kRowsPerBlock * 32, 0, x.data<T>(), w.data<T>(), b.data<T>(), static_cast<acc_t>(eps), y.data<T>(),
-         mean.data<acc_t>(), rstd.data<acc_t>(), R, C, r.data<T>(), s.data<T>());
+  launch("add_layernorm_forward_kernel", norm_forward_kernel<T, acc_t, true, AddRows<T>>, grid_for(R, kRowsPerBlock),
+         kRowsPerBlock * 32, 0, AddRows<T>{x.data<T>(), r.data<T>(), C}, w.data<T>(), b.data<T>(),
+         static_cast<acc_t>(eps), y.data<T>(), mean.data<acc_t>(), rstd.data<acc_t>(), R, C, s.data<T>());
+}
+
+template <typename T, typename acc_t>
+void embedding_pos_forward_launch(const Tensor& ids, const Tensor& table, const Tensor& pos, int64_t T_,
+                                  const Tensor& w, const Tensor& b, double eps, const Tensor& s, const Tensor& y,
+                                  const Tensor& mean, const Tensor& rstd) {
+  const int64_t R = ids.numel(), V = table.size(0), C = table.size(1);
+  const IndexErrorBuffer error(table.device());
+  dispatch_index(ids.dtype(), [&](auto zero) {
+    using I = decltype(zero);
+    using Src = EmbeddingPosRows<T, I>;
+    const Src src{ids.data<I>(), table.data<T>(), pos.data<T>(), V, C, T_, error.ptr()};
+    launch("embedding_pos_layernorm_forward_kernel", norm_forward_kernel<T, acc_t, true, Src>,
+           grid_for(R, kRowsPerBlock), kRowsPerBlock * 32, 0, src, w.data<T>(), b.data<T>(), static_cast<acc_t>(eps),
+           y.data<T>(), mean.data<acc_t>(), rstd.data<acc_t>(), R, C, s.data<T>());
+  });
+  error.check(ids);
 }
 
 template <typename T, typename acc_t, bool kLayerNorm>
@@ -301,6 +352,15 @@ void add_layernorm_forward(const Tensor& x, const Tensor& r, const Tensor& w, co
   set_device(x.device());
   REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "add_layernorm_forward",
                                 add_forward_launch<scalar_t, acc_t>(x, r, w, b, eps, s, y, mean, rstd))
+}
+
+void embedding_pos_layernorm_forward(const Tensor& ids, const Tensor& table, const Tensor& pos, int64_t T,
+                                     const Tensor& w, const Tensor& b, double eps, const Tensor& s, const Tensor& y,
+                                     const Tensor& mean, const Tensor& rstd) {
+  set_device(table.device());
+  REEL_DISPATCH_FLOATING_AND_16(table.dtype(), "embedding_pos_layernorm_forward",
+                                embedding_pos_forward_launch<scalar_t, acc_t>(ids, table, pos, T, w, b, eps, s, y,
+                                                                              mean, rstd))
 }
 
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
