@@ -234,7 +234,8 @@ TEST_CASE("GPT's residual adds run fused with the LayerNorm after them; its norm
     nn::HookHandle hook = gpt.ln_f->register_forward_hook([&](nn::Module&, const Tensor&, const Tensor&) { ++calls; });
     const Counts hooked = step();
     CHECK(calls == 1);
-    CHECK(hooked.ln == 2);
+    CHECK(hooked.ln == 1);  // ln_f (block 0's ln_1 still in the embeddings' kernel)
+    CHECK(hooked.embedding_ln == 1);
     CHECK(hooked.add_ln == 2 * c.n_layer - 1);
     CHECK(all_grads(gpt) == grads);
     hook.remove();

@@ -26,7 +26,8 @@
 // f16) into an f32 (V, C) buffer copied into dtable after, each sum rounded once.
 //
 // embedding_pos (token + position rows, GPT's input): forward as above with the position row
-// pos[n % T] added; backward is ONE launch for both gradients: the first blocks own table rows as
+// pos[n % T] added (the sum: kernels/cuda/embedding_pos_row.h, which the LayerNorm kernel that fuses
+// the embeddings in, kernels/cuda/layernorm.cu, makes too); backward is ONE launch for both gradients: the first blocks own table rows as
 // above (summing into an acc_t buffer and finishing each owned element as dtable + sum when the
 // gradient accumulates into a .grad), the blocks after them own position rows, each element the
 // sum over the batch in b order, so both are deterministic and the CPU's bits.

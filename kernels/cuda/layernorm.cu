@@ -1,5 +1,5 @@
 // kernels/cuda/layernorm.cu: LayerNorm and RMSNorm over the last dim, forward and backward, and
-// LayerNorm with the residual add before it fused in.
+// LayerNorm with what makes its input fused in: the residual add, or the token + position embeddings.
 //
 // Forward: one warp per row (8 rows per 256-thread block). The row is swept three times by the
 // same warp (mean, variance, normalise), so after the first sweep it comes from L1: memory sees
@@ -25,7 +25,11 @@
 // phase 2 adds to each dx it writes.
 //
 // add_layernorm_forward is the forward kernel whose first sweep reads x and the residual r and
-// writes s = x + r, normalising s: one launch for the add and the norm.
+// writes s = x + r, normalising s: one launch for the add and the norm. embedding_pos_layernorm_forward
+// is the same kernel with the row s = table[id] + pos[t] gathered in the first sweep (the sum of
+// kernels/cuda/embedding_pos_row.h, embedding_pos_forward's own): one launch for the embeddings and
+// block 0's ln_1, a bad id reported as embedding_pos_forward reports it. One kernel for the three, so
+// the statistics and y are the plain LayerNorm's bits of the s written.
 //
 // GroupNorm: one 256-thread block per (sample, group), whose M = C/G * S values are contiguous;
 // block reductions (a fixed tree) give the statistics, as LayerNorm's warp does for a row. Backward
