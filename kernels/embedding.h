@@ -40,6 +40,10 @@ void check_embedding_pos_inputs(const char* op, const Tensor& ids, const Tensor&
 // An undefined dtable or dpos is not computed. ids_checked as embedding_backward's.
 void embedding_pos_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, bool accumulate_table,
                             const Tensor& dpos, bool accumulate_pos, bool ids_checked = false);
+// embedding_pos_backward's input checks (reel::Error naming `op`), for it and for the LayerNorm
+// backward with the embeddings' fused in (kernels/layernorm.h).
+void check_embedding_pos_backward_inputs(const char* op, const Tensor& dout, const Tensor& ids, const Tensor& dtable,
+                                         const Tensor& dpos);
 
 }  // namespace reel::kernels
 #endif  // REEL_KERNELS_EMBEDDING_H

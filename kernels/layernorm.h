@@ -2,7 +2,8 @@
 // (N, C, spatial...) tensors, forward and backward, in f32, f64, bf16 and f16, and LayerNorm with
 // what makes its input fused in: the residual add (add_layernorm_forward) or the token + position
 // embeddings (embedding_pos_layernorm_forward); their backward is layernorm_backward with the
-// sum's other gradient added to dx. Plain kernels, no autograd: the tape
+// sum's other gradient added to dx (for the embeddings' with their backward after it in one call:
+// embedding_pos_layernorm_backward). Plain kernels, no autograd: the tape
 // (autograd/ops/layernorm.h) decides what to save and where dw/db go (a parameter's .grad).
 //
 // Each entry point checks its inputs (shapes, dtypes, devices: reel::Error naming the op and
@@ -66,6 +67,16 @@ struct NormGradOut {
 LayerNormBackward layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
                                      const Tensor& rstd, const NormGradOut& dw = {}, const NormGradOut& db = {},
                                      const Tensor& dx_add = Tensor());
+// embedding_pos_layernorm_forward's backward: layernorm_backward(dy, s, w, mean, rstd, dw, db, ds)
+// then embedding_pos_backward(its dx, ids, dtable, accumulate_table, dpos, accumulate_pos,
+// ids_checked) (kernels/embedding.h), the same bits as those two calls; on cuda two launches
+// instead of three: the LayerNorm's dw and db are finished in the embeddings' launch, by blocks
+// beside the tables' (neither needs the other). Returns dx (s's gradient, ds included), dw, db.
+LayerNormBackward embedding_pos_layernorm_backward(const Tensor& dy, const Tensor& s, const Tensor& w,
+                                                   const Tensor& mean, const Tensor& rstd, const NormGradOut& dw,
+                                                   const NormGradOut& db, const Tensor& ds, const Tensor& ids,
+                                                   const Tensor& dtable, bool accumulate_table, const Tensor& dpos,
+                                                   bool accumulate_pos, bool ids_checked = false);
 RMSNormForward rmsnorm_forward(const Tensor& x, const Tensor& w, double eps = 1e-6);
 RMSNormBackward rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd);
 
@@ -123,6 +134,13 @@ void layernorm_backward(const Tensor& dy, const Tensor& x,  // (R, C)
                         const Tensor& dx,                    // (R, C) out
                         const Tensor& dw, const Tensor& db,  // (C) out
                         bool add_dw, bool add_db);
+// layernorm_backward on s (N = B * T rows), then embedding_pos_backward of its dx (kernels/embedding.h's
+// backend contract for ids, dtable, dpos; T), in one call.
+void embedding_pos_layernorm_backward(const Tensor& dy, const Tensor& s, const Tensor& w, const Tensor& mean,
+                                      const Tensor& rstd, const Tensor& ds, const Tensor& dx, const Tensor& dw,
+                                      const Tensor& db, bool add_dw, bool add_db, const Tensor& ids,
+                                      const Tensor& dtable, bool accumulate_table, const Tensor& dpos,
+                                      bool accumulate_pos, int64_t T, bool check_ids);
 void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, const Tensor& y, const Tensor& rstd);
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dx,
                       const Tensor& dw);

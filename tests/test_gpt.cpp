@@ -196,9 +196,9 @@ TEST_CASE("GPT's residual adds run fused with the LayerNorm after them; its norm
           n.adds_backward += backward;
         }
         // Inside a norm's backward rule: anything but its one kernel (a zero-filled dw/db was 2 fills).
-        // (embedding_pos_layer_norm's rule has the embeddings' backward kernel besides.)
+        // (embedding_pos_layer_norm's one kernel is embedding_pos_layernorm_backward.)
         n.norm_extras += k.op_backward && k.op.find("layer_norm") != std::string::npos &&
-                         k.kernel != "layernorm_backward" && k.kernel != "embedding_pos_backward";
+                         k.kernel != "layernorm_backward" && k.kernel != "embedding_pos_layernorm_backward";
         n.copies += backward && k.kernel == "copy_strided" && k.shapes == vector;
       }
       return n;

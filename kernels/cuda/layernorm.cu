@@ -22,7 +22,9 @@
 // the mean, without a (it has no mean to subtract) and without db. The second kernel writes dw and
 // db, or adds them to a parameter's .grad (its gradient sink): no buffer is zero-filled first, and
 // the partials are all written by the first kernel. add_layer_norm's backward passes dx_add, which
-// phase 2 adds to each dx it writes.
+// phase 2 adds to each dx it writes. The embeddings' LayerNorm (embedding_pos_layernorm_backward,
+// kernels/cuda/embedding.cu) runs the first kernel (layernorm_backward_rows) and finishes dw and db
+// in the embeddings' backward launch (kernels/cuda/norm_backward.h): one launch fewer, the same bits.
 //
 // add_layernorm_forward is the forward kernel whose first sweep reads x and the residual r and
 // writes s = x + r, normalising s: one launch for the add and the norm. embedding_pos_layernorm_forward
@@ -48,6 +50,7 @@
 #include "kernels/cuda/embedding_pos_row.h"
 #include "kernels/cuda/index_errors.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/norm_backward.h"
 
 namespace reel::kernels::cuda {
 
@@ -193,24 +196,16 @@ __global__ void __launch_bounds__(kBackThreads) norm_backward_kernel(const T* dy
   }
 }
 
-// Thread per column: out_p[c] = sum over chunks k, in order, of partial[p, k, c]; p = blockIdx.y
-// picks dw (0) or db (1). partial: (params, chunks, C) double; dw, db: (C), written, or where
-// add_dw / add_db added to (a parameter's .grad holding a gradient: the sum rounded to T first,
-// then added; double holds both T values and rounds their sum once, as T's own add would). No
-// zero-fill is needed before: without add, out is never read.
+// Thread per column: dw or db (p = blockIdx.y: 0 or 1) from the (params, chunks, C) double partials
+// (kernels/cuda/norm_backward.h finish_norm_param); dw, db: (C), written, or where add_dw / add_db
+// added to (a parameter's .grad holding a gradient). No zero-fill is needed before: without add,
+// out is never read.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) norm_params_kernel(const double* partial, T* dw, T* db, int64_t chunks,
                                                                int64_t C, bool add_dw, bool add_db) {
   const int64_t p = blockIdx.y;
-  T* out = p == 0 ? dw : db;
-  const bool add = p == 0 ? add_dw : add_db;
-  const double* slab = partial + p * chunks * C;
-  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < C; c += int64_t{blockDim.x} * gridDim.x) {
-    double s = 0;
-    for (int64_t k = 0; k < chunks; ++k) s += slab[k * C + c];
-    const T g = static_cast<T>(s);
-    out[c] = add ? static_cast<T>(static_cast<double>(out[c]) + static_cast<double>(g)) : g;
-  }
+  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < C; c += int64_t{blockDim.x} * gridDim.x)
+    finish_norm_param(partial, p, chunks, C, c, p == 0 ? dw : db, p == 0 ? add_dw : add_db);
 }
 
 // ---- GroupNorm -------------------------------------------------------------------------------
@@ -326,10 +321,10 @@ void embedding_pos_forward_launch(const Tensor& ids, const Tensor& table, const 
   error.check(ids);
 }
 
+// The first kernel of the backward: dx, and the (params, chunks, C) double partials returned.
 template <typename T, typename acc_t, bool kLayerNorm>
-void backward_launch(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
-                     const Tensor& dx_add, const Tensor& dx, const Tensor& dw, const Tensor& db, bool add_dw,
-                     bool add_db) {
+Tensor backward_rows_launch(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                            const Tensor& dx_add, const Tensor& dx) {
   const int64_t R = x.size(0), C = x.size(1);
   const int64_t rows = rows_per_chunk(R), chunks = (R + rows - 1) / rows;
   const int params = kLayerNorm ? 2 : 1;
@@ -339,6 +334,17 @@ void backward_launch(const Tensor& dy, const Tensor& x, const Tensor& w, const T
          dim3(static_cast<unsigned>(chunks)), kBackThreads, 2 * rows * sizeof(acc_t), dy.data<T>(), x.data<T>(),
          w.data<T>(), kLayerNorm ? mean.data<acc_t>() : nullptr, rstd.data<acc_t>(), dx.data<T>(), partial.data<double>(), R,
          C, rows, dx_add.defined() ? dx_add.data<T>() : nullptr);
+  return partial;
+}
+
+template <typename T, typename acc_t, bool kLayerNorm>
+void backward_launch(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                     const Tensor& dx_add, const Tensor& dx, const Tensor& dw, const Tensor& db, bool add_dw,
+                     bool add_db) {
+  const int64_t C = x.size(1);
+  const Tensor partial = backward_rows_launch<T, acc_t, kLayerNorm>(dy, x, w, mean, rstd, dx_add, dx);
+  const int params = kLayerNorm ? 2 : 1;
+  const int64_t chunks = partial.size(1);
   launch("norm_params_kernel", norm_params_kernel<T>, dim3(grid_for(C, kThreads), params), kThreads, 0,
          partial.data<double>(), dw.data<T>(), kLayerNorm ? db.data<T>() : nullptr, chunks, C, add_dw, add_db);
 }
@@ -374,6 +380,14 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, cons
   REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "layernorm_backward",
                                 backward_launch<scalar_t, acc_t, true>(dy, x, w, mean, rstd, dx_add, dx, dw, db, add_dw,
                                                                        add_db))
+}
+
+Tensor layernorm_backward_rows(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
+                               const Tensor& rstd, const Tensor& dx_add, const Tensor& dx) {
+  Tensor partial;
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "layernorm_backward",
+                                partial = backward_rows_launch<scalar_t, acc_t, true>(dy, x, w, mean, rstd, dx_add, dx))
+  return partial;
 }
 
 void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, const Tensor& y, const Tensor& rstd) {
