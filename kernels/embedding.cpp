@@ -56,8 +56,7 @@ Tensor embedding_backward(const Tensor& dout, const Tensor& ids, int64_t num_emb
   return dtable;
 }
 
-Tensor embedding_pos_forward(const Tensor& ids, const Tensor& table, const Tensor& pos) {
-  const char* op = "embedding_pos_forward";
+void check_embedding_pos_inputs(const char* op, const Tensor& ids, const Tensor& table, const Tensor& pos) {
   check_same_device(op, {&ids, &table, &pos});
   check_same_floating_dtype(op, {&table, &pos});
   check_index_dtype(op, "ids", ids);
@@ -65,6 +64,11 @@ Tensor embedding_pos_forward(const Tensor& ids, const Tensor& table, const Tenso
              " and pos ", pos.shape(), " must be 2-D (rows, dim) of one dim");
   REEL_CHECK(ids.dim() == 2 && ids.size(1) <= pos.size(0), op, ": ids ", ids.shape(),
              " must be (B, T) with T at most pos's ", pos.size(0), " rows");
+}
+
+Tensor embedding_pos_forward(const Tensor& ids, const Tensor& table, const Tensor& pos) {
+  const char* op = "embedding_pos_forward";
+  check_embedding_pos_inputs(op, ids, table, pos);
   const Tensor idc = untracked::contiguous(ids);
   const int64_t V = table.size(0), C = table.size(1), N = idc.numel(), T = ids.size(1);
   const IndexRange range{op, "id", V, std::nullopt, "of the table's rows"};
@@ -82,15 +86,14 @@ Tensor embedding_pos_forward(const Tensor& ids, const Tensor& table, const Tenso
   return out;
 }
 
-void embedding_pos_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, bool accumulate_table,
-                            const Tensor& dpos, bool accumulate_pos, bool ids_checked) {
-  const char* op = "embedding_pos_backward";
+void check_embedding_pos_backward_inputs(const char* op, const Tensor& dout, const Tensor& ids, const Tensor& dtable,
+                                         const Tensor& dpos) {
   check_same_device(op, {&dout, &ids});
   check_same_floating_dtype(op, {&dout});
   check_index_dtype(op, "ids", ids);
   REEL_CHECK(ids.dim() == 2 && dout.dim() == 3 && rows_of(dout.shape()) == ids.shape(), op, ": dout ", dout.shape(),
              " does not match ids ", ids.shape(), ": ids (B, T) and dout (B, T, dim) expected");
-  const int64_t C = dout.size(2), N = ids.numel(), T = ids.size(1);
+  const int64_t C = dout.size(2), T = ids.size(1);
   for (const Tensor* g : {&dtable, &dpos}) {
     if (!g->defined()) continue;
     check_same_device(op, {&dout, g});
@@ -99,6 +102,13 @@ void embedding_pos_backward(const Tensor& dout, const Tensor& ids, const Tensor&
                " must be contiguous (rows, ", C, ")");
   }
   REEL_CHECK(!dpos.defined() || dpos.size(0) >= T, op, ": dpos ", dpos.shape(), " has fewer rows than T = ", T);
+}
+
+void embedding_pos_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, bool accumulate_table,
+                            const Tensor& dpos, bool accumulate_pos, bool ids_checked) {
+  const char* op = "embedding_pos_backward";
+  check_embedding_pos_backward_inputs(op, dout, ids, dtable, dpos);
+  const int64_t C = dout.size(2), N = ids.numel(), T = ids.size(1);
   if (!dtable.defined() && !dpos.defined()) return;
   const int64_t V = dtable.defined() ? dtable.size(0) : 0;
   const Tensor idc = untracked::contiguous(ids);

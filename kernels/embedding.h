@@ -28,6 +28,9 @@ Tensor embedding_backward(const Tensor& dout, const Tensor& ids, int64_t num_emb
 // embedding_forward(ids, table) + embedding_forward(arange(T), pos) would add them). The
 // positions are t itself: no position ids exist.
 Tensor embedding_pos_forward(const Tensor& ids, const Tensor& table, const Tensor& pos);
+// embedding_pos_forward's input checks (devices, dtypes, shapes: reel::Error naming `op`), for it
+// and for the LayerNorm with the embeddings fused in (kernels/layernorm.h).
+void check_embedding_pos_inputs(const char* op, const Tensor& ids, const Tensor& table, const Tensor& pos);
 // Its backward, one launch for both gradients, each written into a given buffer:
 //   dtable (V, C): row v = the sum of dout's rows where ids == v, in position order (as
 //     embedding_backward), then added to dtable's values when accumulate_table (init + sum: the
@@ -37,6 +40,10 @@ Tensor embedding_pos_forward(const Tensor& ids, const Tensor& table, const Tenso
 // An undefined dtable or dpos is not computed. ids_checked as embedding_backward's.
 void embedding_pos_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, bool accumulate_table,
                             const Tensor& dpos, bool accumulate_pos, bool ids_checked = false);
+// embedding_pos_backward's input checks (reel::Error naming `op`), for it and for the LayerNorm
+// backward with the embeddings' fused in (kernels/layernorm.h).
+void check_embedding_pos_backward_inputs(const char* op, const Tensor& dout, const Tensor& ids, const Tensor& dtable,
+                                         const Tensor& dpos);
 
 }  // namespace reel::kernels
 #endif  // REEL_KERNELS_EMBEDDING_H

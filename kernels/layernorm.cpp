@@ -1,11 +1,13 @@
 // Entry points of the layernorm family (kernels/layernorm.h): LayerNorm, RMSNorm and GroupNorm,
-// forward and backward. Checks, contiguous (R, C) rows or (N, C, S) samples, outputs, then the
-// backend kernel.
+// forward and backward, and LayerNorm with the residual add or the embeddings fused in. Checks,
+// contiguous (R, C) rows or (N, C, S) samples, outputs, then the backend kernel.
 #include "kernels/layernorm.h"
 
 #include <initializer_list>
 
+#include "kernels/embedding.h"
 #include "kernels/entry_point.h"
+#include "kernels/index_check.h"
 
 namespace reel::kernels {
 
@@ -78,6 +80,38 @@ AddLayerNormForward add_layernorm_forward(const Tensor& x, const Tensor& r, cons
   return out;
 }
 
+AddLayerNormForward embedding_pos_layernorm_forward(const Tensor& ids, const Tensor& table, const Tensor& pos,
+                                                    const Tensor& w, const Tensor& b, double eps) {
+  const char* op = "embedding_pos_layernorm_forward";
+  check_same_device(op, {&ids, &table, &pos, &w, &b});
+  check_embedding_pos_inputs(op, ids, table, pos);
+  check_same_floating_dtype(op, {&table, &pos, &w, &b});
+  REEL_CHECK(table.size(1) > 0, op, ": table ", table.shape(), " has no columns to normalise");
+  const int64_t V = table.size(0), C = table.size(1), R = ids.numel(), T = ids.size(1);
+  const Shape shape = with_last(ids.shape(), C);  // (B, T, C)
+  for (const Tensor* p : {&w, &b})
+    REEL_CHECK(p->shape() == Shape{C}, op, ": ", p == &w ? "weight " : "bias ", p->shape(),
+               " does not match the table ", table.shape(), ": (", C, ") expected");
+  const Tensor idc = untracked::contiguous(ids);
+  const IndexRange range{op, "id", V, std::nullopt, "of the table's rows"};
+  check_range_before(range, idc, R > 0);
+  const DType st = stat_dtype(table.dtype());
+  AddLayerNormForward out{empty(shape, table.dtype(), table.device()), empty(shape, table.dtype(), table.device()),
+                          empty(ids.shape(), st, table.device()), empty(ids.shape(), st, table.device())};
+  if (R > 0)
+    run_indexed(range, ids.shape(), [&] {
+      // Reads the ids, one table row and one position row per row, w and b; writes s and y and the
+      // statistics. Per element: the add (1 FLOP), then layernorm_forward's 8.
+      REEL_DEVICE_DISPATCH(table.device(), embedding_pos_layernorm_forward,
+                           kernel_cost({&idc, &out.s, &out.s, &w, &b}, {&out.s, &out.y, &out.mean, &out.rstd},
+                                       9 * R * C),
+                           untracked::view(idc, {R}), untracked::contiguous(table), untracked::contiguous(pos), T,
+                           untracked::contiguous(w), untracked::contiguous(b), eps, as_rows(out.s, R, C),
+                           as_rows(out.y, R, C), untracked::view(out.mean, {R}), untracked::view(out.rstd, {R}));
+    });
+  return out;
+}
+
 namespace {
 // A (C) gradient output: the caller's buffer (checked: contiguous (C), x's dtype and device) or a
 // fresh one, never zero-filled (the kernel writes every element), except for an x of no rows,
@@ -94,10 +128,11 @@ Tensor grad_out_buffer(const char* op, const char* what, const NormGradOut& out,
 }
 }  // namespace
 
-LayerNormBackward layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
-                                     const Tensor& rstd, const NormGradOut& dw, const NormGradOut& db,
-                                     const Tensor& dx_add) {
-  const char* op = "layernorm_backward";
+namespace {
+// layernorm_backward's checks and outputs (dx fresh; dw and db the caller's buffers or fresh).
+LayerNormBackward prepare_layernorm_backward(const char* op, const Tensor& dy, const Tensor& x, const Tensor& w,
+                                             const Tensor& mean, const Tensor& rstd, const NormGradOut& dw,
+                                             const NormGradOut& db, const Tensor& dx_add) {
   check_same_device(op, {&dy, &x, &w, &mean, &rstd});
   check_backward_dtypes(op, {&dy, &x, &w}, {&mean, &rstd});
   check_norm_shapes(op, x, w, nullptr);
@@ -111,8 +146,17 @@ LayerNormBackward layernorm_backward(const Tensor& dy, const Tensor& x, const Te
                x.shape(), " differ in shape");
   }
   const int64_t C = x.size(-1), R = x.numel() / C;
-  LayerNormBackward r{empty(x.shape(), x.dtype(), x.device()), grad_out_buffer(op, "dw", dw, x, R),
-                      grad_out_buffer(op, "db", db, x, R)};
+  return LayerNormBackward{empty(x.shape(), x.dtype(), x.device()), grad_out_buffer(op, "dw", dw, x, R),
+                           grad_out_buffer(op, "db", db, x, R)};
+}
+}  // namespace
+
+LayerNormBackward layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
+                                     const Tensor& rstd, const NormGradOut& dw, const NormGradOut& db,
+                                     const Tensor& dx_add) {
+  const char* op = "layernorm_backward";
+  LayerNormBackward r = prepare_layernorm_backward(op, dy, x, w, mean, rstd, dw, db, dx_add);
+  const int64_t C = x.size(-1), R = x.numel() / C;
   if (R > 0) {
     // A gradient buffer added to is read as well as written.
     const Tensor none;
@@ -129,6 +173,46 @@ LayerNormBackward layernorm_backward(const Tensor& dy, const Tensor& x, const Te
                          as_rows(r.dx, R, C), r.dw, r.db, dw.into.defined() && dw.add, db.into.defined() && db.add);
   }
   if (dw.into.defined()) r.dw.bump_version();  // an in-place write, seen by the saved-tensor checks
+  if (db.into.defined()) r.db.bump_version();
+  return r;
+}
+
+LayerNormBackward embedding_pos_layernorm_backward(const Tensor& dy, const Tensor& s, const Tensor& w,
+                                                   const Tensor& mean, const Tensor& rstd, const NormGradOut& dw,
+                                                   const NormGradOut& db, const Tensor& ds, const Tensor& ids,
+                                                   const Tensor& dtable, bool accumulate_table, const Tensor& dpos,
+                                                   bool accumulate_pos, bool ids_checked) {
+  const char* op = "embedding_pos_layernorm_backward";
+  LayerNormBackward r = prepare_layernorm_backward(op, dy, s, w, mean, rstd, dw, db, ds);
+  check_embedding_pos_backward_inputs(op, r.dx, ids, dtable, dpos);
+  const int64_t C = s.size(-1), R = s.numel() / C, T = ids.size(1);
+  const int64_t V = dtable.defined() ? dtable.size(0) : 0;
+  const Tensor idc = untracked::contiguous(ids);
+  const IndexRange range{op, "id", V, std::nullopt, "of the table's rows"};
+  const bool checks = dtable.defined() && !ids_checked;
+  if (checks) check_range_before(range, idc, V * C > 0 && R > 0);
+  if (R > 0)
+    run_indexed(range, ids.shape(), [&] {
+      // layernorm_backward's and embedding_pos_backward's costs together (dx written, then read once
+      // per table gradient computed).
+      const Tensor none;
+      const Tensor* dw_read = dw.into.defined() && dw.add ? &r.dw : &none;
+      const Tensor* db_read = db.into.defined() && db.add ? &r.db : &none;
+      const int64_t grads = (dtable.defined() ? 1 : 0) + (dpos.defined() ? 1 : 0);
+      profile::KernelCost ln = kernel_cost({&dy, &s, &w, &mean, &rstd, &ds, dw_read, db_read}, {&r.dx, &r.dw, &r.db},
+                                  (ds.defined() ? 14 : 13) * R * C);
+      const profile::KernelCost emb = kernel_cost({&idc, accumulate_table ? &dtable : &none, accumulate_pos ? &dpos : &none},
+                                         {&dtable, &dpos}, grads * R * C);
+      ln.bytes_read += emb.bytes_read + grads * bytes_of(r.dx);
+      ln.bytes_written += emb.bytes_written;
+      ln.flops += emb.flops;
+      REEL_DEVICE_DISPATCH(s.device(), embedding_pos_layernorm_backward, ln, as_rows(dy, R, C), as_rows(s, R, C),
+                           untracked::contiguous(w), contiguous_as(mean, {R}), contiguous_as(rstd, {R}),
+                           ds.defined() ? as_rows(ds, R, C) : Tensor(), as_rows(r.dx, R, C), r.dw, r.db,
+                           dw.into.defined() && dw.add, db.into.defined() && db.add, untracked::view(idc, {R}), dtable,
+                           accumulate_table, dpos, accumulate_pos, T, checks);
+    });
+  if (dw.into.defined()) r.dw.bump_version();
   if (db.into.defined()) r.db.bump_version();
   return r;
 }

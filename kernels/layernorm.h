@@ -1,7 +1,9 @@
 // The layernorm family: LayerNorm and RMSNorm over the last dim, GroupNorm over channel groups of
 // (N, C, spatial...) tensors, forward and backward, in f32, f64, bf16 and f16, and LayerNorm with
-// the residual add before it fused in (add_layernorm_forward; its backward is layernorm_backward
-// with the residual's other gradient added to dx). Plain kernels, no autograd: the tape
+// what makes its input fused in: the residual add (add_layernorm_forward) or the token + position
+// embeddings (embedding_pos_layernorm_forward); their backward is layernorm_backward with the
+// sum's other gradient added to dx (for the embeddings' with their backward after it in one call:
+// embedding_pos_layernorm_backward). Plain kernels, no autograd: the tape
 // (autograd/ops/layernorm.h) decides what to save and where dw/db go (a parameter's .grad).
 //
 // Each entry point checks its inputs (shapes, dtypes, devices: reel::Error naming the op and
@@ -38,6 +40,16 @@ struct AddLayerNormForward { Tensor s, y, mean, rstd; };  // (N..., C) twice, (N
 AddLayerNormForward add_layernorm_forward(const Tensor& x, const Tensor& r, const Tensor& w, const Tensor& b,
                                           double eps = 1e-5);
 
+// The token + position embeddings fused into the LayerNorm after them (GPT's input and block 0's
+// ln_1): s = embedding_pos_forward(ids, table, pos) (kernels/embedding.h: ids (B, T) i32/i64 in
+// [0, V), table (V, C), pos (P, C) with T <= P), then y = layer_norm(s, w, b), in one kernel
+// launch: s is written in the sweep that gathers the rows, and s, the statistics and y are the
+// bits of embedding_pos_forward then layernorm_forward. Returns s (B, T, C), y, mean and rstd (B, T)
+// (what layernorm_backward wants, with s as its x). A bad id: reel::Error naming this op and it,
+// as embedding_pos_forward's (on cuda at the host's next wait: kernels/index_check.h).
+AddLayerNormForward embedding_pos_layernorm_forward(const Tensor& ids, const Tensor& table, const Tensor& pos,
+                                                    const Tensor& w, const Tensor& b, double eps = 1e-5);
+
 // Where layernorm_backward puts dw or db (C): a fresh tensor (`into` undefined), or a buffer of the
 // caller's (`into`: contiguous (C), x's dtype and device; a parameter's .grad, its gradient sink),
 // written, or added to when `add` (the sum rounded to the dtype first, then added: the bits of
@@ -55,6 +67,16 @@ struct NormGradOut {
 LayerNormBackward layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
                                      const Tensor& rstd, const NormGradOut& dw = {}, const NormGradOut& db = {},
                                      const Tensor& dx_add = Tensor());
+// embedding_pos_layernorm_forward's backward: layernorm_backward(dy, s, w, mean, rstd, dw, db, ds)
+// then embedding_pos_backward(its dx, ids, dtable, accumulate_table, dpos, accumulate_pos,
+// ids_checked) (kernels/embedding.h), the same bits as those two calls; on cuda two launches
+// instead of three: the LayerNorm's dw and db are finished in the embeddings' launch, by blocks
+// beside the tables' (neither needs the other). Returns dx (s's gradient, ds included), dw, db.
+LayerNormBackward embedding_pos_layernorm_backward(const Tensor& dy, const Tensor& s, const Tensor& w,
+                                                   const Tensor& mean, const Tensor& rstd, const NormGradOut& dw,
+                                                   const NormGradOut& db, const Tensor& ds, const Tensor& ids,
+                                                   const Tensor& dtable, bool accumulate_table, const Tensor& dpos,
+                                                   bool accumulate_pos, bool ids_checked = false);
 RMSNormForward rmsnorm_forward(const Tensor& x, const Tensor& w, double eps = 1e-6);
 RMSNormBackward rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd);
 
@@ -96,6 +118,13 @@ void add_layernorm_forward(const Tensor& x, const Tensor& r,  // (R, C)
                            double eps,
                            const Tensor& s, const Tensor& y,      // (R, C) out
                            const Tensor& mean, const Tensor& rstd);// (R) out
+// s = table[ids[n]] + pos[n % T], then s's LayerNorm (kernels/layernorm.h
+// embedding_pos_layernorm_forward), in one launch; ids (N = B * T), table (V, C), pos (P, C).
+void embedding_pos_layernorm_forward(const Tensor& ids, const Tensor& table, const Tensor& pos, int64_t T,
+                                     const Tensor& w, const Tensor& b,       // (C)
+                                     double eps,
+                                     const Tensor& s, const Tensor& y,       // (N, C) out
+                                     const Tensor& mean, const Tensor& rstd);// (N) out
 // dx_add: (R, C) or undefined (none): dx = dx_add + the LayerNorm's dx. dw, db: written, or added
 // to where add_dw / add_db (the sums rounded to T first); never read otherwise (need no zeroing).
 void layernorm_backward(const Tensor& dy, const Tensor& x,  // (R, C)
@@ -105,6 +134,13 @@ void layernorm_backward(const Tensor& dy, const Tensor& x,  // (R, C)
                         const Tensor& dx,                    // (R, C) out
                         const Tensor& dw, const Tensor& db,  // (C) out
                         bool add_dw, bool add_db);
+// layernorm_backward on s (N = B * T rows), then embedding_pos_backward of its dx (kernels/embedding.h's
+// backend contract for ids, dtable, dpos; T), in one call.
+void embedding_pos_layernorm_backward(const Tensor& dy, const Tensor& s, const Tensor& w, const Tensor& mean,
+                                      const Tensor& rstd, const Tensor& ds, const Tensor& dx, const Tensor& dw,
+                                      const Tensor& db, bool add_dw, bool add_db, const Tensor& ids,
+                                      const Tensor& dtable, bool accumulate_table, const Tensor& dpos,
+                                      bool accumulate_pos, int64_t T, bool check_ids);
 void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, const Tensor& y, const Tensor& rstd);
 void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dx,
                       const Tensor& dw);

@@ -177,7 +177,7 @@ TEST_CASE("GPT's residual adds run fused with the LayerNorm after them; its norm
     // kernels of the norms' rules and the copies of (C) gradients (the tape copying a LayerNorm's dw
     // or db into a zeroed .grad: there were 2 per LayerNorm).
     struct Counts {
-      int ln = 0, add_ln = 0, adds_forward = 0, adds_backward = 0, norm_extras = 0, copies = 0;
+      int ln = 0, add_ln = 0, embedding_ln = 0, adds_forward = 0, adds_backward = 0, norm_extras = 0, copies = 0;
     };
     const std::string stream = "(2, 8, 16)", vector = "(16)";
     const auto step = [&] {
@@ -190,25 +190,28 @@ TEST_CASE("GPT's residual adds run fused with the LayerNorm after them; its norm
         const bool forward = k.phase == profile::Phase::Forward, backward = k.phase == profile::Phase::Backward;
         n.ln += forward && k.kernel == "layernorm_forward";
         n.add_ln += forward && k.kernel == "add_layernorm_forward";
+        n.embedding_ln += forward && k.kernel == "embedding_pos_layernorm_forward";
         if (k.kernel == "binary.add" && k.shapes.rfind(stream, 0) == 0) {
           n.adds_forward += forward;
           n.adds_backward += backward;
         }
         // Inside a norm's backward rule: anything but its one kernel (a zero-filled dw/db was 2 fills).
-        // (embedding_pos_layer_norm's rule has the embeddings' backward kernel besides.)
+        // (embedding_pos_layer_norm's one kernel is embedding_pos_layernorm_backward.)
         n.norm_extras += k.op_backward && k.op.find("layer_norm") != std::string::npos &&
-                         k.kernel != "layernorm_backward" && k.kernel != "embedding_pos_backward";
+                         k.kernel != "layernorm_backward" && k.kernel != "embedding_pos_layernorm_backward";
         n.copies += backward && k.kernel == "copy_strided" && k.shapes == vector;
       }
       return n;
     };
     step();  // makes the .grad buffers: from the next step on every norm writes its dw/db into them
     const Counts plain = step();
-    // Block 0's ln_1 reads the embeddings' sum (not a residual add); every other LayerNorm runs
-    // with the add before it: two per block, the last block's second into ln_f.
-    CHECK(plain.ln == 1);
+    // Block 0's ln_1 reads the embeddings' sum (not a residual add) and runs in their kernel
+    // (embedding_pos_layer_norm); every other LayerNorm runs with the add before it: two per block,
+    // the last block's second into ln_f.
+    CHECK(plain.ln == 0);
+    CHECK(plain.embedding_ln == 1);
     CHECK(plain.add_ln == 2 * c.n_layer);
-    CHECK(plain.adds_forward == 0);   // wte + wpe: inside embedding_pos's kernel
+    CHECK(plain.adds_forward == 0);   // wte + wpe: inside embedding_pos_layernorm_forward's kernel
     // Block 0's input: its ln_1's gradient + the residual's, added inside ln_1's backward kernel
     // (embedding_pos_layer_norm; was 2 per LayerNorm, then 1).
     CHECK(plain.adds_backward == 0);
@@ -222,6 +225,7 @@ TEST_CASE("GPT's residual adds run fused with the LayerNorm after them; its norm
     const Counts segmented = step();
     CHECK(segmented.add_ln == c.n_layer);  // at forward (the replays run them again)
     CHECK(segmented.ln == c.n_layer + 1);  // the ln_1s and ln_f
+    CHECK(segmented.embedding_ln == 0);    // the embeddings (embedding_pos) stand alone
     CHECK(segmented.adds_forward == c.n_layer);
     CHECK(all_grads(gpt) == grads);
     gpt.set_checkpoint(nn::CheckpointPolicy::parse("none"));
@@ -230,7 +234,8 @@ TEST_CASE("GPT's residual adds run fused with the LayerNorm after them; its norm
     nn::HookHandle hook = gpt.ln_f->register_forward_hook([&](nn::Module&, const Tensor&, const Tensor&) { ++calls; });
     const Counts hooked = step();
     CHECK(calls == 1);
-    CHECK(hooked.ln == 2);
+    CHECK(hooked.ln == 1);  // ln_f (block 0's ln_1 still in the embeddings' kernel)
+    CHECK(hooked.embedding_ln == 1);
     CHECK(hooked.add_ln == 2 * c.n_layer - 1);
     CHECK(all_grads(gpt) == grads);
     hook.remove();

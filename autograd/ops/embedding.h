@@ -44,23 +44,32 @@ struct EmbeddingPos final : autograd::Op {
     ctx.save({in[0]});
     return {kernels::embedding_pos_forward(in[0], in[1], in[2])};
   }
-  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override { return grads(grad[0], ctx); }
-  // {none, dtable, dpos} from g (B, T, C), the gradient of the sum; the ids are saved slot 0.
-  static Tensors grads(const Tensor& g, BackwardCtx& ctx) {
-    // Where each gradient goes: its .grad (add says whether it holds one already), else fresh.
+  Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
+    const Targets t = targets(ctx, grad[0]);
+    // The ids were range-checked by forward and are unchanged (ctx.saved version-checks them).
+    kernels::embedding_pos_backward(grad[0], ctx.saved(0), t.dtable, t.add_table, t.dpos, t.add_pos,
+                                    /*ids_checked=*/true);
+    return {Tensor(), t.dtable, t.dpos};
+  }
+  // Where the tables' gradients (inputs 1 and 2) go: their .grad (add: it holds one already), else
+  // a fresh buffer of like's dtype and device; undefined where not needed.
+  struct Targets {
+    Tensor dtable, dpos;
+    bool add_table = false, add_pos = false;
+  };
+  static Targets targets(BackwardCtx& ctx, const Tensor& like) {
     auto target = [&](size_t i, bool& add) {
       if (!ctx.needs_input_grad(i)) return Tensor();
       Tensor out;
       ctx.grad_write_or_add(
           i, [&](const Tensor& sink, bool a) { out = sink, add = a; },
-          [&] { return out = empty(ctx.input_shape(i), g.dtype(), g.device()); });
+          [&] { return out = empty(ctx.input_shape(i), like.dtype(), like.device()); });
       return out;
     };
-    bool add_table = false, add_pos = false;
-    const Tensor dtable = target(1, add_table), dpos = target(2, add_pos);
-    // The ids were range-checked by forward and are unchanged (ctx.saved version-checks them).
-    kernels::embedding_pos_backward(g, ctx.saved(0), dtable, add_table, dpos, add_pos, /*ids_checked=*/true);
-    return {Tensor(), dtable, dpos};
+    Targets t;
+    t.dtable = target(1, t.add_table);
+    t.dpos = target(2, t.add_pos);
+    return t;
   }
 };
 
@@ -69,27 +78,35 @@ struct EmbeddingPos final : autograd::Op {
 // also the first residual stream, so its gradient has two parts, the residual's (de) and the
 // LayerNorm's; here the LayerNorm's backward kernel adds de into its dx in the same launch (as
 // add_layer_norm's does with its sum's gradient) and the embeddings' backward reads that one
-// tensor: no add of the two parts. Forward is two launches (embedding_pos, layernorm), backward two.
+// tensor: no add of the two parts. Forward is one launch (kernels/layernorm.h
+// embedding_pos_layernorm_forward: e, y and the statistics, the bits of embedding_pos then
+// layer_norm), backward one call (embedding_pos_layernorm_backward: layernorm_backward then
+// embedding_pos_backward, their bits; on cuda two launches, the LayerNorm's dw/db finished in the
+// embeddings' launch). Saved: the ids, e, w and
+// the statistics, as the composition would save them (backward needs e as the LayerNorm's x).
 struct EmbeddingPosLayerNorm final : autograd::Op {
   double eps;
   explicit EmbeddingPosLayerNorm(double eps) : eps(eps) {}
   const char* name() const override { return "embedding_pos_layer_norm"; }
   std::string attributes() const override { return "eps=" + std::to_string(eps); }
   Tensors forward(const Tensors& in, ForwardCtx& ctx) const override {
-    const Tensor e = kernels::embedding_pos_forward(in[0], in[1], in[2]);  // (B, T, C)
     // Without a bias (inputs ids, table, pos, w) the kernel adds zeros: C values.
     const Tensor b = in.size() == 5 ? in[4] : zeros({in[3].numel()}, in[3].dtype(), in[3].device());
-    kernels::LayerNormForward f = kernels::layernorm_forward(e, in[3], b, eps);
-    ctx.save({in[0], e, in[3], f.mean, f.rstd});
-    return {e, f.y};
+    kernels::AddLayerNormForward f = kernels::embedding_pos_layernorm_forward(in[0], in[1], in[2], in[3], b, eps);
+    ctx.save({in[0], f.s, in[3], f.mean, f.rstd});  // f.s: e (B, T, C)
+    return {f.s, f.y};
   }
   // grad: de (what reaches e from elsewhere, undefined when nothing does), dy.
   bool accepts_absent_grad(size_t k) const override { return k == 0; }
   Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
     const kernels::NormGradOut dw = norm_grad_sink(ctx, 3), db = norm_grad_sink(ctx, 4);
-    kernels::LayerNormBackward r = kernels::layernorm_backward(grad[1], ctx.saved(1), ctx.saved(2), ctx.saved(3),
-                                                               ctx.saved(4), dw, db, grad[0]);
-    Tensors grads = EmbeddingPos::grads(r.dx, ctx);
+    const EmbeddingPos::Targets t = EmbeddingPos::targets(ctx, grad[1]);
+    // One call: the LayerNorm's backward (de added into its dx), then the embeddings' of that dx.
+    // The ids were range-checked by forward and are unchanged (ctx.saved version-checks them).
+    kernels::LayerNormBackward r = kernels::embedding_pos_layernorm_backward(
+        grad[1], ctx.saved(1), ctx.saved(2), ctx.saved(3), ctx.saved(4), dw, db, grad[0], ctx.saved(0), t.dtable,
+        t.add_table, t.dpos, t.add_pos, /*ids_checked=*/true);
+    Tensors grads{Tensor(), t.dtable, t.dpos};
     grads.push_back(ctx.needs_input_grad(3) ? r.dw : Tensor());
     if (ctx.num_inputs() == 5) grads.push_back(ctx.needs_input_grad(4) ? r.db : Tensor());
     return grads;

@@ -1,5 +1,6 @@
 // LayerNorm and RMSNorm over the last dim, forward and backward, on the CPU, and LayerNorm with
-// the residual add before it fused in (each row's s = x + r made first, then normalised).
+// the residual add before it fused in (each row's s = x + r made first, then normalised); the
+// LayerNorm with the embeddings before it is the two kernels one after the other (both ways).
 //
 // Forward: one task per row (OpenMP over rows); the row (C = 768 floats = 3 KB) stays in L1
 // while it is swept three times (mean, variance, normalise), so memory sees one read of x and one
@@ -436,6 +437,15 @@ void add_layernorm_forward(const Tensor& x, const Tensor& r, const Tensor& w, co
                                     r.data<scalar_t>(), s.data<scalar_t>()))
 }
 
+// The composition itself, embedding_pos then the LayerNorm: the same bits as the two kernels, by
+// construction (on the CPU a launch costs nothing; cuda fuses them).
+void embedding_pos_layernorm_forward(const Tensor& ids, const Tensor& table, const Tensor& pos, int64_t T,
+                                     const Tensor& w, const Tensor& b, double eps, const Tensor& s, const Tensor& y,
+                                     const Tensor& mean, const Tensor& rstd) {
+  embedding_pos_forward(ids, table, pos, s, T);
+  layernorm_forward(s, w, b, eps, y, mean, rstd);
+}
+
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                         const Tensor& dx_add, const Tensor& dx, const Tensor& dw, const Tensor& db, bool add_dw,
                         bool add_db) {
@@ -447,6 +457,15 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, cons
                                                             db.data<scalar_t>(), R, C,
                                                             dx_add.defined() ? dx_add.data<scalar_t>() : nullptr,
                                                             add_dw, add_db))
+}
+
+void embedding_pos_layernorm_backward(const Tensor& dy, const Tensor& s, const Tensor& w, const Tensor& mean,
+                                      const Tensor& rstd, const Tensor& ds, const Tensor& dx, const Tensor& dw,
+                                      const Tensor& db, bool add_dw, bool add_db, const Tensor& ids,
+                                      const Tensor& dtable, bool accumulate_table, const Tensor& dpos,
+                                      bool accumulate_pos, int64_t T, bool check_ids) {
+  layernorm_backward(dy, s, w, mean, rstd, ds, dx, dw, db, add_dw, add_db);
+  embedding_pos_backward(dx, ids, dtable, accumulate_table, dpos, accumulate_pos, T, check_ids);
 }
 
 void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, const Tensor& y, const Tensor& rstd) {

@@ -26,10 +26,18 @@
 // f16) into an f32 (V, C) buffer copied into dtable after, each sum rounded once.
 //
 // embedding_pos (token + position rows, GPT's input): forward as above with the position row
-// pos[n % T] added; backward is ONE launch for both gradients: the first blocks own table rows as
+// pos[n % T] added (the sum: kernels/cuda/embedding_pos_row.h, which the LayerNorm kernel that fuses
+// the embeddings in, kernels/cuda/layernorm.cu, makes too); backward is ONE launch for both gradients: the first blocks own table rows as
 // above (summing into an acc_t buffer and finishing each owned element as dtable + sum when the
 // gradient accumulates into a .grad), the blocks after them own position rows, each element the
 // sum over the batch in b order, so both are deterministic and the CPU's bits.
+// embedding_pos_layernorm_backward: the LayerNorm's backward kernel before the embeddings'
+// (kernels/cuda/layernorm.cu, layernorm_backward_rows: dx, and dw/db partials per row chunk), then
+// the embeddings' launch with blocks after the position rows' that add the partials into dw and db
+// (kernels/cuda/norm_backward.h, the code of the LayerNorm's own second kernel): neither part needs
+// the other, so the LayerNorm's second launch is gone and every value keeps its bits. (The grid's
+// last block instead, kernels/cuda/last_block.h, would leave one block to scatter all B * T rows:
+// slower than a launch.)
 //
 // Ids: the kernels check each id they read; an out-of-range one is never used as an index
 // (forward writes zeros, backward skips it), its position goes to the launch's slot of the
@@ -40,8 +48,10 @@
 
 #include "kernels/backends.h"
 #include "kernels/cuda/block_reduce.h"
+#include "kernels/cuda/embedding_pos_row.h"
 #include "kernels/cuda/index_errors.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/norm_backward.h"
 
 namespace reel::kernels::cuda {
 
@@ -115,23 +125,16 @@ __global__ void __launch_bounds__(kScanThreads) embedding_backward_kernel(const 
   sum_owned_rows(dout, ids, dtable, N, V, C, v0, v1, error);
 }
 
-// out[n, c] = table[ids[n], c] + pos[n % T, c], summed in acc_t. ids: (N); table: (V, C);
-// pos: (P, C); out: (N, C). Grid-stride over the N * C outputs.
+// out[n, c] = table[ids[n], c] + pos[n % T, c], summed in acc_t (rows: kernels/cuda/
+// embedding_pos_row.h, whose sum the LayerNorm with the embeddings fused in writes too).
+// out: (N, C). Grid-stride over the N * C outputs.
 template <typename T, typename I>
-__global__ void __launch_bounds__(kThreads) embedding_pos_forward_kernel(const I* ids, const T* table, const T* pos, T* out,
-                                                                         int64_t N, int64_t V, int64_t C, int64_t T_,
-                                                                         unsigned long long* error) {
-  using acc_t = acc_type_t<T>;
-  const int64_t total = N * C;
+__global__ void __launch_bounds__(kThreads) embedding_pos_forward_kernel(EmbeddingPosRows<T, I> rows, T* out,
+                                                                         int64_t N) {
+  const int64_t C = rows.C, total = N * C;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{blockDim.x} * gridDim.x) {
     const int64_t n = i / C, c = i - n * C;
-    const int64_t id = static_cast<int64_t>(ids[n]);
-    if (id < 0 || id >= V) {
-      if (c == 0) report_bad_index(error, n, id);
-      out[i] = T(0);
-    } else {
-      out[i] = static_cast<T>(static_cast<acc_t>(table[id * C + c]) + static_cast<acc_t>(pos[(n % T_) * C + c]));
-    }
+    out[i] = rows.row(n, /*report=*/c == 0)(c);
   }
 }
 
@@ -139,14 +142,33 @@ __global__ void __launch_bounds__(kThreads) embedding_pos_forward_kernel(const I
 // embedding_backward_kernel's blocks do (sums: (V, C) acc_t, dtable itself when in_place), and
 // when `finish` each thread then writes its own elements of its rows into dtable as
 // (accumulate_table ? dtable + sum : sum), rounded once: no barrier, every element is one
-// thread's. Blocks [table_blocks, gridDim.x) own `pos_rows` rows of dpos (P, C) each: row t < T =
-// (dpos +) the sum over b of dout[b * T + t] in b order, rows >= T zero (kept when accumulating).
+// thread's. Blocks [table_blocks, table_blocks + pos_blocks) own `pos_rows` rows of dpos (P, C)
+// each: row t < T = (dpos +) the sum over b of dout[b * T + t] in b order, rows >= T zero (kept
+// when accumulating). The blocks after them (norm.blocks, the LayerNorm before the embeddings:
+// embedding_pos_layernorm_backward) finish its dw and db from the partials of its first kernel, a
+// column of one per thread (kernels/cuda/norm_backward.h): work that needs nothing of this kernel's.
+template <typename T>
+struct NormParams {
+  const double* partial = nullptr;  // (2, chunks, C) double, or null: none
+  T* dw = nullptr;                  // (C)
+  T* db = nullptr;                  // (C)
+  bool add_dw = false, add_db = false;
+  int64_t chunks = 0, blocks = 0;  // blocks: 2 * ceil(C / kScanThreads), or 0
+};
 template <typename T, typename acc_t, typename I>
 __global__ void __launch_bounds__(kScanThreads) embedding_pos_backward_kernel(
     const T* dout, const I* ids, acc_t* sums, T* dtable, bool finish, bool accumulate_table, T* dpos,
     bool accumulate_pos, int64_t N, int64_t V, int64_t C, int64_t T_, int64_t P, int64_t rows, int64_t table_blocks,
-    int64_t pos_rows, unsigned long long* error) {
+    int64_t pos_rows, unsigned long long* error, NormParams<T> norm) {
   const int tid = threadIdx.x;
+  const int64_t norm_first = int64_t{gridDim.x} - norm.blocks;
+  if (blockIdx.x >= norm_first) {  // a block of dw or db columns: uniform over the block
+    const int64_t q = blockIdx.x - norm_first, per_param = norm.blocks / 2, p = q / per_param;
+    const int64_t c = (q % per_param) * kScanThreads + tid;
+    if (c < C) finish_norm_param(norm.partial, p, norm.chunks, C, c, p == 0 ? norm.dw : norm.db,
+                                 p == 0 ? norm.add_dw : norm.add_db);
+    return;
+  }
   if (blockIdx.x >= table_blocks) {  // a block of position rows: uniform over the block
     const int64_t t0 = (blockIdx.x - table_blocks) * pos_rows, t1 = t0 + pos_rows < P ? t0 + pos_rows : P;
     const int64_t B = N / T_;
@@ -220,42 +242,76 @@ void embedding_pos_forward(const Tensor& ids, const Tensor& table, const Tensor&
     dispatch_index(ids.dtype(), [&](auto zero) {
       using I = decltype(zero);
       launch("embedding_pos_forward_kernel", embedding_pos_forward_kernel<scalar_t, I>, grid_for(N * C, kThreads),
-             kThreads, 0, ids.data<I>(), table.data<scalar_t>(), pos.data<scalar_t>(), out.data<scalar_t>(), N, V, C,
-             T, error.ptr());
+             kThreads, 0,
+             EmbeddingPosRows<scalar_t, I>{ids.data<I>(), table.data<scalar_t>(), pos.data<scalar_t>(), V, C, T,
+                                           error.ptr()},
+             out.data<scalar_t>(), N);
     });
   })
   error.check(ids);
 }
 
-void embedding_pos_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, bool accumulate_table,
-                            const Tensor& dpos, bool accumulate_pos, int64_t T, bool check_ids) {
+namespace {
+// embedding_pos_backward's launch, with the blocks of `norm` (none, or the LayerNorm's dw and db
+// finished beside it) after its own.
+template <typename T>
+void pos_backward_launch(const Tensor& dout, const Tensor& ids, const Tensor& dtable, bool accumulate_table,
+                         const Tensor& dpos, bool accumulate_pos, int64_t T_, bool check_ids, const NormParams<T>& norm) {
   const int64_t N = ids.numel(), C = dout.size(1);
   const int64_t V = dtable.defined() ? dtable.size(0) : 0, P = dpos.defined() ? dpos.size(0) : 0;
-  set_device(dout.device());
   // Table rows: as embedding_backward; position rows: 4 a block (P = block_size, up to thousands).
   const int64_t table_blocks = dtable.defined() && V > 0 ? std::min(V, kMaxOwnerBlocks) : 0;
   const int64_t rows = table_blocks > 0 ? (V + table_blocks - 1) / table_blocks : 1;
   const int64_t used_table_blocks = table_blocks > 0 ? (V + rows - 1) / rows : 0;
   const int64_t pos_rows = 4, pos_blocks = P > 0 ? (P + pos_rows - 1) / pos_rows : 0;
-  if (used_table_blocks + pos_blocks == 0) return;
+  if (used_table_blocks + pos_blocks + norm.blocks == 0) return;
   std::optional<IndexErrorBuffer> error;
   if (check_ids && dtable.defined()) error.emplace(dout.device());
-  REEL_DISPATCH_FLOATING_AND_16(dout.dtype(), "embedding_pos_backward", {
-    // The sums go into dtable itself when it is of acc_t and written (not added to); else into an
-    // acc_t buffer that the owner threads finish into dtable.
-    const bool in_place = std::is_same_v<scalar_t, acc_t> && !accumulate_table;
-    const Tensor sums = !dtable.defined() || in_place ? dtable : empty({V, C}, dtype_of<acc_t>::value, dout.device());
-    dispatch_index(ids.dtype(), [&](auto zero) {
-      using I = decltype(zero);
-      launch("embedding_pos_backward_kernel", embedding_pos_backward_kernel<scalar_t, acc_t, I>,
-             static_cast<unsigned>(used_table_blocks + pos_blocks), kScanThreads, 0, dout.data<scalar_t>(),
-             ids.data<I>(), sums.defined() ? sums.data<acc_t>() : nullptr,
-             dtable.defined() ? dtable.data<scalar_t>() : nullptr, !in_place, accumulate_table,
-             dpos.defined() ? dpos.data<scalar_t>() : nullptr, accumulate_pos, N, V, C, T, P, rows,
-             used_table_blocks, pos_rows, error ? error->ptr() : nullptr);
-    });
-  })
+  using acc_t = acc_type_t<T>;
+  // The sums go into dtable itself when it is of acc_t and written (not added to); else into an
+  // acc_t buffer that the owner threads finish into dtable.
+  const bool in_place = std::is_same_v<T, acc_t> && !accumulate_table;
+  const Tensor sums = !dtable.defined() || in_place ? dtable : empty({V, C}, dtype_of<acc_t>::value, dout.device());
+  dispatch_index(ids.dtype(), [&](auto zero) {
+    using I = decltype(zero);
+    launch(norm.blocks > 0 ? "embedding_pos_layernorm_backward_kernel" : "embedding_pos_backward_kernel",
+           embedding_pos_backward_kernel<T, acc_t, I>,
+           static_cast<unsigned>(used_table_blocks + pos_blocks + norm.blocks), kScanThreads, 0, dout.data<T>(),
+           ids.data<I>(), sums.defined() ? sums.data<acc_t>() : nullptr, dtable.defined() ? dtable.data<T>() : nullptr,
+           !in_place, accumulate_table, dpos.defined() ? dpos.data<T>() : nullptr, accumulate_pos, N, V, C, T_, P,
+           rows, used_table_blocks, pos_rows, error ? error->ptr() : nullptr, norm);
+  });
   if (error) error->check(ids);
+}
+}  // namespace
+
+void embedding_pos_backward(const Tensor& dout, const Tensor& ids, const Tensor& dtable, bool accumulate_table,
+                            const Tensor& dpos, bool accumulate_pos, int64_t T, bool check_ids) {
+  set_device(dout.device());
+  REEL_DISPATCH_FLOATING_AND_16(dout.dtype(), "embedding_pos_backward",
+                                pos_backward_launch<scalar_t>(dout, ids, dtable, accumulate_table, dpos,
+                                                              accumulate_pos, T, check_ids, NormParams<scalar_t>{}))
+}
+
+void embedding_pos_layernorm_backward(const Tensor& dy, const Tensor& s, const Tensor& w, const Tensor& mean,
+                                      const Tensor& rstd, const Tensor& ds, const Tensor& dx, const Tensor& dw,
+                                      const Tensor& db, bool add_dw, bool add_db, const Tensor& ids,
+                                      const Tensor& dtable, bool accumulate_table, const Tensor& dpos,
+                                      bool accumulate_pos, int64_t T, bool check_ids) {
+  set_device(dy.device());
+  const Tensor partial = layernorm_backward_rows(dy, s, w, mean, rstd, ds, dx);  // (2, chunks, C)
+  const int64_t C = s.size(1);
+  REEL_DISPATCH_FLOATING_AND_16(dy.dtype(), "embedding_pos_layernorm_backward", {
+    NormParams<scalar_t> norm;
+    norm.partial = partial.data<double>();
+    norm.dw = dw.data<scalar_t>();
+    norm.db = db.data<scalar_t>();
+    norm.add_dw = add_dw;
+    norm.add_db = add_db;
+    norm.chunks = partial.size(1);
+    norm.blocks = 2 * ((C + kScanThreads - 1) / kScanThreads);
+    pos_backward_launch<scalar_t>(dx, ids, dtable, accumulate_table, dpos, accumulate_pos, T, check_ids, norm);
+  })
 }
 
 }  // namespace reel::kernels::cuda

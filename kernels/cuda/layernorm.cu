@@ -1,5 +1,5 @@
 // kernels/cuda/layernorm.cu: LayerNorm and RMSNorm over the last dim, forward and backward, and
-// LayerNorm with the residual add before it fused in.
+// LayerNorm with what makes its input fused in: the residual add, or the token + position embeddings.
 //
 // Forward: one warp per row (8 rows per 256-thread block). The row is swept three times by the
 // same warp (mean, variance, normalise), so after the first sweep it comes from L1: memory sees
@@ -22,10 +22,16 @@
 // the mean, without a (it has no mean to subtract) and without db. The second kernel writes dw and
 // db, or adds them to a parameter's .grad (its gradient sink): no buffer is zero-filled first, and
 // the partials are all written by the first kernel. add_layer_norm's backward passes dx_add, which
-// phase 2 adds to each dx it writes.
+// phase 2 adds to each dx it writes. The embeddings' LayerNorm (embedding_pos_layernorm_backward,
+// kernels/cuda/embedding.cu) runs the first kernel (layernorm_backward_rows) and finishes dw and db
+// in the embeddings' backward launch (kernels/cuda/norm_backward.h): one launch fewer, the same bits.
 //
 // add_layernorm_forward is the forward kernel whose first sweep reads x and the residual r and
-// writes s = x + r, normalising s: one launch for the add and the norm.
+// writes s = x + r, normalising s: one launch for the add and the norm. embedding_pos_layernorm_forward
+// is the same kernel with the row s = table[id] + pos[t] gathered in the first sweep (the sum of
+// kernels/cuda/embedding_pos_row.h, embedding_pos_forward's own): one launch for the embeddings and
+// block 0's ln_1, a bad id reported as embedding_pos_forward reports it. One kernel for the three, so
+// the statistics and y are the plain LayerNorm's bits of the s written.
 //
 // GroupNorm: one 256-thread block per (sample, group), whose M = C/G * S values are contiguous;
 // block reductions (a fixed tree) give the statistics, as LayerNorm's warp does for a row. Backward
@@ -37,10 +43,14 @@
 // stores acc_t -> T; no-ops for f32 and f64), the dw/db partials in double.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/backends.h"
 #include "kernels/cuda/block_reduce.h"
+#include "kernels/cuda/embedding_pos_row.h"
+#include "kernels/cuda/index_errors.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/norm_backward.h"
 
 namespace reel::kernels::cuda {
 
@@ -56,39 +66,70 @@ int64_t rows_per_chunk(int64_t R) { return std::min<int64_t>(512, std::max<int64
 
 // ---- kernels ---------------------------------------------------------------------------------
 
-// Warp per row. x, y: (R, C); w, b: (C); mean, rstd: (R). kLayerNorm false: RMSNorm (no b, no
-// mean; rstd from mean(x^2)). kAdd (LayerNorm only): res, s (R, C): the first sweep writes
-// s = x + res (rounded to T, as the add would) and the row normalised is s; each lane reads back
-// only the columns it wrote itself (the lane-to-column map is the same in every sweep), and the
-// shift is x[0] + res[0] made by every lane, so no lane reads another's write.
-template <typename T, typename acc_t, bool kLayerNorm, bool kAdd = false>
-__global__ void __launch_bounds__(kRowsPerBlock * 32) norm_forward_kernel(const T* x, const T* w, const T* b, acc_t eps, T* y, acc_t* mean, acc_t* rstd, int64_t R,
-                                    int64_t C, const T* res, T* s_out) {
+// Where the forward kernel's rows come from (its template parameter Src):
+//   XRows: x (R, C) itself, read in every sweep;
+//   AddRows: s = x + res (x, res (R, C); each element rounded to T, as the add would);
+//   EmbeddingPosRows (kernels/cuda/embedding_pos_row.h): s = table[ids[row]] + pos[row % T].
+// A source other than XRows makes its row s in the first sweep (row(r, report)(c): element c),
+// writes it to s_out and normalises that.
+template <typename T>
+struct XRows {
+  const T* x;
+};
+template <typename T>
+struct AddRows {
+  const T* x;
+  const T* res;
+  int64_t C;
+  struct Row {
+    const T* x;    // (C)
+    const T* res;  // (C)
+    __device__ __forceinline__ T operator()(int64_t c) const {
+      using acc_t = acc_type_t<T>;
+      return static_cast<T>(acc_t(x[c]) + acc_t(res[c]));
+    }
+  };
+  __device__ __forceinline__ Row row(int64_t r, bool /*report*/) const { return Row{x + r * C, res + r * C}; }
+};
+
+// Warp per row. y: (R, C); w, b: (C); mean, rstd: (R). kLayerNorm false: RMSNorm (no b, no
+// mean; rstd from mean(x^2)). src: the rows (above); for a source that makes them (LayerNorm only),
+// s_out (R, C): the first sweep writes row s of the source there and the row normalised is s; each
+// lane reads back only the columns it wrote itself (the lane-to-column map is the same in every
+// sweep), and the shift is s[0], made by every lane, so no lane reads another's write. The
+// statistics and y are thus the same bits as those of the plain kernel run on s.
+template <typename T, typename acc_t, bool kLayerNorm, typename Src>
+__global__ void __launch_bounds__(kRowsPerBlock * 32) norm_forward_kernel(Src src, const T* w, const T* b, acc_t eps, T* y,
+                                                                          acc_t* mean, acc_t* rstd, int64_t R, int64_t C,
+                                                                          T* s_out) {
   using std::sqrt;
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t{gridDim.x} * kRowsPerBlock;
   // The loop condition is uniform over the warp: all 32 lanes reach every shuffle.
   for (int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + (threadIdx.x >> 5); row < R; row += warps) {
-    const T* xr = (kAdd ? s_out : x) + row * C;  // (C): the row normalised
-    T* yr = y + row * C;                         // (C)
+    const T* xr;  // (C): the row normalised
+    T* yr = y + row * C;  // (C)
     acc_t m = 0;
-    if (kAdd) {
-      const T* x0 = x + row * C;
-      const T* r0 = res + row * C;
+    if constexpr (!std::is_same_v<Src, XRows<T>>) {
+      const auto source = src.row(row, /*report=*/lane == 0);
       T* sr = s_out + row * C;
-      const acc_t shift = acc_t(static_cast<T>(acc_t(x0[0]) + acc_t(r0[0])));
+      const acc_t shift = acc_t(source(0));
       acc_t s = 0;
       for (int64_t c = lane; c < C; c += 32) {
-        const T v = static_cast<T>(acc_t(x0[c]) + acc_t(r0[c]));
+        const T v = source(c);
         sr[c] = v;
         s += acc_t(v) - shift;
       }
       m = shift + warp_sum(s) / static_cast<acc_t>(C);
-    } else if (kLayerNorm) {
-      const acc_t shift = xr[0];
-      acc_t s = 0;
-      for (int64_t c = lane; c < C; c += 32) s += acc_t(xr[c]) - shift;
-      m = shift + warp_sum(s) / static_cast<acc_t>(C);
+      xr = sr;
+    } else {
+      xr = src.x + row * C;
+      if (kLayerNorm) {
+        const acc_t shift = xr[0];
+        acc_t s = 0;
+        for (int64_t c = lane; c < C; c += 32) s += acc_t(xr[c]) - shift;
+        m = shift + warp_sum(s) / static_cast<acc_t>(C);
+      }
     }
     acc_t v = 0;  // sum of (x - m)^2; RMSNorm: of x^2
     for (int64_t c = lane; c < C; c += 32) v += (acc_t(xr[c]) - m) * (acc_t(xr[c]) - m);
@@ -155,24 +196,16 @@ __global__ void __launch_bounds__(kBackThreads) norm_backward_kernel(const T* dy
   }
 }
 
-// Thread per column: out_p[c] = sum over chunks k, in order, of partial[p, k, c]; p = blockIdx.y
-// picks dw (0) or db (1). partial: (params, chunks, C) double; dw, db: (C), written, or where
-// add_dw / add_db added to (a parameter's .grad holding a gradient: the sum rounded to T first,
-// then added; double holds both T values and rounds their sum once, as T's own add would). No
-// zero-fill is needed before: without add, out is never read.
+// Thread per column: dw or db (p = blockIdx.y: 0 or 1) from the (params, chunks, C) double partials
+// (kernels/cuda/norm_backward.h finish_norm_param); dw, db: (C), written, or where add_dw / add_db
+// added to (a parameter's .grad holding a gradient). No zero-fill is needed before: without add,
+// out is never read.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) norm_params_kernel(const double* partial, T* dw, T* db, int64_t chunks,
                                                                int64_t C, bool add_dw, bool add_db) {
   const int64_t p = blockIdx.y;
-  T* out = p == 0 ? dw : db;
-  const bool add = p == 0 ? add_dw : add_db;
-  const double* slab = partial + p * chunks * C;
-  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < C; c += int64_t{blockDim.x} * gridDim.x) {
-    double s = 0;
-    for (int64_t k = 0; k < chunks; ++k) s += slab[k * C + c];
-    const T g = static_cast<T>(s);
-    out[c] = add ? static_cast<T>(static_cast<double>(out[c]) + static_cast<double>(g)) : g;
-  }
+  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < C; c += int64_t{blockDim.x} * gridDim.x)
+    finish_norm_param(partial, p, chunks, C, c, p == 0 ? dw : db, p == 0 ? add_dw : add_db);
 }
 
 // ---- GroupNorm -------------------------------------------------------------------------------
@@ -256,25 +289,42 @@ void forward_launch(const Tensor& x, const Tensor& w, const Tensor& b, double ep
                     const Tensor& mean, const Tensor& rstd) {
   const int64_t R = x.size(0), C = x.size(1);
   const unsigned grid = grid_for(R, kRowsPerBlock);
-  launch(kLayerNorm ? "layernorm_forward_kernel" : "rmsnorm_forward_kernel", norm_forward_kernel<T, acc_t, kLayerNorm>,
-         grid, kRowsPerBlock * 32, 0, x.data<T>(), w.data<T>(), kLayerNorm ? b.data<T>() : nullptr,
-         static_cast<acc_t>(eps), y.data<T>(), kLayerNorm ? mean.data<acc_t>() : nullptr, rstd.data<acc_t>(), R, C,
-         static_cast<const T*>(nullptr), static_cast<T*>(nullptr));
+  launch(kLayerNorm ? "layernorm_forward_kernel" : "rmsnorm_forward_kernel",
+         norm_forward_kernel<T, acc_t, kLayerNorm, XRows<T>>, grid, kRowsPerBlock * 32, 0, XRows<T>{x.data<T>()},
+         w.data<T>(), kLayerNorm ? b.data<T>() : nullptr, static_cast<acc_t>(eps), y.data<T>(),
+         kLayerNorm ? mean.data<acc_t>() : nullptr, rstd.data<acc_t>(), R, C, static_cast<T*>(nullptr));
 }
 
 template <typename T, typename acc_t>
 void add_forward_launch(const Tensor& x, const Tensor& r, const Tensor& w, const Tensor& b, double eps,
                         const Tensor& s, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
   const int64_t R = x.size(0), C = x.size(1);
-  launch("add_layernorm_forward_kernel", norm_forward_kernel<T, acc_t, true, true>, grid_for(R, kRowsPerBlock),
-         kRowsPerBlock * 32, 0, x.data<T>(), w.data<T>(), b.data<T>(), static_cast<acc_t>(eps), y.data<T>(),
-         mean.data<acc_t>(), rstd.data<acc_t>(), R, C, r.data<T>(), s.data<T>());
+  launch("add_layernorm_forward_kernel", norm_forward_kernel<T, acc_t, true, AddRows<T>>, grid_for(R, kRowsPerBlock),
+         kRowsPerBlock * 32, 0, AddRows<T>{x.data<T>(), r.data<T>(), C}, w.data<T>(), b.data<T>(),
+         static_cast<acc_t>(eps), y.data<T>(), mean.data<acc_t>(), rstd.data<acc_t>(), R, C, s.data<T>());
 }
 
+template <typename T, typename acc_t>
+void embedding_pos_forward_launch(const Tensor& ids, const Tensor& table, const Tensor& pos, int64_t T_,
+                                  const Tensor& w, const Tensor& b, double eps, const Tensor& s, const Tensor& y,
+                                  const Tensor& mean, const Tensor& rstd) {
+  const int64_t R = ids.numel(), V = table.size(0), C = table.size(1);
+  const IndexErrorBuffer error(table.device());
+  dispatch_index(ids.dtype(), [&](auto zero) {
+    using I = decltype(zero);
+    using Src = EmbeddingPosRows<T, I>;
+    const Src src{ids.data<I>(), table.data<T>(), pos.data<T>(), V, C, T_, error.ptr()};
+    launch("embedding_pos_layernorm_forward_kernel", norm_forward_kernel<T, acc_t, true, Src>,
+           grid_for(R, kRowsPerBlock), kRowsPerBlock * 32, 0, src, w.data<T>(), b.data<T>(), static_cast<acc_t>(eps),
+           y.data<T>(), mean.data<acc_t>(), rstd.data<acc_t>(), R, C, s.data<T>());
+  });
+  error.check(ids);
+}
+
+// The first kernel of the backward: dx, and the (params, chunks, C) double partials returned.
 template <typename T, typename acc_t, bool kLayerNorm>
-void backward_launch(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
-                     const Tensor& dx_add, const Tensor& dx, const Tensor& dw, const Tensor& db, bool add_dw,
-                     bool add_db) {
+Tensor backward_rows_launch(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                            const Tensor& dx_add, const Tensor& dx) {
   const int64_t R = x.size(0), C = x.size(1);
   const int64_t rows = rows_per_chunk(R), chunks = (R + rows - 1) / rows;
   const int params = kLayerNorm ? 2 : 1;
@@ -284,6 +334,17 @@ void backward_launch(const Tensor& dy, const Tensor& x, const Tensor& w, const T
          dim3(static_cast<unsigned>(chunks)), kBackThreads, 2 * rows * sizeof(acc_t), dy.data<T>(), x.data<T>(),
          w.data<T>(), kLayerNorm ? mean.data<acc_t>() : nullptr, rstd.data<acc_t>(), dx.data<T>(), partial.data<double>(), R,
          C, rows, dx_add.defined() ? dx_add.data<T>() : nullptr);
+  return partial;
+}
+
+template <typename T, typename acc_t, bool kLayerNorm>
+void backward_launch(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                     const Tensor& dx_add, const Tensor& dx, const Tensor& dw, const Tensor& db, bool add_dw,
+                     bool add_db) {
+  const int64_t C = x.size(1);
+  const Tensor partial = backward_rows_launch<T, acc_t, kLayerNorm>(dy, x, w, mean, rstd, dx_add, dx);
+  const int params = kLayerNorm ? 2 : 1;
+  const int64_t chunks = partial.size(1);
   launch("norm_params_kernel", norm_params_kernel<T>, dim3(grid_for(C, kThreads), params), kThreads, 0,
          partial.data<double>(), dw.data<T>(), kLayerNorm ? db.data<T>() : nullptr, chunks, C, add_dw, add_db);
 }
@@ -303,6 +364,15 @@ void add_layernorm_forward(const Tensor& x, const Tensor& r, const Tensor& w, co
                                 add_forward_launch<scalar_t, acc_t>(x, r, w, b, eps, s, y, mean, rstd))
 }
 
+void embedding_pos_layernorm_forward(const Tensor& ids, const Tensor& table, const Tensor& pos, int64_t T,
+                                     const Tensor& w, const Tensor& b, double eps, const Tensor& s, const Tensor& y,
+                                     const Tensor& mean, const Tensor& rstd) {
+  set_device(table.device());
+  REEL_DISPATCH_FLOATING_AND_16(table.dtype(), "embedding_pos_layernorm_forward",
+                                embedding_pos_forward_launch<scalar_t, acc_t>(ids, table, pos, T, w, b, eps, s, y,
+                                                                              mean, rstd))
+}
+
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                         const Tensor& dx_add, const Tensor& dx, const Tensor& dw, const Tensor& db, bool add_dw,
                         bool add_db) {
@@ -310,6 +380,14 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, cons
   REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "layernorm_backward",
                                 backward_launch<scalar_t, acc_t, true>(dy, x, w, mean, rstd, dx_add, dx, dw, db, add_dw,
                                                                        add_db))
+}
+
+Tensor layernorm_backward_rows(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
+                               const Tensor& rstd, const Tensor& dx_add, const Tensor& dx) {
+  Tensor partial;
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "layernorm_backward",
+                                partial = backward_rows_launch<scalar_t, acc_t, true>(dy, x, w, mean, rstd, dx_add, dx))
+  return partial;
 }
 
 void rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, const Tensor& y, const Tensor& rstd) {

@@ -2,11 +2,15 @@
 // scatter-add of repeated ids (i32 and i64 ids, more rows than owner blocks, unused rows). Tape
 // rows: embedding, whose repeated ids' gradients add up. embedding_pos (token + position rows in one
 // kernel each way, its gradients written or added into given buffers): a kernel row against an f64
-// loop, a tape row against embedding(ids, table) + embedding(arange(T), pos).
+// loop, a tape row against embedding(ids, table) + embedding(arange(T), pos). embedding_pos_layernorm
+// (the embeddings fused into block 0's LayerNorm): forward and the tape op's gradients bit for bit
+// those of embedding_pos then layer_norm, on every device and dtype.
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "autograd/nn_functions.h"
+#include "autograd/tape.h"
 #include "kernels/ops.h"
 #include "op_table.h"
 
@@ -159,6 +163,110 @@ std::vector<OpCase> embedding_pos_cases() {
   return cases;
 }
 
+// ==== embedding_pos_layernorm ======================================================================
+
+// The embeddings fused into the LayerNorm after them (kernels/layernorm.h
+// embedding_pos_layernorm_forward, one launch on cuda) against their composition, on every device and
+// in every dtype: the forward's s, y, mean and rstd are embedding_pos_forward then layernorm_forward's
+// bits, and the tape op embedding_pos_layer_norm's gradients of L = sum(gy * y) + sum(ge * s) (s
+// reaching L by another path too: its gradient is added inside the LayerNorm's backward) are those
+// of embedding_pos then layer_norm, bit for bit. The outputs then go to the runner: device vs cpu
+// exact, cpu vs an f64 reference of the forward.
+std::vector<OpCase> embedding_pos_layernorm_cases() {
+  struct Config {
+    int64_t B, T, V, P, C;
+  };
+  // C = 1 (a zero variance: rstd = 1 / sqrt(eps)), 31 and 257 (lanes with 0 or several columns),
+  // 100 rows (partial blocks of 8 rows), P > T.
+  const std::vector<Config> configs = {{1, 1, 1, 1, 1}, {2, 7, 13, 9, 31}, {4, 25, 60, 32, 5}, {2, 3, 6, 5, 257}};
+  std::vector<OpCase> cases;
+  for (const Config& c : configs)
+    for (DType it : {DType::i32, DType::i64}) {
+      const int64_t N = c.B * c.T;
+      std::vector<int64_t> ids;
+      for (int64_t n = 0; n < N; ++n) ids.push_back(n % 4 == 0 ? c.V / 2 : (n * 7919) % c.V);
+      // Device vs cpu (as tests/op_table/norm.cpp's layernorm rows): the gather and add exact, the
+      // LayerNorm's reductions in another order (y, the statistics: t; dw, db and the tables'
+      // gradients, sums of up to N rows of a dx that differs by 1e-4: tr).
+      const Tols t = with_16bit(tols(2e-5), true),
+                 tr = with_16bit(tols(1e-4 * std::sqrt(static_cast<double>(N)) + 1e-5), true);
+      OpCase row("embedding_pos_layernorm (" + std::to_string(c.B) + ", " + std::to_string(c.T) + ") " +
+                     dtype_name(it) + " ids, table (" + std::to_string(c.V) + ", " + std::to_string(c.C) + "), pos (" +
+                     std::to_string(c.P) + ", " + std::to_string(c.C) + ")",
+                 [c, ids, it](Generator& g) {
+                   return Tensors{indices(ids, {c.B, c.T}, it), uniform_f64(g, {c.V, c.C}), uniform_f64(g, {c.P, c.C}),
+                                  uniform_f64(g, {c.C}, 0.5, 1.5), uniform_f64(g, {c.C}),
+                                  uniform_f64(g, {c.B, c.T, c.C}), uniform_f64(g, {c.B, c.T, c.C})};
+                 },
+                 [](const Tensors& in, Device) {
+                   const Tensor &ids = in[0], &table = in[1], &pos = in[2], &w = in[3], &b = in[4], &gy = in[5],
+                                &ge = in[6];
+                   const kernels::AddLayerNormForward f = kernels::embedding_pos_layernorm_forward(ids, table, pos, w, b);
+                   const Tensor e = kernels::embedding_pos_forward(ids, table, pos);
+                   const kernels::LayerNormForward l = kernels::layernorm_forward(e, w, b);
+                   CHECK(bit_identical(f.s, e));
+                   CHECK(bit_identical(f.y, l.y));
+                   CHECK(bit_identical(f.mean, l.mean));
+                   CHECK(bit_identical(f.rstd, l.rstd));
+                   // The gradients of the tape op and of the composition: (dtable, dpos, dw, db).
+                   auto grads = [&](bool fused) {
+                     const Tensors p{table.clone(), pos.clone(), w.clone(), b.clone()};
+                     for (const Tensor& t : p) t.set_requires_grad();
+                     Tensor s, y;
+                     if (fused) {
+                       const AddLayerNormResult r = embedding_pos_layer_norm(ids, p[0], p[1], p[2], p[3]);
+                       s = r.s, y = r.y;
+                     } else {
+                       s = embedding_pos(ids, p[0], p[1]);
+                       y = layer_norm(s, p[2], p[3]);
+                     }
+                     autograd::backward(sum(y * gy) + sum(s * ge));
+                     return Tensors{p[0].grad(), p[1].grad(), p[2].grad(), p[3].grad()};
+                   };
+                   const Tensors got = grads(true), want = grads(false);
+                   for (size_t i = 0; i < got.size(); ++i) {
+                     CAPTURE(i);
+                     CHECK(bit_identical(got[i], want[i]));
+                   }
+                   return Tensors{f.s, f.y, f.mean, f.rstd, got[0], got[1], got[2], got[3]};
+                 },
+                 {kExact, t, t, t, tr, tr, tr, tr});
+      row.with_reference(
+          [c, ids](const Tensors& in) {
+            const std::vector<double> table = values(in[1]), pos = values(in[2]), w = values(in[3]), b = values(in[4]);
+            Values r(2);  // s and y (the statistics: the composition's bits, checked above)
+            for (size_t n = 0; n < ids.size(); ++n) {
+              const int64_t t = static_cast<int64_t>(n) % c.T;
+              std::vector<double> e(static_cast<size_t>(c.C));
+              double mean = 0, var = 0;
+              for (int64_t k = 0; k < c.C; ++k) {
+                e[k] = table[static_cast<size_t>(ids[n] * c.C + k)] + pos[static_cast<size_t>(t * c.C + k)];
+                mean += e[k] / c.C;
+              }
+              for (int64_t k = 0; k < c.C; ++k) var += (e[k] - mean) * (e[k] - mean) / c.C;
+              const double rstd = 1 / std::sqrt(var + 1e-5);
+              for (int64_t k = 0; k < c.C; ++k) {
+                r[0].push_back(e[k]);
+                r[1].push_back((e[k] - mean) * rstd * w[k] + b[k]);
+              }
+            }
+            return r;
+          },
+          // s: one add rounded once; y: a LayerNorm's f32 error (2e-5, as layernorm's rows) and, in 16
+          // bits, half an ulp of s (|s| < 2) in every s - mean, a few ulps of the type (as add_layernorm's).
+          {Tols{{{DType::f32, {1e-7, 1e-7}},
+                 {DType::f64, {1e-15, 1e-15}},
+                 {DType::bf16, {0x1p-8, 0x1p-8}},
+                 {DType::f16, {0x1p-11, 0x1p-11}}}},
+           Tols{{{DType::f32, {2e-5, 2e-5}},
+                 {DType::f64, {1e-12, 1e-12}},
+                 {DType::bf16, {0x1p-7, 0x1p-5}},
+                 {DType::f16, {0x1p-10, 0x1p-8}}}}});
+      cases.push_back(row);
+    }
+  return cases;
+}
+
 std::vector<OpCase> embedding_tape_cases() {
   // Integer inputs (targets, token ids) are constants captured by f, moved to its inputs' device.
   auto on = [](const Tensor& constant, const Tensor& like) { return constant.to(like.device()); };
@@ -210,6 +318,37 @@ std::vector<OpCase> embedding_tape_cases() {
 TEST_CASE("embedding: gather and the scatter-add of repeated ids") { run_cases(embedding_cases(), kDTypes); }
 TEST_CASE("embedding_pos: token and position rows, gradients written or added") {
   run_cases(embedding_pos_cases(), kDTypes);
+}
+TEST_CASE("embedding_pos_layernorm: the embeddings fused into the LayerNorm, the composition's bits") {
+  run_cases(embedding_pos_layernorm_cases(), kDTypes);
+}
+TEST_CASE("embedding_pos_layernorm: bad ids and inputs raise reel::Error naming the op") {
+  for (Device d : devices()) {
+    CAPTURE(d);
+    const Tensor table = zeros({10, 3}, DType::f32, d), pos = zeros({4, 3}, DType::f32, d);
+    const Tensor w = ones({3}, DType::f32, d), b = zeros({3}, DType::f32, d);
+    // cuda reports a bad id at the host's next wait (kernels/index_check.h): values() reads it back.
+    CHECK_REEL_ERROR(values(kernels::embedding_pos_layernorm_forward(
+                         from_vector<int64_t>({1, 2, 3, 10}, {2, 2}).to(d), table, pos, w, b).y),
+                     "embedding_pos_layernorm_forward: id 10 at position (1, 1) of (2, 2) is out of range [0, 10) "
+                     "of the table's rows");
+    CHECK_REEL_ERROR(values(embedding_pos_layer_norm(from_vector<int32_t>({-1, 0}, {1, 2}).to(d), table, pos, w, b).y),
+                     "embedding_pos_layernorm_forward: id -1 at position (0, 0) of (1, 2) is out of range [0, 10)");
+    const Tensor ids = from_vector<int64_t>({1, 2}, {1, 2}).to(d);
+    CHECK_REEL_ERROR(kernels::embedding_pos_layernorm_forward(ids, table, pos, ones({4}, DType::f32, d), b),
+                     "embedding_pos_layernorm_forward: weight (4) does not match the table (10, 3): (3) expected");
+    CHECK_REEL_ERROR(kernels::embedding_pos_layernorm_forward(from_vector<int64_t>({1, 2, 3, 0, 1}, {1, 5}).to(d),
+                                                              table, pos, w, b),
+                     "embedding_pos_layernorm_forward: ids (1, 5) must be (B, T) with T at most pos's 4 rows");
+    CHECK_REEL_ERROR(kernels::embedding_pos_layernorm_forward(ids, table, pos, w, zeros({3}, DType::f64, d)),
+                     "embedding_pos_layernorm_forward");
+    if (!d.is_cpu()) {
+      const std::string devices_message =
+          "embedding_pos_layernorm_forward: expected all tensors on one device, got (1, 2) on " + d.str();
+      CHECK_REEL_ERROR(kernels::embedding_pos_layernorm_forward(ids, table, pos, w, zeros({3})),
+                       devices_message.c_str());
+    }
+  }
 }
 TEST_CASE("embedding_pos: tables that overlap in one storage are an error; disjoint views of one are not") {
   const Tensor flat = uniform_f64({40, 3}, 5).to(DType::f32);  // one storage, as FSDP's flat unit
