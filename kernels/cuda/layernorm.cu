@@ -17,11 +17,13 @@
 //   2. thread per column: down the chunk's rows in order, dx = rstd * (dxhat - a - xhat * c) is
 //      written and dy * xhat and dy are added into the column's dw/db partial (in double).
 // Phase 2 reads the chunk a second time, from L2 (a chunk is at most 512 rows). The partials
-// (chunks, C) go to a scratch buffer, and a second kernel adds them in chunk order, one thread
-// per column: the same bits on every run and every device. RMSNorm is the same kernel without
-// the mean, without a (it has no mean to subtract) and without db. The second kernel writes dw and
-// db, or adds them to a parameter's .grad (its gradient sink): no buffer is zero-filled first, and
-// the partials are all written by the first kernel. add_layer_norm's backward passes dx_add, which
+// (chunks, C) go to a scratch buffer and are added in chunk order, one thread per column: the same
+// bits on every run and every device. Rows of up to 256 columns (a block's worth) are added by the
+// grid's last block (kernels/cuda/last_block.h), in the same launch; wider ones by a second kernel,
+// norm_params_kernel, whose blocks share the columns. RMSNorm is the same kernel without the mean,
+// without a (it has no mean to subtract) and without db. The sums write dw and db, or add them to a
+// parameter's .grad (its gradient sink): no buffer is zero-filled first, and the partials are all
+// written by the first kernel. add_layer_norm's backward passes dx_add, which
 // phase 2 adds to each dx it writes. The embeddings' LayerNorm (embedding_pos_layernorm_backward,
 // kernels/cuda/embedding.cu) runs the first kernel (layernorm_backward_rows) and finishes dw and db
 // in the embeddings' backward launch (kernels/cuda/norm_backward.h): one launch fewer, the same bits.
@@ -49,6 +51,7 @@
 #include "kernels/cuda/block_reduce.h"
 #include "kernels/cuda/embedding_pos_row.h"
 #include "kernels/cuda/index_errors.h"
+#include "kernels/cuda/last_block.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/norm_backward.h"
 
@@ -148,9 +151,13 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32) norm_forward_kernel(Src sr
 // rstd: (R) (mean unused for RMSNorm); partial: (params, chunks, C) double, params = 2 (dw, db)
 // for LayerNorm, 1 for RMSNorm, every element written. dx_add: null or (R, C): dx = dx_add + the
 // norm's dx (rounded to T first, as the add would). Dynamic shared memory: 2 * rows acc_t.
+// ticket (kernels/cuda/last_block.h) non-null: the grid's last block then adds the partials into
+// dw and db itself (finish_norm_param, as norm_params_kernel does), with no launch of their own.
 template <typename T, typename acc_t, bool kLayerNorm>
 __global__ void __launch_bounds__(kBackThreads) norm_backward_kernel(const T* dy, const T* x, const T* w, const acc_t* mean, const acc_t* rstd, T* dx,
-                                     double* partial, int64_t R, int64_t C, int64_t rows, const T* dx_add) {
+                                     double* partial, int64_t R, int64_t C, int64_t rows, const T* dx_add,
+                                     unsigned* ticket, T* dw, T* db, bool add_dw, bool add_db) {
+  __shared__ bool last;
   SIMT_DYNAMIC_SHARED(acc_t, smem);
   acc_t* row_a = smem;         // (rows) mean(dxhat), LayerNorm only
   acc_t* row_c = smem + rows;  // (rows) mean(dxhat * xhat)
@@ -194,6 +201,16 @@ __global__ void __launch_bounds__(kBackThreads) norm_backward_kernel(const T* dy
     part_dw[c] = acc_dw;
     if (kLayerNorm) part_db[c] = acc_db;
   }
+  if (ticket == nullptr) return;  // uniform: the partials are added by another kernel
+  __syncthreads();  // the block's partials are written before its ticket
+  if (threadIdx.x == 0) last = take_last_ticket(ticket);
+  __syncthreads();
+  if (!last) return;  // uniform over the block
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    finish_norm_param(partial, 0, gridDim.x, C, c, dw, add_dw);
+    if (kLayerNorm) finish_norm_param(partial, 1, gridDim.x, C, c, db, add_db);
+  }
+  if (threadIdx.x == 0) reset_ticket(ticket);
 }
 
 // Thread per column: dw or db (p = blockIdx.y: 0 or 1) from the (params, chunks, C) double partials
@@ -322,9 +339,12 @@ void embedding_pos_forward_launch(const Tensor& ids, const Tensor& table, const 
 }
 
 // The first kernel of the backward: dx, and the (params, chunks, C) double partials returned.
+// With `ticket` (the device's last-block counter) its last block also adds the partials into dw
+// and db (add_dw, add_db as norm_params_kernel takes them).
 template <typename T, typename acc_t, bool kLayerNorm>
 Tensor backward_rows_launch(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
-                            const Tensor& dx_add, const Tensor& dx) {
+                            const Tensor& dx_add, const Tensor& dx, unsigned* ticket = nullptr, T* dw = nullptr,
+                            T* db = nullptr, bool add_dw = false, bool add_db = false) {
   const int64_t R = x.size(0), C = x.size(1);
   const int64_t rows = rows_per_chunk(R), chunks = (R + rows - 1) / rows;
   const int params = kLayerNorm ? 2 : 1;
@@ -333,7 +353,7 @@ Tensor backward_rows_launch(const Tensor& dy, const Tensor& x, const Tensor& w, 
   launch(kLayerNorm ? "layernorm_backward_kernel" : "rmsnorm_backward_kernel", norm_backward_kernel<T, acc_t, kLayerNorm>,
          dim3(static_cast<unsigned>(chunks)), kBackThreads, 2 * rows * sizeof(acc_t), dy.data<T>(), x.data<T>(),
          w.data<T>(), kLayerNorm ? mean.data<acc_t>() : nullptr, rstd.data<acc_t>(), dx.data<T>(), partial.data<double>(), R,
-         C, rows, dx_add.defined() ? dx_add.data<T>() : nullptr);
+         C, rows, dx_add.defined() ? dx_add.data<T>() : nullptr, ticket, dw, db, add_dw, add_db);
   return partial;
 }
 
@@ -342,11 +362,21 @@ void backward_launch(const Tensor& dy, const Tensor& x, const Tensor& w, const T
                      const Tensor& dx_add, const Tensor& dx, const Tensor& dw, const Tensor& db, bool add_dw,
                      bool add_db) {
   const int64_t C = x.size(1);
+  T* const pdw = dw.data<T>();
+  T* const pdb = kLayerNorm ? db.data<T>() : nullptr;
+  // Where one block of norm_params_kernel would add the partials (C <= 256 columns), the rows
+  // kernel's last block adds them instead: the same sums, one launch fewer. Wider rows keep the
+  // kernel of their own, whose blocks share the columns. (On meta there is no counter: nothing runs.)
+  if (C <= kBackThreads) {
+    backward_rows_launch<T, acc_t, kLayerNorm>(dy, x, w, mean, rstd, dx_add, dx, last_block_ticket(x.device()), pdw, pdb,
+                                               add_dw, add_db);
+    return;
+  }
   const Tensor partial = backward_rows_launch<T, acc_t, kLayerNorm>(dy, x, w, mean, rstd, dx_add, dx);
   const int params = kLayerNorm ? 2 : 1;
   const int64_t chunks = partial.size(1);
   launch("norm_params_kernel", norm_params_kernel<T>, dim3(grid_for(C, kThreads), params), kThreads, 0,
-         partial.data<double>(), dw.data<T>(), kLayerNorm ? db.data<T>() : nullptr, chunks, C, add_dw, add_db);
+         partial.data<double>(), pdw, pdb, chunks, C, add_dw, add_db);
 }
 
 }  // namespace
