@@ -185,6 +185,7 @@ case "$mode" in
     # clang where it is installed (tools/setup.sh installs it), so that the one flavour proves the
     # second compiler too, and without oneDNN (on by default where found), so that Eigen's f32 GEMM
     # path is built and tested.
+    asan_tests=${ASAN_TESTS:-^test_}
     asan_compiler=()
     if command -v clang++ >/dev/null; then asan_compiler=(-DCMAKE_CXX_COMPILER=clang++); fi
     configure_only build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
