@@ -1,6 +1,7 @@
 // The profiler's collection side (core/profile.h): the session's buffers, the thread's context
 // (phase, op, scope), the scopes that set it, kernel runs timed on the host or on a device clock
-// (its marks, or its activity log where it keeps a whole one: core/profile_activity.h).
+// (its marks, or its activity log where it keeps a whole one: core/profile_activity.h), and each
+// run's launches from the backend's counter (nested runs counted once).
 #include "core/profile.h"
 
 #include <atomic>

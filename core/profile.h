@@ -1,5 +1,6 @@
 // Kernel-level profiling: one record per kernel run (what ran, on which device, inside which op,
-// tape node and phase of the step, how long, how many bytes and FLOPs), spans for the ops and
+// tape node and phase of the step, how long, how many bytes and FLOPs, how many device launches it
+// issued: set_launch_counter), spans for the ops and
 // phases around them, and reel::Profiler, the scope that collects them.
 //
 // Off (no Profiler alive, no CUDA graph captured on the thread) every hook costs one predictable

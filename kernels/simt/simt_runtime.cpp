@@ -1,5 +1,6 @@
 // kernels/simt/simt_runtime.cpp: the engine behind simt.h's emulation branch (and the flag of its dry
-// runs, simt::DryRun, under which a launch is checked and runs nothing).
+// runs, simt::DryRun, under which a launch is checked and runs nothing, and the thread's count of
+// the device work it issued, simt::work_issued).
 // A launch hands its blocks to a pool of worker threads (an atomic block counter); a worker runs
 // one block at a time, as one fiber (Boost.Context fcontext) per CUDA thread. __syncthreads() and
 // the warp intrinsics are fiber barriers: a fiber that reaches one switches back to its worker's
