@@ -5,7 +5,7 @@
 // strides on (B, H, T), read from the tensors (Heads below): q, k, v are usually head views of
 // one (B, T, 3C) projection, strides (T 3C, D, 3C, 1), and the outputs (B, T, H, D) memory seen
 // as (B, H, T, D), so the model splits and merges heads with no copies. The kernels index heads
-// by bh = b H + h; lse (and the backward's Di) are contiguous (B H, Tq).
+// by bh = b H + h; lse is contiguous (B H, Tq).
 //
 // Forward (one kernel): a block is one (b, h) and a tile of kWarps queries, one warp per query.
 // It walks the key tiles of kBc keys, stopping at the causal diagonal; each tile of K and V is
@@ -17,22 +17,25 @@
 // o_d = o_d exp(m - m') + sum_j p_j V[j, d] with the p_j read back from shared memory. At the end
 // out = o / l and lse = m + log l. Extra memory: lse, O(T) per (b, h); never the T x T scores.
 //
-// Backward (FlashAttention-2, two kernels): P is recomputed from the saved lse, and with
+// Backward (FlashAttention-2, one launch): P is recomputed from the saved lse, and with
 // Di = rowsum(dout * out),
 //   dV_j = sum_i P_ij dO_i,  dP_ij = dO_i . V_j,  dS_ij = P_ij (dP_ij - Di),
 //   dK_j = scale sum_i dS_ij Q_i,  dQ_i = scale sum_j dS_ij K_j.
-//   1. dq:    the forward's layout (warp per query, lane per key of a K/V tile in shared memory).
-//             Each query's warp first makes its Di (the lanes over the columns of its staged dO
-//             row and its out row, then warp_sum) and writes it for the next kernel, then
-//             recomputes dS_ij and adds sum_j dS_ij K[j, d]. (Di was a launch of its own, a warp
-//             per row the same way: folding it here saves one launch and reads out once.)
-//   2. dkdv:  a block owns kKeyWarps keys of one (b, h), one warp per key, and loops over the
-//             query tiles from the diagonal on; each query tile (scaled Q, dO, lse, Di of kBr rows)
-//             is staged in shared memory, lane i computes P_ij and dS_ij for query i, and each
-//             lane, owning dims d, adds sum_i P_ij dO[i, d] and sum_i dS_ij Q[i, d] into its
-//             registers. A key's dK and dV are written once, by the warp that owns it.
+// The launch's first q_tiles blocks per (b, h) play the dq role, the rest the dkdv role; both
+// make the Di they need themselves with one helper (row_di: lanes over the columns of the staged
+// dO row and the out row, then warp_sum), so both see the same bits and neither waits on the other.
+//   dq:    the forward's layout (warp per query, lane per key of a K/V tile in shared memory); each
+//          query's warp makes its Di, then recomputes dS_ij and adds sum_j dS_ij K[j, d].
+//   dkdv:  a block owns kKeyWarps keys of one (b, h), one warp per key, and loops over the
+//          query tiles from the diagonal on; each query tile (scaled Q, dO, lse of kBr rows) is
+//          staged in shared memory and its Di made there (a warp per row), lane i computes P_ij and
+//          dS_ij for query i, and each lane, owning dims d, adds sum_i P_ij dO[i, d] and
+//          sum_i dS_ij Q[i, d] into its registers. A key's dK and dV are written once, by the warp
+//          that owns it.
+// (Di was a launch of its own, then the dq kernel's output for a second dkdv launch: making it in
+// both roles costs each dkdv block one more read of out's rows and saves two launches a backward.)
 // FlashAttention-2 on a GPU computes dQ in the dkdv kernel with float atomicAdd, whose order
-// changes the bits run to run; a separate dq pass recomputes S and dP once more (about 40% more
+// changes the bits run to run; the separate dq role recomputes S and dP once more (about 40% more
 // backward FLOPs) but every gradient is a fixed-order sum with no atomics: bit-identical runs.
 //
 // Tiles: a score is a full dot product by one lane (no shuffles per score), shared-memory rows
@@ -136,7 +139,7 @@ __device__ __forceinline__ void add_weighted_rows(T (&acc)[kDimsPerLane], T alph
   }
 }
 
-// The queries of a forward or dq block: kWarps consecutive queries of head bh, blockIdx.x =
+// The queries of a forward or dq block: kWarps consecutive queries of head bh, block =
 // bh * q_tiles + query tile. Warp w owns query i = q0 + w; in each K/V tile, lane l owns key j0 + l.
 // T: the staged rows' type (acc_t).
 template <typename T>
@@ -163,10 +166,10 @@ struct QueryTile {
 };
 
 template <typename T>
-__device__ __forceinline__ QueryTile<T> query_tile(int64_t Tq, int64_t Tk, bool causal, int64_t q_tiles) {
+__device__ __forceinline__ QueryTile<T> query_tile(int64_t block, int64_t Tq, int64_t Tk, bool causal, int64_t q_tiles) {
   constexpr int kWarps = AttnTiles<T>::kWarps;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t bh = blockIdx.x / q_tiles, q0 = (blockIdx.x % q_tiles) * kWarps, i = q0 + warp;
+  const int64_t bh = block / q_tiles, q0 = (block % q_tiles) * kWarps, i = q0 + warp;
   return {lane, warp, bh, q0, i, i < Tq, causal ? min_i64(Tk, q0 + kWarps) : Tk};
 }
 
@@ -202,6 +205,16 @@ __device__ __forceinline__ KvTile<T> kv_tile(T* smem, int D, int ldv) {
   return {smem, D + 1, smem + AttnTiles<T>::kBc * (D + 1), ldv};
 }
 
+// Di = sum_d dO[d] out[d] for one query row by one warp: dorow (Dv) staged in shared memory,
+// orow (Dv) in global memory; lanes over d = lane, lane + 32, ..., then warp_sum. Both backward
+// roles make Di with this one function, so they agree bit for bit.
+template <typename A, typename T>
+__device__ __forceinline__ A row_di(const A* dorow, const T* orow, int Dv, int lane) {
+  A di = 0;
+  for (int d = lane; d < Dv; d += 32) di += dorow[d] * static_cast<A>(orow[d]);
+  return warp_sum(di);
+}
+
 // ---- kernels ---------------------------------------------------------------------------------
 
 // q: (B, H, Tq, D), k: (B, H, Tk, D), v: (B, H, Tk, Dv) -> out: (B, H, Tq, Dv), lse: (B H, Tq)
@@ -220,7 +233,7 @@ __global__ void __launch_bounds__(AttnTiles<acc_t>::kWarps * 32) attention_forwa
   const KvTile<A> kv = kv_tile(smem, D, Dv);  // lanes read V by columns: no padding
   A* Qs = kv.end();
   A* Ps = Qs + kWarps * D;
-  const QueryTile<A> qt = query_tile<A>(Tq, Tk, causal, q_tiles);
+  const QueryTile<A> qt = query_tile<A>(blockIdx.x, Tq, Tk, causal, q_tiles);
   const int lane = qt.lane;
   const Rows<const T> qh = q.head(qt.bh, H), kh = k.head(qt.bh, H), vh = v.head(qt.bh, H);
   const A* qrow = qt.stage_row(Qs, qh, D, scale);
@@ -247,15 +260,16 @@ __global__ void __launch_bounds__(AttnTiles<acc_t>::kWarps * 32) attention_forwa
   }
 }
 
-// dK, dV for kKeyWarps keys of one (b, h); blockIdx.x = bh * k_tiles + key tile. q, k, v as in
-// the forward; dout (B, H, Tq, Dv); lse, di (B H, Tq) contiguous; dk (B, H, Tk, D), dv (B, H, Tk, Dv).
-// Dynamic shared memory: Qs (kBr, D + 1) scaled, dOs (kBr, Dv + 1), Kr (kKeyWarps, D),
-// Vr (kKeyWarps, Dv), Ps (kKeyWarps, kBr), dSs (kKeyWarps, kBr), Ls (kBr), Ds (kBr).
+// The dkdv role: dK, dV for kKeyWarps keys of one (b, h); block = bh * k_tiles + key tile. q, k,
+// v as in the forward; dout and out (B, H, Tq, Dv); lse (B H, Tq) contiguous; dk (B, H, Tk, D),
+// dv (B, H, Tk, Dv). Dynamic shared memory: Qs (kBr, D + 1) scaled, dOs (kBr, Dv + 1),
+// Kr (kKeyWarps, D), Vr (kKeyWarps, Dv), Ps (kKeyWarps, kBr), dSs (kKeyWarps, kBr), Ls (kBr), Ds (kBr).
 template <typename T, typename acc_t>
-__global__ void __launch_bounds__(AttnTiles<acc_t>::kKeyWarps * 32) attention_backward_dkdv_kernel(Heads<const T> dout, Heads<const T> q, Heads<const T> k,
-                                               Heads<const T> v, const acc_t* lse, const acc_t* di, Heads<T> dk,
-                                               Heads<T> dv, int64_t H, int64_t Tq, int64_t Tk, int D, int Dv,
-                                               acc_t scale, bool causal, int64_t k_tiles) {
+__device__ __forceinline__ void attention_backward_dkdv(int64_t block, Heads<const T> dout, Heads<const T> q,
+                                                        Heads<const T> k, Heads<const T> v, Heads<const T> out,
+                                                        const acc_t* lse, Heads<T> dk, Heads<T> dv, int64_t H,
+                                                        int64_t Tq, int64_t Tk, int D, int Dv, acc_t scale,
+                                                        bool causal, int64_t k_tiles) {
   using std::exp;
   using A = acc_t;
   constexpr int kBr = AttnTiles<A>::kBr, kKeyWarps = AttnTiles<A>::kKeyWarps;
@@ -270,11 +284,10 @@ __global__ void __launch_bounds__(AttnTiles<acc_t>::kKeyWarps * 32) attention_ba
   A* Ls = dSs + kKeyWarps * kBr;
   A* Ds = Ls + kBr;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t bh = blockIdx.x / k_tiles, k0 = (blockIdx.x % k_tiles) * kKeyWarps, j = k0 + warp;
+  const int64_t bh = block / k_tiles, k0 = (block % k_tiles) * kKeyWarps, j = k0 + warp;
   const bool active = j < Tk;  // uniform over the warp
-  const Rows<const T> qh = q.head(bh, H), doh = dout.head(bh, H);
+  const Rows<const T> qh = q.head(bh, H), doh = dout.head(bh, H), oh = out.head(bh, H);
   lse += bh * Tq;
-  di += bh * Tq;
   if (active) {
     const T* krow = k.head(bh, H)[j];
     const T* vrow = v.head(bh, H)[j];
@@ -291,9 +304,11 @@ __global__ void __launch_bounds__(AttnTiles<acc_t>::kKeyWarps * 32) attention_ba
     __syncthreads();  // the previous tile is no longer read (and Kr, Vr are written)
     stage_rows(Qs, ldq, qh, i0, br, D, scale);
     stage_rows(dOs, ldo, doh, i0, br, Dv, A(1));
-    for (int r = threadIdx.x; r < br; r += blockDim.x) {
-      Ls[r] = lse[i0 + r];
-      Ds[r] = di[i0 + r];
+    for (int r = threadIdx.x; r < br; r += blockDim.x) Ls[r] = lse[i0 + r];
+    __syncthreads();
+    for (int r = warp; r < br; r += kKeyWarps) {  // Di of the tile's rows, a warp per row
+      const acc_t di = row_di(dOs + r * ldo, oh[i0 + r], Dv, lane);
+      if (lane == 0) Ds[r] = di;
     }
     __syncthreads();
     const int64_t i = i0 + lane;
@@ -322,16 +337,16 @@ __global__ void __launch_bounds__(AttnTiles<acc_t>::kKeyWarps * 32) attention_ba
   }
 }
 
-// dQ for kWarps queries of one (b, h); blockIdx.x = bh * q_tiles + query tile. q, k, v, dout,
-// lse as in the dkdv kernel; out (B, H, Tq, Dv); dq (B, H, Tq, D). It runs first: each query's warp
-// makes its Di = rowsum(dout * out) (lanes over the columns, then warp_sum) and writes it to di
-// (B H, Tq), which the dkdv kernel reads after it. Dynamic shared memory:
+// The dq role: dQ for kWarps queries of one (b, h); block = bh * q_tiles + query tile. q, k, v,
+// dout, out, lse as in the dkdv role; dq (B, H, Tq, D). Each query's warp makes its Di first.
+// Dynamic shared memory:
 //   Ks (kBc, D + 1), Vs (kBc, Dv + 1), Qs (kWarps, D) scaled, dOs (kWarps, Dv), dSs (kWarps, kBc).
 template <typename T, typename acc_t>
-__global__ void __launch_bounds__(AttnTiles<acc_t>::kWarps * 32) attention_backward_dq_kernel(Heads<const T> dout, Heads<const T> q, Heads<const T> k,
-                                             Heads<const T> v, Heads<const T> out, const acc_t* lse, acc_t* di, Heads<T> dq, int64_t H,
-                                             int64_t Tq, int64_t Tk, int D, int Dv, acc_t scale, bool causal,
-                                             int64_t q_tiles) {
+__device__ __forceinline__ void attention_backward_dq(int64_t block, Heads<const T> dout, Heads<const T> q,
+                                                      Heads<const T> k, Heads<const T> v, Heads<const T> out,
+                                                      const acc_t* lse, Heads<T> dq, int64_t H, int64_t Tq,
+                                                      int64_t Tk, int D, int Dv, acc_t scale, bool causal,
+                                                      int64_t q_tiles) {
   using std::exp;
   using A = acc_t;
   constexpr int kBc = AttnTiles<A>::kBc, kWarps = AttnTiles<A>::kWarps;
@@ -340,19 +355,13 @@ __global__ void __launch_bounds__(AttnTiles<acc_t>::kWarps * 32) attention_backw
   A* Qs = kv.end();
   A* dOs = Qs + kWarps * D;
   A* dSs = dOs + kWarps * Dv;
-  const QueryTile<A> qt = query_tile<A>(Tq, Tk, causal, q_tiles);
+  const QueryTile<A> qt = query_tile<A>(block, Tq, Tk, causal, q_tiles);
   const int lane = qt.lane;
   const Rows<const T> kh = k.head(qt.bh, H), vh = v.head(qt.bh, H);
   const A* qrow = qt.stage_row(Qs, q.head(qt.bh, H), D, scale);
   const A* dorow = qt.stage_row(dOs, dout.head(qt.bh, H), Dv, A(1));
   const A lse_i = qt.active ? lse[qt.bh * Tq + qt.i] : A(0);
-  A di_i = 0;  // uniform over the warp after warp_sum
-  if (qt.active) {
-    const T* orow = out.head(qt.bh, H)[qt.i];
-    for (int d = lane; d < Dv; d += 32) di_i += dorow[d] * static_cast<A>(orow[d]);
-  }
-  di_i = warp_sum(di_i);
-  if (qt.active && lane == 0) di[qt.bh * Tq + qt.i] = di_i;
+  const A di_i = qt.active ? row_di(dorow, out.head(qt.bh, H)[qt.i], Dv, lane) : A(0);  // active is uniform over the warp
   A* dsrow = dSs + qt.warp * kBc;
   A acc[kDimsPerLane] = {};
   for (int64_t j0 = 0; j0 < qt.kv_end; j0 += kBc) {  // uniform over the block
@@ -371,6 +380,25 @@ __global__ void __launch_bounds__(AttnTiles<acc_t>::kWarps * 32) attention_backw
     for (int kk = 0; kk < kDimsPerLane; ++kk)
       if (lane + 32 * kk < D) dqrow[lane + 32 * kk] = static_cast<T>(scale * acc[kk]);
   }
+}
+
+// The whole backward, one launch: blocks [0, BH q_tiles) play the dq role, the next BH k_tiles the
+// dkdv role (kWarps == kKeyWarps: one block size serves both). Dynamic shared memory: the larger
+// of the two roles' layouts.
+static_assert(AttnTiles<float>::kWarps == AttnTiles<float>::kKeyWarps &&
+              AttnTiles<double>::kWarps == AttnTiles<double>::kKeyWarps);
+template <typename T, typename acc_t>
+__global__ void __launch_bounds__(AttnTiles<acc_t>::kWarps * 32) attention_backward_kernel(Heads<const T> dout, Heads<const T> q, Heads<const T> k,
+                                          Heads<const T> v, Heads<const T> out, const acc_t* lse, Heads<T> dq,
+                                          Heads<T> dk, Heads<T> dv, int64_t H, int64_t Tq, int64_t Tk, int D,
+                                          int Dv, acc_t scale, bool causal, int64_t q_tiles, int64_t k_tiles,
+                                          int64_t dq_blocks) {
+  const int64_t block = blockIdx.x;  // uniform over the block: each block plays one role
+  if (block < dq_blocks)
+    attention_backward_dq<T, acc_t>(block, dout, q, k, v, out, lse, dq, H, Tq, Tk, D, Dv, scale, causal, q_tiles);
+  else
+    attention_backward_dkdv<T, acc_t>(block - dq_blocks, dout, q, k, v, out, lse, dk, dv, H, Tq, Tk, D, Dv, scale,
+                                      causal, k_tiles);
 }
 
 // ---- launchers -------------------------------------------------------------------------------
@@ -439,18 +467,14 @@ void backward_launch(const Tensor& dout, const Tensor& q, const Tensor& k, const
   const acc_t s = static_cast<acc_t>(scale);
   const Heads<const T> dout_h = heads_of<const T>(op, dout), q_h = heads_of<const T>(op, q),
                        k_h = heads_of<const T>(op, k), v_h = heads_of<const T>(op, v);
-  const Tensor di = empty({BH, Tq}, dtype_of<acc_t>::value, q.device());  // (B H, Tq): O(T) per (b, h)
-  const size_t smem_kv = dkdv_smem<acc_t>(D, Dv), smem_q = dq_smem<acc_t>(D, Dv);
-  REEL_CHECK(smem_kv <= kSmemLimit && smem_q <= kSmemLimit, "attention_backward: ", smem_kv, " and ", smem_q,
-             " bytes of shared memory");
+  const size_t smem = std::max(dkdv_smem<acc_t>(D, Dv), dq_smem<acc_t>(D, Dv));
+  REEL_CHECK(smem <= kSmemLimit, "attention_backward: ", smem, " bytes of shared memory");
   const int64_t k_tiles = tiles(Tk, AttnTiles<acc_t>::kKeyWarps), q_tiles = tiles(Tq, AttnTiles<acc_t>::kWarps);
-  // dQ first: it writes Di, which dK and dV read (two launches; Di costs no launch of its own).
-  launch("attention_backward_dq_kernel", attention_backward_dq_kernel<T, acc_t>, grid_of(BH, q_tiles),
-         AttnTiles<acc_t>::kWarps * 32, smem_q, dout_h, q_h, k_h, v_h, heads_of<const T>(op, out), lse.data<acc_t>(),
-         di.data<acc_t>(), heads_of<T>(op, dq), H, Tq, Tk, D, Dv, s, causal, q_tiles);
-  launch("attention_backward_dkdv_kernel", attention_backward_dkdv_kernel<T, acc_t>, grid_of(BH, k_tiles),
-         AttnTiles<acc_t>::kKeyWarps * 32, smem_kv, dout_h, q_h, k_h, v_h, lse.data<acc_t>(), di.data<acc_t>(),
-         heads_of<T>(op, dk), heads_of<T>(op, dv), H, Tq, Tk, D, Dv, s, causal, k_tiles);
+  const int64_t dq_blocks = BH * q_tiles;
+  launch("attention_backward_kernel", attention_backward_kernel<T, acc_t>, grid_of(BH, q_tiles + k_tiles),
+         AttnTiles<acc_t>::kWarps * 32, smem, dout_h, q_h, k_h, v_h, heads_of<const T>(op, out), lse.data<acc_t>(),
+         heads_of<T>(op, dq), heads_of<T>(op, dk), heads_of<T>(op, dv), H, Tq, Tk, D, Dv, s, causal, q_tiles, k_tiles,
+         dq_blocks);
 }
 
 }  // namespace
