@@ -76,8 +76,9 @@ void scale_(const std::vector<Tensor>& tensors, double factor);
 // 1 when max_norm is 0 (no clipping). found_inf (i32 (1), or undefined): with set_found, set to
 // whether the norm is not finite (the non-finite check of a skip decision); either way, when it is
 // nonzero afterwards, out[0] = 0 (a skipped window reports no norm) and out[1] = 1, and
-// skipped_count (i64 (1), or undefined) is incremented. One launch per dtype and one for the sum,
-// the same as global_grad_norm, and the same norm bit for bit.
+// skipped_count (i64 (1), or undefined) is incremented. One launch per dtype (and per 64 tensors)
+// on cuda, the sum and the rest done by the last one's last block, as global_grad_norm's sum is:
+// the same norm bit for bit.
 void global_grad_norm_(const std::vector<Tensor>& grads, const Tensor& out, double max_norm, const Tensor& found_inf,
                        bool set_found, const Tensor& skipped_count = Tensor());
 // sum (f64 (1)) = (first ? 0 : sum) + double(value) * scale, on value's device: the window's

@@ -342,6 +342,12 @@ TEST_CASE("global grad norm on cuda: the same bits every run and order, 0 for no
   CHECK(std::isfinite(got));
   for_each_order([&] { CHECK(global_grad_norm(grads) == got); });
   CHECK(global_grad_norm({}) == 0.0);
+  // The device path (the fold in the list's last launch, over every launch's partials): the same bits.
+  const Tensor out = full({2}, -1.0, DType::f64, kCuda);
+  global_grad_norm_(grads, out, 0.0, Tensor(), false);
+  CHECK(out.to(Device::cpu()).data<double>()[0] == got);
+  global_grad_norm_({}, out, 0.0, Tensor(), false);
+  CHECK(out.to(Device::cpu()).data<double>()[0] == 0.0);
 }
 
 // ---- bad inputs ---------------------------------------------------------------------------------

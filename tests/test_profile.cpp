@@ -336,7 +336,8 @@ TEST_CASE("a kernel record counts the device launches its entry point made") {
     if (device.is_cuda() && !cuda_available()) continue;
     CAPTURE(device);
     // scale_ over 70 tensors: a launch holds 64 (kernels/cuda/multi_tensor.h), so two launches; over
-    // 3 tensors, one. attention's backward: the dq kernel, then dK and dV (two).
+    // 3 tensors, one. attention's backward: one kernel (dq and dK, dV blocks). The gradient norm:
+    // one launch per list launch, the fold in the last one's last block.
     std::vector<Tensor> many, few;
     for (int i = 0; i < 70; ++i) many.push_back(ones({3}, DType::f32, device));
     for (int i = 0; i < 3; ++i) few.push_back(ones({3}, DType::f32, device));
@@ -346,6 +347,9 @@ TEST_CASE("a kernel record counts the device launches its entry point made") {
     kernels::scale_(many, 0.5);
     kernels::scale_(few, 0.5);
     autograd::backward(sum(out));
+    const Tensor norms = empty({2}, DType::f64, device);
+    kernels::global_grad_norm_(many, norms, 1.0, Tensor(), false);
+    kernels::global_grad_norm_(few, norms, 1.0, Tensor(), false);
     prof.stop();
     const std::vector<KernelRecord> scales = records_of(prof, "scale_");
     REQUIRE(scales.size() == 2);
@@ -353,7 +357,11 @@ TEST_CASE("a kernel record counts the device launches its entry point made") {
     CHECK(scales[1].launches == 1);
     const std::vector<KernelRecord> attention = records_of(prof, "attention_backward");
     REQUIRE(attention.size() == 1);
-    CHECK(attention[0].launches == 2);
+    CHECK(attention[0].launches == 1);
+    const std::vector<KernelRecord> norm = records_of(prof, "grad_norm_device");
+    REQUIRE(norm.size() == 2);
+    CHECK(norm[0].launches == 2);
+    CHECK(norm[1].launches == 1);
     // The per-step line sums the launches, not the records.
     int64_t launches = 0;
     for (const KernelRecord& r : prof.kernels()) launches += r.launches;

@@ -6,7 +6,7 @@
 // the found_inf flag, the step count, which the update's first launch advances through the grid's
 // last block, and the rate: a device scalar, or a schedule evaluated from the count,
 // kernels/lr_rule.h), the norm can stay on the device with its clip coefficient
-// (norm_partials_kernel), and the loss sum (accumulate_loss_kernel).
+// (sum_squares_kernel's fold, NormTo), and the loss sum (accumulate_loss_kernel).
 //
 // Multi-tensor apply (kernels/cuda/multi_tensor.h, shared with the unscale): one launch covers
 // many chunks of many tensors. Each update is one fused sweep (param, grad and state read once,
@@ -15,11 +15,13 @@
 // types), and a parameter's state is stored as acc_t (a 16-bit parameter keeps f32 moments:
 // kernels/optimizer.h); a 16-bit parameter is rounded once, at its store.
 //
-// The norm is a deterministic two-pass reduction: pass 1 writes one double partial per chunk,
-// a fixed tree over the chunk's elements, at the chunk's index in list order; pass 2, one block,
-// adds the partials in that order. Chunks depend on the tensor sizes only, so the bits are the
-// same on every run and every device. (The CPU adds per-chunk partials in the same chunk order,
-// but sums inside a chunk in another order: the two agree to rounding, not bit for bit.)
+// The norm is a deterministic two-pass reduction in one launch: pass 1 writes one double partial
+// per chunk, a fixed tree over the chunk's elements, at the chunk's index in list order; pass 2,
+// the last block of the list's last launch (kernels/cuda/last_block.h), adds the partials in that
+// order. Chunks depend on the tensor sizes only, so the bits are the same on every run and every
+// device, and the host's sum_of_squares and the device's grad_norm_device share both passes. (The
+// CPU adds per-chunk partials in the same chunk order, but sums inside a chunk in another order:
+// the two agree to rounding, not bit for bit.)
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -192,10 +194,49 @@ __global__ void __launch_bounds__(kListThreads)
   }
 }
 
-// partial[chunk_base[s] + chunk] = sum of x^2 over this block's chunk, in double.
-template <typename T>
-__global__ void __launch_bounds__(kListThreads) sum_squares_kernel(ListArgs<1> a, double* partial) {
+// The sum of partial (n) by one block of kListThreads: thread t adds t, t + blockDim, ..., then a
+// fixed tree. The same bits wherever it runs: a list's last block or fold_kernel.
+__device__ __forceinline__ double sum_partials(const double* partial, int64_t n, double* scratch) {
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
+  return block_reduce(acc, SumOp{}, scratch);
+}
+
+// What thread 0 of the folding block does with the sum of squares.
+struct SumTo {  // sum_of_squares: the sum, read back by the host
+  double* out;
+  __device__ void operator()(double acc) const { *out = acc; }
+};
+struct NormTo {  // grad_norm_device: out[0] the norm, out[1] the clip coefficient, found (null: none)
+                 // set from the norm when set_found, both masked when found (kernels/optimizer.h)
+  double* out;
+  double max_norm;
+  int* found;
+  bool set_found;
+  int64_t* skipped_count;
+  __device__ void operator()(double acc) const {
+    using std::isfinite;
+    using std::sqrt;
+    const double norm = sqrt(acc);
+    if (found != nullptr && set_found) *found = isfinite(norm) ? 0 : 1;
+    const bool skipped = found != nullptr && *found != 0;
+    if (skipped && skipped_count != nullptr) ++*skipped_count;
+    const double factor = max_norm / (norm + 1e-6);
+    out[0] = skipped ? 0.0 : norm;
+    out[1] = max_norm > 0 && !skipped && factor < 1.0 ? factor : 1.0;  // clip_grad_norm's rule
+  }
+};
+
+// partial[chunk_base[s] + chunk] = sum of x^2 over this block's chunk, in double. In the list's
+// last launch (ticket: the device's last-block counter, kernels/cuda/last_block.h; null in the
+// others) the grid's last block then adds all `total` partials of the list, those of the earlier
+// launches included (they ran before it on the stream), and hands the sum to finish: the fold costs
+// no launch of its own.
+template <typename T, typename Finish>
+__global__ void __launch_bounds__(kListThreads) sum_squares_kernel(ListArgs<1> a, double* partial, int64_t total,
+                                                                   unsigned* ticket, Finish finish) {
   __shared__ double scratch[32];
+  __shared__ bool last;
   int64_t begin, end;
   const int s = block_chunk(a, begin, end);
   const T* x = static_cast<const T*>(a.ptr[0][s]);
@@ -204,36 +245,23 @@ __global__ void __launch_bounds__(kListThreads) sum_squares_kernel(ListArgs<1> a
     acc += static_cast<double>(x[i]) * static_cast<double>(x[i]);
   acc = block_reduce(acc, SumOp{}, scratch);
   if (threadIdx.x == 0) partial[a.chunk_base[s] + a.chunk_of[blockIdx.x]] = acc;
+  if (ticket == nullptr) return;  // uniform: a later launch of the list folds
+  if (threadIdx.x == 0) last = take_last_ticket(ticket);  // after thread 0's own partial
+  __syncthreads();
+  if (!last) return;  // uniform over the block
+  const double sum = sum_partials(partial, total, scratch);
+  if (threadIdx.x == 0) {
+    finish(sum);
+    reset_ticket(ticket);
+  }
 }
 
-// One block: *out = sum of partial (n), thread t adding t, t + blockDim, ... then a fixed tree.
-__global__ void __launch_bounds__(1024) sum_partials_kernel(const double* partial, int64_t n, double* out) {
+// The fold alone, one block of kListThreads: for an empty list (no squares launch to fold in).
+template <typename Finish>
+__global__ void __launch_bounds__(kListThreads) fold_kernel(const double* partial, int64_t n, Finish finish) {
   __shared__ double scratch[32];
-  double acc = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
-  acc = block_reduce(acc, SumOp{}, scratch);
-  if (threadIdx.x == 0) *out = acc;
-}
-
-// sum_partials_kernel's sum, then thread 0: out[0] the norm, out[1] the clip coefficient, found
-// (null: none) set from the norm when set_found, both masked when found (kernels/optimizer.h).
-__global__ void __launch_bounds__(1024) norm_partials_kernel(const double* partial, int64_t n, double* out,
-                                                             double max_norm, int* found, bool set_found,
-                                                             int64_t* skipped_count) {
-  __shared__ double scratch[32];
-  double acc = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
-  acc = block_reduce(acc, SumOp{}, scratch);
-  if (threadIdx.x != 0) return;
-  using std::isfinite;
-  using std::sqrt;
-  const double norm = sqrt(acc);
-  if (found != nullptr && set_found) *found = isfinite(norm) ? 0 : 1;
-  const bool skipped = found != nullptr && *found != 0;
-  if (skipped && skipped_count != nullptr) ++*skipped_count;
-  const double factor = max_norm / (norm + 1e-6);
-  out[0] = skipped ? 0.0 : norm;
-  out[1] = max_norm > 0 && !skipped && factor < 1.0 ? factor : 1.0;  // clip_grad_norm's rule
+  const double sum = sum_partials(partial, n, scratch);
+  if (threadIdx.x == 0) finish(sum);
 }
 
 // One thread: sum[0] = (first ? 0 : sum[0]) + double(value[0]) * scale.
@@ -252,6 +280,25 @@ __global__ void __launch_bounds__(kListThreads) scale_kernel(ListArgs<1> a, acc_
 }
 
 // ---- launchers -------------------------------------------------------------------------------
+
+// The squares of every element of tensors into pp (total partials, one per chunk, in list order),
+// then finish(their sum): folded into the last squares launch, or alone when the list is empty.
+// One launch for a list of up to kMaxTensors tensors of one dtype.
+template <typename Finish>
+void squares_then(const std::vector<Tensor>& tensors, double* pp, int64_t total, Finish finish) {
+  const std::array<const std::vector<Tensor>*, 1> lists{&tensors};
+  int64_t launched = 0;  // chunks covered by the launches so far
+  unsigned* ticket = total > 0 ? last_block_ticket(tensors.front().device()) : nullptr;
+  for_each_floating_type([&](auto zero) {
+    using T = decltype(zero);
+    list_apply<T, 1>(lists, [&](const ListArgs<1>& a, int blocks) {
+      launched += blocks;
+      launch("sum_squares_kernel", sum_squares_kernel<T, Finish>, blocks, kListThreads, 0, a, pp, total,
+             launched == total ? ticket : nullptr, finish);
+    });
+  });
+  if (total == 0) launch("fold_kernel", fold_kernel<Finish>, 1, kListThreads, 0, static_cast<const double*>(pp), total, finish);
+}
 
 }  // namespace
 
@@ -339,15 +386,7 @@ double sum_of_squares(const std::vector<Tensor>& tensors) {
   // (total) double partials, then the one result.
   const Tensor partial = empty({total + 1}, DType::f64, device);
   double* pp = partial.data<double>();
-  const std::array<const std::vector<Tensor>*, 1> lists{&tensors};
-  const auto go = [&](auto zero) {
-    using T = decltype(zero);
-    list_apply<T, 1>(lists, [&](const ListArgs<1>& a, int blocks) {
-      launch("sum_squares_kernel", sum_squares_kernel<T>, blocks, kListThreads, 0, a, pp);
-    });
-  };
-  for_each_floating_type(go);
-  launch("sum_partials_kernel", sum_partials_kernel, 1, 1024, 0, static_cast<const double*>(pp), total, pp + total);
+  squares_then(tensors, pp, total, SumTo{pp + total});
   return untracked::slice(partial, 0, total, total + 1).to(Device::cpu()).data<double>()[0];
 }
 
@@ -358,18 +397,10 @@ void grad_norm_device(const std::vector<Tensor>& tensors, const Tensor& out, dou
   int64_t total = 0;
   for (const Tensor& t : tensors) total += chunks_of(t);
   const Tensor partial = empty({std::max<int64_t>(total, 1)}, DType::f64, device);  // (total) double partials
-  double* pp = partial.data<double>();
-  const std::array<const std::vector<Tensor>*, 1> lists{&tensors};
-  for_each_floating_type([&](auto zero) {
-    using T = decltype(zero);
-    list_apply<T, 1>(lists, [&](const ListArgs<1>& a, int blocks) {
-      launch("sum_squares_kernel", sum_squares_kernel<T>, blocks, kListThreads, 0, a, pp);
-    });
-  });
   int* found = found_inf.defined() ? found_inf.data<int32_t>() : nullptr;
-  launch("norm_partials_kernel", norm_partials_kernel, 1, 1024, 0, static_cast<const double*>(pp), total,
-         out.data<double>(), max_norm, found, set_found,
-         skipped_count.defined() ? skipped_count.data<int64_t>() : nullptr);
+  squares_then(tensors, partial.data<double>(), total,
+               NormTo{out.data<double>(), max_norm, found, set_found,
+                      skipped_count.defined() ? skipped_count.data<int64_t>() : nullptr});
 }
 
 void accumulate_loss_(const Tensor& sum, const Tensor& value, double scale, bool first) {
