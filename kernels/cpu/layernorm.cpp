@@ -30,7 +30,10 @@
 // rows (so f32 never sums more than kFlush terms); the final dw/db add the chunks' partials in
 // chunk order. The result is bit-identical run to run and for any number of threads. dw/db are
 // written, or added to a parameter's .grad (its gradient sink, never zero-filled first); dx_add
-// (add_layer_norm's other gradient of s) is added to each dx row right after it is made.
+// (add_layer_norm's other gradient of s) is added to each dx row right after it is made. With the
+// residual's bias rb, the forward's s = x + (r + rb) (r + rb rounded first) and the backward then
+// sums dx's columns (drb) in acc_t, rows in order: linear's bias-gradient sum (kernels/cpu/matmul.cpp
+// column_sums), so the folded bias gets the bits the unfused linear gave it.
 //
 // GroupNorm: the same sweeps with a (sample, group) in place of a row: its M = C/G * S values are
 // contiguous, so the statistics are LayerNorm's over M, and the per-channel affine walks the run
