@@ -59,7 +59,7 @@ LayerNormForward layernorm_forward(const Tensor& x, const Tensor& w, const Tenso
 }
 
 AddLayerNormForward add_layernorm_forward(const Tensor& x, const Tensor& r, const Tensor& w, const Tensor& b,
-                                          double eps) {
+                                          double eps, const Tensor& rb) {
   const char* op = "add_layernorm_forward";
   check_same_device(op, {&x, &r, &w, &b});
   check_same_floating_dtype(op, {&x, &r, &w, &b});
@@ -67,15 +67,21 @@ AddLayerNormForward add_layernorm_forward(const Tensor& x, const Tensor& r, cons
   REEL_CHECK(r.shape() == x.shape(), op, ": x ", x.shape(), " and the residual r ", r.shape(),
              " differ in shape (the add does not broadcast)");
   const int64_t C = x.size(-1), R = x.numel() / C;
+  if (rb.defined())
+    REEL_CHECK(rb.shape() == Shape{C} && rb.dtype() == x.dtype() && rb.device() == x.device(), op,
+               ": the residual's bias rb ", rb.shape(), " ", rb.dtype(), " on ", rb.device(), " does not match x ",
+               x.shape(), " ", x.dtype(), " on ", x.device(), ": (", C, ") of x's dtype and device expected");
+  const Tensor rbc = rb.defined() ? untracked::contiguous(rb) : Tensor();
   const DType st = stat_dtype(x.dtype());
   AddLayerNormForward out{empty(x.shape(), x.dtype(), x.device()), empty(x.shape(), x.dtype(), x.device()),
                           empty(rows_of(x.shape()), st, x.device()), empty(rows_of(x.shape()), st, x.device())};
   if (R > 0)
-    // Per element: the add (1 FLOP), then layernorm_forward's 8.
+    // Per element: the add (1 FLOP, 2 with rb), then layernorm_forward's 8.
     REEL_DEVICE_DISPATCH(x.device(), add_layernorm_forward,
-                         kernel_cost({&x, &r, &w, &b}, {&out.s, &out.y, &out.mean, &out.rstd}, 9 * R * C),
-                         as_rows(x, R, C), as_rows(r, R, C), untracked::contiguous(w), untracked::contiguous(b), eps,
-                         as_rows(out.s, R, C), as_rows(out.y, R, C), untracked::view(out.mean, {R}),
+                         kernel_cost({&x, &r, &rbc, &w, &b}, {&out.s, &out.y, &out.mean, &out.rstd},
+                                     (rb.defined() ? 10 : 9) * R * C),
+                         as_rows(x, R, C), as_rows(r, R, C), rbc, untracked::contiguous(w), untracked::contiguous(b),
+                         eps, as_rows(out.s, R, C), as_rows(out.y, R, C), untracked::view(out.mean, {R}),
                          untracked::view(out.rstd, {R}));
   return out;
 }
@@ -147,33 +153,39 @@ LayerNormBackward prepare_layernorm_backward(const char* op, const Tensor& dy, c
   }
   const int64_t C = x.size(-1), R = x.numel() / C;
   return LayerNormBackward{empty(x.shape(), x.dtype(), x.device()), grad_out_buffer(op, "dw", dw, x, R),
-                           grad_out_buffer(op, "db", db, x, R)};
+                           grad_out_buffer(op, "db", db, x, R), Tensor()};
 }
 }  // namespace
 
 LayerNormBackward layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
                                      const Tensor& rstd, const NormGradOut& dw, const NormGradOut& db,
-                                     const Tensor& dx_add) {
+                                     const Tensor& dx_add, const NormGradOut* drb) {
   const char* op = "layernorm_backward";
   LayerNormBackward r = prepare_layernorm_backward(op, dy, x, w, mean, rstd, dw, db, dx_add);
   const int64_t C = x.size(-1), R = x.numel() / C;
+  if (drb) r.drb = grad_out_buffer(op, "residual bias's gradient (drb)", *drb, x, R);
+  const bool add_drb = drb && drb->into.defined() && drb->add;
   if (R > 0) {
     // A gradient buffer added to is read as well as written.
     const Tensor none;
     const Tensor* dw_read = dw.into.defined() && dw.add ? &r.dw : &none;
     const Tensor* db_read = db.into.defined() && db.add ? &r.db : &none;
+    const Tensor* drb_read = add_drb ? &r.drb : &none;
     const Tensor dx_add_rows = dx_add.defined() ? as_rows(dx_add, R, C) : Tensor();
     // Per element: x^ and dy * w (3 FLOPs), the two row sums (4), dx (3, one more with dx_add), dw
-    // and db (3).
+    // and db (3), drb (1).
     REEL_DEVICE_DISPATCH(x.device(), layernorm_backward,
-                         kernel_cost({&dy, &x, &w, &mean, &rstd, &dx_add, dw_read, db_read}, {&r.dx, &r.dw, &r.db},
-                                     (dx_add.defined() ? 14 : 13) * R * C),
+                         kernel_cost({&dy, &x, &w, &mean, &rstd, &dx_add, dw_read, db_read, drb_read},
+                                     {&r.dx, &r.dw, &r.db, &r.drb},
+                                     (13 + (dx_add.defined() ? 1 : 0) + (drb ? 1 : 0)) * R * C),
                          as_rows(dy, R, C), as_rows(x, R, C),
                          untracked::contiguous(w), contiguous_as(mean, {R}), contiguous_as(rstd, {R}), dx_add_rows,
-                         as_rows(r.dx, R, C), r.dw, r.db, dw.into.defined() && dw.add, db.into.defined() && db.add);
+                         as_rows(r.dx, R, C), r.dw, r.db, dw.into.defined() && dw.add, db.into.defined() && db.add,
+                         r.drb, add_drb);
   }
   if (dw.into.defined()) r.dw.bump_version();  // an in-place write, seen by the saved-tensor checks
   if (db.into.defined()) r.db.bump_version();
+  if (drb && drb->into.defined()) r.drb.bump_version();
   return r;
 }
 

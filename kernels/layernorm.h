@@ -26,7 +26,7 @@ namespace reel::kernels {
 //   LayerNorm: y = (x - mean) * rstd * w + b,  rstd = 1 / sqrt(var + eps), var biased (/ C)
 //   RMSNorm:   y = x * rstd * w,               rstd = 1 / sqrt(mean(x^2) + eps)
 struct LayerNormForward { Tensor y, mean, rstd; };   // (N..., C), (N...), (N...)
-struct LayerNormBackward { Tensor dx, dw, db; };     // (N..., C), (C), (C)
+struct LayerNormBackward { Tensor dx, dw, db, drb; };  // (N..., C), (C), (C), (C) (drb: when asked)
 struct RMSNormForward { Tensor y, rstd; };           // (N..., C), (N...)
 struct RMSNormBackward { Tensor dx, dw; };           // (N..., C), (C)
 
@@ -36,9 +36,12 @@ LayerNormForward layernorm_forward(const Tensor& x, const Tensor& w, const Tenso
 // rounded to it as the add would), then y = layer_norm(s), in one kernel launch: s is written in
 // the sweep that reads x and r, and the statistics and y are the layernorm_forward's of s, bit for
 // bit. mean and rstd are s's rows' (what layernorm_backward wants, with s as its x).
+// rb (C) or undefined: the residual branch's bias (the bias of the linear that made r, left out of
+// it), s = x + (r + rb), each add rounded to the dtype as the two adds would: the bits of
+// add_layernorm_forward(x, r + rb). Same dtype and device as x.
 struct AddLayerNormForward { Tensor s, y, mean, rstd; };  // (N..., C) twice, (N...) twice
 AddLayerNormForward add_layernorm_forward(const Tensor& x, const Tensor& r, const Tensor& w, const Tensor& b,
-                                          double eps = 1e-5);
+                                          double eps = 1e-5, const Tensor& rb = Tensor());
 
 // The token + position embeddings fused into the LayerNorm after them (GPT's input and block 0's
 // ln_1): s = embedding_pos_forward(ids, table, pos) (kernels/embedding.h: ids (B, T) i32/i64 in
@@ -64,9 +67,13 @@ struct NormGradOut {
 // for any number of threads. dx_add (x's shape, or undefined): a gradient that reaches x from
 // elsewhere, added in the same launch: dx = dx_add + the LayerNorm's dx (that one rounded to the
 // dtype first): add_layer_norm's ds = ds_ext + layernorm_backward(dy), no separate add pass.
+// drb (null: none): the column sums of that dx (rows summed: the gradient of add_layernorm_forward's
+// rb), in the same launch on cuda for C <= 256 (a third slab of the dw/db partials, the same
+// fixed-order sums: double per row chunk, chunks in order; wider rows: in norm_params_kernel); on
+// the cpu in acc_t, rows in order (linear's column sums, kernels::linear_grad_into_'s on the cpu).
 LayerNormBackward layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
                                      const Tensor& rstd, const NormGradOut& dw = {}, const NormGradOut& db = {},
-                                     const Tensor& dx_add = Tensor());
+                                     const Tensor& dx_add = Tensor(), const NormGradOut* drb = nullptr);
 // embedding_pos_layernorm_forward's backward: layernorm_backward(dy, s, w, mean, rstd, dw, db, ds)
 // then embedding_pos_backward(its dx, ids, dtable, accumulate_table, dpos, accumulate_pos,
 // ids_checked) (kernels/embedding.h), the same bits as those two calls; on cuda two launches
@@ -112,8 +119,9 @@ void layernorm_forward(const Tensor& x,    // (R, C)
                        const Tensor& y,    // (R, C) out
                        const Tensor& mean, // (R) out
                        const Tensor& rstd);// (R) out
-// s = x + r, then s's LayerNorm (kernels/layernorm.h add_layernorm_forward), in one launch.
+// s = x + (r + rb), then s's LayerNorm (kernels/layernorm.h add_layernorm_forward), in one launch.
 void add_layernorm_forward(const Tensor& x, const Tensor& r,  // (R, C)
+                           const Tensor& rb,                  // (C) or undefined (none)
                            const Tensor& w, const Tensor& b,  // (C)
                            double eps,
                            const Tensor& s, const Tensor& y,      // (R, C) out
@@ -127,13 +135,15 @@ void embedding_pos_layernorm_forward(const Tensor& ids, const Tensor& table, con
                                      const Tensor& mean, const Tensor& rstd);// (N) out
 // dx_add: (R, C) or undefined (none): dx = dx_add + the LayerNorm's dx. dw, db: written, or added
 // to where add_dw / add_db (the sums rounded to T first); never read otherwise (need no zeroing).
+// drb: undefined (none) or (C) out, the column sums of dx, written or added to as dw and db are.
 void layernorm_backward(const Tensor& dy, const Tensor& x,  // (R, C)
                         const Tensor& w,                     // (C)
                         const Tensor& mean, const Tensor& rstd,  // (R)
                         const Tensor& dx_add,                // (R, C) or undefined
                         const Tensor& dx,                    // (R, C) out
                         const Tensor& dw, const Tensor& db,  // (C) out
-                        bool add_dw, bool add_db);
+                        bool add_dw, bool add_db,
+                        const Tensor& drb, bool add_drb);    // (C) out or undefined
 // layernorm_backward on s (N = B * T rows), then embedding_pos_backward of its dx (kernels/embedding.h's
 // backend contract for ids, dtable, dpos; T), in one call.
 void embedding_pos_layernorm_backward(const Tensor& dy, const Tensor& s, const Tensor& w, const Tensor& mean,

@@ -1,4 +1,6 @@
-// GPT-2 style decoder: attention, block MLP, pre-LN block, the model and sampling.
+// GPT-2 style decoder: attention, block MLP, pre-LN block, the model and sampling. The residual
+// branches' last biases (c_proj.bias) fold into the fused add + LayerNorm where the branch allows it
+// (nn/gpt.h: bias_deferrable; add_layer_norm's rb).
 #include "nn/gpt.h"
 
 #include <algorithm>
@@ -27,16 +29,24 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& c) : n_head_(c.n_head)
   resid_dropout = register_module("resid_dropout", std::make_shared<Dropout>(c.dropout));
 }
 
-Tensor CausalSelfAttention::forward(const Tensor& x) {
+Tensor CausalSelfAttention::heads_merged(const Tensor& x) {
   REEL_CHECK(x.dim() == 3, name(), ": expects x of shape (B, T, C), got ", x.shape());
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / n_head_;
   const std::vector<Tensor> qkv = split((*c_attn)(x), {C, C, C}, -1);  // 3 x (B, T, C) views
   auto heads = [&](const Tensor& t) { return transpose(view(t, {B, T, n_head_, D}), 1, 2); };  // (B, H, T, D)
   const Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
   const Tensor y = fused_ ? attention(q, k, v, true) : attention_composed(q, k, v, true);  // (B, H, T, D)
-  const Tensor merged = reshape(transpose(y, 1, 2), {B, T, C});
-  return (*resid_dropout)((*c_proj)(merged));
+  return reshape(transpose(y, 1, 2), {B, T, C});
 }
+
+Tensor CausalSelfAttention::forward(const Tensor& x) { return (*resid_dropout)((*c_proj)(heads_merged(x))); }
+
+bool CausalSelfAttention::bias_deferrable() const {
+  return c_proj->bias.defined() && !has_forward_hooks() && !c_proj->has_forward_hooks() &&
+         !resid_dropout->has_forward_hooks() && (resid_dropout->p == 0 || !resid_dropout->training());
+}
+
+Tensor CausalSelfAttention::unbiased(const Tensor& x) { return linear(heads_merged(x), c_proj->weight); }
 
 FeedForward::FeedForward(const GPTConfig& c) {
   c_fc = register_module("c_fc", std::make_shared<Linear>(c.n_embd, 4 * c.n_embd, c.bias));
@@ -51,6 +61,15 @@ Tensor FeedForward::forward(const Tensor& x) {
   if (c_fc->bias.defined() && c_proj->bias.defined() && !c_fc->has_forward_hooks() && !c_proj->has_forward_hooks())
     return (*dropout)(linear_gelu_linear(x, c_fc->weight, c_fc->bias, c_proj->weight, c_proj->bias));
   return (*dropout)((*c_proj)(gelu((*c_fc)(x))));
+}
+
+bool FeedForward::bias_deferrable() const {
+  return c_fc->bias.defined() && c_proj->bias.defined() && !has_forward_hooks() && !c_fc->has_forward_hooks() &&
+         !c_proj->has_forward_hooks() && !dropout->has_forward_hooks() && (dropout->p == 0 || !dropout->training());
+}
+
+Tensor FeedForward::unbiased(const Tensor& x) {
+  return linear_gelu_linear(x, c_fc->weight, c_fc->bias, c_proj->weight, Tensor());
 }
 
 TransformerBlock::TransformerBlock(const GPTConfig& c) {
@@ -89,13 +108,20 @@ AddLayerNormResult add_then_norm(LayerNorm& ln, const Tensor& x, const Tensor& r
 }  // namespace
 
 Tensor TransformerBlock::forward(const Tensor& x) {
-  const Tensor a = norm_of(*ln_1, x, carry.get());                                 // (B, T, C)
-  const AddLayerNormResult h = add_then_norm(*ln_2, x, (*attn)(a));                // h = x + attn(.), ln_2(h)
-  const Tensor f = (*mlp)(h.y);
+  const Tensor a = norm_of(*ln_1, x, carry.get());  // (B, T, C)
+  // h = x + attn(.), ln_2(h); attn.c_proj's bias added by the fused add where it can be.
+  const AddLayerNormResult h =
+      !ln_2->has_forward_hooks() && attn->bias_deferrable()
+          ? add_layer_norm(x, attn->unbiased(a), ln_2->weight, ln_2->bias, ln_2->eps, attn->c_proj->bias)
+          : add_then_norm(*ln_2, x, (*attn)(a));
   if (!next_ln || !carry || !carry->fold || next_ln->has_forward_hooks() || (next_owner && next_owner->has_forward_hooks()))
-    return h.s + f;
-  // The next LayerNorm's (next block's ln_1, or ln_f) input is this block's output: fused with it.
-  const AddLayerNormResult out = add_layer_norm(h.s, f, next_ln->weight, next_ln->bias, next_ln->eps);
+    return h.s + (*mlp)(h.y);
+  // The next LayerNorm's (next block's ln_1, or ln_f) input is this block's output: fused with it,
+  // and mlp.c_proj's bias with them where it can be.
+  const bool defer = mlp->bias_deferrable();
+  const Tensor f = defer ? mlp->unbiased(h.y) : (*mlp)(h.y);
+  const AddLayerNormResult out = add_layer_norm(h.s, f, next_ln->weight, next_ln->bias, next_ln->eps,
+                                                defer ? mlp->c_proj->bias : Tensor());
   carry->s = out.s;
   carry->y = out.y;
   return out.s;

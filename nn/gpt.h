@@ -49,10 +49,20 @@ class CausalSelfAttention : public Module {
   std::shared_ptr<Linear> c_attn, c_proj;
   std::shared_ptr<Dropout> resid_dropout;
 
+  // Whether a caller may run unbiased(x) and add c_proj.bias itself (TransformerBlock: as
+  // add_layer_norm's rb), getting forward(x)'s function: c_proj has a bias, neither this module nor
+  // c_proj nor resid_dropout has hooks (which would see a different tensor, or gather c_proj's
+  // parameters: FSDP), and the dropout is the identity (p == 0 or eval; with p > 0 the bias must
+  // come before the dropout).
+  bool bias_deferrable() const;
+  // forward(x) without c_proj's bias and the dropout: the heads merged, times c_proj.weight^T.
+  Tensor unbiased(const Tensor& x);  // (B, T, C) -> (B, T, C)
+
  protected:
   Tensor forward(const Tensor& x) override;  // (B, T, C) -> (B, T, C)
 
  private:
+  Tensor heads_merged(const Tensor& x);  // (B, T, C): attention's output before c_proj
   int64_t n_head_;
   bool fused_;
 };
@@ -64,6 +74,11 @@ class FeedForward : public Module {
   std::string name() const override { return "FeedForward"; }
   std::shared_ptr<Linear> c_fc, c_proj;
   std::shared_ptr<Dropout> dropout;
+
+  // As CausalSelfAttention's: c_fc and c_proj have biases, no hooks here, on c_fc, c_proj or the
+  // dropout, and the dropout is the identity. unbiased(x) is then linear_gelu_linear without b2.
+  bool bias_deferrable() const;
+  Tensor unbiased(const Tensor& x);  // (..., C) -> (..., C), c_proj.bias not added
 
  protected:
   Tensor forward(const Tensor& x) override;
@@ -86,6 +101,11 @@ struct ResidualCarry {
 // next block's ln_1, or GPT's ln_f) when the carry allows it. A LayerNorm with hooks (or whose
 // owner has hooks, for next_ln) is called through its operator() instead, unfused. The parameters,
 // their names and the values are the unfused block's.
+// Where such a fused add's branch allows it (bias_deferrable: no dropout at work, no hooks), the
+// branch's last bias (attn.c_proj.bias, mlp.c_proj.bias) is added by add_layer_norm as its rb
+// instead of by the branch's last GEMM: the same values (r + rb rounded as the GEMM's epilogue
+// would round them: to rounding), and the bias gradient comes out of the norm's backward launch, so
+// the c_proj's dW GEMM carries no bias-gradient epilogue. The bias stays c_proj.bias, by name too.
 class TransformerBlock : public Module {
  public:
   explicit TransformerBlock(const GPTConfig& config);

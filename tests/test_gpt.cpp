@@ -1,7 +1,7 @@
 // nn::GPT: parameter names and counts as GPT-2's, GPT-2's initialisation, weight tying, fused
 // against composed attention, checkpointed blocks with bit-identical gradients on every device,
-// forward hooks on the blocks (checkpointed or not) and named_modules(), causality, sampling, and
-// bad inputs.
+// forward hooks on the blocks (checkpointed or not) and named_modules(), causality, sampling, the
+// residual branches' biases folded into the fused adds against the unfolded path, and bad inputs.
 #include <cmath>
 #include <set>
 #include <string>
@@ -218,6 +218,22 @@ TEST_CASE("GPT's residual adds run fused with the LayerNorm after them; its norm
     CHECK(plain.norm_extras == 0);
     CHECK(plain.copies == 0);
     const std::vector<double> grads = all_grads(gpt);
+    // The gradients of a run where some MLP adds do not fold (their c_proj bias then summed by the
+    // GEMM's BGRADB, not by the norm's backward): the same bits on the cpu (both sum in acc_t, rows
+    // in order); on cuda the mlp.c_proj.bias entries to the sums' rounding (double per row chunk
+    // there, the emulated cuBLASLt's f32 row sum here), every other gradient the same bits.
+    const auto same_grads = [&] {
+      std::vector<double> now = all_grads(gpt);
+      if (now.size() != grads.size()) return false;
+      size_t at = 0;
+      for (const auto& [name, p] : gpt.named_parameters()) {
+        const bool rounded = device.is_cuda() && name.find("mlp.c_proj.bias") != std::string::npos;
+        for (int64_t i = 0; i < p.numel(); ++i, ++at)
+          if (rounded ? std::fabs(now[at] - grads[at]) > 1e-6 * (1 + std::fabs(grads[at])) : now[at] != grads[at])
+            return false;
+      }
+      return at == now.size();
+    };
     // Blocks in checkpoint segments: only the attention residual folds into ln_2 (block i's output
     // may not carry its next LayerNorm's output across a segment boundary); the same gradients.
     gpt.set_checkpoint(nn::CheckpointPolicy::parse("every:1"));
@@ -227,7 +243,7 @@ TEST_CASE("GPT's residual adds run fused with the LayerNorm after them; its norm
     CHECK(segmented.ln == c.n_layer + 1);  // the ln_1s and ln_f
     CHECK(segmented.embedding_ln == 0);    // the embeddings (embedding_pos) stand alone
     CHECK(segmented.adds_forward == c.n_layer);
-    CHECK(all_grads(gpt) == grads);
+    CHECK(same_grads());
     gpt.set_checkpoint(nn::CheckpointPolicy::parse("none"));
     // A hook on ln_f: the last block's add is not fused with it, ln_f runs (and its hook).
     int calls = 0;
@@ -237,8 +253,84 @@ TEST_CASE("GPT's residual adds run fused with the LayerNorm after them; its norm
     CHECK(hooked.ln == 1);  // ln_f (block 0's ln_1 still in the embeddings' kernel)
     CHECK(hooked.embedding_ln == 1);
     CHECK(hooked.add_ln == 2 * c.n_layer - 1);
-    CHECK(all_grads(gpt) == grads);
+    CHECK(same_grads());
     hook.remove();
+  }
+}
+
+TEST_CASE("GPT folds the residual branches' last biases into the fused adds: the unfolded path's values and gradients") {
+  // The unfolded path is forced by a (no-op) forward hook on each c_proj, or by dropout at work in
+  // training; both models get the same nonzero biases (GPT-2 starts them at 0, which would hide them).
+  const auto bias_grads = [](const nn::Module& m) {  // the c_proj biases' gradients, the rest apart
+    std::vector<double> proj, rest;
+    for (const auto& [name, p] : m.named_parameters()) {
+      const std::vector<double> g = values(p.grad());
+      std::vector<double>& out = name.find("c_proj.bias") != std::string::npos ? proj : rest;
+      out.insert(out.end(), g.begin(), g.end());
+    }
+    return std::make_pair(proj, rest);
+  };
+  const auto bgrad_gemms = [](nn::GPT& gpt, const Tensor& ids, const Tensor& targets) {
+    autograd::zero_grad(gpt.parameters());
+    Profiler prof;
+    autograd::backward(gpt.loss(ids, targets));
+    prof.stop();
+    int n = 0;
+    for (const profile::KernelRecord& k : prof.kernels()) n += k.kernel == "matmul_bgrad";
+    return n;
+  };
+  for (const Device& device : reel::testing::devices()) {
+    CAPTURE(device);
+    nn::GPTConfig c = tiny_config();
+    manual_seed(31);
+    nn::GPT folded(c);
+    manual_seed(31);
+    nn::GPT plain(c);
+    Generator g(33);
+    const auto fp = folded.named_parameters(), pp = plain.named_parameters();
+    for (size_t i = 0; i < fp.size(); ++i)
+      if (fp[i].first.find(".bias") != std::string::npos) {
+        const Tensor v = randn(fp[i].second.shape(), DType::f32, Device::cpu(), &g) * 0.5;
+        fp[i].second.copy_(v);
+        pp[i].second.copy_(v);
+      }
+    folded.to(device);
+    plain.to(device);
+    std::vector<nn::HookHandle> hooks;
+    for (int64_t i = 0; i < c.n_layer; ++i) {
+      auto& block = static_cast<nn::TransformerBlock&>((*plain.h)[i]);
+      for (nn::Linear* l : {block.attn->c_proj.get(), block.mlp->c_proj.get()})
+        hooks.push_back(l->register_forward_hook([](nn::Module&, const Tensor&, const Tensor&) {}));
+    }
+    const Tensor ids = random_ids(2, 8, 11, 34, device), targets = random_ids(2, 8, 11, 35, device);
+    check_close(folded(ids), plain(ids), 1e-5, 1e-6);
+    // Per block c_attn's bias gradient rides on its dW GEMM (matmul_bgrad); unfolded the two c_proj's
+    // too, and (the hooked MLP runs as linear, gelu, linear) c_fc's.
+    CHECK(bgrad_gemms(folded, ids, targets) == c.n_layer);
+    CHECK(bgrad_gemms(plain, ids, targets) == 4 * c.n_layer);
+    const auto [fproj, frest] = bias_grads(folded);
+    const auto [pproj, prest] = bias_grads(plain);
+    REQUIRE(fproj.size() == static_cast<size_t>(2 * c.n_layer * c.n_embd));
+    REQUIRE(fproj.size() == pproj.size());
+    REQUIRE(frest.size() == prest.size());
+    double worst = 0, worst_proj = 0;
+    for (size_t i = 0; i < frest.size(); ++i) worst = std::max(worst, std::fabs(frest[i] - prest[i]));
+    for (size_t i = 0; i < fproj.size(); ++i) worst_proj = std::max(worst_proj, std::fabs(fproj[i] - pproj[i]));
+    CHECK(worst < 1e-6);
+    CHECK(worst_proj < 1e-6);
+    double largest = 0;
+    for (double v : fproj) largest = std::max(largest, std::fabs(v));
+    CHECK(largest > 1e-3);  // the biases do get a gradient
+    // Dropout at work (training, p > 0): the bias stays before the dropout, in the GEMMs (c_attn,
+    // c_proj, and linear_gelu_linear's W2: c_fc's rides on linear_dgelu); in eval both fold.
+    nn::GPTConfig cd = c;
+    cd.dropout = 0.1;
+    manual_seed(31);
+    nn::GPT dropped(cd);
+    dropped.to(device);
+    CHECK(bgrad_gemms(dropped, ids, targets) == 3 * c.n_layer);
+    dropped.eval();
+    CHECK(bgrad_gemms(dropped, ids, targets) == c.n_layer);
   }
 }
 

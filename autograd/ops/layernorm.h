@@ -15,6 +15,10 @@
 // a backward of one launch (plus the dw/db column sums) computing ds = ds_ext + the LayerNorm's dx,
 // where ds_ext is the gradient reaching s from its other users; ds is x's and r's gradient both
 // (the same tensor). It saves s (its own output), w and the statistics: what layer_norm(s) saves.
+// With the residual branch's bias rb (C) (a linear's bias left out of the linear that made r),
+// s = x + (r + rb) in the same forward kernel, and rb's gradient (the column sums of ds) comes out
+// of the same backward launch (for C <= 256 on cuda; kernels/layernorm.h layernorm_backward's drb),
+// into rb's .grad sink as dw and db go: the linear's backward then has no bias gradient to make.
 #pragma once
 #include <memory>
 #include <optional>
@@ -62,30 +66,36 @@ struct LayerNorm final : autograd::Op {
   }
 };
 
-// Inputs x, r, w (and b); outputs s = x + r and y = layer_norm(s).
+// Inputs x, r, w, then b and rb where given; outputs s = x + r (x + (r + rb)) and y = layer_norm(s).
 struct AddLayerNorm final : autograd::Op {
   double eps;
-  explicit AddLayerNorm(double eps) : eps(eps) {}
+  bool has_b, has_rb;
+  AddLayerNorm(double eps, bool has_b, bool has_rb) : eps(eps), has_b(has_b), has_rb(has_rb) {}
   const char* name() const override { return "add_layer_norm"; }
-  std::string attributes() const override { return "eps=" + std::to_string(eps); }
+  std::string attributes() const override { return "eps=" + std::to_string(eps) + (has_rb ? " rb" : ""); }
+  size_t rb_index() const { return has_b ? 4 : 3; }
   Tensors forward(const Tensors& in, ForwardCtx& ctx) const override {
-    // Without a bias (inputs x, r, w) the kernel adds zeros: C values, nothing next to x.
-    const Tensor b = in.size() == 4 ? in[3] : zeros({in[2].numel()}, in[2].dtype(), in[2].device());
-    kernels::AddLayerNormForward f = kernels::add_layernorm_forward(in[0], in[1], in[2], b, eps);
+    // Without a bias (no input b) the kernel adds zeros: C values, nothing next to x.
+    const Tensor b = has_b ? in[3] : zeros({in[2].numel()}, in[2].dtype(), in[2].device());
+    kernels::AddLayerNormForward f =
+        kernels::add_layernorm_forward(in[0], in[1], in[2], b, eps, has_rb ? in[rb_index()] : Tensor());
     ctx.save({f.s, in[2], f.mean, f.rstd});  // layer_norm(s)'s saves: s is this op's output
     return {f.s, f.y};
   }
   // grad: ds_ext (what reaches s from elsewhere; undefined when nothing does: no fill), dy.
   bool accepts_absent_grad(size_t k) const override { return k == 0; }
   Tensors backward(const Tensors& grad, BackwardCtx& ctx) const override {
-    const kernels::NormGradOut dw = norm_grad_sink(ctx, 2), db = norm_grad_sink(ctx, 3);
+    const kernels::NormGradOut dw = norm_grad_sink(ctx, 2), db = has_b ? norm_grad_sink(ctx, 3) : kernels::NormGradOut{};
+    const bool want_drb = has_rb && ctx.needs_input_grad(rb_index());
+    const kernels::NormGradOut drb = want_drb ? norm_grad_sink(ctx, rb_index()) : kernels::NormGradOut{};
     kernels::LayerNormBackward r = kernels::layernorm_backward(grad[1], ctx.saved(0), ctx.saved(1), ctx.saved(2),
-                                                               ctx.saved(3), dw, db, grad[0]);
+                                                               ctx.saved(3), dw, db, grad[0], want_drb ? &drb : nullptr);
     // ds reaches x and r unchanged: one tensor for both (the tape never writes into a returned
     // gradient: a leaf's .grad is a copy, a producer's slot sums out of place).
     Tensors grads{ctx.needs_input_grad(0) ? r.dx : Tensor(), ctx.needs_input_grad(1) ? r.dx : Tensor(),
                   ctx.needs_input_grad(2) ? r.dw : Tensor()};
-    if (ctx.num_inputs() == 4) grads.push_back(ctx.needs_input_grad(3) ? r.db : Tensor());
+    if (has_b) grads.push_back(ctx.needs_input_grad(3) ? r.db : Tensor());
+    if (has_rb) grads.push_back(want_drb ? r.drb : Tensor());
     return grads;
   }
 };
@@ -155,19 +165,35 @@ inline Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bi
 // The same values as the composition; under an autocast scope, or for x and r of other dtypes or
 // shapes (the add promotes and broadcasts, the norm casts its input down), it is that composition
 // (x + r, then layer_norm), recorded as two ops.
+// rb (C) or undefined: the residual branch's bias, s = x + (r + rb): the bits of
+// add_layer_norm(x, r + rb, ...) forward, and x's, r's, weight's and bias's gradients; rb's gradient
+// (ds summed over the rows) comes out of the norm's backward launch, its sums ordered as
+// kernels::layernorm_backward's drb says (equal to the composition's within the sum's rounding).
+// rb must be (C) on x's device, of x's dtype (except on the composition path: autocast, mixed
+// inputs, where it is added to r first and the adds promote).
 struct AddLayerNormResult {
   Tensor s, y;  // (..., C) each
 };
 inline AddLayerNormResult add_layer_norm(const Tensor& x, const Tensor& r, const Tensor& weight,
-                                         const Tensor& bias = Tensor(), double eps = 1e-5) {
+                                         const Tensor& bias = Tensor(), double eps = 1e-5,
+                                         const Tensor& rb = Tensor()) {
   REEL_CHECK(x.defined() && r.defined() && weight.defined(), "add_layer_norm: x, r and weight must be defined tensors");
-  if (autograd::autocast_dtype() || x.dtype() != r.dtype() || x.shape() != r.shape()) {
-    const Tensor s = x + r;
+  const bool composed = autograd::autocast_dtype() || x.dtype() != r.dtype() || x.shape() != r.shape();
+  if (rb.defined())  // (the composition's adds promote: there rb's dtype may differ)
+    REEL_CHECK(x.dim() >= 1 && rb.shape() == Shape{x.size(-1)} && rb.device() == x.device() &&
+                   (composed || rb.dtype() == x.dtype()),
+               "add_layer_norm: the residual's bias rb ", rb.shape(), " ", rb.dtype(), " on ", rb.device(),
+               " does not match x ", x.shape(), " ", x.dtype(), " on ", x.device(), " (r ", r.shape(), " ", r.dtype(),
+               " on ", r.device(), "): (C) of x's dtype, on x's device, expected");
+  if (composed) {
+    const Tensor s = x + (rb.defined() ? r + rb : r);
     return {s, layer_norm(s, weight, bias, eps)};
   }
-  autograd::Tensors in{x, r, weight, bias};
-  if (!bias.defined()) in.pop_back();
-  const autograd::Tensors out = autograd::record(std::make_unique<autograd::ops::AddLayerNorm>(eps), in);
+  autograd::Tensors in{x, r, weight};
+  if (bias.defined()) in.push_back(bias);
+  if (rb.defined()) in.push_back(rb);
+  const autograd::Tensors out =
+      autograd::record(std::make_unique<autograd::ops::AddLayerNorm>(eps, bias.defined(), rb.defined()), in);
   return {out[0], out[1]};
 }
 

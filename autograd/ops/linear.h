@@ -22,6 +22,8 @@
 //   backward  dW2, db2 = G^T act, 1^T G                    one kernel (as linear's)
 //             dpre, db1 = (G W2) * gelu'(pre), 1^T dpre    one kernel (kernels::linear_dgelu)
 //             dX = dpre W1, dW1 = dpre^T X                 two GEMMs
+// b2 may be absent (its sum added by the caller: GPT's add_layer_norm rb): Z = act W2^T, and dW2 a
+// plain GEMM (no bias-gradient epilogue).
 // Saves x (for dW1), W1 (for dX), pre (for gelu'), W2 (for dpre) and act (for dW2), each only when
 // a gradient reads it: what linear, gelu and linear save between them. Kept by selective
 // checkpointing as linear is (its outputs cost GEMMs to remake): a kept node keeps its saves that
@@ -116,13 +118,13 @@ struct Linear final : autograd::Op {
 struct LinearGeluLinear final : autograd::Op {
   const char* name() const override { return "linear_gelu_linear"; }
   bool kept_by_selective() const override { return true; }  // remade only at two GEMMs' cost
-  // in: x (..., in), W1 (hidden, in), b1 (hidden), W2 (out, hidden), b2 (out)
+  // in: x (..., in), W1 (hidden, in), b1 (hidden), W2 (out, hidden), then b2 (out) where given
   Tensors forward(const Tensors& in, ForwardCtx& ctx) const override {
     const Tensor& x = in[0];
     const int64_t n_in = in[1].size(1), n_out = in[3].size(0);
     const bool up = ctx.needs_input_grad(0) || ctx.needs_input_grad(1) || ctx.needs_input_grad(2);
     const kernels::LinearGelu h = kernels::linear_gelu(x.reshape({-1, n_in}), in[1], in[2]);  // (N, hidden) each
-    const Tensor z = kernels::matmul(h.y, in[3], false, true, in[4]);                       // (N, out)
+    const Tensor z = kernels::matmul(h.y, in[3], false, true, in.size() == 5 ? in[4] : Tensor());  // (N, out)
     // slots: 0 W1 (dX), 1 x (dW1), 2 pre (gelu'), 3 W2 (dpre), 4 act (dW2)
     ctx.save({ctx.needs_input_grad(0) ? in[1] : Tensor(), ctx.needs_input_grad(1) ? x : Tensor(),
               up ? h.pre : Tensor(), up ? in[3] : Tensor(), ctx.needs_input_grad(3) ? h.y : Tensor()});
@@ -150,7 +152,9 @@ struct LinearGeluLinear final : autograd::Op {
       ctx.release_saved(3);  // W2 (a sharded W2 is freed before more is made)
       ctx.release_saved(2);
     }
-    if (ctx.needs_input_grad(3) || ctx.needs_input_grad(4)) {
+    // Without b2 (grads has 4 slots) linear_param_grads makes dW2 alone, a plain GEMM.
+    const bool want_b2 = grads.size() == 5 && ctx.needs_input_grad(4);
+    if (ctx.needs_input_grad(3) || want_b2) {
       const Tensor act = ctx.needs_input_grad(3) ? ctx.saved(4) : Tensor();
       if (ctx.needs_input_grad(3)) linear_param_grads(ctx, 3, 4, g, act, grads);
       else grads[4] = linear_bias_grad(ctx, 4, g);
@@ -192,24 +196,26 @@ inline Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& 
 // ---- linear_gelu_linear ----
 // The transformer MLP, linear(gelu(linear(x, w1, b1)), w2, b2), as one op whose GELU and GELU
 // gradient are GEMM epilogues (the op above): x (..., in), w1 (hidden, in), b1 (hidden),
-// w2 (out, hidden), b2 (out) -> (..., out). Both biases are required (a bias-less MLP composes
-// linear and gelu). Autocast treats it as linear.
+// w2 (out, hidden), b2 (out) or undefined -> (..., out). b1 is required (a bias-less MLP composes
+// linear and gelu); b2 may be left out (the caller adds it later, e.g. add_layer_norm's rb: nn/gpt.cpp),
+// and dW2 is then a plain GEMM, not grouped with a bias gradient. Autocast treats it as linear.
 inline Tensor linear_gelu_linear(const Tensor& x_in, const Tensor& w1_in, const Tensor& b1_in, const Tensor& w2_in,
                                  const Tensor& b2_in) {
   const autograd::Tensors cast = autograd::autocast("linear", {x_in, w1_in, b1_in, w2_in, b2_in});
   const Tensor &x = cast[0], &w1 = cast[1], &b1 = cast[2], &w2 = cast[3], &b2 = cast[4];
-  for (const Tensor* t : {&x, &w1, &b1, &w2, &b2})
-    REEL_CHECK(t->defined(), "linear_gelu_linear: x, w1, b1, w2 and b2 must be defined tensors");
+  for (const Tensor* t : {&x, &w1, &b1, &w2})
+    REEL_CHECK(t->defined(), "linear_gelu_linear: x, w1, b1 and w2 must be defined tensors");
   REEL_CHECK(x.dim() >= 1 && w1.dim() == 2 && w2.dim() == 2 && x.size(-1) == w1.size(1) && w1.size(1) > 0 &&
                  b1.shape() == Shape{w1.size(0)} && w2.size(1) == w1.size(0) && w2.size(0) > 0 &&
-                 b2.shape() == Shape{w2.size(0)},
+                 (!b2.defined() || b2.shape() == Shape{w2.size(0)}),
              "linear_gelu_linear: x ", x.shape(), ", w1 ", w1.shape(), ", b1 ", b1.shape(), ", w2 ", w2.shape(),
              ", b2 ", b2.shape(), " do not match: x (..., in), w1 (hidden, in), b1 (hidden), w2 (out, hidden), b2 (out)",
              " with in, out > 0 expected");
   for (const Tensor* t : {&w1, &b1, &w2, &b2})
-    REEL_CHECK(t->dtype() == x.dtype() && t->device() == x.device(), "linear_gelu_linear: x ", x.shape(), " ",
-               x.dtype(), " on ", x.device(), " and ", t->shape(), " ", t->dtype(), " on ", t->device(),
-               ": one dtype and device expected");
+    REEL_CHECK(!t->defined() || (t->dtype() == x.dtype() && t->device() == x.device()), "linear_gelu_linear: x ",
+               x.shape(), " ", x.dtype(), " on ", x.device(), " and ", t->shape(), " ", t->dtype(), " on ",
+               t->device(), ": one dtype and device expected");
+  if (!b2.defined()) return autograd::apply(autograd::ops::LinearGeluLinear{}, {x, w1, b1, w2});
   return autograd::apply(autograd::ops::LinearGeluLinear{}, {x, w1, b1, w2, b2});
 }
 

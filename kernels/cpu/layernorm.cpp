@@ -30,7 +30,10 @@
 // rows (so f32 never sums more than kFlush terms); the final dw/db add the chunks' partials in
 // chunk order. The result is bit-identical run to run and for any number of threads. dw/db are
 // written, or added to a parameter's .grad (its gradient sink, never zero-filled first); dx_add
-// (add_layer_norm's other gradient of s) is added to each dx row right after it is made.
+// (add_layer_norm's other gradient of s) is added to each dx row right after it is made. With the
+// residual's bias rb, the forward's s = x + (r + rb) (r + rb rounded first) and the backward then
+// sums dx's columns (drb) in acc_t, rows in order: linear's bias-gradient sum (kernels/cpu/matmul.cpp
+// column_sums), so the folded bias gets the bits the unfused linear gave it.
 //
 // GroupNorm: the same sweeps with a (sample, group) in place of a row: its M = C/G * S values are
 // contiguous, so the statistics are LayerNorm's over M, and the per-channel affine walks the run
@@ -77,13 +80,22 @@ constexpr int64_t kBlockRows = 8;
 inline int64_t block_rows(int64_t Cp) { return std::max<int64_t>(1, std::min<int64_t>(kBlockRows, 4096 / Cp)); }
 
 // Row `row` of s = x + res (x, res, s: (R, C)), each element rounded once to T, as the add would:
-// add_layernorm_forward's residual add, done in the sweep that first reads the row.
+// add_layernorm_forward's residual add, done in the sweep that first reads the row. rb: null or
+// (C), the residual's bias: s = x + (res + rb), res + rb rounded to T first (the two adds' bits).
 template <typename T>
-void add_row(const T* x, const T* res, T* s, int64_t row, int64_t C) {
+void add_row(const T* x, const T* res, const T* rb, T* s, int64_t row, int64_t C) {
   using acc_t = acc_type_t<T>;
   const T* xr = x + row * C;
   const T* rr = res + row * C;
   T* sr = s + row * C;
+  if (rb) {
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) {
+      const T rc = static_cast<T>(static_cast<acc_t>(rr[c]) + static_cast<acc_t>(rb[c]));
+      sr[c] = static_cast<T>(static_cast<acc_t>(xr[c]) + static_cast<acc_t>(rc));
+    }
+    return;
+  }
 #pragma omp simd
   for (int64_t c = 0; c < C; ++c) sr[c] = static_cast<T>(static_cast<acc_t>(xr[c]) + static_cast<acc_t>(rr[c]));
 }
@@ -91,16 +103,17 @@ void add_row(const T* x, const T* res, T* s, int64_t row, int64_t C) {
 // The 16-bit forwards' rows, in parallel over blocks of block_rows(Cp) rows: each block widened to
 // f32 into a per-thread (n, Cp) buffer xb (rows r0 .. r0 + n), then fn(r0, n, xb, Cp) runs the f32
 // sweeps on it and rounds its results into the output. With `res` (add_layernorm_forward), each
-// row of s = x + res is made first and s's row is the one widened.
+// row of s = x + res (+ rb, where not null) is made first and s's row is the one widened.
 template <typename T, typename F>
-void for_widened_blocks(const T* x, int64_t R, int64_t C, F&& fn, const T* res = nullptr, T* s = nullptr) {
+void for_widened_blocks(const T* x, int64_t R, int64_t C, F&& fn, const T* res = nullptr, T* s = nullptr,
+                        const T* rb = nullptr) {
   const int64_t Cp = round_up_16(C), nb = block_rows(Cp), blocks = (R + nb - 1) / nb;
   parallel_for(blocks, blocks > 1 && R * C >= kMinParallelElements, [&](int64_t k) {
     thread_local std::vector<float> buf;
     const int64_t r0 = k * nb, n = std::min(nb, R - r0);
     float* const xb = aligned_floats(buf, n * Cp);  // (n, Cp): the block's rows in f32
     for (int64_t i = 0; i < n; ++i) {
-      if (res) add_row(x, res, s, r0 + i, C);
+      if (res) add_row(x, res, rb, s, r0 + i, C);
       widen((res ? s : x) + (r0 + i) * C, xb + i * Cp, C);
     }
     fn(r0, n, xb, Cp);
@@ -136,10 +149,10 @@ std::pair<acc_t, acc_t> mean_rstd(const T* x, int64_t n, double eps) {
 }
 
 // res and s: null, or add_layernorm_forward's residual (R, C) and the sum s = x + res (R, C) out,
-// which is then normalised in place of x.
+// which is then normalised in place of x; rb: null or the residual's bias (C), s = x + (res + rb).
 template <typename T, typename acc_t>
 void layernorm_forward_impl(const T* x, const T* w_t, const T* b_t, double eps, T* y, acc_t* mean, acc_t* rstd,
-                            int64_t R, int64_t C, const T* res = nullptr, T* s = nullptr) {
+                            int64_t R, int64_t C, const T* res = nullptr, T* s = nullptr, const T* rb = nullptr) {
   std::vector<acc_t> wbuf, bbuf;
   const acc_t* w = as_acc(w_t, wbuf, C);  // (C)
   const acc_t* b = as_acc(b_t, bbuf, C);  // (C)
@@ -158,10 +171,10 @@ void layernorm_forward_impl(const T* x, const T* w_t, const T* b_t, double eps, 
         for (int64_t c = 0; c < C; ++c) xr[c] = (xr[c] - m) * rs * w[c] + b[c];
         narrow(xr, y + (r0 + i) * C, C);
       }
-    }, res, s);
+    }, res, s, rb);
   } else {
     parallel_for(R, R > 1 && R * C >= kMinParallelElements, [&](int64_t r) {
-      if (res) add_row(x, res, s, r, C);
+      if (res) add_row(x, res, rb, s, r, C);
       const T* xr = (res ? s : x) + r * C;  // (C)
       T* yr = y + r * C;                    // (C)
       const std::pair<acc_t, acc_t> stats = mean_rstd<acc_t>(xr, C, eps);
@@ -308,6 +321,29 @@ void norm_backward_impl(const T* dy, const T* x, const T* w_t, const acc_t* mean
   }
 }
 
+// out (C) = the column sums of dx (R, C), the residual's bias gradient (layernorm_backward's drb):
+// in acc_t, rows in order, as linear's bias gradient sums its columns on the cpu (kernels/cpu/matmul.cpp
+// column_sums): the same bits as the unfused linear's db. Written, or where add added to (the sum
+// rounded to T first, as dw and db are). Columns in blocks of 64, in parallel (no order across them).
+template <typename T, typename acc_t>
+void dx_column_sums(const T* dx, int64_t R, int64_t C, T* out, bool add) {
+  constexpr int64_t kSumCols = 64;
+  const int64_t blocks = (C + kSumCols - 1) / kSumCols;
+#pragma omp parallel for schedule(static) if (R * C >= kMinParallelElements && blocks > 1)
+  for (int64_t k = 0; k < blocks; ++k) {
+    const int64_t c0 = k * kSumCols, n = std::min(C, c0 + kSumCols) - c0;
+    acc_t sum[kSumCols] = {};
+    for (int64_t r = 0; r < R; ++r) {
+      const T* row = dx + r * C + c0;
+      for (int64_t j = 0; j < n; ++j) sum[j] += static_cast<acc_t>(row[j]);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const T g = static_cast<T>(sum[j]);
+      out[c0 + j] = add ? static_cast<T>(acc_t(out[c0 + j]) + acc_t(g)) : g;
+    }
+  }
+}
+
 // The sum of squares is double, wider than acc_t. 16-bit rows are widened a block at a time, as
 // in layernorm_forward_impl.
 template <typename T, typename acc_t>
@@ -427,14 +463,15 @@ void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double
                                                           rstd.data<acc_t>(), R, C))
 }
 
-void add_layernorm_forward(const Tensor& x, const Tensor& r, const Tensor& w, const Tensor& b, double eps,
-                           const Tensor& s, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+void add_layernorm_forward(const Tensor& x, const Tensor& r, const Tensor& rb, const Tensor& w, const Tensor& b,
+                           double eps, const Tensor& s, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
   const int64_t R = x.size(0), C = x.size(1);
   REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "add_layernorm_forward",
                                 layernorm_forward_impl<scalar_t, acc_t>(
                                     x.data<scalar_t>(), w.data<scalar_t>(), b.data<scalar_t>(), eps,
                                     y.data<scalar_t>(), mean.data<acc_t>(), rstd.data<acc_t>(), R, C,
-                                    r.data<scalar_t>(), s.data<scalar_t>()))
+                                    r.data<scalar_t>(), s.data<scalar_t>(),
+                                    rb.defined() ? rb.data<scalar_t>() : nullptr))
 }
 
 // The composition itself, embedding_pos then the LayerNorm: the same bits as the two kernels, by
@@ -448,15 +485,15 @@ void embedding_pos_layernorm_forward(const Tensor& ids, const Tensor& table, con
 
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                         const Tensor& dx_add, const Tensor& dx, const Tensor& dw, const Tensor& db, bool add_dw,
-                        bool add_db) {
+                        bool add_db, const Tensor& drb, bool add_drb) {
   const int64_t R = x.size(0), C = x.size(1);
-  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "layernorm_backward",
-                         norm_backward_impl<scalar_t, acc_t, true>(dy.data<scalar_t>(), x.data<scalar_t>(), w.data<scalar_t>(),
-                                                            mean.data<acc_t>(), rstd.data<acc_t>(),
-                                                            dx.data<scalar_t>(), dw.data<scalar_t>(),
-                                                            db.data<scalar_t>(), R, C,
-                                                            dx_add.defined() ? dx_add.data<scalar_t>() : nullptr,
-                                                            add_dw, add_db))
+  REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "layernorm_backward", {
+    norm_backward_impl<scalar_t, acc_t, true>(dy.data<scalar_t>(), x.data<scalar_t>(), w.data<scalar_t>(),
+                                              mean.data<acc_t>(), rstd.data<acc_t>(), dx.data<scalar_t>(),
+                                              dw.data<scalar_t>(), db.data<scalar_t>(), R, C,
+                                              dx_add.defined() ? dx_add.data<scalar_t>() : nullptr, add_dw, add_db);
+    if (drb.defined()) dx_column_sums<scalar_t, acc_t>(dx.data<scalar_t>(), R, C, drb.data<scalar_t>(), add_drb);
+  })
 }
 
 void embedding_pos_layernorm_backward(const Tensor& dy, const Tensor& s, const Tensor& w, const Tensor& mean,
@@ -464,7 +501,7 @@ void embedding_pos_layernorm_backward(const Tensor& dy, const Tensor& s, const T
                                       const Tensor& db, bool add_dw, bool add_db, const Tensor& ids,
                                       const Tensor& dtable, bool accumulate_table, const Tensor& dpos,
                                       bool accumulate_pos, int64_t T, bool check_ids) {
-  layernorm_backward(dy, s, w, mean, rstd, ds, dx, dw, db, add_dw, add_db);
+  layernorm_backward(dy, s, w, mean, rstd, ds, dx, dw, db, add_dw, add_db, Tensor(), false);
   embedding_pos_backward(dx, ids, dtable, accumulate_table, dpos, accumulate_pos, T, check_ids);
 }
 

@@ -29,7 +29,10 @@
 // in the embeddings' backward launch (kernels/cuda/norm_backward.h): one launch fewer, the same bits.
 //
 // add_layernorm_forward is the forward kernel whose first sweep reads x and the residual r and
-// writes s = x + r, normalising s: one launch for the add and the norm. embedding_pos_layernorm_forward
+// writes s = x + r, normalising s: one launch for the add and the norm. With the residual branch's
+// bias rb, s = x + (r + rb) (r + rb rounded first, as the two adds would), and the backward's
+// phase 2 also sums each column of the dx it writes into a third slab of partials, finished into
+// drb with dw and db (same launch for C <= 256, norm_params_kernel's third row of blocks wider). embedding_pos_layernorm_forward
 // is the same kernel with the row s = table[id] + pos[t] gathered in the first sweep (the sum of
 // kernels/cuda/embedding_pos_row.h, embedding_pos_forward's own): one launch for the embeddings and
 // block 0's ln_1, a bad id reported as embedding_pos_forward reports it. One kernel for the three, so
@@ -71,7 +74,8 @@ int64_t rows_per_chunk(int64_t R) { return std::min<int64_t>(512, std::max<int64
 
 // Where the forward kernel's rows come from (its template parameter Src):
 //   XRows: x (R, C) itself, read in every sweep;
-//   AddRows: s = x + res (x, res (R, C); each element rounded to T, as the add would);
+//   AddRows: s = x + res (x, res (R, C); each element rounded to T, as the add would), or where rb
+//     (the residual's bias, (C)) is not null s = x + (res + rb), res + rb rounded to T first;
 //   EmbeddingPosRows (kernels/cuda/embedding_pos_row.h): s = table[ids[row]] + pos[row % T].
 // A source other than XRows makes its row s in the first sweep (row(r, report)(c): element c),
 // writes it to s_out and normalises that.
@@ -83,16 +87,19 @@ template <typename T>
 struct AddRows {
   const T* x;
   const T* res;
+  const T* rb;  // (C) or null
   int64_t C;
   struct Row {
     const T* x;    // (C)
     const T* res;  // (C)
+    const T* rb;   // (C) or null
     __device__ __forceinline__ T operator()(int64_t c) const {
       using acc_t = acc_type_t<T>;
-      return static_cast<T>(acc_t(x[c]) + acc_t(res[c]));
+      const T rc = rb ? static_cast<T>(acc_t(res[c]) + acc_t(rb[c])) : res[c];
+      return static_cast<T>(acc_t(x[c]) + acc_t(rc));
     }
   };
-  __device__ __forceinline__ Row row(int64_t r, bool /*report*/) const { return Row{x + r * C, res + r * C}; }
+  __device__ __forceinline__ Row row(int64_t r, bool /*report*/) const { return Row{x + r * C, res + r * C, rb}; }
 };
 
 // Warp per row. y: (R, C); w, b: (C); mean, rstd: (R). kLayerNorm false: RMSNorm (no b, no
@@ -153,10 +160,13 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32) norm_forward_kernel(Src sr
 // norm's dx (rounded to T first, as the add would). Dynamic shared memory: 2 * rows acc_t.
 // ticket (kernels/cuda/last_block.h) non-null: the grid's last block then adds the partials into
 // dw and db itself (finish_norm_param, as norm_params_kernel does), with no launch of their own.
+// with_drb (LayerNorm only): partial has a third slab, the chunk's column sums of dx as written
+// (the residual's bias gradient, add_layer_norm's drb), finished into drb as dw and db are.
 template <typename T, typename acc_t, bool kLayerNorm>
 __global__ void __launch_bounds__(kBackThreads) norm_backward_kernel(const T* dy, const T* x, const T* w, const acc_t* mean, const acc_t* rstd, T* dx,
                                      double* partial, int64_t R, int64_t C, int64_t rows, const T* dx_add,
-                                     unsigned* ticket, T* dw, T* db, bool add_dw, bool add_db) {
+                                     unsigned* ticket, T* dw, T* db, bool add_dw, bool add_db, bool with_drb,
+                                     T* drb, bool add_drb) {
   __shared__ bool last;
   SIMT_DYNAMIC_SHARED(acc_t, smem);
   acc_t* row_a = smem;         // (rows) mean(dxhat), LayerNorm only
@@ -186,20 +196,24 @@ __global__ void __launch_bounds__(kBackThreads) norm_backward_kernel(const T* dy
   // Phase 2: thread per column, rows in order.
   double* part_dw = partial + chunk * C;                                             // (C)
   double* part_db = kLayerNorm ? partial + (gridDim.x + chunk) * C : nullptr;  // (C)
+  double* part_drb = with_drb ? partial + (2 * int64_t{gridDim.x} + chunk) * C : nullptr;  // (C)
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     const acc_t wc = w[c];
-    double acc_dw = 0, acc_db = 0;
+    double acc_dw = 0, acc_db = 0, acc_drb = 0;
     for (int64_t r = r0; r < r_end; ++r) {
       const acc_t m = kLayerNorm ? acc_t(mean[r]) : acc_t(0), rs = rstd[r];
       const acc_t d = dy[r * C + c];
       const acc_t xhat = (acc_t(x[r * C + c]) - m) * rs;
       const T g = static_cast<T>(rs * (d * wc - row_a[r - r0] - xhat * row_c[r - r0]));
-      dx[r * C + c] = dx_add ? static_cast<T>(acc_t(dx_add[r * C + c]) + acc_t(g)) : g;
+      const T out = dx_add ? static_cast<T>(acc_t(dx_add[r * C + c]) + acc_t(g)) : g;
+      dx[r * C + c] = out;
       acc_dw += static_cast<double>(d) * static_cast<double>(xhat);
       if (kLayerNorm) acc_db += static_cast<double>(d);
+      if (with_drb) acc_drb += static_cast<double>(out);
     }
     part_dw[c] = acc_dw;
     if (kLayerNorm) part_db[c] = acc_db;
+    if (with_drb) part_drb[c] = acc_drb;
   }
   if (ticket == nullptr) return;  // uniform: the partials are added by another kernel
   __syncthreads();  // the block's partials are written before its ticket
@@ -209,20 +223,24 @@ __global__ void __launch_bounds__(kBackThreads) norm_backward_kernel(const T* dy
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     finish_norm_param(partial, 0, gridDim.x, C, c, dw, add_dw);
     if (kLayerNorm) finish_norm_param(partial, 1, gridDim.x, C, c, db, add_db);
+    if (with_drb) finish_norm_param(partial, 2, gridDim.x, C, c, drb, add_drb);
   }
   if (threadIdx.x == 0) reset_ticket(ticket);
 }
 
-// Thread per column: dw or db (p = blockIdx.y: 0 or 1) from the (params, chunks, C) double partials
-// (kernels/cuda/norm_backward.h finish_norm_param); dw, db: (C), written, or where add_dw / add_db
-// added to (a parameter's .grad holding a gradient). No zero-fill is needed before: without add,
-// out is never read.
+// Thread per column: dw, db or drb (p = blockIdx.y: 0, 1 or 2) from the (params, chunks, C) double
+// partials (kernels/cuda/norm_backward.h finish_norm_param); dw, db, drb: (C), written, or where
+// add_dw / add_db / add_drb added to (a parameter's .grad holding a gradient). No zero-fill is
+// needed before: without add, out is never read.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) norm_params_kernel(const double* partial, T* dw, T* db, int64_t chunks,
-                                                               int64_t C, bool add_dw, bool add_db) {
+                                                               int64_t C, bool add_dw, bool add_db, T* drb,
+                                                               bool add_drb) {
   const int64_t p = blockIdx.y;
+  T* const out = p == 0 ? dw : p == 1 ? db : drb;
+  const bool add = p == 0 ? add_dw : p == 1 ? add_db : add_drb;
   for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < C; c += int64_t{blockDim.x} * gridDim.x)
-    finish_norm_param(partial, p, chunks, C, c, p == 0 ? dw : db, p == 0 ? add_dw : add_db);
+    finish_norm_param(partial, p, chunks, C, c, out, add);
 }
 
 // ---- GroupNorm -------------------------------------------------------------------------------
@@ -313,11 +331,12 @@ void forward_launch(const Tensor& x, const Tensor& w, const Tensor& b, double ep
 }
 
 template <typename T, typename acc_t>
-void add_forward_launch(const Tensor& x, const Tensor& r, const Tensor& w, const Tensor& b, double eps,
+void add_forward_launch(const Tensor& x, const Tensor& r, const Tensor& rb, const Tensor& w, const Tensor& b, double eps,
                         const Tensor& s, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
   const int64_t R = x.size(0), C = x.size(1);
   launch("add_layernorm_forward_kernel", norm_forward_kernel<T, acc_t, true, AddRows<T>>, grid_for(R, kRowsPerBlock),
-         kRowsPerBlock * 32, 0, AddRows<T>{x.data<T>(), r.data<T>(), C}, w.data<T>(), b.data<T>(),
+         kRowsPerBlock * 32, 0, AddRows<T>{x.data<T>(), r.data<T>(), rb.defined() ? rb.data<T>() : nullptr, C},
+         w.data<T>(), b.data<T>(),
          static_cast<acc_t>(eps), y.data<T>(), mean.data<acc_t>(), rstd.data<acc_t>(), R, C, s.data<T>());
 }
 
@@ -340,43 +359,49 @@ void embedding_pos_forward_launch(const Tensor& ids, const Tensor& table, const 
 
 // The first kernel of the backward: dx, and the (params, chunks, C) double partials returned.
 // With `ticket` (the device's last-block counter) its last block also adds the partials into dw
-// and db (add_dw, add_db as norm_params_kernel takes them).
+// and db (add_dw, add_db as norm_params_kernel takes them). with_drb (LayerNorm): a third slab of
+// partials, dx's column sums, finished into drb where the last block finishes dw and db.
 template <typename T, typename acc_t, bool kLayerNorm>
 Tensor backward_rows_launch(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                             const Tensor& dx_add, const Tensor& dx, unsigned* ticket = nullptr, T* dw = nullptr,
-                            T* db = nullptr, bool add_dw = false, bool add_db = false) {
+                            T* db = nullptr, bool add_dw = false, bool add_db = false, bool with_drb = false,
+                            T* drb = nullptr, bool add_drb = false) {
   const int64_t R = x.size(0), C = x.size(1);
   const int64_t rows = rows_per_chunk(R), chunks = (R + rows - 1) / rows;
-  const int params = kLayerNorm ? 2 : 1;
+  const int params = kLayerNorm ? (with_drb ? 3 : 2) : 1;
   // (params, chunks, C) double partials from the caching allocator: at most ~1024 x C per param.
   const Tensor partial = empty({params, chunks, C}, DType::f64, x.device());
   launch(kLayerNorm ? "layernorm_backward_kernel" : "rmsnorm_backward_kernel", norm_backward_kernel<T, acc_t, kLayerNorm>,
          dim3(static_cast<unsigned>(chunks)), kBackThreads, 2 * rows * sizeof(acc_t), dy.data<T>(), x.data<T>(),
          w.data<T>(), kLayerNorm ? mean.data<acc_t>() : nullptr, rstd.data<acc_t>(), dx.data<T>(), partial.data<double>(), R,
-         C, rows, dx_add.defined() ? dx_add.data<T>() : nullptr, ticket, dw, db, add_dw, add_db);
+         C, rows, dx_add.defined() ? dx_add.data<T>() : nullptr, ticket, dw, db, add_dw, add_db, with_drb, drb,
+         add_drb);
   return partial;
 }
 
 template <typename T, typename acc_t, bool kLayerNorm>
 void backward_launch(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                      const Tensor& dx_add, const Tensor& dx, const Tensor& dw, const Tensor& db, bool add_dw,
-                     bool add_db) {
+                     bool add_db, const Tensor& drb = Tensor(), bool add_drb = false) {
   const int64_t C = x.size(1);
   T* const pdw = dw.data<T>();
   T* const pdb = kLayerNorm ? db.data<T>() : nullptr;
+  const bool with_drb = kLayerNorm && drb.defined();
+  T* const pdrb = with_drb ? drb.data<T>() : nullptr;
   // Where one block of norm_params_kernel would add the partials (C <= 256 columns), the rows
   // kernel's last block adds them instead: the same sums, one launch fewer. Wider rows keep the
   // kernel of their own, whose blocks share the columns. (On meta there is no counter: nothing runs.)
   if (C <= kBackThreads) {
     backward_rows_launch<T, acc_t, kLayerNorm>(dy, x, w, mean, rstd, dx_add, dx, last_block_ticket(x.device()), pdw, pdb,
-                                               add_dw, add_db);
+                                               add_dw, add_db, with_drb, pdrb, add_drb);
     return;
   }
-  const Tensor partial = backward_rows_launch<T, acc_t, kLayerNorm>(dy, x, w, mean, rstd, dx_add, dx);
-  const int params = kLayerNorm ? 2 : 1;
+  const Tensor partial = backward_rows_launch<T, acc_t, kLayerNorm>(dy, x, w, mean, rstd, dx_add, dx, nullptr, nullptr,
+                                                                    nullptr, false, false, with_drb);
+  const int params = static_cast<int>(partial.size(0));
   const int64_t chunks = partial.size(1);
   launch("norm_params_kernel", norm_params_kernel<T>, dim3(grid_for(C, kThreads), params), kThreads, 0,
-         partial.data<double>(), pdw, pdb, chunks, C, add_dw, add_db);
+         partial.data<double>(), pdw, pdb, chunks, C, add_dw, add_db, pdrb, add_drb);
 }
 
 }  // namespace
@@ -387,11 +412,11 @@ void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, double
   REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "layernorm_forward", forward_launch<scalar_t, acc_t, true>(x, w, b, eps, y, mean, rstd))
 }
 
-void add_layernorm_forward(const Tensor& x, const Tensor& r, const Tensor& w, const Tensor& b, double eps,
-                           const Tensor& s, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+void add_layernorm_forward(const Tensor& x, const Tensor& r, const Tensor& rb, const Tensor& w, const Tensor& b,
+                           double eps, const Tensor& s, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
   set_device(x.device());
   REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "add_layernorm_forward",
-                                add_forward_launch<scalar_t, acc_t>(x, r, w, b, eps, s, y, mean, rstd))
+                                add_forward_launch<scalar_t, acc_t>(x, r, rb, w, b, eps, s, y, mean, rstd))
 }
 
 void embedding_pos_layernorm_forward(const Tensor& ids, const Tensor& table, const Tensor& pos, int64_t T,
@@ -405,11 +430,11 @@ void embedding_pos_layernorm_forward(const Tensor& ids, const Tensor& table, con
 
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                         const Tensor& dx_add, const Tensor& dx, const Tensor& dw, const Tensor& db, bool add_dw,
-                        bool add_db) {
+                        bool add_db, const Tensor& drb, bool add_drb) {
   set_device(x.device());
   REEL_DISPATCH_FLOATING_AND_16(x.dtype(), "layernorm_backward",
                                 backward_launch<scalar_t, acc_t, true>(dy, x, w, mean, rstd, dx_add, dx, dw, db, add_dw,
-                                                                       add_db))
+                                                                       add_db, drb, add_drb))
 }
 
 Tensor layernorm_backward_rows(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
@@ -455,7 +480,7 @@ void group_norm_backward_launch(const Tensor& dy, const Tensor& x, const Tensor&
          x.data<T>(), w.data<T>(), mean.data<acc_t>(), rstd.data<acc_t>(), dx.data<T>(), partial.data<double>(), N * G, G,
          C / G, S);
   launch("norm_params_kernel", norm_params_kernel<T>, dim3(grid_for(C, kThreads), 2), kThreads, 0,
-         partial.data<double>(), dw.data<T>(), db.data<T>(), N, C, false, false);
+         partial.data<double>(), dw.data<T>(), db.data<T>(), N, C, false, false, static_cast<T*>(nullptr), false);
 }
 }  // namespace
 

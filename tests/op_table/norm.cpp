@@ -7,7 +7,8 @@
 // (num_batches_tracked += 1), exact. Tape rows: layer_norm, rms_norm, group_norm and batch_norm (training, with running
 // statistics, eval, without affine parameters, frozen inputs), GroupNorm and BatchNorm against the
 // same function composed from mean, sqrt and broadcasting; add_layer_norm against x + r then
-// layer_norm (both outputs, y alone, no bias, frozen inputs), in every dtype layer_norm takes.
+// layer_norm (both outputs, y alone, no bias, frozen inputs), and with the residual's bias rb
+// against x + (r + rb) then layer_norm (C <= 256 and wider), in every dtype layer_norm takes.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -437,7 +438,8 @@ std::vector<OpCase> norm_tape_cases() {
 
 // add_layer_norm's rows: f gives both outputs side by side (concat: s's gradient, ds_ext, is then
 // the loss weights' and reaches the fused backward) or y alone (ds_ext zeros); each against x + r
-// followed by layer_norm. In every dtype layer_norm takes.
+// followed by layer_norm, and with the residual's bias rb against x + (r + rb). In every dtype
+// layer_norm takes.
 std::vector<OpCase> add_norm_tape_cases() {
   const auto both = [](const Tensors& in) {
     const AddLayerNormResult o = add_layer_norm(in[0], in[1], in[2], in.size() > 3 ? in[3] : Tensor());
@@ -459,6 +461,33 @@ std::vector<OpCase> add_norm_tape_cases() {
                {false, true, true, false})
           .with_composed(both_composed),
   };
+  // With the residual branch's bias rb (the last input): against add_layer_norm(x, r + rb). On every
+  // device and dtype s, y and the gradients of x, r, w and b are the composition's bits (checked
+  // bitwise in tests/test_layernorm_residual_bias.cpp); rb's gradient, the column sums of ds, is
+  // within the sum's rounding: on cuda double per row chunk, chunks in order (the LayerNorm's dw/db
+  // sums, in the norm's own launch), on the cpu acc_t in row order (linear's bias gradient bits).
+  // C = 7 is finished by the rows kernel's last block on cuda, C = 260 by norm_params_kernel.
+  const auto with_rb = [](const Tensors& in) {
+    const AddLayerNormResult o = add_layer_norm(in[0], in[1], in[2], in[3], 1e-5, in[4]);
+    return concat({o.s, o.y}, -1);
+  };
+  const auto with_rb_composed = [](const Tensors& in) {
+    const Tensor s = in[0] + (in[1] + in[4]);
+    return concat({s, layer_norm(s, in[2], in[3])}, -1);
+  };
+  const auto rb_no_bias_y = [](const Tensors& in) {
+    return add_layer_norm(in[0], in[1], in[2], Tensor(), 1e-5, in[3]).y;
+  };
+  const auto rb_no_bias_y_composed = [](const Tensors& in) { return layer_norm(in[0] + (in[1] + in[3]), in[2]); };
+  rows.push_back(tape_row("add_layer_norm with rb, s and y", {{5, 7}, {5, 7}, {7}, {7}, {7}}, with_rb)
+                     .with_composed(with_rb_composed));
+  rows.push_back(tape_row("add_layer_norm with rb, wide rows", {{3, 260}, {3, 260}, {260}, {260}, {260}}, with_rb)
+                     .with_composed(with_rb_composed));
+  rows.push_back(tape_row("add_layer_norm with rb, no bias, y only", {{2, 3, 6}, {2, 3, 6}, {6}, {6}}, rb_no_bias_y)
+                     .with_composed(rb_no_bias_y_composed));
+  rows.push_back(tape_row("add_layer_norm with rb, x and w frozen", {{4, 5}, {4, 5}, {5}, {5}, {5}}, with_rb,
+                          Domain::Any, {false, true, false, true, true})
+                     .with_composed(with_rb_composed));
   for (OpCase& c : rows) c.with_dtypes(kDTypes);
   return rows;
 }
