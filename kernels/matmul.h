@@ -45,8 +45,8 @@ void matmul_into_(const Tensor& out, const Tensor& a, const Tensor& b, bool tran
 // products, all 2-D, one dtype (f32, f64, bf16, f16) and device; every out contiguous, of the
 // product's shape, distinct from the other outs and from every operand. Bumps every out's version.
 // On cuda the pointer arrays cuBLAS reads on the device come from a ring of pinned, mapped host
-// memory (kernels/cuda/matmul.cu); under a CUDA graph capture (core/graph.h) the products run as
-// separate GEMMs instead (a replay would read ring slots rewritten since), one launch each.
+// memory (kernels/cuda/matmul.cu). Under a CUDA graph capture (a replay would read ring slots rewritten
+// since), for one product, or with an empty inner dim, the products run as separate GEMMs instead.
 struct GemmInto {
   Tensor out, a, b;
   bool transpose_a = false, transpose_b = false, accumulate = false;
@@ -112,7 +112,7 @@ bool allow_tf32();
 //   matmul_bgrad: g (N, out), x (N, in) -> dw (out, in), db (out)
 //   matmul_gelu:  x (N, in), w (out, in), b (out) -> y (N, out), pre (N, out)
 //   matmul_dgelu: g (N, out), w (out, hidden), pre (N, hidden) -> dpre (N, hidden), db (hidden)
-// matmul_group: gemms (2 or 3) with a (M, K) and b (K, N) the transposes already applied (views,
+// matmul_group: 1 to kMaxGemmGroup gemms, a (M, K) and b (K, N) the transposes applied (views,
 // any strides; transpose_a / transpose_b false), out (M, N) contiguous; each run as matmul above
 // with no bias would run it.
 #ifdef REEL_BACKEND_KERNELS
