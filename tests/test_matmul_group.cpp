@@ -120,6 +120,7 @@ TEST_CASE("matmul_group_into_ is one launch on cuda and on meta; separate GEMMs 
   o1.fill_(0.0), o2.fill_(0.0);
   CudaGraph graph;
   graph.capture(cuda, run);
+  CHECK(graph.nodes() == 2);  // the two GEMMs apart
   graph.replay();
   CHECK(same_bytes(o1, e1));
   CHECK(same_bytes(o2, e2));
