@@ -74,6 +74,14 @@ Tensor BackwardCtx::grad_sink(size_t i, bool& accumulate) {
   return g;
 }
 
+bool BackwardCtx::has_grad_sink(size_t i) const {
+  if (i >= node_.inputs.size()) return false;
+  const Node::Input& in = node_.inputs[i];
+  if (!in.meta || !in.meta->is_leaf) return false;
+  const Tensor& g = in.meta->grad;
+  return g.defined() && g.is_contiguous() && g.shape() == in.shape && g.dtype() == in.dtype && g.device() == in.device;
+}
+
 // The buffer holds this rule's gradient now: a second write into it (the same leaf as another
 // input of the rule) adds.
 void BackwardCtx::mark_sunk(size_t i) {

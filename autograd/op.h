@@ -79,6 +79,12 @@ class BackwardCtx {
     return sink;
   }
 
+  // Whether input i has a .grad buffer grad_write_or_add would write into now, asked WITHOUT telling
+  // the observers (no before_leaf_grad: FSDP would install its flat gradient buffer then). Linear
+  // groups dW's GEMM with dX's, before W is released, only into an existing buffer: a fresh dW would
+  // exist while W does (a gathered weight and its gradient at once).
+  bool has_grad_sink(size_t i) const;
+
   // For the tape: input i's gradient is already in its .grad buffer.
   bool sunk(size_t i) const { return i < sunk_.size() && sunk_[i]; }
   // For the tape, before it adds a returned gradient into leaf input i's .grad: the observers'

@@ -1,6 +1,6 @@
 // Entry point of matmul: numpy.matmul shape rules (1-D operands, broadcast batch dims) and
 // optional transposes of the last two dims, an optional (N) bias added to every output row,
-// then the device GEMM.
+// then the device GEMM; matmul_group_into_ checks a short list of 2-D products and runs them as one.
 #include "kernels/matmul.h"
 
 #include <algorithm>
@@ -103,6 +103,74 @@ void matmul_into_(const Tensor& out, const Tensor& a, const Tensor& b, bool tran
 }
 
 namespace {
+// The bytes t's elements may occupy: [first, last) from its data pointer over its strides (none
+// negative in reel's views); empty for an empty tensor.
+std::pair<uintptr_t, uintptr_t> byte_span(const Tensor& t) {
+  if (t.numel() == 0) return {0, 0};
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  const uintptr_t first = reinterpret_cast<uintptr_t>(t.data_ptr());
+  return {first, first + static_cast<uintptr_t>((last + 1) * static_cast<int64_t>(dtype_size(t.dtype())))};
+}
+bool overlap(const Tensor& x, const Tensor& y) {
+  const auto [x0, x1] = byte_span(x);
+  const auto [y0, y1] = byte_span(y);
+  return x0 < x1 && y0 < y1 && x0 < y1 && y0 < x1;
+}
+}  // namespace
+
+void matmul_group_into_(const std::vector<GemmInto>& gemms) {
+  REEL_CHECK(!gemms.empty() && gemms.size() <= kMaxGemmGroup, "matmul_group_into_: ", gemms.size(),
+             " products: 1 to ", kMaxGemmGroup, " expected");
+  std::vector<GemmInto> plans;  // the transposes applied: what the backends take
+  for (size_t i = 0; i < gemms.size(); ++i) {
+    const GemmInto& g = gemms[i];
+    REEL_CHECK(g.out.defined() && g.a.defined() && g.b.defined(), "matmul_group_into_: product ", i,
+               ": out, a and b must be defined tensors");
+    REEL_CHECK(g.a.dim() == 2 && g.b.dim() == 2, "matmul_group_into_: product ", i, ": shapes ", g.a.shape(), " and ",
+               g.b.shape(), ": 2-D operands expected");
+    const Tensor& first = gemms[0].a;
+    for (const Tensor* t : {&g.out, &g.a, &g.b})
+      REEL_CHECK(t->dtype() == first.dtype() && t->device() == first.device(), "matmul_group_into_: product ", i, ": ",
+                 t->shape(), " ", t->dtype(), " on ", t->device(), " differs from product 0's a ", first.shape(), " ",
+                 first.dtype(), " on ", first.device(), ": one dtype and device expected");
+    const Tensor a = g.transpose_a ? untracked::transpose(g.a, 0, 1) : g.a;
+    const Tensor b = g.transpose_b ? untracked::transpose(g.b, 0, 1) : g.b;
+    REEL_CHECK(a.size(1) == b.size(0), "matmul_group_into_: product ", i, ": shapes ", g.a.shape(),
+               (g.transpose_a ? "^T" : ""), " and ", g.b.shape(), (g.transpose_b ? "^T" : ""),
+               " are not compatible: inner dims ", a.size(1), " != ", b.size(0));
+    const Shape shape{a.size(0), b.size(1)};
+    REEL_CHECK(g.out.shape() == shape && g.out.is_contiguous(), "matmul_group_into_: product ", i, ": out ",
+               g.out.shape(), g.out.is_contiguous() ? "" : " (not contiguous)", " cannot take the product of ",
+               g.a.shape(), (g.transpose_a ? "^T" : ""), " and ", g.b.shape(), (g.transpose_b ? "^T" : ""),
+               ": a contiguous ", shape, " expected");
+    plans.push_back({g.out, a, b, false, false, g.accumulate});
+  }
+  check_same_floating_dtype("matmul_group_into_", {&gemms[0].a});
+  // The products may run at once (cuda) or in order (cpu): no out may be read or written by another.
+  for (size_t i = 0; i < gemms.size(); ++i)
+    for (size_t j = 0; j < gemms.size(); ++j)
+      for (const Tensor* t : {&gemms[j].out, &gemms[j].a, &gemms[j].b})
+        REEL_CHECK((i == j && t == &gemms[j].out) || !overlap(gemms[i].out, *t), "matmul_group_into_: product ", i,
+                   "'s out ", gemms[i].out.shape(), " overlaps product ", j, "'s ",
+                   t == &gemms[j].out ? "out" : t == &gemms[j].a ? "a" : "b", " ", t->shape(),
+                   ": the products must not alias each other");
+  // The cost: every product's as matmul_into_ counts it, summed.
+  const auto cost = [&] {
+    profile::KernelCost c;
+    for (const GemmInto& g : plans) {
+      const profile::KernelCost one = kernel_cost({&g.a, &g.b}, {&g.out}, 2 * g.out.numel() * g.a.size(1) +
+                                                                             (g.accumulate ? g.out.numel() : 0));
+      c.flops += one.flops, c.bytes_read += one.bytes_read, c.bytes_written += one.bytes_written;
+    }
+    return c;
+  };
+  REEL_DEVICE_DISPATCH(gemms[0].a.device(), matmul_group, cost(), plans);
+  for (const GemmInto& g : gemms) g.out.bump_version();
+}
+
+namespace {
+// The fused GEMMs' common checksnamespace {
 // The fused GEMMs' common checks: one device and floating dtype, 2-D operands, named with op.
 void check_fused(const char* op, std::initializer_list<const Tensor*> ts, std::initializer_list<const Tensor*> mats) {
   for (const Tensor* t : ts) REEL_CHECK(t->defined(), op, ": an undefined tensor");

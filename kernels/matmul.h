@@ -13,6 +13,8 @@
 // (exact), which costs the f32 GEMM's rate.
 #ifndef REEL_KERNELS_MATMUL_H
 #define REEL_KERNELS_MATMUL_H
+#include <vector>
+
 #include "core/tensor.h"
 
 namespace reel::kernels {
@@ -33,6 +35,24 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool t
 // .grad this way (autograd/op.h). Bumps out's version.
 void matmul_into_(const Tensor& out, const Tensor& a, const Tensor& b, bool transpose_a = false,
                   bool transpose_b = false, bool accumulate = true);
+
+// A few independent 2-D products in ONE kernel run (one launch, one profiler record): each
+// out_i = op(a_i) @ op(b_i), or out_i += that (accumulate_i), exactly as matmul_into_ computes it
+// (the same bits: on the cpu the products run one after another through the same GEMM; on cuda
+// cublasGemmGroupedBatchedEx, each problem with the compute type and math mode of matmul_into_'s
+// cuBLAS call). What linear's backward uses for dX = G W together with dW = G^T X (and the MLP's
+// third, dW2 = G^T act), so a layer's two (three) GEMMs cost one launch. 1 to kMaxGemmGroup
+// products, all 2-D, one dtype (f32, f64, bf16, f16) and device; every out contiguous, of the
+// product's shape, distinct from the other outs and from every operand. Bumps every out's version.
+// On cuda the pointer arrays cuBLAS reads on the device come from a ring of pinned, mapped host
+// memory (kernels/cuda/matmul.cu). Under a CUDA graph capture (a replay would read ring slots rewritten
+// since), for one product, or with an empty inner dim, the products run as separate GEMMs instead.
+struct GemmInto {
+  Tensor out, a, b;
+  bool transpose_a = false, transpose_b = false, accumulate = false;
+};
+constexpr size_t kMaxGemmGroup = 3;
+void matmul_group_into_(const std::vector<GemmInto>& gemms);
 
 // ---- linear's fused GEMMs (cuBLASLt epilogues on cuda: kernels/cuda/matmul.cu) ----
 // Each is one kernel run (one profiler record): the GEMM and what its epilogue fuses. All 2-D,
@@ -92,8 +112,12 @@ bool allow_tf32();
 //   matmul_bgrad: g (N, out), x (N, in) -> dw (out, in), db (out)
 //   matmul_gelu:  x (N, in), w (out, in), b (out) -> y (N, out), pre (N, out)
 //   matmul_dgelu: g (N, out), w (out, hidden), pre (N, hidden) -> dpre (N, hidden), db (hidden)
+// matmul_group: 1 to kMaxGemmGroup gemms, a (M, K) and b (K, N) the transposes applied (views,
+// any strides; transpose_a / transpose_b false), out (M, N) contiguous; each run as matmul above
+// with no bias would run it.
 #ifdef REEL_BACKEND_KERNELS
 void matmul(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias, bool accumulate);
+void matmul_group(const std::vector<GemmInto>& gemms);
 void matmul_bgrad(const Tensor& g, const Tensor& x, const Tensor& dw, const Tensor& db, bool accumulate_w,
                   bool accumulate_b);
 void matmul_gelu(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, const Tensor& pre);

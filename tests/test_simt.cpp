@@ -12,6 +12,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #if defined(SIMT_EMULATE)
@@ -714,6 +715,72 @@ TEST_CASE("cublas: GemmEx with CUBLAS_COMPUTE_32F_FAST_TF32 drops what TF32 cann
                          CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
     CHECK(dc.download()[0] == (compute == CUBLAS_COMPUTE_32F ? 64.0f + 1.0f / 64 : 64.0f));
   }
+}
+
+// GemmGroupedBatchedEx: each problem is GemmEx's, bit for bit (here: against GemmEx calls on copies);
+// a group of two sharing its arguments and a group of one; the host arrays are read at the call, the
+// pointer arrays are device memory; in the emulation the whole call is one piece of work.
+template <class T>
+void check_grouped(cudaDataType type, cublasComputeType_t compute) {
+  using S = std::conditional_t<std::is_same_v<T, double>, double, float>;  // the scale type
+  const auto vals = [](size_t n, unsigned seed) {
+    std::vector<T> v;
+    for (float f : random_values(n, -1, 1, seed)) v.push_back(T(f));
+    return v;
+  };
+  // Group 0: two (5, 4) = (5, 7) (7, 4) products, A transposed (stored (7, 5)); group 1: (3, 6) =
+  // (3, 2) (2, 6), B transposed (stored (6, 2)), beta = 1.
+  DeviceArray<T> a0(vals(35, 1)), b0(vals(28, 2)), c0(vals(20, 3)), a1(vals(35, 4)), b1(vals(28, 5)), c1(vals(20, 6));
+  DeviceArray<T> a2(vals(6, 7)), b2(vals(12, 8)), c2(vals(18, 9));
+  DeviceArray<T> r0(c0.download()), r1(c1.download()), r2(c2.download());  // GemmEx's copies
+  Handle handle;
+  const S alpha[2] = {1, S(0.5)}, beta[2] = {0, 1};
+  const cublasOperation_t ta[2] = {CUBLAS_OP_T, CUBLAS_OP_N}, tb[2] = {CUBLAS_OP_N, CUBLAS_OP_T};
+  const int m[2] = {5, 3}, n[2] = {4, 6}, k[2] = {7, 2}, lda[2] = {7, 3}, ldb[2] = {7, 6}, ldc[2] = {5, 3},
+            size[2] = {2, 1};
+  DeviceArray<const void*> A(std::vector<const void*>{a0.get(), a1.get(), a2.get()});
+  DeviceArray<const void*> B(std::vector<const void*>{b0.get(), b1.get(), b2.get()});
+  DeviceArray<void*> C(std::vector<void*>{c0.get(), c1.get(), c2.get()});
+#if defined(SIMT_EMULATE)
+  const int64_t work = simt::work_issued();
+#endif
+  REQUIRE(cublasGemmGroupedBatchedEx(handle.h, ta, tb, m, n, k, alpha, A.get(), type, lda, B.get(), type, ldb, beta,
+                                     C.get(), type, ldc, 2, size, compute) == CUBLAS_STATUS_SUCCESS);
+#if defined(SIMT_EMULATE)
+  CHECK(simt::work_issued() == work + 1);
+#endif
+  const auto ex = [&](int g, const DeviceArray<T>& a, const DeviceArray<T>& b, DeviceArray<T>& c) {
+    REQUIRE(cublasGemmEx(handle.h, ta[g], tb[g], m[g], n[g], k[g], &alpha[g], a.get(), type, lda[g], b.get(), type,
+                         ldb[g], &beta[g], c.get(), type, ldc[g], compute, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+  };
+  ex(0, a0, b0, r0), ex(0, a1, b1, r1), ex(1, a2, b2, r2);
+  const auto same = [](const std::vector<T>& x, const std::vector<T>& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(T)) == 0;
+  };
+  CHECK(same(c0.download(), r0.download()));
+  CHECK(same(c1.download(), r1.download()));
+  CHECK(same(c2.download(), r2.download()));
+  // Refused without touching C: a short lda, a null array, a negative count, mixed types.
+  const std::vector<T> before = c0.download();
+  const int short_lda[2] = {4, 3};
+  CHECK(cublasGemmGroupedBatchedEx(handle.h, ta, tb, m, n, k, alpha, A.get(), type, short_lda, B.get(), type, ldb,
+                                   beta, C.get(), type, ldc, 2, size, compute) == CUBLAS_STATUS_INVALID_VALUE);
+  CHECK(cublasGemmGroupedBatchedEx(handle.h, ta, tb, m, n, k, alpha, nullptr, type, lda, B.get(), type, ldb, beta,
+                                   C.get(), type, ldc, 2, size, compute) == CUBLAS_STATUS_INVALID_VALUE);
+  CHECK(cublasGemmGroupedBatchedEx(handle.h, ta, tb, m, n, k, alpha, A.get(), type, lda, B.get(), type, ldb, beta,
+                                   C.get(), type, ldc, -1, size, compute) == CUBLAS_STATUS_INVALID_VALUE);
+  if (type != CUDA_R_64F)
+    CHECK(cublasGemmGroupedBatchedEx(handle.h, ta, tb, m, n, k, alpha, A.get(), CUDA_R_16BF, lda, B.get(), CUDA_R_16F,
+                                     ldb, beta, C.get(), type, ldc, 2, size, compute) == CUBLAS_STATUS_NOT_SUPPORTED);
+  CHECK(same(c0.download(), before));
+}
+
+TEST_CASE("cublas: GemmGroupedBatchedEx computes each problem as GemmEx, in one call") {
+  check_grouped<float>(CUDA_R_32F, CUBLAS_COMPUTE_32F);
+  check_grouped<float>(CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32);
+  check_grouped<double>(CUDA_R_64F, CUBLAS_COMPUTE_64F);
+  check_grouped<reel::bf16>(CUDA_R_16BF, CUBLAS_COMPUTE_32F);
+  check_grouped<reel::f16>(CUDA_R_16F, CUBLAS_COMPUTE_32F);
 }
 
 TEST_CASE("cublas: handle, stream and pointer mode") {

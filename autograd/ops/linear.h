@@ -10,20 +10,28 @@
 //                     reductions are not ported yet, the GEMM ones (1, N) @ G (f32 sums)
 // dW and db go straight into W's and b's .grad when those exist (their gradient sinks): the GEMM
 // and the column sum add into them (or, after zero_grad, write them), no temporary, no add pass.
+// With no bias gradient wanted (no bias, or b frozen) and W's .grad existing, dX and dW are ONE
+// grouped GEMM call (kernels::matmul_group_into_: cublasGemmGroupedBatchedEx on cuda, one launch),
+// bit for bit the two GEMMs it replaces.
 // Saves x only when W needs its gradient and W only when x does: the saved x is the input itself
 // (often a view of a tensor another node saves anyway, e.g. attention's output), not its (N, in)
 // copy, which backward re-makes when needed. Backward releases W once dX is made
-// (BackwardCtx::release_saved), before dW is written.
+// (BackwardCtx::release_saved), before dW is written, unless dW goes into W's existing .grad with
+// dX in the grouped call (no allocation while W lives; BackwardCtx::has_grad_sink asks without
+// waking FSDP's observer, whose flat gradient buffer then waits until W is released as before).
 //
 // linear_gelu_linear: the MLP z = gelu(x W1^T + b1) W2^T + b2 as one tape op, so that the GELU
-// and its gradient ride on the GEMMs' epilogues (kernels/matmul.h) instead of passes of their own:
+// and its gradient ride on the GEMMs' epilogues (kernels/matmul.h) instead of passes of their own;
+// b2 may be undefined (no bias on the down-projection):
 //   forward   act, pre = kernels::linear_gelu(X, W1, b1)   act = gelu(pre), pre = X W1^T + b1
 //             Z = act W2^T + b2                            (N, out)
-//   backward  dW2, db2 = G^T act, 1^T G                    one kernel (as linear's)
-//             dpre, db1 = (G W2) * gelu'(pre), 1^T dpre    one kernel (kernels::linear_dgelu)
-//             dX = dpre W1, dW1 = dpre^T X                 two GEMMs
-// b2 may be absent (its sum added by the caller: GPT's add_layer_norm rb): Z = act W2^T, and dW2 a
-// plain GEMM (no bias-gradient epilogue).
+//   backward  dpre, db1 = (G W2) * gelu'(pre), 1^T dpre    one kernel (kernels::linear_dgelu)
+//             dW2, db2 = G^T act, 1^T G                    one kernel (as linear's), with b2
+//             [dW2 = G^T act,] dX = dpre W1, dW1 = dpre^T X  one grouped GEMM call
+//                                                          (kernels::matmul_group_into_); dW2
+//                                                          joins it without b2; dW1 joins while
+//                                                          W1 lives only into W1's existing .grad
+// So a step's MLP backward is 3 launches with b2, 2 without.
 // Saves x (for dW1), W1 (for dX), pre (for gelu'), W2 (for dpre) and act (for dW2), each only when
 // a gradient reads it: what linear, gelu and linear save between them. Kept by selective
 // checkpointing as linear is (its outputs cost GEMMs to remake): a kept node keeps its saves that
@@ -104,6 +112,24 @@ struct Linear final : autograd::Op {
     const int64_t n_in = x_shape.back(), n_out = ctx.input_shape(1)[0];
     const Tensor g = grad[0].reshape({-1, n_out});  // G (N, out)
     Tensors grads(ctx.num_inputs());
+    const bool want_b = grads.size() == 3 && ctx.needs_input_grad(2);
+    // dX and dW as one grouped GEMM (one launch) where dW is a plain GEMM (no bias gradient riding
+    // on its epilogue) into W's existing .grad: W is still alive, and a fresh dW would be a second
+    // weight-sized tensor beside it (a gathered FSDP weight, whose .grad does not exist yet, keeps
+    // the order below: W released, then dW allocated).
+    if (ctx.needs_input_grad(0) && ctx.needs_input_grad(1) && !want_b && ctx.has_grad_sink(1)) {
+      Tensor dw;
+      bool add = false;
+      grads[1] = ctx.grad_write_or_add(
+          1, [&](const Tensor& sink, bool a) { dw = sink, add = a; }, [] { return Tensor(); });
+      if (dw.defined()) {  // (else an observer dropped the buffer: the separate GEMMs below)
+        const Tensor dx = empty({g.size(0), n_in}, g.dtype(), g.device());  // (N, in)
+        kernels::matmul_group_into_({{dx, g, ctx.saved(0)}, {dw, g, ctx.saved(1).reshape({-1, n_in}), true, false, add}});
+        grads[0] = dx.view(x_shape);
+        ctx.release_saved(0);
+        return grads;
+      }
+    }
     if (ctx.needs_input_grad(0)) grads[0] = kernels::matmul(g, ctx.saved(0)).view(x_shape);
     ctx.release_saved(0);  // W is read no more: a sharded W (distributed/fsdp.h) is freed before dW exists
     if (ctx.needs_input_grad(1)) {
@@ -118,13 +144,14 @@ struct Linear final : autograd::Op {
 struct LinearGeluLinear final : autograd::Op {
   const char* name() const override { return "linear_gelu_linear"; }
   bool kept_by_selective() const override { return true; }  // remade only at two GEMMs' cost
-  // in: x (..., in), W1 (hidden, in), b1 (hidden), W2 (out, hidden), then b2 (out) where given
+  // in: x (..., in), W1 (hidden, in), b1 (hidden), W2 (out, hidden), b2 (out) or no fifth input
   Tensors forward(const Tensors& in, ForwardCtx& ctx) const override {
     const Tensor& x = in[0];
     const int64_t n_in = in[1].size(1), n_out = in[3].size(0);
     const bool up = ctx.needs_input_grad(0) || ctx.needs_input_grad(1) || ctx.needs_input_grad(2);
     const kernels::LinearGelu h = kernels::linear_gelu(x.reshape({-1, n_in}), in[1], in[2]);  // (N, hidden) each
-    const Tensor z = kernels::matmul(h.y, in[3], false, true, in.size() == 5 ? in[4] : Tensor());  // (N, out)
+    const Tensor b2 = in.size() == 5 ? in[4] : Tensor();
+    const Tensor z = kernels::matmul(h.y, in[3], false, true, b2);                          // (N, out)
     // slots: 0 W1 (dX), 1 x (dW1), 2 pre (gelu'), 3 W2 (dpre), 4 act (dW2)
     ctx.save({ctx.needs_input_grad(0) ? in[1] : Tensor(), ctx.needs_input_grad(1) ? x : Tensor(),
               up ? h.pre : Tensor(), up ? in[3] : Tensor(), ctx.needs_input_grad(3) ? h.y : Tensor()});
@@ -135,7 +162,10 @@ struct LinearGeluLinear final : autograd::Op {
     const int64_t n_in = x_shape.back(), hidden = ctx.input_shape(1)[0], n_out = ctx.input_shape(3)[0];
     const Tensor g = grad[0].reshape({-1, n_out});  // G (N, out)
     Tensors grads(ctx.num_inputs());
-    const bool up = ctx.needs_input_grad(0) || ctx.needs_input_grad(1) || ctx.needs_input_grad(2);
+    const bool has_b2 = grads.size() == 5;
+    const bool want_x = ctx.needs_input_grad(0), want_w1 = ctx.needs_input_grad(1), want_w2 = ctx.needs_input_grad(3),
+               want_b2 = has_b2 && ctx.needs_input_grad(4);
+    const bool up = want_x || want_w1 || ctx.needs_input_grad(2);
     Tensor dpre;  // (N, hidden)
     if (up) {
       // dpre = (G W2) * gelu'(pre) and db1 = its column sums, in one GEMM; db1 into b1's .grad
@@ -152,16 +182,39 @@ struct LinearGeluLinear final : autograd::Op {
       ctx.release_saved(3);  // W2 (a sharded W2 is freed before more is made)
       ctx.release_saved(2);
     }
-    // Without b2 (grads has 4 slots) linear_param_grads makes dW2 alone, a plain GEMM.
-    const bool want_b2 = grads.size() == 5 && ctx.needs_input_grad(4);
-    if (ctx.needs_input_grad(3) || want_b2) {
-      const Tensor act = ctx.needs_input_grad(3) ? ctx.saved(4) : Tensor();
-      if (ctx.needs_input_grad(3)) linear_param_grads(ctx, 3, 4, g, act, grads);
-      else grads[4] = linear_bias_grad(ctx, 4, g);
+    // The plain GEMMs left go as one grouped call (kernels::matmul_group_into_, one launch):
+    // dW2 = G^T act when no bias gradient rides on it (no b2), dX = dpre W1, and dW1 = dpre^T X.
+    std::vector<kernels::GemmInto> group;
+    if (want_w2 && !has_b2) {  // dW2 (out, hidden): W2 is released already, as in the order below
+      Tensor dw2;
+      bool add = false;
+      grads[3] = ctx.grad_write_or_add(
+          3, [&](const Tensor& sink, bool a) { dw2 = sink, add = a; },
+          [&] { return dw2 = empty({n_out, hidden}, g.dtype(), g.device()); });
+      group.push_back({dw2, g, ctx.saved(4), true, false, add});
+    } else if (want_w2) {  // dW2 and db2 in one kernel (BGRADB)
+      linear_param_grads(ctx, 3, 4, g, ctx.saved(4), grads);
+    } else if (want_b2) {
+      grads[4] = linear_bias_grad(ctx, 4, g);
     }
-    if (ctx.needs_input_grad(0)) grads[0] = kernels::matmul(dpre, ctx.saved(0)).view(x_shape);
+    Tensor dx, dw1;  // (N, in), (hidden, in)
+    if (want_x) {
+      dx = empty({g.size(0), n_in}, g.dtype(), g.device());
+      group.push_back({dx, dpre, ctx.saved(0)});
+    }
+    // dW1 joins while W1 is alive only into its existing .grad (as Linear's dW); with no dX
+    // wanted W1 was never saved, and a fresh dW1 is what the order below allocates anyway.
+    if (want_w1 && (!want_x || ctx.has_grad_sink(1))) {
+      bool add = false;
+      grads[1] = ctx.grad_write_or_add(
+          1, [&](const Tensor& sink, bool a) { dw1 = sink, add = a; },
+          [&] { return want_x ? Tensor() : (dw1 = empty({hidden, n_in}, g.dtype(), g.device())); });
+      if (dw1.defined()) group.push_back({dw1, dpre, ctx.saved(1).reshape({-1, n_in}), true, false, add});
+    }
+    if (!group.empty()) kernels::matmul_group_into_(group);
+    if (want_x) grads[0] = dx.view(x_shape);
     ctx.release_saved(0);
-    if (ctx.needs_input_grad(1)) {  // dW1 (hidden, in) = dpre^T X
+    if (want_w1 && !dw1.defined()) {  // dW1 (hidden, in) = dpre^T X, W1 released
       const Tensor x = ctx.saved(1).reshape({-1, n_in});
       grads[1] = ctx.grad_write_or_add(
           1, [&](const Tensor& sink, bool add) { kernels::matmul_into_(sink, dpre, x, true, false, add); },
@@ -196,20 +249,21 @@ inline Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& 
 // ---- linear_gelu_linear ----
 // The transformer MLP, linear(gelu(linear(x, w1, b1)), w2, b2), as one op whose GELU and GELU
 // gradient are GEMM epilogues (the op above): x (..., in), w1 (hidden, in), b1 (hidden),
-// w2 (out, hidden), b2 (out) or undefined -> (..., out). b1 is required (a bias-less MLP composes
-// linear and gelu); b2 may be left out (the caller adds it later, e.g. add_layer_norm's rb: nn/gpt.cpp),
-// and dW2 is then a plain GEMM, not grouped with a bias gradient. Autocast treats it as linear.
+// w2 (out, hidden), b2 (out) or undefined (no bias on the down-projection: its weight gradient is
+// then a plain GEMM, grouped with dX and dW1 into one launch) -> (..., out). b1 is required (a
+// bias-less up-projection composes linear and gelu). Autocast treats it as linear.
 inline Tensor linear_gelu_linear(const Tensor& x_in, const Tensor& w1_in, const Tensor& b1_in, const Tensor& w2_in,
-                                 const Tensor& b2_in) {
+                                 const Tensor& b2_in = Tensor()) {
   const autograd::Tensors cast = autograd::autocast("linear", {x_in, w1_in, b1_in, w2_in, b2_in});
   const Tensor &x = cast[0], &w1 = cast[1], &b1 = cast[2], &w2 = cast[3], &b2 = cast[4];
   for (const Tensor* t : {&x, &w1, &b1, &w2})
-    REEL_CHECK(t->defined(), "linear_gelu_linear: x, w1, b1 and w2 must be defined tensors");
+    REEL_CHECK(t->defined(), "linear_gelu_linear: x, w1, b1 and w2 must be defined tensors (b2 may be undefined)");
   REEL_CHECK(x.dim() >= 1 && w1.dim() == 2 && w2.dim() == 2 && x.size(-1) == w1.size(1) && w1.size(1) > 0 &&
                  b1.shape() == Shape{w1.size(0)} && w2.size(1) == w1.size(0) && w2.size(0) > 0 &&
                  (!b2.defined() || b2.shape() == Shape{w2.size(0)}),
              "linear_gelu_linear: x ", x.shape(), ", w1 ", w1.shape(), ", b1 ", b1.shape(), ", w2 ", w2.shape(),
-             ", b2 ", b2.shape(), " do not match: x (..., in), w1 (hidden, in), b1 (hidden), w2 (out, hidden), b2 (out)",
+             ", b2 ", b2.defined() ? shape_str(b2.shape()) : std::string("undefined"),
+             " do not match: x (..., in), w1 (hidden, in), b1 (hidden), w2 (out, hidden), b2 (out) or undefined",
              " with in, out > 0 expected");
   for (const Tensor* t : {&w1, &b1, &w2, &b2})
     REEL_CHECK(!t->defined() || (t->dtype() == x.dtype() && t->device() == x.device()), "linear_gelu_linear: x ",

@@ -306,6 +306,11 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& b
   REEL_DISPATCH_FLOATING_AND_16(out.dtype(), "matmul", gemm_batches<scalar_t, acc_t>(A, B, out, bias, accumulate))
 }
 
+// One after another, each exactly as matmul_into_ runs it: the same bits.
+void matmul_group(const std::vector<GemmInto>& gemms) {
+  for (const GemmInto& g : gemms) matmul(g.a, g.b, g.out, Tensor(), g.accumulate);
+}
+
 namespace {
 // db (C) = the column sums of g (N, C) (or db + them, accumulate), in acc_t, rows in order.
 template <typename T, typename acc_t>

@@ -20,6 +20,9 @@
 // column-major translation, the same as gemm_batched()'s. cuBLASLt writes a bias gradient, never
 // adds it: a gradient that accumulates (a bias .grad not cleared since the last backward) goes to a
 // temporary first and one small kernel adds it; after zero_grad the epilogue writes .grad itself.
+// Grouped GEMMs (matmul_group: linear's dX and dW in one launch): one cublasGemmGroupedBatchedEx
+// whose device-read pointer arrays come from a per-device ring of pinned, mapped host memory (see
+// the ring below), never under a CUDA graph capture (separate GEMMs then).
 // Teaching path: matmul_tiled(), the classic 16x16 shared-memory tiled kernel, checked against
 // cuBLAS and the CPU by the tests.
 #include <climits>
@@ -27,6 +30,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/profile.h"  // record_host_sync: the pointer ring's rare wait
 #include "kernels/backends.h"
 #include "kernels/cuda/cuda_only.h"
 #include "kernels/cuda/indexing.h"
@@ -392,6 +396,101 @@ void matmul_dgelu_impl(const Tensor& g, const Tensor& w, const Tensor& pre, cons
   finish_bias_grad<T>(db, target);
 }
 
+// ---- grouped GEMMs (matmul_group) -------------------------------------------------------------------
+// cublasGemmGroupedBatchedEx reads its A, B and C pointer arrays on the device, when its kernel
+// runs. Copying them there would cost a launch (the one grouping saves), so they live in a ring
+// of pinned, mapped host memory: with unified addressing (every 64-bit CUDA platform reel runs on)
+// the host pointer of a cudaHostAllocMapped allocation is valid on the device. One ring per device,
+// allocated once at the first grouped call (outside the caching allocator, as last_block.cu's
+// ticket) and never freed; each call takes the next slot of kRingSlots. A slot is rewritten only
+// once the GPU is done with its last use: an event recorded after each grouped call on that slot
+// is queried first, and only if it has not completed does the host wait for it (counted as a host
+// sync, core/profile.h). With thousands of slots the GPU would have to be thousands of grouped
+// calls behind the host for that to happen. Not under a CUDA graph capture: a replay would read
+// the slot as it is at the replay, long rewritten, so matmul_group runs separate GEMMs then.
+constexpr size_t kRingSlots = 4096;
+constexpr size_t kSlotPointers = 3 * kMaxGemmGroup;  // A, B and C of each problem
+
+struct PointerRing {
+  const void** pointers = nullptr;  // kRingSlots * kSlotPointers, pinned and mapped
+  std::vector<cudaEvent_t> events = std::vector<cudaEvent_t>(kRingSlots, nullptr);  // created at a slot's first use
+  size_t next = 0;
+  std::mutex mutex;  // held from taking a slot to recording its event
+};
+
+PointerRing& pointer_ring(Device device) {
+  static std::mutex mutex;
+  // Never destroyed (as the tickets): the rings live as long as the process's devices.
+  static auto* const rings = new std::vector<PointerRing*>();
+  const size_t key = device.is_meta() ? 0 : static_cast<size_t>(device.index) + 1;  // meta's own ring
+  std::lock_guard<std::mutex> lock(mutex);
+  if (rings->size() <= key) rings->resize(key + 1, nullptr);
+  PointerRing*& ring = (*rings)[key];
+  if (ring == nullptr) {
+    auto* r = new PointerRing;
+    void* p = nullptr;
+    REEL_CUDA_CHECK(cudaHostAlloc(&p, kRingSlots * kSlotPointers * sizeof(void*),
+                                  cudaHostAllocMapped | cudaHostAllocPortable));
+    r->pointers = static_cast<const void**>(p);
+    ring = r;
+  }
+  return *ring;
+}
+
+template <typename T>
+void matmul_group_impl(const std::vector<GemmInto>& gemms, Device device) {
+  const size_t count = gemms.size();
+  cublasOperation_t op_first[kMaxGemmGroup], op_second[kMaxGemmGroup];
+  int m[kMaxGemmGroup], n[kMaxGemmGroup], k[kMaxGemmGroup], ld_first[kMaxGemmGroup], ld_second[kMaxGemmGroup],
+      ldc[kMaxGemmGroup], group_size[kMaxGemmGroup];
+  acc_type_t<T> alpha[kMaxGemmGroup], beta[kMaxGemmGroup];
+  std::vector<MatmulOperand> operands;  // kept alive (a copied operand) until the call is queued
+  operands.reserve(2 * count);
+  for (size_t i = 0; i < count; ++i) {
+    // gemm_batched()'s translation: C^T (N, M) = op(b) op(a), b first, m = N, n = M.
+    const GemmInto& g = gemms[i];
+    const MatmulOperand& A = operands.emplace_back(matmul_operand(g.a));
+    const MatmulOperand& B = operands.emplace_back(matmul_operand(g.b));
+    op_first[i] = B.col_major ? CUBLAS_OP_T : CUBLAS_OP_N;
+    op_second[i] = A.col_major ? CUBLAS_OP_T : CUBLAS_OP_N;
+    m[i] = as_int(g.out.size(1), "N"), n[i] = as_int(g.out.size(0), "M"), k[i] = as_int(g.a.size(1), "K");
+    ld_first[i] = as_int(B.ld, "ldb"), ld_second[i] = as_int(A.ld, "lda"), ldc[i] = m[i];
+    group_size[i] = 1;
+    alpha[i] = 1, beta[i] = g.accumulate ? 1 : 0;
+  }
+  constexpr bool f64 = std::is_same_v<T, double>, half = std::is_same_v<T, bf16> || std::is_same_v<T, f16>;
+  // As gemm_batched(): f64 in f64, 16-bit in f32, f32 in f32 (TF32 under reel::allow_tf32()).
+  const cublasComputeType_t compute =
+      f64 ? CUBLAS_COMPUTE_64F : (!half && allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+  PointerRing& ring = pointer_ring(device);
+  std::lock_guard<std::mutex> lock(ring.mutex);
+  const size_t slot = ring.next;
+  ring.next = (ring.next + 1) % kRingSlots;
+  cudaEvent_t& done = ring.events[slot];
+  if (done == nullptr) {
+    REEL_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  } else if (const cudaError_t err = cudaEventQuery(done); err == cudaErrorNotReady) {
+    cudaGetLastError();  // an answer, not an error
+    profile::record_host_sync(profile::HostSyncKind::EventSync, device);
+    REEL_CUDA_CHECK(cudaEventSynchronize(done));
+  } else {
+    REEL_CUDA_CHECK(err);
+  }
+  const void** first = ring.pointers + slot * kSlotPointers;  // b's (cuBLAS's A), a's (its B), out's
+  const void** second = first + kMaxGemmGroup;
+  void** c = const_cast<void**>(second + kMaxGemmGroup);
+  for (size_t i = 0; i < count; ++i) {
+    first[i] = operands[2 * i + 1].t.template data<T>();
+    second[i] = operands[2 * i].t.template data<T>();
+    c[i] = gemms[i].out.template data<T>();
+  }
+  check_cublas(cublasGemmGroupedBatchedEx(handle(), op_first, op_second, m, n, k, alpha, first, cuda_type<T>(),
+                                          ld_first, second, cuda_type<T>(), ld_second, beta, c, cuda_type<T>(), ldc,
+                                          static_cast<int>(count), group_size, compute),
+               "cublasGemmGroupedBatchedEx");
+  REEL_CUDA_CHECK(cudaEventRecord(done, stream()));
+}
+
 template <typename T, typename acc_t>
 void matmul_tiled_impl(const Tensor& a, const Tensor& b, const Tensor& out) {
   const int64_t r = out.dim();
@@ -439,6 +538,25 @@ void matmul(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& b
   } else {
     REEL_DISPATCH_FLOATING_AND_16(out.dtype(), "matmul", matmul_cublas<scalar_t>(a, b, out, bias, accumulate))
   }
+}
+
+void matmul_group(const std::vector<GemmInto>& gemms) {
+  // The products grouped: those with an output. One with an empty inner dim (matmul's zeros) or a
+  // capture (see the ring above) runs them as separate GEMMs; so does a group of one.
+  std::vector<GemmInto> group;
+  bool separate = capture_stream() != nullptr;
+  for (const GemmInto& g : gemms)
+    if (g.out.numel() > 0) {
+      group.push_back(g);
+      separate = separate || g.a.size(1) == 0;
+    }
+  if (separate || group.size() < 2) {
+    for (const GemmInto& g : group) matmul(g.a, g.b, g.out, Tensor(), g.accumulate);
+    return;
+  }
+  const Device device = group[0].out.device();
+  set_device(device);
+  REEL_DISPATCH_FLOATING_AND_16(group[0].out.dtype(), "matmul_group", matmul_group_impl<scalar_t>(group, device))
 }
 
 void matmul_bgrad(const Tensor& g, const Tensor& x, const Tensor& dw, const Tensor& db, bool accumulate_w,

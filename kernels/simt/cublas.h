@@ -103,7 +103,8 @@ cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_
 // CUDA_R_16BF (C CUDA_R_16BF or CUDA_R_32F), both CUDA_R_16F (C CUDA_R_16F or CUDA_R_32F), or all
 // CUDA_R_32F, under CUBLAS_COMPUTE_32F* (alpha, beta: float); all CUDA_R_64F under
 // CUBLAS_COMPUTE_64F (double). Other combinations: CUBLAS_STATUS_NOT_SUPPORTED. The result is
-// computed in f32 (f64) and rounded once, to nearest even, to C's type.
+// computed in f32 (f64) and rounded once, to nearest even, to C's type. All-f32 data without TF32
+// (neither the compute type nor the handle's math mode asks for it) is cublasSgemm's computation.
 cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
                             int k, const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B,
                             cudaDataType Btype, int ldb, const void* beta, void* C, cudaDataType Ctype, int ldc,
@@ -114,6 +115,25 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
                                           long long int strideB, const void* beta, void* C, cudaDataType Ctype,
                                           int ldc, long long int strideC, int batchCount,
                                           cublasComputeType_t computeType, cublasGemmAlgo_t algo);
+
+// Grouped GEMMs in one call (CUDA 12.5+): group_count groups, group i of group_size[i] problems
+// that share transa_array[i], transb_array[i], m/n/k/lda/ldb/ldc_array[i], alpha_array[i] and
+// beta_array[i]; problem p (counted over all groups in order) is C_p = alpha op(A_p) op(B_p) +
+// beta C_p with A_p = Aarray[p], B_p = Barray[p], C_p = Carray[p]. The size, op, ld and scalar
+// arrays are HOST memory, read at the call (alpha and beta: float under the 32F compute types,
+// double under CUBLAS_COMPUTE_64F, whatever the handle's pointer mode); Aarray, Barray and Carray
+// are DEVICE memory, read when the work runs (a GPU reads them in its kernel; here, when the call
+// runs after its stream's queued work, or at each replay of a captured call): a caller must not
+// rewrite them before then. Types as GemmEx's; each problem is computed exactly as GemmEx computes
+// it (the same rounding), the whole call one piece of work (one launch, one node of a capture).
+cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t handle, const cublasOperation_t transa_array[],
+                                          const cublasOperation_t transb_array[], const int m_array[],
+                                          const int n_array[], const int k_array[], const void* alpha_array,
+                                          const void* const Aarray[], cudaDataType Atype, const int lda_array[],
+                                          const void* const Barray[], cudaDataType Btype, const int ldb_array[],
+                                          const void* beta_array, void* const Carray[], cudaDataType Ctype,
+                                          const int ldc_array[], int group_count, const int group_size[],
+                                          cublasComputeType_t computeType);
 
 // ---- cuBLASLt: one GEMM with a fused epilogue ---------------------------------------------------
 // cublasLtMatmul: D = epilogue(alpha * op(A) op(B) + beta * C), op(A) m x k, op(B) k x n, C and D

@@ -9,6 +9,8 @@
 // cuBLASLt's cublasLtMatmul (cublas.h lists the epilogues emulated: bias, GELU with its aux output,
 // the GELU gradient with the bias gradient, the bias gradients of A or B) runs the same f32 (f64)
 // product and applies the epilogue to each f32 (f64) element before the one rounding to D's type.
+// cublasGemmGroupedBatchedEx runs its problems one after another, each as GemmEx would, in ONE
+// piece of work (one launch, one captured node).
 // Under simt::DryRun (reel's meta device) each call checks its arguments as ever and computes nothing.
 #include <Eigen/Dense>
 
@@ -21,6 +23,7 @@
 #include "cublas.h"
 
 #include <functional>
+#include <vector>
 
 struct cublasContext {
   cudaStream_t stream = nullptr;
@@ -546,10 +549,91 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
   // (not under the pedantic compute type).
   const bool tf32 = f32_in && (computeType == CUBLAS_COMPUTE_32F_FAST_TF32 ||
                                (computeType == CUBLAS_COMPUTE_32F && handle->math_mode == CUBLAS_TF32_TENSOR_OP_MATH));
+  // f32 data without TF32: cublasSgemm's computation (the GEMM GemmEx is on such data).
+  if (f32_in && !tf32)
+    return gemm_strided_batched(handle, transa, transb, m, n, k, static_cast<const float*>(alpha),
+                                static_cast<const float*>(A), lda, strideA, static_cast<const float*>(B), ldb, strideB,
+                                static_cast<const float*>(beta), static_cast<float*>(C), ldc, strideC, batchCount);
   const Scalar<float> a = scalar(handle, static_cast<const float*>(alpha)), b = scalar(handle, static_cast<const float*>(beta));
   const bool ok = simt::detail::library_call(handle->stream, [=] {
     gemm_ex_f32(handle, transa, transb, m, n, k, a.get(), A, Atype, lda, strideA, B, Btype, ldb, strideB, b.get(), C,
                 Ctype, ldc, strideC, batchCount, tf32);
+  });
+  return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
+}
+
+namespace {
+// GemmEx's type rules: f64 data under CUBLAS_COMPUTE_64F; 16-bit A and B (C the same or f32) or
+// all-f32 data under the 32F compute types. Sets f64 (64F) and f32_in (all-f32 data).
+cublasStatus_t check_ex_types(cudaDataType at, cudaDataType bt, cudaDataType ct, cublasComputeType_t compute, bool& f64,
+                              bool& f32_in) {
+  f64 = compute == CUBLAS_COMPUTE_64F;
+  f32_in = at == CUDA_R_32F && bt == CUDA_R_32F && ct == CUDA_R_32F;
+  if (f64) return at == CUDA_R_64F && bt == CUDA_R_64F && ct == CUDA_R_64F ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
+  if (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_PEDANTIC && compute != CUBLAS_COMPUTE_32F_FAST_TF32)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  const bool half_in = at == bt && (at == CUDA_R_16BF || at == CUDA_R_16F) && (ct == at || ct == CUDA_R_32F);
+  return half_in || f32_in ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
+}
+
+// One grouped problem as GemmEx computes it (cublasGemmStridedBatchedEx above): f64 data in f64,
+// f32 data without TF32 as cublasSgemm, the rest in f32 rounded once to C's type. m, n > 0.
+struct GroupedProblem {
+  cublasOperation_t transa, transb;
+  int m, n, k, lda, ldb, ldc;
+  double alpha, beta;  // f32 scalars widened exactly
+};
+void grouped_problem(const GroupedProblem& p, const void* A, const void* B, void* C, cudaDataType at, cudaDataType bt,
+                     cudaDataType ct, bool f64, bool f32_in, bool tf32) {
+  if (f64)
+    gemm<double>(p.transa, p.transb, p.m, p.n, p.k, p.alpha, static_cast<const double*>(A), p.lda,
+                 static_cast<const double*>(B), p.ldb, p.beta, static_cast<double*>(C), p.ldc);
+  else if (f32_in && !tf32)
+    gemm<float>(p.transa, p.transb, p.m, p.n, p.k, static_cast<float>(p.alpha), static_cast<const float*>(A), p.lda,
+                static_cast<const float*>(B), p.ldb, static_cast<float>(p.beta), static_cast<float*>(C), p.ldc);
+  else
+    gemm_ex_f32(nullptr, p.transa, p.transb, p.m, p.n, p.k, static_cast<float>(p.alpha), A, at, p.lda, 0, B, bt, p.ldb,
+                0, static_cast<float>(p.beta), C, ct, p.ldc, 0, 1, tf32);
+}
+}  // namespace
+
+cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t handle, const cublasOperation_t transa_array[],
+                                          const cublasOperation_t transb_array[], const int m_array[],
+                                          const int n_array[], const int k_array[], const void* alpha_array,
+                                          const void* const Aarray[], cudaDataType Atype, const int lda_array[],
+                                          const void* const Barray[], cudaDataType Btype, const int ldb_array[],
+                                          const void* beta_array, void* const Carray[], cudaDataType Ctype,
+                                          const int ldc_array[], int group_count, const int group_size[],
+                                          cublasComputeType_t computeType) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  bool f64 = false, f32_in = false;
+  if (const cublasStatus_t status = check_ex_types(Atype, Btype, Ctype, computeType, f64, f32_in))
+    return status;
+  if (group_count < 0) return CUBLAS_STATUS_INVALID_VALUE;
+  if (group_count == 0) return CUBLAS_STATUS_SUCCESS;
+  if (!transa_array || !transb_array || !m_array || !n_array || !k_array || !alpha_array || !Aarray || !lda_array ||
+      !Barray || !ldb_array || !beta_array || !Carray || !ldc_array || !group_size)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  // The host arrays are read now (a captured call replays these values); each problem's
+  // (group's) arguments checked as GemmEx checks them.
+  std::vector<GroupedProblem> problems;  // one per problem, in order
+  for (int g = 0; g < group_count; ++g) {
+    if (const cublasStatus_t status = check_gemm(handle, transa_array[g], transb_array[g], m_array[g], n_array[g],
+                                                 k_array[g], lda_array[g], ldb_array[g], ldc_array[g], group_size[g]))
+      return status;
+    const double alpha = f64 ? static_cast<const double*>(alpha_array)[g] : static_cast<const float*>(alpha_array)[g];
+    const double beta = f64 ? static_cast<const double*>(beta_array)[g] : static_cast<const float*>(beta_array)[g];
+    for (int i = 0; i < group_size[g]; ++i)
+      problems.push_back({transa_array[g], transb_array[g], m_array[g], n_array[g], k_array[g], lda_array[g],
+                          ldb_array[g], ldc_array[g], alpha, beta});
+  }
+  const bool tf32 = f32_in && (computeType == CUBLAS_COMPUTE_32F_FAST_TF32 ||
+                               (computeType == CUBLAS_COMPUTE_32F && handle->math_mode == CUBLAS_TF32_TENSOR_OP_MATH));
+  // One piece of work: the pointer arrays are device memory, read when it runs.
+  const bool ok = simt::detail::library_call(handle->stream, [=] {
+    for (size_t p = 0; p < problems.size(); ++p)
+      if (problems[p].m > 0 && problems[p].n > 0)
+        grouped_problem(problems[p], Aarray[p], Barray[p], Carray[p], Atype, Btype, Ctype, f64, f32_in, tf32);
   });
   return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }

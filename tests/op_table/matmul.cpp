@@ -3,11 +3,13 @@
 // sizes the CPU cuts into uneven blocks, against an f64 loop; the tiled teaching SGEMM on cuda.
 // Tape rows: matmul in every layout, linear with and without bias and with frozen inputs.
 // linear's fused GEMMs (kernels::linear_grad_into_, linear_gelu, linear_dgelu: cuBLASLt epilogues on
-// cuda) against f64 loops, written and accumulated; the tape op linear_gelu_linear against linear,
-// gelu, linear.
+// cuda) against f64 loops, written and accumulated; the grouped GEMMs (kernels::matmul_group_into_)
+// against the f64 loop and, bit for bit, the separate matmul_into_ calls; the tape op
+// linear_gelu_linear (with b2 and without) against linear, gelu, linear.
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -324,11 +326,69 @@ std::vector<OpCase> linear_fused_cases() {
                   },
                   {fused_tols(f32_atol, scale16, false), fused_tols(db_atol, db_scale16, false)}));
     }
+  // Grouped GEMMs (kernels::matmul_group_into_: cublasGemmGroupedBatchedEx on cuda): linear's
+  // dX = G W and dW = G^T X, and a third x W^T (the b^T flag), written or added onto out0s. Each
+  // product must be the separate matmul_into_'s bit for bit on its device (checked in the run), and
+  // the f64 loop's within matmul's tolerances.
+  for (auto [N, out, in] : std::vector<std::array<int64_t, 3>>{{5, 3, 4}, {64, 33, 17}, {130, 96, 40}})
+    for (bool acc : {false, true})
+      for (bool three : {false, true}) {
+        const double f32_atol = std::max(1e-4, 4 * 6e-8 * static_cast<double>(N));
+        const std::string name = std::string("matmul_group_into_ ") + (acc ? "+= " : "= ") + "g " +
+                                 shape_str({N, out}) + " w " + shape_str({out, in}) + " x " + shape_str({N, in}) +
+                                 (three ? ", three products" : "");
+        cases.push_back(
+            OpCase(name,
+                   [N = N, out = out, in = in](Generator& g) {
+                     return Tensors{normal_f64(g, {N, out}), normal_f64(g, {out, in}), normal_f64(g, {N, in}),
+                                    normal_f64(g, {N, in}),   normal_f64(g, {out, in}), normal_f64(g, {N, out})};
+                   },
+                   [=](const Tensors& x, Device) {
+                     std::vector<kernels::GemmInto> gemms = {{x[3].clone(), x[0], x[1], false, false, acc},
+                                                             {x[4].clone(), x[0], x[2], true, false, acc}};
+                     if (three) gemms.push_back({x[5].clone(), x[2], x[1], false, true, acc});
+                     Tensors got, separate;
+                     for (const kernels::GemmInto& m : gemms) {
+                       separate.push_back(m.out.clone());
+                       kernels::matmul_into_(separate.back(), m.a, m.b, m.transpose_a, m.transpose_b, acc);
+                     }
+                     kernels::matmul_group_into_(gemms);
+                     for (size_t i = 0; i < gemms.size(); ++i) {
+                       const Tensor a = gemms[i].out.to(Device::cpu()), b = separate[i].to(Device::cpu());
+                       CHECK_MESSAGE(std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0,
+                                     "product ", i, " differs from matmul_into_'s bits");
+                       got.push_back(gemms[i].out);
+                     }
+                     return got;
+                   },
+                   {with_16bit(tols(1e-4, 1e-11), f32_atol, true)})
+                .with_reference(
+                    [=, N = N, out = out, in = in](const Tensors& x) {
+                      const std::vector<double> g = values(x[0]), w = values(x[1]), xv = values(x[2]);
+                      std::vector<double> gt(static_cast<size_t>(out * N)), wt(static_cast<size_t>(in * out));
+                      for (int64_t n = 0; n < N; ++n)
+                        for (int64_t o = 0; o < out; ++o) gt[o * N + n] = g[n * out + o];
+                      for (int64_t o = 0; o < out; ++o)
+                        for (int64_t i = 0; i < in; ++i) wt[i * out + o] = w[o * in + i];
+                      std::vector<std::vector<double>> r = {ref_matmul(g, w, N, out, in), ref_matmul(gt, xv, out, N, in)};
+                      if (three) r.push_back(ref_matmul(xv, wt, N, in, out));
+                      for (size_t k = 0; k < r.size(); ++k)
+                        if (acc) {
+                          const std::vector<double> o0 = values(x[3 + k]);
+                          for (size_t j = 0; j < r[k].size(); ++j) r[k][j] += o0[j];
+                        }
+                      return Values(r.begin(), r.end());
+                    },
+                    {with_16bit(tols(1e-4, 1e-12), f32_atol, false)}));
+      }
   return cases;
 }
 
 std::vector<OpCase> matmul_tape_cases() {
   const TapeFn mlp = [](const Tensors& x) { return linear_gelu_linear(x[0], x[1], x[2], x[3], x[4]); };
+  // Without b2: dW2 a plain GEMM, grouped with dX and dW1 (kernels::matmul_group_into_).
+  const TapeFn mlp_no_b2 = [](const Tensors& x) { return linear_gelu_linear(x[0], x[1], x[2], x[3], Tensor()); };
+  const auto composed_no_b2 = [](const Tensors& x) { return linear(gelu(linear(x[0], x[1], x[2])), x[3]); };
   auto mm = [](bool ta, bool tb) {
     return [ta, tb](const Tensor& a, const Tensor& b) { return matmul(a, b, ta, tb); };
   };
@@ -363,6 +423,17 @@ std::vector<OpCase> matmul_tape_cases() {
                    [](const Tensor& x, const Tensor& w, const Tensor& b) { return linear(x, w, b); }, {5, 4}, {3, 4}, {3},
                    {true, false, false}),
       // The MLP as one op, against linear, gelu, linear composed.
+      with_composed(tape_row("linear_gelu_linear without b2", {{2, 3, 4}, {8, 4}, {8}, {5, 8}}, mlp_no_b2),
+                    composed_no_b2),
+      with_composed(tape_row("linear_gelu_linear without b2, x frozen", {{5, 4}, {6, 4}, {6}, {3, 6}}, mlp_no_b2,
+                             Domain::Any, {false, true, true, true}),
+                    composed_no_b2),
+      with_composed(tape_row("linear_gelu_linear without b2, W1 frozen", {{5, 4}, {6, 4}, {6}, {3, 6}}, mlp_no_b2,
+                             Domain::Any, {true, false, true, true}),
+                    composed_no_b2),
+      with_composed(tape_row("linear_gelu_linear without b2, W2 frozen", {{5, 4}, {6, 4}, {6}, {3, 6}}, mlp_no_b2,
+                             Domain::Any, {true, true, true, false}),
+                    composed_no_b2),
       with_composed(tape_row("linear_gelu_linear", {{5, 4}, {6, 4}, {6}, {3, 6}, {3}}, mlp),
                     [](const Tensors& x) { return linear(gelu(linear(x[0], x[1], x[2])), x[3], x[4]); }),
       with_composed(tape_row("linear_gelu_linear batched", {{2, 3, 4}, {8, 4}, {8}, {5, 8}, {5}}, mlp),
