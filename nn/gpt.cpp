@@ -1,6 +1,6 @@
-// GPT-2 style decoder: attention, block MLP, pre-LN block, the model and sampling. The residual
-// branches' last biases (c_proj.bias) fold into the fused add + LayerNorm where the branch allows it
-// (nn/gpt.h: bias_deferrable; add_layer_norm's rb).
+// GPT-2 style decoder: attention, block MLP, pre-LN block, the model and sampling. The attention
+// branch's last bias (c_proj.bias) folds into the fused add + LayerNorm after it where the branch
+// allows it (nn/gpt.h: bias_deferrable; add_layer_norm's rb).
 #include "nn/gpt.h"
 
 #include <algorithm>
@@ -63,15 +63,6 @@ Tensor FeedForward::forward(const Tensor& x) {
   return (*dropout)((*c_proj)(gelu((*c_fc)(x))));
 }
 
-bool FeedForward::bias_deferrable() const {
-  return c_fc->bias.defined() && c_proj->bias.defined() && !has_forward_hooks() && !c_fc->has_forward_hooks() &&
-         !c_proj->has_forward_hooks() && !dropout->has_forward_hooks() && (dropout->p == 0 || !dropout->training());
-}
-
-Tensor FeedForward::unbiased(const Tensor& x) {
-  return linear_gelu_linear(x, c_fc->weight, c_fc->bias, c_proj->weight, Tensor());
-}
-
 TransformerBlock::TransformerBlock(const GPTConfig& c) {
   ln_1 = register_module("ln_1", std::make_shared<LayerNorm>(c.n_embd, 1e-5, c.bias));
   attn = register_module("attn", std::make_shared<CausalSelfAttention>(c));
@@ -114,14 +105,13 @@ Tensor TransformerBlock::forward(const Tensor& x) {
       !ln_2->has_forward_hooks() && attn->bias_deferrable()
           ? add_layer_norm(x, attn->unbiased(a), ln_2->weight, ln_2->bias, ln_2->eps, attn->c_proj->bias)
           : add_then_norm(*ln_2, x, (*attn)(a));
+  const Tensor f = (*mlp)(h.y);
   if (!next_ln || !carry || !carry->fold || next_ln->has_forward_hooks() || (next_owner && next_owner->has_forward_hooks()))
-    return h.s + (*mlp)(h.y);
-  // The next LayerNorm's (next block's ln_1, or ln_f) input is this block's output: fused with it,
-  // and mlp.c_proj's bias with them where it can be.
-  const bool defer = mlp->bias_deferrable();
-  const Tensor f = defer ? mlp->unbiased(h.y) : (*mlp)(h.y);
-  const AddLayerNormResult out = add_layer_norm(h.s, f, next_ln->weight, next_ln->bias, next_ln->eps,
-                                                defer ? mlp->c_proj->bias : Tensor());
+    return h.s + f;
+  // The next LayerNorm's (next block's ln_1, or ln_f) input is this block's output: fused with it.
+  // (mlp.c_proj's bias stays in its GEMM: this fusion is off in checkpoint segments, and a bias
+  // gradient summed by the norm there but by the GEMM's epilogue here would break their bit-identity.)
+  const AddLayerNormResult out = add_layer_norm(h.s, f, next_ln->weight, next_ln->bias, next_ln->eps);
   carry->s = out.s;
   carry->y = out.y;
   return out.s;

@@ -75,11 +75,6 @@ class FeedForward : public Module {
   std::shared_ptr<Linear> c_fc, c_proj;
   std::shared_ptr<Dropout> dropout;
 
-  // As CausalSelfAttention's: c_fc and c_proj have biases, no hooks here, on c_fc, c_proj or the
-  // dropout, and the dropout is the identity. unbiased(x) is then linear_gelu_linear without b2.
-  bool bias_deferrable() const;
-  Tensor unbiased(const Tensor& x);  // (..., C) -> (..., C), c_proj.bias not added
-
  protected:
   Tensor forward(const Tensor& x) override;
 };
@@ -101,11 +96,13 @@ struct ResidualCarry {
 // next block's ln_1, or GPT's ln_f) when the carry allows it. A LayerNorm with hooks (or whose
 // owner has hooks, for next_ln) is called through its operator() instead, unfused. The parameters,
 // their names and the values are the unfused block's.
-// Where such a fused add's branch allows it (bias_deferrable: no dropout at work, no hooks), the
-// branch's last bias (attn.c_proj.bias, mlp.c_proj.bias) is added by add_layer_norm as its rb
-// instead of by the branch's last GEMM: the same values (r + rb rounded as the GEMM's epilogue
-// would round them: to rounding), and the bias gradient comes out of the norm's backward launch, so
-// the c_proj's dW GEMM carries no bias-gradient epilogue. The bias stays c_proj.bias, by name too.
+// Where the attention branch allows it (bias_deferrable: no dropout at work, no hooks), its last
+// bias (attn.c_proj.bias) is added by ln_2's add_layer_norm as its rb instead of by c_proj's GEMM:
+// the same values (r + rb rounded as the GEMM's epilogue would round them: to rounding), and the
+// bias gradient comes out of the norm's backward launch, so c_proj's dW GEMM carries no
+// bias-gradient epilogue and is grouped with its dX. The bias stays c_proj.bias, by name too. (The
+// MLP's c_proj keeps its bias: its add folds into the next block's ln_1 only outside checkpoint
+// segments, and the bias gradient must have the same bits with and without them.)
 class TransformerBlock : public Module {
  public:
   explicit TransformerBlock(const GPTConfig& config);
