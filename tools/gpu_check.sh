@@ -266,7 +266,7 @@ part_char_gpt() {
     args+=(--max-steps 200)
   fi
   local predict="--predict h200"
-  if "$exe" --help 2>&1 | grep -q -- "--predict"; then
+  if "$exe" --help 2>&1 | grep -- "--predict" >/dev/null; then  # all of it read: grep -q would close the pipe early, and pipefail would see char_gpt die of SIGPIPE
     args+=(--predict h200)
   else
     predict="no --predict in this char_gpt: measured table only"
@@ -360,7 +360,7 @@ part_graph() {
   local exe="$dir/examples/char_gpt"
   [ -x "$exe" ] || { figure="char_gpt was not built"; return 1; }
   [ -n "$fortunes" ] || { figure="no fortunes corpus (Debian: fortunes; or gpu_check.sh --prepare)"; return 77; }
-  "$exe" --help 2>&1 | grep -q -- "--cuda-graph" || { figure="no --cuda-graph in this char_gpt"; return 77; }
+  "$exe" --help 2>&1 | grep -- "--cuda-graph" >/dev/null || { figure="no --cuda-graph in this char_gpt"; return 77; }
   local args=(--device cuda --sample-chars 0 --corpus-dir "$fortunes" --predict h200)
   if [ "$mode" = emulated ]; then
     args+=(--max-steps 12 --n-layer 1 --n-head 2 --n-embd 16 --block-size 32 --batch 16 --eval-windows 8)
