@@ -32,8 +32,8 @@
 // written, or added to a parameter's .grad (its gradient sink, never zero-filled first); dx_add
 // (add_layer_norm's other gradient of s) is added to each dx row right after it is made. With the
 // residual's bias rb, the forward's s = x + (r + rb) (r + rb rounded first) and the backward then
-// sums dx's columns (drb) in acc_t, rows in order: linear's bias-gradient sum (kernels/cpu/matmul.cpp
-// column_sums), so the folded bias gets the bits the unfused linear gave it.
+// sums dx's columns (drb) in acc_t, rows in order: linear's bias-gradient loop
+// (kernels/cpu/column_sums.h), so the folded bias gets the bits the unfused linear gave it.
 //
 // GroupNorm: the same sweeps with a (sample, group) in place of a row: its M = C/G * S values are
 // contiguous, so the statistics are LayerNorm's over M, and the per-channel affine walks the run
@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "kernels/backends.h"
+#include "kernels/cpu/column_sums.h"
 #include "kernels/cpu/half_simd.h"  // widen, narrow, kIs16
 #include "kernels/cpu/parallel.h"
 
@@ -322,26 +323,14 @@ void norm_backward_impl(const T* dy, const T* x, const T* w_t, const acc_t* mean
 }
 
 // out (C) = the column sums of dx (R, C), the residual's bias gradient (layernorm_backward's drb):
-// in acc_t, rows in order, as linear's bias gradient sums its columns on the cpu (kernels/cpu/matmul.cpp
-// column_sums): the same bits as the unfused linear's db. Written, or where add added to (the sum
-// rounded to T first, as dw and db are). Columns in blocks of 64, in parallel (no order across them).
+// kernels/cpu/column_sums.h, the loop linear's bias gradient sums with (the same bits as the
+// unfused linear's db). Written, or where add added to (the sum rounded to T first, as dw and db are).
 template <typename T, typename acc_t>
 void dx_column_sums(const T* dx, int64_t R, int64_t C, T* out, bool add) {
-  constexpr int64_t kSumCols = 64;
-  const int64_t blocks = (C + kSumCols - 1) / kSumCols;
-#pragma omp parallel for schedule(static) if (R * C >= kMinParallelElements && blocks > 1)
-  for (int64_t k = 0; k < blocks; ++k) {
-    const int64_t c0 = k * kSumCols, n = std::min(C, c0 + kSumCols) - c0;
-    acc_t sum[kSumCols] = {};
-    for (int64_t r = 0; r < R; ++r) {
-      const T* row = dx + r * C + c0;
-      for (int64_t j = 0; j < n; ++j) sum[j] += static_cast<acc_t>(row[j]);
-    }
-    for (int64_t j = 0; j < n; ++j) {
-      const T g = static_cast<T>(sum[j]);
-      out[c0 + j] = add ? static_cast<T>(acc_t(out[c0 + j]) + acc_t(g)) : g;
-    }
-  }
+  column_sums<T, acc_t>(dx, R, C, C, R * C >= kMinParallelElements, [&](int64_t c, acc_t sum) {
+    const T g = static_cast<T>(sum);
+    out[c] = add ? static_cast<T>(acc_t(out[c]) + acc_t(g)) : g;
+  });
 }
 
 // The sum of squares is double, wider than acc_t. 16-bit rows are widened a block at a time, as

@@ -1,6 +1,6 @@
 // CPU matmul: every product, batched or not, is cut into blocks fixed by its shape and each block
 // is one kernels/cpu/gemm.h call (oneDNN's sgemm for f32 when built with it, else Eigen) on one of
-// reel's threads.
+// reel's threads. A group of products (matmul_group) runs them one after another, each as alone.
 //
 // Work split. Batches of small products: one product per task. One large product (>= 2^21
 // multiply-adds, ~4 MFLOP, tens of microseconds on one core, where a parallel region's start-up is
@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "kernels/backends.h"
+#include "kernels/cpu/column_sums.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/matmul_layout.h"
 
@@ -312,26 +313,16 @@ void matmul_group(const std::vector<GemmInto>& gemms) {
 }
 
 namespace {
-// db (C) = the column sums of g (N, C) (or db + them, accumulate), in acc_t, rows in order.
+// db (C) = the column sums of g (N, C) (or db + them, accumulate), in acc_t, rows in order
+// (kernels/cpu/column_sums.h), each rounded once.
 template <typename T, typename acc_t>
-void column_sums(const Tensor& g_in, const Tensor& db, bool accumulate) {
+void bias_column_sums(const Tensor& g_in, const Tensor& db, bool accumulate) {
   const Tensor g = g_in.stride(1) == 1 ? g_in : untracked::contiguous(g_in);
-  const int64_t N = g.size(0), C = g.size(1), ld = g.stride(0);
-  const T* pg = g.data<T>();
+  const int64_t N = g.size(0), C = g.size(1);
   T* pd = db.data<T>();
-  constexpr int64_t kSumCols = 64;
-  const int64_t chunks = (C + kSumCols - 1) / kSumCols;
-#pragma omp parallel for schedule(static) if (N * C >= (int64_t{1} << 16) && chunks > 1)
-  for (int64_t ch = 0; ch < chunks; ++ch) {
-    const int64_t j0 = ch * kSumCols, n = std::min(C, j0 + kSumCols) - j0;
-    acc_t sum[kSumCols] = {};
-    for (int64_t i = 0; i < N; ++i) {
-      const T* row = pg + i * ld + j0;
-      for (int64_t j = 0; j < n; ++j) sum[j] += static_cast<acc_t>(row[j]);
-    }
-    for (int64_t j = 0; j < n; ++j)
-      pd[j0 + j] = static_cast<T>(accumulate ? static_cast<acc_t>(pd[j0 + j]) + sum[j] : sum[j]);
-  }
+  column_sums<T, acc_t>(g.data<T>(), N, C, g.stride(0), N * C >= (int64_t{1} << 16), [&](int64_t c, acc_t sum) {
+    pd[c] = static_cast<T>(accumulate ? static_cast<acc_t>(pd[c]) + sum : sum);
+  });
 }
 }  // namespace
 
@@ -339,7 +330,7 @@ void matmul_bgrad(const Tensor& g, const Tensor& x, const Tensor& dw, const Tens
                   bool accumulate_b) {
   matmul(untracked::transpose(g, 0, 1), x, dw, Tensor(), accumulate_w);  // dW (out, in) = G^T X
   if (db.numel() == 0) return;
-  REEL_DISPATCH_FLOATING_AND_16(db.dtype(), "matmul_bgrad", column_sums<scalar_t, acc_t>(g, db, accumulate_b))
+  REEL_DISPATCH_FLOATING_AND_16(db.dtype(), "matmul_bgrad", bias_column_sums<scalar_t, acc_t>(g, db, accumulate_b))
 }
 
 void matmul_gelu(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, const Tensor& pre) {
@@ -356,7 +347,7 @@ void matmul_dgelu(const Tensor& g, const Tensor& w, const Tensor& pre, const Ten
     unary_backward(UnaryOp::Gelu, dy, pre, dpre);
   }
   if (db.numel() == 0) return;
-  REEL_DISPATCH_FLOATING_AND_16(db.dtype(), "matmul_dgelu", column_sums<scalar_t, acc_t>(dpre, db, accumulate_b))
+  REEL_DISPATCH_FLOATING_AND_16(db.dtype(), "matmul_dgelu", bias_column_sums<scalar_t, acc_t>(dpre, db, accumulate_b))
 }
 
 }  // namespace reel::kernels::cpu

@@ -2,7 +2,8 @@
 // without SIMT_EMULATE) this is the real <cublas_v2.h> and <cublasLt.h>; in the emulated build it
 // declares the same API,
 // implemented on the host with Eigen in cublas_emu.cpp, including the mixed-precision GemmEx calls
-// (16-bit inputs and outputs, f32 compute, TF32) with cuBLAS's rounding. Same contract as cuBLAS: column-major
+// (16-bit inputs and outputs, f32 compute, TF32) with cuBLAS's rounding, and the grouped GEMM
+// (cublasGemmGroupedBatchedEx: one piece of work). Same contract as cuBLAS: column-major
 // matrices, op flags, leading dimensions, strides, alpha/beta read through pointers (host or
 // "device": both are host memory here), beta == 0 means C is not read, and invalid arguments
 // return CUBLAS_STATUS_INVALID_VALUE without touching C.
